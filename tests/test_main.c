@@ -1,0 +1,49 @@
+/* tests/test_main.c - the one implementation file of the test binary: includes every suite (so tests
+   may reach private tfm__ functions), runs them all, ends with "N passed, N failed". */
+#define TFM_IMPLEMENTATION
+#include "../transformer.h"
+#include "test.h"
+
+#include <stdlib.h>
+
+int test__failed_checks = 0;
+int test__verbose = 0;
+static int test__passed = 0, test__failed = 0;
+static const char *test__filter = NULL;
+
+void test__run(const char *name, test_fn fn) {
+    if (test__filter && !strstr(name, test__filter)) return;
+    test__failed_checks = 0;
+    tfm_clear_error();
+    fn();
+    if (test__failed_checks) {
+        test__failed++;
+        printf("FAIL %s\n", name);
+    } else {
+        test__passed++;
+        if (test__verbose) printf("ok   %s\n", name);
+    }
+    fflush(stdout);
+}
+
+#include "test_sgemm.c"
+#include "test_ops.c"
+#include "test_attention.c"
+#include "test_torch.c"
+#include "test_errors.c"
+
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-v")) test__verbose = 1;
+        else test__filter = argv[i];
+    }
+    printf("transformer.h tests (sgemm: %s, threads: %d)\n", tfm_sgemm_backend(),
+           tfm_get_num_threads());
+    suite_sgemm();
+    suite_ops();
+    suite_attention();
+    suite_torch();
+    suite_errors();
+    printf("%d passed, %d failed\n", test__passed, test__failed);
+    return test__failed ? 1 : 0;
+}

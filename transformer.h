@@ -1,0 +1,2558 @@
+/* transformer.h - v0.1.0 - build, train and run transformers in C. MIT license (see end of file).
+
+   QUICK START
+   -----------
+   In exactly one C file of your program:
+
+       #define TFM_IMPLEMENTATION
+       #define TFM_BLAS                 (optional: matrix products through cblas_sgemm)
+       #include "transformer.h"
+
+   Every other file just includes "transformer.h". Then:
+
+       tfm_rng rng; tfm_rng_seed(&rng, 42);
+       tfm_mha_desc d = {0};            zero means default
+       d.d_model = 64; d.n_heads = 4; d.max_batch = 8; d.max_tq = 32;
+       tfm_mem mem = {0};               measuring arenas: init only counts bytes
+       tfm_mha att;
+       if (tfm_mha_init(&att, &d, &mem) != TFM_OK) puts(tfm_last_error());
+       tfm_mem_alloc(&mem);             one allocation per region, sized by the count
+       tfm_mha_init(&att, &d, &mem);    now carves real memory
+       tfm_mha_init_params(&att, &rng);
+       tfm_tensor x = tfm_tensor3(xdata, B, T, 64), y = tfm_tensor3(ydata, B, T, 64);
+       tfm_attn_opts o = {0}; o.causal = 1;
+       tfm_mha_forward(&att, &y, &x, NULL, &o);
+       ... dy ...
+       tfm_mha_backward(&att, &dx, NULL, &dy);       adds into dx and att's weight gradients
+       tfm_mem_free(&mem);
+
+   Build: cc -O3 -march=native -fopenmp prog.c -lm            (built-in sgemm)
+          cc -O3 -march=native -fopenmp prog.c -lopenblas -lm (with TFM_BLAS)
+
+   CONFIG MACROS (define before the include, in the implementation file)
+   -------------
+   TFM_BLAS            matrix products go through cblas_sgemm. Prefer an OpenMP build of OpenBLAS
+                       (Debian: libopenblas-openmp-dev): it shares one thread pool with this file's
+                       loops, so the two never oversubscribe the cores.
+   TFM_BLAS_HEADER     the header that declares cblas_sgemm (default <cblas.h>).
+   TFM_SGEMM(ta,tb,M,N,K,alpha,A,lda,B,ldb,beta,C,ldc)
+                       your own row-major sgemm (ta, tb are 0 or 1); wins over TFM_BLAS.
+   TFM_MALLOC(sz,u) / TFM_FREE(p,u)
+                       allocator, both or neither (default malloc/free; u is always NULL here).
+   TFM_ASSERT(x)       internal invariants only (default assert); never fired by bad user input.
+   TFM_STATIC          every function static, for a private copy in one translation unit.
+   TFMDEF              storage class of every public function (default extern).
+
+   Without TFM_BLAS the header multiplies matrices with its own cache-blocked sgemm, parallel over
+   OpenMP threads when compiled with -fopenmp: no dependency at all.
+
+   MEMORY
+   ------
+   Nothing here allocates on the hot path. A layer takes its memory from a tfm_mem: four arenas,
+       params | grads | acts | scratch
+   params and grads are carved in the same order, so a parameter and its gradient sit at the same
+   offset of their arenas; acts holds what forward saves for backward; scratch holds temporaries that
+   layers share (it is rewound after each layer, so its size is the largest single need). An arena
+   with no buffer only counts: run a layer's init on a zeroed tfm_mem, then tfm_mem_alloc, then init
+   again on the same tfm_mem. Caller memory can back an arena (tfm_arena_init with your buffer).
+   Every block starts 64-byte aligned. tfm_tensor is a view and never owns memory.
+
+   ERRORS
+   ------
+   Functions that can fail on their input return tfm_result (TFM_OK is 0). tfm_last_error() gives a
+   thread-local message that names the function and the mismatch, e.g.
+       tfm_linear_forward: x is (4,384) but weight is (256,256): x has 384 columns, weight expects 256
+   The library never exits, aborts or prints. Gradients are ADDED into the buffers given (so residual
+   branches and tied weights sum); clear them yourself before a backward pass.
+
+   THREADING
+   ---------
+   Loops run on OpenMP threads (compile with -fopenmp); tfm_set_num_threads sets the count for this
+   file's loops and, with OpenBLAS, for BLAS. A layer is not thread-safe; separate layers are.
+   Results are deterministic for a given thread count; dropout masks do not depend on it at all.
+
+   CONTENTS (grep for the tags)
+   --------
+   >>api-types >>api-tensor >>api-rng >>api-sgemm >>api-ops >>api-attention >>api-cuda
+   >>impl-config >>impl-util >>impl-sgemm >>impl-cpu >>impl-attention >>impl-api >>license
+*/
+#ifndef TFM_INCLUDE_TRANSFORMER_H
+#define TFM_INCLUDE_TRANSFORMER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TFM_VERSION_MAJOR 0
+#define TFM_VERSION_MINOR 1
+#define TFM_VERSION_PATCH 0
+
+#ifndef TFMDEF
+#ifdef TFM_STATIC
+#define TFMDEF static
+#else
+#define TFMDEF extern
+#endif
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ==== >>api-types ==== */
+
+typedef enum tfm_result {
+    TFM_OK = 0,
+    TFM_E_ARG = -1,     /* a bad argument: NULL pointer, out-of-range value or id */
+    TFM_E_SHAPE = -2,   /* tensor shapes do not fit together, or exceed what memory was sized for */
+    TFM_E_NOMEM = -3,   /* an allocation failed, or an arena is too small */
+    TFM_E_IO = -4,      /* a file could not be read or written */
+    TFM_E_FORMAT = -5,  /* a file's contents are malformed */
+    TFM_E_NO_CUDA = -6, /* CUDA asked for in a build without TFM_CUDA */
+    TFM_E_CUDA = -7     /* a CUDA call failed */
+} tfm_result;
+
+/* A short description of a result code: "shape mismatch". Never NULL. */
+TFMDEF const char *tfm_result_string(tfm_result r);
+/* The detail of the last failure on this thread ("" if none). Valid until the next failing call. */
+TFMDEF const char *tfm_last_error(void);
+/* Forget the last failure on this thread. */
+TFMDEF void tfm_clear_error(void);
+
+/* Set the number of threads for this file's loops (and BLAS's, with OpenBLAS). n <= 0: all cores. */
+TFMDEF void tfm_set_num_threads(int n);
+TFMDEF int tfm_get_num_threads(void);
+
+typedef enum tfm_device { TFM_CPU = 0, TFM_CUDA = 1 } tfm_device;
+
+#define TFM_MAX_DIMS 4
+
+/* A view of row-major float32 data: it never owns its memory. Zero-initialised means empty. */
+typedef struct tfm_tensor {
+    float *data;
+    int ndim;                      /* 1..TFM_MAX_DIMS */
+    int64_t shape[TFM_MAX_DIMS];   /* shape[ndim-1] is the fastest-moving index */
+    tfm_device device;
+} tfm_tensor;
+
+/* Seeded random numbers (xoshiro256**). Same seed, same sequence, on every platform. */
+typedef struct tfm_rng { uint64_t s[4]; } tfm_rng;
+
+/* ==== >>api-tensor ==== */
+
+TFMDEF tfm_tensor tfm_tensor1(float *data, int64_t d0);
+TFMDEF tfm_tensor tfm_tensor2(float *data, int64_t d0, int64_t d1);
+TFMDEF tfm_tensor tfm_tensor3(float *data, int64_t d0, int64_t d1, int64_t d2);
+TFMDEF tfm_tensor tfm_tensor4(float *data, int64_t d0, int64_t d1, int64_t d2, int64_t d3);
+/* Number of elements (product of the shape); 0 for an empty tensor. */
+TFMDEF int64_t tfm_numel(const tfm_tensor *t);
+/* Writes "(2,8,64)" into buf (always NUL-terminated) and returns buf. */
+TFMDEF const char *tfm_shape_str(const tfm_tensor *t, char *buf, size_t n);
+/* Fill every element with v, with N(mean, std^2) or with U[lo, hi). */
+TFMDEF tfm_result tfm_fill(tfm_tensor *t, float v);
+TFMDEF tfm_result tfm_fill_normal(tfm_tensor *t, tfm_rng *rng, float mean, float std);
+TFMDEF tfm_result tfm_fill_uniform(tfm_tensor *t, tfm_rng *rng, float lo, float hi);
+
+/* An arena hands out 64-byte aligned blocks from one buffer. A zeroed arena has no buffer and only
+   counts: allocations return NULL, and `peak` grows to the bytes a real arena would need. */
+typedef struct tfm_arena {
+    unsigned char *base;  /* NULL: counting only */
+    size_t size;          /* bytes available at base */
+    size_t used;          /* bytes handed out so far */
+    size_t peak;          /* the most `used` has been: the size to allocate */
+    int owned;            /* base came from TFM_MALLOC and tfm_arena_free releases it */
+    int overflow;         /* an allocation did not fit (a real arena smaller than its count) */
+} tfm_arena;
+
+/* Back an arena with `size` bytes at mem (yours, kept alive by you) or, when mem is NULL, with a new
+   allocation. TFM_E_NOMEM if that fails. */
+TFMDEF tfm_result tfm_arena_init(tfm_arena *a, void *mem, size_t size);
+/* Release what tfm_arena_init allocated; leaves a zeroed (counting) arena. */
+TFMDEF void tfm_arena_free(tfm_arena *a);
+/* `bytes` bytes, 64-byte aligned. NULL when counting or when the arena is full (overflow is set). */
+TFMDEF void *tfm_arena_alloc(tfm_arena *a, size_t bytes);
+/* A tensor of the given shape carved from the arena (data NULL when counting). */
+TFMDEF tfm_tensor tfm_arena_tensor(tfm_arena *a, int ndim, const int64_t *shape);
+
+/* The four regions a layer or model draws on. Set no_grad before the first init for inference:
+   then nothing is carved from grads, and scratch and acts hold only what forward needs. */
+typedef struct tfm_mem {
+    tfm_arena params, grads, acts, scratch;
+    int no_grad;
+} tfm_mem;
+
+/* Allocate each arena of a counted tfm_mem at its peak size and rewind it for the real init.
+   TFM_E_NOMEM if an allocation fails (nothing is left allocated then). */
+TFMDEF tfm_result tfm_mem_alloc(tfm_mem *m);
+/* Rewind the arenas (keep their buffers) so a second init carves the same blocks again. */
+TFMDEF void tfm_mem_rewind(tfm_mem *m);
+/* Free what tfm_mem_alloc allocated. */
+TFMDEF void tfm_mem_free(tfm_mem *m);
+/* TFM_OK when no arena of m overflowed; otherwise TFM_E_NOMEM naming the arena. */
+TFMDEF tfm_result tfm_mem_check(const tfm_mem *m);
+
+/* ==== >>api-rng ==== */
+
+TFMDEF void tfm_rng_seed(tfm_rng *rng, uint64_t seed);
+TFMDEF uint64_t tfm_rng_u64(tfm_rng *rng);
+/* Uniform in [0, 1), 24 random bits. */
+TFMDEF float tfm_rng_uniform(tfm_rng *rng);
+/* Standard normal (Box-Muller; uses two uniforms per call). */
+TFMDEF float tfm_rng_normal(tfm_rng *rng);
+
+/* ==== >>api-sgemm ==== */
+
+/* C = alpha * op(A) op(B) + beta * C, row-major. op(A) is (M,K): A is (M,K) with row stride lda, or
+   (K,M) when transA. op(B) is (K,N). C is (M,N) with row stride ldc. This is the one choke point every
+   matrix product goes through (built-in, BLAS or TFM_SGEMM). With beta == 0, C is not read. */
+TFMDEF tfm_result tfm_sgemm(int transA, int transB, int M, int N, int K, float alpha,
+                            const float *A, int lda, const float *B, int ldb,
+                            float beta, float *C, int ldc);
+/* `batch` independent products; matrix i starts at A + i*strideA, B + i*strideB, C + i*strideC.
+   Spread over threads batch-wise when there are enough matrices, else each product is threaded. */
+TFMDEF tfm_result tfm_sgemm_batched(int transA, int transB, int M, int N, int K, float alpha,
+                                    const float *A, int lda, int64_t strideA,
+                                    const float *B, int ldb, int64_t strideB, float beta,
+                                    float *C, int ldc, int64_t strideC, int batch);
+/* Which sgemm this build uses: "built-in", "cblas" or "TFM_SGEMM". */
+TFMDEF const char *tfm_sgemm_backend(void);
+
+/* ==== >>api-ops ====
+   Letters: B batch, T time, C channels, H heads, D head dim (C/H), V vocabulary, N rows (B*T).
+   A tensor of shape (B,T,C) may be passed where (N,C) is expected: leading dims are flattened.
+   Backward functions ADD into each gradient they are given; a NULL gradient is skipped. */
+
+/* c = op(a) op(b). a, b, c are 2-D, or 3-D with equal batch: (L,M,K) (L,K,N) -> (L,M,N). */
+TFMDEF tfm_result tfm_matmul_forward(tfm_tensor *c, const tfm_tensor *a, const tfm_tensor *b,
+                                     int transA, int transB);
+TFMDEF tfm_result tfm_matmul_backward(tfm_tensor *da, tfm_tensor *db, const tfm_tensor *dc,
+                                      const tfm_tensor *a, const tfm_tensor *b, int transA, int transB);
+
+/* y = x w^T + b. x (N,I), w (O,I) stored as torch.nn.Linear, b (O) or NULL, y (N,O). */
+TFMDEF tfm_result tfm_linear_forward(tfm_tensor *y, const tfm_tensor *x, const tfm_tensor *w,
+                                     const tfm_tensor *b);
+TFMDEF tfm_result tfm_linear_backward(tfm_tensor *dx, tfm_tensor *dw, tfm_tensor *db,
+                                      const tfm_tensor *dy, const tfm_tensor *x, const tfm_tensor *w);
+
+/* Row-wise softmax over the last dim, max-subtracted. y may alias x. */
+TFMDEF tfm_result tfm_softmax_forward(tfm_tensor *y, const tfm_tensor *x);
+TFMDEF tfm_result tfm_softmax_backward(tfm_tensor *dx, const tfm_tensor *dy, const tfm_tensor *y);
+
+/* Row-wise log-softmax over the last dim. y may alias x. */
+TFMDEF tfm_result tfm_log_softmax_forward(tfm_tensor *y, const tfm_tensor *x);
+TFMDEF tfm_result tfm_log_softmax_backward(tfm_tensor *dx, const tfm_tensor *dy, const tfm_tensor *y);
+
+/* Fused log-softmax + cross-entropy as torch.nn.functional.cross_entropy: the mean over rows whose
+   target is not ignore_index of (1-s)*(-log p[target]) + s*mean_v(-log p[v]), s = label_smoothing.
+   logits (N,V); targets N ids in [0,V) or == ignore_index; lse (N) saves each row's log-sum-exp.
+   All rows ignored: loss 0 and zero gradient (torch gives NaN). */
+TFMDEF tfm_result tfm_cross_entropy_forward(float *loss, tfm_tensor *lse, const tfm_tensor *logits,
+                                            const int32_t *targets, int ignore_index,
+                                            float label_smoothing);
+/* dlogits += dloss * d(loss)/d(logits). */
+TFMDEF tfm_result tfm_cross_entropy_backward(tfm_tensor *dlogits, float dloss,
+                                             const tfm_tensor *logits, const tfm_tensor *lse,
+                                             const int32_t *targets, int ignore_index,
+                                             float label_smoothing);
+
+/* y = (x - mean) * rstd * g + b over the last dim (biased variance, eps inside the sqrt).
+   x, y (N,C); g, b (C); mean, rstd (N) saved for backward. y may alias x. */
+TFMDEF tfm_result tfm_layernorm_forward(tfm_tensor *y, tfm_tensor *mean, tfm_tensor *rstd,
+                                        const tfm_tensor *x, const tfm_tensor *g,
+                                        const tfm_tensor *b, float eps);
+TFMDEF tfm_result tfm_layernorm_backward(tfm_tensor *dx, tfm_tensor *dg, tfm_tensor *db,
+                                         const tfm_tensor *dy, const tfm_tensor *x,
+                                         const tfm_tensor *g, const tfm_tensor *mean,
+                                         const tfm_tensor *rstd);
+
+typedef enum tfm_gelu_kind {
+    TFM_GELU_ERF = 0,  /* exact: x * Phi(x), torch's default */
+    TFM_GELU_TANH = 1  /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), torch approximate='tanh' */
+} tfm_gelu_kind;
+/* Element-wise; y may alias x. Backward reads the forward's input x. */
+TFMDEF tfm_result tfm_gelu_forward(tfm_tensor *y, const tfm_tensor *x, tfm_gelu_kind kind);
+TFMDEF tfm_result tfm_gelu_backward(tfm_tensor *dx, const tfm_tensor *dy, const tfm_tensor *x,
+                                    tfm_gelu_kind kind);
+TFMDEF tfm_result tfm_relu_forward(tfm_tensor *y, const tfm_tensor *x);
+/* x may be the forward's input or its output (same sign pattern). */
+TFMDEF tfm_result tfm_relu_backward(tfm_tensor *dx, const tfm_tensor *dy, const tfm_tensor *x);
+
+/* Inverted dropout: each element is kept with probability 1-p and scaled by 1/(1-p). The mask is a
+   hash of (seed, element index): backward regenerates it from the same seed, nothing is stored, and
+   it does not depend on the thread count. training == 0 or p == 0: y = x. p in [0, 1]. */
+TFMDEF tfm_result tfm_dropout_forward(tfm_tensor *y, const tfm_tensor *x, float p, uint64_t seed,
+                                      int training);
+TFMDEF tfm_result tfm_dropout_backward(tfm_tensor *dx, const tfm_tensor *dy, float p, uint64_t seed,
+                                       int training);
+
+/* y[i] = w[ids[i]] * scale. w (V,C); y (N,C) or (B,T,C) with N = B*T ids, each checked in [0,V). */
+TFMDEF tfm_result tfm_embedding_forward(tfm_tensor *y, const int32_t *ids, const tfm_tensor *w,
+                                        float scale);
+TFMDEF tfm_result tfm_embedding_backward(tfm_tensor *dw, const tfm_tensor *dy, const int32_t *ids,
+                                         float scale);
+
+/* Learned positions: y[b,t] = x[b,t] + w[t]. x, y (B,T,C); w (P,C) with P >= T. y may alias x. */
+TFMDEF tfm_result tfm_pos_embedding_forward(tfm_tensor *y, const tfm_tensor *x, const tfm_tensor *w);
+/* dx += dy (if dx), dw[t] += sum over b of dy[b,t] (if dw). */
+TFMDEF tfm_result tfm_pos_embedding_backward(tfm_tensor *dx, tfm_tensor *dw, const tfm_tensor *dy);
+
+/* Sinusoidal positions (Vaswani et al.): pe[t,2i] = sin(t / 10000^(2i/C)), pe[t,2i+1] = cos(same).
+   tfm_sinusoidal_table fills pe (P,C); forward adds it: y[b,t] = x[b,t] + pe[t], y may alias x. */
+TFMDEF tfm_result tfm_sinusoidal_table(tfm_tensor *pe);
+TFMDEF tfm_result tfm_sinusoidal_forward(tfm_tensor *y, const tfm_tensor *x);
+TFMDEF tfm_result tfm_sinusoidal_backward(tfm_tensor *dx, const tfm_tensor *dy);
+
+/* Residual add y = a + b, any equal shapes; y may alias a or b. Backward: da += dy, db += dy. */
+TFMDEF tfm_result tfm_add_forward(tfm_tensor *y, const tfm_tensor *a, const tfm_tensor *b);
+TFMDEF tfm_result tfm_add_backward(tfm_tensor *da, tfm_tensor *db, const tfm_tensor *dy);
+
+/* Mean over the first lens[b] positions: x (B,T,C) -> y (B,C). lens NULL: all T. lens[b] in [0,T];
+   a length of 0 gives a zero row. */
+TFMDEF tfm_result tfm_mean_pool_forward(tfm_tensor *y, const tfm_tensor *x, const int32_t *lens);
+TFMDEF tfm_result tfm_mean_pool_backward(tfm_tensor *dx, const tfm_tensor *dy, const int32_t *lens);
+/* First-token ([CLS]) pooling: y[b] = x[b,0]. x (B,T,C) -> y (B,C). */
+TFMDEF tfm_result tfm_cls_pool_forward(tfm_tensor *y, const tfm_tensor *x);
+TFMDEF tfm_result tfm_cls_pool_backward(tfm_tensor *dx, const tfm_tensor *dy);
+
+/* ==== >>api-attention ==== */
+
+/* Masks and options for attention; zeroed means: no mask, no dropout, scale 1/sqrt(D). */
+typedef struct tfm_attn_opts {
+    int causal;               /* query i sees keys j <= i (top-left aligned when Tq != Tk) */
+    const int32_t *key_lens;  /* B lengths in [0,Tk]: keys j >= key_lens[b] are masked; NULL: none */
+    float dropout;            /* probability of dropping an attention weight (training only) */
+    uint64_t dropout_seed;    /* seed of the dropout mask; pass the same one to backward */
+    float scale;              /* 0: 1/sqrt(D) */
+} tfm_attn_opts;
+
+/* Scaled dot-product attention over H heads of a (B,T,C) layout (head h owns channels h*D..h*D+D):
+   out = softmax(scale * q k^T + mask) v per batch and head. q (B,Tq,C), k and v (B,Tk,C), out
+   (B,Tq,C). att (B,H,Tq,Tk) receives the probabilities, which backward reads. A query with no visible
+   key gets a zero row (zero output and zero gradient, never NaN). tmp (B,H,Tq,Tk) is scratch, needed
+   when dropout > 0 (else it may be NULL). */
+TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *att, tfm_tensor *tmp,
+                                        const tfm_tensor *q, const tfm_tensor *k,
+                                        const tfm_tensor *v, int n_heads, const tfm_attn_opts *opts);
+/* O(T^2) per head: dS = P * (dP - rowsum(P * dP)). tmp (B,H,Tq,Tk) scratch is required. */
+TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_tensor *dv,
+                                         tfm_tensor *tmp, const tfm_tensor *dout,
+                                         const tfm_tensor *q, const tfm_tensor *k,
+                                         const tfm_tensor *v, const tfm_tensor *att, int n_heads,
+                                         const tfm_attn_opts *opts);
+
+/* Multi-head attention as torch.nn.MultiheadAttention (batch_first): in_proj_weight (3C,C) holds the
+   query rows, then key, then value; in_proj_bias (3C); out_proj.weight (C,C); out_proj.bias (C).
+   Self-attention projects one input with all of in_proj (one fused product); cross-attention projects
+   the queries from x with the query rows and keys and values from xkv with the key and value rows. */
+typedef struct tfm_mha_desc {
+    int d_model;     /* C, required */
+    int n_heads;     /* H, required, divides C */
+    int cross;       /* 0: self-attention; 1: keys and values from a second input */
+    int no_bias;     /* 0: in_proj_bias and out_proj.bias exist (torch's default) */
+    int max_batch;   /* 0 -> 1 */
+    int max_tq;      /* required: longest query sequence */
+    int max_tk;      /* 0 -> max_tq; the longest key sequence (cross) */
+} tfm_mha_desc;
+
+typedef struct tfm_mha {
+    tfm_mha_desc desc;                  /* with defaults applied */
+    /* parameters, torch layout; the biases have data NULL when no_bias */
+    tfm_tensor in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias;
+    /* their gradients, same shapes; data NULL when the tfm_mem had no_grad */
+    tfm_tensor d_in_proj_weight, d_in_proj_bias, d_out_proj_weight, d_out_proj_bias;
+    /* saved by forward for backward (acts) */
+    float *q;          /* self: (B,Tq,3C) fused q|k|v; cross: (B,Tq,C) */
+    float *kv;         /* cross: (B,Tk,2C) fused k|v; self: NULL */
+    float *att;        /* (B,H,Tq,Tk) attention probabilities */
+    float *ctx;        /* (B,Tq,C) attention output before out_proj */
+    int32_t *key_lens; /* (max_batch) copy of the forward's lengths */
+    /* scratch (shared between layers) */
+    float *tmp;        /* (B,H,Tq,Tk) */
+    float *dctx;       /* (B,Tq,C) */
+    float *dq;         /* like q */
+    float *dkv;        /* like kv */
+    /* the last forward call */
+    const float *x, *xkv;
+    int B, Tq, Tk, has_lens, has_grad;
+    tfm_attn_opts opts;
+} tfm_mha;
+
+/* Carve an attention layer's memory from mem (or, with counting arenas, count it). Checks desc:
+   TFM_E_ARG names the field at fault. */
+TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *mem);
+/* torch's initialisation: xavier_uniform in_proj_weight, U(+-1/sqrt(C)) out_proj.weight, zero biases. */
+TFMDEF void tfm_mha_init_params(tfm_mha *m, tfm_rng *rng);
+/* y (B,Tq,C) = attention of x (B,Tq,C) over xkv (B,Tk,C) (cross) or over x itself (xkv NULL, self).
+   x and xkv are read again by backward: keep them unchanged until then. y must not alias x. */
+TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x,
+                                  const tfm_tensor *xkv, const tfm_attn_opts *opts);
+/* Adds into dx (B,Tq,C), dxkv (B,Tk,C) (cross; NULL to skip) and the four parameter gradients. */
+TFMDEF tfm_result tfm_mha_backward(tfm_mha *m, tfm_tensor *dx, tfm_tensor *dxkv,
+                                   const tfm_tensor *dy);
+
+/* ==== >>api-cuda ==== */
+
+/* TFM_OK when this build has CUDA and a device is present; TFM_E_NO_CUDA otherwise. */
+TFMDEF tfm_result tfm_cuda_available(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TFM_INCLUDE_TRANSFORMER_H */
+
+/* ========================================================================================== */
+#if defined(TFM_IMPLEMENTATION) && !defined(TFM__IMPL_DONE)
+#define TFM__IMPL_DONE
+
+/* ==== >>impl-config ==== */
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(TFM_MALLOC) && !defined(TFM_FREE)
+#error "transformer.h: define both TFM_MALLOC and TFM_FREE, or neither"
+#endif
+#if defined(TFM_FREE) && !defined(TFM_MALLOC)
+#error "transformer.h: define both TFM_MALLOC and TFM_FREE, or neither"
+#endif
+#ifndef TFM_MALLOC
+#define TFM_MALLOC(sz, u) ((void)(u), malloc(sz))
+#define TFM_FREE(p, u) ((void)(u), free(p))
+#endif
+#ifndef TFM_ASSERT
+#include <assert.h>
+#define TFM_ASSERT(x) assert(x)
+#endif
+
+#if defined(TFM_CUDA)
+#error "transformer.h: TFM_CUDA is not available in this version; build without it"
+#endif
+
+#if defined(TFM_BLAS) && !defined(TFM_SGEMM)
+#ifndef TFM_BLAS_HEADER
+#define TFM_BLAS_HEADER <cblas.h>
+#endif
+#include TFM_BLAS_HEADER
+#endif
+
+#ifdef _OPENMP
+#include <omp.h>
+#define TFM__OMP(x) _Pragma(#x)
+#else
+#define TFM__OMP(x)
+#endif
+
+#if defined(__cplusplus)
+#define TFM_RESTRICT __restrict__
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 199901L
+#define TFM_RESTRICT restrict
+#else
+#define TFM_RESTRICT
+#endif
+
+#if defined(__cplusplus) && __cplusplus >= 201103L
+#define TFM__THREAD_LOCAL thread_local
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define TFM__THREAD_LOCAL _Thread_local
+#elif defined(__GNUC__)
+#define TFM__THREAD_LOCAL __thread
+#elif defined(_MSC_VER)
+#define TFM__THREAD_LOCAL __declspec(thread)
+#else
+#define TFM__THREAD_LOCAL
+#endif
+
+#if defined(__GNUC__)
+#define TFM__UNUSED __attribute__((unused))
+#else
+#define TFM__UNUSED
+#endif
+
+#define TFM__ALIGN 64
+#define TFM__MIN(a, b) ((a) < (b) ? (a) : (b))
+#define TFM__MAX(a, b) ((a) > (b) ? (a) : (b))
+#define TFM__TRY(x)                          \
+    do {                                     \
+        tfm_result tfm__r_ = (x);            \
+        if (tfm__r_ != TFM_OK) return tfm__r_; \
+    } while (0)
+
+/* ==== >>impl-util ==== */
+
+static TFM__THREAD_LOCAL char tfm__errbuf[512];
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static tfm_result tfm__fail(tfm_result r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tfm__errbuf, sizeof tfm__errbuf, fmt, ap);
+    va_end(ap);
+#ifdef TFM_ABORT_ON_ERROR
+    fprintf(stderr, "transformer.h: %s\n", tfm__errbuf);
+    abort();
+#endif
+    return r;
+}
+
+TFMDEF const char *tfm_result_string(tfm_result r) {
+    switch (r) {
+    case TFM_OK: return "ok";
+    case TFM_E_ARG: return "bad argument";
+    case TFM_E_SHAPE: return "shape mismatch";
+    case TFM_E_NOMEM: return "out of memory";
+    case TFM_E_IO: return "i/o error";
+    case TFM_E_FORMAT: return "bad file format";
+    case TFM_E_NO_CUDA: return "CUDA not available";
+    case TFM_E_CUDA: return "CUDA error";
+    }
+    return "unknown result code";
+}
+
+TFMDEF const char *tfm_last_error(void) { return tfm__errbuf; }
+TFMDEF void tfm_clear_error(void) { tfm__errbuf[0] = 0; }
+
+TFMDEF void tfm_set_num_threads(int n) {
+#ifdef _OPENMP
+    if (n <= 0) n = omp_get_num_procs();
+    omp_set_num_threads(n);
+#endif
+#if defined(TFM_BLAS) && !defined(TFM_SGEMM) && defined(OPENBLAS_VERSION)
+    openblas_set_num_threads(n <= 0 ? 1 : n);
+#endif
+    (void)n;
+}
+
+TFMDEF int tfm_get_num_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int tfm__in_parallel(void) {
+#ifdef _OPENMP
+    return omp_in_parallel();
+#else
+    return 0;
+#endif
+}
+
+/* -- tensors -- */
+
+static tfm_tensor tfm__tensor(float *data, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+    tfm_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.ndim = ndim;
+    t.shape[0] = d0;
+    t.shape[1] = d1;
+    t.shape[2] = d2;
+    t.shape[3] = d3;
+    t.device = TFM_CPU;
+    return t;
+}
+TFMDEF tfm_tensor tfm_tensor1(float *data, int64_t d0) { return tfm__tensor(data, 1, d0, 0, 0, 0); }
+TFMDEF tfm_tensor tfm_tensor2(float *data, int64_t d0, int64_t d1) {
+    return tfm__tensor(data, 2, d0, d1, 0, 0);
+}
+TFMDEF tfm_tensor tfm_tensor3(float *data, int64_t d0, int64_t d1, int64_t d2) {
+    return tfm__tensor(data, 3, d0, d1, d2, 0);
+}
+TFMDEF tfm_tensor tfm_tensor4(float *data, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+    return tfm__tensor(data, 4, d0, d1, d2, d3);
+}
+
+TFMDEF int64_t tfm_numel(const tfm_tensor *t) {
+    int64_t n = 1;
+    int i;
+    if (!t || t->ndim < 1 || t->ndim > TFM_MAX_DIMS) return 0;
+    for (i = 0; i < t->ndim; i++) n *= t->shape[i] > 0 ? t->shape[i] : 0;
+    return n;
+}
+
+TFMDEF const char *tfm_shape_str(const tfm_tensor *t, char *buf, size_t n) {
+    size_t used = 0;
+    int i;
+    if (!buf || n == 0) return buf;
+    buf[0] = 0;
+    if (!t) {
+        snprintf(buf, n, "(null)");
+        return buf;
+    }
+    if (t->ndim < 1 || t->ndim > TFM_MAX_DIMS) {
+        snprintf(buf, n, "(ndim=%d)", t->ndim);
+        return buf;
+    }
+    for (i = 0; i < t->ndim && used < n; i++) {
+        int w = snprintf(buf + used, n - used, "%s%lld", i ? "," : "(", (long long)t->shape[i]);
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+    if (used < n) snprintf(buf + used, n - used, ")");
+    return buf;
+}
+
+/* Shape strings for messages: a few rotating buffers so one message can print several shapes. */
+static TFM__THREAD_LOCAL char tfm__shapebufs[4][64];
+static TFM__THREAD_LOCAL int tfm__shapenext;
+static const char *tfm__shp(const tfm_tensor *t) {
+    char *b = tfm__shapebufs[tfm__shapenext++ & 3];
+    return tfm_shape_str(t, b, 64);
+}
+
+/* A tensor argument is usable: present, 1..4 positive dims, data, on the CPU. */
+static tfm_result tfm__chk(const char *fn, const char *name, const tfm_tensor *t) {
+    int i;
+    if (!t) return tfm__fail(TFM_E_ARG, "%s: %s is NULL", fn, name);
+    if (t->ndim < 1 || t->ndim > TFM_MAX_DIMS)
+        return tfm__fail(TFM_E_ARG, "%s: %s has %d dims (want 1..%d)", fn, name, t->ndim, TFM_MAX_DIMS);
+    for (i = 0; i < t->ndim; i++)
+        if (t->shape[i] < 1)
+            return tfm__fail(TFM_E_SHAPE, "%s: %s is %s: every dim must be >= 1", fn, name, tfm__shp(t));
+    if (!t->data) return tfm__fail(TFM_E_ARG, "%s: %s %s has no data (NULL)", fn, name, tfm__shp(t));
+    if (t->device != TFM_CPU)
+        return tfm__fail(TFM_E_NO_CUDA, "%s: %s lives on a CUDA device, but this build has no TFM_CUDA",
+                         fn, name);
+    if (tfm_numel(t) > (int64_t)1 << 40)
+        return tfm__fail(TFM_E_SHAPE, "%s: %s is %s: too many elements", fn, name, tfm__shp(t));
+    return TFM_OK;
+}
+/* Same, but NULL is allowed (an optional gradient). */
+static tfm_result tfm__chk_opt(const char *fn, const char *name, const tfm_tensor *t) {
+    return t ? tfm__chk(fn, name, t) : TFM_OK;
+}
+
+static int tfm__same_shape(const tfm_tensor *a, const tfm_tensor *b) {
+    int i;
+    if (a->ndim != b->ndim) return 0;
+    for (i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
+    return 1;
+}
+/* b must have a's shape (b may be NULL: nothing to check). */
+static tfm_result tfm__chk_same(const char *fn, const char *an, const tfm_tensor *a, const char *bn,
+                                const tfm_tensor *b) {
+    if (!b) return TFM_OK;
+    if (!tfm__same_shape(a, b))
+        return tfm__fail(TFM_E_SHAPE, "%s: %s is %s but %s is %s: shapes must match", fn, an,
+                         tfm__shp(a), bn, tfm__shp(b));
+    return TFM_OK;
+}
+static int64_t tfm__cols(const tfm_tensor *t) {
+    return t->ndim >= 1 && t->ndim <= TFM_MAX_DIMS ? t->shape[t->ndim - 1] : 1;
+}
+static int64_t tfm__rows(const tfm_tensor *t) { return tfm_numel(t) / tfm__cols(t); }
+
+static tfm_result tfm__chk_int(const char *fn, const char *name, const tfm_tensor *t) {
+    if (tfm_numel(t) > 2147483647)
+        return tfm__fail(TFM_E_SHAPE, "%s: %s is %s: more than 2^31 elements", fn, name, tfm__shp(t));
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_fill(tfm_tensor *t, float v) {
+    int64_t i, n;
+    TFM__TRY(tfm__chk("tfm_fill", "t", t));
+    n = tfm_numel(t);
+    for (i = 0; i < n; i++) t->data[i] = v;
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_fill_normal(tfm_tensor *t, tfm_rng *rng, float mean, float std) {
+    int64_t i, n;
+    TFM__TRY(tfm__chk("tfm_fill_normal", "t", t));
+    if (!rng) return tfm__fail(TFM_E_ARG, "tfm_fill_normal: rng is NULL");
+    if (!(std >= 0) || !isfinite(mean) || !isfinite(std))
+        return tfm__fail(TFM_E_ARG, "tfm_fill_normal: mean %g, std %g: want finite, std >= 0",
+                         (double)mean, (double)std);
+    n = tfm_numel(t);
+    for (i = 0; i < n; i++) t->data[i] = mean + std * tfm_rng_normal(rng);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_fill_uniform(tfm_tensor *t, tfm_rng *rng, float lo, float hi) {
+    int64_t i, n;
+    TFM__TRY(tfm__chk("tfm_fill_uniform", "t", t));
+    if (!rng) return tfm__fail(TFM_E_ARG, "tfm_fill_uniform: rng is NULL");
+    if (!(lo <= hi) || !isfinite(lo) || !isfinite(hi))
+        return tfm__fail(TFM_E_ARG, "tfm_fill_uniform: range [%g, %g) is not a finite interval",
+                         (double)lo, (double)hi);
+    n = tfm_numel(t);
+    for (i = 0; i < n; i++) t->data[i] = lo + (hi - lo) * tfm_rng_uniform(rng);
+    return TFM_OK;
+}
+
+/* -- arenas -- */
+
+static size_t tfm__align_up(size_t n) { return (n + (TFM__ALIGN - 1)) & ~(size_t)(TFM__ALIGN - 1); }
+
+TFMDEF tfm_result tfm_arena_init(tfm_arena *a, void *mem, size_t size) {
+    if (!a) return tfm__fail(TFM_E_ARG, "tfm_arena_init: arena is NULL");
+    memset(a, 0, sizeof *a);
+    if (size == 0) return TFM_OK;
+    if (mem) {
+        /* align the caller's buffer; the slack comes out of its size */
+        size_t off = (size_t)((TFM__ALIGN - ((uintptr_t)mem & (TFM__ALIGN - 1))) & (TFM__ALIGN - 1));
+        if (off >= size) return tfm__fail(TFM_E_NOMEM, "tfm_arena_init: %zu bytes is too small", size);
+        a->base = (unsigned char *)mem + off;
+        a->size = size - off;
+        return TFM_OK;
+    }
+    {
+        /* over-allocate to align; the original pointer is kept just before the aligned base */
+        size_t total = size + TFM__ALIGN + sizeof(void *);
+        unsigned char *raw;
+        uintptr_t p;
+        if (total < size) return tfm__fail(TFM_E_NOMEM, "tfm_arena_init: %zu bytes overflows", size);
+        raw = (unsigned char *)TFM_MALLOC(total, NULL);
+        if (!raw) return tfm__fail(TFM_E_NOMEM, "tfm_arena_init: could not allocate %zu bytes", size);
+        p = ((uintptr_t)(raw + sizeof(void *)) + TFM__ALIGN - 1) & ~(uintptr_t)(TFM__ALIGN - 1);
+        memcpy((unsigned char *)p - sizeof(void *), &raw, sizeof raw);
+        a->base = (unsigned char *)p;
+        a->size = size;
+        a->owned = 1;
+    }
+    return TFM_OK;
+}
+
+TFMDEF void tfm_arena_free(tfm_arena *a) {
+    if (!a) return;
+    if (a->owned && a->base) {
+        void *raw;
+        memcpy(&raw, a->base - sizeof(void *), sizeof raw);
+        TFM_FREE(raw, NULL);
+    }
+    memset(a, 0, sizeof *a);
+}
+
+TFMDEF void *tfm_arena_alloc(tfm_arena *a, size_t bytes) {
+    size_t start, need;
+    void *p = NULL;
+    if (!a) return NULL;
+    start = a->used;
+    need = tfm__align_up(bytes ? bytes : 1);
+    if (need < bytes || start + need < start) { /* size_t overflow */
+        a->overflow = 1;
+        return NULL;
+    }
+    a->used = start + need;
+    if (a->used > a->peak) a->peak = a->used;
+    if (a->base) {
+        if (a->used > a->size) {
+            a->overflow = 1;
+            return NULL;
+        }
+        p = a->base + start;
+    }
+    return p;
+}
+
+TFMDEF tfm_tensor tfm_arena_tensor(tfm_arena *a, int ndim, const int64_t *shape) {
+    tfm_tensor t;
+    int i;
+    size_t n = 1;
+    memset(&t, 0, sizeof t);
+    if (!shape || ndim < 1 || ndim > TFM_MAX_DIMS) return t;
+    t.ndim = ndim;
+    for (i = 0; i < ndim; i++) {
+        t.shape[i] = shape[i];
+        n *= (size_t)(shape[i] > 0 ? shape[i] : 0);
+    }
+    t.data = (float *)tfm_arena_alloc(a, n * sizeof(float));
+    return t;
+}
+
+static tfm_arena *tfm__mem_arena(tfm_mem *m, int i) {
+    return i == 0 ? &m->params : i == 1 ? &m->grads : i == 2 ? &m->acts : &m->scratch;
+}
+static const char *tfm__mem_name(int i) {
+    return i == 0 ? "params" : i == 1 ? "grads" : i == 2 ? "acts" : "scratch";
+}
+
+TFMDEF tfm_result tfm_mem_alloc(tfm_mem *m) {
+    int i;
+    if (!m) return tfm__fail(TFM_E_ARG, "tfm_mem_alloc: mem is NULL");
+    for (i = 0; i < 4; i++) {
+        tfm_arena *a = tfm__mem_arena(m, i);
+        size_t need = a->peak;
+        if (a->base) return tfm__fail(TFM_E_ARG, "tfm_mem_alloc: the %s arena already has memory", tfm__mem_name(i));
+        if (need == 0) continue;
+        if (tfm_arena_init(a, NULL, need) != TFM_OK) {
+            int j;
+            for (j = 0; j < i; j++) tfm_arena_free(tfm__mem_arena(m, j));
+            return tfm__fail(TFM_E_NOMEM, "tfm_mem_alloc: could not allocate %zu bytes for %s", need,
+                             tfm__mem_name(i));
+        }
+    }
+    return TFM_OK;
+}
+
+TFMDEF void tfm_mem_rewind(tfm_mem *m) {
+    int i;
+    if (!m) return;
+    for (i = 0; i < 4; i++) {
+        tfm__mem_arena(m, i)->used = 0;
+        tfm__mem_arena(m, i)->overflow = 0;
+    }
+}
+
+TFMDEF void tfm_mem_free(tfm_mem *m) {
+    int i, no_grad;
+    if (!m) return;
+    no_grad = m->no_grad;
+    for (i = 0; i < 4; i++) tfm_arena_free(tfm__mem_arena(m, i));
+    m->no_grad = no_grad;
+}
+
+TFMDEF tfm_result tfm_mem_check(const tfm_mem *m) {
+    int i;
+    if (!m) return tfm__fail(TFM_E_ARG, "tfm_mem_check: mem is NULL");
+    for (i = 0; i < 4; i++) {
+        tfm_arena *a = tfm__mem_arena((tfm_mem *)m, i);
+        if (a->overflow)
+            return tfm__fail(TFM_E_NOMEM, "tfm_mem_check: the %s arena holds %zu bytes but needs %zu",
+                             tfm__mem_name(i), a->size, a->peak);
+    }
+    return TFM_OK;
+}
+
+/* -- random numbers: xoshiro256** seeded through splitmix64 -- */
+
+static uint64_t tfm__splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static uint64_t tfm__rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+TFMDEF void tfm_rng_seed(tfm_rng *rng, uint64_t seed) {
+    int i;
+    if (!rng) return;
+    for (i = 0; i < 4; i++) rng->s[i] = tfm__splitmix64(&seed);
+}
+
+TFMDEF uint64_t tfm_rng_u64(tfm_rng *rng) {
+    uint64_t *s = rng->s;
+    uint64_t r = tfm__rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = tfm__rotl(s[3], 45);
+    return r;
+}
+
+TFMDEF float tfm_rng_uniform(tfm_rng *rng) { return (float)(tfm_rng_u64(rng) >> 40) * (1.0f / 16777216.0f); }
+
+TFMDEF float tfm_rng_normal(tfm_rng *rng) {
+    double u1 = ((double)(tfm_rng_u64(rng) >> 11) + 1.0) * (1.0 / 9007199254740992.0); /* (0,1] */
+    double u2 = (double)(tfm_rng_u64(rng) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* Stateless hash of (seed, index) -> 24 uniform bits: the dropout mask. Independent of threads. */
+static uint32_t tfm__hash24(uint64_t seed, uint64_t i) {
+    uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (uint32_t)(z >> 40);
+}
+/* Elements whose hash is below this are dropped. */
+static uint32_t tfm__drop_threshold(float p) {
+    double t = (double)p * 16777216.0;
+    return t >= 16777216.0 ? 16777216u : (uint32_t)t;
+}
+
+/* ==== >>impl-sgemm ====
+   The built-in sgemm: op(A) and op(B) are copied block by block into packed panels (A in slivers of
+   MR rows, B in slivers of NR columns, each laid out k-major), and a register-blocked MR x NR
+   micro-kernel multiplies a sliver pair. The output is split into independent tiles of MC x NC; each
+   tile runs its whole K loop on one thread, so the result does not depend on the thread count. */
+
+#if defined(__GNUC__) && !defined(TFM_NO_VECTOR_EXT)
+#define TFM__VEC 1
+#if defined(__AVX512F__)
+#define TFM__VW 16
+#elif defined(__AVX__)
+#define TFM__VW 8
+#else
+#define TFM__VW 4
+#endif
+typedef float tfm__vf __attribute__((vector_size(TFM__VW * 4)));
+static inline tfm__vf tfm__vload(const float *p) {
+    tfm__vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void tfm__vstore(float *p, tfm__vf v) { memcpy(p, &v, sizeof v); }
+#else
+#define TFM__VEC 0
+#define TFM__VW 8
+#endif
+
+#define TFM__MR 6
+#define TFM__NR (2 * TFM__VW)
+#define TFM__KC 256
+#define TFM__MC (TFM__MR * 12)
+#define TFM__NC (TFM__NR * 4)
+
+/* Ap: ceil(mc/MR) slivers of kc x MR; rows past mc are zero. */
+static void tfm__pack_a(int mc, int kc, const float *A, int lda, int transA, int i0, int p0, float *Ap) {
+    int s, p, i;
+    for (s = 0; s < mc; s += TFM__MR) {
+        int mr = TFM__MIN(TFM__MR, mc - s);
+        for (p = 0; p < kc; p++) {
+            for (i = 0; i < mr; i++) {
+                int r = i0 + s + i, c = p0 + p;
+                Ap[p * TFM__MR + i] = transA ? A[(size_t)c * lda + r] : A[(size_t)r * lda + c];
+            }
+            for (; i < TFM__MR; i++) Ap[p * TFM__MR + i] = 0.0f;
+        }
+        Ap += (size_t)kc * TFM__MR;
+    }
+}
+
+/* Bp: ceil(nc/NR) slivers of kc x NR; columns past nc are zero. */
+static void tfm__pack_b(int kc, int nc, const float *B, int ldb, int transB, int p0, int j0, float *Bp) {
+    int s, p, j;
+    for (s = 0; s < nc; s += TFM__NR) {
+        int nr = TFM__MIN(TFM__NR, nc - s);
+        for (p = 0; p < kc; p++) {
+            float *dst = Bp + p * TFM__NR;
+            if (!transB) {
+                const float *src = B + (size_t)(p0 + p) * ldb + j0 + s;
+                for (j = 0; j < nr; j++) dst[j] = src[j];
+            } else {
+                for (j = 0; j < nr; j++) dst[j] = B[(size_t)(j0 + s + j) * ldb + p0 + p];
+            }
+            for (; j < TFM__NR; j++) dst[j] = 0.0f;
+        }
+        Bp += (size_t)kc * TFM__NR;
+    }
+}
+
+/* C[mr x nr] = alpha * (Ap sliver x Bp sliver) + beta * C; with beta == 0, C is not read. */
+static void tfm__micro(int kc, const float *TFM_RESTRICT a, const float *TFM_RESTRICT b, float *c,
+                       int ldc, int mr, int nr, float alpha, float beta) {
+    float tile[TFM__MR * TFM__NR];
+    int i, j, p;
+#if TFM__VEC
+    tfm__vf c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
+    tfm__vf c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
+    for (p = 0; p < kc; p++) {
+        tfm__vf b0 = tfm__vload(b), b1 = tfm__vload(b + TFM__VW);
+        c00 += a[0] * b0; c01 += a[0] * b1;
+        c10 += a[1] * b0; c11 += a[1] * b1;
+        c20 += a[2] * b0; c21 += a[2] * b1;
+        c30 += a[3] * b0; c31 += a[3] * b1;
+        c40 += a[4] * b0; c41 += a[4] * b1;
+        c50 += a[5] * b0; c51 += a[5] * b1;
+        a += TFM__MR;
+        b += TFM__NR;
+    }
+    if (mr == TFM__MR && nr == TFM__NR) {
+        tfm__vf *acc[12];
+        acc[0] = &c00; acc[1] = &c01; acc[2] = &c10; acc[3] = &c11; acc[4] = &c20; acc[5] = &c21;
+        acc[6] = &c30; acc[7] = &c31; acc[8] = &c40; acc[9] = &c41; acc[10] = &c50; acc[11] = &c51;
+        for (i = 0; i < TFM__MR; i++) {
+            float *ci = c + (size_t)i * ldc;
+            tfm__vf v0 = alpha * *acc[2 * i], v1 = alpha * *acc[2 * i + 1];
+            if (beta != 0.0f) {
+                v0 += beta * tfm__vload(ci);
+                v1 += beta * tfm__vload(ci + TFM__VW);
+            }
+            tfm__vstore(ci, v0);
+            tfm__vstore(ci + TFM__VW, v1);
+        }
+        return;
+    }
+    tfm__vstore(tile + 0 * TFM__NR, c00); tfm__vstore(tile + 0 * TFM__NR + TFM__VW, c01);
+    tfm__vstore(tile + 1 * TFM__NR, c10); tfm__vstore(tile + 1 * TFM__NR + TFM__VW, c11);
+    tfm__vstore(tile + 2 * TFM__NR, c20); tfm__vstore(tile + 2 * TFM__NR + TFM__VW, c21);
+    tfm__vstore(tile + 3 * TFM__NR, c30); tfm__vstore(tile + 3 * TFM__NR + TFM__VW, c31);
+    tfm__vstore(tile + 4 * TFM__NR, c40); tfm__vstore(tile + 4 * TFM__NR + TFM__VW, c41);
+    tfm__vstore(tile + 5 * TFM__NR, c50); tfm__vstore(tile + 5 * TFM__NR + TFM__VW, c51);
+#else
+    for (i = 0; i < TFM__MR * TFM__NR; i++) tile[i] = 0.0f;
+    for (p = 0; p < kc; p++) {
+        for (i = 0; i < TFM__MR; i++)
+            for (j = 0; j < TFM__NR; j++) tile[i * TFM__NR + j] += a[i] * b[j];
+        a += TFM__MR;
+        b += TFM__NR;
+    }
+#endif
+    for (i = 0; i < mr; i++)
+        for (j = 0; j < nr; j++) {
+            float *cij = c + (size_t)i * ldc + j;
+            *cij = beta != 0.0f ? alpha * tile[i * TFM__NR + j] + beta * *cij : alpha * tile[i * TFM__NR + j];
+        }
+}
+
+/* One MC x NC tile of C with its full K loop. Ap and Bp are this thread's panels. */
+static void tfm__sgemm_tile(int transA, int transB, int i0, int mc, int j0, int nc, int K, float alpha,
+                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                            int ldc, float *Ap, float *Bp) {
+    int pc, ir, jr;
+    for (pc = 0; pc < K; pc += TFM__KC) {
+        int kc = TFM__MIN(TFM__KC, K - pc);
+        float b_eff = pc == 0 ? beta : 1.0f;
+        tfm__pack_b(kc, nc, B, ldb, transB, pc, j0, Bp);
+        tfm__pack_a(mc, kc, A, lda, transA, i0, pc, Ap);
+        for (jr = 0; jr < nc; jr += TFM__NR)
+            for (ir = 0; ir < mc; ir += TFM__MR)
+                tfm__micro(kc, Ap + (size_t)(ir / TFM__MR) * kc * TFM__MR, Bp + (size_t)(jr / TFM__NR) * kc * TFM__NR,
+                           C + (size_t)(i0 + ir) * ldc + j0 + jr, ldc, TFM__MIN(TFM__MR, mc - ir),
+                           TFM__MIN(TFM__NR, nc - jr), alpha, b_eff);
+    }
+}
+
+/* C = beta * C (beta == 0 writes zeros without reading C). */
+static void tfm__scale_c(int M, int N, float beta, float *C, int ldc) {
+    int i, j;
+    for (i = 0; i < M; i++)
+        for (j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
+}
+
+static TFM__UNUSED void tfm__sgemm_builtin(int transA, int transB, int M, int N, int K, float alpha,
+                                          const float *A, int lda, const float *B, int ldb, float beta,
+                                          float *C, int ldc) {
+    int mt, nt, ntiles, t;
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0 || alpha == 0.0f) {
+        tfm__scale_c(M, N, beta, C, ldc);
+        return;
+    }
+    mt = (M + TFM__MC - 1) / TFM__MC;
+    nt = (N + TFM__NC - 1) / TFM__NC;
+    ntiles = mt * nt;
+    TFM__OMP(omp parallel if (ntiles > 1 && (double)M * N * K > 2e5 && !tfm__in_parallel()))
+    {
+        /* per-thread panels: (MC x KC) + (KC x NC) floats, 64-byte aligned on the stack */
+        float apbuf[TFM__MC * TFM__KC + 16], bpbuf[TFM__KC * TFM__NC + 16];
+        float *Ap = (float *)(((uintptr_t)apbuf + 63) & ~(uintptr_t)63);
+        float *Bp = (float *)(((uintptr_t)bpbuf + 63) & ~(uintptr_t)63);
+        TFM__OMP(omp for schedule(static))
+        for (t = 0; t < ntiles; t++) {
+            int ti = t / nt, tj = t % nt;
+            int i0 = ti * TFM__MC, j0 = tj * TFM__NC;
+            tfm__sgemm_tile(transA, transB, i0, TFM__MIN(TFM__MC, M - i0), j0, TFM__MIN(TFM__NC, N - j0), K,
+                            alpha, A, lda, B, ldb, beta, C, ldc, Ap, Bp);
+        }
+    }
+}
+
+/* The choke point every product goes through; arguments are already valid. */
+static void tfm__sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+#if defined(TFM_SGEMM)
+    TFM_SGEMM(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#elif defined(TFM_BLAS)
+    if (K <= 0) {
+        tfm__scale_c(M, N, beta, C, ldc);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N,
+                K, alpha, A, lda, B, ldb, beta, C, ldc);
+#else
+    tfm__sgemm_builtin(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+}
+
+TFMDEF const char *tfm_sgemm_backend(void) {
+#if defined(TFM_SGEMM)
+    return "TFM_SGEMM";
+#elif defined(TFM_BLAS)
+    return "cblas";
+#else
+    return "built-in";
+#endif
+}
+
+static tfm_result tfm__chk_gemm(const char *fn, int transA, int transB, int M, int N, int K,
+                                const float *A, int lda, const float *B, int ldb, const float *C,
+                                int ldc) {
+    if (M < 0 || N < 0 || K < 0)
+        return tfm__fail(TFM_E_ARG, "%s: sizes M=%d N=%d K=%d must not be negative", fn, M, N, K);
+    if ((M > 0 && N > 0 && !C) || (M > 0 && K > 0 && !A) || (N > 0 && K > 0 && !B))
+        return tfm__fail(TFM_E_ARG, "%s: A, B or C is NULL", fn);
+    if (lda < TFM__MAX(1, transA ? M : K))
+        return tfm__fail(TFM_E_ARG, "%s: lda %d is less than op(A)'s %s %d", fn, lda, transA ? "rows" : "columns",
+                         transA ? M : K);
+    if (ldb < TFM__MAX(1, transB ? K : N))
+        return tfm__fail(TFM_E_ARG, "%s: ldb %d is less than op(B)'s %s %d", fn, ldb, transB ? "rows" : "columns",
+                         transB ? K : N);
+    if (ldc < TFM__MAX(1, N)) return tfm__fail(TFM_E_ARG, "%s: ldc %d is less than N=%d", fn, ldc, N);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                            const float *B, int ldb, float beta, float *C, int ldc) {
+    TFM__TRY(tfm__chk_gemm("tfm_sgemm", transA, transB, M, N, K, A, lda, B, ldb, C, ldc));
+    tfm__sgemm(transA != 0, transB != 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return TFM_OK;
+}
+
+/* Batched products; parallel over the batch when there is at least one matrix per thread. */
+static void tfm__sgemm_batched(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                               int lda, int64_t sA, const float *B, int ldb, int64_t sB, float beta,
+                               float *C, int ldc, int64_t sC, int batch) {
+    int i;
+    if (batch >= tfm_get_num_threads() && batch > 1 && !tfm__in_parallel()) {
+        TFM__OMP(omp parallel for schedule(static))
+        for (i = 0; i < batch; i++)
+            tfm__sgemm(transA, transB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
+    } else {
+        for (i = 0; i < batch; i++)
+            tfm__sgemm(transA, transB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
+    }
+}
+
+TFMDEF tfm_result tfm_sgemm_batched(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                                    int lda, int64_t strideA, const float *B, int ldb, int64_t strideB,
+                                    float beta, float *C, int ldc, int64_t strideC, int batch) {
+    TFM__TRY(tfm__chk_gemm("tfm_sgemm_batched", transA, transB, M, N, K, A, lda, B, ldb, C, ldc));
+    if (batch < 0) return tfm__fail(TFM_E_ARG, "tfm_sgemm_batched: batch %d is negative", batch);
+    if (strideA < 0 || strideB < 0 || strideC < 0)
+        return tfm__fail(TFM_E_ARG, "tfm_sgemm_batched: strides %lld %lld %lld must not be negative",
+                         (long long)strideA, (long long)strideB, (long long)strideC);
+    if (batch > 1 && M > 0 && N > 0 && strideC < (int64_t)(M - 1) * ldc + N)
+        return tfm__fail(TFM_E_ARG, "tfm_sgemm_batched: strideC %lld makes output matrices overlap (need >= %lld)",
+                         (long long)strideC, (long long)((int64_t)(M - 1) * ldc + N));
+    tfm__sgemm_batched(transA != 0, transB != 0, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
+                       strideC, batch);
+    return TFM_OK;
+}
+
+/* ==== >>impl-cpu ==== */
+/* Kernels over raw row-major arrays; arguments were checked by the public functions. Loops over rows
+   run on OpenMP threads; reductions over rows (bias and gain gradients) are split by column, so every
+   sum runs in the same order whatever the thread count. */
+
+/* Is a loop of n items worth a parallel region? */
+#define TFM__PAR(n) ((n) > 4096 && !tfm__in_parallel())
+
+/* dst[c] += sum over rows of src[r, c]; src (N, C). */
+static void tfm__colsum_add(float *dst, const float *src, int64_t N, int64_t C) {
+    int64_t c0;
+    const int64_t W = 64;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
+    for (c0 = 0; c0 < C; c0 += W) {
+        int64_t c1 = TFM__MIN(c0 + W, C), r, c;
+        float acc[64];
+        for (c = c0; c < c1; c++) acc[c - c0] = 0.0f;
+        for (r = 0; r < N; r++) {
+            const float *s = src + r * C;
+            for (c = c0; c < c1; c++) acc[c - c0] += s[c];
+        }
+        for (c = c0; c < c1; c++) dst[c] += acc[c - c0];
+    }
+}
+
+/* y (N,O) = x (N,I) w^T + b. ldy is y's row stride (>= O). */
+static void tfm__linear_forward_cpu(float *y, int64_t ldy, const float *x, int64_t ldx, const float *w,
+                                    const float *b, int64_t N, int64_t NI, int64_t O) {
+    if (b) {
+        int64_t r;
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * O)))
+        for (r = 0; r < N; r++) memcpy(y + r * ldy, b, (size_t)O * sizeof(float));
+    }
+    tfm__sgemm(0, 1, (int)N, (int)O, (int)NI, 1.0f, x, (int)ldx, w, (int)NI, b ? 1.0f : 0.0f, y, (int)ldy);
+}
+
+/* dx += dy w; dw += dy^T x; db += colsum(dy). dy (N,O) with row stride lddy. */
+static void tfm__linear_backward_cpu(float *dx, int64_t lddx, float *dw, float *db, const float *dy, int64_t lddy,
+                                     const float *x, int64_t ldx, const float *w, int64_t N, int64_t NI, int64_t O) {
+    if (dx) tfm__sgemm(0, 0, (int)N, (int)NI, (int)O, 1.0f, dy, (int)lddy, w, (int)NI, 1.0f, dx, (int)lddx);
+    if (dw) tfm__sgemm(1, 0, (int)O, (int)NI, (int)N, 1.0f, dy, (int)lddy, x, (int)ldx, 1.0f, dw, (int)NI);
+    if (db) {
+        if (lddy == O) {
+            tfm__colsum_add(db, dy, N, O);
+        } else {
+            int64_t r, c;
+            for (r = 0; r < N; r++)
+                for (c = 0; c < O; c++) db[c] += dy[r * lddy + c];
+        }
+    }
+}
+
+static void tfm__softmax_row(float *y, const float *x, int64_t n) {
+    float mx = x[0], sum = 0.0f, inv;
+    int64_t j;
+    for (j = 1; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    for (j = 0; j < n; j++) {
+        y[j] = expf(x[j] - mx);
+        sum += y[j];
+    }
+    inv = 1.0f / sum;
+    for (j = 0; j < n; j++) y[j] *= inv;
+}
+
+static void tfm__softmax_forward_cpu(float *y, const float *x, int64_t N, int64_t C) {
+    int64_t r;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
+    for (r = 0; r < N; r++) tfm__softmax_row(y + r * C, x + r * C, C);
+}
+
+/* dx += y * (dy - sum(y * dy)) */
+static void tfm__softmax_backward_cpu(float *dx, const float *dy, const float *y, int64_t N, int64_t C) {
+    int64_t r;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
+    for (r = 0; r < N; r++) {
+        const float *yr = y + r * C, *gr = dy + r * C;
+        float *dr = dx + r * C, dot = 0.0f;
+        int64_t j;
+        for (j = 0; j < C; j++) dot += yr[j] * gr[j];
+        for (j = 0; j < C; j++) dr[j] += yr[j] * (gr[j] - dot);
+    }
+}
+
+/* log-sum-exp of a row, max-subtracted */
+static float tfm__lse_row(const float *x, int64_t n) {
+    float mx = x[0], sum = 0.0f;
+    int64_t j;
+    for (j = 1; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    for (j = 0; j < n; j++) sum += expf(x[j] - mx);
+    return mx + logf(sum);
+}
+
+static void tfm__log_softmax_forward_cpu(float *y, const float *x, int64_t N, int64_t C) {
+    int64_t r;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
+    for (r = 0; r < N; r++) {
+        float lse = tfm__lse_row(x + r * C, C);
+        int64_t j;
+        for (j = 0; j < C; j++) y[r * C + j] = x[r * C + j] - lse;
+    }
+}
+
+/* dx += dy - exp(y) * sum(dy) */
+static void tfm__log_softmax_backward_cpu(float *dx, const float *dy, const float *y, int64_t N, int64_t C) {
+    int64_t r;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
+    for (r = 0; r < N; r++) {
+        float s = 0.0f;
+        int64_t j;
+        for (j = 0; j < C; j++) s += dy[r * C + j];
+        for (j = 0; j < C; j++) dx[r * C + j] += dy[r * C + j] - expf(y[r * C + j]) * s;
+    }
+}
+
+/* Returns the mean loss over valid rows; lse[r] = log-sum-exp of row r (0 for ignored rows). */
+static float tfm__cross_entropy_forward_cpu(float *lse, const float *x, const int32_t *t, int ignore, float s,
+                                            int64_t N, int64_t V) {
+    double total = 0.0;
+    int64_t r, nvalid = 0;
+    TFM__OMP(omp parallel for schedule(static) reduction(+ : total, nvalid) if (TFM__PAR(N * V)))
+    for (r = 0; r < N; r++) {
+        const float *xr = x + r * V;
+        float l, loss;
+        if (t[r] == ignore) {
+            lse[r] = 0.0f;
+            continue;
+        }
+        l = tfm__lse_row(xr, V);
+        lse[r] = l;
+        loss = (1.0f - s) * (l - xr[t[r]]);
+        if (s != 0.0f) {
+            double mean = 0.0;
+            int64_t j;
+            for (j = 0; j < V; j++) mean += xr[j];
+            loss += s * (l - (float)(mean / (double)V));
+        }
+        total += loss;
+        nvalid++;
+    }
+    return nvalid ? (float)(total / (double)nvalid) : 0.0f;
+}
+
+/* dx += dloss/nvalid * (softmax(x) - (1-s) onehot(t) - s/V) on valid rows */
+static void tfm__cross_entropy_backward_cpu(float *dx, float dloss, const float *x, const float *lse,
+                                            const int32_t *t, int ignore, float s, int64_t N, int64_t V) {
+    int64_t r, nvalid = 0;
+    float g, sv = s / (float)V;
+    for (r = 0; r < N; r++) nvalid += t[r] != ignore;
+    if (!nvalid) return;
+    g = dloss / (float)nvalid;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * V)))
+    for (r = 0; r < N; r++) {
+        const float *xr = x + r * V;
+        float *dr = dx + r * V, l = lse[r];
+        int64_t j;
+        if (t[r] == ignore) continue;
+        for (j = 0; j < V; j++) dr[j] += g * (expf(xr[j] - l) - sv);
+        dr[t[r]] -= g * (1.0f - s);
+    }
+}
+
+static void tfm__layernorm_forward_cpu(float *y, float *mean, float *rstd, const float *x, const float *g,
+                                       const float *b, float eps, int64_t N, int64_t C) {
+    int64_t r;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
+    for (r = 0; r < N; r++) {
+        const float *xr = x + r * C;
+        float *yr = y + r * C, m = 0.0f, v = 0.0f, rs;
+        int64_t j;
+        for (j = 0; j < C; j++) m += xr[j];
+        m /= (float)C;
+        for (j = 0; j < C; j++) v += (xr[j] - m) * (xr[j] - m);
+        v /= (float)C;
+        rs = 1.0f / sqrtf(v + eps);
+        for (j = 0; j < C; j++) yr[j] = (xr[j] - m) * rs * (g ? g[j] : 1.0f) + (b ? b[j] : 0.0f);
+        if (mean) mean[r] = m;
+        if (rstd) rstd[r] = rs;
+    }
+}
+
+/* With xhat = (x - mean) * rstd and dn = dy * g:
+   dx += rstd * (dn - mean(dn) - xhat * mean(dn * xhat));  dg += sum_rows dy * xhat;  db += sum_rows dy */
+static void tfm__layernorm_backward_cpu(float *dx, float *dg, float *db, const float *dy, const float *x,
+                                        const float *g, const float *mean, const float *rstd, int64_t N,
+                                        int64_t C) {
+    int64_t r;
+    if (dx) {
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
+        for (r = 0; r < N; r++) {
+            const float *xr = x + r * C, *gr = dy + r * C;
+            float *dr = dx + r * C, m = mean[r], rs = rstd[r], a = 0.0f, bsum = 0.0f;
+            int64_t j;
+            for (j = 0; j < C; j++) {
+                float dn = gr[j] * (g ? g[j] : 1.0f);
+                a += dn;
+                bsum += dn * (xr[j] - m) * rs;
+            }
+            a /= (float)C;
+            bsum /= (float)C;
+            for (j = 0; j < C; j++) {
+                float dn = gr[j] * (g ? g[j] : 1.0f);
+                dr[j] += rs * (dn - a - (xr[j] - m) * rs * bsum);
+            }
+        }
+    }
+    if (dg || db) {
+        int64_t c0;
+        const int64_t W = 64;
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
+        for (c0 = 0; c0 < C; c0 += W) {
+            int64_t c1 = TFM__MIN(c0 + W, C), rr, c;
+            float ag[64], ab[64];
+            for (c = c0; c < c1; c++) ag[c - c0] = ab[c - c0] = 0.0f;
+            for (rr = 0; rr < N; rr++) {
+                const float *xr = x + rr * C, *gr = dy + rr * C;
+                float m = mean[rr], rs = rstd[rr];
+                for (c = c0; c < c1; c++) {
+                    ag[c - c0] += gr[c] * (xr[c] - m) * rs;
+                    ab[c - c0] += gr[c];
+                }
+            }
+            for (c = c0; c < c1; c++) {
+                if (dg) dg[c] += ag[c - c0];
+                if (db) db[c] += ab[c - c0];
+            }
+        }
+    }
+}
+
+#define TFM__SQRT_2_OVER_PI 0.7978845608028654f
+#define TFM__INV_SQRT_2 0.7071067811865476f
+#define TFM__INV_SQRT_2PI 0.3989422804014327f
+
+static void tfm__gelu_forward_cpu(float *y, const float *x, int64_t n, int kind) {
+    int64_t i;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+    for (i = 0; i < n; i++) {
+        float v = x[i];
+        if (kind == TFM_GELU_TANH)
+            y[i] = 0.5f * v * (1.0f + tanhf(TFM__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v)));
+        else
+            y[i] = 0.5f * v * (1.0f + erff(v * TFM__INV_SQRT_2));
+    }
+}
+
+static void tfm__gelu_backward_cpu(float *dx, const float *dy, const float *x, int64_t n, int kind) {
+    int64_t i;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+    for (i = 0; i < n; i++) {
+        float v = x[i], d;
+        if (kind == TFM_GELU_TANH) {
+            float u = TFM__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v);
+            float th = tanhf(u);
+            d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * TFM__SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v);
+        } else {
+            d = 0.5f * (1.0f + erff(v * TFM__INV_SQRT_2)) + v * TFM__INV_SQRT_2PI * expf(-0.5f * v * v);
+        }
+        dx[i] += dy[i] * d;
+    }
+}
+
+static void tfm__relu_forward_cpu(float *y, const float *x, int64_t n) {
+    int64_t i;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+    for (i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+static void tfm__relu_backward_cpu(float *dx, const float *dy, const float *x, int64_t n) {
+    int64_t i;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+    for (i = 0; i < n; i++) dx[i] += x[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+/* y = x * keep / (1-p), keep = hash(seed, i) >= p * 2^24. backward: the same with dy, added to dx. */
+static void tfm__dropout_cpu(float *y, const float *x, int64_t n, float p, uint64_t seed, int accumulate) {
+    uint32_t thr = tfm__drop_threshold(p);
+    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    int64_t i;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+    for (i = 0; i < n; i++) {
+        float v = tfm__hash24(seed, (uint64_t)i) >= thr ? x[i] * scale : 0.0f;
+        if (accumulate) y[i] += v;
+        else y[i] = v;
+    }
+}
+
+static void tfm__embedding_forward_cpu(float *y, const int32_t *ids, const float *w, float scale, int64_t N,
+                                       int64_t C) {
+    int64_t r;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
+    for (r = 0; r < N; r++) {
+        const float *wr = w + (int64_t)ids[r] * C;
+        float *yr = y + r * C;
+        int64_t j;
+        for (j = 0; j < C; j++) yr[j] = wr[j] * scale;
+    }
+}
+
+/* dw[ids[r]] += scale * dy[r]; split by column so rows sharing an id never race. */
+static void tfm__embedding_backward_cpu(float *dw, const float *dy, const int32_t *ids, float scale, int64_t N,
+                                        int64_t C) {
+    int64_t c0;
+    const int64_t W = 64;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
+    for (c0 = 0; c0 < C; c0 += W) {
+        int64_t c1 = TFM__MIN(c0 + W, C), r, c;
+        for (r = 0; r < N; r++) {
+            float *dr = dw + (int64_t)ids[r] * C;
+            const float *gr = dy + r * C;
+            for (c = c0; c < c1; c++) dr[c] += scale * gr[c];
+        }
+    }
+}
+
+/* y[b,t] = x[b,t] + w[t] */
+static void tfm__pos_add_cpu(float *y, const float *x, const float *w, int64_t B, int64_t T, int64_t C) {
+    int64_t bt;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(B * T * C)))
+    for (bt = 0; bt < B * T; bt++) {
+        const float *xr = x + bt * C, *wr = w + (bt % T) * C;
+        float *yr = y + bt * C;
+        int64_t j;
+        for (j = 0; j < C; j++) yr[j] = xr[j] + wr[j];
+    }
+}
+
+/* dw[t] += sum over b of dy[b,t] */
+static void tfm__pos_embedding_backward_cpu(float *dw, const float *dy, int64_t B, int64_t T, int64_t C) {
+    int64_t t;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(B * T * C)))
+    for (t = 0; t < T; t++) {
+        int64_t b, j;
+        for (b = 0; b < B; b++)
+            for (j = 0; j < C; j++) dw[t * C + j] += dy[(b * T + t) * C + j];
+    }
+}
+
+/* pe[t, 2i] = sin(t * 10000^(-2i/C)), pe[t, 2i+1] = cos(same), computed in double */
+static float tfm__sinusoid(int64_t t, int64_t c, int64_t C) {
+    double freq = exp(-(double)(c & ~(int64_t)1) / (double)C * 9.210340371976184); /* ln 10000 */
+    double a = (double)t * freq;
+    return (float)((c & 1) ? cos(a) : sin(a));
+}
+
+static void tfm__sinusoidal_add_cpu(float *y, const float *x, int64_t B, int64_t T, int64_t C) {
+    int64_t bt;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(B * T * C)))
+    for (bt = 0; bt < B * T; bt++) {
+        int64_t j, t = bt % T;
+        for (j = 0; j < C; j++) y[bt * C + j] = (x ? x[bt * C + j] : 0.0f) + tfm__sinusoid(t, j, C);
+    }
+}
+
+static void tfm__add_cpu(float *y, const float *a, const float *b, int64_t n) {
+    int64_t i;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+    for (i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+/* y += x */
+static void tfm__acc_cpu(float *y, const float *x, int64_t n) {
+    int64_t i;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+    for (i = 0; i < n; i++) y[i] += x[i];
+}
+
+static void tfm__mean_pool_forward_cpu(float *y, const float *x, const int32_t *lens, int64_t B, int64_t T,
+                                       int64_t C) {
+    int64_t b;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(B * T * C)))
+    for (b = 0; b < B; b++) {
+        int64_t L = lens ? lens[b] : T, t, j;
+        float *yr = y + b * C;
+        for (j = 0; j < C; j++) yr[j] = 0.0f;
+        for (t = 0; t < L; t++)
+            for (j = 0; j < C; j++) yr[j] += x[(b * T + t) * C + j];
+        if (L > 0)
+            for (j = 0; j < C; j++) yr[j] /= (float)L;
+    }
+}
+
+static void tfm__mean_pool_backward_cpu(float *dx, const float *dy, const int32_t *lens, int64_t B, int64_t T,
+                                        int64_t C) {
+    int64_t b;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(B * T * C)))
+    for (b = 0; b < B; b++) {
+        int64_t L = lens ? lens[b] : T, t, j;
+        float inv;
+        if (L <= 0) continue;
+        inv = 1.0f / (float)L;
+        for (t = 0; t < L; t++)
+            for (j = 0; j < C; j++) dx[(b * T + t) * C + j] += dy[b * C + j] * inv;
+    }
+}
+
+/* ==== >>impl-attention ====
+   Heads live in a (B,T,C) layout: head h of batch b is the (T,D) sub-matrix starting at
+   base + b*T*ld + h*D with row stride ld, so the fused q|k|v projection is read in place, with no
+   transposing copies. Each (batch, head) pair is one task on one thread; its products are single
+   sgemm calls (run serially inside the parallel loop). With the causal and padding masks, the keys
+   visible to query i are the prefix j < min(len_b, i+1), so the mask is a per-row count. */
+
+typedef struct tfm__attn_args {
+    int B, H, Tq, Tk, D;
+    const float *q, *k, *v;  /* head 0 of batch 0 */
+    int ldq, ldk, ldv;
+    float *out;              /* (B,Tq,*) with row stride ldo */
+    int ldo;
+    float *att;              /* (B,H,Tq,Tk) probabilities */
+    float *tmp;              /* (B,H,Tq,Tk) scratch */
+    int causal;
+    const int32_t *lens;     /* B key lengths or NULL */
+    float dropout, scale;
+    uint64_t seed;
+} tfm__attn_args;
+
+/* Number of keys query i of batch b may see. */
+static int tfm__attn_visible(const tfm__attn_args *a, int b, int i) {
+    int n = a->lens ? a->lens[b] : a->Tk;
+    if (a->causal && i + 1 < n) n = i + 1;
+    return n < 0 ? 0 : n;
+}
+
+/* tmp row = P row * dropout mask (inverted scaling) */
+static void tfm__attn_drop_row(float *dst, const float *src, const tfm__attn_args *a, int64_t row0, int n) {
+    uint32_t thr = tfm__drop_threshold(a->dropout);
+    float scale = a->dropout < 1.0f ? 1.0f / (1.0f - a->dropout) : 0.0f;
+    int j;
+    for (j = 0; j < n; j++) dst[j] = tfm__hash24(a->seed, (uint64_t)(row0 + j)) >= thr ? src[j] * scale : 0.0f;
+}
+
+static void tfm__attention_forward_cpu(const tfm__attn_args *a) {
+    int bh, nbh = a->B * a->H, Tq = a->Tq, Tk = a->Tk, D = a->D;
+    TFM__OMP(omp parallel for schedule(static) if (nbh > 1 && !tfm__in_parallel()))
+    for (bh = 0; bh < nbh; bh++) {
+        int b = bh / a->H, h = bh % a->H, i, j;
+        const float *q = a->q + (int64_t)b * Tq * a->ldq + h * D;
+        const float *k = a->k + (int64_t)b * Tk * a->ldk + h * D;
+        const float *v = a->v + (int64_t)b * Tk * a->ldv + h * D;
+        float *o = a->out + (int64_t)b * Tq * a->ldo + h * D;
+        float *S = a->att + (int64_t)bh * Tq * Tk, *P = S;
+        /* S = scale * q k^T */
+        tfm__sgemm(0, 1, Tq, Tk, D, a->scale, q, a->ldq, k, a->ldk, 0.0f, S, Tk);
+        for (i = 0; i < Tq; i++) {
+            float *row = S + (int64_t)i * Tk;
+            int n = tfm__attn_visible(a, b, i);
+            if (n > 0) tfm__softmax_row(row, row, n);
+            for (j = n; j < Tk; j++) row[j] = 0.0f;
+        }
+        if (a->dropout > 0.0f) {
+            P = a->tmp + (int64_t)bh * Tq * Tk;
+            for (i = 0; i < Tq; i++)
+                tfm__attn_drop_row(P + (int64_t)i * Tk, S + (int64_t)i * Tk, a, ((int64_t)bh * Tq + i) * Tk, Tk);
+        }
+        /* out = P v */
+        tfm__sgemm(0, 0, Tq, D, Tk, 1.0f, P, Tk, v, a->ldv, 0.0f, o, a->ldo);
+    }
+}
+
+/* With P the probabilities, M the dropout mask and Pd = P*M:
+   dv += Pd^T dout;  dP = (dout v^T) * M;  dS = P * (dP - rowsum(P * dP));
+   dq += scale * dS k;  dk += scale * dS^T q.  All O(T^2 D) per head. */
+static void tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk,
+                                        float *dv, int lddv, const float *dout, int lddo) {
+    int bh, nbh = a->B * a->H, Tq = a->Tq, Tk = a->Tk, D = a->D;
+    TFM__OMP(omp parallel for schedule(static) if (nbh > 1 && !tfm__in_parallel()))
+    for (bh = 0; bh < nbh; bh++) {
+        int b = bh / a->H, h = bh % a->H, i, j;
+        const float *q = a->q + (int64_t)b * Tq * a->ldq + h * D;
+        const float *k = a->k + (int64_t)b * Tk * a->ldk + h * D;
+        const float *v = a->v + (int64_t)b * Tk * a->ldv + h * D;
+        const float *go = dout + (int64_t)b * Tq * lddo + h * D;
+        const float *P = a->att + (int64_t)bh * Tq * Tk;
+        float *G = a->tmp + (int64_t)bh * Tq * Tk;
+        int64_t row0 = (int64_t)bh * Tq * Tk;
+        if (dv) {
+            const float *Pd = P;
+            if (a->dropout > 0.0f) {
+                for (i = 0; i < Tq; i++) tfm__attn_drop_row(G + (int64_t)i * Tk, P + (int64_t)i * Tk, a, row0 + (int64_t)i * Tk, Tk);
+                Pd = G;
+            }
+            tfm__sgemm(1, 0, Tk, D, Tq, 1.0f, Pd, Tk, go, lddo, 1.0f, dv + (int64_t)b * Tk * lddv + h * D, lddv);
+        }
+        if (!dq && !dk) continue;
+        tfm__sgemm(0, 1, Tq, Tk, D, 1.0f, go, lddo, v, a->ldv, 0.0f, G, Tk);
+        for (i = 0; i < Tq; i++) {
+            float *g = G + (int64_t)i * Tk, r = 0.0f;
+            const float *p = P + (int64_t)i * Tk;
+            int n = tfm__attn_visible(a, b, i);
+            if (a->dropout > 0.0f) {
+                uint32_t thr = tfm__drop_threshold(a->dropout);
+                float sc = a->dropout < 1.0f ? 1.0f / (1.0f - a->dropout) : 0.0f;
+                for (j = 0; j < n; j++)
+                    g[j] = tfm__hash24(a->seed, (uint64_t)(row0 + (int64_t)i * Tk + j)) >= thr ? g[j] * sc : 0.0f;
+            }
+            for (j = 0; j < n; j++) r += p[j] * g[j];
+            for (j = 0; j < n; j++) g[j] = p[j] * (g[j] - r);
+            for (j = n; j < Tk; j++) g[j] = 0.0f;
+        }
+        if (dq) tfm__sgemm(0, 0, Tq, D, Tk, a->scale, G, Tk, k, a->ldk, 1.0f, dq + (int64_t)b * Tq * lddq + h * D, lddq);
+        if (dk) tfm__sgemm(1, 0, Tk, D, Tq, a->scale, G, Tk, q, a->ldq, 1.0f, dk + (int64_t)b * Tk * lddk + h * D, lddk);
+    }
+}
+
+/* ==== >>impl-api ==== */
+
+/* -- matmul -- */
+
+/* Dims of op(a) op(b) for 2-D or equal-batch 3-D tensors: L batches of (M,K)(K,N). */
+static tfm_result tfm__mm_dims(const char *fn, const tfm_tensor *a, const tfm_tensor *b, int ta, int tb, int64_t *L,
+                               int64_t *M, int64_t *N, int64_t *K) {
+    int nd = a->ndim;
+    int64_t ka, kb;
+    if ((nd != 2 && nd != 3) || b->ndim != nd)
+        return tfm__fail(TFM_E_SHAPE, "%s: a is %s and b is %s: want both 2-D or both 3-D", fn, tfm__shp(a), tfm__shp(b));
+    if (nd == 3 && a->shape[0] != b->shape[0])
+        return tfm__fail(TFM_E_SHAPE, "%s: a is %s and b is %s: batch sizes differ", fn, tfm__shp(a), tfm__shp(b));
+    *L = nd == 3 ? a->shape[0] : 1;
+    *M = ta ? a->shape[nd - 1] : a->shape[nd - 2];
+    ka = ta ? a->shape[nd - 2] : a->shape[nd - 1];
+    kb = tb ? b->shape[nd - 1] : b->shape[nd - 2];
+    *N = tb ? b->shape[nd - 2] : b->shape[nd - 1];
+    if (ka != kb)
+        return tfm__fail(TFM_E_SHAPE, "%s: a is %s%s and b is %s%s: inner dims %lld and %lld differ", fn, tfm__shp(a),
+                         ta ? " (transposed)" : "", tfm__shp(b), tb ? " (transposed)" : "", (long long)ka, (long long)kb);
+    *K = ka;
+    if (*M > 2147483647 || *N > 2147483647 || *K > 2147483647 || *L > 2147483647)
+        return tfm__fail(TFM_E_SHAPE, "%s: a is %s, b is %s: dims beyond 2^31", fn, tfm__shp(a), tfm__shp(b));
+    return TFM_OK;
+}
+
+static tfm_result tfm__chk_c(const char *fn, const char *cn, const tfm_tensor *c, int nd, int64_t L, int64_t M,
+                             int64_t N) {
+    int ok = c->ndim == nd && c->shape[nd - 2] == M && c->shape[nd - 1] == N && (nd == 2 || c->shape[0] == L);
+    if (!ok) {
+        if (nd == 3)
+            return tfm__fail(TFM_E_SHAPE, "%s: %s is %s, want (%lld,%lld,%lld)", fn, cn, tfm__shp(c), (long long)L,
+                             (long long)M, (long long)N);
+        return tfm__fail(TFM_E_SHAPE, "%s: %s is %s, want (%lld,%lld)", fn, cn, tfm__shp(c), (long long)M, (long long)N);
+    }
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_matmul_forward(tfm_tensor *c, const tfm_tensor *a, const tfm_tensor *b, int transA, int transB) {
+    const char *fn = "tfm_matmul_forward";
+    int64_t L, M, N, K;
+    int ta = transA != 0, tb = transB != 0;
+    TFM__TRY(tfm__chk(fn, "c", c));
+    TFM__TRY(tfm__chk(fn, "a", a));
+    TFM__TRY(tfm__chk(fn, "b", b));
+    TFM__TRY(tfm__mm_dims(fn, a, b, ta, tb, &L, &M, &N, &K));
+    TFM__TRY(tfm__chk_c(fn, "c", c, a->ndim, L, M, N));
+    if (c->data == a->data || c->data == b->data) return tfm__fail(TFM_E_ARG, "%s: c must not alias a or b", fn);
+    tfm__sgemm_batched(ta, tb, (int)M, (int)N, (int)K, 1.0f, a->data, (int)(ta ? M : K), M * K, b->data,
+                       (int)(tb ? K : N), K * N, 0.0f, c->data, (int)N, M * N, (int)L);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_matmul_backward(tfm_tensor *da, tfm_tensor *db, const tfm_tensor *dc, const tfm_tensor *a,
+                                      const tfm_tensor *b, int transA, int transB) {
+    const char *fn = "tfm_matmul_backward";
+    int64_t L, M, N, K;
+    int ta = transA != 0, tb = transB != 0, lda, ldb;
+    TFM__TRY(tfm__chk(fn, "dc", dc));
+    TFM__TRY(tfm__chk(fn, "a", a));
+    TFM__TRY(tfm__chk(fn, "b", b));
+    TFM__TRY(tfm__chk_opt(fn, "da", da));
+    TFM__TRY(tfm__chk_opt(fn, "db", db));
+    TFM__TRY(tfm__mm_dims(fn, a, b, ta, tb, &L, &M, &N, &K));
+    TFM__TRY(tfm__chk_c(fn, "dc", dc, a->ndim, L, M, N));
+    TFM__TRY(tfm__chk_same(fn, "a", a, "da", da));
+    TFM__TRY(tfm__chk_same(fn, "b", b, "db", db));
+    lda = (int)(ta ? M : K);
+    ldb = (int)(tb ? K : N);
+    if (da) {
+        if (!ta) /* da (M,K) += dc op(b)^T */
+            tfm__sgemm_batched(0, !tb, (int)M, (int)K, (int)N, 1.0f, dc->data, (int)N, M * N, b->data, ldb, K * N, 1.0f,
+                               da->data, (int)K, M * K, (int)L);
+        else /* da (K,M) += op(b) dc^T */
+            tfm__sgemm_batched(tb, 1, (int)K, (int)M, (int)N, 1.0f, b->data, ldb, K * N, dc->data, (int)N, M * N, 1.0f,
+                               da->data, (int)M, M * K, (int)L);
+    }
+    if (db) {
+        if (!tb) /* db (K,N) += op(a)^T dc */
+            tfm__sgemm_batched(!ta, 0, (int)K, (int)N, (int)M, 1.0f, a->data, lda, M * K, dc->data, (int)N, M * N, 1.0f,
+                               db->data, (int)N, K * N, (int)L);
+        else /* db (N,K) += dc^T op(a) */
+            tfm__sgemm_batched(1, ta, (int)N, (int)K, (int)M, 1.0f, dc->data, (int)N, M * N, a->data, lda, M * K, 1.0f,
+                               db->data, (int)K, K * N, (int)L);
+    }
+    return TFM_OK;
+}
+
+/* -- linear -- */
+
+/* y's shape must be x's with the last dim replaced by O */
+static tfm_result tfm__chk_rows_as(const char *fn, const char *yn, const tfm_tensor *y, const char *xn,
+                                   const tfm_tensor *x, int64_t O) {
+    int i, ok = y->ndim == x->ndim && tfm__cols(y) == O;
+    for (i = 0; ok && i < x->ndim - 1; i++) ok = y->shape[i] == x->shape[i];
+    if (!ok)
+        return tfm__fail(TFM_E_SHAPE, "%s: %s is %s but %s is %s: want %s's leading dims and %lld columns", fn, yn,
+                         tfm__shp(y), xn, tfm__shp(x), xn, (long long)O);
+    return TFM_OK;
+}
+
+static tfm_result tfm__chk_linear(const char *fn, const tfm_tensor *x, const tfm_tensor *w, const tfm_tensor *b) {
+    if (w->ndim != 2) return tfm__fail(TFM_E_SHAPE, "%s: weight is %s, want 2-D (out, in)", fn, tfm__shp(w));
+    if (tfm__cols(x) != w->shape[1])
+        return tfm__fail(TFM_E_SHAPE, "%s: x is %s but weight is %s: x has %lld columns, weight expects %lld", fn,
+                         tfm__shp(x), tfm__shp(w), (long long)tfm__cols(x), (long long)w->shape[1]);
+    if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
+        return tfm__fail(TFM_E_SHAPE, "%s: bias is %s but weight is %s: want (%lld)", fn, tfm__shp(b), tfm__shp(w),
+                         (long long)w->shape[0]);
+    TFM__TRY(tfm__chk_int(fn, "x", x));
+    TFM__TRY(tfm__chk_int(fn, "weight", w));
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_linear_forward(tfm_tensor *y, const tfm_tensor *x, const tfm_tensor *w, const tfm_tensor *b) {
+    const char *fn = "tfm_linear_forward";
+    TFM__TRY(tfm__chk(fn, "y", y));
+    TFM__TRY(tfm__chk(fn, "x", x));
+    TFM__TRY(tfm__chk(fn, "weight", w));
+    TFM__TRY(tfm__chk_opt(fn, "bias", b));
+    TFM__TRY(tfm__chk_linear(fn, x, w, b));
+    TFM__TRY(tfm__chk_rows_as(fn, "y", y, "x", x, w->shape[0]));
+    TFM__TRY(tfm__chk_int(fn, "y", y));
+    if (y->data == x->data) return tfm__fail(TFM_E_ARG, "%s: y must not alias x", fn);
+    tfm__linear_forward_cpu(y->data, w->shape[0], x->data, w->shape[1], w->data, b ? b->data : NULL, tfm__rows(x),
+                            w->shape[1], w->shape[0]);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_linear_backward(tfm_tensor *dx, tfm_tensor *dw, tfm_tensor *db, const tfm_tensor *dy,
+                                      const tfm_tensor *x, const tfm_tensor *w) {
+    const char *fn = "tfm_linear_backward";
+    TFM__TRY(tfm__chk(fn, "dy", dy));
+    TFM__TRY(tfm__chk(fn, "x", x));
+    TFM__TRY(tfm__chk(fn, "weight", w));
+    TFM__TRY(tfm__chk_opt(fn, "dx", dx));
+    TFM__TRY(tfm__chk_opt(fn, "dweight", dw));
+    TFM__TRY(tfm__chk_opt(fn, "dbias", db));
+    TFM__TRY(tfm__chk_linear(fn, x, w, NULL));
+    TFM__TRY(tfm__chk_rows_as(fn, "dy", dy, "x", x, w->shape[0]));
+    TFM__TRY(tfm__chk_same(fn, "x", x, "dx", dx));
+    TFM__TRY(tfm__chk_same(fn, "weight", w, "dweight", dw));
+    if (db && (db->ndim != 1 || db->shape[0] != w->shape[0]))
+        return tfm__fail(TFM_E_SHAPE, "%s: dbias is %s but weight is %s: want (%lld)", fn, tfm__shp(db), tfm__shp(w),
+                         (long long)w->shape[0]);
+    tfm__linear_backward_cpu(dx ? dx->data : NULL, w->shape[1], dw ? dw->data : NULL, db ? db->data : NULL, dy->data,
+                             w->shape[0], x->data, w->shape[1], w->data, tfm__rows(x), w->shape[1], w->shape[0]);
+    return TFM_OK;
+}
+
+/* -- row-wise ops -- */
+
+/* y and x present and of one shape; dx optional of that shape too */
+static tfm_result tfm__chk_pair(const char *fn, const char *yn, const tfm_tensor *y, const char *xn, const tfm_tensor *x) {
+    TFM__TRY(tfm__chk(fn, yn, y));
+    TFM__TRY(tfm__chk(fn, xn, x));
+    return tfm__chk_same(fn, xn, x, yn, y);
+}
+
+TFMDEF tfm_result tfm_softmax_forward(tfm_tensor *y, const tfm_tensor *x) {
+    TFM__TRY(tfm__chk_pair("tfm_softmax_forward", "y", y, "x", x));
+    tfm__softmax_forward_cpu(y->data, x->data, tfm__rows(x), tfm__cols(x));
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_softmax_backward(tfm_tensor *dx, const tfm_tensor *dy, const tfm_tensor *y) {
+    const char *fn = "tfm_softmax_backward";
+    TFM__TRY(tfm__chk_pair(fn, "dy", dy, "y", y));
+    TFM__TRY(tfm__chk_opt(fn, "dx", dx));
+    TFM__TRY(tfm__chk_same(fn, "y", y, "dx", dx));
+    if (dx) tfm__softmax_backward_cpu(dx->data, dy->data, y->data, tfm__rows(y), tfm__cols(y));
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_log_softmax_forward(tfm_tensor *y, const tfm_tensor *x) {
+    TFM__TRY(tfm__chk_pair("tfm_log_softmax_forward", "y", y, "x", x));
+    tfm__log_softmax_forward_cpu(y->data, x->data, tfm__rows(x), tfm__cols(x));
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_log_softmax_backward(tfm_tensor *dx, const tfm_tensor *dy, const tfm_tensor *y) {
+    const char *fn = "tfm_log_softmax_backward";
+    TFM__TRY(tfm__chk_pair(fn, "dy", dy, "y", y));
+    TFM__TRY(tfm__chk_opt(fn, "dx", dx));
+    TFM__TRY(tfm__chk_same(fn, "y", y, "dx", dx));
+    if (dx) tfm__log_softmax_backward_cpu(dx->data, dy->data, y->data, tfm__rows(y), tfm__cols(y));
+    return TFM_OK;
+}
+
+static tfm_result tfm__chk_ce(const char *fn, const tfm_tensor *lse, const tfm_tensor *logits, const int32_t *targets,
+                              int ignore_index, float s) {
+    int64_t N, V, r;
+    TFM__TRY(tfm__chk(fn, "logits", logits));
+    TFM__TRY(tfm__chk(fn, "lse", lse));
+    N = tfm__rows(logits);
+    V = tfm__cols(logits);
+    if (tfm_numel(lse) != N)
+        return tfm__fail(TFM_E_SHAPE, "%s: lse is %s but logits is %s: want %lld elements, one per row", fn,
+                         tfm__shp(lse), tfm__shp(logits), (long long)N);
+    if (!targets) return tfm__fail(TFM_E_ARG, "%s: targets is NULL", fn);
+    if (!(s >= 0.0f && s <= 1.0f))
+        return tfm__fail(TFM_E_ARG, "%s: label_smoothing %g is outside [0,1]", fn, (double)s);
+    for (r = 0; r < N; r++)
+        if (targets[r] != ignore_index && (targets[r] < 0 || targets[r] >= V))
+            return tfm__fail(TFM_E_ARG, "%s: target %d at row %lld is outside [0,%lld) and is not ignore_index %d", fn,
+                             (int)targets[r], (long long)r, (long long)V, ignore_index);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_cross_entropy_forward(float *loss, tfm_tensor *lse, const tfm_tensor *logits,
+                                            const int32_t *targets, int ignore_index, float label_smoothing) {
+    const char *fn = "tfm_cross_entropy_forward";
+    if (!loss) return tfm__fail(TFM_E_ARG, "%s: loss is NULL", fn);
+    TFM__TRY(tfm__chk_ce(fn, lse, logits, targets, ignore_index, label_smoothing));
+    *loss = tfm__cross_entropy_forward_cpu(lse->data, logits->data, targets, ignore_index, label_smoothing,
+                                           tfm__rows(logits), tfm__cols(logits));
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_cross_entropy_backward(tfm_tensor *dlogits, float dloss, const tfm_tensor *logits,
+                                             const tfm_tensor *lse, const int32_t *targets, int ignore_index,
+                                             float label_smoothing) {
+    const char *fn = "tfm_cross_entropy_backward";
+    TFM__TRY(tfm__chk_ce(fn, lse, logits, targets, ignore_index, label_smoothing));
+    TFM__TRY(tfm__chk_opt(fn, "dlogits", dlogits));
+    TFM__TRY(tfm__chk_same(fn, "logits", logits, "dlogits", dlogits));
+    if (!isfinite(dloss)) return tfm__fail(TFM_E_ARG, "%s: dloss %g is not finite", fn, (double)dloss);
+    if (dlogits)
+        tfm__cross_entropy_backward_cpu(dlogits->data, dloss, logits->data, lse->data, targets, ignore_index,
+                                        label_smoothing, tfm__rows(logits), tfm__cols(logits));
+    return TFM_OK;
+}
+
+static tfm_result tfm__chk_vec(const char *fn, const char *vn, const tfm_tensor *v, const char *xn,
+                               const tfm_tensor *x, int64_t n) {
+    if (v && tfm_numel(v) != n)
+        return tfm__fail(TFM_E_SHAPE, "%s: %s is %s but %s is %s: want %lld elements", fn, vn, tfm__shp(v), xn,
+                         tfm__shp(x), (long long)n);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_layernorm_forward(tfm_tensor *y, tfm_tensor *mean, tfm_tensor *rstd, const tfm_tensor *x,
+                                        const tfm_tensor *g, const tfm_tensor *b, float eps) {
+    const char *fn = "tfm_layernorm_forward";
+    TFM__TRY(tfm__chk_pair(fn, "y", y, "x", x));
+    TFM__TRY(tfm__chk_opt(fn, "mean", mean));
+    TFM__TRY(tfm__chk_opt(fn, "rstd", rstd));
+    TFM__TRY(tfm__chk_opt(fn, "weight", g));
+    TFM__TRY(tfm__chk_opt(fn, "bias", b));
+    TFM__TRY(tfm__chk_vec(fn, "weight", g, "x", x, tfm__cols(x)));
+    TFM__TRY(tfm__chk_vec(fn, "bias", b, "x", x, tfm__cols(x)));
+    TFM__TRY(tfm__chk_vec(fn, "mean", mean, "x", x, tfm__rows(x)));
+    TFM__TRY(tfm__chk_vec(fn, "rstd", rstd, "x", x, tfm__rows(x)));
+    if (!(eps >= 0.0f) || !isfinite(eps)) return tfm__fail(TFM_E_ARG, "%s: eps %g must be finite and >= 0", fn, (double)eps);
+    tfm__layernorm_forward_cpu(y->data, mean ? mean->data : NULL, rstd ? rstd->data : NULL, x->data,
+                               g ? g->data : NULL, b ? b->data : NULL, eps, tfm__rows(x), tfm__cols(x));
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_layernorm_backward(tfm_tensor *dx, tfm_tensor *dg, tfm_tensor *db, const tfm_tensor *dy,
+                                         const tfm_tensor *x, const tfm_tensor *g, const tfm_tensor *mean,
+                                         const tfm_tensor *rstd) {
+    const char *fn = "tfm_layernorm_backward";
+    TFM__TRY(tfm__chk_pair(fn, "dy", dy, "x", x));
+    TFM__TRY(tfm__chk(fn, "mean", mean));
+    TFM__TRY(tfm__chk(fn, "rstd", rstd));
+    TFM__TRY(tfm__chk_opt(fn, "weight", g));
+    TFM__TRY(tfm__chk_opt(fn, "dx", dx));
+    TFM__TRY(tfm__chk_opt(fn, "dweight", dg));
+    TFM__TRY(tfm__chk_opt(fn, "dbias", db));
+    TFM__TRY(tfm__chk_same(fn, "x", x, "dx", dx));
+    TFM__TRY(tfm__chk_vec(fn, "weight", g, "x", x, tfm__cols(x)));
+    TFM__TRY(tfm__chk_vec(fn, "dweight", dg, "x", x, tfm__cols(x)));
+    TFM__TRY(tfm__chk_vec(fn, "dbias", db, "x", x, tfm__cols(x)));
+    TFM__TRY(tfm__chk_vec(fn, "mean", mean, "x", x, tfm__rows(x)));
+    TFM__TRY(tfm__chk_vec(fn, "rstd", rstd, "x", x, tfm__rows(x)));
+    tfm__layernorm_backward_cpu(dx ? dx->data : NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data,
+                                g ? g->data : NULL, mean->data, rstd->data, tfm__rows(x), tfm__cols(x));
+    return TFM_OK;
+}
+
+/* -- element-wise -- */
+
+static tfm_result tfm__chk_gelu_kind(const char *fn, tfm_gelu_kind kind) {
+    if (kind != TFM_GELU_ERF && kind != TFM_GELU_TANH)
+        return tfm__fail(TFM_E_ARG, "%s: kind %d is neither TFM_GELU_ERF nor TFM_GELU_TANH", fn, (int)kind);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_gelu_forward(tfm_tensor *y, const tfm_tensor *x, tfm_gelu_kind kind) {
+    TFM__TRY(tfm__chk_pair("tfm_gelu_forward", "y", y, "x", x));
+    TFM__TRY(tfm__chk_gelu_kind("tfm_gelu_forward", kind));
+    tfm__gelu_forward_cpu(y->data, x->data, tfm_numel(x), (int)kind);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_gelu_backward(tfm_tensor *dx, const tfm_tensor *dy, const tfm_tensor *x, tfm_gelu_kind kind) {
+    const char *fn = "tfm_gelu_backward";
+    TFM__TRY(tfm__chk_pair(fn, "dy", dy, "x", x));
+    TFM__TRY(tfm__chk_opt(fn, "dx", dx));
+    TFM__TRY(tfm__chk_same(fn, "x", x, "dx", dx));
+    TFM__TRY(tfm__chk_gelu_kind(fn, kind));
+    if (dx) tfm__gelu_backward_cpu(dx->data, dy->data, x->data, tfm_numel(x), (int)kind);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_relu_forward(tfm_tensor *y, const tfm_tensor *x) {
+    TFM__TRY(tfm__chk_pair("tfm_relu_forward", "y", y, "x", x));
+    tfm__relu_forward_cpu(y->data, x->data, tfm_numel(x));
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_relu_backward(tfm_tensor *dx, const tfm_tensor *dy, const tfm_tensor *x) {
+    const char *fn = "tfm_relu_backward";
+    TFM__TRY(tfm__chk_pair(fn, "dy", dy, "x", x));
+    TFM__TRY(tfm__chk_opt(fn, "dx", dx));
+    TFM__TRY(tfm__chk_same(fn, "x", x, "dx", dx));
+    if (dx) tfm__relu_backward_cpu(dx->data, dy->data, x->data, tfm_numel(x));
+    return TFM_OK;
+}
+
+static tfm_result tfm__chk_p(const char *fn, float p) {
+    if (!(p >= 0.0f && p <= 1.0f)) return tfm__fail(TFM_E_ARG, "%s: p %g is outside [0,1]", fn, (double)p);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_dropout_forward(tfm_tensor *y, const tfm_tensor *x, float p, uint64_t seed, int training) {
+    const char *fn = "tfm_dropout_forward";
+    TFM__TRY(tfm__chk_pair(fn, "y", y, "x", x));
+    TFM__TRY(tfm__chk_p(fn, p));
+    if (!training || p == 0.0f) {
+        if (y->data != x->data) memcpy(y->data, x->data, (size_t)tfm_numel(x) * sizeof(float));
+    } else {
+        tfm__dropout_cpu(y->data, x->data, tfm_numel(x), p, seed, 0);
+    }
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_dropout_backward(tfm_tensor *dx, const tfm_tensor *dy, float p, uint64_t seed, int training) {
+    const char *fn = "tfm_dropout_backward";
+    TFM__TRY(tfm__chk(fn, "dy", dy));
+    TFM__TRY(tfm__chk_opt(fn, "dx", dx));
+    TFM__TRY(tfm__chk_same(fn, "dy", dy, "dx", dx));
+    TFM__TRY(tfm__chk_p(fn, p));
+    if (!dx) return TFM_OK;
+    if (!training || p == 0.0f) tfm__acc_cpu(dx->data, dy->data, tfm_numel(dy));
+    else tfm__dropout_cpu(dx->data, dy->data, tfm_numel(dy), p, seed, 1);
+    return TFM_OK;
+}
+
+/* -- embeddings and positions -- */
+
+static tfm_result tfm__chk_ids(const char *fn, const int32_t *ids, int64_t n, int64_t V) {
+    int64_t i;
+    if (!ids) return tfm__fail(TFM_E_ARG, "%s: ids is NULL", fn);
+    for (i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return tfm__fail(TFM_E_ARG, "%s: id %d at position %lld is outside [0,%lld)", fn, (int)ids[i], (long long)i,
+                             (long long)V);
+    return TFM_OK;
+}
+
+static tfm_result tfm__chk_emb(const char *fn, const char *yn, const tfm_tensor *y, const char *wn, const tfm_tensor *w,
+                               float scale) {
+    if (w->ndim != 2) return tfm__fail(TFM_E_SHAPE, "%s: %s is %s, want 2-D (V,C)", fn, wn, tfm__shp(w));
+    if (tfm__cols(y) != w->shape[1])
+        return tfm__fail(TFM_E_SHAPE, "%s: %s is %s but %s is %s: %lld channels vs %lld", fn, yn, tfm__shp(y), wn,
+                         tfm__shp(w), (long long)tfm__cols(y), (long long)w->shape[1]);
+    if (!isfinite(scale)) return tfm__fail(TFM_E_ARG, "%s: scale %g is not finite", fn, (double)scale);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_embedding_forward(tfm_tensor *y, const int32_t *ids, const tfm_tensor *w, float scale) {
+    const char *fn = "tfm_embedding_forward";
+    TFM__TRY(tfm__chk(fn, "y", y));
+    TFM__TRY(tfm__chk(fn, "weight", w));
+    TFM__TRY(tfm__chk_emb(fn, "y", y, "weight", w, scale));
+    TFM__TRY(tfm__chk_ids(fn, ids, tfm__rows(y), w->shape[0]));
+    tfm__embedding_forward_cpu(y->data, ids, w->data, scale, tfm__rows(y), w->shape[1]);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_embedding_backward(tfm_tensor *dw, const tfm_tensor *dy, const int32_t *ids, float scale) {
+    const char *fn = "tfm_embedding_backward";
+    TFM__TRY(tfm__chk(fn, "dweight", dw));
+    TFM__TRY(tfm__chk(fn, "dy", dy));
+    TFM__TRY(tfm__chk_emb(fn, "dy", dy, "dweight", dw, scale));
+    TFM__TRY(tfm__chk_ids(fn, ids, tfm__rows(dy), dw->shape[0]));
+    tfm__embedding_backward_cpu(dw->data, dy->data, ids, scale, tfm__rows(dy), dw->shape[1]);
+    return TFM_OK;
+}
+
+/* x is (B,T,C) or (T,C) (B = 1) */
+static tfm_result tfm__btc(const char *fn, const char *xn, const tfm_tensor *x, int64_t *B, int64_t *T, int64_t *C) {
+    if (x->ndim != 2 && x->ndim != 3)
+        return tfm__fail(TFM_E_SHAPE, "%s: %s is %s, want (B,T,C) or (T,C)", fn, xn, tfm__shp(x));
+    *B = x->ndim == 3 ? x->shape[0] : 1;
+    *T = x->shape[x->ndim - 2];
+    *C = x->shape[x->ndim - 1];
+    return TFM_OK;
+}
+
+static tfm_result tfm__chk_table(const char *fn, const char *wn, const tfm_tensor *w, const tfm_tensor *x, int64_t T,
+                                 int64_t C) {
+    if (w->ndim != 2 || w->shape[1] != C || w->shape[0] < T)
+        return tfm__fail(TFM_E_SHAPE, "%s: %s is %s but x is %s: want (P,%lld) with P >= %lld", fn, wn, tfm__shp(w),
+                         tfm__shp(x), (long long)C, (long long)T);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_pos_embedding_forward(tfm_tensor *y, const tfm_tensor *x, const tfm_tensor *w) {
+    const char *fn = "tfm_pos_embedding_forward";
+    int64_t B = 0, T = 0, C = 0;
+    TFM__TRY(tfm__chk_pair(fn, "y", y, "x", x));
+    TFM__TRY(tfm__chk(fn, "weight", w));
+    TFM__TRY(tfm__btc(fn, "x", x, &B, &T, &C));
+    TFM__TRY(tfm__chk_table(fn, "weight", w, x, T, C));
+    tfm__pos_add_cpu(y->data, x->data, w->data, B, T, C);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_pos_embedding_backward(tfm_tensor *dx, tfm_tensor *dw, const tfm_tensor *dy) {
+    const char *fn = "tfm_pos_embedding_backward";
+    int64_t B = 0, T = 0, C = 0;
+    TFM__TRY(tfm__chk(fn, "dy", dy));
+    TFM__TRY(tfm__chk_opt(fn, "dx", dx));
+    TFM__TRY(tfm__chk_opt(fn, "dweight", dw));
+    TFM__TRY(tfm__btc(fn, "dy", dy, &B, &T, &C));
+    TFM__TRY(tfm__chk_same(fn, "dy", dy, "dx", dx));
+    if (dw) TFM__TRY(tfm__chk_table(fn, "dweight", dw, dy, T, C));
+    if (dx) tfm__acc_cpu(dx->data, dy->data, tfm_numel(dy));
+    if (dw) tfm__pos_embedding_backward_cpu(dw->data, dy->data, B, T, C);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_sinusoidal_table(tfm_tensor *pe) {
+    const char *fn = "tfm_sinusoidal_table";
+    TFM__TRY(tfm__chk(fn, "pe", pe));
+    if (pe->ndim != 2) return tfm__fail(TFM_E_SHAPE, "%s: pe is %s, want (P,C)", fn, tfm__shp(pe));
+    tfm__sinusoidal_add_cpu(pe->data, NULL, 1, pe->shape[0], pe->shape[1]);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_sinusoidal_forward(tfm_tensor *y, const tfm_tensor *x) {
+    const char *fn = "tfm_sinusoidal_forward";
+    int64_t B = 0, T = 0, C = 0;
+    TFM__TRY(tfm__chk_pair(fn, "y", y, "x", x));
+    TFM__TRY(tfm__btc(fn, "x", x, &B, &T, &C));
+    tfm__sinusoidal_add_cpu(y->data, x->data, B, T, C);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_sinusoidal_backward(tfm_tensor *dx, const tfm_tensor *dy) {
+    const char *fn = "tfm_sinusoidal_backward";
+    int64_t B = 0, T = 0, C = 0;
+    TFM__TRY(tfm__chk(fn, "dy", dy));
+    TFM__TRY(tfm__chk_opt(fn, "dx", dx));
+    TFM__TRY(tfm__btc(fn, "dy", dy, &B, &T, &C));
+    TFM__TRY(tfm__chk_same(fn, "dy", dy, "dx", dx));
+    if (dx) tfm__acc_cpu(dx->data, dy->data, tfm_numel(dy));
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_add_forward(tfm_tensor *y, const tfm_tensor *a, const tfm_tensor *b) {
+    const char *fn = "tfm_add_forward";
+    TFM__TRY(tfm__chk_pair(fn, "y", y, "a", a));
+    TFM__TRY(tfm__chk(fn, "b", b));
+    TFM__TRY(tfm__chk_same(fn, "a", a, "b", b));
+    tfm__add_cpu(y->data, a->data, b->data, tfm_numel(a));
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_add_backward(tfm_tensor *da, tfm_tensor *db, const tfm_tensor *dy) {
+    const char *fn = "tfm_add_backward";
+    TFM__TRY(tfm__chk(fn, "dy", dy));
+    TFM__TRY(tfm__chk_opt(fn, "da", da));
+    TFM__TRY(tfm__chk_opt(fn, "db", db));
+    TFM__TRY(tfm__chk_same(fn, "dy", dy, "da", da));
+    TFM__TRY(tfm__chk_same(fn, "dy", dy, "db", db));
+    if (da) tfm__acc_cpu(da->data, dy->data, tfm_numel(dy));
+    if (db) tfm__acc_cpu(db->data, dy->data, tfm_numel(dy));
+    return TFM_OK;
+}
+
+/* -- pooling -- */
+
+static tfm_result tfm__chk_pool(const char *fn, const char *xn, const tfm_tensor *x, const char *yn,
+                                const tfm_tensor *y) {
+    if (x->ndim != 3) return tfm__fail(TFM_E_SHAPE, "%s: %s is %s, want (B,T,C)", fn, xn, tfm__shp(x));
+    if (y->ndim != 2 || y->shape[0] != x->shape[0] || y->shape[1] != x->shape[2])
+        return tfm__fail(TFM_E_SHAPE, "%s: %s is %s but %s is %s: want (%lld,%lld)", fn, yn, tfm__shp(y), xn, tfm__shp(x),
+                         (long long)x->shape[0], (long long)x->shape[2]);
+    return TFM_OK;
+}
+
+static tfm_result tfm__chk_lens(const char *fn, const char *name, const int32_t *lens, int64_t B, int64_t T) {
+    int64_t b;
+    if (!lens) return TFM_OK;
+    for (b = 0; b < B; b++)
+        if (lens[b] < 0 || lens[b] > T)
+            return tfm__fail(TFM_E_ARG, "%s: %s[%lld] = %d is outside [0,%lld]", fn, name, (long long)b, (int)lens[b],
+                             (long long)T);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_mean_pool_forward(tfm_tensor *y, const tfm_tensor *x, const int32_t *lens) {
+    const char *fn = "tfm_mean_pool_forward";
+    TFM__TRY(tfm__chk(fn, "y", y));
+    TFM__TRY(tfm__chk(fn, "x", x));
+    TFM__TRY(tfm__chk_pool(fn, "x", x, "y", y));
+    TFM__TRY(tfm__chk_lens(fn, "lens", lens, x->shape[0], x->shape[1]));
+    tfm__mean_pool_forward_cpu(y->data, x->data, lens, x->shape[0], x->shape[1], x->shape[2]);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_mean_pool_backward(tfm_tensor *dx, const tfm_tensor *dy, const int32_t *lens) {
+    const char *fn = "tfm_mean_pool_backward";
+    TFM__TRY(tfm__chk(fn, "dx", dx));
+    TFM__TRY(tfm__chk(fn, "dy", dy));
+    TFM__TRY(tfm__chk_pool(fn, "dx", dx, "dy", dy));
+    TFM__TRY(tfm__chk_lens(fn, "lens", lens, dx->shape[0], dx->shape[1]));
+    tfm__mean_pool_backward_cpu(dx->data, dy->data, lens, dx->shape[0], dx->shape[1], dx->shape[2]);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_cls_pool_forward(tfm_tensor *y, const tfm_tensor *x) {
+    const char *fn = "tfm_cls_pool_forward";
+    int64_t b;
+    TFM__TRY(tfm__chk(fn, "y", y));
+    TFM__TRY(tfm__chk(fn, "x", x));
+    TFM__TRY(tfm__chk_pool(fn, "x", x, "y", y));
+    for (b = 0; b < x->shape[0]; b++)
+        memcpy(y->data + b * x->shape[2], x->data + b * x->shape[1] * x->shape[2], (size_t)x->shape[2] * sizeof(float));
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_cls_pool_backward(tfm_tensor *dx, const tfm_tensor *dy) {
+    const char *fn = "tfm_cls_pool_backward";
+    int64_t b, j, C;
+    TFM__TRY(tfm__chk(fn, "dx", dx));
+    TFM__TRY(tfm__chk(fn, "dy", dy));
+    TFM__TRY(tfm__chk_pool(fn, "dx", dx, "dy", dy));
+    C = dx->shape[2];
+    for (b = 0; b < dx->shape[0]; b++)
+        for (j = 0; j < C; j++) dx->data[b * dx->shape[1] * C + j] += dy->data[b * C + j];
+    return TFM_OK;
+}
+
+/* -- attention -- */
+
+static tfm_result tfm__chk_attn_opts(const char *fn, const tfm_attn_opts *o, int64_t B, int64_t Tk) {
+    if (!o) return TFM_OK;
+    TFM__TRY(tfm__chk_lens(fn, "opts.key_lens", o->key_lens, B, Tk));
+    if (!(o->dropout >= 0.0f && o->dropout < 1.0f))
+        return tfm__fail(TFM_E_ARG, "%s: opts.dropout %g is outside [0,1)", fn, (double)o->dropout);
+    if (!isfinite(o->scale)) return tfm__fail(TFM_E_ARG, "%s: opts.scale %g is not finite", fn, (double)o->scale);
+    return TFM_OK;
+}
+
+static void tfm__attn_setup(tfm__attn_args *a, int B, int H, int Tq, int Tk, int C, const tfm_attn_opts *o) {
+    memset(a, 0, sizeof *a);
+    a->B = B;
+    a->H = H;
+    a->Tq = Tq;
+    a->Tk = Tk;
+    a->D = C / H;
+    if (o) {
+        a->causal = o->causal != 0;
+        a->lens = o->key_lens;
+        a->dropout = o->dropout;
+        a->seed = o->dropout_seed;
+        a->scale = o->scale;
+    }
+    if (a->scale == 0.0f) a->scale = 1.0f / sqrtf((float)a->D);
+}
+
+/* q (B,Tq,C), k and v (B,Tk,C), heads dividing C, att (B,H,Tq,Tk) */
+static tfm_result tfm__chk_attn(const char *fn, const tfm_tensor *q, const tfm_tensor *k, const tfm_tensor *v,
+                                const tfm_tensor *att, int n_heads) {
+    int64_t B, C;
+    if (q->ndim != 3) return tfm__fail(TFM_E_SHAPE, "%s: q is %s, want (B,Tq,C)", fn, tfm__shp(q));
+    B = q->shape[0];
+    C = q->shape[2];
+    if (k->ndim != 3 || k->shape[0] != B || k->shape[2] != C)
+        return tfm__fail(TFM_E_SHAPE, "%s: q is %s but k is %s: want (%lld,Tk,%lld)", fn, tfm__shp(q), tfm__shp(k),
+                         (long long)B, (long long)C);
+    TFM__TRY(tfm__chk_same(fn, "k", k, "v", v));
+    if (n_heads < 1 || C % n_heads)
+        return tfm__fail(TFM_E_ARG, "%s: n_heads %d does not divide the %lld channels of q %s", fn, n_heads,
+                         (long long)C, tfm__shp(q));
+    if (att->ndim != 4 || att->shape[0] != B || att->shape[1] != n_heads || att->shape[2] != q->shape[1] ||
+        att->shape[3] != k->shape[1])
+        return tfm__fail(TFM_E_SHAPE, "%s: att is %s, want (%lld,%d,%lld,%lld) for q %s and k %s", fn, tfm__shp(att),
+                         (long long)B, n_heads, (long long)q->shape[1], (long long)k->shape[1], tfm__shp(q),
+                         tfm__shp(k));
+    TFM__TRY(tfm__chk_int(fn, "att", att));
+    TFM__TRY(tfm__chk_int(fn, "q", q));
+    TFM__TRY(tfm__chk_int(fn, "k", k));
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *att, tfm_tensor *tmp, const tfm_tensor *q,
+                                        const tfm_tensor *k, const tfm_tensor *v, int n_heads,
+                                        const tfm_attn_opts *opts) {
+    const char *fn = "tfm_attention_forward";
+    tfm__attn_args a;
+    TFM__TRY(tfm__chk(fn, "out", out));
+    TFM__TRY(tfm__chk(fn, "att", att));
+    TFM__TRY(tfm__chk(fn, "q", q));
+    TFM__TRY(tfm__chk(fn, "k", k));
+    TFM__TRY(tfm__chk(fn, "v", v));
+    TFM__TRY(tfm__chk_opt(fn, "tmp", tmp));
+    TFM__TRY(tfm__chk_attn(fn, q, k, v, att, n_heads));
+    TFM__TRY(tfm__chk_same(fn, "q", q, "out", out));
+    TFM__TRY(tfm__chk_same(fn, "att", att, "tmp", tmp));
+    TFM__TRY(tfm__chk_attn_opts(fn, opts, q->shape[0], k->shape[1]));
+    if (opts && opts->dropout > 0.0f && !tmp) return tfm__fail(TFM_E_ARG, "%s: opts.dropout > 0 needs tmp", fn);
+    if (out->data == q->data || out->data == k->data || out->data == v->data)
+        return tfm__fail(TFM_E_ARG, "%s: out must not alias q, k or v", fn);
+    tfm__attn_setup(&a, (int)q->shape[0], n_heads, (int)q->shape[1], (int)k->shape[1], (int)q->shape[2], opts);
+    a.q = q->data;
+    a.k = k->data;
+    a.v = v->data;
+    a.ldq = a.ldk = a.ldv = a.ldo = (int)q->shape[2];
+    a.out = out->data;
+    a.att = att->data;
+    a.tmp = tmp ? tmp->data : NULL;
+    tfm__attention_forward_cpu(&a);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_tensor *dv, tfm_tensor *tmp,
+                                         const tfm_tensor *dout, const tfm_tensor *q, const tfm_tensor *k,
+                                         const tfm_tensor *v, const tfm_tensor *att, int n_heads,
+                                         const tfm_attn_opts *opts) {
+    const char *fn = "tfm_attention_backward";
+    tfm__attn_args a;
+    int C;
+    TFM__TRY(tfm__chk(fn, "dout", dout));
+    TFM__TRY(tfm__chk(fn, "att", att));
+    TFM__TRY(tfm__chk(fn, "tmp", tmp));
+    TFM__TRY(tfm__chk(fn, "q", q));
+    TFM__TRY(tfm__chk(fn, "k", k));
+    TFM__TRY(tfm__chk(fn, "v", v));
+    TFM__TRY(tfm__chk_opt(fn, "dq", dq));
+    TFM__TRY(tfm__chk_opt(fn, "dk", dk));
+    TFM__TRY(tfm__chk_opt(fn, "dv", dv));
+    TFM__TRY(tfm__chk_attn(fn, q, k, v, att, n_heads));
+    TFM__TRY(tfm__chk_same(fn, "q", q, "dout", dout));
+    TFM__TRY(tfm__chk_same(fn, "q", q, "dq", dq));
+    TFM__TRY(tfm__chk_same(fn, "k", k, "dk", dk));
+    TFM__TRY(tfm__chk_same(fn, "v", v, "dv", dv));
+    TFM__TRY(tfm__chk_same(fn, "att", att, "tmp", tmp));
+    TFM__TRY(tfm__chk_attn_opts(fn, opts, q->shape[0], k->shape[1]));
+    C = (int)q->shape[2];
+    tfm__attn_setup(&a, (int)q->shape[0], n_heads, (int)q->shape[1], (int)k->shape[1], C, opts);
+    a.q = q->data;
+    a.k = k->data;
+    a.v = v->data;
+    a.ldq = a.ldk = a.ldv = C;
+    a.att = att->data;
+    a.tmp = tmp->data;
+    tfm__attention_backward_cpu(&a, dq ? dq->data : NULL, C, dk ? dk->data : NULL, C, dv ? dv->data : NULL, C,
+                                dout->data, C);
+    return TFM_OK;
+}
+
+/* -- multi-head attention layer -- */
+
+static float *tfm__carve(tfm_arena *a, size_t n) { return (float *)tfm_arena_alloc(a, n * sizeof(float)); }
+
+TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *mem) {
+    const char *fn = "tfm_mha_init";
+    tfm_mha_desc d;
+    size_t B, Tq, Tk, C, H, mark;
+    int64_t sh[2];
+    if (!m || !desc || !mem) return tfm__fail(TFM_E_ARG, "%s: layer, desc or mem is NULL", fn);
+    d = *desc;
+    if (d.d_model <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.d_model is %d: required, > 0", fn, d.d_model);
+    if (d.n_heads <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.n_heads is %d: required, > 0", fn, d.n_heads);
+    if (d.d_model % d.n_heads)
+        return tfm__fail(TFM_E_ARG, "%s: desc.n_heads %d does not divide desc.d_model %d", fn, d.n_heads, d.d_model);
+    if (d.max_tq <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_tq is %d: required, > 0", fn, d.max_tq);
+    if (d.max_batch < 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_batch is %d: must be >= 0", fn, d.max_batch);
+    if (d.max_tk < 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_tk is %d: must be >= 0", fn, d.max_tk);
+    if (d.max_batch == 0) d.max_batch = 1;
+    if (!d.cross && d.max_tk && d.max_tk != d.max_tq)
+        return tfm__fail(TFM_E_ARG, "%s: desc.max_tk %d differs from desc.max_tq %d in self-attention", fn, d.max_tk,
+                         d.max_tq);
+    if (d.max_tk == 0) d.max_tk = d.max_tq;
+    d.cross = d.cross != 0;
+    d.no_bias = d.no_bias != 0;
+    B = (size_t)d.max_batch;
+    Tq = (size_t)d.max_tq;
+    Tk = (size_t)d.max_tk;
+    C = (size_t)d.d_model;
+    H = (size_t)d.n_heads;
+    if ((double)B * H * Tq * Tk > 2147483647.0 || (double)B * Tq * 3 * C > 2147483647.0 ||
+        (double)B * Tk * 3 * C > 2147483647.0 || 3.0 * C * C > 2147483647.0)
+        return tfm__fail(TFM_E_ARG, "%s: max_batch %d, max_tq %d, max_tk %d, d_model %d, n_heads %d: buffers beyond 2^31 elements",
+                         fn, d.max_batch, d.max_tq, d.max_tk, d.d_model, d.n_heads);
+    memset(m, 0, sizeof *m);
+    m->desc = d;
+    sh[0] = (int64_t)(3 * C);
+    sh[1] = (int64_t)C;
+    m->in_proj_weight = tfm_arena_tensor(&mem->params, 2, sh);
+    if (!d.no_bias) m->in_proj_bias = tfm_arena_tensor(&mem->params, 1, sh);
+    sh[0] = (int64_t)C;
+    m->out_proj_weight = tfm_arena_tensor(&mem->params, 2, sh);
+    if (!d.no_bias) m->out_proj_bias = tfm_arena_tensor(&mem->params, 1, sh);
+    if (!mem->no_grad) {
+        sh[0] = (int64_t)(3 * C);
+        m->d_in_proj_weight = tfm_arena_tensor(&mem->grads, 2, sh);
+        if (!d.no_bias) m->d_in_proj_bias = tfm_arena_tensor(&mem->grads, 1, sh);
+        sh[0] = (int64_t)C;
+        m->d_out_proj_weight = tfm_arena_tensor(&mem->grads, 2, sh);
+        if (!d.no_bias) m->d_out_proj_bias = tfm_arena_tensor(&mem->grads, 1, sh);
+    }
+    m->q = tfm__carve(&mem->acts, B * Tq * (d.cross ? C : 3 * C));
+    if (d.cross) m->kv = tfm__carve(&mem->acts, B * Tk * 2 * C);
+    m->att = tfm__carve(&mem->acts, B * H * Tq * Tk);
+    m->ctx = tfm__carve(&mem->acts, B * Tq * C);
+    m->key_lens = (int32_t *)tfm_arena_alloc(&mem->acts, B * sizeof(int32_t));
+    mark = mem->scratch.used;
+    if (!mem->no_grad) {
+        m->tmp = tfm__carve(&mem->scratch, B * H * Tq * Tk);
+        m->dctx = tfm__carve(&mem->scratch, B * Tq * C);
+        m->dq = tfm__carve(&mem->scratch, B * Tq * (d.cross ? C : 3 * C));
+        if (d.cross) m->dkv = tfm__carve(&mem->scratch, B * Tk * 2 * C);
+    }
+    mem->scratch.used = mark;
+    m->has_grad = !mem->no_grad;
+    return tfm_mem_check(mem) == TFM_OK ? TFM_OK
+                                        : tfm__fail(TFM_E_NOMEM, "%s: %s", fn, tfm_last_error());
+}
+
+TFMDEF void tfm_mha_init_params(tfm_mha *m, tfm_rng *rng) {
+    float C;
+    if (!m || !rng || !m->in_proj_weight.data || !m->out_proj_weight.data) return;
+    C = (float)m->desc.d_model;
+    /* xavier_uniform over (3C, C): bound sqrt(6 / (fan_in + fan_out)) */
+    tfm_fill_uniform(&m->in_proj_weight, rng, -sqrtf(6.0f / (4.0f * C)), sqrtf(6.0f / (4.0f * C)));
+    /* nn.Linear's kaiming_uniform(a=sqrt(5)) is U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
+    tfm_fill_uniform(&m->out_proj_weight, rng, -1.0f / sqrtf(C), 1.0f / sqrtf(C));
+    if (m->in_proj_bias.data) tfm_fill(&m->in_proj_bias, 0.0f);
+    if (m->out_proj_bias.data) tfm_fill(&m->out_proj_bias, 0.0f);
+}
+
+/* The attention arguments over the layer's saved projections. */
+static void tfm__mha_args(const tfm_mha *m, tfm__attn_args *a) {
+    int C = m->desc.d_model;
+    tfm__attn_setup(a, m->B, m->desc.n_heads, m->Tq, m->Tk, C, &m->opts);
+    if (m->desc.cross) {
+        a->q = m->q;
+        a->ldq = C;
+        a->k = m->kv;
+        a->v = m->kv + C;
+        a->ldk = a->ldv = 2 * C;
+    } else {
+        a->q = m->q;
+        a->k = m->q + C;
+        a->v = m->q + 2 * C;
+        a->ldq = a->ldk = a->ldv = 3 * C;
+    }
+    a->out = m->ctx;
+    a->ldo = C;
+    a->att = m->att;
+    a->tmp = m->tmp;
+}
+
+TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x, const tfm_tensor *xkv,
+                                  const tfm_attn_opts *opts) {
+    const char *fn = "tfm_mha_forward";
+    tfm__attn_args a;
+    int64_t B, Tq, Tk, C;
+    if (!m) return tfm__fail(TFM_E_ARG, "%s: layer is NULL", fn);
+    if (!m->in_proj_weight.data || !m->att || !m->q || !m->ctx || !m->key_lens)
+        return tfm__fail(TFM_E_ARG, "%s: the layer has no memory (run tfm_mha_init after tfm_mem_alloc)", fn);
+    TFM__TRY(tfm__chk(fn, "y", y));
+    TFM__TRY(tfm__chk(fn, "x", x));
+    TFM__TRY(tfm__chk_opt(fn, "xkv", xkv));
+    C = m->desc.d_model;
+    if (x->ndim != 3 || x->shape[2] != C)
+        return tfm__fail(TFM_E_SHAPE, "%s: x is %s, want (B,T,%lld)", fn, tfm__shp(x), (long long)C);
+    B = x->shape[0];
+    Tq = x->shape[1];
+    if (B > m->desc.max_batch || Tq > m->desc.max_tq)
+        return tfm__fail(TFM_E_SHAPE, "%s: x is %s but the layer was sized for batch %d and length %d", fn, tfm__shp(x),
+                         m->desc.max_batch, m->desc.max_tq);
+    if (!m->desc.cross && xkv) return tfm__fail(TFM_E_ARG, "%s: xkv given to a self-attention layer", fn);
+    if (m->desc.cross && !xkv) return tfm__fail(TFM_E_ARG, "%s: a cross-attention layer needs xkv", fn);
+    Tk = Tq;
+    if (xkv) {
+        if (xkv->ndim != 3 || xkv->shape[0] != B || xkv->shape[2] != C)
+            return tfm__fail(TFM_E_SHAPE, "%s: x is %s but xkv is %s: want (%lld,Tk,%lld)", fn, tfm__shp(x),
+                             tfm__shp(xkv), (long long)B, (long long)C);
+        Tk = xkv->shape[1];
+        if (Tk > m->desc.max_tk)
+            return tfm__fail(TFM_E_SHAPE, "%s: xkv is %s but the layer was sized for key length %d", fn, tfm__shp(xkv),
+                             m->desc.max_tk);
+    }
+    TFM__TRY(tfm__chk_same(fn, "x", x, "y", y));
+    if (y->data == x->data || (xkv && y->data == xkv->data))
+        return tfm__fail(TFM_E_ARG, "%s: y must not alias x or xkv (backward reads them)", fn);
+    TFM__TRY(tfm__chk_attn_opts(fn, opts, B, Tk));
+    if (opts && opts->dropout > 0.0f && !m->tmp)
+        return tfm__fail(TFM_E_ARG, "%s: opts.dropout > 0 in a layer built with no_grad", fn);
+
+    m->B = (int)B;
+    m->Tq = (int)Tq;
+    m->Tk = (int)Tk;
+    m->x = x->data;
+    m->xkv = xkv ? xkv->data : NULL;
+    memset(&m->opts, 0, sizeof m->opts);
+    if (opts) m->opts = *opts;
+    m->has_lens = opts && opts->key_lens;
+    if (m->has_lens) {
+        memcpy(m->key_lens, opts->key_lens, (size_t)B * sizeof(int32_t));
+        m->opts.key_lens = m->key_lens;
+    }
+    {
+        const float *w = m->in_proj_weight.data, *b = m->in_proj_bias.data;
+        if (m->desc.cross) {
+            tfm__linear_forward_cpu(m->q, C, x->data, C, w, b, B * Tq, C, C);
+            tfm__linear_forward_cpu(m->kv, 2 * C, xkv->data, C, w + C * C, b ? b + C : NULL, B * Tk, C, 2 * C);
+        } else {
+            tfm__linear_forward_cpu(m->q, 3 * C, x->data, C, w, b, B * Tq, C, 3 * C);
+        }
+    }
+    tfm__mha_args(m, &a);
+    tfm__attention_forward_cpu(&a);
+    tfm__linear_forward_cpu(y->data, C, m->ctx, C, m->out_proj_weight.data, m->out_proj_bias.data, B * Tq, C, C);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_mha_backward(tfm_mha *m, tfm_tensor *dx, tfm_tensor *dxkv, const tfm_tensor *dy) {
+    const char *fn = "tfm_mha_backward";
+    tfm__attn_args a;
+    int64_t B, Tq, Tk, C;
+    int cross;
+    if (!m) return tfm__fail(TFM_E_ARG, "%s: layer is NULL", fn);
+    if (!m->has_grad || !m->tmp || !m->d_in_proj_weight.data)
+        return tfm__fail(TFM_E_ARG, "%s: the layer has no gradient memory (built with no_grad, or not allocated)", fn);
+    if (!m->B) return tfm__fail(TFM_E_ARG, "%s: no forward pass to go back through", fn);
+    TFM__TRY(tfm__chk(fn, "dy", dy));
+    TFM__TRY(tfm__chk_opt(fn, "dx", dx));
+    TFM__TRY(tfm__chk_opt(fn, "dxkv", dxkv));
+    B = m->B;
+    Tq = m->Tq;
+    Tk = m->Tk;
+    C = m->desc.d_model;
+    cross = m->desc.cross;
+    if (dy->ndim != 3 || dy->shape[0] != B || dy->shape[1] != Tq || dy->shape[2] != C)
+        return tfm__fail(TFM_E_SHAPE, "%s: dy is %s but the last forward made (%lld,%lld,%lld)", fn, tfm__shp(dy),
+                         (long long)B, (long long)Tq, (long long)C);
+    if (dx && (dx->ndim != 3 || dx->shape[0] != B || dx->shape[1] != Tq || dx->shape[2] != C))
+        return tfm__fail(TFM_E_SHAPE, "%s: dx is %s but the last forward's x was (%lld,%lld,%lld)", fn, tfm__shp(dx),
+                         (long long)B, (long long)Tq, (long long)C);
+    if (dxkv && !cross) return tfm__fail(TFM_E_ARG, "%s: dxkv given to a self-attention layer", fn);
+    if (dxkv && (dxkv->ndim != 3 || dxkv->shape[0] != B || dxkv->shape[1] != Tk || dxkv->shape[2] != C))
+        return tfm__fail(TFM_E_SHAPE, "%s: dxkv is %s but the last forward's xkv was (%lld,%lld,%lld)", fn,
+                         tfm__shp(dxkv), (long long)B, (long long)Tk, (long long)C);
+
+    /* out_proj: dW += dy^T ctx, db += colsum(dy), dctx = dy W */
+    memset(m->dctx, 0, (size_t)(B * Tq * C) * sizeof(float));
+    tfm__linear_backward_cpu(m->dctx, C, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy->data, C, m->ctx, C,
+                             m->out_proj_weight.data, B * Tq, C, C);
+    /* attention: gradients of the projected q, k, v */
+    tfm__mha_args(m, &a);
+    memset(m->dq, 0, (size_t)(B * Tq * (cross ? C : 3 * C)) * sizeof(float));
+    if (cross) {
+        memset(m->dkv, 0, (size_t)(B * Tk * 2 * C) * sizeof(float));
+        tfm__attention_backward_cpu(&a, m->dq, (int)C, m->dkv, (int)(2 * C), m->dkv + C, (int)(2 * C), m->dctx, (int)C);
+    } else {
+        tfm__attention_backward_cpu(&a, m->dq, (int)(3 * C), m->dq + C, (int)(3 * C), m->dq + 2 * C, (int)(3 * C),
+                                    m->dctx, (int)C);
+    }
+    /* in_proj */
+    {
+        const float *w = m->in_proj_weight.data;
+        float *dw = m->d_in_proj_weight.data, *db = m->d_in_proj_bias.data;
+        if (cross) {
+            tfm__linear_backward_cpu(dx ? dx->data : NULL, C, dw, db, m->dq, C, m->x, C, w, B * Tq, C, C);
+            tfm__linear_backward_cpu(dxkv ? dxkv->data : NULL, C, dw + C * C, db ? db + C : NULL, m->dkv, 2 * C, m->xkv,
+                                     C, w + C * C, B * Tk, C, 2 * C);
+        } else {
+            tfm__linear_backward_cpu(dx ? dx->data : NULL, C, dw, db, m->dq, 3 * C, m->x, C, w, B * Tq, C, 3 * C);
+        }
+    }
+    return TFM_OK;
+}
+
+/* ==== >>impl-cuda ==== (kernels arrive with TFM_CUDA; this build has none) */
+
+TFMDEF tfm_result tfm_cuda_available(void) {
+    return tfm__fail(TFM_E_NO_CUDA, "tfm_cuda_available: this build has no TFM_CUDA");
+}
+
+#endif /* TFM_IMPLEMENTATION */
+
+/* ==== >>license ====
+MIT License
+
+Copyright (c) 2026 the transformer.h authors
+
+Permission is hereby granted, free of charge, to any person obtaining a copy of this software and
+associated documentation files (the "Software"), to deal in the Software without restriction,
+including without limitation the rights to use, copy, modify, merge, publish, distribute, sublicense,
+and/or sell copies of the Software, and to permit persons to whom the Software is furnished to do so,
+subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all copies or substantial
+portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING BUT NOT
+LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN
+NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY,
+WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE
+SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
+*/
