@@ -1,0 +1,943 @@
+/* tests/test_attention.c - scaled dot-product attention (tfm_attention_*) and the multi-head attention
+   layer (tfm_mha_*) against a naive reference in double: forward values, and every gradient against
+   central finite differences of L = sum(y * r) computed on the double reference.
+
+   Tolerances. The inputs are float32 and exact in double; the reference and its finite differences
+   run in double (step 1e-5: truncation ~h^2 |L'''| ~ 1e-10, rounding ~1e-16 |L| / h ~ 1e-10), so the
+   error measured is the library's float32 rounding alone (u = 2^-24 ~ 6e-8). Errors are reported as
+   max |got - want| / max |want| (test_rel_err).
+   - Forward: a softmax (an exp and a sum over Tk <= 17 terms per row) and a sum over Tk products,
+     plus for the layer the projections (sums over C <= 15 terms) on both sides, all on O(1) data.
+     Each stage costs at most ~(terms) u relative to its inputs' magnitudes, about 50-100 u for the
+     whole chain: ATT_TOL_FWD = 2e-5 (~300 u).
+   - Backward: about twice the chain (dP = dO v^T, the row sum of P dP, dS = P (dP - rowsum),
+     dq = scale dS k, dk = scale dS^T q, dv = P^T dO, and for the layer the projection backward and the
+     weight gradients summed over B*T rows), and the subtraction dP - rowsum cancels: ATT_TOL_GRAD =
+     1e-4.
+   A wrong index, mask or scale gives errors of order 1, orders above both. */
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#define ATT_TOL_FWD 2e-5
+#define ATT_TOL_GRAD 1e-4
+#define ATT_FD_STEP 1e-5
+#define ATT_MAX_T 64
+
+static uint64_t att_state = 0xD1B54A32D192ED03ull;
+
+/* uniform in [lo, hi), from a 64-bit xorshift* (independent of the library's rng) */
+static float att_uniform(float lo, float hi) {
+    att_state ^= att_state >> 12;
+    att_state ^= att_state << 25;
+    att_state ^= att_state >> 27;
+    uint64_t r = att_state * 0x2545F4914F6CDD1Dull;
+    return lo + (hi - lo) * (float)((double)(r >> 40) / 16777216.0);
+}
+
+static void att_fill(float *p, size_t n, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) p[i] = att_uniform(lo, hi);
+}
+
+static float *att_falloc(size_t n) { return (float *)calloc(n ? n : 1, sizeof(float)); }
+static double *att_dalloc(size_t n) { return (double *)calloc(n ? n : 1, sizeof(double)); }
+
+static double *att_to_double(const float *p, size_t n) {
+    double *d = att_dalloc(n);
+    for (size_t i = 0; i < n; i++) d[i] = p[i];
+    return d;
+}
+
+static void att_fill_nan(float *p, size_t n) {
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+}
+
+static size_t att_count_nonfinite(const float *p, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(p[i] == p[i]) || fabsf(p[i]) == INFINITY) c++;
+    return c;
+}
+
+/* ---- reference ---- */
+
+/* Scaled dot-product attention in double. Layout (B,T,C), head h owns channels h*D..h*D+D-1. */
+typedef struct att_ref {
+    int B, H, D, Tq, Tk;
+    int causal;               /* query i sees keys j <= i */
+    const int32_t *key_lens;  /* keys j >= key_lens[b] are masked; NULL: none */
+    double scale;
+    const double *drop;       /* (B,H,Tq,Tk) factors applied to the probabilities, or NULL */
+} att_ref;
+
+static int att_visible(const att_ref *r, int b, int i, int j) {
+    if (r->causal && j > i) return 0;
+    if (r->key_lens && j >= r->key_lens[b]) return 0;
+    return 1;
+}
+
+static int att_n_visible(const att_ref *r, int b, int i) {
+    int n = 0;
+    for (int j = 0; j < r->Tk; j++) n += att_visible(r, b, i, j);
+    return n;
+}
+
+/* out (B,Tq,C) = softmax(scale q k^T + mask) [* drop] v; a row with no visible key is zero.
+   P (B,H,Tq,Tk) receives the probabilities (before dropout) when not NULL. */
+static void att_ref_sdpa(const att_ref *r, const double *q, const double *k, const double *v,
+                         double *out, double *P) {
+    const int C = r->H * r->D, D = r->D;
+    double s[ATT_MAX_T];
+    for (int b = 0; b < r->B; b++)
+        for (int h = 0; h < r->H; h++)
+            for (int i = 0; i < r->Tq; i++) {
+                const double *qi = q + ((size_t)b * r->Tq + i) * C + h * D;
+                double *oi = out + ((size_t)b * r->Tq + i) * C + h * D;
+                size_t prow = (((size_t)b * r->H + h) * r->Tq + i) * r->Tk;
+                double mx = -INFINITY, sum = 0;
+                int any = 0;
+                for (int d = 0; d < D; d++) oi[d] = 0;
+                for (int j = 0; j < r->Tk; j++) {
+                    const double *kj = k + ((size_t)b * r->Tk + j) * C + h * D;
+                    double dot = 0;
+                    if (!att_visible(r, b, i, j)) continue;
+                    for (int d = 0; d < D; d++) dot += qi[d] * kj[d];
+                    s[j] = r->scale * dot;
+                    if (s[j] > mx) mx = s[j];
+                    any = 1;
+                }
+                for (int j = 0; j < r->Tk; j++)
+                    if (any && att_visible(r, b, i, j)) {
+                        s[j] = exp(s[j] - mx);
+                        sum += s[j];
+                    }
+                for (int j = 0; j < r->Tk; j++) {
+                    double p = (any && att_visible(r, b, i, j)) ? s[j] / sum : 0;
+                    const double *vj = v + ((size_t)b * r->Tk + j) * C + h * D;
+                    double f = r->drop ? r->drop[prow + j] : 1.0;
+                    if (P) P[prow + j] = p;
+                    for (int d = 0; d < D; d++) oi[d] += p * f * vj[d];
+                }
+            }
+}
+
+/* y (N,n_out) = x (N,n_in) w^T (w is (n_out,n_in)) + b (n_out, or NULL). (No single-letter I: complex.h,
+   which some cblas.h pull in, defines it.) */
+static void att_ref_linear(double *y, const double *x, const double *w, const double *b, int N, int n_in,
+                           int n_out) {
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < n_out; o++) {
+            double s = b ? b[o] : 0;
+            for (int i = 0; i < n_in; i++) s += x[(size_t)n * n_in + i] * w[(size_t)o * n_in + i];
+            y[(size_t)n * n_out + o] = s;
+        }
+}
+
+/* Multi-head attention as torch.nn.MultiheadAttention (batch_first), in double. */
+typedef struct att_mha_ref {
+    att_ref sd;                /* B, H, D, Tq, Tk, masks */
+    int cross;
+    double *x, *xkv;           /* (B,Tq,C), (B,Tk,C) (cross) */
+    double *win, *bin;         /* (3C,C), (3C) or NULL */
+    double *wout, *bout;       /* (C,C), (C) or NULL */
+    double *r;                 /* (B,Tq,C): L = sum(y * r) */
+    double *q, *k, *v, *ctx, *y; /* work */
+} att_mha_ref;
+
+static void att_ref_mha(att_mha_ref *m) {
+    const int C = m->sd.H * m->sd.D, Nq = m->sd.B * m->sd.Tq, Nk = m->sd.B * m->sd.Tk;
+    const double *src = m->cross ? m->xkv : m->x;
+    att_ref_linear(m->q, m->x, m->win, m->bin, Nq, C, C);
+    att_ref_linear(m->k, src, m->win + (size_t)C * C, m->bin ? m->bin + C : NULL, Nk, C, C);
+    att_ref_linear(m->v, src, m->win + (size_t)2 * C * C, m->bin ? m->bin + 2 * C : NULL, Nk, C, C);
+    att_ref_sdpa(&m->sd, m->q, m->k, m->v, m->ctx, NULL);
+    att_ref_linear(m->y, m->ctx, m->wout, m->bout, Nq, C, C);
+}
+
+static double att_mha_loss(void *p) {
+    att_mha_ref *m = (att_mha_ref *)p;
+    size_t n = (size_t)m->sd.B * m->sd.Tq * m->sd.H * m->sd.D;
+    double L = 0;
+    att_ref_mha(m);
+    for (size_t i = 0; i < n; i++) L += m->y[i] * m->r[i];
+    return L;
+}
+
+typedef struct att_op_ref {
+    att_ref sd;
+    double *q, *k, *v, *r, *out;
+} att_op_ref;
+
+static double att_op_loss(void *p) {
+    att_op_ref *o = (att_op_ref *)p;
+    size_t n = (size_t)o->sd.B * o->sd.Tq * o->sd.H * o->sd.D;
+    double L = 0;
+    att_ref_sdpa(&o->sd, o->q, o->k, o->v, o->out, NULL);
+    for (size_t i = 0; i < n; i++) L += o->out[i] * o->r[i];
+    return L;
+}
+
+/* grad[i] = (L(x + h e_i) - L(x - h e_i)) / 2h for the n entries of x (which loss reads through ctx) */
+static void att_fd(double (*loss)(void *), void *ctx, double *x, size_t n, double *grad) {
+    for (size_t i = 0; i < n; i++) {
+        double save = x[i], lp, lm;
+        x[i] = save + ATT_FD_STEP;
+        lp = loss(ctx);
+        x[i] = save - ATT_FD_STEP;
+        lm = loss(ctx);
+        x[i] = save;
+        grad[i] = (lp - lm) / (2 * ATT_FD_STEP);
+    }
+}
+
+/* ---- the op: tfm_attention_forward / tfm_attention_backward ---- */
+
+typedef struct att_case {
+    const char *name;
+    int B, H, D, Tq, Tk;
+    int causal;
+    const int32_t *key_lens;
+    float scale;      /* 0: default 1/sqrt(D) */
+    float dropout;
+    uint64_t seed;
+} att_case;
+
+static void att_opts_of(tfm_attn_opts *o, const att_case *c) {
+    memset(o, 0, sizeof *o);
+    o->causal = c->causal;
+    o->key_lens = c->key_lens;
+    o->scale = c->scale;
+    o->dropout = c->dropout;
+    o->dropout_seed = c->seed;
+}
+
+static void att_ref_of(att_ref *r, const att_case *c) {
+    r->B = c->B; r->H = c->H; r->D = c->D; r->Tq = c->Tq; r->Tk = c->Tk;
+    r->causal = c->causal;
+    r->key_lens = c->key_lens;
+    r->scale = c->scale != 0 ? (double)c->scale : 1.0 / sqrt((double)c->D);
+    r->drop = NULL;
+}
+
+/* The dropout factors the library applies for this case's shape, masks and seed, read back through
+   the forward: with q = k = 0 every visible key of row i gets probability 1/n_i, and with v = 1 on key
+   j0 and 0 elsewhere, out[b,i,h*D] = f[b,h,i,j0] / n_i. Each factor must be 0 or 1/(1-p). The mask is a
+   hash of the seed and the element index, independent of q, k and v, so these are the factors of any
+   forward with this seed. Returns (B,H,Tq,Tk) factors (0 where masked), or NULL on failure. */
+static double *att_dropout_factors(const att_case *c) {
+    const int C = c->H * c->D;
+    size_t nq = (size_t)c->B * c->Tq * C, nk = (size_t)c->B * c->Tk * C;
+    size_t na = (size_t)c->B * c->H * c->Tq * c->Tk;
+    float *q = att_falloc(nq), *k = att_falloc(nk), *v = att_falloc(nk), *out = att_falloc(nq);
+    float *att = att_falloc(na), *tmp = att_falloc(na);
+    double *f = att_dalloc(na);
+    const double keep = 1.0 / (1.0 - (double)c->dropout);
+    tfm_tensor tq = tfm_tensor3(q, c->B, c->Tq, C), tk = tfm_tensor3(k, c->B, c->Tk, C);
+    tfm_tensor tv = tfm_tensor3(v, c->B, c->Tk, C), to = tfm_tensor3(out, c->B, c->Tq, C);
+    tfm_tensor ta = tfm_tensor4(att, c->B, c->H, c->Tq, c->Tk);
+    tfm_tensor tt = tfm_tensor4(tmp, c->B, c->H, c->Tq, c->Tk);
+    tfm_attn_opts o;
+    att_ref r;
+    size_t n_vis = 0, n_drop = 0, n_bad = 0;
+    int ok = 1;
+    att_opts_of(&o, c);
+    att_ref_of(&r, c);
+    for (int j0 = 0; j0 < c->Tk && ok; j0++) {
+        for (int b = 0; b < c->B; b++)
+            for (int j = 0; j < c->Tk; j++)
+                for (int ch = 0; ch < C; ch++) v[((size_t)b * c->Tk + j) * C + ch] = j == j0 ? 1.0f : 0.0f;
+        tfm_result res = tfm_attention_forward(&to, &ta, &tt, &tq, &tk, &tv, c->H, &o);
+        CHECK_OK(res);
+        if (res != TFM_OK) ok = 0;
+        for (int b = 0; b < c->B && ok; b++)
+            for (int h = 0; h < c->H; h++)
+                for (int i = 0; i < c->Tq; i++) {
+                    size_t idx = (((size_t)b * c->H + h) * c->Tq + i) * c->Tk + j0;
+                    double val;
+                    if (!att_visible(&r, b, i, j0)) continue;
+                    val = (double)out[((size_t)b * c->Tq + i) * C + h * c->D] * att_n_visible(&r, b, i);
+                    n_vis++;
+                    if (fabs(val - keep) < 1e-4 * keep) f[idx] = keep;
+                    else if (fabs(val) < 1e-4) { f[idx] = 0; n_drop++; }
+                    else n_bad++;
+                }
+    }
+    CHECK_MSG(n_bad == 0, "%s: %zu of %zu dropout factors are neither 0 nor 1/(1-p)", c->name, n_bad,
+              n_vis);
+    if (ok && n_vis >= 400) {
+        /* the dropped fraction is p give or take sampling noise (sd sqrt(p(1-p)/n) < 0.02 here) */
+        double frac = (double)n_drop / (double)n_vis;
+        CHECK_MSG(fabs(frac - c->dropout) < 0.08, "%s: dropped %.3f of the weights, want about %.2f",
+                  c->name, frac, c->dropout);
+    }
+    free(q); free(k); free(v); free(out); free(att); free(tmp);
+    if (!ok || n_bad) {
+        free(f);
+        return NULL;
+    }
+    return f;
+}
+
+/* One case of the op: forward against the reference (outputs and probabilities), backward against
+   finite differences (dq, dk, dv from zero, then once more onto non-zero buffers to check they
+   accumulate), and the fully-masked rows: zero output, zero gradient, no NaN anywhere. */
+static void att_run_op_case(const att_case *c) {
+    const int C = c->H * c->D;
+    const size_t nq = (size_t)c->B * c->Tq * C, nk = (size_t)c->B * c->Tk * C;
+    const size_t na = (size_t)c->B * c->H * c->Tq * c->Tk;
+    float *q = att_falloc(nq), *k = att_falloc(nk), *v = att_falloc(nk), *dout = att_falloc(nq);
+    float *out = att_falloc(nq), *att = att_falloc(na), *tmp = att_falloc(na);
+    float *dq = att_falloc(nq), *dk = att_falloc(nk), *dv = att_falloc(nk);
+    float *g0q = att_falloc(nq), *g0k = att_falloc(nk), *g0v = att_falloc(nk);
+    float *diff = att_falloc(nq > nk ? nq : nk);
+    double *outd = att_dalloc(nq), *Pd = att_dalloc(na), *drop = NULL;
+    double *gq = att_dalloc(nq), *gk = att_dalloc(nk), *gv = att_dalloc(nk);
+    tfm_tensor tq = tfm_tensor3(q, c->B, c->Tq, C), tk = tfm_tensor3(k, c->B, c->Tk, C);
+    tfm_tensor tv = tfm_tensor3(v, c->B, c->Tk, C), to = tfm_tensor3(out, c->B, c->Tq, C);
+    tfm_tensor tdo = tfm_tensor3(dout, c->B, c->Tq, C);
+    tfm_tensor tdq = tfm_tensor3(dq, c->B, c->Tq, C), tdk = tfm_tensor3(dk, c->B, c->Tk, C);
+    tfm_tensor tdv = tfm_tensor3(dv, c->B, c->Tk, C);
+    tfm_tensor ta = tfm_tensor4(att, c->B, c->H, c->Tq, c->Tk);
+    tfm_tensor tt = tfm_tensor4(tmp, c->B, c->H, c->Tq, c->Tk);
+    tfm_attn_opts o;
+    att_op_ref ref;
+    char what[200];
+    tfm_result res;
+
+    if (c->Tk > ATT_MAX_T) {
+        CHECK_MSG(0, "%s: Tk %d exceeds the reference's %d", c->name, c->Tk, ATT_MAX_T);
+        goto done;
+    }
+    att_opts_of(&o, c);
+    att_ref_of(&ref.sd, c);
+    if (c->dropout > 0) {
+        drop = att_dropout_factors(c);
+        if (!drop) goto done;
+        ref.sd.drop = drop;
+    }
+    att_fill(q, nq, -1.5f, 1.5f);
+    att_fill(k, nk, -1.5f, 1.5f);
+    att_fill(v, nk, -1, 1);
+    att_fill(dout, nq, -1, 1);
+    ref.q = att_to_double(q, nq);
+    ref.k = att_to_double(k, nk);
+    ref.v = att_to_double(v, nk);
+    ref.r = att_to_double(dout, nq);
+    ref.out = outd;
+
+    /* forward: the outputs are written, never read (NaN-filled first) */
+    att_fill_nan(out, nq);
+    att_fill_nan(att, na);
+    res = tfm_attention_forward(&to, &ta, c->dropout > 0 ? &tt : NULL, &tq, &tk, &tv, c->H, &o);
+    CHECK_OK(res);
+    if (res != TFM_OK) goto free_ref;
+    att_ref_sdpa(&ref.sd, ref.q, ref.k, ref.v, outd, Pd);
+    snprintf(what, sizeof what, "%s: out", c->name);
+    CHECK_REL(what, test_rel_err(out, outd, nq), ATT_TOL_FWD);
+    if (c->dropout == 0) {
+        /* att holds the probabilities (with dropout it may hold the dropped ones: not checked) */
+        snprintf(what, sizeof what, "%s: att", c->name);
+        CHECK_REL(what, test_rel_err(att, Pd, na), ATT_TOL_FWD);
+    }
+
+    /* backward from zero */
+    att_fd(att_op_loss, &ref, ref.q, nq, gq);
+    att_fd(att_op_loss, &ref, ref.k, nk, gk);
+    att_fd(att_op_loss, &ref, ref.v, nk, gv);
+    att_fill_nan(tmp, na);
+    res = tfm_attention_backward(&tdq, &tdk, &tdv, &tt, &tdo, &tq, &tk, &tv, &ta, c->H, &o);
+    CHECK_OK(res);
+    if (res != TFM_OK) goto free_ref;
+    snprintf(what, sizeof what, "%s: dq", c->name);
+    CHECK_REL(what, test_rel_err(dq, gq, nq), ATT_TOL_GRAD);
+    snprintf(what, sizeof what, "%s: dk", c->name);
+    CHECK_REL(what, test_rel_err(dk, gk, nk), ATT_TOL_GRAD);
+    snprintf(what, sizeof what, "%s: dv", c->name);
+    CHECK_REL(what, test_rel_err(dv, gv, nk), ATT_TOL_GRAD);
+
+    /* nothing non-finite anywhere, and rows that see no key are exactly zero */
+    CHECK_MSG(att_count_nonfinite(out, nq) + att_count_nonfinite(att, na) +
+                  att_count_nonfinite(dq, nq) + att_count_nonfinite(dk, nk) +
+                  att_count_nonfinite(dv, nk) == 0,
+              "%s: NaN or Inf in out, att or a gradient", c->name);
+    for (int b = 0; b < c->B; b++)
+        for (int i = 0; i < c->Tq; i++) {
+            size_t zo = 0, za = 0, zq = 0;
+            if (att_n_visible(&ref.sd, b, i) > 0) continue;
+            for (int ch = 0; ch < C; ch++) {
+                zo += out[((size_t)b * c->Tq + i) * C + ch] != 0.0f;
+                zq += dq[((size_t)b * c->Tq + i) * C + ch] != 0.0f;
+            }
+            for (int h = 0; h < c->H; h++)
+                for (int j = 0; j < c->Tk; j++)
+                    za += att[(((size_t)b * c->H + h) * c->Tq + i) * c->Tk + j] != 0.0f;
+            CHECK_MSG(zo + za + zq == 0, "%s: b=%d query %d sees no key but has %zu non-zero outputs, "
+                      "%zu non-zero probabilities, %zu non-zero dq", c->name, b, i, zo, za, zq);
+        }
+    if (c->key_lens)
+        for (int b = 0; b < c->B; b++) {
+            size_t nz = 0;
+            if (c->key_lens[b] != 0) continue;
+            for (size_t e = (size_t)b * c->Tk * C; e < (size_t)(b + 1) * c->Tk * C; e++)
+                nz += (dk[e] != 0.0f) + (dv[e] != 0.0f);
+            CHECK_MSG(nz == 0, "%s: b=%d has key_lens 0 but %zu non-zero dk/dv", c->name, b, nz);
+        }
+
+    /* backward again onto non-zero gradients: it must add (forward first, so that nothing the first
+       backward may have used as scratch matters) */
+    att_fill(g0q, nq, -0.5f, 0.5f);
+    att_fill(g0k, nk, -0.5f, 0.5f);
+    att_fill(g0v, nk, -0.5f, 0.5f);
+    memcpy(dq, g0q, nq * sizeof(float));
+    memcpy(dk, g0k, nk * sizeof(float));
+    memcpy(dv, g0v, nk * sizeof(float));
+    CHECK_OK(tfm_attention_forward(&to, &ta, c->dropout > 0 ? &tt : NULL, &tq, &tk, &tv, c->H, &o));
+    CHECK_OK(tfm_attention_backward(&tdq, &tdk, &tdv, &tt, &tdo, &tq, &tk, &tv, &ta, c->H, &o));
+    /* dq - g0 has one extra rounding of u |g0| <= 3e-8, far below the tolerance */
+    for (size_t i = 0; i < nq; i++) diff[i] = (float)((double)dq[i] - (double)g0q[i]);
+    snprintf(what, sizeof what, "%s: dq accumulated", c->name);
+    CHECK_REL(what, test_rel_err(diff, gq, nq), ATT_TOL_GRAD);
+    for (size_t i = 0; i < nk; i++) diff[i] = (float)((double)dk[i] - (double)g0k[i]);
+    snprintf(what, sizeof what, "%s: dk accumulated", c->name);
+    CHECK_REL(what, test_rel_err(diff, gk, nk), ATT_TOL_GRAD);
+    for (size_t i = 0; i < nk; i++) diff[i] = (float)((double)dv[i] - (double)g0v[i]);
+    snprintf(what, sizeof what, "%s: dv accumulated", c->name);
+    CHECK_REL(what, test_rel_err(diff, gv, nk), ATT_TOL_GRAD);
+
+free_ref:
+    free(ref.q); free(ref.k); free(ref.v); free(ref.r);
+done:
+    free(q); free(k); free(v); free(dout); free(out); free(att); free(tmp);
+    free(dq); free(dk); free(dv); free(g0q); free(g0k); free(g0v); free(diff);
+    free(outd); free(Pd); free(drop); free(gq); free(gk); free(gv);
+}
+
+static att_case att_case_make(const char *name, int B, int H, int D, int Tq, int Tk) {
+    att_case c;
+    memset(&c, 0, sizeof c);
+    c.name = name;
+    c.B = B; c.H = H; c.D = D; c.Tq = Tq; c.Tk = Tk;
+    return c;
+}
+
+static void att_test_op_nomask(void) {
+    att_case c = att_case_make("op none B2 H3 D5 T3", 2, 3, 5, 3, 3);
+    att_run_op_case(&c);
+    c = att_case_make("op none B1 H1 D1 T1", 1, 1, 1, 1, 1);
+    att_run_op_case(&c);
+    c = att_case_make("op none B2 H1 D5 T17", 2, 1, 5, 17, 17);
+    att_run_op_case(&c);
+    c = att_case_make("op none B1 H3 D1 T17 scale 0.3", 1, 3, 1, 17, 17);
+    c.scale = 0.3f;
+    att_run_op_case(&c);
+}
+
+static void att_test_op_causal(void) {
+    att_case c = att_case_make("op causal B2 H3 D5 T17", 2, 3, 5, 17, 17);
+    c.causal = 1;
+    att_run_op_case(&c);
+    c = att_case_make("op causal B1 H1 D1 T3", 1, 1, 1, 3, 3);
+    c.causal = 1;
+    att_run_op_case(&c);
+    c = att_case_make("op causal B3 H3 D1 T1", 3, 3, 1, 1, 1);
+    c.causal = 1;
+    att_run_op_case(&c);
+}
+
+static void att_test_op_padding(void) {
+    static const int32_t lens3[] = {3, 1, 2};
+    static const int32_t lens17[] = {17, 5, 1};
+    att_case c = att_case_make("op key_lens B3 H3 D5 T3", 3, 3, 5, 3, 3);
+    c.key_lens = lens3;
+    att_run_op_case(&c);
+    c = att_case_make("op key_lens B3 H1 D1 T17", 3, 1, 1, 17, 17);
+    c.key_lens = lens17;
+    att_run_op_case(&c);
+}
+
+/* causal and padding together; with top-left causal alignment every query sees key 0 unless the
+   batch element has no key at all, so the rows that see no key are those of key_lens 0 */
+static void att_test_op_causal_padding(void) {
+    static const int32_t lens_a[] = {0, 2, 3};
+    static const int32_t lens_b[] = {9, 0};
+    att_case c = att_case_make("op causal+key_lens B3 H3 D5 T3", 3, 3, 5, 3, 3);
+    c.causal = 1;
+    c.key_lens = lens_a;
+    att_run_op_case(&c);
+    c = att_case_make("op causal+key_lens B2 H1 D1 T17", 2, 1, 1, 17, 17);
+    c.causal = 1;
+    c.key_lens = lens_b;
+    att_run_op_case(&c);
+}
+
+/* every key masked for one batch element (and for the whole batch) */
+static void att_test_op_fully_masked(void) {
+    static const int32_t lens_a[] = {0, 3};
+    static const int32_t lens_b[] = {0, 0};
+    att_case c = att_case_make("op key_lens 0 B2 H3 D5 T3", 2, 3, 5, 3, 3);
+    c.key_lens = lens_a;
+    att_run_op_case(&c);
+    c = att_case_make("op all key_lens 0 B2 H3 D1 Tq3 Tk17", 2, 3, 1, 3, 17);
+    c.key_lens = lens_b;
+    att_run_op_case(&c);
+}
+
+/* cross-attention shapes, Tq != Tk, with and without masks; causal with Tq != Tk is top-left
+   aligned: query i sees keys j <= i (all of them once i >= Tk - 1) */
+static void att_test_op_cross(void) {
+    static const int32_t lens_a[] = {17, 4};
+    static const int32_t lens_b[] = {2, 3};
+    att_case c = att_case_make("op cross B2 H3 D5 Tq3 Tk17", 2, 3, 5, 3, 17);
+    att_run_op_case(&c);
+    c = att_case_make("op cross B2 H1 D5 Tq17 Tk3", 2, 1, 5, 17, 3);
+    att_run_op_case(&c);
+    c = att_case_make("op cross key_lens B2 H3 D1 Tq3 Tk17", 2, 3, 1, 3, 17);
+    c.key_lens = lens_a;
+    att_run_op_case(&c);
+    c = att_case_make("op cross causal B2 H3 D5 Tq3 Tk17", 2, 3, 5, 3, 17);
+    c.causal = 1;
+    att_run_op_case(&c);
+    c = att_case_make("op cross causal B2 H1 D1 Tq17 Tk3", 2, 1, 1, 17, 3);
+    c.causal = 1;
+    att_run_op_case(&c);
+    c = att_case_make("op cross causal+key_lens B2 H3 D5 Tq1 Tk3", 2, 3, 5, 1, 3);
+    c.causal = 1;
+    c.key_lens = lens_b;
+    att_run_op_case(&c);
+}
+
+/* dropout on the attention weights: the mask depends on the seed only, so with the seed fixed the
+   function is smooth in q, k, v and finite differences apply */
+static void att_test_op_dropout_grad(void) {
+    static const int32_t lens[] = {7, 3};
+    att_case c = att_case_make("op dropout B2 H3 D5 T17", 2, 3, 5, 17, 17);
+    c.dropout = 0.2f;
+    c.seed = 1234;
+    att_run_op_case(&c);
+    c = att_case_make("op dropout causal+key_lens B2 H3 D1 Tq5 Tk7", 2, 3, 1, 5, 7);
+    c.dropout = 0.2f;
+    c.seed = 99;
+    c.causal = 1;
+    c.key_lens = lens;
+    att_run_op_case(&c);
+}
+
+/* dropout is deterministic: the same seed gives the same output twice and on 1 or 2 threads (forward
+   and backward); another seed gives another output */
+static void att_test_op_dropout_determinism(void) {
+    const int B = 3, H = 2, D = 8, T = 24, C = H * D;
+    const size_t n = (size_t)B * T * C, na = (size_t)B * H * T * T;
+    float *q = att_falloc(n), *k = att_falloc(n), *v = att_falloc(n), *dout = att_falloc(n);
+    float *out1 = att_falloc(n), *out2 = att_falloc(n), *out3 = att_falloc(n), *out4 = att_falloc(n);
+    float *att = att_falloc(na), *tmp = att_falloc(na);
+    float *dq1 = att_falloc(n), *dk1 = att_falloc(n), *dv1 = att_falloc(n);
+    float *dq2 = att_falloc(n), *dk2 = att_falloc(n), *dv2 = att_falloc(n);
+    tfm_tensor tq = tfm_tensor3(q, B, T, C), tk = tfm_tensor3(k, B, T, C), tv = tfm_tensor3(v, B, T, C);
+    tfm_tensor tdo = tfm_tensor3(dout, B, T, C);
+    tfm_tensor ta = tfm_tensor4(att, B, H, T, T), tt = tfm_tensor4(tmp, B, H, T, T);
+    tfm_tensor to1 = tfm_tensor3(out1, B, T, C), to2 = tfm_tensor3(out2, B, T, C);
+    tfm_tensor to3 = tfm_tensor3(out3, B, T, C), to4 = tfm_tensor3(out4, B, T, C);
+    tfm_tensor tdq1 = tfm_tensor3(dq1, B, T, C), tdk1 = tfm_tensor3(dk1, B, T, C);
+    tfm_tensor tdv1 = tfm_tensor3(dv1, B, T, C), tdq2 = tfm_tensor3(dq2, B, T, C);
+    tfm_tensor tdk2 = tfm_tensor3(dk2, B, T, C), tdv2 = tfm_tensor3(dv2, B, T, C);
+    static const int32_t lens[] = {24, 11, 0};
+    tfm_attn_opts o;
+    int saved = tfm_get_num_threads();
+    memset(&o, 0, sizeof o);
+    o.causal = 1;
+    o.key_lens = lens;
+    o.dropout = 0.2f;
+    o.dropout_seed = 777;
+    att_fill(q, n, -1, 1);
+    att_fill(k, n, -1, 1);
+    att_fill(v, n, -1, 1);
+    att_fill(dout, n, -1, 1);
+
+    tfm_set_num_threads(1);
+    CHECK_OK(tfm_attention_forward(&to1, &ta, &tt, &tq, &tk, &tv, H, &o));
+    CHECK_OK(tfm_attention_backward(&tdq1, &tdk1, &tdv1, &tt, &tdo, &tq, &tk, &tv, &ta, H, &o));
+    CHECK_OK(tfm_attention_forward(&to2, &ta, &tt, &tq, &tk, &tv, H, &o));
+    CHECK_MSG(!memcmp(out1, out2, n * sizeof(float)), "dropout: same seed, different outputs");
+
+    tfm_set_num_threads(2);
+    CHECK_OK(tfm_attention_forward(&to3, &ta, &tt, &tq, &tk, &tv, H, &o));
+    CHECK_OK(tfm_attention_backward(&tdq2, &tdk2, &tdv2, &tt, &tdo, &tq, &tk, &tv, &ta, H, &o));
+    CHECK_REL("dropout out, 1 vs 2 threads", test_rel_err_f(out3, out1, n), 1e-6);
+    CHECK_REL("dropout dq, 1 vs 2 threads", test_rel_err_f(dq2, dq1, n), 1e-6);
+    CHECK_REL("dropout dk, 1 vs 2 threads", test_rel_err_f(dk2, dk1, n), 1e-6);
+    CHECK_REL("dropout dv, 1 vs 2 threads", test_rel_err_f(dv2, dv1, n), 1e-6);
+
+    o.dropout_seed = 778;
+    CHECK_OK(tfm_attention_forward(&to4, &ta, &tt, &tq, &tk, &tv, H, &o));
+    CHECK_MSG(memcmp(out1, out4, n * sizeof(float)) != 0, "dropout: seeds 777 and 778 give the same "
+              "output");
+    CHECK_MSG(att_count_nonfinite(out1, n) + att_count_nonfinite(dq1, n) + att_count_nonfinite(dk1, n) +
+                  att_count_nonfinite(dv1, n) == 0, "dropout: NaN or Inf");
+    tfm_set_num_threads(saved);
+    free(q); free(k); free(v); free(dout); free(out1); free(out2); free(out3); free(out4);
+    free(att); free(tmp); free(dq1); free(dk1); free(dv1); free(dq2); free(dk2); free(dv2);
+}
+
+/* ---- the layer: tfm_mha_* ---- */
+
+typedef struct att_mha_case {
+    const char *name;
+    int B, H, D, Tq, Tk;  /* Tk: cross only */
+    int cross, no_bias, causal;
+    const int32_t *key_lens;
+} att_mha_case;
+
+/* Build a layer sized a little above the case (forward on smaller shapes than the maximum), with
+   random parameters of our own (non-zero biases so that their gradients mean something). */
+static int att_mha_build(tfm_mha *m, tfm_mem *mem, const att_mha_case *c, int B_max, int Tq_max,
+                         int Tk_max) {
+    const int C = c->H * c->D;
+    tfm_mha_desc d;
+    tfm_rng rng;
+    tfm_result r;
+    memset(&d, 0, sizeof d);
+    memset(mem, 0, sizeof *mem);
+    d.d_model = C;
+    d.n_heads = c->H;
+    d.cross = c->cross;
+    d.no_bias = c->no_bias;
+    d.max_batch = B_max;
+    d.max_tq = Tq_max;
+    d.max_tk = c->cross ? Tk_max : 0;
+    r = tfm_mha_init(m, &d, mem);
+    CHECK_OK(r);
+    if (r != TFM_OK) return 0;
+    r = tfm_mem_alloc(mem);
+    CHECK_OK(r);
+    if (r != TFM_OK) return 0;
+    r = tfm_mha_init(m, &d, mem);
+    CHECK_OK(r);
+    if (r != TFM_OK) return 0;
+    CHECK_OK(tfm_mem_check(mem));
+    tfm_rng_seed(&rng, 5);
+    tfm_mha_init_params(m, &rng);
+    {
+        /* torch's initialisation: xavier_uniform (3C,C): bound sqrt(6 / (C + 3C)); out_proj
+           U(+-1/sqrt(C)); zero biases */
+        double bw = sqrt(6.0 / (4.0 * C)), bo = 1.0 / sqrt((double)C);
+        size_t bad = 0;
+        for (int64_t i = 0; i < 3 * C * C; i++) bad += fabs(m->in_proj_weight.data[i]) > bw;
+        for (int64_t i = 0; i < C * C; i++) bad += fabs(m->out_proj_weight.data[i]) > bo;
+        if (!c->no_bias) {
+            for (int64_t i = 0; i < 3 * C; i++) bad += m->in_proj_bias.data[i] != 0.0f;
+            for (int64_t i = 0; i < C; i++) bad += m->out_proj_bias.data[i] != 0.0f;
+        } else {
+            CHECK(m->in_proj_bias.data == NULL && m->out_proj_bias.data == NULL);
+        }
+        CHECK_MSG(bad == 0, "%s: %zu parameters outside torch's initialisation", c->name, bad);
+    }
+    {
+        float ws = 1.5f / sqrtf((float)C);
+        att_fill(m->in_proj_weight.data, (size_t)3 * C * C, -ws, ws);
+        att_fill(m->out_proj_weight.data, (size_t)C * C, -ws, ws);
+        if (!c->no_bias) {
+            att_fill(m->in_proj_bias.data, (size_t)3 * C, -0.5f, 0.5f);
+            att_fill(m->out_proj_bias.data, (size_t)C, -0.5f, 0.5f);
+        }
+    }
+    return 1;
+}
+
+static void att_mha_zero_grads(tfm_mha *m) {
+    const size_t C = (size_t)m->desc.d_model;
+    memset(m->d_in_proj_weight.data, 0, 3 * C * C * sizeof(float));
+    memset(m->d_out_proj_weight.data, 0, C * C * sizeof(float));
+    if (m->d_in_proj_bias.data) memset(m->d_in_proj_bias.data, 0, 3 * C * sizeof(float));
+    if (m->d_out_proj_bias.data) memset(m->d_out_proj_bias.data, 0, C * sizeof(float));
+}
+
+static void att_check_grad_scaled(const char *name, const char *what, const float *got,
+                                  const double *want, size_t n, double factor) {
+    double *w = att_dalloc(n);
+    char label[200];
+    for (size_t i = 0; i < n; i++) w[i] = factor * want[i];
+    snprintf(label, sizeof label, "%s: %s%s", name, what, factor != 1.0 ? " (accumulated twice)" : "");
+    CHECK_REL(label, test_rel_err(got, w, n), ATT_TOL_GRAD);
+    free(w);
+}
+
+/* One layer case: forward against the reference, backward against finite differences with respect to
+   x, xkv and the four parameters, a second forward+backward without clearing (gradients double), and
+   the fully-masked batch elements (y is the output bias, dx and dxkv zero, no NaN). */
+static void att_run_mha_case(const att_mha_case *c) {
+    const int C = c->H * c->D, Tk = c->cross ? c->Tk : c->Tq;
+    const size_t nx = (size_t)c->B * c->Tq * C, nkv = (size_t)c->B * Tk * C;
+    const size_t nwin = (size_t)3 * C * C, nbin = (size_t)3 * C, nwo = (size_t)C * C, nbo = C;
+    tfm_mha m;
+    tfm_mem mem;
+    float *x = att_falloc(nx), *xkv = att_falloc(nkv), *y = att_falloc(nx), *dy = att_falloc(nx);
+    float *dx = att_falloc(nx), *dxkv = att_falloc(nkv);
+    double *gx = att_dalloc(nx), *gxkv = att_dalloc(nkv), *gwin = att_dalloc(nwin);
+    double *gbin = att_dalloc(nbin), *gwo = att_dalloc(nwo), *gbo = att_dalloc(nbo);
+    att_mha_ref ref;
+    tfm_attn_opts o;
+    tfm_tensor tx = tfm_tensor3(x, c->B, c->Tq, C), txkv = tfm_tensor3(xkv, c->B, Tk, C);
+    tfm_tensor ty = tfm_tensor3(y, c->B, c->Tq, C), tdy = tfm_tensor3(dy, c->B, c->Tq, C);
+    tfm_tensor tdx = tfm_tensor3(dx, c->B, c->Tq, C), tdxkv = tfm_tensor3(dxkv, c->B, Tk, C);
+    tfm_result res;
+    char what[200];
+
+    memset(&ref, 0, sizeof ref);
+    if (!att_mha_build(&m, &mem, c, c->B + 1, c->Tq + 2, Tk + 3)) goto done;
+    memset(&o, 0, sizeof o);
+    o.causal = c->causal;
+    o.key_lens = c->key_lens;
+    att_fill(x, nx, -1, 1);
+    att_fill(xkv, nkv, -1, 1);
+    att_fill(dy, nx, -1, 1);
+
+    ref.sd.B = c->B; ref.sd.H = c->H; ref.sd.D = c->D; ref.sd.Tq = c->Tq; ref.sd.Tk = Tk;
+    ref.sd.causal = c->causal;
+    ref.sd.key_lens = c->key_lens;
+    ref.sd.scale = 1.0 / sqrt((double)c->D);
+    ref.sd.drop = NULL;
+    ref.cross = c->cross;
+    ref.x = att_to_double(x, nx);
+    ref.xkv = c->cross ? att_to_double(xkv, nkv) : NULL;
+    ref.win = att_to_double(m.in_proj_weight.data, nwin);
+    ref.bin = c->no_bias ? NULL : att_to_double(m.in_proj_bias.data, nbin);
+    ref.wout = att_to_double(m.out_proj_weight.data, nwo);
+    ref.bout = c->no_bias ? NULL : att_to_double(m.out_proj_bias.data, nbo);
+    ref.r = att_to_double(dy, nx);
+    ref.q = att_dalloc(nx);
+    ref.k = att_dalloc(nkv);
+    ref.v = att_dalloc(nkv);
+    ref.ctx = att_dalloc(nx);
+    ref.y = att_dalloc(nx);
+
+    att_fill_nan(y, nx);
+    res = tfm_mha_forward(&m, &ty, &tx, c->cross ? &txkv : NULL, &o);
+    CHECK_OK(res);
+    if (res != TFM_OK) goto done;
+    att_ref_mha(&ref);
+    snprintf(what, sizeof what, "%s: y", c->name);
+    CHECK_REL(what, test_rel_err(y, ref.y, nx), ATT_TOL_FWD);
+
+    att_fd(att_mha_loss, &ref, ref.x, nx, gx);
+    if (c->cross) att_fd(att_mha_loss, &ref, ref.xkv, nkv, gxkv);
+    att_fd(att_mha_loss, &ref, ref.win, nwin, gwin);
+    att_fd(att_mha_loss, &ref, ref.wout, nwo, gwo);
+    if (!c->no_bias) {
+        att_fd(att_mha_loss, &ref, ref.bin, nbin, gbin);
+        att_fd(att_mha_loss, &ref, ref.bout, nbo, gbo);
+    }
+
+    for (int pass = 1; pass <= 2; pass++) {
+        /* pass 1 from zero; pass 2 forward and backward again onto the same buffers: twice the
+           gradient */
+        if (pass == 1) att_mha_zero_grads(&m);
+        else CHECK_OK(tfm_mha_forward(&m, &ty, &tx, c->cross ? &txkv : NULL, &o));
+        res = tfm_mha_backward(&m, &tdx, c->cross ? &tdxkv : NULL, &tdy);
+        CHECK_OK(res);
+        if (res != TFM_OK) goto done;
+        att_check_grad_scaled(c->name, "dx", dx, gx, nx, pass);
+        if (c->cross) att_check_grad_scaled(c->name, "dxkv", dxkv, gxkv, nkv, pass);
+        att_check_grad_scaled(c->name, "d_in_proj_weight", m.d_in_proj_weight.data, gwin, nwin, pass);
+        att_check_grad_scaled(c->name, "d_out_proj_weight", m.d_out_proj_weight.data, gwo, nwo, pass);
+        if (!c->no_bias) {
+            att_check_grad_scaled(c->name, "d_in_proj_bias", m.d_in_proj_bias.data, gbin, nbin, pass);
+            att_check_grad_scaled(c->name, "d_out_proj_bias", m.d_out_proj_bias.data, gbo, nbo, pass);
+        }
+    }
+
+    {
+        size_t bad = att_count_nonfinite(y, nx) + att_count_nonfinite(dx, nx) +
+                     att_count_nonfinite(m.d_in_proj_weight.data, nwin) +
+                     att_count_nonfinite(m.d_out_proj_weight.data, nwo);
+        if (c->cross) bad += att_count_nonfinite(dxkv, nkv);
+        if (!c->no_bias)
+            bad += att_count_nonfinite(m.d_in_proj_bias.data, nbin) +
+                   att_count_nonfinite(m.d_out_proj_bias.data, nbo);
+        CHECK_MSG(bad == 0, "%s: %zu NaN or Inf in y or a gradient", c->name, bad);
+    }
+    if (c->key_lens)
+        for (int b = 0; b < c->B; b++) {
+            size_t nz = 0, ybad = 0;
+            if (c->key_lens[b] != 0) continue;
+            /* no key: ctx rows are zero, so y rows are the output bias exactly and nothing flows back
+               to this element's inputs */
+            for (int i = 0; i < c->Tq; i++)
+                for (int ch = 0; ch < C; ch++) {
+                    size_t e = ((size_t)b * c->Tq + i) * C + ch;
+                    float want = c->no_bias ? 0.0f : m.out_proj_bias.data[ch];
+                    ybad += fabsf(y[e] - want) > 1e-6f * (1 + fabsf(want));
+                    nz += dx[e] != 0.0f;
+                }
+            if (c->cross)
+                for (size_t e = (size_t)b * Tk * C; e < (size_t)(b + 1) * Tk * C; e++) nz += dxkv[e] != 0.0f;
+            CHECK_MSG(ybad == 0 && nz == 0, "%s: b=%d has key_lens 0 but %zu rows of y differ from the "
+                      "output bias and %zu input gradients are non-zero", c->name, b, ybad, nz);
+        }
+
+done:
+    tfm_mem_free(&mem);
+    free(x); free(xkv); free(y); free(dy); free(dx); free(dxkv);
+    free(gx); free(gxkv); free(gwin); free(gbin); free(gwo); free(gbo);
+    free(ref.x); free(ref.xkv); free(ref.win); free(ref.bin); free(ref.wout); free(ref.bout);
+    free(ref.r); free(ref.q); free(ref.k); free(ref.v); free(ref.ctx); free(ref.y);
+}
+
+static att_mha_case att_mha_make(const char *name, int B, int H, int D, int Tq, int Tk, int cross) {
+    att_mha_case c;
+    memset(&c, 0, sizeof c);
+    c.name = name;
+    c.B = B; c.H = H; c.D = D; c.Tq = Tq; c.Tk = Tk; c.cross = cross;
+    return c;
+}
+
+static void att_test_mha_self(void) {
+    att_mha_case c = att_mha_make("mha self B2 H3 D1 T3", 2, 3, 1, 3, 0, 0);
+    att_run_mha_case(&c);
+    c = att_mha_make("mha self B1 H3 D5 T3", 1, 3, 5, 3, 0, 0);
+    att_run_mha_case(&c);
+    c = att_mha_make("mha self no_bias B2 H3 D5 T1", 2, 3, 5, 1, 0, 0);
+    c.no_bias = 1;
+    att_run_mha_case(&c);
+}
+
+static void att_test_mha_causal(void) {
+    att_mha_case c = att_mha_make("mha self causal B2 H1 D5 T17", 2, 1, 5, 17, 0, 0);
+    c.causal = 1;
+    att_run_mha_case(&c);
+    c = att_mha_make("mha self causal no_bias B1 H3 D1 T3", 1, 3, 1, 3, 0, 0);
+    c.causal = 1;
+    c.no_bias = 1;
+    att_run_mha_case(&c);
+}
+
+static void att_test_mha_padding(void) {
+    static const int32_t lens_a[] = {3, 1};
+    static const int32_t lens_b[] = {0, 2, 3};
+    att_mha_case c = att_mha_make("mha self key_lens B2 H3 D1 T3", 2, 3, 1, 3, 0, 0);
+    c.key_lens = lens_a;
+    att_run_mha_case(&c);
+    /* causal + padding, with one batch element that sees no key at all */
+    c = att_mha_make("mha self causal+key_lens(0) B3 H3 D5 T3", 3, 3, 5, 3, 0, 0);
+    c.causal = 1;
+    c.key_lens = lens_b;
+    att_run_mha_case(&c);
+}
+
+static void att_test_mha_cross(void) {
+    static const int32_t lens_a[] = {5, 2};
+    static const int32_t lens_b[] = {0, 7};
+    att_mha_case c = att_mha_make("mha cross B2 H3 D1 Tq3 Tk7", 2, 3, 1, 3, 7, 1);
+    att_run_mha_case(&c);
+    c = att_mha_make("mha cross key_lens B2 H3 D1 Tq3 Tk7", 2, 3, 1, 3, 7, 1);
+    c.key_lens = lens_a;
+    att_run_mha_case(&c);
+    c = att_mha_make("mha cross causal B2 H1 D5 Tq5 Tk3", 2, 1, 5, 5, 3, 1);
+    c.causal = 1;
+    att_run_mha_case(&c);
+    c = att_mha_make("mha cross causal B2 H1 D5 Tq3 Tk5", 2, 1, 5, 3, 5, 1);
+    c.causal = 1;
+    att_run_mha_case(&c);
+    c = att_mha_make("mha cross key_lens(0) B2 H3 D5 Tq1 Tk7", 2, 3, 5, 1, 7, 1);
+    c.key_lens = lens_b;
+    att_run_mha_case(&c);
+    c = att_mha_make("mha cross no_bias causal B1 H3 D1 Tq17 Tk3", 1, 3, 1, 17, 3, 1);
+    c.no_bias = 1;
+    c.causal = 1;
+    att_run_mha_case(&c);
+}
+
+/* The layer's outputs and gradients do not depend on the thread count (1 vs 2), with masks, cross
+   and dropout. */
+static void att_mha_threads_case(const att_mha_case *c, float dropout) {
+    const int C = c->H * c->D, Tk = c->cross ? c->Tk : c->Tq;
+    const size_t nx = (size_t)c->B * c->Tq * C, nkv = (size_t)c->B * Tk * C;
+    const size_t nwin = (size_t)3 * C * C, nwo = (size_t)C * C;
+    tfm_mha m;
+    tfm_mem mem;
+    float *x = att_falloc(nx), *xkv = att_falloc(nkv), *dy = att_falloc(nx);
+    float *y[2], *dx[2], *dxkv[2], *gw[2], *gb[2], *go[2], *gob[2];
+    tfm_attn_opts o;
+    int saved = tfm_get_num_threads();
+    char what[200];
+    for (int t = 0; t < 2; t++) {
+        y[t] = att_falloc(nx); dx[t] = att_falloc(nx); dxkv[t] = att_falloc(nkv);
+        gw[t] = att_falloc(nwin); gb[t] = att_falloc(3 * (size_t)C); go[t] = att_falloc(nwo);
+        gob[t] = att_falloc(C);
+    }
+    if (!att_mha_build(&m, &mem, c, c->B, c->Tq, Tk)) goto done;
+    memset(&o, 0, sizeof o);
+    o.causal = c->causal;
+    o.key_lens = c->key_lens;
+    o.dropout = dropout;
+    o.dropout_seed = 4242;
+    att_fill(x, nx, -1, 1);
+    att_fill(xkv, nkv, -1, 1);
+    att_fill(dy, nx, -1, 1);
+    for (int t = 0; t < 2; t++) {
+        tfm_tensor tx = tfm_tensor3(x, c->B, c->Tq, C), txkv = tfm_tensor3(xkv, c->B, Tk, C);
+        tfm_tensor ty = tfm_tensor3(y[t], c->B, c->Tq, C), tdy = tfm_tensor3(dy, c->B, c->Tq, C);
+        tfm_tensor tdx = tfm_tensor3(dx[t], c->B, c->Tq, C);
+        tfm_tensor tdxkv = tfm_tensor3(dxkv[t], c->B, Tk, C);
+        tfm_set_num_threads(t + 1);
+        att_mha_zero_grads(&m);
+        CHECK_OK(tfm_mha_forward(&m, &ty, &tx, c->cross ? &txkv : NULL, &o));
+        CHECK_OK(tfm_mha_backward(&m, &tdx, c->cross ? &tdxkv : NULL, &tdy));
+        memcpy(gw[t], m.d_in_proj_weight.data, nwin * sizeof(float));
+        memcpy(go[t], m.d_out_proj_weight.data, nwo * sizeof(float));
+        memcpy(gb[t], m.d_in_proj_bias.data, 3 * (size_t)C * sizeof(float));
+        memcpy(gob[t], m.d_out_proj_bias.data, (size_t)C * sizeof(float));
+    }
+    tfm_set_num_threads(saved);
+    snprintf(what, sizeof what, "%s: y, 1 vs 2 threads", c->name);
+    CHECK_REL(what, test_rel_err_f(y[1], y[0], nx), 1e-6);
+    snprintf(what, sizeof what, "%s: dx, 1 vs 2 threads", c->name);
+    CHECK_REL(what, test_rel_err_f(dx[1], dx[0], nx), 1e-6);
+    if (c->cross) {
+        snprintf(what, sizeof what, "%s: dxkv, 1 vs 2 threads", c->name);
+        CHECK_REL(what, test_rel_err_f(dxkv[1], dxkv[0], nkv), 1e-6);
+    }
+    snprintf(what, sizeof what, "%s: d_in_proj_weight, 1 vs 2 threads", c->name);
+    CHECK_REL(what, test_rel_err_f(gw[1], gw[0], nwin), 1e-6);
+    snprintf(what, sizeof what, "%s: d_in_proj_bias, 1 vs 2 threads", c->name);
+    CHECK_REL(what, test_rel_err_f(gb[1], gb[0], 3 * (size_t)C), 1e-6);
+    snprintf(what, sizeof what, "%s: d_out_proj_weight, 1 vs 2 threads", c->name);
+    CHECK_REL(what, test_rel_err_f(go[1], go[0], nwo), 1e-6);
+    snprintf(what, sizeof what, "%s: d_out_proj_bias, 1 vs 2 threads", c->name);
+    CHECK_REL(what, test_rel_err_f(gob[1], gob[0], (size_t)C), 1e-6);
+    CHECK_MSG(att_count_nonfinite(y[0], nx) + att_count_nonfinite(dx[0], nx) == 0, "%s: NaN or Inf",
+              c->name);
+done:
+    tfm_mem_free(&mem);
+    free(x); free(xkv); free(dy);
+    for (int t = 0; t < 2; t++) {
+        free(y[t]); free(dx[t]); free(dxkv[t]); free(gw[t]); free(gb[t]); free(go[t]); free(gob[t]);
+    }
+}
+
+static void att_test_mha_threads(void) {
+    static const int32_t lens[] = {33, 20, 0, 1};
+    static const int32_t lens_kv[] = {9, 40, 1, 0};
+    att_mha_case c = att_mha_make("mha threads self causal+key_lens B4 H4 D8 T33", 4, 4, 8, 33, 0, 0);
+    c.causal = 1;
+    c.key_lens = lens;
+    att_mha_threads_case(&c, 0.0f);
+    c = att_mha_make("mha threads cross key_lens dropout B4 H4 D8 Tq21 Tk40", 4, 4, 8, 21, 40, 1);
+    c.key_lens = lens_kv;
+    att_mha_threads_case(&c, 0.1f);
+}
+
+static void suite_attention(void) {
+    RUN(att_test_op_nomask);
+    RUN(att_test_op_causal);
+    RUN(att_test_op_padding);
+    RUN(att_test_op_causal_padding);
+    RUN(att_test_op_fully_masked);
+    RUN(att_test_op_cross);
+    RUN(att_test_op_dropout_grad);
+    RUN(att_test_op_dropout_determinism);
+    RUN(att_test_mha_self);
+    RUN(att_test_mha_causal);
+    RUN(att_test_mha_padding);
+    RUN(att_test_mha_cross);
+    RUN(att_test_mha_threads);
+}

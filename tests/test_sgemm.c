@@ -1,0 +1,304 @@
+/* tests/test_sgemm.c - tfm_sgemm and tfm_sgemm_batched against a naive triple loop in double.
+
+   Every product is checked element by element against
+       ref[i][j]   = alpha * sum_p op(A)[i][p] op(B)[p][j] + beta * C0[i][j]        (double)
+       scale[i][j] = |alpha| * sum_p |op(A)[i][p] op(B)[p][j]| + |beta * C0[i][j]|
+   and must satisfy |C[i][j] - ref[i][j]| <= sg_tol(K) * scale[i][j].
+
+   Why that tolerance: the inputs are float32 and exact in double, so the reference is exact to
+   ~1e-16 and what we measure is the float32 rounding of the kernel alone. A float32 dot product of
+   length K, summed in ANY order (blocked, FMA, split over threads), satisfies
+       |fl(sum) - sum| <= gamma_K * sum |a_p b_p|,   gamma_K = K u / (1 - K u),  u = 2^-24
+   (Higham, Accuracy and Stability of Numerical Algorithms, 3.1). Scaling by alpha, rounding alpha*a
+   if a kernel pre-scales, and adding beta*C cost a few more u, hence (K + 4) u. It is a worst-case
+   bound, valid for every correct kernel; typical errors are ~sqrt(K) u. A wrong index, a skipped
+   edge tile or a mishandled leading dimension gives errors of order 1, far above it. */
+
+#include <stdint.h>
+#include <stdlib.h>
+
+static double sg_tol(int K) { return (double)(K + 4) * (1.0 / 16777216.0); }
+
+static uint64_t sg_state = 0x9E3779B97F4A7C15ull;
+
+/* uniform in [-1, 1), from a 64-bit xorshift* (independent of the library's rng) */
+static float sg_uniform(void) {
+    sg_state ^= sg_state >> 12;
+    sg_state ^= sg_state << 25;
+    sg_state ^= sg_state >> 27;
+    uint64_t r = sg_state * 0x2545F4914F6CDD1Dull;
+    return (float)((double)(r >> 40) / 8388608.0 - 1.0);
+}
+
+static void sg_fill(float *p, size_t n) {
+    for (size_t i = 0; i < n; i++) p[i] = sg_uniform();
+}
+
+static float *sg_alloc(size_t n) { return (float *)malloc((n ? n : 1) * sizeof(float)); }
+
+/* Reference in double (see the top of the file). With beta == 0, C0 is not read. */
+static void sg_reference(int ta, int tb, int M, int N, int K, double alpha, const float *A, int lda,
+                         const float *B, int ldb, double beta, const float *C0, int ldc,
+                         double *ref, double *scale) {
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double s = 0, sa = 0;
+            for (int p = 0; p < K; p++) {
+                double a = ta ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
+                double b = tb ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j];
+                s += a * b;
+                sa += fabs(a * b);
+            }
+            double r = alpha * s, sc = fabs(alpha) * sa;
+            if (beta != 0) {
+                double c = C0[(size_t)i * ldc + j];
+                r += beta * c;
+                sc += fabs(beta * c);
+            }
+            ref[(size_t)i * N + j] = r;
+            scale[(size_t)i * N + j] = sc;
+        }
+    }
+}
+
+/* The worst |C - ref| / scale over the (M,N) block; INFINITY for a NaN or an error where scale is 0. */
+static double sg_err(const float *C, int ldc, const double *ref, const double *scale, int M, int N) {
+    double worst = 0;
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double d = fabs((double)C[(size_t)i * ldc + j] - ref[(size_t)i * N + j]);
+            double s = scale[(size_t)i * N + j];
+            double e;
+            if (d != d) return INFINITY;
+            e = s > 0 ? d / s : (d > 0 ? INFINITY : 0);
+            if (e > worst) worst = e;
+        }
+    }
+    return worst;
+}
+
+/* The worst |X - Y| / scale between two results of the same product. */
+static double sg_diff(const float *X, const float *Y, int ldc, const double *scale, int M, int N) {
+    double worst = 0;
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double d = fabs((double)X[(size_t)i * ldc + j] - (double)Y[(size_t)i * ldc + j]);
+            double s = scale[(size_t)i * N + j];
+            double e;
+            if (d != d) return INFINITY;
+            e = s > 0 ? d / s : (d > 0 ? INFINITY : 0);
+            if (e > worst) worst = e;
+        }
+    }
+    return worst;
+}
+
+#define SG_SENTINEL 12345.5f
+
+/* C (M rows of ldc): the (M,N) block gets NaN (beta == 0: must be overwritten, never read) or a copy
+   of C0; the padding columns N..ldc-1 get a sentinel that must survive. */
+static void sg_prepare_c(float *C, const float *C0, int M, int N, int ldc, int nan_block) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < ldc; j++) {
+            size_t o = (size_t)i * ldc + j;
+            C[o] = j >= N ? SG_SENTINEL : (nan_block ? NAN : C0[o]);
+        }
+}
+
+static int sg_padding_intact(const float *C, int M, int N, int ldc) {
+    for (int i = 0; i < M; i++)
+        for (int j = N; j < ldc; j++)
+            if (C[(size_t)i * ldc + j] != SG_SENTINEL) return 0;
+    return 1;
+}
+
+typedef struct sg_dims { int M, N, K; } sg_dims;
+
+static const sg_dims sg_cases[] = {
+    {1, 1, 1},     {2, 2, 2},     {3, 3, 3},     {7, 7, 7},     {17, 17, 17},   {31, 31, 31},
+    {33, 33, 33},  {64, 64, 64},  {65, 65, 65},  {2, 3, 1},     {3, 1, 2},      {7, 17, 3},
+    {17, 31, 33},  {31, 33, 17},  {33, 64, 65},  {64, 65, 31},  {65, 7, 127},   {127, 65, 64},
+    {257, 33, 17}, {17, 257, 65}, {33, 17, 257}, {127, 31, 257}, {257, 257, 7}, {1, 257, 257},
+    {257, 1, 127}, {1, 300, 5},   {300, 1, 5},   {5, 1, 300},   {1, 1, 300},    {300, 2, 1},
+    {2, 65, 1},
+};
+
+/* alpha != 1 mostly; beta in {0, 1, 0.5}; beta == 0 always runs on a NaN-filled C */
+static const float sg_ab[][2] = {
+    {1.0f, 0.0f}, {-0.75f, 0.0f}, {1.25f, 1.0f}, {0.5f, 0.5f}, {-2.0f, 0.5f},
+};
+
+/* how much wider than the minimum each leading dimension is, varied by case */
+static int sg_pad(int which, int idx) {
+    static const int pads[] = {0, 3, 16, 1, 0, 7};
+    return pads[(idx + 2 * which) % 6];
+}
+
+/* One (M,N,K) case in all four (transA, transB) combinations and every (alpha, beta) of sg_ab.
+   builtin: also run the built-in kernel (a build whose tfm_sgemm goes elsewhere). */
+static void sg_run_case(int idx, const sg_dims *dm, int builtin) {
+    const int M = dm->M, N = dm->N, K = dm->K;
+    for (int ta = 0; ta < 2; ta++) {
+        for (int tb = 0; tb < 2; tb++) {
+            int rowsA = ta ? K : M, colsA = ta ? M : K;
+            int rowsB = tb ? N : K, colsB = tb ? K : N;
+            int lda = colsA + sg_pad(0, idx + ta), ldb = colsB + sg_pad(1, idx + tb);
+            int ldc = N + sg_pad(2, idx + ta + tb);
+            float *A = sg_alloc((size_t)rowsA * lda), *B = sg_alloc((size_t)rowsB * ldb);
+            float *C0 = sg_alloc((size_t)M * ldc), *C = sg_alloc((size_t)M * ldc);
+            float *C2 = sg_alloc((size_t)M * ldc);
+            double *ref = (double *)malloc((size_t)M * N * sizeof(double));
+            double *scale = (double *)malloc((size_t)M * N * sizeof(double));
+            sg_fill(A, (size_t)rowsA * lda);
+            sg_fill(B, (size_t)rowsB * ldb);
+            sg_fill(C0, (size_t)M * ldc);
+            for (size_t a = 0; a < sizeof sg_ab / sizeof sg_ab[0]; a++) {
+                float alpha = sg_ab[a][0], beta = sg_ab[a][1];
+                char what[160];
+                snprintf(what, sizeof what, "sgemm ta=%d tb=%d M=%d N=%d K=%d lda=%d ldb=%d ldc=%d "
+                         "alpha=%g beta=%g", ta, tb, M, N, K, lda, ldb, ldc, alpha, beta);
+                sg_reference(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, ldc, ref, scale);
+
+                sg_prepare_c(C, C0, M, N, ldc, beta == 0.0f);
+                CHECK_OK(tfm_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
+                CHECK_REL(what, sg_err(C, ldc, ref, scale, M, N), sg_tol(K));
+                CHECK_MSG(sg_padding_intact(C, M, N, ldc), "%s: wrote past column N", what);
+
+                if (builtin) {
+                    sg_prepare_c(C2, C0, M, N, ldc, beta == 0.0f);
+                    tfm__sgemm_builtin(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C2, ldc);
+                    CHECK_REL(what, sg_err(C2, ldc, ref, scale, M, N), sg_tol(K));
+                    CHECK_MSG(sg_padding_intact(C2, M, N, ldc), "%s (built-in): wrote past "
+                              "column N", what);
+                    /* both are within the bound of the exact result, so within twice it of each
+                       other */
+                    CHECK_REL(what, sg_diff(C, C2, ldc, scale, M, N), 2 * sg_tol(K));
+                }
+            }
+            free(A); free(B); free(C0); free(C); free(C2); free(ref); free(scale);
+        }
+    }
+}
+
+static void sg_test_sgemm(void) {
+    for (size_t i = 0; i < sizeof sg_cases / sizeof sg_cases[0]; i++) sg_run_case((int)i, &sg_cases[i], 0);
+}
+
+/* In a build whose tfm_sgemm is not the built-in kernel (BLAS, TFM_SGEMM), the built-in kernel is still
+   compiled: check it, and check the two agree. */
+static void sg_test_builtin_vs_backend(void) {
+    if (!strcmp(tfm_sgemm_backend(), "built-in")) return;
+    for (size_t i = 0; i < sizeof sg_cases / sizeof sg_cases[0]; i++) sg_run_case((int)i, &sg_cases[i], 1);
+}
+
+/* beta == 0 must ignore C even when it holds NaN or Inf in every element, and alpha == 0 with beta == 0
+   gives exact zeros. */
+static void sg_test_beta_zero_ignores_c(void) {
+    const int M = 5, N = 9, K = 4;
+    float A[5 * 4], B[4 * 9], C[5 * 9];
+    sg_fill(A, 20);
+    sg_fill(B, 36);
+    for (int i = 0; i < M * N; i++) C[i] = (i & 1) ? NAN : INFINITY;
+    CHECK_OK(tfm_sgemm(0, 0, M, N, K, 0.0f, A, K, B, N, 0.0f, C, N));
+    for (int i = 0; i < M * N; i++) CHECK_MSG(C[i] == 0.0f, "C[%d] = %g, want 0", i, C[i]);
+}
+
+/* tfm_sgemm_batched against one tfm_sgemm per matrix: non-contiguous strides (gaps between the matrices
+   that must be left alone), wider leading dimensions, and both thread counts. */
+static void sg_batched_case(int ta, int tb, int M, int N, int K, int batch, float alpha, float beta) {
+    int rowsA = ta ? K : M, colsA = ta ? M : K;
+    int rowsB = tb ? N : K, colsB = tb ? K : N;
+    int lda = colsA + 2, ldb = colsB + 1, ldc = N + 3;
+    int64_t sA = (int64_t)rowsA * lda + 7, sB = (int64_t)rowsB * ldb + 3;
+    int64_t sC = (int64_t)M * ldc + 5;
+    size_t nA = (size_t)(sA * batch), nB = (size_t)(sB * batch), nC = (size_t)(sC * batch);
+    float *A = sg_alloc(nA), *B = sg_alloc(nB), *C0 = sg_alloc(nC);
+    float *Cb = sg_alloc(nC), *Cs = sg_alloc(nC);
+    double *ref = (double *)malloc((size_t)M * N * sizeof(double));
+    double *scale = (double *)malloc((size_t)M * N * sizeof(double));
+    int saved = tfm_get_num_threads();
+    sg_fill(A, nA);
+    sg_fill(B, nB);
+    sg_fill(C0, nC);
+    for (int nt = 1; nt <= 2; nt++) {
+        char what[160];
+        tfm_set_num_threads(nt);
+        snprintf(what, sizeof what, "sgemm_batched ta=%d tb=%d M=%d N=%d K=%d batch=%d threads=%d "
+                 "alpha=%g beta=%g", ta, tb, M, N, K, batch, nt, alpha, beta);
+        /* everything outside the matrices (gaps and padding columns) holds the sentinel */
+        for (size_t i = 0; i < nC; i++) Cb[i] = Cs[i] = SG_SENTINEL;
+        for (int m = 0; m < batch; m++) {
+            sg_prepare_c(Cb + m * sC, C0 + m * sC, M, N, ldc, beta == 0.0f);
+            sg_prepare_c(Cs + m * sC, C0 + m * sC, M, N, ldc, beta == 0.0f);
+        }
+        CHECK_OK(tfm_sgemm_batched(ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, Cb, ldc,
+                                   sC, batch));
+        for (int m = 0; m < batch; m++)
+            CHECK_OK(tfm_sgemm(ta, tb, M, N, K, alpha, A + m * sA, lda, B + m * sB, ldb, beta,
+                               Cs + m * sC, ldc));
+        for (int m = 0; m < batch; m++) {
+            sg_reference(ta, tb, M, N, K, alpha, A + m * sA, lda, B + m * sB, ldb, beta,
+                         C0 + m * sC, ldc, ref, scale);
+            CHECK_REL(what, sg_err(Cb + m * sC, ldc, ref, scale, M, N), sg_tol(K));
+            /* the same product through the same kernel: equal up to a different split over threads */
+            CHECK_REL(what, sg_diff(Cb + m * sC, Cs + m * sC, ldc, scale, M, N), 2 * sg_tol(K));
+        }
+        {
+            /* gaps between matrices and padding columns untouched */
+            size_t bad = 0;
+            for (int m = 0; m < batch; m++) {
+                const float *c = Cb + m * sC;
+                if (!sg_padding_intact(c, M, N, ldc)) bad++;
+                for (int64_t g = (int64_t)M * ldc; g < sC; g++)
+                    if (c[g] != SG_SENTINEL) bad++;
+            }
+            CHECK_MSG(bad == 0, "%s: wrote outside the matrices", what);
+        }
+    }
+    tfm_set_num_threads(saved);
+    free(A); free(B); free(C0); free(Cb); free(Cs); free(ref); free(scale);
+}
+
+static void sg_test_batched(void) {
+    static const sg_dims dims[] = {{7, 17, 33}, {33, 31, 5}, {1, 65, 17}, {17, 1, 3}, {48, 40, 56}};
+    static const int batches[] = {1, 3, 16};
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+        for (int bi = 0; bi < 3; bi++)
+            for (int ta = 0; ta < 2; ta++)
+                for (int tb = 0; tb < 2; tb++) {
+                    int ab = (int)(d + bi + ta + tb) % 2;
+                    sg_batched_case(ta, tb, dims[d].M, dims[d].N, dims[d].K, batches[bi],
+                                    ab ? -1.25f : 0.5f, ab ? 0.5f : 0.0f);
+                }
+}
+
+/* One thread or two: both results within the bound of the exact product, and within twice it of each
+   other (a kernel that splits only M and N over threads gives bitwise equal results). */
+static void sg_test_threads(void) {
+    const int M = 129, N = 77, K = 150;
+    float *A = sg_alloc((size_t)M * K), *B = sg_alloc((size_t)K * N);
+    float *C1 = sg_alloc((size_t)M * N), *C2 = sg_alloc((size_t)M * N);
+    double *ref = (double *)malloc((size_t)M * N * sizeof(double));
+    double *scale = (double *)malloc((size_t)M * N * sizeof(double));
+    int saved = tfm_get_num_threads();
+    sg_fill(A, (size_t)M * K);
+    sg_fill(B, (size_t)K * N);
+    sg_reference(0, 1, M, N, K, 1.5, A, K, B, K, 0.0, NULL, N, ref, scale);
+    tfm_set_num_threads(1);
+    CHECK_OK(tfm_sgemm(0, 1, M, N, K, 1.5f, A, K, B, K, 0.0f, C1, N));
+    tfm_set_num_threads(2);
+    CHECK_OK(tfm_sgemm(0, 1, M, N, K, 1.5f, A, K, B, K, 0.0f, C2, N));
+    tfm_set_num_threads(saved);
+    CHECK_REL("sgemm 1 thread", sg_err(C1, N, ref, scale, M, N), sg_tol(K));
+    CHECK_REL("sgemm 2 threads", sg_err(C2, N, ref, scale, M, N), sg_tol(K));
+    CHECK_REL("sgemm 1 vs 2 threads", sg_diff(C1, C2, N, scale, M, N), 2 * sg_tol(K));
+    free(A); free(B); free(C1); free(C2); free(ref); free(scale);
+}
+
+static void suite_sgemm(void) {
+    RUN(sg_test_sgemm);
+    RUN(sg_test_builtin_vs_backend);
+    RUN(sg_test_beta_zero_ignores_c);
+    RUN(sg_test_batched);
+    RUN(sg_test_threads);
+}
