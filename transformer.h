@@ -87,7 +87,9 @@
 #define TFM_VERSION_PATCH 0
 
 #ifndef TFMDEF
-#ifdef TFM_STATIC
+#if defined(TFM_STATIC) && (defined(__GNUC__) || defined(__clang__))
+#define TFMDEF static __attribute__((unused))
+#elif defined(TFM_STATIC)
 #define TFMDEF static
 #else
 #define TFMDEF extern
@@ -389,6 +391,230 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
 TFMDEF tfm_result tfm_mha_backward(tfm_mha *m, tfm_tensor *dx, tfm_tensor *dxkv,
                                    const tfm_tensor *dy);
 
+/* ==== >>api-block ====
+   One transformer layer: self-attention, optional cross-attention over a second sequence, and a
+   feed-forward network, each a sub-layer with a residual connection and a layernorm, placed after
+   the residual sum (post-LN, the original paper and torch's default) or before the sub-layer
+   (pre-LN, norm_first). Names and layouts follow torch.nn.TransformerEncoderLayer (cross == 0:
+   self_attn, linear1, linear2, norm1, norm2) and torch.nn.TransformerDecoderLayer (cross == 1:
+   self_attn, multihead_attn, linear1, linear2, norm1, norm2, norm3). */
+
+typedef enum tfm_activation {
+    TFM_ACT_RELU = 0,     /* torch's default */
+    TFM_ACT_GELU = 1,     /* exact (erf) GELU */
+    TFM_ACT_GELU_TANH = 2 /* tanh approximation */
+} tfm_activation;
+
+/* A linear map (torch.nn.Linear): weight (O,I), bias (O) (data NULL without bias), and gradients. */
+typedef struct tfm_linear { tfm_tensor weight, bias, dweight, dbias; } tfm_linear;
+/* A layernorm (torch.nn.LayerNorm): weight (C), bias (C), gradients, and per-row statistics. */
+typedef struct tfm_layernorm { tfm_tensor weight, bias, dweight, dbias; float *mean, *rstd; } tfm_layernorm;
+
+typedef struct tfm_block_desc {
+    int d_model;         /* C, required */
+    int n_heads;         /* H, required, divides C */
+    int d_ff;            /* 0 -> 4 * d_model */
+    int cross;           /* 1: decoder layer with cross-attention (multihead_attn, norm3) */
+    int causal;          /* 1: causal self-attention (decoder layers) */
+    int norm_first;      /* 0: post-LN; 1: pre-LN */
+    tfm_activation act;  /* feed-forward activation, default ReLU */
+    float dropout;       /* on each sub-layer's output before the residual sum (training only) */
+    float attn_dropout;  /* on the attention weights (training only) */
+    float ln_eps;        /* 0 -> 1e-5 */
+    int no_bias;         /* 0: every linear map has a bias */
+    int max_batch;       /* 0 -> 1 */
+    int max_t;           /* required: longest input sequence */
+    int max_tk;          /* cross: longest sequence attended over; 0 -> max_t */
+} tfm_block_desc;
+
+/* Sub-layer s (0 self-attention, then cross-attention, then feed-forward) reads stream[s] and writes
+   stream[s+1]; stream[0] is the caller's input, the last one the caller's output. */
+#define TFM__MAX_SUB 3
+typedef struct tfm_block {
+    tfm_block_desc desc;                   /* with defaults applied */
+    int n_sub;                             /* 2, or 3 with cross-attention */
+    tfm_mha self_attn, cross_attn;
+    tfm_linear linear1, linear2;           /* (F,C) and (C,F) */
+    tfm_layernorm norm[TFM__MAX_SUB];      /* norm1, norm2 (, norm3) */
+    /* saved by forward */
+    const float *stream[TFM__MAX_SUB];     /* input of each sub-layer */
+    float *buf_stream[TFM__MAX_SUB];       /* internal streams 1..n_sub-1 */
+    float *ln_io[TFM__MAX_SUB];            /* pre-LN: the layernorm's output; post-LN: its input */
+    float *ff_pre, *ff_act;                /* (B,T,F) before and after the activation */
+    const float *xkv;
+    /* scratch */
+    float *sub_out, *d_a, *d_b, *d_u, *d_ff1, *d_ff2;
+    int B, T, Tk, training, has_grad;
+    uint64_t seed;
+} tfm_block;
+
+/* Carve a layer from mem (or count it, with counting arenas). TFM_E_ARG names a bad desc field. */
+TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm_mem *mem);
+/* torch's initialisation of the same layer (attention as tfm_mha_init_params, linear maps
+   U(+-1/sqrt(fan_in)), layernorm weight 1 and bias 0). */
+TFMDEF void tfm_block_init_params(tfm_block *blk, tfm_rng *rng);
+/* y (B,T,C) = layer(x (B,T,C)). lens (B): key padding of the self-attention (NULL: none). Cross: xkv
+   (B,Tk,C) and its key lengths xkv_lens (NULL: none); else xkv must be NULL. Dropout is applied when
+   training, with masks drawn from seed. x and xkv are read again by backward; y must not alias them. */
+TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_tensor *x, const tfm_tensor *xkv,
+                                    const int32_t *lens, const int32_t *xkv_lens, int training, uint64_t seed);
+/* Adds into dx (B,T,C), dxkv (B,Tk,C) (cross; NULL to skip) and every parameter gradient. */
+TFMDEF tfm_result tfm_block_backward(tfm_block *blk, tfm_tensor *dx, tfm_tensor *dxkv, const tfm_tensor *dy);
+
+/* ==== >>api-model ==== */
+
+typedef enum tfm_model_kind {
+    TFM_MODEL_NONE = 0,
+    TFM_ENCODER_CLASSIFIER = 1, /* encoder, pooling, classification head; one label per sequence */
+    TFM_DECODER_LM = 2,         /* causal decoder-only language model; a target per position */
+    TFM_ENCODER_DECODER = 3     /* encoder over the source, decoder over the target (teacher forcing) */
+} tfm_model_kind;
+
+typedef enum tfm_pos_kind { TFM_POS_LEARNED = 0, TFM_POS_SINUSOIDAL = 1, TFM_POS_NONE = 2 } tfm_pos_kind;
+typedef enum tfm_pool_kind { TFM_POOL_MEAN = 0, TFM_POOL_CLS = 1 } tfm_pool_kind;
+typedef enum tfm_init_kind { TFM_INIT_NORMAL = 0, TFM_INIT_XAVIER = 1 } tfm_init_kind;
+
+/* Zero means default; required fields left at 0 give TFM_E_ARG naming the field. */
+typedef struct tfm_config {
+    tfm_model_kind kind;     /* required */
+    int vocab_size;          /* required: input tokens (classifier, LM) or source tokens (enc-dec) */
+    int tgt_vocab_size;      /* enc-dec: target tokens; 0 -> vocab_size */
+    int n_classes;           /* classifier: required */
+    int d_model;             /* required */
+    int n_heads;             /* required, divides d_model */
+    int n_layers;            /* 0 -> 2: encoder layers, or the LM's decoder layers */
+    int n_dec_layers;        /* enc-dec: 0 -> n_layers */
+    int d_ff;                /* 0 -> 4 * d_model */
+    int max_seq_len;         /* required: longest input (source) sequence */
+    int max_tgt_len;         /* enc-dec: longest target sequence; 0 -> max_seq_len */
+    int max_batch;           /* 0 -> 1 */
+    tfm_activation act;      /* 0 -> ReLU */
+    int norm_first;          /* 0: post-LN (the paper); 1: pre-LN, with a final layernorm per stack */
+    tfm_pos_kind pos;        /* 0 -> learned positions */
+    int scale_emb;           /* 1: token embeddings times sqrt(d_model) */
+    tfm_pool_kind pool;      /* classifier: 0 -> mean over valid positions; or first token */
+    int tie_output;          /* LM, enc-dec: the output projection is the (target) token embedding */
+    int share_emb;           /* enc-dec: one embedding for source and target (vocabularies equal) */
+    int no_bias;             /* 0: linear maps have biases */
+    float dropout;           /* embeddings and residual branches, training only */
+    float attn_dropout;      /* attention weights, training only */
+    float ln_eps;            /* 0 -> 1e-5 */
+    float label_smoothing;   /* cross-entropy label smoothing, 0 -> none */
+    int ignore_index;        /* targets equal to this are skipped; 0 -> -100 (has_ignore_index to use 0) */
+    int has_ignore_index;    /* 1: ignore_index is used as given, even 0 */
+    tfm_init_kind init;      /* 0 -> N(0, init_std) for matrices and embeddings; or Xavier uniform */
+    float init_std;          /* 0 -> 0.02 */
+    uint64_t seed;           /* initialisation and dropout */
+    int inference_only;      /* 1: no gradients, optimizer state or backward scratch */
+} tfm_config;
+
+/* A batch: token ids row-major (B,T), padding at the end of each row. */
+typedef struct tfm_batch {
+    int batch;               /* B */
+    int len;                 /* T: input (source) length */
+    const int32_t *tokens;   /* (B,T) input ids (classifier, LM) or source ids (enc-dec) */
+    const int32_t *lens;     /* (B) valid lengths of tokens; NULL: all T */
+    int tgt_len;             /* enc-dec: Tt */
+    const int32_t *tgt_in;   /* enc-dec: (B,Tt) decoder inputs (shifted right: start token first) */
+    const int32_t *targets;  /* classifier (B) labels; LM (B,T); enc-dec (B,Tt); ignore_index to skip;
+                                NULL: forward computes logits but no loss */
+} tfm_batch;
+
+typedef enum tfm_schedule {
+    TFM_SCHED_CONSTANT = 0,  /* lr, after a linear warmup if warmup_steps */
+    TFM_SCHED_COSINE = 1,    /* linear warmup, then cosine from lr to min_lr at total_steps */
+    TFM_SCHED_INV_SQRT = 2   /* lr * min(s^-0.5, s * warmup^-1.5) * sqrt(warmup) (the paper's, peak lr) */
+} tfm_schedule;
+
+/* AdamW with decoupled weight decay, global-norm clipping and a schedule. Zero means default. */
+typedef struct tfm_optim {
+    float lr;                /* required: peak learning rate */
+    float beta1, beta2;      /* 0 -> 0.9, 0.999 */
+    float eps;               /* 0 -> 1e-8 */
+    float weight_decay;      /* 0 -> none */
+    int decay_all;           /* 0: no decay on biases, layernorms and embeddings */
+    float clip_norm;         /* > 0: scale gradients so their global L2 norm is at most this */
+    tfm_schedule schedule;
+    int warmup_steps;
+    int total_steps;         /* cosine: required */
+    float min_lr;            /* cosine floor */
+} tfm_optim;
+
+/* A named parameter: torch state_dict name, the tensor, its gradient, whether AdamW decays it. */
+typedef struct tfm_param {
+    char name[64];
+    tfm_tensor value, grad;   /* views into the model's memory; grad.data NULL when inference_only */
+    int decay;
+} tfm_param;
+
+typedef struct tfm_model {
+    tfm_config cfg;                 /* with defaults applied */
+    tfm_arena mem;                  /* the one block: params | grads | adam_m | adam_v | acts | scratch */
+    size_t off_params, off_grads, off_m, off_v, off_acts, off_scratch, n_param_bytes;
+    tfm_param *params;              /* registry, in arena order */
+    int n_params;
+    int64_t n_weights;              /* number of trainable floats */
+    /* embeddings */
+    tfm_tensor src_emb, dsrc_emb;   /* (V,C) tok_emb (classifier, LM) or src_tok_emb (enc-dec) */
+    tfm_tensor tgt_emb, dtgt_emb;   /* enc-dec: (Vt,C) tgt_tok_emb (aliases src_emb when shared) */
+    tfm_tensor pos_emb, dpos_emb;   /* (P,C) learned positions, or the sinusoidal table */
+    tfm_tensor tgt_pos_emb, dtgt_pos_emb;
+    tfm_block *enc, *dec;           /* layer arrays (in acts) */
+    int n_enc, n_dec;
+    tfm_layernorm enc_norm, dec_norm;  /* pre-LN final norms */
+    tfm_linear head;                /* classifier (n_classes,C) or output (V,C); weight aliases an embedding when tied */
+    /* activations */
+    float *enc_x, *enc_y, *dec_x, *dec_y, *enc_ln, *dec_ln;
+    float *pooled, *logits, *lse;
+    int32_t *lens, *targets;
+    /* scratch */
+    float *d_enc_x, *d_enc_y, *d_dec_x, *d_dec_y, *d_enc_ln, *d_dec_ln, *d_pooled, *d_logits;
+    float **enc_out, **dec_out;     /* per-layer outputs */
+    float *enc_buf, *dec_buf;
+    double *gnorm_parts;            /* per-parameter squared gradient norms */
+    const float *memory, *top;      /* the encoder's output (enc-dec) and the top stack's output */
+    const int32_t *tokens, *tgt_in; /* the last forward's inputs (read by backward) */
+    unsigned char *mem_base;
+    size_t mem_size;
+    /* state */
+    int training, has_grad, B, T, Tt, has_lens, has_targets;
+    uint64_t fwd_seed;
+    int64_t step;                   /* optimizer steps taken */
+    tfm_rng rng;
+    float last_loss;
+    void *owned;                    /* memory the library allocated */
+} tfm_model;
+
+/* Apply defaults to cfg and check it: the config a model built from cfg would use. */
+TFMDEF tfm_result tfm_config_resolve(const tfm_config *cfg, tfm_config *out);
+/* Bytes a model of this config needs (one block; nothing else is allocated). */
+TFMDEF tfm_result tfm_model_memory_size(const tfm_config *cfg, size_t *bytes);
+/* Build a model in mem (size bytes, from tfm_model_memory_size) or, when mem is NULL, in memory
+   allocated here. Parameters are initialised from cfg.seed. TFM_E_ARG names a bad field. */
+TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem, size_t size);
+/* Free what tfm_model_init allocated. */
+TFMDEF void tfm_model_free(tfm_model *m);
+/* Dropout on (1) or off (0). A new model is in training mode unless inference_only. */
+TFMDEF void tfm_model_train(tfm_model *m, int training);
+/* Run the model on a batch; with targets, *loss (may be NULL) receives the mean cross-entropy.
+   Logits stay in the model until the next forward (tfm_model_logits). TFM_E_SHAPE if the batch
+   exceeds max_batch or the lengths; TFM_E_ARG for an id or label out of range. */
+TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *batch, float *loss);
+/* Gradients of loss_scale * loss from the last forward, added into the gradients. Use
+   loss_scale = 1/k to accumulate k micro-batches into one step. */
+TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale);
+/* Clear every gradient. */
+TFMDEF void tfm_model_zero_grad(tfm_model *m);
+/* Clip (if opt->clip_norm), then one AdamW update at the scheduled learning rate; step += 1.
+   *grad_norm (may be NULL) receives the global gradient norm before clipping. */
+TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad_norm);
+/* Learning rate the schedule gives for step s (1-based, as the step about to be taken). */
+TFMDEF float tfm_optim_lr(const tfm_optim *opt, int64_t s);
+/* The last forward's logits: (B,n_classes), (B,T,V) or (B,Tt,Vt). */
+TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m);
+/* Find a parameter by its torch name; NULL if none. */
+TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name);
+
 /* ==== >>api-cuda ==== */
 
 /* TFM_OK when this build has CUDA and a device is present; TFM_E_NO_CUDA otherwise. */
@@ -571,7 +797,11 @@ TFMDEF int64_t tfm_numel(const tfm_tensor *t) {
     int64_t n = 1;
     int i;
     if (!t || t->ndim < 1 || t->ndim > TFM_MAX_DIMS) return 0;
-    for (i = 0; i < t->ndim; i++) n *= t->shape[i] > 0 ? t->shape[i] : 0;
+    for (i = 0; i < t->ndim; i++) {
+        int64_t d = t->shape[i] > 0 ? t->shape[i] : 0;
+        if (d && n > INT64_MAX / d) return INT64_MAX; /* saturate rather than wrap */
+        n *= d;
+    }
     return n;
 }
 
@@ -611,15 +841,20 @@ static tfm_result tfm__chk(const char *fn, const char *name, const tfm_tensor *t
     if (!t) return tfm__fail(TFM_E_ARG, "%s: %s is NULL", fn, name);
     if (t->ndim < 1 || t->ndim > TFM_MAX_DIMS)
         return tfm__fail(TFM_E_ARG, "%s: %s has %d dims (want 1..%d)", fn, name, t->ndim, TFM_MAX_DIMS);
-    for (i = 0; i < t->ndim; i++)
-        if (t->shape[i] < 1)
-            return tfm__fail(TFM_E_SHAPE, "%s: %s is %s: every dim must be >= 1", fn, name, tfm__shp(t));
+    {
+        int64_t n = 1;
+        for (i = 0; i < t->ndim; i++) {
+            if (t->shape[i] < 1)
+                return tfm__fail(TFM_E_SHAPE, "%s: %s is %s: every dim must be >= 1", fn, name, tfm__shp(t));
+            if (t->shape[i] > ((int64_t)1 << 40) / n)
+                return tfm__fail(TFM_E_SHAPE, "%s: %s is %s: more than 2^40 elements", fn, name, tfm__shp(t));
+            n *= t->shape[i];
+        }
+    }
     if (!t->data) return tfm__fail(TFM_E_ARG, "%s: %s %s has no data (NULL)", fn, name, tfm__shp(t));
     if (t->device != TFM_CPU)
         return tfm__fail(TFM_E_NO_CUDA, "%s: %s lives on a CUDA device, but this build has no TFM_CUDA",
                          fn, name);
-    if (tfm_numel(t) > (int64_t)1 << 40)
-        return tfm__fail(TFM_E_SHAPE, "%s: %s is %s: too many elements", fn, name, tfm__shp(t));
     return TFM_OK;
 }
 /* Same, but NULL is allowed (an optional gradient). */
@@ -1245,7 +1480,7 @@ static void tfm__log_softmax_backward_cpu(float *dx, const float *dy, const floa
     }
 }
 
-/* Returns the mean loss over valid rows; lse[r] = log-sum-exp of row r (0 for ignored rows). */
+/* Returns the mean loss over valid rows; lse[r] = log-sum-exp of every row r. */
 static float tfm__cross_entropy_forward_cpu(float *lse, const float *x, const int32_t *t, int ignore, float s,
                                             int64_t N, int64_t V) {
     double total = 0.0;
@@ -1254,12 +1489,9 @@ static float tfm__cross_entropy_forward_cpu(float *lse, const float *x, const in
     for (r = 0; r < N; r++) {
         const float *xr = x + r * V;
         float l, loss;
-        if (t[r] == ignore) {
-            lse[r] = 0.0f;
-            continue;
-        }
         l = tfm__lse_row(xr, V);
         lse[r] = l;
+        if (t[r] == ignore) continue;
         loss = (1.0f - s) * (l - xr[t[r]]);
         if (s != 0.0f) {
             double mean = 0.0;
@@ -2406,10 +2638,73 @@ static void tfm__mha_args(const tfm_mha *m, tfm__attn_args *a) {
     a->tmp = m->tmp;
 }
 
+/* The forward pass of a checked layer call. */
+static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv, int B, int Tq, int Tk,
+                         const tfm_attn_opts *opts) {
+    tfm__attn_args a;
+    int64_t C = m->desc.d_model;
+    m->B = B;
+    m->Tq = Tq;
+    m->Tk = Tk;
+    m->x = x;
+    m->xkv = xkv;
+    memset(&m->opts, 0, sizeof m->opts);
+    if (opts) m->opts = *opts;
+    m->has_lens = opts && opts->key_lens;
+    if (m->has_lens) {
+        memcpy(m->key_lens, opts->key_lens, (size_t)B * sizeof(int32_t));
+        m->opts.key_lens = m->key_lens;
+    }
+    {
+        const float *w = m->in_proj_weight.data, *b = m->in_proj_bias.data;
+        if (m->desc.cross) {
+            tfm__linear_forward_cpu(m->q, C, x, C, w, b, (int64_t)B * Tq, C, C);
+            tfm__linear_forward_cpu(m->kv, 2 * C, xkv, C, w + C * C, b ? b + C : NULL, (int64_t)B * Tk, C, 2 * C);
+        } else {
+            tfm__linear_forward_cpu(m->q, 3 * C, x, C, w, b, (int64_t)B * Tq, C, 3 * C);
+        }
+    }
+    tfm__mha_args(m, &a);
+    tfm__attention_forward_cpu(&a);
+    tfm__linear_forward_cpu(y, C, m->ctx, C, m->out_proj_weight.data, m->out_proj_bias.data, (int64_t)B * Tq, C, C);
+}
+
+/* The backward pass of a checked layer call: adds into dx, dxkv (may be NULL) and the gradients. */
+static void tfm__mha_bwd(tfm_mha *m, float *dx, float *dxkv, const float *dy) {
+    tfm__attn_args a;
+    int64_t B = m->B, Tq = m->Tq, Tk = m->Tk, C = m->desc.d_model;
+    int cross = m->desc.cross;
+    /* out_proj: dW += dy^T ctx, db += colsum(dy), dctx = dy W */
+    memset(m->dctx, 0, (size_t)(B * Tq * C) * sizeof(float));
+    tfm__linear_backward_cpu(m->dctx, C, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx, C,
+                             m->out_proj_weight.data, B * Tq, C, C);
+    /* attention: gradients of the projected q, k, v */
+    tfm__mha_args(m, &a);
+    memset(m->dq, 0, (size_t)(B * Tq * (cross ? C : 3 * C)) * sizeof(float));
+    if (cross) {
+        memset(m->dkv, 0, (size_t)(B * Tk * 2 * C) * sizeof(float));
+        tfm__attention_backward_cpu(&a, m->dq, (int)C, m->dkv, (int)(2 * C), m->dkv + C, (int)(2 * C), m->dctx, (int)C);
+    } else {
+        tfm__attention_backward_cpu(&a, m->dq, (int)(3 * C), m->dq + C, (int)(3 * C), m->dq + 2 * C, (int)(3 * C),
+                                    m->dctx, (int)C);
+    }
+    /* in_proj */
+    {
+        const float *w = m->in_proj_weight.data;
+        float *dw = m->d_in_proj_weight.data, *db = m->d_in_proj_bias.data;
+        if (cross) {
+            tfm__linear_backward_cpu(dx, C, dw, db, m->dq, C, m->x, C, w, B * Tq, C, C);
+            tfm__linear_backward_cpu(dxkv, C, dw + C * C, db ? db + C : NULL, m->dkv, 2 * C, m->xkv, C, w + C * C,
+                                     B * Tk, C, 2 * C);
+        } else {
+            tfm__linear_backward_cpu(dx, C, dw, db, m->dq, 3 * C, m->x, C, w, B * Tq, C, 3 * C);
+        }
+    }
+}
+
 TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x, const tfm_tensor *xkv,
                                   const tfm_attn_opts *opts) {
     const char *fn = "tfm_mha_forward";
-    tfm__attn_args a;
     int64_t B, Tq, Tk, C;
     if (!m) return tfm__fail(TFM_E_ARG, "%s: layer is NULL", fn);
     if (!m->in_proj_weight.data || !m->att || !m->q || !m->ctx || !m->key_lens)
@@ -2444,36 +2739,12 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
     if (opts && opts->dropout > 0.0f && !m->tmp)
         return tfm__fail(TFM_E_ARG, "%s: opts.dropout > 0 in a layer built with no_grad", fn);
 
-    m->B = (int)B;
-    m->Tq = (int)Tq;
-    m->Tk = (int)Tk;
-    m->x = x->data;
-    m->xkv = xkv ? xkv->data : NULL;
-    memset(&m->opts, 0, sizeof m->opts);
-    if (opts) m->opts = *opts;
-    m->has_lens = opts && opts->key_lens;
-    if (m->has_lens) {
-        memcpy(m->key_lens, opts->key_lens, (size_t)B * sizeof(int32_t));
-        m->opts.key_lens = m->key_lens;
-    }
-    {
-        const float *w = m->in_proj_weight.data, *b = m->in_proj_bias.data;
-        if (m->desc.cross) {
-            tfm__linear_forward_cpu(m->q, C, x->data, C, w, b, B * Tq, C, C);
-            tfm__linear_forward_cpu(m->kv, 2 * C, xkv->data, C, w + C * C, b ? b + C : NULL, B * Tk, C, 2 * C);
-        } else {
-            tfm__linear_forward_cpu(m->q, 3 * C, x->data, C, w, b, B * Tq, C, 3 * C);
-        }
-    }
-    tfm__mha_args(m, &a);
-    tfm__attention_forward_cpu(&a);
-    tfm__linear_forward_cpu(y->data, C, m->ctx, C, m->out_proj_weight.data, m->out_proj_bias.data, B * Tq, C, C);
+    tfm__mha_fwd(m, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)Tq, (int)Tk, opts);
     return TFM_OK;
 }
 
 TFMDEF tfm_result tfm_mha_backward(tfm_mha *m, tfm_tensor *dx, tfm_tensor *dxkv, const tfm_tensor *dy) {
     const char *fn = "tfm_mha_backward";
-    tfm__attn_args a;
     int64_t B, Tq, Tk, C;
     int cross;
     if (!m) return tfm__fail(TFM_E_ARG, "%s: layer is NULL", fn);
@@ -2499,30 +2770,1060 @@ TFMDEF tfm_result tfm_mha_backward(tfm_mha *m, tfm_tensor *dx, tfm_tensor *dxkv,
         return tfm__fail(TFM_E_SHAPE, "%s: dxkv is %s but the last forward's xkv was (%lld,%lld,%lld)", fn,
                          tfm__shp(dxkv), (long long)B, (long long)Tk, (long long)C);
 
-    /* out_proj: dW += dy^T ctx, db += colsum(dy), dctx = dy W */
-    memset(m->dctx, 0, (size_t)(B * Tq * C) * sizeof(float));
-    tfm__linear_backward_cpu(m->dctx, C, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy->data, C, m->ctx, C,
-                             m->out_proj_weight.data, B * Tq, C, C);
-    /* attention: gradients of the projected q, k, v */
-    tfm__mha_args(m, &a);
-    memset(m->dq, 0, (size_t)(B * Tq * (cross ? C : 3 * C)) * sizeof(float));
-    if (cross) {
-        memset(m->dkv, 0, (size_t)(B * Tk * 2 * C) * sizeof(float));
-        tfm__attention_backward_cpu(&a, m->dq, (int)C, m->dkv, (int)(2 * C), m->dkv + C, (int)(2 * C), m->dctx, (int)C);
-    } else {
-        tfm__attention_backward_cpu(&a, m->dq, (int)(3 * C), m->dq + C, (int)(3 * C), m->dq + 2 * C, (int)(3 * C),
-                                    m->dctx, (int)C);
+    tfm__mha_bwd(m, dx ? dx->data : NULL, dxkv ? dxkv->data : NULL, dy->data);
+    return TFM_OK;
+}
+
+/* -- layers: linear, layernorm, transformer block -- */
+
+/* Seed of dropout site `site` in a pass drawn with `seed`. */
+static uint64_t tfm__seed_mix(uint64_t seed, uint64_t site) {
+    uint64_t x = seed ^ (site * 0xD1B54A32D192ED03ull);
+    return tfm__splitmix64(&x);
+}
+
+static void tfm__linear_carve(tfm_linear *l, int64_t out, int64_t in, int bias, tfm_mem *mem) {
+    int64_t sh[2];
+    sh[0] = out;
+    sh[1] = in;
+    memset(l, 0, sizeof *l);
+    l->weight = tfm_arena_tensor(&mem->params, 2, sh);
+    if (bias) l->bias = tfm_arena_tensor(&mem->params, 1, sh);
+    if (!mem->no_grad) {
+        l->dweight = tfm_arena_tensor(&mem->grads, 2, sh);
+        if (bias) l->dbias = tfm_arena_tensor(&mem->grads, 1, sh);
     }
-    /* in_proj */
-    {
-        const float *w = m->in_proj_weight.data;
-        float *dw = m->d_in_proj_weight.data, *db = m->d_in_proj_bias.data;
-        if (cross) {
-            tfm__linear_backward_cpu(dx ? dx->data : NULL, C, dw, db, m->dq, C, m->x, C, w, B * Tq, C, C);
-            tfm__linear_backward_cpu(dxkv ? dxkv->data : NULL, C, dw + C * C, db ? db + C : NULL, m->dkv, 2 * C, m->xkv,
-                                     C, w + C * C, B * Tk, C, 2 * C);
+}
+
+static void tfm__layernorm_carve(tfm_layernorm *ln, int64_t C, int bias, size_t rows, tfm_mem *mem) {
+    memset(ln, 0, sizeof *ln);
+    ln->weight = tfm_arena_tensor(&mem->params, 1, &C);
+    if (bias) ln->bias = tfm_arena_tensor(&mem->params, 1, &C);
+    if (!mem->no_grad) {
+        ln->dweight = tfm_arena_tensor(&mem->grads, 1, &C);
+        if (bias) ln->dbias = tfm_arena_tensor(&mem->grads, 1, &C);
+    }
+    ln->mean = tfm__carve(&mem->acts, rows);
+    ln->rstd = tfm__carve(&mem->acts, rows);
+}
+
+static void tfm__layernorm_reset(tfm_layernorm *ln) {
+    if (ln->weight.data) tfm_fill(&ln->weight, 1.0f);
+    if (ln->bias.data) tfm_fill(&ln->bias, 0.0f);
+}
+
+/* nn.Linear's default: U(+-1/sqrt(fan_in)) for weight and bias */
+static void tfm__linear_reset(tfm_linear *l, tfm_rng *rng) {
+    float bound;
+    if (!l->weight.data) return;
+    bound = 1.0f / sqrtf((float)l->weight.shape[1]);
+    tfm_fill_uniform(&l->weight, rng, -bound, bound);
+    if (l->bias.data) tfm_fill_uniform(&l->bias, rng, -bound, bound);
+}
+
+static tfm_result tfm__block_desc_resolve(const char *fn, const tfm_block_desc *in, tfm_block_desc *d) {
+    *d = *in;
+    if (d->d_model <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.d_model is %d: required, > 0", fn, d->d_model);
+    if (d->n_heads <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.n_heads is %d: required, > 0", fn, d->n_heads);
+    if (d->d_model % d->n_heads)
+        return tfm__fail(TFM_E_ARG, "%s: desc.n_heads %d does not divide desc.d_model %d", fn, d->n_heads, d->d_model);
+    if (d->d_ff < 0) return tfm__fail(TFM_E_ARG, "%s: desc.d_ff is %d: must be >= 0", fn, d->d_ff);
+    if (d->max_t <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_t is %d: required, > 0", fn, d->max_t);
+    if (d->max_batch < 0 || d->max_tk < 0)
+        return tfm__fail(TFM_E_ARG, "%s: desc.max_batch %d and desc.max_tk %d must be >= 0", fn, d->max_batch, d->max_tk);
+    if ((int)d->act < 0 || (int)d->act > 2) return tfm__fail(TFM_E_ARG, "%s: desc.act %d is not a tfm_activation", fn, (int)d->act);
+    if (!(d->dropout >= 0.0f && d->dropout < 1.0f) || !(d->attn_dropout >= 0.0f && d->attn_dropout < 1.0f))
+        return tfm__fail(TFM_E_ARG, "%s: desc.dropout %g and desc.attn_dropout %g must be in [0,1)", fn,
+                         (double)d->dropout, (double)d->attn_dropout);
+    if (!(d->ln_eps >= 0.0f) || !isfinite(d->ln_eps))
+        return tfm__fail(TFM_E_ARG, "%s: desc.ln_eps %g must be finite and >= 0", fn, (double)d->ln_eps);
+    if (d->d_ff == 0) d->d_ff = 4 * d->d_model;
+    if (d->max_batch == 0) d->max_batch = 1;
+    if (d->max_tk == 0) d->max_tk = d->max_t;
+    if (d->ln_eps == 0.0f) d->ln_eps = 1e-5f;
+    d->cross = d->cross != 0;
+    d->causal = d->causal != 0;
+    d->norm_first = d->norm_first != 0;
+    d->no_bias = d->no_bias != 0;
+    if ((double)d->max_batch * d->max_t * d->d_ff > 2147483647.0)
+        return tfm__fail(TFM_E_ARG, "%s: max_batch %d x max_t %d x d_ff %d is beyond 2^31 elements", fn, d->max_batch,
+                         d->max_t, d->d_ff);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm_mem *mem) {
+    const char *fn = "tfm_block_init";
+    tfm_block_desc d;
+    tfm_mha_desc md;
+    size_t BT, BTF, mark;
+    int s;
+    if (!blk || !desc || !mem) return tfm__fail(TFM_E_ARG, "%s: block, desc or mem is NULL", fn);
+    TFM__TRY(tfm__block_desc_resolve(fn, desc, &d));
+    memset(blk, 0, sizeof *blk);
+    blk->desc = d;
+    blk->n_sub = d.cross ? 3 : 2;
+    blk->has_grad = !mem->no_grad;
+    BT = (size_t)d.max_batch * d.max_t * d.d_model;
+    BTF = (size_t)d.max_batch * d.max_t * d.d_ff;
+    /* this layer's scratch first: it stays live while the attention layers use theirs */
+    mark = mem->scratch.used;
+    blk->sub_out = tfm__carve(&mem->scratch, BT);
+    if (!mem->no_grad) {
+        blk->d_a = tfm__carve(&mem->scratch, BT);
+        blk->d_b = tfm__carve(&mem->scratch, BT);
+        blk->d_u = tfm__carve(&mem->scratch, BT);
+        blk->d_ff1 = tfm__carve(&mem->scratch, BTF);
+        blk->d_ff2 = tfm__carve(&mem->scratch, BTF);
+    }
+    memset(&md, 0, sizeof md);
+    md.d_model = d.d_model;
+    md.n_heads = d.n_heads;
+    md.no_bias = d.no_bias;
+    md.max_batch = d.max_batch;
+    md.max_tq = d.max_t;
+    TFM__TRY(tfm_mha_init(&blk->self_attn, &md, mem));
+    if (d.cross) {
+        md.cross = 1;
+        md.max_tk = d.max_tk;
+        TFM__TRY(tfm_mha_init(&blk->cross_attn, &md, mem));
+    }
+    tfm__linear_carve(&blk->linear1, d.d_ff, d.d_model, !d.no_bias, mem);
+    tfm__linear_carve(&blk->linear2, d.d_model, d.d_ff, !d.no_bias, mem);
+    for (s = 0; s < blk->n_sub; s++)
+        tfm__layernorm_carve(&blk->norm[s], d.d_model, !d.no_bias, (size_t)d.max_batch * d.max_t, mem);
+    for (s = 1; s < blk->n_sub; s++) blk->buf_stream[s] = tfm__carve(&mem->acts, BT);
+    for (s = 0; s < blk->n_sub; s++) blk->ln_io[s] = tfm__carve(&mem->acts, BT);
+    blk->ff_pre = tfm__carve(&mem->acts, BTF);
+    blk->ff_act = tfm__carve(&mem->acts, BTF);
+    mem->scratch.used = mark;
+    if (tfm_mem_check(mem) != TFM_OK) return tfm__fail(TFM_E_NOMEM, "%s: %s", fn, tfm_last_error());
+    return TFM_OK;
+}
+
+TFMDEF void tfm_block_init_params(tfm_block *blk, tfm_rng *rng) {
+    int s;
+    if (!blk || !rng) return;
+    tfm_mha_init_params(&blk->self_attn, rng);
+    if (blk->desc.cross) tfm_mha_init_params(&blk->cross_attn, rng);
+    tfm__linear_reset(&blk->linear1, rng);
+    tfm__linear_reset(&blk->linear2, rng);
+    for (s = 0; s < blk->n_sub; s++) tfm__layernorm_reset(&blk->norm[s]);
+}
+
+/* Sub-layer s of a block: v = F_s(u). */
+static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, const int32_t *lens,
+                               const int32_t *xkv_lens) {
+    const tfm_block_desc *d = &blk->desc;
+    int64_t N = (int64_t)blk->B * blk->T, C = d->d_model, F = d->d_ff;
+    tfm_attn_opts o;
+    memset(&o, 0, sizeof o);
+    if (blk->training && d->attn_dropout > 0.0f) {
+        o.dropout = d->attn_dropout;
+        o.dropout_seed = tfm__seed_mix(blk->seed, 100 + (uint64_t)s);
+    }
+    if (s == 0) {
+        o.causal = d->causal;
+        o.key_lens = lens;
+        tfm__mha_fwd(&blk->self_attn, v, u, NULL, blk->B, blk->T, blk->T, &o);
+    } else if (s == 1 && d->cross) {
+        o.key_lens = xkv_lens;
+        tfm__mha_fwd(&blk->cross_attn, v, u, blk->xkv, blk->B, blk->T, blk->Tk, &o);
+    } else {
+        tfm__linear_forward_cpu(blk->ff_pre, F, u, C, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F);
+        if (d->act == TFM_ACT_RELU) tfm__relu_forward_cpu(blk->ff_act, blk->ff_pre, N * F);
+        else tfm__gelu_forward_cpu(blk->ff_act, blk->ff_pre, N * F, d->act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF);
+        tfm__linear_forward_cpu(v, C, blk->ff_act, F, blk->linear2.weight.data, blk->linear2.bias.data, N, F, C);
+    }
+}
+
+/* Sub-layer s backward: du += dF_s/du (dv); parameter gradients added. */
+static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, const float *dv, float *dxkv) {
+    const tfm_block_desc *d = &blk->desc;
+    int64_t N = (int64_t)blk->B * blk->T, C = d->d_model, F = d->d_ff;
+    if (s == 0) {
+        tfm__mha_bwd(&blk->self_attn, du, NULL, dv);
+    } else if (s == 1 && d->cross) {
+        tfm__mha_bwd(&blk->cross_attn, du, dxkv, dv);
+    } else {
+        const float *u = d->norm_first ? blk->ln_io[s] : blk->stream[s];
+        memset(blk->d_ff2, 0, (size_t)(N * F) * sizeof(float));
+        tfm__linear_backward_cpu(blk->d_ff2, F, blk->linear2.dweight.data, blk->linear2.dbias.data, dv, C, blk->ff_act, F,
+                                 blk->linear2.weight.data, N, F, C);
+        memset(blk->d_ff1, 0, (size_t)(N * F) * sizeof(float));
+        if (d->act == TFM_ACT_RELU) tfm__relu_backward_cpu(blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F);
+        else tfm__gelu_backward_cpu(blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, d->act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF);
+        tfm__linear_backward_cpu(du, C, blk->linear1.dweight.data, blk->linear1.dbias.data, blk->d_ff1, F, u, C,
+                                 blk->linear1.weight.data, N, C, F);
+    }
+}
+
+/* pre-LN:  u = LN_s(x_s);  x_{s+1} = x_s + drop(F_s(u))
+   post-LN: r = x_s + drop(F_s(x_s));  x_{s+1} = LN_s(r)       (ln_io[s] holds u or r) */
+static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float *xkv, int B, int T, int Tk,
+                           const int32_t *lens, const int32_t *xkv_lens, int training, uint64_t seed) {
+    const tfm_block_desc *d = &blk->desc;
+    int64_t N = (int64_t)B * T, C = d->d_model;
+    int s;
+    blk->B = B;
+    blk->T = T;
+    blk->Tk = Tk;
+    blk->xkv = xkv;
+    blk->training = training;
+    blk->seed = seed;
+    blk->stream[0] = x;
+    for (s = 0; s < blk->n_sub; s++) {
+        const float *xs = blk->stream[s];
+        float *out = s == blk->n_sub - 1 ? y : blk->buf_stream[s + 1];
+        float *v = blk->sub_out;
+        tfm_layernorm *ln = &blk->norm[s];
+        if (d->norm_first) {
+            tfm__layernorm_forward_cpu(blk->ln_io[s], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data,
+                                       d->ln_eps, N, C);
+            tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], lens, xkv_lens);
         } else {
-            tfm__linear_backward_cpu(dx ? dx->data : NULL, C, dw, db, m->dq, 3 * C, m->x, C, w, B * Tq, C, 3 * C);
+            tfm__block_sub_fwd(blk, s, v, xs, lens, xkv_lens);
+        }
+        if (training && d->dropout > 0.0f) tfm__dropout_cpu(v, v, N * C, d->dropout, tfm__seed_mix(seed, (uint64_t)s), 0);
+        if (d->norm_first) {
+            tfm__add_cpu(out, xs, v, N * C);
+        } else {
+            tfm__add_cpu(blk->ln_io[s], xs, v, N * C);
+            tfm__layernorm_forward_cpu(out, ln->mean, ln->rstd, blk->ln_io[s], ln->weight.data, ln->bias.data,
+                                       d->ln_eps, N, C);
+        }
+        if (s + 1 < blk->n_sub) blk->stream[s + 1] = out;
+    }
+}
+
+/* Walks the sub-layers backwards with two stream-gradient buffers (d_a, d_b). */
+static void tfm__block_bwd(tfm_block *blk, float *dx, float *dxkv, const float *dy) {
+    const tfm_block_desc *d = &blk->desc;
+    int64_t N = (int64_t)blk->B * blk->T, C = d->d_model;
+    size_t bytes = (size_t)(N * C) * sizeof(float);
+    const float *g = dy;
+    float *bufs[2];
+    int s, which = 0;
+    bufs[0] = blk->d_a;
+    bufs[1] = blk->d_b;
+    for (s = blk->n_sub - 1; s >= 0; s--) {
+        float *dprev = bufs[which];
+        const float *dv;
+        tfm_layernorm *ln = &blk->norm[s];
+        int drop = blk->training && d->dropout > 0.0f;
+        uint64_t seed = tfm__seed_mix(blk->seed, (uint64_t)s);
+        which ^= 1;
+        if (d->norm_first) {
+            memcpy(dprev, g, bytes); /* residual */
+            dv = g;
+            if (drop) {
+                tfm__dropout_cpu(blk->sub_out, g, N * C, d->dropout, seed, 0);
+                dv = blk->sub_out;
+            }
+            memset(blk->d_u, 0, bytes);
+            tfm__block_sub_bwd(blk, s, blk->d_u, dv, dxkv);
+            tfm__layernorm_backward_cpu(dprev, ln->dweight.data, ln->dbias.data, blk->d_u, blk->stream[s],
+                                        ln->weight.data, ln->mean, ln->rstd, N, C);
+        } else {
+            memset(blk->d_u, 0, bytes);
+            tfm__layernorm_backward_cpu(blk->d_u, ln->dweight.data, ln->dbias.data, g, blk->ln_io[s], ln->weight.data,
+                                        ln->mean, ln->rstd, N, C);
+            memcpy(dprev, blk->d_u, bytes); /* residual */
+            dv = blk->d_u;
+            if (drop) {
+                tfm__dropout_cpu(blk->sub_out, blk->d_u, N * C, d->dropout, seed, 0);
+                dv = blk->sub_out;
+            }
+            tfm__block_sub_bwd(blk, s, dprev, dv, dxkv);
+        }
+        g = dprev;
+    }
+    if (dx) tfm__acc_cpu(dx, g, N * C);
+}
+
+TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_tensor *x, const tfm_tensor *xkv,
+                                    const int32_t *lens, const int32_t *xkv_lens, int training, uint64_t seed) {
+    const char *fn = "tfm_block_forward";
+    const tfm_block_desc *d;
+    int64_t B, T, Tk;
+    if (!blk) return tfm__fail(TFM_E_ARG, "%s: block is NULL", fn);
+    d = &blk->desc;
+    if (!blk->ff_act || !blk->sub_out || !blk->linear1.weight.data)
+        return tfm__fail(TFM_E_ARG, "%s: the block has no memory (run tfm_block_init after tfm_mem_alloc)", fn);
+    TFM__TRY(tfm__chk(fn, "y", y));
+    TFM__TRY(tfm__chk(fn, "x", x));
+    TFM__TRY(tfm__chk_opt(fn, "xkv", xkv));
+    if (x->ndim != 3 || x->shape[2] != d->d_model)
+        return tfm__fail(TFM_E_SHAPE, "%s: x is %s, want (B,T,%d)", fn, tfm__shp(x), d->d_model);
+    B = x->shape[0];
+    T = x->shape[1];
+    if (B > d->max_batch || T > d->max_t)
+        return tfm__fail(TFM_E_SHAPE, "%s: x is %s but the block was sized for batch %d and length %d", fn, tfm__shp(x),
+                         d->max_batch, d->max_t);
+    TFM__TRY(tfm__chk_same(fn, "x", x, "y", y));
+    if (!d->cross && xkv) return tfm__fail(TFM_E_ARG, "%s: xkv given to a block without cross-attention", fn);
+    if (d->cross && !xkv) return tfm__fail(TFM_E_ARG, "%s: a block with cross-attention needs xkv", fn);
+    Tk = T;
+    if (xkv) {
+        if (xkv->ndim != 3 || xkv->shape[0] != B || xkv->shape[2] != d->d_model)
+            return tfm__fail(TFM_E_SHAPE, "%s: x is %s but xkv is %s: want (%lld,Tk,%d)", fn, tfm__shp(x), tfm__shp(xkv),
+                             (long long)B, d->d_model);
+        Tk = xkv->shape[1];
+        if (Tk > d->max_tk)
+            return tfm__fail(TFM_E_SHAPE, "%s: xkv is %s but the block was sized for length %d", fn, tfm__shp(xkv),
+                             d->max_tk);
+    }
+    if (y->data == x->data || (xkv && y->data == xkv->data))
+        return tfm__fail(TFM_E_ARG, "%s: y must not alias x or xkv (backward reads them)", fn);
+    TFM__TRY(tfm__chk_lens(fn, "lens", lens, B, T));
+    TFM__TRY(tfm__chk_lens(fn, "xkv_lens", xkv_lens, B, Tk));
+    if (training && (d->dropout > 0.0f || d->attn_dropout > 0.0f) && !blk->has_grad)
+        return tfm__fail(TFM_E_ARG, "%s: dropout while training needs a block built with gradients", fn);
+    tfm__block_fwd(blk, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)T, (int)Tk, lens, xkv_lens,
+                   training != 0, seed);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_block_backward(tfm_block *blk, tfm_tensor *dx, tfm_tensor *dxkv, const tfm_tensor *dy) {
+    const char *fn = "tfm_block_backward";
+    int64_t B, T, C;
+    if (!blk) return tfm__fail(TFM_E_ARG, "%s: block is NULL", fn);
+    if (!blk->has_grad || !blk->d_a) return tfm__fail(TFM_E_ARG, "%s: the block has no gradient memory", fn);
+    if (!blk->B) return tfm__fail(TFM_E_ARG, "%s: no forward pass to go back through", fn);
+    TFM__TRY(tfm__chk(fn, "dy", dy));
+    TFM__TRY(tfm__chk_opt(fn, "dx", dx));
+    TFM__TRY(tfm__chk_opt(fn, "dxkv", dxkv));
+    B = blk->B;
+    T = blk->T;
+    C = blk->desc.d_model;
+    if (dy->ndim != 3 || dy->shape[0] != B || dy->shape[1] != T || dy->shape[2] != C)
+        return tfm__fail(TFM_E_SHAPE, "%s: dy is %s but the last forward made (%lld,%lld,%lld)", fn, tfm__shp(dy),
+                         (long long)B, (long long)T, (long long)C);
+    TFM__TRY(tfm__chk_same(fn, "dy", dy, "dx", dx));
+    if (dxkv && !blk->desc.cross) return tfm__fail(TFM_E_ARG, "%s: dxkv given to a block without cross-attention", fn);
+    if (dxkv && (dxkv->ndim != 3 || dxkv->shape[0] != B || dxkv->shape[1] != blk->Tk || dxkv->shape[2] != C))
+        return tfm__fail(TFM_E_SHAPE, "%s: dxkv is %s but the last forward's xkv was (%lld,%d,%lld)", fn, tfm__shp(dxkv),
+                         (long long)B, blk->Tk, (long long)C);
+    tfm__block_bwd(blk, dx ? dx->data : NULL, dxkv ? dxkv->data : NULL, dy->data);
+    return TFM_OK;
+}
+
+/* -- models -- */
+
+TFMDEF tfm_result tfm_config_resolve(const tfm_config *cfg, tfm_config *out) {
+    const char *fn = "tfm_config_resolve";
+    tfm_config c;
+    double big;
+    if (!cfg || !out) return tfm__fail(TFM_E_ARG, "%s: cfg or out is NULL", fn);
+    c = *cfg;
+    if (c.kind != TFM_ENCODER_CLASSIFIER && c.kind != TFM_DECODER_LM && c.kind != TFM_ENCODER_DECODER)
+        return tfm__fail(TFM_E_ARG, "%s: cfg.kind is %d: required (TFM_ENCODER_CLASSIFIER, TFM_DECODER_LM or TFM_ENCODER_DECODER)",
+                         fn, (int)c.kind);
+    if (c.vocab_size <= 0) return tfm__fail(TFM_E_ARG, "%s: cfg.vocab_size is %d: required, > 0", fn, c.vocab_size);
+    if (c.d_model <= 0) return tfm__fail(TFM_E_ARG, "%s: cfg.d_model is %d: required, > 0", fn, c.d_model);
+    if (c.n_heads <= 0) return tfm__fail(TFM_E_ARG, "%s: cfg.n_heads is %d: required, > 0", fn, c.n_heads);
+    if (c.d_model % c.n_heads)
+        return tfm__fail(TFM_E_ARG, "%s: cfg.n_heads %d does not divide cfg.d_model %d", fn, c.n_heads, c.d_model);
+    if (c.max_seq_len <= 0) return tfm__fail(TFM_E_ARG, "%s: cfg.max_seq_len is %d: required, > 0", fn, c.max_seq_len);
+    if (c.kind == TFM_ENCODER_CLASSIFIER && c.n_classes <= 0)
+        return tfm__fail(TFM_E_ARG, "%s: cfg.n_classes is %d: required for a classifier, > 0", fn, c.n_classes);
+    if (c.tgt_vocab_size < 0 || c.n_layers < 0 || c.n_dec_layers < 0 || c.d_ff < 0 || c.max_tgt_len < 0 ||
+        c.max_batch < 0 || c.n_classes < 0)
+        return tfm__fail(TFM_E_ARG, "%s: a size field of cfg is negative (tgt_vocab_size %d, n_layers %d, n_dec_layers %d, d_ff %d, "
+                         "max_tgt_len %d, max_batch %d, n_classes %d)", fn, c.tgt_vocab_size, c.n_layers, c.n_dec_layers,
+                         c.d_ff, c.max_tgt_len, c.max_batch, c.n_classes);
+    if ((int)c.act < 0 || (int)c.act > 2) return tfm__fail(TFM_E_ARG, "%s: cfg.act %d is not a tfm_activation", fn, (int)c.act);
+    if ((int)c.pos < 0 || (int)c.pos > 2) return tfm__fail(TFM_E_ARG, "%s: cfg.pos %d is not a tfm_pos_kind", fn, (int)c.pos);
+    if ((int)c.pool < 0 || (int)c.pool > 1) return tfm__fail(TFM_E_ARG, "%s: cfg.pool %d is not a tfm_pool_kind", fn, (int)c.pool);
+    if ((int)c.init < 0 || (int)c.init > 1) return tfm__fail(TFM_E_ARG, "%s: cfg.init %d is not a tfm_init_kind", fn, (int)c.init);
+    if (!(c.dropout >= 0.0f && c.dropout < 1.0f) || !(c.attn_dropout >= 0.0f && c.attn_dropout < 1.0f))
+        return tfm__fail(TFM_E_ARG, "%s: cfg.dropout %g and cfg.attn_dropout %g must be in [0,1)", fn, (double)c.dropout,
+                         (double)c.attn_dropout);
+    if (!(c.label_smoothing >= 0.0f && c.label_smoothing <= 1.0f))
+        return tfm__fail(TFM_E_ARG, "%s: cfg.label_smoothing %g is outside [0,1]", fn, (double)c.label_smoothing);
+    if (!(c.ln_eps >= 0.0f) || !isfinite(c.ln_eps) || !(c.init_std >= 0.0f) || !isfinite(c.init_std))
+        return tfm__fail(TFM_E_ARG, "%s: cfg.ln_eps %g and cfg.init_std %g must be finite and >= 0", fn, (double)c.ln_eps,
+                         (double)c.init_std);
+    if (c.tie_output && c.kind == TFM_ENCODER_CLASSIFIER)
+        return tfm__fail(TFM_E_ARG, "%s: cfg.tie_output needs an LM or encoder-decoder (a classifier's head is not a vocabulary)", fn);
+    if (c.share_emb && c.kind != TFM_ENCODER_DECODER)
+        return tfm__fail(TFM_E_ARG, "%s: cfg.share_emb is for encoder-decoders", fn);
+    if (c.n_layers == 0) c.n_layers = 2;
+    if (c.n_dec_layers == 0) c.n_dec_layers = c.n_layers;
+    if (c.d_ff == 0) c.d_ff = 4 * c.d_model;
+    if (c.max_batch == 0) c.max_batch = 1;
+    if (c.ln_eps == 0.0f) c.ln_eps = 1e-5f;
+    if (c.init_std == 0.0f) c.init_std = 0.02f;
+    if (!c.has_ignore_index) c.ignore_index = -100;
+    c.has_ignore_index = 1;
+    if (c.kind == TFM_ENCODER_DECODER) {
+        if (c.tgt_vocab_size == 0) c.tgt_vocab_size = c.vocab_size;
+        if (c.max_tgt_len == 0) c.max_tgt_len = c.max_seq_len;
+        if (c.share_emb && c.tgt_vocab_size != c.vocab_size)
+            return tfm__fail(TFM_E_ARG, "%s: cfg.share_emb needs equal vocabularies, got %d and %d", fn, c.vocab_size,
+                             c.tgt_vocab_size);
+    } else {
+        c.tgt_vocab_size = 0;
+        c.max_tgt_len = 0;
+        c.n_dec_layers = c.kind == TFM_DECODER_LM ? c.n_layers : 0;
+    }
+    if (c.kind != TFM_ENCODER_CLASSIFIER) c.n_classes = 0;
+    big = (double)c.max_batch * TFM__MAX(c.max_seq_len, c.max_tgt_len);
+    if (big * TFM__MAX(c.d_ff, c.d_model) > 2147483647.0 ||
+        big * TFM__MAX(c.vocab_size, c.tgt_vocab_size) > 2147483647.0 ||
+        (double)c.vocab_size * c.d_model > 2147483647.0 || (double)c.tgt_vocab_size * c.d_model > 2147483647.0 ||
+        big * c.n_heads * TFM__MAX(c.max_seq_len, c.max_tgt_len) > 2147483647.0)
+        return tfm__fail(TFM_E_ARG, "%s: max_batch %d x sequence length %d with d_model %d, d_ff %d, vocabulary %d: a buffer "
+                         "would exceed 2^31 elements", fn, c.max_batch, TFM__MAX(c.max_seq_len, c.max_tgt_len), c.d_model,
+                         c.d_ff, TFM__MAX(c.vocab_size, c.tgt_vocab_size));
+    *out = c;
+    return TFM_OK;
+}
+
+enum { TFM__INIT_ZERO, TFM__INIT_ONE, TFM__INIT_MATRIX, TFM__INIT_EMB };
+
+/* Record a parameter (and, in a real build, initialise it). Counting builds only count. */
+static void tfm__reg(tfm_model *m, tfm_rng *rng, const tfm_tensor *value, const tfm_tensor *grad, int init, int decay,
+                     const char *fmt, ...) {
+    va_list ap;
+    tfm_param *p;
+    if (!value->data && m->params) return; /* an optional parameter that is absent (no bias) */
+    if (!m->params) {
+        if (value->ndim) m->n_params++;
+        return;
+    }
+    p = &m->params[m->n_params++];
+    memset(p, 0, sizeof *p);
+    va_start(ap, fmt);
+    vsnprintf(p->name, sizeof p->name, fmt, ap);
+    va_end(ap);
+    p->value = *value;
+    if (grad) p->grad = *grad;
+    p->decay = decay;
+    m->n_weights += tfm_numel(value);
+    switch (init) {
+    case TFM__INIT_ZERO: tfm_fill(&p->value, 0.0f); break;
+    case TFM__INIT_ONE: tfm_fill(&p->value, 1.0f); break;
+    case TFM__INIT_EMB:
+        tfm_fill_normal(&p->value, rng, 0.0f,
+                        m->cfg.init == TFM_INIT_XAVIER ? 1.0f / sqrtf((float)m->cfg.d_model) : m->cfg.init_std);
+        break;
+    default:
+        if (m->cfg.init == TFM_INIT_XAVIER) {
+            float bound = sqrtf(6.0f / (float)(value->shape[0] + value->shape[1]));
+            tfm_fill_uniform(&p->value, rng, -bound, bound);
+        } else {
+            tfm_fill_normal(&p->value, rng, 0.0f, m->cfg.init_std);
+        }
+    }
+}
+
+static void tfm__reg_linear(tfm_model *m, tfm_rng *rng, tfm_linear *l, const char *pre, const char *name) {
+    tfm__reg(m, rng, &l->weight, &l->dweight, TFM__INIT_MATRIX, 1, "%s%s.weight", pre, name);
+    tfm__reg(m, rng, &l->bias, &l->dbias, TFM__INIT_ZERO, 0, "%s%s.bias", pre, name);
+}
+
+static void tfm__reg_norm(tfm_model *m, tfm_rng *rng, tfm_layernorm *n, const char *pre, const char *name) {
+    tfm__reg(m, rng, &n->weight, &n->dweight, TFM__INIT_ONE, 0, "%s%s.weight", pre, name);
+    tfm__reg(m, rng, &n->bias, &n->dbias, TFM__INIT_ZERO, 0, "%s%s.bias", pre, name);
+}
+
+static void tfm__reg_mha(tfm_model *m, tfm_rng *rng, tfm_mha *a, const char *pre, const char *name) {
+    tfm__reg(m, rng, &a->in_proj_weight, &a->d_in_proj_weight, TFM__INIT_MATRIX, 1, "%s%s.in_proj_weight", pre, name);
+    tfm__reg(m, rng, &a->in_proj_bias, &a->d_in_proj_bias, TFM__INIT_ZERO, 0, "%s%s.in_proj_bias", pre, name);
+    tfm__reg(m, rng, &a->out_proj_weight, &a->d_out_proj_weight, TFM__INIT_MATRIX, 1, "%s%s.out_proj.weight", pre, name);
+    tfm__reg(m, rng, &a->out_proj_bias, &a->d_out_proj_bias, TFM__INIT_ZERO, 0, "%s%s.out_proj.bias", pre, name);
+}
+
+/* A stack of n layers named "<prefix>.layers.<i>." */
+static tfm_result tfm__build_stack(tfm_model *m, tfm_rng *rng, tfm_mem *mem, tfm_block **out, float **outbuf, int n,
+                                   const tfm_block_desc *d, const char *prefix) {
+    tfm_block tmp, *blks;
+    int i;
+    size_t BTC = (size_t)d->max_batch * d->max_t * d->d_model;
+    blks = (tfm_block *)tfm_arena_alloc(&mem->acts, (size_t)n * sizeof(tfm_block));
+    *out = blks;
+    *outbuf = tfm__carve(&mem->acts, (size_t)n * BTC);
+    for (i = 0; i < n; i++) {
+        tfm_block *b = blks ? &blks[i] : &tmp;
+        char pre[48];
+        TFM__TRY(tfm_block_init(b, d, mem));
+        snprintf(pre, sizeof pre, "%s.layers.%d.", prefix, i);
+        tfm__reg_mha(m, rng, &b->self_attn, pre, "self_attn");
+        if (d->cross) tfm__reg_mha(m, rng, &b->cross_attn, pre, "multihead_attn");
+        tfm__reg_linear(m, rng, &b->linear1, pre, "linear1");
+        tfm__reg_linear(m, rng, &b->linear2, pre, "linear2");
+        tfm__reg_norm(m, rng, &b->norm[0], pre, "norm1");
+        tfm__reg_norm(m, rng, &b->norm[1], pre, "norm2");
+        if (d->cross) tfm__reg_norm(m, rng, &b->norm[2], pre, "norm3");
+    }
+    return TFM_OK;
+}
+
+static tfm_tensor tfm__carve_t2(tfm_arena *a, int64_t d0, int64_t d1) {
+    int64_t sh[2];
+    sh[0] = d0;
+    sh[1] = d1;
+    return tfm_arena_tensor(a, 2, sh);
+}
+
+/* Carve (or count) every buffer of a model whose cfg is resolved. m->params NULL: counting. */
+static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
+    const tfm_config *c = &m->cfg;
+    int64_t C = c->d_model, B = c->max_batch, T = c->max_seq_len, Tt = c->max_tgt_len, V = c->vocab_size;
+    int64_t Vt = c->tgt_vocab_size, Tm = TFM__MAX(T, Tt);
+    int kind = c->kind, grad = !mem->no_grad, enc = kind != TFM_DECODER_LM, encdec = kind == TFM_ENCODER_DECODER;
+    int64_t rows_out = kind == TFM_ENCODER_CLASSIFIER ? B : encdec ? B * Tt : B * T;
+    int64_t n_out = kind == TFM_ENCODER_CLASSIFIER ? c->n_classes : encdec ? Vt : V;
+    tfm_block_desc d;
+    size_t mark;
+    const char *emb_name = encdec ? "src_tok_emb" : "tok_emb";
+
+    m->n_params = 0;
+    m->n_weights = 0;
+    /* scratch the model needs during backward, carved before the layers' (which they share) */
+    mark = mem->scratch.used;
+    if (grad) {
+        m->d_logits = tfm__carve(&mem->scratch, (size_t)(rows_out * n_out));
+        m->d_pooled = tfm__carve(&mem->scratch, (size_t)(B * C));
+        m->d_enc_x = tfm__carve(&mem->scratch, (size_t)(B * Tm * C)); /* gradient at a stack's top */
+        m->d_enc_y = tfm__carve(&mem->scratch, (size_t)(B * Tm * C)); /* ping */
+        m->d_dec_x = tfm__carve(&mem->scratch, (size_t)(B * Tm * C)); /* pong */
+        if (encdec) m->d_dec_y = tfm__carve(&mem->scratch, (size_t)(B * T * C)); /* gradient of the memory */
+    }
+    /* embeddings */
+    m->src_emb = tfm__carve_t2(&mem->params, V, C);
+    if (grad) m->dsrc_emb = tfm__carve_t2(&mem->grads, V, C);
+    tfm__reg(m, rng, &m->src_emb, &m->dsrc_emb, TFM__INIT_EMB, 0, "%s.weight", emb_name);
+    if (encdec) {
+        if (c->share_emb) {
+            m->tgt_emb = m->src_emb;
+            m->dtgt_emb = m->dsrc_emb;
+        } else {
+            m->tgt_emb = tfm__carve_t2(&mem->params, Vt, C);
+            if (grad) m->dtgt_emb = tfm__carve_t2(&mem->grads, Vt, C);
+            tfm__reg(m, rng, &m->tgt_emb, &m->dtgt_emb, TFM__INIT_EMB, 0, "tgt_tok_emb.weight");
+        }
+    }
+    memset(&m->pos_emb, 0, sizeof m->pos_emb);
+    memset(&m->tgt_pos_emb, 0, sizeof m->tgt_pos_emb);
+    if (c->pos == TFM_POS_LEARNED) {
+        m->pos_emb = tfm__carve_t2(&mem->params, T, C);
+        if (grad) m->dpos_emb = tfm__carve_t2(&mem->grads, T, C);
+        tfm__reg(m, rng, &m->pos_emb, &m->dpos_emb, TFM__INIT_EMB, 0, "%s.weight", encdec ? "src_pos_emb" : "pos_emb");
+        if (encdec) {
+            m->tgt_pos_emb = tfm__carve_t2(&mem->params, Tt, C);
+            if (grad) m->dtgt_pos_emb = tfm__carve_t2(&mem->grads, Tt, C);
+            tfm__reg(m, rng, &m->tgt_pos_emb, &m->dtgt_pos_emb, TFM__INIT_EMB, 0, "tgt_pos_emb.weight");
+        }
+    } else if (c->pos == TFM_POS_SINUSOIDAL) {
+        m->pos_emb = tfm__carve_t2(&mem->acts, Tm, C); /* a fixed table, not a parameter */
+        if (m->pos_emb.data) tfm__sinusoidal_add_cpu(m->pos_emb.data, NULL, 1, Tm, C);
+        m->tgt_pos_emb = m->pos_emb;
+    }
+    /* layers */
+    memset(&d, 0, sizeof d);
+    d.d_model = c->d_model;
+    d.n_heads = c->n_heads;
+    d.d_ff = c->d_ff;
+    d.norm_first = c->norm_first;
+    d.act = c->act;
+    d.dropout = c->dropout;
+    d.attn_dropout = c->attn_dropout;
+    d.ln_eps = c->ln_eps;
+    d.no_bias = c->no_bias;
+    d.max_batch = c->max_batch;
+    m->n_enc = enc ? c->n_layers : 0;
+    m->n_dec = kind == TFM_DECODER_LM ? c->n_layers : encdec ? c->n_dec_layers : 0;
+    if (enc) {
+        d.max_t = (int)T;
+        TFM__TRY(tfm__build_stack(m, rng, mem, &m->enc, &m->enc_buf, m->n_enc, &d, "encoder"));
+        if (c->norm_first) {
+            tfm__layernorm_carve(&m->enc_norm, C, !c->no_bias, (size_t)(B * T), mem);
+            tfm__reg_norm(m, rng, &m->enc_norm, "encoder.", "norm");
+            m->enc_ln = tfm__carve(&mem->acts, (size_t)(B * T * C));
+        }
+    }
+    if (m->n_dec) {
+        d.causal = 1;
+        d.cross = encdec;
+        d.max_t = (int)(encdec ? Tt : T);
+        d.max_tk = (int)T;
+        TFM__TRY(tfm__build_stack(m, rng, mem, &m->dec, &m->dec_buf, m->n_dec, &d, "decoder"));
+        if (c->norm_first) {
+            tfm__layernorm_carve(&m->dec_norm, C, !c->no_bias, (size_t)(B * d.max_t), mem);
+            tfm__reg_norm(m, rng, &m->dec_norm, "decoder.", "norm");
+            m->dec_ln = tfm__carve(&mem->acts, (size_t)(B * d.max_t * C));
+        }
+    }
+    /* head */
+    memset(&m->head, 0, sizeof m->head);
+    if (c->tie_output) {
+        m->head.weight = encdec ? m->tgt_emb : m->src_emb;
+        m->head.dweight = encdec ? m->dtgt_emb : m->dsrc_emb;
+    } else {
+        tfm__linear_carve(&m->head, n_out, C, kind == TFM_ENCODER_CLASSIFIER && !c->no_bias, mem);
+        tfm__reg_linear(m, rng, &m->head, "", "head");
+    }
+    /* activations */
+    m->enc_x = tfm__carve(&mem->acts, (size_t)(B * T * C)); /* the embedded input (every kind) */
+    if (encdec) m->dec_x = tfm__carve(&mem->acts, (size_t)(B * Tt * C));
+    if (kind == TFM_ENCODER_CLASSIFIER) m->pooled = tfm__carve(&mem->acts, (size_t)(B * C));
+    m->logits = tfm__carve(&mem->acts, (size_t)(rows_out * n_out));
+    m->lse = tfm__carve(&mem->acts, (size_t)rows_out);
+    m->targets = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)rows_out * sizeof(int32_t));
+    m->lens = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)B * sizeof(int32_t));
+    m->gnorm_parts = (double *)tfm_arena_alloc(&mem->acts, (size_t)(m->n_params + 1) * sizeof(double));
+    mem->scratch.used = mark;
+    return TFM_OK;
+}
+
+/* Lay out a model: the counting pass. sizes: params, grads, acts, scratch (bytes); *n_params. */
+static tfm_result tfm__model_layout(const tfm_config *cfg, tfm_model *m, size_t sizes[4], int *n_params) {
+    tfm_mem mem;
+    memset(&mem, 0, sizeof mem);
+    mem.no_grad = cfg->inference_only != 0;
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    TFM__TRY(tfm__model_build(m, &mem, NULL));
+    /* the registry is carved first in the real pass */
+    tfm_arena_alloc(&mem.acts, (size_t)m->n_params * sizeof(tfm_param));
+    sizes[0] = mem.params.peak;
+    sizes[1] = mem.grads.peak;
+    sizes[2] = mem.acts.peak;
+    sizes[3] = mem.scratch.peak;
+    *n_params = m->n_params;
+    return TFM_OK;
+}
+
+static size_t tfm__model_total(const size_t sizes[4], int train) {
+    /* params | grads | adam_m | adam_v | acts | scratch, each 64-byte aligned, plus slack to align the base */
+    return sizes[0] + (train ? 3 * sizes[0] : 0) + sizes[2] + sizes[3] + TFM__ALIGN;
+}
+
+TFMDEF tfm_result tfm_model_memory_size(const tfm_config *cfg, size_t *bytes) {
+    tfm_config c;
+    tfm_model *tmp;
+    size_t sizes[4];
+    int n;
+    tfm_result r;
+    if (!bytes) return tfm__fail(TFM_E_ARG, "tfm_model_memory_size: bytes is NULL");
+    TFM__TRY(tfm_config_resolve(cfg, &c));
+    tmp = (tfm_model *)TFM_MALLOC(sizeof(tfm_model), NULL);
+    if (!tmp) return tfm__fail(TFM_E_NOMEM, "tfm_model_memory_size: out of memory");
+    r = tfm__model_layout(&c, tmp, sizes, &n);
+    TFM_FREE(tmp, NULL);
+    if (r != TFM_OK) return r;
+    *bytes = tfm__model_total(sizes, !c.inference_only);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem, size_t size) {
+    const char *fn = "tfm_model_init";
+    tfm_config c;
+    size_t sizes[4], total, off;
+    int n_params, train;
+    tfm_mem am;
+    unsigned char *base;
+    tfm_rng rng;
+    tfm_result r;
+    if (!m) return tfm__fail(TFM_E_ARG, "%s: model is NULL", fn);
+    TFM__TRY(tfm_config_resolve(cfg, &c));
+    TFM__TRY(tfm__model_layout(&c, m, sizes, &n_params));
+    train = !c.inference_only;
+    total = tfm__model_total(sizes, train);
+    memset(m, 0, sizeof *m);
+    m->cfg = c;
+    if (mem) {
+        if (size < total)
+            return tfm__fail(TFM_E_NOMEM, "%s: %zu bytes given, the model needs %zu (tfm_model_memory_size)", fn, size, total);
+        base = (unsigned char *)mem;
+    } else {
+        base = (unsigned char *)TFM_MALLOC(total, NULL);
+        if (!base) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, total);
+        m->owned = base;
+    }
+    memset(base, 0, total);
+    off = (size_t)((TFM__ALIGN - ((uintptr_t)base & (TFM__ALIGN - 1))) & (TFM__ALIGN - 1));
+    memset(&am, 0, sizeof am);
+    am.no_grad = !train;
+    m->off_params = off;
+    tfm_arena_init(&am.params, base + off, sizes[0]);
+    off += sizes[0];
+    if (train) {
+        m->off_grads = off;
+        tfm_arena_init(&am.grads, base + off, sizes[1]);
+        off += sizes[0];
+        m->off_m = off;
+        off += sizes[0];
+        m->off_v = off;
+        off += sizes[0];
+    }
+    m->off_acts = off;
+    tfm_arena_init(&am.acts, base + off, sizes[2]);
+    off += sizes[2];
+    m->off_scratch = off;
+    tfm_arena_init(&am.scratch, base + off, sizes[3]);
+    m->n_param_bytes = sizes[0];
+    m->mem_base = base;
+    m->mem_size = total;
+    m->params = (tfm_param *)tfm_arena_alloc(&am.acts, (size_t)n_params * sizeof(tfm_param));
+    tfm_rng_seed(&rng, c.seed);
+    r = tfm__model_build(m, &am, &rng);
+    if (r == TFM_OK && (tfm_mem_check(&am) != TFM_OK || m->n_params != n_params))
+        r = tfm__fail(TFM_E_NOMEM, "%s: internal layout mismatch", fn);
+    if (r != TFM_OK) {
+        if (m->owned) TFM_FREE(m->owned, NULL);
+        memset(m, 0, sizeof *m);
+        return r;
+    }
+    m->has_grad = train;
+    m->training = train;
+    m->rng = rng;
+    return TFM_OK;
+}
+
+TFMDEF void tfm_model_free(tfm_model *m) {
+    if (!m) return;
+    if (m->owned) TFM_FREE(m->owned, NULL);
+    memset(m, 0, sizeof *m);
+}
+
+TFMDEF void tfm_model_train(tfm_model *m, int training) {
+    if (m) m->training = training && m->has_grad;
+}
+
+TFMDEF void tfm_model_zero_grad(tfm_model *m) {
+    if (m && m->has_grad && m->mem_base) memset(m->mem_base + m->off_grads, 0, m->n_param_bytes);
+}
+
+TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name) {
+    int i;
+    if (!m || !name || !m->params) return NULL;
+    for (i = 0; i < m->n_params; i++)
+        if (!strcmp(m->params[i].name, name)) return &m->params[i];
+    return NULL;
+}
+
+TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m) {
+    tfm_tensor t;
+    memset(&t, 0, sizeof t);
+    if (!m || !m->B) return t;
+    if (m->cfg.kind == TFM_ENCODER_CLASSIFIER) return tfm_tensor2(m->logits, m->B, m->cfg.n_classes);
+    if (m->cfg.kind == TFM_DECODER_LM) return tfm_tensor3(m->logits, m->B, m->T, m->cfg.vocab_size);
+    return tfm_tensor3(m->logits, m->B, m->Tt, m->cfg.tgt_vocab_size);
+}
+
+static tfm_result tfm__chk_batch(const tfm_model *m, const tfm_batch *b) {
+    const char *fn = "tfm_model_forward";
+    const tfm_config *c = &m->cfg;
+    int64_t i, n;
+    if (!b) return tfm__fail(TFM_E_ARG, "%s: batch is NULL", fn);
+    if (b->batch < 1 || b->batch > c->max_batch)
+        return tfm__fail(TFM_E_SHAPE, "%s: batch.batch %d is outside [1,%d] (cfg.max_batch)", fn, b->batch, c->max_batch);
+    if (b->len < 1 || b->len > c->max_seq_len)
+        return tfm__fail(TFM_E_SHAPE, "%s: batch.len %d is outside [1,%d] (cfg.max_seq_len)", fn, b->len, c->max_seq_len);
+    TFM__TRY(tfm__chk_ids(fn, b->tokens, (int64_t)b->batch * b->len, c->vocab_size));
+    TFM__TRY(tfm__chk_lens(fn, "batch.lens", b->lens, b->batch, b->len));
+    if (c->kind == TFM_ENCODER_DECODER) {
+        if (b->tgt_len < 1 || b->tgt_len > c->max_tgt_len)
+            return tfm__fail(TFM_E_SHAPE, "%s: batch.tgt_len %d is outside [1,%d] (cfg.max_tgt_len)", fn, b->tgt_len,
+                             c->max_tgt_len);
+        if (!b->tgt_in) return tfm__fail(TFM_E_ARG, "%s: batch.tgt_in is NULL (an encoder-decoder needs decoder inputs)", fn);
+        TFM__TRY(tfm__chk_ids(fn, b->tgt_in, (int64_t)b->batch * b->tgt_len, c->tgt_vocab_size));
+    }
+    if (b->targets) {
+        int64_t lim = c->kind == TFM_ENCODER_CLASSIFIER ? c->n_classes
+                      : c->kind == TFM_DECODER_LM      ? c->vocab_size
+                                                       : c->tgt_vocab_size;
+        n = c->kind == TFM_ENCODER_CLASSIFIER ? b->batch
+            : c->kind == TFM_DECODER_LM      ? (int64_t)b->batch * b->len
+                                             : (int64_t)b->batch * b->tgt_len;
+        for (i = 0; i < n; i++)
+            if (b->targets[i] != c->ignore_index && (b->targets[i] < 0 || b->targets[i] >= lim))
+                return tfm__fail(TFM_E_ARG, "%s: batch.targets[%lld] = %d is outside [0,%lld) and is not ignore_index %d", fn,
+                                 (long long)i, (int)b->targets[i], (long long)lim, c->ignore_index);
+    }
+    return TFM_OK;
+}
+
+/* token embedding (* sqrt(C)), positions, dropout: x (B,T,C) */
+static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, int B, int T, const tfm_tensor *emb,
+                           const tfm_tensor *pos, uint64_t site) {
+    int64_t C = m->cfg.d_model, N = (int64_t)B * T;
+    float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
+    tfm__embedding_forward_cpu(x, ids, emb->data, scale, N, C);
+    if (pos->data) tfm__pos_add_cpu(x, x, pos->data, B, T, C);
+    if (m->training && m->cfg.dropout > 0.0f)
+        tfm__dropout_cpu(x, x, N * C, m->cfg.dropout, tfm__seed_mix(m->fwd_seed, site), 0);
+}
+
+static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, int B, int T, const tfm_tensor *demb,
+                           const tfm_tensor *dpos, uint64_t site) {
+    int64_t C = m->cfg.d_model, N = (int64_t)B * T;
+    float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
+    if (m->training && m->cfg.dropout > 0.0f)
+        tfm__dropout_cpu(g, g, N * C, m->cfg.dropout, tfm__seed_mix(m->fwd_seed, site), 0);
+    if (dpos && dpos->data) tfm__pos_embedding_backward_cpu(dpos->data, g, B, T, C);
+    tfm__embedding_backward_cpu(demb->data, g, ids, scale, N, C);
+}
+
+/* Runs n layers from x; returns the stack's output (after the final norm when pre-LN). */
+static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, int n, tfm_layernorm *norm, float *ln_out,
+                                   const float *x, const float *mem, int B, int T, int Tk, const int32_t *lens,
+                                   const int32_t *mem_lens, uint64_t site) {
+    int64_t BTC = (int64_t)blks[0].desc.max_batch * blks[0].desc.max_t * m->cfg.d_model;
+    const float *cur = x;
+    int l;
+    for (l = 0; l < n; l++) {
+        float *out = buf + l * BTC;
+        tfm__block_fwd(&blks[l], out, cur, mem, B, T, Tk, lens, mem_lens, m->training,
+                       tfm__seed_mix(m->fwd_seed, site + (uint64_t)l));
+        cur = out;
+    }
+    if (m->cfg.norm_first) {
+        tfm__layernorm_forward_cpu(ln_out, norm->mean, norm->rstd, cur, norm->weight.data, norm->bias.data, m->cfg.ln_eps,
+                                   (int64_t)B * T, m->cfg.d_model);
+        cur = ln_out;
+    }
+    return cur;
+}
+
+/* g: gradient of the stack's output (clobbered). Returns the gradient of its input (d_enc_y or d_dec_x). */
+static float *tfm__stack_bwd(tfm_model *m, tfm_block *blks, float *buf, int n, tfm_layernorm *norm, float *g, float *dmem,
+                             int B, int T) {
+    int64_t C = m->cfg.d_model, BTC = (int64_t)blks[0].desc.max_batch * blks[0].desc.max_t * C;
+    size_t bytes = (size_t)((int64_t)B * T * C) * sizeof(float);
+    float *bufs[2];
+    int l, which = 0;
+    bufs[0] = m->d_enc_y;
+    bufs[1] = m->d_dec_x;
+    if (m->cfg.norm_first) {
+        const float *top = buf + (n - 1) * BTC;
+        memset(bufs[which], 0, bytes);
+        tfm__layernorm_backward_cpu(bufs[which], norm->dweight.data, norm->dbias.data, g, top, norm->weight.data,
+                                    norm->mean, norm->rstd, (int64_t)B * T, C);
+        g = bufs[which];
+        which ^= 1;
+    }
+    for (l = n - 1; l >= 0; l--) {
+        float *dprev = bufs[which];
+        memset(dprev, 0, bytes);
+        tfm__block_bwd(&blks[l], dprev, dmem, g);
+        g = dprev;
+        which ^= 1;
+    }
+    return g;
+}
+
+TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *loss) {
+    const tfm_config *c;
+    int B, T, Tt = 0, kind;
+    int64_t C, i, rows, n_out;
+    const float *h;
+    const int32_t *lens;
+    if (!m || !m->mem_base) return tfm__fail(TFM_E_ARG, "tfm_model_forward: model is NULL or not initialised");
+    c = &m->cfg;
+    TFM__TRY(tfm__chk_batch(m, b));
+    kind = c->kind;
+    B = b->batch;
+    T = b->len;
+    C = c->d_model;
+    if (kind == TFM_ENCODER_DECODER) Tt = b->tgt_len;
+    m->B = B;
+    m->T = T;
+    m->Tt = Tt;
+    m->has_lens = b->lens != NULL;
+    if (b->lens) memcpy(m->lens, b->lens, (size_t)B * sizeof(int32_t));
+    lens = b->lens ? m->lens : NULL;
+    m->tokens = b->tokens;
+    m->tgt_in = b->tgt_in;
+    if (m->training) m->fwd_seed = tfm_rng_u64(&m->rng);
+
+    if (kind == TFM_DECODER_LM) {
+        tfm__embed_fwd(m, m->enc_x, b->tokens, B, T, &m->src_emb, &m->pos_emb, 1);
+        h = tfm__stack_fwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, m->dec_ln, m->enc_x, NULL, B, T, T, NULL, NULL,
+                           1000);
+    } else {
+        tfm__embed_fwd(m, m->enc_x, b->tokens, B, T, &m->src_emb, &m->pos_emb, 1);
+        h = tfm__stack_fwd(m, m->enc, m->enc_buf, m->n_enc, &m->enc_norm, m->enc_ln, m->enc_x, NULL, B, T, T, lens, NULL,
+                           1000);
+        if (kind == TFM_ENCODER_DECODER) {
+            m->memory = h;
+            tfm__embed_fwd(m, m->dec_x, b->tgt_in, B, Tt, &m->tgt_emb, &m->tgt_pos_emb, 2);
+            h = tfm__stack_fwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, m->dec_ln, m->dec_x, m->memory, B, Tt, T, NULL,
+                               lens, 2000);
+        }
+    }
+    m->top = h;
+    if (kind == TFM_ENCODER_CLASSIFIER) {
+        if (c->pool == TFM_POOL_MEAN) {
+            tfm__mean_pool_forward_cpu(m->pooled, h, lens, B, T, C);
+        } else {
+            for (i = 0; i < B; i++) memcpy(m->pooled + i * C, h + i * T * C, (size_t)C * sizeof(float));
+        }
+        rows = B;
+        n_out = c->n_classes;
+        tfm__linear_forward_cpu(m->logits, n_out, m->pooled, C, m->head.weight.data, m->head.bias.data, rows, C, n_out);
+    } else {
+        rows = (int64_t)B * (kind == TFM_DECODER_LM ? T : Tt);
+        n_out = kind == TFM_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
+        tfm__linear_forward_cpu(m->logits, n_out, h, C, m->head.weight.data, NULL, rows, C, n_out);
+    }
+    m->has_targets = b->targets != NULL;
+    m->last_loss = 0.0f;
+    if (b->targets) {
+        memcpy(m->targets, b->targets, (size_t)rows * sizeof(int32_t));
+        if (kind == TFM_DECODER_LM && b->lens) /* positions past a sequence's length do not count */
+            for (i = 0; i < rows; i++)
+                if (i % T >= b->lens[i / T]) m->targets[i] = c->ignore_index;
+        m->last_loss = tfm__cross_entropy_forward_cpu(m->lse, m->logits, m->targets, c->ignore_index, c->label_smoothing,
+                                                      rows, n_out);
+    }
+    if (loss) *loss = m->last_loss;
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
+    const char *fn = "tfm_model_backward";
+    const tfm_config *c;
+    int B, T, Tt, kind;
+    int64_t C, rows, n_out, i;
+    float *g;
+    if (!m || !m->mem_base) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
+    if (!m->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
+    if (!m->B || !m->has_targets) return tfm__fail(TFM_E_ARG, "%s: the last forward had no targets, so there is no loss", fn);
+    if (!isfinite(loss_scale)) return tfm__fail(TFM_E_ARG, "%s: loss_scale %g is not finite", fn, (double)loss_scale);
+    c = &m->cfg;
+    kind = c->kind;
+    B = m->B;
+    T = m->T;
+    Tt = m->Tt;
+    C = c->d_model;
+    rows = kind == TFM_ENCODER_CLASSIFIER ? B : (int64_t)B * (kind == TFM_DECODER_LM ? T : Tt);
+    n_out = kind == TFM_ENCODER_CLASSIFIER ? c->n_classes : kind == TFM_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
+    memset(m->d_logits, 0, (size_t)(rows * n_out) * sizeof(float));
+    tfm__cross_entropy_backward_cpu(m->d_logits, loss_scale, m->logits, m->lse, m->targets, c->ignore_index,
+                                    c->label_smoothing, rows, n_out);
+    g = m->d_enc_x; /* gradient of the top stack's output */
+    if (kind == TFM_ENCODER_CLASSIFIER) {
+        const int32_t *lens = m->has_lens ? m->lens : NULL;
+        memset(m->d_pooled, 0, (size_t)(B * C) * sizeof(float));
+        tfm__linear_backward_cpu(m->d_pooled, C, m->head.dweight.data, m->head.dbias.data, m->d_logits, n_out, m->pooled, C,
+                                 m->head.weight.data, rows, C, n_out);
+        memset(g, 0, (size_t)((int64_t)B * T * C) * sizeof(float));
+        if (c->pool == TFM_POOL_MEAN) {
+            tfm__mean_pool_backward_cpu(g, m->d_pooled, lens, B, T, C);
+        } else {
+            for (i = 0; i < B; i++) tfm__acc_cpu(g + i * T * C, m->d_pooled + i * C, C);
+        }
+    } else {
+        memset(g, 0, (size_t)(rows * C) * sizeof(float));
+        tfm__linear_backward_cpu(g, C, m->head.dweight.data, NULL, m->d_logits, n_out, m->top, C, m->head.weight.data, rows,
+                                 C, n_out);
+    }
+    if (kind == TFM_DECODER_LM) {
+        g = tfm__stack_bwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, g, NULL, B, T);
+        tfm__embed_bwd(m, g, m->tokens, B, T, &m->dsrc_emb, &m->dpos_emb, 1);
+        return TFM_OK;
+    }
+    if (kind == TFM_ENCODER_DECODER) {
+        memset(m->d_dec_y, 0, (size_t)((int64_t)B * T * C) * sizeof(float));
+        g = tfm__stack_bwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, g, m->d_dec_y, B, Tt);
+        tfm__embed_bwd(m, g, m->tgt_in, B, Tt, &m->dtgt_emb, c->pos == TFM_POS_LEARNED ? &m->dtgt_pos_emb : NULL, 2);
+        g = m->d_enc_x;
+        memcpy(g, m->d_dec_y, (size_t)((int64_t)B * T * C) * sizeof(float));
+    }
+    g = tfm__stack_bwd(m, m->enc, m->enc_buf, m->n_enc, &m->enc_norm, g, NULL, B, T);
+    tfm__embed_bwd(m, g, m->tokens, B, T, &m->dsrc_emb, &m->dpos_emb, 1);
+    return TFM_OK;
+}
+
+TFMDEF float tfm_optim_lr(const tfm_optim *o, int64_t s) {
+    double lr, w;
+    if (!o) return 0.0f;
+    lr = o->lr;
+    w = o->warmup_steps > 0 ? o->warmup_steps : 0;
+    if (s < 1) s = 1;
+    switch (o->schedule) {
+    case TFM_SCHED_COSINE: {
+        double span, p;
+        if (w > 0 && s <= w) return (float)(lr * (double)s / w);
+        span = (double)o->total_steps - w;
+        p = span > 0 ? ((double)s - w) / span : 1.0;
+        if (p > 1.0) p = 1.0;
+        return (float)(o->min_lr + 0.5 * (lr - o->min_lr) * (1.0 + cos(3.141592653589793 * p)));
+    }
+    case TFM_SCHED_INV_SQRT: {
+        double ww = w > 0 ? w : 1.0, a = 1.0 / sqrt((double)s), b = (double)s / (ww * sqrt(ww));
+        return (float)(lr * sqrt(ww) * (a < b ? a : b));
+    }
+    default:
+        if (w > 0 && s < w) return (float)(lr * (double)s / w);
+        return (float)lr;
+    }
+}
+
+TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad_norm) {
+    const char *fn = "tfm_model_step";
+    tfm_optim o;
+    double total = 0.0, bc1, bc2;
+    float scale = 1.0f, lr;
+    int i;
+    if (!m || !m->mem_base) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
+    if (!m->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
+    if (!opt) return tfm__fail(TFM_E_ARG, "%s: opt is NULL", fn);
+    o = *opt;
+    if (!(o.lr > 0.0f) || !isfinite(o.lr)) return tfm__fail(TFM_E_ARG, "%s: opt.lr %g: required, finite and > 0", fn, (double)o.lr);
+    if (o.beta1 == 0.0f) o.beta1 = 0.9f;
+    if (o.beta2 == 0.0f) o.beta2 = 0.999f;
+    if (o.eps == 0.0f) o.eps = 1e-8f;
+    if (!(o.beta1 > 0.0f && o.beta1 < 1.0f) || !(o.beta2 > 0.0f && o.beta2 < 1.0f) || !(o.eps > 0.0f) ||
+        !(o.weight_decay >= 0.0f) || !(o.clip_norm >= 0.0f) || !(o.min_lr >= 0.0f) || !isfinite(o.weight_decay) ||
+        !isfinite(o.clip_norm))
+        return tfm__fail(TFM_E_ARG, "%s: opt has beta1 %g, beta2 %g, eps %g, weight_decay %g, clip_norm %g, min_lr %g: want "
+                         "betas in (0,1), eps > 0, the rest finite and >= 0", fn, (double)o.beta1, (double)o.beta2,
+                         (double)o.eps, (double)o.weight_decay, (double)o.clip_norm, (double)o.min_lr);
+    if ((int)o.schedule < 0 || (int)o.schedule > 2)
+        return tfm__fail(TFM_E_ARG, "%s: opt.schedule %d is not a tfm_schedule", fn, (int)o.schedule);
+    if (o.warmup_steps < 0) return tfm__fail(TFM_E_ARG, "%s: opt.warmup_steps %d is negative", fn, o.warmup_steps);
+    if (o.schedule == TFM_SCHED_COSINE && o.total_steps <= o.warmup_steps)
+        return tfm__fail(TFM_E_ARG, "%s: opt.total_steps %d must exceed opt.warmup_steps %d for the cosine schedule", fn,
+                         o.total_steps, o.warmup_steps);
+    /* global gradient norm: each parameter summed in double in a fixed order, then summed in registry order */
+    TFM__OMP(omp parallel for schedule(dynamic) if (m->n_weights > 65536 && !tfm__in_parallel()))
+    for (i = 0; i < m->n_params; i++) {
+        const float *g = m->params[i].grad.data;
+        int64_t j, n = tfm_numel(&m->params[i].grad);
+        double acc = 0.0;
+        for (j = 0; j < n; j++) acc += (double)g[j] * g[j];
+        m->gnorm_parts[i] = acc;
+    }
+    for (i = 0; i < m->n_params; i++) total += m->gnorm_parts[i];
+    total = sqrt(total);
+    if (grad_norm) *grad_norm = (float)total;
+    if (!isfinite(total)) return tfm__fail(TFM_E_ARG, "%s: the gradient norm is %g (not finite); no update made", fn, total);
+    if (o.clip_norm > 0.0f && total > 0.0) {
+        double s = (double)o.clip_norm / (total + 1e-6);
+        if (s < 1.0) scale = (float)s;
+    }
+    m->step++;
+    lr = tfm_optim_lr(&o, m->step);
+    bc1 = 1.0 - pow((double)o.beta1, (double)m->step);
+    bc2 = 1.0 - pow((double)o.beta2, (double)m->step);
+    for (i = 0; i < m->n_params; i++) {
+        tfm_param *p = &m->params[i];
+        size_t off = (size_t)((unsigned char *)p->value.data - (m->mem_base + m->off_params));
+        float *w = p->value.data, *gr = p->grad.data;
+        float *mm = (float *)(m->mem_base + m->off_m + off), *vv = (float *)(m->mem_base + m->off_v + off);
+        float decay = (p->decay || o.decay_all) ? 1.0f - lr * o.weight_decay : 1.0f;
+        float b1 = o.beta1, b2 = o.beta2, eps = o.eps, step_size = (float)(lr / bc1), bc2s = (float)sqrt(bc2);
+        int64_t j, n = tfm_numel(&p->value);
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+        for (j = 0; j < n; j++) {
+            float g = gr[j] * scale;
+            mm[j] = b1 * mm[j] + (1.0f - b1) * g;
+            vv[j] = b2 * vv[j] + (1.0f - b2) * g * g;
+            w[j] = w[j] * decay - step_size * mm[j] / (sqrtf(vv[j]) / bc2s + eps);
         }
     }
     return TFM_OK;
