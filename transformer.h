@@ -572,6 +572,7 @@ typedef struct tfm_model {
     float **enc_out, **dec_out;     /* per-layer outputs */
     float *enc_buf, *dec_buf;
     double *gnorm_parts;            /* per-parameter squared gradient norms */
+    float *gen_x, *gen_u, *gen_v, *gen_q, *gen_ctx, *gen_ff, *gen_scores, *gen_logits; /* generation rows */
     const float *memory, *top;      /* the encoder's output (enc-dec) and the top stack's output */
     const int32_t *tokens, *tgt_in; /* the last forward's inputs (read by backward) */
     unsigned char *mem_base;
@@ -614,6 +615,24 @@ TFMDEF float tfm_optim_lr(const tfm_optim *opt, int64_t s);
 TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m);
 /* Find a parameter by its torch name; NULL if none. */
 TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name);
+
+/* Options of tfm_model_generate; zero means greedy decoding with no stop token. */
+typedef struct tfm_gen_opts {
+    int max_new;          /* required: most tokens to generate */
+    float temperature;    /* 0: greedy (argmax); else sample from softmax(logits / temperature) */
+    int top_k;            /* sampling: only the k likeliest tokens; 0 -> all */
+    int stop_token;       /* with has_stop: generation ends after emitting this token */
+    int has_stop;
+    uint64_t seed;        /* sampling */
+} tfm_gen_opts;
+
+/* Autoregressive decoding with a key/value cache, batch 1. Decoder-only LM: continue prompt
+   (n_prompt >= 1 ids; src NULL). Encoder-decoder: encode src (src_len ids), then decode from prompt
+   (decoder start ids, e.g. a BOS token). out receives the new ids, *n_out how many (may be NULL).
+   n_prompt + max_new must fit max_seq_len (LM) or max_tgt_len (enc-dec). Dropout is off meanwhile;
+   the model's last forward state is replaced, so backward is not possible until the next forward. */
+TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
+                                     int n_prompt, const tfm_gen_opts *opts, int32_t *out, int *n_out);
 
 /* ==== >>api-cuda ==== */
 
@@ -3290,6 +3309,16 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
         m->d_dec_x = tfm__carve(&mem->scratch, (size_t)(B * Tm * C)); /* pong */
         if (encdec) m->d_dec_y = tfm__carve(&mem->scratch, (size_t)(B * T * C)); /* gradient of the memory */
     }
+    if (kind != TFM_ENCODER_CLASSIFIER) { /* one-row buffers of generation */
+        m->gen_x = tfm__carve(&mem->scratch, (size_t)C);
+        m->gen_u = tfm__carve(&mem->scratch, (size_t)C);
+        m->gen_v = tfm__carve(&mem->scratch, (size_t)C);
+        m->gen_q = tfm__carve(&mem->scratch, (size_t)C);
+        m->gen_ctx = tfm__carve(&mem->scratch, (size_t)C);
+        m->gen_ff = tfm__carve(&mem->scratch, (size_t)(2 * c->d_ff));
+        m->gen_scores = tfm__carve(&mem->scratch, (size_t)Tm);
+        m->gen_logits = tfm__carve(&mem->scratch, (size_t)n_out);
+    }
     /* embeddings */
     m->src_emb = tfm__carve_t2(&mem->params, V, C);
     if (grad) m->dsrc_emb = tfm__carve_t2(&mem->grads, V, C);
@@ -3826,6 +3855,187 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
             w[j] = w[j] * decay - step_size * mm[j] / (sqrtf(vv[j]) / bc2s + eps);
         }
     }
+    return TFM_OK;
+}
+
+/* -- generation -- */
+
+/* One head-wise attention of a single query row over n cached keys/values (row strides ldk, ldv). */
+static void tfm__attend_row(float *ctx, const float *q, const float *k, int ldk, const float *v, int ldv, int n, int H,
+                            int D, float scale, float *scores) {
+    int h, j, d;
+    for (h = 0; h < H; h++) {
+        const float *qh = q + h * D;
+        float *ch = ctx + h * D;
+        for (j = 0; j < n; j++) {
+            const float *kj = k + (int64_t)j * ldk + h * D;
+            float s = 0.0f;
+            for (d = 0; d < D; d++) s += qh[d] * kj[d];
+            scores[j] = s * scale;
+        }
+        if (n > 0) tfm__softmax_row(scores, scores, n);
+        for (d = 0; d < D; d++) ch[d] = 0.0f;
+        for (j = 0; j < n; j++) {
+            const float *vj = v + (int64_t)j * ldv + h * D;
+            float p = scores[j];
+            for (d = 0; d < D; d++) ch[d] += p * vj[d];
+        }
+    }
+}
+
+/* Sub-layer s of block blk for the single position t (batch 0): v = F_s(u). */
+static void tfm__gen_sub(tfm_model *m, tfm_block *blk, int s, float *v, const float *u, int t, int src_len) {
+    const tfm_block_desc *d = &blk->desc;
+    int64_t C = d->d_model, F = d->d_ff;
+    int H = d->n_heads, D = d->d_model / d->n_heads;
+    float scale = 1.0f / sqrtf((float)D);
+    if (s == 0) {
+        tfm_mha *a = &blk->self_attn;
+        float *row = a->q + (int64_t)t * 3 * C; /* q|k|v of position t joins the cache */
+        tfm__linear_forward_cpu(row, 3 * C, u, C, a->in_proj_weight.data, a->in_proj_bias.data, 1, C, 3 * C);
+        tfm__attend_row(m->gen_ctx, row, a->q + C, (int)(3 * C), a->q + 2 * C, (int)(3 * C), t + 1, H, D, scale,
+                        m->gen_scores);
+        tfm__linear_forward_cpu(v, C, m->gen_ctx, C, a->out_proj_weight.data, a->out_proj_bias.data, 1, C, C);
+    } else if (s == 1 && d->cross) {
+        tfm_mha *a = &blk->cross_attn;
+        tfm__linear_forward_cpu(m->gen_q, C, u, C, a->in_proj_weight.data, a->in_proj_bias.data, 1, C, C);
+        tfm__attend_row(m->gen_ctx, m->gen_q, a->kv, (int)(2 * C), a->kv + C, (int)(2 * C), src_len, H, D, scale,
+                        m->gen_scores);
+        tfm__linear_forward_cpu(v, C, m->gen_ctx, C, a->out_proj_weight.data, a->out_proj_bias.data, 1, C, C);
+    } else {
+        float *pre = m->gen_ff, *act = m->gen_ff + F;
+        tfm__linear_forward_cpu(pre, F, u, C, blk->linear1.weight.data, blk->linear1.bias.data, 1, C, F);
+        if (d->act == TFM_ACT_RELU) tfm__relu_forward_cpu(act, pre, F);
+        else tfm__gelu_forward_cpu(act, pre, F, d->act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF);
+        tfm__linear_forward_cpu(v, C, act, F, blk->linear2.weight.data, blk->linear2.bias.data, 1, F, C);
+    }
+}
+
+/* Logits (in gen_logits) for token tok at position t, extending every layer's cache by one row. */
+static void tfm__gen_step(tfm_model *m, int32_t tok, int t, int src_len) {
+    const tfm_config *c = &m->cfg;
+    int encdec = c->kind == TFM_ENCODER_DECODER;
+    int64_t C = c->d_model, V = encdec ? c->tgt_vocab_size : c->vocab_size;
+    const tfm_tensor *emb = encdec ? &m->tgt_emb : &m->src_emb, *pos = encdec ? &m->tgt_pos_emb : &m->pos_emb;
+    float scale = c->scale_emb ? sqrtf((float)C) : 1.0f, *x = m->gen_x, *u = m->gen_u, *v = m->gen_v;
+    int l, s, j;
+    for (j = 0; j < C; j++) x[j] = emb->data[(int64_t)tok * C + j] * scale + (pos->data ? pos->data[(int64_t)t * C + j] : 0.0f);
+    for (l = 0; l < m->n_dec; l++) {
+        tfm_block *blk = &m->dec[l];
+        for (s = 0; s < blk->n_sub; s++) {
+            tfm_layernorm *ln = &blk->norm[s];
+            if (c->norm_first) {
+                tfm__layernorm_forward_cpu(u, NULL, NULL, x, ln->weight.data, ln->bias.data, c->ln_eps, 1, C);
+                tfm__gen_sub(m, blk, s, v, u, t, src_len);
+                for (j = 0; j < C; j++) x[j] += v[j];
+            } else {
+                tfm__gen_sub(m, blk, s, v, x, t, src_len);
+                for (j = 0; j < C; j++) x[j] += v[j];
+                tfm__layernorm_forward_cpu(x, NULL, NULL, x, ln->weight.data, ln->bias.data, c->ln_eps, 1, C);
+            }
+        }
+    }
+    if (c->norm_first)
+        tfm__layernorm_forward_cpu(x, NULL, NULL, x, m->dec_norm.weight.data, m->dec_norm.bias.data, c->ln_eps, 1, C);
+    tfm__linear_forward_cpu(m->gen_logits, V, x, C, m->head.weight.data, NULL, 1, C, V);
+}
+
+/* argmax, or a sample from softmax(logits / temperature) over the top_k likeliest */
+static int32_t tfm__pick(float *logits, int64_t V, const tfm_gen_opts *o, tfm_rng *rng) {
+    int64_t j, best = 0;
+    float kth = -INFINITY, mx, sum = 0.0f, r;
+    for (j = 1; j < V; j++)
+        if (logits[j] > logits[best]) best = j;
+    if (o->temperature <= 0.0f) return (int32_t)best;
+    if (o->top_k > 0 && o->top_k < V) {
+        /* the k-th largest value by repeated selection of the maximum below the previous one */
+        float prev = INFINITY;
+        int64_t count = 0;
+        while (count < o->top_k) {
+            float cur = -INFINITY;
+            int64_t n = 0;
+            for (j = 0; j < V; j++)
+                if (logits[j] < prev && logits[j] > cur) cur = logits[j];
+            for (j = 0; j < V; j++) n += logits[j] == cur;
+            count += n;
+            prev = cur;
+            if (cur == -INFINITY) break;
+        }
+        kth = prev;
+    }
+    mx = logits[best];
+    for (j = 0; j < V; j++) {
+        logits[j] = logits[j] >= kth ? expf((logits[j] - mx) / o->temperature) : 0.0f;
+        sum += logits[j];
+    }
+    r = tfm_rng_uniform(rng) * sum;
+    for (j = 0; j < V; j++) {
+        r -= logits[j];
+        if (r < 0.0f && logits[j] > 0.0f) return (int32_t)j;
+    }
+    return (int32_t)best;
+}
+
+TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
+                                     const tfm_gen_opts *opts, int32_t *out, int *n_out) {
+    const char *fn = "tfm_model_generate";
+    const tfm_config *c;
+    tfm_batch b;
+    tfm_gen_opts o;
+    tfm_rng rng;
+    int encdec, limit, t, n = 0, was_training;
+    int64_t V, rows;
+    int32_t tok;
+    tfm_result r;
+    if (n_out) *n_out = 0;
+    if (!m || !m->mem_base) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
+    c = &m->cfg;
+    if (c->kind == TFM_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier does not generate", fn);
+    if (!opts || !out || !prompt) return tfm__fail(TFM_E_ARG, "%s: opts, out or prompt is NULL", fn);
+    o = *opts;
+    encdec = c->kind == TFM_ENCODER_DECODER;
+    limit = encdec ? c->max_tgt_len : c->max_seq_len;
+    if (o.max_new < 0 || n_prompt < 1 || n_prompt + o.max_new > limit)
+        return tfm__fail(TFM_E_SHAPE, "%s: %d prompt ids + %d new must be in [1,%d] (cfg.%s)", fn, n_prompt, o.max_new, limit,
+                         encdec ? "max_tgt_len" : "max_seq_len");
+    if (!(o.temperature >= 0.0f) || !isfinite(o.temperature) || o.top_k < 0)
+        return tfm__fail(TFM_E_ARG, "%s: temperature %g and top_k %d must be >= 0", fn, (double)o.temperature, o.top_k);
+    if (encdec && !src) return tfm__fail(TFM_E_ARG, "%s: an encoder-decoder needs src", fn);
+    if (!encdec && src) return tfm__fail(TFM_E_ARG, "%s: src given to a decoder-only model", fn);
+    V = encdec ? c->tgt_vocab_size : c->vocab_size;
+    if (o.has_stop && (o.stop_token < 0 || o.stop_token >= V))
+        return tfm__fail(TFM_E_ARG, "%s: stop_token %d is outside [0,%lld)", fn, o.stop_token, (long long)V);
+    /* the prompt (and source) through the ordinary forward: it leaves each layer's q|k|v rows in place */
+    memset(&b, 0, sizeof b);
+    b.batch = 1;
+    if (encdec) {
+        b.len = src_len;
+        b.tokens = src;
+        b.tgt_len = n_prompt;
+        b.tgt_in = prompt;
+    } else {
+        b.len = n_prompt;
+        b.tokens = prompt;
+    }
+    was_training = m->training;
+    m->training = 0;
+    r = tfm_model_forward(m, &b, NULL);
+    if (r != TFM_OK) {
+        m->training = was_training;
+        return r;
+    }
+    m->has_targets = 0;
+    tfm_rng_seed(&rng, o.seed);
+    rows = n_prompt;
+    memcpy(m->gen_logits, m->logits + (rows - 1) * V, (size_t)V * sizeof(float));
+    for (t = n_prompt; n < o.max_new; t++) {
+        tok = tfm__pick(m->gen_logits, V, &o, &rng);
+        out[n++] = tok;
+        if ((o.has_stop && tok == o.stop_token) || n == o.max_new) break;
+        tfm__gen_step(m, tok, t, encdec ? src_len : 0);
+    }
+    m->training = was_training;
+    if (n_out) *n_out = n;
     return TFM_OK;
 }
 

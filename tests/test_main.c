@@ -31,6 +31,7 @@ void test__run(const char *name, test_fn fn) {
 #include "test_attention.c"
 #include "test_torch.c"
 #include "test_errors.c"
+#include "test_generate.c"
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -44,6 +45,7 @@ int main(int argc, char **argv) {
     suite_attention();
     suite_torch();
     suite_errors();
+    suite_generate();
     printf("%d passed, %d failed\n", test__passed, test__failed);
     return test__failed ? 1 : 0;
 }
