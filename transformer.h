@@ -415,7 +415,8 @@ typedef struct tfm_block_desc {
     int n_heads;         /* H, required, divides C */
     int d_ff;            /* 0 -> 4 * d_model */
     int cross;           /* 1: decoder layer with cross-attention (multihead_attn, norm3) */
-    int causal;          /* 1: causal self-attention (decoder layers) */
+    int causal;          /* 1: causal self-attention. Set it for decoder layers: like torch's
+                            TransformerDecoderLayer (tgt_mask), cross does not imply it */
     int norm_first;      /* 0: post-LN; 1: pre-LN */
     tfm_activation act;  /* feed-forward activation, default ReLU */
     float dropout;       /* on each sub-layer's output before the residual sum (training only) */

@@ -32,6 +32,7 @@ void test__run(const char *name, test_fn fn) {
 #include "test_torch.c"
 #include "test_errors.c"
 #include "test_generate.c"
+#include "test_models_torch.c"
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -46,6 +47,7 @@ int main(int argc, char **argv) {
     suite_torch();
     suite_errors();
     suite_generate();
+    suite_models_torch();
     printf("%d passed, %d failed\n", test__passed, test__failed);
     return test__failed ? 1 : 0;
 }

@@ -1,0 +1,409 @@
+#!/usr/bin/env python3
+"""PyTorch reference models that mirror transformer.h layer by layer and parameter by parameter.
+
+Importable (tools/gen_model_fixtures.py builds the model fixtures from it; checkpoint round trips
+load and save through the same modules). Needs torch (tested with 1.13) and numpy.
+
+What mirrors what
+-----------------
+  tfm_block (cross == 0)  torch.nn.TransformerEncoderLayer(batch_first=True); causal == 1 adds a
+                          causal attention mask (a decoder-only LM layer); `lens` becomes
+                          src_key_padding_mask (True where j >= lens[b]).
+  tfm_block (cross == 1)  torch.nn.TransformerDecoderLayer(batch_first=True): causal self-attention
+                          (tgt_mask), cross-attention over `memory` with memory_key_padding_mask from
+                          the key lengths xkv_lens.
+  TFM_ENCODER_CLASSIFIER  EncoderClassifier
+  TFM_DECODER_LM          DecoderLM
+  TFM_ENCODER_DECODER     EncoderDecoder
+  tfm_model_step          clip_grad_norm() then torch.optim.AdamW with the param groups of
+                          param_groups() (make_adamw()).
+
+Activations: 0 relu, 1 exact (erf) GELU, 2 GELU with the tanh approximation. norm_first selects
+pre-LN; post-LN is torch's default. Dropout is a constructor argument (0 for reference values).
+
+Parameter names (exactly the state_dict keys):
+  classifier  tok_emb.weight (V,C); pos_emb.weight (max_seq_len,C) with learned positions;
+              encoder.layers.N.<TransformerEncoderLayer names>; encoder.norm.weight/bias (pre-LN
+              only); head.weight (n_classes,C), head.bias (n_classes)
+  LM          tok_emb.weight; pos_emb.weight (learned); decoder.layers.N.<encoder-layer names>;
+              decoder.norm.* (pre-LN only); head.weight (V,C), no bias, absent when tie_output
+              (the output projection is then tok_emb.weight)
+  enc-dec     src_tok_emb.weight (Vs,C); tgt_tok_emb.weight (Vt,C), absent when share_emb (the
+              decoder then embeds with src_tok_emb); src_pos_emb.weight (max_seq_len,C) and
+              tgt_pos_emb.weight (max_tgt_len,C) (learned); encoder.layers.N.*; encoder.norm.*
+              (pre-LN only); decoder.layers.N.<TransformerDecoderLayer names>; decoder.norm.*
+              (pre-LN only); head.weight (Vt,C), no bias, absent when tie_output (the output
+              projection is then the target embedding: tgt_tok_emb, or src_tok_emb when shared)
+Sinusoidal position tables are non-persistent buffers: they are not in the state_dict.
+
+Embedding input: x[b,t] = emb[tokens[b,t]] * (sqrt(C) if scale_emb else 1) + pos[t], where the
+sinusoidal table is pe[t,2i] = sin(t / 10000^(2i/C)), pe[t,2i+1] = cos(t / 10000^(2i/C)).
+"""
+
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# enums of transformer.h, same values
+ACT_RELU, ACT_GELU, ACT_GELU_TANH = 0, 1, 2
+ENCODER_CLASSIFIER, DECODER_LM, ENCODER_DECODER = 1, 2, 3
+POS_LEARNED, POS_SINUSOIDAL, POS_NONE = 0, 1, 2
+POOL_MEAN, POOL_CLS = 0, 1
+
+# parameters that AdamW decays (unless decay_all): the weight matrices of linear and attention maps
+DECAY_SUFFIXES = ("in_proj_weight", "out_proj.weight", "linear1.weight", "linear2.weight",
+                  "head.weight")
+
+
+def gelu_tanh(x):
+    return F.gelu(x, approximate="tanh")
+
+
+def activation_fn(act):
+    if act == ACT_RELU:
+        return F.relu
+    if act == ACT_GELU:
+        return F.gelu
+    if act == ACT_GELU_TANH:
+        return gelu_tanh
+    raise ValueError("unknown activation %r" % (act,))
+
+
+def causal_mask(T):
+    """(T,T) bool, True above the diagonal: query i may not see key j > i."""
+    return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+
+
+def padding_mask(lens, T):
+    """(B,T) bool, True where position j >= lens[b] (a padded key); None when lens is None."""
+    if lens is None:
+        return None
+    lens = torch.as_tensor(np.asarray(lens, dtype=np.int64))
+    return torch.arange(T)[None, :] >= lens[:, None]
+
+
+def sinusoidal_table(P, C, dtype=torch.float64):
+    """pe (P,C): pe[t,2i] = sin(t / 10000^(2i/C)), pe[t,2i+1] = cos(same)."""
+    pe = torch.zeros(P, C, dtype=torch.float64)
+    t = torch.arange(P, dtype=torch.float64)[:, None]
+    two_i = torch.arange(0, C, 2, dtype=torch.float64)[None, :]
+    ang = t / torch.pow(torch.tensor(10000.0, dtype=torch.float64), two_i / C)
+    pe[:, 0::2] = torch.sin(ang)
+    pe[:, 1::2] = torch.cos(ang[:, : C // 2])
+    return pe.to(dtype)
+
+
+def make_layer(d_model, n_heads, d_ff=0, act=ACT_RELU, norm_first=False, cross=False, ln_eps=1e-5,
+               dropout=0.0, dtype=torch.float64):
+    """The torch layer a tfm_block with these settings mirrors (d_ff 0 -> 4 * d_model)."""
+    d_ff = d_ff or 4 * d_model
+    cls = nn.TransformerDecoderLayer if cross else nn.TransformerEncoderLayer
+    return cls(d_model, n_heads, dim_feedforward=d_ff, dropout=dropout, activation=activation_fn(act),
+               layer_norm_eps=ln_eps, batch_first=True, norm_first=bool(norm_first), dtype=dtype)
+
+
+def block_forward(layer, x, xkv=None, lens=None, xkv_lens=None, causal=False):
+    """tfm_block_forward: x (B,T,C); cross layers attend over xkv (B,Tk,C) with key lengths xkv_lens
+    and are always causal; lens masks the self-attention's keys."""
+    T = x.shape[1]
+    if isinstance(layer, nn.TransformerDecoderLayer):
+        return layer(x, xkv, tgt_mask=causal_mask(T), tgt_key_padding_mask=padding_mask(lens, T),
+                     memory_key_padding_mask=padding_mask(xkv_lens, xkv.shape[1]))
+    assert xkv is None, "an encoder layer has no second input"
+    return layer(x, src_mask=causal_mask(T) if causal else None,
+                 src_key_padding_mask=padding_mask(lens, T))
+
+
+class Stack(nn.Module):
+    """`layers` (a ModuleList) and, for pre-LN, a final layernorm `norm` (post-LN has none). Not
+    torch.nn.TransformerEncoder: this keeps the exact state_dict names and never takes torch's
+    inference fast path (nested tensors)."""
+
+    def __init__(self, n, cfg, cross, causal, dtype):
+        super().__init__()
+        self.cross, self.causal = cross, causal
+        self.layers = nn.ModuleList([
+            make_layer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.act, cfg.norm_first, cross, cfg.ln_eps,
+                       cfg.dropout, dtype) for _ in range(n)])
+        if cfg.norm_first:
+            self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps, dtype=dtype)
+        else:
+            self.norm = None
+
+    def forward(self, x, memory=None, lens=None, memory_lens=None):
+        for layer in self.layers:
+            if self.cross:
+                x = block_forward(layer, x, memory, None, memory_lens)
+            else:
+                x = block_forward(layer, x, None, lens, None, self.causal)
+        if self.norm is not None:
+            x = self.norm(x)
+        return x
+
+
+class Config:
+    """The fields of tfm_config (same names and meanings; zero means default)."""
+
+    FIELDS = dict(kind=0, vocab_size=0, tgt_vocab_size=0, n_classes=0, d_model=0, n_heads=0,
+                  n_layers=0, n_dec_layers=0, d_ff=0, max_seq_len=0, max_tgt_len=0, max_batch=0,
+                  act=0, norm_first=0, pos=0, scale_emb=0, pool=0, tie_output=0, share_emb=0,
+                  no_bias=0, dropout=0.0, attn_dropout=0.0, ln_eps=0.0, label_smoothing=0.0,
+                  ignore_index=0, has_ignore_index=0)
+
+    def __init__(self, **kw):
+        for k, v in self.FIELDS.items():
+            setattr(self, k, v)
+        for k, v in kw.items():
+            if k not in self.FIELDS:
+                raise TypeError("unknown config field %r" % (k,))
+            setattr(self, k, v)
+
+    def resolved(self):
+        """A copy with transformer.h's defaults applied (tfm_config_resolve)."""
+        c = Config(**{k: getattr(self, k) for k in self.FIELDS})
+        if c.kind not in (ENCODER_CLASSIFIER, DECODER_LM, ENCODER_DECODER):
+            raise ValueError("kind is required")
+        for req in ("vocab_size", "d_model", "n_heads", "max_seq_len"):
+            if getattr(c, req) <= 0:
+                raise ValueError(req + " is required")
+        if c.kind == ENCODER_CLASSIFIER and c.n_classes <= 0:
+            raise ValueError("n_classes is required")
+        if c.d_model % c.n_heads:
+            raise ValueError("n_heads must divide d_model")
+        if c.no_bias:
+            raise NotImplementedError("no_bias is not mirrored here")
+        if c.attn_dropout != c.dropout:
+            raise NotImplementedError("torch layers have one dropout for attention and residuals")
+        c.tgt_vocab_size = c.tgt_vocab_size or c.vocab_size
+        c.n_layers = c.n_layers or 2
+        c.n_dec_layers = c.n_dec_layers or c.n_layers
+        c.d_ff = c.d_ff or 4 * c.d_model
+        c.max_tgt_len = c.max_tgt_len or c.max_seq_len
+        c.max_batch = c.max_batch or 1
+        c.ln_eps = c.ln_eps or 1e-5
+        if not c.has_ignore_index and c.ignore_index == 0:
+            c.ignore_index = -100
+        if c.share_emb and c.kind == ENCODER_DECODER and c.tgt_vocab_size != c.vocab_size:
+            raise ValueError("share_emb needs equal vocabularies")
+        return c
+
+
+class _Model(nn.Module):
+    def __init__(self, cfg, dtype):
+        super().__init__()
+        self.cfg = cfg.resolved()
+        self.dtype = dtype
+
+    def _emb(self, n, c):
+        return nn.Embedding(n, c, dtype=self.dtype)
+
+    def _sinusoidal(self, name, P):
+        if self.cfg.pos == POS_SINUSOIDAL:
+            self.register_buffer(name, sinusoidal_table(P, self.cfg.d_model, self.dtype),
+                                 persistent=False)
+
+    def embed(self, tokens, emb, pos_emb, pe):
+        """emb[tokens] * scale + positions; tokens (B,T) int64."""
+        c = self.cfg
+        T = tokens.shape[1]
+        x = F.embedding(tokens, emb)
+        if c.scale_emb:
+            x = x * math.sqrt(c.d_model)
+        if c.pos == POS_LEARNED:
+            x = x + pos_emb[:T]
+        elif c.pos == POS_SINUSOIDAL:
+            x = x + pe[:T]
+        return F.dropout(x, c.dropout, self.training)
+
+    def loss(self, logits, targets):
+        c = self.cfg
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                               ignore_index=c.ignore_index, label_smoothing=c.label_smoothing)
+
+
+class EncoderClassifier(_Model):
+    """TFM_ENCODER_CLASSIFIER: embeddings, encoder (key padding from lens), pooling, linear head."""
+
+    def __init__(self, cfg, dtype=torch.float64):
+        super().__init__(cfg, dtype)
+        c = self.cfg
+        self.tok_emb = self._emb(c.vocab_size, c.d_model)
+        if c.pos == POS_LEARNED:
+            self.pos_emb = self._emb(c.max_seq_len, c.d_model)
+        self._sinusoidal("pe", c.max_seq_len)
+        self.encoder = Stack(c.n_layers, c, cross=False, causal=False, dtype=dtype)
+        self.head = nn.Linear(c.d_model, c.n_classes, dtype=dtype)
+
+    def forward(self, tokens, lens=None, labels=None):
+        c = self.cfg
+        tokens = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
+        B, T = tokens.shape
+        x = self.embed(tokens, self.tok_emb.weight,
+                       self.pos_emb.weight if c.pos == POS_LEARNED else None, getattr(self, "pe", None))
+        h = self.encoder(x, lens=lens)
+        if c.pool == POOL_CLS:
+            pooled = h[:, 0]
+        else:
+            n = torch.full((B,), T, dtype=torch.int64) if lens is None else \
+                torch.as_tensor(np.asarray(lens, dtype=np.int64))
+            valid = (torch.arange(T)[None, :] < n[:, None]).to(h.dtype)
+            pooled = (h * valid[:, :, None]).sum(1) / n.clamp(min=1).to(h.dtype)[:, None]
+        logits = self.head(pooled)
+        loss = None
+        if labels is not None:
+            loss = self.loss(logits, torch.as_tensor(np.asarray(labels, dtype=np.int64)))
+        return logits, loss
+
+
+class DecoderLM(_Model):
+    """TFM_DECODER_LM: embeddings, causal encoder-style layers (no key padding), output projection
+    without bias (the token embedding when tie_output)."""
+
+    def __init__(self, cfg, dtype=torch.float64):
+        super().__init__(cfg, dtype)
+        c = self.cfg
+        self.tok_emb = self._emb(c.vocab_size, c.d_model)
+        if c.pos == POS_LEARNED:
+            self.pos_emb = self._emb(c.max_seq_len, c.d_model)
+        self._sinusoidal("pe", c.max_seq_len)
+        self.decoder = Stack(c.n_layers, c, cross=False, causal=True, dtype=dtype)
+        if not c.tie_output:
+            self.head = nn.Linear(c.d_model, c.vocab_size, bias=False, dtype=dtype)
+
+    def output_weight(self):
+        return self.tok_emb.weight if self.cfg.tie_output else self.head.weight
+
+    def forward(self, tokens, targets=None):
+        c = self.cfg
+        tokens = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
+        x = self.embed(tokens, self.tok_emb.weight,
+                       self.pos_emb.weight if c.pos == POS_LEARNED else None, getattr(self, "pe", None))
+        h = self.decoder(x)
+        logits = F.linear(h, self.output_weight())
+        loss = None
+        if targets is not None:
+            loss = self.loss(logits, torch.as_tensor(np.asarray(targets, dtype=np.int64)))
+        return logits, loss
+
+
+class EncoderDecoder(_Model):
+    """TFM_ENCODER_DECODER: encoder over the source (key padding from lens), decoder over the
+    shifted target (causal; cross-attention masked by the source lens), output projection without
+    bias (the target embedding when tie_output)."""
+
+    def __init__(self, cfg, dtype=torch.float64):
+        super().__init__(cfg, dtype)
+        c = self.cfg
+        self.src_tok_emb = self._emb(c.vocab_size, c.d_model)
+        if not c.share_emb:
+            self.tgt_tok_emb = self._emb(c.tgt_vocab_size, c.d_model)
+        if c.pos == POS_LEARNED:
+            self.src_pos_emb = self._emb(c.max_seq_len, c.d_model)
+            self.tgt_pos_emb = self._emb(c.max_tgt_len, c.d_model)
+        self._sinusoidal("pe", max(c.max_seq_len, c.max_tgt_len))
+        self.encoder = Stack(c.n_layers, c, cross=False, causal=False, dtype=dtype)
+        self.decoder = Stack(c.n_dec_layers, c, cross=True, causal=True, dtype=dtype)
+        if not c.tie_output:
+            self.head = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False, dtype=dtype)
+
+    def target_embedding(self):
+        return self.src_tok_emb.weight if self.cfg.share_emb else self.tgt_tok_emb.weight
+
+    def output_weight(self):
+        return self.target_embedding() if self.cfg.tie_output else self.head.weight
+
+    def forward(self, tokens, lens, tgt_in, targets=None):
+        c = self.cfg
+        learned = c.pos == POS_LEARNED
+        pe = getattr(self, "pe", None)
+        tokens = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
+        tgt_in = torch.as_tensor(np.asarray(tgt_in, dtype=np.int64))
+        xs = self.embed(tokens, self.src_tok_emb.weight, self.src_pos_emb.weight if learned else None, pe)
+        memory = self.encoder(xs, lens=lens)
+        xt = self.embed(tgt_in, self.target_embedding(), self.tgt_pos_emb.weight if learned else None, pe)
+        h = self.decoder(xt, memory=memory, memory_lens=lens)
+        logits = F.linear(h, self.output_weight())
+        loss = None
+        if targets is not None:
+            loss = self.loss(logits, torch.as_tensor(np.asarray(targets, dtype=np.int64)))
+        return logits, loss
+
+
+def build_model(cfg, dtype=torch.float64):
+    """The reference module for a Config (kind selects the class)."""
+    kind = cfg.kind
+    if kind == ENCODER_CLASSIFIER:
+        return EncoderClassifier(cfg, dtype)
+    if kind == DECODER_LM:
+        return DecoderLM(cfg, dtype)
+    if kind == ENCODER_DECODER:
+        return EncoderDecoder(cfg, dtype)
+    raise ValueError("unknown model kind %r" % (kind,))
+
+
+def run_batch(model, batch):
+    """Forward a batch given as a dict with the fields of tfm_batch (tokens, lens, tgt_in, targets;
+    numpy or lists). Returns (logits, loss); loss is None without targets."""
+    if isinstance(model, EncoderClassifier):
+        return model(batch["tokens"], batch.get("lens"), batch.get("targets"))
+    if isinstance(model, DecoderLM):
+        return model(batch["tokens"], batch.get("targets"))
+    return model(batch["tokens"], batch.get("lens"), batch["tgt_in"], batch.get("targets"))
+
+
+# ---- optimizer: what tfm_model_step does ----
+
+
+def is_decayed(name):
+    """Whether AdamW decays a parameter (decay_all == 0): linear and attention weight matrices;
+    not biases, layernorms or embeddings (a tied output projection is an embedding)."""
+    return name.endswith(DECAY_SUFFIXES)
+
+
+def param_groups(model, weight_decay, decay_all=False):
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (decay if decay_all or is_decayed(name) else no_decay).append(p)
+    return [dict(params=decay, weight_decay=weight_decay), dict(params=no_decay, weight_decay=0.0)]
+
+
+def make_adamw(model, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decay_all=False):
+    return torch.optim.AdamW(param_groups(model, weight_decay, decay_all), lr=lr, betas=betas,
+                             eps=eps)
+
+
+def clip_grad_norm(model, clip_norm):
+    """Global L2 norm of every gradient (returned, before clipping); when clip_norm > 0, every
+    gradient is scaled by clip_norm / (norm + 1e-6) if that is below 1 (clip_grad_norm_)."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    if clip_norm > 0:
+        return float(torch.nn.utils.clip_grad_norm_(params, clip_norm))
+    return float(torch.norm(torch.stack([torch.norm(p.grad.detach(), 2) for p in params]), 2))
+
+
+# ---- state_dict helpers (checkpoint round trips) ----
+
+
+def named_params(model):
+    """{name: float32 numpy array} of every parameter, in state_dict order."""
+    return {k: v.detach().cpu().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+
+
+def load_named_params(model, arrays, strict=True):
+    """Copy {name: array} into the model's parameters. strict: the names must be exactly the
+    model's parameter names."""
+    own = dict(model.named_parameters())
+    if strict and set(own) != set(arrays):
+        raise KeyError("parameter names differ: missing %s, unexpected %s" %
+                       (sorted(set(own) - set(arrays)), sorted(set(arrays) - set(own))))
+    with torch.no_grad():
+        for k, v in arrays.items():
+            if k not in own:
+                continue
+            t = torch.as_tensor(np.asarray(v))
+            if tuple(t.shape) != tuple(own[k].shape):
+                raise ValueError("%s: shape %s, model has %s" % (k, tuple(t.shape), tuple(own[k].shape)))
+            own[k].copy_(t.to(own[k].dtype))
