@@ -1125,6 +1125,33 @@ static uint32_t tfm__drop_threshold(float p) {
     return t >= 16777216.0 ? 16777216u : (uint32_t)t;
 }
 
+/* Branch-free exp, tanh and erf that the compiler can vectorize (libm's are scalar calls).
+   exp: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for exactness), e^r by its degree-7 Taylor
+   polynomial (error < 1e-8 relative), 2^n put in the exponent bits: about 1 ulp over [-87, 88].
+   tanh(u) = 1 - 2 / (1 + e^(2u)): absolute error ~1e-7. erf: Abramowitz & Stegun 7.1.26 with this exp,
+   absolute error < 2e-7. */
+static inline float tfm__exp(float x) {
+    float kf, r, p, s;
+    int32_t bits;
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    kf = (x * 1.4426950408889634f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    r = x - kf * 0.693145751953125f;
+    r = r - kf * 1.428606765330187e-06f;
+    p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * (8.3333338e-3f +
+        r * (1.3888889e-3f + r * 1.9841270e-4f))))));
+    bits = ((int32_t)kf + 127) << 23;
+    memcpy(&s, &bits, sizeof s);
+    return p * s;
+}
+static inline float tfm__tanh(float u) { return 1.0f - 2.0f / (1.0f + tfm__exp(2.0f * u)); }
+static inline float tfm__erf(float x) {
+    float ax = x < 0.0f ? -x : x, t = 1.0f / (1.0f + 0.3275911f * ax), y;
+    y = 1.0f - t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f)))) *
+                   tfm__exp(-ax * ax);
+    return x < 0.0f ? -y : y;
+}
+
 /* ==== >>impl-sgemm ====
    The built-in sgemm: op(A) and op(B) are copied block by block into packed panels (A in slivers of
    MR rows, B in slivers of NR columns, each laid out k-major), and a register-blocked MR x NR
@@ -1443,7 +1470,7 @@ static void tfm__softmax_row(float *y, const float *x, int64_t n) {
     int64_t j;
     for (j = 1; j < n; j++) mx = x[j] > mx ? x[j] : mx;
     for (j = 0; j < n; j++) {
-        y[j] = expf(x[j] - mx);
+        y[j] = tfm__exp(x[j] - mx);
         sum += y[j];
     }
     inv = 1.0f / sum;
@@ -1474,7 +1501,7 @@ static float tfm__lse_row(const float *x, int64_t n) {
     float mx = x[0], sum = 0.0f;
     int64_t j;
     for (j = 1; j < n; j++) mx = x[j] > mx ? x[j] : mx;
-    for (j = 0; j < n; j++) sum += expf(x[j] - mx);
+    for (j = 0; j < n; j++) sum += tfm__exp(x[j] - mx);
     return mx + logf(sum);
 }
 
@@ -1496,7 +1523,7 @@ static void tfm__log_softmax_backward_cpu(float *dx, const float *dy, const floa
         float s = 0.0f;
         int64_t j;
         for (j = 0; j < C; j++) s += dy[r * C + j];
-        for (j = 0; j < C; j++) dx[r * C + j] += dy[r * C + j] - expf(y[r * C + j]) * s;
+        for (j = 0; j < C; j++) dx[r * C + j] += dy[r * C + j] - tfm__exp(y[r * C + j]) * s;
     }
 }
 
@@ -1539,7 +1566,7 @@ static void tfm__cross_entropy_backward_cpu(float *dx, float dloss, const float 
         float *dr = dx + r * V, l = lse[r];
         int64_t j;
         if (t[r] == ignore) continue;
-        for (j = 0; j < V; j++) dr[j] += g * (expf(xr[j] - l) - sv);
+        for (j = 0; j < V; j++) dr[j] += g * (tfm__exp(xr[j] - l) - sv);
         dr[t[r]] -= g * (1.0f - s);
     }
 }
@@ -1622,9 +1649,9 @@ static void tfm__gelu_forward_cpu(float *y, const float *x, int64_t n, int kind)
     for (i = 0; i < n; i++) {
         float v = x[i];
         if (kind == TFM_GELU_TANH)
-            y[i] = 0.5f * v * (1.0f + tanhf(TFM__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v)));
+            y[i] = 0.5f * v * (1.0f + tfm__tanh(TFM__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v)));
         else
-            y[i] = 0.5f * v * (1.0f + erff(v * TFM__INV_SQRT_2));
+            y[i] = 0.5f * v * (1.0f + tfm__erf(v * TFM__INV_SQRT_2));
     }
 }
 
@@ -1635,10 +1662,10 @@ static void tfm__gelu_backward_cpu(float *dx, const float *dy, const float *x, i
         float v = x[i], d;
         if (kind == TFM_GELU_TANH) {
             float u = TFM__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v);
-            float th = tanhf(u);
+            float th = tfm__tanh(u);
             d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * TFM__SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v);
         } else {
-            d = 0.5f * (1.0f + erff(v * TFM__INV_SQRT_2)) + v * TFM__INV_SQRT_2PI * expf(-0.5f * v * v);
+            d = 0.5f * (1.0f + tfm__erf(v * TFM__INV_SQRT_2)) + v * TFM__INV_SQRT_2PI * tfm__exp(-0.5f * v * v);
         }
         dx[i] += dy[i] * d;
     }
@@ -1814,43 +1841,53 @@ static void tfm__attn_drop_row(float *dst, const float *src, const tfm__attn_arg
     for (j = 0; j < n; j++) dst[j] = tfm__hash24(a->seed, (uint64_t)(row0 + j)) >= thr ? src[j] * scale : 0.0f;
 }
 
+/* Query rows run in blocks; a block multiplies only against the keys its last row can see, so a
+   causal or padded attention does about half the products of the full square. */
+static int tfm__attn_qblock(const tfm__attn_args *a) { return (a->causal || a->lens) ? 32 : a->Tq; }
+
 static void tfm__attention_forward_cpu(const tfm__attn_args *a) {
-    int bh, nbh = a->B * a->H, Tq = a->Tq, Tk = a->Tk, D = a->D;
+    int bh, nbh = a->B * a->H, Tq = a->Tq, Tk = a->Tk, D = a->D, QB = tfm__attn_qblock(a);
     TFM__OMP(omp parallel for schedule(static) if (nbh > 1 && !tfm__in_parallel()))
     for (bh = 0; bh < nbh; bh++) {
-        int b = bh / a->H, h = bh % a->H, i, j;
+        int b = bh / a->H, h = bh % a->H, i, j, i0;
         const float *q = a->q + (int64_t)b * Tq * a->ldq + h * D;
         const float *k = a->k + (int64_t)b * Tk * a->ldk + h * D;
         const float *v = a->v + (int64_t)b * Tk * a->ldv + h * D;
         float *o = a->out + (int64_t)b * Tq * a->ldo + h * D;
-        float *S = a->att + (int64_t)bh * Tq * Tk, *P = S;
-        /* S = scale * q k^T */
-        tfm__sgemm(0, 1, Tq, Tk, D, a->scale, q, a->ldq, k, a->ldk, 0.0f, S, Tk);
-        for (i = 0; i < Tq; i++) {
-            float *row = S + (int64_t)i * Tk;
-            int n = tfm__attn_visible(a, b, i);
-            if (n > 0) tfm__softmax_row(row, row, n);
-            for (j = n; j < Tk; j++) row[j] = 0.0f;
+        float *S = a->att + (int64_t)bh * Tq * Tk;
+        for (i0 = 0; i0 < Tq; i0 += QB) {
+            int nq = TFM__MIN(QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1);
+            float *Sb = S + (int64_t)i0 * Tk, *Pb = Sb;
+            /* S = scale * q k^T over the visible keys, then a row-wise softmax over each row's prefix */
+            if (kn > 0) tfm__sgemm(0, 1, nq, kn, D, a->scale, q + (int64_t)i0 * a->ldq, a->ldq, k, a->ldk, 0.0f, Sb, Tk);
+            for (i = i0; i < i0 + nq; i++) {
+                float *row = S + (int64_t)i * Tk;
+                int n = tfm__attn_visible(a, b, i);
+                if (n > 0) tfm__softmax_row(row, row, n);
+                for (j = n; j < Tk; j++) row[j] = 0.0f;
+            }
+            if (a->dropout > 0.0f) {
+                Pb = a->tmp + (int64_t)bh * Tq * Tk + (int64_t)i0 * Tk;
+                for (i = 0; i < nq; i++)
+                    tfm__attn_drop_row(Pb + (int64_t)i * Tk, Sb + (int64_t)i * Tk, a, ((int64_t)bh * Tq + i0 + i) * Tk, kn);
+            }
+            /* out = P v */
+            tfm__sgemm(0, 0, nq, D, kn, 1.0f, Pb, Tk, v, a->ldv, 0.0f, o + (int64_t)i0 * a->ldo, a->ldo);
         }
-        if (a->dropout > 0.0f) {
-            P = a->tmp + (int64_t)bh * Tq * Tk;
-            for (i = 0; i < Tq; i++)
-                tfm__attn_drop_row(P + (int64_t)i * Tk, S + (int64_t)i * Tk, a, ((int64_t)bh * Tq + i) * Tk, Tk);
-        }
-        /* out = P v */
-        tfm__sgemm(0, 0, Tq, D, Tk, 1.0f, P, Tk, v, a->ldv, 0.0f, o, a->ldo);
     }
 }
 
 /* With P the probabilities, M the dropout mask and Pd = P*M:
    dv += Pd^T dout;  dP = (dout v^T) * M;  dS = P * (dP - rowsum(P * dP));
-   dq += scale * dS k;  dk += scale * dS^T q.  All O(T^2 D) per head. */
+   dq += scale * dS k;  dk += scale * dS^T q.  All O(T^2 D) per head, over the visible keys only. */
 static void tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk,
                                         float *dv, int lddv, const float *dout, int lddo) {
-    int bh, nbh = a->B * a->H, Tq = a->Tq, Tk = a->Tk, D = a->D;
+    int bh, nbh = a->B * a->H, Tq = a->Tq, Tk = a->Tk, D = a->D, QB = tfm__attn_qblock(a);
+    uint32_t thr = tfm__drop_threshold(a->dropout);
+    float dsc = a->dropout < 1.0f ? 1.0f / (1.0f - a->dropout) : 0.0f;
     TFM__OMP(omp parallel for schedule(static) if (nbh > 1 && !tfm__in_parallel()))
     for (bh = 0; bh < nbh; bh++) {
-        int b = bh / a->H, h = bh % a->H, i, j;
+        int b = bh / a->H, h = bh % a->H, i, j, i0;
         const float *q = a->q + (int64_t)b * Tq * a->ldq + h * D;
         const float *k = a->k + (int64_t)b * Tk * a->ldk + h * D;
         const float *v = a->v + (int64_t)b * Tk * a->ldv + h * D;
@@ -1858,32 +1895,39 @@ static void tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int 
         const float *P = a->att + (int64_t)bh * Tq * Tk;
         float *G = a->tmp + (int64_t)bh * Tq * Tk;
         int64_t row0 = (int64_t)bh * Tq * Tk;
-        if (dv) {
-            const float *Pd = P;
-            if (a->dropout > 0.0f) {
-                for (i = 0; i < Tq; i++) tfm__attn_drop_row(G + (int64_t)i * Tk, P + (int64_t)i * Tk, a, row0 + (int64_t)i * Tk, Tk);
-                Pd = G;
+        float *dvb = dv ? dv + (int64_t)b * Tk * lddv + h * D : NULL;
+        float *dqb = dq ? dq + (int64_t)b * Tq * lddq + h * D : NULL;
+        float *dkb = dk ? dk + (int64_t)b * Tk * lddk + h * D : NULL;
+        for (i0 = 0; i0 < Tq; i0 += QB) {
+            int nq = TFM__MIN(QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1);
+            const float *Pb = P + (int64_t)i0 * Tk, *gob = go + (int64_t)i0 * lddo;
+            float *Gb = G + (int64_t)i0 * Tk;
+            if (kn == 0) continue;
+            if (dvb) {
+                const float *Pd = Pb;
+                if (a->dropout > 0.0f) {
+                    for (i = 0; i < nq; i++)
+                        tfm__attn_drop_row(Gb + (int64_t)i * Tk, Pb + (int64_t)i * Tk, a, row0 + (int64_t)(i0 + i) * Tk, kn);
+                    Pd = Gb;
+                }
+                tfm__sgemm(1, 0, kn, D, nq, 1.0f, Pd, Tk, gob, lddo, 1.0f, dvb, lddv);
             }
-            tfm__sgemm(1, 0, Tk, D, Tq, 1.0f, Pd, Tk, go, lddo, 1.0f, dv + (int64_t)b * Tk * lddv + h * D, lddv);
-        }
-        if (!dq && !dk) continue;
-        tfm__sgemm(0, 1, Tq, Tk, D, 1.0f, go, lddo, v, a->ldv, 0.0f, G, Tk);
-        for (i = 0; i < Tq; i++) {
-            float *g = G + (int64_t)i * Tk, r = 0.0f;
-            const float *p = P + (int64_t)i * Tk;
-            int n = tfm__attn_visible(a, b, i);
-            if (a->dropout > 0.0f) {
-                uint32_t thr = tfm__drop_threshold(a->dropout);
-                float sc = a->dropout < 1.0f ? 1.0f / (1.0f - a->dropout) : 0.0f;
-                for (j = 0; j < n; j++)
-                    g[j] = tfm__hash24(a->seed, (uint64_t)(row0 + (int64_t)i * Tk + j)) >= thr ? g[j] * sc : 0.0f;
+            if (!dqb && !dkb) continue;
+            tfm__sgemm(0, 1, nq, kn, D, 1.0f, gob, lddo, v, a->ldv, 0.0f, Gb, Tk);
+            for (i = 0; i < nq; i++) {
+                float *g = Gb + (int64_t)i * Tk, r = 0.0f;
+                const float *p = Pb + (int64_t)i * Tk;
+                int n = tfm__attn_visible(a, b, i0 + i);
+                if (a->dropout > 0.0f)
+                    for (j = 0; j < n; j++)
+                        g[j] = tfm__hash24(a->seed, (uint64_t)(row0 + (int64_t)(i0 + i) * Tk + j)) >= thr ? g[j] * dsc : 0.0f;
+                for (j = 0; j < n; j++) r += p[j] * g[j];
+                for (j = 0; j < n; j++) g[j] = p[j] * (g[j] - r);
+                for (j = n; j < kn; j++) g[j] = 0.0f;
             }
-            for (j = 0; j < n; j++) r += p[j] * g[j];
-            for (j = 0; j < n; j++) g[j] = p[j] * (g[j] - r);
-            for (j = n; j < Tk; j++) g[j] = 0.0f;
+            if (dqb) tfm__sgemm(0, 0, nq, D, kn, a->scale, Gb, Tk, k, a->ldk, 1.0f, dqb + (int64_t)i0 * lddq, lddq);
+            if (dkb) tfm__sgemm(1, 0, kn, D, nq, a->scale, Gb, Tk, q + (int64_t)i0 * a->ldq, a->ldq, 1.0f, dkb, lddk);
         }
-        if (dq) tfm__sgemm(0, 0, Tq, D, Tk, a->scale, G, Tk, k, a->ldk, 1.0f, dq + (int64_t)b * Tq * lddq + h * D, lddq);
-        if (dk) tfm__sgemm(1, 0, Tk, D, Tq, a->scale, G, Tk, q, a->ldq, 1.0f, dk + (int64_t)b * Tk * lddk + h * D, lddk);
     }
 }
 
@@ -3129,8 +3173,7 @@ TFMDEF tfm_result tfm_block_backward(tfm_block *blk, tfm_tensor *dx, tfm_tensor 
 
 /* -- models -- */
 
-TFMDEF tfm_result tfm_config_resolve(const tfm_config *cfg, tfm_config *out) {
-    const char *fn = "tfm_config_resolve";
+static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm_config *out) {
     tfm_config c;
     double big;
     if (!cfg || !out) return tfm__fail(TFM_E_ARG, "%s: cfg or out is NULL", fn);
@@ -3197,6 +3240,10 @@ TFMDEF tfm_result tfm_config_resolve(const tfm_config *cfg, tfm_config *out) {
                          c.d_ff, TFM__MAX(c.vocab_size, c.tgt_vocab_size));
     *out = c;
     return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_config_resolve(const tfm_config *cfg, tfm_config *out) {
+    return tfm__config_resolve("tfm_config_resolve", cfg, out);
 }
 
 enum { TFM__INIT_ZERO, TFM__INIT_ONE, TFM__INIT_MATRIX, TFM__INIT_EMB };
@@ -3437,7 +3484,7 @@ TFMDEF tfm_result tfm_model_memory_size(const tfm_config *cfg, size_t *bytes) {
     int n;
     tfm_result r;
     if (!bytes) return tfm__fail(TFM_E_ARG, "tfm_model_memory_size: bytes is NULL");
-    TFM__TRY(tfm_config_resolve(cfg, &c));
+    TFM__TRY(tfm__config_resolve("tfm_model_memory_size", cfg, &c));
     tmp = (tfm_model *)TFM_MALLOC(sizeof(tfm_model), NULL);
     if (!tmp) return tfm__fail(TFM_E_NOMEM, "tfm_model_memory_size: out of memory");
     r = tfm__model_layout(&c, tmp, sizes, &n);
@@ -3457,7 +3504,7 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
     tfm_rng rng;
     tfm_result r;
     if (!m) return tfm__fail(TFM_E_ARG, "%s: model is NULL", fn);
-    TFM__TRY(tfm_config_resolve(cfg, &c));
+    TFM__TRY(tfm__config_resolve(fn, cfg, &c));
     TFM__TRY(tfm__model_layout(&c, m, sizes, &n_params));
     train = !c.inference_only;
     total = tfm__model_total(sizes, train);
@@ -3543,8 +3590,7 @@ TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m) {
     return tfm_tensor3(m->logits, m->B, m->Tt, m->cfg.tgt_vocab_size);
 }
 
-static tfm_result tfm__chk_batch(const tfm_model *m, const tfm_batch *b) {
-    const char *fn = "tfm_model_forward";
+static tfm_result tfm__chk_batch(const char *fn, const tfm_model *m, const tfm_batch *b) {
     const tfm_config *c = &m->cfg;
     int64_t i, n;
     if (!b) return tfm__fail(TFM_E_ARG, "%s: batch is NULL", fn);
@@ -3653,7 +3699,7 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     const int32_t *lens;
     if (!m || !m->mem_base) return tfm__fail(TFM_E_ARG, "tfm_model_forward: model is NULL or not initialised");
     c = &m->cfg;
-    TFM__TRY(tfm__chk_batch(m, b));
+    TFM__TRY(tfm__chk_batch("tfm_model_forward", m, b));
     kind = c->kind;
     B = b->batch;
     T = b->len;
@@ -3996,7 +4042,8 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
     o = *opts;
     encdec = c->kind == TFM_ENCODER_DECODER;
     limit = encdec ? c->max_tgt_len : c->max_seq_len;
-    if (o.max_new < 0 || n_prompt < 1 || n_prompt + o.max_new > limit)
+    if (o.max_new <= 0) return tfm__fail(TFM_E_ARG, "%s: opts.max_new is %d: required, > 0", fn, o.max_new);
+    if (n_prompt < 1 || n_prompt + o.max_new > limit)
         return tfm__fail(TFM_E_SHAPE, "%s: %d prompt ids + %d new must be in [1,%d] (cfg.%s)", fn, n_prompt, o.max_new, limit,
                          encdec ? "max_tgt_len" : "max_seq_len");
     if (!(o.temperature >= 0.0f) || !isfinite(o.temperature) || o.top_k < 0)
@@ -4018,6 +4065,7 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
         b.len = n_prompt;
         b.tokens = prompt;
     }
+    TFM__TRY(tfm__chk_batch(fn, m, &b));
     was_training = m->training;
     m->training = 0;
     r = tfm_model_forward(m, &b, NULL);
