@@ -1449,10 +1449,12 @@ static void tfm__linear_forward_cpu(float *y, int64_t ldy, const float *x, int64
     tfm__sgemm(0, 1, (int)N, (int)O, (int)NI, 1.0f, x, (int)ldx, w, (int)NI, b ? 1.0f : 0.0f, y, (int)ldy);
 }
 
-/* dx += dy w; dw += dy^T x; db += colsum(dy). dy (N,O) with row stride lddy. */
-static void tfm__linear_backward_cpu(float *dx, int64_t lddx, float *dw, float *db, const float *dy, int64_t lddy,
-                                     const float *x, int64_t ldx, const float *w, int64_t N, int64_t NI, int64_t O) {
-    if (dx) tfm__sgemm(0, 0, (int)N, (int)NI, (int)O, 1.0f, dy, (int)lddy, w, (int)NI, 1.0f, dx, (int)lddx);
+/* dx = dx_beta * dx + dy w (dx_beta 0: dx is overwritten, not read); dw += dy^T x; db += colsum(dy).
+   dy (N,O) with row stride lddy. */
+static void tfm__linear_backward_ex(float *dx, int64_t lddx, float dx_beta, float *dw, float *db, const float *dy,
+                                    int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N, int64_t NI,
+                                    int64_t O) {
+    if (dx) tfm__sgemm(0, 0, (int)N, (int)NI, (int)O, 1.0f, dy, (int)lddy, w, (int)NI, dx_beta, dx, (int)lddx);
     if (dw) tfm__sgemm(1, 0, (int)O, (int)NI, (int)N, 1.0f, dy, (int)lddy, x, (int)ldx, 1.0f, dw, (int)NI);
     if (db) {
         if (lddy == O) {
@@ -1463,6 +1465,12 @@ static void tfm__linear_backward_cpu(float *dx, int64_t lddx, float *dw, float *
                 for (c = 0; c < O; c++) db[c] += dy[r * lddy + c];
         }
     }
+}
+
+/* dx += dy w; dw += dy^T x; db += colsum(dy). */
+static void tfm__linear_backward_cpu(float *dx, int64_t lddx, float *dw, float *db, const float *dy, int64_t lddy,
+                                     const float *x, int64_t ldx, const float *w, int64_t N, int64_t NI, int64_t O) {
+    tfm__linear_backward_ex(dx, lddx, 1.0f, dw, db, dy, lddy, x, ldx, w, N, NI, O);
 }
 
 static void tfm__softmax_row(float *y, const float *x, int64_t n) {
@@ -2739,9 +2747,8 @@ static void tfm__mha_bwd(tfm_mha *m, float *dx, float *dxkv, const float *dy) {
     int64_t B = m->B, Tq = m->Tq, Tk = m->Tk, C = m->desc.d_model;
     int cross = m->desc.cross;
     /* out_proj: dW += dy^T ctx, db += colsum(dy), dctx = dy W */
-    memset(m->dctx, 0, (size_t)(B * Tq * C) * sizeof(float));
-    tfm__linear_backward_cpu(m->dctx, C, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx, C,
-                             m->out_proj_weight.data, B * Tq, C, C);
+    tfm__linear_backward_ex(m->dctx, C, 0.0f, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx, C,
+                            m->out_proj_weight.data, B * Tq, C, C);
     /* attention: gradients of the projected q, k, v */
     tfm__mha_args(m, &a);
     memset(m->dq, 0, (size_t)(B * Tq * (cross ? C : 3 * C)) * sizeof(float));
@@ -3010,9 +3017,8 @@ static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, const float *dv
         tfm__mha_bwd(&blk->cross_attn, du, dxkv, dv);
     } else {
         const float *u = d->norm_first ? blk->ln_io[s] : blk->stream[s];
-        memset(blk->d_ff2, 0, (size_t)(N * F) * sizeof(float));
-        tfm__linear_backward_cpu(blk->d_ff2, F, blk->linear2.dweight.data, blk->linear2.dbias.data, dv, C, blk->ff_act, F,
-                                 blk->linear2.weight.data, N, F, C);
+        tfm__linear_backward_ex(blk->d_ff2, F, 0.0f, blk->linear2.dweight.data, blk->linear2.dbias.data, dv, C,
+                                blk->ff_act, F, blk->linear2.weight.data, N, F, C);
         memset(blk->d_ff1, 0, (size_t)(N * F) * sizeof(float));
         if (d->act == TFM_ACT_RELU) tfm__relu_backward_cpu(blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F);
         else tfm__gelu_backward_cpu(blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, d->act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF);
@@ -3783,9 +3789,8 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     g = m->d_enc_x; /* gradient of the top stack's output */
     if (kind == TFM_ENCODER_CLASSIFIER) {
         const int32_t *lens = m->has_lens ? m->lens : NULL;
-        memset(m->d_pooled, 0, (size_t)(B * C) * sizeof(float));
-        tfm__linear_backward_cpu(m->d_pooled, C, m->head.dweight.data, m->head.dbias.data, m->d_logits, n_out, m->pooled, C,
-                                 m->head.weight.data, rows, C, n_out);
+        tfm__linear_backward_ex(m->d_pooled, C, 0.0f, m->head.dweight.data, m->head.dbias.data, m->d_logits, n_out,
+                                m->pooled, C, m->head.weight.data, rows, C, n_out);
         memset(g, 0, (size_t)((int64_t)B * T * C) * sizeof(float));
         if (c->pool == TFM_POOL_MEAN) {
             tfm__mean_pool_backward_cpu(g, m->d_pooled, lens, B, T, C);
@@ -3793,9 +3798,8 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
             for (i = 0; i < B; i++) tfm__acc_cpu(g + i * T * C, m->d_pooled + i * C, C);
         }
     } else {
-        memset(g, 0, (size_t)(rows * C) * sizeof(float));
-        tfm__linear_backward_cpu(g, C, m->head.dweight.data, NULL, m->d_logits, n_out, m->top, C, m->head.weight.data, rows,
-                                 C, n_out);
+        tfm__linear_backward_ex(g, C, 0.0f, m->head.dweight.data, NULL, m->d_logits, n_out, m->top, C,
+                                m->head.weight.data, rows, C, n_out);
     }
     if (kind == TFM_DECODER_LM) {
         g = tfm__stack_bwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, g, NULL, B, T);
