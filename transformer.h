@@ -221,7 +221,8 @@ TFMDEF const char *tfm_sgemm_backend(void);
 /* ==== >>api-ops ====
    Letters: B batch, T time, C channels, H heads, D head dim (C/H), V vocabulary, N rows (B*T).
    A tensor of shape (B,T,C) may be passed where (N,C) is expected: leading dims are flattened.
-   Backward functions ADD into each gradient they are given; a NULL gradient is skipped. */
+   Backward functions ADD into each gradient they are given; where a backward takes several
+   gradients, a NULL one is skipped (a function with a single gradient requires it). */
 
 /* c = op(a) op(b). a, b, c are 2-D, or 3-D with equal batch: (L,M,K) (L,K,N) -> (L,M,N). */
 TFMDEF tfm_result tfm_matmul_forward(tfm_tensor *c, const tfm_tensor *a, const tfm_tensor *b,
@@ -680,6 +681,10 @@ TFMDEF tfm_result tfm_cuda_available(void);
 #ifndef TFM_BLAS_HEADER
 #define TFM_BLAS_HEADER <cblas.h>
 #endif
+/* keep OpenBLAS from pulling <complex.h> (its macros I and complex) into this file */
+#ifndef FORCE_OPENBLAS_COMPLEX_STRUCT
+#define FORCE_OPENBLAS_COMPLEX_STRUCT
+#endif
 #include TFM_BLAS_HEADER
 #endif
 
@@ -733,10 +738,12 @@ static TFM__THREAD_LOCAL char tfm__errbuf[512];
 __attribute__((format(printf, 2, 3)))
 #endif
 static tfm_result tfm__fail(tfm_result r, const char *fmt, ...) {
+    char msg[sizeof tfm__errbuf]; /* the arguments may include tfm_last_error() itself */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tfm__errbuf, sizeof tfm__errbuf, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(tfm__errbuf, msg, sizeof msg);
 #ifdef TFM_ABORT_ON_ERROR
     fprintf(stderr, "transformer.h: %s\n", tfm__errbuf);
     abort();
@@ -767,7 +774,7 @@ TFMDEF void tfm_set_num_threads(int n) {
     omp_set_num_threads(n);
 #endif
 #if defined(TFM_BLAS) && !defined(TFM_SGEMM) && defined(OPENBLAS_VERSION)
-    openblas_set_num_threads(n <= 0 ? 1 : n);
+    if (n > 0) openblas_set_num_threads(n); /* n <= 0 without OpenMP: leave OpenBLAS's own default */
 #endif
     (void)n;
 }

@@ -33,6 +33,7 @@ void test__run(const char *name, test_fn fn) {
 #include "test_errors.c"
 #include "test_generate.c"
 #include "test_models_torch.c"
+#include "test_models.c"
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -48,6 +49,7 @@ int main(int argc, char **argv) {
     suite_errors();
     suite_generate();
     suite_models_torch();
+    suite_models();
     printf("%d passed, %d failed\n", test__passed, test__failed);
     return test__failed ? 1 : 0;
 }

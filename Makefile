@@ -1,0 +1,266 @@
+# Makefile for transformer.h (GNU make).
+#
+#   make                 build/test, plus build/<example> for examples/*.c and build/bench
+#   make test            the compile checks (test-compile), then build/test: the unit tests
+#   make unit            build/test only
+#   make test-compile    the header as C99 and C++11 with -Wall -Wextra -Werror -pedantic
+#   make asan            build/test_asan: the tests under AddressSanitizer + UBSan
+#   make valgrind        build/test_valgrind: the tests under valgrind memcheck
+#   make bench           build bench/bench.c and run the benchmarks (bench/run.sh)
+#   make cuda            build tests/test_cuda.cu with nvcc (skipped without nvcc); test-cuda runs it
+#   make clean
+#
+# Variables:
+#   BLAS=auto|1|0        matrix products through OpenBLAS (cblas_sgemm) when it is found (auto), always
+#                        (1: an error if it is missing) or never (0: the header's built-in sgemm)
+#   NATIVE=1|0           0 drops -march=native
+#   CFLAGS, LDFLAGS, LDLIBS, CC, CXX, NVCC   as usual
+#
+# The unit tests need no Python: PyTorch reference values are checked in under tests/.
+
+.DEFAULT_GOAL := all
+
+CC       ?= cc
+CXX      ?= g++
+NVCC     ?= nvcc
+NATIVE   ?= 1
+BLAS     ?= auto
+
+MARCH    := $(if $(filter 0,$(NATIVE)),,-march=native)
+CFLAGS   ?= -O3 $(MARCH) -fopenmp -Wall -Wextra -std=c99
+LDFLAGS  ?=
+LDLIBS   ?= -lm
+
+BUILD    := build
+HASH     := \#
+comma    := ,
+
+# ---- BLAS detection ---------------------------------------------------------------------------
+# Preference: the OpenMP build of OpenBLAS (Debian: libopenblas-openmp-dev), whose threads come from
+# the same OpenMP pool as the header's own loops; then whatever `pkg-config openblas` names; then a
+# plain -lopenblas when <cblas.h> is on the include path.
+
+ifeq ($(filter $(BLAS),auto 0 1),)
+$(error BLAS must be auto, 1 or 0 (got '$(BLAS)'))
+endif
+
+MULTIARCH        := $(shell $(CC) -print-multiarch 2>/dev/null)
+OPENBLAS_OMP_INC ?= /usr/include/$(MULTIARCH)/openblas-openmp
+OPENBLAS_OMP_LIB ?= /usr/lib/$(MULTIARCH)/openblas-openmp
+
+# Detection runs whatever BLAS says: test-compile checks the TFM_BLAS build whenever OpenBLAS exists.
+BLAS_FOUND :=
+ifneq ($(wildcard $(OPENBLAS_OMP_INC)/cblas.h),)
+ifneq ($(wildcard $(OPENBLAS_OMP_LIB)/libopenblas.so),)
+  BLAS_FOUND  := OpenBLAS (openmp) from $(OPENBLAS_OMP_LIB)
+  BLAS_INCDIR := $(OPENBLAS_OMP_INC)
+  BLAS_LIBDIR := $(OPENBLAS_OMP_LIB)
+endif
+endif
+ifeq ($(BLAS_FOUND),)
+ifeq ($(shell pkg-config --exists openblas 2>/dev/null && echo yes),yes)
+  BLAS_LIBDIR := $(patsubst %/,%,$(shell pkg-config --variable=libdir openblas))
+  BLAS_INCDIR := $(patsubst %/,%,$(shell pkg-config --variable=includedir openblas))
+  BLAS_FOUND  := OpenBLAS (pkg-config) from $(BLAS_LIBDIR)
+endif
+endif
+ifeq ($(BLAS_FOUND),)
+  BLAS_PROBE := $(shell printf '$(HASH)include <cblas.h>\nint main(void) { cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 0, 0, 0, 1.0f, 0, 1, 0, 1, 0.0f, 0, 1); return 0; }\n' \
+                  | $(CC) -x c - -o /dev/null -lopenblas >/dev/null 2>&1 && echo yes)
+ifeq ($(BLAS_PROBE),yes)
+  BLAS_FOUND := OpenBLAS (-lopenblas, system paths)
+endif
+endif
+
+ifeq ($(BLAS)$(BLAS_FOUND),1)
+$(error BLAS=1 but no OpenBLAS was found: apt-get install libopenblas-openmp-dev (or libopenblas-dev), or build with BLAS=0)
+endif
+
+# BLAS_CFLAGS/BLAS_LDLIBS: what a TFM_BLAS build adds (set whenever OpenBLAS exists, for test-compile);
+# USE_CFLAGS/USE_LDLIBS: what the test, example and bench programs get under the chosen BLAS setting.
+ifneq ($(BLAS_FOUND),)
+  BLAS_CFLAGS := -DTFM_BLAS $(if $(BLAS_INCDIR),-I$(BLAS_INCDIR))
+  BLAS_LDLIBS := $(if $(BLAS_LIBDIR),-L$(BLAS_LIBDIR) -Wl$(comma)-rpath$(comma)$(BLAS_LIBDIR)) -lopenblas
+endif
+ifneq ($(and $(BLAS_FOUND),$(filter-out 0,$(BLAS))),)
+  USE_CFLAGS := $(BLAS_CFLAGS)
+  USE_LDLIBS := $(BLAS_LDLIBS)
+  SGEMM_DESC := $(BLAS_FOUND)
+else
+  USE_CFLAGS :=
+  USE_LDLIBS :=
+  SGEMM_DESC := built-in (the header's own blocked sgemm)$(if $(BLAS_FOUND), (BLAS=0))
+endif
+
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+$(info sgemm: $(SGEMM_DESC))
+endif
+
+# ---- sources ----------------------------------------------------------------------------------
+
+HEADER       := transformer.h
+TEST_SRCS    := $(filter-out tests/test_compile%,$(wildcard tests/*.c tests/*.h))
+EXAMPLE_SRCS := $(wildcard examples/*.c)
+EXAMPLES     := $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
+BENCH_SRC    := $(wildcard bench/bench.c)
+BENCH        := $(if $(BENCH_SRC),$(BUILD)/bench)
+
+# A binary is rebuilt when the command that builds it changes (make BLAS=0 after make): each one
+# depends on a stamp build/.flags-NAME holding FLAGS_NAME, rewritten only when that text changes
+# (git's GIT-CFLAGS idiom).
+quote = '$(subst ','\'',$(1))'
+$(BUILD)/.flags-%: FORCE
+	@mkdir -p $(BUILD); f=$(call quote,$(FLAGS_$*)); \
+	if [ "$$f" != "$$(cat $@ 2>/dev/null)" ]; then printf '%s\n' "$$f" > $@; fi
+
+FLAGS_main := $(CC) $(CFLAGS) $(USE_CFLAGS) $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
+
+.PHONY: all test unit test-compile asan valgrind bench cuda test-cuda clean FORCE
+FORCE:
+
+all: $(BUILD)/test $(EXAMPLES) $(BENCH)
+
+$(BUILD)/test: tests/test_main.c $(TEST_SRCS) $(HEADER) $(BUILD)/.flags-main
+	$(CC) $(CFLAGS) $(USE_CFLAGS) -o $@ tests/test_main.c $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
+
+# Examples: one program per examples/NAME.c; one that includes <zlib.h> also links -lz.
+$(EXAMPLES): $(BUILD)/%: examples/%.c $(HEADER) $(BUILD)/.flags-main
+	$(CC) $(CFLAGS) $(USE_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS) \
+	    $$(grep -q '^[[:space:]]*$(HASH)[[:space:]]*include[[:space:]]*<zlib.h>' $< && echo -lz)
+
+$(BUILD)/bench: bench/bench.c $(HEADER) $(BUILD)/.flags-main
+	$(CC) $(CFLAGS) $(USE_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
+
+# ---- tests ------------------------------------------------------------------------------------
+
+# The compile checks run first, so the last line of `make test` is the runner's "N passed, N failed".
+test: test-compile $(BUILD)/test
+	./$(BUILD)/test
+
+unit: $(BUILD)/test
+	./$(BUILD)/test
+
+# Compile checks (stb/sokol style). Each variant is a program that must build without a warning
+# and run; test_compile.c/.cpp hold the implementation, test_compile2.c is a second C TU that only
+# includes the header and takes the address of every public function (so each declaration has a
+# definition). Variants:
+#   c         C99, two TUs, -fopenmp $(MARCH)           c-noomp    the same without -fopenmp, -march
+#   c-blas    C99 with TFM_BLAS (when OpenBLAS exists)   c-static   TFM_STATIC, one TU
+#   c-hooks   C99 with TFM_SGEMM, TFM_MALLOC/TFM_FREE and TFM_ASSERT supplied by the program
+#   cpp       C++11 implementation TU linked with the C TU test_compile2.c (extern "C" linkage)
+#   cpp-blas  cpp-static  cpp-hooks   as above, in C++
+STRICT_C   := -std=c99 -Wall -Wextra -Werror -pedantic -O2
+STRICT_CXX := -std=c++11 -Wall -Wextra -Werror -pedantic -O2
+CDIR       := $(BUILD)/compile
+COMPILE_VARIANTS := c c-noomp c-static c-hooks cpp cpp-static cpp-hooks \
+                    $(if $(BLAS_FOUND),c-blas cpp-blas)
+COMPILE_BINS := $(addprefix $(CDIR)/,$(COMPILE_VARIANTS))
+CDEPS := $(HEADER) tests/test_compile.c tests/test_compile2.c tests/test_compile.cpp \
+         $(BUILD)/.flags-compile
+
+VFLAGS_c         := -fopenmp $(MARCH)
+VFLAGS_c-noomp   :=
+VFLAGS_c-blas    := -fopenmp $(MARCH) $(BLAS_CFLAGS)
+VFLAGS_c-static  := -fopenmp $(MARCH) -DTFM_STATIC
+VFLAGS_c-hooks   := -fopenmp $(MARCH) -DTC_HOOKS
+VFLAGS_cpp       := -fopenmp $(MARCH)
+VFLAGS_cpp-blas  := -fopenmp $(MARCH) $(BLAS_CFLAGS)
+VFLAGS_cpp-static:= -fopenmp $(MARCH) -DTFM_STATIC
+VFLAGS_cpp-hooks := -fopenmp $(MARCH) -DTC_HOOKS
+VLIBS_c-blas     := $(BLAS_LDLIBS)
+VLIBS_cpp-blas   := $(BLAS_LDLIBS)
+
+FLAGS_compile := $(CC) $(CXX) $(STRICT_C) $(STRICT_CXX) $(MARCH) $(BLAS_CFLAGS) $(BLAS_LDLIBS)
+
+# C: test_compile.c + test_compile2.c (TFM_STATIC: test_compile.c alone, the copy is private).
+$(CDIR)/c $(CDIR)/c-noomp $(CDIR)/c-blas $(CDIR)/c-hooks: $(CDIR)/%: $(CDEPS)
+	@mkdir -p $(CDIR)
+	$(CC) $(STRICT_C) $(VFLAGS_$*) -o $@ tests/test_compile.c tests/test_compile2.c $(VLIBS_$*) -lm
+$(CDIR)/c-static: $(CDEPS)
+	@mkdir -p $(CDIR)
+	$(CC) $(STRICT_C) $(VFLAGS_c-static) -o $@ tests/test_compile.c -lm
+
+# C++: the implementation TU in C++, test_compile2.c compiled as C and linked in.
+$(CDIR)/tc2.o: $(CDEPS)
+	@mkdir -p $(CDIR)
+	$(CC) $(STRICT_C) -c -o $@ tests/test_compile2.c
+$(CDIR)/cpp $(CDIR)/cpp-blas $(CDIR)/cpp-hooks: $(CDIR)/%: $(CDEPS) $(CDIR)/tc2.o
+	$(CXX) $(STRICT_CXX) $(VFLAGS_$*) -o $@ tests/test_compile.cpp $(CDIR)/tc2.o $(VLIBS_$*) -lm
+$(CDIR)/cpp-static: $(CDEPS)
+	@mkdir -p $(CDIR)
+	$(CXX) $(STRICT_CXX) $(VFLAGS_cpp-static) -o $@ tests/test_compile.cpp -lm
+
+# Every function the header declares must appear in test_compile2.c's table (so each is linked).
+API_NAMES = sed -n '1,/^$(HASH)if defined(TFM_IMPLEMENTATION)/s/^TFMDEF[^(]*[ *]\([a-z_0-9]*\)(.*/\1/p' $(HEADER)
+
+test-compile: $(COMPILE_BINS)
+	@missing=$$(for f in $$($(API_NAMES)); do grep -q "TC2_FN($$f)" tests/test_compile2.c || echo $$f; done); \
+	if [ -n "$$missing" ]; then echo "test-compile: not in tests/test_compile2.c's table:" $$missing; exit 1; fi
+	@for v in $(COMPILE_VARIANTS); do \
+	    printf 'test-compile %-10s ' "$$v:"; ./$(CDIR)/$$v || { echo "test-compile: $$v failed"; exit 1; }; \
+	done
+	@echo "test-compile: all $(words $(COMPILE_VARIANTS)) variants built without warnings and ran"
+
+# AddressSanitizer + UndefinedBehaviorSanitizer: any report stops the run with a non-zero status.
+ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all \
+              $(MARCH) -fopenmp -Wall -Wextra -std=c99
+FLAGS_asan := $(CC) $(ASAN_FLAGS) $(USE_CFLAGS) $(USE_LDLIBS)
+
+$(BUILD)/test_asan: tests/test_main.c $(TEST_SRCS) $(HEADER) $(BUILD)/.flags-asan
+	$(CC) $(ASAN_FLAGS) $(USE_CFLAGS) -o $@ tests/test_main.c $(USE_LDLIBS) -lm
+
+# allocator_may_return_null: the error tests ask for impossible allocations and expect TFM_E_NOMEM.
+asan: $(BUILD)/test_asan
+	ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ./$(BUILD)/test_asan
+
+# valgrind 3.19 does not decode AVX-512, so this build stops at AVX2 + FMA (when the host has them)
+# instead of -march=native. One thread keeps the run short. Only definite and indirect leaks count
+# ("possibly lost" and "still reachable" blocks belong to the OpenMP and OpenBLAS runtimes).
+VALGRIND_ARCH := $(if $(MARCH),$(shell $(CC) -march=native -dM -E -x c /dev/null 2>/dev/null \
+                   | grep -c -E '$(HASH)define __(AVX2|FMA)__ ' | grep -q 2 && echo -mavx2 -mfma))
+VALGRIND_FLAGS := -O1 -g $(VALGRIND_ARCH) -fopenmp -Wall -Wextra -std=c99
+FLAGS_valgrind := $(CC) $(VALGRIND_FLAGS) $(USE_CFLAGS) $(USE_LDLIBS)
+
+$(BUILD)/test_valgrind: tests/test_main.c $(TEST_SRCS) $(HEADER) $(BUILD)/.flags-valgrind
+	$(CC) $(VALGRIND_FLAGS) $(USE_CFLAGS) -o $@ tests/test_main.c $(USE_LDLIBS) -lm
+
+valgrind: $(BUILD)/test_valgrind
+	@command -v valgrind >/dev/null || { echo "valgrind not found (apt-get install valgrind)"; exit 1; }
+	OMP_NUM_THREADS=1 valgrind --leak-check=full --show-leak-kinds=definite,indirect \
+	    --errors-for-leak-kinds=definite,indirect --error-exitcode=1 ./$(BUILD)/test_valgrind
+
+# ---- bench, CUDA ------------------------------------------------------------------------------
+
+# bench/run.sh (when present) runs every benchmark configuration, next to PyTorch when it is
+# installed, and prints the table; its environment variables (CONFIGS, THREADS, QUICK, ...) pass through.
+ifneq ($(BENCH),)
+bench: $(BENCH)
+	@if [ -f bench/run.sh ]; then echo "bash bench/run.sh"; bash bench/run.sh; else echo ./$(BENCH); ./$(BENCH); fi
+else
+bench:
+	@echo "no benchmark yet (bench/bench.c does not exist)"
+endif
+
+# CUDA: the implementation TU is a .cu built by nvcc with TFM_CUDA; it links cuBLAS.
+NVCC_FOUND := $(shell command -v $(NVCC) 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+NVCCFLAGS  ?= -O3 -std=c++14 -Xcompiler -fopenmp
+CUDA_SRC   := $(wildcard tests/test_cuda.cu)
+
+ifeq ($(NVCC_FOUND),)
+cuda test-cuda:
+	@echo "skipping CUDA: nvcc not found"
+else ifeq ($(CUDA_SRC),)
+cuda test-cuda:
+	@echo "no CUDA tests yet (tests/test_cuda.cu does not exist)"
+else
+cuda: $(BUILD)/test_cuda
+$(BUILD)/test_cuda: $(CUDA_SRC) $(HEADER)
+	@mkdir -p $(BUILD)
+	$(NVCC_FOUND) $(NVCCFLAGS) -DTFM_CUDA -o $@ $(CUDA_SRC) -lcublas -lm
+test-cuda: $(BUILD)/test_cuda
+	./$(BUILD)/test_cuda
+endif
+
+clean:
+	rm -rf $(BUILD)
