@@ -262,5 +262,13 @@ test-cuda: $(BUILD)/test_cuda
 	./$(BUILD)/test_cuda
 endif
 
+# ---- fuzzing ---------------------------------------------------------------------------------
+# The safetensors loader under libFuzzer + ASan/UBSan for FUZZ_SECONDS (needs clang and
+# libclang-rt-14-dev); seeded from tests/st_corpus, findings land in build/fuzz/.
+FUZZ_SECONDS ?= 60
+.PHONY: fuzz
+fuzz:
+	bash tools/fuzz.sh $(FUZZ_SECONDS)
+
 clean:
 	rm -rf $(BUILD)

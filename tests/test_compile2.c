@@ -59,6 +59,11 @@ static const tc2_fn tc2_functions[] = {
     TC2_FN(tfm_model_backward), TC2_FN(tfm_model_zero_grad), TC2_FN(tfm_model_step),
     TC2_FN(tfm_optim_lr), TC2_FN(tfm_model_logits), TC2_FN(tfm_model_param),
     TC2_FN(tfm_model_generate),
+#ifndef TFM_NO_STDIO
+    TC2_FN(tfm_model_save),
+    TC2_FN(tfm_config_load),
+    TC2_FN(tfm_model_load),
+#endif
     TC2_FN(tfm_cuda_available)
 };
 

@@ -34,6 +34,7 @@ void test__run(const char *name, test_fn fn) {
 #include "test_generate.c"
 #include "test_models_torch.c"
 #include "test_models.c"
+#include "test_safetensors.c"
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -50,6 +51,7 @@ int main(int argc, char **argv) {
     suite_generate();
     suite_models_torch();
     suite_models();
+    suite_safetensors();
     printf("%d passed, %d failed\n", test__passed, test__failed);
     return test__failed ? 1 : 0;
 }
