@@ -262,6 +262,14 @@ test-cuda: $(BUILD)/test_cuda
 	./$(BUILD)/test_cuda
 endif
 
+# ---- PyTorch round trip ----------------------------------------------------------------------
+# The unit tests leave checkpoints saved by transformer.h in build/io_export; PyTorch's reference
+# models (tools/torch_models.py) load them and must reproduce the logits. Needs torch.
+PYTHON ?= /usr/bin/python3
+.PHONY: torch-check
+torch-check: unit
+	$(PYTHON) tools/torch_roundtrip.py check $(BUILD)/io_export
+
 # ---- fuzzing ---------------------------------------------------------------------------------
 # The safetensors loader under libFuzzer + ASan/UBSan for FUZZ_SECONDS (needs clang and
 # libclang-rt-14-dev); seeded from tests/st_corpus, findings land in build/fuzz/.

@@ -6029,7 +6029,7 @@ fail:
 /* Metadata strings live in one buffer: key/value pointers into it. */
 typedef struct tfm__meta {
     const char *kv[2 * TFM__N_META];
-    char buf[TFM__N_META][48];
+    char buf[TFM__N_META][80]; /* the longest value is tfm.rng: 64 hex digits */
     int n;
 } tfm__meta;
 
@@ -6140,7 +6140,7 @@ static tfm_result tfm__config_from_header(const char *fn, const char *path, cons
     TFM__CFG_FLOAT_FIELDS(TFM__GET_FLOAT)
 #undef TFM__GET_INT
 #undef TFM__GET_FLOAT
-    cfg->has_ignore_index = 1;
+    cfg->has_ignore_index = tfm__st_meta_get(h, "tfm.ignore_index") != NULL;
     seed = tfm__st_meta_get(h, "tfm.seed");
     if (seed) {
         char *end = NULL;

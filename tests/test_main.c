@@ -35,6 +35,7 @@ void test__run(const char *name, test_fn fn) {
 #include "test_models_torch.c"
 #include "test_models.c"
 #include "test_safetensors.c"
+#include "test_io.c"
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -52,6 +53,7 @@ int main(int argc, char **argv) {
     suite_models_torch();
     suite_models();
     suite_safetensors();
+    suite_io();
     printf("%d passed, %d failed\n", test__passed, test__failed);
     return test__failed ? 1 : 0;
 }
