@@ -1510,15 +1510,46 @@ static void tfm__linear_backward_cpu(float *dx, int64_t lddx, float *dw, float *
     tfm__linear_backward_ex(dx, lddx, 1.0f, dw, db, dy, lddy, x, ldx, w, N, NI, O);
 }
 
+/* Reductions in a fixed order that vectorizes: 16 partial results, lane k taking elements
+   k, k+16, k+32..., combined at the end; the same order on every thread count. (A plain running sum
+   would stay scalar: reordering float additions needs -ffast-math, which this file never uses.) */
+static inline float tfm__sum(const float *x, int64_t n) {
+    float acc[16] = {0}, s = 0.0f;
+    int64_t j = 0;
+    int k;
+    for (; j + 16 <= n; j += 16)
+        for (k = 0; k < 16; k++) acc[k] += x[j + k];
+    for (k = 0; k < 16; k++) s += acc[k];
+    for (; j < n; j++) s += x[j];
+    return s;
+}
+static inline float tfm__dot(const float *a, const float *b, int64_t n) {
+    float acc[16] = {0}, s = 0.0f;
+    int64_t j = 0;
+    int k;
+    for (; j + 16 <= n; j += 16)
+        for (k = 0; k < 16; k++) acc[k] += a[j + k] * b[j + k];
+    for (k = 0; k < 16; k++) s += acc[k];
+    for (; j < n; j++) s += a[j] * b[j];
+    return s;
+}
+static inline float tfm__max(const float *x, int64_t n) {
+    float acc[16], m = x[0];
+    int64_t j = 0;
+    int k;
+    for (k = 0; k < 16; k++) acc[k] = x[0];
+    for (; j + 16 <= n; j += 16)
+        for (k = 0; k < 16; k++) acc[k] = x[j + k] > acc[k] ? x[j + k] : acc[k];
+    for (k = 0; k < 16; k++) m = acc[k] > m ? acc[k] : m;
+    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    return m;
+}
+
 static void tfm__softmax_row(float *y, const float *x, int64_t n) {
-    float mx = x[0], sum = 0.0f, inv;
+    float mx = tfm__max(x, n), inv;
     int64_t j;
-    for (j = 1; j < n; j++) mx = x[j] > mx ? x[j] : mx;
-    for (j = 0; j < n; j++) {
-        y[j] = tfm__exp(x[j] - mx);
-        sum += y[j];
-    }
-    inv = 1.0f / sum;
+    for (j = 0; j < n; j++) y[j] = tfm__exp(x[j] - mx);
+    inv = 1.0f / tfm__sum(y, n);
     for (j = 0; j < n; j++) y[j] *= inv;
 }
 
@@ -1534,19 +1565,21 @@ static void tfm__softmax_backward_cpu(float *dx, const float *dy, const float *y
     TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
     for (r = 0; r < N; r++) {
         const float *yr = y + r * C, *gr = dy + r * C;
-        float *dr = dx + r * C, dot = 0.0f;
+        float *dr = dx + r * C, dot = tfm__dot(yr, gr, C);
         int64_t j;
-        for (j = 0; j < C; j++) dot += yr[j] * gr[j];
         for (j = 0; j < C; j++) dr[j] += yr[j] * (gr[j] - dot);
     }
 }
 
 /* log-sum-exp of a row, max-subtracted */
 static float tfm__lse_row(const float *x, int64_t n) {
-    float mx = x[0], sum = 0.0f;
-    int64_t j;
-    for (j = 1; j < n; j++) mx = x[j] > mx ? x[j] : mx;
-    for (j = 0; j < n; j++) sum += tfm__exp(x[j] - mx);
+    float mx = tfm__max(x, n), acc[16] = {0}, sum = 0.0f;
+    int64_t j = 0;
+    int k;
+    for (; j + 16 <= n; j += 16)
+        for (k = 0; k < 16; k++) acc[k] += tfm__exp(x[j + k] - mx);
+    for (k = 0; k < 16; k++) sum += acc[k];
+    for (; j < n; j++) sum += tfm__exp(x[j] - mx);
     return mx + logf(sum);
 }
 
@@ -1565,9 +1598,8 @@ static void tfm__log_softmax_backward_cpu(float *dx, const float *dy, const floa
     int64_t r;
     TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
     for (r = 0; r < N; r++) {
-        float s = 0.0f;
+        float s = tfm__sum(dy + r * C, C);
         int64_t j;
-        for (j = 0; j < C; j++) s += dy[r * C + j];
         for (j = 0; j < C; j++) dx[r * C + j] += dy[r * C + j] - tfm__exp(y[r * C + j]) * s;
     }
 }
@@ -1622,11 +1654,15 @@ static void tfm__layernorm_forward_cpu(float *y, float *mean, float *rstd, const
     TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
     for (r = 0; r < N; r++) {
         const float *xr = x + r * C;
-        float *yr = y + r * C, m = 0.0f, v = 0.0f, rs;
-        int64_t j;
-        for (j = 0; j < C; j++) m += xr[j];
-        m /= (float)C;
-        for (j = 0; j < C; j++) v += (xr[j] - m) * (xr[j] - m);
+        float *yr = y + r * C, m, v, rs, acc[16] = {0};
+        int64_t j = 0;
+        int k;
+        m = tfm__sum(xr, C) / (float)C;
+        v = 0.0f;
+        for (; j + 16 <= C; j += 16)
+            for (k = 0; k < 16; k++) acc[k] += (xr[j + k] - m) * (xr[j + k] - m);
+        for (k = 0; k < 16; k++) v += acc[k];
+        for (; j < C; j++) v += (xr[j] - m) * (xr[j] - m);
         v /= (float)C;
         rs = 1.0f / sqrtf(v + eps);
         for (j = 0; j < C; j++) yr[j] = (xr[j] - m) * rs * (g ? g[j] : 1.0f) + (b ? b[j] : 0.0f);
@@ -1645,9 +1681,20 @@ static void tfm__layernorm_backward_cpu(float *dx, float *dg, float *db, const f
         TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
         for (r = 0; r < N; r++) {
             const float *xr = x + r * C, *gr = dy + r * C;
-            float *dr = dx + r * C, m = mean[r], rs = rstd[r], a = 0.0f, bsum = 0.0f;
-            int64_t j;
-            for (j = 0; j < C; j++) {
+            float *dr = dx + r * C, m = mean[r], rs = rstd[r], a = 0.0f, bsum = 0.0f, aa[16] = {0}, bb[16] = {0};
+            int64_t j = 0;
+            int k;
+            for (; j + 16 <= C; j += 16)
+                for (k = 0; k < 16; k++) {
+                    float dn = gr[j + k] * (g ? g[j + k] : 1.0f);
+                    aa[k] += dn;
+                    bb[k] += dn * (xr[j + k] - m) * rs;
+                }
+            for (k = 0; k < 16; k++) {
+                a += aa[k];
+                bsum += bb[k];
+            }
+            for (; j < C; j++) {
                 float dn = gr[j] * (g ? g[j] : 1.0f);
                 a += dn;
                 bsum += dn * (xr[j] - m) * rs;
@@ -1688,31 +1735,45 @@ static void tfm__layernorm_backward_cpu(float *dx, float *dg, float *db, const f
 #define TFM__INV_SQRT_2 0.7071067811865476f
 #define TFM__INV_SQRT_2PI 0.3989422804014327f
 
+/* The kind is tested outside the loops, so each vectorized loop evaluates one form only. */
 static void tfm__gelu_forward_cpu(float *y, const float *x, int64_t n, int kind) {
     int64_t i;
-    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
-    for (i = 0; i < n; i++) {
-        float v = x[i];
-        if (kind == TFM_GELU_TANH)
+    if (kind == TFM_GELU_TANH) {
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+        for (i = 0; i < n; i++) {
+            float v = x[i];
             y[i] = 0.5f * v * (1.0f + tfm__tanh(TFM__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v)));
-        else
-            y[i] = 0.5f * v * (1.0f + tfm__erf(v * TFM__INV_SQRT_2));
+        }
+    } else {
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+        for (i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + tfm__erf(x[i] * TFM__INV_SQRT_2));
     }
 }
 
-static void tfm__gelu_backward_cpu(float *dx, const float *dy, const float *x, int64_t n, int kind) {
+static inline float tfm__gelu_tanh_grad(float v) {
+    float th = tfm__tanh(TFM__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v));
+    return 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * TFM__SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v);
+}
+static inline float tfm__gelu_erf_grad(float v) {
+    return 0.5f * (1.0f + tfm__erf(v * TFM__INV_SQRT_2)) + v * TFM__INV_SQRT_2PI * tfm__exp(-0.5f * v * v);
+}
+
+/* dx += dy * gelu'(x) (acc != 0), or dx = dy * gelu'(x) without reading dx (acc == 0). */
+static void tfm__gelu_backward_cpu(float *dx, const float *dy, const float *x, int64_t n, int kind, float acc) {
     int64_t i;
-    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
-    for (i = 0; i < n; i++) {
-        float v = x[i], d;
-        if (kind == TFM_GELU_TANH) {
-            float u = TFM__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v);
-            float th = tfm__tanh(u);
-            d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * TFM__SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v);
-        } else {
-            d = 0.5f * (1.0f + tfm__erf(v * TFM__INV_SQRT_2)) + v * TFM__INV_SQRT_2PI * tfm__exp(-0.5f * v * v);
-        }
-        dx[i] += dy[i] * d;
+    int tanh_form = kind == TFM_GELU_TANH;
+    if (tanh_form && acc != 0.0f) {
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+        for (i = 0; i < n; i++) dx[i] += dy[i] * tfm__gelu_tanh_grad(x[i]);
+    } else if (tanh_form) {
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+        for (i = 0; i < n; i++) dx[i] = dy[i] * tfm__gelu_tanh_grad(x[i]);
+    } else if (acc != 0.0f) {
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+        for (i = 0; i < n; i++) dx[i] += dy[i] * tfm__gelu_erf_grad(x[i]);
+    } else {
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+        for (i = 0; i < n; i++) dx[i] = dy[i] * tfm__gelu_erf_grad(x[i]);
     }
 }
 
@@ -1722,10 +1783,16 @@ static void tfm__relu_forward_cpu(float *y, const float *x, int64_t n) {
     for (i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-static void tfm__relu_backward_cpu(float *dx, const float *dy, const float *x, int64_t n) {
+/* dx = acc * dx + (x > 0 ? dy : 0) */
+static void tfm__relu_backward_cpu(float *dx, const float *dy, const float *x, int64_t n, float acc) {
     int64_t i;
-    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
-    for (i = 0; i < n; i++) dx[i] += x[i] > 0.0f ? dy[i] : 0.0f;
+    if (acc != 0.0f) {
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+        for (i = 0; i < n; i++) dx[i] += x[i] > 0.0f ? dy[i] : 0.0f;
+    } else {
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+        for (i = 0; i < n; i++) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+    }
 }
 
 /* y = x * keep / (1-p), keep = hash(seed, i) >= p * 2^24. backward: the same with dy, added to dx. */
@@ -1886,9 +1953,9 @@ static void tfm__attn_drop_row(float *dst, const float *src, const tfm__attn_arg
     for (j = 0; j < n; j++) dst[j] = tfm__hash24(a->seed, (uint64_t)(row0 + j)) >= thr ? src[j] * scale : 0.0f;
 }
 
-/* Query rows run in blocks; a block multiplies only against the keys its last row can see, so a
+/* Query rows run in blocks of 64; a block multiplies only against the keys its last row can see, so a
    causal or padded attention does about half the products of the full square. */
-static int tfm__attn_qblock(const tfm__attn_args *a) { return (a->causal || a->lens) ? 32 : a->Tq; }
+static int tfm__attn_qblock(const tfm__attn_args *a) { return (a->causal || a->lens) ? 64 : a->Tq; }
 
 static void tfm__attention_forward_cpu(const tfm__attn_args *a) {
     int bh, nbh = a->B * a->H, Tq = a->Tq, Tk = a->Tk, D = a->D, QB = tfm__attn_qblock(a);
@@ -1966,7 +2033,7 @@ static void tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int 
                 if (a->dropout > 0.0f)
                     for (j = 0; j < n; j++)
                         g[j] = tfm__hash24(a->seed, (uint64_t)(row0 + (int64_t)(i0 + i) * Tk + j)) >= thr ? g[j] * dsc : 0.0f;
-                for (j = 0; j < n; j++) r += p[j] * g[j];
+                r = tfm__dot(p, g, n);
                 for (j = 0; j < n; j++) g[j] = p[j] * (g[j] - r);
                 for (j = n; j < kn; j++) g[j] = 0.0f;
             }
@@ -2279,7 +2346,7 @@ TFMDEF tfm_result tfm_gelu_backward(tfm_tensor *dx, const tfm_tensor *dy, const 
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "x", x, "dx", dx));
     TFM__TRY(tfm__chk_gelu_kind(fn, kind));
-    if (dx) tfm__gelu_backward_cpu(dx->data, dy->data, x->data, tfm_numel(x), (int)kind);
+    if (dx) tfm__gelu_backward_cpu(dx->data, dy->data, x->data, tfm_numel(x), (int)kind, 1.0f);
     return TFM_OK;
 }
 
@@ -2294,7 +2361,7 @@ TFMDEF tfm_result tfm_relu_backward(tfm_tensor *dx, const tfm_tensor *dy, const 
     TFM__TRY(tfm__chk_pair(fn, "dy", dy, "x", x));
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "x", x, "dx", dx));
-    if (dx) tfm__relu_backward_cpu(dx->data, dy->data, x->data, tfm_numel(x));
+    if (dx) tfm__relu_backward_cpu(dx->data, dy->data, x->data, tfm_numel(x), 1.0f);
     return TFM_OK;
 }
 
@@ -3056,9 +3123,9 @@ static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, const float *dv
         const float *u = d->norm_first ? blk->ln_io[s] : blk->stream[s];
         tfm__linear_backward_ex(blk->d_ff2, F, 0.0f, blk->linear2.dweight.data, blk->linear2.dbias.data, dv, C,
                                 blk->ff_act, F, blk->linear2.weight.data, N, F, C);
-        memset(blk->d_ff1, 0, (size_t)(N * F) * sizeof(float));
-        if (d->act == TFM_ACT_RELU) tfm__relu_backward_cpu(blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F);
-        else tfm__gelu_backward_cpu(blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, d->act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF);
+        if (d->act == TFM_ACT_RELU) tfm__relu_backward_cpu(blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, 0.0f);
+        else tfm__gelu_backward_cpu(blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F,
+                                    d->act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF, 0.0f);
         tfm__linear_backward_cpu(du, C, blk->linear1.dweight.data, blk->linear1.dbias.data, blk->d_ff1, F, u, C,
                                  blk->linear1.weight.data, N, C, F);
     }
