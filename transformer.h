@@ -1367,10 +1367,30 @@ static TFM__UNUSED void tfm__sgemm_builtin(int transA, int transB, int M, int N,
     }
 }
 
+static inline float tfm__dot(const float *a, const float *b, int64_t n);
+
+/* One row times a row-major matrix's transpose: c[j] = alpha * dot(a, B[j,:]) + beta * c[j]. The
+   case of every linear map during generation (batch 1, one position): vectorized dot products,
+   threaded over the output when it is large; BLAS's general kernels are slow at it. */
+static void tfm__gemv_nt(int N, int K, float alpha, const float *a, const float *B, int ldb, float beta, float *c) {
+    int j;
+    TFM__OMP(omp parallel for schedule(static) if ((int64_t)N * K > (1 << 18) && !tfm__in_parallel()))
+    for (j = 0; j < N; j++) {
+        float v = alpha * tfm__dot(a, B + (int64_t)j * ldb, K);
+        c[j] = beta != 0.0f ? v + beta * c[j] : v;
+    }
+}
+
 /* The choke point every product goes through; arguments are already valid. */
 static void tfm__sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
+#if !defined(TFM_SGEMM)
+    if (M == 1 && transB && K > 0) {
+        tfm__gemv_nt(N, K, alpha, A, B, ldb, beta, C);
+        return;
+    }
+#endif
 #if defined(TFM_SGEMM)
     TFM_SGEMM(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #elif defined(TFM_BLAS)
@@ -4022,12 +4042,7 @@ static void tfm__attend_row(float *ctx, const float *q, const float *k, int ldk,
     for (h = 0; h < H; h++) {
         const float *qh = q + h * D;
         float *ch = ctx + h * D;
-        for (j = 0; j < n; j++) {
-            const float *kj = k + (int64_t)j * ldk + h * D;
-            float s = 0.0f;
-            for (d = 0; d < D; d++) s += qh[d] * kj[d];
-            scores[j] = s * scale;
-        }
+        for (j = 0; j < n; j++) scores[j] = tfm__dot(qh, k + (int64_t)j * ldk + h * D, D) * scale;
         if (n > 0) tfm__softmax_row(scores, scores, n);
         for (d = 0; d < D; d++) ch[d] = 0.0f;
         for (j = 0; j < n; j++) {
