@@ -1372,7 +1372,7 @@ static inline float tfm__dot(const float *a, const float *b, int64_t n);
 /* One row times a row-major matrix's transpose: c[j] = alpha * dot(a, B[j,:]) + beta * c[j]. The
    case of every linear map during generation (batch 1, one position): vectorized dot products,
    threaded over the output when it is large; BLAS's general kernels are slow at it. */
-static void tfm__gemv_nt(int N, int K, float alpha, const float *a, const float *B, int ldb, float beta, float *c) {
+static TFM__UNUSED void tfm__gemv_nt(int N, int K, float alpha, const float *a, const float *B, int ldb, float beta, float *c) {
     int j;
     TFM__OMP(omp parallel for schedule(static) if ((int64_t)N * K > (1 << 18) && !tfm__in_parallel()))
     for (j = 0; j < N; j++) {
@@ -1386,7 +1386,8 @@ static void tfm__sgemm(int transA, int transB, int M, int N, int K, float alpha,
                        const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
 #if !defined(TFM_SGEMM)
-    if (M == 1 && transB && K > 0) {
+    /* One row of A, stored contiguously (op(A) = A, or A^T with lda 1), times B^T. */
+    if (M == 1 && transB && K > 0 && (!transA || lda == 1)) {
         tfm__gemv_nt(N, K, alpha, A, B, ldb, beta, C);
         return;
     }
