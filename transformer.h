@@ -760,6 +760,16 @@ TFMDEF tfm_result tfm_cuda_available(void);
         if (tfm__r_ != TFM_OK) return tfm__r_; \
     } while (0)
 
+/* GCC treats a float compare as an operation that may trap (-ftrapping-math, its default), so it will
+   not turn the clamps in exp, tanh and erf below into selects, and every element-wise loop that uses
+   them stays scalar. No operation here relies on floating-point traps, and the flag changes no value
+   (unlike -ffast-math): it only lets those loops vectorize. Clang assumes it already. */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && !defined(__INTEL_COMPILER)
+#define TFM__GCC_OPTIONS
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 /* ==== >>impl-util ==== */
 
 static TFM__THREAD_LOCAL char tfm__errbuf[512];
@@ -6349,6 +6359,10 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
 TFMDEF tfm_result tfm_cuda_available(void) {
     return tfm__fail(TFM_E_NO_CUDA, "tfm_cuda_available: this build has no TFM_CUDA");
 }
+
+#if defined(TFM__GCC_OPTIONS)
+#pragma GCC pop_options
+#endif
 
 #endif /* TFM_IMPLEMENTATION */
 
