@@ -718,6 +718,10 @@ TFMDEF tfm_result tfm_cuda_available(void);
 #include TFM_BLAS_HEADER
 #endif
 
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 #ifdef _OPENMP
 #include <omp.h>
 #define TFM__OMP(x) _Pragma(#x)
@@ -3978,6 +3982,41 @@ TFMDEF float tfm_optim_lr(const tfm_optim *o, int64_t s) {
     }
 }
 
+/* One AdamW update of n consecutive parameters:
+       g = grad * scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+       w = w * decay - step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+   sqrtf must be able to set errno (C's default), which keeps GCC from vectorizing a loop that calls it;
+   with AVX the body runs eight at a time with the same operations in the same order. */
+#define TFM__ADAMW_SPAN 16384
+static void tfm__adamw_span(float *w, const float *gr, float *mm, float *vv, int64_t n, float scale, float b1,
+                            float b2, float eps, float step_size, float bc2s, float decay) {
+    int64_t j = 0;
+#if defined(__AVX__)
+    {
+        const __m256 vs = _mm256_set1_ps(scale), vb1 = _mm256_set1_ps(b1), vb2 = _mm256_set1_ps(b2);
+        const __m256 va1 = _mm256_set1_ps(1.0f - b1), va2 = _mm256_set1_ps(1.0f - b2), veps = _mm256_set1_ps(eps);
+        const __m256 vstep = _mm256_set1_ps(step_size), vbc = _mm256_set1_ps(bc2s), vdec = _mm256_set1_ps(decay);
+        for (; j + 8 <= n; j += 8) {
+            __m256 g = _mm256_mul_ps(_mm256_loadu_ps(gr + j), vs);
+            __m256 m1 = _mm256_add_ps(_mm256_mul_ps(vb1, _mm256_loadu_ps(mm + j)), _mm256_mul_ps(va1, g));
+            __m256 v1 = _mm256_add_ps(_mm256_mul_ps(vb2, _mm256_loadu_ps(vv + j)), _mm256_mul_ps(_mm256_mul_ps(va2, g), g));
+            __m256 den = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v1), vbc), veps);
+            __m256 w1 = _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(w + j), vdec),
+                                      _mm256_div_ps(_mm256_mul_ps(vstep, m1), den));
+            _mm256_storeu_ps(mm + j, m1);
+            _mm256_storeu_ps(vv + j, v1);
+            _mm256_storeu_ps(w + j, w1);
+        }
+    }
+#endif
+    for (; j < n; j++) {
+        float g = gr[j] * scale;
+        mm[j] = b1 * mm[j] + (1.0f - b1) * g;
+        vv[j] = b2 * vv[j] + (1.0f - b2) * g * g;
+        w[j] = w[j] * decay - step_size * mm[j] / (sqrtf(vv[j]) / bc2s + eps);
+    }
+}
+
 TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad_norm) {
     const char *fn = "tfm_model_step";
     tfm_optim o;
@@ -4004,14 +4043,19 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
     if (o.schedule == TFM_SCHED_COSINE && o.total_steps <= o.warmup_steps)
         return tfm__fail(TFM_E_ARG, "%s: opt.total_steps %d must exceed opt.warmup_steps %d for the cosine schedule", fn,
                          o.total_steps, o.warmup_steps);
-    /* global gradient norm: each parameter summed in double in a fixed order, then summed in registry order */
+    /* global gradient norm: each parameter's squares summed in double over 8 interleaved partial sums
+       (a fixed order that vectorizes), then the parameters summed in registry order */
     TFM__OMP(omp parallel for schedule(dynamic) if (m->n_weights > 65536 && !tfm__in_parallel()))
     for (i = 0; i < m->n_params; i++) {
         const float *g = m->params[i].grad.data;
-        int64_t j, n = tfm_numel(&m->params[i].grad);
-        double acc = 0.0;
-        for (j = 0; j < n; j++) acc += (double)g[j] * g[j];
-        m->gnorm_parts[i] = acc;
+        int64_t j = 0, n = tfm_numel(&m->params[i].grad);
+        double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sum = 0.0;
+        int k;
+        for (; j + 8 <= n; j += 8)
+            for (k = 0; k < 8; k++) acc[k] += (double)g[j + k] * (double)g[j + k];
+        for (; j < n; j++) acc[0] += (double)g[j] * (double)g[j];
+        for (k = 0; k < 8; k++) sum += acc[k];
+        m->gnorm_parts[i] = sum;
     }
     for (i = 0; i < m->n_params; i++) total += m->gnorm_parts[i];
     total = sqrt(total);
@@ -4032,14 +4076,11 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
         float *mm = (float *)(m->mem_base + m->off_m + off), *vv = (float *)(m->mem_base + m->off_v + off);
         float decay = (p->decay || o.decay_all) ? 1.0f - lr * o.weight_decay : 1.0f;
         float b1 = o.beta1, b2 = o.beta2, eps = o.eps, step_size = (float)(lr / bc1), bc2s = (float)sqrt(bc2);
-        int64_t j, n = tfm_numel(&p->value);
+        int64_t c, n = tfm_numel(&p->value);
         TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
-        for (j = 0; j < n; j++) {
-            float g = gr[j] * scale;
-            mm[j] = b1 * mm[j] + (1.0f - b1) * g;
-            vv[j] = b2 * vv[j] + (1.0f - b2) * g * g;
-            w[j] = w[j] * decay - step_size * mm[j] / (sqrtf(vv[j]) / bc2s + eps);
-        }
+        for (c = 0; c < n; c += TFM__ADAMW_SPAN)
+            tfm__adamw_span(w + c, gr + c, mm + c, vv + c, TFM__MIN(TFM__ADAMW_SPAN, n - c), scale, b1, b2, eps,
+                            step_size, bc2s, decay);
     }
     return TFM_OK;
 }
