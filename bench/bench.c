@@ -1,0 +1,626 @@
+/* bench/bench.c - training and inference speed of transformer.h on five reference models.
+
+   Usage:
+       build/bench info                  backend, OpenBLAS core and version, OpenMP threads
+       build/bench sgemm THREADS         the sgemm ceiling: square 2048 and the products each model uses
+       build/bench model NAME THREADS    one model (run one per process, so peak RSS is that model's)
+       build/bench train NAME THREADS    its training steps only: what to run under perf or callgrind
+       build/bench list                  the model names
+       build/bench dump NAME FILE        weights, batch, logits, loss and gradient norm of one model, for
+                                         `bench/torch_ref.py verify NAME FILE` (same function on both sides)
+
+   bench/run.sh runs all of them next to the PyTorch reference (bench/torch_ref.py) and prints a table.
+   QUICK=1 in the environment: fewer repetitions (a smoke run; the numbers are not meant to be read).
+
+   Each `model` run prints one line
+       RESULT impl=ours name=... threads=... params=... step_ms=... step_min_ms=... fwd_ms=...
+              tok_s=... gflop_step=... gflops=... peak_mb=... gen_ms_tok=... loss=...
+   step_ms is the median of the timed training steps (zero_grad + forward with loss + backward +
+   AdamW step); fwd_ms the median eval-mode forward with loss; gen_ms_tok the median over runs of
+   (time of a greedy batch-1 generation of 127 new tokens from a 1-token prompt) / 127 (LMs only,
+   else -1); peak_mb is getrusage's ru_maxrss of the whole process.
+
+   FLOPs per training step (counted by model_flops below; bench/README.md has the same formula):
+   6 FLOPs per weight of every matrix product per row it is applied to (2 forward, 2 for the input
+   gradient, 2 for the weight gradient), plus 12*B*Tq*Tk*C per attention (Q K^T and P V, 2*B*Tq*Tk*C
+   FLOPs each forward, twice that backward), the full Tq x Tk square even when causal. Embedding
+   lookups, biases, layernorms, softmax, activations and the optimizer are not counted.
+       per-layer weights   Wenc = 4C^2 + 2CF   (in_proj 3C^2, out_proj C^2, linear1 and linear2 CF)
+                           Wdec = 6C^2 + 2CF   (enc-dec decoder layer on target rows: self-attention
+                                                4C^2, cross-attention query and out_proj 2C^2, FF 2CF)
+                                  + 2C^2 on source rows (the cross-attention key/value projection)
+       LM          6*B*T*(L*Wenc + V*C)            + 12*B*L*T^2*C
+       classifier  6*B*T*L*Wenc + 6*B*K*C          + 12*B*L*T^2*C
+       enc-dec     6*B*Ts*(Le*Wenc + Ld*2C^2) + 6*B*Tt*(Ld*Wdec + Vt*C)
+                                                   + 12*B*C*(Le*Ts^2 + Ld*(Tt^2 + Tt*Ts))
+   Tokens per step: B*T (LM, classifier) and B*(Ts+Tt) (enc-dec). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#define TFM_IMPLEMENTATION
+#include "../transformer.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef struct bench_cfg {
+    const char *name;
+    tfm_model_kind kind;
+    int d_model, n_layers, n_dec_layers, n_heads, d_ff; /* d_ff 0 -> 4*d_model */
+    int T, Tt, B, V, Vt, n_classes;                      /* T: sequence (enc-dec: source) length */
+    int warmup, steps, fwd_reps, gen_reps;
+} bench_cfg;
+
+/* Every model: dropout 0, AdamW lr 1e-4, weight decay 0.01, random tokens, full-length rows. */
+static const bench_cfg CONFIGS[] = {
+    /* name                 kind                    C  L  Ld  H  F     T   Tt  B   V      Vt  K  wu st fw gen */
+    {"char-gpt-tiny",      TFM_DECODER_LM,         128, 4, 0, 4, 0,    128, 0, 16, 96,    0,  0, 3, 20, 20, 3},
+    {"gpt-small",          TFM_DECODER_LM,         384, 6, 0, 6, 0,    256, 0, 8,  8192,  0,  0, 3, 10, 5,  3},
+    {"gpt2-124M-shape",    TFM_DECODER_LM,         768, 12, 0, 12, 0,  128, 0, 2,  50257, 0,  0, 2, 10, 5,  3},
+    {"encoder-classifier", TFM_ENCODER_CLASSIFIER, 256, 4, 0, 8, 0,    256, 0, 16, 1024,  0,  2, 3, 10, 10, 0},
+    {"enc-dec",            TFM_ENCODER_DECODER,    256, 3, 3, 4, 1024, 32, 32, 64, 64,    64, 0, 3, 10, 10, 0},
+};
+#define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
+#define GEN_NEW 127
+
+static int quick_mode(void) {
+    const char *q = getenv("QUICK");
+    return q && *q && strcmp(q, "0") != 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* Median of v[0..n) (sorts v). */
+static double median(double *v, int n) {
+    if (n <= 0) return -1.0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return -1.0;
+    return (double)ru.ru_maxrss / 1024.0; /* Linux: kilobytes */
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "bench: out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+static const bench_cfg *find_config(const char *name) {
+    int i;
+    for (i = 0; i < N_CONFIGS; i++)
+        if (strcmp(CONFIGS[i].name, name) == 0) return &CONFIGS[i];
+    return NULL;
+}
+
+static int cfg_dff(const bench_cfg *b) { return b->d_ff ? b->d_ff : 4 * b->d_model; }
+
+/* FLOPs of one training step, by the formula in the comment at the top. */
+static double model_flops(const bench_cfg *b) {
+    double B = b->B, C = b->d_model, F = cfg_dff(b), L = b->n_layers, T = b->T;
+    double Wenc = 4.0 * C * C + 2.0 * C * F;
+    if (b->kind == TFM_DECODER_LM)
+        return 6.0 * B * T * (L * Wenc + (double)b->V * C) + 12.0 * B * L * T * T * C;
+    if (b->kind == TFM_ENCODER_CLASSIFIER)
+        return 6.0 * B * T * L * Wenc + 6.0 * B * (double)b->n_classes * C + 12.0 * B * L * T * T * C;
+    {
+        double Ld = b->n_dec_layers, Ts = b->T, Tt = b->Tt, Vt = b->Vt;
+        double Wdec = 6.0 * C * C + 2.0 * C * F;
+        return 6.0 * B * Ts * (L * Wenc + Ld * 2.0 * C * C) + 6.0 * B * Tt * (Ld * Wdec + Vt * C) +
+               12.0 * B * C * (L * Ts * Ts + Ld * (Tt * Tt + Tt * Ts));
+    }
+}
+
+static double model_tokens(const bench_cfg *b) {
+    return (double)b->B * (double)(b->kind == TFM_ENCODER_DECODER ? b->T + b->Tt : b->T);
+}
+
+static tfm_config make_config(const bench_cfg *b) {
+    tfm_config c;
+    memset(&c, 0, sizeof c);
+    c.kind = b->kind;
+    c.vocab_size = b->V;
+    c.d_model = b->d_model;
+    c.n_heads = b->n_heads;
+    c.n_layers = b->n_layers;
+    c.d_ff = b->d_ff;
+    c.max_seq_len = b->T;
+    c.max_batch = b->B;
+    c.dropout = 0.0f;
+    c.attn_dropout = 0.0f;
+    c.pos = TFM_POS_LEARNED;
+    c.seed = 1234;
+    switch (b->kind) {
+    case TFM_DECODER_LM:
+        c.norm_first = 1;
+        c.act = TFM_ACT_GELU_TANH;
+        c.tie_output = 1;
+        break;
+    case TFM_ENCODER_CLASSIFIER:
+        c.norm_first = 0;
+        c.act = TFM_ACT_RELU;
+        c.pool = TFM_POOL_MEAN;
+        c.n_classes = b->n_classes;
+        break;
+    default: /* encoder-decoder: pre-LN, ReLU (torch's default), separate embeddings and head */
+        c.norm_first = 1;
+        c.act = TFM_ACT_RELU;
+        c.n_dec_layers = b->n_dec_layers;
+        c.max_tgt_len = b->Tt;
+        c.tgt_vocab_size = b->Vt;
+        break;
+    }
+    return c;
+}
+
+static void fill_ids(int32_t *ids, size_t n, int range, tfm_rng *rng) {
+    size_t i;
+    for (i = 0; i < n; i++) ids[i] = (int32_t)(tfm_rng_u64(rng) % (uint64_t)range);
+}
+
+static void die_tfm(const char *what, tfm_result r) {
+    fprintf(stderr, "bench: %s failed: %s: %s\n", what, tfm_result_string(r), tfm_last_error());
+    exit(1);
+}
+
+/* ---- model ------------------------------------------------------------------------------------ */
+
+/* `train` under `perf record -D -1 --control fifo:PATH` (bench/profile.sh): with BENCH_PERF_CTL=PATH,
+   sampling is switched on for the training steps only, so model initialisation (seconds of random
+   draws and page faults for the large models) stays out of the profile. */
+static void perf_control(const char *cmd) {
+    const char *path = getenv("BENCH_PERF_CTL");
+    FILE *f;
+    if (!path || !*path) return;
+    f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "bench: cannot open BENCH_PERF_CTL=%s; the profile covers the whole run\n", path);
+        return;
+    }
+    fprintf(f, "%s\n", cmd);
+    fclose(f);
+}
+
+static double train_step(tfm_model *m, const tfm_batch *batch, const tfm_optim *opt, float *loss) {
+    double t0 = now_s();
+    tfm_result r;
+    tfm_model_zero_grad(m);
+    if ((r = tfm_model_forward(m, batch, loss)) != TFM_OK) die_tfm("tfm_model_forward", r);
+    if ((r = tfm_model_backward(m, 1.0f)) != TFM_OK) die_tfm("tfm_model_backward", r);
+    if ((r = tfm_model_step(m, opt, NULL)) != TFM_OK) die_tfm("tfm_model_step", r);
+    return now_s() - t0;
+}
+
+static int run_model(const bench_cfg *bc, int threads, int train_only) {
+    tfm_config cfg = make_config(bc);
+    tfm_model *m = (tfm_model *)xmalloc(sizeof *m);
+    tfm_optim opt;
+    tfm_batch batch;
+    tfm_rng rng;
+    tfm_result r;
+    int quick = quick_mode();
+    int warmup = quick ? 1 : bc->warmup, steps = quick ? 3 : bc->steps;
+    int fwd_reps = quick ? 2 : bc->fwd_reps, gen_reps = quick ? 1 : bc->gen_reps;
+    int encdec = bc->kind == TFM_ENCODER_DECODER, lm = bc->kind == TFM_DECODER_LM;
+    int Tt = encdec ? bc->Tt : bc->T;
+    size_t n_src = (size_t)bc->B * bc->T, n_tgt = (size_t)bc->B * Tt;
+    int32_t *src = (int32_t *)xmalloc(n_src * sizeof(int32_t));
+    int32_t *tgt_in = (int32_t *)xmalloc(n_tgt * sizeof(int32_t));
+    int32_t *targets = (int32_t *)xmalloc(n_tgt * sizeof(int32_t));
+    double *times = (double *)xmalloc((size_t)(steps + fwd_reps + gen_reps + 1) * sizeof(double));
+    double step_ms, step_min_ms, fwd_ms = -1.0, gen_ms_tok = -1.0, flops = model_flops(bc), t0;
+    float loss = 0.0f;
+    int i;
+
+    tfm_set_num_threads(threads);
+    tfm_rng_seed(&rng, 42);
+    fill_ids(src, n_src, bc->V, &rng);
+    if (encdec) {
+        fill_ids(tgt_in, n_tgt, bc->Vt, &rng);
+        fill_ids(targets, n_tgt, bc->Vt, &rng);
+    } else if (lm) {
+        fill_ids(targets, n_tgt, bc->V, &rng);
+    } else {
+        fill_ids(targets, (size_t)bc->B, bc->n_classes, &rng);
+    }
+    memset(&batch, 0, sizeof batch);
+    batch.batch = bc->B;
+    batch.len = bc->T;
+    batch.tokens = src;
+    batch.targets = targets;
+    if (encdec) {
+        batch.tgt_len = bc->Tt;
+        batch.tgt_in = tgt_in;
+    }
+    memset(&opt, 0, sizeof opt);
+    opt.lr = 1e-4f;
+    opt.weight_decay = 0.01f;
+
+    if ((r = tfm_model_init(m, &cfg, NULL, 0)) != TFM_OK) die_tfm("tfm_model_init", r);
+    printf("MODEL impl=ours name=%s threads=%d params=%lld omp_threads=%d sgemm=%s\n", bc->name, threads,
+           (long long)m->n_weights, tfm_get_num_threads(), tfm_sgemm_backend());
+    fflush(stdout);
+
+    /* training: warm-up, then timed steps */
+    tfm_model_train(m, 1);
+    if (train_only) perf_control("enable");
+    for (i = 0; i < warmup; i++) train_step(m, &batch, &opt, &loss);
+    for (i = 0; i < steps; i++) times[i] = train_step(m, &batch, &opt, &loss);
+    if (train_only) perf_control("disable");
+    step_ms = 1e3 * median(times, steps); /* sorted now */
+    step_min_ms = 1e3 * times[0];
+    if (!isfinite(loss)) {
+        fprintf(stderr, "bench: %s: the loss is not finite (%g)\n", bc->name, (double)loss);
+        return 1;
+    }
+
+    if (train_only) {
+        printf("RESULT impl=ours name=%s threads=%d train_only=1 step_ms=%.3f step_min_ms=%.3f loss=%.5f steps=%d\n",
+               bc->name, threads, step_ms, step_min_ms, (double)loss, steps);
+        goto done;
+    }
+
+    /* forward only, eval mode, with the loss */
+    tfm_model_train(m, 0);
+    if ((r = tfm_model_forward(m, &batch, &loss)) != TFM_OK) die_tfm("tfm_model_forward (eval)", r);
+    for (i = 0; i < fwd_reps; i++) {
+        t0 = now_s();
+        if ((r = tfm_model_forward(m, &batch, &loss)) != TFM_OK) die_tfm("tfm_model_forward (eval)", r);
+        times[i] = now_s() - t0;
+    }
+    fwd_ms = 1e3 * median(times, fwd_reps);
+
+    /* greedy batch-1 generation of GEN_NEW tokens from a 1-token prompt (LMs) */
+    if (lm && gen_reps > 0) {
+        int32_t prompt[1], out[GEN_NEW];
+        tfm_gen_opts go;
+        int n_out = 0;
+        prompt[0] = src[0];
+        memset(&go, 0, sizeof go);
+        go.max_new = GEN_NEW;
+        for (i = 0; i < gen_reps; i++) {
+            t0 = now_s();
+            if ((r = tfm_model_generate(m, NULL, 0, prompt, 1, &go, out, &n_out)) != TFM_OK)
+                die_tfm("tfm_model_generate", r);
+            times[i] = now_s() - t0;
+            if (n_out != GEN_NEW) {
+                fprintf(stderr, "bench: generate gave %d tokens, not %d\n", n_out, GEN_NEW);
+                return 1;
+            }
+        }
+        gen_ms_tok = 1e3 * median(times, gen_reps) / GEN_NEW;
+    }
+
+    printf("RESULT impl=ours name=%s threads=%d params=%lld step_ms=%.3f step_min_ms=%.3f fwd_ms=%.3f "
+           "tok_s=%.1f gflop_step=%.4f gflops=%.2f peak_mb=%.1f gen_ms_tok=%.4f loss=%.5f steps=%d\n",
+           bc->name, threads, (long long)m->n_weights, step_ms, step_min_ms, fwd_ms,
+           model_tokens(bc) / (step_ms * 1e-3), flops * 1e-9, flops * 1e-9 / (step_ms * 1e-3), peak_rss_mb(),
+           gen_ms_tok, (double)loss, steps);
+done:
+    fflush(stdout);
+    tfm_model_free(m);
+    free(m);
+    free(src);
+    free(tgt_in);
+    free(targets);
+    free(times);
+    return 0;
+}
+
+/* ---- dump: weights, data and results for torch_ref.py's `verify` ------------------------------ */
+
+/* Writes a file torch_ref.py reads back into its model of the same name, to check that both compute
+   the same function: lines of text, each "param"/"ids"/"floats" line followed by its raw little-endian
+   data. The model is initialised with Xavier matrices and perturbed vectors (biases, layernorms) so
+   that activations are O(1) and every parameter matters. Recorded: the training-mode forward's loss
+   and logits, the global gradient norm of that loss, and the loss after one AdamW step. */
+static void dump_floats(FILE *f, const char *tag, const char *name, const float *p, int64_t n) {
+    fprintf(f, "%s %s %lld\n", tag, name, (long long)n);
+    fwrite(p, sizeof(float), (size_t)n, f);
+    fprintf(f, "\n");
+}
+
+static void dump_ids(FILE *f, const char *name, const int32_t *p, int64_t n) {
+    fprintf(f, "ids %s %lld\n", name, (long long)n);
+    fwrite(p, sizeof(int32_t), (size_t)n, f);
+    fprintf(f, "\n");
+}
+
+static int run_dump(const bench_cfg *bc, const char *path) {
+    tfm_config cfg = make_config(bc);
+    tfm_model *m = (tfm_model *)xmalloc(sizeof *m);
+    tfm_optim opt;
+    tfm_batch batch;
+    tfm_rng rng;
+    tfm_result r;
+    tfm_tensor lg;
+    int encdec = bc->kind == TFM_ENCODER_DECODER, lm = bc->kind == TFM_DECODER_LM, i, d;
+    int Tt = encdec ? bc->Tt : bc->T;
+    size_t n_src = (size_t)bc->B * bc->T, n_tgt = (size_t)bc->B * Tt, n_lab = lm || encdec ? n_tgt : (size_t)bc->B;
+    int32_t *src = (int32_t *)xmalloc(n_src * sizeof(int32_t));
+    int32_t *tgt_in = (int32_t *)xmalloc(n_tgt * sizeof(int32_t));
+    int32_t *targets = (int32_t *)xmalloc(n_tgt * sizeof(int32_t));
+    float loss0 = 0.0f, loss1 = 0.0f, gnorm = 0.0f;
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "bench: cannot write %s\n", path);
+        return 1;
+    }
+    tfm_rng_seed(&rng, 42);
+    fill_ids(src, n_src, bc->V, &rng);
+    fill_ids(tgt_in, n_tgt, encdec ? bc->Vt : bc->V, &rng);
+    fill_ids(targets, n_lab, encdec ? bc->Vt : lm ? bc->V : bc->n_classes, &rng);
+    memset(&batch, 0, sizeof batch);
+    batch.batch = bc->B;
+    batch.len = bc->T;
+    batch.tokens = src;
+    batch.targets = targets;
+    if (encdec) {
+        batch.tgt_len = bc->Tt;
+        batch.tgt_in = tgt_in;
+    }
+    memset(&opt, 0, sizeof opt);
+    opt.lr = 1e-4f;
+    opt.weight_decay = 0.01f;
+    cfg.init = TFM_INIT_XAVIER;
+    if ((r = tfm_model_init(m, &cfg, NULL, 0)) != TFM_OK) die_tfm("tfm_model_init", r);
+    fprintf(f, "tfm-bench-dump 1 %s\n", bc->name);
+    for (i = 0; i < m->n_params; i++) {
+        tfm_param *p = &m->params[i];
+        int64_t j, n = tfm_numel(&p->value);
+        if (p->value.ndim == 1)
+            for (j = 0; j < n; j++) p->value.data[j] += 0.1f * tfm_rng_normal(&rng);
+        fprintf(f, "param %s %d", p->name, p->value.ndim);
+        for (d = 0; d < p->value.ndim; d++) fprintf(f, " %lld", (long long)p->value.shape[d]);
+        fprintf(f, "\n");
+        fwrite(p->value.data, sizeof(float), (size_t)n, f);
+        fprintf(f, "\n");
+    }
+    dump_ids(f, "tokens", src, (int64_t)n_src);
+    if (encdec) dump_ids(f, "tgt_in", tgt_in, (int64_t)n_tgt);
+    dump_ids(f, "targets", targets, (int64_t)n_lab);
+    tfm_model_train(m, 1);
+    tfm_model_zero_grad(m);
+    if ((r = tfm_model_forward(m, &batch, &loss0)) != TFM_OK) die_tfm("tfm_model_forward", r);
+    lg = tfm_model_logits(m);
+    dump_floats(f, "floats", "logits", lg.data, tfm_numel(&lg));
+    if ((r = tfm_model_backward(m, 1.0f)) != TFM_OK) die_tfm("tfm_model_backward", r);
+    if ((r = tfm_model_step(m, &opt, &gnorm)) != TFM_OK) die_tfm("tfm_model_step", r);
+    if ((r = tfm_model_forward(m, &batch, &loss1)) != TFM_OK) die_tfm("tfm_model_forward", r);
+    fprintf(f, "scalars loss0=%.9g grad_norm=%.9g loss1=%.9g\n", (double)loss0, (double)gnorm, (double)loss1);
+    fclose(f);
+    printf("DUMP name=%s file=%s params=%lld loss0=%.6f grad_norm=%.6f loss1=%.6f\n", bc->name, path,
+           (long long)m->n_weights, (double)loss0, (double)gnorm, (double)loss1);
+    tfm_model_free(m);
+    free(m);
+    free(src);
+    free(tgt_in);
+    free(targets);
+    return 0;
+}
+
+/* ---- sgemm ------------------------------------------------------------------------------------ */
+
+typedef struct gemm_shape {
+    char label[64];
+    int ta, tb, M, N, K, batch; /* batch > 1: tfm_sgemm_batched over contiguous matrices */
+} gemm_shape;
+
+static int add_shape(gemm_shape *s, int n, const char *cfg, const char *what, int ta, int tb, int M, int N, int K,
+                     int batch) {
+    snprintf(s[n].label, sizeof s[n].label, "%s%s%s", cfg, *cfg ? ":" : "", what);
+    s[n].ta = ta;
+    s[n].tb = tb;
+    s[n].M = M;
+    s[n].N = N;
+    s[n].K = K;
+    s[n].batch = batch;
+    return n + 1;
+}
+
+/* The products a linear map y = x W^T (W is (O,I), x is (R,I)) costs in a training step: forward NT,
+   input gradient NN (dy W), weight gradient TN (dy^T x); and the per-head attention products. */
+static int config_shapes(gemm_shape *s, int n, const bench_cfg *b) {
+    int C = b->d_model, F = cfg_dff(b), R = b->B * b->T, D = b->d_model / b->n_heads;
+    int BH = b->B * b->n_heads, T = b->T;
+    n = add_shape(s, n, b->name, "qkv.fwd", 0, 1, R, 3 * C, C, 1);
+    n = add_shape(s, n, b->name, "qkv.dx", 0, 0, R, C, 3 * C, 1);
+    n = add_shape(s, n, b->name, "qkv.dw", 1, 0, 3 * C, C, R, 1);
+    n = add_shape(s, n, b->name, "out_proj.fwd", 0, 1, R, C, C, 1);
+    n = add_shape(s, n, b->name, "ff1.fwd", 0, 1, R, F, C, 1);
+    n = add_shape(s, n, b->name, "ff1.dx", 0, 0, R, C, F, 1);
+    n = add_shape(s, n, b->name, "ff1.dw", 1, 0, F, C, R, 1);
+    n = add_shape(s, n, b->name, "ff2.fwd", 0, 1, R, C, F, 1);
+    n = add_shape(s, n, b->name, "ff2.dx", 0, 0, R, F, C, 1);
+    n = add_shape(s, n, b->name, "ff2.dw", 1, 0, C, F, R, 1);
+    if (b->kind != TFM_ENCODER_CLASSIFIER) {
+        int V = b->kind == TFM_ENCODER_DECODER ? b->Vt : b->V;
+        int Rh = b->kind == TFM_ENCODER_DECODER ? b->B * b->Tt : R;
+        n = add_shape(s, n, b->name, "head.fwd", 0, 1, Rh, V, C, 1);
+        n = add_shape(s, n, b->name, "head.dx", 0, 0, Rh, C, V, 1);
+        n = add_shape(s, n, b->name, "head.dw", 1, 0, V, C, Rh, 1);
+    }
+    n = add_shape(s, n, b->name, "attn.qk^T(batched)", 0, 1, T, T, D, BH);
+    n = add_shape(s, n, b->name, "attn.pv(batched)", 0, 0, T, D, T, BH);
+    return n;
+}
+
+static void fill_small(float *p, size_t n, tfm_rng *rng) {
+    size_t i;
+    for (i = 0; i < n; i++) p[i] = tfm_rng_uniform(rng) - 0.5f;
+}
+
+static void do_gemm(const gemm_shape *g, const float *A, const float *B, float *C) {
+    int lda = g->ta ? g->M : g->K, ldb = g->tb ? g->K : g->N;
+    tfm_result r;
+    if (g->batch > 1)
+        r = tfm_sgemm_batched(g->ta, g->tb, g->M, g->N, g->K, 1.0f, A, lda, (int64_t)g->M * g->K, B, ldb,
+                              (int64_t)g->K * g->N, 0.0f, C, g->N, (int64_t)g->M * g->N, g->batch);
+    else
+        r = tfm_sgemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, A, lda, B, ldb, 0.0f, C, g->N);
+    if (r != TFM_OK) die_tfm("tfm_sgemm", r);
+}
+
+/* Median GFLOP/s of `reps` repetitions, each at least ~20 ms of back-to-back calls. */
+static double time_gemm(const gemm_shape *g, int reps) {
+    size_t na = (size_t)g->M * g->K * g->batch, nb = (size_t)g->K * g->N * g->batch, nc = (size_t)g->M * g->N * g->batch;
+    float *A = (float *)xmalloc(na * sizeof(float)), *B = (float *)xmalloc(nb * sizeof(float));
+    float *C = (float *)xmalloc(nc * sizeof(float));
+    double flop = 2.0 * g->M * g->N * (double)g->K * g->batch, t0, t1, *gf;
+    int inner = 1, i, j;
+    tfm_rng rng;
+    tfm_rng_seed(&rng, 7);
+    fill_small(A, na, &rng);
+    fill_small(B, nb, &rng);
+    memset(C, 0, nc * sizeof(float));
+    do_gemm(g, A, B, C); /* warm-up (and page in C) */
+    t1 = 1e30;
+    for (i = 0; i < 3; i++) { /* the fastest of three single calls sets the inner count */
+        t0 = now_s();
+        do_gemm(g, A, B, C);
+        t0 = now_s() - t0;
+        if (t0 < t1) t1 = t0;
+    }
+    if (t1 < 0.02) inner = (int)(0.02 / (t1 > 1e-7 ? t1 : 1e-7)) + 1;
+    gf = (double *)xmalloc((size_t)reps * sizeof(double));
+    for (i = 0; i < reps; i++) {
+        t0 = now_s();
+        for (j = 0; j < inner; j++) do_gemm(g, A, B, C);
+        gf[i] = flop * inner / (now_s() - t0) * 1e-9;
+    }
+    t1 = median(gf, reps);
+    free(gf);
+    free(A);
+    free(B);
+    free(C);
+    return t1;
+}
+
+static const char *op_name(int ta, int tb) { return ta ? (tb ? "TT" : "TN") : (tb ? "NT" : "NN"); }
+
+/* The ceiling is the square 2048 product, measured first and again last (7 repetitions each); the
+   better of the two medians counts, so a burst of load from elsewhere at one moment does not set it. */
+static int run_sgemm(int threads, const char *only) {
+    gemm_shape *s = (gemm_shape *)xmalloc(16 * (size_t)(N_CONFIGS + 2) * sizeof(gemm_shape));
+    int n = 0, i, quick = quick_mode(), reps = quick ? 3 : 5, sq_reps = quick ? 3 : 7;
+    double ceiling = 0.0, first = 0.0, gf;
+    tfm_set_num_threads(threads);
+    n = add_shape(s, n, "", "square2048", 0, 0, 2048, 2048, 2048, 1);
+    for (i = 0; i < N_CONFIGS; i++)
+        if (!only || strcmp(only, CONFIGS[i].name) == 0) n = config_shapes(s, n, &CONFIGS[i]);
+    n = add_shape(s, n, "", "square2048(again)", 0, 0, 2048, 2048, 2048, 1);
+    for (i = 0; i < n; i++) {
+        gf = time_gemm(&s[i], i == 0 || i == n - 1 ? sq_reps : reps);
+        if (i == 0) first = ceiling = gf;
+        printf("SGEMM threads=%d shape=%s op=%s M=%d N=%d K=%d batch=%d gflops=%.2f pct_of_square=%.1f\n", threads,
+               s[i].label, op_name(s[i].ta, s[i].tb), s[i].M, s[i].N, s[i].K, s[i].batch, gf,
+               100.0 * gf / first);
+        fflush(stdout);
+    }
+    if (gf > ceiling) ceiling = gf;
+    printf("RESULT impl=ours sgemm threads=%d square2048_gflops=%.2f first=%.2f last=%.2f\n", threads, ceiling, first,
+           gf);
+    free(s);
+    return 0;
+}
+
+/* ---- info ------------------------------------------------------------------------------------- */
+
+static int run_info(void) {
+    printf("INFO transformer.h=%d.%d.%d built=\"%s %s\" sgemm_backend=%s", TFM_VERSION_MAJOR, TFM_VERSION_MINOR,
+           TFM_VERSION_PATCH, __DATE__, __TIME__, tfm_sgemm_backend());
+#if defined(TFM_BLAS) && defined(OPENBLAS_VERSION)
+    {
+        const char *core = openblas_get_corename(), *conf = openblas_get_config();
+        printf(" openblas_core=%s openblas_threads=%d openblas_config=\"%s\"", core ? core : "?",
+               openblas_get_num_threads(), conf ? conf : "?");
+    }
+#endif
+#ifdef _OPENMP
+    printf(" omp_max_threads=%d omp_procs=%d", omp_get_max_threads(), omp_get_num_procs());
+#endif
+    printf("\n");
+    return 0;
+}
+
+static void usage(FILE *f) {
+    int i;
+    fprintf(f,
+            "usage: build/bench info\n"
+            "       build/bench sgemm THREADS [CONFIG]\n"
+            "       build/bench model NAME THREADS\n"
+            "       build/bench train NAME THREADS   training steps only (warm-up + timed), for profilers\n"
+            "       build/bench list\n"
+            "       build/bench dump NAME FILE      weights, data and results for bench/torch_ref.py verify\n"
+            "QUICK=1: fewer repetitions. bench/run.sh runs everything next to PyTorch and prints the table.\n"
+            "models:");
+    for (i = 0; i < N_CONFIGS; i++) fprintf(f, " %s", CONFIGS[i].name);
+    fprintf(f, "\n");
+}
+
+static int parse_threads(const char *s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 1 || v > 1024) {
+        fprintf(stderr, "bench: THREADS must be a positive integer (got '%s')\n", s);
+        exit(2);
+    }
+    return (int)v;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "info") == 0) return run_info();
+    if (argc >= 2 && strcmp(argv[1], "list") == 0) {
+        int i;
+        for (i = 0; i < N_CONFIGS; i++) printf("%s\n", CONFIGS[i].name);
+        return 0;
+    }
+    if (argc >= 3 && argc <= 4 && strcmp(argv[1], "sgemm") == 0) {
+        if (argc == 4 && !find_config(argv[3])) {
+            fprintf(stderr, "bench: unknown config '%s'\n", argv[3]);
+            return 2;
+        }
+        return run_sgemm(parse_threads(argv[2]), argc == 4 ? argv[3] : NULL);
+    }
+    if (argc == 4 && strcmp(argv[1], "dump") == 0) {
+        const bench_cfg *b = find_config(argv[2]);
+        if (!b) {
+            fprintf(stderr, "bench: unknown config '%s'\n", argv[2]);
+            return 2;
+        }
+        return run_dump(b, argv[3]);
+    }
+    if (argc == 4 && (strcmp(argv[1], "model") == 0 || strcmp(argv[1], "train") == 0)) {
+        const bench_cfg *b = find_config(argv[2]);
+        if (!b) {
+            fprintf(stderr, "bench: unknown config '%s'\n", argv[2]);
+            usage(stderr);
+            return 2;
+        }
+        return run_model(b, parse_threads(argv[3]), strcmp(argv[1], "train") == 0);
+    }
+    usage(argc == 1 ? stdout : stderr);
+    return argc == 1 ? 0 : 2;
+}

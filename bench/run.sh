@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# bench/run.sh - transformer.h against PyTorch on the reference models; prints one table per repeat.
+#
+# Builds nothing: run `make build/bench` first. Every measurement is its own process (so peak RSS is
+# that model's alone), run one at a time. Environment:
+#   CONFIGS="a b"   models to run (default: all; `build/bench list` names them)
+#   THREADS="1 2"   thread counts (default 1 2)
+#   REPEAT=2        how many times the whole table is measured (default 2; the machine is noisy)
+#   QUICK=1         fewer repetitions everywhere: a smoke run whose numbers mean little
+#   VERIFY=1        first check that each model computes the same function on both sides
+#                   (build/bench dump + torch_ref.py verify: logits, loss, gradient norm, one step)
+#   OURS_WAIT_POLICY=PASSIVE   OMP_WAIT_POLICY for our multi-thread rows too (default: libgomp's own,
+#                   which spins; torch's multi-thread rows always run under PASSIVE, since torch runs
+#                   an OpenMP pool beside OpenBLAS's pthread pool and the spinning one starves the other)
+#   BENCH=build/bench  PYTHON=/usr/bin/python3
+# OPENBLAS_CORETYPE: OpenBLAS 0.3.21 (Debian 12) does not recognise recent Xeons and falls back to its
+# generic "Prescott" kernels; when the CPU has AVX-512F and the variable is unset this script sets
+# SkylakeX, for both sides (ours links the OpenMP build of the same OpenBLAS that torch uses).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+
+BENCH=${BENCH:-build/bench}
+PY=${PYTHON:-/usr/bin/python3}
+REPEAT=${REPEAT:-2}
+THREADS=${THREADS:-"1 2"}
+QUICK=${QUICK:-0}
+VERIFY=${VERIFY:-0}
+OURS_WAIT_POLICY=${OURS_WAIT_POLICY:-}
+export QUICK
+
+if [ ! -x "$BENCH" ]; then
+    echo "run.sh: $BENCH not found: build it first (make build/bench)" >&2
+    exit 1
+fi
+ALL_CONFIGS=$("$BENCH" list) || exit 1
+CONFIGS=${CONFIGS:-$ALL_CONFIGS}
+for c in $CONFIGS; do
+    if ! printf '%s\n' $ALL_CONFIGS | grep -qx -- "$c"; then
+        echo "run.sh: unknown config '$c' (known: $(echo $ALL_CONFIGS))" >&2
+        exit 2
+    fi
+done
+
+coretype_note="OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} (from the environment)"
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+    export OPENBLAS_CORETYPE=SkylakeX
+    coretype_note="OPENBLAS_CORETYPE=SkylakeX set by run.sh for both sides (the CPU has avx512f; OpenBLAS 0.3.21 would pick Prescott)"
+fi
+
+HAVE_TORCH=0
+if [ -x "$PY" ] && "$PY" -c 'import torch' >/dev/null 2>&1; then HAVE_TORCH=1; fi
+
+cpu=$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')
+ours_info=$("$BENCH" info)
+echo "== machine: cpu=\"${cpu:-?}\" cores=$(nproc) mem=$(awk '/MemTotal/ {printf "%.1fGB", $2/1048576}' /proc/meminfo) load=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
+echo "== $coretype_note"
+echo "== ours: $ours_info"
+if [ "$HAVE_TORCH" = 1 ]; then
+    echo "== torch: $("$PY" bench/torch_ref.py info)"
+else
+    echo "== torch: not available ($PY -c 'import torch' failed): torch columns stay empty"
+fi
+echo "== configs: $(echo $CONFIGS)   threads: $THREADS   repeat: $REPEAT   quick: $QUICK"
+if [ -n "$OURS_WAIT_POLICY" ]; then
+    ours_wait="OMP_WAIT_POLICY=$OURS_WAIT_POLICY"
+else
+    ours_wait="the environment's OMP_WAIT_POLICY (${OMP_WAIT_POLICY:-unset: libgomp spins, then sleeps})"
+fi
+echo "== multi-thread rows: torch under OMP_WAIT_POLICY=PASSIVE, ours under $ours_wait"
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/tfm-bench.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT
+
+# Run a command, echo its output, keep it in the repeat's result file.
+run() {
+    local out=$1
+    shift
+    local rc
+    "$@" 2>&1 | tee -a "$out"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" != 0 ]; then echo "run.sh: FAILED (exit $rc): $*" | tee -a "$out"; fi
+}
+
+if [ "$VERIFY" = 1 ] && [ "$HAVE_TORCH" = 1 ]; then
+    echo "== verify: the same function on both sides"
+    for c in $CONFIGS; do
+        run "$TMP/verify" "$BENCH" dump "$c" "$TMP/dump.bin"
+        run "$TMP/verify" "$PY" bench/torch_ref.py verify "$TMP/dump.bin"
+        rm -f "$TMP/dump.bin"
+    done
+fi
+
+start=$(date +%s)
+for r in $(seq 1 "$REPEAT"); do
+    R="$TMP/repeat$r"
+    : > "$R"
+    echo "== repeat $r/$REPEAT  $(date '+%F %T')  load=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
+    for t in $THREADS; do run "$R" "$BENCH" sgemm "$t"; done
+    for c in $CONFIGS; do
+        for t in $THREADS; do
+            if [ "$t" -gt 1 ] && [ -n "$OURS_WAIT_POLICY" ]; then
+                run "$R" env OMP_WAIT_POLICY="$OURS_WAIT_POLICY" "$BENCH" model "$c" "$t"
+            else
+                run "$R" "$BENCH" model "$c" "$t"
+            fi
+            if [ "$HAVE_TORCH" = 1 ]; then
+                if [ "$t" -gt 1 ]; then
+                    run "$R" env OMP_WAIT_POLICY=PASSIVE "$PY" bench/torch_ref.py model "$c" "$t"
+                else
+                    run "$R" "$PY" bench/torch_ref.py model "$c" "$t"
+                fi
+            fi
+        done
+    done
+    echo "LOAD repeat=$r end=\"$(cut -d' ' -f1-3 /proc/loadavg)\"" >> "$R"
+done
+
+# One table per repeat, from the RESULT lines.
+table() {
+    awk -v rep="$1" -v nrep="$REPEAT" -v configs="$CONFIGS" -v threads="$THREADS" '
+    function get(impl, name, t, key,   k) { k = impl SUBSEP name SUBSEP t SUBSEP key; return (k in v) ? v[k] : "" }
+    function num(x) { return x != "" && x + 0 >= 0 }
+    function f1(x) { return num(x) ? sprintf("%.1f", x) : "-" }
+    function fg(x) { return !num(x) ? "-" : (x < 10 ? sprintf("%.2f", x) : (x < 1000 ? sprintf("%.1f", x) : sprintf("%.0f", x))) }
+    function pair(a, b) { return fg(a) "/" fg(b) }
+    /^RESULT / {
+        delete kv
+        impl = ""; name = ""; t = ""; sg = 0
+        for (i = 2; i <= NF; i++) {
+            if ($i == "sgemm") { sg = 1; continue }
+            p = index($i, "="); if (!p) continue
+            kv[substr($i, 1, p - 1)] = substr($i, p + 1)
+        }
+        if (sg) { ceil[kv["threads"]] = kv["square2048_gflops"]; next }
+        for (k in kv) v[kv["impl"], kv["name"], kv["threads"], k] = kv[k]
+    }
+    /^LOAD / { load = $0; sub(/^LOAD repeat=[0-9]+ /, "", load) }
+    END {
+        printf "\n== table, repeat %d/%d  (sgemm 2048 ceiling:", rep, nrep
+        nt = split(threads, T, " ")
+        for (i = 1; i <= nt; i++) printf " %s thr %s GFLOP/s%s", T[i], fg(ceil[T[i]]), i < nt ? "," : ""
+        printf ")\n"
+        hdr = sprintf("%-19s %3s %10s %10s %7s %8s %7s %6s %15s %15s %13s", "config", "thr", "step ms", "torch ms",
+                      "torch/", "tok/s", "GFLOP/s", "%sgemm", "fwd ms", "peak MB", "gen ms/tok")
+        print hdr
+        printf "%-19s %3s %10s %10s %7s %8s %7s %6s %15s %15s %13s\n", "", "", "ours", "", "ours", "ours", "ours",
+               "ours", "ours/torch", "ours/torch", "ours/torch"
+        gsub(/./, "-", hdr); print hdr
+        nc = split(configs, CF, " ")
+        for (i = 1; i <= nc; i++) for (j = 1; j <= nt; j++) {
+            c = CF[i]; t = T[j]
+            so = get("ours", c, t, "step_ms"); st = get("torch", c, t, "step_ms")
+            ratio = (num(so) && num(st) && so > 0) ? sprintf("%.2f", st / so) : "-"
+            g = get("ours", c, t, "gflops")
+            pct = (num(g) && num(ceil[t]) && ceil[t] > 0) ? sprintf("%.0f%%", 100 * g / ceil[t]) : "-"
+            printf "%-19s %3s %10s %10s %7s %8s %7s %6s %15s %15s %13s\n", c, t, f1(so), f1(st), ratio,
+                   fg(get("ours", c, t, "tok_s")), fg(g), pct,
+                   pair(get("ours", c, t, "fwd_ms"), get("torch", c, t, "fwd_ms")),
+                   pair(get("ours", c, t, "peak_mb"), get("torch", c, t, "peak_mb")),
+                   pair(get("ours", c, t, "gen_ms_tok"), get("torch", c, t, "gen_ms_tok"))
+        }
+        if (load != "") printf "(load average at the end of this repeat: %s)\n", load
+    }' "$TMP/repeat$1"
+}
+
+echo
+echo "== results ($(( $(date +%s) - start )) s of measurement)"
+echo "torch/ours > 1: we are faster. tok/s: B*T tokens per training step (enc-dec: B*(Ts+Tt)) / step time."
+echo "GFLOP/s: FLOPs per step (bench/README.md) / step time; %sgemm: of the 2048x2048 sgemm measured above at"
+echo "the same thread count. fwd: eval forward with loss. peak MB: ru_maxrss of the process (torch's includes"
+echo "the Python interpreter and libtorch). gen: greedy batch-1 decoding with a KV cache, ms per new token."
+for r in $(seq 1 "$REPEAT"); do table "$r"; done
