@@ -3986,8 +3986,9 @@ TFMDEF float tfm_optim_lr(const tfm_optim *o, int64_t s) {
        g = grad * scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
        w = w * decay - step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
    sqrtf must be able to set errno (C's default), which keeps GCC from vectorizing a loop that calls it;
-   with AVX the body runs eight at a time with the same operations in the same order. */
-#define TFM__ADAMW_SPAN 16384
+   with AVX the body runs eight at a time with the same operations in the same order. The spans the
+   optimizer hands to threads are fixed (not per thread count), so results never depend on threads. */
+#define TFM__ADAMW_SPAN 2048
 static void tfm__adamw_span(float *w, const float *gr, float *mm, float *vv, int64_t n, float scale, float b1,
                             float b2, float eps, float step_size, float bc2s, float decay) {
     int64_t j = 0;

@@ -180,6 +180,24 @@ static void fill_ids(int32_t *ids, size_t n, int range, tfm_rng *rng) {
     for (i = 0; i < n; i++) ids[i] = (int32_t)(tfm_rng_u64(rng) % (uint64_t)range);
 }
 
+/* The batch over the caller's id arrays (full-length rows, no padding) and the optimizer every
+   model uses: AdamW, lr 1e-4, weight decay 0.01. */
+static void make_batch_opt(const bench_cfg *bc, int32_t *src, int32_t *tgt_in, int32_t *targets, tfm_batch *batch,
+                           tfm_optim *opt) {
+    memset(batch, 0, sizeof *batch);
+    batch->batch = bc->B;
+    batch->len = bc->T;
+    batch->tokens = src;
+    batch->targets = targets;
+    if (bc->kind == TFM_ENCODER_DECODER) {
+        batch->tgt_len = bc->Tt;
+        batch->tgt_in = tgt_in;
+    }
+    memset(opt, 0, sizeof *opt);
+    opt->lr = 1e-4f;
+    opt->weight_decay = 0.01f;
+}
+
 static void die_tfm(const char *what, tfm_result r) {
     fprintf(stderr, "bench: %s failed: %s: %s\n", what, tfm_result_string(r), tfm_last_error());
     exit(1);
@@ -245,18 +263,7 @@ static int run_model(const bench_cfg *bc, int threads, int train_only) {
     } else {
         fill_ids(targets, (size_t)bc->B, bc->n_classes, &rng);
     }
-    memset(&batch, 0, sizeof batch);
-    batch.batch = bc->B;
-    batch.len = bc->T;
-    batch.tokens = src;
-    batch.targets = targets;
-    if (encdec) {
-        batch.tgt_len = bc->Tt;
-        batch.tgt_in = tgt_in;
-    }
-    memset(&opt, 0, sizeof opt);
-    opt.lr = 1e-4f;
-    opt.weight_decay = 0.01f;
+    make_batch_opt(bc, src, tgt_in, targets, &batch, &opt);
 
     if ((r = tfm_model_init(m, &cfg, NULL, 0)) != TFM_OK) die_tfm("tfm_model_init", r);
     printf("MODEL impl=ours name=%s threads=%d params=%lld omp_threads=%d sgemm=%s\n", bc->name, threads,
@@ -372,18 +379,7 @@ static int run_dump(const bench_cfg *bc, const char *path) {
     fill_ids(src, n_src, bc->V, &rng);
     fill_ids(tgt_in, n_tgt, encdec ? bc->Vt : bc->V, &rng);
     fill_ids(targets, n_lab, encdec ? bc->Vt : lm ? bc->V : bc->n_classes, &rng);
-    memset(&batch, 0, sizeof batch);
-    batch.batch = bc->B;
-    batch.len = bc->T;
-    batch.tokens = src;
-    batch.targets = targets;
-    if (encdec) {
-        batch.tgt_len = bc->Tt;
-        batch.tgt_in = tgt_in;
-    }
-    memset(&opt, 0, sizeof opt);
-    opt.lr = 1e-4f;
-    opt.weight_decay = 0.01f;
+    make_batch_opt(bc, src, tgt_in, targets, &batch, &opt);
     cfg.init = TFM_INIT_XAVIER;
     if ((r = tfm_model_init(m, &cfg, NULL, 0)) != TFM_OK) die_tfm("tfm_model_init", r);
     fprintf(f, "tfm-bench-dump 1 %s\n", bc->name);

@@ -33,8 +33,7 @@ for c in $CONFIGS; do
         /^ *[0-9.]+%/ {
             p = $1; sub(/%/, "", p); s = $0; sub(/^ *[0-9.]+% +\[[^]]*\] +/, "", s); sub(/ +$/, "", s)
             k = "other"
-            if (s ~ /fill_normal|^__cos|^__sin|^__ieee754_log|^log@|^cos@|tfm__model_build|tfm_model_init|tfm__reg/) k = "init"
-            else if (s ~ /^sgemm_|^cblas_|^exec_blas|^inner_thread|^blas_thread|tfm__sgemm|tfm__gemv|^openblas|^gemm_/) k = "sgemm"
+            if (s ~ /^sgemm_|^cblas_|^exec_blas|^inner_thread|^blas_thread|tfm__sgemm|tfm__gemv|^openblas|^gemm_/) k = "sgemm"
             else if (s ~ /attention|attn|softmax_row|tfm__max|tfm__dot|tfm__sum/) k = "attention"
             else if (s ~ /tfm_model_step/) k = "optimizer"
             else if (s ~ /^__mem(cpy|move|set)/) k = "copies"
@@ -42,7 +41,7 @@ for c in $CONFIGS; do
             else if (s ~ /^gomp_|^GOMP_|omp_|^do_spin|^futex|sched_yield/) k = "threads"
             else if ($0 ~ /\[k\]/) k = "kernel"
             v[k] += p
-            if (k != "init") tot += p
+            tot += p
         }
         END {
             if (tot <= 0) { printf "%-19s %3s  (no samples)\n", c, t; exit }
