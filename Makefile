@@ -200,6 +200,11 @@ test-compile: $(COMPILE_BINS)
 	    printf 'test-compile %-10s ' "$$v:"; ./$(CDIR)/$$v || { echo "test-compile: $$v failed"; exit 1; }; \
 	done
 	@echo "test-compile: all $(words $(COMPILE_VARIANTS)) variants built without warnings and ran"
+	@# A CUDA build of this version must stop at the header's own #error, not at a syntax error.
+	@out=$$($(CC) $(STRICT_C) -DTFM_CUDA -fsyntax-only tests/test_compile2.c 2>&1); \
+	if echo "$$out" | grep -q 'TFM_CUDA is not available in this version' && \
+	   [ "$$(echo "$$out" | grep -c 'error:')" -eq 1 ]; then echo "test-compile -DTFM_CUDA: stops with the header's message"; \
+	else echo "test-compile: -DTFM_CUDA did not stop with the header's #error alone:"; echo "$$out"; exit 1; fi
 
 # AddressSanitizer + UndefinedBehaviorSanitizer: any report stops the run with a non-zero status.
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all \

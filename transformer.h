@@ -88,6 +88,10 @@
 #define TFM_VERSION_MINOR 1
 #define TFM_VERSION_PATCH 0
 
+#if defined(TFM_CUDA)
+#error "transformer.h: TFM_CUDA is not available in this version; build without it"
+#endif
+
 #ifndef TFMDEF
 #if defined(TFM_STATIC) && (defined(__GNUC__) || defined(__clang__))
 #define TFMDEF static __attribute__((unused))
@@ -126,7 +130,8 @@ TFMDEF void tfm_clear_error(void);
 TFMDEF void tfm_set_num_threads(int n);
 TFMDEF int tfm_get_num_threads(void);
 
-typedef enum tfm_device { TFM_CPU = 0, TFM_CUDA = 1 } tfm_device;
+/* Where a tensor's data lives. (TFM_CUDA, without DEVICE, is the build macro.) */
+typedef enum tfm_device { TFM_DEVICE_CPU = 0, TFM_DEVICE_CUDA = 1 } tfm_device;
 
 #define TFM_MAX_DIMS 4
 
@@ -703,10 +708,6 @@ TFMDEF tfm_result tfm_cuda_available(void);
 #define TFM_ASSERT(x) assert(x)
 #endif
 
-#if defined(TFM_CUDA)
-#error "transformer.h: TFM_CUDA is not available in this version; build without it"
-#endif
-
 #if defined(TFM_BLAS) && !defined(TFM_SGEMM)
 #ifndef TFM_BLAS_HEADER
 #define TFM_BLAS_HEADER <cblas.h>
@@ -850,7 +851,7 @@ static tfm_tensor tfm__tensor(float *data, int ndim, int64_t d0, int64_t d1, int
     t.shape[1] = d1;
     t.shape[2] = d2;
     t.shape[3] = d3;
-    t.device = TFM_CPU;
+    t.device = TFM_DEVICE_CPU;
     return t;
 }
 TFMDEF tfm_tensor tfm_tensor1(float *data, int64_t d0) { return tfm__tensor(data, 1, d0, 0, 0, 0); }
@@ -923,7 +924,7 @@ static tfm_result tfm__chk(const char *fn, const char *name, const tfm_tensor *t
         }
     }
     if (!t->data) return tfm__fail(TFM_E_ARG, "%s: %s %s has no data (NULL)", fn, name, tfm__shp(t));
-    if (t->device != TFM_CPU)
+    if (t->device != TFM_DEVICE_CPU)
         return tfm__fail(TFM_E_NO_CUDA, "%s: %s lives on a CUDA device, but this build has no TFM_CUDA",
                          fn, name);
     return TFM_OK;

@@ -1657,8 +1657,8 @@ static void err_cuda(void) {
     float *x = err_in(0), *y = err_buf(1), *w = err_in(2);
     tfm_tensor tx = tfm_tensor2(x, 2, 4), ty = tfm_tensor2(y, 2, 4), tw = tfm_tensor2(w, 4, 4);
     tfm_tensor gx = tx, gy = ty;
-    gx.device = TFM_CUDA;
-    gy.device = TFM_CUDA;
+    gx.device = TFM_DEVICE_CUDA;
+    gy.device = TFM_DEVICE_CUDA;
 
     CHECK(tfm_cuda_available() == TFM_E_NO_CUDA);
     ERR_CHECK_EITHER(tfm_fill(&gy, 0.0f), TFM_E_NO_CUDA, TFM_E_ARG, "tfm_fill");
@@ -1677,7 +1677,7 @@ static void err_cuda(void) {
             tfm_mem_free(&mem);
             return;
         }
-        x3.device = TFM_CUDA;
+        x3.device = TFM_DEVICE_CUDA;
         ERR_CHECK_EITHER(tfm_mha_forward(&m, &y3, &x3, NULL, NULL), TFM_E_NO_CUDA, TFM_E_ARG, "tfm_mha_forward");
         ERR_UNTOUCHED(yy, 64);
         tfm_mem_free(&mem);

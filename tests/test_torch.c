@@ -95,7 +95,7 @@ static tfm_tensor torch_view(float *data, int ndim, const int64_t *dims) {
     t.data = data;
     t.ndim = ndim;
     for (int i = 0; i < ndim && i < TFM_MAX_DIMS; i++) t.shape[i] = dims[i];
-    t.device = TFM_CPU;
+    t.device = TFM_DEVICE_CPU;
     return t;
 }
 
