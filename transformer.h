@@ -156,7 +156,9 @@ TFMDEF tfm_tensor tfm_tensor4(float *data, int64_t d0, int64_t d1, int64_t d2, i
 TFMDEF int64_t tfm_numel(const tfm_tensor *t);
 /* Writes "(2,8,64)" into buf (always NUL-terminated) and returns buf. */
 TFMDEF const char *tfm_shape_str(const tfm_tensor *t, char *buf, size_t n);
-/* Fill every element with v, with N(mean, std^2) or with U[lo, hi). */
+/* Fill every element with v, with N(mean, std^2) or with U[lo, hi). tfm_fill_normal draws from rng
+   directly up to 65536 elements; a larger tensor takes one draw from rng and fills fixed chunks on
+   threads, with the same values whatever the thread count. */
 TFMDEF tfm_result tfm_fill(tfm_tensor *t, float v);
 TFMDEF tfm_result tfm_fill_normal(tfm_tensor *t, tfm_rng *rng, float mean, float std);
 TFMDEF tfm_result tfm_fill_uniform(tfm_tensor *t, tfm_rng *rng, float lo, float hi);
@@ -969,6 +971,7 @@ TFMDEF tfm_result tfm_fill(tfm_tensor *t, float v) {
     return TFM_OK;
 }
 
+#define TFM__NORMAL_CHUNK 65536
 TFMDEF tfm_result tfm_fill_normal(tfm_tensor *t, tfm_rng *rng, float mean, float std) {
     int64_t i, n;
     TFM__TRY(tfm__chk("tfm_fill_normal", "t", t));
@@ -977,7 +980,30 @@ TFMDEF tfm_result tfm_fill_normal(tfm_tensor *t, tfm_rng *rng, float mean, float
         return tfm__fail(TFM_E_ARG, "tfm_fill_normal: mean %g, std %g: want finite, std >= 0",
                          (double)mean, (double)std);
     n = tfm_numel(t);
-    for (i = 0; i < n; i++) t->data[i] = mean + std * tfm_rng_normal(rng);
+    if (n <= TFM__NORMAL_CHUNK) { /* small tensors: the stream of tfm_rng_normal itself */
+        for (i = 0; i < n; i++) t->data[i] = mean + std * tfm_rng_normal(rng);
+        return TFM_OK;
+    }
+    {
+        /* large ones in fixed chunks, each from its own generator seeded by one draw and the chunk
+           index, on threads: the values depend on rng and n only, never on the thread count */
+        uint64_t base = tfm_rng_u64(rng);
+        int64_t nchunk = (n + TFM__NORMAL_CHUNK - 1) / TFM__NORMAL_CHUNK, c;
+        TFM__OMP(omp parallel for schedule(static) if (!tfm__in_parallel()))
+        for (c = 0; c < nchunk; c++) {
+            tfm_rng r;
+            int64_t j = c * TFM__NORMAL_CHUNK, end = TFM__MIN(n, j + TFM__NORMAL_CHUNK);
+            tfm_rng_seed(&r, base ^ ((uint64_t)(c + 1) * 0xD1B54A32D192ED03ull));
+            for (; j + 1 < end; j += 2) { /* Box-Muller: both of the pair */
+                double u1 = ((double)(tfm_rng_u64(&r) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+                double u2 = (double)(tfm_rng_u64(&r) >> 11) * (1.0 / 9007199254740992.0);
+                double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+                t->data[j] = (float)(mean + std * rad * cos(th));
+                t->data[j + 1] = (float)(mean + std * rad * sin(th));
+            }
+            if (j < end) t->data[j] = mean + std * tfm_rng_normal(&r);
+        }
+    }
     return TFM_OK;
 }
 

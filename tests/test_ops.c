@@ -1582,8 +1582,59 @@ static void ops_test_cls_pool(void) {
     ops_pool_case(1, 3, 40, 65, NULL, &g);
 }
 
+/* tfm_fill_normal's moments, the pairing of Box-Muller outputs and independence from the thread
+   count, on a tensor small enough for the direct stream and on one that is filled in chunks. The
+   bounds are about five standard errors of each statistic for a true N(mean, std^2). */
+static void ops_test_fill_normal_stats(void) {
+    const int64_t sizes[2] = {20001, 600001};
+    const double mu = 0.5, sd = 2.0;
+    int saved = tfm_get_num_threads();
+    for (int k = 0; k < 2; k++) {
+        int64_t n = sizes[k];
+        float *a = (float *)malloc((size_t)n * sizeof(float)), *b = (float *)malloc((size_t)n * sizeof(float));
+        tfm_tensor ta = tfm_tensor1(a, n), tb = tfm_tensor1(b, n);
+        tfm_rng ra, rb;
+        double s1 = 0, s2 = 0, s3 = 0, s4 = 0, in1 = 0, c01 = 0, rn = (double)n;
+        if (!a || !b) {
+            TEST__FAIL("out of memory");
+            free(a);
+            free(b);
+            return;
+        }
+        tfm_rng_seed(&ra, 77);
+        tfm_rng_seed(&rb, 77);
+        tfm_set_num_threads(1);
+        CHECK_OK(tfm_fill_normal(&ta, &ra, (float)mu, (float)sd));
+        tfm_set_num_threads(2);
+        CHECK_OK(tfm_fill_normal(&tb, &rb, (float)mu, (float)sd));
+        tfm_set_num_threads(saved);
+        CHECK_MSG(memcmp(a, b, (size_t)n * sizeof(float)) == 0, "n=%lld: 1 and 2 threads fill differently", (long long)n);
+        CHECK_MSG(tfm_rng_u64(&ra) == tfm_rng_u64(&rb), "n=%lld: the rng ends in different states", (long long)n);
+        for (int64_t i = 0; i < n; i++) {
+            double z = (a[i] - mu) / sd;
+            s1 += z;
+            s2 += z * z;
+            s3 += z * z * z;
+            s4 += z * z * z * z;
+            in1 += fabs(z) < 1.0;
+            if (i + 1 < n) c01 += z * ((a[i + 1] - mu) / sd); /* within and across Box-Muller pairs */
+        }
+        s1 /= rn;
+        s2 /= rn;
+        CHECK_MSG(fabs(s1) < 5.0 / sqrt(rn), "n=%lld: mean of z %.4g", (long long)n, s1);
+        CHECK_MSG(fabs(s2 - 1.0) < 5.0 * sqrt(2.0 / rn), "n=%lld: variance of z %.4g", (long long)n, s2);
+        CHECK_MSG(fabs(s3 / rn) < 5.0 * sqrt(15.0 / rn), "n=%lld: skewness %.4g", (long long)n, s3 / rn);
+        CHECK_MSG(fabs(s4 / rn - 3.0) < 5.0 * sqrt(96.0 / rn), "n=%lld: kurtosis %.4g", (long long)n, s4 / rn);
+        CHECK_MSG(fabs(in1 / rn - 0.682689) < 5.0 * sqrt(0.2166 / rn), "n=%lld: P(|z|<1) = %.4g", (long long)n, in1 / rn);
+        CHECK_MSG(fabs(c01 / (rn - 1)) < 5.0 / sqrt(rn), "n=%lld: neighbour correlation %.4g", (long long)n, c01 / (rn - 1));
+        free(a);
+        free(b);
+    }
+}
+
 static void suite_ops(void) {
     RUN(ops_test_matmul);
+    RUN(ops_test_fill_normal_stats);
     RUN(ops_test_linear);
     RUN(ops_test_softmax);
     RUN(ops_test_log_softmax);
