@@ -115,7 +115,7 @@ $(BUILD)/.flags-%: FORCE
 
 FLAGS_main := $(CC) $(CFLAGS) $(USE_CFLAGS) $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
 
-.PHONY: all test unit test-gnu test-compile asan valgrind bench cuda test-cuda clean FORCE
+.PHONY: all test unit test-gnu test-portable test-compile asan valgrind bench cuda test-cuda clean FORCE
 FORCE:
 
 all: $(BUILD)/test $(EXAMPLES) $(BENCH)
@@ -146,6 +146,10 @@ unit: $(BUILD)/test
 GNU_CFLAGS := -O3 $(MARCH) -fopenmp -Wall -Wextra
 test-gnu:
 	$(MAKE) --no-print-directory BUILD=$(BUILD)/gnu CFLAGS="$(GNU_CFLAGS)" unit
+
+# The unit tests without -march=native: the code a portable x86-64 (SSE2) or distribution build runs.
+test-portable:
+	$(MAKE) --no-print-directory BUILD=$(BUILD)/portable NATIVE=0 unit
 
 # Compile checks (stb/sokol style). Each variant is a program that must build without a warning
 # and run; test_compile.c/.cpp hold the implementation, test_compile2.c is a second C TU that only
