@@ -180,22 +180,52 @@ static void fill_ids(int32_t *ids, size_t n, int range, tfm_rng *rng) {
     for (i = 0; i < n; i++) ids[i] = (int32_t)(tfm_rng_u64(rng) % (uint64_t)range);
 }
 
-/* The batch over the caller's id arrays (full-length rows, no padding) and the optimizer every
+/* A model's random batch (full-length rows, no padding, ids from a fixed seed) and the optimizer every
    model uses: AdamW, lr 1e-4, weight decay 0.01. */
-static void make_batch_opt(const bench_cfg *bc, int32_t *src, int32_t *tgt_in, int32_t *targets, tfm_batch *batch,
-                           tfm_optim *opt) {
-    memset(batch, 0, sizeof *batch);
-    batch->batch = bc->B;
-    batch->len = bc->T;
-    batch->tokens = src;
-    batch->targets = targets;
-    if (bc->kind == TFM_ENCODER_DECODER) {
-        batch->tgt_len = bc->Tt;
-        batch->tgt_in = tgt_in;
+typedef struct bench_data {
+    int32_t *src, *tgt_in, *targets;
+    tfm_batch batch;
+    tfm_optim opt;
+} bench_data;
+
+static void data_make(const bench_cfg *bc, tfm_rng *rng, bench_data *d) {
+    int encdec = bc->kind == TFM_ENCODER_DECODER, lm = bc->kind == TFM_DECODER_LM;
+    size_t n_src = (size_t)bc->B * bc->T, n_tgt = (size_t)bc->B * (encdec ? bc->Tt : bc->T);
+    memset(d, 0, sizeof *d);
+    d->src = (int32_t *)xmalloc(n_src * sizeof(int32_t));
+    d->tgt_in = (int32_t *)xmalloc(n_tgt * sizeof(int32_t));
+    d->targets = (int32_t *)xmalloc(n_tgt * sizeof(int32_t));
+    fill_ids(d->src, n_src, bc->V, rng);
+    if (encdec) {
+        fill_ids(d->tgt_in, n_tgt, bc->Vt, rng);
+        fill_ids(d->targets, n_tgt, bc->Vt, rng);
+    } else if (lm) {
+        fill_ids(d->targets, n_tgt, bc->V, rng);
+    } else {
+        fill_ids(d->targets, (size_t)bc->B, bc->n_classes, rng);
     }
-    memset(opt, 0, sizeof *opt);
-    opt->lr = 1e-4f;
-    opt->weight_decay = 0.01f;
+    d->batch.batch = bc->B;
+    d->batch.len = bc->T;
+    d->batch.tokens = d->src;
+    d->batch.targets = d->targets;
+    if (encdec) {
+        d->batch.tgt_len = bc->Tt;
+        d->batch.tgt_in = d->tgt_in;
+    }
+    d->opt.lr = 1e-4f;
+    d->opt.weight_decay = 0.01f;
+}
+
+/* How many target ids the batch holds: one per position, or one per row for a classifier. */
+static size_t data_n_targets(const bench_cfg *bc) {
+    if (bc->kind == TFM_ENCODER_CLASSIFIER) return (size_t)bc->B;
+    return (size_t)bc->B * (bc->kind == TFM_ENCODER_DECODER ? bc->Tt : bc->T);
+}
+
+static void data_free(bench_data *d) {
+    free(d->src);
+    free(d->tgt_in);
+    free(d->targets);
 }
 
 static void die_tfm(const char *what, tfm_result r) {
@@ -234,19 +264,13 @@ static double train_step(tfm_model *m, const tfm_batch *batch, const tfm_optim *
 static int run_model(const bench_cfg *bc, int threads, int train_only) {
     tfm_config cfg = make_config(bc);
     tfm_model *m = (tfm_model *)xmalloc(sizeof *m);
-    tfm_optim opt;
-    tfm_batch batch;
+    bench_data d;
     tfm_rng rng;
     tfm_result r;
     int quick = quick_mode();
     int warmup = quick ? 1 : bc->warmup, steps = quick ? 3 : bc->steps;
     int fwd_reps = quick ? 2 : bc->fwd_reps, gen_reps = quick ? 1 : bc->gen_reps;
-    int encdec = bc->kind == TFM_ENCODER_DECODER, lm = bc->kind == TFM_DECODER_LM;
-    int Tt = encdec ? bc->Tt : bc->T;
-    size_t n_src = (size_t)bc->B * bc->T, n_tgt = (size_t)bc->B * Tt;
-    int32_t *src = (int32_t *)xmalloc(n_src * sizeof(int32_t));
-    int32_t *tgt_in = (int32_t *)xmalloc(n_tgt * sizeof(int32_t));
-    int32_t *targets = (int32_t *)xmalloc(n_tgt * sizeof(int32_t));
+    int lm = bc->kind == TFM_DECODER_LM, rc = 0;
     double *times = (double *)xmalloc((size_t)(steps + fwd_reps + gen_reps + 1) * sizeof(double));
     double step_ms, step_min_ms, fwd_ms = -1.0, gen_ms_tok = -1.0, flops = model_flops(bc), t0;
     float loss = 0.0f;
@@ -254,16 +278,7 @@ static int run_model(const bench_cfg *bc, int threads, int train_only) {
 
     tfm_set_num_threads(threads);
     tfm_rng_seed(&rng, 42);
-    fill_ids(src, n_src, bc->V, &rng);
-    if (encdec) {
-        fill_ids(tgt_in, n_tgt, bc->Vt, &rng);
-        fill_ids(targets, n_tgt, bc->Vt, &rng);
-    } else if (lm) {
-        fill_ids(targets, n_tgt, bc->V, &rng);
-    } else {
-        fill_ids(targets, (size_t)bc->B, bc->n_classes, &rng);
-    }
-    make_batch_opt(bc, src, tgt_in, targets, &batch, &opt);
+    data_make(bc, &rng, &d);
 
     if ((r = tfm_model_init(m, &cfg, NULL, 0)) != TFM_OK) die_tfm("tfm_model_init", r);
     printf("MODEL impl=ours name=%s threads=%d params=%lld omp_threads=%d sgemm=%s\n", bc->name, threads,
@@ -273,14 +288,15 @@ static int run_model(const bench_cfg *bc, int threads, int train_only) {
     /* training: warm-up, then timed steps */
     tfm_model_train(m, 1);
     if (train_only) perf_control("enable");
-    for (i = 0; i < warmup; i++) train_step(m, &batch, &opt, &loss);
-    for (i = 0; i < steps; i++) times[i] = train_step(m, &batch, &opt, &loss);
+    for (i = 0; i < warmup; i++) train_step(m, &d.batch, &d.opt, &loss);
+    for (i = 0; i < steps; i++) times[i] = train_step(m, &d.batch, &d.opt, &loss);
     if (train_only) perf_control("disable");
     step_ms = 1e3 * median(times, steps); /* sorted now */
     step_min_ms = 1e3 * times[0];
     if (!isfinite(loss)) {
         fprintf(stderr, "bench: %s: the loss is not finite (%g)\n", bc->name, (double)loss);
-        return 1;
+        rc = 1;
+        goto done;
     }
 
     if (train_only) {
@@ -291,10 +307,10 @@ static int run_model(const bench_cfg *bc, int threads, int train_only) {
 
     /* forward only, eval mode, with the loss */
     tfm_model_train(m, 0);
-    if ((r = tfm_model_forward(m, &batch, &loss)) != TFM_OK) die_tfm("tfm_model_forward (eval)", r);
+    if ((r = tfm_model_forward(m, &d.batch, &loss)) != TFM_OK) die_tfm("tfm_model_forward (eval)", r);
     for (i = 0; i < fwd_reps; i++) {
         t0 = now_s();
-        if ((r = tfm_model_forward(m, &batch, &loss)) != TFM_OK) die_tfm("tfm_model_forward (eval)", r);
+        if ((r = tfm_model_forward(m, &d.batch, &loss)) != TFM_OK) die_tfm("tfm_model_forward (eval)", r);
         times[i] = now_s() - t0;
     }
     fwd_ms = 1e3 * median(times, fwd_reps);
@@ -304,7 +320,7 @@ static int run_model(const bench_cfg *bc, int threads, int train_only) {
         int32_t prompt[1], out[GEN_NEW];
         tfm_gen_opts go;
         int n_out = 0;
-        prompt[0] = src[0];
+        prompt[0] = d.src[0];
         memset(&go, 0, sizeof go);
         go.max_new = GEN_NEW;
         for (i = 0; i < gen_reps; i++) {
@@ -314,7 +330,8 @@ static int run_model(const bench_cfg *bc, int threads, int train_only) {
             times[i] = now_s() - t0;
             if (n_out != GEN_NEW) {
                 fprintf(stderr, "bench: generate gave %d tokens, not %d\n", n_out, GEN_NEW);
-                return 1;
+                rc = 1;
+                goto done;
             }
         }
         gen_ms_tok = 1e3 * median(times, gen_reps) / GEN_NEW;
@@ -329,11 +346,9 @@ done:
     fflush(stdout);
     tfm_model_free(m);
     free(m);
-    free(src);
-    free(tgt_in);
-    free(targets);
+    data_free(&d);
     free(times);
-    return 0;
+    return rc;
 }
 
 /* ---- dump: weights, data and results for torch_ref.py's `verify` ------------------------------ */
@@ -358,28 +373,20 @@ static void dump_ids(FILE *f, const char *name, const int32_t *p, int64_t n) {
 static int run_dump(const bench_cfg *bc, const char *path) {
     tfm_config cfg = make_config(bc);
     tfm_model *m = (tfm_model *)xmalloc(sizeof *m);
-    tfm_optim opt;
-    tfm_batch batch;
+    bench_data d;
     tfm_rng rng;
     tfm_result r;
     tfm_tensor lg;
-    int encdec = bc->kind == TFM_ENCODER_DECODER, lm = bc->kind == TFM_DECODER_LM, i, d;
-    int Tt = encdec ? bc->Tt : bc->T;
-    size_t n_src = (size_t)bc->B * bc->T, n_tgt = (size_t)bc->B * Tt, n_lab = lm || encdec ? n_tgt : (size_t)bc->B;
-    int32_t *src = (int32_t *)xmalloc(n_src * sizeof(int32_t));
-    int32_t *tgt_in = (int32_t *)xmalloc(n_tgt * sizeof(int32_t));
-    int32_t *targets = (int32_t *)xmalloc(n_tgt * sizeof(int32_t));
+    int i, k;
     float loss0 = 0.0f, loss1 = 0.0f, gnorm = 0.0f;
     FILE *f = fopen(path, "wb");
     if (!f) {
         fprintf(stderr, "bench: cannot write %s\n", path);
+        free(m);
         return 1;
     }
     tfm_rng_seed(&rng, 42);
-    fill_ids(src, n_src, bc->V, &rng);
-    fill_ids(tgt_in, n_tgt, encdec ? bc->Vt : bc->V, &rng);
-    fill_ids(targets, n_lab, encdec ? bc->Vt : lm ? bc->V : bc->n_classes, &rng);
-    make_batch_opt(bc, src, tgt_in, targets, &batch, &opt);
+    data_make(bc, &rng, &d);
     cfg.init = TFM_INIT_XAVIER;
     if ((r = tfm_model_init(m, &cfg, NULL, 0)) != TFM_OK) die_tfm("tfm_model_init", r);
     fprintf(f, "tfm-bench-dump 1 %s\n", bc->name);
@@ -389,31 +396,29 @@ static int run_dump(const bench_cfg *bc, const char *path) {
         if (p->value.ndim == 1)
             for (j = 0; j < n; j++) p->value.data[j] += 0.1f * tfm_rng_normal(&rng);
         fprintf(f, "param %s %d", p->name, p->value.ndim);
-        for (d = 0; d < p->value.ndim; d++) fprintf(f, " %lld", (long long)p->value.shape[d]);
+        for (k = 0; k < p->value.ndim; k++) fprintf(f, " %lld", (long long)p->value.shape[k]);
         fprintf(f, "\n");
         fwrite(p->value.data, sizeof(float), (size_t)n, f);
         fprintf(f, "\n");
     }
-    dump_ids(f, "tokens", src, (int64_t)n_src);
-    if (encdec) dump_ids(f, "tgt_in", tgt_in, (int64_t)n_tgt);
-    dump_ids(f, "targets", targets, (int64_t)n_lab);
+    dump_ids(f, "tokens", d.src, (int64_t)bc->B * bc->T);
+    if (bc->kind == TFM_ENCODER_DECODER) dump_ids(f, "tgt_in", d.tgt_in, (int64_t)bc->B * bc->Tt);
+    dump_ids(f, "targets", d.targets, (int64_t)data_n_targets(bc));
     tfm_model_train(m, 1);
     tfm_model_zero_grad(m);
-    if ((r = tfm_model_forward(m, &batch, &loss0)) != TFM_OK) die_tfm("tfm_model_forward", r);
+    if ((r = tfm_model_forward(m, &d.batch, &loss0)) != TFM_OK) die_tfm("tfm_model_forward", r);
     lg = tfm_model_logits(m);
     dump_floats(f, "floats", "logits", lg.data, tfm_numel(&lg));
     if ((r = tfm_model_backward(m, 1.0f)) != TFM_OK) die_tfm("tfm_model_backward", r);
-    if ((r = tfm_model_step(m, &opt, &gnorm)) != TFM_OK) die_tfm("tfm_model_step", r);
-    if ((r = tfm_model_forward(m, &batch, &loss1)) != TFM_OK) die_tfm("tfm_model_forward", r);
+    if ((r = tfm_model_step(m, &d.opt, &gnorm)) != TFM_OK) die_tfm("tfm_model_step", r);
+    if ((r = tfm_model_forward(m, &d.batch, &loss1)) != TFM_OK) die_tfm("tfm_model_forward", r);
     fprintf(f, "scalars loss0=%.9g grad_norm=%.9g loss1=%.9g\n", (double)loss0, (double)gnorm, (double)loss1);
     fclose(f);
     printf("DUMP name=%s file=%s params=%lld loss0=%.6f grad_norm=%.6f loss1=%.6f\n", bc->name, path,
            (long long)m->n_weights, (double)loss0, (double)gnorm, (double)loss1);
     tfm_model_free(m);
     free(m);
-    free(src);
-    free(tgt_in);
-    free(targets);
+    data_free(&d);
     return 0;
 }
 
