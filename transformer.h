@@ -973,6 +973,7 @@ TFMDEF tfm_result tfm_fill(tfm_tensor *t, float v) {
     return TFM_OK;
 }
 
+static double tfm__box_muller(tfm_rng *rng, double *other);
 #define TFM__NORMAL_CHUNK 65536
 TFMDEF tfm_result tfm_fill_normal(tfm_tensor *t, tfm_rng *rng, float mean, float std) {
     int64_t i, n;
@@ -996,14 +997,12 @@ TFMDEF tfm_result tfm_fill_normal(tfm_tensor *t, tfm_rng *rng, float mean, float
             tfm_rng r;
             int64_t j = c * TFM__NORMAL_CHUNK, end = TFM__MIN(n, j + TFM__NORMAL_CHUNK);
             tfm_rng_seed(&r, base ^ ((uint64_t)(c + 1) * 0xD1B54A32D192ED03ull));
-            for (; j + 1 < end; j += 2) { /* Box-Muller: both of the pair */
-                double u1 = ((double)(tfm_rng_u64(&r) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
-                double u2 = (double)(tfm_rng_u64(&r) >> 11) * (1.0 / 9007199254740992.0);
-                double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
-                t->data[j] = (float)(mean + std * rad * cos(th));
-                t->data[j + 1] = (float)(mean + std * rad * sin(th));
+            for (; j + 1 < end; j += 2) { /* both normals of each Box-Muller pair */
+                double z1, z0 = tfm__box_muller(&r, &z1);
+                t->data[j] = (float)(mean + std * z0);
+                t->data[j + 1] = (float)(mean + std * z1);
             }
-            if (j < end) t->data[j] = mean + std * tfm_rng_normal(&r);
+            if (j < end) t->data[j] = (float)(mean + std * tfm__box_muller(&r, NULL));
         }
     }
     return TFM_OK;
@@ -1185,11 +1184,16 @@ TFMDEF uint64_t tfm_rng_u64(tfm_rng *rng) {
 
 TFMDEF float tfm_rng_uniform(tfm_rng *rng) { return (float)(tfm_rng_u64(rng) >> 40) * (1.0f / 16777216.0f); }
 
-TFMDEF float tfm_rng_normal(tfm_rng *rng) {
+/* Box-Muller from two uniforms: a standard normal, and its independent partner in *other (or NULL). */
+static double tfm__box_muller(tfm_rng *rng, double *other) {
     double u1 = ((double)(tfm_rng_u64(rng) >> 11) + 1.0) * (1.0 / 9007199254740992.0); /* (0,1] */
     double u2 = (double)(tfm_rng_u64(rng) >> 11) * (1.0 / 9007199254740992.0);
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+    if (other) *other = rad * sin(th);
+    return rad * cos(th);
 }
+
+TFMDEF float tfm_rng_normal(tfm_rng *rng) { return (float)tfm__box_muller(rng, NULL); }
 
 /* Stateless hash of (seed, index) -> 24 uniform bits: the dropout mask. Independent of threads. */
 static uint32_t tfm__hash24(uint64_t seed, uint64_t i) {
