@@ -77,6 +77,19 @@ EX_FN int ex_file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
+/* Create the directory that will hold path (one level: "runs/x.csv" makes "runs"). */
+EX_FN void ex_mkdir_for(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    size_t n;
+    if (!slash || slash == path) return;
+    n = (size_t)(slash - path);
+    if (n >= sizeof dir) ex_die("path too long: %s", path);
+    memcpy(dir, path, n);
+    dir[n] = 0;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) ex_die("cannot create %s: %s", dir, strerror(errno));
+}
+
 /* A missing data set: name the file, how to get it, and stop. */
 EX_FN void ex_need_file(const char *path, const char *how) {
     if (!ex_file_exists(path)) ex_die("data not found: %s\n%s", path, how);
@@ -173,29 +186,31 @@ EX_FN const char *ex_hms(double s, char *buf, size_t n) {
    output goes to a file or pipe it prints a plain line every `every_s` seconds instead. */
 typedef struct ex_progress {
     double t0, last;
+    int64_t first_step;  /* the step this run started from (a resumed run starts later) */
     int tty;
     double every_s;      /* plain-line interval when not a terminal */
-    const char *unit;    /* "tok", "ex", "words"... per second */
+    const char *unit;    /* "tokens", "emails", "words"... per second */
 } ex_progress;
 
-EX_FN void ex_progress_start(ex_progress *p, const char *unit) {
+EX_FN void ex_progress_start(ex_progress *p, const char *unit, int64_t first_step) {
     memset(p, 0, sizeof *p);
     p->t0 = p->last = ex_now();
+    p->first_step = first_step;
     p->tty = isatty(fileno(stdout));
     p->every_s = 15.0;
     p->unit = unit;
 }
 
-/* step of total, epoch as a fraction, the last loss, the learning rate, units done since start
-   (for the rate). force: draw now (at the end, or before other output). */
+/* step of total (steps taken so far), epoch as a fraction, the last loss, the learning rate, units
+   (tokens, examples) per step for the rate. force: draw now, whatever the time since the last. */
 EX_FN void ex_progress_show(ex_progress *p, int64_t step, int64_t total, double epoch, float loss, float lr,
-                             double units, double units_base, int force) {
-    double now = ex_now(), el = now - p->t0, rate, left;
+                            double units_per_step, int force) {
+    double now = ex_now(), el = now - p->t0, done = (double)(step - p->first_step), rate, left;
     char e[32], r[32];
     if (!force && now - p->last < (p->tty ? 0.25 : p->every_s)) return;
     p->last = now;
-    rate = el > 0 ? (units - units_base) / el : 0;
-    left = step > 0 ? el / (double)step * (double)(total - step) : 0;
+    rate = el > 0 ? done * units_per_step / el : 0;
+    left = done > 0 ? el / done * (double)(total - step) : 0;
     printf("%sstep %lld/%lld  epoch %.2f  loss %.4f  lr %.2e  %.0f %s/s  %s elapsed  %s left%s",
            p->tty ? "\r" : "", (long long)step, (long long)total, epoch, loss, lr, rate, p->unit,
            ex_hms(el, e, sizeof e), ex_hms(left, r, sizeof r), p->tty ? "\033[K" : "\n");
