@@ -315,6 +315,13 @@ int main(int argc, char **argv) {
     o.eval_every = 100;
     o.seed = 1;
     o.split_seed = 1;
+    for (i = 1; i < argc; i++) /* the preset first, so that other options can change it */
+        if (ex_is(argv[i], "--smoke")) {
+            o.smoke = 1;
+            o.len = 64; o.batch = 8; o.d_model = 32; o.n_layers = 1; o.n_heads = 2; o.eval_every = 3;
+            o.model = "runs/spam-smoke.safetensors";
+            o.csv = "runs/spam-smoke.csv";
+        }
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (ex_is(a, "--data")) o.data = ex_value(argc, argv, &i);
@@ -333,15 +340,10 @@ int main(int argc, char **argv) {
         else if (ex_is(a, "--seed")) o.seed = (uint64_t)ex_int(argc, argv, &i);
         else if (ex_is(a, "--split-seed")) o.split_seed = (uint64_t)ex_int(argc, argv, &i);
         else if (ex_is(a, "--threads")) o.threads = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--smoke")) o.smoke = 1;
+        else if (ex_is(a, "--smoke")) continue;
         else if (ex_is(a, "--classify")) { classify_from = i + 1; break; }
         else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(); return 0; }
         else { usage(); ex_die("unknown option %s", a); }
-    }
-    if (o.smoke) { /* seconds: a tiny model, short emails, files of its own */
-        o.len = 64; o.batch = 8; o.d_model = 32; o.n_layers = 1; o.n_heads = 2; o.eval_every = 3;
-        o.model = "runs/spam-smoke.safetensors";
-        o.csv = "runs/spam-smoke.csv";
     }
     if (o.threads > 0) tfm_set_num_threads(o.threads);
     ex_mkdir_for(o.model);

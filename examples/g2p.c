@@ -1,0 +1,472 @@
+/* g2p.c - a pronouncer: an encoder-decoder transformer turns a word's spelling into its phonemes
+   (grapheme to phoneme), "transformer" -> T R AE N S F AO R M ER.
+
+   Data: the CMU Pronouncing Dictionary. By default version 0.4 from Debian's festlex-cmu package
+   (105,901 entries); --data takes 0.7b (cmudict-0.7b.txt, plain, .gz or .xz), the version papers
+   use. Stress marks are dropped (the model predicts phones only, and scoring ignores stress).
+   Words are lower-cased letters plus ' . - ; other entries are skipped.
+
+   Split: by word, so all the pronunciations of a word land in the same split: the distinct words are
+   shuffled with --split-seed (default 1) and cut 90/5/5 into train, validation and test. Training
+   uses every pronunciation of every training word. Validation loss and word error rate (on the
+   first --val-words validation words) are measured during training; the test split is scored once,
+   at the end. A word counts as correct when the output equals any of its dictionary
+   pronunciations; the phoneme error rate is the edit distance to the closest one over its length.
+
+   Model: the original transformer (post-LN encoder and decoder, cross-attention over the encoder's
+   output, sinusoidal positions), letters in, phones out, label smoothing 0.1. Decoding is greedy
+   with the key/value cache (tfm_model_generate): the library has no beam search yet.
+
+       build/g2p                                train (defaults: about 40 min on 2 cores), then test
+       build/g2p --data cmudict-0.7b.txt.xz     the same on CMUdict 0.7b
+       build/g2p --resume                       continue from the saved checkpoint
+       build/g2p hello transformer              pronounce words with the saved model
+       build/g2p --demo                         `make demo`: a small model for 2 minutes
+       build/g2p --smoke                        a few steps on a tiny model (seconds), for CI
+
+   Writes runs/g2p.safetensors (the model, with its optimizer state for --resume) and runs/g2p.csv
+   (train and validation loss per step). */
+#define TFM_IMPLEMENTATION
+#include "common.h"
+
+/* Vocabularies. Source: 0 padding, 1..26 a-z, 27 ', 28 ., 29 -. Target: 0 padding, 1 start, 2 end,
+   then the phones of ex_phones. Both are fixed, so a checkpoint needs nothing else to be used. */
+enum { SRC_VOCAB = 30, BOS = 1, EOS = 2, PHONE0 = 3, TGT_VOCAB = PHONE0 + EX_N_PHONES };
+enum { MAX_SRC = EX_MAX_WORD, MAX_TGT = EX_MAX_PRON + 1 }; /* + the start or end token */
+
+static int letter_id(char c) {
+    if (c >= 'a' && c <= 'z') return 1 + (c - 'a');
+    if (c >= 'A' && c <= 'Z') return 1 + (c - 'A');
+    return c == '\'' ? 27 : c == '.' ? 28 : c == '-' ? 29 : -1;
+}
+
+/* A word as source ids; the number of ids, or -1 if a character has no id. */
+static int encode_word(const char *w, int32_t *ids) {
+    int n = 0;
+    for (; *w; w++) {
+        int id = letter_id(*w);
+        if (id < 0 || n == MAX_SRC) return -1;
+        ids[n++] = id;
+    }
+    return n;
+}
+
+typedef struct options {
+    const char *data, *model, *csv;
+    int batch, epochs, d_model, n_heads, n_layers, d_ff, threads, eval_every, val_words, smoke, demo, resume;
+    float lr, dropout;
+    double time_budget;   /* > 0: train for this many seconds, whatever the epochs say */
+    uint64_t split_seed, seed;
+} options;
+
+/* A word and the range of its pronunciations in the sorted dictionary. */
+typedef struct word { int32_t first, count; } word;
+
+typedef struct dataset {
+    ex_pron *prons;
+    int64_t n_prons;
+    word *words;
+    int64_t n_words;
+    int32_t *train, *val, *test;   /* word indices */
+    int64_t n_train, n_val, n_test;
+    int32_t *train_prons;          /* pronunciation indices of the training words */
+    int64_t n_train_prons;
+} dataset;
+
+static void dataset_load(dataset *d, const options *o) {
+    int64_t i, k;
+    int32_t *perm;
+    memset(d, 0, sizeof *d);
+    d->prons = ex_cmudict_read(o->data, &d->n_prons);
+    d->words = (word *)ex_malloc((size_t)d->n_prons * sizeof(word));
+    for (i = 0; i < d->n_prons; i++) { /* group: the dictionary is sorted by word */
+        if (d->n_words > 0 && strcmp(d->prons[d->words[d->n_words - 1].first].word, d->prons[i].word) == 0) {
+            d->words[d->n_words - 1].count++;
+        } else {
+            d->words[d->n_words].first = (int32_t)i;
+            d->words[d->n_words].count = 1;
+            d->n_words++;
+        }
+    }
+    perm = ex_permutation(d->n_words, o->split_seed);
+    d->n_test = d->n_words / 20;
+    d->n_val = d->n_words / 20;
+    d->n_train = d->n_words - d->n_val - d->n_test;
+    d->train = perm;
+    d->val = perm + d->n_train;
+    d->test = perm + d->n_train + d->n_val;
+    d->train_prons = (int32_t *)ex_malloc((size_t)d->n_prons * sizeof(int32_t));
+    for (i = 0; i < d->n_train; i++)
+        for (k = 0; k < d->words[d->train[i]].count; k++)
+            d->train_prons[d->n_train_prons++] = d->words[d->train[i]].first + (int32_t)k;
+}
+
+static void dataset_free(dataset *d) {
+    free(d->prons);
+    free(d->words);
+    free(d->train);
+    free(d->train_prons);
+}
+
+/* A batch of pronunciations, padded to its longest word and pronunciation:
+   tokens (B,T) letters; tgt_in (B,Tt) start token then the phones; targets (B,Tt) the phones then
+   the end token, -100 after it (not counted). */
+typedef struct batch_buf { int32_t tokens[MAX_SRC * 512], lens[512], tgt_in[MAX_TGT * 512], targets[MAX_TGT * 512]; } batch_buf;
+
+static tfm_batch make_batch(batch_buf *bb, const ex_pron *prons, const int32_t *idx, int b) {
+    tfm_batch bt = {0};
+    int i, t, T = 1, Tt = 1;
+    for (i = 0; i < b; i++) {
+        int n = (int)strlen(prons[idx[i]].word);
+        if (n > T) T = n;
+        if (prons[idx[i]].n_phones + 1 > Tt) Tt = prons[idx[i]].n_phones + 1;
+    }
+    for (i = 0; i < b; i++) {
+        const ex_pron *p = &prons[idx[i]];
+        int32_t ids[MAX_SRC];
+        int n = encode_word(p->word, ids);
+        for (t = 0; t < T; t++) bb->tokens[i * T + t] = t < n ? ids[t] : 0;
+        bb->lens[i] = n;
+        for (t = 0; t < Tt; t++) {
+            bb->tgt_in[i * Tt + t] = t == 0 ? BOS : t <= p->n_phones ? PHONE0 + p->phones[t - 1] : 0;
+            bb->targets[i * Tt + t] = t < p->n_phones ? PHONE0 + p->phones[t] : t == p->n_phones ? EOS : -100;
+        }
+    }
+    bt.batch = b;
+    bt.len = T;
+    bt.tokens = bb->tokens;
+    bt.lens = bb->lens;
+    bt.tgt_len = Tt;
+    bt.tgt_in = bb->tgt_in;
+    bt.targets = bb->targets;
+    return bt;
+}
+
+/* Greedy decoding of one word: the phones (as indices of ex_phones) in out; returns how many. */
+static int pronounce(tfm_model *m, const char *w, int8_t *out) {
+    int32_t src[MAX_SRC], bos = BOS, gen[MAX_TGT];
+    int n_src = encode_word(w, src), n_gen = 0, i, n = 0;
+    tfm_gen_opts g = {0};
+    if (n_src <= 0) return -1;
+    g.max_new = MAX_TGT - 1;
+    g.has_stop = 1;
+    g.stop_token = EOS;
+    ex_check(tfm_model_generate(m, src, n_src, &bos, 1, &g, gen, &n_gen), "tfm_model_generate");
+    for (i = 0; i < n_gen && gen[i] != EOS; i++)
+        if (gen[i] >= PHONE0) out[n++] = (int8_t)(gen[i] - PHONE0);
+    return n;
+}
+
+static void print_phones(const int8_t *ph, int n) {
+    int i, k;
+    for (i = 0; i < n; i++) {
+        printf("%s", i ? " " : "");
+        for (k = 0; ex_phones[ph[i]][k]; k++) putchar(toupper((unsigned char)ex_phones[ph[i]][k]));
+    }
+}
+
+/* Word and phoneme error rates of greedy decoding on words[0..n). show > 0 prints that many. */
+static void score(tfm_model *m, const dataset *d, const int32_t *words, int64_t n, double *wer, double *per, int show) {
+    int64_t i, wrong = 0, dist = 0, len = 0;
+    for (i = 0; i < n; i++) {
+        const word *w = &d->words[words[i]];
+        int8_t out[MAX_TGT];
+        int32_t a[MAX_TGT], b[MAX_TGT];
+        int n_out = pronounce(m, d->prons[w->first].word, out), k, j, best = 1 << 30, best_len = 1;
+        for (j = 0; j < n_out; j++) a[j] = out[j];
+        for (k = 0; k < w->count; k++) { /* the closest of the word's pronunciations */
+            const ex_pron *p = &d->prons[w->first + k];
+            int e;
+            for (j = 0; j < p->n_phones; j++) b[j] = p->phones[j];
+            e = ex_edit_distance(a, n_out, b, p->n_phones);
+            if (e < best) { best = e; best_len = p->n_phones; }
+        }
+        wrong += best > 0;
+        dist += best;
+        len += best_len;
+        if (i < show) {
+            printf("  %-16s ", d->prons[w->first].word);
+            print_phones(out, n_out);
+            printf("%*s", n_out * 3 < 30 ? 30 - n_out * 3 : 1, "");
+            printf("%s", best == 0 ? "ok    " : "wrong  (dictionary: ");
+            if (best > 0) { print_phones(d->prons[w->first].phones, d->prons[w->first].n_phones); printf(")"); }
+            printf("\n");
+        }
+    }
+    *wer = n ? (double)wrong / (double)n : 0;
+    *per = len ? (double)dist / (double)len : 0;
+}
+
+/* Mean cross-entropy per phone over the pronunciations of words[0..n) (teacher forcing). */
+static double val_loss(tfm_model *m, const dataset *d, const int32_t *words, int64_t n, int batch, batch_buf *bb) {
+    int32_t *idx = (int32_t *)ex_malloc((size_t)batch * sizeof(int32_t));
+    double total = 0, count = 0;
+    int64_t i = 0, k;
+    tfm_model_train(m, 0);
+    while (i < n) {
+        int b = 0;
+        tfm_batch bt;
+        float loss;
+        double phones = 0;
+        while (i < n && b + d->words[words[i]].count <= batch) {
+            for (k = 0; k < d->words[words[i]].count; k++) idx[b++] = d->words[words[i]].first + (int32_t)k;
+            i++;
+        }
+        if (b == 0) ex_die("val_loss: a word has more pronunciations than the batch size");
+        bt = make_batch(bb, d->prons, idx, b);
+        ex_check(tfm_model_forward(m, &bt, &loss), "validation forward");
+        for (k = 0; k < b; k++) phones += d->prons[idx[k]].n_phones + 1;
+        total += (double)loss * phones;
+        count += phones;
+    }
+    tfm_model_train(m, 1);
+    free(idx);
+    return total / count;
+}
+
+static void train(const options *o) {
+    dataset d;
+    tfm_config cfg = {0};
+    tfm_optim opt = {0};
+    tfm_model m;
+    batch_buf *bb = (batch_buf *)ex_malloc(sizeof(batch_buf));
+    int32_t *order;
+    int64_t steps_per_epoch, total_steps, step, n_val_words;
+    ex_progress prog;
+    FILE *csv;
+    double t0, loss_sum = 0, wer, per, vl;
+    int loss_n = 0;
+    float loss = 0;
+
+    /* 1. data */
+    dataset_load(&d, o);
+    printf("%s: %lld pronunciations of %lld words; split by word: %lld train (%lld pronunciations), "
+           "%lld validation, %lld test\n", o->data, (long long)d.n_prons, (long long)d.n_words,
+           (long long)d.n_train, (long long)d.n_train_prons, (long long)d.n_val, (long long)d.n_test);
+    n_val_words = d.n_val < o->val_words ? d.n_val : o->val_words;
+
+    /* 2. the model */
+    cfg.kind = TFM_ENCODER_DECODER;
+    cfg.vocab_size = SRC_VOCAB;
+    cfg.tgt_vocab_size = TGT_VOCAB;
+    cfg.d_model = o->d_model;
+    cfg.n_heads = o->n_heads;
+    cfg.n_layers = o->n_layers;
+    cfg.n_dec_layers = o->n_layers;
+    cfg.d_ff = o->d_ff;
+    cfg.max_seq_len = MAX_SRC;
+    cfg.max_tgt_len = MAX_TGT;
+    cfg.max_batch = o->batch;
+    cfg.pos = TFM_POS_SINUSOIDAL;
+    cfg.scale_emb = 1;
+    cfg.tie_output = 1;
+    cfg.dropout = o->dropout;
+    cfg.label_smoothing = 0.1f;
+    cfg.init = TFM_INIT_XAVIER;
+    cfg.seed = o->seed;
+    if (o->resume && ex_file_exists(o->model)) {
+        ex_check(tfm_config_load(o->model, &cfg), o->model);
+        cfg.max_batch = o->batch;
+        ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
+        ex_check(tfm_model_load(&m, o->model), o->model);
+        printf("resumed from %s at step %lld\n", o->model, (long long)m.step);
+    } else {
+        ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
+    }
+    printf("model: %d+%d layers, d_model %d, %d heads, d_ff %d, %lld parameters; sgemm: %s\n", cfg.n_layers,
+           cfg.n_dec_layers, cfg.d_model, cfg.n_heads, cfg.d_ff, (long long)m.n_weights, tfm_sgemm_backend());
+
+    steps_per_epoch = d.n_train_prons / o->batch;
+    total_steps = o->smoke ? 6 : steps_per_epoch * o->epochs;
+    opt.lr = o->lr;
+    opt.beta2 = 0.98f;
+    opt.weight_decay = 0.01f;
+    opt.clip_norm = 1.0f;
+    opt.schedule = TFM_SCHED_COSINE;
+    opt.warmup_steps = o->time_budget > 0 ? 100 : (int)(total_steps / 25);
+    opt.total_steps = (int)total_steps;
+    opt.min_lr = o->lr / 50;
+
+    order = (int32_t *)ex_malloc((size_t)d.n_train_prons * sizeof(int32_t));
+    csv = ex_csv_open(o->csv, "step,epoch,train_loss,val_loss,val_wer", m.step > 0);
+
+    /* 3. training */
+    ex_progress_start(&prog, "words", m.step);
+    t0 = ex_now();
+    for (step = m.step; step < total_steps; step++) {
+        int64_t epoch = step / steps_per_epoch, k = step % steps_per_epoch;
+        tfm_batch bt;
+        if (k == 0 || step == m.step) {
+            tfm_rng r;
+            memcpy(order, d.train_prons, (size_t)d.n_train_prons * sizeof(int32_t));
+            tfm_rng_seed(&r, o->seed * 1000003u + (uint64_t)epoch);
+            ex_shuffle(order, d.n_train_prons, &r);
+        }
+        bt = make_batch(bb, d.prons, order + k * o->batch, o->batch);
+        tfm_model_zero_grad(&m);
+        ex_check(tfm_model_forward(&m, &bt, &loss), "forward");
+        ex_check(tfm_model_backward(&m, 1.0f), "backward");
+        ex_check(tfm_model_step(&m, &opt, NULL), "step");
+        loss_sum += loss;
+        loss_n++;
+        /* a time budget (the demo): after 30 steps, fit the schedule to the time left */
+        if (o->time_budget > 0 && step + 1 - prog.first_step == 30) {
+            double per_step = (ex_now() - t0) / 30;
+            total_steps = step + 1 + (int64_t)((o->time_budget - (ex_now() - t0)) / per_step);
+            if (total_steps <= opt.warmup_steps) total_steps = opt.warmup_steps + 1;
+            opt.total_steps = (int)total_steps;
+        }
+        ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, loss,
+                         tfm_optim_lr(&opt, step + 1), o->batch, 0);
+        if ((step + 1) % 20 == 0) {
+            ex_csv_row(csv, "%lld,%.4f,%.5f,NaN,NaN", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
+                       loss_sum / loss_n);
+            loss_sum = 0;
+            loss_n = 0;
+        }
+        if ((step + 1) % o->eval_every == 0 || step + 1 == total_steps) {
+            vl = val_loss(&m, &d, d.val, o->smoke ? 20 : d.n_val, o->batch, bb);
+            score(&m, &d, d.val, o->smoke ? 5 : n_val_words, &wer, &per, 0);
+            ex_progress_break(&prog);
+            printf("step %lld: validation loss %.4f; on %lld validation words WER %.2f%%, PER %.2f%%\n",
+                   (long long)(step + 1), vl, (long long)(o->smoke ? 5 : n_val_words), 100 * wer, 100 * per);
+            ex_csv_row(csv, "%lld,%.4f,NaN,%.5f,%.5f", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
+                       vl, wer);
+            ex_check(tfm_model_save(&m, o->model, TFM_SAVE_TRAINING_STATE), o->model); /* atomic */
+        }
+    }
+    ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, tfm_optim_lr(&opt, step),
+                     o->batch, 1);
+    ex_progress_break(&prog);
+    printf("training took %.1f min\n", (ex_now() - t0) / 60);
+
+    /* 4. the test split, once, with the final model (the demo scores 1,000 test words, to be quick) */
+    {
+        int64_t n_test = o->smoke ? 10 : o->demo && d.n_test > 1000 ? 1000 : d.n_test;
+        int show = o->demo ? 16 : o->smoke ? 3 : 0;
+        double t1 = ex_now();
+        if (show) printf("words from the test split, never seen in training:\n");
+        score(&m, &d, d.test, n_test, &wer, &per, show);
+        printf("test: %lld words, word error rate %.2f%%, phoneme error rate %.2f%% (greedy decoding, %.0f words/s)\n",
+               (long long)n_test, 100 * wer, 100 * per, (double)n_test / (ex_now() - t1));
+    }
+    printf("model saved to %s; pronounce words with: g2p --model %s WORD...\n", o->model, o->model);
+
+    if (csv) fclose(csv);
+    free(order);
+    free(bb);
+    tfm_model_free(&m);
+    dataset_free(&d);
+}
+
+/* Inference: the saved model for batch 1, no training state; each word on the command line. */
+static void pronounce_words(const options *o, int n, char **words) {
+    tfm_config cfg;
+    tfm_model m;
+    int i;
+    ex_check(tfm_config_load(o->model, &cfg), o->model);
+    cfg.max_batch = 1;
+    cfg.inference_only = 1;
+    ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
+    ex_check(tfm_model_load(&m, o->model), o->model);
+    for (i = 0; i < n; i++) {
+        int8_t ph[MAX_TGT];
+        int n_ph = pronounce(&m, words[i], ph);
+        if (n_ph < 0) {
+            printf("%-16s (only letters and ' . - can be pronounced)\n", words[i]);
+            continue;
+        }
+        printf("%-16s ", words[i]);
+        print_phones(ph, n_ph);
+        printf("\n");
+    }
+    tfm_model_free(&m);
+}
+
+static void usage(void) {
+    printf("usage: g2p [options]            train, validate, test\n"
+           "       g2p [options] WORD...    pronounce words with the saved model\n"
+           "  --data PATH      CMUdict 0.4 or 0.7b (plain, .gz or .xz; default\n"
+           "                   /usr/share/festival/dicts/cmu/cmudict-0.4.out)\n"
+           "  --model PATH     checkpoint (default runs/g2p.safetensors)\n"
+           "  --csv PATH       loss curve (default runs/g2p.csv)\n"
+           "  --resume         continue training from --model\n"
+           "  --batch N --epochs N --lr X --dropout X --d-model N --heads N --layers N --d-ff N\n"
+           "  --time S         train for S seconds (the schedule is fitted after 30 steps)\n"
+           "  --eval-every N   validation every N steps (default 1000); --val-words N (default 1000)\n"
+           "  --seed N         initialisation and batch order (default 1); --split-seed N (default 1)\n"
+           "  --threads N      threads (default: OpenMP's)\n"
+           "  --demo           the `make demo` settings: CMUdict 0.7b shipped in examples/data, a small\n"
+           "                   model, 2 minutes of training\n"
+           "  --smoke          a tiny model for a few steps (seconds)\n");
+}
+
+int main(int argc, char **argv) {
+    options o;
+    int i, first_word = 0;
+    memset(&o, 0, sizeof o);
+    o.data = "/usr/share/festival/dicts/cmu/cmudict-0.4.out";
+    o.model = "runs/g2p.safetensors";
+    o.csv = "runs/g2p.csv";
+    o.batch = 64;
+    o.epochs = 8;
+    o.d_model = 192;
+    o.n_heads = 4;
+    o.n_layers = 3;
+    o.d_ff = 768;
+    o.lr = 1e-3f;
+    o.dropout = 0.1f;
+    o.eval_every = 1000;
+    o.val_words = 1000;
+    o.seed = 1;
+    o.split_seed = 1;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (ex_is(a, "--demo")) { /* presets first, so that other options can change them */
+            o.demo = 1;
+            o.data = "examples/data/cmudict-0.7b.txt.gz";
+            o.model = "runs/demo-g2p.safetensors";
+            o.csv = "runs/demo-g2p.csv";
+            o.d_model = 128; o.n_layers = 2; o.d_ff = 512; o.batch = 64; o.epochs = 100;
+            o.time_budget = 120; o.eval_every = 1 << 30; o.val_words = 300;
+        }
+        if (ex_is(a, "--smoke")) {
+            o.smoke = 1;
+            o.d_model = 32; o.n_layers = 1; o.d_ff = 64; o.n_heads = 2; o.batch = 16; o.eval_every = 3;
+            o.model = "runs/g2p-smoke.safetensors";
+            o.csv = "runs/g2p-smoke.csv";
+        }
+    }
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (ex_is(a, "--demo") || ex_is(a, "--smoke")) continue; /* presets, read above */
+        else if (ex_is(a, "--data")) o.data = ex_value(argc, argv, &i);
+        else if (ex_is(a, "--model")) o.model = ex_value(argc, argv, &i);
+        else if (ex_is(a, "--csv")) o.csv = ex_value(argc, argv, &i);
+        else if (ex_is(a, "--resume")) o.resume = 1;
+        else if (ex_is(a, "--batch")) o.batch = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--epochs")) o.epochs = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--lr")) o.lr = ex_float(argc, argv, &i);
+        else if (ex_is(a, "--dropout")) o.dropout = ex_float(argc, argv, &i);
+        else if (ex_is(a, "--d-model")) o.d_model = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--heads")) o.n_heads = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--layers")) o.n_layers = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--d-ff")) o.d_ff = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--time")) o.time_budget = ex_float(argc, argv, &i);
+        else if (ex_is(a, "--eval-every")) o.eval_every = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--val-words")) o.val_words = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--seed")) o.seed = (uint64_t)ex_int(argc, argv, &i);
+        else if (ex_is(a, "--split-seed")) o.split_seed = (uint64_t)ex_int(argc, argv, &i);
+        else if (ex_is(a, "--threads")) o.threads = ex_int(argc, argv, &i);
+        else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(); return 0; }
+        else if (a[0] == '-' && a[1] == '-') { usage(); ex_die("unknown option %s", a); }
+        else { first_word = i; break; }
+    }
+    if (o.batch > 512) ex_die("--batch: at most 512");
+    if (o.threads > 0) tfm_set_num_threads(o.threads);
+    ex_mkdir_for(o.model);
+    ex_mkdir_for(o.csv);
+    if (first_word) pronounce_words(&o, argc - first_word, argv + first_word);
+    else train(&o);
+    return 0;
+}
