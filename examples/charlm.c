@@ -1,0 +1,379 @@
+/* charlm.c - a character-level language model of the King James Bible: a causal transformer
+   decoder learns to predict the next character, then writes text from a prompt.
+
+   Data: the KJV text from Debian's bible-kjv-text package (/usr/lib/bible.data, read by
+   common.h's ex_kjv_read): 31,102 verses, one per line, the "Ge1:1" references removed, about 4.1 M
+   characters. The vocabulary is fixed: the 95 printable ASCII characters and the newline.
+
+   Split: contiguous, by verse: the first 90% of the verses train, the next 5% validate, the last 5%
+   (the end of the New Testament) test. Nothing is shuffled, so no seed is involved in the split.
+
+   Training reads windows of --len + 1 characters at random places in the training text (the
+   places depend only on --seed and the step, so a resumed run reads what an unbroken one would).
+   The score is bits per character: the mean cross-entropy in bits of predicting each character of
+   a split. Windows over a split overlap by half, and only the second half of each window (the first
+   window: all of it) is scored, so every character is predicted with at least --len/2 characters of
+   context.
+
+   Model: a GPT-style decoder (pre-LN, GELU, a final layernorm, output projection tied to the token
+   embedding, learned positions). Generation uses the library's key/value cache, with temperature
+   and top-k (the library has no top-p yet); text longer than the context window is written in
+   chunks, each prompted with the last half window.
+
+       build/charlm                                  train (about an hour on 2 cores), then test
+       build/charlm --resume                         continue from the saved checkpoint
+       build/charlm --prompt "And God said"          write text with the saved model
+       build/charlm --smoke                          a few steps on a tiny model (seconds), for CI;
+                                                     also checks cached generation against recomputation
+
+   Writes runs/charlm.safetensors (the model, with its optimizer state for --resume) and
+   runs/charlm.csv (train and validation loss per step). */
+#define TFM_IMPLEMENTATION
+#include "common.h"
+
+enum { VOCAB = 96 };
+
+/* ' '..'~' -> 0..94, '\n' -> 95, anything else -> -1 */
+static int char_id(int c) { return c >= 32 && c <= 126 ? c - 32 : c == '\n' ? 95 : -1; }
+static int id_char(int id) { return id == 95 ? '\n' : id + 32; }
+
+typedef struct options {
+    const char *data, *model, *csv, *prompt;
+    int len, batch, epochs, d_model, n_heads, n_layers, threads, eval_every, smoke, resume, n_gen, top_k;
+    float lr, dropout, temperature;
+    int64_t val_chars;   /* validation during training scores the first val_chars characters */
+    uint64_t seed;
+} options;
+
+/* Bits per character of the model on ids[0..n), windows of len overlapping by half. */
+static double bits_per_char(tfm_model *m, const int32_t *ids, int64_t n, int len, int batch) {
+    int32_t *tok = (int32_t *)ex_malloc((size_t)batch * len * sizeof(int32_t));
+    int32_t *tgt = (int32_t *)ex_malloc((size_t)batch * len * sizeof(int32_t));
+    int64_t start = 0, counted_total = 0;
+    double nats = 0;
+    int half = len / 2;
+    tfm_model_train(m, 0);
+    while (start + 1 < n) {
+        int b = 0, t;
+        int64_t counted = 0;
+        tfm_batch bt = {0};
+        float loss;
+        for (; b < batch && start + 1 < n; b++, start += half) {
+            for (t = 0; t < len; t++) {
+                int64_t i = start + t;
+                int scored = start == 0 || t >= half;
+                tok[b * len + t] = i < n ? ids[i] : 0;
+                tgt[b * len + t] = i + 1 < n && scored ? ids[i + 1] : -100;
+                counted += tgt[b * len + t] >= 0;
+            }
+            if (start + len >= n) { start = n; b++; break; } /* this window reached the end */
+        }
+        bt.batch = b;
+        bt.len = len;
+        bt.tokens = tok;
+        bt.targets = tgt;
+        ex_check(tfm_model_forward(m, &bt, &loss), "evaluation forward");
+        nats += (double)loss * (double)counted; /* the loss is the mean over counted targets */
+        counted_total += counted;
+    }
+    tfm_model_train(m, 1);
+    free(tok);
+    free(tgt);
+    return nats / (double)counted_total / log(2.0);
+}
+
+/* Write n characters after prompt with the cache, in chunks of at most half the context window. */
+static void generate(tfm_model *m, const options *o, const char *prompt) {
+    int ctx = m->cfg.max_seq_len, have = 0, n_out, i;
+    int32_t *seq = (int32_t *)ex_malloc((size_t)(strlen(prompt) + (size_t)o->n_gen + 1) * sizeof(int32_t));
+    int32_t *out = (int32_t *)ex_malloc((size_t)ctx * sizeof(int32_t));
+    tfm_gen_opts g = {0};
+    int done = 0, chunk = 0;
+    for (i = 0; prompt[i]; i++) {
+        int id = char_id((unsigned char)prompt[i]);
+        if (id < 0) ex_die("the prompt has a character outside printable ASCII: byte 0x%02x", (unsigned char)prompt[i]);
+        seq[have++] = id;
+    }
+    if (have == 0) seq[have++] = char_id('\n');
+    fputs(prompt, stdout);
+    g.temperature = o->temperature;
+    g.top_k = o->top_k;
+    while (done < o->n_gen) {
+        int keep = have < ctx / 2 ? have : ctx / 2;   /* the prompt of this chunk: the last keep ids */
+        g.max_new = ctx - keep;
+        if (g.max_new > o->n_gen - done) g.max_new = o->n_gen - done;
+        g.seed = o->seed + (uint64_t)chunk++;
+        ex_check(tfm_model_generate(m, NULL, 0, seq + have - keep, keep, &g, out, &n_out), "tfm_model_generate");
+        for (i = 0; i < n_out; i++) {
+            seq[have++] = out[i];
+            putchar(id_char(out[i]));
+        }
+        done += n_out;
+        fflush(stdout);
+        if (n_out == 0) break;
+    }
+    putchar('\n');
+    free(seq);
+    free(out);
+}
+
+/* Greedy generation with the cache must equal the argmax of full forward passes over everything
+   before each new character (the library's tests check logits; this checks a trained model). */
+static void check_cache(tfm_model *m, const int32_t *prompt, int n_prompt, int n_new) {
+    int32_t seq[256], cached[256];
+    int n_out, i, t, v;
+    tfm_gen_opts g = {0};
+    if (n_prompt + n_new > m->cfg.max_seq_len || n_prompt + n_new > 256) ex_die("check_cache: too long");
+    g.max_new = n_new; /* temperature 0: greedy */
+    ex_check(tfm_model_generate(m, NULL, 0, prompt, n_prompt, &g, cached, &n_out), "tfm_model_generate");
+    memcpy(seq, prompt, (size_t)n_prompt * sizeof(int32_t));
+    tfm_model_train(m, 0);
+    for (i = 0; i < n_new; i++) {
+        tfm_batch b = {0};
+        tfm_tensor logits;
+        int T = n_prompt + i, best = 0;
+        b.batch = 1;
+        b.len = T;
+        b.tokens = seq;
+        ex_check(tfm_model_forward(m, &b, NULL), "forward");
+        logits = tfm_model_logits(m); /* (1, T, V): the last row predicts the next id */
+        for (v = 1; v < VOCAB; v++)
+            if (logits.data[(int64_t)(T - 1) * VOCAB + v] > logits.data[(int64_t)(T - 1) * VOCAB + best]) best = v;
+        seq[T] = best;
+        if (i >= n_out || cached[i] != best) ex_die("cache check: generated id %d differs at %d (%d vs %d)", i, T,
+                                                    i < n_out ? cached[i] : -1, best);
+    }
+    tfm_model_train(m, 1);
+    printf("cache check: %d greedy characters with the key/value cache equal full recomputation:\n  \"", n_new);
+    for (t = 0; t < n_prompt + n_new; t++) putchar(id_char(seq[t]) == '\n' ? '|' : id_char(seq[t]));
+    printf("\"\n");
+}
+
+static void train(const options *o) {
+    int64_t n_verses, v, i, n_chars, cut_val, cut_test, tokens_per_step, steps_per_epoch, total_steps, step;
+    ex_buf text = ex_kjv_read(o->data, &n_verses);
+    int32_t *ids, *tok, *tgt;
+    tfm_config cfg = {0};
+    tfm_optim opt = {0};
+    tfm_model m;
+    ex_progress prog;
+    FILE *csv;
+    double t0, loss_sum = 0, bpc;
+    int loss_n = 0, b, t;
+    float loss = 0;
+
+    /* 1. data: ids, and the verse boundaries at 90% and 95% */
+    n_chars = (int64_t)text.len;
+    ids = (int32_t *)ex_malloc((size_t)n_chars * sizeof(int32_t));
+    cut_val = cut_test = 0;
+    for (i = 0, v = 0; i < n_chars; i++) {
+        ids[i] = char_id(text.data[i]);
+        if (ids[i] < 0) ex_die("%s: a character outside the vocabulary (byte 0x%02x)", o->data, text.data[i]);
+        if (text.data[i] == '\n') {
+            v++;
+            if (v == n_verses * 90 / 100) cut_val = i + 1;
+            if (v == n_verses * 95 / 100) cut_test = i + 1;
+        }
+    }
+    ex_buf_free(&text);
+    printf("KJV: %lld verses, %lld characters: %lld train, %lld validation, %lld test (contiguous, by verse)\n",
+           (long long)n_verses, (long long)n_chars, (long long)cut_val, (long long)(cut_test - cut_val),
+           (long long)(n_chars - cut_test));
+
+    /* 2. the model */
+    cfg.kind = TFM_DECODER_LM;
+    cfg.vocab_size = VOCAB;
+    cfg.d_model = o->d_model;
+    cfg.n_heads = o->n_heads;
+    cfg.n_layers = o->n_layers;
+    cfg.max_seq_len = o->len;
+    cfg.max_batch = o->batch;
+    cfg.norm_first = 1;
+    cfg.act = TFM_ACT_GELU;
+    cfg.tie_output = 1;
+    cfg.dropout = o->dropout;
+    cfg.seed = o->seed;
+    if (o->resume && ex_file_exists(o->model)) {
+        ex_check(tfm_config_load(o->model, &cfg), o->model);
+        cfg.max_batch = o->batch;
+        ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
+        ex_check(tfm_model_load(&m, o->model), o->model);
+        printf("resumed from %s at step %lld\n", o->model, (long long)m.step);
+    } else {
+        ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
+    }
+    printf("model: %d layers, d_model %d, %d heads, context %d, %lld parameters; sgemm: %s\n", cfg.n_layers,
+           cfg.d_model, cfg.n_heads, cfg.max_seq_len, (long long)m.n_weights, tfm_sgemm_backend());
+
+    tokens_per_step = (int64_t)o->batch * o->len;
+    steps_per_epoch = cut_val / tokens_per_step;
+    total_steps = o->smoke ? 8 : steps_per_epoch * o->epochs;
+    opt.lr = o->lr;
+    opt.beta2 = 0.99f;
+    opt.weight_decay = 0.1f;
+    opt.clip_norm = 1.0f;
+    opt.schedule = TFM_SCHED_COSINE;
+    opt.warmup_steps = (int)(total_steps / 50);
+    opt.total_steps = (int)total_steps;
+    opt.min_lr = o->lr / 10;
+
+    tok = (int32_t *)ex_malloc((size_t)tokens_per_step * sizeof(int32_t));
+    tgt = (int32_t *)ex_malloc((size_t)tokens_per_step * sizeof(int32_t));
+    csv = ex_csv_open(o->csv, "step,epoch,train_bpc,val_bpc", m.step > 0);
+
+    /* 3. training on random windows of the training text */
+    ex_progress_start(&prog, "chars", m.step);
+    t0 = ex_now();
+    for (step = m.step; step < total_steps; step++) {
+        tfm_rng r;
+        tfm_batch bt = {0};
+        tfm_rng_seed(&r, o->seed * 1000003u + (uint64_t)step);
+        for (b = 0; b < o->batch; b++) {
+            int64_t s = (int64_t)(tfm_rng_u64(&r) % (uint64_t)(cut_val - o->len - 1));
+            for (t = 0; t < o->len; t++) {
+                tok[b * o->len + t] = ids[s + t];
+                tgt[b * o->len + t] = ids[s + t + 1];
+            }
+        }
+        bt.batch = o->batch;
+        bt.len = o->len;
+        bt.tokens = tok;
+        bt.targets = tgt;
+        tfm_model_zero_grad(&m);
+        ex_check(tfm_model_forward(&m, &bt, &loss), "forward");
+        ex_check(tfm_model_backward(&m, 1.0f), "backward");
+        ex_check(tfm_model_step(&m, &opt, NULL), "step");
+        loss_sum += loss;
+        loss_n++;
+        ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, loss,
+                         tfm_optim_lr(&opt, step + 1), (double)tokens_per_step, 0);
+        if ((step + 1) % 20 == 0) {
+            ex_csv_row(csv, "%lld,%.4f,%.5f,NaN", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
+                       loss_sum / loss_n / log(2.0));
+            loss_sum = 0;
+            loss_n = 0;
+        }
+        if ((step + 1) % o->eval_every == 0 || step + 1 == total_steps) {
+            int64_t nv = cut_test - cut_val < o->val_chars ? cut_test - cut_val : o->val_chars;
+            bpc = bits_per_char(&m, ids + cut_val, nv, o->len, o->batch);
+            ex_progress_break(&prog);
+            printf("step %lld: validation %.4f bits per character (first %lld characters)\n", (long long)(step + 1),
+                   bpc, (long long)nv);
+            ex_csv_row(csv, "%lld,%.4f,NaN,%.5f", (long long)(step + 1), (double)(step + 1) / steps_per_epoch, bpc);
+            ex_check(tfm_model_save(&m, o->model, TFM_SAVE_TRAINING_STATE), o->model); /* atomic */
+        }
+    }
+    ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, tfm_optim_lr(&opt, step),
+                     (double)tokens_per_step, 1);
+    ex_progress_break(&prog);
+    printf("training took %.1f min\n", (ex_now() - t0) / 60);
+
+    /* 4. the test split, once, with the final model */
+    {
+        int64_t n_test = o->smoke ? 2000 : n_chars - cut_test;
+        bpc = bits_per_char(&m, ids + cut_test, n_test, o->len, o->batch);
+        printf("test: %lld characters, %.4f bits per character\n", (long long)n_test, bpc);
+    }
+    if (o->smoke) check_cache(&m, ids + cut_test, 8, o->len - 8 < 24 ? o->len - 8 : 24);
+    printf("model saved to %s; write text with: charlm --model %s --prompt \"And God said\"\n", o->model, o->model);
+
+    if (csv) fclose(csv);
+    free(tok);
+    free(tgt);
+    free(ids);
+    tfm_model_free(&m);
+}
+
+/* Inference: the saved model for batch 1, without training state. */
+static void sample(const options *o) {
+    tfm_config cfg;
+    tfm_model m;
+    ex_check(tfm_config_load(o->model, &cfg), o->model);
+    cfg.max_batch = 1;
+    cfg.inference_only = 1;
+    ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
+    ex_check(tfm_model_load(&m, o->model), o->model);
+    generate(&m, o, o->prompt);
+    tfm_model_free(&m);
+}
+
+static void usage(void) {
+    printf("usage: charlm [options]                  train, validate, test\n"
+           "       charlm [options] --prompt TEXT    write text with the saved model\n"
+           "  --data PATH        bible.data (default /usr/lib/bible.data, Debian's bible-kjv-text)\n"
+           "  --model PATH       checkpoint (default runs/charlm.safetensors)\n"
+           "  --csv PATH         loss curve (default runs/charlm.csv)\n"
+           "  --resume           continue training from --model\n"
+           "  --len N            context in characters (default 128)\n"
+           "  --batch N --epochs N --lr X --dropout X --d-model N --heads N --layers N\n"
+           "  --eval-every N     validation every N steps (default 500)\n"
+           "  --seed N           initialisation, windows and sampling (default 1)\n"
+           "  --length N         characters to write (default 400)\n"
+           "  --temperature X    sampling temperature (default 0.8; 0: greedy)\n"
+           "  --top-k N          sample from the N likeliest characters (default 20; 0: all)\n"
+           "  --threads N        threads (default: OpenMP's)\n"
+           "  --smoke            a tiny model for a few steps (seconds), and the cache check\n");
+}
+
+int main(int argc, char **argv) {
+    options o;
+    int i;
+    memset(&o, 0, sizeof o);
+    o.data = "/usr/lib/bible.data";
+    o.model = "runs/charlm.safetensors";
+    o.csv = "runs/charlm.csv";
+    o.len = 128;
+    o.batch = 32;
+    o.epochs = 5;
+    o.d_model = 256;
+    o.n_heads = 4;
+    o.n_layers = 4;
+    o.lr = 1e-3f;
+    o.dropout = 0.1f;
+    o.eval_every = 500;
+    o.val_chars = 50000;
+    o.seed = 1;
+    o.n_gen = 400;
+    o.temperature = 0.8f;
+    o.top_k = 20;
+    for (i = 1; i < argc; i++) /* the preset first, so that other options can change it */
+        if (ex_is(argv[i], "--smoke")) {
+            o.smoke = 1;
+            o.len = 32; o.batch = 8; o.d_model = 32; o.n_layers = 1; o.n_heads = 2; o.eval_every = 4;
+            o.val_chars = 2000;
+            o.model = "runs/charlm-smoke.safetensors";
+            o.csv = "runs/charlm-smoke.csv";
+        }
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (ex_is(a, "--smoke")) continue;
+        else if (ex_is(a, "--data")) o.data = ex_value(argc, argv, &i);
+        else if (ex_is(a, "--model")) o.model = ex_value(argc, argv, &i);
+        else if (ex_is(a, "--csv")) o.csv = ex_value(argc, argv, &i);
+        else if (ex_is(a, "--prompt")) o.prompt = ex_value(argc, argv, &i);
+        else if (ex_is(a, "--resume")) o.resume = 1;
+        else if (ex_is(a, "--len")) o.len = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--batch")) o.batch = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--epochs")) o.epochs = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--lr")) o.lr = ex_float(argc, argv, &i);
+        else if (ex_is(a, "--dropout")) o.dropout = ex_float(argc, argv, &i);
+        else if (ex_is(a, "--d-model")) o.d_model = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--heads")) o.n_heads = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--layers")) o.n_layers = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--eval-every")) o.eval_every = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--seed")) o.seed = (uint64_t)ex_int(argc, argv, &i);
+        else if (ex_is(a, "--length")) o.n_gen = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--temperature")) o.temperature = ex_float(argc, argv, &i);
+        else if (ex_is(a, "--top-k")) o.top_k = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--threads")) o.threads = ex_int(argc, argv, &i);
+        else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(); return 0; }
+        else { usage(); ex_die("unknown option %s", a); }
+    }
+    if (o.len < 4) ex_die("--len: at least 4");
+    if (o.threads > 0) tfm_set_num_threads(o.threads);
+    ex_mkdir_for(o.model);
+    ex_mkdir_for(o.csv);
+    if (o.prompt) sample(&o);
+    else train(&o);
+    return 0;
+}
