@@ -7,6 +7,10 @@
 #   make asan            build/test_asan: the tests under AddressSanitizer + UBSan
 #   make valgrind        build/test_valgrind: the tests under valgrind memcheck
 #   make bench           build bench/bench.c and run the benchmarks (bench/run.sh)
+#   make demo            build and run the demonstration: a pronouncer trained in about 2 minutes
+#   make examples        build/<example> for every examples/*.c, with -Werror
+#   make examples-smoke  run every example's --smoke mode (seconds each; CI runs it)
+#   make plots           draw every runs/*.csv (the examples' loss curves) as a PNG (needs gnuplot)
 #   make cuda            build tests/test_cuda.cu with nvcc (skipped without nvcc); test-cuda runs it
 #   make clean
 #
@@ -123,10 +127,46 @@ all: $(BUILD)/test $(EXAMPLES) $(BENCH)
 $(BUILD)/test: tests/test_main.c $(TEST_SRCS) $(HEADER) $(BUILD)/.flags-main
 	$(CC) $(CFLAGS) $(USE_CFLAGS) -o $@ tests/test_main.c $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
 
-# Examples: one program per examples/NAME.c; one that includes <zlib.h> also links -lz.
-$(EXAMPLES): $(BUILD)/%: examples/%.c $(HEADER) $(BUILD)/.flags-main
-	$(CC) $(CFLAGS) $(USE_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS) \
+# Examples: one program per examples/NAME.c, built with -Werror (they are what users copy); one
+# that includes <zlib.h> also links -lz.
+$(EXAMPLES): $(BUILD)/%: examples/%.c examples/common.h $(HEADER) $(BUILD)/.flags-main
+	$(CC) $(CFLAGS) -Werror $(USE_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS) \
 	    $$(grep -q '^[[:space:]]*$(HASH)[[:space:]]*include[[:space:]]*<zlib.h>' $< && echo -lz)
+
+# ---- examples ---------------------------------------------------------------------------------
+
+.PHONY: examples examples-smoke demo plots
+examples: $(EXAMPLES)
+
+# Each --smoke run trains a tiny model for a few steps on the real data (seconds), saves it, resumes
+# from it, and runs the inference mode on the saved model; one thread, since the models are tiny.
+# The data: SpamAssassin from ../shared/data (or SPAM_DATA=...), the KJV and CMUdict 0.4 from
+# Debian's bible-kjv-text and festlex-cmu packages.
+SPAM_DATA ?= ../shared/data/spamassassin.tar.xz
+examples-smoke: $(EXAMPLES)
+	./$(BUILD)/spam --smoke --threads 1 --data $(SPAM_DATA)
+	./$(BUILD)/spam --smoke --threads 1 --data $(SPAM_DATA) --resume
+	./$(BUILD)/spam --smoke --threads 1 --classify examples/data/ham.eml examples/data/spam.eml
+	./$(BUILD)/charlm --smoke --threads 1
+	./$(BUILD)/charlm --smoke --threads 1 --resume
+	./$(BUILD)/charlm --smoke --threads 1 --prompt "And God said" --length 40
+	./$(BUILD)/g2p --smoke --threads 1
+	./$(BUILD)/g2p --smoke --threads 1 --resume
+	./$(BUILD)/g2p --smoke --threads 1 --data examples/data/cmudict-0.7b.txt.gz
+	./$(BUILD)/g2p --smoke --threads 1 hello transformer
+	@echo "examples-smoke: every example trained, resumed and answered"
+
+# The README's first command: a pronouncer trained from scratch for 2 minutes on the CMUdict 0.7b
+# shipped in examples/data, then scored on test words it never saw. Needs only a C compiler.
+demo: $(BUILD)/g2p
+	./$(BUILD)/g2p --demo
+	@echo
+	@echo "Pronounce your own words:  ./$(BUILD)/g2p --model runs/demo-g2p.safetensors hello world"
+
+plots:
+	@set -- $$(ls runs/*.csv 2>/dev/null); \
+	if [ $$# -eq 0 ]; then echo "plots: no runs/*.csv yet: run an example (make demo) first"; exit 1; fi; \
+	sh examples/plot.sh "$$@"
 
 $(BUILD)/bench: bench/bench.c $(HEADER) $(BUILD)/.flags-main
 	$(CC) $(CFLAGS) $(USE_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)

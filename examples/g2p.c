@@ -335,9 +335,11 @@ static void train(const options *o) {
             ex_check(tfm_model_save(&m, o->model, TFM_SAVE_TRAINING_STATE), o->model); /* atomic */
         }
     }
-    ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, tfm_optim_lr(&opt, step),
-                     o->batch, 1);
-    ex_progress_break(&prog);
+    if (step > prog.first_step) { /* the last line, in full */
+        ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, tfm_optim_lr(&opt, step),
+                         o->batch, 1);
+        ex_progress_break(&prog);
+    }
     printf("training took %.1f min\n", (ex_now() - t0) / 60);
 
     /* 4. the test split, once, with the final model (the demo scores 1,000 test words, to be quick) */
