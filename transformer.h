@@ -189,6 +189,7 @@ TFMDEF tfm_tensor tfm_arena_tensor(tfm_arena *a, int ndim, const int64_t *shape)
 typedef struct tfm_mem {
     tfm_arena params, grads, acts, scratch;
     int no_grad;
+    tfm_device device;  /* where the arenas' memory lives (layers run there) */
 } tfm_mem;
 
 /* Allocate each arena of a counted tfm_mem at its peak size and rewind it for the real init.
@@ -386,6 +387,7 @@ typedef struct tfm_mha {
     const float *x, *xkv;
     int B, Tq, Tk, has_lens, has_grad;
     tfm_attn_opts opts;
+    tfm_device device;
 } tfm_mha;
 
 /* Carve an attention layer's memory from mem (or, with counting arenas, count it). Checks desc:
@@ -457,6 +459,7 @@ typedef struct tfm_block {
     float *sub_out, *d_a, *d_b, *d_u, *d_ff1, *d_ff2;
     int B, T, Tk, training, has_grad;
     uint64_t seed;
+    tfm_device device;
 } tfm_block;
 
 /* Carve a layer from mem (or count it, with counting arenas). TFM_E_ARG names a bad desc field. */
@@ -595,6 +598,7 @@ typedef struct tfm_model {
     tfm_rng rng;
     float last_loss;
     void *owned;                    /* memory the library allocated */
+    tfm_device device;
 } tfm_model;
 
 /* Apply defaults to cfg and check it: the config a model built from cfg would use. */
@@ -1564,7 +1568,7 @@ static void tfm__linear_forward_cpu(float *y, int64_t ldy, const float *x, int64
 
 /* dx = dx_beta * dx + dy w (dx_beta 0: dx is overwritten, not read); dw += dy^T x; db += colsum(dy).
    dy (N,O) with row stride lddy. */
-static void tfm__linear_backward_ex(float *dx, int64_t lddx, float dx_beta, float *dw, float *db, const float *dy,
+static void tfm__linear_backward_cpu(float *dx, int64_t lddx, float dx_beta, float *dw, float *db, const float *dy,
                                     int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N, int64_t NI,
                                     int64_t O) {
     if (dx) tfm__sgemm(0, 0, (int)N, (int)NI, (int)O, 1.0f, dy, (int)lddy, w, (int)NI, dx_beta, dx, (int)lddx);
@@ -1578,12 +1582,6 @@ static void tfm__linear_backward_ex(float *dx, int64_t lddx, float dx_beta, floa
                 for (c = 0; c < O; c++) db[c] += dy[r * lddy + c];
         }
     }
-}
-
-/* dx += dy w; dw += dy^T x; db += colsum(dy). */
-static void tfm__linear_backward_cpu(float *dx, int64_t lddx, float *dw, float *db, const float *dy, int64_t lddy,
-                                     const float *x, int64_t ldx, const float *w, int64_t N, int64_t NI, int64_t O) {
-    tfm__linear_backward_ex(dx, lddx, 1.0f, dw, db, dy, lddy, x, ldx, w, N, NI, O);
 }
 
 /* Reductions in a fixed order that vectorizes: 16 partial results, lane k taking elements
@@ -1680,9 +1678,9 @@ static void tfm__log_softmax_backward_cpu(float *dx, const float *dy, const floa
     }
 }
 
-/* Returns the mean loss over valid rows; lse[r] = log-sum-exp of every row r. */
+/* Returns the mean loss over valid rows (*counted: how many); lse[r] = log-sum-exp of every row r. */
 static float tfm__cross_entropy_forward_cpu(float *lse, const float *x, const int32_t *t, int ignore, float s,
-                                            int64_t N, int64_t V) {
+                                            int64_t N, int64_t V, int64_t *counted) {
     double total = 0.0;
     int64_t r, nvalid = 0;
     TFM__OMP(omp parallel for schedule(static) reduction(+ : total, nvalid) if (TFM__PAR(N * V)))
@@ -1702,6 +1700,7 @@ static float tfm__cross_entropy_forward_cpu(float *lse, const float *x, const in
         total += loss;
         nvalid++;
     }
+    if (counted) *counted = nvalid;
     return nvalid ? (float)(total / (double)nvalid) : 0.0f;
 }
 
@@ -1957,11 +1956,21 @@ static void tfm__add_cpu(float *y, const float *a, const float *b, int64_t n) {
     for (i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
-/* y += x */
-static void tfm__acc_cpu(float *y, const float *x, int64_t n) {
-    int64_t i;
-    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
-    for (i = 0; i < n; i++) y[i] += x[i];
+/* n rows of C: dst row r (stride ldd) = src row r (stride lds) */
+static void tfm__copy_rows_cpu(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n, int64_t C) {
+    int64_t r;
+    if (ldd == C && lds == C) {
+        memcpy(dst, src, (size_t)(n * C) * sizeof(float));
+        return;
+    }
+    for (r = 0; r < n; r++) memcpy(dst + r * ldd, src + r * lds, (size_t)C * sizeof(float));
+}
+
+/* dst row r (stride ldd) += src row r (stride lds) */
+static void tfm__add_rows_cpu(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n, int64_t C) {
+    int64_t r, j;
+    for (r = 0; r < n; r++)
+        for (j = 0; j < C; j++) dst[r * ldd + j] += src[r * lds + j];
 }
 
 static void tfm__mean_pool_forward_cpu(float *y, const float *x, const int32_t *lens, int64_t B, int64_t T,
@@ -2119,6 +2128,143 @@ static void tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int 
     }
 }
 
+/* ==== >>impl-dispatch ====
+   One entry per op between the layers and the kernels: tfm__op_<op>(device, ...) picks the kernel for
+   the device the data lives on. Layers, blocks, models and generation call only these (never a _cpu
+   kernel, never memset or memcpy on activations), so a device is added by adding kernels here. This
+   build has the CPU kernels only; a model or tensor on another device is refused at the public
+   boundary, so reaching here with one is an internal error. */
+
+#define TFM__ON_CPU(dev) TFM_ASSERT((dev) == TFM_DEVICE_CPU)
+
+static void tfm__op_zero(tfm_device dev, float *x, int64_t n) {
+    TFM__ON_CPU(dev);
+    if (n > 0) memset(x, 0, (size_t)n * sizeof(float));
+}
+/* n rows of C floats: dst row r at dst + r*ldd, src row r at src + r*lds */
+static void tfm__op_copy_rows(tfm_device dev, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n,
+                              int64_t C) {
+    TFM__ON_CPU(dev);
+    tfm__copy_rows_cpu(dst, ldd, src, lds, n, C);
+}
+static void tfm__op_copy(tfm_device dev, float *dst, const float *src, int64_t n) {
+    tfm__op_copy_rows(dev, dst, n, src, n, 1, n);
+}
+static void tfm__op_gemm_batched(tfm_device dev, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                                 int lda, int64_t sA, const float *B, int ldb, int64_t sB, float beta, float *C, int ldc,
+                                 int64_t sC, int batch) {
+    TFM__ON_CPU(dev);
+    tfm__sgemm_batched(ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+}
+static void tfm__op_linear(tfm_device dev, float *y, int64_t ldy, const float *x, int64_t ldx, const float *w,
+                           const float *b, int64_t N, int64_t I, int64_t O) {
+    TFM__ON_CPU(dev);
+    tfm__linear_forward_cpu(y, ldy, x, ldx, w, b, N, I, O);
+}
+static void tfm__op_linear_bwd(tfm_device dev, float *dx, int64_t lddx, float dx_beta, float *dw, float *db,
+                               const float *dy, int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N,
+                               int64_t I, int64_t O) {
+    TFM__ON_CPU(dev);
+    tfm__linear_backward_cpu(dx, lddx, dx_beta, dw, db, dy, lddy, x, ldx, w, N, I, O);
+}
+static void tfm__op_softmax(tfm_device dev, float *y, const float *x, int64_t N, int64_t C, int log) {
+    TFM__ON_CPU(dev);
+    if (log) tfm__log_softmax_forward_cpu(y, x, N, C);
+    else tfm__softmax_forward_cpu(y, x, N, C);
+}
+static void tfm__op_softmax_bwd(tfm_device dev, float *dx, const float *dy, const float *y, int64_t N, int64_t C,
+                                int log) {
+    TFM__ON_CPU(dev);
+    if (log) tfm__log_softmax_backward_cpu(dx, dy, y, N, C);
+    else tfm__softmax_backward_cpu(dx, dy, y, N, C);
+}
+static float tfm__op_cross_entropy(tfm_device dev, float *lse, const float *x, const int32_t *t, int ignore, float s,
+                                   int64_t N, int64_t V, int64_t *counted) {
+    TFM__ON_CPU(dev);
+    return tfm__cross_entropy_forward_cpu(lse, x, t, ignore, s, N, V, counted);
+}
+static void tfm__op_cross_entropy_bwd(tfm_device dev, float *dx, float dloss, const float *x, const float *lse,
+                                      const int32_t *t, int ignore, float s, int64_t N, int64_t V) {
+    TFM__ON_CPU(dev);
+    tfm__cross_entropy_backward_cpu(dx, dloss, x, lse, t, ignore, s, N, V);
+}
+static void tfm__op_layernorm(tfm_device dev, float *y, float *mean, float *rstd, const float *x, const float *g,
+                              const float *b, float eps, int64_t N, int64_t C) {
+    TFM__ON_CPU(dev);
+    tfm__layernorm_forward_cpu(y, mean, rstd, x, g, b, eps, N, C);
+}
+static void tfm__op_layernorm_bwd(tfm_device dev, float *dx, float *dg, float *db, const float *dy, const float *x,
+                                  const float *g, const float *mean, const float *rstd, int64_t N, int64_t C) {
+    TFM__ON_CPU(dev);
+    tfm__layernorm_backward_cpu(dx, dg, db, dy, x, g, mean, rstd, N, C);
+}
+/* act: a tfm_activation */
+static void tfm__op_act(tfm_device dev, int act, float *y, const float *x, int64_t n) {
+    TFM__ON_CPU(dev);
+    if (act == TFM_ACT_RELU) tfm__relu_forward_cpu(y, x, n);
+    else tfm__gelu_forward_cpu(y, x, n, act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF);
+}
+/* dx = acc * dx + dy * act'(x) (acc 0: dx is not read) */
+static void tfm__op_act_bwd(tfm_device dev, int act, float *dx, const float *dy, const float *x, int64_t n, float acc) {
+    TFM__ON_CPU(dev);
+    if (act == TFM_ACT_RELU) tfm__relu_backward_cpu(dx, dy, x, n, acc);
+    else tfm__gelu_backward_cpu(dx, dy, x, n, act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF, acc);
+}
+static void tfm__op_dropout(tfm_device dev, float *y, const float *x, int64_t n, float p, uint64_t seed, int acc) {
+    TFM__ON_CPU(dev);
+    tfm__dropout_cpu(y, x, n, p, seed, acc);
+}
+static void tfm__op_embedding(tfm_device dev, float *y, const int32_t *ids, const float *w, float scale, int64_t N,
+                              int64_t C) {
+    TFM__ON_CPU(dev);
+    tfm__embedding_forward_cpu(y, ids, w, scale, N, C);
+}
+static void tfm__op_embedding_bwd(tfm_device dev, float *dw, const float *dy, const int32_t *ids, float scale,
+                                  int64_t N, int64_t C) {
+    TFM__ON_CPU(dev);
+    tfm__embedding_backward_cpu(dw, dy, ids, scale, N, C);
+}
+/* y[b,t] = x[b,t] + w[t] */
+static void tfm__op_pos_add(tfm_device dev, float *y, const float *x, const float *w, int64_t B, int64_t T, int64_t C) {
+    TFM__ON_CPU(dev);
+    tfm__pos_add_cpu(y, x, w, B, T, C);
+}
+static void tfm__op_pos_bwd(tfm_device dev, float *dw, const float *dy, int64_t B, int64_t T, int64_t C) {
+    TFM__ON_CPU(dev);
+    tfm__pos_embedding_backward_cpu(dw, dy, B, T, C);
+}
+static void tfm__op_sinusoid_add(tfm_device dev, float *y, const float *x, int64_t B, int64_t T, int64_t C) {
+    TFM__ON_CPU(dev);
+    tfm__sinusoidal_add_cpu(y, x, B, T, C);
+}
+/* y = a + b; y may alias a or b (y += x is add(y, y, x)) */
+static void tfm__op_add(tfm_device dev, float *y, const float *a, const float *b, int64_t n) {
+    TFM__ON_CPU(dev);
+    tfm__add_cpu(y, a, b, n);
+}
+/* pool: a tfm_pool_kind. x (B,T,C) -> y (B,C) */
+static void tfm__op_pool(tfm_device dev, int pool, float *y, const float *x, const int32_t *lens, int64_t B, int64_t T,
+                         int64_t C) {
+    TFM__ON_CPU(dev);
+    if (pool == TFM_POOL_CLS) tfm__copy_rows_cpu(y, C, x, T * C, B, C);
+    else tfm__mean_pool_forward_cpu(y, x, lens, B, T, C);
+}
+static void tfm__op_pool_bwd(tfm_device dev, int pool, float *dx, const float *dy, const int32_t *lens, int64_t B,
+                             int64_t T, int64_t C) {
+    TFM__ON_CPU(dev);
+    if (pool == TFM_POOL_CLS) tfm__add_rows_cpu(dx, T * C, dy, C, B, C);
+    else tfm__mean_pool_backward_cpu(dx, dy, lens, B, T, C);
+}
+static void tfm__op_attention(tfm_device dev, const tfm__attn_args *a) {
+    TFM__ON_CPU(dev);
+    tfm__attention_forward_cpu(a);
+}
+static void tfm__op_attention_bwd(tfm_device dev, const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk,
+                                  float *dv, int lddv, const float *dout, int lddo) {
+    TFM__ON_CPU(dev);
+    tfm__attention_backward_cpu(a, dq, lddq, dk, lddk, dv, lddv, dout, lddo);
+}
+
 /* ==== >>impl-api ==== */
 
 /* -- matmul -- */
@@ -2168,8 +2314,7 @@ TFMDEF tfm_result tfm_matmul_forward(tfm_tensor *c, const tfm_tensor *a, const t
     TFM__TRY(tfm__mm_dims(fn, a, b, ta, tb, &L, &M, &N, &K));
     TFM__TRY(tfm__chk_c(fn, "c", c, a->ndim, L, M, N));
     if (c->data == a->data || c->data == b->data) return tfm__fail(TFM_E_ARG, "%s: c must not alias a or b", fn);
-    tfm__sgemm_batched(ta, tb, (int)M, (int)N, (int)K, 1.0f, a->data, (int)(ta ? M : K), M * K, b->data,
-                       (int)(tb ? K : N), K * N, 0.0f, c->data, (int)N, M * N, (int)L);
+    tfm__op_gemm_batched(a->device, ta, tb, (int)M, (int)N, (int)K, 1.0f, a->data, (int)(ta ? M : K), M * K, b->data, (int)(tb ? K : N), K * N, 0.0f, c->data, (int)N, M * N, (int)L);
     return TFM_OK;
 }
 
@@ -2191,19 +2336,15 @@ TFMDEF tfm_result tfm_matmul_backward(tfm_tensor *da, tfm_tensor *db, const tfm_
     ldb = (int)(tb ? K : N);
     if (da) {
         if (!ta) /* da (M,K) += dc op(b)^T */
-            tfm__sgemm_batched(0, !tb, (int)M, (int)K, (int)N, 1.0f, dc->data, (int)N, M * N, b->data, ldb, K * N, 1.0f,
-                               da->data, (int)K, M * K, (int)L);
+            tfm__op_gemm_batched(dc->device, 0, !tb, (int)M, (int)K, (int)N, 1.0f, dc->data, (int)N, M * N, b->data, ldb, K * N, 1.0f, da->data, (int)K, M * K, (int)L);
         else /* da (K,M) += op(b) dc^T */
-            tfm__sgemm_batched(tb, 1, (int)K, (int)M, (int)N, 1.0f, b->data, ldb, K * N, dc->data, (int)N, M * N, 1.0f,
-                               da->data, (int)M, M * K, (int)L);
+            tfm__op_gemm_batched(b->device, tb, 1, (int)K, (int)M, (int)N, 1.0f, b->data, ldb, K * N, dc->data, (int)N, M * N, 1.0f, da->data, (int)M, M * K, (int)L);
     }
     if (db) {
         if (!tb) /* db (K,N) += op(a)^T dc */
-            tfm__sgemm_batched(!ta, 0, (int)K, (int)N, (int)M, 1.0f, a->data, lda, M * K, dc->data, (int)N, M * N, 1.0f,
-                               db->data, (int)N, K * N, (int)L);
+            tfm__op_gemm_batched(a->device, !ta, 0, (int)K, (int)N, (int)M, 1.0f, a->data, lda, M * K, dc->data, (int)N, M * N, 1.0f, db->data, (int)N, K * N, (int)L);
         else /* db (N,K) += dc^T op(a) */
-            tfm__sgemm_batched(1, ta, (int)N, (int)K, (int)M, 1.0f, dc->data, (int)N, M * N, a->data, lda, M * K, 1.0f,
-                               db->data, (int)K, K * N, (int)L);
+            tfm__op_gemm_batched(dc->device, 1, ta, (int)N, (int)K, (int)M, 1.0f, dc->data, (int)N, M * N, a->data, lda, M * K, 1.0f, db->data, (int)K, K * N, (int)L);
     }
     return TFM_OK;
 }
@@ -2244,8 +2385,7 @@ TFMDEF tfm_result tfm_linear_forward(tfm_tensor *y, const tfm_tensor *x, const t
     TFM__TRY(tfm__chk_rows_as(fn, "y", y, "x", x, w->shape[0]));
     TFM__TRY(tfm__chk_int(fn, "y", y));
     if (y->data == x->data) return tfm__fail(TFM_E_ARG, "%s: y must not alias x", fn);
-    tfm__linear_forward_cpu(y->data, w->shape[0], x->data, w->shape[1], w->data, b ? b->data : NULL, tfm__rows(x),
-                            w->shape[1], w->shape[0]);
+    tfm__op_linear(y->device, y->data, w->shape[0], x->data, w->shape[1], w->data, b ? b->data : NULL, tfm__rows(x), w->shape[1], w->shape[0]);
     return TFM_OK;
 }
 
@@ -2265,8 +2405,7 @@ TFMDEF tfm_result tfm_linear_backward(tfm_tensor *dx, tfm_tensor *dw, tfm_tensor
     if (db && (db->ndim != 1 || db->shape[0] != w->shape[0]))
         return tfm__fail(TFM_E_SHAPE, "%s: dbias is %s but weight is %s: want (%lld)", fn, tfm__shp(db), tfm__shp(w),
                          (long long)w->shape[0]);
-    tfm__linear_backward_cpu(dx ? dx->data : NULL, w->shape[1], dw ? dw->data : NULL, db ? db->data : NULL, dy->data,
-                             w->shape[0], x->data, w->shape[1], w->data, tfm__rows(x), w->shape[1], w->shape[0]);
+    tfm__op_linear_bwd(dy->device, dx ? dx->data : NULL, w->shape[1], 1.0f, dw ? dw->data : NULL, db ? db->data : NULL, dy->data, w->shape[0], x->data, w->shape[1], w->data, tfm__rows(x), w->shape[1], w->shape[0]);
     return TFM_OK;
 }
 
@@ -2281,7 +2420,7 @@ static tfm_result tfm__chk_pair(const char *fn, const char *yn, const tfm_tensor
 
 TFMDEF tfm_result tfm_softmax_forward(tfm_tensor *y, const tfm_tensor *x) {
     TFM__TRY(tfm__chk_pair("tfm_softmax_forward", "y", y, "x", x));
-    tfm__softmax_forward_cpu(y->data, x->data, tfm__rows(x), tfm__cols(x));
+    tfm__op_softmax(y->device, y->data, x->data, tfm__rows(x), tfm__cols(x), 0);
     return TFM_OK;
 }
 
@@ -2290,13 +2429,13 @@ TFMDEF tfm_result tfm_softmax_backward(tfm_tensor *dx, const tfm_tensor *dy, con
     TFM__TRY(tfm__chk_pair(fn, "dy", dy, "y", y));
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "y", y, "dx", dx));
-    if (dx) tfm__softmax_backward_cpu(dx->data, dy->data, y->data, tfm__rows(y), tfm__cols(y));
+    if (dx) tfm__op_softmax_bwd(dx->device, dx->data, dy->data, y->data, tfm__rows(y), tfm__cols(y), 0);
     return TFM_OK;
 }
 
 TFMDEF tfm_result tfm_log_softmax_forward(tfm_tensor *y, const tfm_tensor *x) {
     TFM__TRY(tfm__chk_pair("tfm_log_softmax_forward", "y", y, "x", x));
-    tfm__log_softmax_forward_cpu(y->data, x->data, tfm__rows(x), tfm__cols(x));
+    tfm__op_softmax(y->device, y->data, x->data, tfm__rows(x), tfm__cols(x), 1);
     return TFM_OK;
 }
 
@@ -2305,7 +2444,7 @@ TFMDEF tfm_result tfm_log_softmax_backward(tfm_tensor *dx, const tfm_tensor *dy,
     TFM__TRY(tfm__chk_pair(fn, "dy", dy, "y", y));
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "y", y, "dx", dx));
-    if (dx) tfm__log_softmax_backward_cpu(dx->data, dy->data, y->data, tfm__rows(y), tfm__cols(y));
+    if (dx) tfm__op_softmax_bwd(dx->device, dx->data, dy->data, y->data, tfm__rows(y), tfm__cols(y), 1);
     return TFM_OK;
 }
 
@@ -2334,8 +2473,7 @@ TFMDEF tfm_result tfm_cross_entropy_forward(float *loss, tfm_tensor *lse, const 
     const char *fn = "tfm_cross_entropy_forward";
     if (!loss) return tfm__fail(TFM_E_ARG, "%s: loss is NULL", fn);
     TFM__TRY(tfm__chk_ce(fn, lse, logits, targets, ignore_index, label_smoothing));
-    *loss = tfm__cross_entropy_forward_cpu(lse->data, logits->data, targets, ignore_index, label_smoothing,
-                                           tfm__rows(logits), tfm__cols(logits));
+    *loss = tfm__op_cross_entropy(lse->device, lse->data, logits->data, targets, ignore_index, label_smoothing, tfm__rows(logits), tfm__cols(logits), NULL);
     return TFM_OK;
 }
 
@@ -2348,8 +2486,7 @@ TFMDEF tfm_result tfm_cross_entropy_backward(tfm_tensor *dlogits, float dloss, c
     TFM__TRY(tfm__chk_same(fn, "logits", logits, "dlogits", dlogits));
     if (!isfinite(dloss)) return tfm__fail(TFM_E_ARG, "%s: dloss %g is not finite", fn, (double)dloss);
     if (dlogits)
-        tfm__cross_entropy_backward_cpu(dlogits->data, dloss, logits->data, lse->data, targets, ignore_index,
-                                        label_smoothing, tfm__rows(logits), tfm__cols(logits));
+        tfm__op_cross_entropy_bwd(dlogits->device, dlogits->data, dloss, logits->data, lse->data, targets, ignore_index, label_smoothing, tfm__rows(logits), tfm__cols(logits));
     return TFM_OK;
 }
 
@@ -2374,8 +2511,7 @@ TFMDEF tfm_result tfm_layernorm_forward(tfm_tensor *y, tfm_tensor *mean, tfm_ten
     TFM__TRY(tfm__chk_vec(fn, "mean", mean, "x", x, tfm__rows(x)));
     TFM__TRY(tfm__chk_vec(fn, "rstd", rstd, "x", x, tfm__rows(x)));
     if (!(eps >= 0.0f) || !isfinite(eps)) return tfm__fail(TFM_E_ARG, "%s: eps %g must be finite and >= 0", fn, (double)eps);
-    tfm__layernorm_forward_cpu(y->data, mean ? mean->data : NULL, rstd ? rstd->data : NULL, x->data,
-                               g ? g->data : NULL, b ? b->data : NULL, eps, tfm__rows(x), tfm__cols(x));
+    tfm__op_layernorm(y->device, y->data, mean ? mean->data : NULL, rstd ? rstd->data : NULL, x->data, g ? g->data : NULL, b ? b->data : NULL, eps, tfm__rows(x), tfm__cols(x));
     return TFM_OK;
 }
 
@@ -2396,8 +2532,7 @@ TFMDEF tfm_result tfm_layernorm_backward(tfm_tensor *dx, tfm_tensor *dg, tfm_ten
     TFM__TRY(tfm__chk_vec(fn, "dbias", db, "x", x, tfm__cols(x)));
     TFM__TRY(tfm__chk_vec(fn, "mean", mean, "x", x, tfm__rows(x)));
     TFM__TRY(tfm__chk_vec(fn, "rstd", rstd, "x", x, tfm__rows(x)));
-    tfm__layernorm_backward_cpu(dx ? dx->data : NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data,
-                                g ? g->data : NULL, mean->data, rstd->data, tfm__rows(x), tfm__cols(x));
+    tfm__op_layernorm_bwd(dy->device, dx ? dx->data : NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data, g ? g->data : NULL, mean->data, rstd->data, tfm__rows(x), tfm__cols(x));
     return TFM_OK;
 }
 
@@ -2412,7 +2547,7 @@ static tfm_result tfm__chk_gelu_kind(const char *fn, tfm_gelu_kind kind) {
 TFMDEF tfm_result tfm_gelu_forward(tfm_tensor *y, const tfm_tensor *x, tfm_gelu_kind kind) {
     TFM__TRY(tfm__chk_pair("tfm_gelu_forward", "y", y, "x", x));
     TFM__TRY(tfm__chk_gelu_kind("tfm_gelu_forward", kind));
-    tfm__gelu_forward_cpu(y->data, x->data, tfm_numel(x), (int)kind);
+    tfm__op_act(y->device, ((int)kind) == TFM_GELU_TANH ? TFM_ACT_GELU_TANH : TFM_ACT_GELU, y->data, x->data, tfm_numel(x));
     return TFM_OK;
 }
 
@@ -2422,13 +2557,13 @@ TFMDEF tfm_result tfm_gelu_backward(tfm_tensor *dx, const tfm_tensor *dy, const 
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "x", x, "dx", dx));
     TFM__TRY(tfm__chk_gelu_kind(fn, kind));
-    if (dx) tfm__gelu_backward_cpu(dx->data, dy->data, x->data, tfm_numel(x), (int)kind, 1.0f);
+    if (dx) tfm__op_act_bwd(dx->device, ((int)kind) == TFM_GELU_TANH ? TFM_ACT_GELU_TANH : TFM_ACT_GELU, dx->data, dy->data, x->data, tfm_numel(x), 1.0f);
     return TFM_OK;
 }
 
 TFMDEF tfm_result tfm_relu_forward(tfm_tensor *y, const tfm_tensor *x) {
     TFM__TRY(tfm__chk_pair("tfm_relu_forward", "y", y, "x", x));
-    tfm__relu_forward_cpu(y->data, x->data, tfm_numel(x));
+    tfm__op_act(y->device, TFM_ACT_RELU, y->data, x->data, tfm_numel(x));
     return TFM_OK;
 }
 
@@ -2437,7 +2572,7 @@ TFMDEF tfm_result tfm_relu_backward(tfm_tensor *dx, const tfm_tensor *dy, const 
     TFM__TRY(tfm__chk_pair(fn, "dy", dy, "x", x));
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "x", x, "dx", dx));
-    if (dx) tfm__relu_backward_cpu(dx->data, dy->data, x->data, tfm_numel(x), 1.0f);
+    if (dx) tfm__op_act_bwd(dx->device, TFM_ACT_RELU, dx->data, dy->data, x->data, tfm_numel(x), 1.0f);
     return TFM_OK;
 }
 
@@ -2451,9 +2586,9 @@ TFMDEF tfm_result tfm_dropout_forward(tfm_tensor *y, const tfm_tensor *x, float 
     TFM__TRY(tfm__chk_pair(fn, "y", y, "x", x));
     TFM__TRY(tfm__chk_p(fn, p));
     if (!training || p == 0.0f) {
-        if (y->data != x->data) memcpy(y->data, x->data, (size_t)tfm_numel(x) * sizeof(float));
+        if (y->data != x->data) tfm__op_copy(y->device, y->data, x->data, tfm_numel(x));
     } else {
-        tfm__dropout_cpu(y->data, x->data, tfm_numel(x), p, seed, 0);
+        tfm__op_dropout(y->device, y->data, x->data, tfm_numel(x), p, seed, 0);
     }
     return TFM_OK;
 }
@@ -2465,8 +2600,8 @@ TFMDEF tfm_result tfm_dropout_backward(tfm_tensor *dx, const tfm_tensor *dy, flo
     TFM__TRY(tfm__chk_same(fn, "dy", dy, "dx", dx));
     TFM__TRY(tfm__chk_p(fn, p));
     if (!dx) return TFM_OK;
-    if (!training || p == 0.0f) tfm__acc_cpu(dx->data, dy->data, tfm_numel(dy));
-    else tfm__dropout_cpu(dx->data, dy->data, tfm_numel(dy), p, seed, 1);
+    if (!training || p == 0.0f) tfm__op_add(dx->device, dx->data, dx->data, dy->data, tfm_numel(dy));
+    else tfm__op_dropout(dx->device, dx->data, dy->data, tfm_numel(dy), p, seed, 1);
     return TFM_OK;
 }
 
@@ -2498,7 +2633,7 @@ TFMDEF tfm_result tfm_embedding_forward(tfm_tensor *y, const int32_t *ids, const
     TFM__TRY(tfm__chk(fn, "weight", w));
     TFM__TRY(tfm__chk_emb(fn, "y", y, "weight", w, scale));
     TFM__TRY(tfm__chk_ids(fn, ids, tfm__rows(y), w->shape[0]));
-    tfm__embedding_forward_cpu(y->data, ids, w->data, scale, tfm__rows(y), w->shape[1]);
+    tfm__op_embedding(y->device, y->data, ids, w->data, scale, tfm__rows(y), w->shape[1]);
     return TFM_OK;
 }
 
@@ -2508,7 +2643,7 @@ TFMDEF tfm_result tfm_embedding_backward(tfm_tensor *dw, const tfm_tensor *dy, c
     TFM__TRY(tfm__chk(fn, "dy", dy));
     TFM__TRY(tfm__chk_emb(fn, "dy", dy, "dweight", dw, scale));
     TFM__TRY(tfm__chk_ids(fn, ids, tfm__rows(dy), dw->shape[0]));
-    tfm__embedding_backward_cpu(dw->data, dy->data, ids, scale, tfm__rows(dy), dw->shape[1]);
+    tfm__op_embedding_bwd(dw->device, dw->data, dy->data, ids, scale, tfm__rows(dy), dw->shape[1]);
     return TFM_OK;
 }
 
@@ -2537,7 +2672,7 @@ TFMDEF tfm_result tfm_pos_embedding_forward(tfm_tensor *y, const tfm_tensor *x, 
     TFM__TRY(tfm__chk(fn, "weight", w));
     TFM__TRY(tfm__btc(fn, "x", x, &B, &T, &C));
     TFM__TRY(tfm__chk_table(fn, "weight", w, x, T, C));
-    tfm__pos_add_cpu(y->data, x->data, w->data, B, T, C);
+    tfm__op_pos_add(y->device, y->data, x->data, w->data, B, T, C);
     return TFM_OK;
 }
 
@@ -2550,8 +2685,8 @@ TFMDEF tfm_result tfm_pos_embedding_backward(tfm_tensor *dx, tfm_tensor *dw, con
     TFM__TRY(tfm__btc(fn, "dy", dy, &B, &T, &C));
     TFM__TRY(tfm__chk_same(fn, "dy", dy, "dx", dx));
     if (dw) TFM__TRY(tfm__chk_table(fn, "dweight", dw, dy, T, C));
-    if (dx) tfm__acc_cpu(dx->data, dy->data, tfm_numel(dy));
-    if (dw) tfm__pos_embedding_backward_cpu(dw->data, dy->data, B, T, C);
+    if (dx) tfm__op_add(dx->device, dx->data, dx->data, dy->data, tfm_numel(dy));
+    if (dw) tfm__op_pos_bwd(dw->device, dw->data, dy->data, B, T, C);
     return TFM_OK;
 }
 
@@ -2559,7 +2694,7 @@ TFMDEF tfm_result tfm_sinusoidal_table(tfm_tensor *pe) {
     const char *fn = "tfm_sinusoidal_table";
     TFM__TRY(tfm__chk(fn, "pe", pe));
     if (pe->ndim != 2) return tfm__fail(TFM_E_SHAPE, "%s: pe is %s, want (P,C)", fn, tfm__shp(pe));
-    tfm__sinusoidal_add_cpu(pe->data, NULL, 1, pe->shape[0], pe->shape[1]);
+    tfm__op_sinusoid_add(pe->device, pe->data, NULL, 1, pe->shape[0], pe->shape[1]);
     return TFM_OK;
 }
 
@@ -2568,7 +2703,7 @@ TFMDEF tfm_result tfm_sinusoidal_forward(tfm_tensor *y, const tfm_tensor *x) {
     int64_t B = 0, T = 0, C = 0;
     TFM__TRY(tfm__chk_pair(fn, "y", y, "x", x));
     TFM__TRY(tfm__btc(fn, "x", x, &B, &T, &C));
-    tfm__sinusoidal_add_cpu(y->data, x->data, B, T, C);
+    tfm__op_sinusoid_add(y->device, y->data, x->data, B, T, C);
     return TFM_OK;
 }
 
@@ -2579,7 +2714,7 @@ TFMDEF tfm_result tfm_sinusoidal_backward(tfm_tensor *dx, const tfm_tensor *dy) 
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__btc(fn, "dy", dy, &B, &T, &C));
     TFM__TRY(tfm__chk_same(fn, "dy", dy, "dx", dx));
-    if (dx) tfm__acc_cpu(dx->data, dy->data, tfm_numel(dy));
+    if (dx) tfm__op_add(dx->device, dx->data, dx->data, dy->data, tfm_numel(dy));
     return TFM_OK;
 }
 
@@ -2588,7 +2723,7 @@ TFMDEF tfm_result tfm_add_forward(tfm_tensor *y, const tfm_tensor *a, const tfm_
     TFM__TRY(tfm__chk_pair(fn, "y", y, "a", a));
     TFM__TRY(tfm__chk(fn, "b", b));
     TFM__TRY(tfm__chk_same(fn, "a", a, "b", b));
-    tfm__add_cpu(y->data, a->data, b->data, tfm_numel(a));
+    tfm__op_add(y->device, y->data, a->data, b->data, tfm_numel(a));
     return TFM_OK;
 }
 
@@ -2599,8 +2734,8 @@ TFMDEF tfm_result tfm_add_backward(tfm_tensor *da, tfm_tensor *db, const tfm_ten
     TFM__TRY(tfm__chk_opt(fn, "db", db));
     TFM__TRY(tfm__chk_same(fn, "dy", dy, "da", da));
     TFM__TRY(tfm__chk_same(fn, "dy", dy, "db", db));
-    if (da) tfm__acc_cpu(da->data, dy->data, tfm_numel(dy));
-    if (db) tfm__acc_cpu(db->data, dy->data, tfm_numel(dy));
+    if (da) tfm__op_add(da->device, da->data, da->data, dy->data, tfm_numel(dy));
+    if (db) tfm__op_add(db->device, db->data, db->data, dy->data, tfm_numel(dy));
     return TFM_OK;
 }
 
@@ -2631,7 +2766,7 @@ TFMDEF tfm_result tfm_mean_pool_forward(tfm_tensor *y, const tfm_tensor *x, cons
     TFM__TRY(tfm__chk(fn, "x", x));
     TFM__TRY(tfm__chk_pool(fn, "x", x, "y", y));
     TFM__TRY(tfm__chk_lens(fn, "lens", lens, x->shape[0], x->shape[1]));
-    tfm__mean_pool_forward_cpu(y->data, x->data, lens, x->shape[0], x->shape[1], x->shape[2]);
+    tfm__op_pool(y->device, TFM_POOL_MEAN, y->data, x->data, lens, x->shape[0], x->shape[1], x->shape[2]);
     return TFM_OK;
 }
 
@@ -2641,30 +2776,25 @@ TFMDEF tfm_result tfm_mean_pool_backward(tfm_tensor *dx, const tfm_tensor *dy, c
     TFM__TRY(tfm__chk(fn, "dy", dy));
     TFM__TRY(tfm__chk_pool(fn, "dx", dx, "dy", dy));
     TFM__TRY(tfm__chk_lens(fn, "lens", lens, dx->shape[0], dx->shape[1]));
-    tfm__mean_pool_backward_cpu(dx->data, dy->data, lens, dx->shape[0], dx->shape[1], dx->shape[2]);
+    tfm__op_pool_bwd(dx->device, TFM_POOL_MEAN, dx->data, dy->data, lens, dx->shape[0], dx->shape[1], dx->shape[2]);
     return TFM_OK;
 }
 
 TFMDEF tfm_result tfm_cls_pool_forward(tfm_tensor *y, const tfm_tensor *x) {
     const char *fn = "tfm_cls_pool_forward";
-    int64_t b;
     TFM__TRY(tfm__chk(fn, "y", y));
     TFM__TRY(tfm__chk(fn, "x", x));
     TFM__TRY(tfm__chk_pool(fn, "x", x, "y", y));
-    for (b = 0; b < x->shape[0]; b++)
-        memcpy(y->data + b * x->shape[2], x->data + b * x->shape[1] * x->shape[2], (size_t)x->shape[2] * sizeof(float));
+    tfm__op_pool(y->device, TFM_POOL_CLS, y->data, x->data, NULL, x->shape[0], x->shape[1], x->shape[2]);
     return TFM_OK;
 }
 
 TFMDEF tfm_result tfm_cls_pool_backward(tfm_tensor *dx, const tfm_tensor *dy) {
     const char *fn = "tfm_cls_pool_backward";
-    int64_t b, j, C;
     TFM__TRY(tfm__chk(fn, "dx", dx));
     TFM__TRY(tfm__chk(fn, "dy", dy));
     TFM__TRY(tfm__chk_pool(fn, "dx", dx, "dy", dy));
-    C = dx->shape[2];
-    for (b = 0; b < dx->shape[0]; b++)
-        for (j = 0; j < C; j++) dx->data[b * dx->shape[1] * C + j] += dy->data[b * C + j];
+    tfm__op_pool_bwd(dx->device, TFM_POOL_CLS, dx->data, dy->data, NULL, dx->shape[0], dx->shape[1], dx->shape[2]);
     return TFM_OK;
 }
 
@@ -2747,7 +2877,7 @@ TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *att, tfm_te
     a.out = out->data;
     a.att = att->data;
     a.tmp = tmp ? tmp->data : NULL;
-    tfm__attention_forward_cpu(&a);
+    tfm__op_attention(out->device, &a);
     return TFM_OK;
 }
 
@@ -2782,8 +2912,7 @@ TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_ten
     a.ldq = a.ldk = a.ldv = C;
     a.att = att->data;
     a.tmp = tmp->data;
-    tfm__attention_backward_cpu(&a, dq ? dq->data : NULL, C, dk ? dk->data : NULL, C, dv ? dv->data : NULL, C,
-                                dout->data, C);
+    tfm__op_attention_bwd(dout->device, &a, dq ? dq->data : NULL, C, dk ? dk->data : NULL, C, dv ? dv->data : NULL, C, dout->data, C);
     return TFM_OK;
 }
 
@@ -2852,6 +2981,7 @@ TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *me
     }
     mem->scratch.used = mark;
     m->has_grad = !mem->no_grad;
+    m->device = mem->device;
     return tfm_mem_check(mem) == TFM_OK ? TFM_OK
                                         : tfm__fail(TFM_E_NOMEM, "%s: %s", fn, tfm_last_error());
 }
@@ -2910,15 +3040,15 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv,
     {
         const float *w = m->in_proj_weight.data, *b = m->in_proj_bias.data;
         if (m->desc.cross) {
-            tfm__linear_forward_cpu(m->q, C, x, C, w, b, (int64_t)B * Tq, C, C);
-            tfm__linear_forward_cpu(m->kv, 2 * C, xkv, C, w + C * C, b ? b + C : NULL, (int64_t)B * Tk, C, 2 * C);
+            tfm__op_linear(m->device, m->q, C, x, C, w, b, (int64_t)B * Tq, C, C);
+            tfm__op_linear(m->device, m->kv, 2 * C, xkv, C, w + C * C, b ? b + C : NULL, (int64_t)B * Tk, C, 2 * C);
         } else {
-            tfm__linear_forward_cpu(m->q, 3 * C, x, C, w, b, (int64_t)B * Tq, C, 3 * C);
+            tfm__op_linear(m->device, m->q, 3 * C, x, C, w, b, (int64_t)B * Tq, C, 3 * C);
         }
     }
     tfm__mha_args(m, &a);
-    tfm__attention_forward_cpu(&a);
-    tfm__linear_forward_cpu(y, C, m->ctx, C, m->out_proj_weight.data, m->out_proj_bias.data, (int64_t)B * Tq, C, C);
+    tfm__op_attention(m->device, &a);
+    tfm__op_linear(m->device, y, C, m->ctx, C, m->out_proj_weight.data, m->out_proj_bias.data, (int64_t)B * Tq, C, C);
 }
 
 /* The backward pass of a checked layer call: adds into dx, dxkv (may be NULL) and the gradients. */
@@ -2927,28 +3057,25 @@ static void tfm__mha_bwd(tfm_mha *m, float *dx, float *dxkv, const float *dy) {
     int64_t B = m->B, Tq = m->Tq, Tk = m->Tk, C = m->desc.d_model;
     int cross = m->desc.cross;
     /* out_proj: dW += dy^T ctx, db += colsum(dy), dctx = dy W */
-    tfm__linear_backward_ex(m->dctx, C, 0.0f, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx, C,
-                            m->out_proj_weight.data, B * Tq, C, C);
+    tfm__op_linear_bwd(m->device, m->dctx, C, 0.0f, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx, C, m->out_proj_weight.data, B * Tq, C, C);
     /* attention: gradients of the projected q, k, v */
     tfm__mha_args(m, &a);
-    memset(m->dq, 0, (size_t)(B * Tq * (cross ? C : 3 * C)) * sizeof(float));
+    tfm__op_zero(m->device, m->dq, B * Tq * (cross ? C : 3 * C));
     if (cross) {
-        memset(m->dkv, 0, (size_t)(B * Tk * 2 * C) * sizeof(float));
-        tfm__attention_backward_cpu(&a, m->dq, (int)C, m->dkv, (int)(2 * C), m->dkv + C, (int)(2 * C), m->dctx, (int)C);
+        tfm__op_zero(m->device, m->dkv, B * Tk * 2 * C);
+        tfm__op_attention_bwd(m->device, &a, m->dq, (int)C, m->dkv, (int)(2 * C), m->dkv + C, (int)(2 * C), m->dctx, (int)C);
     } else {
-        tfm__attention_backward_cpu(&a, m->dq, (int)(3 * C), m->dq + C, (int)(3 * C), m->dq + 2 * C, (int)(3 * C),
-                                    m->dctx, (int)C);
+        tfm__op_attention_bwd(m->device, &a, m->dq, (int)(3 * C), m->dq + C, (int)(3 * C), m->dq + 2 * C, (int)(3 * C), m->dctx, (int)C);
     }
     /* in_proj */
     {
         const float *w = m->in_proj_weight.data;
         float *dw = m->d_in_proj_weight.data, *db = m->d_in_proj_bias.data;
         if (cross) {
-            tfm__linear_backward_cpu(dx, C, dw, db, m->dq, C, m->x, C, w, B * Tq, C, C);
-            tfm__linear_backward_cpu(dxkv, C, dw + C * C, db ? db + C : NULL, m->dkv, 2 * C, m->xkv, C, w + C * C,
-                                     B * Tk, C, 2 * C);
+            tfm__op_linear_bwd(m->device, dx, C, 1.0f, dw, db, m->dq, C, m->x, C, w, B * Tq, C, C);
+            tfm__op_linear_bwd(m->device, dxkv, C, 1.0f, dw + C * C, db ? db + C : NULL, m->dkv, 2 * C, m->xkv, C, w + C * C, B * Tk, C, 2 * C);
         } else {
-            tfm__linear_backward_cpu(dx, C, dw, db, m->dq, 3 * C, m->x, C, w, B * Tq, C, 3 * C);
+            tfm__op_linear_bwd(m->device, dx, C, 1.0f, dw, db, m->dq, 3 * C, m->x, C, w, B * Tq, C, 3 * C);
         }
     }
 }
@@ -3114,6 +3241,7 @@ TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm
     blk->desc = d;
     blk->n_sub = d.cross ? 3 : 2;
     blk->has_grad = !mem->no_grad;
+    blk->device = mem->device;
     BT = (size_t)d.max_batch * d.max_t * d.d_model;
     BTF = (size_t)d.max_batch * d.max_t * d.d_ff;
     /* this layer's scratch first: it stays live while the attention layers use theirs */
@@ -3180,10 +3308,9 @@ static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, 
         o.key_lens = xkv_lens;
         tfm__mha_fwd(&blk->cross_attn, v, u, blk->xkv, blk->B, blk->T, blk->Tk, &o);
     } else {
-        tfm__linear_forward_cpu(blk->ff_pre, F, u, C, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F);
-        if (d->act == TFM_ACT_RELU) tfm__relu_forward_cpu(blk->ff_act, blk->ff_pre, N * F);
-        else tfm__gelu_forward_cpu(blk->ff_act, blk->ff_pre, N * F, d->act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF);
-        tfm__linear_forward_cpu(v, C, blk->ff_act, F, blk->linear2.weight.data, blk->linear2.bias.data, N, F, C);
+        tfm__op_linear(blk->device, blk->ff_pre, F, u, C, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F);
+        tfm__op_act(blk->device, d->act, blk->ff_act, blk->ff_pre, N * F);
+        tfm__op_linear(blk->device, v, C, blk->ff_act, F, blk->linear2.weight.data, blk->linear2.bias.data, N, F, C);
     }
 }
 
@@ -3197,13 +3324,9 @@ static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, const float *dv
         tfm__mha_bwd(&blk->cross_attn, du, dxkv, dv);
     } else {
         const float *u = d->norm_first ? blk->ln_io[s] : blk->stream[s];
-        tfm__linear_backward_ex(blk->d_ff2, F, 0.0f, blk->linear2.dweight.data, blk->linear2.dbias.data, dv, C,
-                                blk->ff_act, F, blk->linear2.weight.data, N, F, C);
-        if (d->act == TFM_ACT_RELU) tfm__relu_backward_cpu(blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, 0.0f);
-        else tfm__gelu_backward_cpu(blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F,
-                                    d->act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF, 0.0f);
-        tfm__linear_backward_cpu(du, C, blk->linear1.dweight.data, blk->linear1.dbias.data, blk->d_ff1, F, u, C,
-                                 blk->linear1.weight.data, N, C, F);
+        tfm__op_linear_bwd(blk->device, blk->d_ff2, F, 0.0f, blk->linear2.dweight.data, blk->linear2.dbias.data, dv, C, blk->ff_act, F, blk->linear2.weight.data, N, F, C);
+        tfm__op_act_bwd(blk->device, d->act, blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, 0.0f);
+        tfm__op_linear_bwd(blk->device, du, C, 1.0f, blk->linear1.dweight.data, blk->linear1.dbias.data, blk->d_ff1, F, u, C, blk->linear1.weight.data, N, C, F);
     }
 }
 
@@ -3227,19 +3350,17 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
         float *v = blk->sub_out;
         tfm_layernorm *ln = &blk->norm[s];
         if (d->norm_first) {
-            tfm__layernorm_forward_cpu(blk->ln_io[s], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data,
-                                       d->ln_eps, N, C);
+            tfm__op_layernorm(blk->device, blk->ln_io[s], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data, d->ln_eps, N, C);
             tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], lens, xkv_lens);
         } else {
             tfm__block_sub_fwd(blk, s, v, xs, lens, xkv_lens);
         }
-        if (training && d->dropout > 0.0f) tfm__dropout_cpu(v, v, N * C, d->dropout, tfm__seed_mix(seed, (uint64_t)s), 0);
+        if (training && d->dropout > 0.0f) tfm__op_dropout(blk->device, v, v, N * C, d->dropout, tfm__seed_mix(seed, (uint64_t)s), 0);
         if (d->norm_first) {
-            tfm__add_cpu(out, xs, v, N * C);
+            tfm__op_add(blk->device, out, xs, v, N * C);
         } else {
-            tfm__add_cpu(blk->ln_io[s], xs, v, N * C);
-            tfm__layernorm_forward_cpu(out, ln->mean, ln->rstd, blk->ln_io[s], ln->weight.data, ln->bias.data,
-                                       d->ln_eps, N, C);
+            tfm__op_add(blk->device, blk->ln_io[s], xs, v, N * C);
+            tfm__op_layernorm(blk->device, out, ln->mean, ln->rstd, blk->ln_io[s], ln->weight.data, ln->bias.data, d->ln_eps, N, C);
         }
         if (s + 1 < blk->n_sub) blk->stream[s + 1] = out;
     }
@@ -3249,7 +3370,6 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
 static void tfm__block_bwd(tfm_block *blk, float *dx, float *dxkv, const float *dy) {
     const tfm_block_desc *d = &blk->desc;
     int64_t N = (int64_t)blk->B * blk->T, C = d->d_model;
-    size_t bytes = (size_t)(N * C) * sizeof(float);
     const float *g = dy;
     float *bufs[2];
     int s, which = 0;
@@ -3263,31 +3383,29 @@ static void tfm__block_bwd(tfm_block *blk, float *dx, float *dxkv, const float *
         uint64_t seed = tfm__seed_mix(blk->seed, (uint64_t)s);
         which ^= 1;
         if (d->norm_first) {
-            memcpy(dprev, g, bytes); /* residual */
+            tfm__op_copy(blk->device, dprev, g, N * C); /* residual */
             dv = g;
             if (drop) {
-                tfm__dropout_cpu(blk->sub_out, g, N * C, d->dropout, seed, 0);
+                tfm__op_dropout(blk->device, blk->sub_out, g, N * C, d->dropout, seed, 0);
                 dv = blk->sub_out;
             }
-            memset(blk->d_u, 0, bytes);
+            tfm__op_zero(blk->device, blk->d_u, N * C);
             tfm__block_sub_bwd(blk, s, blk->d_u, dv, dxkv);
-            tfm__layernorm_backward_cpu(dprev, ln->dweight.data, ln->dbias.data, blk->d_u, blk->stream[s],
-                                        ln->weight.data, ln->mean, ln->rstd, N, C);
+            tfm__op_layernorm_bwd(blk->device, dprev, ln->dweight.data, ln->dbias.data, blk->d_u, blk->stream[s], ln->weight.data, ln->mean, ln->rstd, N, C);
         } else {
-            memset(blk->d_u, 0, bytes);
-            tfm__layernorm_backward_cpu(blk->d_u, ln->dweight.data, ln->dbias.data, g, blk->ln_io[s], ln->weight.data,
-                                        ln->mean, ln->rstd, N, C);
-            memcpy(dprev, blk->d_u, bytes); /* residual */
+            tfm__op_zero(blk->device, blk->d_u, N * C);
+            tfm__op_layernorm_bwd(blk->device, blk->d_u, ln->dweight.data, ln->dbias.data, g, blk->ln_io[s], ln->weight.data, ln->mean, ln->rstd, N, C);
+            tfm__op_copy(blk->device, dprev, blk->d_u, N * C); /* residual */
             dv = blk->d_u;
             if (drop) {
-                tfm__dropout_cpu(blk->sub_out, blk->d_u, N * C, d->dropout, seed, 0);
+                tfm__op_dropout(blk->device, blk->sub_out, blk->d_u, N * C, d->dropout, seed, 0);
                 dv = blk->sub_out;
             }
             tfm__block_sub_bwd(blk, s, dprev, dv, dxkv);
         }
         g = dprev;
     }
-    if (dx) tfm__acc_cpu(dx, g, N * C);
+    if (dx) tfm__op_add(blk->device, dx, dx, g, N * C);
 }
 
 TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_tensor *x, const tfm_tensor *xkv,
@@ -3580,7 +3698,7 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
         }
     } else if (c->pos == TFM_POS_SINUSOIDAL) {
         m->pos_emb = tfm__carve_t2(&mem->acts, Tm, C); /* a fixed table, not a parameter */
-        if (m->pos_emb.data) tfm__sinusoidal_add_cpu(m->pos_emb.data, NULL, 1, Tm, C);
+        if (m->pos_emb.data) tfm__op_sinusoid_add(m->device, m->pos_emb.data, NULL, 1, Tm, C);
         m->tgt_pos_emb = m->pos_emb;
     }
     /* layers */
@@ -3756,7 +3874,7 @@ TFMDEF void tfm_model_train(tfm_model *m, int training) {
 }
 
 TFMDEF void tfm_model_zero_grad(tfm_model *m) {
-    if (m && m->has_grad && m->mem_base) memset(m->mem_base + m->off_grads, 0, m->n_param_bytes);
+    if (m && m->has_grad && m->mem_base) tfm__op_zero(m->device, (float *)(m->mem_base + m->off_grads), (int64_t)(m->n_param_bytes / sizeof(float)));
 }
 
 TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name) {
@@ -3813,10 +3931,10 @@ static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, int B, in
                            const tfm_tensor *pos, uint64_t site) {
     int64_t C = m->cfg.d_model, N = (int64_t)B * T;
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
-    tfm__embedding_forward_cpu(x, ids, emb->data, scale, N, C);
-    if (pos->data) tfm__pos_add_cpu(x, x, pos->data, B, T, C);
+    tfm__op_embedding(m->device, x, ids, emb->data, scale, N, C);
+    if (pos->data) tfm__op_pos_add(m->device, x, x, pos->data, B, T, C);
     if (m->training && m->cfg.dropout > 0.0f)
-        tfm__dropout_cpu(x, x, N * C, m->cfg.dropout, tfm__seed_mix(m->fwd_seed, site), 0);
+        tfm__op_dropout(m->device, x, x, N * C, m->cfg.dropout, tfm__seed_mix(m->fwd_seed, site), 0);
 }
 
 static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, int B, int T, const tfm_tensor *demb,
@@ -3824,9 +3942,9 @@ static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, int B, in
     int64_t C = m->cfg.d_model, N = (int64_t)B * T;
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
     if (m->training && m->cfg.dropout > 0.0f)
-        tfm__dropout_cpu(g, g, N * C, m->cfg.dropout, tfm__seed_mix(m->fwd_seed, site), 0);
-    if (dpos && dpos->data) tfm__pos_embedding_backward_cpu(dpos->data, g, B, T, C);
-    tfm__embedding_backward_cpu(demb->data, g, ids, scale, N, C);
+        tfm__op_dropout(m->device, g, g, N * C, m->cfg.dropout, tfm__seed_mix(m->fwd_seed, site), 0);
+    if (dpos && dpos->data) tfm__op_pos_bwd(m->device, dpos->data, g, B, T, C);
+    tfm__op_embedding_bwd(m->device, demb->data, g, ids, scale, N, C);
 }
 
 /* Runs n layers from x; returns the stack's output (after the final norm when pre-LN). */
@@ -3843,8 +3961,7 @@ static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, in
         cur = out;
     }
     if (m->cfg.norm_first) {
-        tfm__layernorm_forward_cpu(ln_out, norm->mean, norm->rstd, cur, norm->weight.data, norm->bias.data, m->cfg.ln_eps,
-                                   (int64_t)B * T, m->cfg.d_model);
+        tfm__op_layernorm(m->device, ln_out, norm->mean, norm->rstd, cur, norm->weight.data, norm->bias.data, m->cfg.ln_eps, (int64_t)B * T, m->cfg.d_model);
         cur = ln_out;
     }
     return cur;
@@ -3854,22 +3971,20 @@ static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, in
 static float *tfm__stack_bwd(tfm_model *m, tfm_block *blks, float *buf, int n, tfm_layernorm *norm, float *g, float *dmem,
                              int B, int T) {
     int64_t C = m->cfg.d_model, BTC = (int64_t)blks[0].desc.max_batch * blks[0].desc.max_t * C;
-    size_t bytes = (size_t)((int64_t)B * T * C) * sizeof(float);
     float *bufs[2];
     int l, which = 0;
     bufs[0] = m->d_enc_y;
     bufs[1] = m->d_dec_x;
     if (m->cfg.norm_first) {
         const float *top = buf + (n - 1) * BTC;
-        memset(bufs[which], 0, bytes);
-        tfm__layernorm_backward_cpu(bufs[which], norm->dweight.data, norm->dbias.data, g, top, norm->weight.data,
-                                    norm->mean, norm->rstd, (int64_t)B * T, C);
+        tfm__op_zero(m->device, bufs[which], (int64_t)B * T * C);
+        tfm__op_layernorm_bwd(m->device, bufs[which], norm->dweight.data, norm->dbias.data, g, top, norm->weight.data, norm->mean, norm->rstd, (int64_t)B * T, C);
         g = bufs[which];
         which ^= 1;
     }
     for (l = n - 1; l >= 0; l--) {
         float *dprev = bufs[which];
-        memset(dprev, 0, bytes);
+        tfm__op_zero(m->device, dprev, (int64_t)B * T * C);
         tfm__block_bwd(&blks[l], dprev, dmem, g);
         g = dprev;
         which ^= 1;
@@ -3918,18 +4033,14 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     }
     m->top = h;
     if (kind == TFM_ENCODER_CLASSIFIER) {
-        if (c->pool == TFM_POOL_MEAN) {
-            tfm__mean_pool_forward_cpu(m->pooled, h, lens, B, T, C);
-        } else {
-            for (i = 0; i < B; i++) memcpy(m->pooled + i * C, h + i * T * C, (size_t)C * sizeof(float));
-        }
+        tfm__op_pool(m->device, c->pool, m->pooled, h, lens, B, T, C);
         rows = B;
         n_out = c->n_classes;
-        tfm__linear_forward_cpu(m->logits, n_out, m->pooled, C, m->head.weight.data, m->head.bias.data, rows, C, n_out);
+        tfm__op_linear(m->device, m->logits, n_out, m->pooled, C, m->head.weight.data, m->head.bias.data, rows, C, n_out);
     } else {
         rows = (int64_t)B * (kind == TFM_DECODER_LM ? T : Tt);
         n_out = kind == TFM_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
-        tfm__linear_forward_cpu(m->logits, n_out, h, C, m->head.weight.data, NULL, rows, C, n_out);
+        tfm__op_linear(m->device, m->logits, n_out, h, C, m->head.weight.data, NULL, rows, C, n_out);
     }
     m->has_targets = b->targets != NULL;
     m->last_loss = 0.0f;
@@ -3938,8 +4049,7 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
         if (kind == TFM_DECODER_LM && b->lens) /* positions past a sequence's length do not count */
             for (i = 0; i < rows; i++)
                 if (i % T >= b->lens[i / T]) m->targets[i] = c->ignore_index;
-        m->last_loss = tfm__cross_entropy_forward_cpu(m->lse, m->logits, m->targets, c->ignore_index, c->label_smoothing,
-                                                      rows, n_out);
+        m->last_loss = tfm__op_cross_entropy(m->device, m->lse, m->logits, m->targets, c->ignore_index, c->label_smoothing, rows, n_out, NULL);
     }
     if (loss) *loss = m->last_loss;
     return TFM_OK;
@@ -3949,7 +4059,7 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     const char *fn = "tfm_model_backward";
     const tfm_config *c;
     int B, T, Tt, kind;
-    int64_t C, rows, n_out, i;
+    int64_t C, rows, n_out;
     float *g;
     if (!m || !m->mem_base) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     if (!m->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
@@ -3963,23 +4073,16 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     C = c->d_model;
     rows = kind == TFM_ENCODER_CLASSIFIER ? B : (int64_t)B * (kind == TFM_DECODER_LM ? T : Tt);
     n_out = kind == TFM_ENCODER_CLASSIFIER ? c->n_classes : kind == TFM_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
-    memset(m->d_logits, 0, (size_t)(rows * n_out) * sizeof(float));
-    tfm__cross_entropy_backward_cpu(m->d_logits, loss_scale, m->logits, m->lse, m->targets, c->ignore_index,
-                                    c->label_smoothing, rows, n_out);
+    tfm__op_zero(m->device, m->d_logits, rows * n_out);
+    tfm__op_cross_entropy_bwd(m->device, m->d_logits, loss_scale, m->logits, m->lse, m->targets, c->ignore_index, c->label_smoothing, rows, n_out);
     g = m->d_enc_x; /* gradient of the top stack's output */
     if (kind == TFM_ENCODER_CLASSIFIER) {
         const int32_t *lens = m->has_lens ? m->lens : NULL;
-        tfm__linear_backward_ex(m->d_pooled, C, 0.0f, m->head.dweight.data, m->head.dbias.data, m->d_logits, n_out,
-                                m->pooled, C, m->head.weight.data, rows, C, n_out);
-        memset(g, 0, (size_t)((int64_t)B * T * C) * sizeof(float));
-        if (c->pool == TFM_POOL_MEAN) {
-            tfm__mean_pool_backward_cpu(g, m->d_pooled, lens, B, T, C);
-        } else {
-            for (i = 0; i < B; i++) tfm__acc_cpu(g + i * T * C, m->d_pooled + i * C, C);
-        }
+        tfm__op_linear_bwd(m->device, m->d_pooled, C, 0.0f, m->head.dweight.data, m->head.dbias.data, m->d_logits, n_out, m->pooled, C, m->head.weight.data, rows, C, n_out);
+        tfm__op_zero(m->device, g, (int64_t)B * T * C);
+        tfm__op_pool_bwd(m->device, c->pool, g, m->d_pooled, lens, B, T, C);
     } else {
-        tfm__linear_backward_ex(g, C, 0.0f, m->head.dweight.data, NULL, m->d_logits, n_out, m->top, C,
-                                m->head.weight.data, rows, C, n_out);
+        tfm__op_linear_bwd(m->device, g, C, 0.0f, m->head.dweight.data, NULL, m->d_logits, n_out, m->top, C, m->head.weight.data, rows, C, n_out);
     }
     if (kind == TFM_DECODER_LM) {
         g = tfm__stack_bwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, g, NULL, B, T);
@@ -3987,11 +4090,11 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
         return TFM_OK;
     }
     if (kind == TFM_ENCODER_DECODER) {
-        memset(m->d_dec_y, 0, (size_t)((int64_t)B * T * C) * sizeof(float));
+        tfm__op_zero(m->device, m->d_dec_y, (int64_t)B * T * C);
         g = tfm__stack_bwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, g, m->d_dec_y, B, Tt);
         tfm__embed_bwd(m, g, m->tgt_in, B, Tt, &m->dtgt_emb, c->pos == TFM_POS_LEARNED ? &m->dtgt_pos_emb : NULL, 2);
         g = m->d_enc_x;
-        memcpy(g, m->d_dec_y, (size_t)((int64_t)B * T * C) * sizeof(float));
+        tfm__op_copy(m->device, g, m->d_dec_y, (int64_t)B * T * C);
     }
     g = tfm__stack_bwd(m, m->enc, m->enc_buf, m->n_enc, &m->enc_norm, g, NULL, B, T);
     tfm__embed_bwd(m, g, m->tokens, B, T, &m->dsrc_emb, &m->dpos_emb, 1);
@@ -4150,22 +4253,21 @@ static void tfm__gen_sub(tfm_model *m, tfm_block *blk, int s, float *v, const fl
     if (s == 0) {
         tfm_mha *a = &blk->self_attn;
         float *row = a->q + (int64_t)t * 3 * C; /* q|k|v of position t joins the cache */
-        tfm__linear_forward_cpu(row, 3 * C, u, C, a->in_proj_weight.data, a->in_proj_bias.data, 1, C, 3 * C);
+        tfm__op_linear(m->device, row, 3 * C, u, C, a->in_proj_weight.data, a->in_proj_bias.data, 1, C, 3 * C);
         tfm__attend_row(m->gen_ctx, row, a->q + C, (int)(3 * C), a->q + 2 * C, (int)(3 * C), t + 1, H, D, scale,
                         m->gen_scores);
-        tfm__linear_forward_cpu(v, C, m->gen_ctx, C, a->out_proj_weight.data, a->out_proj_bias.data, 1, C, C);
+        tfm__op_linear(m->device, v, C, m->gen_ctx, C, a->out_proj_weight.data, a->out_proj_bias.data, 1, C, C);
     } else if (s == 1 && d->cross) {
         tfm_mha *a = &blk->cross_attn;
-        tfm__linear_forward_cpu(m->gen_q, C, u, C, a->in_proj_weight.data, a->in_proj_bias.data, 1, C, C);
+        tfm__op_linear(m->device, m->gen_q, C, u, C, a->in_proj_weight.data, a->in_proj_bias.data, 1, C, C);
         tfm__attend_row(m->gen_ctx, m->gen_q, a->kv, (int)(2 * C), a->kv + C, (int)(2 * C), src_len, H, D, scale,
                         m->gen_scores);
-        tfm__linear_forward_cpu(v, C, m->gen_ctx, C, a->out_proj_weight.data, a->out_proj_bias.data, 1, C, C);
+        tfm__op_linear(m->device, v, C, m->gen_ctx, C, a->out_proj_weight.data, a->out_proj_bias.data, 1, C, C);
     } else {
         float *pre = m->gen_ff, *act = m->gen_ff + F;
-        tfm__linear_forward_cpu(pre, F, u, C, blk->linear1.weight.data, blk->linear1.bias.data, 1, C, F);
-        if (d->act == TFM_ACT_RELU) tfm__relu_forward_cpu(act, pre, F);
-        else tfm__gelu_forward_cpu(act, pre, F, d->act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF);
-        tfm__linear_forward_cpu(v, C, act, F, blk->linear2.weight.data, blk->linear2.bias.data, 1, F, C);
+        tfm__op_linear(m->device, pre, F, u, C, blk->linear1.weight.data, blk->linear1.bias.data, 1, C, F);
+        tfm__op_act(m->device, d->act, act, pre, F);
+        tfm__op_linear(m->device, v, C, act, F, blk->linear2.weight.data, blk->linear2.bias.data, 1, F, C);
     }
 }
 
@@ -4183,19 +4285,19 @@ static void tfm__gen_step(tfm_model *m, int32_t tok, int t, int src_len) {
         for (s = 0; s < blk->n_sub; s++) {
             tfm_layernorm *ln = &blk->norm[s];
             if (c->norm_first) {
-                tfm__layernorm_forward_cpu(u, NULL, NULL, x, ln->weight.data, ln->bias.data, c->ln_eps, 1, C);
+                tfm__op_layernorm(m->device, u, NULL, NULL, x, ln->weight.data, ln->bias.data, c->ln_eps, 1, C);
                 tfm__gen_sub(m, blk, s, v, u, t, src_len);
                 for (j = 0; j < C; j++) x[j] += v[j];
             } else {
                 tfm__gen_sub(m, blk, s, v, x, t, src_len);
                 for (j = 0; j < C; j++) x[j] += v[j];
-                tfm__layernorm_forward_cpu(x, NULL, NULL, x, ln->weight.data, ln->bias.data, c->ln_eps, 1, C);
+                tfm__op_layernorm(m->device, x, NULL, NULL, x, ln->weight.data, ln->bias.data, c->ln_eps, 1, C);
             }
         }
     }
     if (c->norm_first)
-        tfm__layernorm_forward_cpu(x, NULL, NULL, x, m->dec_norm.weight.data, m->dec_norm.bias.data, c->ln_eps, 1, C);
-    tfm__linear_forward_cpu(m->gen_logits, V, x, C, m->head.weight.data, NULL, 1, C, V);
+        tfm__op_layernorm(m->device, x, NULL, NULL, x, m->dec_norm.weight.data, m->dec_norm.bias.data, c->ln_eps, 1, C);
+    tfm__op_linear(m->device, m->gen_logits, V, x, C, m->head.weight.data, NULL, 1, C, V);
 }
 
 /* argmax, or a sample from softmax(logits / temperature) over the top_k likeliest */
