@@ -586,7 +586,6 @@ typedef struct tfm_model {
     float **enc_out, **dec_out;     /* per-layer outputs */
     float *enc_buf, *dec_buf;
     double *gnorm_parts;            /* per-parameter squared gradient norms */
-    float *gen_x, *gen_u, *gen_v, *gen_q, *gen_ctx, *gen_ff, *gen_scores, *gen_logits; /* generation rows */
     const float *memory, *top;      /* the encoder's output (enc-dec) and the top stack's output */
     const int32_t *tokens, *tgt_in; /* the last forward's inputs (read by backward) */
     unsigned char *mem_base;
@@ -597,6 +596,7 @@ typedef struct tfm_model {
     int64_t step;                   /* optimizer steps taken */
     tfm_rng rng;
     float last_loss;
+    int gen_replaced;               /* generate ran after the last forward */
     void *owned;                    /* memory the library allocated */
     tfm_device device;
 } tfm_model;
@@ -630,6 +630,36 @@ TFMDEF float tfm_optim_lr(const tfm_optim *opt, int64_t s);
 TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m);
 /* Find a parameter by its torch name; NULL if none. */
 TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name);
+
+/* The keys and values a decoder has computed, kept between decoding calls so that each new position
+   costs one row per layer: self-attention rows of every position decoded so far and, for an
+   encoder-decoder, the projected source of the cross-attention. It has its own memory, sized by
+   max_batch rows of max_len positions. Row b of a batch lives in cache slot slot[b]; reordering rows
+   (beam search) moves slots and copies only the rows that are duplicated. Layout, per layer l and slot s:
+   2C floats (k then v) per position t at self_kv + ((l * max_batch + s) * max_len + t) * 2C, and the
+   same for cross_kv with max_src_len. */
+typedef struct tfm_kv_cache {
+    int n_layers, max_batch, max_len, max_src_len, d_model;
+    int len;              /* positions cached in every row */
+    int src_len;          /* encoder-decoder: source positions cached (0: none yet) */
+    float *self_kv, *cross_kv;
+    int32_t *slot;        /* (max_batch) the slot of each batch row */
+    int32_t *src_lens;    /* (max_batch) valid source length of each batch row */
+    int has_src_lens;
+    tfm_device device;
+    void *owned;
+} tfm_kv_cache;
+
+/* A cache for model m's decoder: max_batch rows (0: cfg.max_batch) of up to max_len positions (0: the
+   model's decoder length, cfg.max_seq_len or cfg.max_tgt_len, which is also the most it may be).
+   TFM_E_NOMEM if the allocation fails. */
+TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len);
+TFMDEF void tfm_kv_cache_free(tfm_kv_cache *c);
+/* Forget every cached position and source (the memory is kept). */
+TFMDEF void tfm_kv_cache_reset(tfm_kv_cache *c);
+/* Batch row i continues what row from[i] held, for i < n (the rows of a beam search after pruning);
+   from[i] in [0, n_old). Copies only rows taken by more than one new row. */
+TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int n);
 
 /* Options of tfm_model_generate; zero means greedy decoding with no stop token. */
 typedef struct tfm_gen_opts {
@@ -2021,12 +2051,17 @@ typedef struct tfm__attn_args {
     const int32_t *lens;     /* B key lengths or NULL */
     float dropout, scale;
     uint64_t seed;
+    /* decoding against a cache: keys of batch b start at k + rows[b] * bsk (rows NULL: b; bsk 0: Tk * ldk),
+       and query i sits at position q_off + i (for the causal mask) */
+    int64_t bsk;
+    const int32_t *kv_rows;
+    int q_off;
 } tfm__attn_args;
 
 /* Number of keys query i of batch b may see. */
 static int tfm__attn_visible(const tfm__attn_args *a, int b, int i) {
     int n = a->lens ? a->lens[b] : a->Tk;
-    if (a->causal && i + 1 < n) n = i + 1;
+    if (a->causal && a->q_off + i + 1 < n) n = a->q_off + i + 1;
     return n < 0 ? 0 : n;
 }
 
@@ -2048,8 +2083,9 @@ static void tfm__attention_forward_cpu(const tfm__attn_args *a) {
     for (bh = 0; bh < nbh; bh++) {
         int b = bh / a->H, h = bh % a->H, i, j, i0;
         const float *q = a->q + (int64_t)b * Tq * a->ldq + h * D;
-        const float *k = a->k + (int64_t)b * Tk * a->ldk + h * D;
-        const float *v = a->v + (int64_t)b * Tk * a->ldv + h * D;
+        int64_t kb = a->kv_rows ? a->kv_rows[b] : b;
+        const float *k = a->k + kb * (a->bsk ? a->bsk : (int64_t)Tk * a->ldk) + h * D;
+        const float *v = a->v + kb * (a->bsk ? a->bsk : (int64_t)Tk * a->ldv) + h * D;
         float *o = a->out + (int64_t)b * Tq * a->ldo + h * D;
         float *S = a->att + (int64_t)bh * Tq * Tk;
         for (i0 = 0; i0 < Tq; i0 += QB) {
@@ -3020,9 +3056,21 @@ static void tfm__mha_args(const tfm_mha *m, tfm__attn_args *a) {
     a->tmp = m->tmp;
 }
 
-/* The forward pass of a checked layer call. */
+/* Rows n of k|v (ld ldkv) of each batch row into layer `layer` of the cache (self or cross), at position p. */
+static void tfm__kv_store(tfm_kv_cache *kc, int layer, int cross, const float *kv, int64_t ldkv, int B, int n, int p) {
+    int64_t C2 = 2 * (int64_t)kc->d_model, L = cross ? kc->max_src_len : kc->max_len;
+    float *base = (cross ? kc->cross_kv : kc->self_kv) + (int64_t)layer * kc->max_batch * L * C2;
+    int b;
+    for (b = 0; b < B; b++)
+        tfm__op_copy_rows(kc->device, base + ((int64_t)kc->slot[b] * L + p) * C2, C2, kv + (int64_t)b * n * ldkv, ldkv,
+                          n, C2);
+}
+
+/* The forward pass of a checked layer call. With a cache (decoding): self-attention appends the new
+   rows' keys and values at position kc->len and attends over every cached position; cross-attention
+   projects xkv into the cache on the first call (kc->src_len 0) and attends over the cached source. */
 static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv, int B, int Tq, int Tk,
-                         const tfm_attn_opts *opts) {
+                         const tfm_attn_opts *opts, tfm_kv_cache *kc, int layer) {
     tfm__attn_args a;
     int64_t C = m->desc.d_model;
     m->B = B;
@@ -3041,12 +3089,31 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv,
         const float *w = m->in_proj_weight.data, *b = m->in_proj_bias.data;
         if (m->desc.cross) {
             tfm__op_linear(m->device, m->q, C, x, C, w, b, (int64_t)B * Tq, C, C);
-            tfm__op_linear(m->device, m->kv, 2 * C, xkv, C, w + C * C, b ? b + C : NULL, (int64_t)B * Tk, C, 2 * C);
+            if (!kc || !kc->src_len)
+                tfm__op_linear(m->device, m->kv, 2 * C, xkv, C, w + C * C, b ? b + C : NULL, (int64_t)B * Tk, C, 2 * C);
+            if (kc && !kc->src_len) tfm__kv_store(kc, layer, 1, m->kv, 2 * C, B, Tk, 0);
         } else {
             tfm__op_linear(m->device, m->q, 3 * C, x, C, w, b, (int64_t)B * Tq, C, 3 * C);
+            if (kc) tfm__kv_store(kc, layer, 0, m->q + C, 3 * C, B, Tq, kc->len);
         }
     }
     tfm__mha_args(m, &a);
+    if (kc) { /* keys and values from the cache */
+        int cross = m->desc.cross;
+        int64_t L = cross ? kc->max_src_len : kc->max_len;
+        a.k = (cross ? kc->cross_kv : kc->self_kv) + (int64_t)layer * kc->max_batch * L * 2 * C;
+        a.v = a.k + C;
+        a.ldk = a.ldv = (int)(2 * C);
+        a.bsk = L * 2 * C;
+        a.kv_rows = kc->slot;
+        if (!cross) {
+            a.q_off = kc->len;
+            a.Tk = kc->len + Tq;
+        } else if (kc->src_len) {
+            a.Tk = kc->src_len;
+        }
+        m->Tk = a.Tk;
+    }
     tfm__op_attention(m->device, &a);
     tfm__op_linear(m->device, y, C, m->ctx, C, m->out_proj_weight.data, m->out_proj_bias.data, (int64_t)B * Tq, C, C);
 }
@@ -3117,7 +3184,7 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
     if (opts && opts->dropout > 0.0f && !m->tmp)
         return tfm__fail(TFM_E_ARG, "%s: opts.dropout > 0 in a layer built with no_grad", fn);
 
-    tfm__mha_fwd(m, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)Tq, (int)Tk, opts);
+    tfm__mha_fwd(m, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)Tq, (int)Tk, opts, NULL, 0);
     return TFM_OK;
 }
 
@@ -3291,7 +3358,7 @@ TFMDEF void tfm_block_init_params(tfm_block *blk, tfm_rng *rng) {
 
 /* Sub-layer s of a block: v = F_s(u). */
 static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, const int32_t *lens,
-                               const int32_t *xkv_lens) {
+                               const int32_t *xkv_lens, tfm_kv_cache *kc, int layer) {
     const tfm_block_desc *d = &blk->desc;
     int64_t N = (int64_t)blk->B * blk->T, C = d->d_model, F = d->d_ff;
     tfm_attn_opts o;
@@ -3303,10 +3370,10 @@ static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, 
     if (s == 0) {
         o.causal = d->causal;
         o.key_lens = lens;
-        tfm__mha_fwd(&blk->self_attn, v, u, NULL, blk->B, blk->T, blk->T, &o);
+        tfm__mha_fwd(&blk->self_attn, v, u, NULL, blk->B, blk->T, blk->T, &o, kc, layer);
     } else if (s == 1 && d->cross) {
         o.key_lens = xkv_lens;
-        tfm__mha_fwd(&blk->cross_attn, v, u, blk->xkv, blk->B, blk->T, blk->Tk, &o);
+        tfm__mha_fwd(&blk->cross_attn, v, u, blk->xkv, blk->B, blk->T, blk->Tk, &o, kc, layer);
     } else {
         tfm__op_linear(blk->device, blk->ff_pre, F, u, C, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F);
         tfm__op_act(blk->device, d->act, blk->ff_act, blk->ff_pre, N * F);
@@ -3333,7 +3400,8 @@ static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, const float *dv
 /* pre-LN:  u = LN_s(x_s);  x_{s+1} = x_s + drop(F_s(u))
    post-LN: r = x_s + drop(F_s(x_s));  x_{s+1} = LN_s(r)       (ln_io[s] holds u or r) */
 static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float *xkv, int B, int T, int Tk,
-                           const int32_t *lens, const int32_t *xkv_lens, int training, uint64_t seed) {
+                           const int32_t *lens, const int32_t *xkv_lens, int training, uint64_t seed,
+                           tfm_kv_cache *kc, int layer) {
     const tfm_block_desc *d = &blk->desc;
     int64_t N = (int64_t)B * T, C = d->d_model;
     int s;
@@ -3351,9 +3419,9 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
         tfm_layernorm *ln = &blk->norm[s];
         if (d->norm_first) {
             tfm__op_layernorm(blk->device, blk->ln_io[s], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data, d->ln_eps, N, C);
-            tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], lens, xkv_lens);
+            tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], lens, xkv_lens, kc, layer);
         } else {
-            tfm__block_sub_fwd(blk, s, v, xs, lens, xkv_lens);
+            tfm__block_sub_fwd(blk, s, v, xs, lens, xkv_lens, kc, layer);
         }
         if (training && d->dropout > 0.0f) tfm__op_dropout(blk->device, v, v, N * C, d->dropout, tfm__seed_mix(seed, (uint64_t)s), 0);
         if (d->norm_first) {
@@ -3447,7 +3515,7 @@ TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_ten
     if (training && (d->dropout > 0.0f || d->attn_dropout > 0.0f) && !blk->has_grad)
         return tfm__fail(TFM_E_ARG, "%s: dropout while training needs a block built with gradients", fn);
     tfm__block_fwd(blk, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)T, (int)Tk, lens, xkv_lens,
-                   training != 0, seed);
+                   training != 0, seed, NULL, 0);
     return TFM_OK;
 }
 
@@ -3660,16 +3728,6 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
         m->d_enc_y = tfm__carve(&mem->scratch, (size_t)(B * Tm * C)); /* ping */
         m->d_dec_x = tfm__carve(&mem->scratch, (size_t)(B * Tm * C)); /* pong */
         if (encdec) m->d_dec_y = tfm__carve(&mem->scratch, (size_t)(B * T * C)); /* gradient of the memory */
-    }
-    if (kind != TFM_ENCODER_CLASSIFIER) { /* one-row buffers of generation */
-        m->gen_x = tfm__carve(&mem->scratch, (size_t)C);
-        m->gen_u = tfm__carve(&mem->scratch, (size_t)C);
-        m->gen_v = tfm__carve(&mem->scratch, (size_t)C);
-        m->gen_q = tfm__carve(&mem->scratch, (size_t)C);
-        m->gen_ctx = tfm__carve(&mem->scratch, (size_t)C);
-        m->gen_ff = tfm__carve(&mem->scratch, (size_t)(2 * c->d_ff));
-        m->gen_scores = tfm__carve(&mem->scratch, (size_t)Tm);
-        m->gen_logits = tfm__carve(&mem->scratch, (size_t)n_out);
     }
     /* embeddings */
     m->src_emb = tfm__carve_t2(&mem->params, V, C);
@@ -3926,13 +3984,13 @@ static tfm_result tfm__chk_batch(const char *fn, const tfm_model *m, const tfm_b
     return TFM_OK;
 }
 
-/* token embedding (* sqrt(C)), positions, dropout: x (B,T,C) */
+/* token embedding (* sqrt(C)), positions p0.., dropout: x (B,T,C) */
 static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, int B, int T, const tfm_tensor *emb,
-                           const tfm_tensor *pos, uint64_t site) {
+                           const tfm_tensor *pos, int p0, uint64_t site) {
     int64_t C = m->cfg.d_model, N = (int64_t)B * T;
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
     tfm__op_embedding(m->device, x, ids, emb->data, scale, N, C);
-    if (pos->data) tfm__op_pos_add(m->device, x, x, pos->data, B, T, C);
+    if (pos->data) tfm__op_pos_add(m->device, x, x, pos->data + (int64_t)p0 * C, B, T, C);
     if (m->training && m->cfg.dropout > 0.0f)
         tfm__op_dropout(m->device, x, x, N * C, m->cfg.dropout, tfm__seed_mix(m->fwd_seed, site), 0);
 }
@@ -3950,14 +4008,14 @@ static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, int B, in
 /* Runs n layers from x; returns the stack's output (after the final norm when pre-LN). */
 static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, int n, tfm_layernorm *norm, float *ln_out,
                                    const float *x, const float *mem, int B, int T, int Tk, const int32_t *lens,
-                                   const int32_t *mem_lens, uint64_t site) {
+                                   const int32_t *mem_lens, uint64_t site, tfm_kv_cache *kc) {
     int64_t BTC = (int64_t)blks[0].desc.max_batch * blks[0].desc.max_t * m->cfg.d_model;
     const float *cur = x;
     int l;
     for (l = 0; l < n; l++) {
         float *out = buf + l * BTC;
         tfm__block_fwd(&blks[l], out, cur, mem, B, T, Tk, lens, mem_lens, m->training,
-                       tfm__seed_mix(m->fwd_seed, site + (uint64_t)l));
+                       tfm__seed_mix(m->fwd_seed, site + (uint64_t)l), kc, l);
         cur = out;
     }
     if (m->cfg.norm_first) {
@@ -3992,6 +4050,25 @@ static float *tfm__stack_bwd(tfm_model *m, tfm_block *blks, float *buf, int n, t
     return g;
 }
 
+/* The encoder over ids (B,T): embedding, the stack; returns its output (B,T,C). */
+static const float *tfm__encoder_fwd(tfm_model *m, const int32_t *ids, int B, int T, const int32_t *lens) {
+    tfm__embed_fwd(m, m->enc_x, ids, B, T, &m->src_emb, &m->pos_emb, 0, 1);
+    return tfm__stack_fwd(m, m->enc, m->enc_buf, m->n_enc, &m->enc_norm, m->enc_ln, m->enc_x, NULL, B, T, T, lens, NULL,
+                          1000, NULL);
+}
+
+/* The decoder (the LM's stack, or an encoder-decoder's over memory (B,S,C)) on ids (B,T), at positions
+   kc->len.. when decoding against a cache (kc NULL: from 0, no cache). Returns its output (B,T,C). */
+static const float *tfm__decoder_fwd(tfm_model *m, const int32_t *ids, int B, int T, const float *memory, int S,
+                                     const int32_t *mem_lens, tfm_kv_cache *kc) {
+    int encdec = m->cfg.kind == TFM_ENCODER_DECODER;
+    float *x = encdec ? m->dec_x : m->enc_x;
+    tfm__embed_fwd(m, x, ids, B, T, encdec ? &m->tgt_emb : &m->src_emb, encdec ? &m->tgt_pos_emb : &m->pos_emb,
+                   kc ? kc->len : 0, encdec ? 2 : 1);
+    return tfm__stack_fwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, m->dec_ln, x, memory, B, T, S, NULL, mem_lens,
+                          encdec ? 2000 : 1000, kc);
+}
+
 TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *loss) {
     const tfm_config *c;
     int B, T, Tt = 0, kind;
@@ -4014,21 +4091,16 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     lens = b->lens ? m->lens : NULL;
     m->tokens = b->tokens;
     m->tgt_in = b->tgt_in;
+    m->gen_replaced = 0;
     if (m->training) m->fwd_seed = tfm_rng_u64(&m->rng);
 
     if (kind == TFM_DECODER_LM) {
-        tfm__embed_fwd(m, m->enc_x, b->tokens, B, T, &m->src_emb, &m->pos_emb, 1);
-        h = tfm__stack_fwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, m->dec_ln, m->enc_x, NULL, B, T, T, NULL, NULL,
-                           1000);
+        h = tfm__decoder_fwd(m, b->tokens, B, T, NULL, 0, NULL, NULL);
     } else {
-        tfm__embed_fwd(m, m->enc_x, b->tokens, B, T, &m->src_emb, &m->pos_emb, 1);
-        h = tfm__stack_fwd(m, m->enc, m->enc_buf, m->n_enc, &m->enc_norm, m->enc_ln, m->enc_x, NULL, B, T, T, lens, NULL,
-                           1000);
+        h = tfm__encoder_fwd(m, b->tokens, B, T, lens);
         if (kind == TFM_ENCODER_DECODER) {
             m->memory = h;
-            tfm__embed_fwd(m, m->dec_x, b->tgt_in, B, Tt, &m->tgt_emb, &m->tgt_pos_emb, 2);
-            h = tfm__stack_fwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, m->dec_ln, m->dec_x, m->memory, B, Tt, T, NULL,
-                               lens, 2000);
+            h = tfm__decoder_fwd(m, b->tgt_in, B, Tt, m->memory, T, lens, NULL);
         }
     }
     m->top = h;
@@ -4063,6 +4135,9 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     float *g;
     if (!m || !m->mem_base) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     if (!m->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
+    if (m->gen_replaced)
+        return tfm__fail(TFM_E_ARG, "%s: tfm_model_generate ran after the last forward and replaced its saved state; "
+                         "run tfm_model_forward again", fn);
     if (!m->B || !m->has_targets) return tfm__fail(TFM_E_ARG, "%s: the last forward had no targets, so there is no loss", fn);
     if (!isfinite(loss_scale)) return tfm__fail(TFM_E_ARG, "%s: loss_scale %g is not finite", fn, (double)loss_scale);
     c = &m->cfg;
@@ -4226,78 +4301,112 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
 
 /* -- generation -- */
 
-/* One head-wise attention of a single query row over n cached keys/values (row strides ldk, ldv). */
-static void tfm__attend_row(float *ctx, const float *q, const float *k, int ldk, const float *v, int ldv, int n, int H,
-                            int D, float scale, float *scores) {
-    int h, j, d;
-    for (h = 0; h < H; h++) {
-        const float *qh = q + h * D;
-        float *ch = ctx + h * D;
-        for (j = 0; j < n; j++) scores[j] = tfm__dot(qh, k + (int64_t)j * ldk + h * D, D) * scale;
-        if (n > 0) tfm__softmax_row(scores, scores, n);
-        for (d = 0; d < D; d++) ch[d] = 0.0f;
-        for (j = 0; j < n; j++) {
-            const float *vj = v + (int64_t)j * ldv + h * D;
-            float p = scores[j];
-            for (d = 0; d < D; d++) ch[d] += p * vj[d];
+TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len) {
+    const char *fn = "tfm_kv_cache_init";
+    int encdec, limit;
+    size_t n_self, n_cross, bytes;
+    unsigned char *p;
+    if (!c || !m || !m->mem_base) return tfm__fail(TFM_E_ARG, "%s: cache or model is NULL, or the model is not initialised", fn);
+    if (m->cfg.kind == TFM_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier has no decoder", fn);
+    encdec = m->cfg.kind == TFM_ENCODER_DECODER;
+    limit = encdec ? m->cfg.max_tgt_len : m->cfg.max_seq_len;
+    if (max_batch < 0 || max_batch > m->cfg.max_batch || max_len < 0 || max_len > limit)
+        return tfm__fail(TFM_E_ARG, "%s: max_batch %d and max_len %d must be in [0,%d] and [0,%d] (the model's limits)", fn,
+                         max_batch, max_len, m->cfg.max_batch, limit);
+    memset(c, 0, sizeof *c);
+    c->n_layers = m->n_dec;
+    c->max_batch = max_batch ? max_batch : m->cfg.max_batch;
+    c->max_len = max_len ? max_len : limit;
+    c->max_src_len = encdec ? m->cfg.max_seq_len : 0;
+    c->d_model = m->cfg.d_model;
+    c->device = m->device;
+    n_self = (size_t)c->n_layers * c->max_batch * c->max_len * 2 * c->d_model;
+    n_cross = (size_t)c->n_layers * c->max_batch * c->max_src_len * 2 * c->d_model;
+    bytes = (n_self + n_cross) * sizeof(float) + 2 * (size_t)c->max_batch * sizeof(int32_t);
+    p = (unsigned char *)TFM_MALLOC(bytes, NULL);
+    if (!p) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
+    c->owned = p;
+    c->self_kv = (float *)p;
+    c->cross_kv = n_cross ? c->self_kv + n_self : NULL;
+    c->slot = (int32_t *)(p + (n_self + n_cross) * sizeof(float));
+    c->src_lens = c->slot + c->max_batch;
+    tfm_kv_cache_reset(c);
+    return TFM_OK;
+}
+
+TFMDEF void tfm_kv_cache_free(tfm_kv_cache *c) {
+    if (!c) return;
+    if (c->owned) TFM_FREE(c->owned, NULL);
+    memset(c, 0, sizeof *c);
+}
+
+TFMDEF void tfm_kv_cache_reset(tfm_kv_cache *c) {
+    int b;
+    if (!c || !c->slot) return;
+    c->len = c->src_len = c->has_src_lens = 0;
+    for (b = 0; b < c->max_batch; b++) c->slot[b] = b;
+}
+
+TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int n) {
+    const char *fn = "tfm_kv_cache_reorder";
+    int32_t old_slot[256], old_lens[256], *used;
+    int i, j, L, free_slot = 0;
+    if (!c || !c->slot || !from) return tfm__fail(TFM_E_ARG, "%s: cache or from is NULL", fn);
+    if (n < 1 || n > c->max_batch || c->max_batch > 256)
+        return tfm__fail(TFM_E_ARG, "%s: n %d must be in [1,%d] (max_batch, at most 256)", fn, n, c->max_batch);
+    for (i = 0; i < n; i++)
+        if (from[i] < 0 || from[i] >= c->max_batch)
+            return tfm__fail(TFM_E_ARG, "%s: from[%d] = %d is outside [0,%d)", fn, i, (int)from[i], c->max_batch);
+    memcpy(old_slot, c->slot, (size_t)c->max_batch * sizeof(int32_t));
+    memcpy(old_lens, c->src_lens, (size_t)c->max_batch * sizeof(int32_t));
+    used = c->src_lens; /* reused as a flag per slot until the lengths are written back below */
+    for (j = 0; j < c->max_batch; j++) used[j] = 0;
+    /* the first row to take a slot keeps it; later rows copy it into a slot no new row uses */
+    for (i = 0; i < n; i++) {
+        int32_t s = old_slot[from[i]];
+        if (!used[s]) {
+            used[s] = 1;
+            c->slot[i] = s;
+        } else {
+            c->slot[i] = -1;
         }
     }
-}
-
-/* Sub-layer s of block blk for the single position t (batch 0): v = F_s(u). */
-static void tfm__gen_sub(tfm_model *m, tfm_block *blk, int s, float *v, const float *u, int t, int src_len) {
-    const tfm_block_desc *d = &blk->desc;
-    int64_t C = d->d_model, F = d->d_ff;
-    int H = d->n_heads, D = d->d_model / d->n_heads;
-    float scale = 1.0f / sqrtf((float)D);
-    if (s == 0) {
-        tfm_mha *a = &blk->self_attn;
-        float *row = a->q + (int64_t)t * 3 * C; /* q|k|v of position t joins the cache */
-        tfm__op_linear(m->device, row, 3 * C, u, C, a->in_proj_weight.data, a->in_proj_bias.data, 1, C, 3 * C);
-        tfm__attend_row(m->gen_ctx, row, a->q + C, (int)(3 * C), a->q + 2 * C, (int)(3 * C), t + 1, H, D, scale,
-                        m->gen_scores);
-        tfm__op_linear(m->device, v, C, m->gen_ctx, C, a->out_proj_weight.data, a->out_proj_bias.data, 1, C, C);
-    } else if (s == 1 && d->cross) {
-        tfm_mha *a = &blk->cross_attn;
-        tfm__op_linear(m->device, m->gen_q, C, u, C, a->in_proj_weight.data, a->in_proj_bias.data, 1, C, C);
-        tfm__attend_row(m->gen_ctx, m->gen_q, a->kv, (int)(2 * C), a->kv + C, (int)(2 * C), src_len, H, D, scale,
-                        m->gen_scores);
-        tfm__op_linear(m->device, v, C, m->gen_ctx, C, a->out_proj_weight.data, a->out_proj_bias.data, 1, C, C);
-    } else {
-        float *pre = m->gen_ff, *act = m->gen_ff + F;
-        tfm__op_linear(m->device, pre, F, u, C, blk->linear1.weight.data, blk->linear1.bias.data, 1, C, F);
-        tfm__op_act(m->device, d->act, act, pre, F);
-        tfm__op_linear(m->device, v, C, act, F, blk->linear2.weight.data, blk->linear2.bias.data, 1, F, C);
-    }
-}
-
-/* Logits (in gen_logits) for token tok at position t, extending every layer's cache by one row. */
-static void tfm__gen_step(tfm_model *m, int32_t tok, int t, int src_len) {
-    const tfm_config *c = &m->cfg;
-    int encdec = c->kind == TFM_ENCODER_DECODER;
-    int64_t C = c->d_model, V = encdec ? c->tgt_vocab_size : c->vocab_size;
-    const tfm_tensor *emb = encdec ? &m->tgt_emb : &m->src_emb, *pos = encdec ? &m->tgt_pos_emb : &m->pos_emb;
-    float scale = c->scale_emb ? sqrtf((float)C) : 1.0f, *x = m->gen_x, *u = m->gen_u, *v = m->gen_v;
-    int l, s, j;
-    for (j = 0; j < C; j++) x[j] = emb->data[(int64_t)tok * C + j] * scale + (pos->data ? pos->data[(int64_t)t * C + j] : 0.0f);
-    for (l = 0; l < m->n_dec; l++) {
-        tfm_block *blk = &m->dec[l];
-        for (s = 0; s < blk->n_sub; s++) {
-            tfm_layernorm *ln = &blk->norm[s];
-            if (c->norm_first) {
-                tfm__op_layernorm(m->device, u, NULL, NULL, x, ln->weight.data, ln->bias.data, c->ln_eps, 1, C);
-                tfm__gen_sub(m, blk, s, v, u, t, src_len);
-                for (j = 0; j < C; j++) x[j] += v[j];
-            } else {
-                tfm__gen_sub(m, blk, s, v, x, t, src_len);
-                for (j = 0; j < C; j++) x[j] += v[j];
-                tfm__op_layernorm(m->device, x, NULL, NULL, x, ln->weight.data, ln->bias.data, c->ln_eps, 1, C);
+    for (i = 0; i < n; i++) {
+        int32_t s = old_slot[from[i]];
+        if (c->slot[i] >= 0) continue;
+        while (used[free_slot]) free_slot++;
+        used[free_slot] = 1;
+        c->slot[i] = free_slot;
+        for (L = 0; L < c->n_layers; L++) {
+            int64_t C2 = 2 * (int64_t)c->d_model, sz = (int64_t)c->max_len * C2, szc = (int64_t)c->max_src_len * C2;
+            float *self = c->self_kv + (int64_t)L * c->max_batch * sz;
+            tfm__op_copy(c->device, self + free_slot * sz, self + s * sz, (int64_t)c->len * C2);
+            if (c->cross_kv) {
+                float *cr = c->cross_kv + (int64_t)L * c->max_batch * szc;
+                tfm__op_copy(c->device, cr + free_slot * szc, cr + s * szc, (int64_t)c->src_len * C2);
             }
         }
     }
-    if (c->norm_first)
-        tfm__op_layernorm(m->device, x, NULL, NULL, x, m->dec_norm.weight.data, m->dec_norm.bias.data, c->ln_eps, 1, C);
-    tfm__op_linear(m->device, m->gen_logits, V, x, C, m->head.weight.data, NULL, 1, C, V);
+    /* slots no row uses (rows dropped) go after the n live rows */
+    for (j = 0, i = n; i < c->max_batch; j++)
+        if (!used[j]) c->slot[i++] = j;
+    for (i = 0; i < c->max_batch; i++) c->src_lens[i] = i < n ? old_lens[from[i]] : 0;
+    return TFM_OK;
+}
+
+/* Decode ids (B,n) at positions kc->len.. with every layer's cache: the same block code as training,
+   on the new rows only. memory (B,S,C): an encoder-decoder's source, read on the first call. Leaves
+   the logits of each row's last position in m->logits (B,V) and advances kc->len by n. */
+static void tfm__decode(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const float *memory, int S) {
+    const tfm_config *c = &m->cfg;
+    int encdec = c->kind == TFM_ENCODER_DECODER;
+    int64_t C = c->d_model, V = encdec ? c->tgt_vocab_size : c->vocab_size;
+    const float *h = tfm__decoder_fwd(m, ids, B, n, memory, kc->src_len ? kc->src_len : S,
+                                      kc->has_src_lens ? kc->src_lens : NULL, kc);
+    /* the head on row n-1 of each sequence: rows of stride n*C */
+    tfm__op_linear(m->device, m->logits, V, h + (n - 1) * C, n * C, m->head.weight.data, NULL, B, C, V);
+    kc->len += n;
+    if (encdec && !kc->src_len) kc->src_len = S;
 }
 
 /* argmax, or a sample from softmax(logits / temperature) over the top_k likeliest */
@@ -4343,8 +4452,10 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
     tfm_batch b;
     tfm_gen_opts o;
     tfm_rng rng;
-    int encdec, limit, t, n = 0, was_training;
-    int64_t V, rows;
+    tfm_kv_cache kc;
+    const float *memory = NULL;
+    int encdec, limit, n = 0, was_training;
+    int64_t V;
     int32_t tok;
     tfm_result r;
     if (n_out) *n_out = 0;
@@ -4366,7 +4477,7 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
     V = encdec ? c->tgt_vocab_size : c->vocab_size;
     if (o.has_stop && (o.stop_token < 0 || o.stop_token >= V))
         return tfm__fail(TFM_E_ARG, "%s: stop_token %d is outside [0,%lld)", fn, o.stop_token, (long long)V);
-    /* the prompt (and source) through the ordinary forward: it leaves each layer's q|k|v rows in place */
+    /* the shapes and ids as a forward would check them */
     memset(&b, 0, sizeof b);
     b.batch = 1;
     if (encdec) {
@@ -4379,24 +4490,23 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
         b.tokens = prompt;
     }
     TFM__TRY(tfm__chk_batch(fn, m, &b));
+    r = tfm_kv_cache_init(&kc, m, 1, n_prompt + o.max_new);
+    if (r != TFM_OK) return tfm__fail(r, "%s: %s", fn, tfm_last_error());
     was_training = m->training;
     m->training = 0;
-    r = tfm_model_forward(m, &b, NULL);
-    if (r != TFM_OK) {
-        m->training = was_training;
-        return r;
-    }
-    m->has_targets = 0;
+    if (encdec) memory = tfm__encoder_fwd(m, src, 1, src_len, NULL);
+    tfm__decode(m, &kc, prompt, 1, n_prompt, memory, src_len);
     tfm_rng_seed(&rng, o.seed);
-    rows = n_prompt;
-    memcpy(m->gen_logits, m->logits + (rows - 1) * V, (size_t)V * sizeof(float));
-    for (t = n_prompt; n < o.max_new; t++) {
-        tok = tfm__pick(m->gen_logits, V, &o, &rng);
+    for (;;) {
+        tok = tfm__pick(m->logits, V, &o, &rng);
         out[n++] = tok;
         if ((o.has_stop && tok == o.stop_token) || n == o.max_new) break;
-        tfm__gen_step(m, tok, t, encdec ? src_len : 0);
+        tfm__decode(m, &kc, &tok, 1, 1, memory, src_len);
     }
+    tfm_kv_cache_free(&kc);
     m->training = was_training;
+    m->gen_replaced = 1; /* the layers' saved activations are the last decoding step's now */
+    m->has_targets = 0;
     if (n_out) *n_out = n;
     return TFM_OK;
 }
