@@ -189,6 +189,7 @@ TFMDEF tfm_tensor tfm_arena_tensor(tfm_arena *a, int ndim, const int64_t *shape)
 typedef struct tfm_mem {
     tfm_arena params, grads, acts, scratch;
     int no_grad;
+    tfm_device device;  /* where the arenas' memory lives (layers run there) */
 } tfm_mem;
 
 /* Allocate each arena of a counted tfm_mem at its peak size and rewind it for the real init.
@@ -386,6 +387,7 @@ typedef struct tfm_mha {
     const float *x, *xkv;
     int B, Tq, Tk, has_lens, has_grad;
     tfm_attn_opts opts;
+    tfm_device device;
 } tfm_mha;
 
 /* Carve an attention layer's memory from mem (or, with counting arenas, count it). Checks desc:
@@ -457,6 +459,7 @@ typedef struct tfm_block {
     float *sub_out, *d_a, *d_b, *d_u, *d_ff1, *d_ff2;
     int B, T, Tk, training, has_grad;
     uint64_t seed;
+    tfm_device device;
 } tfm_block;
 
 /* Carve a layer from mem (or count it, with counting arenas). TFM_E_ARG names a bad desc field. */
@@ -583,7 +586,6 @@ typedef struct tfm_model {
     float **enc_out, **dec_out;     /* per-layer outputs */
     float *enc_buf, *dec_buf;
     double *gnorm_parts;            /* per-parameter squared gradient norms */
-    float *gen_x, *gen_u, *gen_v, *gen_q, *gen_ctx, *gen_ff, *gen_scores, *gen_logits; /* generation rows */
     const float *memory, *top;      /* the encoder's output (enc-dec) and the top stack's output */
     const int32_t *tokens, *tgt_in; /* the last forward's inputs (read by backward) */
     unsigned char *mem_base;
@@ -594,7 +596,9 @@ typedef struct tfm_model {
     int64_t step;                   /* optimizer steps taken */
     tfm_rng rng;
     float last_loss;
+    int gen_replaced;               /* generate ran after the last forward */
     void *owned;                    /* memory the library allocated */
+    tfm_device device;
 } tfm_model;
 
 /* Apply defaults to cfg and check it: the config a model built from cfg would use. */
@@ -626,6 +630,36 @@ TFMDEF float tfm_optim_lr(const tfm_optim *opt, int64_t s);
 TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m);
 /* Find a parameter by its torch name; NULL if none. */
 TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name);
+
+/* The keys and values a decoder has computed, kept between decoding calls so that each new position
+   costs one row per layer: self-attention rows of every position decoded so far and, for an
+   encoder-decoder, the projected source of the cross-attention. It has its own memory, sized by
+   max_batch rows of max_len positions. Row b of a batch lives in cache slot slot[b]; reordering rows
+   (beam search) moves slots and copies only the rows that are duplicated. Layout, per layer l and slot s:
+   2C floats (k then v) per position t at self_kv + ((l * max_batch + s) * max_len + t) * 2C, and the
+   same for cross_kv with max_src_len. */
+typedef struct tfm_kv_cache {
+    int n_layers, max_batch, max_len, max_src_len, d_model;
+    int len;              /* positions cached in every row */
+    int src_len;          /* encoder-decoder: source positions cached (0: none yet) */
+    float *self_kv, *cross_kv;
+    int32_t *slot;        /* (max_batch) the slot of each batch row */
+    int32_t *src_lens;    /* (max_batch) valid source length of each batch row */
+    int has_src_lens;
+    tfm_device device;
+    void *owned;
+} tfm_kv_cache;
+
+/* A cache for model m's decoder: max_batch rows (0: cfg.max_batch) of up to max_len positions (0: the
+   model's decoder length, cfg.max_seq_len or cfg.max_tgt_len, which is also the most it may be).
+   TFM_E_NOMEM if the allocation fails. */
+TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len);
+TFMDEF void tfm_kv_cache_free(tfm_kv_cache *c);
+/* Forget every cached position and source (the memory is kept). */
+TFMDEF void tfm_kv_cache_reset(tfm_kv_cache *c);
+/* Batch row i continues what row from[i] held, for i < n (the rows of a beam search after pruning);
+   from[i] in [0, n_old). Copies only rows taken by more than one new row. */
+TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int n);
 
 /* Options of tfm_model_generate; zero means greedy decoding with no stop token. */
 typedef struct tfm_gen_opts {
@@ -1564,7 +1598,7 @@ static void tfm__linear_forward_cpu(float *y, int64_t ldy, const float *x, int64
 
 /* dx = dx_beta * dx + dy w (dx_beta 0: dx is overwritten, not read); dw += dy^T x; db += colsum(dy).
    dy (N,O) with row stride lddy. */
-static void tfm__linear_backward_ex(float *dx, int64_t lddx, float dx_beta, float *dw, float *db, const float *dy,
+static void tfm__linear_backward_cpu(float *dx, int64_t lddx, float dx_beta, float *dw, float *db, const float *dy,
                                     int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N, int64_t NI,
                                     int64_t O) {
     if (dx) tfm__sgemm(0, 0, (int)N, (int)NI, (int)O, 1.0f, dy, (int)lddy, w, (int)NI, dx_beta, dx, (int)lddx);
@@ -1578,12 +1612,6 @@ static void tfm__linear_backward_ex(float *dx, int64_t lddx, float dx_beta, floa
                 for (c = 0; c < O; c++) db[c] += dy[r * lddy + c];
         }
     }
-}
-
-/* dx += dy w; dw += dy^T x; db += colsum(dy). */
-static void tfm__linear_backward_cpu(float *dx, int64_t lddx, float *dw, float *db, const float *dy, int64_t lddy,
-                                     const float *x, int64_t ldx, const float *w, int64_t N, int64_t NI, int64_t O) {
-    tfm__linear_backward_ex(dx, lddx, 1.0f, dw, db, dy, lddy, x, ldx, w, N, NI, O);
 }
 
 /* Reductions in a fixed order that vectorizes: 16 partial results, lane k taking elements
@@ -1680,9 +1708,9 @@ static void tfm__log_softmax_backward_cpu(float *dx, const float *dy, const floa
     }
 }
 
-/* Returns the mean loss over valid rows; lse[r] = log-sum-exp of every row r. */
+/* Returns the mean loss over valid rows (*counted: how many); lse[r] = log-sum-exp of every row r. */
 static float tfm__cross_entropy_forward_cpu(float *lse, const float *x, const int32_t *t, int ignore, float s,
-                                            int64_t N, int64_t V) {
+                                            int64_t N, int64_t V, int64_t *counted) {
     double total = 0.0;
     int64_t r, nvalid = 0;
     TFM__OMP(omp parallel for schedule(static) reduction(+ : total, nvalid) if (TFM__PAR(N * V)))
@@ -1702,6 +1730,7 @@ static float tfm__cross_entropy_forward_cpu(float *lse, const float *x, const in
         total += loss;
         nvalid++;
     }
+    if (counted) *counted = nvalid;
     return nvalid ? (float)(total / (double)nvalid) : 0.0f;
 }
 
@@ -1957,11 +1986,21 @@ static void tfm__add_cpu(float *y, const float *a, const float *b, int64_t n) {
     for (i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
-/* y += x */
-static void tfm__acc_cpu(float *y, const float *x, int64_t n) {
-    int64_t i;
-    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
-    for (i = 0; i < n; i++) y[i] += x[i];
+/* n rows of C: dst row r (stride ldd) = src row r (stride lds) */
+static void tfm__copy_rows_cpu(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n, int64_t C) {
+    int64_t r;
+    if (ldd == C && lds == C) {
+        memcpy(dst, src, (size_t)(n * C) * sizeof(float));
+        return;
+    }
+    for (r = 0; r < n; r++) memcpy(dst + r * ldd, src + r * lds, (size_t)C * sizeof(float));
+}
+
+/* dst row r (stride ldd) += src row r (stride lds) */
+static void tfm__add_rows_cpu(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n, int64_t C) {
+    int64_t r, j;
+    for (r = 0; r < n; r++)
+        for (j = 0; j < C; j++) dst[r * ldd + j] += src[r * lds + j];
 }
 
 static void tfm__mean_pool_forward_cpu(float *y, const float *x, const int32_t *lens, int64_t B, int64_t T,
@@ -2012,12 +2051,17 @@ typedef struct tfm__attn_args {
     const int32_t *lens;     /* B key lengths or NULL */
     float dropout, scale;
     uint64_t seed;
+    /* decoding against a cache: keys of batch b start at k + rows[b] * bsk (rows NULL: b; bsk 0: Tk * ldk),
+       and query i sits at position q_off + i (for the causal mask) */
+    int64_t bsk;
+    const int32_t *kv_rows;
+    int q_off;
 } tfm__attn_args;
 
 /* Number of keys query i of batch b may see. */
 static int tfm__attn_visible(const tfm__attn_args *a, int b, int i) {
     int n = a->lens ? a->lens[b] : a->Tk;
-    if (a->causal && i + 1 < n) n = i + 1;
+    if (a->causal && a->q_off + i + 1 < n) n = a->q_off + i + 1;
     return n < 0 ? 0 : n;
 }
 
@@ -2039,8 +2083,9 @@ static void tfm__attention_forward_cpu(const tfm__attn_args *a) {
     for (bh = 0; bh < nbh; bh++) {
         int b = bh / a->H, h = bh % a->H, i, j, i0;
         const float *q = a->q + (int64_t)b * Tq * a->ldq + h * D;
-        const float *k = a->k + (int64_t)b * Tk * a->ldk + h * D;
-        const float *v = a->v + (int64_t)b * Tk * a->ldv + h * D;
+        int64_t kb = a->kv_rows ? a->kv_rows[b] : b;
+        const float *k = a->k + kb * (a->bsk ? a->bsk : (int64_t)Tk * a->ldk) + h * D;
+        const float *v = a->v + kb * (a->bsk ? a->bsk : (int64_t)Tk * a->ldv) + h * D;
         float *o = a->out + (int64_t)b * Tq * a->ldo + h * D;
         float *S = a->att + (int64_t)bh * Tq * Tk;
         for (i0 = 0; i0 < Tq; i0 += QB) {
@@ -2119,6 +2164,143 @@ static void tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int 
     }
 }
 
+/* ==== >>impl-dispatch ====
+   One entry per op between the layers and the kernels: tfm__op_<op>(device, ...) picks the kernel for
+   the device the data lives on. Layers, blocks, models and generation call only these (never a _cpu
+   kernel, never memset or memcpy on activations), so a device is added by adding kernels here. This
+   build has the CPU kernels only; a model or tensor on another device is refused at the public
+   boundary, so reaching here with one is an internal error. */
+
+#define TFM__ON_CPU(dev) TFM_ASSERT((dev) == TFM_DEVICE_CPU)
+
+static void tfm__op_zero(tfm_device dev, float *x, int64_t n) {
+    TFM__ON_CPU(dev);
+    if (n > 0) memset(x, 0, (size_t)n * sizeof(float));
+}
+/* n rows of C floats: dst row r at dst + r*ldd, src row r at src + r*lds */
+static void tfm__op_copy_rows(tfm_device dev, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n,
+                              int64_t C) {
+    TFM__ON_CPU(dev);
+    tfm__copy_rows_cpu(dst, ldd, src, lds, n, C);
+}
+static void tfm__op_copy(tfm_device dev, float *dst, const float *src, int64_t n) {
+    tfm__op_copy_rows(dev, dst, n, src, n, 1, n);
+}
+static void tfm__op_gemm_batched(tfm_device dev, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                                 int lda, int64_t sA, const float *B, int ldb, int64_t sB, float beta, float *C, int ldc,
+                                 int64_t sC, int batch) {
+    TFM__ON_CPU(dev);
+    tfm__sgemm_batched(ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+}
+static void tfm__op_linear(tfm_device dev, float *y, int64_t ldy, const float *x, int64_t ldx, const float *w,
+                           const float *b, int64_t N, int64_t I, int64_t O) {
+    TFM__ON_CPU(dev);
+    tfm__linear_forward_cpu(y, ldy, x, ldx, w, b, N, I, O);
+}
+static void tfm__op_linear_bwd(tfm_device dev, float *dx, int64_t lddx, float dx_beta, float *dw, float *db,
+                               const float *dy, int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N,
+                               int64_t I, int64_t O) {
+    TFM__ON_CPU(dev);
+    tfm__linear_backward_cpu(dx, lddx, dx_beta, dw, db, dy, lddy, x, ldx, w, N, I, O);
+}
+static void tfm__op_softmax(tfm_device dev, float *y, const float *x, int64_t N, int64_t C, int log) {
+    TFM__ON_CPU(dev);
+    if (log) tfm__log_softmax_forward_cpu(y, x, N, C);
+    else tfm__softmax_forward_cpu(y, x, N, C);
+}
+static void tfm__op_softmax_bwd(tfm_device dev, float *dx, const float *dy, const float *y, int64_t N, int64_t C,
+                                int log) {
+    TFM__ON_CPU(dev);
+    if (log) tfm__log_softmax_backward_cpu(dx, dy, y, N, C);
+    else tfm__softmax_backward_cpu(dx, dy, y, N, C);
+}
+static float tfm__op_cross_entropy(tfm_device dev, float *lse, const float *x, const int32_t *t, int ignore, float s,
+                                   int64_t N, int64_t V, int64_t *counted) {
+    TFM__ON_CPU(dev);
+    return tfm__cross_entropy_forward_cpu(lse, x, t, ignore, s, N, V, counted);
+}
+static void tfm__op_cross_entropy_bwd(tfm_device dev, float *dx, float dloss, const float *x, const float *lse,
+                                      const int32_t *t, int ignore, float s, int64_t N, int64_t V) {
+    TFM__ON_CPU(dev);
+    tfm__cross_entropy_backward_cpu(dx, dloss, x, lse, t, ignore, s, N, V);
+}
+static void tfm__op_layernorm(tfm_device dev, float *y, float *mean, float *rstd, const float *x, const float *g,
+                              const float *b, float eps, int64_t N, int64_t C) {
+    TFM__ON_CPU(dev);
+    tfm__layernorm_forward_cpu(y, mean, rstd, x, g, b, eps, N, C);
+}
+static void tfm__op_layernorm_bwd(tfm_device dev, float *dx, float *dg, float *db, const float *dy, const float *x,
+                                  const float *g, const float *mean, const float *rstd, int64_t N, int64_t C) {
+    TFM__ON_CPU(dev);
+    tfm__layernorm_backward_cpu(dx, dg, db, dy, x, g, mean, rstd, N, C);
+}
+/* act: a tfm_activation */
+static void tfm__op_act(tfm_device dev, int act, float *y, const float *x, int64_t n) {
+    TFM__ON_CPU(dev);
+    if (act == TFM_ACT_RELU) tfm__relu_forward_cpu(y, x, n);
+    else tfm__gelu_forward_cpu(y, x, n, act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF);
+}
+/* dx = acc * dx + dy * act'(x) (acc 0: dx is not read) */
+static void tfm__op_act_bwd(tfm_device dev, int act, float *dx, const float *dy, const float *x, int64_t n, float acc) {
+    TFM__ON_CPU(dev);
+    if (act == TFM_ACT_RELU) tfm__relu_backward_cpu(dx, dy, x, n, acc);
+    else tfm__gelu_backward_cpu(dx, dy, x, n, act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF, acc);
+}
+static void tfm__op_dropout(tfm_device dev, float *y, const float *x, int64_t n, float p, uint64_t seed, int acc) {
+    TFM__ON_CPU(dev);
+    tfm__dropout_cpu(y, x, n, p, seed, acc);
+}
+static void tfm__op_embedding(tfm_device dev, float *y, const int32_t *ids, const float *w, float scale, int64_t N,
+                              int64_t C) {
+    TFM__ON_CPU(dev);
+    tfm__embedding_forward_cpu(y, ids, w, scale, N, C);
+}
+static void tfm__op_embedding_bwd(tfm_device dev, float *dw, const float *dy, const int32_t *ids, float scale,
+                                  int64_t N, int64_t C) {
+    TFM__ON_CPU(dev);
+    tfm__embedding_backward_cpu(dw, dy, ids, scale, N, C);
+}
+/* y[b,t] = x[b,t] + w[t] */
+static void tfm__op_pos_add(tfm_device dev, float *y, const float *x, const float *w, int64_t B, int64_t T, int64_t C) {
+    TFM__ON_CPU(dev);
+    tfm__pos_add_cpu(y, x, w, B, T, C);
+}
+static void tfm__op_pos_bwd(tfm_device dev, float *dw, const float *dy, int64_t B, int64_t T, int64_t C) {
+    TFM__ON_CPU(dev);
+    tfm__pos_embedding_backward_cpu(dw, dy, B, T, C);
+}
+static void tfm__op_sinusoid_add(tfm_device dev, float *y, const float *x, int64_t B, int64_t T, int64_t C) {
+    TFM__ON_CPU(dev);
+    tfm__sinusoidal_add_cpu(y, x, B, T, C);
+}
+/* y = a + b; y may alias a or b (y += x is add(y, y, x)) */
+static void tfm__op_add(tfm_device dev, float *y, const float *a, const float *b, int64_t n) {
+    TFM__ON_CPU(dev);
+    tfm__add_cpu(y, a, b, n);
+}
+/* pool: a tfm_pool_kind. x (B,T,C) -> y (B,C) */
+static void tfm__op_pool(tfm_device dev, int pool, float *y, const float *x, const int32_t *lens, int64_t B, int64_t T,
+                         int64_t C) {
+    TFM__ON_CPU(dev);
+    if (pool == TFM_POOL_CLS) tfm__copy_rows_cpu(y, C, x, T * C, B, C);
+    else tfm__mean_pool_forward_cpu(y, x, lens, B, T, C);
+}
+static void tfm__op_pool_bwd(tfm_device dev, int pool, float *dx, const float *dy, const int32_t *lens, int64_t B,
+                             int64_t T, int64_t C) {
+    TFM__ON_CPU(dev);
+    if (pool == TFM_POOL_CLS) tfm__add_rows_cpu(dx, T * C, dy, C, B, C);
+    else tfm__mean_pool_backward_cpu(dx, dy, lens, B, T, C);
+}
+static void tfm__op_attention(tfm_device dev, const tfm__attn_args *a) {
+    TFM__ON_CPU(dev);
+    tfm__attention_forward_cpu(a);
+}
+static void tfm__op_attention_bwd(tfm_device dev, const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk,
+                                  float *dv, int lddv, const float *dout, int lddo) {
+    TFM__ON_CPU(dev);
+    tfm__attention_backward_cpu(a, dq, lddq, dk, lddk, dv, lddv, dout, lddo);
+}
+
 /* ==== >>impl-api ==== */
 
 /* -- matmul -- */
@@ -2168,8 +2350,7 @@ TFMDEF tfm_result tfm_matmul_forward(tfm_tensor *c, const tfm_tensor *a, const t
     TFM__TRY(tfm__mm_dims(fn, a, b, ta, tb, &L, &M, &N, &K));
     TFM__TRY(tfm__chk_c(fn, "c", c, a->ndim, L, M, N));
     if (c->data == a->data || c->data == b->data) return tfm__fail(TFM_E_ARG, "%s: c must not alias a or b", fn);
-    tfm__sgemm_batched(ta, tb, (int)M, (int)N, (int)K, 1.0f, a->data, (int)(ta ? M : K), M * K, b->data,
-                       (int)(tb ? K : N), K * N, 0.0f, c->data, (int)N, M * N, (int)L);
+    tfm__op_gemm_batched(a->device, ta, tb, (int)M, (int)N, (int)K, 1.0f, a->data, (int)(ta ? M : K), M * K, b->data, (int)(tb ? K : N), K * N, 0.0f, c->data, (int)N, M * N, (int)L);
     return TFM_OK;
 }
 
@@ -2191,19 +2372,15 @@ TFMDEF tfm_result tfm_matmul_backward(tfm_tensor *da, tfm_tensor *db, const tfm_
     ldb = (int)(tb ? K : N);
     if (da) {
         if (!ta) /* da (M,K) += dc op(b)^T */
-            tfm__sgemm_batched(0, !tb, (int)M, (int)K, (int)N, 1.0f, dc->data, (int)N, M * N, b->data, ldb, K * N, 1.0f,
-                               da->data, (int)K, M * K, (int)L);
+            tfm__op_gemm_batched(dc->device, 0, !tb, (int)M, (int)K, (int)N, 1.0f, dc->data, (int)N, M * N, b->data, ldb, K * N, 1.0f, da->data, (int)K, M * K, (int)L);
         else /* da (K,M) += op(b) dc^T */
-            tfm__sgemm_batched(tb, 1, (int)K, (int)M, (int)N, 1.0f, b->data, ldb, K * N, dc->data, (int)N, M * N, 1.0f,
-                               da->data, (int)M, M * K, (int)L);
+            tfm__op_gemm_batched(b->device, tb, 1, (int)K, (int)M, (int)N, 1.0f, b->data, ldb, K * N, dc->data, (int)N, M * N, 1.0f, da->data, (int)M, M * K, (int)L);
     }
     if (db) {
         if (!tb) /* db (K,N) += op(a)^T dc */
-            tfm__sgemm_batched(!ta, 0, (int)K, (int)N, (int)M, 1.0f, a->data, lda, M * K, dc->data, (int)N, M * N, 1.0f,
-                               db->data, (int)N, K * N, (int)L);
+            tfm__op_gemm_batched(a->device, !ta, 0, (int)K, (int)N, (int)M, 1.0f, a->data, lda, M * K, dc->data, (int)N, M * N, 1.0f, db->data, (int)N, K * N, (int)L);
         else /* db (N,K) += dc^T op(a) */
-            tfm__sgemm_batched(1, ta, (int)N, (int)K, (int)M, 1.0f, dc->data, (int)N, M * N, a->data, lda, M * K, 1.0f,
-                               db->data, (int)K, K * N, (int)L);
+            tfm__op_gemm_batched(dc->device, 1, ta, (int)N, (int)K, (int)M, 1.0f, dc->data, (int)N, M * N, a->data, lda, M * K, 1.0f, db->data, (int)K, K * N, (int)L);
     }
     return TFM_OK;
 }
@@ -2244,8 +2421,7 @@ TFMDEF tfm_result tfm_linear_forward(tfm_tensor *y, const tfm_tensor *x, const t
     TFM__TRY(tfm__chk_rows_as(fn, "y", y, "x", x, w->shape[0]));
     TFM__TRY(tfm__chk_int(fn, "y", y));
     if (y->data == x->data) return tfm__fail(TFM_E_ARG, "%s: y must not alias x", fn);
-    tfm__linear_forward_cpu(y->data, w->shape[0], x->data, w->shape[1], w->data, b ? b->data : NULL, tfm__rows(x),
-                            w->shape[1], w->shape[0]);
+    tfm__op_linear(y->device, y->data, w->shape[0], x->data, w->shape[1], w->data, b ? b->data : NULL, tfm__rows(x), w->shape[1], w->shape[0]);
     return TFM_OK;
 }
 
@@ -2265,8 +2441,7 @@ TFMDEF tfm_result tfm_linear_backward(tfm_tensor *dx, tfm_tensor *dw, tfm_tensor
     if (db && (db->ndim != 1 || db->shape[0] != w->shape[0]))
         return tfm__fail(TFM_E_SHAPE, "%s: dbias is %s but weight is %s: want (%lld)", fn, tfm__shp(db), tfm__shp(w),
                          (long long)w->shape[0]);
-    tfm__linear_backward_cpu(dx ? dx->data : NULL, w->shape[1], dw ? dw->data : NULL, db ? db->data : NULL, dy->data,
-                             w->shape[0], x->data, w->shape[1], w->data, tfm__rows(x), w->shape[1], w->shape[0]);
+    tfm__op_linear_bwd(dy->device, dx ? dx->data : NULL, w->shape[1], 1.0f, dw ? dw->data : NULL, db ? db->data : NULL, dy->data, w->shape[0], x->data, w->shape[1], w->data, tfm__rows(x), w->shape[1], w->shape[0]);
     return TFM_OK;
 }
 
@@ -2281,7 +2456,7 @@ static tfm_result tfm__chk_pair(const char *fn, const char *yn, const tfm_tensor
 
 TFMDEF tfm_result tfm_softmax_forward(tfm_tensor *y, const tfm_tensor *x) {
     TFM__TRY(tfm__chk_pair("tfm_softmax_forward", "y", y, "x", x));
-    tfm__softmax_forward_cpu(y->data, x->data, tfm__rows(x), tfm__cols(x));
+    tfm__op_softmax(y->device, y->data, x->data, tfm__rows(x), tfm__cols(x), 0);
     return TFM_OK;
 }
 
@@ -2290,13 +2465,13 @@ TFMDEF tfm_result tfm_softmax_backward(tfm_tensor *dx, const tfm_tensor *dy, con
     TFM__TRY(tfm__chk_pair(fn, "dy", dy, "y", y));
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "y", y, "dx", dx));
-    if (dx) tfm__softmax_backward_cpu(dx->data, dy->data, y->data, tfm__rows(y), tfm__cols(y));
+    if (dx) tfm__op_softmax_bwd(dx->device, dx->data, dy->data, y->data, tfm__rows(y), tfm__cols(y), 0);
     return TFM_OK;
 }
 
 TFMDEF tfm_result tfm_log_softmax_forward(tfm_tensor *y, const tfm_tensor *x) {
     TFM__TRY(tfm__chk_pair("tfm_log_softmax_forward", "y", y, "x", x));
-    tfm__log_softmax_forward_cpu(y->data, x->data, tfm__rows(x), tfm__cols(x));
+    tfm__op_softmax(y->device, y->data, x->data, tfm__rows(x), tfm__cols(x), 1);
     return TFM_OK;
 }
 
@@ -2305,7 +2480,7 @@ TFMDEF tfm_result tfm_log_softmax_backward(tfm_tensor *dx, const tfm_tensor *dy,
     TFM__TRY(tfm__chk_pair(fn, "dy", dy, "y", y));
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "y", y, "dx", dx));
-    if (dx) tfm__log_softmax_backward_cpu(dx->data, dy->data, y->data, tfm__rows(y), tfm__cols(y));
+    if (dx) tfm__op_softmax_bwd(dx->device, dx->data, dy->data, y->data, tfm__rows(y), tfm__cols(y), 1);
     return TFM_OK;
 }
 
@@ -2334,8 +2509,7 @@ TFMDEF tfm_result tfm_cross_entropy_forward(float *loss, tfm_tensor *lse, const 
     const char *fn = "tfm_cross_entropy_forward";
     if (!loss) return tfm__fail(TFM_E_ARG, "%s: loss is NULL", fn);
     TFM__TRY(tfm__chk_ce(fn, lse, logits, targets, ignore_index, label_smoothing));
-    *loss = tfm__cross_entropy_forward_cpu(lse->data, logits->data, targets, ignore_index, label_smoothing,
-                                           tfm__rows(logits), tfm__cols(logits));
+    *loss = tfm__op_cross_entropy(lse->device, lse->data, logits->data, targets, ignore_index, label_smoothing, tfm__rows(logits), tfm__cols(logits), NULL);
     return TFM_OK;
 }
 
@@ -2348,8 +2522,7 @@ TFMDEF tfm_result tfm_cross_entropy_backward(tfm_tensor *dlogits, float dloss, c
     TFM__TRY(tfm__chk_same(fn, "logits", logits, "dlogits", dlogits));
     if (!isfinite(dloss)) return tfm__fail(TFM_E_ARG, "%s: dloss %g is not finite", fn, (double)dloss);
     if (dlogits)
-        tfm__cross_entropy_backward_cpu(dlogits->data, dloss, logits->data, lse->data, targets, ignore_index,
-                                        label_smoothing, tfm__rows(logits), tfm__cols(logits));
+        tfm__op_cross_entropy_bwd(dlogits->device, dlogits->data, dloss, logits->data, lse->data, targets, ignore_index, label_smoothing, tfm__rows(logits), tfm__cols(logits));
     return TFM_OK;
 }
 
@@ -2374,8 +2547,7 @@ TFMDEF tfm_result tfm_layernorm_forward(tfm_tensor *y, tfm_tensor *mean, tfm_ten
     TFM__TRY(tfm__chk_vec(fn, "mean", mean, "x", x, tfm__rows(x)));
     TFM__TRY(tfm__chk_vec(fn, "rstd", rstd, "x", x, tfm__rows(x)));
     if (!(eps >= 0.0f) || !isfinite(eps)) return tfm__fail(TFM_E_ARG, "%s: eps %g must be finite and >= 0", fn, (double)eps);
-    tfm__layernorm_forward_cpu(y->data, mean ? mean->data : NULL, rstd ? rstd->data : NULL, x->data,
-                               g ? g->data : NULL, b ? b->data : NULL, eps, tfm__rows(x), tfm__cols(x));
+    tfm__op_layernorm(y->device, y->data, mean ? mean->data : NULL, rstd ? rstd->data : NULL, x->data, g ? g->data : NULL, b ? b->data : NULL, eps, tfm__rows(x), tfm__cols(x));
     return TFM_OK;
 }
 
@@ -2396,8 +2568,7 @@ TFMDEF tfm_result tfm_layernorm_backward(tfm_tensor *dx, tfm_tensor *dg, tfm_ten
     TFM__TRY(tfm__chk_vec(fn, "dbias", db, "x", x, tfm__cols(x)));
     TFM__TRY(tfm__chk_vec(fn, "mean", mean, "x", x, tfm__rows(x)));
     TFM__TRY(tfm__chk_vec(fn, "rstd", rstd, "x", x, tfm__rows(x)));
-    tfm__layernorm_backward_cpu(dx ? dx->data : NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data,
-                                g ? g->data : NULL, mean->data, rstd->data, tfm__rows(x), tfm__cols(x));
+    tfm__op_layernorm_bwd(dy->device, dx ? dx->data : NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data, g ? g->data : NULL, mean->data, rstd->data, tfm__rows(x), tfm__cols(x));
     return TFM_OK;
 }
 
@@ -2412,7 +2583,7 @@ static tfm_result tfm__chk_gelu_kind(const char *fn, tfm_gelu_kind kind) {
 TFMDEF tfm_result tfm_gelu_forward(tfm_tensor *y, const tfm_tensor *x, tfm_gelu_kind kind) {
     TFM__TRY(tfm__chk_pair("tfm_gelu_forward", "y", y, "x", x));
     TFM__TRY(tfm__chk_gelu_kind("tfm_gelu_forward", kind));
-    tfm__gelu_forward_cpu(y->data, x->data, tfm_numel(x), (int)kind);
+    tfm__op_act(y->device, ((int)kind) == TFM_GELU_TANH ? TFM_ACT_GELU_TANH : TFM_ACT_GELU, y->data, x->data, tfm_numel(x));
     return TFM_OK;
 }
 
@@ -2422,13 +2593,13 @@ TFMDEF tfm_result tfm_gelu_backward(tfm_tensor *dx, const tfm_tensor *dy, const 
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "x", x, "dx", dx));
     TFM__TRY(tfm__chk_gelu_kind(fn, kind));
-    if (dx) tfm__gelu_backward_cpu(dx->data, dy->data, x->data, tfm_numel(x), (int)kind, 1.0f);
+    if (dx) tfm__op_act_bwd(dx->device, ((int)kind) == TFM_GELU_TANH ? TFM_ACT_GELU_TANH : TFM_ACT_GELU, dx->data, dy->data, x->data, tfm_numel(x), 1.0f);
     return TFM_OK;
 }
 
 TFMDEF tfm_result tfm_relu_forward(tfm_tensor *y, const tfm_tensor *x) {
     TFM__TRY(tfm__chk_pair("tfm_relu_forward", "y", y, "x", x));
-    tfm__relu_forward_cpu(y->data, x->data, tfm_numel(x));
+    tfm__op_act(y->device, TFM_ACT_RELU, y->data, x->data, tfm_numel(x));
     return TFM_OK;
 }
 
@@ -2437,7 +2608,7 @@ TFMDEF tfm_result tfm_relu_backward(tfm_tensor *dx, const tfm_tensor *dy, const 
     TFM__TRY(tfm__chk_pair(fn, "dy", dy, "x", x));
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "x", x, "dx", dx));
-    if (dx) tfm__relu_backward_cpu(dx->data, dy->data, x->data, tfm_numel(x), 1.0f);
+    if (dx) tfm__op_act_bwd(dx->device, TFM_ACT_RELU, dx->data, dy->data, x->data, tfm_numel(x), 1.0f);
     return TFM_OK;
 }
 
@@ -2451,9 +2622,9 @@ TFMDEF tfm_result tfm_dropout_forward(tfm_tensor *y, const tfm_tensor *x, float 
     TFM__TRY(tfm__chk_pair(fn, "y", y, "x", x));
     TFM__TRY(tfm__chk_p(fn, p));
     if (!training || p == 0.0f) {
-        if (y->data != x->data) memcpy(y->data, x->data, (size_t)tfm_numel(x) * sizeof(float));
+        if (y->data != x->data) tfm__op_copy(y->device, y->data, x->data, tfm_numel(x));
     } else {
-        tfm__dropout_cpu(y->data, x->data, tfm_numel(x), p, seed, 0);
+        tfm__op_dropout(y->device, y->data, x->data, tfm_numel(x), p, seed, 0);
     }
     return TFM_OK;
 }
@@ -2465,8 +2636,8 @@ TFMDEF tfm_result tfm_dropout_backward(tfm_tensor *dx, const tfm_tensor *dy, flo
     TFM__TRY(tfm__chk_same(fn, "dy", dy, "dx", dx));
     TFM__TRY(tfm__chk_p(fn, p));
     if (!dx) return TFM_OK;
-    if (!training || p == 0.0f) tfm__acc_cpu(dx->data, dy->data, tfm_numel(dy));
-    else tfm__dropout_cpu(dx->data, dy->data, tfm_numel(dy), p, seed, 1);
+    if (!training || p == 0.0f) tfm__op_add(dx->device, dx->data, dx->data, dy->data, tfm_numel(dy));
+    else tfm__op_dropout(dx->device, dx->data, dy->data, tfm_numel(dy), p, seed, 1);
     return TFM_OK;
 }
 
@@ -2498,7 +2669,7 @@ TFMDEF tfm_result tfm_embedding_forward(tfm_tensor *y, const int32_t *ids, const
     TFM__TRY(tfm__chk(fn, "weight", w));
     TFM__TRY(tfm__chk_emb(fn, "y", y, "weight", w, scale));
     TFM__TRY(tfm__chk_ids(fn, ids, tfm__rows(y), w->shape[0]));
-    tfm__embedding_forward_cpu(y->data, ids, w->data, scale, tfm__rows(y), w->shape[1]);
+    tfm__op_embedding(y->device, y->data, ids, w->data, scale, tfm__rows(y), w->shape[1]);
     return TFM_OK;
 }
 
@@ -2508,7 +2679,7 @@ TFMDEF tfm_result tfm_embedding_backward(tfm_tensor *dw, const tfm_tensor *dy, c
     TFM__TRY(tfm__chk(fn, "dy", dy));
     TFM__TRY(tfm__chk_emb(fn, "dy", dy, "dweight", dw, scale));
     TFM__TRY(tfm__chk_ids(fn, ids, tfm__rows(dy), dw->shape[0]));
-    tfm__embedding_backward_cpu(dw->data, dy->data, ids, scale, tfm__rows(dy), dw->shape[1]);
+    tfm__op_embedding_bwd(dw->device, dw->data, dy->data, ids, scale, tfm__rows(dy), dw->shape[1]);
     return TFM_OK;
 }
 
@@ -2537,7 +2708,7 @@ TFMDEF tfm_result tfm_pos_embedding_forward(tfm_tensor *y, const tfm_tensor *x, 
     TFM__TRY(tfm__chk(fn, "weight", w));
     TFM__TRY(tfm__btc(fn, "x", x, &B, &T, &C));
     TFM__TRY(tfm__chk_table(fn, "weight", w, x, T, C));
-    tfm__pos_add_cpu(y->data, x->data, w->data, B, T, C);
+    tfm__op_pos_add(y->device, y->data, x->data, w->data, B, T, C);
     return TFM_OK;
 }
 
@@ -2550,8 +2721,8 @@ TFMDEF tfm_result tfm_pos_embedding_backward(tfm_tensor *dx, tfm_tensor *dw, con
     TFM__TRY(tfm__btc(fn, "dy", dy, &B, &T, &C));
     TFM__TRY(tfm__chk_same(fn, "dy", dy, "dx", dx));
     if (dw) TFM__TRY(tfm__chk_table(fn, "dweight", dw, dy, T, C));
-    if (dx) tfm__acc_cpu(dx->data, dy->data, tfm_numel(dy));
-    if (dw) tfm__pos_embedding_backward_cpu(dw->data, dy->data, B, T, C);
+    if (dx) tfm__op_add(dx->device, dx->data, dx->data, dy->data, tfm_numel(dy));
+    if (dw) tfm__op_pos_bwd(dw->device, dw->data, dy->data, B, T, C);
     return TFM_OK;
 }
 
@@ -2559,7 +2730,7 @@ TFMDEF tfm_result tfm_sinusoidal_table(tfm_tensor *pe) {
     const char *fn = "tfm_sinusoidal_table";
     TFM__TRY(tfm__chk(fn, "pe", pe));
     if (pe->ndim != 2) return tfm__fail(TFM_E_SHAPE, "%s: pe is %s, want (P,C)", fn, tfm__shp(pe));
-    tfm__sinusoidal_add_cpu(pe->data, NULL, 1, pe->shape[0], pe->shape[1]);
+    tfm__op_sinusoid_add(pe->device, pe->data, NULL, 1, pe->shape[0], pe->shape[1]);
     return TFM_OK;
 }
 
@@ -2568,7 +2739,7 @@ TFMDEF tfm_result tfm_sinusoidal_forward(tfm_tensor *y, const tfm_tensor *x) {
     int64_t B = 0, T = 0, C = 0;
     TFM__TRY(tfm__chk_pair(fn, "y", y, "x", x));
     TFM__TRY(tfm__btc(fn, "x", x, &B, &T, &C));
-    tfm__sinusoidal_add_cpu(y->data, x->data, B, T, C);
+    tfm__op_sinusoid_add(y->device, y->data, x->data, B, T, C);
     return TFM_OK;
 }
 
@@ -2579,7 +2750,7 @@ TFMDEF tfm_result tfm_sinusoidal_backward(tfm_tensor *dx, const tfm_tensor *dy) 
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__btc(fn, "dy", dy, &B, &T, &C));
     TFM__TRY(tfm__chk_same(fn, "dy", dy, "dx", dx));
-    if (dx) tfm__acc_cpu(dx->data, dy->data, tfm_numel(dy));
+    if (dx) tfm__op_add(dx->device, dx->data, dx->data, dy->data, tfm_numel(dy));
     return TFM_OK;
 }
 
@@ -2588,7 +2759,7 @@ TFMDEF tfm_result tfm_add_forward(tfm_tensor *y, const tfm_tensor *a, const tfm_
     TFM__TRY(tfm__chk_pair(fn, "y", y, "a", a));
     TFM__TRY(tfm__chk(fn, "b", b));
     TFM__TRY(tfm__chk_same(fn, "a", a, "b", b));
-    tfm__add_cpu(y->data, a->data, b->data, tfm_numel(a));
+    tfm__op_add(y->device, y->data, a->data, b->data, tfm_numel(a));
     return TFM_OK;
 }
 
@@ -2599,8 +2770,8 @@ TFMDEF tfm_result tfm_add_backward(tfm_tensor *da, tfm_tensor *db, const tfm_ten
     TFM__TRY(tfm__chk_opt(fn, "db", db));
     TFM__TRY(tfm__chk_same(fn, "dy", dy, "da", da));
     TFM__TRY(tfm__chk_same(fn, "dy", dy, "db", db));
-    if (da) tfm__acc_cpu(da->data, dy->data, tfm_numel(dy));
-    if (db) tfm__acc_cpu(db->data, dy->data, tfm_numel(dy));
+    if (da) tfm__op_add(da->device, da->data, da->data, dy->data, tfm_numel(dy));
+    if (db) tfm__op_add(db->device, db->data, db->data, dy->data, tfm_numel(dy));
     return TFM_OK;
 }
 
@@ -2631,7 +2802,7 @@ TFMDEF tfm_result tfm_mean_pool_forward(tfm_tensor *y, const tfm_tensor *x, cons
     TFM__TRY(tfm__chk(fn, "x", x));
     TFM__TRY(tfm__chk_pool(fn, "x", x, "y", y));
     TFM__TRY(tfm__chk_lens(fn, "lens", lens, x->shape[0], x->shape[1]));
-    tfm__mean_pool_forward_cpu(y->data, x->data, lens, x->shape[0], x->shape[1], x->shape[2]);
+    tfm__op_pool(y->device, TFM_POOL_MEAN, y->data, x->data, lens, x->shape[0], x->shape[1], x->shape[2]);
     return TFM_OK;
 }
 
@@ -2641,30 +2812,25 @@ TFMDEF tfm_result tfm_mean_pool_backward(tfm_tensor *dx, const tfm_tensor *dy, c
     TFM__TRY(tfm__chk(fn, "dy", dy));
     TFM__TRY(tfm__chk_pool(fn, "dx", dx, "dy", dy));
     TFM__TRY(tfm__chk_lens(fn, "lens", lens, dx->shape[0], dx->shape[1]));
-    tfm__mean_pool_backward_cpu(dx->data, dy->data, lens, dx->shape[0], dx->shape[1], dx->shape[2]);
+    tfm__op_pool_bwd(dx->device, TFM_POOL_MEAN, dx->data, dy->data, lens, dx->shape[0], dx->shape[1], dx->shape[2]);
     return TFM_OK;
 }
 
 TFMDEF tfm_result tfm_cls_pool_forward(tfm_tensor *y, const tfm_tensor *x) {
     const char *fn = "tfm_cls_pool_forward";
-    int64_t b;
     TFM__TRY(tfm__chk(fn, "y", y));
     TFM__TRY(tfm__chk(fn, "x", x));
     TFM__TRY(tfm__chk_pool(fn, "x", x, "y", y));
-    for (b = 0; b < x->shape[0]; b++)
-        memcpy(y->data + b * x->shape[2], x->data + b * x->shape[1] * x->shape[2], (size_t)x->shape[2] * sizeof(float));
+    tfm__op_pool(y->device, TFM_POOL_CLS, y->data, x->data, NULL, x->shape[0], x->shape[1], x->shape[2]);
     return TFM_OK;
 }
 
 TFMDEF tfm_result tfm_cls_pool_backward(tfm_tensor *dx, const tfm_tensor *dy) {
     const char *fn = "tfm_cls_pool_backward";
-    int64_t b, j, C;
     TFM__TRY(tfm__chk(fn, "dx", dx));
     TFM__TRY(tfm__chk(fn, "dy", dy));
     TFM__TRY(tfm__chk_pool(fn, "dx", dx, "dy", dy));
-    C = dx->shape[2];
-    for (b = 0; b < dx->shape[0]; b++)
-        for (j = 0; j < C; j++) dx->data[b * dx->shape[1] * C + j] += dy->data[b * C + j];
+    tfm__op_pool_bwd(dx->device, TFM_POOL_CLS, dx->data, dy->data, NULL, dx->shape[0], dx->shape[1], dx->shape[2]);
     return TFM_OK;
 }
 
@@ -2747,7 +2913,7 @@ TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *att, tfm_te
     a.out = out->data;
     a.att = att->data;
     a.tmp = tmp ? tmp->data : NULL;
-    tfm__attention_forward_cpu(&a);
+    tfm__op_attention(out->device, &a);
     return TFM_OK;
 }
 
@@ -2782,8 +2948,7 @@ TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_ten
     a.ldq = a.ldk = a.ldv = C;
     a.att = att->data;
     a.tmp = tmp->data;
-    tfm__attention_backward_cpu(&a, dq ? dq->data : NULL, C, dk ? dk->data : NULL, C, dv ? dv->data : NULL, C,
-                                dout->data, C);
+    tfm__op_attention_bwd(dout->device, &a, dq ? dq->data : NULL, C, dk ? dk->data : NULL, C, dv ? dv->data : NULL, C, dout->data, C);
     return TFM_OK;
 }
 
@@ -2852,6 +3017,7 @@ TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *me
     }
     mem->scratch.used = mark;
     m->has_grad = !mem->no_grad;
+    m->device = mem->device;
     return tfm_mem_check(mem) == TFM_OK ? TFM_OK
                                         : tfm__fail(TFM_E_NOMEM, "%s: %s", fn, tfm_last_error());
 }
@@ -2890,9 +3056,21 @@ static void tfm__mha_args(const tfm_mha *m, tfm__attn_args *a) {
     a->tmp = m->tmp;
 }
 
-/* The forward pass of a checked layer call. */
+/* Rows n of k|v (ld ldkv) of each batch row into layer `layer` of the cache (self or cross), at position p. */
+static void tfm__kv_store(tfm_kv_cache *kc, int layer, int cross, const float *kv, int64_t ldkv, int B, int n, int p) {
+    int64_t C2 = 2 * (int64_t)kc->d_model, L = cross ? kc->max_src_len : kc->max_len;
+    float *base = (cross ? kc->cross_kv : kc->self_kv) + (int64_t)layer * kc->max_batch * L * C2;
+    int b;
+    for (b = 0; b < B; b++)
+        tfm__op_copy_rows(kc->device, base + ((int64_t)kc->slot[b] * L + p) * C2, C2, kv + (int64_t)b * n * ldkv, ldkv,
+                          n, C2);
+}
+
+/* The forward pass of a checked layer call. With a cache (decoding): self-attention appends the new
+   rows' keys and values at position kc->len and attends over every cached position; cross-attention
+   projects xkv into the cache on the first call (kc->src_len 0) and attends over the cached source. */
 static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv, int B, int Tq, int Tk,
-                         const tfm_attn_opts *opts) {
+                         const tfm_attn_opts *opts, tfm_kv_cache *kc, int layer) {
     tfm__attn_args a;
     int64_t C = m->desc.d_model;
     m->B = B;
@@ -2910,15 +3088,34 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv,
     {
         const float *w = m->in_proj_weight.data, *b = m->in_proj_bias.data;
         if (m->desc.cross) {
-            tfm__linear_forward_cpu(m->q, C, x, C, w, b, (int64_t)B * Tq, C, C);
-            tfm__linear_forward_cpu(m->kv, 2 * C, xkv, C, w + C * C, b ? b + C : NULL, (int64_t)B * Tk, C, 2 * C);
+            tfm__op_linear(m->device, m->q, C, x, C, w, b, (int64_t)B * Tq, C, C);
+            if (!kc || !kc->src_len)
+                tfm__op_linear(m->device, m->kv, 2 * C, xkv, C, w + C * C, b ? b + C : NULL, (int64_t)B * Tk, C, 2 * C);
+            if (kc && !kc->src_len) tfm__kv_store(kc, layer, 1, m->kv, 2 * C, B, Tk, 0);
         } else {
-            tfm__linear_forward_cpu(m->q, 3 * C, x, C, w, b, (int64_t)B * Tq, C, 3 * C);
+            tfm__op_linear(m->device, m->q, 3 * C, x, C, w, b, (int64_t)B * Tq, C, 3 * C);
+            if (kc) tfm__kv_store(kc, layer, 0, m->q + C, 3 * C, B, Tq, kc->len);
         }
     }
     tfm__mha_args(m, &a);
-    tfm__attention_forward_cpu(&a);
-    tfm__linear_forward_cpu(y, C, m->ctx, C, m->out_proj_weight.data, m->out_proj_bias.data, (int64_t)B * Tq, C, C);
+    if (kc) { /* keys and values from the cache */
+        int cross = m->desc.cross;
+        int64_t L = cross ? kc->max_src_len : kc->max_len;
+        a.k = (cross ? kc->cross_kv : kc->self_kv) + (int64_t)layer * kc->max_batch * L * 2 * C;
+        a.v = a.k + C;
+        a.ldk = a.ldv = (int)(2 * C);
+        a.bsk = L * 2 * C;
+        a.kv_rows = kc->slot;
+        if (!cross) {
+            a.q_off = kc->len;
+            a.Tk = kc->len + Tq;
+        } else if (kc->src_len) {
+            a.Tk = kc->src_len;
+        }
+        m->Tk = a.Tk;
+    }
+    tfm__op_attention(m->device, &a);
+    tfm__op_linear(m->device, y, C, m->ctx, C, m->out_proj_weight.data, m->out_proj_bias.data, (int64_t)B * Tq, C, C);
 }
 
 /* The backward pass of a checked layer call: adds into dx, dxkv (may be NULL) and the gradients. */
@@ -2927,28 +3124,25 @@ static void tfm__mha_bwd(tfm_mha *m, float *dx, float *dxkv, const float *dy) {
     int64_t B = m->B, Tq = m->Tq, Tk = m->Tk, C = m->desc.d_model;
     int cross = m->desc.cross;
     /* out_proj: dW += dy^T ctx, db += colsum(dy), dctx = dy W */
-    tfm__linear_backward_ex(m->dctx, C, 0.0f, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx, C,
-                            m->out_proj_weight.data, B * Tq, C, C);
+    tfm__op_linear_bwd(m->device, m->dctx, C, 0.0f, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx, C, m->out_proj_weight.data, B * Tq, C, C);
     /* attention: gradients of the projected q, k, v */
     tfm__mha_args(m, &a);
-    memset(m->dq, 0, (size_t)(B * Tq * (cross ? C : 3 * C)) * sizeof(float));
+    tfm__op_zero(m->device, m->dq, B * Tq * (cross ? C : 3 * C));
     if (cross) {
-        memset(m->dkv, 0, (size_t)(B * Tk * 2 * C) * sizeof(float));
-        tfm__attention_backward_cpu(&a, m->dq, (int)C, m->dkv, (int)(2 * C), m->dkv + C, (int)(2 * C), m->dctx, (int)C);
+        tfm__op_zero(m->device, m->dkv, B * Tk * 2 * C);
+        tfm__op_attention_bwd(m->device, &a, m->dq, (int)C, m->dkv, (int)(2 * C), m->dkv + C, (int)(2 * C), m->dctx, (int)C);
     } else {
-        tfm__attention_backward_cpu(&a, m->dq, (int)(3 * C), m->dq + C, (int)(3 * C), m->dq + 2 * C, (int)(3 * C),
-                                    m->dctx, (int)C);
+        tfm__op_attention_bwd(m->device, &a, m->dq, (int)(3 * C), m->dq + C, (int)(3 * C), m->dq + 2 * C, (int)(3 * C), m->dctx, (int)C);
     }
     /* in_proj */
     {
         const float *w = m->in_proj_weight.data;
         float *dw = m->d_in_proj_weight.data, *db = m->d_in_proj_bias.data;
         if (cross) {
-            tfm__linear_backward_cpu(dx, C, dw, db, m->dq, C, m->x, C, w, B * Tq, C, C);
-            tfm__linear_backward_cpu(dxkv, C, dw + C * C, db ? db + C : NULL, m->dkv, 2 * C, m->xkv, C, w + C * C,
-                                     B * Tk, C, 2 * C);
+            tfm__op_linear_bwd(m->device, dx, C, 1.0f, dw, db, m->dq, C, m->x, C, w, B * Tq, C, C);
+            tfm__op_linear_bwd(m->device, dxkv, C, 1.0f, dw + C * C, db ? db + C : NULL, m->dkv, 2 * C, m->xkv, C, w + C * C, B * Tk, C, 2 * C);
         } else {
-            tfm__linear_backward_cpu(dx, C, dw, db, m->dq, 3 * C, m->x, C, w, B * Tq, C, 3 * C);
+            tfm__op_linear_bwd(m->device, dx, C, 1.0f, dw, db, m->dq, 3 * C, m->x, C, w, B * Tq, C, 3 * C);
         }
     }
 }
@@ -2990,7 +3184,7 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
     if (opts && opts->dropout > 0.0f && !m->tmp)
         return tfm__fail(TFM_E_ARG, "%s: opts.dropout > 0 in a layer built with no_grad", fn);
 
-    tfm__mha_fwd(m, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)Tq, (int)Tk, opts);
+    tfm__mha_fwd(m, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)Tq, (int)Tk, opts, NULL, 0);
     return TFM_OK;
 }
 
@@ -3114,6 +3308,7 @@ TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm
     blk->desc = d;
     blk->n_sub = d.cross ? 3 : 2;
     blk->has_grad = !mem->no_grad;
+    blk->device = mem->device;
     BT = (size_t)d.max_batch * d.max_t * d.d_model;
     BTF = (size_t)d.max_batch * d.max_t * d.d_ff;
     /* this layer's scratch first: it stays live while the attention layers use theirs */
@@ -3163,7 +3358,7 @@ TFMDEF void tfm_block_init_params(tfm_block *blk, tfm_rng *rng) {
 
 /* Sub-layer s of a block: v = F_s(u). */
 static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, const int32_t *lens,
-                               const int32_t *xkv_lens) {
+                               const int32_t *xkv_lens, tfm_kv_cache *kc, int layer) {
     const tfm_block_desc *d = &blk->desc;
     int64_t N = (int64_t)blk->B * blk->T, C = d->d_model, F = d->d_ff;
     tfm_attn_opts o;
@@ -3175,15 +3370,14 @@ static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, 
     if (s == 0) {
         o.causal = d->causal;
         o.key_lens = lens;
-        tfm__mha_fwd(&blk->self_attn, v, u, NULL, blk->B, blk->T, blk->T, &o);
+        tfm__mha_fwd(&blk->self_attn, v, u, NULL, blk->B, blk->T, blk->T, &o, kc, layer);
     } else if (s == 1 && d->cross) {
         o.key_lens = xkv_lens;
-        tfm__mha_fwd(&blk->cross_attn, v, u, blk->xkv, blk->B, blk->T, blk->Tk, &o);
+        tfm__mha_fwd(&blk->cross_attn, v, u, blk->xkv, blk->B, blk->T, blk->Tk, &o, kc, layer);
     } else {
-        tfm__linear_forward_cpu(blk->ff_pre, F, u, C, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F);
-        if (d->act == TFM_ACT_RELU) tfm__relu_forward_cpu(blk->ff_act, blk->ff_pre, N * F);
-        else tfm__gelu_forward_cpu(blk->ff_act, blk->ff_pre, N * F, d->act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF);
-        tfm__linear_forward_cpu(v, C, blk->ff_act, F, blk->linear2.weight.data, blk->linear2.bias.data, N, F, C);
+        tfm__op_linear(blk->device, blk->ff_pre, F, u, C, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F);
+        tfm__op_act(blk->device, d->act, blk->ff_act, blk->ff_pre, N * F);
+        tfm__op_linear(blk->device, v, C, blk->ff_act, F, blk->linear2.weight.data, blk->linear2.bias.data, N, F, C);
     }
 }
 
@@ -3197,20 +3391,17 @@ static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, const float *dv
         tfm__mha_bwd(&blk->cross_attn, du, dxkv, dv);
     } else {
         const float *u = d->norm_first ? blk->ln_io[s] : blk->stream[s];
-        tfm__linear_backward_ex(blk->d_ff2, F, 0.0f, blk->linear2.dweight.data, blk->linear2.dbias.data, dv, C,
-                                blk->ff_act, F, blk->linear2.weight.data, N, F, C);
-        if (d->act == TFM_ACT_RELU) tfm__relu_backward_cpu(blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, 0.0f);
-        else tfm__gelu_backward_cpu(blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F,
-                                    d->act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF, 0.0f);
-        tfm__linear_backward_cpu(du, C, blk->linear1.dweight.data, blk->linear1.dbias.data, blk->d_ff1, F, u, C,
-                                 blk->linear1.weight.data, N, C, F);
+        tfm__op_linear_bwd(blk->device, blk->d_ff2, F, 0.0f, blk->linear2.dweight.data, blk->linear2.dbias.data, dv, C, blk->ff_act, F, blk->linear2.weight.data, N, F, C);
+        tfm__op_act_bwd(blk->device, d->act, blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, 0.0f);
+        tfm__op_linear_bwd(blk->device, du, C, 1.0f, blk->linear1.dweight.data, blk->linear1.dbias.data, blk->d_ff1, F, u, C, blk->linear1.weight.data, N, C, F);
     }
 }
 
 /* pre-LN:  u = LN_s(x_s);  x_{s+1} = x_s + drop(F_s(u))
    post-LN: r = x_s + drop(F_s(x_s));  x_{s+1} = LN_s(r)       (ln_io[s] holds u or r) */
 static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float *xkv, int B, int T, int Tk,
-                           const int32_t *lens, const int32_t *xkv_lens, int training, uint64_t seed) {
+                           const int32_t *lens, const int32_t *xkv_lens, int training, uint64_t seed,
+                           tfm_kv_cache *kc, int layer) {
     const tfm_block_desc *d = &blk->desc;
     int64_t N = (int64_t)B * T, C = d->d_model;
     int s;
@@ -3227,19 +3418,17 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
         float *v = blk->sub_out;
         tfm_layernorm *ln = &blk->norm[s];
         if (d->norm_first) {
-            tfm__layernorm_forward_cpu(blk->ln_io[s], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data,
-                                       d->ln_eps, N, C);
-            tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], lens, xkv_lens);
+            tfm__op_layernorm(blk->device, blk->ln_io[s], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data, d->ln_eps, N, C);
+            tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], lens, xkv_lens, kc, layer);
         } else {
-            tfm__block_sub_fwd(blk, s, v, xs, lens, xkv_lens);
+            tfm__block_sub_fwd(blk, s, v, xs, lens, xkv_lens, kc, layer);
         }
-        if (training && d->dropout > 0.0f) tfm__dropout_cpu(v, v, N * C, d->dropout, tfm__seed_mix(seed, (uint64_t)s), 0);
+        if (training && d->dropout > 0.0f) tfm__op_dropout(blk->device, v, v, N * C, d->dropout, tfm__seed_mix(seed, (uint64_t)s), 0);
         if (d->norm_first) {
-            tfm__add_cpu(out, xs, v, N * C);
+            tfm__op_add(blk->device, out, xs, v, N * C);
         } else {
-            tfm__add_cpu(blk->ln_io[s], xs, v, N * C);
-            tfm__layernorm_forward_cpu(out, ln->mean, ln->rstd, blk->ln_io[s], ln->weight.data, ln->bias.data,
-                                       d->ln_eps, N, C);
+            tfm__op_add(blk->device, blk->ln_io[s], xs, v, N * C);
+            tfm__op_layernorm(blk->device, out, ln->mean, ln->rstd, blk->ln_io[s], ln->weight.data, ln->bias.data, d->ln_eps, N, C);
         }
         if (s + 1 < blk->n_sub) blk->stream[s + 1] = out;
     }
@@ -3249,7 +3438,6 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
 static void tfm__block_bwd(tfm_block *blk, float *dx, float *dxkv, const float *dy) {
     const tfm_block_desc *d = &blk->desc;
     int64_t N = (int64_t)blk->B * blk->T, C = d->d_model;
-    size_t bytes = (size_t)(N * C) * sizeof(float);
     const float *g = dy;
     float *bufs[2];
     int s, which = 0;
@@ -3263,31 +3451,29 @@ static void tfm__block_bwd(tfm_block *blk, float *dx, float *dxkv, const float *
         uint64_t seed = tfm__seed_mix(blk->seed, (uint64_t)s);
         which ^= 1;
         if (d->norm_first) {
-            memcpy(dprev, g, bytes); /* residual */
+            tfm__op_copy(blk->device, dprev, g, N * C); /* residual */
             dv = g;
             if (drop) {
-                tfm__dropout_cpu(blk->sub_out, g, N * C, d->dropout, seed, 0);
+                tfm__op_dropout(blk->device, blk->sub_out, g, N * C, d->dropout, seed, 0);
                 dv = blk->sub_out;
             }
-            memset(blk->d_u, 0, bytes);
+            tfm__op_zero(blk->device, blk->d_u, N * C);
             tfm__block_sub_bwd(blk, s, blk->d_u, dv, dxkv);
-            tfm__layernorm_backward_cpu(dprev, ln->dweight.data, ln->dbias.data, blk->d_u, blk->stream[s],
-                                        ln->weight.data, ln->mean, ln->rstd, N, C);
+            tfm__op_layernorm_bwd(blk->device, dprev, ln->dweight.data, ln->dbias.data, blk->d_u, blk->stream[s], ln->weight.data, ln->mean, ln->rstd, N, C);
         } else {
-            memset(blk->d_u, 0, bytes);
-            tfm__layernorm_backward_cpu(blk->d_u, ln->dweight.data, ln->dbias.data, g, blk->ln_io[s], ln->weight.data,
-                                        ln->mean, ln->rstd, N, C);
-            memcpy(dprev, blk->d_u, bytes); /* residual */
+            tfm__op_zero(blk->device, blk->d_u, N * C);
+            tfm__op_layernorm_bwd(blk->device, blk->d_u, ln->dweight.data, ln->dbias.data, g, blk->ln_io[s], ln->weight.data, ln->mean, ln->rstd, N, C);
+            tfm__op_copy(blk->device, dprev, blk->d_u, N * C); /* residual */
             dv = blk->d_u;
             if (drop) {
-                tfm__dropout_cpu(blk->sub_out, blk->d_u, N * C, d->dropout, seed, 0);
+                tfm__op_dropout(blk->device, blk->sub_out, blk->d_u, N * C, d->dropout, seed, 0);
                 dv = blk->sub_out;
             }
             tfm__block_sub_bwd(blk, s, dprev, dv, dxkv);
         }
         g = dprev;
     }
-    if (dx) tfm__acc_cpu(dx, g, N * C);
+    if (dx) tfm__op_add(blk->device, dx, dx, g, N * C);
 }
 
 TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_tensor *x, const tfm_tensor *xkv,
@@ -3329,7 +3515,7 @@ TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_ten
     if (training && (d->dropout > 0.0f || d->attn_dropout > 0.0f) && !blk->has_grad)
         return tfm__fail(TFM_E_ARG, "%s: dropout while training needs a block built with gradients", fn);
     tfm__block_fwd(blk, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)T, (int)Tk, lens, xkv_lens,
-                   training != 0, seed);
+                   training != 0, seed, NULL, 0);
     return TFM_OK;
 }
 
@@ -3543,16 +3729,6 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
         m->d_dec_x = tfm__carve(&mem->scratch, (size_t)(B * Tm * C)); /* pong */
         if (encdec) m->d_dec_y = tfm__carve(&mem->scratch, (size_t)(B * T * C)); /* gradient of the memory */
     }
-    if (kind != TFM_ENCODER_CLASSIFIER) { /* one-row buffers of generation */
-        m->gen_x = tfm__carve(&mem->scratch, (size_t)C);
-        m->gen_u = tfm__carve(&mem->scratch, (size_t)C);
-        m->gen_v = tfm__carve(&mem->scratch, (size_t)C);
-        m->gen_q = tfm__carve(&mem->scratch, (size_t)C);
-        m->gen_ctx = tfm__carve(&mem->scratch, (size_t)C);
-        m->gen_ff = tfm__carve(&mem->scratch, (size_t)(2 * c->d_ff));
-        m->gen_scores = tfm__carve(&mem->scratch, (size_t)Tm);
-        m->gen_logits = tfm__carve(&mem->scratch, (size_t)n_out);
-    }
     /* embeddings */
     m->src_emb = tfm__carve_t2(&mem->params, V, C);
     if (grad) m->dsrc_emb = tfm__carve_t2(&mem->grads, V, C);
@@ -3580,7 +3756,7 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
         }
     } else if (c->pos == TFM_POS_SINUSOIDAL) {
         m->pos_emb = tfm__carve_t2(&mem->acts, Tm, C); /* a fixed table, not a parameter */
-        if (m->pos_emb.data) tfm__sinusoidal_add_cpu(m->pos_emb.data, NULL, 1, Tm, C);
+        if (m->pos_emb.data) tfm__op_sinusoid_add(m->device, m->pos_emb.data, NULL, 1, Tm, C);
         m->tgt_pos_emb = m->pos_emb;
     }
     /* layers */
@@ -3756,7 +3932,7 @@ TFMDEF void tfm_model_train(tfm_model *m, int training) {
 }
 
 TFMDEF void tfm_model_zero_grad(tfm_model *m) {
-    if (m && m->has_grad && m->mem_base) memset(m->mem_base + m->off_grads, 0, m->n_param_bytes);
+    if (m && m->has_grad && m->mem_base) tfm__op_zero(m->device, (float *)(m->mem_base + m->off_grads), (int64_t)(m->n_param_bytes / sizeof(float)));
 }
 
 TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name) {
@@ -3808,15 +3984,15 @@ static tfm_result tfm__chk_batch(const char *fn, const tfm_model *m, const tfm_b
     return TFM_OK;
 }
 
-/* token embedding (* sqrt(C)), positions, dropout: x (B,T,C) */
+/* token embedding (* sqrt(C)), positions p0.., dropout: x (B,T,C) */
 static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, int B, int T, const tfm_tensor *emb,
-                           const tfm_tensor *pos, uint64_t site) {
+                           const tfm_tensor *pos, int p0, uint64_t site) {
     int64_t C = m->cfg.d_model, N = (int64_t)B * T;
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
-    tfm__embedding_forward_cpu(x, ids, emb->data, scale, N, C);
-    if (pos->data) tfm__pos_add_cpu(x, x, pos->data, B, T, C);
+    tfm__op_embedding(m->device, x, ids, emb->data, scale, N, C);
+    if (pos->data) tfm__op_pos_add(m->device, x, x, pos->data + (int64_t)p0 * C, B, T, C);
     if (m->training && m->cfg.dropout > 0.0f)
-        tfm__dropout_cpu(x, x, N * C, m->cfg.dropout, tfm__seed_mix(m->fwd_seed, site), 0);
+        tfm__op_dropout(m->device, x, x, N * C, m->cfg.dropout, tfm__seed_mix(m->fwd_seed, site), 0);
 }
 
 static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, int B, int T, const tfm_tensor *demb,
@@ -3824,27 +4000,26 @@ static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, int B, in
     int64_t C = m->cfg.d_model, N = (int64_t)B * T;
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
     if (m->training && m->cfg.dropout > 0.0f)
-        tfm__dropout_cpu(g, g, N * C, m->cfg.dropout, tfm__seed_mix(m->fwd_seed, site), 0);
-    if (dpos && dpos->data) tfm__pos_embedding_backward_cpu(dpos->data, g, B, T, C);
-    tfm__embedding_backward_cpu(demb->data, g, ids, scale, N, C);
+        tfm__op_dropout(m->device, g, g, N * C, m->cfg.dropout, tfm__seed_mix(m->fwd_seed, site), 0);
+    if (dpos && dpos->data) tfm__op_pos_bwd(m->device, dpos->data, g, B, T, C);
+    tfm__op_embedding_bwd(m->device, demb->data, g, ids, scale, N, C);
 }
 
 /* Runs n layers from x; returns the stack's output (after the final norm when pre-LN). */
 static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, int n, tfm_layernorm *norm, float *ln_out,
                                    const float *x, const float *mem, int B, int T, int Tk, const int32_t *lens,
-                                   const int32_t *mem_lens, uint64_t site) {
+                                   const int32_t *mem_lens, uint64_t site, tfm_kv_cache *kc) {
     int64_t BTC = (int64_t)blks[0].desc.max_batch * blks[0].desc.max_t * m->cfg.d_model;
     const float *cur = x;
     int l;
     for (l = 0; l < n; l++) {
         float *out = buf + l * BTC;
         tfm__block_fwd(&blks[l], out, cur, mem, B, T, Tk, lens, mem_lens, m->training,
-                       tfm__seed_mix(m->fwd_seed, site + (uint64_t)l));
+                       tfm__seed_mix(m->fwd_seed, site + (uint64_t)l), kc, l);
         cur = out;
     }
     if (m->cfg.norm_first) {
-        tfm__layernorm_forward_cpu(ln_out, norm->mean, norm->rstd, cur, norm->weight.data, norm->bias.data, m->cfg.ln_eps,
-                                   (int64_t)B * T, m->cfg.d_model);
+        tfm__op_layernorm(m->device, ln_out, norm->mean, norm->rstd, cur, norm->weight.data, norm->bias.data, m->cfg.ln_eps, (int64_t)B * T, m->cfg.d_model);
         cur = ln_out;
     }
     return cur;
@@ -3854,27 +4029,44 @@ static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, in
 static float *tfm__stack_bwd(tfm_model *m, tfm_block *blks, float *buf, int n, tfm_layernorm *norm, float *g, float *dmem,
                              int B, int T) {
     int64_t C = m->cfg.d_model, BTC = (int64_t)blks[0].desc.max_batch * blks[0].desc.max_t * C;
-    size_t bytes = (size_t)((int64_t)B * T * C) * sizeof(float);
     float *bufs[2];
     int l, which = 0;
     bufs[0] = m->d_enc_y;
     bufs[1] = m->d_dec_x;
     if (m->cfg.norm_first) {
         const float *top = buf + (n - 1) * BTC;
-        memset(bufs[which], 0, bytes);
-        tfm__layernorm_backward_cpu(bufs[which], norm->dweight.data, norm->dbias.data, g, top, norm->weight.data,
-                                    norm->mean, norm->rstd, (int64_t)B * T, C);
+        tfm__op_zero(m->device, bufs[which], (int64_t)B * T * C);
+        tfm__op_layernorm_bwd(m->device, bufs[which], norm->dweight.data, norm->dbias.data, g, top, norm->weight.data, norm->mean, norm->rstd, (int64_t)B * T, C);
         g = bufs[which];
         which ^= 1;
     }
     for (l = n - 1; l >= 0; l--) {
         float *dprev = bufs[which];
-        memset(dprev, 0, bytes);
+        tfm__op_zero(m->device, dprev, (int64_t)B * T * C);
         tfm__block_bwd(&blks[l], dprev, dmem, g);
         g = dprev;
         which ^= 1;
     }
     return g;
+}
+
+/* The encoder over ids (B,T): embedding, the stack; returns its output (B,T,C). */
+static const float *tfm__encoder_fwd(tfm_model *m, const int32_t *ids, int B, int T, const int32_t *lens) {
+    tfm__embed_fwd(m, m->enc_x, ids, B, T, &m->src_emb, &m->pos_emb, 0, 1);
+    return tfm__stack_fwd(m, m->enc, m->enc_buf, m->n_enc, &m->enc_norm, m->enc_ln, m->enc_x, NULL, B, T, T, lens, NULL,
+                          1000, NULL);
+}
+
+/* The decoder (the LM's stack, or an encoder-decoder's over memory (B,S,C)) on ids (B,T), at positions
+   kc->len.. when decoding against a cache (kc NULL: from 0, no cache). Returns its output (B,T,C). */
+static const float *tfm__decoder_fwd(tfm_model *m, const int32_t *ids, int B, int T, const float *memory, int S,
+                                     const int32_t *mem_lens, tfm_kv_cache *kc) {
+    int encdec = m->cfg.kind == TFM_ENCODER_DECODER;
+    float *x = encdec ? m->dec_x : m->enc_x;
+    tfm__embed_fwd(m, x, ids, B, T, encdec ? &m->tgt_emb : &m->src_emb, encdec ? &m->tgt_pos_emb : &m->pos_emb,
+                   kc ? kc->len : 0, encdec ? 2 : 1);
+    return tfm__stack_fwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, m->dec_ln, x, memory, B, T, S, NULL, mem_lens,
+                          encdec ? 2000 : 1000, kc);
 }
 
 TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *loss) {
@@ -3899,37 +4091,28 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     lens = b->lens ? m->lens : NULL;
     m->tokens = b->tokens;
     m->tgt_in = b->tgt_in;
+    m->gen_replaced = 0;
     if (m->training) m->fwd_seed = tfm_rng_u64(&m->rng);
 
     if (kind == TFM_DECODER_LM) {
-        tfm__embed_fwd(m, m->enc_x, b->tokens, B, T, &m->src_emb, &m->pos_emb, 1);
-        h = tfm__stack_fwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, m->dec_ln, m->enc_x, NULL, B, T, T, NULL, NULL,
-                           1000);
+        h = tfm__decoder_fwd(m, b->tokens, B, T, NULL, 0, NULL, NULL);
     } else {
-        tfm__embed_fwd(m, m->enc_x, b->tokens, B, T, &m->src_emb, &m->pos_emb, 1);
-        h = tfm__stack_fwd(m, m->enc, m->enc_buf, m->n_enc, &m->enc_norm, m->enc_ln, m->enc_x, NULL, B, T, T, lens, NULL,
-                           1000);
+        h = tfm__encoder_fwd(m, b->tokens, B, T, lens);
         if (kind == TFM_ENCODER_DECODER) {
             m->memory = h;
-            tfm__embed_fwd(m, m->dec_x, b->tgt_in, B, Tt, &m->tgt_emb, &m->tgt_pos_emb, 2);
-            h = tfm__stack_fwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, m->dec_ln, m->dec_x, m->memory, B, Tt, T, NULL,
-                               lens, 2000);
+            h = tfm__decoder_fwd(m, b->tgt_in, B, Tt, m->memory, T, lens, NULL);
         }
     }
     m->top = h;
     if (kind == TFM_ENCODER_CLASSIFIER) {
-        if (c->pool == TFM_POOL_MEAN) {
-            tfm__mean_pool_forward_cpu(m->pooled, h, lens, B, T, C);
-        } else {
-            for (i = 0; i < B; i++) memcpy(m->pooled + i * C, h + i * T * C, (size_t)C * sizeof(float));
-        }
+        tfm__op_pool(m->device, c->pool, m->pooled, h, lens, B, T, C);
         rows = B;
         n_out = c->n_classes;
-        tfm__linear_forward_cpu(m->logits, n_out, m->pooled, C, m->head.weight.data, m->head.bias.data, rows, C, n_out);
+        tfm__op_linear(m->device, m->logits, n_out, m->pooled, C, m->head.weight.data, m->head.bias.data, rows, C, n_out);
     } else {
         rows = (int64_t)B * (kind == TFM_DECODER_LM ? T : Tt);
         n_out = kind == TFM_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
-        tfm__linear_forward_cpu(m->logits, n_out, h, C, m->head.weight.data, NULL, rows, C, n_out);
+        tfm__op_linear(m->device, m->logits, n_out, h, C, m->head.weight.data, NULL, rows, C, n_out);
     }
     m->has_targets = b->targets != NULL;
     m->last_loss = 0.0f;
@@ -3938,8 +4121,7 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
         if (kind == TFM_DECODER_LM && b->lens) /* positions past a sequence's length do not count */
             for (i = 0; i < rows; i++)
                 if (i % T >= b->lens[i / T]) m->targets[i] = c->ignore_index;
-        m->last_loss = tfm__cross_entropy_forward_cpu(m->lse, m->logits, m->targets, c->ignore_index, c->label_smoothing,
-                                                      rows, n_out);
+        m->last_loss = tfm__op_cross_entropy(m->device, m->lse, m->logits, m->targets, c->ignore_index, c->label_smoothing, rows, n_out, NULL);
     }
     if (loss) *loss = m->last_loss;
     return TFM_OK;
@@ -3949,10 +4131,13 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     const char *fn = "tfm_model_backward";
     const tfm_config *c;
     int B, T, Tt, kind;
-    int64_t C, rows, n_out, i;
+    int64_t C, rows, n_out;
     float *g;
     if (!m || !m->mem_base) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     if (!m->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
+    if (m->gen_replaced)
+        return tfm__fail(TFM_E_ARG, "%s: tfm_model_generate ran after the last forward and replaced its saved state; "
+                         "run tfm_model_forward again", fn);
     if (!m->B || !m->has_targets) return tfm__fail(TFM_E_ARG, "%s: the last forward had no targets, so there is no loss", fn);
     if (!isfinite(loss_scale)) return tfm__fail(TFM_E_ARG, "%s: loss_scale %g is not finite", fn, (double)loss_scale);
     c = &m->cfg;
@@ -3963,23 +4148,16 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     C = c->d_model;
     rows = kind == TFM_ENCODER_CLASSIFIER ? B : (int64_t)B * (kind == TFM_DECODER_LM ? T : Tt);
     n_out = kind == TFM_ENCODER_CLASSIFIER ? c->n_classes : kind == TFM_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
-    memset(m->d_logits, 0, (size_t)(rows * n_out) * sizeof(float));
-    tfm__cross_entropy_backward_cpu(m->d_logits, loss_scale, m->logits, m->lse, m->targets, c->ignore_index,
-                                    c->label_smoothing, rows, n_out);
+    tfm__op_zero(m->device, m->d_logits, rows * n_out);
+    tfm__op_cross_entropy_bwd(m->device, m->d_logits, loss_scale, m->logits, m->lse, m->targets, c->ignore_index, c->label_smoothing, rows, n_out);
     g = m->d_enc_x; /* gradient of the top stack's output */
     if (kind == TFM_ENCODER_CLASSIFIER) {
         const int32_t *lens = m->has_lens ? m->lens : NULL;
-        tfm__linear_backward_ex(m->d_pooled, C, 0.0f, m->head.dweight.data, m->head.dbias.data, m->d_logits, n_out,
-                                m->pooled, C, m->head.weight.data, rows, C, n_out);
-        memset(g, 0, (size_t)((int64_t)B * T * C) * sizeof(float));
-        if (c->pool == TFM_POOL_MEAN) {
-            tfm__mean_pool_backward_cpu(g, m->d_pooled, lens, B, T, C);
-        } else {
-            for (i = 0; i < B; i++) tfm__acc_cpu(g + i * T * C, m->d_pooled + i * C, C);
-        }
+        tfm__op_linear_bwd(m->device, m->d_pooled, C, 0.0f, m->head.dweight.data, m->head.dbias.data, m->d_logits, n_out, m->pooled, C, m->head.weight.data, rows, C, n_out);
+        tfm__op_zero(m->device, g, (int64_t)B * T * C);
+        tfm__op_pool_bwd(m->device, c->pool, g, m->d_pooled, lens, B, T, C);
     } else {
-        tfm__linear_backward_ex(g, C, 0.0f, m->head.dweight.data, NULL, m->d_logits, n_out, m->top, C,
-                                m->head.weight.data, rows, C, n_out);
+        tfm__op_linear_bwd(m->device, g, C, 0.0f, m->head.dweight.data, NULL, m->d_logits, n_out, m->top, C, m->head.weight.data, rows, C, n_out);
     }
     if (kind == TFM_DECODER_LM) {
         g = tfm__stack_bwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, g, NULL, B, T);
@@ -3987,11 +4165,11 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
         return TFM_OK;
     }
     if (kind == TFM_ENCODER_DECODER) {
-        memset(m->d_dec_y, 0, (size_t)((int64_t)B * T * C) * sizeof(float));
+        tfm__op_zero(m->device, m->d_dec_y, (int64_t)B * T * C);
         g = tfm__stack_bwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, g, m->d_dec_y, B, Tt);
         tfm__embed_bwd(m, g, m->tgt_in, B, Tt, &m->dtgt_emb, c->pos == TFM_POS_LEARNED ? &m->dtgt_pos_emb : NULL, 2);
         g = m->d_enc_x;
-        memcpy(g, m->d_dec_y, (size_t)((int64_t)B * T * C) * sizeof(float));
+        tfm__op_copy(m->device, g, m->d_dec_y, (int64_t)B * T * C);
     }
     g = tfm__stack_bwd(m, m->enc, m->enc_buf, m->n_enc, &m->enc_norm, g, NULL, B, T);
     tfm__embed_bwd(m, g, m->tokens, B, T, &m->dsrc_emb, &m->dpos_emb, 1);
@@ -4123,79 +4301,112 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
 
 /* -- generation -- */
 
-/* One head-wise attention of a single query row over n cached keys/values (row strides ldk, ldv). */
-static void tfm__attend_row(float *ctx, const float *q, const float *k, int ldk, const float *v, int ldv, int n, int H,
-                            int D, float scale, float *scores) {
-    int h, j, d;
-    for (h = 0; h < H; h++) {
-        const float *qh = q + h * D;
-        float *ch = ctx + h * D;
-        for (j = 0; j < n; j++) scores[j] = tfm__dot(qh, k + (int64_t)j * ldk + h * D, D) * scale;
-        if (n > 0) tfm__softmax_row(scores, scores, n);
-        for (d = 0; d < D; d++) ch[d] = 0.0f;
-        for (j = 0; j < n; j++) {
-            const float *vj = v + (int64_t)j * ldv + h * D;
-            float p = scores[j];
-            for (d = 0; d < D; d++) ch[d] += p * vj[d];
+TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len) {
+    const char *fn = "tfm_kv_cache_init";
+    int encdec, limit;
+    size_t n_self, n_cross, bytes;
+    unsigned char *p;
+    if (!c || !m || !m->mem_base) return tfm__fail(TFM_E_ARG, "%s: cache or model is NULL, or the model is not initialised", fn);
+    if (m->cfg.kind == TFM_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier has no decoder", fn);
+    encdec = m->cfg.kind == TFM_ENCODER_DECODER;
+    limit = encdec ? m->cfg.max_tgt_len : m->cfg.max_seq_len;
+    if (max_batch < 0 || max_batch > m->cfg.max_batch || max_len < 0 || max_len > limit)
+        return tfm__fail(TFM_E_ARG, "%s: max_batch %d and max_len %d must be in [0,%d] and [0,%d] (the model's limits)", fn,
+                         max_batch, max_len, m->cfg.max_batch, limit);
+    memset(c, 0, sizeof *c);
+    c->n_layers = m->n_dec;
+    c->max_batch = max_batch ? max_batch : m->cfg.max_batch;
+    c->max_len = max_len ? max_len : limit;
+    c->max_src_len = encdec ? m->cfg.max_seq_len : 0;
+    c->d_model = m->cfg.d_model;
+    c->device = m->device;
+    n_self = (size_t)c->n_layers * c->max_batch * c->max_len * 2 * c->d_model;
+    n_cross = (size_t)c->n_layers * c->max_batch * c->max_src_len * 2 * c->d_model;
+    bytes = (n_self + n_cross) * sizeof(float) + 2 * (size_t)c->max_batch * sizeof(int32_t);
+    p = (unsigned char *)TFM_MALLOC(bytes, NULL);
+    if (!p) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
+    c->owned = p;
+    c->self_kv = (float *)p;
+    c->cross_kv = n_cross ? c->self_kv + n_self : NULL;
+    c->slot = (int32_t *)(p + (n_self + n_cross) * sizeof(float));
+    c->src_lens = c->slot + c->max_batch;
+    tfm_kv_cache_reset(c);
+    return TFM_OK;
+}
+
+TFMDEF void tfm_kv_cache_free(tfm_kv_cache *c) {
+    if (!c) return;
+    if (c->owned) TFM_FREE(c->owned, NULL);
+    memset(c, 0, sizeof *c);
+}
+
+TFMDEF void tfm_kv_cache_reset(tfm_kv_cache *c) {
+    int b;
+    if (!c || !c->slot) return;
+    c->len = c->src_len = c->has_src_lens = 0;
+    for (b = 0; b < c->max_batch; b++) c->slot[b] = b;
+}
+
+TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int n) {
+    const char *fn = "tfm_kv_cache_reorder";
+    int32_t old_slot[256], old_lens[256], *used;
+    int i, j, L, free_slot = 0;
+    if (!c || !c->slot || !from) return tfm__fail(TFM_E_ARG, "%s: cache or from is NULL", fn);
+    if (n < 1 || n > c->max_batch || c->max_batch > 256)
+        return tfm__fail(TFM_E_ARG, "%s: n %d must be in [1,%d] (max_batch, at most 256)", fn, n, c->max_batch);
+    for (i = 0; i < n; i++)
+        if (from[i] < 0 || from[i] >= c->max_batch)
+            return tfm__fail(TFM_E_ARG, "%s: from[%d] = %d is outside [0,%d)", fn, i, (int)from[i], c->max_batch);
+    memcpy(old_slot, c->slot, (size_t)c->max_batch * sizeof(int32_t));
+    memcpy(old_lens, c->src_lens, (size_t)c->max_batch * sizeof(int32_t));
+    used = c->src_lens; /* reused as a flag per slot until the lengths are written back below */
+    for (j = 0; j < c->max_batch; j++) used[j] = 0;
+    /* the first row to take a slot keeps it; later rows copy it into a slot no new row uses */
+    for (i = 0; i < n; i++) {
+        int32_t s = old_slot[from[i]];
+        if (!used[s]) {
+            used[s] = 1;
+            c->slot[i] = s;
+        } else {
+            c->slot[i] = -1;
         }
     }
-}
-
-/* Sub-layer s of block blk for the single position t (batch 0): v = F_s(u). */
-static void tfm__gen_sub(tfm_model *m, tfm_block *blk, int s, float *v, const float *u, int t, int src_len) {
-    const tfm_block_desc *d = &blk->desc;
-    int64_t C = d->d_model, F = d->d_ff;
-    int H = d->n_heads, D = d->d_model / d->n_heads;
-    float scale = 1.0f / sqrtf((float)D);
-    if (s == 0) {
-        tfm_mha *a = &blk->self_attn;
-        float *row = a->q + (int64_t)t * 3 * C; /* q|k|v of position t joins the cache */
-        tfm__linear_forward_cpu(row, 3 * C, u, C, a->in_proj_weight.data, a->in_proj_bias.data, 1, C, 3 * C);
-        tfm__attend_row(m->gen_ctx, row, a->q + C, (int)(3 * C), a->q + 2 * C, (int)(3 * C), t + 1, H, D, scale,
-                        m->gen_scores);
-        tfm__linear_forward_cpu(v, C, m->gen_ctx, C, a->out_proj_weight.data, a->out_proj_bias.data, 1, C, C);
-    } else if (s == 1 && d->cross) {
-        tfm_mha *a = &blk->cross_attn;
-        tfm__linear_forward_cpu(m->gen_q, C, u, C, a->in_proj_weight.data, a->in_proj_bias.data, 1, C, C);
-        tfm__attend_row(m->gen_ctx, m->gen_q, a->kv, (int)(2 * C), a->kv + C, (int)(2 * C), src_len, H, D, scale,
-                        m->gen_scores);
-        tfm__linear_forward_cpu(v, C, m->gen_ctx, C, a->out_proj_weight.data, a->out_proj_bias.data, 1, C, C);
-    } else {
-        float *pre = m->gen_ff, *act = m->gen_ff + F;
-        tfm__linear_forward_cpu(pre, F, u, C, blk->linear1.weight.data, blk->linear1.bias.data, 1, C, F);
-        if (d->act == TFM_ACT_RELU) tfm__relu_forward_cpu(act, pre, F);
-        else tfm__gelu_forward_cpu(act, pre, F, d->act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF);
-        tfm__linear_forward_cpu(v, C, act, F, blk->linear2.weight.data, blk->linear2.bias.data, 1, F, C);
-    }
-}
-
-/* Logits (in gen_logits) for token tok at position t, extending every layer's cache by one row. */
-static void tfm__gen_step(tfm_model *m, int32_t tok, int t, int src_len) {
-    const tfm_config *c = &m->cfg;
-    int encdec = c->kind == TFM_ENCODER_DECODER;
-    int64_t C = c->d_model, V = encdec ? c->tgt_vocab_size : c->vocab_size;
-    const tfm_tensor *emb = encdec ? &m->tgt_emb : &m->src_emb, *pos = encdec ? &m->tgt_pos_emb : &m->pos_emb;
-    float scale = c->scale_emb ? sqrtf((float)C) : 1.0f, *x = m->gen_x, *u = m->gen_u, *v = m->gen_v;
-    int l, s, j;
-    for (j = 0; j < C; j++) x[j] = emb->data[(int64_t)tok * C + j] * scale + (pos->data ? pos->data[(int64_t)t * C + j] : 0.0f);
-    for (l = 0; l < m->n_dec; l++) {
-        tfm_block *blk = &m->dec[l];
-        for (s = 0; s < blk->n_sub; s++) {
-            tfm_layernorm *ln = &blk->norm[s];
-            if (c->norm_first) {
-                tfm__layernorm_forward_cpu(u, NULL, NULL, x, ln->weight.data, ln->bias.data, c->ln_eps, 1, C);
-                tfm__gen_sub(m, blk, s, v, u, t, src_len);
-                for (j = 0; j < C; j++) x[j] += v[j];
-            } else {
-                tfm__gen_sub(m, blk, s, v, x, t, src_len);
-                for (j = 0; j < C; j++) x[j] += v[j];
-                tfm__layernorm_forward_cpu(x, NULL, NULL, x, ln->weight.data, ln->bias.data, c->ln_eps, 1, C);
+    for (i = 0; i < n; i++) {
+        int32_t s = old_slot[from[i]];
+        if (c->slot[i] >= 0) continue;
+        while (used[free_slot]) free_slot++;
+        used[free_slot] = 1;
+        c->slot[i] = free_slot;
+        for (L = 0; L < c->n_layers; L++) {
+            int64_t C2 = 2 * (int64_t)c->d_model, sz = (int64_t)c->max_len * C2, szc = (int64_t)c->max_src_len * C2;
+            float *self = c->self_kv + (int64_t)L * c->max_batch * sz;
+            tfm__op_copy(c->device, self + free_slot * sz, self + s * sz, (int64_t)c->len * C2);
+            if (c->cross_kv) {
+                float *cr = c->cross_kv + (int64_t)L * c->max_batch * szc;
+                tfm__op_copy(c->device, cr + free_slot * szc, cr + s * szc, (int64_t)c->src_len * C2);
             }
         }
     }
-    if (c->norm_first)
-        tfm__layernorm_forward_cpu(x, NULL, NULL, x, m->dec_norm.weight.data, m->dec_norm.bias.data, c->ln_eps, 1, C);
-    tfm__linear_forward_cpu(m->gen_logits, V, x, C, m->head.weight.data, NULL, 1, C, V);
+    /* slots no row uses (rows dropped) go after the n live rows */
+    for (j = 0, i = n; i < c->max_batch; j++)
+        if (!used[j]) c->slot[i++] = j;
+    for (i = 0; i < c->max_batch; i++) c->src_lens[i] = i < n ? old_lens[from[i]] : 0;
+    return TFM_OK;
+}
+
+/* Decode ids (B,n) at positions kc->len.. with every layer's cache: the same block code as training,
+   on the new rows only. memory (B,S,C): an encoder-decoder's source, read on the first call. Leaves
+   the logits of each row's last position in m->logits (B,V) and advances kc->len by n. */
+static void tfm__decode(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const float *memory, int S) {
+    const tfm_config *c = &m->cfg;
+    int encdec = c->kind == TFM_ENCODER_DECODER;
+    int64_t C = c->d_model, V = encdec ? c->tgt_vocab_size : c->vocab_size;
+    const float *h = tfm__decoder_fwd(m, ids, B, n, memory, kc->src_len ? kc->src_len : S,
+                                      kc->has_src_lens ? kc->src_lens : NULL, kc);
+    /* the head on row n-1 of each sequence: rows of stride n*C */
+    tfm__op_linear(m->device, m->logits, V, h + (n - 1) * C, n * C, m->head.weight.data, NULL, B, C, V);
+    kc->len += n;
+    if (encdec && !kc->src_len) kc->src_len = S;
 }
 
 /* argmax, or a sample from softmax(logits / temperature) over the top_k likeliest */
@@ -4241,8 +4452,10 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
     tfm_batch b;
     tfm_gen_opts o;
     tfm_rng rng;
-    int encdec, limit, t, n = 0, was_training;
-    int64_t V, rows;
+    tfm_kv_cache kc;
+    const float *memory = NULL;
+    int encdec, limit, n = 0, was_training;
+    int64_t V;
     int32_t tok;
     tfm_result r;
     if (n_out) *n_out = 0;
@@ -4264,7 +4477,7 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
     V = encdec ? c->tgt_vocab_size : c->vocab_size;
     if (o.has_stop && (o.stop_token < 0 || o.stop_token >= V))
         return tfm__fail(TFM_E_ARG, "%s: stop_token %d is outside [0,%lld)", fn, o.stop_token, (long long)V);
-    /* the prompt (and source) through the ordinary forward: it leaves each layer's q|k|v rows in place */
+    /* the shapes and ids as a forward would check them */
     memset(&b, 0, sizeof b);
     b.batch = 1;
     if (encdec) {
@@ -4277,24 +4490,23 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
         b.tokens = prompt;
     }
     TFM__TRY(tfm__chk_batch(fn, m, &b));
+    r = tfm_kv_cache_init(&kc, m, 1, n_prompt + o.max_new);
+    if (r != TFM_OK) return tfm__fail(r, "%s: %s", fn, tfm_last_error());
     was_training = m->training;
     m->training = 0;
-    r = tfm_model_forward(m, &b, NULL);
-    if (r != TFM_OK) {
-        m->training = was_training;
-        return r;
-    }
-    m->has_targets = 0;
+    if (encdec) memory = tfm__encoder_fwd(m, src, 1, src_len, NULL);
+    tfm__decode(m, &kc, prompt, 1, n_prompt, memory, src_len);
     tfm_rng_seed(&rng, o.seed);
-    rows = n_prompt;
-    memcpy(m->gen_logits, m->logits + (rows - 1) * V, (size_t)V * sizeof(float));
-    for (t = n_prompt; n < o.max_new; t++) {
-        tok = tfm__pick(m->gen_logits, V, &o, &rng);
+    for (;;) {
+        tok = tfm__pick(m->logits, V, &o, &rng);
         out[n++] = tok;
         if ((o.has_stop && tok == o.stop_token) || n == o.max_new) break;
-        tfm__gen_step(m, tok, t, encdec ? src_len : 0);
+        tfm__decode(m, &kc, &tok, 1, 1, memory, src_len);
     }
+    tfm_kv_cache_free(&kc);
     m->training = was_training;
+    m->gen_replaced = 1; /* the layers' saved activations are the last decoding step's now */
+    m->has_targets = 0;
     if (n_out) *n_out = n;
     return TFM_OK;
 }

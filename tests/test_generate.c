@@ -21,24 +21,29 @@ static void gen_config(tfm_config *c, tfm_model_kind kind, int norm_first, tfm_p
     c->seed = 7;
 }
 
-/* Steps through tokens with the cache and compares each step's logits with the full forward's row.
+/* Full forwards over two sequences (batch 2), then the same through the cache: the prompts at once,
+   then one token per call, each call's last-row logits against the full forward's row, both rows.
+   Halfway, the cache's rows are reordered so that both rows continue sequence 1 (a duplicated row, as
+   beam search makes): from then on both rows must match sequence 1's full forward.
    Tolerance 1e-5 relative (max abs err / max abs logit): the same float arithmetic in another order. */
 static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind pos) {
     tfm_config c;
     tfm_model m;
     tfm_batch b;
-    int32_t src[9] = {1, 5, 2, 8, 3, 12, 4, 0, 7}, seq[10] = {2, 9, 4, 1, 10, 3, 6, 0, 5, 8};
-    int encdec = kind == TFM_ENCODER_DECODER, n_prompt = 3, n_total = encdec ? 10 : 10, t;
+    tfm_kv_cache kc;
+    int32_t src[18] = {1, 5, 2, 8, 3, 12, 4, 0, 7, /* row 2: */ 6, 6, 1, 9, 2, 11, 3, 3, 10};
+    int32_t seq[20] = {2, 9, 4, 1, 10, 3, 6, 0, 5, 8, /* row 2: */ 7, 1, 1, 4, 9, 2, 0, 6, 3, 5};
+    int encdec = kind == TFM_ENCODER_DECODER, n_prompt = 3, n_total = 10, t, r, swap_at = 6;
     int64_t V;
     float *full;
+    const float *memory = NULL;
     gen_config(&c, kind, norm_first, pos);
     CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
     if (!m.mem_base) return;
     tfm_model_train(&m, 0);
     V = encdec ? c.tgt_vocab_size : c.vocab_size;
-    /* full forward over the whole sequence */
     memset(&b, 0, sizeof b);
-    b.batch = 1;
+    b.batch = 2;
     if (encdec) {
         b.len = 9;
         b.tokens = src;
@@ -49,19 +54,36 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
         b.tokens = seq;
     }
     CHECK_OK(tfm_model_forward(&m, &b, NULL));
-    full = (float *)malloc((size_t)(n_total * V) * sizeof(float));
-    memcpy(full, tfm_model_logits(&m).data, (size_t)(n_total * V) * sizeof(float));
-    /* the prompt through forward, then one cached step per further token */
-    if (encdec) b.tgt_len = n_prompt;
-    else b.len = n_prompt;
-    CHECK_OK(tfm_model_forward(&m, &b, NULL));
-    CHECK_REL("prompt logits", test_rel_err_f(tfm_model_logits(&m).data, full, (size_t)(n_prompt * V)), 1e-5);
-    for (t = n_prompt; t < n_total; t++) {
-        char what[64];
-        tfm__gen_step(&m, seq[t], t, encdec ? 9 : 0);
-        snprintf(what, sizeof what, "kind %d pre-LN %d step %d", (int)kind, norm_first, t);
-        CHECK_REL(what, test_rel_err_f(m.gen_logits, full + (int64_t)t * V, (size_t)V), 1e-5);
+    full = (float *)malloc((size_t)(2 * n_total * V) * sizeof(float));
+    memcpy(full, tfm_model_logits(&m).data, (size_t)(2 * n_total * V) * sizeof(float));
+    CHECK_OK(tfm_kv_cache_init(&kc, &m, 2, 0));
+    if (encdec) memory = tfm__encoder_fwd(&m, src, 2, 9, NULL);
+    {
+        int32_t prompt[6];
+        memcpy(prompt, seq, 3 * sizeof(int32_t));
+        memcpy(prompt + 3, seq + n_total, 3 * sizeof(int32_t));
+        tfm__decode(&m, &kc, prompt, 2, n_prompt, memory, 9);
     }
+    for (t = n_prompt;; t++) {
+        int32_t tok[2];
+        int swapped = t > swap_at;
+        for (r = 0; r < 2; r++) {
+            char what[96];
+            int from = swapped ? 0 : r;
+            snprintf(what, sizeof what, "kind %d pre-LN %d pos %d row %d position %d", (int)kind, norm_first, (int)pos, r, t - 1);
+            CHECK_REL(what, test_rel_err_f(m.logits + r * V, full + ((int64_t)from * n_total + t - 1) * V, (size_t)V), 1e-5);
+        }
+        if (t == n_total) break;
+        if (t == swap_at) {
+            int32_t to_first[2] = {0, 0};
+            CHECK_OK(tfm_kv_cache_reorder(&kc, to_first, 2));
+            CHECK(kc.slot[0] != kc.slot[1]);
+        }
+        tok[0] = seq[t];
+        tok[1] = t >= swap_at ? seq[t] : seq[n_total + t];
+        tfm__decode(&m, &kc, tok, 2, 1, memory, 9);
+    }
+    tfm_kv_cache_free(&kc);
     free(full);
     tfm_model_free(&m);
 }
@@ -151,6 +173,32 @@ static void gen_test_errors(void) {
     o.has_stop = 1;
     o.stop_token = 13;
     CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "stop_token");
+    {
+        tfm_kv_cache kc;
+        int32_t from[2] = {0, 2};
+        CHECK_ERR(tfm_kv_cache_init(&kc, &m, 3, 0), TFM_E_ARG, "tfm_kv_cache_init");
+        CHECK_ERR(tfm_kv_cache_init(&kc, &m, 0, 13), TFM_E_ARG, "max_len");
+        CHECK_OK(tfm_kv_cache_init(&kc, &m, 0, 0));
+        CHECK_ERR(tfm_kv_cache_reorder(&kc, from, 2), TFM_E_ARG, "from[1]");
+        CHECK_ERR(tfm_kv_cache_reorder(&kc, from, 3), TFM_E_ARG, "tfm_kv_cache_reorder");
+        tfm_kv_cache_free(&kc);
+    }
+    /* backward after generate: the forward's saved state is gone, and it says so */
+    o.has_stop = 0;
+    {
+        tfm_batch b;
+        int32_t tg[3] = {2, 3, 4};
+        memset(&b, 0, sizeof b);
+        b.batch = 1;
+        b.len = 3;
+        b.tokens = p;
+        b.targets = tg;
+        CHECK_OK(tfm_model_forward(&m, &b, NULL));
+        CHECK_OK(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL));
+        CHECK_ERR(tfm_model_backward(&m, 1.0f), TFM_E_ARG, "tfm_model_generate ran after");
+        CHECK_OK(tfm_model_forward(&m, &b, NULL));
+        CHECK_OK(tfm_model_backward(&m, 1.0f));
+    }
     tfm_model_free(&m);
 }
 
