@@ -150,6 +150,10 @@ examples-smoke: $(EXAMPLES)
 	./$(BUILD)/charlm --smoke --threads 1
 	./$(BUILD)/charlm --smoke --threads 1 --resume
 	./$(BUILD)/charlm --smoke --threads 1 --prompt "And God said" --length 40
+	@if command -v gnuplot >/dev/null 2>&1; then \
+	    echo './$(BUILD)/charlm --smoke --threads 1 --prompt "In the beginning" --attention runs/attention-smoke.png'; \
+	    ./$(BUILD)/charlm --smoke --threads 1 --prompt "In the beginning" --attention runs/attention-smoke.png; \
+	else echo "skipping charlm --attention: gnuplot not found (Debian: gnuplot-nox)"; fi
 	./$(BUILD)/g2p --smoke --threads 1
 	./$(BUILD)/g2p --smoke --threads 1 --resume
 	./$(BUILD)/g2p --smoke --threads 1 --data examples/data/cmudict-0.7b.txt.gz

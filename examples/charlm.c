@@ -23,6 +23,7 @@
        build/charlm                                  train (about an hour on 2 cores), then test
        build/charlm --resume                         continue from the saved checkpoint
        build/charlm --prompt "And God said"          write text with the saved model
+       build/charlm --prompt "..." --attention a.png draw the last layer's attention over a prompt
        build/charlm --smoke                          a few steps on a tiny model (seconds), for CI;
                                                      also checks cached generation against recomputation
 
@@ -38,8 +39,9 @@ static int char_id(int c) { return c >= 32 && c <= 126 ? c - 32 : c == '\n' ? 95
 static int id_char(int id) { return id == 95 ? '\n' : id + 32; }
 
 typedef struct options {
-    const char *data, *model, *csv, *prompt;
+    const char *data, *model, *csv, *prompt, *attention;
     int len, batch, epochs, d_model, n_heads, n_layers, threads, eval_every, smoke, resume, n_gen, top_k;
+    int layer, head;     /* --attention: which layer, which head (-1: the mean over heads) */
     float lr, dropout, temperature;
     int64_t val_chars;   /* validation during training scores the first val_chars characters */
     uint64_t seed;
@@ -286,6 +288,74 @@ static void train(const options *o) {
     tfm_model_free(&m);
 }
 
+/* The attention weights of one layer over the prompt, as a PNG heat map drawn by gnuplot: row i
+   shows how much the character at i attends to each earlier character. The library has no call
+   that returns attention weights; each attention layer keeps its last forward's probabilities
+   (B,H,T,T) for the backward pass (tfm_mha.att), and this reads them from there. */
+static void attention_map(tfm_model *m, const options *o) {
+    int L = m->cfg.n_layers, H = m->cfg.n_heads, n = (int)strlen(o->prompt), T, i, j, h;
+    int layer = o->layer < 0 ? L + o->layer : o->layer;
+    const char *text = o->prompt;
+    int32_t *tok;
+    const float *att;
+    char dat[4200], cmd[4400], q[4096];
+    FILE *f;
+    tfm_batch b = {0};
+    if (layer < 0 || layer >= L) ex_die("--layer: the model has layers 0..%d", L - 1);
+    if (o->head >= H) ex_die("--head: the model has heads 0..%d", H - 1);
+    int most = m->cfg.max_seq_len < 64 ? m->cfg.max_seq_len : 64; /* a readable picture */
+    if (n > most) { text += n - most; n = most; }                 /* the last characters */
+    T = n;
+    if (T < 2) ex_die("--attention: the prompt needs at least 2 characters");
+    tok = (int32_t *)ex_malloc((size_t)T * sizeof(int32_t));
+    for (i = 0; i < T; i++)
+        if ((tok[i] = char_id((unsigned char)text[i])) < 0) ex_die("the prompt has a character outside printable ASCII");
+    b.batch = 1;
+    b.len = T;
+    b.tokens = tok;
+    ex_check(tfm_model_forward(m, &b, NULL), "forward");
+    att = m->dec[layer].self_attn.att; /* (1,H,T,T) */
+    snprintf(dat, sizeof dat, "%s.dat", o->attention);
+    f = fopen(dat, "w");
+    if (!f) ex_die("%s: %s", dat, strerror(errno));
+    for (i = 0; i < T; i++) {
+        for (j = 0; j < T; j++) {
+            double p = 0;
+            if (o->head >= 0) p = att[((int64_t)o->head * T + i) * T + j];
+            else for (h = 0; h < H; h++) p += att[((int64_t)h * T + i) * T + j] / H;
+            fprintf(f, "%s%.5f", j ? " " : "", p);
+        }
+        fputc('\n', f);
+    }
+    fclose(f);
+    /* the gnuplot script: one tic per character, the query down the side, the key along the top */
+    f = fopen(o->attention, "w"); /* created here so that a failing gnuplot leaves no stale picture */
+    if (f) fclose(f);
+    snprintf(cmd, sizeof cmd, "%s.gp", o->attention);
+    f = fopen(cmd, "w");
+    if (!f) ex_die("%s: %s", cmd, strerror(errno));
+    fprintf(f, "set terminal pngcairo size 900,860 noenhanced font \",9\"\nset output \"%s\"\n", o->attention);
+    fprintf(f, "set title \"layer %d, %s\"\nset yrange [%d.5:-0.5]\nset xrange [-0.5:%d.5]\n", layer,
+            o->head >= 0 ? "one head" : "mean of the heads", T - 1, T - 1);
+    fprintf(f, "set xlabel \"attended to\"\nset ylabel \"predicting after\"\nset palette grey negative\n");
+    for (j = 0; j < 2; j++) {
+        fprintf(f, "set %stics (", j ? "y" : "x");
+        for (i = 0; i < T; i++) {
+            char c = text[i] == '"' || text[i] == '\\' ? '\'' : text[i] == ' ' ? '_' : text[i];
+            fprintf(f, "%s\"%c\" %d", i ? ", " : "", c, i);
+        }
+        fprintf(f, ") font \",8\"\n");
+    }
+    fprintf(f, "plot \"%s\" matrix with image notitle\n", dat);
+    fclose(f);
+    ex_quote(q, sizeof q, cmd);
+    snprintf(dat, sizeof dat, "gnuplot %s", q);
+    if (system(dat) != 0) ex_die("`%s` failed: is gnuplot installed (Debian: gnuplot-nox)?", dat);
+    printf("attention of layer %d (%s) over \"%s\": %s\n", layer, o->head >= 0 ? "one head" : "mean of the heads",
+           text, o->attention);
+    free(tok);
+}
+
 /* Inference: the saved model for batch 1, without training state. */
 static void sample(const options *o) {
     tfm_config cfg;
@@ -295,7 +365,8 @@ static void sample(const options *o) {
     cfg.inference_only = 1;
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     ex_check(tfm_model_load(&m, o->model), o->model);
-    generate(&m, o, o->prompt);
+    if (o->attention) attention_map(&m, o);
+    else generate(&m, o, o->prompt);
     tfm_model_free(&m);
 }
 
@@ -313,6 +384,8 @@ static void usage(void) {
            "  --length N         characters to write (default 400)\n"
            "  --temperature X    sampling temperature (default 0.8; 0: greedy)\n"
            "  --top-k N          sample from the N likeliest characters (default 20; 0: all)\n"
+           "  --attention PNG    with --prompt: draw one layer's attention over the prompt (gnuplot)\n"
+           "  --layer N          that layer (default -1: the last); --head N (default -1: the mean)\n"
            "  --threads N        threads (default: OpenMP's)\n"
            "  --smoke            a tiny model for a few steps (seconds), and the cache check\n");
 }
@@ -338,6 +411,8 @@ int main(int argc, char **argv) {
     o.n_gen = 400;
     o.temperature = 0.8f;
     o.top_k = 20;
+    o.layer = -1;
+    o.head = -1;
     for (i = 1; i < argc; i++) /* the preset first, so that other options can change it */
         if (ex_is(argv[i], "--smoke")) {
             o.smoke = 1;
@@ -367,6 +442,9 @@ int main(int argc, char **argv) {
         else if (ex_is(a, "--length")) o.n_gen = ex_int(argc, argv, &i);
         else if (ex_is(a, "--temperature")) o.temperature = ex_float(argc, argv, &i);
         else if (ex_is(a, "--top-k")) o.top_k = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--attention")) o.attention = ex_value(argc, argv, &i);
+        else if (ex_is(a, "--layer")) o.layer = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--head")) o.head = ex_int(argc, argv, &i);
         else if (ex_is(a, "--threads")) o.threads = ex_int(argc, argv, &i);
         else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(); return 0; }
         else { usage(); ex_die("unknown option %s", a); }
@@ -375,6 +453,7 @@ int main(int argc, char **argv) {
     if (o.threads > 0) tfm_set_num_threads(o.threads);
     ex_mkdir_for(o.model);
     ex_mkdir_for(o.csv);
+    if (o.attention && !o.prompt) ex_die("--attention needs --prompt");
     if (o.prompt) sample(&o);
     else train(&o);
     return 0;
