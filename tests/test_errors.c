@@ -1648,7 +1648,7 @@ static void err_model(void) {
     tfm_model_free(&cl);
     tfm_model_free(&ed);
     tfm_model_free(&inf);
-    CHECK(m.mem_base == NULL);
+    CHECK(m.impl == NULL);
 }
 
 /* ---- CUDA in a CPU build ----------------------------------------------------------------- */

@@ -39,7 +39,7 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
     const float *memory = NULL;
     gen_config(&c, kind, norm_first, pos);
     CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
-    if (!m.mem_base) return;
+    if (!m.impl) return;
     tfm_model_train(&m, 0);
     V = encdec ? c.tgt_vocab_size : c.vocab_size;
     memset(&b, 0, sizeof b);
@@ -71,7 +71,7 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
             char what[96];
             int from = swapped ? 0 : r;
             snprintf(what, sizeof what, "kind %d pre-LN %d pos %d row %d position %d", (int)kind, norm_first, (int)pos, r, t - 1);
-            CHECK_REL(what, test_rel_err_f(m.logits + r * V, full + ((int64_t)from * n_total + t - 1) * V, (size_t)V), 1e-5);
+            CHECK_REL(what, test_rel_err_f(m.impl->logits + r * V, full + ((int64_t)from * n_total + t - 1) * V, (size_t)V), 1e-5);
         }
         if (t == n_total) break;
         if (t == swap_at) {
@@ -109,7 +109,7 @@ static void gen_test_greedy(void) {
     int n = 0, i, t;
     gen_config(&c, TFM_DECODER_LM, 1, TFM_POS_LEARNED);
     CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
-    if (!m.mem_base) return;
+    if (!m.impl) return;
     memset(&o, 0, sizeof o);
     o.max_new = 9;
     CHECK_OK(tfm_model_generate(&m, NULL, 0, seq, 3, &o, out, &n));
@@ -159,7 +159,7 @@ static void gen_test_errors(void) {
     int32_t p[3] = {1, 2, 3}, out[16], bad[2] = {1, 99};
     gen_config(&c, TFM_DECODER_LM, 0, TFM_POS_LEARNED);
     CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
-    if (!m.mem_base) return;
+    if (!m.impl) return;
     memset(&o, 0, sizeof o);
     o.max_new = 10; /* 3 + 10 > max_seq_len 12 */
     CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_SHAPE, "max_seq_len");

@@ -194,7 +194,7 @@ static int md_train(tfm_model *m, md_task task, const tfm_optim *o, int steps, i
 static float md_eval(tfm_model *m, md_task task, int n, int B, uint64_t data_seed) {
     tfm_rng r;
     md_data *d = (md_data *)malloc(sizeof(md_data));
-    int was_training = m->training;
+    int was_training = m->impl->training;
     double acc = 0.0;
     if (!d) return -1.0f;
     tfm_rng_seed(&r, data_seed);
@@ -492,7 +492,7 @@ static void md_train_eval_case(const char *what, tfm_config c) {
     }
     tfm_rng_seed(&r, 3);
     md_gen(md_task_of(&c), &r, d, 8);
-    CHECK(m.training == 1); /* a new model trains */
+    CHECK(m.impl->training == 1); /* a new model trains */
     CHECK_OK(tfm_model_forward(&m, &d->b, NULL));
     {
         tfm_tensor t = tfm_model_logits(&m);
@@ -877,7 +877,7 @@ static int md_mem_run(const tfm_config *c, void *mem, size_t size, float *losses
         TEST__FAIL("tfm_model_init(%zu bytes at %p) returned %d: %s", size, mem, (int)r, tfm_last_error());
         return 0;
     }
-    CHECK(m.owned == NULL || mem == NULL);
+    CHECK(m.impl->owned == NULL || mem == NULL);
     ok = md_train(&m, md_task_of(c), &o, 5, 8, 21, losses);
     tfm_model_free(&m);
     return ok;
@@ -951,13 +951,13 @@ static void md_inference_case(const char *what, tfm_config c) {
         free(d);
         return;
     }
-    CHECK(im.training == 0);
+    CHECK(im.impl->training == 0);
     for (int i = 0; i < im.n_params; i++) CHECK(im.params[i].grad.data == NULL);
     tfm_rng_seed(&r, 8);
     md_gen(md_task_of(&c), &r, d, 8);
     tfm_model_train(&tm, 0);
     tfm_model_train(&im, 1); /* no effect: an inference_only model never trains */
-    CHECK(im.training == 0);
+    CHECK(im.impl->training == 0);
     CHECK_OK(tfm_model_forward(&tm, &d->b, &loss_t));
     {
         tfm_batch nb = d->b;

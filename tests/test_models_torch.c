@@ -215,13 +215,13 @@ static int mt_block_params(tfm_block *b, int cross, mt_ptensor *p) {
     int n = 0;
     mt_add_mha(p, &n, "self_attn.", &b->self_attn);
     if (cross) mt_add_mha(p, &n, "multihead_attn.", &b->cross_attn);
-    mt_add(p, &n, "linear1.", "weight", &b->linear1.weight, &b->linear1.dweight);
-    mt_add(p, &n, "linear1.", "bias", &b->linear1.bias, &b->linear1.dbias);
-    mt_add(p, &n, "linear2.", "weight", &b->linear2.weight, &b->linear2.dweight);
-    mt_add(p, &n, "linear2.", "bias", &b->linear2.bias, &b->linear2.dbias);
+    mt_add(p, &n, "linear1.", "weight", &b->linear1.weight, &b->linear1.d_weight);
+    mt_add(p, &n, "linear1.", "bias", &b->linear1.bias, &b->linear1.d_bias);
+    mt_add(p, &n, "linear2.", "weight", &b->linear2.weight, &b->linear2.d_weight);
+    mt_add(p, &n, "linear2.", "bias", &b->linear2.bias, &b->linear2.d_bias);
     for (int i = 0; i < (cross ? 3 : 2); i++) {
-        mt_add(p, &n, norms[i], "weight", &b->norm[i].weight, &b->norm[i].dweight);
-        mt_add(p, &n, norms[i], "bias", &b->norm[i].bias, &b->norm[i].dbias);
+        mt_add(p, &n, norms[i], "weight", &b->norm[i].weight, &b->norm[i].d_weight);
+        mt_add(p, &n, norms[i], "bias", &b->norm[i].bias, &b->norm[i].d_bias);
     }
     return n;
 }
