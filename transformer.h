@@ -12,7 +12,7 @@
 
        tfm_rng rng; tfm_rng_seed(&rng, 42);
        tfm_mha_desc d = {0};            zero means default
-       d.d_model = 64; d.n_heads = 4; d.max_batch = 8; d.max_tq = 32;
+       d.d_model = 64; d.n_heads = 4; d.max_batch = 8; d.max_len = 32;
        tfm_mem mem = {0};               measuring arenas: init only counts bytes
        tfm_mha att;
        if (tfm_mha_init(&att, &d, &mem) != TFM_OK) puts(tfm_last_error());
@@ -362,8 +362,8 @@ typedef struct tfm_mha_desc {
     int cross;       /* 0: self-attention; 1: keys and values from a second input */
     int no_bias;     /* 0: in_proj_bias and out_proj.bias exist (torch's default) */
     int max_batch;   /* 0 -> 1 */
-    int max_tq;      /* required: longest query sequence */
-    int max_tk;      /* 0 -> max_tq; the longest key sequence (cross) */
+    int max_len;     /* required: longest query sequence */
+    int max_kv_len;  /* 0 -> max_len; the longest key sequence (cross) */
 } tfm_mha_desc;
 
 typedef struct tfm_mha {
@@ -436,8 +436,8 @@ typedef struct tfm_block_desc {
     float ln_eps;        /* 0 -> 1e-5 */
     int no_bias;         /* 0: every linear map has a bias */
     int max_batch;       /* 0 -> 1 */
-    int max_t;           /* required: longest input sequence */
-    int max_tk;          /* cross: longest sequence attended over; 0 -> max_t */
+    int max_len;         /* required: longest input sequence */
+    int max_kv_len;      /* cross: longest sequence attended over; 0 -> max_len */
 } tfm_block_desc;
 
 /* Sub-layer s (0 self-attention, then cross-attention, then feed-forward) reads stream[s] and writes
@@ -479,9 +479,9 @@ TFMDEF tfm_result tfm_block_backward(tfm_block *blk, tfm_tensor *dx, tfm_tensor 
 
 typedef enum tfm_model_kind {
     TFM_MODEL_NONE = 0,
-    TFM_ENCODER_CLASSIFIER = 1, /* encoder, pooling, classification head; one label per sequence */
-    TFM_DECODER_LM = 2,         /* causal decoder-only language model; a target per position */
-    TFM_ENCODER_DECODER = 3     /* encoder over the source, decoder over the target (teacher forcing) */
+    TFM_MODEL_ENCODER_CLASSIFIER = 1, /* encoder, pooling, classification head; one label per sequence */
+    TFM_MODEL_DECODER_LM = 2,         /* causal decoder-only language model; a target per position */
+    TFM_MODEL_ENCODER_DECODER = 3     /* encoder over the source, decoder over the target (teacher forcing) */
 } tfm_model_kind;
 
 typedef enum tfm_pos_kind { TFM_POS_LEARNED = 0, TFM_POS_SINUSOIDAL = 1, TFM_POS_NONE = 2 } tfm_pos_kind;
@@ -2939,25 +2939,25 @@ TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *me
     if (d.n_heads <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.n_heads is %d: required, > 0", fn, d.n_heads);
     if (d.d_model % d.n_heads)
         return tfm__fail(TFM_E_ARG, "%s: desc.n_heads %d does not divide desc.d_model %d", fn, d.n_heads, d.d_model);
-    if (d.max_tq <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_tq is %d: required, > 0", fn, d.max_tq);
+    if (d.max_len <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_len is %d: required, > 0", fn, d.max_len);
     if (d.max_batch < 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_batch is %d: must be >= 0", fn, d.max_batch);
-    if (d.max_tk < 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_tk is %d: must be >= 0", fn, d.max_tk);
+    if (d.max_kv_len < 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_kv_len is %d: must be >= 0", fn, d.max_kv_len);
     if (d.max_batch == 0) d.max_batch = 1;
-    if (!d.cross && d.max_tk && d.max_tk != d.max_tq)
-        return tfm__fail(TFM_E_ARG, "%s: desc.max_tk %d differs from desc.max_tq %d in self-attention", fn, d.max_tk,
-                         d.max_tq);
-    if (d.max_tk == 0) d.max_tk = d.max_tq;
+    if (!d.cross && d.max_kv_len && d.max_kv_len != d.max_len)
+        return tfm__fail(TFM_E_ARG, "%s: desc.max_kv_len %d differs from desc.max_len %d in self-attention", fn, d.max_kv_len,
+                         d.max_len);
+    if (d.max_kv_len == 0) d.max_kv_len = d.max_len;
     d.cross = d.cross != 0;
     d.no_bias = d.no_bias != 0;
     B = (size_t)d.max_batch;
-    Tq = (size_t)d.max_tq;
-    Tk = (size_t)d.max_tk;
+    Tq = (size_t)d.max_len;
+    Tk = (size_t)d.max_kv_len;
     C = (size_t)d.d_model;
     H = (size_t)d.n_heads;
     if ((double)B * H * Tq * Tk > 2147483647.0 || (double)B * Tq * 3 * C > 2147483647.0 ||
         (double)B * Tk * 3 * C > 2147483647.0 || 3.0 * C * C > 2147483647.0)
-        return tfm__fail(TFM_E_ARG, "%s: max_batch %d, max_tq %d, max_tk %d, d_model %d, n_heads %d: buffers beyond 2^31 elements",
-                         fn, d.max_batch, d.max_tq, d.max_tk, d.d_model, d.n_heads);
+        return tfm__fail(TFM_E_ARG, "%s: max_batch %d, max_len %d, max_kv_len %d, d_model %d, n_heads %d: buffers beyond 2^31 elements",
+                         fn, d.max_batch, d.max_len, d.max_kv_len, d.d_model, d.n_heads);
     memset(m, 0, sizeof *m);
     m->desc = d;
     sh[0] = (int64_t)(3 * C);
@@ -3134,9 +3134,9 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
         return tfm__fail(TFM_E_SHAPE, "%s: x is %s, want (B,T,%lld)", fn, tfm__shp(x), (long long)C);
     B = x->shape[0];
     Tq = x->shape[1];
-    if (B > m->desc.max_batch || Tq > m->desc.max_tq)
+    if (B > m->desc.max_batch || Tq > m->desc.max_len)
         return tfm__fail(TFM_E_SHAPE, "%s: x is %s but the layer was sized for batch %d and length %d", fn, tfm__shp(x),
-                         m->desc.max_batch, m->desc.max_tq);
+                         m->desc.max_batch, m->desc.max_len);
     if (!m->desc.cross && xkv) return tfm__fail(TFM_E_ARG, "%s: xkv given to a self-attention layer", fn);
     if (m->desc.cross && !xkv) return tfm__fail(TFM_E_ARG, "%s: a cross-attention layer needs xkv", fn);
     Tk = Tq;
@@ -3145,9 +3145,9 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
             return tfm__fail(TFM_E_SHAPE, "%s: x is %s but xkv is %s: want (%lld,Tk,%lld)", fn, tfm__shp(x),
                              tfm__shp(xkv), (long long)B, (long long)C);
         Tk = xkv->shape[1];
-        if (Tk > m->desc.max_tk)
+        if (Tk > m->desc.max_kv_len)
             return tfm__fail(TFM_E_SHAPE, "%s: xkv is %s but the layer was sized for key length %d", fn, tfm__shp(xkv),
-                             m->desc.max_tk);
+                             m->desc.max_kv_len);
     }
     TFM__TRY(tfm__chk_same(fn, "x", x, "y", y));
     if (y->data == x->data || (xkv && y->data == xkv->data))
@@ -3245,9 +3245,9 @@ static tfm_result tfm__block_desc_resolve(const char *fn, const tfm_block_desc *
     if (d->d_model % d->n_heads)
         return tfm__fail(TFM_E_ARG, "%s: desc.n_heads %d does not divide desc.d_model %d", fn, d->n_heads, d->d_model);
     if (d->d_ff < 0) return tfm__fail(TFM_E_ARG, "%s: desc.d_ff is %d: must be >= 0", fn, d->d_ff);
-    if (d->max_t <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_t is %d: required, > 0", fn, d->max_t);
-    if (d->max_batch < 0 || d->max_tk < 0)
-        return tfm__fail(TFM_E_ARG, "%s: desc.max_batch %d and desc.max_tk %d must be >= 0", fn, d->max_batch, d->max_tk);
+    if (d->max_len <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_len is %d: required, > 0", fn, d->max_len);
+    if (d->max_batch < 0 || d->max_kv_len < 0)
+        return tfm__fail(TFM_E_ARG, "%s: desc.max_batch %d and desc.max_kv_len %d must be >= 0", fn, d->max_batch, d->max_kv_len);
     if ((int)d->act < 0 || (int)d->act > 2) return tfm__fail(TFM_E_ARG, "%s: desc.act %d is not a tfm_activation", fn, (int)d->act);
     if (!(d->dropout >= 0.0f && d->dropout < 1.0f) || !(d->attn_dropout >= 0.0f && d->attn_dropout < 1.0f))
         return tfm__fail(TFM_E_ARG, "%s: desc.dropout %g and desc.attn_dropout %g must be in [0,1)", fn,
@@ -3256,15 +3256,15 @@ static tfm_result tfm__block_desc_resolve(const char *fn, const tfm_block_desc *
         return tfm__fail(TFM_E_ARG, "%s: desc.ln_eps %g must be finite and >= 0", fn, (double)d->ln_eps);
     if (d->d_ff == 0) d->d_ff = 4 * d->d_model;
     if (d->max_batch == 0) d->max_batch = 1;
-    if (d->max_tk == 0) d->max_tk = d->max_t;
+    if (d->max_kv_len == 0) d->max_kv_len = d->max_len;
     if (d->ln_eps == 0.0f) d->ln_eps = 1e-5f;
     d->cross = d->cross != 0;
     d->causal = d->causal != 0;
     d->norm_first = d->norm_first != 0;
     d->no_bias = d->no_bias != 0;
-    if ((double)d->max_batch * d->max_t * d->d_ff > 2147483647.0)
-        return tfm__fail(TFM_E_ARG, "%s: max_batch %d x max_t %d x d_ff %d is beyond 2^31 elements", fn, d->max_batch,
-                         d->max_t, d->d_ff);
+    if ((double)d->max_batch * d->max_len * d->d_ff > 2147483647.0)
+        return tfm__fail(TFM_E_ARG, "%s: max_batch %d x max_len %d x d_ff %d is beyond 2^31 elements", fn, d->max_batch,
+                         d->max_len, d->d_ff);
     return TFM_OK;
 }
 
@@ -3281,8 +3281,8 @@ TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm
     blk->n_sub = d.cross ? 3 : 2;
     blk->has_grad = !mem->no_grad;
     blk->device = mem->device;
-    BT = (size_t)d.max_batch * d.max_t * d.d_model;
-    BTF = (size_t)d.max_batch * d.max_t * d.d_ff;
+    BT = (size_t)d.max_batch * d.max_len * d.d_model;
+    BTF = (size_t)d.max_batch * d.max_len * d.d_ff;
     /* this layer's scratch first: it stays live while the attention layers use theirs */
     mark = mem->scratch.used;
     blk->sub_out = tfm__carve(&mem->scratch, BT);
@@ -3298,17 +3298,17 @@ TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm
     md.n_heads = d.n_heads;
     md.no_bias = d.no_bias;
     md.max_batch = d.max_batch;
-    md.max_tq = d.max_t;
+    md.max_len = d.max_len;
     TFM__TRY(tfm_mha_init(&blk->self_attn, &md, mem));
     if (d.cross) {
         md.cross = 1;
-        md.max_tk = d.max_tk;
+        md.max_kv_len = d.max_kv_len;
         TFM__TRY(tfm_mha_init(&blk->cross_attn, &md, mem));
     }
     tfm__linear_carve(&blk->linear1, d.d_ff, d.d_model, !d.no_bias, mem);
     tfm__linear_carve(&blk->linear2, d.d_model, d.d_ff, !d.no_bias, mem);
     for (s = 0; s < blk->n_sub; s++)
-        tfm__layernorm_carve(&blk->norm[s], d.d_model, !d.no_bias, (size_t)d.max_batch * d.max_t, mem);
+        tfm__layernorm_carve(&blk->norm[s], d.d_model, !d.no_bias, (size_t)d.max_batch * d.max_len, mem);
     for (s = 1; s < blk->n_sub; s++) blk->buf_stream[s] = tfm__carve(&mem->acts, BT);
     for (s = 0; s < blk->n_sub; s++) blk->ln_io[s] = tfm__carve(&mem->acts, BT);
     blk->ff_pre = tfm__carve(&mem->acts, BTF);
@@ -3464,9 +3464,9 @@ TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_ten
         return tfm__fail(TFM_E_SHAPE, "%s: x is %s, want (B,T,%d)", fn, tfm__shp(x), d->d_model);
     B = x->shape[0];
     T = x->shape[1];
-    if (B > d->max_batch || T > d->max_t)
+    if (B > d->max_batch || T > d->max_len)
         return tfm__fail(TFM_E_SHAPE, "%s: x is %s but the block was sized for batch %d and length %d", fn, tfm__shp(x),
-                         d->max_batch, d->max_t);
+                         d->max_batch, d->max_len);
     TFM__TRY(tfm__chk_same(fn, "x", x, "y", y));
     if (!d->cross && xkv) return tfm__fail(TFM_E_ARG, "%s: xkv given to a block without cross-attention", fn);
     if (d->cross && !xkv) return tfm__fail(TFM_E_ARG, "%s: a block with cross-attention needs xkv", fn);
@@ -3476,9 +3476,9 @@ TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_ten
             return tfm__fail(TFM_E_SHAPE, "%s: x is %s but xkv is %s: want (%lld,Tk,%d)", fn, tfm__shp(x), tfm__shp(xkv),
                              (long long)B, d->d_model);
         Tk = xkv->shape[1];
-        if (Tk > d->max_tk)
+        if (Tk > d->max_kv_len)
             return tfm__fail(TFM_E_SHAPE, "%s: xkv is %s but the block was sized for length %d", fn, tfm__shp(xkv),
-                             d->max_tk);
+                             d->max_kv_len);
     }
     if (y->data == x->data || (xkv && y->data == xkv->data))
         return tfm__fail(TFM_E_ARG, "%s: y must not alias x or xkv (backward reads them)", fn);
@@ -3559,8 +3559,8 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
     double big;
     if (!cfg || !out) return tfm__fail(TFM_E_ARG, "%s: cfg or out is NULL", fn);
     c = *cfg;
-    if (c.kind != TFM_ENCODER_CLASSIFIER && c.kind != TFM_DECODER_LM && c.kind != TFM_ENCODER_DECODER)
-        return tfm__fail(TFM_E_ARG, "%s: cfg.kind is %d: required (TFM_ENCODER_CLASSIFIER, TFM_DECODER_LM or TFM_ENCODER_DECODER)",
+    if (c.kind != TFM_MODEL_ENCODER_CLASSIFIER && c.kind != TFM_MODEL_DECODER_LM && c.kind != TFM_MODEL_ENCODER_DECODER)
+        return tfm__fail(TFM_E_ARG, "%s: cfg.kind is %d: required (TFM_MODEL_ENCODER_CLASSIFIER, TFM_MODEL_DECODER_LM or TFM_MODEL_ENCODER_DECODER)",
                          fn, (int)c.kind);
     if (c.vocab_size <= 0) return tfm__fail(TFM_E_ARG, "%s: cfg.vocab_size is %d: required, > 0", fn, c.vocab_size);
     if (c.d_model <= 0) return tfm__fail(TFM_E_ARG, "%s: cfg.d_model is %d: required, > 0", fn, c.d_model);
@@ -3568,7 +3568,7 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
     if (c.d_model % c.n_heads)
         return tfm__fail(TFM_E_ARG, "%s: cfg.n_heads %d does not divide cfg.d_model %d", fn, c.n_heads, c.d_model);
     if (c.max_seq_len <= 0) return tfm__fail(TFM_E_ARG, "%s: cfg.max_seq_len is %d: required, > 0", fn, c.max_seq_len);
-    if (c.kind == TFM_ENCODER_CLASSIFIER && c.n_classes <= 0)
+    if (c.kind == TFM_MODEL_ENCODER_CLASSIFIER && c.n_classes <= 0)
         return tfm__fail(TFM_E_ARG, "%s: cfg.n_classes is %d: required for a classifier, > 0", fn, c.n_classes);
     if (c.tgt_vocab_size < 0 || c.n_layers < 0 || c.n_dec_layers < 0 || c.d_ff < 0 || c.max_tgt_len < 0 ||
         c.max_batch < 0 || c.n_classes < 0)
@@ -3587,9 +3587,9 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
     if (!(c.ln_eps >= 0.0f) || !isfinite(c.ln_eps) || !(c.init_std >= 0.0f) || !isfinite(c.init_std))
         return tfm__fail(TFM_E_ARG, "%s: cfg.ln_eps %g and cfg.init_std %g must be finite and >= 0", fn, (double)c.ln_eps,
                          (double)c.init_std);
-    if (c.tie_output && c.kind == TFM_ENCODER_CLASSIFIER)
+    if (c.tie_output && c.kind == TFM_MODEL_ENCODER_CLASSIFIER)
         return tfm__fail(TFM_E_ARG, "%s: cfg.tie_output needs an LM or encoder-decoder (a classifier's head is not a vocabulary)", fn);
-    if (c.share_emb && c.kind != TFM_ENCODER_DECODER)
+    if (c.share_emb && c.kind != TFM_MODEL_ENCODER_DECODER)
         return tfm__fail(TFM_E_ARG, "%s: cfg.share_emb is for encoder-decoders", fn);
     if (c.n_layers == 0) c.n_layers = 2;
     if (c.n_dec_layers == 0) c.n_dec_layers = c.n_layers;
@@ -3599,7 +3599,7 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
     if (c.init_std == 0.0f) c.init_std = 0.02f;
     if (!c.has_ignore_index) c.ignore_index = -100;
     c.has_ignore_index = 1;
-    if (c.kind == TFM_ENCODER_DECODER) {
+    if (c.kind == TFM_MODEL_ENCODER_DECODER) {
         if (c.tgt_vocab_size == 0) c.tgt_vocab_size = c.vocab_size;
         if (c.max_tgt_len == 0) c.max_tgt_len = c.max_seq_len;
         if (c.share_emb && c.tgt_vocab_size != c.vocab_size)
@@ -3608,9 +3608,9 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
     } else {
         c.tgt_vocab_size = 0;
         c.max_tgt_len = 0;
-        c.n_dec_layers = c.kind == TFM_DECODER_LM ? c.n_layers : 0;
+        c.n_dec_layers = c.kind == TFM_MODEL_DECODER_LM ? c.n_layers : 0;
     }
-    if (c.kind != TFM_ENCODER_CLASSIFIER) c.n_classes = 0;
+    if (c.kind != TFM_MODEL_ENCODER_CLASSIFIER) c.n_classes = 0;
     big = (double)c.max_batch * TFM__MAX(c.max_seq_len, c.max_tgt_len);
     if (big * TFM__MAX(c.d_ff, c.d_model) > 2147483647.0 ||
         big * TFM__MAX(c.vocab_size, c.tgt_vocab_size) > 2147483647.0 ||
@@ -3687,7 +3687,7 @@ static tfm_result tfm__build_stack(tfm_model *m, tfm_rng *rng, tfm_mem *mem, tfm
                                    const tfm_block_desc *d, const char *prefix) {
     tfm_block tmp, *blks;
     int i;
-    size_t BTC = (size_t)d->max_batch * d->max_t * d->d_model;
+    size_t BTC = (size_t)d->max_batch * d->max_len * d->d_model;
     blks = (tfm_block *)tfm_arena_alloc(&mem->acts, (size_t)n * sizeof(tfm_block));
     *out = blks;
     *outbuf = tfm__carve(&mem->acts, (size_t)n * BTC);
@@ -3719,9 +3719,9 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     const tfm_config *c = &m->cfg;
     int64_t C = c->d_model, B = c->max_batch, T = c->max_seq_len, Tt = c->max_tgt_len, V = c->vocab_size;
     int64_t Vt = c->tgt_vocab_size, Tm = TFM__MAX(T, Tt);
-    int kind = c->kind, grad = !mem->no_grad, enc = kind != TFM_DECODER_LM, encdec = kind == TFM_ENCODER_DECODER;
-    int64_t rows_out = kind == TFM_ENCODER_CLASSIFIER ? B : encdec ? B * Tt : B * T;
-    int64_t n_out = kind == TFM_ENCODER_CLASSIFIER ? c->n_classes : encdec ? Vt : V;
+    int kind = c->kind, grad = !mem->no_grad, enc = kind != TFM_MODEL_DECODER_LM, encdec = kind == TFM_MODEL_ENCODER_DECODER;
+    int64_t rows_out = kind == TFM_MODEL_ENCODER_CLASSIFIER ? B : encdec ? B * Tt : B * T;
+    int64_t n_out = kind == TFM_MODEL_ENCODER_CLASSIFIER ? c->n_classes : encdec ? Vt : V;
     tfm_block_desc d;
     size_t mark;
     const char *emb_name = encdec ? "src_tok_emb" : "tok_emb";
@@ -3781,9 +3781,9 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     d.no_bias = c->no_bias;
     d.max_batch = c->max_batch;
     m->impl->n_enc = enc ? c->n_layers : 0;
-    m->impl->n_dec = kind == TFM_DECODER_LM ? c->n_layers : encdec ? c->n_dec_layers : 0;
+    m->impl->n_dec = kind == TFM_MODEL_DECODER_LM ? c->n_layers : encdec ? c->n_dec_layers : 0;
     if (enc) {
-        d.max_t = (int)T;
+        d.max_len = (int)T;
         TFM__TRY(tfm__build_stack(m, rng, mem, &m->impl->enc, &m->impl->enc_buf, m->impl->n_enc, &d, "encoder"));
         if (c->norm_first) {
             tfm__layernorm_carve(&m->impl->enc_norm, C, !c->no_bias, (size_t)(B * T), mem);
@@ -3794,13 +3794,13 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     if (m->impl->n_dec) {
         d.causal = 1;
         d.cross = encdec;
-        d.max_t = (int)(encdec ? Tt : T);
-        d.max_tk = (int)T;
+        d.max_len = (int)(encdec ? Tt : T);
+        d.max_kv_len = (int)T;
         TFM__TRY(tfm__build_stack(m, rng, mem, &m->impl->dec, &m->impl->dec_buf, m->impl->n_dec, &d, "decoder"));
         if (c->norm_first) {
-            tfm__layernorm_carve(&m->impl->dec_norm, C, !c->no_bias, (size_t)(B * d.max_t), mem);
+            tfm__layernorm_carve(&m->impl->dec_norm, C, !c->no_bias, (size_t)(B * d.max_len), mem);
             tfm__reg_norm(m, rng, &m->impl->dec_norm, "decoder.", "norm");
-            m->impl->dec_ln = tfm__carve(&mem->acts, (size_t)(B * d.max_t * C));
+            m->impl->dec_ln = tfm__carve(&mem->acts, (size_t)(B * d.max_len * C));
         }
     }
     /* head */
@@ -3809,13 +3809,13 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
         m->impl->head.weight = encdec ? m->impl->tgt_emb : m->impl->src_emb;
         m->impl->head.d_weight = encdec ? m->impl->d_tgt_emb : m->impl->d_src_emb;
     } else {
-        tfm__linear_carve(&m->impl->head, n_out, C, kind == TFM_ENCODER_CLASSIFIER && !c->no_bias, mem);
+        tfm__linear_carve(&m->impl->head, n_out, C, kind == TFM_MODEL_ENCODER_CLASSIFIER && !c->no_bias, mem);
         tfm__reg_linear(m, rng, &m->impl->head, "", "head");
     }
     /* activations */
     m->impl->enc_x = tfm__carve(&mem->acts, (size_t)(B * T * C)); /* the embedded input (every kind) */
     if (encdec) m->impl->dec_x = tfm__carve(&mem->acts, (size_t)(B * Tt * C));
-    if (kind == TFM_ENCODER_CLASSIFIER) m->impl->pooled = tfm__carve(&mem->acts, (size_t)(B * C));
+    if (kind == TFM_MODEL_ENCODER_CLASSIFIER) m->impl->pooled = tfm__carve(&mem->acts, (size_t)(B * C));
     m->impl->logits = tfm__carve(&mem->acts, (size_t)(rows_out * n_out));
     m->impl->lse = tfm__carve(&mem->acts, (size_t)rows_out);
     m->impl->targets = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)rows_out * sizeof(int32_t));
@@ -3960,8 +3960,8 @@ TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m) {
     tfm_tensor t;
     memset(&t, 0, sizeof t);
     if (!m || !m->impl || !m->impl->B) return t;
-    if (m->cfg.kind == TFM_ENCODER_CLASSIFIER) return tfm_tensor2(m->impl->logits, m->impl->B, m->cfg.n_classes);
-    if (m->cfg.kind == TFM_DECODER_LM) return tfm_tensor3(m->impl->logits, m->impl->B, m->impl->T, m->cfg.vocab_size);
+    if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm_tensor2(m->impl->logits, m->impl->B, m->cfg.n_classes);
+    if (m->cfg.kind == TFM_MODEL_DECODER_LM) return tfm_tensor3(m->impl->logits, m->impl->B, m->impl->T, m->cfg.vocab_size);
     return tfm_tensor3(m->impl->logits, m->impl->B, m->impl->Tt, m->cfg.tgt_vocab_size);
 }
 
@@ -3975,7 +3975,7 @@ static tfm_result tfm__chk_batch(const char *fn, const tfm_model *m, const tfm_b
         return tfm__fail(TFM_E_SHAPE, "%s: batch.len %d is outside [1,%d] (cfg.max_seq_len)", fn, b->len, c->max_seq_len);
     TFM__TRY(tfm__chk_ids(fn, b->tokens, (int64_t)b->batch * b->len, c->vocab_size));
     TFM__TRY(tfm__chk_lens(fn, "batch.lens", b->lens, b->batch, b->len));
-    if (c->kind == TFM_ENCODER_DECODER) {
+    if (c->kind == TFM_MODEL_ENCODER_DECODER) {
         if (b->tgt_len < 1 || b->tgt_len > c->max_tgt_len)
             return tfm__fail(TFM_E_SHAPE, "%s: batch.tgt_len %d is outside [1,%d] (cfg.max_tgt_len)", fn, b->tgt_len,
                              c->max_tgt_len);
@@ -3983,11 +3983,11 @@ static tfm_result tfm__chk_batch(const char *fn, const tfm_model *m, const tfm_b
         TFM__TRY(tfm__chk_ids(fn, b->tgt_in, (int64_t)b->batch * b->tgt_len, c->tgt_vocab_size));
     }
     if (b->targets) {
-        int64_t lim = c->kind == TFM_ENCODER_CLASSIFIER ? c->n_classes
-                      : c->kind == TFM_DECODER_LM      ? c->vocab_size
+        int64_t lim = c->kind == TFM_MODEL_ENCODER_CLASSIFIER ? c->n_classes
+                      : c->kind == TFM_MODEL_DECODER_LM      ? c->vocab_size
                                                        : c->tgt_vocab_size;
-        n = c->kind == TFM_ENCODER_CLASSIFIER ? b->batch
-            : c->kind == TFM_DECODER_LM      ? (int64_t)b->batch * b->len
+        n = c->kind == TFM_MODEL_ENCODER_CLASSIFIER ? b->batch
+            : c->kind == TFM_MODEL_DECODER_LM      ? (int64_t)b->batch * b->len
                                              : (int64_t)b->batch * b->tgt_len;
         for (i = 0; i < n; i++)
             if (b->targets[i] != c->ignore_index && (b->targets[i] < 0 || b->targets[i] >= lim))
@@ -4022,7 +4022,7 @@ static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, int B, in
 static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, int n, tfm_layernorm *norm, float *ln_out,
                                    const float *x, const float *mem, int B, int T, int Tk, const int32_t *lens,
                                    const int32_t *mem_lens, uint64_t site, tfm_kv_cache *kc) {
-    int64_t BTC = (int64_t)blks[0].desc.max_batch * blks[0].desc.max_t * m->cfg.d_model;
+    int64_t BTC = (int64_t)blks[0].desc.max_batch * blks[0].desc.max_len * m->cfg.d_model;
     const float *cur = x;
     int l;
     for (l = 0; l < n; l++) {
@@ -4041,7 +4041,7 @@ static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, in
 /* g: gradient of the stack's output (clobbered). Returns the gradient of its input (d_enc_y or d_dec_x). */
 static float *tfm__stack_bwd(tfm_model *m, tfm_block *blks, float *buf, int n, tfm_layernorm *norm, float *g, float *dmem,
                              int B, int T) {
-    int64_t C = m->cfg.d_model, BTC = (int64_t)blks[0].desc.max_batch * blks[0].desc.max_t * C;
+    int64_t C = m->cfg.d_model, BTC = (int64_t)blks[0].desc.max_batch * blks[0].desc.max_len * C;
     float *bufs[2];
     int l, which = 0;
     bufs[0] = m->impl->d_enc_y;
@@ -4074,7 +4074,7 @@ static const float *tfm__encoder_fwd(tfm_model *m, const int32_t *ids, int B, in
    kc->len.. when decoding against a cache (kc NULL: from 0, no cache). Returns its output (B,T,C). */
 static const float *tfm__decoder_fwd(tfm_model *m, const int32_t *ids, int B, int T, const float *memory, int S,
                                      const int32_t *mem_lens, tfm_kv_cache *kc) {
-    int encdec = m->cfg.kind == TFM_ENCODER_DECODER;
+    int encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
     float *x = encdec ? m->impl->dec_x : m->impl->enc_x;
     tfm__embed_fwd(m, x, ids, B, T, encdec ? &m->impl->tgt_emb : &m->impl->src_emb, encdec ? &m->impl->tgt_pos_emb : &m->impl->pos_emb,
                    kc ? kc->len : 0, encdec ? 2 : 1);
@@ -4095,7 +4095,7 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     B = b->batch;
     T = b->len;
     C = c->d_model;
-    if (kind == TFM_ENCODER_DECODER) Tt = b->tgt_len;
+    if (kind == TFM_MODEL_ENCODER_DECODER) Tt = b->tgt_len;
     m->impl->B = B;
     m->impl->T = T;
     m->impl->Tt = Tt;
@@ -4107,31 +4107,31 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     m->impl->gen_replaced = 0;
     if (m->impl->training) m->impl->fwd_seed = tfm_rng_u64(&m->impl->rng);
 
-    if (kind == TFM_DECODER_LM) {
+    if (kind == TFM_MODEL_DECODER_LM) {
         h = tfm__decoder_fwd(m, b->tokens, B, T, NULL, 0, NULL, NULL);
     } else {
         h = tfm__encoder_fwd(m, b->tokens, B, T, lens);
-        if (kind == TFM_ENCODER_DECODER) {
+        if (kind == TFM_MODEL_ENCODER_DECODER) {
             m->impl->memory = h;
             h = tfm__decoder_fwd(m, b->tgt_in, B, Tt, m->impl->memory, T, lens, NULL);
         }
     }
     m->impl->top = h;
-    if (kind == TFM_ENCODER_CLASSIFIER) {
+    if (kind == TFM_MODEL_ENCODER_CLASSIFIER) {
         tfm__op_pool(m->impl->device, c->pool, m->impl->pooled, h, lens, B, T, C);
         rows = B;
         n_out = c->n_classes;
         tfm__op_linear(m->impl->device, m->impl->logits, n_out, m->impl->pooled, C, m->impl->head.weight.data, m->impl->head.bias.data, rows, C, n_out);
     } else {
-        rows = (int64_t)B * (kind == TFM_DECODER_LM ? T : Tt);
-        n_out = kind == TFM_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
+        rows = (int64_t)B * (kind == TFM_MODEL_DECODER_LM ? T : Tt);
+        n_out = kind == TFM_MODEL_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
         tfm__op_linear(m->impl->device, m->impl->logits, n_out, h, C, m->impl->head.weight.data, NULL, rows, C, n_out);
     }
     m->impl->has_targets = b->targets != NULL;
     m->impl->last_loss = 0.0f;
     if (b->targets) {
         memcpy(m->impl->targets, b->targets, (size_t)rows * sizeof(int32_t));
-        if (kind == TFM_DECODER_LM && b->lens) /* positions past a sequence's length do not count */
+        if (kind == TFM_MODEL_DECODER_LM && b->lens) /* positions past a sequence's length do not count */
             for (i = 0; i < rows; i++)
                 if (i % T >= b->lens[i / T]) m->impl->targets[i] = c->ignore_index;
         m->impl->last_loss = tfm__op_cross_entropy(m->impl->device, m->impl->lse, m->impl->logits, m->impl->targets, c->ignore_index, c->label_smoothing, rows, n_out, NULL);
@@ -4159,12 +4159,12 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     T = m->impl->T;
     Tt = m->impl->Tt;
     C = c->d_model;
-    rows = kind == TFM_ENCODER_CLASSIFIER ? B : (int64_t)B * (kind == TFM_DECODER_LM ? T : Tt);
-    n_out = kind == TFM_ENCODER_CLASSIFIER ? c->n_classes : kind == TFM_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
+    rows = kind == TFM_MODEL_ENCODER_CLASSIFIER ? B : (int64_t)B * (kind == TFM_MODEL_DECODER_LM ? T : Tt);
+    n_out = kind == TFM_MODEL_ENCODER_CLASSIFIER ? c->n_classes : kind == TFM_MODEL_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
     tfm__op_zero(m->impl->device, m->impl->d_logits, rows * n_out);
     tfm__op_cross_entropy_bwd(m->impl->device, m->impl->d_logits, loss_scale, m->impl->logits, m->impl->lse, m->impl->targets, c->ignore_index, c->label_smoothing, rows, n_out);
     g = m->impl->d_enc_x; /* gradient of the top stack's output */
-    if (kind == TFM_ENCODER_CLASSIFIER) {
+    if (kind == TFM_MODEL_ENCODER_CLASSIFIER) {
         const int32_t *lens = m->impl->has_lens ? m->impl->lens : NULL;
         tfm__op_linear_bwd(m->impl->device, m->impl->d_pooled, C, 0.0f, m->impl->head.d_weight.data, m->impl->head.d_bias.data, m->impl->d_logits, n_out, m->impl->pooled, C, m->impl->head.weight.data, rows, C, n_out);
         tfm__op_zero(m->impl->device, g, (int64_t)B * T * C);
@@ -4172,12 +4172,12 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     } else {
         tfm__op_linear_bwd(m->impl->device, g, C, 0.0f, m->impl->head.d_weight.data, NULL, m->impl->d_logits, n_out, m->impl->top, C, m->impl->head.weight.data, rows, C, n_out);
     }
-    if (kind == TFM_DECODER_LM) {
+    if (kind == TFM_MODEL_DECODER_LM) {
         g = tfm__stack_bwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, g, NULL, B, T);
         tfm__embed_bwd(m, g, m->impl->tokens, B, T, &m->impl->d_src_emb, &m->impl->d_pos_emb, 1);
         return TFM_OK;
     }
-    if (kind == TFM_ENCODER_DECODER) {
+    if (kind == TFM_MODEL_ENCODER_DECODER) {
         tfm__op_zero(m->impl->device, m->impl->d_dec_y, (int64_t)B * T * C);
         g = tfm__stack_bwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, g, m->impl->d_dec_y, B, Tt);
         tfm__embed_bwd(m, g, m->impl->tgt_in, B, Tt, &m->impl->d_tgt_emb, c->pos == TFM_POS_LEARNED ? &m->impl->d_tgt_pos_emb : NULL, 2);
@@ -4320,8 +4320,8 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     size_t n_self, n_cross, bytes;
     unsigned char *p;
     if (!c || !m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: cache or model is NULL, or the model is not initialised", fn);
-    if (m->cfg.kind == TFM_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier has no decoder", fn);
-    encdec = m->cfg.kind == TFM_ENCODER_DECODER;
+    if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier has no decoder", fn);
+    encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
     limit = encdec ? m->cfg.max_tgt_len : m->cfg.max_seq_len;
     if (max_batch < 0 || max_batch > m->cfg.max_batch || max_len < 0 || max_len > limit)
         return tfm__fail(TFM_E_ARG, "%s: max_batch %d and max_len %d must be in [0,%d] and [0,%d] (the model's limits)", fn,
@@ -4412,7 +4412,7 @@ TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int
    the logits of each row's last position in m->impl->logits (B,V) and advances kc->len by n. */
 static void tfm__decode(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const float *memory, int S) {
     const tfm_config *c = &m->cfg;
-    int encdec = c->kind == TFM_ENCODER_DECODER;
+    int encdec = c->kind == TFM_MODEL_ENCODER_DECODER;
     int64_t C = c->d_model, V = encdec ? c->tgt_vocab_size : c->vocab_size;
     const float *h = tfm__decoder_fwd(m, ids, B, n, memory, kc->src_len ? kc->src_len : S,
                                       kc->has_src_lens ? kc->src_lens : NULL, kc);
@@ -4474,10 +4474,10 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
     if (n_out) *n_out = 0;
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     c = &m->cfg;
-    if (c->kind == TFM_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier does not generate", fn);
+    if (c->kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier does not generate", fn);
     if (!opts || !out || !prompt) return tfm__fail(TFM_E_ARG, "%s: opts, out or prompt is NULL", fn);
     o = *opts;
-    encdec = c->kind == TFM_ENCODER_DECODER;
+    encdec = c->kind == TFM_MODEL_ENCODER_DECODER;
     limit = encdec ? c->max_tgt_len : c->max_seq_len;
     if (o.max_new <= 0) return tfm__fail(TFM_E_ARG, "%s: opts.max_new is %d: required, > 0", fn, o.max_new);
     if (n_prompt < 1 || n_prompt + o.max_new > limit)

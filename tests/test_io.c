@@ -56,7 +56,7 @@
 #define IO_EXPORT_DIR "build/io_export"
 
 static const char *const io_kind_name[3] = {"classifier", "lm", "encdec"};
-static const tfm_model_kind io_kinds[3] = {TFM_ENCODER_CLASSIFIER, TFM_DECODER_LM, TFM_ENCODER_DECODER};
+static const tfm_model_kind io_kinds[3] = {TFM_MODEL_ENCODER_CLASSIFIER, TFM_MODEL_DECODER_LM, TFM_MODEL_ENCODER_DECODER};
 
 /* ---- files ---------------------------------------------------------------------------------- */
 
@@ -307,7 +307,7 @@ static int io_rand(tfm_rng *r, int n) { return (int)(tfm_rng_u64(r) % (uint64_t)
 static void io_make_batch(io_batch *d, const tfm_config *c, uint64_t step) {
     tfm_rng r;
     int b, t, B = c->max_batch, T = c->max_seq_len;
-    int ed = c->kind == TFM_ENCODER_DECODER, lm = c->kind == TFM_DECODER_LM;
+    int ed = c->kind == TFM_MODEL_ENCODER_DECODER, lm = c->kind == TFM_MODEL_DECODER_LM;
     int Tt = ed ? c->max_tgt_len : 0;
     memset(d, 0, sizeof *d);
     tfm_rng_seed(&r, 0x10AD5EEDull + step * 7919u);
@@ -320,7 +320,7 @@ static void io_make_batch(io_batch *d, const tfm_config *c, uint64_t step) {
         for (t = 0; t < T; t++)
             d->tokens[b * T + t] = t < d->lens[b] ? 1 + io_rand(&r, c->vocab_size - 1) : 0;
     }
-    if (c->kind == TFM_ENCODER_CLASSIFIER) {
+    if (c->kind == TFM_MODEL_ENCODER_CLASSIFIER) {
         for (b = 0; b < B; b++) d->targets[b] = io_rand(&r, c->n_classes);
     } else if (lm) {
         for (b = 0; b < B; b++)
