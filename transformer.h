@@ -12,7 +12,7 @@
 
        tfm_rng rng; tfm_rng_seed(&rng, 42);
        tfm_mha_desc d = {0};            zero means default
-       d.d_model = 64; d.n_heads = 4; d.max_batch = 8; d.max_tq = 32;
+       d.d_model = 64; d.n_heads = 4; d.max_batch = 8; d.max_len = 32;
        tfm_mem mem = {0};               measuring arenas: init only counts bytes
        tfm_mha att;
        if (tfm_mha_init(&att, &d, &mem) != TFM_OK) puts(tfm_last_error());
@@ -362,8 +362,8 @@ typedef struct tfm_mha_desc {
     int cross;       /* 0: self-attention; 1: keys and values from a second input */
     int no_bias;     /* 0: in_proj_bias and out_proj.bias exist (torch's default) */
     int max_batch;   /* 0 -> 1 */
-    int max_tq;      /* required: longest query sequence */
-    int max_tk;      /* 0 -> max_tq; the longest key sequence (cross) */
+    int max_len;     /* required: longest query sequence */
+    int max_kv_len;  /* 0 -> max_len; the longest key sequence (cross) */
 } tfm_mha_desc;
 
 typedef struct tfm_mha {
@@ -418,9 +418,9 @@ typedef enum tfm_activation {
 } tfm_activation;
 
 /* A linear map (torch.nn.Linear): weight (O,I), bias (O) (data NULL without bias), and gradients. */
-typedef struct tfm_linear { tfm_tensor weight, bias, dweight, dbias; } tfm_linear;
+typedef struct tfm_linear { tfm_tensor weight, bias, d_weight, d_bias; } tfm_linear;
 /* A layernorm (torch.nn.LayerNorm): weight (C), bias (C), gradients, and per-row statistics. */
-typedef struct tfm_layernorm { tfm_tensor weight, bias, dweight, dbias; float *mean, *rstd; } tfm_layernorm;
+typedef struct tfm_layernorm { tfm_tensor weight, bias, d_weight, d_bias; float *mean, *rstd; } tfm_layernorm;
 
 typedef struct tfm_block_desc {
     int d_model;         /* C, required */
@@ -436,8 +436,8 @@ typedef struct tfm_block_desc {
     float ln_eps;        /* 0 -> 1e-5 */
     int no_bias;         /* 0: every linear map has a bias */
     int max_batch;       /* 0 -> 1 */
-    int max_t;           /* required: longest input sequence */
-    int max_tk;          /* cross: longest sequence attended over; 0 -> max_t */
+    int max_len;         /* required: longest input sequence */
+    int max_kv_len;      /* cross: longest sequence attended over; 0 -> max_len */
 } tfm_block_desc;
 
 /* Sub-layer s (0 self-attention, then cross-attention, then feed-forward) reads stream[s] and writes
@@ -479,9 +479,9 @@ TFMDEF tfm_result tfm_block_backward(tfm_block *blk, tfm_tensor *dx, tfm_tensor 
 
 typedef enum tfm_model_kind {
     TFM_MODEL_NONE = 0,
-    TFM_ENCODER_CLASSIFIER = 1, /* encoder, pooling, classification head; one label per sequence */
-    TFM_DECODER_LM = 2,         /* causal decoder-only language model; a target per position */
-    TFM_ENCODER_DECODER = 3     /* encoder over the source, decoder over the target (teacher forcing) */
+    TFM_MODEL_ENCODER_CLASSIFIER = 1, /* encoder, pooling, classification head; one label per sequence */
+    TFM_MODEL_DECODER_LM = 2,         /* causal decoder-only language model; a target per position */
+    TFM_MODEL_ENCODER_DECODER = 3     /* encoder over the source, decoder over the target (teacher forcing) */
 } tfm_model_kind;
 
 typedef enum tfm_pos_kind { TFM_POS_LEARNED = 0, TFM_POS_SINUSOIDAL = 1, TFM_POS_NONE = 2 } tfm_pos_kind;
@@ -561,44 +561,16 @@ typedef struct tfm_param {
     int decay;
 } tfm_param;
 
+/* The internals of a model (layers, activations, optimizer state): private, in the model's memory. */
+struct tfm__model_impl;
+
 typedef struct tfm_model {
-    tfm_config cfg;                 /* with defaults applied */
-    tfm_arena mem;                  /* the one block: params | grads | adam_m | adam_v | acts | scratch */
-    size_t off_params, off_grads, off_m, off_v, off_acts, off_scratch, n_param_bytes;
-    tfm_param *params;              /* registry, in arena order */
+    tfm_config cfg;                 /* the config, with defaults applied */
+    tfm_param *params;              /* the parameter registry, in memory order */
     int n_params;
     int64_t n_weights;              /* number of trainable floats */
-    /* embeddings */
-    tfm_tensor src_emb, dsrc_emb;   /* (V,C) tok_emb (classifier, LM) or src_tok_emb (enc-dec) */
-    tfm_tensor tgt_emb, dtgt_emb;   /* enc-dec: (Vt,C) tgt_tok_emb (aliases src_emb when shared) */
-    tfm_tensor pos_emb, dpos_emb;   /* (P,C) learned positions, or the sinusoidal table */
-    tfm_tensor tgt_pos_emb, dtgt_pos_emb;
-    tfm_block *enc, *dec;           /* layer arrays (in acts) */
-    int n_enc, n_dec;
-    tfm_layernorm enc_norm, dec_norm;  /* pre-LN final norms */
-    tfm_linear head;                /* classifier (n_classes,C) or output (V,C); weight aliases an embedding when tied */
-    /* activations */
-    float *enc_x, *enc_y, *dec_x, *dec_y, *enc_ln, *dec_ln;
-    float *pooled, *logits, *lse;
-    int32_t *lens, *targets;
-    /* scratch */
-    float *d_enc_x, *d_enc_y, *d_dec_x, *d_dec_y, *d_enc_ln, *d_dec_ln, *d_pooled, *d_logits;
-    float **enc_out, **dec_out;     /* per-layer outputs */
-    float *enc_buf, *dec_buf;
-    double *gnorm_parts;            /* per-parameter squared gradient norms */
-    const float *memory, *top;      /* the encoder's output (enc-dec) and the top stack's output */
-    const int32_t *tokens, *tgt_in; /* the last forward's inputs (read by backward) */
-    unsigned char *mem_base;
-    size_t mem_size;
-    /* state */
-    int training, has_grad, B, T, Tt, has_lens, has_targets;
-    uint64_t fwd_seed;
     int64_t step;                   /* optimizer steps taken */
-    tfm_rng rng;
-    float last_loss;
-    int gen_replaced;               /* generate ran after the last forward */
-    void *owned;                    /* memory the library allocated */
-    tfm_device device;
+    struct tfm__model_impl *impl;   /* everything else; NULL before init and after free */
 } tfm_model;
 
 /* Apply defaults to cfg and check it: the config a model built from cfg would use. */
@@ -2967,25 +2939,25 @@ TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *me
     if (d.n_heads <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.n_heads is %d: required, > 0", fn, d.n_heads);
     if (d.d_model % d.n_heads)
         return tfm__fail(TFM_E_ARG, "%s: desc.n_heads %d does not divide desc.d_model %d", fn, d.n_heads, d.d_model);
-    if (d.max_tq <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_tq is %d: required, > 0", fn, d.max_tq);
+    if (d.max_len <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_len is %d: required, > 0", fn, d.max_len);
     if (d.max_batch < 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_batch is %d: must be >= 0", fn, d.max_batch);
-    if (d.max_tk < 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_tk is %d: must be >= 0", fn, d.max_tk);
+    if (d.max_kv_len < 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_kv_len is %d: must be >= 0", fn, d.max_kv_len);
     if (d.max_batch == 0) d.max_batch = 1;
-    if (!d.cross && d.max_tk && d.max_tk != d.max_tq)
-        return tfm__fail(TFM_E_ARG, "%s: desc.max_tk %d differs from desc.max_tq %d in self-attention", fn, d.max_tk,
-                         d.max_tq);
-    if (d.max_tk == 0) d.max_tk = d.max_tq;
+    if (!d.cross && d.max_kv_len && d.max_kv_len != d.max_len)
+        return tfm__fail(TFM_E_ARG, "%s: desc.max_kv_len %d differs from desc.max_len %d in self-attention", fn, d.max_kv_len,
+                         d.max_len);
+    if (d.max_kv_len == 0) d.max_kv_len = d.max_len;
     d.cross = d.cross != 0;
     d.no_bias = d.no_bias != 0;
     B = (size_t)d.max_batch;
-    Tq = (size_t)d.max_tq;
-    Tk = (size_t)d.max_tk;
+    Tq = (size_t)d.max_len;
+    Tk = (size_t)d.max_kv_len;
     C = (size_t)d.d_model;
     H = (size_t)d.n_heads;
     if ((double)B * H * Tq * Tk > 2147483647.0 || (double)B * Tq * 3 * C > 2147483647.0 ||
         (double)B * Tk * 3 * C > 2147483647.0 || 3.0 * C * C > 2147483647.0)
-        return tfm__fail(TFM_E_ARG, "%s: max_batch %d, max_tq %d, max_tk %d, d_model %d, n_heads %d: buffers beyond 2^31 elements",
-                         fn, d.max_batch, d.max_tq, d.max_tk, d.d_model, d.n_heads);
+        return tfm__fail(TFM_E_ARG, "%s: max_batch %d, max_len %d, max_kv_len %d, d_model %d, n_heads %d: buffers beyond 2^31 elements",
+                         fn, d.max_batch, d.max_len, d.max_kv_len, d.d_model, d.n_heads);
     memset(m, 0, sizeof *m);
     m->desc = d;
     sh[0] = (int64_t)(3 * C);
@@ -3162,9 +3134,9 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
         return tfm__fail(TFM_E_SHAPE, "%s: x is %s, want (B,T,%lld)", fn, tfm__shp(x), (long long)C);
     B = x->shape[0];
     Tq = x->shape[1];
-    if (B > m->desc.max_batch || Tq > m->desc.max_tq)
+    if (B > m->desc.max_batch || Tq > m->desc.max_len)
         return tfm__fail(TFM_E_SHAPE, "%s: x is %s but the layer was sized for batch %d and length %d", fn, tfm__shp(x),
-                         m->desc.max_batch, m->desc.max_tq);
+                         m->desc.max_batch, m->desc.max_len);
     if (!m->desc.cross && xkv) return tfm__fail(TFM_E_ARG, "%s: xkv given to a self-attention layer", fn);
     if (m->desc.cross && !xkv) return tfm__fail(TFM_E_ARG, "%s: a cross-attention layer needs xkv", fn);
     Tk = Tq;
@@ -3173,9 +3145,9 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
             return tfm__fail(TFM_E_SHAPE, "%s: x is %s but xkv is %s: want (%lld,Tk,%lld)", fn, tfm__shp(x),
                              tfm__shp(xkv), (long long)B, (long long)C);
         Tk = xkv->shape[1];
-        if (Tk > m->desc.max_tk)
+        if (Tk > m->desc.max_kv_len)
             return tfm__fail(TFM_E_SHAPE, "%s: xkv is %s but the layer was sized for key length %d", fn, tfm__shp(xkv),
-                             m->desc.max_tk);
+                             m->desc.max_kv_len);
     }
     TFM__TRY(tfm__chk_same(fn, "x", x, "y", y));
     if (y->data == x->data || (xkv && y->data == xkv->data))
@@ -3235,8 +3207,8 @@ static void tfm__linear_carve(tfm_linear *l, int64_t out, int64_t in, int bias, 
     l->weight = tfm_arena_tensor(&mem->params, 2, sh);
     if (bias) l->bias = tfm_arena_tensor(&mem->params, 1, sh);
     if (!mem->no_grad) {
-        l->dweight = tfm_arena_tensor(&mem->grads, 2, sh);
-        if (bias) l->dbias = tfm_arena_tensor(&mem->grads, 1, sh);
+        l->d_weight = tfm_arena_tensor(&mem->grads, 2, sh);
+        if (bias) l->d_bias = tfm_arena_tensor(&mem->grads, 1, sh);
     }
 }
 
@@ -3245,8 +3217,8 @@ static void tfm__layernorm_carve(tfm_layernorm *ln, int64_t C, int bias, size_t 
     ln->weight = tfm_arena_tensor(&mem->params, 1, &C);
     if (bias) ln->bias = tfm_arena_tensor(&mem->params, 1, &C);
     if (!mem->no_grad) {
-        ln->dweight = tfm_arena_tensor(&mem->grads, 1, &C);
-        if (bias) ln->dbias = tfm_arena_tensor(&mem->grads, 1, &C);
+        ln->d_weight = tfm_arena_tensor(&mem->grads, 1, &C);
+        if (bias) ln->d_bias = tfm_arena_tensor(&mem->grads, 1, &C);
     }
     ln->mean = tfm__carve(&mem->acts, rows);
     ln->rstd = tfm__carve(&mem->acts, rows);
@@ -3273,9 +3245,9 @@ static tfm_result tfm__block_desc_resolve(const char *fn, const tfm_block_desc *
     if (d->d_model % d->n_heads)
         return tfm__fail(TFM_E_ARG, "%s: desc.n_heads %d does not divide desc.d_model %d", fn, d->n_heads, d->d_model);
     if (d->d_ff < 0) return tfm__fail(TFM_E_ARG, "%s: desc.d_ff is %d: must be >= 0", fn, d->d_ff);
-    if (d->max_t <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_t is %d: required, > 0", fn, d->max_t);
-    if (d->max_batch < 0 || d->max_tk < 0)
-        return tfm__fail(TFM_E_ARG, "%s: desc.max_batch %d and desc.max_tk %d must be >= 0", fn, d->max_batch, d->max_tk);
+    if (d->max_len <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_len is %d: required, > 0", fn, d->max_len);
+    if (d->max_batch < 0 || d->max_kv_len < 0)
+        return tfm__fail(TFM_E_ARG, "%s: desc.max_batch %d and desc.max_kv_len %d must be >= 0", fn, d->max_batch, d->max_kv_len);
     if ((int)d->act < 0 || (int)d->act > 2) return tfm__fail(TFM_E_ARG, "%s: desc.act %d is not a tfm_activation", fn, (int)d->act);
     if (!(d->dropout >= 0.0f && d->dropout < 1.0f) || !(d->attn_dropout >= 0.0f && d->attn_dropout < 1.0f))
         return tfm__fail(TFM_E_ARG, "%s: desc.dropout %g and desc.attn_dropout %g must be in [0,1)", fn,
@@ -3284,15 +3256,15 @@ static tfm_result tfm__block_desc_resolve(const char *fn, const tfm_block_desc *
         return tfm__fail(TFM_E_ARG, "%s: desc.ln_eps %g must be finite and >= 0", fn, (double)d->ln_eps);
     if (d->d_ff == 0) d->d_ff = 4 * d->d_model;
     if (d->max_batch == 0) d->max_batch = 1;
-    if (d->max_tk == 0) d->max_tk = d->max_t;
+    if (d->max_kv_len == 0) d->max_kv_len = d->max_len;
     if (d->ln_eps == 0.0f) d->ln_eps = 1e-5f;
     d->cross = d->cross != 0;
     d->causal = d->causal != 0;
     d->norm_first = d->norm_first != 0;
     d->no_bias = d->no_bias != 0;
-    if ((double)d->max_batch * d->max_t * d->d_ff > 2147483647.0)
-        return tfm__fail(TFM_E_ARG, "%s: max_batch %d x max_t %d x d_ff %d is beyond 2^31 elements", fn, d->max_batch,
-                         d->max_t, d->d_ff);
+    if ((double)d->max_batch * d->max_len * d->d_ff > 2147483647.0)
+        return tfm__fail(TFM_E_ARG, "%s: max_batch %d x max_len %d x d_ff %d is beyond 2^31 elements", fn, d->max_batch,
+                         d->max_len, d->d_ff);
     return TFM_OK;
 }
 
@@ -3309,8 +3281,8 @@ TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm
     blk->n_sub = d.cross ? 3 : 2;
     blk->has_grad = !mem->no_grad;
     blk->device = mem->device;
-    BT = (size_t)d.max_batch * d.max_t * d.d_model;
-    BTF = (size_t)d.max_batch * d.max_t * d.d_ff;
+    BT = (size_t)d.max_batch * d.max_len * d.d_model;
+    BTF = (size_t)d.max_batch * d.max_len * d.d_ff;
     /* this layer's scratch first: it stays live while the attention layers use theirs */
     mark = mem->scratch.used;
     blk->sub_out = tfm__carve(&mem->scratch, BT);
@@ -3326,17 +3298,17 @@ TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm
     md.n_heads = d.n_heads;
     md.no_bias = d.no_bias;
     md.max_batch = d.max_batch;
-    md.max_tq = d.max_t;
+    md.max_len = d.max_len;
     TFM__TRY(tfm_mha_init(&blk->self_attn, &md, mem));
     if (d.cross) {
         md.cross = 1;
-        md.max_tk = d.max_tk;
+        md.max_kv_len = d.max_kv_len;
         TFM__TRY(tfm_mha_init(&blk->cross_attn, &md, mem));
     }
     tfm__linear_carve(&blk->linear1, d.d_ff, d.d_model, !d.no_bias, mem);
     tfm__linear_carve(&blk->linear2, d.d_model, d.d_ff, !d.no_bias, mem);
     for (s = 0; s < blk->n_sub; s++)
-        tfm__layernorm_carve(&blk->norm[s], d.d_model, !d.no_bias, (size_t)d.max_batch * d.max_t, mem);
+        tfm__layernorm_carve(&blk->norm[s], d.d_model, !d.no_bias, (size_t)d.max_batch * d.max_len, mem);
     for (s = 1; s < blk->n_sub; s++) blk->buf_stream[s] = tfm__carve(&mem->acts, BT);
     for (s = 0; s < blk->n_sub; s++) blk->ln_io[s] = tfm__carve(&mem->acts, BT);
     blk->ff_pre = tfm__carve(&mem->acts, BTF);
@@ -3391,9 +3363,9 @@ static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, const float *dv
         tfm__mha_bwd(&blk->cross_attn, du, dxkv, dv);
     } else {
         const float *u = d->norm_first ? blk->ln_io[s] : blk->stream[s];
-        tfm__op_linear_bwd(blk->device, blk->d_ff2, F, 0.0f, blk->linear2.dweight.data, blk->linear2.dbias.data, dv, C, blk->ff_act, F, blk->linear2.weight.data, N, F, C);
+        tfm__op_linear_bwd(blk->device, blk->d_ff2, F, 0.0f, blk->linear2.d_weight.data, blk->linear2.d_bias.data, dv, C, blk->ff_act, F, blk->linear2.weight.data, N, F, C);
         tfm__op_act_bwd(blk->device, d->act, blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, 0.0f);
-        tfm__op_linear_bwd(blk->device, du, C, 1.0f, blk->linear1.dweight.data, blk->linear1.dbias.data, blk->d_ff1, F, u, C, blk->linear1.weight.data, N, C, F);
+        tfm__op_linear_bwd(blk->device, du, C, 1.0f, blk->linear1.d_weight.data, blk->linear1.d_bias.data, blk->d_ff1, F, u, C, blk->linear1.weight.data, N, C, F);
     }
 }
 
@@ -3459,10 +3431,10 @@ static void tfm__block_bwd(tfm_block *blk, float *dx, float *dxkv, const float *
             }
             tfm__op_zero(blk->device, blk->d_u, N * C);
             tfm__block_sub_bwd(blk, s, blk->d_u, dv, dxkv);
-            tfm__op_layernorm_bwd(blk->device, dprev, ln->dweight.data, ln->dbias.data, blk->d_u, blk->stream[s], ln->weight.data, ln->mean, ln->rstd, N, C);
+            tfm__op_layernorm_bwd(blk->device, dprev, ln->d_weight.data, ln->d_bias.data, blk->d_u, blk->stream[s], ln->weight.data, ln->mean, ln->rstd, N, C);
         } else {
             tfm__op_zero(blk->device, blk->d_u, N * C);
-            tfm__op_layernorm_bwd(blk->device, blk->d_u, ln->dweight.data, ln->dbias.data, g, blk->ln_io[s], ln->weight.data, ln->mean, ln->rstd, N, C);
+            tfm__op_layernorm_bwd(blk->device, blk->d_u, ln->d_weight.data, ln->d_bias.data, g, blk->ln_io[s], ln->weight.data, ln->mean, ln->rstd, N, C);
             tfm__op_copy(blk->device, dprev, blk->d_u, N * C); /* residual */
             dv = blk->d_u;
             if (drop) {
@@ -3492,9 +3464,9 @@ TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_ten
         return tfm__fail(TFM_E_SHAPE, "%s: x is %s, want (B,T,%d)", fn, tfm__shp(x), d->d_model);
     B = x->shape[0];
     T = x->shape[1];
-    if (B > d->max_batch || T > d->max_t)
+    if (B > d->max_batch || T > d->max_len)
         return tfm__fail(TFM_E_SHAPE, "%s: x is %s but the block was sized for batch %d and length %d", fn, tfm__shp(x),
-                         d->max_batch, d->max_t);
+                         d->max_batch, d->max_len);
     TFM__TRY(tfm__chk_same(fn, "x", x, "y", y));
     if (!d->cross && xkv) return tfm__fail(TFM_E_ARG, "%s: xkv given to a block without cross-attention", fn);
     if (d->cross && !xkv) return tfm__fail(TFM_E_ARG, "%s: a block with cross-attention needs xkv", fn);
@@ -3504,9 +3476,9 @@ TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_ten
             return tfm__fail(TFM_E_SHAPE, "%s: x is %s but xkv is %s: want (%lld,Tk,%d)", fn, tfm__shp(x), tfm__shp(xkv),
                              (long long)B, d->d_model);
         Tk = xkv->shape[1];
-        if (Tk > d->max_tk)
+        if (Tk > d->max_kv_len)
             return tfm__fail(TFM_E_SHAPE, "%s: xkv is %s but the block was sized for length %d", fn, tfm__shp(xkv),
-                             d->max_tk);
+                             d->max_kv_len);
     }
     if (y->data == x->data || (xkv && y->data == xkv->data))
         return tfm__fail(TFM_E_ARG, "%s: y must not alias x or xkv (backward reads them)", fn);
@@ -3545,13 +3517,50 @@ TFMDEF tfm_result tfm_block_backward(tfm_block *blk, tfm_tensor *dx, tfm_tensor 
 
 /* -- models -- */
 
+/* A model's internals, carved at the start of its activations region. The memory block is
+   params | grads | adam_m | adam_v | acts | scratch; grads and the two AdamW moments mirror params
+   offset for offset, so the flat buffers of tfm_model_flat share one indexing. */
+struct tfm__model_impl {
+    unsigned char *mem_base;        /* the whole block (64-byte aligned) */
+    size_t off_params, off_grads, off_m, off_v, n_param_bytes;
+    /* embeddings and head; the gradients have data NULL when inference_only */
+    tfm_tensor src_emb, d_src_emb;  /* (V,C) tok_emb (classifier, LM) or src_tok_emb (enc-dec) */
+    tfm_tensor tgt_emb, d_tgt_emb;  /* enc-dec: (Vt,C) tgt_tok_emb (aliases src_emb when shared) */
+    tfm_tensor pos_emb, d_pos_emb;  /* (P,C) learned positions, or the sinusoidal table */
+    tfm_tensor tgt_pos_emb, d_tgt_pos_emb;
+    tfm_block *enc, *dec;           /* layer arrays (in acts) */
+    int n_enc, n_dec;
+    tfm_layernorm enc_norm, dec_norm; /* pre-LN final norms */
+    tfm_linear head;                /* classifier (n_classes,C) or output (V,C); weight aliases an embedding when tied */
+    /* activations: embedded inputs, per-layer outputs, final norms, pooling, logits */
+    float *enc_x, *dec_x, *enc_buf, *dec_buf, *enc_ln, *dec_ln, *pooled, *logits, *lse;
+    int32_t *lens, *targets;
+    /* backward scratch */
+    float *d_enc_x, *d_enc_y, *d_dec_x, *d_dec_y, *d_pooled, *d_logits;
+    double *gnorm_parts;            /* per-parameter squared gradient norms */
+    /* the last forward */
+    const float *memory, *top;      /* the encoder's output (enc-dec) and the top stack's output */
+    const int32_t *tokens, *tgt_in; /* its inputs (read by backward) */
+    int B, T, Tt, has_lens, has_targets, gen_replaced;
+    float last_loss;
+    uint64_t fwd_seed;
+    /* state */
+    int training, has_grad;
+    tfm_rng rng;                    /* draws each training forward's dropout seed */
+    uint64_t stream;                /* this process's dropout stream (0: the single-process one) */
+    tfm_device device;
+    void *owned;                    /* memory the library allocated */
+};
+typedef struct tfm__model_impl tfm__model_impl;
+
+
 static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm_config *out) {
     tfm_config c;
     double big;
     if (!cfg || !out) return tfm__fail(TFM_E_ARG, "%s: cfg or out is NULL", fn);
     c = *cfg;
-    if (c.kind != TFM_ENCODER_CLASSIFIER && c.kind != TFM_DECODER_LM && c.kind != TFM_ENCODER_DECODER)
-        return tfm__fail(TFM_E_ARG, "%s: cfg.kind is %d: required (TFM_ENCODER_CLASSIFIER, TFM_DECODER_LM or TFM_ENCODER_DECODER)",
+    if (c.kind != TFM_MODEL_ENCODER_CLASSIFIER && c.kind != TFM_MODEL_DECODER_LM && c.kind != TFM_MODEL_ENCODER_DECODER)
+        return tfm__fail(TFM_E_ARG, "%s: cfg.kind is %d: required (TFM_MODEL_ENCODER_CLASSIFIER, TFM_MODEL_DECODER_LM or TFM_MODEL_ENCODER_DECODER)",
                          fn, (int)c.kind);
     if (c.vocab_size <= 0) return tfm__fail(TFM_E_ARG, "%s: cfg.vocab_size is %d: required, > 0", fn, c.vocab_size);
     if (c.d_model <= 0) return tfm__fail(TFM_E_ARG, "%s: cfg.d_model is %d: required, > 0", fn, c.d_model);
@@ -3559,7 +3568,7 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
     if (c.d_model % c.n_heads)
         return tfm__fail(TFM_E_ARG, "%s: cfg.n_heads %d does not divide cfg.d_model %d", fn, c.n_heads, c.d_model);
     if (c.max_seq_len <= 0) return tfm__fail(TFM_E_ARG, "%s: cfg.max_seq_len is %d: required, > 0", fn, c.max_seq_len);
-    if (c.kind == TFM_ENCODER_CLASSIFIER && c.n_classes <= 0)
+    if (c.kind == TFM_MODEL_ENCODER_CLASSIFIER && c.n_classes <= 0)
         return tfm__fail(TFM_E_ARG, "%s: cfg.n_classes is %d: required for a classifier, > 0", fn, c.n_classes);
     if (c.tgt_vocab_size < 0 || c.n_layers < 0 || c.n_dec_layers < 0 || c.d_ff < 0 || c.max_tgt_len < 0 ||
         c.max_batch < 0 || c.n_classes < 0)
@@ -3578,9 +3587,9 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
     if (!(c.ln_eps >= 0.0f) || !isfinite(c.ln_eps) || !(c.init_std >= 0.0f) || !isfinite(c.init_std))
         return tfm__fail(TFM_E_ARG, "%s: cfg.ln_eps %g and cfg.init_std %g must be finite and >= 0", fn, (double)c.ln_eps,
                          (double)c.init_std);
-    if (c.tie_output && c.kind == TFM_ENCODER_CLASSIFIER)
+    if (c.tie_output && c.kind == TFM_MODEL_ENCODER_CLASSIFIER)
         return tfm__fail(TFM_E_ARG, "%s: cfg.tie_output needs an LM or encoder-decoder (a classifier's head is not a vocabulary)", fn);
-    if (c.share_emb && c.kind != TFM_ENCODER_DECODER)
+    if (c.share_emb && c.kind != TFM_MODEL_ENCODER_DECODER)
         return tfm__fail(TFM_E_ARG, "%s: cfg.share_emb is for encoder-decoders", fn);
     if (c.n_layers == 0) c.n_layers = 2;
     if (c.n_dec_layers == 0) c.n_dec_layers = c.n_layers;
@@ -3590,7 +3599,7 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
     if (c.init_std == 0.0f) c.init_std = 0.02f;
     if (!c.has_ignore_index) c.ignore_index = -100;
     c.has_ignore_index = 1;
-    if (c.kind == TFM_ENCODER_DECODER) {
+    if (c.kind == TFM_MODEL_ENCODER_DECODER) {
         if (c.tgt_vocab_size == 0) c.tgt_vocab_size = c.vocab_size;
         if (c.max_tgt_len == 0) c.max_tgt_len = c.max_seq_len;
         if (c.share_emb && c.tgt_vocab_size != c.vocab_size)
@@ -3599,9 +3608,9 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
     } else {
         c.tgt_vocab_size = 0;
         c.max_tgt_len = 0;
-        c.n_dec_layers = c.kind == TFM_DECODER_LM ? c.n_layers : 0;
+        c.n_dec_layers = c.kind == TFM_MODEL_DECODER_LM ? c.n_layers : 0;
     }
-    if (c.kind != TFM_ENCODER_CLASSIFIER) c.n_classes = 0;
+    if (c.kind != TFM_MODEL_ENCODER_CLASSIFIER) c.n_classes = 0;
     big = (double)c.max_batch * TFM__MAX(c.max_seq_len, c.max_tgt_len);
     if (big * TFM__MAX(c.d_ff, c.d_model) > 2147483647.0 ||
         big * TFM__MAX(c.vocab_size, c.tgt_vocab_size) > 2147483647.0 ||
@@ -3657,13 +3666,13 @@ static void tfm__reg(tfm_model *m, tfm_rng *rng, const tfm_tensor *value, const 
 }
 
 static void tfm__reg_linear(tfm_model *m, tfm_rng *rng, tfm_linear *l, const char *pre, const char *name) {
-    tfm__reg(m, rng, &l->weight, &l->dweight, TFM__INIT_MATRIX, 1, "%s%s.weight", pre, name);
-    tfm__reg(m, rng, &l->bias, &l->dbias, TFM__INIT_ZERO, 0, "%s%s.bias", pre, name);
+    tfm__reg(m, rng, &l->weight, &l->d_weight, TFM__INIT_MATRIX, 1, "%s%s.weight", pre, name);
+    tfm__reg(m, rng, &l->bias, &l->d_bias, TFM__INIT_ZERO, 0, "%s%s.bias", pre, name);
 }
 
 static void tfm__reg_norm(tfm_model *m, tfm_rng *rng, tfm_layernorm *n, const char *pre, const char *name) {
-    tfm__reg(m, rng, &n->weight, &n->dweight, TFM__INIT_ONE, 0, "%s%s.weight", pre, name);
-    tfm__reg(m, rng, &n->bias, &n->dbias, TFM__INIT_ZERO, 0, "%s%s.bias", pre, name);
+    tfm__reg(m, rng, &n->weight, &n->d_weight, TFM__INIT_ONE, 0, "%s%s.weight", pre, name);
+    tfm__reg(m, rng, &n->bias, &n->d_bias, TFM__INIT_ZERO, 0, "%s%s.bias", pre, name);
 }
 
 static void tfm__reg_mha(tfm_model *m, tfm_rng *rng, tfm_mha *a, const char *pre, const char *name) {
@@ -3678,7 +3687,7 @@ static tfm_result tfm__build_stack(tfm_model *m, tfm_rng *rng, tfm_mem *mem, tfm
                                    const tfm_block_desc *d, const char *prefix) {
     tfm_block tmp, *blks;
     int i;
-    size_t BTC = (size_t)d->max_batch * d->max_t * d->d_model;
+    size_t BTC = (size_t)d->max_batch * d->max_len * d->d_model;
     blks = (tfm_block *)tfm_arena_alloc(&mem->acts, (size_t)n * sizeof(tfm_block));
     *out = blks;
     *outbuf = tfm__carve(&mem->acts, (size_t)n * BTC);
@@ -3710,9 +3719,9 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     const tfm_config *c = &m->cfg;
     int64_t C = c->d_model, B = c->max_batch, T = c->max_seq_len, Tt = c->max_tgt_len, V = c->vocab_size;
     int64_t Vt = c->tgt_vocab_size, Tm = TFM__MAX(T, Tt);
-    int kind = c->kind, grad = !mem->no_grad, enc = kind != TFM_DECODER_LM, encdec = kind == TFM_ENCODER_DECODER;
-    int64_t rows_out = kind == TFM_ENCODER_CLASSIFIER ? B : encdec ? B * Tt : B * T;
-    int64_t n_out = kind == TFM_ENCODER_CLASSIFIER ? c->n_classes : encdec ? Vt : V;
+    int kind = c->kind, grad = !mem->no_grad, enc = kind != TFM_MODEL_DECODER_LM, encdec = kind == TFM_MODEL_ENCODER_DECODER;
+    int64_t rows_out = kind == TFM_MODEL_ENCODER_CLASSIFIER ? B : encdec ? B * Tt : B * T;
+    int64_t n_out = kind == TFM_MODEL_ENCODER_CLASSIFIER ? c->n_classes : encdec ? Vt : V;
     tfm_block_desc d;
     size_t mark;
     const char *emb_name = encdec ? "src_tok_emb" : "tok_emb";
@@ -3722,42 +3731,42 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     /* scratch the model needs during backward, carved before the layers' (which they share) */
     mark = mem->scratch.used;
     if (grad) {
-        m->d_logits = tfm__carve(&mem->scratch, (size_t)(rows_out * n_out));
-        m->d_pooled = tfm__carve(&mem->scratch, (size_t)(B * C));
-        m->d_enc_x = tfm__carve(&mem->scratch, (size_t)(B * Tm * C)); /* gradient at a stack's top */
-        m->d_enc_y = tfm__carve(&mem->scratch, (size_t)(B * Tm * C)); /* ping */
-        m->d_dec_x = tfm__carve(&mem->scratch, (size_t)(B * Tm * C)); /* pong */
-        if (encdec) m->d_dec_y = tfm__carve(&mem->scratch, (size_t)(B * T * C)); /* gradient of the memory */
+        m->impl->d_logits = tfm__carve(&mem->scratch, (size_t)(rows_out * n_out));
+        m->impl->d_pooled = tfm__carve(&mem->scratch, (size_t)(B * C));
+        m->impl->d_enc_x = tfm__carve(&mem->scratch, (size_t)(B * Tm * C)); /* gradient at a stack's top */
+        m->impl->d_enc_y = tfm__carve(&mem->scratch, (size_t)(B * Tm * C)); /* ping */
+        m->impl->d_dec_x = tfm__carve(&mem->scratch, (size_t)(B * Tm * C)); /* pong */
+        if (encdec) m->impl->d_dec_y = tfm__carve(&mem->scratch, (size_t)(B * T * C)); /* gradient of the memory */
     }
     /* embeddings */
-    m->src_emb = tfm__carve_t2(&mem->params, V, C);
-    if (grad) m->dsrc_emb = tfm__carve_t2(&mem->grads, V, C);
-    tfm__reg(m, rng, &m->src_emb, &m->dsrc_emb, TFM__INIT_EMB, 0, "%s.weight", emb_name);
+    m->impl->src_emb = tfm__carve_t2(&mem->params, V, C);
+    if (grad) m->impl->d_src_emb = tfm__carve_t2(&mem->grads, V, C);
+    tfm__reg(m, rng, &m->impl->src_emb, &m->impl->d_src_emb, TFM__INIT_EMB, 0, "%s.weight", emb_name);
     if (encdec) {
         if (c->share_emb) {
-            m->tgt_emb = m->src_emb;
-            m->dtgt_emb = m->dsrc_emb;
+            m->impl->tgt_emb = m->impl->src_emb;
+            m->impl->d_tgt_emb = m->impl->d_src_emb;
         } else {
-            m->tgt_emb = tfm__carve_t2(&mem->params, Vt, C);
-            if (grad) m->dtgt_emb = tfm__carve_t2(&mem->grads, Vt, C);
-            tfm__reg(m, rng, &m->tgt_emb, &m->dtgt_emb, TFM__INIT_EMB, 0, "tgt_tok_emb.weight");
+            m->impl->tgt_emb = tfm__carve_t2(&mem->params, Vt, C);
+            if (grad) m->impl->d_tgt_emb = tfm__carve_t2(&mem->grads, Vt, C);
+            tfm__reg(m, rng, &m->impl->tgt_emb, &m->impl->d_tgt_emb, TFM__INIT_EMB, 0, "tgt_tok_emb.weight");
         }
     }
-    memset(&m->pos_emb, 0, sizeof m->pos_emb);
-    memset(&m->tgt_pos_emb, 0, sizeof m->tgt_pos_emb);
+    memset(&m->impl->pos_emb, 0, sizeof m->impl->pos_emb);
+    memset(&m->impl->tgt_pos_emb, 0, sizeof m->impl->tgt_pos_emb);
     if (c->pos == TFM_POS_LEARNED) {
-        m->pos_emb = tfm__carve_t2(&mem->params, T, C);
-        if (grad) m->dpos_emb = tfm__carve_t2(&mem->grads, T, C);
-        tfm__reg(m, rng, &m->pos_emb, &m->dpos_emb, TFM__INIT_EMB, 0, "%s.weight", encdec ? "src_pos_emb" : "pos_emb");
+        m->impl->pos_emb = tfm__carve_t2(&mem->params, T, C);
+        if (grad) m->impl->d_pos_emb = tfm__carve_t2(&mem->grads, T, C);
+        tfm__reg(m, rng, &m->impl->pos_emb, &m->impl->d_pos_emb, TFM__INIT_EMB, 0, "%s.weight", encdec ? "src_pos_emb" : "pos_emb");
         if (encdec) {
-            m->tgt_pos_emb = tfm__carve_t2(&mem->params, Tt, C);
-            if (grad) m->dtgt_pos_emb = tfm__carve_t2(&mem->grads, Tt, C);
-            tfm__reg(m, rng, &m->tgt_pos_emb, &m->dtgt_pos_emb, TFM__INIT_EMB, 0, "tgt_pos_emb.weight");
+            m->impl->tgt_pos_emb = tfm__carve_t2(&mem->params, Tt, C);
+            if (grad) m->impl->d_tgt_pos_emb = tfm__carve_t2(&mem->grads, Tt, C);
+            tfm__reg(m, rng, &m->impl->tgt_pos_emb, &m->impl->d_tgt_pos_emb, TFM__INIT_EMB, 0, "tgt_pos_emb.weight");
         }
     } else if (c->pos == TFM_POS_SINUSOIDAL) {
-        m->pos_emb = tfm__carve_t2(&mem->acts, Tm, C); /* a fixed table, not a parameter */
-        if (m->pos_emb.data) tfm__op_sinusoid_add(m->device, m->pos_emb.data, NULL, 1, Tm, C);
-        m->tgt_pos_emb = m->pos_emb;
+        m->impl->pos_emb = tfm__carve_t2(&mem->acts, Tm, C); /* a fixed table, not a parameter */
+        if (m->impl->pos_emb.data) tfm__op_sinusoid_add(m->impl->device, m->impl->pos_emb.data, NULL, 1, Tm, C);
+        m->impl->tgt_pos_emb = m->impl->pos_emb;
     }
     /* layers */
     memset(&d, 0, sizeof d);
@@ -3771,66 +3780,73 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     d.ln_eps = c->ln_eps;
     d.no_bias = c->no_bias;
     d.max_batch = c->max_batch;
-    m->n_enc = enc ? c->n_layers : 0;
-    m->n_dec = kind == TFM_DECODER_LM ? c->n_layers : encdec ? c->n_dec_layers : 0;
+    m->impl->n_enc = enc ? c->n_layers : 0;
+    m->impl->n_dec = kind == TFM_MODEL_DECODER_LM ? c->n_layers : encdec ? c->n_dec_layers : 0;
     if (enc) {
-        d.max_t = (int)T;
-        TFM__TRY(tfm__build_stack(m, rng, mem, &m->enc, &m->enc_buf, m->n_enc, &d, "encoder"));
+        d.max_len = (int)T;
+        TFM__TRY(tfm__build_stack(m, rng, mem, &m->impl->enc, &m->impl->enc_buf, m->impl->n_enc, &d, "encoder"));
         if (c->norm_first) {
-            tfm__layernorm_carve(&m->enc_norm, C, !c->no_bias, (size_t)(B * T), mem);
-            tfm__reg_norm(m, rng, &m->enc_norm, "encoder.", "norm");
-            m->enc_ln = tfm__carve(&mem->acts, (size_t)(B * T * C));
+            tfm__layernorm_carve(&m->impl->enc_norm, C, !c->no_bias, (size_t)(B * T), mem);
+            tfm__reg_norm(m, rng, &m->impl->enc_norm, "encoder.", "norm");
+            m->impl->enc_ln = tfm__carve(&mem->acts, (size_t)(B * T * C));
         }
     }
-    if (m->n_dec) {
+    if (m->impl->n_dec) {
         d.causal = 1;
         d.cross = encdec;
-        d.max_t = (int)(encdec ? Tt : T);
-        d.max_tk = (int)T;
-        TFM__TRY(tfm__build_stack(m, rng, mem, &m->dec, &m->dec_buf, m->n_dec, &d, "decoder"));
+        d.max_len = (int)(encdec ? Tt : T);
+        d.max_kv_len = (int)T;
+        TFM__TRY(tfm__build_stack(m, rng, mem, &m->impl->dec, &m->impl->dec_buf, m->impl->n_dec, &d, "decoder"));
         if (c->norm_first) {
-            tfm__layernorm_carve(&m->dec_norm, C, !c->no_bias, (size_t)(B * d.max_t), mem);
-            tfm__reg_norm(m, rng, &m->dec_norm, "decoder.", "norm");
-            m->dec_ln = tfm__carve(&mem->acts, (size_t)(B * d.max_t * C));
+            tfm__layernorm_carve(&m->impl->dec_norm, C, !c->no_bias, (size_t)(B * d.max_len), mem);
+            tfm__reg_norm(m, rng, &m->impl->dec_norm, "decoder.", "norm");
+            m->impl->dec_ln = tfm__carve(&mem->acts, (size_t)(B * d.max_len * C));
         }
     }
     /* head */
-    memset(&m->head, 0, sizeof m->head);
+    memset(&m->impl->head, 0, sizeof m->impl->head);
     if (c->tie_output) {
-        m->head.weight = encdec ? m->tgt_emb : m->src_emb;
-        m->head.dweight = encdec ? m->dtgt_emb : m->dsrc_emb;
+        m->impl->head.weight = encdec ? m->impl->tgt_emb : m->impl->src_emb;
+        m->impl->head.d_weight = encdec ? m->impl->d_tgt_emb : m->impl->d_src_emb;
     } else {
-        tfm__linear_carve(&m->head, n_out, C, kind == TFM_ENCODER_CLASSIFIER && !c->no_bias, mem);
-        tfm__reg_linear(m, rng, &m->head, "", "head");
+        tfm__linear_carve(&m->impl->head, n_out, C, kind == TFM_MODEL_ENCODER_CLASSIFIER && !c->no_bias, mem);
+        tfm__reg_linear(m, rng, &m->impl->head, "", "head");
     }
     /* activations */
-    m->enc_x = tfm__carve(&mem->acts, (size_t)(B * T * C)); /* the embedded input (every kind) */
-    if (encdec) m->dec_x = tfm__carve(&mem->acts, (size_t)(B * Tt * C));
-    if (kind == TFM_ENCODER_CLASSIFIER) m->pooled = tfm__carve(&mem->acts, (size_t)(B * C));
-    m->logits = tfm__carve(&mem->acts, (size_t)(rows_out * n_out));
-    m->lse = tfm__carve(&mem->acts, (size_t)rows_out);
-    m->targets = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)rows_out * sizeof(int32_t));
-    m->lens = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)B * sizeof(int32_t));
-    m->gnorm_parts = (double *)tfm_arena_alloc(&mem->acts, (size_t)(m->n_params + 1) * sizeof(double));
+    m->impl->enc_x = tfm__carve(&mem->acts, (size_t)(B * T * C)); /* the embedded input (every kind) */
+    if (encdec) m->impl->dec_x = tfm__carve(&mem->acts, (size_t)(B * Tt * C));
+    if (kind == TFM_MODEL_ENCODER_CLASSIFIER) m->impl->pooled = tfm__carve(&mem->acts, (size_t)(B * C));
+    m->impl->logits = tfm__carve(&mem->acts, (size_t)(rows_out * n_out));
+    m->impl->lse = tfm__carve(&mem->acts, (size_t)rows_out);
+    m->impl->targets = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)rows_out * sizeof(int32_t));
+    m->impl->lens = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)B * sizeof(int32_t));
+    m->impl->gnorm_parts = (double *)tfm_arena_alloc(&mem->acts, (size_t)(m->n_params + 1) * sizeof(double));
     mem->scratch.used = mark;
     return TFM_OK;
 }
 
 /* Lay out a model: the counting pass. sizes: params, grads, acts, scratch (bytes); *n_params. */
-static tfm_result tfm__model_layout(const tfm_config *cfg, tfm_model *m, size_t sizes[4], int *n_params) {
+/* Lay out a model: the counting pass, on the stack (nothing is allocated). sizes: params, grads, acts,
+   scratch (bytes); *n_params. The real pass carves in the same order: the internals and the registry
+   first in acts, then whatever tfm__model_build carves. */
+static tfm_result tfm__model_layout(const tfm_config *cfg, size_t sizes[4], int *n_params) {
     tfm_mem mem;
+    tfm_model m;
+    tfm__model_impl impl;
     memset(&mem, 0, sizeof mem);
+    memset(&m, 0, sizeof m);
+    memset(&impl, 0, sizeof impl);
     mem.no_grad = cfg->inference_only != 0;
-    memset(m, 0, sizeof *m);
-    m->cfg = *cfg;
-    TFM__TRY(tfm__model_build(m, &mem, NULL));
-    /* the registry is carved first in the real pass */
-    tfm_arena_alloc(&mem.acts, (size_t)m->n_params * sizeof(tfm_param));
+    m.cfg = *cfg;
+    m.impl = &impl;
+    tfm_arena_alloc(&mem.acts, sizeof(tfm__model_impl));
+    TFM__TRY(tfm__model_build(&m, &mem, NULL));
+    tfm_arena_alloc(&mem.acts, (size_t)m.n_params * sizeof(tfm_param));
     sizes[0] = mem.params.peak;
     sizes[1] = mem.grads.peak;
     sizes[2] = mem.acts.peak;
     sizes[3] = mem.scratch.peak;
-    *n_params = m->n_params;
+    *n_params = m.n_params;
     return TFM_OK;
 }
 
@@ -3841,17 +3857,11 @@ static size_t tfm__model_total(const size_t sizes[4], int train) {
 
 TFMDEF tfm_result tfm_model_memory_size(const tfm_config *cfg, size_t *bytes) {
     tfm_config c;
-    tfm_model *tmp;
     size_t sizes[4];
     int n;
-    tfm_result r;
     if (!bytes) return tfm__fail(TFM_E_ARG, "tfm_model_memory_size: bytes is NULL");
     TFM__TRY(tfm__config_resolve("tfm_model_memory_size", cfg, &c));
-    tmp = (tfm_model *)TFM_MALLOC(sizeof(tfm_model), NULL);
-    if (!tmp) return tfm__fail(TFM_E_NOMEM, "tfm_model_memory_size: out of memory");
-    r = tfm__model_layout(&c, tmp, sizes, &n);
-    TFM_FREE(tmp, NULL);
-    if (r != TFM_OK) return r;
+    TFM__TRY(tfm__model_layout(&c, sizes, &n));
     *bytes = tfm__model_total(sizes, !c.inference_only);
     return TFM_OK;
 }
@@ -3859,80 +3869,83 @@ TFMDEF tfm_result tfm_model_memory_size(const tfm_config *cfg, size_t *bytes) {
 TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem, size_t size) {
     const char *fn = "tfm_model_init";
     tfm_config c;
-    size_t sizes[4], total, off;
+    size_t sizes[4], total, off, offs[4];
     int n_params, train;
     tfm_mem am;
-    unsigned char *base;
+    unsigned char *base, *owned = NULL;
+    tfm__model_impl *impl;
     tfm_rng rng;
     tfm_result r;
     if (!m) return tfm__fail(TFM_E_ARG, "%s: model is NULL", fn);
     TFM__TRY(tfm__config_resolve(fn, cfg, &c));
-    TFM__TRY(tfm__model_layout(&c, m, sizes, &n_params));
+    TFM__TRY(tfm__model_layout(&c, sizes, &n_params));
     train = !c.inference_only;
     total = tfm__model_total(sizes, train);
-    memset(m, 0, sizeof *m);
-    m->cfg = c;
     if (mem) {
         if (size < total)
             return tfm__fail(TFM_E_NOMEM, "%s: %zu bytes given, the model needs %zu (tfm_model_memory_size)", fn, size, total);
         base = (unsigned char *)mem;
     } else {
-        base = (unsigned char *)TFM_MALLOC(total, NULL);
+        base = owned = (unsigned char *)TFM_MALLOC(total, NULL);
         if (!base) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, total);
-        m->owned = base;
     }
     memset(base, 0, total);
     off = (size_t)((TFM__ALIGN - ((uintptr_t)base & (TFM__ALIGN - 1))) & (TFM__ALIGN - 1));
     memset(&am, 0, sizeof am);
     am.no_grad = !train;
-    m->off_params = off;
-    tfm_arena_init(&am.params, base + off, sizes[0]);
+    offs[0] = off; /* params, then (training) grads, adam_m, adam_v of the same size */
+    offs[1] = offs[2] = offs[3] = 0;
     off += sizes[0];
     if (train) {
-        m->off_grads = off;
-        tfm_arena_init(&am.grads, base + off, sizes[1]);
-        off += sizes[0];
-        m->off_m = off;
-        off += sizes[0];
-        m->off_v = off;
-        off += sizes[0];
+        offs[1] = off;
+        offs[2] = off + sizes[0];
+        offs[3] = off + 2 * sizes[0];
+        off += 3 * sizes[0];
     }
-    m->off_acts = off;
+    tfm_arena_init(&am.params, base + offs[0], sizes[0]);
+    if (train) tfm_arena_init(&am.grads, base + offs[1], sizes[1]);
     tfm_arena_init(&am.acts, base + off, sizes[2]);
-    off += sizes[2];
-    m->off_scratch = off;
-    tfm_arena_init(&am.scratch, base + off, sizes[3]);
-    m->n_param_bytes = sizes[0];
-    m->mem_base = base;
-    m->mem_size = total;
+    tfm_arena_init(&am.scratch, base + off + sizes[2], sizes[3]);
+    memset(m, 0, sizeof *m);
+    m->cfg = c;
+    impl = m->impl = (tfm__model_impl *)tfm_arena_alloc(&am.acts, sizeof(tfm__model_impl));
+    impl->mem_base = base;
+    impl->off_params = offs[0];
+    impl->off_grads = offs[1];
+    impl->off_m = offs[2];
+    impl->off_v = offs[3];
+    impl->n_param_bytes = sizes[0];
+    impl->owned = owned;
     m->params = (tfm_param *)tfm_arena_alloc(&am.acts, (size_t)n_params * sizeof(tfm_param));
     tfm_rng_seed(&rng, c.seed);
     r = tfm__model_build(m, &am, &rng);
     if (r == TFM_OK && (tfm_mem_check(&am) != TFM_OK || m->n_params != n_params))
         r = tfm__fail(TFM_E_NOMEM, "%s: internal layout mismatch", fn);
     if (r != TFM_OK) {
-        if (m->owned) TFM_FREE(m->owned, NULL);
+        if (owned) TFM_FREE(owned, NULL);
         memset(m, 0, sizeof *m);
         return r;
     }
-    m->has_grad = train;
-    m->training = train;
-    m->rng = rng;
+    impl->has_grad = train;
+    impl->training = train;
+    impl->rng = rng;
     return TFM_OK;
 }
 
 TFMDEF void tfm_model_free(tfm_model *m) {
-    if (!m) return;
-    if (m->owned) TFM_FREE(m->owned, NULL);
+    void *owned;
+    if (!m || !m->impl) return;
+    owned = m->impl->owned;
     memset(m, 0, sizeof *m);
+    if (owned) TFM_FREE(owned, NULL);
 }
 
 TFMDEF void tfm_model_train(tfm_model *m, int training) {
-    if (m) m->training = training && m->has_grad;
+    if (m && m->impl) m->impl->training = training && m->impl->has_grad;
 }
 
 TFMDEF void tfm_model_zero_grad(tfm_model *m) {
-    if (m && m->has_grad && m->mem_base) tfm__op_zero(m->device, (float *)(m->mem_base + m->off_grads), (int64_t)(m->n_param_bytes / sizeof(float)));
+    if (m && m->impl && m->impl->has_grad) tfm__op_zero(m->impl->device, (float *)(m->impl->mem_base + m->impl->off_grads), (int64_t)(m->impl->n_param_bytes / sizeof(float)));
 }
 
 TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name) {
@@ -3946,10 +3959,10 @@ TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name) {
 TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m) {
     tfm_tensor t;
     memset(&t, 0, sizeof t);
-    if (!m || !m->B) return t;
-    if (m->cfg.kind == TFM_ENCODER_CLASSIFIER) return tfm_tensor2(m->logits, m->B, m->cfg.n_classes);
-    if (m->cfg.kind == TFM_DECODER_LM) return tfm_tensor3(m->logits, m->B, m->T, m->cfg.vocab_size);
-    return tfm_tensor3(m->logits, m->B, m->Tt, m->cfg.tgt_vocab_size);
+    if (!m || !m->impl || !m->impl->B) return t;
+    if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm_tensor2(m->impl->logits, m->impl->B, m->cfg.n_classes);
+    if (m->cfg.kind == TFM_MODEL_DECODER_LM) return tfm_tensor3(m->impl->logits, m->impl->B, m->impl->T, m->cfg.vocab_size);
+    return tfm_tensor3(m->impl->logits, m->impl->B, m->impl->Tt, m->cfg.tgt_vocab_size);
 }
 
 static tfm_result tfm__chk_batch(const char *fn, const tfm_model *m, const tfm_batch *b) {
@@ -3962,7 +3975,7 @@ static tfm_result tfm__chk_batch(const char *fn, const tfm_model *m, const tfm_b
         return tfm__fail(TFM_E_SHAPE, "%s: batch.len %d is outside [1,%d] (cfg.max_seq_len)", fn, b->len, c->max_seq_len);
     TFM__TRY(tfm__chk_ids(fn, b->tokens, (int64_t)b->batch * b->len, c->vocab_size));
     TFM__TRY(tfm__chk_lens(fn, "batch.lens", b->lens, b->batch, b->len));
-    if (c->kind == TFM_ENCODER_DECODER) {
+    if (c->kind == TFM_MODEL_ENCODER_DECODER) {
         if (b->tgt_len < 1 || b->tgt_len > c->max_tgt_len)
             return tfm__fail(TFM_E_SHAPE, "%s: batch.tgt_len %d is outside [1,%d] (cfg.max_tgt_len)", fn, b->tgt_len,
                              c->max_tgt_len);
@@ -3970,11 +3983,11 @@ static tfm_result tfm__chk_batch(const char *fn, const tfm_model *m, const tfm_b
         TFM__TRY(tfm__chk_ids(fn, b->tgt_in, (int64_t)b->batch * b->tgt_len, c->tgt_vocab_size));
     }
     if (b->targets) {
-        int64_t lim = c->kind == TFM_ENCODER_CLASSIFIER ? c->n_classes
-                      : c->kind == TFM_DECODER_LM      ? c->vocab_size
+        int64_t lim = c->kind == TFM_MODEL_ENCODER_CLASSIFIER ? c->n_classes
+                      : c->kind == TFM_MODEL_DECODER_LM      ? c->vocab_size
                                                        : c->tgt_vocab_size;
-        n = c->kind == TFM_ENCODER_CLASSIFIER ? b->batch
-            : c->kind == TFM_DECODER_LM      ? (int64_t)b->batch * b->len
+        n = c->kind == TFM_MODEL_ENCODER_CLASSIFIER ? b->batch
+            : c->kind == TFM_MODEL_DECODER_LM      ? (int64_t)b->batch * b->len
                                              : (int64_t)b->batch * b->tgt_len;
         for (i = 0; i < n; i++)
             if (b->targets[i] != c->ignore_index && (b->targets[i] < 0 || b->targets[i] >= lim))
@@ -3989,37 +4002,37 @@ static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, int B, in
                            const tfm_tensor *pos, int p0, uint64_t site) {
     int64_t C = m->cfg.d_model, N = (int64_t)B * T;
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
-    tfm__op_embedding(m->device, x, ids, emb->data, scale, N, C);
-    if (pos->data) tfm__op_pos_add(m->device, x, x, pos->data + (int64_t)p0 * C, B, T, C);
-    if (m->training && m->cfg.dropout > 0.0f)
-        tfm__op_dropout(m->device, x, x, N * C, m->cfg.dropout, tfm__seed_mix(m->fwd_seed, site), 0);
+    tfm__op_embedding(m->impl->device, x, ids, emb->data, scale, N, C);
+    if (pos->data) tfm__op_pos_add(m->impl->device, x, x, pos->data + (int64_t)p0 * C, B, T, C);
+    if (m->impl->training && m->cfg.dropout > 0.0f)
+        tfm__op_dropout(m->impl->device, x, x, N * C, m->cfg.dropout, tfm__seed_mix(m->impl->fwd_seed, site), 0);
 }
 
 static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, int B, int T, const tfm_tensor *demb,
                            const tfm_tensor *dpos, uint64_t site) {
     int64_t C = m->cfg.d_model, N = (int64_t)B * T;
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
-    if (m->training && m->cfg.dropout > 0.0f)
-        tfm__op_dropout(m->device, g, g, N * C, m->cfg.dropout, tfm__seed_mix(m->fwd_seed, site), 0);
-    if (dpos && dpos->data) tfm__op_pos_bwd(m->device, dpos->data, g, B, T, C);
-    tfm__op_embedding_bwd(m->device, demb->data, g, ids, scale, N, C);
+    if (m->impl->training && m->cfg.dropout > 0.0f)
+        tfm__op_dropout(m->impl->device, g, g, N * C, m->cfg.dropout, tfm__seed_mix(m->impl->fwd_seed, site), 0);
+    if (dpos && dpos->data) tfm__op_pos_bwd(m->impl->device, dpos->data, g, B, T, C);
+    tfm__op_embedding_bwd(m->impl->device, demb->data, g, ids, scale, N, C);
 }
 
 /* Runs n layers from x; returns the stack's output (after the final norm when pre-LN). */
 static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, int n, tfm_layernorm *norm, float *ln_out,
                                    const float *x, const float *mem, int B, int T, int Tk, const int32_t *lens,
                                    const int32_t *mem_lens, uint64_t site, tfm_kv_cache *kc) {
-    int64_t BTC = (int64_t)blks[0].desc.max_batch * blks[0].desc.max_t * m->cfg.d_model;
+    int64_t BTC = (int64_t)blks[0].desc.max_batch * blks[0].desc.max_len * m->cfg.d_model;
     const float *cur = x;
     int l;
     for (l = 0; l < n; l++) {
         float *out = buf + l * BTC;
-        tfm__block_fwd(&blks[l], out, cur, mem, B, T, Tk, lens, mem_lens, m->training,
-                       tfm__seed_mix(m->fwd_seed, site + (uint64_t)l), kc, l);
+        tfm__block_fwd(&blks[l], out, cur, mem, B, T, Tk, lens, mem_lens, m->impl->training,
+                       tfm__seed_mix(m->impl->fwd_seed, site + (uint64_t)l), kc, l);
         cur = out;
     }
     if (m->cfg.norm_first) {
-        tfm__op_layernorm(m->device, ln_out, norm->mean, norm->rstd, cur, norm->weight.data, norm->bias.data, m->cfg.ln_eps, (int64_t)B * T, m->cfg.d_model);
+        tfm__op_layernorm(m->impl->device, ln_out, norm->mean, norm->rstd, cur, norm->weight.data, norm->bias.data, m->cfg.ln_eps, (int64_t)B * T, m->cfg.d_model);
         cur = ln_out;
     }
     return cur;
@@ -4028,21 +4041,21 @@ static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, in
 /* g: gradient of the stack's output (clobbered). Returns the gradient of its input (d_enc_y or d_dec_x). */
 static float *tfm__stack_bwd(tfm_model *m, tfm_block *blks, float *buf, int n, tfm_layernorm *norm, float *g, float *dmem,
                              int B, int T) {
-    int64_t C = m->cfg.d_model, BTC = (int64_t)blks[0].desc.max_batch * blks[0].desc.max_t * C;
+    int64_t C = m->cfg.d_model, BTC = (int64_t)blks[0].desc.max_batch * blks[0].desc.max_len * C;
     float *bufs[2];
     int l, which = 0;
-    bufs[0] = m->d_enc_y;
-    bufs[1] = m->d_dec_x;
+    bufs[0] = m->impl->d_enc_y;
+    bufs[1] = m->impl->d_dec_x;
     if (m->cfg.norm_first) {
         const float *top = buf + (n - 1) * BTC;
-        tfm__op_zero(m->device, bufs[which], (int64_t)B * T * C);
-        tfm__op_layernorm_bwd(m->device, bufs[which], norm->dweight.data, norm->dbias.data, g, top, norm->weight.data, norm->mean, norm->rstd, (int64_t)B * T, C);
+        tfm__op_zero(m->impl->device, bufs[which], (int64_t)B * T * C);
+        tfm__op_layernorm_bwd(m->impl->device, bufs[which], norm->d_weight.data, norm->d_bias.data, g, top, norm->weight.data, norm->mean, norm->rstd, (int64_t)B * T, C);
         g = bufs[which];
         which ^= 1;
     }
     for (l = n - 1; l >= 0; l--) {
         float *dprev = bufs[which];
-        tfm__op_zero(m->device, dprev, (int64_t)B * T * C);
+        tfm__op_zero(m->impl->device, dprev, (int64_t)B * T * C);
         tfm__block_bwd(&blks[l], dprev, dmem, g);
         g = dprev;
         which ^= 1;
@@ -4052,8 +4065,8 @@ static float *tfm__stack_bwd(tfm_model *m, tfm_block *blks, float *buf, int n, t
 
 /* The encoder over ids (B,T): embedding, the stack; returns its output (B,T,C). */
 static const float *tfm__encoder_fwd(tfm_model *m, const int32_t *ids, int B, int T, const int32_t *lens) {
-    tfm__embed_fwd(m, m->enc_x, ids, B, T, &m->src_emb, &m->pos_emb, 0, 1);
-    return tfm__stack_fwd(m, m->enc, m->enc_buf, m->n_enc, &m->enc_norm, m->enc_ln, m->enc_x, NULL, B, T, T, lens, NULL,
+    tfm__embed_fwd(m, m->impl->enc_x, ids, B, T, &m->impl->src_emb, &m->impl->pos_emb, 0, 1);
+    return tfm__stack_fwd(m, m->impl->enc, m->impl->enc_buf, m->impl->n_enc, &m->impl->enc_norm, m->impl->enc_ln, m->impl->enc_x, NULL, B, T, T, lens, NULL,
                           1000, NULL);
 }
 
@@ -4061,11 +4074,11 @@ static const float *tfm__encoder_fwd(tfm_model *m, const int32_t *ids, int B, in
    kc->len.. when decoding against a cache (kc NULL: from 0, no cache). Returns its output (B,T,C). */
 static const float *tfm__decoder_fwd(tfm_model *m, const int32_t *ids, int B, int T, const float *memory, int S,
                                      const int32_t *mem_lens, tfm_kv_cache *kc) {
-    int encdec = m->cfg.kind == TFM_ENCODER_DECODER;
-    float *x = encdec ? m->dec_x : m->enc_x;
-    tfm__embed_fwd(m, x, ids, B, T, encdec ? &m->tgt_emb : &m->src_emb, encdec ? &m->tgt_pos_emb : &m->pos_emb,
+    int encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
+    float *x = encdec ? m->impl->dec_x : m->impl->enc_x;
+    tfm__embed_fwd(m, x, ids, B, T, encdec ? &m->impl->tgt_emb : &m->impl->src_emb, encdec ? &m->impl->tgt_pos_emb : &m->impl->pos_emb,
                    kc ? kc->len : 0, encdec ? 2 : 1);
-    return tfm__stack_fwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, m->dec_ln, x, memory, B, T, S, NULL, mem_lens,
+    return tfm__stack_fwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, m->impl->dec_ln, x, memory, B, T, S, NULL, mem_lens,
                           encdec ? 2000 : 1000, kc);
 }
 
@@ -4075,55 +4088,55 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     int64_t C, i, rows, n_out;
     const float *h;
     const int32_t *lens;
-    if (!m || !m->mem_base) return tfm__fail(TFM_E_ARG, "tfm_model_forward: model is NULL or not initialised");
+    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "tfm_model_forward: model is NULL or not initialised");
     c = &m->cfg;
     TFM__TRY(tfm__chk_batch("tfm_model_forward", m, b));
     kind = c->kind;
     B = b->batch;
     T = b->len;
     C = c->d_model;
-    if (kind == TFM_ENCODER_DECODER) Tt = b->tgt_len;
-    m->B = B;
-    m->T = T;
-    m->Tt = Tt;
-    m->has_lens = b->lens != NULL;
-    if (b->lens) memcpy(m->lens, b->lens, (size_t)B * sizeof(int32_t));
-    lens = b->lens ? m->lens : NULL;
-    m->tokens = b->tokens;
-    m->tgt_in = b->tgt_in;
-    m->gen_replaced = 0;
-    if (m->training) m->fwd_seed = tfm_rng_u64(&m->rng);
+    if (kind == TFM_MODEL_ENCODER_DECODER) Tt = b->tgt_len;
+    m->impl->B = B;
+    m->impl->T = T;
+    m->impl->Tt = Tt;
+    m->impl->has_lens = b->lens != NULL;
+    if (b->lens) memcpy(m->impl->lens, b->lens, (size_t)B * sizeof(int32_t));
+    lens = b->lens ? m->impl->lens : NULL;
+    m->impl->tokens = b->tokens;
+    m->impl->tgt_in = b->tgt_in;
+    m->impl->gen_replaced = 0;
+    if (m->impl->training) m->impl->fwd_seed = tfm_rng_u64(&m->impl->rng);
 
-    if (kind == TFM_DECODER_LM) {
+    if (kind == TFM_MODEL_DECODER_LM) {
         h = tfm__decoder_fwd(m, b->tokens, B, T, NULL, 0, NULL, NULL);
     } else {
         h = tfm__encoder_fwd(m, b->tokens, B, T, lens);
-        if (kind == TFM_ENCODER_DECODER) {
-            m->memory = h;
-            h = tfm__decoder_fwd(m, b->tgt_in, B, Tt, m->memory, T, lens, NULL);
+        if (kind == TFM_MODEL_ENCODER_DECODER) {
+            m->impl->memory = h;
+            h = tfm__decoder_fwd(m, b->tgt_in, B, Tt, m->impl->memory, T, lens, NULL);
         }
     }
-    m->top = h;
-    if (kind == TFM_ENCODER_CLASSIFIER) {
-        tfm__op_pool(m->device, c->pool, m->pooled, h, lens, B, T, C);
+    m->impl->top = h;
+    if (kind == TFM_MODEL_ENCODER_CLASSIFIER) {
+        tfm__op_pool(m->impl->device, c->pool, m->impl->pooled, h, lens, B, T, C);
         rows = B;
         n_out = c->n_classes;
-        tfm__op_linear(m->device, m->logits, n_out, m->pooled, C, m->head.weight.data, m->head.bias.data, rows, C, n_out);
+        tfm__op_linear(m->impl->device, m->impl->logits, n_out, m->impl->pooled, C, m->impl->head.weight.data, m->impl->head.bias.data, rows, C, n_out);
     } else {
-        rows = (int64_t)B * (kind == TFM_DECODER_LM ? T : Tt);
-        n_out = kind == TFM_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
-        tfm__op_linear(m->device, m->logits, n_out, h, C, m->head.weight.data, NULL, rows, C, n_out);
+        rows = (int64_t)B * (kind == TFM_MODEL_DECODER_LM ? T : Tt);
+        n_out = kind == TFM_MODEL_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
+        tfm__op_linear(m->impl->device, m->impl->logits, n_out, h, C, m->impl->head.weight.data, NULL, rows, C, n_out);
     }
-    m->has_targets = b->targets != NULL;
-    m->last_loss = 0.0f;
+    m->impl->has_targets = b->targets != NULL;
+    m->impl->last_loss = 0.0f;
     if (b->targets) {
-        memcpy(m->targets, b->targets, (size_t)rows * sizeof(int32_t));
-        if (kind == TFM_DECODER_LM && b->lens) /* positions past a sequence's length do not count */
+        memcpy(m->impl->targets, b->targets, (size_t)rows * sizeof(int32_t));
+        if (kind == TFM_MODEL_DECODER_LM && b->lens) /* positions past a sequence's length do not count */
             for (i = 0; i < rows; i++)
-                if (i % T >= b->lens[i / T]) m->targets[i] = c->ignore_index;
-        m->last_loss = tfm__op_cross_entropy(m->device, m->lse, m->logits, m->targets, c->ignore_index, c->label_smoothing, rows, n_out, NULL);
+                if (i % T >= b->lens[i / T]) m->impl->targets[i] = c->ignore_index;
+        m->impl->last_loss = tfm__op_cross_entropy(m->impl->device, m->impl->lse, m->impl->logits, m->impl->targets, c->ignore_index, c->label_smoothing, rows, n_out, NULL);
     }
-    if (loss) *loss = m->last_loss;
+    if (loss) *loss = m->impl->last_loss;
     return TFM_OK;
 }
 
@@ -4133,46 +4146,46 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     int B, T, Tt, kind;
     int64_t C, rows, n_out;
     float *g;
-    if (!m || !m->mem_base) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
-    if (!m->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
-    if (m->gen_replaced)
+    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
+    if (!m->impl->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
+    if (m->impl->gen_replaced)
         return tfm__fail(TFM_E_ARG, "%s: tfm_model_generate ran after the last forward and replaced its saved state; "
                          "run tfm_model_forward again", fn);
-    if (!m->B || !m->has_targets) return tfm__fail(TFM_E_ARG, "%s: the last forward had no targets, so there is no loss", fn);
+    if (!m->impl->B || !m->impl->has_targets) return tfm__fail(TFM_E_ARG, "%s: the last forward had no targets, so there is no loss", fn);
     if (!isfinite(loss_scale)) return tfm__fail(TFM_E_ARG, "%s: loss_scale %g is not finite", fn, (double)loss_scale);
     c = &m->cfg;
     kind = c->kind;
-    B = m->B;
-    T = m->T;
-    Tt = m->Tt;
+    B = m->impl->B;
+    T = m->impl->T;
+    Tt = m->impl->Tt;
     C = c->d_model;
-    rows = kind == TFM_ENCODER_CLASSIFIER ? B : (int64_t)B * (kind == TFM_DECODER_LM ? T : Tt);
-    n_out = kind == TFM_ENCODER_CLASSIFIER ? c->n_classes : kind == TFM_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
-    tfm__op_zero(m->device, m->d_logits, rows * n_out);
-    tfm__op_cross_entropy_bwd(m->device, m->d_logits, loss_scale, m->logits, m->lse, m->targets, c->ignore_index, c->label_smoothing, rows, n_out);
-    g = m->d_enc_x; /* gradient of the top stack's output */
-    if (kind == TFM_ENCODER_CLASSIFIER) {
-        const int32_t *lens = m->has_lens ? m->lens : NULL;
-        tfm__op_linear_bwd(m->device, m->d_pooled, C, 0.0f, m->head.dweight.data, m->head.dbias.data, m->d_logits, n_out, m->pooled, C, m->head.weight.data, rows, C, n_out);
-        tfm__op_zero(m->device, g, (int64_t)B * T * C);
-        tfm__op_pool_bwd(m->device, c->pool, g, m->d_pooled, lens, B, T, C);
+    rows = kind == TFM_MODEL_ENCODER_CLASSIFIER ? B : (int64_t)B * (kind == TFM_MODEL_DECODER_LM ? T : Tt);
+    n_out = kind == TFM_MODEL_ENCODER_CLASSIFIER ? c->n_classes : kind == TFM_MODEL_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
+    tfm__op_zero(m->impl->device, m->impl->d_logits, rows * n_out);
+    tfm__op_cross_entropy_bwd(m->impl->device, m->impl->d_logits, loss_scale, m->impl->logits, m->impl->lse, m->impl->targets, c->ignore_index, c->label_smoothing, rows, n_out);
+    g = m->impl->d_enc_x; /* gradient of the top stack's output */
+    if (kind == TFM_MODEL_ENCODER_CLASSIFIER) {
+        const int32_t *lens = m->impl->has_lens ? m->impl->lens : NULL;
+        tfm__op_linear_bwd(m->impl->device, m->impl->d_pooled, C, 0.0f, m->impl->head.d_weight.data, m->impl->head.d_bias.data, m->impl->d_logits, n_out, m->impl->pooled, C, m->impl->head.weight.data, rows, C, n_out);
+        tfm__op_zero(m->impl->device, g, (int64_t)B * T * C);
+        tfm__op_pool_bwd(m->impl->device, c->pool, g, m->impl->d_pooled, lens, B, T, C);
     } else {
-        tfm__op_linear_bwd(m->device, g, C, 0.0f, m->head.dweight.data, NULL, m->d_logits, n_out, m->top, C, m->head.weight.data, rows, C, n_out);
+        tfm__op_linear_bwd(m->impl->device, g, C, 0.0f, m->impl->head.d_weight.data, NULL, m->impl->d_logits, n_out, m->impl->top, C, m->impl->head.weight.data, rows, C, n_out);
     }
-    if (kind == TFM_DECODER_LM) {
-        g = tfm__stack_bwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, g, NULL, B, T);
-        tfm__embed_bwd(m, g, m->tokens, B, T, &m->dsrc_emb, &m->dpos_emb, 1);
+    if (kind == TFM_MODEL_DECODER_LM) {
+        g = tfm__stack_bwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, g, NULL, B, T);
+        tfm__embed_bwd(m, g, m->impl->tokens, B, T, &m->impl->d_src_emb, &m->impl->d_pos_emb, 1);
         return TFM_OK;
     }
-    if (kind == TFM_ENCODER_DECODER) {
-        tfm__op_zero(m->device, m->d_dec_y, (int64_t)B * T * C);
-        g = tfm__stack_bwd(m, m->dec, m->dec_buf, m->n_dec, &m->dec_norm, g, m->d_dec_y, B, Tt);
-        tfm__embed_bwd(m, g, m->tgt_in, B, Tt, &m->dtgt_emb, c->pos == TFM_POS_LEARNED ? &m->dtgt_pos_emb : NULL, 2);
-        g = m->d_enc_x;
-        tfm__op_copy(m->device, g, m->d_dec_y, (int64_t)B * T * C);
+    if (kind == TFM_MODEL_ENCODER_DECODER) {
+        tfm__op_zero(m->impl->device, m->impl->d_dec_y, (int64_t)B * T * C);
+        g = tfm__stack_bwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, g, m->impl->d_dec_y, B, Tt);
+        tfm__embed_bwd(m, g, m->impl->tgt_in, B, Tt, &m->impl->d_tgt_emb, c->pos == TFM_POS_LEARNED ? &m->impl->d_tgt_pos_emb : NULL, 2);
+        g = m->impl->d_enc_x;
+        tfm__op_copy(m->impl->device, g, m->impl->d_dec_y, (int64_t)B * T * C);
     }
-    g = tfm__stack_bwd(m, m->enc, m->enc_buf, m->n_enc, &m->enc_norm, g, NULL, B, T);
-    tfm__embed_bwd(m, g, m->tokens, B, T, &m->dsrc_emb, &m->dpos_emb, 1);
+    g = tfm__stack_bwd(m, m->impl->enc, m->impl->enc_buf, m->impl->n_enc, &m->impl->enc_norm, g, NULL, B, T);
+    tfm__embed_bwd(m, g, m->impl->tokens, B, T, &m->impl->d_src_emb, &m->impl->d_pos_emb, 1);
     return TFM_OK;
 }
 
@@ -4237,8 +4250,8 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
     double total = 0.0, bc1, bc2;
     float scale = 1.0f, lr;
     int i;
-    if (!m || !m->mem_base) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
-    if (!m->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
+    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
+    if (!m->impl->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
     if (!opt) return tfm__fail(TFM_E_ARG, "%s: opt is NULL", fn);
     o = *opt;
     if (!(o.lr > 0.0f) || !isfinite(o.lr)) return tfm__fail(TFM_E_ARG, "%s: opt.lr %g: required, finite and > 0", fn, (double)o.lr);
@@ -4269,9 +4282,9 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
             for (k = 0; k < 8; k++) acc[k] += (double)g[j + k] * (double)g[j + k];
         for (; j < n; j++) acc[0] += (double)g[j] * (double)g[j];
         for (k = 0; k < 8; k++) sum += acc[k];
-        m->gnorm_parts[i] = sum;
+        m->impl->gnorm_parts[i] = sum;
     }
-    for (i = 0; i < m->n_params; i++) total += m->gnorm_parts[i];
+    for (i = 0; i < m->n_params; i++) total += m->impl->gnorm_parts[i];
     total = sqrt(total);
     if (grad_norm) *grad_norm = (float)total;
     if (!isfinite(total)) return tfm__fail(TFM_E_ARG, "%s: the gradient norm is %g (not finite); no update made", fn, total);
@@ -4285,9 +4298,9 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
     bc2 = 1.0 - pow((double)o.beta2, (double)m->step);
     for (i = 0; i < m->n_params; i++) {
         tfm_param *p = &m->params[i];
-        size_t off = (size_t)((unsigned char *)p->value.data - (m->mem_base + m->off_params));
+        size_t off = (size_t)((unsigned char *)p->value.data - (m->impl->mem_base + m->impl->off_params));
         float *w = p->value.data, *gr = p->grad.data;
-        float *mm = (float *)(m->mem_base + m->off_m + off), *vv = (float *)(m->mem_base + m->off_v + off);
+        float *mm = (float *)(m->impl->mem_base + m->impl->off_m + off), *vv = (float *)(m->impl->mem_base + m->impl->off_v + off);
         float decay = (p->decay || o.decay_all) ? 1.0f - lr * o.weight_decay : 1.0f;
         float b1 = o.beta1, b2 = o.beta2, eps = o.eps, step_size = (float)(lr / bc1), bc2s = (float)sqrt(bc2);
         int64_t c, n = tfm_numel(&p->value);
@@ -4306,20 +4319,20 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     int encdec, limit;
     size_t n_self, n_cross, bytes;
     unsigned char *p;
-    if (!c || !m || !m->mem_base) return tfm__fail(TFM_E_ARG, "%s: cache or model is NULL, or the model is not initialised", fn);
-    if (m->cfg.kind == TFM_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier has no decoder", fn);
-    encdec = m->cfg.kind == TFM_ENCODER_DECODER;
+    if (!c || !m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: cache or model is NULL, or the model is not initialised", fn);
+    if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier has no decoder", fn);
+    encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
     limit = encdec ? m->cfg.max_tgt_len : m->cfg.max_seq_len;
     if (max_batch < 0 || max_batch > m->cfg.max_batch || max_len < 0 || max_len > limit)
         return tfm__fail(TFM_E_ARG, "%s: max_batch %d and max_len %d must be in [0,%d] and [0,%d] (the model's limits)", fn,
                          max_batch, max_len, m->cfg.max_batch, limit);
     memset(c, 0, sizeof *c);
-    c->n_layers = m->n_dec;
+    c->n_layers = m->impl->n_dec;
     c->max_batch = max_batch ? max_batch : m->cfg.max_batch;
     c->max_len = max_len ? max_len : limit;
     c->max_src_len = encdec ? m->cfg.max_seq_len : 0;
     c->d_model = m->cfg.d_model;
-    c->device = m->device;
+    c->device = m->impl->device;
     n_self = (size_t)c->n_layers * c->max_batch * c->max_len * 2 * c->d_model;
     n_cross = (size_t)c->n_layers * c->max_batch * c->max_src_len * 2 * c->d_model;
     bytes = (n_self + n_cross) * sizeof(float) + 2 * (size_t)c->max_batch * sizeof(int32_t);
@@ -4396,15 +4409,15 @@ TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int
 
 /* Decode ids (B,n) at positions kc->len.. with every layer's cache: the same block code as training,
    on the new rows only. memory (B,S,C): an encoder-decoder's source, read on the first call. Leaves
-   the logits of each row's last position in m->logits (B,V) and advances kc->len by n. */
+   the logits of each row's last position in m->impl->logits (B,V) and advances kc->len by n. */
 static void tfm__decode(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const float *memory, int S) {
     const tfm_config *c = &m->cfg;
-    int encdec = c->kind == TFM_ENCODER_DECODER;
+    int encdec = c->kind == TFM_MODEL_ENCODER_DECODER;
     int64_t C = c->d_model, V = encdec ? c->tgt_vocab_size : c->vocab_size;
     const float *h = tfm__decoder_fwd(m, ids, B, n, memory, kc->src_len ? kc->src_len : S,
                                       kc->has_src_lens ? kc->src_lens : NULL, kc);
     /* the head on row n-1 of each sequence: rows of stride n*C */
-    tfm__op_linear(m->device, m->logits, V, h + (n - 1) * C, n * C, m->head.weight.data, NULL, B, C, V);
+    tfm__op_linear(m->impl->device, m->impl->logits, V, h + (n - 1) * C, n * C, m->impl->head.weight.data, NULL, B, C, V);
     kc->len += n;
     if (encdec && !kc->src_len) kc->src_len = S;
 }
@@ -4459,12 +4472,12 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
     int32_t tok;
     tfm_result r;
     if (n_out) *n_out = 0;
-    if (!m || !m->mem_base) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
+    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     c = &m->cfg;
-    if (c->kind == TFM_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier does not generate", fn);
+    if (c->kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier does not generate", fn);
     if (!opts || !out || !prompt) return tfm__fail(TFM_E_ARG, "%s: opts, out or prompt is NULL", fn);
     o = *opts;
-    encdec = c->kind == TFM_ENCODER_DECODER;
+    encdec = c->kind == TFM_MODEL_ENCODER_DECODER;
     limit = encdec ? c->max_tgt_len : c->max_seq_len;
     if (o.max_new <= 0) return tfm__fail(TFM_E_ARG, "%s: opts.max_new is %d: required, > 0", fn, o.max_new);
     if (n_prompt < 1 || n_prompt + o.max_new > limit)
@@ -4492,21 +4505,21 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
     TFM__TRY(tfm__chk_batch(fn, m, &b));
     r = tfm_kv_cache_init(&kc, m, 1, n_prompt + o.max_new);
     if (r != TFM_OK) return tfm__fail(r, "%s: %s", fn, tfm_last_error());
-    was_training = m->training;
-    m->training = 0;
+    was_training = m->impl->training;
+    m->impl->training = 0;
     if (encdec) memory = tfm__encoder_fwd(m, src, 1, src_len, NULL);
     tfm__decode(m, &kc, prompt, 1, n_prompt, memory, src_len);
     tfm_rng_seed(&rng, o.seed);
     for (;;) {
-        tok = tfm__pick(m->logits, V, &o, &rng);
+        tok = tfm__pick(m->impl->logits, V, &o, &rng);
         out[n++] = tok;
         if ((o.has_stop && tok == o.stop_token) || n == o.max_new) break;
         tfm__decode(m, &kc, &tok, 1, 1, memory, src_len);
     }
     tfm_kv_cache_free(&kc);
-    m->training = was_training;
-    m->gen_replaced = 1; /* the layers' saved activations are the last decoding step's now */
-    m->has_targets = 0;
+    m->impl->training = was_training;
+    m->impl->gen_replaced = 1; /* the layers' saved activations are the last decoding step's now */
+    m->impl->has_targets = 0;
     if (n_out) *n_out = n;
     return TFM_OK;
 }
@@ -6433,10 +6446,10 @@ TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags
     char *names;
     int i, n, train, k = 0;
     tfm_result r;
-    if (!m || !m->mem_base || !path) return tfm__fail(TFM_E_ARG, "%s: model or path is NULL", fn);
+    if (!m || !m->impl || !path) return tfm__fail(TFM_E_ARG, "%s: model or path is NULL", fn);
     if (flags & ~TFM_SAVE_TRAINING_STATE) return tfm__fail(TFM_E_ARG, "%s: unknown flags 0x%x", fn, (unsigned)flags);
     train = (flags & TFM_SAVE_TRAINING_STATE) != 0;
-    if (train && !m->has_grad)
+    if (train && !m->impl->has_grad)
         return tfm__fail(TFM_E_ARG, "%s: TFM_SAVE_TRAINING_STATE on an inference_only model (it has no optimizer state)", fn);
     n = m->n_params * (train ? 3 : 1);
     mt = (tfm__meta *)TFM_MALLOC(sizeof *mt, NULL);
@@ -6459,8 +6472,8 @@ TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags
     tfm__meta_put(mt, "tfm.seed", "%llu", (unsigned long long)m->cfg.seed);
     if (train) {
         tfm__meta_put(mt, "tfm.step", "%lld", (long long)m->step);
-        tfm__meta_put(mt, "tfm.rng", "%016llx%016llx%016llx%016llx", (unsigned long long)m->rng.s[0],
-                      (unsigned long long)m->rng.s[1], (unsigned long long)m->rng.s[2], (unsigned long long)m->rng.s[3]);
+        tfm__meta_put(mt, "tfm.rng", "%016llx%016llx%016llx%016llx", (unsigned long long)m->impl->rng.s[0],
+                      (unsigned long long)m->impl->rng.s[1], (unsigned long long)m->impl->rng.s[2], (unsigned long long)m->impl->rng.s[3]);
     }
     for (i = 0; i < m->n_params; i++) {
         const tfm_param *p = &m->params[i];
@@ -6468,14 +6481,14 @@ TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags
         for (kind = 0; kind < (train ? 3 : 1); kind++) {
             tfm__st_item *it = &items[k];
             char *name = names + (size_t)k * 96;
-            size_t off = (size_t)((unsigned char *)p->value.data - (m->mem_base + m->off_params));
+            size_t off = (size_t)((unsigned char *)p->value.data - (m->impl->mem_base + m->impl->off_params));
             int d;
             snprintf(name, 96, "%s%s", kind == 0 ? "" : kind == 1 ? "optim.exp_avg." : "optim.exp_avg_sq.", p->name);
             it->name = name;
             it->ndim = p->value.ndim;
             for (d = 0; d < TFM__ST_MAX_NDIM; d++) it->shape[d] = d < p->value.ndim ? p->value.shape[d] : 0;
             it->data = kind == 0 ? p->value.data
-                                 : (const float *)(m->mem_base + (kind == 1 ? m->off_m : m->off_v) + off);
+                                 : (const float *)(m->impl->mem_base + (kind == 1 ? m->impl->off_m : m->impl->off_v) + off);
             k++;
         }
     }
@@ -6578,7 +6591,7 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
     int64_t step = 0;
     uint64_t rng[4];
     tfm_result r;
-    if (!m || !m->mem_base || !path) return tfm__fail(TFM_E_ARG, "%s: model or path is NULL", fn);
+    if (!m || !m->impl || !path) return tfm__fail(TFM_E_ARG, "%s: model or path is NULL", fn);
     memset(&h, 0, sizeof h);
     TFM__TRY(tfm__st_read_header(path, &h));
     r = tfm__check_arch(fn, path, &h, m);
@@ -6615,7 +6628,7 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
         for (kind = 0; kind < (has_state ? 3 : 1); kind++) {
             tfm__st_want *w = &want[k];
             char *name = names + (size_t)k * 96;
-            size_t off = (size_t)((unsigned char *)p->value.data - (m->mem_base + m->off_params));
+            size_t off = (size_t)((unsigned char *)p->value.data - (m->impl->mem_base + m->impl->off_params));
             int d;
             snprintf(name, 96, "%s%s", kind == 0 ? "" : kind == 1 ? "optim.exp_avg." : "optim.exp_avg_sq.", p->name);
             memset(w, 0, sizeof *w);
@@ -6623,16 +6636,16 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
             w->ndim = p->value.ndim;
             for (d = 0; d < p->value.ndim; d++) w->shape[d] = p->value.shape[d];
             if (kind == 0) w->dest = p->value.data;
-            else if (m->has_grad) w->dest = (float *)(m->mem_base + (kind == 1 ? m->off_m : m->off_v) + off);
+            else if (m->impl->has_grad) w->dest = (float *)(m->impl->mem_base + (kind == 1 ? m->impl->off_m : m->impl->off_v) + off);
             else w->skip = 1; /* an inference model has no optimizer state to restore */
             k++;
         }
     }
     tfm__st_header_free(&h);
     if (r == TFM_OK) r = tfm__st_load(path, want, n_want, NULL);
-    if (r == TFM_OK && has_state && m->has_grad) {
+    if (r == TFM_OK && has_state && m->impl->has_grad) {
         m->step = step;
-        memcpy(m->rng.s, rng, sizeof rng);
+        memcpy(m->impl->rng.s, rng, sizeof rng);
     }
     TFM_FREE(want, NULL);
     TFM_FREE(names, NULL);

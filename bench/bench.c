@@ -61,11 +61,11 @@ typedef struct bench_cfg {
 /* Every model: dropout 0, AdamW lr 1e-4, weight decay 0.01, random tokens, full-length rows. */
 static const bench_cfg CONFIGS[] = {
     /* name                 kind                    C  L  Ld  H  F     T   Tt  B   V      Vt  K  wu st fw gen */
-    {"char-gpt-tiny",      TFM_DECODER_LM,         128, 4, 0, 4, 0,    128, 0, 16, 96,    0,  0, 3, 20, 20, 3},
-    {"gpt-small",          TFM_DECODER_LM,         384, 6, 0, 6, 0,    256, 0, 8,  8192,  0,  0, 3, 10, 5,  3},
-    {"gpt2-124M-shape",    TFM_DECODER_LM,         768, 12, 0, 12, 0,  128, 0, 2,  50257, 0,  0, 2, 10, 5,  3},
-    {"encoder-classifier", TFM_ENCODER_CLASSIFIER, 256, 4, 0, 8, 0,    256, 0, 16, 1024,  0,  2, 3, 10, 10, 0},
-    {"enc-dec",            TFM_ENCODER_DECODER,    256, 3, 3, 4, 1024, 32, 32, 64, 64,    64, 0, 3, 10, 10, 0},
+    {"char-gpt-tiny",      TFM_MODEL_DECODER_LM,         128, 4, 0, 4, 0,    128, 0, 16, 96,    0,  0, 3, 20, 20, 3},
+    {"gpt-small",          TFM_MODEL_DECODER_LM,         384, 6, 0, 6, 0,    256, 0, 8,  8192,  0,  0, 3, 10, 5,  3},
+    {"gpt2-124M-shape",    TFM_MODEL_DECODER_LM,         768, 12, 0, 12, 0,  128, 0, 2,  50257, 0,  0, 2, 10, 5,  3},
+    {"encoder-classifier", TFM_MODEL_ENCODER_CLASSIFIER, 256, 4, 0, 8, 0,    256, 0, 16, 1024,  0,  2, 3, 10, 10, 0},
+    {"enc-dec",            TFM_MODEL_ENCODER_DECODER,    256, 3, 3, 4, 1024, 32, 32, 64, 64,    64, 0, 3, 10, 10, 0},
 };
 #define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
 #define GEN_NEW 127
@@ -121,9 +121,9 @@ static int cfg_dff(const bench_cfg *b) { return b->d_ff ? b->d_ff : 4 * b->d_mod
 static double model_flops(const bench_cfg *b) {
     double B = b->B, C = b->d_model, F = cfg_dff(b), L = b->n_layers, T = b->T;
     double Wenc = 4.0 * C * C + 2.0 * C * F;
-    if (b->kind == TFM_DECODER_LM)
+    if (b->kind == TFM_MODEL_DECODER_LM)
         return 6.0 * B * T * (L * Wenc + (double)b->V * C) + 12.0 * B * L * T * T * C;
-    if (b->kind == TFM_ENCODER_CLASSIFIER)
+    if (b->kind == TFM_MODEL_ENCODER_CLASSIFIER)
         return 6.0 * B * T * L * Wenc + 6.0 * B * (double)b->n_classes * C + 12.0 * B * L * T * T * C;
     {
         double Ld = b->n_dec_layers, Ts = b->T, Tt = b->Tt, Vt = b->Vt;
@@ -134,7 +134,7 @@ static double model_flops(const bench_cfg *b) {
 }
 
 static double model_tokens(const bench_cfg *b) {
-    return (double)b->B * (double)(b->kind == TFM_ENCODER_DECODER ? b->T + b->Tt : b->T);
+    return (double)b->B * (double)(b->kind == TFM_MODEL_ENCODER_DECODER ? b->T + b->Tt : b->T);
 }
 
 static tfm_config make_config(const bench_cfg *b) {
@@ -153,12 +153,12 @@ static tfm_config make_config(const bench_cfg *b) {
     c.pos = TFM_POS_LEARNED;
     c.seed = 1234;
     switch (b->kind) {
-    case TFM_DECODER_LM:
+    case TFM_MODEL_DECODER_LM:
         c.norm_first = 1;
         c.act = TFM_ACT_GELU_TANH;
         c.tie_output = 1;
         break;
-    case TFM_ENCODER_CLASSIFIER:
+    case TFM_MODEL_ENCODER_CLASSIFIER:
         c.norm_first = 0;
         c.act = TFM_ACT_RELU;
         c.pool = TFM_POOL_MEAN;
@@ -189,7 +189,7 @@ typedef struct bench_data {
 } bench_data;
 
 static void data_make(const bench_cfg *bc, tfm_rng *rng, bench_data *d) {
-    int encdec = bc->kind == TFM_ENCODER_DECODER, lm = bc->kind == TFM_DECODER_LM;
+    int encdec = bc->kind == TFM_MODEL_ENCODER_DECODER, lm = bc->kind == TFM_MODEL_DECODER_LM;
     size_t n_src = (size_t)bc->B * bc->T, n_tgt = (size_t)bc->B * (encdec ? bc->Tt : bc->T);
     memset(d, 0, sizeof *d);
     d->src = (int32_t *)xmalloc(n_src * sizeof(int32_t));
@@ -218,8 +218,8 @@ static void data_make(const bench_cfg *bc, tfm_rng *rng, bench_data *d) {
 
 /* How many target ids the batch holds: one per position, or one per row for a classifier. */
 static size_t data_n_targets(const bench_cfg *bc) {
-    if (bc->kind == TFM_ENCODER_CLASSIFIER) return (size_t)bc->B;
-    return (size_t)bc->B * (bc->kind == TFM_ENCODER_DECODER ? bc->Tt : bc->T);
+    if (bc->kind == TFM_MODEL_ENCODER_CLASSIFIER) return (size_t)bc->B;
+    return (size_t)bc->B * (bc->kind == TFM_MODEL_ENCODER_DECODER ? bc->Tt : bc->T);
 }
 
 static void data_free(bench_data *d) {
@@ -270,7 +270,7 @@ static int run_model(const bench_cfg *bc, int threads, int train_only) {
     int quick = quick_mode();
     int warmup = quick ? 1 : bc->warmup, steps = quick ? 3 : bc->steps;
     int fwd_reps = quick ? 2 : bc->fwd_reps, gen_reps = quick ? 1 : bc->gen_reps;
-    int lm = bc->kind == TFM_DECODER_LM, rc = 0;
+    int lm = bc->kind == TFM_MODEL_DECODER_LM, rc = 0;
     double *times = (double *)xmalloc((size_t)(steps + fwd_reps + gen_reps + 1) * sizeof(double));
     double step_ms, step_min_ms, fwd_ms = -1.0, gen_ms_tok = -1.0, flops = model_flops(bc), t0;
     float loss = 0.0f;
@@ -402,7 +402,7 @@ static int run_dump(const bench_cfg *bc, const char *path) {
         fprintf(f, "\n");
     }
     dump_ids(f, "tokens", d.src, (int64_t)bc->B * bc->T);
-    if (bc->kind == TFM_ENCODER_DECODER) dump_ids(f, "tgt_in", d.tgt_in, (int64_t)bc->B * bc->Tt);
+    if (bc->kind == TFM_MODEL_ENCODER_DECODER) dump_ids(f, "tgt_in", d.tgt_in, (int64_t)bc->B * bc->Tt);
     dump_ids(f, "targets", d.targets, (int64_t)data_n_targets(bc));
     tfm_model_train(m, 1);
     tfm_model_zero_grad(m);
@@ -456,9 +456,9 @@ static int config_shapes(gemm_shape *s, int n, const bench_cfg *b) {
     n = add_shape(s, n, b->name, "ff2.fwd", 0, 1, R, C, F, 1);
     n = add_shape(s, n, b->name, "ff2.dx", 0, 0, R, F, C, 1);
     n = add_shape(s, n, b->name, "ff2.dw", 1, 0, C, F, R, 1);
-    if (b->kind != TFM_ENCODER_CLASSIFIER) {
-        int V = b->kind == TFM_ENCODER_DECODER ? b->Vt : b->V;
-        int Rh = b->kind == TFM_ENCODER_DECODER ? b->B * b->Tt : R;
+    if (b->kind != TFM_MODEL_ENCODER_CLASSIFIER) {
+        int V = b->kind == TFM_MODEL_ENCODER_DECODER ? b->Vt : b->V;
+        int Rh = b->kind == TFM_MODEL_ENCODER_DECODER ? b->B * b->Tt : R;
         n = add_shape(s, n, b->name, "head.fwd", 0, 1, Rh, V, C, 1);
         n = add_shape(s, n, b->name, "head.dx", 0, 0, Rh, C, V, 1);
         n = add_shape(s, n, b->name, "head.dw", 1, 0, V, C, Rh, 1);

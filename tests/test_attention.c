@@ -602,8 +602,8 @@ static int att_mha_build(tfm_mha *m, tfm_mem *mem, const att_mha_case *c, int B_
     d.cross = c->cross;
     d.no_bias = c->no_bias;
     d.max_batch = B_max;
-    d.max_tq = Tq_max;
-    d.max_tk = c->cross ? Tk_max : 0;
+    d.max_len = Tq_max;
+    d.max_kv_len = c->cross ? Tk_max : 0;
     r = tfm_mha_init(m, &d, mem);
     CHECK_OK(r);
     if (r != TFM_OK) return 0;

@@ -67,8 +67,8 @@ static int cpp_cross_attention() {
     d.n_heads = 4;
     d.cross = 1;
     d.max_batch = B;
-    d.max_tq = Tq;
-    d.max_tk = Tk;
+    d.max_len = Tq;
+    d.max_kv_len = Tk;
     tfm_mem mem = {};
     tfm_mha att;
     tfm_rng rng;

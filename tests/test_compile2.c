@@ -81,7 +81,7 @@ static int tc2_model(void) {
     memset(&cfg, 0, sizeof cfg);
     memset(&b, 0, sizeof b);
     memset(&opt, 0, sizeof opt);
-    cfg.kind = TFM_DECODER_LM;
+    cfg.kind = TFM_MODEL_DECODER_LM;
     cfg.vocab_size = 11;
     cfg.d_model = 16;
     cfg.n_heads = 2;
@@ -154,7 +154,7 @@ int tc2_run(void) {
     d.d_model = TC2_C;
     d.n_heads = 2;
     d.max_batch = TC2_B;
-    d.max_tq = TC2_T;
+    d.max_len = TC2_T;
     o.causal = 1;
     tfm_rng_seed(&rng, 1);
     tx = tfm_tensor3(x, TC2_B, TC2_T, TC2_C);

@@ -889,7 +889,7 @@ static tfm_mha_desc err_desc(int C, int H, int maxB, int maxT) {
     d.d_model = C;
     d.n_heads = H;
     d.max_batch = maxB;
-    d.max_tq = maxT;
+    d.max_len = maxT;
     return d;
 }
 
@@ -918,15 +918,15 @@ static void err_mha_init(void) {
     CHECK_ERR(tfm_mha_init(&m, &d, &mem), TFM_E_ARG, "n_heads");
     d = err_desc(8, 2, 2, 0);
     CHECK_ERR(tfm_mha_init(&m, &d, &mem), TFM_E_ARG, "tfm_mha_init");
-    ERR_HAS("max_tq");
+    ERR_HAS("max_len");
     d = err_desc(8, 2, -1, 4);
     CHECK_ERR(tfm_mha_init(&m, &d, &mem), TFM_E_ARG, "max_batch");
     d = err_desc(8, 2, 2, 4);
-    d.max_tk = -3;
-    CHECK_ERR(tfm_mha_init(&m, &d, &mem), TFM_E_ARG, "max_tk");
+    d.max_kv_len = -3;
+    CHECK_ERR(tfm_mha_init(&m, &d, &mem), TFM_E_ARG, "max_kv_len");
     d = err_desc(8, 2, 2, 4);
-    d.max_tk = 6; /* self-attention: keys are the queries */
-    CHECK_ERR(tfm_mha_init(&m, &d, &mem), TFM_E_ARG, "max_tk");
+    d.max_kv_len = 6; /* self-attention: keys are the queries */
+    CHECK_ERR(tfm_mha_init(&m, &d, &mem), TFM_E_ARG, "max_kv_len");
     d = err_desc(40000, 1, 1, 1); /* in_proj alone would be 4.8e9 floats */
     CHECK_ERR(tfm_mha_init(&m, &d, &mem), TFM_E_ARG, "tfm_mha_init");
     ERR_HAS("40000");
@@ -959,7 +959,7 @@ static tfm_result err_mha_make(tfm_mha *m, tfm_mem *mem, int cross, int no_grad)
     tfm_rng rng;
     tfm_result r;
     d.cross = cross;
-    d.max_tk = cross ? 6 : 0;
+    d.max_kv_len = cross ? 6 : 0;
     memset(mem, 0, sizeof *mem);
     mem->no_grad = no_grad;
     r = tfm_mha_init(m, &d, mem);
@@ -1050,7 +1050,7 @@ static void err_mha_forward(void) {
     o.dropout = 0.0f;
     ERR_UNTOUCHED(y, 3 * 5 * 8);
 
-    /* cross-attention: xkv required, Tk up to max_tk, batch and channels must match x */
+    /* cross-attention: xkv required, Tk up to max_kv_len, batch and channels must match x */
     CHECK_ERR(tfm_mha_forward(&c, &ty, &tx, NULL, &o), TFM_E_ARG, "tfm_mha_forward");
     ERR_HAS("xkv");
     bad = tfm_tensor3(kv, 2, 7, 8);
@@ -1145,9 +1145,9 @@ static tfm_block_desc err_block_desc(int cross) {
     d.n_heads = 2;
     d.d_ff = 16;
     d.max_batch = 2;
-    d.max_t = 4;
+    d.max_len = 4;
     d.cross = cross;
-    d.max_tk = cross ? 6 : 0;
+    d.max_kv_len = cross ? 6 : 0;
     return d;
 }
 
@@ -1171,9 +1171,9 @@ static void err_block_init(void) {
     d.n_heads = 0;
     CHECK_ERR(tfm_block_init(&b, &d, &mem), TFM_E_ARG, "n_heads");
     d = err_block_desc(0);
-    d.max_t = 0;
+    d.max_len = 0;
     CHECK_ERR(tfm_block_init(&b, &d, &mem), TFM_E_ARG, "tfm_block_init");
-    ERR_HAS("max_t");
+    ERR_HAS("max_len");
     d = err_block_desc(0);
     d.d_ff = -1;
     CHECK_ERR(tfm_block_init(&b, &d, &mem), TFM_E_ARG, "d_ff");
@@ -1316,7 +1316,7 @@ static tfm_config err_cfg(tfm_model_kind kind) {
     memset(&c, 0, sizeof c);
     c.kind = kind;
     c.vocab_size = 11;
-    c.n_classes = kind == TFM_ENCODER_CLASSIFIER ? 3 : 0;
+    c.n_classes = kind == TFM_MODEL_ENCODER_CLASSIFIER ? 3 : 0;
     c.d_model = 8;
     c.n_heads = 2;
     c.n_layers = 1;
@@ -1330,7 +1330,7 @@ static tfm_config err_cfg(tfm_model_kind kind) {
 /* cfg with one field broken must fail in resolve, memory_size and init, naming the field */
 #define ERR_CFG(field_stmt, name)                                                               \
     do {                                                                                        \
-        tfm_config err__c = err_cfg(TFM_DECODER_LM), err__o;                                    \
+        tfm_config err__c = err_cfg(TFM_MODEL_DECODER_LM), err__o;                                    \
         size_t err__n = 0;                                                                      \
         tfm_model err__m;                                                                       \
         field_stmt;                                                                             \
@@ -1340,7 +1340,7 @@ static tfm_config err_cfg(tfm_model_kind kind) {
     } while (0)
 
 static void err_config(void) {
-    tfm_config c = err_cfg(TFM_DECODER_LM), out;
+    tfm_config c = err_cfg(TFM_MODEL_DECODER_LM), out;
     tfm_model m;
     size_t n;
 
@@ -1358,7 +1358,7 @@ static void err_config(void) {
     ERR_CFG(err__c.n_heads = 0, "n_heads");
     ERR_CFG(err__c.n_heads = 3, "n_heads");
     ERR_CFG(err__c.max_seq_len = 0, "max_seq_len");
-    ERR_CFG(err__c.kind = TFM_ENCODER_CLASSIFIER; err__c.n_classes = 0, "n_classes");
+    ERR_CFG(err__c.kind = TFM_MODEL_ENCODER_CLASSIFIER; err__c.n_classes = 0, "n_classes");
     ERR_CFG(err__c.n_layers = -1, "n_layers");
     ERR_CFG(err__c.max_batch = -2, "max_batch");
     ERR_CFG(err__c.d_ff = -16, "d_ff");
@@ -1371,9 +1371,9 @@ static void err_config(void) {
     ERR_CFG(err__c.label_smoothing = 1.5f, "label_smoothing");
     ERR_CFG(err__c.ln_eps = -1.0f, "ln_eps");
     ERR_CFG(err__c.init_std = (float)NAN, "init_std");
-    ERR_CFG(err__c.kind = TFM_ENCODER_CLASSIFIER; err__c.n_classes = 3; err__c.tie_output = 1, "tie_output");
+    ERR_CFG(err__c.kind = TFM_MODEL_ENCODER_CLASSIFIER; err__c.n_classes = 3; err__c.tie_output = 1, "tie_output");
     ERR_CFG(err__c.share_emb = 1, "share_emb");
-    ERR_CFG(err__c.kind = TFM_ENCODER_DECODER; err__c.share_emb = 1; err__c.tgt_vocab_size = 12, "share_emb");
+    ERR_CFG(err__c.kind = TFM_MODEL_ENCODER_DECODER; err__c.share_emb = 1; err__c.tgt_vocab_size = 12, "share_emb");
     ERR_CFG(err__c.vocab_size = 1 << 30, "vocab");
 
     /* the message names the function the caller called */
@@ -1382,7 +1382,7 @@ static void err_config(void) {
     CHECK_ERR(tfm_model_memory_size(&c, &n), TFM_E_ARG, "tfm_model_memory_size");
 
     /* caller memory smaller than tfm_model_memory_size */
-    c = err_cfg(TFM_DECODER_LM);
+    c = err_cfg(TFM_MODEL_DECODER_LM);
     CHECK_OK(tfm_model_memory_size(&c, &n));
     {
         void *mem = malloc(n);
@@ -1400,7 +1400,7 @@ static void err_ids(int32_t *p, int n, int32_t v) {
 }
 
 static void err_model(void) {
-    tfm_config c = err_cfg(TFM_DECODER_LM);
+    tfm_config c = err_cfg(TFM_MODEL_DECODER_LM);
     tfm_model m, cl, ed, inf;
     tfm_batch b;
     tfm_optim o;
@@ -1417,12 +1417,12 @@ static void err_model(void) {
         TEST__FAIL("tfm_model_init: %s", tfm_last_error());
         return;
     }
-    c = err_cfg(TFM_ENCODER_CLASSIFIER);
+    c = err_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
     CHECK_OK(tfm_model_init(&cl, &c, NULL, 0));
-    c = err_cfg(TFM_ENCODER_DECODER);
+    c = err_cfg(TFM_MODEL_ENCODER_DECODER);
     c.max_tgt_len = 3;
     CHECK_OK(tfm_model_init(&ed, &c, NULL, 0));
-    c = err_cfg(TFM_DECODER_LM);
+    c = err_cfg(TFM_MODEL_DECODER_LM);
     c.inference_only = 1;
     CHECK_OK(tfm_model_init(&inf, &c, NULL, 0));
 
@@ -1648,7 +1648,7 @@ static void err_model(void) {
     tfm_model_free(&cl);
     tfm_model_free(&ed);
     tfm_model_free(&inf);
-    CHECK(m.mem_base == NULL);
+    CHECK(m.impl == NULL);
 }
 
 /* ---- CUDA in a CPU build ----------------------------------------------------------------- */

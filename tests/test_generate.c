@@ -5,13 +5,13 @@ static void gen_config(tfm_config *c, tfm_model_kind kind, int norm_first, tfm_p
     memset(c, 0, sizeof *c);
     c->kind = kind;
     c->vocab_size = 13;
-    c->tgt_vocab_size = kind == TFM_ENCODER_DECODER ? 11 : 0;
+    c->tgt_vocab_size = kind == TFM_MODEL_ENCODER_DECODER ? 11 : 0;
     c->d_model = 16;
     c->n_heads = 4;
     c->n_layers = 2;
     c->d_ff = 24;
     c->max_seq_len = 12;
-    c->max_tgt_len = kind == TFM_ENCODER_DECODER ? 10 : 0;
+    c->max_tgt_len = kind == TFM_MODEL_ENCODER_DECODER ? 10 : 0;
     c->max_batch = 2;
     c->norm_first = norm_first;
     c->pos = pos;
@@ -33,13 +33,13 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
     tfm_kv_cache kc;
     int32_t src[18] = {1, 5, 2, 8, 3, 12, 4, 0, 7, /* row 2: */ 6, 6, 1, 9, 2, 11, 3, 3, 10};
     int32_t seq[20] = {2, 9, 4, 1, 10, 3, 6, 0, 5, 8, /* row 2: */ 7, 1, 1, 4, 9, 2, 0, 6, 3, 5};
-    int encdec = kind == TFM_ENCODER_DECODER, n_prompt = 3, n_total = 10, t, r, swap_at = 6;
+    int encdec = kind == TFM_MODEL_ENCODER_DECODER, n_prompt = 3, n_total = 10, t, r, swap_at = 6;
     int64_t V;
     float *full;
     const float *memory = NULL;
     gen_config(&c, kind, norm_first, pos);
     CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
-    if (!m.mem_base) return;
+    if (!m.impl) return;
     tfm_model_train(&m, 0);
     V = encdec ? c.tgt_vocab_size : c.vocab_size;
     memset(&b, 0, sizeof b);
@@ -71,7 +71,7 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
             char what[96];
             int from = swapped ? 0 : r;
             snprintf(what, sizeof what, "kind %d pre-LN %d pos %d row %d position %d", (int)kind, norm_first, (int)pos, r, t - 1);
-            CHECK_REL(what, test_rel_err_f(m.logits + r * V, full + ((int64_t)from * n_total + t - 1) * V, (size_t)V), 1e-5);
+            CHECK_REL(what, test_rel_err_f(m.impl->logits + r * V, full + ((int64_t)from * n_total + t - 1) * V, (size_t)V), 1e-5);
         }
         if (t == n_total) break;
         if (t == swap_at) {
@@ -89,14 +89,14 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
 }
 
 static void gen_test_cache_lm(void) {
-    gen_check_cache(TFM_DECODER_LM, 0, TFM_POS_LEARNED);
-    gen_check_cache(TFM_DECODER_LM, 1, TFM_POS_LEARNED);
-    gen_check_cache(TFM_DECODER_LM, 1, TFM_POS_SINUSOIDAL);
+    gen_check_cache(TFM_MODEL_DECODER_LM, 0, TFM_POS_LEARNED);
+    gen_check_cache(TFM_MODEL_DECODER_LM, 1, TFM_POS_LEARNED);
+    gen_check_cache(TFM_MODEL_DECODER_LM, 1, TFM_POS_SINUSOIDAL);
 }
 
 static void gen_test_cache_encdec(void) {
-    gen_check_cache(TFM_ENCODER_DECODER, 0, TFM_POS_LEARNED);
-    gen_check_cache(TFM_ENCODER_DECODER, 1, TFM_POS_SINUSOIDAL);
+    gen_check_cache(TFM_MODEL_ENCODER_DECODER, 0, TFM_POS_LEARNED);
+    gen_check_cache(TFM_MODEL_ENCODER_DECODER, 1, TFM_POS_SINUSOIDAL);
 }
 
 /* Greedy generation: each new token is the argmax of a full forward over everything before it. */
@@ -107,9 +107,9 @@ static void gen_test_greedy(void) {
     tfm_batch b;
     int32_t seq[12] = {3, 1, 4}, out[9];
     int n = 0, i, t;
-    gen_config(&c, TFM_DECODER_LM, 1, TFM_POS_LEARNED);
+    gen_config(&c, TFM_MODEL_DECODER_LM, 1, TFM_POS_LEARNED);
     CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
-    if (!m.mem_base) return;
+    if (!m.impl) return;
     memset(&o, 0, sizeof o);
     o.max_new = 9;
     CHECK_OK(tfm_model_generate(&m, NULL, 0, seq, 3, &o, out, &n));
@@ -157,9 +157,9 @@ static void gen_test_errors(void) {
     tfm_model m;
     tfm_gen_opts o;
     int32_t p[3] = {1, 2, 3}, out[16], bad[2] = {1, 99};
-    gen_config(&c, TFM_DECODER_LM, 0, TFM_POS_LEARNED);
+    gen_config(&c, TFM_MODEL_DECODER_LM, 0, TFM_POS_LEARNED);
     CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
-    if (!m.mem_base) return;
+    if (!m.impl) return;
     memset(&o, 0, sizeof o);
     o.max_new = 10; /* 3 + 10 > max_seq_len 12 */
     CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_SHAPE, "max_seq_len");

@@ -56,7 +56,7 @@
 #define IO_EXPORT_DIR "build/io_export"
 
 static const char *const io_kind_name[3] = {"classifier", "lm", "encdec"};
-static const tfm_model_kind io_kinds[3] = {TFM_ENCODER_CLASSIFIER, TFM_DECODER_LM, TFM_ENCODER_DECODER};
+static const tfm_model_kind io_kinds[3] = {TFM_MODEL_ENCODER_CLASSIFIER, TFM_MODEL_DECODER_LM, TFM_MODEL_ENCODER_DECODER};
 
 /* ---- files ---------------------------------------------------------------------------------- */
 
@@ -307,7 +307,7 @@ static int io_rand(tfm_rng *r, int n) { return (int)(tfm_rng_u64(r) % (uint64_t)
 static void io_make_batch(io_batch *d, const tfm_config *c, uint64_t step) {
     tfm_rng r;
     int b, t, B = c->max_batch, T = c->max_seq_len;
-    int ed = c->kind == TFM_ENCODER_DECODER, lm = c->kind == TFM_DECODER_LM;
+    int ed = c->kind == TFM_MODEL_ENCODER_DECODER, lm = c->kind == TFM_MODEL_DECODER_LM;
     int Tt = ed ? c->max_tgt_len : 0;
     memset(d, 0, sizeof *d);
     tfm_rng_seed(&r, 0x10AD5EEDull + step * 7919u);
@@ -320,7 +320,7 @@ static void io_make_batch(io_batch *d, const tfm_config *c, uint64_t step) {
         for (t = 0; t < T; t++)
             d->tokens[b * T + t] = t < d->lens[b] ? 1 + io_rand(&r, c->vocab_size - 1) : 0;
     }
-    if (c->kind == TFM_ENCODER_CLASSIFIER) {
+    if (c->kind == TFM_MODEL_ENCODER_CLASSIFIER) {
         for (b = 0; b < B; b++) d->targets[b] = io_rand(&r, c->n_classes);
     } else if (lm) {
         for (b = 0; b < B; b++)
@@ -385,7 +385,7 @@ static float *io_logits(tfm_model *m, uint64_t step, int64_t *n, float *loss) {
     io_batch d;
     tfm_tensor t;
     float *out;
-    int training = m->training;
+    int training = m->impl->training;
     tfm_result r;
     io_make_batch(&d, &m->cfg, step);
     tfm_model_train(m, 0);
@@ -432,14 +432,14 @@ static const char *io_params_diff(const tfm_model *a, const tfm_model *b) {
 
 /* The AdamW moments of p (kind 1: exp_avg, 2: exp_avg_sq). */
 static const float *io_moment(const tfm_model *m, const tfm_param *p, int kind) {
-    size_t off = (size_t)((const unsigned char *)p->value.data - (m->mem_base + m->off_params));
-    return (const float *)(m->mem_base + (kind == 1 ? m->off_m : m->off_v) + off);
+    size_t off = (size_t)((const unsigned char *)p->value.data - (m->impl->mem_base + m->impl->off_params));
+    return (const float *)(m->impl->mem_base + (kind == 1 ? m->impl->off_m : m->impl->off_v) + off);
 }
 
 /* First parameter whose moments differ (or NULL). */
 static const char *io_moments_diff(const tfm_model *a, const tfm_model *b) {
     int i, kind;
-    if (a->n_params != b->n_params || !a->has_grad || !b->has_grad) return "(the models)";
+    if (a->n_params != b->n_params || !a->impl->has_grad || !b->impl->has_grad) return "(the models)";
     for (i = 0; i < a->n_params; i++) {
         const tfm_param *p = &a->params[i];
         const tfm_param *q = tfm_model_param(b, p->name);
@@ -565,9 +565,9 @@ static void io_roundtrip_case(int k, int flags) {
         if (tfm__st_read_header(path, &h) == TFM_OK) {
             const char *st = tfm__st_meta_get(&h, "tfm.step"), *rs = tfm__st_meta_get(&h, "tfm.rng");
             char want[80];
-            snprintf(want, sizeof want, "%016llx%016llx%016llx%016llx", (unsigned long long)m.rng.s[0],
-                     (unsigned long long)m.rng.s[1], (unsigned long long)m.rng.s[2],
-                     (unsigned long long)m.rng.s[3]);
+            snprintf(want, sizeof want, "%016llx%016llx%016llx%016llx", (unsigned long long)m.impl->rng.s[0],
+                     (unsigned long long)m.impl->rng.s[1], (unsigned long long)m.impl->rng.s[2],
+                     (unsigned long long)m.impl->rng.s[3]);
             CHECK_MSG(st && !strcmp(st, "3"), "%s: tfm.step is %s, want 3", what, st ? st : "absent");
             CHECK_MSG(rs && !strcmp(rs, want), "%s: tfm.rng is \"%s\" (%d characters), want \"%s\"", what,
                       rs ? rs : "", rs ? (int)strlen(rs) : 0, want);
@@ -576,7 +576,7 @@ static void io_roundtrip_case(int k, int flags) {
             TEST__FAIL("%s: %s", what, tfm_last_error());
         }
         CHECK_MSG(m2.step == 3, "%s: step %lld, want 3", what, (long long)m2.step);
-        CHECK_MSG(!memcmp(m2.rng.s, m.rng.s, sizeof m.rng.s), "%s: the random generator differs", what);
+        CHECK_MSG(!memcmp(m2.impl->rng.s, m.impl->rng.s, sizeof m.impl->rng.s), "%s: the random generator differs", what);
         d = io_moments_diff(&m, &m2);
         CHECK_MSG(d == NULL, "%s: the moments of %s differ", what, d);
     } else {
@@ -1203,7 +1203,7 @@ static void io_inference(void) {
             CHECK_OK(tfm_model_load(&fresh, path_w));
             CHECK(fresh.step == 0);
             CHECK(io_moments_zero(&fresh));
-            CHECK(!memcmp(fresh.rng.s, ref.rng.s, sizeof ref.rng.s));
+            CHECK(!memcmp(fresh.impl->rng.s, ref.impl->rng.s, sizeof ref.impl->rng.s));
             CHECK(io_params_diff(&m, &fresh) == NULL);
             tfm_model_free(&ref);
         }

@@ -108,8 +108,8 @@ static void md_gen(md_task task, tfm_rng *r, md_data *d, int B) {
 }
 
 static md_task md_task_of(const tfm_config *c) {
-    if (c->kind == TFM_ENCODER_CLASSIFIER) return c->pool == TFM_POOL_CLS ? MD_TASK_CLS_CLS : MD_TASK_CLS;
-    return c->kind == TFM_DECODER_LM ? MD_TASK_LM : MD_TASK_ED;
+    if (c->kind == TFM_MODEL_ENCODER_CLASSIFIER) return c->pool == TFM_POOL_CLS ? MD_TASK_CLS_CLS : MD_TASK_CLS;
+    return c->kind == TFM_MODEL_DECODER_LM ? MD_TASK_LM : MD_TASK_ED;
 }
 
 /* ---- configs and helpers ---- */
@@ -124,11 +124,11 @@ static tfm_config md_cfg(tfm_model_kind kind) {
     c.d_ff = 64;
     c.max_batch = MD_MAXB;
     c.seed = 1234;
-    if (kind == TFM_ENCODER_CLASSIFIER) {
+    if (kind == TFM_MODEL_ENCODER_CLASSIFIER) {
         c.vocab_size = MD_CLS_V;
         c.n_classes = 2;
         c.max_seq_len = MD_CLS_T;
-    } else if (kind == TFM_DECODER_LM) {
+    } else if (kind == TFM_MODEL_DECODER_LM) {
         c.vocab_size = MD_LM_V;
         c.max_seq_len = MD_LM_T;
     } else {
@@ -194,7 +194,7 @@ static int md_train(tfm_model *m, md_task task, const tfm_optim *o, int steps, i
 static float md_eval(tfm_model *m, md_task task, int n, int B, uint64_t data_seed) {
     tfm_rng r;
     md_data *d = (md_data *)malloc(sizeof(md_data));
-    int was_training = m->training;
+    int was_training = m->impl->training;
     double acc = 0.0;
     if (!d) return -1.0f;
     tfm_rng_seed(&r, data_seed);
@@ -262,21 +262,21 @@ static void md_learn_case(const char *what, const tfm_config *c, int steps) {
 }
 
 static void md_learn_classifier_mean(void) {
-    tfm_config c = md_cfg(TFM_ENCODER_CLASSIFIER);
+    tfm_config c = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
     md_small(&c);
     c.norm_first = 1;
     md_learn_case("classifier, mean pooling, pre-LN", &c, 300);
 }
 
 static void md_learn_classifier_cls(void) {
-    tfm_config c = md_cfg(TFM_ENCODER_CLASSIFIER);
+    tfm_config c = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
     md_small(&c);
     c.pool = TFM_POOL_CLS;
     md_learn_case("classifier, CLS pooling, post-LN", &c, 300);
 }
 
 static void md_learn_lm(void) {
-    tfm_config c = md_cfg(TFM_DECODER_LM);
+    tfm_config c = md_cfg(TFM_MODEL_DECODER_LM);
     md_small(&c);
     c.tie_output = 1;
     c.norm_first = 1;
@@ -285,7 +285,7 @@ static void md_learn_lm(void) {
 }
 
 static void md_learn_encdec(void) {
-    tfm_config c = md_cfg(TFM_ENCODER_DECODER);
+    tfm_config c = md_cfg(TFM_MODEL_ENCODER_DECODER);
     md_small(&c);
     c.n_layers = 1;
     c.norm_first = 1;
@@ -293,7 +293,7 @@ static void md_learn_encdec(void) {
 }
 
 static void md_learn_encdec_shared(void) {
-    tfm_config c = md_cfg(TFM_ENCODER_DECODER);
+    tfm_config c = md_cfg(TFM_MODEL_ENCODER_DECODER);
     md_small(&c);
     c.n_layers = 1;
     c.share_emb = 1;
@@ -331,7 +331,7 @@ static void md_accum_case(const char *what, tfm_config c) {
         mb.batch = BM;
         mb.tokens = d->tokens + k * BM * T;
         if (d->b.lens) mb.lens = d->lens + k * BM;
-        mb.targets = d->targets + (c.kind == TFM_ENCODER_CLASSIFIER ? k * BM : k * BM * T);
+        mb.targets = d->targets + (c.kind == TFM_MODEL_ENCODER_CLASSIFIER ? k * BM : k * BM * T);
         CHECK_OK(tfm_model_forward(&m, &mb, &loss));
         CHECK_OK(tfm_model_backward(&m, 1.0f / K));
         micro_loss += loss / K;
@@ -370,14 +370,14 @@ static void md_accum_case(const char *what, tfm_config c) {
 }
 
 static void md_accum_lm(void) {
-    tfm_config c = md_cfg(TFM_DECODER_LM);
+    tfm_config c = md_cfg(TFM_MODEL_DECODER_LM);
     c.tie_output = 1;
     c.norm_first = 1;
     md_accum_case("LM", c);
 }
 
 static void md_accum_classifier(void) {
-    tfm_config c = md_cfg(TFM_ENCODER_CLASSIFIER);
+    tfm_config c = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
     md_accum_case("classifier (variable lengths)", c);
 }
 
@@ -423,19 +423,19 @@ static void md_det_case(const char *what, tfm_config c) {
 }
 
 static void md_determinism_lm(void) {
-    tfm_config c = md_cfg(TFM_DECODER_LM);
+    tfm_config c = md_cfg(TFM_MODEL_DECODER_LM);
     c.norm_first = 1;
     md_det_case("LM", c);
 }
 
 static void md_determinism_encdec(void) {
-    tfm_config c = md_cfg(TFM_ENCODER_DECODER);
+    tfm_config c = md_cfg(TFM_MODEL_ENCODER_DECODER);
     c.n_layers = 1;
     md_det_case("encoder-decoder", c);
 }
 
 static void md_determinism_classifier(void) {
-    tfm_config c = md_cfg(TFM_ENCODER_CLASSIFIER);
+    tfm_config c = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
     c.pool = TFM_POOL_CLS;
     md_det_case("classifier", c);
 }
@@ -445,7 +445,7 @@ static void md_determinism_classifier(void) {
    of 16, so that the element-wise loops (B*T*C = 4608 elements) split over threads too. The thread count is restored afterwards. */
 #define MD_THR_STEPS 4
 static void md_determinism_threads(void) {
-    tfm_config c = md_cfg(TFM_ENCODER_DECODER);
+    tfm_config c = md_cfg(TFM_MODEL_ENCODER_DECODER);
     float l[4][MD_THR_STEPS];
     float *p[4] = {NULL, NULL, NULL, NULL};
     size_t n[4] = {0, 0, 0, 0};
@@ -492,7 +492,7 @@ static void md_train_eval_case(const char *what, tfm_config c) {
     }
     tfm_rng_seed(&r, 3);
     md_gen(md_task_of(&c), &r, d, 8);
-    CHECK(m.training == 1); /* a new model trains */
+    CHECK(m.impl->training == 1); /* a new model trains */
     CHECK_OK(tfm_model_forward(&m, &d->b, NULL));
     {
         tfm_tensor t = tfm_model_logits(&m);
@@ -525,9 +525,9 @@ static void md_train_eval_case(const char *what, tfm_config c) {
 }
 
 static void md_train_eval(void) {
-    md_train_eval_case("classifier", md_cfg(TFM_ENCODER_CLASSIFIER));
-    md_train_eval_case("LM", md_cfg(TFM_DECODER_LM));
-    md_train_eval_case("encoder-decoder", md_cfg(TFM_ENCODER_DECODER));
+    md_train_eval_case("classifier", md_cfg(TFM_MODEL_ENCODER_CLASSIFIER));
+    md_train_eval_case("LM", md_cfg(TFM_MODEL_DECODER_LM));
+    md_train_eval_case("encoder-decoder", md_cfg(TFM_MODEL_ENCODER_DECODER));
 }
 
 /* What a model must not see: tokens past a sequence's length (classifier, encoder-decoder source),
@@ -563,7 +563,7 @@ static void md_masking(void) {
 
     /* classifier, mean and CLS pooling: padding tokens do not matter */
     for (int pool = 0; pool < 2; pool++) {
-        c = md_cfg(TFM_ENCODER_CLASSIFIER);
+        c = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
         c.pool = (tfm_pool_kind)pool;
         c.dropout = 0.1f;
         if (!md_init(&m, &c, "classifier")) break;
@@ -589,7 +589,7 @@ static void md_masking(void) {
     }
 
     /* LM: causal, and lens drops the later targets from the loss */
-    c = md_cfg(TFM_DECODER_LM);
+    c = md_cfg(TFM_MODEL_DECODER_LM);
     c.norm_first = 1;
     if (md_init(&m, &c, "LM")) {
         tfm_model_train(&m, 0);
@@ -626,7 +626,7 @@ static void md_masking(void) {
     }
 
     /* encoder-decoder: source padding does not matter; the decoder is causal */
-    c = md_cfg(TFM_ENCODER_DECODER);
+    c = md_cfg(TFM_MODEL_ENCODER_DECODER);
     c.n_layers = 1;
     if (md_init(&m, &c, "encoder-decoder")) {
         const int Tt = MD_ED_T + 1, Vt = MD_ED_V;
@@ -684,50 +684,50 @@ static void md_init_err(const char *what, const tfm_config *c, tfm_result code, 
 
 static void md_errors_config(void) {
     tfm_config c;
-    c = md_cfg(TFM_DECODER_LM);
+    c = md_cfg(TFM_MODEL_DECODER_LM);
     c.n_heads = 3;
     md_init_err("n_heads 3, d_model 32", &c, TFM_E_ARG, "n_heads");
-    c = md_cfg(TFM_DECODER_LM);
+    c = md_cfg(TFM_MODEL_DECODER_LM);
     c.n_heads = 0;
     md_init_err("n_heads 0", &c, TFM_E_ARG, "n_heads");
-    c = md_cfg(TFM_DECODER_LM);
+    c = md_cfg(TFM_MODEL_DECODER_LM);
     c.vocab_size = 0;
     md_init_err("vocab_size 0", &c, TFM_E_ARG, "vocab_size");
-    c = md_cfg(TFM_ENCODER_CLASSIFIER);
+    c = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
     c.d_model = 0;
     md_init_err("d_model 0", &c, TFM_E_ARG, "d_model");
-    c = md_cfg(TFM_ENCODER_DECODER);
+    c = md_cfg(TFM_MODEL_ENCODER_DECODER);
     c.max_seq_len = 0;
     md_init_err("max_seq_len 0", &c, TFM_E_ARG, "max_seq_len");
-    c = md_cfg(TFM_DECODER_LM);
+    c = md_cfg(TFM_MODEL_DECODER_LM);
     c.kind = TFM_MODEL_NONE;
     md_init_err("kind 0", &c, TFM_E_ARG, "kind");
-    c = md_cfg(TFM_DECODER_LM);
+    c = md_cfg(TFM_MODEL_DECODER_LM);
     c.kind = (tfm_model_kind)7;
     md_init_err("kind 7", &c, TFM_E_ARG, "kind");
-    c = md_cfg(TFM_ENCODER_CLASSIFIER);
+    c = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
     c.n_classes = 0;
     md_init_err("classifier, n_classes 0", &c, TFM_E_ARG, "n_classes");
-    c = md_cfg(TFM_ENCODER_DECODER);
+    c = md_cfg(TFM_MODEL_ENCODER_DECODER);
     c.share_emb = 1;
     c.tgt_vocab_size = MD_ED_V + 1;
     md_init_err("share_emb, vocabularies 10 and 11", &c, TFM_E_ARG, "share_emb");
-    c = md_cfg(TFM_ENCODER_CLASSIFIER);
+    c = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
     c.tie_output = 1;
     md_init_err("tie_output on a classifier", &c, TFM_E_ARG, "tie_output");
-    c = md_cfg(TFM_DECODER_LM);
+    c = md_cfg(TFM_MODEL_DECODER_LM);
     c.share_emb = 1;
     md_init_err("share_emb on an LM", &c, TFM_E_ARG, "share_emb");
-    c = md_cfg(TFM_DECODER_LM);
+    c = md_cfg(TFM_MODEL_DECODER_LM);
     c.dropout = 1.5f;
     md_init_err("dropout 1.5", &c, TFM_E_ARG, "dropout");
-    c = md_cfg(TFM_DECODER_LM);
+    c = md_cfg(TFM_MODEL_DECODER_LM);
     c.dropout = -0.1f;
     md_init_err("dropout -0.1", &c, TFM_E_ARG, "dropout");
-    c = md_cfg(TFM_DECODER_LM);
+    c = md_cfg(TFM_MODEL_DECODER_LM);
     c.attn_dropout = 1.0f;
     md_init_err("attn_dropout 1", &c, TFM_E_ARG, "attn_dropout");
-    c = md_cfg(TFM_DECODER_LM);
+    c = md_cfg(TFM_MODEL_DECODER_LM);
     c.max_batch = -1;
     md_init_err("max_batch -1", &c, TFM_E_ARG, "max_batch");
     CHECK_ERR(tfm_model_init(NULL, &c, NULL, 0), TFM_E_ARG, "NULL");
@@ -752,13 +752,13 @@ static void md_errors_batch(void) {
     int ok;
     if (!d) return;
     tfm_rng_seed(&r, 1);
-    c = md_cfg(TFM_DECODER_LM);
+    c = md_cfg(TFM_MODEL_DECODER_LM);
     c.max_batch = 4;
     ok = md_init(&lm, &c, "LM");
-    c = md_cfg(TFM_ENCODER_CLASSIFIER);
+    c = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
     c.max_batch = 4;
     ok = md_init(&cls, &c, "classifier") && ok;
-    c = md_cfg(TFM_ENCODER_DECODER);
+    c = md_cfg(TFM_MODEL_ENCODER_DECODER);
     c.max_batch = 4;
     ok = md_init(&ed, &c, "encoder-decoder") && ok;
     if (!ok) {
@@ -877,7 +877,7 @@ static int md_mem_run(const tfm_config *c, void *mem, size_t size, float *losses
         TEST__FAIL("tfm_model_init(%zu bytes at %p) returned %d: %s", size, mem, (int)r, tfm_last_error());
         return 0;
     }
-    CHECK(m.owned == NULL || mem == NULL);
+    CHECK(m.impl->owned == NULL || mem == NULL);
     ok = md_train(&m, md_task_of(c), &o, 5, 8, 21, losses);
     tfm_model_free(&m);
     return ok;
@@ -915,15 +915,15 @@ static void md_memory_case(const char *what, tfm_config c) {
 }
 
 static void md_memory_caller_buffer(void) {
-    tfm_config c = md_cfg(TFM_DECODER_LM);
+    tfm_config c = md_cfg(TFM_MODEL_DECODER_LM);
     md_memory_case("LM", c);
-    c = md_cfg(TFM_ENCODER_DECODER);
+    c = md_cfg(TFM_MODEL_ENCODER_DECODER);
     c.n_layers = 1;
     c.share_emb = 1;
     c.tie_output = 1;
     c.norm_first = 1;
     md_memory_case("encoder-decoder", c);
-    c = md_cfg(TFM_ENCODER_CLASSIFIER);
+    c = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
     md_memory_case("classifier", c);
 }
 
@@ -951,13 +951,13 @@ static void md_inference_case(const char *what, tfm_config c) {
         free(d);
         return;
     }
-    CHECK(im.training == 0);
+    CHECK(im.impl->training == 0);
     for (int i = 0; i < im.n_params; i++) CHECK(im.params[i].grad.data == NULL);
     tfm_rng_seed(&r, 8);
     md_gen(md_task_of(&c), &r, d, 8);
     tfm_model_train(&tm, 0);
     tfm_model_train(&im, 1); /* no effect: an inference_only model never trains */
-    CHECK(im.training == 0);
+    CHECK(im.impl->training == 0);
     CHECK_OK(tfm_model_forward(&tm, &d->b, &loss_t));
     {
         tfm_batch nb = d->b;
@@ -981,14 +981,14 @@ static void md_inference_case(const char *what, tfm_config c) {
 }
 
 static void md_memory_inference_only(void) {
-    tfm_config c = md_cfg(TFM_DECODER_LM);
+    tfm_config c = md_cfg(TFM_MODEL_DECODER_LM);
     c.tie_output = 1;
     md_inference_case("LM", c);
-    c = md_cfg(TFM_ENCODER_CLASSIFIER);
+    c = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
     c.pool = TFM_POOL_CLS;
     c.norm_first = 1;
     md_inference_case("classifier", c);
-    c = md_cfg(TFM_ENCODER_DECODER);
+    c = md_cfg(TFM_MODEL_ENCODER_DECODER);
     c.n_layers = 1;
     md_inference_case("encoder-decoder", c);
 }
@@ -1066,7 +1066,7 @@ static void md_schedules(void) {
 /* tfm_model_step uses the scheduled rate of the step it takes: AdamW's first update moves every
    weight with a clearly non-zero gradient by lr(1) (m_hat / sqrt(v_hat) = sign(g)). */
 static void md_schedule_in_step(void) {
-    tfm_config c = md_cfg(TFM_DECODER_LM);
+    tfm_config c = md_cfg(TFM_MODEL_DECODER_LM);
     tfm_model m;
     tfm_rng r;
     md_data *d = (md_data *)malloc(sizeof(md_data));
@@ -1112,7 +1112,7 @@ static void md_schedule_in_step(void) {
    and past the 4096 elements that start a parallel loop, with tails that are not a multiple of 8, so
    the vector body, the scalar tail and the span split are all compared. */
 static void md_adamw_reference(void) {
-    tfm_config c = md_cfg(TFM_DECODER_LM);
+    tfm_config c = md_cfg(TFM_MODEL_DECODER_LM);
     tfm_model m;
     tfm_rng r;
     md_data *d = (md_data *)malloc(sizeof(md_data));
@@ -1228,20 +1228,20 @@ static void md_layer_names(char (*names)[64], int *n, const char *prefix, int i,
 
 /* The torch state_dict names a config should have (2 layers per stack). */
 static int md_expected_names(const tfm_config *c, char (*names)[64]) {
-    int n = 0, bias = !c->no_bias, ed = c->kind == TFM_ENCODER_DECODER;
+    int n = 0, bias = !c->no_bias, ed = c->kind == TFM_MODEL_ENCODER_DECODER;
     int learned = c->pos == TFM_POS_LEARNED;
     snprintf(names[n++], 64, ed ? "src_tok_emb.weight" : "tok_emb.weight");
     if (ed && !c->share_emb) snprintf(names[n++], 64, "tgt_tok_emb.weight");
     if (learned) snprintf(names[n++], 64, ed ? "src_pos_emb.weight" : "pos_emb.weight");
     if (learned && ed) snprintf(names[n++], 64, "tgt_pos_emb.weight");
-    if (c->kind != TFM_DECODER_LM) {
+    if (c->kind != TFM_MODEL_DECODER_LM) {
         for (int i = 0; i < 2; i++) md_layer_names(names, &n, "encoder", i, 0, bias);
         if (c->norm_first) {
             snprintf(names[n++], 64, "encoder.norm.weight");
             if (bias) snprintf(names[n++], 64, "encoder.norm.bias");
         }
     }
-    if (c->kind != TFM_ENCODER_CLASSIFIER) {
+    if (c->kind != TFM_MODEL_ENCODER_CLASSIFIER) {
         for (int i = 0; i < 2; i++) md_layer_names(names, &n, "decoder", i, ed, bias);
         if (c->norm_first) {
             snprintf(names[n++], 64, "decoder.norm.weight");
@@ -1249,7 +1249,7 @@ static int md_expected_names(const tfm_config *c, char (*names)[64]) {
         }
     }
     if (!c->tie_output) snprintf(names[n++], 64, "head.weight");
-    if (c->kind == TFM_ENCODER_CLASSIFIER && bias) snprintf(names[n++], 64, "head.bias");
+    if (c->kind == TFM_MODEL_ENCODER_CLASSIFIER && bias) snprintf(names[n++], 64, "head.bias");
     return n;
 }
 
@@ -1293,8 +1293,8 @@ static void md_names_case(const char *what, tfm_config c) {
         if (md_ends_with(nm, "norm.weight") || md_ends_with(nm, "norm1.weight"))
             CHECK_MSG(p->value.ndim == 1 && p->value.shape[0] == C, "%s: %s shape", what, nm);
         if (!strcmp(nm, "head.weight")) {
-            int64_t rows = c.kind == TFM_ENCODER_CLASSIFIER ? c.n_classes
-                           : c.kind == TFM_DECODER_LM      ? c.vocab_size
+            int64_t rows = c.kind == TFM_MODEL_ENCODER_CLASSIFIER ? c.n_classes
+                           : c.kind == TFM_MODEL_DECODER_LM      ? c.vocab_size
                                                            : (c.tgt_vocab_size ? c.tgt_vocab_size : c.vocab_size);
             CHECK_MSG(p->value.ndim == 2 && p->value.shape[0] == rows && p->value.shape[1] == C, "%s: %s shape", what, nm);
         }
@@ -1315,7 +1315,7 @@ static void md_names_case(const char *what, tfm_config c) {
 
 static void md_param_names(void) {
     tfm_config c;
-    c = md_cfg(TFM_ENCODER_CLASSIFIER);
+    c = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
     md_names_case("classifier, post-LN", c);
     c.norm_first = 1;
     c.pool = TFM_POOL_CLS;
@@ -1323,7 +1323,7 @@ static void md_param_names(void) {
     c.no_bias = 1;
     c.pos = TFM_POS_SINUSOIDAL;
     md_names_case("classifier, pre-LN, no bias, sinusoidal", c);
-    c = md_cfg(TFM_DECODER_LM);
+    c = md_cfg(TFM_MODEL_DECODER_LM);
     c.tie_output = 1;
     c.norm_first = 1;
     md_names_case("LM, tied, pre-LN", c);
@@ -1332,10 +1332,10 @@ static void md_param_names(void) {
     md_names_case("LM, untied, post-LN", c);
     c.pos = TFM_POS_NONE;
     md_names_case("LM, untied, no positions", c);
-    c = md_cfg(TFM_ENCODER_DECODER);
+    c = md_cfg(TFM_MODEL_ENCODER_DECODER);
     c.tgt_vocab_size = 12;
     md_names_case("encoder-decoder, separate, post-LN", c);
-    c = md_cfg(TFM_ENCODER_DECODER);
+    c = md_cfg(TFM_MODEL_ENCODER_DECODER);
     c.share_emb = 1;
     c.tie_output = 1;
     c.norm_first = 1;

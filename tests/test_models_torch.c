@@ -215,13 +215,13 @@ static int mt_block_params(tfm_block *b, int cross, mt_ptensor *p) {
     int n = 0;
     mt_add_mha(p, &n, "self_attn.", &b->self_attn);
     if (cross) mt_add_mha(p, &n, "multihead_attn.", &b->cross_attn);
-    mt_add(p, &n, "linear1.", "weight", &b->linear1.weight, &b->linear1.dweight);
-    mt_add(p, &n, "linear1.", "bias", &b->linear1.bias, &b->linear1.dbias);
-    mt_add(p, &n, "linear2.", "weight", &b->linear2.weight, &b->linear2.dweight);
-    mt_add(p, &n, "linear2.", "bias", &b->linear2.bias, &b->linear2.dbias);
+    mt_add(p, &n, "linear1.", "weight", &b->linear1.weight, &b->linear1.d_weight);
+    mt_add(p, &n, "linear1.", "bias", &b->linear1.bias, &b->linear1.d_bias);
+    mt_add(p, &n, "linear2.", "weight", &b->linear2.weight, &b->linear2.d_weight);
+    mt_add(p, &n, "linear2.", "bias", &b->linear2.bias, &b->linear2.d_bias);
     for (int i = 0; i < (cross ? 3 : 2); i++) {
-        mt_add(p, &n, norms[i], "weight", &b->norm[i].weight, &b->norm[i].dweight);
-        mt_add(p, &n, norms[i], "bias", &b->norm[i].bias, &b->norm[i].dbias);
+        mt_add(p, &n, norms[i], "weight", &b->norm[i].weight, &b->norm[i].d_weight);
+        mt_add(p, &n, norms[i], "bias", &b->norm[i].bias, &b->norm[i].d_bias);
     }
     return n;
 }
@@ -270,8 +270,8 @@ static void mt_block_case(const char *name, int slack) {
         d.act = (tfm_activation)c[6];
         d.ln_eps = eps;
         d.max_batch = B + slack;
-        d.max_t = T + slack;
-        d.max_tk = cross ? Tk + slack : 0;
+        d.max_len = T + slack;
+        d.max_kv_len = cross ? Tk + slack : 0;
 
         tfm_result r = tfm_block_init(&blk, &d, &mem); /* counting pass */
         CHECK_OK(r);
@@ -401,16 +401,16 @@ static int mt_batch(const fx_file *fx, const int32_t *c, const char *suffix, tfm
         if (!lens) return 0;
         b->lens = lens->i32;
     }
-    if (kind == TFM_ENCODER_DECODER) {
+    if (kind == TFM_MODEL_ENCODER_DECODER) {
         snprintf(nm, sizeof nm, "tgt_in%s", suffix);
         const fx_array *ti = mt_need_i32(fx, nm, (int64_t)B * Tt);
         if (!ti) return 0;
         b->tgt_len = Tt;
         b->tgt_in = ti->i32;
     }
-    snprintf(nm, sizeof nm, "%s%s", kind == TFM_ENCODER_CLASSIFIER ? "labels" : "targets", suffix);
-    const fx_array *tg = mt_need_i32(fx, nm, kind == TFM_ENCODER_CLASSIFIER ? B
-                                            : (int64_t)B * (kind == TFM_ENCODER_DECODER ? Tt : T));
+    snprintf(nm, sizeof nm, "%s%s", kind == TFM_MODEL_ENCODER_CLASSIFIER ? "labels" : "targets", suffix);
+    const fx_array *tg = mt_need_i32(fx, nm, kind == TFM_MODEL_ENCODER_CLASSIFIER ? B
+                                            : (int64_t)B * (kind == TFM_MODEL_ENCODER_DECODER ? Tt : T));
     if (!tg) return 0;
     b->targets = tg->i32;
     return 1;

@@ -168,8 +168,8 @@ static void torch_mha_case(const char *name, int slack) {
         d.cross = cross;
         d.no_bias = !bias;
         d.max_batch = (int)B + slack;
-        d.max_tq = (int)Tq + slack;
-        d.max_tk = cross ? (int)Tk + slack : 0;
+        d.max_len = (int)Tq + slack;
+        d.max_kv_len = cross ? (int)Tk + slack : 0;
 
         tfm_result r = tfm_mha_init(&m, &d, &mem); /* counting pass */
         CHECK_OK(r);

@@ -12,9 +12,9 @@ What mirrors what
   tfm_block (cross == 1)  torch.nn.TransformerDecoderLayer(batch_first=True): causal self-attention
                           (tgt_mask), cross-attention over `memory` with memory_key_padding_mask from
                           the key lengths xkv_lens.
-  TFM_ENCODER_CLASSIFIER  EncoderClassifier
-  TFM_DECODER_LM          DecoderLM
-  TFM_ENCODER_DECODER     EncoderDecoder
+  TFM_MODEL_ENCODER_CLASSIFIER  EncoderClassifier
+  TFM_MODEL_DECODER_LM          DecoderLM
+  TFM_MODEL_ENCODER_DECODER     EncoderDecoder
   tfm_model_step          clip_grad_norm() then torch.optim.AdamW with the param groups of
                           param_groups() (make_adamw()).
 
@@ -225,7 +225,7 @@ class _Model(nn.Module):
 
 
 class EncoderClassifier(_Model):
-    """TFM_ENCODER_CLASSIFIER: embeddings, encoder (key padding from lens), pooling, linear head."""
+    """TFM_MODEL_ENCODER_CLASSIFIER: embeddings, encoder (key padding from lens), pooling, linear head."""
 
     def __init__(self, cfg, dtype=torch.float64):
         super().__init__(cfg, dtype)
@@ -259,7 +259,7 @@ class EncoderClassifier(_Model):
 
 
 class DecoderLM(_Model):
-    """TFM_DECODER_LM: embeddings, causal encoder-style layers (no key padding), output projection
+    """TFM_MODEL_DECODER_LM: embeddings, causal encoder-style layers (no key padding), output projection
     without bias (the token embedding when tie_output)."""
 
     def __init__(self, cfg, dtype=torch.float64):
@@ -290,7 +290,7 @@ class DecoderLM(_Model):
 
 
 class EncoderDecoder(_Model):
-    """TFM_ENCODER_DECODER: encoder over the source (key padding from lens), decoder over the
+    """TFM_MODEL_ENCODER_DECODER: encoder over the source (key padding from lens), decoder over the
     shifted target (causal; cross-attention masked by the source lens), output projection without
     bias (the target embedding when tie_output)."""
 
