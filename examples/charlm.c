@@ -23,7 +23,7 @@
        build/charlm                                  train (about an hour on 2 cores), then test
        build/charlm --resume                         continue from the saved checkpoint
        build/charlm --prompt "And God said"          write text with the saved model
-       build/charlm --prompt "..." --attention a.png draw the last layer's attention over a prompt
+       build/charlm --prompt "..." --attention a.png draw the first layer's attention over a prompt
        build/charlm --smoke                          a few steps on a tiny model (seconds), for CI;
                                                      also checks cached generation against recomputation
 
@@ -41,7 +41,7 @@ static int id_char(int id) { return id == 95 ? '\n' : id + 32; }
 typedef struct options {
     const char *data, *model, *csv, *prompt, *attention;
     int len, batch, epochs, d_model, n_heads, n_layers, threads, eval_every, smoke, resume, n_gen, top_k;
-    int layer, head;     /* --attention: which layer, which head (-1: the mean over heads) */
+    int head;            /* --attention: which head (-1: the mean over heads) */
     float lr, dropout, temperature;
     int64_t val_chars;   /* validation during training scores the first val_chars characters */
     uint64_t seed;
@@ -183,7 +183,7 @@ static void train(const options *o) {
            (long long)(n_chars - cut_test));
 
     /* 2. the model */
-    cfg.kind = TFM_DECODER_LM;
+    cfg.kind = TFM_MODEL_DECODER_LM;
     cfg.vocab_size = VOCAB;
     cfg.d_model = o->d_model;
     cfg.n_heads = o->n_heads;
@@ -288,34 +288,74 @@ static void train(const options *o) {
     tfm_model_free(&m);
 }
 
-/* The attention weights of one layer over the prompt, as a PNG heat map drawn by gnuplot: row i
-   shows how much the character at i attends to each earlier character. The library has no call
-   that returns attention weights; each attention layer keeps its last forward's probabilities
-   (B,H,T,T) for the backward pass (tfm_mha.att), and this reads them from there. */
+/* A parameter by its torch name (see the README's table), or stop. */
+static const tfm_tensor *param(const tfm_model *m, const char *name) {
+    const tfm_param *p = tfm_model_param(m, name);
+    if (!p) ex_die("the model has no parameter %s", name);
+    return &p->value;
+}
+
+/* The first layer's attention weights over the prompt, as a PNG heat map drawn by gnuplot: row i
+   shows how much the prediction after character i looks at each character up to i. The library
+   has no call that returns a model's attention weights, so this recomputes them from the
+   parameters, op by op, with the library's own kernels: embeddings, the first layernorm (pre-LN),
+   the query and key rows of in_proj, then tfm_attention_forward. A deeper layer would need the
+   whole stack below it, which only the model's private forward has. */
 static void attention_map(tfm_model *m, const options *o) {
-    int L = m->cfg.n_layers, H = m->cfg.n_heads, n = (int)strlen(o->prompt), T, i, j, h;
-    int layer = o->layer < 0 ? L + o->layer : o->layer;
-    const char *text = o->prompt;
-    int32_t *tok;
-    const float *att;
-    char dat[4200], cmd[4400], q[4096];
+    const tfm_config *c = &m->cfg;
+    int C = c->d_model, H = c->n_heads, n = (int)strlen(o->prompt), T, i, j, h;
+    int most = c->max_seq_len < 64 ? c->max_seq_len : 64; /* a readable picture: the last characters */
+    const char *text = o->prompt + (n > most ? n - most : 0);
+    const tfm_tensor *emb = param(m, "tok_emb.weight"), *pos = param(m, "pos_emb.weight");
+    const tfm_tensor *w = param(m, "decoder.layers.0.self_attn.in_proj_weight");
+    const tfm_param *bias = tfm_model_param(m, "decoder.layers.0.self_attn.in_proj_bias");
+    float *x, *qkv, *q, *k, *v, *out, *att, *mean, *rstd;
+    tfm_tensor tx, tqkv, tq, tk, tv, tout, tatt, tmean, trstd;
+    tfm_attn_opts opts = {0};
+    char dat[4200], gp[4200], cmd[4400], quoted[4096];
     FILE *f;
-    tfm_batch b = {0};
-    if (layer < 0 || layer >= L) ex_die("--layer: the model has layers 0..%d", L - 1);
-    if (o->head >= H) ex_die("--head: the model has heads 0..%d", H - 1);
-    int most = m->cfg.max_seq_len < 64 ? m->cfg.max_seq_len : 64; /* a readable picture */
-    if (n > most) { text += n - most; n = most; }                 /* the last characters */
-    T = n;
+    if (c->pos != TFM_POS_LEARNED || c->scale_emb) ex_die("--attention: expects learned positions, no embedding scale");
+    T = n < most ? n : most;
     if (T < 2) ex_die("--attention: the prompt needs at least 2 characters");
-    tok = (int32_t *)ex_malloc((size_t)T * sizeof(int32_t));
-    for (i = 0; i < T; i++)
-        if ((tok[i] = char_id((unsigned char)text[i])) < 0) ex_die("the prompt has a character outside printable ASCII");
-    b.batch = 1;
-    b.len = T;
-    b.tokens = tok;
-    ex_check(tfm_model_forward(m, &b, NULL), "forward");
-    att = m->dec[layer].self_attn.att; /* (1,H,T,T) */
+    x = (float *)ex_malloc((size_t)T * C * sizeof(float));
+    qkv = (float *)ex_malloc((size_t)T * 3 * C * sizeof(float));
+    q = (float *)ex_malloc((size_t)T * C * sizeof(float));
+    k = (float *)ex_malloc((size_t)T * C * sizeof(float));
+    v = (float *)ex_malloc((size_t)T * C * sizeof(float));
+    out = (float *)ex_malloc((size_t)T * C * sizeof(float));
+    att = (float *)ex_malloc((size_t)H * T * T * sizeof(float));
+    mean = (float *)ex_malloc((size_t)T * sizeof(float));
+    rstd = (float *)ex_malloc((size_t)T * sizeof(float));
+    for (i = 0; i < T; i++) { /* x = token embedding + position embedding */
+        int id = char_id((unsigned char)text[i]);
+        if (id < 0) ex_die("the prompt has a character outside printable ASCII");
+        for (j = 0; j < C; j++) x[i * C + j] = emb->data[(int64_t)id * C + j] + pos->data[(int64_t)i * C + j];
+    }
+    tx = tfm_tensor2(x, T, C);
+    tmean = tfm_tensor1(mean, T);
+    trstd = tfm_tensor1(rstd, T);
+    if (c->norm_first) /* pre-LN: attention reads norm1(x) */
+        ex_check(tfm_layernorm_forward(&tx, &tmean, &trstd, &tx, param(m, "decoder.layers.0.norm1.weight"),
+                                       tfm_model_param(m, "decoder.layers.0.norm1.bias") ?
+                                       param(m, "decoder.layers.0.norm1.bias") : NULL, c->ln_eps), "norm1");
+    tqkv = tfm_tensor2(qkv, T, 3 * C);
+    ex_check(tfm_linear_forward(&tqkv, &tx, w, bias ? &bias->value : NULL), "in_proj");
+    for (i = 0; i < T; i++) { /* split the fused rows: query | key | value */
+        memcpy(q + i * C, qkv + (int64_t)i * 3 * C, (size_t)C * sizeof(float));
+        memcpy(k + i * C, qkv + (int64_t)i * 3 * C + C, (size_t)C * sizeof(float));
+        memcpy(v + i * C, qkv + (int64_t)i * 3 * C + 2 * C, (size_t)C * sizeof(float));
+    }
+    tq = tfm_tensor3(q, 1, T, C);
+    tk = tfm_tensor3(k, 1, T, C);
+    tv = tfm_tensor3(v, 1, T, C);
+    tout = tfm_tensor3(out, 1, T, C);
+    tatt = tfm_tensor4(att, 1, H, T, T);
+    opts.causal = 1;
+    ex_check(tfm_attention_forward(&tout, &tatt, NULL, &tq, &tk, &tv, H, &opts), "attention");
+
+    /* the matrix for gnuplot, then the script: one tic per character */
     snprintf(dat, sizeof dat, "%s.dat", o->attention);
+    snprintf(gp, sizeof gp, "%s.gp", o->attention);
     f = fopen(dat, "w");
     if (!f) ex_die("%s: %s", dat, strerror(errno));
     for (i = 0; i < T; i++) {
@@ -328,32 +368,28 @@ static void attention_map(tfm_model *m, const options *o) {
         fputc('\n', f);
     }
     fclose(f);
-    /* the gnuplot script: one tic per character, the query down the side, the key along the top */
-    f = fopen(o->attention, "w"); /* created here so that a failing gnuplot leaves no stale picture */
-    if (f) fclose(f);
-    snprintf(cmd, sizeof cmd, "%s.gp", o->attention);
-    f = fopen(cmd, "w");
-    if (!f) ex_die("%s: %s", cmd, strerror(errno));
+    f = fopen(gp, "w");
+    if (!f) ex_die("%s: %s", gp, strerror(errno));
     fprintf(f, "set terminal pngcairo size 900,860 noenhanced font \",9\"\nset output \"%s\"\n", o->attention);
-    fprintf(f, "set title \"layer %d, %s\"\nset yrange [%d.5:-0.5]\nset xrange [-0.5:%d.5]\n", layer,
+    fprintf(f, "set title \"layer 0, %s\"\nset yrange [%d.5:-0.5]\nset xrange [-0.5:%d.5]\n",
             o->head >= 0 ? "one head" : "mean of the heads", T - 1, T - 1);
     fprintf(f, "set xlabel \"attended to\"\nset ylabel \"predicting after\"\nset palette grey negative\n");
     for (j = 0; j < 2; j++) {
         fprintf(f, "set %stics (", j ? "y" : "x");
         for (i = 0; i < T; i++) {
-            char c = text[i] == '"' || text[i] == '\\' ? '\'' : text[i] == ' ' ? '_' : text[i];
-            fprintf(f, "%s\"%c\" %d", i ? ", " : "", c, i);
+            char ch = text[i] == '"' || text[i] == '\\' ? '\'' : text[i] == ' ' ? '_' : text[i];
+            fprintf(f, "%s\"%c\" %d", i ? ", " : "", ch, i);
         }
         fprintf(f, ") font \",8\"\n");
     }
     fprintf(f, "plot \"%s\" matrix with image notitle\n", dat);
     fclose(f);
-    ex_quote(q, sizeof q, cmd);
-    snprintf(dat, sizeof dat, "gnuplot %s", q);
-    if (system(dat) != 0) ex_die("`%s` failed: is gnuplot installed (Debian: gnuplot-nox)?", dat);
-    printf("attention of layer %d (%s) over \"%s\": %s\n", layer, o->head >= 0 ? "one head" : "mean of the heads",
+    ex_quote(quoted, sizeof quoted, gp);
+    snprintf(cmd, sizeof cmd, "gnuplot %s", quoted);
+    if (system(cmd) != 0) ex_die("`%s` failed: is gnuplot installed (Debian: gnuplot-nox)?", cmd);
+    printf("attention of layer 0 (%s) over \"%.*s\": %s\n", o->head >= 0 ? "one head" : "mean of the heads", T,
            text, o->attention);
-    free(tok);
+    free(x); free(qkv); free(q); free(k); free(v); free(out); free(att); free(mean); free(rstd);
 }
 
 /* Inference: the saved model for batch 1, without training state. */
@@ -384,8 +420,8 @@ static void usage(void) {
            "  --length N         characters to write (default 400)\n"
            "  --temperature X    sampling temperature (default 0.8; 0: greedy)\n"
            "  --top-k N          sample from the N likeliest characters (default 20; 0: all)\n"
-           "  --attention PNG    with --prompt: draw one layer's attention over the prompt (gnuplot)\n"
-           "  --layer N          that layer (default -1: the last); --head N (default -1: the mean)\n"
+           "  --attention PNG    with --prompt: draw the first layer's attention over it (gnuplot)\n"
+           "  --head N           with --attention: one head (default -1: the mean of the heads)\n"
            "  --threads N        threads (default: OpenMP's)\n"
            "  --smoke            a tiny model for a few steps (seconds), and the cache check\n");
 }
@@ -411,7 +447,6 @@ int main(int argc, char **argv) {
     o.n_gen = 400;
     o.temperature = 0.8f;
     o.top_k = 20;
-    o.layer = -1;
     o.head = -1;
     for (i = 1; i < argc; i++) /* the preset first, so that other options can change it */
         if (ex_is(argv[i], "--smoke")) {
@@ -443,7 +478,6 @@ int main(int argc, char **argv) {
         else if (ex_is(a, "--temperature")) o.temperature = ex_float(argc, argv, &i);
         else if (ex_is(a, "--top-k")) o.top_k = ex_int(argc, argv, &i);
         else if (ex_is(a, "--attention")) o.attention = ex_value(argc, argv, &i);
-        else if (ex_is(a, "--layer")) o.layer = ex_int(argc, argv, &i);
         else if (ex_is(a, "--head")) o.head = ex_int(argc, argv, &i);
         else if (ex_is(a, "--threads")) o.threads = ex_int(argc, argv, &i);
         else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(); return 0; }

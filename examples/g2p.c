@@ -246,7 +246,7 @@ static void train(const options *o) {
     n_val_words = d.n_val < o->val_words ? d.n_val : o->val_words;
 
     /* 2. the model */
-    cfg.kind = TFM_ENCODER_DECODER;
+    cfg.kind = TFM_MODEL_ENCODER_DECODER;
     cfg.vocab_size = SRC_VOCAB;
     cfg.tgt_vocab_size = TGT_VOCAB;
     cfg.d_model = o->d_model;

@@ -140,7 +140,7 @@ static void train(const options *o) {
     free(order);
 
     /* 2. the model: a new one, or the checkpoint to resume */
-    cfg.kind = TFM_ENCODER_CLASSIFIER;
+    cfg.kind = TFM_MODEL_ENCODER_CLASSIFIER;
     cfg.vocab_size = 256;
     cfg.n_classes = 2;
     cfg.d_model = o->d_model;
