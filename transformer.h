@@ -328,13 +328,23 @@ TFMDEF tfm_result tfm_cls_pool_backward(tfm_tensor *dx, const tfm_tensor *dy);
 
 /* ==== >>api-attention ==== */
 
-/* Masks and options for attention; zeroed means: no mask, no dropout, scale 1/sqrt(D). */
+/* Masks and options of one call of attention, multi-head attention or a block (tfm_block_forward); zeroed
+   means: no mask, no dropout, scale 1/sqrt(D). The masks combine: a key is visible when every mask given
+   allows it; a query that sees no key gets a zero row. */
 typedef struct tfm_attn_opts {
     int causal;               /* query i sees keys j <= i (top-left aligned when Tq != Tk) */
-    const int32_t *key_lens;  /* B lengths in [0,Tk]: keys j >= key_lens[b] are masked; NULL: none */
-    float dropout;            /* probability of dropping an attention weight (training only) */
-    uint64_t dropout_seed;    /* seed of the dropout mask; pass the same one to backward */
+    const int32_t *key_lens;  /* B lengths in [0,Tk]: keys j >= key_lens[b] are masked; NULL: none. A block
+                                 applies them to its self-attention: the valid lengths of x */
+    const int32_t *kv_lens;   /* blocks: B lengths of xkv for the cross-attention; NULL: none */
+    const float *mask;        /* additive mask, added to the scaled scores: (Tq,Tk), or (B,Tq,Tk) with
+                                 mask_per_batch; -INFINITY hides a key (torch's float attn_mask). A block
+                                 applies it to its self-attention. NaN and +inf are refused */
+    int mask_per_batch;
+    float dropout;            /* attention, mha: probability of dropping an attention weight (training only) */
+    uint64_t dropout_seed;    /* attention, mha: seed of the dropout mask; pass the same one to backward */
     float scale;              /* 0: 1/sqrt(D) */
+    int training;             /* blocks: dropout on (at the rates of the block's desc) */
+    uint64_t seed;            /* blocks: every dropout site of the call derives its mask from this */
 } tfm_attn_opts;
 
 /* Scaled dot-product attention over H heads of a (B,T,C) layout (head h owns channels h*D..h*D+D):
@@ -426,9 +436,8 @@ typedef struct tfm_block_desc {
     int d_model;         /* C, required */
     int n_heads;         /* H, required, divides C */
     int d_ff;            /* 0 -> 4 * d_model */
-    int cross;           /* 1: decoder layer with cross-attention (multihead_attn, norm3) */
-    int causal;          /* 1: causal self-attention. Set it for decoder layers: like torch's
-                            TransformerDecoderLayer (tgt_mask), cross does not imply it */
+    int cross;           /* 1: decoder layer with cross-attention (multihead_attn, norm3). Causal masking
+                            is a per-call option (tfm_attn_opts.causal), as torch's tgt_mask */
     int norm_first;      /* 0: post-LN; 1: pre-LN */
     tfm_activation act;  /* feed-forward activation, default ReLU */
     float dropout;       /* on each sub-layer's output before the residual sum (training only) */
@@ -455,10 +464,10 @@ typedef struct tfm_block {
     float *ln_io[TFM__MAX_SUB];            /* pre-LN: the layernorm's output; post-LN: its input */
     float *ff_pre, *ff_act;                /* (B,T,F) before and after the activation */
     const float *xkv;
+    tfm_attn_opts opts;                    /* the last call's options */
     /* scratch */
     float *sub_out, *d_a, *d_b, *d_u, *d_ff1, *d_ff2;
-    int B, T, Tk, training, has_grad;
-    uint64_t seed;
+    int B, T, Tk, has_grad;
     tfm_device device;
 } tfm_block;
 
@@ -467,11 +476,11 @@ TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm
 /* torch's initialisation of the same layer (attention as tfm_mha_init_params, linear maps
    U(+-1/sqrt(fan_in)), layernorm weight 1 and bias 0). */
 TFMDEF void tfm_block_init_params(tfm_block *blk, tfm_rng *rng);
-/* y (B,T,C) = layer(x (B,T,C)). lens (B): key padding of the self-attention (NULL: none). Cross: xkv
-   (B,Tk,C) and its key lengths xkv_lens (NULL: none); else xkv must be NULL. Dropout is applied when
-   training, with masks drawn from seed. x and xkv are read again by backward; y must not alias them. */
+/* y (B,T,C) = layer(x (B,T,C)); cross: over xkv (B,Tk,C), else xkv must be NULL. opts (NULL: none): causal,
+   key_lens (lengths of x), mask (additive, self-attention), kv_lens (lengths of xkv), training (dropout
+   at the desc's rates, masks drawn from seed). x and xkv are read again by backward; y must not alias them. */
 TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_tensor *x, const tfm_tensor *xkv,
-                                    const int32_t *lens, const int32_t *xkv_lens, int training, uint64_t seed);
+                                    const tfm_attn_opts *opts);
 /* Adds into dx (B,T,C), dxkv (B,Tk,C) (cross; NULL to skip) and every parameter gradient. */
 TFMDEF tfm_result tfm_block_backward(tfm_block *blk, tfm_tensor *dx, tfm_tensor *dxkv, const tfm_tensor *dy);
 
@@ -2028,6 +2037,8 @@ typedef struct tfm__attn_args {
     int64_t bsk;
     const int32_t *kv_rows;
     int q_off;
+    const float *mask;       /* additive (Tq,Tk) scores mask, batch b's at mask + b * mask_bs */
+    int64_t mask_bs;
 } tfm__attn_args;
 
 /* Number of keys query i of batch b may see. */
@@ -2068,6 +2079,11 @@ static void tfm__attention_forward_cpu(const tfm__attn_args *a) {
             for (i = i0; i < i0 + nq; i++) {
                 float *row = S + (int64_t)i * Tk;
                 int n = tfm__attn_visible(a, b, i);
+                if (a->mask) { /* additive mask: a row it hides entirely becomes zeros */
+                    const float *mr = a->mask + b * a->mask_bs + (int64_t)i * Tk;
+                    for (j = 0; j < n; j++) row[j] += mr[j];
+                    if (n > 0 && tfm__max(row, n) == -INFINITY) n = 0;
+                }
                 if (n > 0) tfm__softmax_row(row, row, n);
                 for (j = n; j < Tk; j++) row[j] = 0.0f;
             }
@@ -2808,9 +2824,16 @@ TFMDEF tfm_result tfm_cls_pool_backward(tfm_tensor *dx, const tfm_tensor *dy) {
 
 /* -- attention -- */
 
-static tfm_result tfm__chk_attn_opts(const char *fn, const tfm_attn_opts *o, int64_t B, int64_t Tk) {
+static tfm_result tfm__chk_attn_opts(const char *fn, const tfm_attn_opts *o, int64_t B, int64_t Tq, int64_t Tk) {
     if (!o) return TFM_OK;
     TFM__TRY(tfm__chk_lens(fn, "opts.key_lens", o->key_lens, B, Tk));
+    if (o->mask) {
+        int64_t i, n = (o->mask_per_batch ? B : 1) * Tq * Tk;
+        for (i = 0; i < n; i++)
+            if (!(o->mask[i] < INFINITY))
+                return tfm__fail(TFM_E_ARG, "%s: opts.mask[%lld] is %g: want finite values or -INFINITY", fn, (long long)i,
+                                 (double)o->mask[i]);
+    }
     if (!(o->dropout >= 0.0f && o->dropout < 1.0f))
         return tfm__fail(TFM_E_ARG, "%s: opts.dropout %g is outside [0,1)", fn, (double)o->dropout);
     if (!isfinite(o->scale)) return tfm__fail(TFM_E_ARG, "%s: opts.scale %g is not finite", fn, (double)o->scale);
@@ -2830,6 +2853,8 @@ static void tfm__attn_setup(tfm__attn_args *a, int B, int H, int Tq, int Tk, int
         a->dropout = o->dropout;
         a->seed = o->dropout_seed;
         a->scale = o->scale;
+        a->mask = o->mask;
+        a->mask_bs = o->mask_per_batch ? (int64_t)Tq * Tk : 0;
     }
     if (a->scale == 0.0f) a->scale = 1.0f / sqrtf((float)a->D);
 }
@@ -2873,7 +2898,7 @@ TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *att, tfm_te
     TFM__TRY(tfm__chk_attn(fn, q, k, v, att, n_heads));
     TFM__TRY(tfm__chk_same(fn, "q", q, "out", out));
     TFM__TRY(tfm__chk_same(fn, "att", att, "tmp", tmp));
-    TFM__TRY(tfm__chk_attn_opts(fn, opts, q->shape[0], k->shape[1]));
+    TFM__TRY(tfm__chk_attn_opts(fn, opts, q->shape[0], q->shape[1], k->shape[1]));
     if (opts && opts->dropout > 0.0f && !tmp) return tfm__fail(TFM_E_ARG, "%s: opts.dropout > 0 needs tmp", fn);
     if (out->data == q->data || out->data == k->data || out->data == v->data)
         return tfm__fail(TFM_E_ARG, "%s: out must not alias q, k or v", fn);
@@ -2911,7 +2936,7 @@ TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_ten
     TFM__TRY(tfm__chk_same(fn, "k", k, "dk", dk));
     TFM__TRY(tfm__chk_same(fn, "v", v, "dv", dv));
     TFM__TRY(tfm__chk_same(fn, "att", att, "tmp", tmp));
-    TFM__TRY(tfm__chk_attn_opts(fn, opts, q->shape[0], k->shape[1]));
+    TFM__TRY(tfm__chk_attn_opts(fn, opts, q->shape[0], q->shape[1], k->shape[1]));
     C = (int)q->shape[2];
     tfm__attn_setup(&a, (int)q->shape[0], n_heads, (int)q->shape[1], (int)k->shape[1], C, opts);
     a.q = q->data;
@@ -3152,7 +3177,7 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
     TFM__TRY(tfm__chk_same(fn, "x", x, "y", y));
     if (y->data == x->data || (xkv && y->data == xkv->data))
         return tfm__fail(TFM_E_ARG, "%s: y must not alias x or xkv (backward reads them)", fn);
-    TFM__TRY(tfm__chk_attn_opts(fn, opts, B, Tk));
+    TFM__TRY(tfm__chk_attn_opts(fn, opts, B, Tq, Tk));
     if (opts && opts->dropout > 0.0f && !m->tmp)
         return tfm__fail(TFM_E_ARG, "%s: opts.dropout > 0 in a layer built with no_grad", fn);
 
@@ -3192,6 +3217,23 @@ TFMDEF tfm_result tfm_mha_backward(tfm_mha *m, tfm_tensor *dx, tfm_tensor *dxkv,
 }
 
 /* -- layers: linear, layernorm, transformer block -- */
+
+/* Dropout sites. Every dropout mask is a hash of (seed_mix(pass seed, site), element index), so a mask
+   depends only on the seed of the forward pass and where it is drawn; exact resume from a checkpoint
+   depends on these values, which must never change. A model's training forward draws one pass seed
+   from its generator (tfm_model_set_stream mixes in a process's stream); from it, the embeddings draw
+   at SRC_EMB / TGT_EMB and layer l of a stack gets the block seed seed_mix(pass, STACK + l) (an
+   encoder-decoder's decoder: DEC_STACK + l). Inside a block, sub-layer s (self-attention, then
+   cross-attention, then feed-forward) drops its output at RESIDUAL + s and its attention weights at
+   ATTN + s. */
+enum {
+    TFM__SITE_RESIDUAL = 0,
+    TFM__SITE_SRC_EMB = 1,
+    TFM__SITE_TGT_EMB = 2,
+    TFM__SITE_ATTN = 100,
+    TFM__SITE_STACK = 1000,
+    TFM__SITE_DEC_STACK = 2000
+};
 
 /* Seed of dropout site `site` in a pass drawn with `seed`. */
 static uint64_t tfm__seed_mix(uint64_t seed, uint64_t site) {
@@ -3259,7 +3301,6 @@ static tfm_result tfm__block_desc_resolve(const char *fn, const tfm_block_desc *
     if (d->max_kv_len == 0) d->max_kv_len = d->max_len;
     if (d->ln_eps == 0.0f) d->ln_eps = 1e-5f;
     d->cross = d->cross != 0;
-    d->causal = d->causal != 0;
     d->norm_first = d->norm_first != 0;
     d->no_bias = d->no_bias != 0;
     if ((double)d->max_batch * d->max_len * d->d_ff > 2147483647.0)
@@ -3329,22 +3370,24 @@ TFMDEF void tfm_block_init_params(tfm_block *blk, tfm_rng *rng) {
 }
 
 /* Sub-layer s of a block: v = F_s(u). */
-static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, const int32_t *lens,
-                               const int32_t *xkv_lens, tfm_kv_cache *kc, int layer) {
+static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, tfm_kv_cache *kc, int layer) {
     const tfm_block_desc *d = &blk->desc;
+    const tfm_attn_opts *bo = &blk->opts;
     int64_t N = (int64_t)blk->B * blk->T, C = d->d_model, F = d->d_ff;
     tfm_attn_opts o;
     memset(&o, 0, sizeof o);
-    if (blk->training && d->attn_dropout > 0.0f) {
+    if (bo->training && d->attn_dropout > 0.0f) {
         o.dropout = d->attn_dropout;
-        o.dropout_seed = tfm__seed_mix(blk->seed, 100 + (uint64_t)s);
+        o.dropout_seed = tfm__seed_mix(bo->seed, TFM__SITE_ATTN + (uint64_t)s);
     }
     if (s == 0) {
-        o.causal = d->causal;
-        o.key_lens = lens;
+        o.causal = bo->causal;
+        o.key_lens = bo->key_lens;
+        o.mask = bo->mask;
+        o.mask_per_batch = bo->mask_per_batch;
         tfm__mha_fwd(&blk->self_attn, v, u, NULL, blk->B, blk->T, blk->T, &o, kc, layer);
     } else if (s == 1 && d->cross) {
-        o.key_lens = xkv_lens;
+        o.key_lens = bo->kv_lens;
         tfm__mha_fwd(&blk->cross_attn, v, u, blk->xkv, blk->B, blk->T, blk->Tk, &o, kc, layer);
     } else {
         tfm__op_linear(blk->device, blk->ff_pre, F, u, C, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F);
@@ -3372,8 +3415,7 @@ static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, const float *dv
 /* pre-LN:  u = LN_s(x_s);  x_{s+1} = x_s + drop(F_s(u))
    post-LN: r = x_s + drop(F_s(x_s));  x_{s+1} = LN_s(r)       (ln_io[s] holds u or r) */
 static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float *xkv, int B, int T, int Tk,
-                           const int32_t *lens, const int32_t *xkv_lens, int training, uint64_t seed,
-                           tfm_kv_cache *kc, int layer) {
+                           const tfm_attn_opts *opts, tfm_kv_cache *kc, int layer) {
     const tfm_block_desc *d = &blk->desc;
     int64_t N = (int64_t)B * T, C = d->d_model;
     int s;
@@ -3381,8 +3423,7 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
     blk->T = T;
     blk->Tk = Tk;
     blk->xkv = xkv;
-    blk->training = training;
-    blk->seed = seed;
+    blk->opts = *opts;
     blk->stream[0] = x;
     for (s = 0; s < blk->n_sub; s++) {
         const float *xs = blk->stream[s];
@@ -3391,11 +3432,12 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
         tfm_layernorm *ln = &blk->norm[s];
         if (d->norm_first) {
             tfm__op_layernorm(blk->device, blk->ln_io[s], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data, d->ln_eps, N, C);
-            tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], lens, xkv_lens, kc, layer);
+            tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], kc, layer);
         } else {
-            tfm__block_sub_fwd(blk, s, v, xs, lens, xkv_lens, kc, layer);
+            tfm__block_sub_fwd(blk, s, v, xs, kc, layer);
         }
-        if (training && d->dropout > 0.0f) tfm__op_dropout(blk->device, v, v, N * C, d->dropout, tfm__seed_mix(seed, (uint64_t)s), 0);
+        if (opts->training && d->dropout > 0.0f)
+            tfm__op_dropout(blk->device, v, v, N * C, d->dropout, tfm__seed_mix(opts->seed, TFM__SITE_RESIDUAL + (uint64_t)s), 0);
         if (d->norm_first) {
             tfm__op_add(blk->device, out, xs, v, N * C);
         } else {
@@ -3419,8 +3461,8 @@ static void tfm__block_bwd(tfm_block *blk, float *dx, float *dxkv, const float *
         float *dprev = bufs[which];
         const float *dv;
         tfm_layernorm *ln = &blk->norm[s];
-        int drop = blk->training && d->dropout > 0.0f;
-        uint64_t seed = tfm__seed_mix(blk->seed, (uint64_t)s);
+        int drop = blk->opts.training && d->dropout > 0.0f;
+        uint64_t seed = tfm__seed_mix(blk->opts.seed, TFM__SITE_RESIDUAL + (uint64_t)s);
         which ^= 1;
         if (d->norm_first) {
             tfm__op_copy(blk->device, dprev, g, N * C); /* residual */
@@ -3449,9 +3491,10 @@ static void tfm__block_bwd(tfm_block *blk, float *dx, float *dxkv, const float *
 }
 
 TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_tensor *x, const tfm_tensor *xkv,
-                                    const int32_t *lens, const int32_t *xkv_lens, int training, uint64_t seed) {
+                                    const tfm_attn_opts *opts) {
     const char *fn = "tfm_block_forward";
     const tfm_block_desc *d;
+    tfm_attn_opts o;
     int64_t B, T, Tk;
     if (!blk) return tfm__fail(TFM_E_ARG, "%s: block is NULL", fn);
     d = &blk->desc;
@@ -3482,12 +3525,18 @@ TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_ten
     }
     if (y->data == x->data || (xkv && y->data == xkv->data))
         return tfm__fail(TFM_E_ARG, "%s: y must not alias x or xkv (backward reads them)", fn);
-    TFM__TRY(tfm__chk_lens(fn, "lens", lens, B, T));
-    TFM__TRY(tfm__chk_lens(fn, "xkv_lens", xkv_lens, B, Tk));
-    if (training && (d->dropout > 0.0f || d->attn_dropout > 0.0f) && !blk->has_grad)
+    memset(&o, 0, sizeof o);
+    if (opts) o = *opts;
+    TFM__TRY(tfm__chk_attn_opts(fn, &o, B, T, T));
+    TFM__TRY(tfm__chk_lens(fn, "opts.kv_lens", o.kv_lens, B, Tk));
+    if (o.kv_lens && !d->cross) return tfm__fail(TFM_E_ARG, "%s: opts.kv_lens given to a block without cross-attention", fn);
+    if (o.dropout != 0.0f || o.dropout_seed != 0 || o.scale != 0.0f)
+        return tfm__fail(TFM_E_ARG, "%s: opts.dropout, dropout_seed and scale are attention options; a block takes its "
+                         "rates from its desc and its masks from opts.seed", fn);
+    o.training = o.training != 0;
+    if (o.training && (d->dropout > 0.0f || d->attn_dropout > 0.0f) && !blk->has_grad)
         return tfm__fail(TFM_E_ARG, "%s: dropout while training needs a block built with gradients", fn);
-    tfm__block_fwd(blk, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)T, (int)Tk, lens, xkv_lens,
-                   training != 0, seed, NULL, 0);
+    tfm__block_fwd(blk, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)T, (int)Tk, &o, NULL, 0);
     return TFM_OK;
 }
 
@@ -3792,7 +3841,6 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
         }
     }
     if (m->impl->n_dec) {
-        d.causal = 1;
         d.cross = encdec;
         d.max_len = (int)(encdec ? Tt : T);
         d.max_kv_len = (int)T;
@@ -4020,15 +4068,21 @@ static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, int B, in
 
 /* Runs n layers from x; returns the stack's output (after the final norm when pre-LN). */
 static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, int n, tfm_layernorm *norm, float *ln_out,
-                                   const float *x, const float *mem, int B, int T, int Tk, const int32_t *lens,
-                                   const int32_t *mem_lens, uint64_t site, tfm_kv_cache *kc) {
+                                   const float *x, const float *mem, int B, int T, int Tk, int causal,
+                                   const int32_t *lens, const int32_t *mem_lens, uint64_t site, tfm_kv_cache *kc) {
     int64_t BTC = (int64_t)blks[0].desc.max_batch * blks[0].desc.max_len * m->cfg.d_model;
     const float *cur = x;
+    tfm_attn_opts o;
     int l;
+    memset(&o, 0, sizeof o);
+    o.causal = causal;
+    o.key_lens = lens;
+    o.kv_lens = mem_lens;
+    o.training = m->impl->training;
     for (l = 0; l < n; l++) {
         float *out = buf + l * BTC;
-        tfm__block_fwd(&blks[l], out, cur, mem, B, T, Tk, lens, mem_lens, m->impl->training,
-                       tfm__seed_mix(m->impl->fwd_seed, site + (uint64_t)l), kc, l);
+        o.seed = tfm__seed_mix(m->impl->fwd_seed, site + (uint64_t)l);
+        tfm__block_fwd(&blks[l], out, cur, mem, B, T, Tk, &o, kc, l);
         cur = out;
     }
     if (m->cfg.norm_first) {
@@ -4065,9 +4119,9 @@ static float *tfm__stack_bwd(tfm_model *m, tfm_block *blks, float *buf, int n, t
 
 /* The encoder over ids (B,T): embedding, the stack; returns its output (B,T,C). */
 static const float *tfm__encoder_fwd(tfm_model *m, const int32_t *ids, int B, int T, const int32_t *lens) {
-    tfm__embed_fwd(m, m->impl->enc_x, ids, B, T, &m->impl->src_emb, &m->impl->pos_emb, 0, 1);
-    return tfm__stack_fwd(m, m->impl->enc, m->impl->enc_buf, m->impl->n_enc, &m->impl->enc_norm, m->impl->enc_ln, m->impl->enc_x, NULL, B, T, T, lens, NULL,
-                          1000, NULL);
+    tfm__embed_fwd(m, m->impl->enc_x, ids, B, T, &m->impl->src_emb, &m->impl->pos_emb, 0, TFM__SITE_SRC_EMB);
+    return tfm__stack_fwd(m, m->impl->enc, m->impl->enc_buf, m->impl->n_enc, &m->impl->enc_norm, m->impl->enc_ln,
+                          m->impl->enc_x, NULL, B, T, T, 0, lens, NULL, TFM__SITE_STACK, NULL);
 }
 
 /* The decoder (the LM's stack, or an encoder-decoder's over memory (B,S,C)) on ids (B,T), at positions
@@ -4077,9 +4131,9 @@ static const float *tfm__decoder_fwd(tfm_model *m, const int32_t *ids, int B, in
     int encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
     float *x = encdec ? m->impl->dec_x : m->impl->enc_x;
     tfm__embed_fwd(m, x, ids, B, T, encdec ? &m->impl->tgt_emb : &m->impl->src_emb, encdec ? &m->impl->tgt_pos_emb : &m->impl->pos_emb,
-                   kc ? kc->len : 0, encdec ? 2 : 1);
-    return tfm__stack_fwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, m->impl->dec_ln, x, memory, B, T, S, NULL, mem_lens,
-                          encdec ? 2000 : 1000, kc);
+                   kc ? kc->len : 0, encdec ? TFM__SITE_TGT_EMB : TFM__SITE_SRC_EMB);
+    return tfm__stack_fwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, m->impl->dec_ln, x,
+                          memory, B, T, S, 1, NULL, mem_lens, encdec ? TFM__SITE_DEC_STACK : TFM__SITE_STACK, kc);
 }
 
 TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *loss) {
@@ -4174,18 +4228,18 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     }
     if (kind == TFM_MODEL_DECODER_LM) {
         g = tfm__stack_bwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, g, NULL, B, T);
-        tfm__embed_bwd(m, g, m->impl->tokens, B, T, &m->impl->d_src_emb, &m->impl->d_pos_emb, 1);
+        tfm__embed_bwd(m, g, m->impl->tokens, B, T, &m->impl->d_src_emb, &m->impl->d_pos_emb, TFM__SITE_SRC_EMB);
         return TFM_OK;
     }
     if (kind == TFM_MODEL_ENCODER_DECODER) {
         tfm__op_zero(m->impl->device, m->impl->d_dec_y, (int64_t)B * T * C);
         g = tfm__stack_bwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, g, m->impl->d_dec_y, B, Tt);
-        tfm__embed_bwd(m, g, m->impl->tgt_in, B, Tt, &m->impl->d_tgt_emb, c->pos == TFM_POS_LEARNED ? &m->impl->d_tgt_pos_emb : NULL, 2);
+        tfm__embed_bwd(m, g, m->impl->tgt_in, B, Tt, &m->impl->d_tgt_emb, c->pos == TFM_POS_LEARNED ? &m->impl->d_tgt_pos_emb : NULL, TFM__SITE_TGT_EMB);
         g = m->impl->d_enc_x;
         tfm__op_copy(m->impl->device, g, m->impl->d_dec_y, (int64_t)B * T * C);
     }
     g = tfm__stack_bwd(m, m->impl->enc, m->impl->enc_buf, m->impl->n_enc, &m->impl->enc_norm, g, NULL, B, T);
-    tfm__embed_bwd(m, g, m->impl->tokens, B, T, &m->impl->d_src_emb, &m->impl->d_pos_emb, 1);
+    tfm__embed_bwd(m, g, m->impl->tokens, B, T, &m->impl->d_src_emb, &m->impl->d_pos_emb, TFM__SITE_SRC_EMB);
     return TFM_OK;
 }
 

@@ -1210,6 +1210,15 @@ static tfm_result err_block_make(tfm_block *b, tfm_mem *mem, int cross, int no_g
     return TFM_OK;
 }
 
+/* Block options with the given self-attention and cross-attention lengths (a static: one at a time). */
+static const tfm_attn_opts *err_bopts(const int32_t *lens, const int32_t *kv_lens) {
+    static tfm_attn_opts o;
+    memset(&o, 0, sizeof o);
+    o.key_lens = lens;
+    o.kv_lens = kv_lens;
+    return &o;
+}
+
 static void err_block(void) {
     tfm_block b, c, ng;
     tfm_mem mem, cmem, ngmem;
@@ -1232,57 +1241,73 @@ static void err_block(void) {
     {
         tfm_block z;
         memset(&z, 0, sizeof z);
-        CHECK_ERR(tfm_block_forward(&z, &ty, &tx, NULL, NULL, NULL, 0, 0), TFM_E_ARG, "tfm_block_forward");
+        CHECK_ERR(tfm_block_forward(&z, &ty, &tx, NULL, NULL), TFM_E_ARG, "tfm_block_forward");
         CHECK_ERR(tfm_block_backward(&z, &tdx, NULL, &ty), TFM_E_ARG, "tfm_block_backward");
     }
-    CHECK_ERR(tfm_block_forward(NULL, &ty, &tx, NULL, NULL, NULL, 0, 0), TFM_E_ARG, "tfm_block_forward");
-    CHECK_ERR(tfm_block_forward(&b, NULL, &tx, NULL, NULL, NULL, 0, 0), TFM_E_ARG, "tfm_block_forward");
-    CHECK_ERR(tfm_block_forward(&b, &ty, NULL, NULL, NULL, NULL, 0, 0), TFM_E_ARG, "tfm_block_forward");
+    CHECK_ERR(tfm_block_forward(NULL, &ty, &tx, NULL, NULL), TFM_E_ARG, "tfm_block_forward");
+    CHECK_ERR(tfm_block_forward(&b, NULL, &tx, NULL, NULL), TFM_E_ARG, "tfm_block_forward");
+    CHECK_ERR(tfm_block_forward(&b, &ty, NULL, NULL, NULL), TFM_E_ARG, "tfm_block_forward");
     bad = tfm_tensor3(x, 3, 4, 8);
     bady = tfm_tensor3(y, 3, 4, 8);
-    CHECK_ERR(tfm_block_forward(&b, &bady, &bad, NULL, NULL, NULL, 0, 0), TFM_E_SHAPE, "tfm_block_forward");
+    CHECK_ERR(tfm_block_forward(&b, &bady, &bad, NULL, NULL), TFM_E_SHAPE, "tfm_block_forward");
     ERR_HAS("(3,4,8)");
     ERR_HAS("batch 2");
     bad = tfm_tensor3(x, 2, 5, 8);
     bady = tfm_tensor3(y, 2, 5, 8);
-    CHECK_ERR(tfm_block_forward(&b, &bady, &bad, NULL, NULL, NULL, 0, 0), TFM_E_SHAPE, "tfm_block_forward");
+    CHECK_ERR(tfm_block_forward(&b, &bady, &bad, NULL, NULL), TFM_E_SHAPE, "tfm_block_forward");
     ERR_HAS("(2,5,8)");
     ERR_HAS("length 4");
     bad = tfm_tensor3(x, 2, 4, 6);
     bady = tfm_tensor3(y, 2, 4, 6);
-    CHECK_ERR(tfm_block_forward(&b, &bady, &bad, NULL, NULL, NULL, 0, 0), TFM_E_SHAPE, "tfm_block_forward");
+    CHECK_ERR(tfm_block_forward(&b, &bady, &bad, NULL, NULL), TFM_E_SHAPE, "tfm_block_forward");
     ERR_HAS("(2,4,6)");
     bady = tfm_tensor3(y, 2, 3, 8);
-    CHECK_ERR(tfm_block_forward(&b, &bady, &tx, NULL, NULL, NULL, 0, 0), TFM_E_SHAPE, "tfm_block_forward");
+    CHECK_ERR(tfm_block_forward(&b, &bady, &tx, NULL, NULL), TFM_E_SHAPE, "tfm_block_forward");
     ERR_HAS("(2,3,8)");
     bady = tfm_tensor3(x, 2, 4, 8);
-    CHECK_ERR(tfm_block_forward(&b, &bady, &tx, NULL, NULL, NULL, 0, 0), TFM_E_ARG, "tfm_block_forward");
-    CHECK_ERR(tfm_block_forward(&b, &ty, &tx, &tkv, NULL, NULL, 0, 0), TFM_E_ARG, "tfm_block_forward");
+    CHECK_ERR(tfm_block_forward(&b, &bady, &tx, NULL, NULL), TFM_E_ARG, "tfm_block_forward");
+    CHECK_ERR(tfm_block_forward(&b, &ty, &tx, &tkv, NULL), TFM_E_ARG, "tfm_block_forward");
     ERR_HAS("xkv");
-    CHECK_ERR(tfm_block_forward(&b, &ty, &tx, NULL, lens_high, NULL, 0, 0), TFM_E_ARG, "tfm_block_forward");
+    CHECK_ERR(tfm_block_forward(&b, &ty, &tx, NULL, err_bopts(lens_high, NULL)), TFM_E_ARG, "tfm_block_forward");
     ERR_HAS("lens");
     ERR_HAS("5");
-    CHECK_ERR(tfm_block_forward(&b, &ty, &tx, NULL, lens_neg, NULL, 0, 0), TFM_E_ARG, "tfm_block_forward");
+    CHECK_ERR(tfm_block_forward(&b, &ty, &tx, NULL, err_bopts(lens_neg, NULL)), TFM_E_ARG, "tfm_block_forward");
     ERR_HAS("-2");
     ERR_UNTOUCHED(y, 3 * 5 * 8);
 
-    CHECK_ERR(tfm_block_forward(&c, &ty, &tx, NULL, NULL, NULL, 0, 0), TFM_E_ARG, "tfm_block_forward");
+    CHECK_ERR(tfm_block_forward(&c, &ty, &tx, NULL, NULL), TFM_E_ARG, "tfm_block_forward");
     ERR_HAS("xkv");
     bad = tfm_tensor3(kv, 2, 7, 8);
-    CHECK_ERR(tfm_block_forward(&c, &ty, &tx, &bad, NULL, NULL, 0, 0), TFM_E_SHAPE, "tfm_block_forward");
+    CHECK_ERR(tfm_block_forward(&c, &ty, &tx, &bad, NULL), TFM_E_SHAPE, "tfm_block_forward");
     ERR_HAS("(2,7,8)");
     bad = tfm_tensor3(kv, 1, 6, 8);
-    CHECK_ERR(tfm_block_forward(&c, &ty, &tx, &bad, NULL, NULL, 0, 0), TFM_E_SHAPE, "tfm_block_forward");
+    CHECK_ERR(tfm_block_forward(&c, &ty, &tx, &bad, NULL), TFM_E_SHAPE, "tfm_block_forward");
     ERR_HAS("(1,6,8)");
-    CHECK_ERR(tfm_block_forward(&c, &ty, &tx, &tkv, NULL, kv_high, 0, 0), TFM_E_ARG, "tfm_block_forward");
-    ERR_HAS("xkv_lens");
+    CHECK_ERR(tfm_block_forward(&c, &ty, &tx, &tkv, err_bopts(NULL, kv_high)), TFM_E_ARG, "tfm_block_forward");
+    ERR_HAS("opts.kv_lens");
     ERR_HAS("7");
     ERR_UNTOUCHED(y, 3 * 5 * 8);
+    {
+        /* cross lengths to a block without cross-attention; attention-level options; a NaN in the mask */
+        tfm_attn_opts o;
+        float mask[4 * 4];
+        int i;
+        CHECK_ERR(tfm_block_forward(&b, &ty, &tx, NULL, err_bopts(NULL, kv_high)), TFM_E_ARG, "kv_lens");
+        memset(&o, 0, sizeof o);
+        o.dropout = 0.1f;
+        CHECK_ERR(tfm_block_forward(&b, &ty, &tx, NULL, &o), TFM_E_ARG, "opts.dropout");
+        memset(&o, 0, sizeof o);
+        for (i = 0; i < 16; i++) mask[i] = i == 7 ? NAN : 0.0f;
+        o.mask = mask;
+        CHECK_ERR(tfm_block_forward(&b, &ty, &tx, NULL, &o), TFM_E_ARG, "opts.mask[7]");
+        mask[7] = INFINITY;
+        CHECK_ERR(tfm_block_forward(&b, &ty, &tx, NULL, &o), TFM_E_ARG, "opts.mask[7]");
+    }
 
     /* backward */
     CHECK_ERR(tfm_block_backward(&b, &tdx, NULL, &ty), TFM_E_ARG, "tfm_block_backward");
     ERR_HAS("forward");
-    CHECK_OK(tfm_block_forward(&b, &ty, &tx, NULL, NULL, NULL, 0, 0));
+    CHECK_OK(tfm_block_forward(&b, &ty, &tx, NULL, NULL));
     err_buf(3);
     bad = tfm_tensor3(y, 2, 3, 8);
     CHECK_ERR(tfm_block_backward(&b, &tdx, NULL, &bad), TFM_E_SHAPE, "tfm_block_backward");
@@ -1294,11 +1319,11 @@ static void err_block(void) {
     ERR_HAS("dxkv");
     CHECK_ERR(tfm_block_backward(&b, &tdx, NULL, NULL), TFM_E_ARG, "tfm_block_backward");
     CHECK_ERR(tfm_block_backward(NULL, &tdx, NULL, &ty), TFM_E_ARG, "tfm_block_backward");
-    CHECK_OK(tfm_block_forward(&c, &ty, &tx, &tkv, NULL, NULL, 0, 0));
+    CHECK_OK(tfm_block_forward(&c, &ty, &tx, &tkv, NULL));
     bad = tfm_tensor3(dkv, 2, 5, 8);
     CHECK_ERR(tfm_block_backward(&c, &tdx, &bad, &ty), TFM_E_SHAPE, "tfm_block_backward");
     ERR_HAS("(2,5,8)");
-    CHECK_OK(tfm_block_forward(&ng, &ty, &tx, NULL, NULL, NULL, 0, 0));
+    CHECK_OK(tfm_block_forward(&ng, &ty, &tx, NULL, NULL));
     CHECK_ERR(tfm_block_backward(&ng, &tdx, NULL, &ty), TFM_E_ARG, "tfm_block_backward");
     ERR_UNTOUCHED(dx, 64);
     ERR_UNTOUCHED(dkv, 96);

@@ -265,7 +265,6 @@ static void mt_block_case(const char *name, int slack) {
         d.n_heads = c[1];
         d.d_ff = c[2];
         d.cross = cross;
-        d.causal = c[4];
         d.norm_first = c[5];
         d.act = (tfm_activation)c[6];
         d.ln_eps = eps;
@@ -309,8 +308,12 @@ static void mt_block_case(const char *name, int slack) {
         tfm_tensor yt = mt_view(ybuf, 3, xd), dxt = mt_view(dxbuf, 3, xd);
         tfm_tensor dxkvt = mt_view(dxkvbuf, 3, kd);
 
-        r = tfm_block_forward(&blk, &yt, &xt, cross ? &xkvt : NULL, lens ? lens->i32 : NULL,
-                              xkv_lens ? xkv_lens->i32 : NULL, 0, 0);
+        tfm_attn_opts bo;
+        memset(&bo, 0, sizeof bo);
+        bo.causal = c[4];
+        bo.key_lens = lens ? lens->i32 : NULL;
+        bo.kv_lens = xkv_lens ? xkv_lens->i32 : NULL;
+        r = tfm_block_forward(&blk, &yt, &xt, cross ? &xkvt : NULL, &bo);
         CHECK_OK(r);
         if (r != TFM_OK) goto done;
         mt_cmp(fx, "y", ybuf, (int64_t)B * T * C);

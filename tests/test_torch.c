@@ -153,6 +153,7 @@ static void torch_mha_case(const char *name, int slack) {
     const fx_array *dy = torch_need(fx, "dy", FX_F32, 3);
     const fx_array *xkv = cross ? torch_need(fx, "xkv", FX_F32, 3) : NULL;
     const fx_array *lens = fx_get(fx, "key_lens");
+    const fx_array *amask = fx_get(fx, "attn_mask"); /* additive, (Tq,Tk) or (B,Tq,Tk) */
     if (!ok || !x || !dy || (cross && !xkv)) goto done;
     {
         int64_t B = x->dims[0], Tq = x->dims[1], C = x->dims[2];
@@ -218,6 +219,14 @@ static void torch_mha_case(const char *name, int slack) {
         memset(&o, 0, sizeof o);
         o.causal = causal;
         o.key_lens = lens ? lens->i32 : NULL;
+        if (amask) {
+            if (amask->dtype != FX_F32 || amask->numel != (amask->ndim == 3 ? B : 1) * Tq * Tk) {
+                TEST__FAIL("%s: attn_mask is not (Tq,Tk) or (B,Tq,Tk) f32", name);
+                goto done;
+            }
+            o.mask = amask->f32;
+            o.mask_per_batch = amask->ndim == 3;
+        }
 
         r = tfm_mha_forward(&m, &yt, &xt, cross ? &xkvt : NULL, &o);
         CHECK_OK(r);
@@ -248,6 +257,8 @@ static void torch_mha_cross(void) { torch_mha_case("mha_cross", 2); }
 static void torch_mha_cross_nobias(void) { torch_mha_case("mha_cross_nobias", 0); }
 static void torch_mha_odd_tiny(void) { torch_mha_case("mha_odd_tiny", 3); }
 static void torch_mha_odd(void) { torch_mha_case("mha_odd", 0); }
+static void torch_mha_mask(void) { torch_mha_case("mha_mask", 1); }
+static void torch_mha_mask_batch(void) { torch_mha_case("mha_mask_batch", 0); }
 
 /* ---- scaled dot-product attention alone: q, k, v already projected, (B,T,C) with H heads ---- */
 static void torch_attn_case(const char *name) {
@@ -606,6 +617,8 @@ static void suite_torch(void) {
     RUN(torch_mha_cross_nobias);
     RUN(torch_mha_odd_tiny);
     RUN(torch_mha_odd);
+    RUN(torch_mha_mask);
+    RUN(torch_mha_mask_batch);
     RUN(torch_attn_causal_padded);
     RUN(torch_attn_cross_padded);
     RUN(torch_attn_causal_rect);

@@ -131,9 +131,10 @@ def visible_mask(B, Tq, Tk, causal, key_lens):
     return vis
 
 
-def attention_math(q, k, v, H, vis, scale):
-    """softmax(scale q k^T + mask) v per head; q (B,Tq,C), k, v (B,Tk,C); head h owns channels
-    h*D..h*D+D-1. Returns out (B,Tq,C) and the probabilities (B,H,Tq,Tk)."""
+def attention_math(q, k, v, H, vis, scale, amask=None):
+    """softmax(scale q k^T + amask, masked by vis) v per head; q (B,Tq,C), k, v (B,Tk,C); head h owns
+    channels h*D..h*D+D-1; amask additive, (Tq,Tk) or (B,Tq,Tk). Returns out (B,Tq,C) and the
+    probabilities (B,H,Tq,Tk)."""
     B, Tq, C = q.shape
     Tk = k.shape[1]
     D = C // H
@@ -141,6 +142,8 @@ def attention_math(q, k, v, H, vis, scale):
     kh = k.view(B, Tk, H, D).transpose(1, 2)
     vh = v.view(B, Tk, H, D).transpose(1, 2)
     s = torch.matmul(qh, kh.transpose(-1, -2)) * scale
+    if amask is not None:
+        s = s + (amask[None, None] if amask.dim() == 2 else amask[:, None])
     s = s.masked_fill(~vis[:, None, :, :], float("-inf"))
     p = torch.softmax(s, dim=-1)
     o = torch.matmul(p, vh).transpose(1, 2).reshape(B, Tq, C)
@@ -151,7 +154,22 @@ def attention_math(q, k, v, H, vis, scale):
 # multi-head attention: torch.nn.MultiheadAttention(batch_first=True), float64
 
 
-def mha_case(name, B, Tq, C, H, causal=False, key_lens=None, cross=False, Tk=None, bias=True):
+def additive_mask(cs, shape, vis):
+    """A float mask of the given shape, (Tq,Tk) or (B,Tq,Tk): values in [-2,2], about a quarter of them
+    -inf, but never hiding every key a query sees under the other masks (vis, (B,Tq,Tk))."""
+    m = cs.uniform(*shape, lo=-2.0, hi=2.0)
+    want = cs.uniform(*shape, lo=0.0, hi=1.0) < 0.25
+    hide = torch.zeros(shape, dtype=torch.bool)
+    for idx in torch.nonzero(want):
+        trial = hide.clone()
+        trial[tuple(idx)] = True
+        keep = vis & ~(trial if len(shape) == 3 else trial[None])
+        if bool(keep.any(-1).all()):
+            hide = trial
+    return m.masked_fill(hide, float("-inf"))
+
+
+def mha_case(name, B, Tq, C, H, causal=False, key_lens=None, cross=False, Tk=None, bias=True, amask=None):
     cs = Case(name)
     Tk = Tk if cross else Tq
     mha = torch.nn.MultiheadAttention(C, H, bias=bias, batch_first=True, dtype=torch.float64)
@@ -172,6 +190,13 @@ def mha_case(name, B, Tq, C, H, causal=False, key_lens=None, cross=False, Tk=Non
     if key_lens is not None:
         kpm = torch.arange(Tk)[None, :] >= torch.tensor(key_lens)[:, None]  # True = masked
     vis = visible_mask(B, Tq, Tk, causal, key_lens)
+    am = None
+    if amask is not None:  # an additive float mask: torch takes (Tq,Tk) or one per batch and head
+        am = additive_mask(cs, (Tq, Tk) if amask == "shared" else (B, Tq, Tk), vis)
+        fm = am if amask == "shared" else am.repeat_interleave(H, dim=0)
+        if attn_mask is not None:
+            fm = fm.masked_fill(attn_mask, float("-inf"))
+        attn_mask = fm
 
     mha.zero_grad()
     src = xkv if cross else x
@@ -184,7 +209,7 @@ def mha_case(name, B, Tq, C, H, causal=False, key_lens=None, cross=False, Tk=Non
         q = F.linear(x, W[:C], bW[:C] if bias else None)
         k = F.linear(src, W[C:2 * C], bW[C:2 * C] if bias else None)
         v = F.linear(src, W[2 * C:], bW[2 * C:] if bias else None)
-        o, _ = attention_math(q, k, v, H, vis, 1.0 / math.sqrt(C // H))
+        o, _ = attention_math(q, k, v, H, vis, 1.0 / math.sqrt(C // H), am)
         y2 = F.linear(o, mha.out_proj.weight, mha.out_proj.bias)
         assert torch.allclose(y, y2, rtol=0, atol=1e-12), name + ": torch module != explicit math"
 
@@ -194,6 +219,8 @@ def mha_case(name, B, Tq, C, H, causal=False, key_lens=None, cross=False, Tk=Non
     cs.i32("bias", int(bias))
     if key_lens is not None:
         cs.i32("key_lens", key_lens)
+    if am is not None:
+        cs.f32("attn_mask", am)
     cs.f32("x", x)
     if cross:
         cs.f32("xkv", xkv)
@@ -387,6 +414,8 @@ def main():
         mha_case("mha_cross_nobias", B=1, Tq=3, C=8, H=1, cross=True, Tk=5, bias=False),
         mha_case("mha_odd_tiny", B=1, Tq=1, C=3, H=1),
         mha_case("mha_odd", B=3, Tq=17, C=6, H=3, causal=True, key_lens=[17, 9, 4]),
+        mha_case("mha_mask", B=2, Tq=6, C=8, H=2, amask="shared"),
+        mha_case("mha_mask_batch", B=3, Tq=7, C=12, H=3, causal=True, key_lens=[7, 5, 3], amask="batch"),
         attn_case("attn_causal_padded", B=2, Tq=6, Tk=6, C=8, H=2, causal=True, key_lens=[6, 4]),
         attn_case("attn_cross_padded", B=2, Tq=3, Tk=5, C=12, H=3, key_lens=[5, 2], scale=0.3125),
         attn_case("attn_causal_rect", B=2, Tq=4, Tk=6, C=6, H=2, causal=True, key_lens=[6, 3]),
