@@ -345,6 +345,8 @@ typedef struct tfm_attn_opts {
     float scale;              /* 0: 1/sqrt(D) */
     int training;             /* blocks: dropout on (at the rates of the block's desc) */
     uint64_t seed;            /* blocks: every dropout site of the call derives its mask from this */
+    int64_t batch_offset;     /* draw dropout masks as if these B rows were rows batch_offset.. of a larger
+                                 batch of the same length (data parallel: masks then match one process) */
 } tfm_attn_opts;
 
 /* Scaled dot-product attention over H heads of a (B,T,C) layout (head h owns channels h*D..h*D+D):
@@ -574,6 +576,7 @@ typedef struct tfm_param {
     char name[64];
     tfm_tensor value, grad;   /* views into the model's memory; grad.data NULL when inference_only */
     int decay;
+    int64_t offset;           /* where value (and grad) start in the flat arrays of tfm_model_flat */
 } tfm_param;
 
 /* The internals of a model (layers, activations, optimizer state): private, in the model's memory. */
@@ -620,6 +623,15 @@ TFMDEF tfm_result tfm_optim_lr(const tfm_optim *opt, int64_t s, float *lr);
 TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m);
 /* Find a parameter by its torch name; NULL if none. */
 TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name);
+/* Every parameter as one contiguous float array (grads 0), or every gradient as another with the same
+   layout (grads 1; NULL for an inference_only model); *n (may be NULL) receives its length. Parameter i
+   is at params[i].offset in both. The gaps the 64-byte alignment leaves between parameters hold zeros.
+   For an optimizer of your own, or one all-reduce of the gradients across processes. */
+TFMDEF float *tfm_model_flat(tfm_model *m, int grads, int64_t *n);
+/* In data-parallel training, this process's rows are rows row0.. of the global batch: dropout masks are
+   drawn as one process running the whole global batch would draw them (with the same pass seed, which
+   every process has when all start from the same model). 0, the default, for a single process. */
+TFMDEF tfm_result tfm_model_set_batch_offset(tfm_model *m, int64_t row0);
 
 /* The keys and values a decoder has computed, kept between decoding calls so that each new position
    costs one row per layer: self-attention rows of every position decoded so far and, for an
@@ -1890,14 +1902,14 @@ static void tfm__relu_backward_cpu(float *dx, const float *dy, const float *x, i
     }
 }
 
-/* y = x * keep / (1-p), keep = hash(seed, i) >= p * 2^24. backward: the same with dy, added to dx. */
-static void tfm__dropout_cpu(float *y, const float *x, int64_t n, float p, uint64_t seed, int accumulate) {
+/* y = x * keep / (1-p), keep = hash(seed, i0 + i) >= p * 2^24. backward: the same with dy, added to dx. */
+static void tfm__dropout_cpu(float *y, const float *x, int64_t n, float p, uint64_t seed, uint64_t i0, int accumulate) {
     uint32_t thr = tfm__drop_threshold(p);
     float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
     int64_t i;
     TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
     for (i = 0; i < n; i++) {
-        float v = tfm__hash24(seed, (uint64_t)i) >= thr ? x[i] * scale : 0.0f;
+        float v = tfm__hash24(seed, i0 + (uint64_t)i) >= thr ? x[i] * scale : 0.0f;
         if (accumulate) y[i] += v;
         else y[i] = v;
     }
@@ -2048,6 +2060,7 @@ typedef struct tfm__attn_args {
     int q_off;
     const float *mask;       /* additive (Tq,Tk) scores mask, batch b's at mask + b * mask_bs */
     int64_t mask_bs;
+    uint64_t drop_i0;        /* dropout masks as if these were elements drop_i0.. of a larger batch */
 } tfm__attn_args;
 
 /* Number of keys query i of batch b may see. */
@@ -2099,7 +2112,7 @@ static void tfm__attention_forward_cpu(const tfm__attn_args *a) {
             if (a->dropout > 0.0f) {
                 Pb = a->tmp + (int64_t)bh * Tq * Tk + (int64_t)i0 * Tk;
                 for (i = 0; i < nq; i++)
-                    tfm__attn_drop_row(Pb + (int64_t)i * Tk, Sb + (int64_t)i * Tk, a, ((int64_t)bh * Tq + i0 + i) * Tk, kn);
+                    tfm__attn_drop_row(Pb + (int64_t)i * Tk, Sb + (int64_t)i * Tk, a, (int64_t)a->drop_i0 + ((int64_t)bh * Tq + i0 + i) * Tk, kn);
             }
             /* out = P v */
             tfm__sgemm(0, 0, nq, D, kn, 1.0f, Pb, Tk, v, a->ldv, 0.0f, o + (int64_t)i0 * a->ldo, a->ldo);
@@ -2124,7 +2137,7 @@ static void tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int 
         const float *go = dout + (int64_t)b * Tq * lddo + h * D;
         const float *P = a->att + (int64_t)bh * Tq * Tk;
         float *G = a->tmp + (int64_t)bh * Tq * Tk;
-        int64_t row0 = (int64_t)bh * Tq * Tk;
+        int64_t row0 = (int64_t)a->drop_i0 + (int64_t)bh * Tq * Tk;
         float *dvb = dv ? dv + (int64_t)b * Tk * lddv + h * D : NULL;
         float *dqb = dq ? dq + (int64_t)b * Tq * lddq + h * D : NULL;
         float *dkb = dk ? dk + (int64_t)b * Tk * lddk + h * D : NULL;
@@ -2243,9 +2256,11 @@ static void tfm__op_act_bwd(tfm_device dev, int act, float *dx, const float *dy,
     if (act == TFM_ACT_RELU) tfm__relu_backward_cpu(dx, dy, x, n, acc);
     else tfm__gelu_backward_cpu(dx, dy, x, n, act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF, acc);
 }
-static void tfm__op_dropout(tfm_device dev, float *y, const float *x, int64_t n, float p, uint64_t seed, int acc) {
+/* element i's mask is hash(seed, i0 + i) */
+static void tfm__op_dropout(tfm_device dev, float *y, const float *x, int64_t n, float p, uint64_t seed, uint64_t i0,
+                            int acc) {
     TFM__ON_CPU(dev);
-    tfm__dropout_cpu(y, x, n, p, seed, acc);
+    tfm__dropout_cpu(y, x, n, p, seed, i0, acc);
 }
 static void tfm__op_embedding(tfm_device dev, float *y, const int32_t *ids, const float *w, float scale, int64_t N,
                               int64_t C) {
@@ -2621,7 +2636,7 @@ TFMDEF tfm_result tfm_dropout_forward(tfm_tensor *y, const tfm_tensor *x, float 
     if (!training || p == 0.0f) {
         if (y->data != x->data) tfm__op_copy(y->device, y->data, x->data, tfm_numel(x));
     } else {
-        tfm__op_dropout(y->device, y->data, x->data, tfm_numel(x), p, seed, 0);
+        tfm__op_dropout(y->device, y->data, x->data, tfm_numel(x), p, seed, 0, 0);
     }
     return TFM_OK;
 }
@@ -2634,7 +2649,7 @@ TFMDEF tfm_result tfm_dropout_backward(tfm_tensor *dx, const tfm_tensor *dy, flo
     TFM__TRY(tfm__chk_p(fn, p));
     if (!dx) return TFM_OK;
     if (!training || p == 0.0f) tfm__op_add(dx->device, dx->data, dx->data, dy->data, tfm_numel(dy));
-    else tfm__op_dropout(dx->device, dx->data, dy->data, tfm_numel(dy), p, seed, 1);
+    else tfm__op_dropout(dx->device, dx->data, dy->data, tfm_numel(dy), p, seed, 0, 1);
     return TFM_OK;
 }
 
@@ -2836,6 +2851,7 @@ TFMDEF tfm_result tfm_cls_pool_backward(tfm_tensor *dx, const tfm_tensor *dy) {
 static tfm_result tfm__chk_attn_opts(const char *fn, const tfm_attn_opts *o, int64_t B, int64_t Tq, int64_t Tk) {
     if (!o) return TFM_OK;
     TFM__TRY(tfm__chk_lens(fn, "opts.key_lens", o->key_lens, B, Tk));
+    if (o->batch_offset < 0) return tfm__fail(TFM_E_ARG, "%s: opts.batch_offset %lld is negative", fn, (long long)o->batch_offset);
     if (o->mask) {
         int64_t i, n = (o->mask_per_batch ? B : 1) * Tq * Tk;
         for (i = 0; i < n; i++)
@@ -2864,6 +2880,7 @@ static void tfm__attn_setup(tfm__attn_args *a, int B, int H, int Tq, int Tk, int
         a->scale = o->scale;
         a->mask = o->mask;
         a->mask_bs = o->mask_per_batch ? (int64_t)Tq * Tk : 0;
+        a->drop_i0 = (uint64_t)(o->batch_offset * H * Tq * Tk);
     }
     if (a->scale == 0.0f) a->scale = 1.0f / sqrtf((float)a->D);
 }
@@ -3393,10 +3410,12 @@ static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, 
         o.causal = bo->causal;
         o.key_lens = bo->key_lens;
         o.mask = bo->mask;
+        o.batch_offset = bo->batch_offset;
         o.mask_per_batch = bo->mask_per_batch;
         tfm__mha_fwd(&blk->self_attn, v, u, NULL, blk->B, blk->T, blk->T, &o, kc, layer);
     } else if (s == 1 && d->cross) {
         o.key_lens = bo->kv_lens;
+        o.batch_offset = bo->batch_offset;
         tfm__mha_fwd(&blk->cross_attn, v, u, blk->xkv, blk->B, blk->T, blk->Tk, &o, kc, layer);
     } else {
         tfm__op_linear(blk->device, blk->ff_pre, F, u, C, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F);
@@ -3446,7 +3465,8 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
             tfm__block_sub_fwd(blk, s, v, xs, kc, layer);
         }
         if (opts->training && d->dropout > 0.0f)
-            tfm__op_dropout(blk->device, v, v, N * C, d->dropout, tfm__seed_mix(opts->seed, TFM__SITE_RESIDUAL + (uint64_t)s), 0);
+            tfm__op_dropout(blk->device, v, v, N * C, d->dropout, tfm__seed_mix(opts->seed, TFM__SITE_RESIDUAL + (uint64_t)s),
+                            (uint64_t)(opts->batch_offset * T * C), 0);
         if (d->norm_first) {
             tfm__op_add(blk->device, out, xs, v, N * C);
         } else {
@@ -3472,12 +3492,13 @@ static void tfm__block_bwd(tfm_block *blk, float *dx, float *dxkv, const float *
         tfm_layernorm *ln = &blk->norm[s];
         int drop = blk->opts.training && d->dropout > 0.0f;
         uint64_t seed = tfm__seed_mix(blk->opts.seed, TFM__SITE_RESIDUAL + (uint64_t)s);
+        uint64_t i0 = (uint64_t)(blk->opts.batch_offset * blk->T * C);
         which ^= 1;
         if (d->norm_first) {
             tfm__op_copy(blk->device, dprev, g, N * C); /* residual */
             dv = g;
             if (drop) {
-                tfm__op_dropout(blk->device, blk->sub_out, g, N * C, d->dropout, seed, 0);
+                tfm__op_dropout(blk->device, blk->sub_out, g, N * C, d->dropout, seed, i0, 0);
                 dv = blk->sub_out;
             }
             tfm__op_zero(blk->device, blk->d_u, N * C);
@@ -3489,7 +3510,7 @@ static void tfm__block_bwd(tfm_block *blk, float *dx, float *dxkv, const float *
             tfm__op_copy(blk->device, dprev, blk->d_u, N * C); /* residual */
             dv = blk->d_u;
             if (drop) {
-                tfm__op_dropout(blk->device, blk->sub_out, blk->d_u, N * C, d->dropout, seed, 0);
+                tfm__op_dropout(blk->device, blk->sub_out, blk->d_u, N * C, d->dropout, seed, i0, 0);
                 dv = blk->sub_out;
             }
             tfm__block_sub_bwd(blk, s, dprev, dv, dxkv);
@@ -3605,7 +3626,7 @@ struct tfm__model_impl {
     /* state */
     int training, has_grad;
     tfm_rng rng;                    /* draws each training forward's dropout seed */
-    uint64_t stream;                /* this process's dropout stream (0: the single-process one) */
+    int64_t batch_offset;           /* this process's first row in a data-parallel global batch */
     tfm_device device;
     void *owned;                    /* memory the library allocated */
 };
@@ -3703,6 +3724,7 @@ static void tfm__reg(tfm_model *m, tfm_rng *rng, const tfm_tensor *value, const 
     vsnprintf(p->name, sizeof p->name, fmt, ap);
     va_end(ap);
     p->value = *value;
+    p->offset = (int64_t)((unsigned char *)value->data - (m->impl->mem_base + m->impl->off_params)) / (int64_t)sizeof(float);
     if (grad) p->grad = *grad;
     p->decay = decay;
     m->n_weights += tfm_numel(value);
@@ -4015,6 +4037,20 @@ TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name) {
     return NULL;
 }
 
+TFMDEF float *tfm_model_flat(tfm_model *m, int grads, int64_t *n) {
+    if (n) *n = 0;
+    if (!m || !m->impl || (grads && !m->impl->has_grad)) return NULL;
+    if (n) *n = (int64_t)(m->impl->n_param_bytes / sizeof(float));
+    return (float *)(m->impl->mem_base + (grads ? m->impl->off_grads : m->impl->off_params));
+}
+
+TFMDEF tfm_result tfm_model_set_batch_offset(tfm_model *m, int64_t row0) {
+    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "tfm_model_set_batch_offset: model is NULL or not initialised");
+    if (row0 < 0) return tfm__fail(TFM_E_ARG, "tfm_model_set_batch_offset: row0 %lld is negative", (long long)row0);
+    m->impl->batch_offset = row0;
+    return TFM_OK;
+}
+
 TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m) {
     tfm_tensor t;
     memset(&t, 0, sizeof t);
@@ -4089,7 +4125,8 @@ static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, int B, in
     tfm__op_embedding(m->impl->device, x, ids, emb->data, scale, N, C);
     if (pos->data) tfm__op_pos_add(m->impl->device, x, x, pos->data + (int64_t)p0 * C, B, T, C);
     if (m->impl->training && m->cfg.dropout > 0.0f)
-        tfm__op_dropout(m->impl->device, x, x, N * C, m->cfg.dropout, tfm__seed_mix(m->impl->fwd_seed, site), 0);
+        tfm__op_dropout(m->impl->device, x, x, N * C, m->cfg.dropout, tfm__seed_mix(m->impl->fwd_seed, site),
+                        (uint64_t)(m->impl->batch_offset * T * C), 0);
 }
 
 static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, int B, int T, const tfm_tensor *demb,
@@ -4097,7 +4134,8 @@ static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, int B, in
     int64_t C = m->cfg.d_model, N = (int64_t)B * T;
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
     if (m->impl->training && m->cfg.dropout > 0.0f)
-        tfm__op_dropout(m->impl->device, g, g, N * C, m->cfg.dropout, tfm__seed_mix(m->impl->fwd_seed, site), 0);
+        tfm__op_dropout(m->impl->device, g, g, N * C, m->cfg.dropout, tfm__seed_mix(m->impl->fwd_seed, site),
+                        (uint64_t)(m->impl->batch_offset * T * C), 0);
     if (dpos && dpos->data) tfm__op_pos_bwd(m->impl->device, dpos->data, g, B, T, C);
     tfm__op_embedding_bwd(m->impl->device, demb->data, g, ids, scale, N, C);
 }
@@ -4115,6 +4153,7 @@ static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, in
     o.key_lens = lens;
     o.kv_lens = mem_lens;
     o.training = m->impl->training;
+    o.batch_offset = m->impl->batch_offset;
     for (l = 0; l < n; l++) {
         float *out = buf + l * BTC;
         o.seed = tfm__seed_mix(m->impl->fwd_seed, site + (uint64_t)l);

@@ -1468,6 +1468,103 @@ static void md_stride_counted(void) {
     md_stride_case("encdec", md_cfg(TFM_MODEL_ENCODER_DECODER));
 }
 
+/* tfm_model_flat: parameter i and its gradient at params[i].offset of two arrays of one layout, zeros
+   in the gaps; zero_grad clears the flat gradients. */
+static void md_flat(void) {
+    tfm_config c = md_cfg(TFM_MODEL_ENCODER_DECODER);
+    tfm_model m;
+    int64_t n = 0, ng = 0, covered = 0, i, j;
+    float *w, *g;
+    unsigned char *used;
+    if (!md_init(&m, &c, "flat")) return;
+    w = tfm_model_flat(&m, 0, &n);
+    g = tfm_model_flat(&m, 1, &ng);
+    CHECK(w && g && n == ng && n > 0);
+    used = (unsigned char *)calloc((size_t)(n > 0 ? n : 1), 1);
+    for (i = 0; w && g && used && i < m.n_params; i++) {
+        const tfm_param *p = &m.params[i];
+        int64_t k = tfm_numel(&p->value);
+        CHECK_MSG(p->value.data == w + p->offset && p->grad.data == g + p->offset && p->offset + k <= n,
+                  "%s: not at offset %lld of the flat arrays", p->name, (long long)p->offset);
+        for (j = 0; j < k && p->offset + j < n; j++) used[p->offset + j]++;
+        covered += k;
+        p->grad.data[0] = 1.0f;
+    }
+    for (i = 0; used && i < n; i++) CHECK_MSG(used[i] == 1 ? 1 : (used[i] == 0 && w[i] == 0.0f), "flat[%lld]", (long long)i);
+    CHECK(covered == m.n_weights);
+    tfm_model_zero_grad(&m);
+    for (i = 0; g && i < ng; i++) CHECK_MSG(g[i] == 0.0f, "flat gradient %lld not cleared", (long long)i);
+    {
+        tfm_config ci = c;
+        tfm_model mi;
+        ci.inference_only = 1;
+        if (md_init(&mi, &ci, "flat inference")) {
+            CHECK(tfm_model_flat(&mi, 0, &n) != NULL && tfm_model_flat(&mi, 1, &ng) == NULL && ng == 0);
+            tfm_model_free(&mi);
+        }
+    }
+    free(used);
+    tfm_model_free(&m);
+}
+
+/* Two processes of a data-parallel run, each with half the rows and its batch offset, draw the dropout
+   masks one process draws for the whole batch: their logits equal its rows (1e-6: the products run
+   on fewer rows). Without the offset the second half differs, which shows the masks are in play. */
+static void md_offset_case(const char *what, tfm_config c) {
+    tfm_model g, r;
+    tfm_rng rng;
+    md_data *d = (md_data *)malloc(sizeof(md_data)), *h = (md_data *)malloc(sizeof(md_data));
+    float *full = NULL, *part = NULL;
+    int64_t nf = 0, np = 0;
+    int k, T, Tt, half = 2;
+    c.dropout = 0.3f;
+    c.attn_dropout = 0.3f;
+    if (!d || !h || !md_init(&g, &c, what)) goto out;
+    if (!md_init(&r, &c, what)) {
+        tfm_model_free(&g);
+        goto out;
+    }
+    tfm_rng_seed(&rng, 5);
+    md_gen(md_task_of(&c), &rng, d, 2 * half);
+    T = d->b.len;
+    Tt = d->b.tgt_len;
+    full = md_logits_of(&g, &d->b, NULL, &nf);
+    for (k = 0; k < 2 && full; k++) {
+        tfm_rng keep = r.impl->rng;
+        *h = *d;
+        h->b.batch = half;
+        h->b.tokens = d->tokens + k * half * T;
+        h->b.targets = NULL;
+        if (d->b.lens) h->b.lens = d->lens + k * half;
+        if (d->b.tgt_in) h->b.tgt_in = d->tgt_in + k * half * Tt;
+        CHECK_OK(tfm_model_set_batch_offset(&r, k * half));
+        part = md_logits_of(&r, &h->b, NULL, &np);
+        CHECK_MSG(part && np * 2 == nf && test_rel_err_f(part, full + k * (nf / 2), (size_t)np) <= 1e-6,
+                  "%s: rank %d's logits differ from the global batch's rows", what, k);
+        free(part);
+        if (k == 1) { /* the same rows without the offset: other masks */
+            r.impl->rng = keep;
+            CHECK_OK(tfm_model_set_batch_offset(&r, 0));
+            part = md_logits_of(&r, &h->b, NULL, &np);
+            CHECK_MSG(part && test_rel_err_f(part, full + nf / 2, (size_t)np) > 1e-3, "%s: dropout masks had no effect", what);
+            free(part);
+        }
+        r.impl->rng = keep;
+    }
+    CHECK_ERR(tfm_model_set_batch_offset(&r, -1), TFM_E_ARG, "row0");
+    free(full);
+    tfm_model_free(&g);
+    tfm_model_free(&r);
+out:
+    free(d);
+    free(h);
+}
+
+static void md_batch_offset(void) {
+    md_offset_case("lm", md_cfg(TFM_MODEL_DECODER_LM));
+    md_offset_case("encdec", md_cfg(TFM_MODEL_ENCODER_DECODER));
+}
+
 static void suite_models(void) {
     int threads = tfm_get_num_threads();
     tfm_set_num_threads(1);
@@ -1493,5 +1590,7 @@ static void suite_models(void) {
     RUN(md_adamw_reference);
     RUN(md_param_names);
     RUN(md_stride_counted);
+    RUN(md_flat);
+    RUN(md_batch_offset);
     tfm_set_num_threads(threads);
 }
