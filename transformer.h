@@ -345,6 +345,8 @@ typedef struct tfm_attn_opts {
     float scale;              /* 0: 1/sqrt(D) */
     int training;             /* blocks: dropout on (at the rates of the block's desc) */
     uint64_t seed;            /* blocks: every dropout site of the call derives its mask from this */
+    int64_t batch_offset;     /* draw dropout masks as if these B rows were rows batch_offset.. of a larger
+                                 batch of the same length (data parallel: masks then match one process) */
 } tfm_attn_opts;
 
 /* Scaled dot-product attention over H heads of a (B,T,C) layout (head h owns channels h*D..h*D+D):
@@ -531,13 +533,17 @@ typedef struct tfm_config {
     int inference_only;      /* 1: no gradients, optimizer state or backward scratch */
 } tfm_config;
 
-/* A batch: token ids row-major (B,T), padding at the end of each row. */
+/* A batch: B rows of T positions, padding at the end of each row. Row b of tokens starts at
+   tokens + b * stride, so one (B_max, T_max) buffer serves every shorter batch. Forward copies what it
+   needs: the caller's buffers may change as soon as it returns. */
 typedef struct tfm_batch {
     int batch;               /* B */
     int len;                 /* T: input (source) length */
+    int stride;              /* row stride of tokens, inputs (in positions) and LM targets; 0 -> len */
     const int32_t *tokens;   /* (B,T) input ids (classifier, LM) or source ids (enc-dec) */
     const int32_t *lens;     /* (B) valid lengths of tokens; NULL: all T */
     int tgt_len;             /* enc-dec: Tt */
+    int tgt_stride;          /* enc-dec: row stride of tgt_in and targets; 0 -> tgt_len */
     const int32_t *tgt_in;   /* enc-dec: (B,Tt) decoder inputs (shifted right: start token first) */
     const int32_t *targets;  /* classifier (B) labels; LM (B,T); enc-dec (B,Tt); ignore_index to skip;
                                 NULL: forward computes logits but no loss */
@@ -545,7 +551,9 @@ typedef struct tfm_batch {
 
 typedef enum tfm_schedule {
     TFM_SCHED_CONSTANT = 0,  /* lr, after a linear warmup if warmup_steps */
-    TFM_SCHED_COSINE = 1,    /* linear warmup, then cosine from lr to min_lr at total_steps */
+    TFM_SCHED_COSINE = 1,    /* linear warmup, then cosine from lr to min_lr at total_steps; a step past
+                                total_steps is refused (TFM_E_ARG): raise total_steps to go on (it may
+                                change between steps: the rate is a function of the step and opt only) */
     TFM_SCHED_INV_SQRT = 2   /* lr * min(s^-0.5, s * warmup^-1.5) * sqrt(warmup) (the paper's, peak lr) */
 } tfm_schedule;
 
@@ -559,8 +567,8 @@ typedef struct tfm_optim {
     float clip_norm;         /* > 0: scale gradients so their global L2 norm is at most this */
     tfm_schedule schedule;
     int warmup_steps;
-    int total_steps;         /* cosine: required */
-    float min_lr;            /* cosine floor */
+    int total_steps;         /* cosine: required, > warmup_steps */
+    float min_lr;            /* cosine: the rate at total_steps, in [0, lr] */
 } tfm_optim;
 
 /* A named parameter: torch state_dict name, the tensor, its gradient, whether AdamW decays it. */
@@ -568,6 +576,7 @@ typedef struct tfm_param {
     char name[64];
     tfm_tensor value, grad;   /* views into the model's memory; grad.data NULL when inference_only */
     int decay;
+    int64_t offset;           /* where value (and grad) start in the flat arrays of tfm_model_flat */
 } tfm_param;
 
 /* The internals of a model (layers, activations, optimizer state): private, in the model's memory. */
@@ -593,10 +602,12 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
 TFMDEF void tfm_model_free(tfm_model *m);
 /* Dropout on (1) or off (0). A new model is in training mode unless inference_only. */
 TFMDEF void tfm_model_train(tfm_model *m, int training);
-/* Run the model on a batch; with targets, *loss (may be NULL) receives the mean cross-entropy.
-   Logits stay in the model until the next forward (tfm_model_logits). TFM_E_SHAPE if the batch
-   exceeds max_batch or the lengths; TFM_E_ARG for an id or label out of range. */
-TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *batch, float *loss);
+/* Run the model on a batch; with targets, *loss (may be NULL) receives the mean cross-entropy over the
+   targets counted (not ignore_index, not past a row's length), and *n_counted (may be NULL) how many
+   they were: sum loss * n_counted over batches and divide by the total for an exact mean. Logits stay
+   in the model until the next forward (tfm_model_logits). TFM_E_SHAPE if the batch exceeds max_batch
+   or the lengths; TFM_E_ARG for an id or label out of range. */
+TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *batch, float *loss, int64_t *n_counted);
 /* Gradients of loss_scale * loss from the last forward, added into the gradients. Use
    loss_scale = 1/k to accumulate k micro-batches into one step. */
 TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale);
@@ -605,12 +616,22 @@ TFMDEF void tfm_model_zero_grad(tfm_model *m);
 /* Clip (if opt->clip_norm), then one AdamW update at the scheduled learning rate; step += 1.
    *grad_norm (may be NULL) receives the global gradient norm before clipping. */
 TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad_norm);
-/* Learning rate the schedule gives for step s (1-based, as the step about to be taken). */
-TFMDEF float tfm_optim_lr(const tfm_optim *opt, int64_t s);
+/* *lr = the learning rate the schedule gives for step s (1-based: the step about to be taken). Checks opt
+   as tfm_model_step does: TFM_E_ARG for a bad field, or for a cosine step past total_steps. */
+TFMDEF tfm_result tfm_optim_lr(const tfm_optim *opt, int64_t s, float *lr);
 /* The last forward's logits: (B,n_classes), (B,T,V) or (B,Tt,Vt). */
 TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m);
 /* Find a parameter by its torch name; NULL if none. */
 TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name);
+/* Every parameter as one contiguous float array (grads 0), or every gradient as another with the same
+   layout (grads 1; NULL for an inference_only model); *n (may be NULL) receives its length. Parameter i
+   is at params[i].offset in both. The gaps the 64-byte alignment leaves between parameters hold zeros.
+   For an optimizer of your own, or one all-reduce of the gradients across processes. */
+TFMDEF float *tfm_model_flat(tfm_model *m, int grads, int64_t *n);
+/* In data-parallel training, this process's rows are rows row0.. of the global batch: dropout masks are
+   drawn as one process running the whole global batch would draw them (with the same pass seed, which
+   every process has when all start from the same model). 0, the default, for a single process. */
+TFMDEF tfm_result tfm_model_set_batch_offset(tfm_model *m, int64_t row0);
 
 /* The keys and values a decoder has computed, kept between decoding calls so that each new position
    costs one row per layer: self-attention rows of every position decoded so far and, for an
@@ -1881,14 +1902,14 @@ static void tfm__relu_backward_cpu(float *dx, const float *dy, const float *x, i
     }
 }
 
-/* y = x * keep / (1-p), keep = hash(seed, i) >= p * 2^24. backward: the same with dy, added to dx. */
-static void tfm__dropout_cpu(float *y, const float *x, int64_t n, float p, uint64_t seed, int accumulate) {
+/* y = x * keep / (1-p), keep = hash(seed, i0 + i) >= p * 2^24. backward: the same with dy, added to dx. */
+static void tfm__dropout_cpu(float *y, const float *x, int64_t n, float p, uint64_t seed, uint64_t i0, int accumulate) {
     uint32_t thr = tfm__drop_threshold(p);
     float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
     int64_t i;
     TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
     for (i = 0; i < n; i++) {
-        float v = tfm__hash24(seed, (uint64_t)i) >= thr ? x[i] * scale : 0.0f;
+        float v = tfm__hash24(seed, i0 + (uint64_t)i) >= thr ? x[i] * scale : 0.0f;
         if (accumulate) y[i] += v;
         else y[i] = v;
     }
@@ -2039,6 +2060,7 @@ typedef struct tfm__attn_args {
     int q_off;
     const float *mask;       /* additive (Tq,Tk) scores mask, batch b's at mask + b * mask_bs */
     int64_t mask_bs;
+    uint64_t drop_i0;        /* dropout masks as if these were elements drop_i0.. of a larger batch */
 } tfm__attn_args;
 
 /* Number of keys query i of batch b may see. */
@@ -2090,7 +2112,7 @@ static void tfm__attention_forward_cpu(const tfm__attn_args *a) {
             if (a->dropout > 0.0f) {
                 Pb = a->tmp + (int64_t)bh * Tq * Tk + (int64_t)i0 * Tk;
                 for (i = 0; i < nq; i++)
-                    tfm__attn_drop_row(Pb + (int64_t)i * Tk, Sb + (int64_t)i * Tk, a, ((int64_t)bh * Tq + i0 + i) * Tk, kn);
+                    tfm__attn_drop_row(Pb + (int64_t)i * Tk, Sb + (int64_t)i * Tk, a, (int64_t)a->drop_i0 + ((int64_t)bh * Tq + i0 + i) * Tk, kn);
             }
             /* out = P v */
             tfm__sgemm(0, 0, nq, D, kn, 1.0f, Pb, Tk, v, a->ldv, 0.0f, o + (int64_t)i0 * a->ldo, a->ldo);
@@ -2115,7 +2137,7 @@ static void tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int 
         const float *go = dout + (int64_t)b * Tq * lddo + h * D;
         const float *P = a->att + (int64_t)bh * Tq * Tk;
         float *G = a->tmp + (int64_t)bh * Tq * Tk;
-        int64_t row0 = (int64_t)bh * Tq * Tk;
+        int64_t row0 = (int64_t)a->drop_i0 + (int64_t)bh * Tq * Tk;
         float *dvb = dv ? dv + (int64_t)b * Tk * lddv + h * D : NULL;
         float *dqb = dq ? dq + (int64_t)b * Tq * lddq + h * D : NULL;
         float *dkb = dk ? dk + (int64_t)b * Tk * lddk + h * D : NULL;
@@ -2234,9 +2256,11 @@ static void tfm__op_act_bwd(tfm_device dev, int act, float *dx, const float *dy,
     if (act == TFM_ACT_RELU) tfm__relu_backward_cpu(dx, dy, x, n, acc);
     else tfm__gelu_backward_cpu(dx, dy, x, n, act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF, acc);
 }
-static void tfm__op_dropout(tfm_device dev, float *y, const float *x, int64_t n, float p, uint64_t seed, int acc) {
+/* element i's mask is hash(seed, i0 + i) */
+static void tfm__op_dropout(tfm_device dev, float *y, const float *x, int64_t n, float p, uint64_t seed, uint64_t i0,
+                            int acc) {
     TFM__ON_CPU(dev);
-    tfm__dropout_cpu(y, x, n, p, seed, acc);
+    tfm__dropout_cpu(y, x, n, p, seed, i0, acc);
 }
 static void tfm__op_embedding(tfm_device dev, float *y, const int32_t *ids, const float *w, float scale, int64_t N,
                               int64_t C) {
@@ -2612,7 +2636,7 @@ TFMDEF tfm_result tfm_dropout_forward(tfm_tensor *y, const tfm_tensor *x, float 
     if (!training || p == 0.0f) {
         if (y->data != x->data) tfm__op_copy(y->device, y->data, x->data, tfm_numel(x));
     } else {
-        tfm__op_dropout(y->device, y->data, x->data, tfm_numel(x), p, seed, 0);
+        tfm__op_dropout(y->device, y->data, x->data, tfm_numel(x), p, seed, 0, 0);
     }
     return TFM_OK;
 }
@@ -2625,7 +2649,7 @@ TFMDEF tfm_result tfm_dropout_backward(tfm_tensor *dx, const tfm_tensor *dy, flo
     TFM__TRY(tfm__chk_p(fn, p));
     if (!dx) return TFM_OK;
     if (!training || p == 0.0f) tfm__op_add(dx->device, dx->data, dx->data, dy->data, tfm_numel(dy));
-    else tfm__op_dropout(dx->device, dx->data, dy->data, tfm_numel(dy), p, seed, 1);
+    else tfm__op_dropout(dx->device, dx->data, dy->data, tfm_numel(dy), p, seed, 0, 1);
     return TFM_OK;
 }
 
@@ -2827,6 +2851,7 @@ TFMDEF tfm_result tfm_cls_pool_backward(tfm_tensor *dx, const tfm_tensor *dy) {
 static tfm_result tfm__chk_attn_opts(const char *fn, const tfm_attn_opts *o, int64_t B, int64_t Tq, int64_t Tk) {
     if (!o) return TFM_OK;
     TFM__TRY(tfm__chk_lens(fn, "opts.key_lens", o->key_lens, B, Tk));
+    if (o->batch_offset < 0) return tfm__fail(TFM_E_ARG, "%s: opts.batch_offset %lld is negative", fn, (long long)o->batch_offset);
     if (o->mask) {
         int64_t i, n = (o->mask_per_batch ? B : 1) * Tq * Tk;
         for (i = 0; i < n; i++)
@@ -2855,6 +2880,7 @@ static void tfm__attn_setup(tfm__attn_args *a, int B, int H, int Tq, int Tk, int
         a->scale = o->scale;
         a->mask = o->mask;
         a->mask_bs = o->mask_per_batch ? (int64_t)Tq * Tk : 0;
+        a->drop_i0 = (uint64_t)(o->batch_offset * H * Tq * Tk);
     }
     if (a->scale == 0.0f) a->scale = 1.0f / sqrtf((float)a->D);
 }
@@ -3384,10 +3410,12 @@ static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, 
         o.causal = bo->causal;
         o.key_lens = bo->key_lens;
         o.mask = bo->mask;
+        o.batch_offset = bo->batch_offset;
         o.mask_per_batch = bo->mask_per_batch;
         tfm__mha_fwd(&blk->self_attn, v, u, NULL, blk->B, blk->T, blk->T, &o, kc, layer);
     } else if (s == 1 && d->cross) {
         o.key_lens = bo->kv_lens;
+        o.batch_offset = bo->batch_offset;
         tfm__mha_fwd(&blk->cross_attn, v, u, blk->xkv, blk->B, blk->T, blk->Tk, &o, kc, layer);
     } else {
         tfm__op_linear(blk->device, blk->ff_pre, F, u, C, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F);
@@ -3437,7 +3465,8 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
             tfm__block_sub_fwd(blk, s, v, xs, kc, layer);
         }
         if (opts->training && d->dropout > 0.0f)
-            tfm__op_dropout(blk->device, v, v, N * C, d->dropout, tfm__seed_mix(opts->seed, TFM__SITE_RESIDUAL + (uint64_t)s), 0);
+            tfm__op_dropout(blk->device, v, v, N * C, d->dropout, tfm__seed_mix(opts->seed, TFM__SITE_RESIDUAL + (uint64_t)s),
+                            (uint64_t)(opts->batch_offset * T * C), 0);
         if (d->norm_first) {
             tfm__op_add(blk->device, out, xs, v, N * C);
         } else {
@@ -3463,12 +3492,13 @@ static void tfm__block_bwd(tfm_block *blk, float *dx, float *dxkv, const float *
         tfm_layernorm *ln = &blk->norm[s];
         int drop = blk->opts.training && d->dropout > 0.0f;
         uint64_t seed = tfm__seed_mix(blk->opts.seed, TFM__SITE_RESIDUAL + (uint64_t)s);
+        uint64_t i0 = (uint64_t)(blk->opts.batch_offset * blk->T * C);
         which ^= 1;
         if (d->norm_first) {
             tfm__op_copy(blk->device, dprev, g, N * C); /* residual */
             dv = g;
             if (drop) {
-                tfm__op_dropout(blk->device, blk->sub_out, g, N * C, d->dropout, seed, 0);
+                tfm__op_dropout(blk->device, blk->sub_out, g, N * C, d->dropout, seed, i0, 0);
                 dv = blk->sub_out;
             }
             tfm__op_zero(blk->device, blk->d_u, N * C);
@@ -3480,7 +3510,7 @@ static void tfm__block_bwd(tfm_block *blk, float *dx, float *dxkv, const float *
             tfm__op_copy(blk->device, dprev, blk->d_u, N * C); /* residual */
             dv = blk->d_u;
             if (drop) {
-                tfm__op_dropout(blk->device, blk->sub_out, blk->d_u, N * C, d->dropout, seed, 0);
+                tfm__op_dropout(blk->device, blk->sub_out, blk->d_u, N * C, d->dropout, seed, i0, 0);
                 dv = blk->sub_out;
             }
             tfm__block_sub_bwd(blk, s, dprev, dv, dxkv);
@@ -3583,7 +3613,7 @@ struct tfm__model_impl {
     tfm_linear head;                /* classifier (n_classes,C) or output (V,C); weight aliases an embedding when tied */
     /* activations: embedded inputs, per-layer outputs, final norms, pooling, logits */
     float *enc_x, *dec_x, *enc_buf, *dec_buf, *enc_ln, *dec_ln, *pooled, *logits, *lse;
-    int32_t *lens, *targets;
+    int32_t *lens, *targets, *ids, *tgt_ids; /* copies of the batch's lengths, targets and ids */
     /* backward scratch */
     float *d_enc_x, *d_enc_y, *d_dec_x, *d_dec_y, *d_pooled, *d_logits;
     double *gnorm_parts;            /* per-parameter squared gradient norms */
@@ -3596,7 +3626,7 @@ struct tfm__model_impl {
     /* state */
     int training, has_grad;
     tfm_rng rng;                    /* draws each training forward's dropout seed */
-    uint64_t stream;                /* this process's dropout stream (0: the single-process one) */
+    int64_t batch_offset;           /* this process's first row in a data-parallel global batch */
     tfm_device device;
     void *owned;                    /* memory the library allocated */
 };
@@ -3694,6 +3724,7 @@ static void tfm__reg(tfm_model *m, tfm_rng *rng, const tfm_tensor *value, const 
     vsnprintf(p->name, sizeof p->name, fmt, ap);
     va_end(ap);
     p->value = *value;
+    p->offset = (int64_t)((unsigned char *)value->data - (m->impl->mem_base + m->impl->off_params)) / (int64_t)sizeof(float);
     if (grad) p->grad = *grad;
     p->decay = decay;
     m->n_weights += tfm_numel(value);
@@ -3867,6 +3898,8 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     m->impl->logits = tfm__carve(&mem->acts, (size_t)(rows_out * n_out));
     m->impl->lse = tfm__carve(&mem->acts, (size_t)rows_out);
     m->impl->targets = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)rows_out * sizeof(int32_t));
+    m->impl->ids = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)(B * T) * sizeof(int32_t));
+    if (encdec) m->impl->tgt_ids = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)(B * Tt) * sizeof(int32_t));
     m->impl->lens = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)B * sizeof(int32_t));
     m->impl->gnorm_parts = (double *)tfm_arena_alloc(&mem->acts, (size_t)(m->n_params + 1) * sizeof(double));
     mem->scratch.used = mark;
@@ -4004,6 +4037,20 @@ TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name) {
     return NULL;
 }
 
+TFMDEF float *tfm_model_flat(tfm_model *m, int grads, int64_t *n) {
+    if (n) *n = 0;
+    if (!m || !m->impl || (grads && !m->impl->has_grad)) return NULL;
+    if (n) *n = (int64_t)(m->impl->n_param_bytes / sizeof(float));
+    return (float *)(m->impl->mem_base + (grads ? m->impl->off_grads : m->impl->off_params));
+}
+
+TFMDEF tfm_result tfm_model_set_batch_offset(tfm_model *m, int64_t row0) {
+    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "tfm_model_set_batch_offset: model is NULL or not initialised");
+    if (row0 < 0) return tfm__fail(TFM_E_ARG, "tfm_model_set_batch_offset: row0 %lld is negative", (long long)row0);
+    m->impl->batch_offset = row0;
+    return TFM_OK;
+}
+
 TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m) {
     tfm_tensor t;
     memset(&t, 0, sizeof t);
@@ -4013,36 +4060,61 @@ TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m) {
     return tfm_tensor3(m->impl->logits, m->impl->B, m->impl->Tt, m->cfg.tgt_vocab_size);
 }
 
+/* B rows of n ids, row stride ld, each in [0,V) (or ignore when allow_ignore). */
+static tfm_result tfm__chk_rows(const char *fn, const char *name, const int32_t *ids, int64_t B, int64_t n, int64_t ld,
+                                int64_t V, int allow_ignore, int ignore) {
+    int64_t b, i;
+    if (!ids) return tfm__fail(TFM_E_ARG, "%s: %s is NULL", fn, name);
+    for (b = 0; b < B; b++)
+        for (i = 0; i < n; i++) {
+            int32_t v = ids[b * ld + i];
+            if ((v < 0 || v >= V) && !(allow_ignore && v == ignore))
+                return tfm__fail(TFM_E_ARG, "%s: %s[%lld][%lld] = %d is outside [0,%lld)%s", fn, name, (long long)b,
+                                 (long long)i, (int)v, (long long)V, allow_ignore ? " and is not ignore_index" : "");
+        }
+    return TFM_OK;
+}
+
 static tfm_result tfm__chk_batch(const char *fn, const tfm_model *m, const tfm_batch *b) {
     const tfm_config *c = &m->cfg;
-    int64_t i, n;
+    int kind = c->kind;
     if (!b) return tfm__fail(TFM_E_ARG, "%s: batch is NULL", fn);
     if (b->batch < 1 || b->batch > c->max_batch)
         return tfm__fail(TFM_E_SHAPE, "%s: batch.batch %d is outside [1,%d] (cfg.max_batch)", fn, b->batch, c->max_batch);
     if (b->len < 1 || b->len > c->max_seq_len)
         return tfm__fail(TFM_E_SHAPE, "%s: batch.len %d is outside [1,%d] (cfg.max_seq_len)", fn, b->len, c->max_seq_len);
-    TFM__TRY(tfm__chk_ids(fn, b->tokens, (int64_t)b->batch * b->len, c->vocab_size));
+    if (b->stride != 0 && b->stride < b->len)
+        return tfm__fail(TFM_E_ARG, "%s: batch.stride %d is less than batch.len %d", fn, b->stride, b->len);
+    TFM__TRY(tfm__chk_rows(fn, "batch.tokens", b->tokens, b->batch, b->len, b->stride ? b->stride : b->len,
+                           c->vocab_size, 0, 0));
     TFM__TRY(tfm__chk_lens(fn, "batch.lens", b->lens, b->batch, b->len));
-    if (c->kind == TFM_MODEL_ENCODER_DECODER) {
+    if (kind == TFM_MODEL_ENCODER_DECODER) {
         if (b->tgt_len < 1 || b->tgt_len > c->max_tgt_len)
             return tfm__fail(TFM_E_SHAPE, "%s: batch.tgt_len %d is outside [1,%d] (cfg.max_tgt_len)", fn, b->tgt_len,
                              c->max_tgt_len);
+        if (b->tgt_stride != 0 && b->tgt_stride < b->tgt_len)
+            return tfm__fail(TFM_E_ARG, "%s: batch.tgt_stride %d is less than batch.tgt_len %d", fn, b->tgt_stride, b->tgt_len);
         if (!b->tgt_in) return tfm__fail(TFM_E_ARG, "%s: batch.tgt_in is NULL (an encoder-decoder needs decoder inputs)", fn);
-        TFM__TRY(tfm__chk_ids(fn, b->tgt_in, (int64_t)b->batch * b->tgt_len, c->tgt_vocab_size));
+        TFM__TRY(tfm__chk_rows(fn, "batch.tgt_in", b->tgt_in, b->batch, b->tgt_len,
+                               b->tgt_stride ? b->tgt_stride : b->tgt_len, c->tgt_vocab_size, 0, 0));
     }
     if (b->targets) {
-        int64_t lim = c->kind == TFM_MODEL_ENCODER_CLASSIFIER ? c->n_classes
-                      : c->kind == TFM_MODEL_DECODER_LM      ? c->vocab_size
-                                                       : c->tgt_vocab_size;
-        n = c->kind == TFM_MODEL_ENCODER_CLASSIFIER ? b->batch
-            : c->kind == TFM_MODEL_DECODER_LM      ? (int64_t)b->batch * b->len
-                                             : (int64_t)b->batch * b->tgt_len;
-        for (i = 0; i < n; i++)
-            if (b->targets[i] != c->ignore_index && (b->targets[i] < 0 || b->targets[i] >= lim))
-                return tfm__fail(TFM_E_ARG, "%s: batch.targets[%lld] = %d is outside [0,%lld) and is not ignore_index %d", fn,
-                                 (long long)i, (int)b->targets[i], (long long)lim, c->ignore_index);
+        if (kind == TFM_MODEL_ENCODER_CLASSIFIER)
+            TFM__TRY(tfm__chk_rows(fn, "batch.targets", b->targets, 1, b->batch, b->batch, c->n_classes, 1, c->ignore_index));
+        else if (kind == TFM_MODEL_DECODER_LM)
+            TFM__TRY(tfm__chk_rows(fn, "batch.targets", b->targets, b->batch, b->len, b->stride ? b->stride : b->len,
+                                   c->vocab_size, 1, c->ignore_index));
+        else
+            TFM__TRY(tfm__chk_rows(fn, "batch.targets", b->targets, b->batch, b->tgt_len,
+                                   b->tgt_stride ? b->tgt_stride : b->tgt_len, c->tgt_vocab_size, 1, c->ignore_index));
     }
     return TFM_OK;
+}
+
+/* n rows of len ids, row stride ld, into a packed (n, len) copy. */
+static void tfm__copy_ids(int32_t *dst, const int32_t *src, int64_t n, int64_t len, int64_t ld) {
+    int64_t r;
+    for (r = 0; r < n; r++) memcpy(dst + r * len, src + r * ld, (size_t)len * sizeof(int32_t));
 }
 
 /* token embedding (* sqrt(C)), positions p0.., dropout: x (B,T,C) */
@@ -4053,7 +4125,8 @@ static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, int B, in
     tfm__op_embedding(m->impl->device, x, ids, emb->data, scale, N, C);
     if (pos->data) tfm__op_pos_add(m->impl->device, x, x, pos->data + (int64_t)p0 * C, B, T, C);
     if (m->impl->training && m->cfg.dropout > 0.0f)
-        tfm__op_dropout(m->impl->device, x, x, N * C, m->cfg.dropout, tfm__seed_mix(m->impl->fwd_seed, site), 0);
+        tfm__op_dropout(m->impl->device, x, x, N * C, m->cfg.dropout, tfm__seed_mix(m->impl->fwd_seed, site),
+                        (uint64_t)(m->impl->batch_offset * T * C), 0);
 }
 
 static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, int B, int T, const tfm_tensor *demb,
@@ -4061,7 +4134,8 @@ static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, int B, in
     int64_t C = m->cfg.d_model, N = (int64_t)B * T;
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
     if (m->impl->training && m->cfg.dropout > 0.0f)
-        tfm__op_dropout(m->impl->device, g, g, N * C, m->cfg.dropout, tfm__seed_mix(m->impl->fwd_seed, site), 0);
+        tfm__op_dropout(m->impl->device, g, g, N * C, m->cfg.dropout, tfm__seed_mix(m->impl->fwd_seed, site),
+                        (uint64_t)(m->impl->batch_offset * T * C), 0);
     if (dpos && dpos->data) tfm__op_pos_bwd(m->impl->device, dpos->data, g, B, T, C);
     tfm__op_embedding_bwd(m->impl->device, demb->data, g, ids, scale, N, C);
 }
@@ -4079,6 +4153,7 @@ static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, in
     o.key_lens = lens;
     o.kv_lens = mem_lens;
     o.training = m->impl->training;
+    o.batch_offset = m->impl->batch_offset;
     for (l = 0; l < n; l++) {
         float *out = buf + l * BTC;
         o.seed = tfm__seed_mix(m->impl->fwd_seed, site + (uint64_t)l);
@@ -4136,10 +4211,10 @@ static const float *tfm__decoder_fwd(tfm_model *m, const int32_t *ids, int B, in
                           memory, B, T, S, 1, NULL, mem_lens, encdec ? TFM__SITE_DEC_STACK : TFM__SITE_STACK, kc);
 }
 
-TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *loss) {
+TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *loss, int64_t *n_counted) {
     const tfm_config *c;
     int B, T, Tt = 0, kind;
-    int64_t C, i, rows, n_out;
+    int64_t C, i, rows, n_out, counted = 0;
     const float *h;
     const int32_t *lens;
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "tfm_model_forward: model is NULL or not initialised");
@@ -4156,18 +4231,22 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     m->impl->has_lens = b->lens != NULL;
     if (b->lens) memcpy(m->impl->lens, b->lens, (size_t)B * sizeof(int32_t));
     lens = b->lens ? m->impl->lens : NULL;
-    m->impl->tokens = b->tokens;
-    m->impl->tgt_in = b->tgt_in;
+    tfm__copy_ids(m->impl->ids, b->tokens, B, T, b->stride ? b->stride : T);
+    m->impl->tokens = m->impl->ids;
+    if (kind == TFM_MODEL_ENCODER_DECODER) {
+        tfm__copy_ids(m->impl->tgt_ids, b->tgt_in, B, Tt, b->tgt_stride ? b->tgt_stride : Tt);
+        m->impl->tgt_in = m->impl->tgt_ids;
+    }
     m->impl->gen_replaced = 0;
     if (m->impl->training) m->impl->fwd_seed = tfm_rng_u64(&m->impl->rng);
 
     if (kind == TFM_MODEL_DECODER_LM) {
-        h = tfm__decoder_fwd(m, b->tokens, B, T, NULL, 0, NULL, NULL);
+        h = tfm__decoder_fwd(m, m->impl->tokens, B, T, NULL, 0, NULL, NULL);
     } else {
-        h = tfm__encoder_fwd(m, b->tokens, B, T, lens);
+        h = tfm__encoder_fwd(m, m->impl->tokens, B, T, lens);
         if (kind == TFM_MODEL_ENCODER_DECODER) {
             m->impl->memory = h;
-            h = tfm__decoder_fwd(m, b->tgt_in, B, Tt, m->impl->memory, T, lens, NULL);
+            h = tfm__decoder_fwd(m, m->impl->tgt_in, B, Tt, m->impl->memory, T, lens, NULL);
         }
     }
     m->impl->top = h;
@@ -4184,13 +4263,17 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     m->impl->has_targets = b->targets != NULL;
     m->impl->last_loss = 0.0f;
     if (b->targets) {
-        memcpy(m->impl->targets, b->targets, (size_t)rows * sizeof(int32_t));
+        if (kind == TFM_MODEL_ENCODER_CLASSIFIER) tfm__copy_ids(m->impl->targets, b->targets, 1, B, B);
+        else if (kind == TFM_MODEL_DECODER_LM) tfm__copy_ids(m->impl->targets, b->targets, B, T, b->stride ? b->stride : T);
+        else tfm__copy_ids(m->impl->targets, b->targets, B, Tt, b->tgt_stride ? b->tgt_stride : Tt);
         if (kind == TFM_MODEL_DECODER_LM && b->lens) /* positions past a sequence's length do not count */
             for (i = 0; i < rows; i++)
                 if (i % T >= b->lens[i / T]) m->impl->targets[i] = c->ignore_index;
-        m->impl->last_loss = tfm__op_cross_entropy(m->impl->device, m->impl->lse, m->impl->logits, m->impl->targets, c->ignore_index, c->label_smoothing, rows, n_out, NULL);
+        m->impl->last_loss = tfm__op_cross_entropy(m->impl->device, m->impl->lse, m->impl->logits, m->impl->targets,
+                                                   c->ignore_index, c->label_smoothing, rows, n_out, &counted);
     }
     if (loss) *loss = m->impl->last_loss;
+    if (n_counted) *n_counted = counted;
     return TFM_OK;
 }
 
@@ -4243,19 +4326,48 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     return TFM_OK;
 }
 
-TFMDEF float tfm_optim_lr(const tfm_optim *o, int64_t s) {
-    double lr, w;
-    if (!o) return 0.0f;
-    lr = o->lr;
-    w = o->warmup_steps > 0 ? o->warmup_steps : 0;
-    if (s < 1) s = 1;
+/* opt with defaults applied and checked (*out), for step s; the one check of tfm_model_step and
+   tfm_optim_lr. */
+static tfm_result tfm__optim_resolve(const char *fn, const tfm_optim *opt, int64_t s, tfm_optim *out) {
+    tfm_optim o;
+    if (!opt) return tfm__fail(TFM_E_ARG, "%s: opt is NULL", fn);
+    o = *opt;
+    if (!(o.lr > 0.0f) || !isfinite(o.lr)) return tfm__fail(TFM_E_ARG, "%s: opt.lr %g: required, finite and > 0", fn, (double)o.lr);
+    if (o.beta1 == 0.0f) o.beta1 = 0.9f;
+    if (o.beta2 == 0.0f) o.beta2 = 0.999f;
+    if (o.eps == 0.0f) o.eps = 1e-8f;
+    if (!(o.beta1 > 0.0f && o.beta1 < 1.0f) || !(o.beta2 > 0.0f && o.beta2 < 1.0f) || !(o.eps > 0.0f) ||
+        !(o.weight_decay >= 0.0f) || !(o.clip_norm >= 0.0f) || !(o.min_lr >= 0.0f && o.min_lr <= o.lr) ||
+        !isfinite(o.weight_decay) || !isfinite(o.clip_norm) || !isfinite(o.eps))
+        return tfm__fail(TFM_E_ARG, "%s: opt has beta1 %g, beta2 %g, eps %g, weight_decay %g, clip_norm %g, min_lr %g: want "
+                         "betas in (0,1), eps > 0, min_lr in [0, lr], the rest finite and >= 0", fn, (double)o.beta1,
+                         (double)o.beta2, (double)o.eps, (double)o.weight_decay, (double)o.clip_norm, (double)o.min_lr);
+    if ((int)o.schedule < 0 || (int)o.schedule > 2)
+        return tfm__fail(TFM_E_ARG, "%s: opt.schedule %d is not a tfm_schedule", fn, (int)o.schedule);
+    if (o.warmup_steps < 0 || o.total_steps < 0)
+        return tfm__fail(TFM_E_ARG, "%s: opt.warmup_steps %d and opt.total_steps %d must be >= 0", fn, o.warmup_steps,
+                         o.total_steps);
+    if (s < 1) return tfm__fail(TFM_E_ARG, "%s: step %lld: steps count from 1", fn, (long long)s);
+    if (o.schedule == TFM_SCHED_COSINE) {
+        if (o.total_steps <= o.warmup_steps)
+            return tfm__fail(TFM_E_ARG, "%s: opt.total_steps %d must exceed opt.warmup_steps %d for the cosine schedule", fn,
+                             o.total_steps, o.warmup_steps);
+        if (s > o.total_steps)
+            return tfm__fail(TFM_E_ARG, "%s: step %lld is past opt.total_steps %d: the cosine schedule has ended (raise "
+                             "total_steps to go on)", fn, (long long)s, o.total_steps);
+    }
+    *out = o;
+    return TFM_OK;
+}
+
+/* The rate of step s (>= 1) under a resolved opt. */
+static float tfm__lr(const tfm_optim *o, int64_t s) {
+    double lr = o->lr, w = o->warmup_steps > 0 ? o->warmup_steps : 0;
     switch (o->schedule) {
     case TFM_SCHED_COSINE: {
-        double span, p;
+        double p;
         if (w > 0 && s <= w) return (float)(lr * (double)s / w);
-        span = (double)o->total_steps - w;
-        p = span > 0 ? ((double)s - w) / span : 1.0;
-        if (p > 1.0) p = 1.0;
+        p = ((double)s - w) / ((double)o->total_steps - w);
         return (float)(o->min_lr + 0.5 * (lr - o->min_lr) * (1.0 + cos(3.141592653589793 * p)));
     }
     case TFM_SCHED_INV_SQRT: {
@@ -4266,6 +4378,15 @@ TFMDEF float tfm_optim_lr(const tfm_optim *o, int64_t s) {
         if (w > 0 && s < w) return (float)(lr * (double)s / w);
         return (float)lr;
     }
+}
+
+TFMDEF tfm_result tfm_optim_lr(const tfm_optim *opt, int64_t s, float *lr) {
+    tfm_optim o;
+    memset(&o, 0, sizeof o);
+    if (!lr) return tfm__fail(TFM_E_ARG, "tfm_optim_lr: lr is NULL");
+    TFM__TRY(tfm__optim_resolve("tfm_optim_lr", opt, s, &o));
+    *lr = tfm__lr(&o, s);
+    return TFM_OK;
 }
 
 /* One AdamW update of n consecutive parameters:
@@ -4304,26 +4425,10 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
     double total = 0.0, bc1, bc2;
     float scale = 1.0f, lr;
     int i;
+    memset(&o, 0, sizeof o);
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     if (!m->impl->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
-    if (!opt) return tfm__fail(TFM_E_ARG, "%s: opt is NULL", fn);
-    o = *opt;
-    if (!(o.lr > 0.0f) || !isfinite(o.lr)) return tfm__fail(TFM_E_ARG, "%s: opt.lr %g: required, finite and > 0", fn, (double)o.lr);
-    if (o.beta1 == 0.0f) o.beta1 = 0.9f;
-    if (o.beta2 == 0.0f) o.beta2 = 0.999f;
-    if (o.eps == 0.0f) o.eps = 1e-8f;
-    if (!(o.beta1 > 0.0f && o.beta1 < 1.0f) || !(o.beta2 > 0.0f && o.beta2 < 1.0f) || !(o.eps > 0.0f) ||
-        !(o.weight_decay >= 0.0f) || !(o.clip_norm >= 0.0f) || !(o.min_lr >= 0.0f) || !isfinite(o.weight_decay) ||
-        !isfinite(o.clip_norm))
-        return tfm__fail(TFM_E_ARG, "%s: opt has beta1 %g, beta2 %g, eps %g, weight_decay %g, clip_norm %g, min_lr %g: want "
-                         "betas in (0,1), eps > 0, the rest finite and >= 0", fn, (double)o.beta1, (double)o.beta2,
-                         (double)o.eps, (double)o.weight_decay, (double)o.clip_norm, (double)o.min_lr);
-    if ((int)o.schedule < 0 || (int)o.schedule > 2)
-        return tfm__fail(TFM_E_ARG, "%s: opt.schedule %d is not a tfm_schedule", fn, (int)o.schedule);
-    if (o.warmup_steps < 0) return tfm__fail(TFM_E_ARG, "%s: opt.warmup_steps %d is negative", fn, o.warmup_steps);
-    if (o.schedule == TFM_SCHED_COSINE && o.total_steps <= o.warmup_steps)
-        return tfm__fail(TFM_E_ARG, "%s: opt.total_steps %d must exceed opt.warmup_steps %d for the cosine schedule", fn,
-                         o.total_steps, o.warmup_steps);
+    TFM__TRY(tfm__optim_resolve(fn, opt, m->step + 1, &o));
     /* global gradient norm: each parameter's squares summed in double over 8 interleaved partial sums
        (a fixed order that vectorizes), then the parameters summed in registry order */
     TFM__OMP(omp parallel for schedule(dynamic) if (m->n_weights > 65536 && !tfm__in_parallel()))
@@ -4347,7 +4452,7 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
         if (s < 1.0) scale = (float)s;
     }
     m->step++;
-    lr = tfm_optim_lr(&o, m->step);
+    lr = tfm__lr(&o, m->step);
     bc1 = 1.0 - pow((double)o.beta1, (double)m->step);
     bc2 = 1.0 - pow((double)o.beta2, (double)m->step);
     for (i = 0; i < m->n_params; i++) {

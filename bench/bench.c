@@ -255,7 +255,7 @@ static double train_step(tfm_model *m, const tfm_batch *batch, const tfm_optim *
     double t0 = now_s();
     tfm_result r;
     tfm_model_zero_grad(m);
-    if ((r = tfm_model_forward(m, batch, loss)) != TFM_OK) die_tfm("tfm_model_forward", r);
+    if ((r = tfm_model_forward(m, batch, loss, NULL)) != TFM_OK) die_tfm("tfm_model_forward", r);
     if ((r = tfm_model_backward(m, 1.0f)) != TFM_OK) die_tfm("tfm_model_backward", r);
     if ((r = tfm_model_step(m, opt, NULL)) != TFM_OK) die_tfm("tfm_model_step", r);
     return now_s() - t0;
@@ -307,10 +307,10 @@ static int run_model(const bench_cfg *bc, int threads, int train_only) {
 
     /* forward only, eval mode, with the loss */
     tfm_model_train(m, 0);
-    if ((r = tfm_model_forward(m, &d.batch, &loss)) != TFM_OK) die_tfm("tfm_model_forward (eval)", r);
+    if ((r = tfm_model_forward(m, &d.batch, &loss, NULL)) != TFM_OK) die_tfm("tfm_model_forward (eval)", r);
     for (i = 0; i < fwd_reps; i++) {
         t0 = now_s();
-        if ((r = tfm_model_forward(m, &d.batch, &loss)) != TFM_OK) die_tfm("tfm_model_forward (eval)", r);
+        if ((r = tfm_model_forward(m, &d.batch, &loss, NULL)) != TFM_OK) die_tfm("tfm_model_forward (eval)", r);
         times[i] = now_s() - t0;
     }
     fwd_ms = 1e3 * median(times, fwd_reps);
@@ -406,12 +406,12 @@ static int run_dump(const bench_cfg *bc, const char *path) {
     dump_ids(f, "targets", d.targets, (int64_t)data_n_targets(bc));
     tfm_model_train(m, 1);
     tfm_model_zero_grad(m);
-    if ((r = tfm_model_forward(m, &d.batch, &loss0)) != TFM_OK) die_tfm("tfm_model_forward", r);
+    if ((r = tfm_model_forward(m, &d.batch, &loss0, NULL)) != TFM_OK) die_tfm("tfm_model_forward", r);
     lg = tfm_model_logits(m);
     dump_floats(f, "floats", "logits", lg.data, tfm_numel(&lg));
     if ((r = tfm_model_backward(m, 1.0f)) != TFM_OK) die_tfm("tfm_model_backward", r);
     if ((r = tfm_model_step(m, &d.opt, &gnorm)) != TFM_OK) die_tfm("tfm_model_step", r);
-    if ((r = tfm_model_forward(m, &d.batch, &loss1)) != TFM_OK) die_tfm("tfm_model_forward", r);
+    if ((r = tfm_model_forward(m, &d.batch, &loss1, NULL)) != TFM_OK) die_tfm("tfm_model_forward", r);
     fprintf(f, "scalars loss0=%.9g grad_norm=%.9g loss1=%.9g\n", (double)loss0, (double)gnorm, (double)loss1);
     fclose(f);
     printf("DUMP name=%s file=%s params=%lld loss0=%.6f grad_norm=%.6f loss1=%.6f\n", bc->name, path,

@@ -100,7 +100,7 @@ static int tc2_model(void) {
         return 1;
     }
     tfm_model_zero_grad(&m);
-    r = tfm_model_forward(&m, &b, &loss);
+    r = tfm_model_forward(&m, &b, &loss, NULL);
     if (r == TFM_OK) r = tfm_model_backward(&m, 1.0f);
     if (r == TFM_OK) r = tfm_model_step(&m, &opt, &norm);
     tfm_model_free(&m);

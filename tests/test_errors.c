@@ -1456,8 +1456,8 @@ static void err_model(void) {
         tfm_model z;
         memset(&z, 0, sizeof z);
         memset(&b, 0, sizeof b);
-        CHECK_ERR(tfm_model_forward(NULL, &b, &loss), TFM_E_ARG, "tfm_model_forward");
-        CHECK_ERR(tfm_model_forward(&z, &b, &loss), TFM_E_ARG, "tfm_model_forward");
+        CHECK_ERR(tfm_model_forward(NULL, &b, &loss, NULL), TFM_E_ARG, "tfm_model_forward");
+        CHECK_ERR(tfm_model_forward(&z, &b, &loss, NULL), TFM_E_ARG, "tfm_model_forward");
         CHECK_ERR(tfm_model_backward(NULL, 1.0f), TFM_E_ARG, "tfm_model_backward");
         CHECK_ERR(tfm_model_backward(&z, 1.0f), TFM_E_ARG, "tfm_model_backward");
         o.lr = 1e-3f;
@@ -1471,7 +1471,10 @@ static void err_model(void) {
         tfm_model_zero_grad(NULL);
         tfm_model_zero_grad(&z);
         tfm_model_free(NULL);
-        CHECK(tfm_optim_lr(NULL, 1) == 0.0f);
+        {
+            float lr;
+            CHECK_ERR(tfm_optim_lr(NULL, 1, &lr), TFM_E_ARG, "tfm_optim_lr");
+        }
     }
     CHECK(tfm_model_param(&m, NULL) == NULL);
     CHECK(tfm_model_param(&m, "no.such.parameter") == NULL);
@@ -1485,37 +1488,37 @@ static void err_model(void) {
     b.len = 4;
     b.tokens = tok;
     b.targets = tgt;
-    CHECK_ERR(tfm_model_forward(&m, NULL, &loss), TFM_E_ARG, "tfm_model_forward");
+    CHECK_ERR(tfm_model_forward(&m, NULL, &loss, NULL), TFM_E_ARG, "tfm_model_forward");
     b.batch = 3;
-    CHECK_ERR(tfm_model_forward(&m, &b, &loss), TFM_E_SHAPE, "tfm_model_forward");
+    CHECK_ERR(tfm_model_forward(&m, &b, &loss, NULL), TFM_E_SHAPE, "tfm_model_forward");
     ERR_HAS("3");
     ERR_HAS("max_batch");
     b.batch = 0;
-    CHECK_ERR(tfm_model_forward(&m, &b, &loss), TFM_E_SHAPE, "tfm_model_forward");
+    CHECK_ERR(tfm_model_forward(&m, &b, &loss, NULL), TFM_E_SHAPE, "tfm_model_forward");
     b.batch = 2;
     b.len = 5;
-    CHECK_ERR(tfm_model_forward(&m, &b, &loss), TFM_E_SHAPE, "tfm_model_forward");
+    CHECK_ERR(tfm_model_forward(&m, &b, &loss, NULL), TFM_E_SHAPE, "tfm_model_forward");
     ERR_HAS("5");
     ERR_HAS("max_seq_len");
     b.len = 4;
     b.tokens = NULL;
-    CHECK_ERR(tfm_model_forward(&m, &b, &loss), TFM_E_ARG, "tfm_model_forward");
+    CHECK_ERR(tfm_model_forward(&m, &b, &loss, NULL), TFM_E_ARG, "tfm_model_forward");
     b.tokens = tok;
     tok[7] = 11;
-    CHECK_ERR(tfm_model_forward(&m, &b, &loss), TFM_E_ARG, "tfm_model_forward");
+    CHECK_ERR(tfm_model_forward(&m, &b, &loss, NULL), TFM_E_ARG, "tfm_model_forward");
     ERR_HAS("11");
     tok[7] = -3;
-    CHECK_ERR(tfm_model_forward(&m, &b, &loss), TFM_E_ARG, "tfm_model_forward");
+    CHECK_ERR(tfm_model_forward(&m, &b, &loss, NULL), TFM_E_ARG, "tfm_model_forward");
     ERR_HAS("-3");
     tok[7] = 1;
     tgt[7] = 11;
-    CHECK_ERR(tfm_model_forward(&m, &b, &loss), TFM_E_ARG, "tfm_model_forward");
+    CHECK_ERR(tfm_model_forward(&m, &b, &loss, NULL), TFM_E_ARG, "tfm_model_forward");
     ERR_HAS("11");
     tgt[7] = -100; /* ignore_index defaults to -100 */
     lens[0] = 4;
     lens[1] = 5;
     b.lens = lens;
-    CHECK_ERR(tfm_model_forward(&m, &b, &loss), TFM_E_ARG, "tfm_model_forward");
+    CHECK_ERR(tfm_model_forward(&m, &b, &loss, NULL), TFM_E_ARG, "tfm_model_forward");
     ERR_HAS("lens");
     b.lens = NULL;
     CHECK(loss == ERR_SENTINEL);
@@ -1525,11 +1528,11 @@ static void err_model(void) {
     CHECK_ERR(tfm_model_backward(&m, 1.0f), TFM_E_ARG, "tfm_model_backward");
     ERR_HAS("forward");
     b.targets = NULL;
-    CHECK_OK(tfm_model_forward(&m, &b, NULL));
+    CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
     CHECK_ERR(tfm_model_backward(&m, 1.0f), TFM_E_ARG, "tfm_model_backward");
     ERR_HAS("targets");
     b.targets = tgt;
-    CHECK_OK(tfm_model_forward(&m, &b, &loss));
+    CHECK_OK(tfm_model_forward(&m, &b, &loss, NULL));
     CHECK_ERR(tfm_model_backward(&m, (float)NAN), TFM_E_ARG, "tfm_model_backward");
     ERR_HAS("loss_scale");
     tfm_model_zero_grad(&m);
@@ -1576,7 +1579,7 @@ static void err_model(void) {
     CHECK(m.step == 1);
 
     /* inference-only: no backward, no step */
-    CHECK_OK(tfm_model_forward(&inf, &b, &loss));
+    CHECK_OK(tfm_model_forward(&inf, &b, &loss, NULL));
     CHECK_ERR(tfm_model_backward(&inf, 1.0f), TFM_E_ARG, "tfm_model_backward");
     ERR_HAS("inference_only");
     CHECK_ERR(tfm_model_step(&inf, &o, NULL), TFM_E_ARG, "tfm_model_step");
@@ -1585,10 +1588,10 @@ static void err_model(void) {
     /* classifier: one label per sequence, in [0,n_classes) */
     err_ids(tgt, 15, 0);
     tgt[1] = 3;
-    CHECK_ERR(tfm_model_forward(&cl, &b, &loss), TFM_E_ARG, "tfm_model_forward");
+    CHECK_ERR(tfm_model_forward(&cl, &b, &loss, NULL), TFM_E_ARG, "tfm_model_forward");
     ERR_HAS("3");
     tgt[1] = 2;
-    CHECK_OK(tfm_model_forward(&cl, &b, &loss));
+    CHECK_OK(tfm_model_forward(&cl, &b, &loss, NULL));
 
     /* encoder-decoder: decoder inputs required, target length up to max_tgt_len */
     memset(&b, 0, sizeof b);
@@ -1598,20 +1601,20 @@ static void err_model(void) {
     b.tgt_len = 3;
     b.targets = tgt;
     err_ids(tgt, 15, 1);
-    CHECK_ERR(tfm_model_forward(&ed, &b, &loss), TFM_E_ARG, "tfm_model_forward");
+    CHECK_ERR(tfm_model_forward(&ed, &b, &loss, NULL), TFM_E_ARG, "tfm_model_forward");
     ERR_HAS("tgt_in");
     b.tgt_in = tok;
     b.tgt_len = 4;
-    CHECK_ERR(tfm_model_forward(&ed, &b, &loss), TFM_E_SHAPE, "tfm_model_forward");
+    CHECK_ERR(tfm_model_forward(&ed, &b, &loss, NULL), TFM_E_SHAPE, "tfm_model_forward");
     ERR_HAS("max_tgt_len");
     b.tgt_len = 0;
-    CHECK_ERR(tfm_model_forward(&ed, &b, &loss), TFM_E_SHAPE, "tfm_model_forward");
+    CHECK_ERR(tfm_model_forward(&ed, &b, &loss, NULL), TFM_E_SHAPE, "tfm_model_forward");
     b.tgt_len = 3;
     tok[5] = 11; /* in the decoder inputs and the source */
-    CHECK_ERR(tfm_model_forward(&ed, &b, &loss), TFM_E_ARG, "tfm_model_forward");
+    CHECK_ERR(tfm_model_forward(&ed, &b, &loss, NULL), TFM_E_ARG, "tfm_model_forward");
     ERR_HAS("11");
     tok[5] = 1;
-    CHECK_OK(tfm_model_forward(&ed, &b, &loss));
+    CHECK_OK(tfm_model_forward(&ed, &b, &loss, NULL));
 
     /* generation */
     {

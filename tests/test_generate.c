@@ -53,7 +53,7 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
         b.len = n_total;
         b.tokens = seq;
     }
-    CHECK_OK(tfm_model_forward(&m, &b, NULL));
+    CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
     full = (float *)malloc((size_t)(2 * n_total * V) * sizeof(float));
     memcpy(full, tfm_model_logits(&m).data, (size_t)(2 * n_total * V) * sizeof(float));
     CHECK_OK(tfm_kv_cache_init(&kc, &m, 2, 0));
@@ -120,7 +120,7 @@ static void gen_test_greedy(void) {
     b.len = 12;
     b.tokens = seq;
     tfm_model_train(&m, 0);
-    CHECK_OK(tfm_model_forward(&m, &b, NULL));
+    CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
     for (t = 2; t < 11; t++) {
         const float *row = tfm_model_logits(&m).data + (int64_t)t * c.vocab_size;
         int best = 0, j;
@@ -193,10 +193,10 @@ static void gen_test_errors(void) {
         b.len = 3;
         b.tokens = p;
         b.targets = tg;
-        CHECK_OK(tfm_model_forward(&m, &b, NULL));
+        CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
         CHECK_OK(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL));
         CHECK_ERR(tfm_model_backward(&m, 1.0f), TFM_E_ARG, "tfm_model_generate ran after");
-        CHECK_OK(tfm_model_forward(&m, &b, NULL));
+        CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
         CHECK_OK(tfm_model_backward(&m, 1.0f));
     }
     tfm_model_free(&m);

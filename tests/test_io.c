@@ -363,7 +363,7 @@ static int io_step(tfm_model *m, const tfm_optim *o, uint64_t step, float *loss)
     float l = 0.0f;
     io_make_batch(&d, &m->cfg, step);
     tfm_model_zero_grad(m);
-    if (tfm_model_forward(m, &d.b, &l) != TFM_OK || tfm_model_backward(m, 1.0f) != TFM_OK ||
+    if (tfm_model_forward(m, &d.b, &l, NULL) != TFM_OK || tfm_model_backward(m, 1.0f) != TFM_OK ||
         tfm_model_step(m, o, NULL) != TFM_OK) {
         TEST__FAIL("training step %d: %s", (int)step, tfm_last_error());
         return 0;
@@ -389,7 +389,7 @@ static float *io_logits(tfm_model *m, uint64_t step, int64_t *n, float *loss) {
     tfm_result r;
     io_make_batch(&d, &m->cfg, step);
     tfm_model_train(m, 0);
-    r = tfm_model_forward(m, &d.b, loss);
+    r = tfm_model_forward(m, &d.b, loss, NULL);
     tfm_model_train(m, training);
     *n = 0;
     if (r != TFM_OK) {
@@ -1288,7 +1288,7 @@ static void io_torch_case(int k) {
         b.tgt_in = tgt->i32;
     }
     b.targets = targets->i32;
-    CHECK_OK(tfm_model_forward(&m, &b, &l));
+    CHECK_OK(tfm_model_forward(&m, &b, &l, NULL));
     lg = tfm_model_logits(&m);
     CHECK_MSG(lg.ndim == logits->ndim, "%s: logits have %d dims, torch's %d", what, lg.ndim, logits->ndim);
     for (d = 0; d < lg.ndim && d < logits->ndim; d++)
@@ -1429,7 +1429,7 @@ static void io_export_case(int k) {
     /* the batch and the eval-mode logits */
     io_make_batch(&d, &m.cfg, 1000 + (uint64_t)k);
     tfm_model_train(&m, 0);
-    CHECK_OK(tfm_model_forward(&m, &d.b, &loss));
+    CHECK_OK(tfm_model_forward(&m, &d.b, &loss, NULL));
     lg = tfm_model_logits(&m);
     memset(&t, 0, sizeof t);
     t.ok = 1;

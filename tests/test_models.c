@@ -160,7 +160,7 @@ static int md_init(tfm_model *m, const tfm_config *c, const char *what) {
 /* One training step (zero_grad, forward, backward, AdamW step); 0 and a failure on an error. */
 static int md_step(tfm_model *m, const tfm_batch *b, const tfm_optim *o, float *loss) {
     tfm_model_zero_grad(m);
-    if (tfm_model_forward(m, b, loss) != TFM_OK || tfm_model_backward(m, 1.0f) != TFM_OK ||
+    if (tfm_model_forward(m, b, loss, NULL) != TFM_OK || tfm_model_backward(m, 1.0f) != TFM_OK ||
         tfm_model_step(m, o, NULL) != TFM_OK) {
         TEST__FAIL("training step: %s", tfm_last_error());
         return 0;
@@ -202,7 +202,7 @@ static float md_eval(tfm_model *m, md_task task, int n, int B, uint64_t data_see
     for (int i = 0; i < n; i++) {
         float loss = -1.0f;
         md_gen(task, &r, d, B);
-        CHECK_OK(tfm_model_forward(m, &d->b, &loss));
+        CHECK_OK(tfm_model_forward(m, &d->b, &loss, NULL));
         acc += loss;
     }
     tfm_model_train(m, was_training);
@@ -332,13 +332,13 @@ static void md_accum_case(const char *what, tfm_config c) {
         mb.tokens = d->tokens + k * BM * T;
         if (d->b.lens) mb.lens = d->lens + k * BM;
         mb.targets = d->targets + (c.kind == TFM_MODEL_ENCODER_CLASSIFIER ? k * BM : k * BM * T);
-        CHECK_OK(tfm_model_forward(&m, &mb, &loss));
+        CHECK_OK(tfm_model_forward(&m, &mb, &loss, NULL));
         CHECK_OK(tfm_model_backward(&m, 1.0f / K));
         micro_loss += loss / K;
     }
     acc = md_snapshot(&m, 1, &n);
     tfm_model_zero_grad(&m);
-    CHECK_OK(tfm_model_forward(&m, &d->b, &full_loss));
+    CHECK_OK(tfm_model_forward(&m, &d->b, &full_loss, NULL));
     CHECK_OK(tfm_model_backward(&m, 1.0f));
     full = md_snapshot(&m, 1, &n2);
     if (acc && full && n == n2) {
@@ -493,7 +493,7 @@ static void md_train_eval_case(const char *what, tfm_config c) {
     tfm_rng_seed(&r, 3);
     md_gen(md_task_of(&c), &r, d, 8);
     CHECK(m.impl->training == 1); /* a new model trains */
-    CHECK_OK(tfm_model_forward(&m, &d->b, NULL));
+    CHECK_OK(tfm_model_forward(&m, &d->b, NULL, NULL));
     {
         tfm_tensor t = tfm_model_logits(&m);
         n = tfm_numel(&t);
@@ -501,18 +501,18 @@ static void md_train_eval_case(const char *what, tfm_config c) {
         b = (float *)malloc((size_t)n * sizeof(float));
         if (a && n > 0) memcpy(a, t.data, (size_t)n * sizeof(float));
     }
-    CHECK_OK(tfm_model_forward(&m, &d->b, NULL));
+    CHECK_OK(tfm_model_forward(&m, &d->b, NULL, NULL));
     if (a && b) {
         memcpy(b, tfm_model_logits(&m).data, (size_t)n * sizeof(float));
         CHECK_MSG(memcmp(a, b, (size_t)n * sizeof(float)) != 0, "%s: two training forwards gave equal logits", what);
         tfm_model_train(&m, 0);
-        CHECK_OK(tfm_model_forward(&m, &d->b, NULL));
+        CHECK_OK(tfm_model_forward(&m, &d->b, NULL, NULL));
         memcpy(a, tfm_model_logits(&m).data, (size_t)n * sizeof(float));
-        CHECK_OK(tfm_model_forward(&m, &d->b, NULL));
+        CHECK_OK(tfm_model_forward(&m, &d->b, NULL, NULL));
         CHECK_MSG(memcmp(a, tfm_model_logits(&m).data, (size_t)n * sizeof(float)) == 0,
                   "%s: two evaluation forwards gave different logits", what);
         tfm_model_train(&m, 1);
-        CHECK_OK(tfm_model_forward(&m, &d->b, NULL));
+        CHECK_OK(tfm_model_forward(&m, &d->b, NULL, NULL));
         CHECK_MSG(memcmp(a, tfm_model_logits(&m).data, (size_t)n * sizeof(float)) != 0,
                   "%s: back in training mode, a forward gave the evaluation logits", what);
     } else {
@@ -535,19 +535,23 @@ static void md_train_eval(void) {
    (evaluation mode). An LM's targets past lens[b] do not count in the loss. */
 
 /* Logits of one forward in evaluation mode, copied (n floats). */
-static float *md_logits_of(tfm_model *m, const tfm_batch *b, float *loss, int64_t *n) {
-    tfm_tensor t;
+/* A copy of the last forward's logits (*n floats). */
+static float *md_copy_logits(const tfm_model *m, int64_t *n) {
+    tfm_tensor t = tfm_model_logits(m);
     float *out;
-    *n = 0;
-    if (tfm_model_forward(m, b, loss) != TFM_OK) {
-        TEST__FAIL("forward: %s", tfm_last_error());
-        return NULL;
-    }
-    t = tfm_model_logits(m);
     *n = tfm_numel(&t);
     out = (float *)malloc((size_t)(*n > 0 ? *n : 1) * sizeof(float));
     if (out && *n > 0) memcpy(out, t.data, (size_t)*n * sizeof(float));
     return out;
+}
+
+static float *md_logits_of(tfm_model *m, const tfm_batch *b, float *loss, int64_t *n) {
+    *n = 0;
+    if (tfm_model_forward(m, b, loss, NULL) != TFM_OK) {
+        TEST__FAIL("forward: %s", tfm_last_error());
+        return NULL;
+    }
+    return md_copy_logits(m, n);
 }
 
 static void md_masking(void) {
@@ -616,11 +620,11 @@ static void md_masking(void) {
         d->lens[1] = T;
         d->lens[2] = 3;
         d->lens[3] = 9;
-        CHECK_OK(tfm_model_forward(&m, &d->b, &la));
+        CHECK_OK(tfm_model_forward(&m, &d->b, &la, NULL));
         d->b.lens = NULL;
         for (int i = 0; i < 4; i++)
             for (int t = d->lens[i]; t < T; t++) d->targets[i * T + t] = -100;
-        CHECK_OK(tfm_model_forward(&m, &d->b, &lb));
+        CHECK_OK(tfm_model_forward(&m, &d->b, &lb, NULL));
         CHECK_MSG(la == lb, "LM: loss with lens %.9g, with those targets ignored %.9g", la, lb);
         tfm_model_free(&m);
     }
@@ -739,7 +743,7 @@ static void md_errors_config(void) {
 }
 
 /* A batch error: forward returns `code` naming substr. */
-#define MD_FWD_ERR(m, b, code, substr) CHECK_ERR(tfm_model_forward((m), (b), NULL), (code), (substr))
+#define MD_FWD_ERR(m, b, code, substr) CHECK_ERR(tfm_model_forward((m), (b), NULL, NULL), (code), (substr))
 
 static void md_errors_batch(void) {
     tfm_model lm, cls, ed;
@@ -769,7 +773,7 @@ static void md_errors_batch(void) {
     /* LM: shapes beyond the arena, ids and targets out of range */
     md_gen_lm(&r, d, 4);
     b = d->b;
-    CHECK_OK(tfm_model_forward(&lm, &b, &loss));
+    CHECK_OK(tfm_model_forward(&lm, &b, &loss, NULL));
     b.batch = 5;
     MD_FWD_ERR(&lm, &b, TFM_E_SHAPE, "batch.batch");
     b.batch = 0;
@@ -787,15 +791,15 @@ static void md_errors_batch(void) {
     d->targets[7] = 88;
     MD_FWD_ERR(&lm, &b, TFM_E_ARG, "88");
     d->targets[7] = 1;
-    CHECK_OK(tfm_model_forward(&lm, &b, &loss));
+    CHECK_OK(tfm_model_forward(&lm, &b, &loss, NULL));
 
     /* backward needs a forward with targets, on a model with gradients */
     b.targets = NULL;
-    CHECK_OK(tfm_model_forward(&lm, &b, NULL));
+    CHECK_OK(tfm_model_forward(&lm, &b, NULL, NULL));
     CHECK_ERR(tfm_model_backward(&lm, 1.0f), TFM_E_ARG, "target");
     CHECK_ERR(tfm_model_backward(&cls, 1.0f), TFM_E_ARG, "forward"); /* no forward yet */
     b.targets = d->targets;
-    CHECK_OK(tfm_model_forward(&lm, &b, &loss));
+    CHECK_OK(tfm_model_forward(&lm, &b, &loss, NULL));
     CHECK_OK(tfm_model_backward(&lm, 1.0f));
 
     /* step: lr is required */
@@ -822,7 +826,7 @@ static void md_errors_batch(void) {
     d->targets[2] = -1;
     MD_FWD_ERR(&cls, &b, TFM_E_ARG, "-1");
     d->targets[2] = -100; /* ignore_index is allowed */
-    CHECK_OK(tfm_model_forward(&cls, &b, &loss));
+    CHECK_OK(tfm_model_forward(&cls, &b, &loss, NULL));
     d->lens[1] = MD_CLS_T + 1;
     MD_FWD_ERR(&cls, &b, TFM_E_ARG, "lens");
     d->lens[1] = 3;
@@ -835,7 +839,7 @@ static void md_errors_batch(void) {
     /* encoder-decoder: target length, decoder ids */
     md_gen_ed(&r, d, 4);
     b = d->b;
-    CHECK_OK(tfm_model_forward(&ed, &b, &loss));
+    CHECK_OK(tfm_model_forward(&ed, &b, &loss, NULL));
     b.tgt_len = MD_ED_T + 2;
     MD_FWD_ERR(&ed, &b, TFM_E_SHAPE, "tgt_len");
     b.tgt_len = 0;
@@ -855,9 +859,9 @@ static void md_errors_batch(void) {
     d->targets[6] = MD_ED_V; /* one past the target vocabulary */
     MD_FWD_ERR(&ed, &b, TFM_E_ARG, "targets");
     d->targets[6] = 3;
-    CHECK_OK(tfm_model_forward(&ed, &b, &loss));
+    CHECK_OK(tfm_model_forward(&ed, &b, &loss, NULL));
     CHECK_OK(tfm_model_backward(&ed, 1.0f));
-    CHECK_ERR(tfm_model_forward(&ed, NULL, NULL), TFM_E_ARG, "NULL");
+    CHECK_ERR(tfm_model_forward(&ed, NULL, NULL, NULL), TFM_E_ARG, "NULL");
 
     free(d);
     tfm_model_free(&lm);
@@ -958,19 +962,19 @@ static void md_inference_case(const char *what, tfm_config c) {
     tfm_model_train(&tm, 0);
     tfm_model_train(&im, 1); /* no effect: an inference_only model never trains */
     CHECK(im.impl->training == 0);
-    CHECK_OK(tfm_model_forward(&tm, &d->b, &loss_t));
+    CHECK_OK(tfm_model_forward(&tm, &d->b, &loss_t, NULL));
     {
         tfm_batch nb = d->b;
         tfm_tensor lt = tfm_model_logits(&tm), li;
         nb.targets = NULL;
-        CHECK_OK(tfm_model_forward(&im, &nb, NULL));
+        CHECK_OK(tfm_model_forward(&im, &nb, NULL, NULL));
         li = tfm_model_logits(&im);
         CHECK(tfm_numel(&li) == tfm_numel(&lt) && tfm_numel(&lt) > 0);
         if (tfm_numel(&li) == tfm_numel(&lt))
             CHECK_MSG(memcmp(li.data, lt.data, (size_t)tfm_numel(&lt) * sizeof(float)) == 0,
                       "%s: inference_only logits differ from the training model's in evaluation mode", what);
     }
-    CHECK_OK(tfm_model_forward(&im, &d->b, &loss_i)); /* a loss is still available */
+    CHECK_OK(tfm_model_forward(&im, &d->b, &loss_i, NULL)); /* a loss is still available */
     CHECK(loss_i == loss_t);
     CHECK_ERR(tfm_model_backward(&im, 1.0f), TFM_E_ARG, "inference_only");
     CHECK_ERR(tfm_model_step(&im, &o, NULL), TFM_E_ARG, "inference_only");
@@ -1015,52 +1019,74 @@ static double md_lr_ref(const tfm_optim *o, int64_t s) {
     }
 }
 
+/* The rate tfm_optim_lr gives for step s (-1 if it refuses). */
+static double md_lr(const tfm_optim *o, int64_t s) {
+    float lr = -1.0f;
+    CHECK_OK(tfm_optim_lr(o, s, &lr));
+    return lr;
+}
+
 static void md_sched_check(const char *what, const tfm_optim *o, int64_t last) {
     double worst = 0.0;
     int64_t at = 0;
     for (int64_t s = 1; s <= last; s++) {
-        double want = md_lr_ref(o, s), got = tfm_optim_lr(o, s), e = fabs(got - want) / o->lr;
+        double want = md_lr_ref(o, s), got = md_lr(o, s), e = fabs(got - want) / o->lr;
         if (!(e <= worst)) {
             worst = e;
             at = s;
         }
     }
     CHECK_MSG(worst <= 1e-6, "%s: tfm_optim_lr off by %.3g (relative to lr) at step %lld: %.9g, want %.9g", what, worst,
-              (long long)at, (double)tfm_optim_lr(o, at), md_lr_ref(o, at));
+              (long long)at, md_lr(o, at), md_lr_ref(o, at));
 }
 
 static void md_schedules(void) {
     tfm_optim o = md_opt(1e-3f, 10);
     /* constant with warmup: linear to lr at step 10, then flat */
     md_sched_check("constant, warmup 10", &o, 50);
-    CHECK_NEAR(tfm_optim_lr(&o, 5), 0.5e-3, 1e-9);
-    CHECK_NEAR(tfm_optim_lr(&o, 10), 1e-3, 1e-9);
-    CHECK_NEAR(tfm_optim_lr(&o, 1000), 1e-3, 1e-9);
+    CHECK_NEAR(md_lr(&o, 5), 0.5e-3, 1e-9);
+    CHECK_NEAR(md_lr(&o, 10), 1e-3, 1e-9);
+    CHECK_NEAR(md_lr(&o, 1000), 1e-3, 1e-9);
     o.warmup_steps = 0;
     md_sched_check("constant", &o, 20);
-    CHECK_NEAR(tfm_optim_lr(&o, 1), 1e-3, 1e-9);
+    CHECK_NEAR(md_lr(&o, 1), 1e-3, 1e-9);
     /* cosine: warmup 10, then lr -> min_lr at step 110, then min_lr */
     o = md_opt(2e-3f, 10);
     o.schedule = TFM_SCHED_COSINE;
     o.total_steps = 110;
     o.min_lr = 1e-4f;
-    md_sched_check("cosine, warmup 10, total 110", &o, 130);
-    CHECK_NEAR(tfm_optim_lr(&o, 10), 2e-3, 1e-9);
-    CHECK_NEAR(tfm_optim_lr(&o, 60), 0.5 * (2e-3 + 1e-4), 1e-9);
-    CHECK_NEAR(tfm_optim_lr(&o, 110), 1e-4, 1e-9);
-    CHECK_NEAR(tfm_optim_lr(&o, 200), 1e-4, 1e-9);
+    md_sched_check("cosine, warmup 10, total 110", &o, 110);
+    CHECK_NEAR(md_lr(&o, 10), 2e-3, 1e-9);
+    CHECK_NEAR(md_lr(&o, 60), 0.5 * (2e-3 + 1e-4), 1e-9);
+    CHECK_NEAR(md_lr(&o, 110), 1e-4, 1e-9);
+    {
+        /* past the end the schedule refuses rather than train on at min_lr; raising total_steps goes on,
+           on the longer curve */
+        float lr;
+        CHECK_ERR(tfm_optim_lr(&o, 111, &lr), TFM_E_ARG, "past opt.total_steps 110");
+        o.total_steps = 210;
+        CHECK_NEAR(md_lr(&o, 111), 1e-4 + 0.5 * (2e-3 - 1e-4) * (1.0 + cos(3.14159265358979323846 * 101.0 / 200.0)), 1e-9);
+        o.total_steps = 110;
+        o.min_lr = 3e-3f;
+        CHECK_ERR(tfm_optim_lr(&o, 5, &lr), TFM_E_ARG, "min_lr");
+        o.min_lr = 1e-4f;
+        CHECK_ERR(tfm_optim_lr(&o, 0, &lr), TFM_E_ARG, "from 1");
+        o.total_steps = 10;
+        CHECK_ERR(tfm_optim_lr(&o, 5, &lr), TFM_E_ARG, "must exceed");
+        o.total_steps = 110;
+    }
     o.warmup_steps = 0;
     o.min_lr = 0.0f;
-    md_sched_check("cosine, no warmup", &o, 120);
-    CHECK(tfm_optim_lr(&o, 1) > 0.999 * 2e-3);
+    md_sched_check("cosine, no warmup", &o, 110);
+    CHECK(md_lr(&o, 1) > 0.999 * 2e-3);
     /* inverse square root: peak lr at warmup_steps, lr/2 at 4 * warmup_steps */
     o = md_opt(1e-3f, 16);
     o.schedule = TFM_SCHED_INV_SQRT;
     md_sched_check("inverse sqrt, warmup 16", &o, 200);
-    CHECK_NEAR(tfm_optim_lr(&o, 16), 1e-3, 1e-9);
-    CHECK_NEAR(tfm_optim_lr(&o, 8), 0.5e-3, 1e-9);
-    CHECK_NEAR(tfm_optim_lr(&o, 64), 0.5e-3, 1e-9);
-    for (int64_t s = 1; s < 200; s++) CHECK(tfm_optim_lr(&o, s) <= 1e-3f * (1.0f + 1e-6f));
+    CHECK_NEAR(md_lr(&o, 16), 1e-3, 1e-9);
+    CHECK_NEAR(md_lr(&o, 8), 0.5e-3, 1e-9);
+    CHECK_NEAR(md_lr(&o, 64), 0.5e-3, 1e-9);
+    for (int64_t s = 1; s < 200; s++) CHECK(md_lr(&o, s) <= 1e-3f * (1.0f + 1e-6f));
 }
 
 /* tfm_model_step uses the scheduled rate of the step it takes: AdamW's first update moves every
@@ -1081,7 +1107,7 @@ static void md_schedule_in_step(void) {
     tfm_rng_seed(&r, 2);
     md_gen_lm(&r, d, 8);
     tfm_model_zero_grad(&m);
-    CHECK_OK(tfm_model_forward(&m, &d->b, NULL));
+    CHECK_OK(tfm_model_forward(&m, &d->b, NULL, NULL));
     CHECK_OK(tfm_model_backward(&m, 1.0f));
     before = md_snapshot(&m, 0, &n);
     grads = md_snapshot(&m, 1, &n2);
@@ -1139,7 +1165,7 @@ static void md_adamw_reference(void) {
     tfm_rng_seed(&r, 5);
     md_gen_lm(&r, d, 8);
     tfm_model_zero_grad(&m);
-    CHECK_OK(tfm_model_forward(&m, &d->b, NULL));
+    CHECK_OK(tfm_model_forward(&m, &d->b, NULL, NULL));
     CHECK_OK(tfm_model_backward(&m, 1.0f));
     {
         float *w0 = md_snapshot(&m, 0, &n);
@@ -1347,6 +1373,198 @@ static void md_param_names(void) {
 /* The suite runs on one thread (md_determinism_threads sets its own counts): its models are so small
    that a parallel region costs more than its work, and on a busy machine two threads made these
    tests 10-100 times slower. Threads are covered by md_determinism_threads and the other suites. */
+/* A batch in buffers of a larger row stride gives bit-identical logits, loss and gradients to the
+   packed batch; the count of targets forward reports equals the count made here; and forward keeps
+   its own copy of what backward needs (the caller's buffers are scribbled over in between). */
+static void md_stride_case(const char *what, tfm_config c) {
+    tfm_model m;
+    tfm_rng r;
+    md_data *d = (md_data *)malloc(sizeof(md_data));
+    const int B = 4, LS = MD_MAXT + 3, TS = MD_MAXT + 2; /* strides: tokens and LM targets, tgt_in and targets */
+    int32_t *tok = (int32_t *)malloc(sizeof(int32_t) * B * LS), *tgi = (int32_t *)malloc(sizeof(int32_t) * B * TS);
+    int32_t *tgt = (int32_t *)malloc(sizeof(int32_t) * B * (LS > TS ? LS : TS));
+    float *la, *lb, *ga, *gb, loss_a = 0.0f, loss_b = 0.0f;
+    int64_t na = 0, nb = 0, cnt_a = -1, cnt_b = -1, want = 0;
+    size_t ng = 0, ng2 = 0;
+    tfm_batch sb;
+    int encdec = c.kind == TFM_MODEL_ENCODER_DECODER, lm = c.kind == TFM_MODEL_DECODER_LM, T, Tt, i, t;
+    c.dropout = 0.1f; /* one training forward each: the same pass seed, so the same masks */
+    if (!d || !tok || !tgi || !tgt || !md_init(&m, &c, what)) goto done;
+    tfm_rng_seed(&r, 99);
+    md_gen(md_task_of(&c), &r, d, B);
+    if (lm) d->lens[1] = 7, d->lens[3] = 4, d->lens[0] = d->lens[2] = MD_LM_T, d->b.lens = d->lens;
+    T = d->b.len;
+    Tt = d->b.tgt_len;
+    /* the targets that count, independently: not ignore_index and (LM) not past the row's length */
+    if (c.kind == TFM_MODEL_ENCODER_CLASSIFIER) want = B;
+    for (i = 0; c.kind != TFM_MODEL_ENCODER_CLASSIFIER && i < B; i++)
+        for (t = 0; t < (encdec ? Tt : T); t++)
+            want += d->targets[i * (encdec ? Tt : T) + t] != -100 && !(lm && d->b.lens && t >= d->lens[i]);
+    /* packed: one training forward and backward, then the generator is put back for the strided one */
+    {
+        tfm_rng keep = m.impl->rng;
+        tfm_model_zero_grad(&m);
+        if (tfm_model_forward(&m, &d->b, &loss_a, &cnt_a) != TFM_OK) {
+            TEST__FAIL("%s: %s", what, tfm_last_error());
+            goto done;
+        }
+        la = md_copy_logits(&m, &na);
+        CHECK_OK(tfm_model_backward(&m, 1.0f));
+        ga = md_snapshot(&m, 1, &ng);
+        m.impl->rng = keep;
+    }
+    /* strided, with out-of-range ids in the gaps */
+    for (i = 0; i < B * LS; i++) tok[i] = 1000 + i;
+    for (i = 0; i < B * TS; i++) tgi[i] = -7;
+    for (i = 0; i < B * (LS > TS ? LS : TS); i++) tgt[i] = 5000;
+    for (i = 0; i < B; i++) {
+        memcpy(tok + i * LS, d->tokens + i * T, sizeof(int32_t) * (size_t)T);
+        if (encdec) {
+            memcpy(tgi + i * TS, d->tgt_in + i * Tt, sizeof(int32_t) * (size_t)Tt);
+            memcpy(tgt + i * TS, d->targets + i * Tt, sizeof(int32_t) * (size_t)Tt);
+        } else if (lm) {
+            memcpy(tgt + i * LS, d->targets + i * T, sizeof(int32_t) * (size_t)T);
+        }
+    }
+    if (c.kind == TFM_MODEL_ENCODER_CLASSIFIER) memcpy(tgt, d->targets, sizeof(int32_t) * B);
+    sb = d->b;
+    sb.stride = LS;
+    sb.tokens = tok;
+    sb.targets = tgt;
+    if (encdec) sb.tgt_stride = TS, sb.tgt_in = tgi;
+    tfm_model_zero_grad(&m);
+    if (tfm_model_forward(&m, &sb, &loss_b, &cnt_b) != TFM_OK) {
+        TEST__FAIL("%s: %s", what, tfm_last_error());
+        goto done;
+    }
+    lb = md_copy_logits(&m, &nb);
+    for (i = 0; i < B * LS; i++) tok[i] = -1; /* the caller reuses its buffers before backward */
+    for (i = 0; i < B * TS; i++) tgi[i] = -1;
+    CHECK_OK(tfm_model_backward(&m, 1.0f));
+    gb = md_snapshot(&m, 1, &ng2);
+    CHECK_MSG(la && lb && na == nb && !memcmp(la, lb, sizeof(float) * (size_t)na), "%s: strided logits differ", what);
+    CHECK_MSG(loss_a == loss_b, "%s: loss %.9g strided, %.9g packed", what, (double)loss_b, (double)loss_a);
+    CHECK_MSG(cnt_a == want && cnt_b == want, "%s: counted %lld and %lld targets, want %lld", what, (long long)cnt_a,
+              (long long)cnt_b, (long long)want);
+    CHECK_MSG(ga && gb && ng == ng2 && !memcmp(ga, gb, sizeof(float) * ng), "%s: strided gradients differ", what);
+    /* a stride shorter than the length is refused */
+    sb.stride = T - 1;
+    CHECK_ERR(tfm_model_forward(&m, &sb, NULL, NULL), TFM_E_ARG, "batch.stride");
+    free(ga);
+    free(gb);
+    free(la);
+    free(lb);
+    tfm_model_free(&m);
+done:
+    free(d);
+    free(tok);
+    free(tgi);
+    free(tgt);
+}
+
+static void md_stride_counted(void) {
+    md_stride_case("classifier", md_cfg(TFM_MODEL_ENCODER_CLASSIFIER));
+    md_stride_case("lm", md_cfg(TFM_MODEL_DECODER_LM));
+    md_stride_case("encdec", md_cfg(TFM_MODEL_ENCODER_DECODER));
+}
+
+/* tfm_model_flat: parameter i and its gradient at params[i].offset of two arrays of one layout, zeros
+   in the gaps; zero_grad clears the flat gradients. */
+static void md_flat(void) {
+    tfm_config c = md_cfg(TFM_MODEL_ENCODER_DECODER);
+    tfm_model m;
+    int64_t n = 0, ng = 0, covered = 0, i, j;
+    float *w, *g;
+    unsigned char *used;
+    if (!md_init(&m, &c, "flat")) return;
+    w = tfm_model_flat(&m, 0, &n);
+    g = tfm_model_flat(&m, 1, &ng);
+    CHECK(w && g && n == ng && n > 0);
+    used = (unsigned char *)calloc((size_t)(n > 0 ? n : 1), 1);
+    for (i = 0; w && g && used && i < m.n_params; i++) {
+        const tfm_param *p = &m.params[i];
+        int64_t k = tfm_numel(&p->value);
+        CHECK_MSG(p->value.data == w + p->offset && p->grad.data == g + p->offset && p->offset + k <= n,
+                  "%s: not at offset %lld of the flat arrays", p->name, (long long)p->offset);
+        for (j = 0; j < k && p->offset + j < n; j++) used[p->offset + j]++;
+        covered += k;
+        p->grad.data[0] = 1.0f;
+    }
+    for (i = 0; used && i < n; i++) CHECK_MSG(used[i] == 1 ? 1 : (used[i] == 0 && w[i] == 0.0f), "flat[%lld]", (long long)i);
+    CHECK(covered == m.n_weights);
+    tfm_model_zero_grad(&m);
+    for (i = 0; g && i < ng; i++) CHECK_MSG(g[i] == 0.0f, "flat gradient %lld not cleared", (long long)i);
+    {
+        tfm_config ci = c;
+        tfm_model mi;
+        ci.inference_only = 1;
+        if (md_init(&mi, &ci, "flat inference")) {
+            CHECK(tfm_model_flat(&mi, 0, &n) != NULL && tfm_model_flat(&mi, 1, &ng) == NULL && ng == 0);
+            tfm_model_free(&mi);
+        }
+    }
+    free(used);
+    tfm_model_free(&m);
+}
+
+/* Two processes of a data-parallel run, each with half the rows and its batch offset, draw the dropout
+   masks one process draws for the whole batch: their logits equal its rows (1e-6: the products run
+   on fewer rows). Without the offset the second half differs, which shows the masks are in play. */
+static void md_offset_case(const char *what, tfm_config c) {
+    tfm_model g, r;
+    tfm_rng rng;
+    md_data *d = (md_data *)malloc(sizeof(md_data)), *h = (md_data *)malloc(sizeof(md_data));
+    float *full = NULL, *part = NULL;
+    int64_t nf = 0, np = 0;
+    int k, T, Tt, half = 2;
+    c.dropout = 0.3f;
+    c.attn_dropout = 0.3f;
+    if (!d || !h || !md_init(&g, &c, what)) goto out;
+    if (!md_init(&r, &c, what)) {
+        tfm_model_free(&g);
+        goto out;
+    }
+    tfm_rng_seed(&rng, 5);
+    md_gen(md_task_of(&c), &rng, d, 2 * half);
+    T = d->b.len;
+    Tt = d->b.tgt_len;
+    full = md_logits_of(&g, &d->b, NULL, &nf);
+    for (k = 0; k < 2 && full; k++) {
+        tfm_rng keep = r.impl->rng;
+        *h = *d;
+        h->b.batch = half;
+        h->b.tokens = d->tokens + k * half * T;
+        h->b.targets = NULL;
+        if (d->b.lens) h->b.lens = d->lens + k * half;
+        if (d->b.tgt_in) h->b.tgt_in = d->tgt_in + k * half * Tt;
+        CHECK_OK(tfm_model_set_batch_offset(&r, k * half));
+        part = md_logits_of(&r, &h->b, NULL, &np);
+        CHECK_MSG(part && np * 2 == nf && test_rel_err_f(part, full + k * (nf / 2), (size_t)np) <= 1e-6,
+                  "%s: rank %d's logits differ from the global batch's rows", what, k);
+        free(part);
+        if (k == 1) { /* the same rows without the offset: other masks */
+            r.impl->rng = keep;
+            CHECK_OK(tfm_model_set_batch_offset(&r, 0));
+            part = md_logits_of(&r, &h->b, NULL, &np);
+            CHECK_MSG(part && test_rel_err_f(part, full + nf / 2, (size_t)np) > 1e-3, "%s: dropout masks had no effect", what);
+            free(part);
+        }
+        r.impl->rng = keep;
+    }
+    CHECK_ERR(tfm_model_set_batch_offset(&r, -1), TFM_E_ARG, "row0");
+    free(full);
+    tfm_model_free(&g);
+    tfm_model_free(&r);
+out:
+    free(d);
+    free(h);
+}
+
+static void md_batch_offset(void) {
+    md_offset_case("lm", md_cfg(TFM_MODEL_DECODER_LM));
+    md_offset_case("encdec", md_cfg(TFM_MODEL_ENCODER_DECODER));
+}
+
 static void suite_models(void) {
     int threads = tfm_get_num_threads();
     tfm_set_num_threads(1);
@@ -1371,5 +1589,8 @@ static void suite_models(void) {
     RUN(md_schedule_in_step);
     RUN(md_adamw_reference);
     RUN(md_param_names);
+    RUN(md_stride_counted);
+    RUN(md_flat);
+    RUN(md_batch_offset);
     tfm_set_num_threads(threads);
 }

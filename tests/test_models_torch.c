@@ -511,7 +511,7 @@ static void mt_model_case(const char *name) {
         tfm_model_train(&m, 0);
         tfm_model_zero_grad(&m);
         float loss = NAN;
-        r = tfm_model_forward(&m, &batch, &loss);
+        r = tfm_model_forward(&m, &batch, &loss, NULL);
         CHECK_OK(r);
         if (r != TFM_OK) goto done;
         mt_cmp(fx, "loss", &loss, 1);
@@ -574,7 +574,7 @@ static void mt_adamw_step(void) {
         for (int s = 0; s < 2; s++) {
             float loss = NAN, gnorm = NAN;
             tfm_model_zero_grad(&m);
-            r = tfm_model_forward(&m, &batch[s], &loss);
+            r = tfm_model_forward(&m, &batch[s], &loss, NULL);
             CHECK_OK(r);
             if (r != TFM_OK) goto done;
             mt_cmp_at(fx, "loss", s, &loss);
