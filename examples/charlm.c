@@ -66,7 +66,6 @@ static double bits_per_char(tfm_model *m, const int32_t *ids, int64_t n, int len
                 int scored = start == 0 || t >= half;
                 tok[b * len + t] = i < n ? ids[i] : 0;
                 tgt[b * len + t] = i + 1 < n && scored ? ids[i + 1] : -100;
-                counted += tgt[b * len + t] >= 0;
             }
             if (start + len >= n) { start = n; b++; break; } /* this window reached the end */
         }
@@ -74,8 +73,8 @@ static double bits_per_char(tfm_model *m, const int32_t *ids, int64_t n, int len
         bt.len = len;
         bt.tokens = tok;
         bt.targets = tgt;
-        ex_check(tfm_model_forward(m, &bt, &loss), "evaluation forward");
-        nats += (double)loss * (double)counted; /* the loss is the mean over counted targets */
+        ex_check(tfm_model_forward(m, &bt, &loss, &counted), "evaluation forward");
+        nats += (double)loss * (double)counted; /* the loss is the mean over the counted targets */
         counted_total += counted;
     }
     tfm_model_train(m, 1);
@@ -137,7 +136,7 @@ static void check_cache(tfm_model *m, const int32_t *prompt, int n_prompt, int n
         b.batch = 1;
         b.len = T;
         b.tokens = seq;
-        ex_check(tfm_model_forward(m, &b, NULL), "forward");
+        ex_check(tfm_model_forward(m, &b, NULL, NULL), "forward");
         logits = tfm_model_logits(m); /* (1, T, V): the last row predicts the next id */
         for (v = 1; v < VOCAB; v++)
             if (logits.data[(int64_t)(T - 1) * VOCAB + v] > logits.data[(int64_t)(T - 1) * VOCAB + best]) best = v;
@@ -242,13 +241,13 @@ static void train(const options *o) {
         bt.tokens = tok;
         bt.targets = tgt;
         tfm_model_zero_grad(&m);
-        ex_check(tfm_model_forward(&m, &bt, &loss), "forward");
+        ex_check(tfm_model_forward(&m, &bt, &loss, NULL), "forward");
         ex_check(tfm_model_backward(&m, 1.0f), "backward");
         ex_check(tfm_model_step(&m, &opt, NULL), "step");
         loss_sum += loss;
         loss_n++;
         ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, loss,
-                         tfm_optim_lr(&opt, step + 1), (double)tokens_per_step, 0);
+                         ex_lr(&opt, step + 1), (double)tokens_per_step, 0);
         if ((step + 1) % 20 == 0) {
             ex_csv_row(csv, "%lld,%.4f,%.5f,NaN", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
                        loss_sum / loss_n / log(2.0));
@@ -266,7 +265,7 @@ static void train(const options *o) {
         }
     }
     if (step > prog.first_step) { /* the last line, in full */
-        ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, tfm_optim_lr(&opt, step),
+        ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, ex_lr(&opt, step),
                          (double)tokens_per_step, 1);
         ex_progress_break(&prog);
     }

@@ -55,6 +55,13 @@ EX_FN void ex_check(tfm_result r, const char *what) {
     if (r != TFM_OK) ex_die("%s: %s: %s", what, tfm_result_string(r), tfm_last_error());
 }
 
+/* The learning rate the schedule gives at step s (for the progress line and logs). */
+EX_FN float ex_lr(const tfm_optim *opt, int64_t s) {
+    float lr = 0;
+    ex_check(tfm_optim_lr(opt, s, &lr), "tfm_optim_lr");
+    return lr;
+}
+
 EX_FN void *ex_malloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) ex_die("out of memory (%zu bytes)", n);

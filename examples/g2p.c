@@ -207,17 +207,16 @@ static double val_loss(tfm_model *m, const dataset *d, const int32_t *words, int
         int b = 0;
         tfm_batch bt;
         float loss;
-        double phones = 0;
+        int64_t counted;
         while (i < n && b + d->words[words[i]].count <= batch) {
             for (k = 0; k < d->words[words[i]].count; k++) idx[b++] = d->words[words[i]].first + (int32_t)k;
             i++;
         }
         if (b == 0) ex_die("val_loss: a word has more pronunciations than the batch size");
         bt = make_batch(bb, d->prons, idx, b);
-        ex_check(tfm_model_forward(m, &bt, &loss), "validation forward");
-        for (k = 0; k < b; k++) phones += d->prons[idx[k]].n_phones + 1;
-        total += (double)loss * phones;
-        count += phones;
+        ex_check(tfm_model_forward(m, &bt, &loss, &counted), "validation forward");
+        total += (double)loss * (double)counted; /* counted: the phones and end tokens of the batch */
+        count += (double)counted;
     }
     tfm_model_train(m, 1);
     free(idx);
@@ -304,7 +303,7 @@ static void train(const options *o) {
         }
         bt = make_batch(bb, d.prons, order + k * o->batch, o->batch);
         tfm_model_zero_grad(&m);
-        ex_check(tfm_model_forward(&m, &bt, &loss), "forward");
+        ex_check(tfm_model_forward(&m, &bt, &loss, NULL), "forward");
         ex_check(tfm_model_backward(&m, 1.0f), "backward");
         ex_check(tfm_model_step(&m, &opt, NULL), "step");
         loss_sum += loss;
@@ -317,7 +316,7 @@ static void train(const options *o) {
             opt.total_steps = (int)total_steps;
         }
         ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, loss,
-                         tfm_optim_lr(&opt, step + 1), o->batch, 0);
+                         ex_lr(&opt, step + 1), o->batch, 0);
         if ((step + 1) % 20 == 0) {
             ex_csv_row(csv, "%lld,%.4f,%.5f,NaN,NaN", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
                        loss_sum / loss_n);
@@ -336,7 +335,7 @@ static void train(const options *o) {
         }
     }
     if (step > prog.first_step) { /* the last line, in full */
-        ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, tfm_optim_lr(&opt, step),
+        ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, ex_lr(&opt, step),
                          o->batch, 1);
         ex_progress_break(&prog);
     }

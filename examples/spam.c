@@ -92,7 +92,7 @@ static double evaluate(tfm_model *m, const split *s, int batch, int len, ex_bina
         bt.tokens = tok;
         bt.lens = lens;
         bt.targets = lab;
-        ex_check(tfm_model_forward(m, &bt, &loss), "evaluate");
+        ex_check(tfm_model_forward(m, &bt, &loss, NULL), "evaluate");
         total += (double)loss * b;
         logits = tfm_model_logits(m); /* (b, 2) */
         for (k = 0; k < b; k++) ex_binary_add(counts, lab[k], logits.data[2 * k + 1] > logits.data[2 * k]);
@@ -201,13 +201,13 @@ static void train(const options *o) {
         b.lens = lens;
         b.targets = lab;
         tfm_model_zero_grad(&m);
-        ex_check(tfm_model_forward(&m, &b, &loss), "forward");
+        ex_check(tfm_model_forward(&m, &b, &loss, NULL), "forward");
         ex_check(tfm_model_backward(&m, 1.0f), "backward");
         ex_check(tfm_model_step(&m, &opt, NULL), "step");
         loss_sum += loss;
         loss_n++;
         ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, loss,
-                         tfm_optim_lr(&opt, step + 1), o->batch, 0);
+                         ex_lr(&opt, step + 1), o->batch, 0);
         if ((step + 1) % 10 == 0) {
             ex_csv_row(csv, "%lld,%.4f,%.5f,NaN,NaN", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
                        loss_sum / loss_n);
@@ -225,7 +225,7 @@ static void train(const options *o) {
         }
     }
     if (step > prog.first_step) { /* the last line, in full */
-        ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, tfm_optim_lr(&opt, step),
+        ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, ex_lr(&opt, step),
                          o->batch, 1);
         ex_progress_break(&prog);
     }
@@ -273,7 +273,7 @@ static void classify(const options *o, int n_files, char **files) {
         b.batch = 1;
         b.len = len1;
         b.tokens = tok;
-        ex_check(tfm_model_forward(&m, &b, NULL), files[f]);
+        ex_check(tfm_model_forward(&m, &b, NULL, NULL), files[f]);
         logits = tfm_model_logits(&m);
         p_spam = 1.0f / (1.0f + expf(logits.data[0] - logits.data[1])); /* softmax of two */
         printf("%s: %s (spam probability %.3f)\n", files[f], p_spam > 0.5f ? "SPAM" : "ham", p_spam);
