@@ -502,7 +502,15 @@ typedef enum tfm_init_kind { TFM_INIT_NORMAL = 0, TFM_INIT_XAVIER = 1 } tfm_init
 /* Zero means default; required fields left at 0 give TFM_E_ARG naming the field. */
 typedef struct tfm_config {
     tfm_model_kind kind;     /* required */
-    int vocab_size;          /* required: input tokens (classifier, LM) or source tokens (enc-dec) */
+    int vocab_size;          /* input tokens (classifier, LM) or source tokens (enc-dec); required but for a
+                                classifier or encoder-decoder with input_dim (the LM's output needs it) */
+    int input_dim;           /* > 0: continuous inputs. The classifier's encoder, the LM or the encoder of an
+                                encoder-decoder reads batch.inputs (B,T,input_dim) through a learned projection
+                                input_proj (d_model, input_dim) instead of token embeddings (ViT patches,
+                                audio frames) */
+    int cls_token;           /* classifier: 1 prepends a learned vector cls_token (d_model) to every sequence,
+                                as ViT's [CLS]: the encoder runs on T+1 positions (max_seq_len + 1 learned
+                                positions), lens count inputs only, and TFM_POOL_CLS pools it */
     int tgt_vocab_size;      /* enc-dec: target tokens; 0 -> vocab_size */
     int n_classes;           /* classifier: required */
     int d_model;             /* required */
@@ -540,7 +548,8 @@ typedef struct tfm_batch {
     int batch;               /* B */
     int len;                 /* T: input (source) length */
     int stride;              /* row stride of tokens, inputs (in positions) and LM targets; 0 -> len */
-    const int32_t *tokens;   /* (B,T) input ids (classifier, LM) or source ids (enc-dec) */
+    const int32_t *tokens;   /* (B,T) input ids (classifier, LM) or source ids (enc-dec); NULL with input_dim */
+    const float *inputs;     /* cfg.input_dim: (B,T,input_dim) continuous inputs, row b at b*stride*input_dim */
     const int32_t *lens;     /* (B) valid lengths of tokens; NULL: all T */
     int tgt_len;             /* enc-dec: Tt */
     int tgt_stride;          /* enc-dec: row stride of tgt_in and targets; 0 -> tgt_len */
@@ -3611,6 +3620,9 @@ struct tfm__model_impl {
     int n_enc, n_dec;
     tfm_layernorm enc_norm, dec_norm; /* pre-LN final norms */
     tfm_linear head;                /* classifier (n_classes,C) or output (V,C); weight aliases an embedding when tied */
+    tfm_linear input_proj;          /* input_dim: (C, input_dim) */
+    tfm_tensor cls, d_cls;          /* cls_token: (C) */
+    float *inputs;                  /* input_dim: the batch's inputs, packed (B,T,input_dim) */
     /* activations: embedded inputs, per-layer outputs, final norms, pooling, logits */
     float *enc_x, *dec_x, *enc_buf, *dec_buf, *enc_ln, *dec_ln, *pooled, *logits, *lse;
     int32_t *lens, *targets, *ids, *tgt_ids; /* copies of the batch's lengths, targets and ids */
@@ -3641,7 +3653,17 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
     if (c.kind != TFM_MODEL_ENCODER_CLASSIFIER && c.kind != TFM_MODEL_DECODER_LM && c.kind != TFM_MODEL_ENCODER_DECODER)
         return tfm__fail(TFM_E_ARG, "%s: cfg.kind is %d: required (TFM_MODEL_ENCODER_CLASSIFIER, TFM_MODEL_DECODER_LM or TFM_MODEL_ENCODER_DECODER)",
                          fn, (int)c.kind);
-    if (c.vocab_size <= 0) return tfm__fail(TFM_E_ARG, "%s: cfg.vocab_size is %d: required, > 0", fn, c.vocab_size);
+    if (c.input_dim < 0 || c.vocab_size < 0)
+        return tfm__fail(TFM_E_ARG, "%s: cfg.input_dim %d and cfg.vocab_size %d must be >= 0", fn, c.input_dim, c.vocab_size);
+    if (c.vocab_size == 0 && !(c.input_dim > 0 && (c.kind == TFM_MODEL_ENCODER_CLASSIFIER ||
+                                                   (c.kind == TFM_MODEL_ENCODER_DECODER && c.tgt_vocab_size > 0))))
+        return tfm__fail(TFM_E_ARG, "%s: cfg.vocab_size is 0: required, > 0 (only a classifier, or an encoder-decoder "
+                         "with tgt_vocab_size, with input_dim needs none)", fn);
+    if (c.cls_token && c.kind != TFM_MODEL_ENCODER_CLASSIFIER)
+        return tfm__fail(TFM_E_ARG, "%s: cfg.cls_token is for classifiers", fn);
+    if (c.input_dim > 0 && (c.share_emb || (c.tie_output && c.kind == TFM_MODEL_DECODER_LM)))
+        return tfm__fail(TFM_E_ARG, "%s: cfg.input_dim: the input has no token embedding to share or tie", fn);
+    c.cls_token = c.cls_token != 0;
     if (c.d_model <= 0) return tfm__fail(TFM_E_ARG, "%s: cfg.d_model is %d: required, > 0", fn, c.d_model);
     if (c.n_heads <= 0) return tfm__fail(TFM_E_ARG, "%s: cfg.n_heads is %d: required, > 0", fn, c.n_heads);
     if (c.d_model % c.n_heads)
@@ -3798,7 +3820,7 @@ static tfm_tensor tfm__carve_t2(tfm_arena *a, int64_t d0, int64_t d1) {
 static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     const tfm_config *c = &m->cfg;
     int64_t C = c->d_model, B = c->max_batch, T = c->max_seq_len, Tt = c->max_tgt_len, V = c->vocab_size;
-    int64_t Vt = c->tgt_vocab_size, Tm = TFM__MAX(T, Tt);
+    int64_t Te = T + c->cls_token, Vt = c->tgt_vocab_size, Tm = TFM__MAX(Te, Tt); /* Te: the encoder's positions */
     int kind = c->kind, grad = !mem->no_grad, enc = kind != TFM_MODEL_DECODER_LM, encdec = kind == TFM_MODEL_ENCODER_DECODER;
     int64_t rows_out = kind == TFM_MODEL_ENCODER_CLASSIFIER ? B : encdec ? B * Tt : B * T;
     int64_t n_out = kind == TFM_MODEL_ENCODER_CLASSIFIER ? c->n_classes : encdec ? Vt : V;
@@ -3816,12 +3838,22 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
         m->impl->d_enc_x = tfm__carve(&mem->scratch, (size_t)(B * Tm * C)); /* gradient at a stack's top */
         m->impl->d_enc_y = tfm__carve(&mem->scratch, (size_t)(B * Tm * C)); /* ping */
         m->impl->d_dec_x = tfm__carve(&mem->scratch, (size_t)(B * Tm * C)); /* pong */
-        if (encdec) m->impl->d_dec_y = tfm__carve(&mem->scratch, (size_t)(B * T * C)); /* gradient of the memory */
+        if (encdec) m->impl->d_dec_y = tfm__carve(&mem->scratch, (size_t)(B * Te * C)); /* gradient of the memory */
     }
-    /* embeddings */
-    m->impl->src_emb = tfm__carve_t2(&mem->params, V, C);
-    if (grad) m->impl->d_src_emb = tfm__carve_t2(&mem->grads, V, C);
-    tfm__reg(m, rng, &m->impl->src_emb, &m->impl->d_src_emb, TFM__INIT_EMB, 0, "%s.weight", emb_name);
+    /* embeddings, or the projection of continuous inputs; the class vector */
+    if (c->input_dim) {
+        tfm__linear_carve(&m->impl->input_proj, C, c->input_dim, !c->no_bias, mem);
+        tfm__reg_linear(m, rng, &m->impl->input_proj, "", "input_proj");
+    } else {
+        m->impl->src_emb = tfm__carve_t2(&mem->params, V, C);
+        if (grad) m->impl->d_src_emb = tfm__carve_t2(&mem->grads, V, C);
+        tfm__reg(m, rng, &m->impl->src_emb, &m->impl->d_src_emb, TFM__INIT_EMB, 0, "%s.weight", emb_name);
+    }
+    if (c->cls_token) {
+        m->impl->cls = tfm_arena_tensor(&mem->params, 1, &C);
+        if (grad) m->impl->d_cls = tfm_arena_tensor(&mem->grads, 1, &C);
+        tfm__reg(m, rng, &m->impl->cls, &m->impl->d_cls, TFM__INIT_EMB, 0, "cls_token");
+    }
     if (encdec) {
         if (c->share_emb) {
             m->impl->tgt_emb = m->impl->src_emb;
@@ -3835,8 +3867,8 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     memset(&m->impl->pos_emb, 0, sizeof m->impl->pos_emb);
     memset(&m->impl->tgt_pos_emb, 0, sizeof m->impl->tgt_pos_emb);
     if (c->pos == TFM_POS_LEARNED) {
-        m->impl->pos_emb = tfm__carve_t2(&mem->params, T, C);
-        if (grad) m->impl->d_pos_emb = tfm__carve_t2(&mem->grads, T, C);
+        m->impl->pos_emb = tfm__carve_t2(&mem->params, Te, C);
+        if (grad) m->impl->d_pos_emb = tfm__carve_t2(&mem->grads, Te, C);
         tfm__reg(m, rng, &m->impl->pos_emb, &m->impl->d_pos_emb, TFM__INIT_EMB, 0, "%s.weight", encdec ? "src_pos_emb" : "pos_emb");
         if (encdec) {
             m->impl->tgt_pos_emb = tfm__carve_t2(&mem->params, Tt, C);
@@ -3863,18 +3895,18 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     m->impl->n_enc = enc ? c->n_layers : 0;
     m->impl->n_dec = kind == TFM_MODEL_DECODER_LM ? c->n_layers : encdec ? c->n_dec_layers : 0;
     if (enc) {
-        d.max_len = (int)T;
+        d.max_len = (int)Te;
         TFM__TRY(tfm__build_stack(m, rng, mem, &m->impl->enc, &m->impl->enc_buf, m->impl->n_enc, &d, "encoder"));
         if (c->norm_first) {
-            tfm__layernorm_carve(&m->impl->enc_norm, C, !c->no_bias, (size_t)(B * T), mem);
+            tfm__layernorm_carve(&m->impl->enc_norm, C, !c->no_bias, (size_t)(B * Te), mem);
             tfm__reg_norm(m, rng, &m->impl->enc_norm, "encoder.", "norm");
-            m->impl->enc_ln = tfm__carve(&mem->acts, (size_t)(B * T * C));
+            m->impl->enc_ln = tfm__carve(&mem->acts, (size_t)(B * Te * C));
         }
     }
     if (m->impl->n_dec) {
         d.cross = encdec;
         d.max_len = (int)(encdec ? Tt : T);
-        d.max_kv_len = (int)T;
+        d.max_kv_len = (int)Te;
         TFM__TRY(tfm__build_stack(m, rng, mem, &m->impl->dec, &m->impl->dec_buf, m->impl->n_dec, &d, "decoder"));
         if (c->norm_first) {
             tfm__layernorm_carve(&m->impl->dec_norm, C, !c->no_bias, (size_t)(B * d.max_len), mem);
@@ -3892,7 +3924,8 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
         tfm__reg_linear(m, rng, &m->impl->head, "", "head");
     }
     /* activations */
-    m->impl->enc_x = tfm__carve(&mem->acts, (size_t)(B * T * C)); /* the embedded input (every kind) */
+    m->impl->enc_x = tfm__carve(&mem->acts, (size_t)(B * Te * C)); /* the embedded input (every kind) */
+    if (c->input_dim) m->impl->inputs = tfm__carve(&mem->acts, (size_t)(B * T * c->input_dim));
     if (encdec) m->impl->dec_x = tfm__carve(&mem->acts, (size_t)(B * Tt * C));
     if (kind == TFM_MODEL_ENCODER_CLASSIFIER) m->impl->pooled = tfm__carve(&mem->acts, (size_t)(B * C));
     m->impl->logits = tfm__carve(&mem->acts, (size_t)(rows_out * n_out));
@@ -4085,8 +4118,20 @@ static tfm_result tfm__chk_batch(const char *fn, const tfm_model *m, const tfm_b
         return tfm__fail(TFM_E_SHAPE, "%s: batch.len %d is outside [1,%d] (cfg.max_seq_len)", fn, b->len, c->max_seq_len);
     if (b->stride != 0 && b->stride < b->len)
         return tfm__fail(TFM_E_ARG, "%s: batch.stride %d is less than batch.len %d", fn, b->stride, b->len);
-    TFM__TRY(tfm__chk_rows(fn, "batch.tokens", b->tokens, b->batch, b->len, b->stride ? b->stride : b->len,
-                           c->vocab_size, 0, 0));
+    if (c->input_dim) {
+        int64_t r, i, n = (int64_t)b->len * c->input_dim, ld = (int64_t)(b->stride ? b->stride : b->len) * c->input_dim;
+        if (!b->inputs) return tfm__fail(TFM_E_ARG, "%s: batch.inputs is NULL (cfg.input_dim %d)", fn, c->input_dim);
+        if (b->tokens) return tfm__fail(TFM_E_ARG, "%s: batch.tokens given to a model of continuous inputs", fn);
+        for (r = 0; r < b->batch; r++)
+            for (i = 0; i < n; i++)
+                if (!isfinite(b->inputs[r * ld + i]))
+                    return tfm__fail(TFM_E_ARG, "%s: batch.inputs of row %lld holds %g at %lld", fn, (long long)r,
+                                     (double)b->inputs[r * ld + i], (long long)i);
+    } else {
+        if (b->inputs) return tfm__fail(TFM_E_ARG, "%s: batch.inputs given to a model of tokens (cfg.input_dim 0)", fn);
+        TFM__TRY(tfm__chk_rows(fn, "batch.tokens", b->tokens, b->batch, b->len, b->stride ? b->stride : b->len,
+                               c->vocab_size, 0, 0));
+    }
     TFM__TRY(tfm__chk_lens(fn, "batch.lens", b->lens, b->batch, b->len));
     if (kind == TFM_MODEL_ENCODER_DECODER) {
         if (b->tgt_len < 1 || b->tgt_len > c->max_tgt_len)
@@ -4117,27 +4162,53 @@ static void tfm__copy_ids(int32_t *dst, const int32_t *src, int64_t n, int64_t l
     for (r = 0; r < n; r++) memcpy(dst + r * len, src + r * ld, (size_t)len * sizeof(int32_t));
 }
 
-/* token embedding (* sqrt(C)), positions p0.., dropout: x (B,T,C) */
-static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, int B, int T, const tfm_tensor *emb,
-                           const tfm_tensor *pos, int p0, uint64_t site) {
-    int64_t C = m->cfg.d_model, N = (int64_t)B * T;
+/* The input rows x (B,Te,C), Te = T + cls: the class vector (cls_token) when cls, then each position's
+   token embedding (times sqrt(C) with scale_emb) or, when inputs, its projected input; then positions
+   p0.., then dropout. */
+static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, const float *inputs, int B, int T, int cls,
+                           const tfm_tensor *emb, const tfm_tensor *pos, int p0, uint64_t site) {
+    tfm__model_impl *im = m->impl;
+    int64_t C = m->cfg.d_model, I = m->cfg.input_dim, Te = T + cls, b;
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
-    tfm__op_embedding(m->impl->device, x, ids, emb->data, scale, N, C);
-    if (pos->data) tfm__op_pos_add(m->impl->device, x, x, pos->data + (int64_t)p0 * C, B, T, C);
-    if (m->impl->training && m->cfg.dropout > 0.0f)
-        tfm__op_dropout(m->impl->device, x, x, N * C, m->cfg.dropout, tfm__seed_mix(m->impl->fwd_seed, site),
-                        (uint64_t)(m->impl->batch_offset * T * C), 0);
+    tfm_linear *ip = &im->input_proj;
+    if (!cls && inputs) tfm__op_linear(im->device, x, C, inputs, I, ip->weight.data, ip->bias.data, (int64_t)B * T, I, C);
+    else if (!cls) tfm__op_embedding(im->device, x, ids, emb->data, scale, (int64_t)B * T, C);
+    for (b = 0; cls && b < B; b++) { /* one call per row: the class vector sits between the rows */
+        float *xb = x + (b * Te + 1) * C;
+        if (inputs) tfm__op_linear(im->device, xb, C, inputs + b * T * I, I, ip->weight.data, ip->bias.data, T, I, C);
+        else tfm__op_embedding(im->device, xb, ids + b * T, emb->data, scale, T, C);
+    }
+    if (cls) tfm__op_copy_rows(im->device, x, Te * C, im->cls.data, 0, B, C);
+    if (pos->data) tfm__op_pos_add(im->device, x, x, pos->data + (int64_t)p0 * C, B, Te, C);
+    if (im->training && m->cfg.dropout > 0.0f)
+        tfm__op_dropout(im->device, x, x, B * Te * C, m->cfg.dropout, tfm__seed_mix(im->fwd_seed, site),
+                        (uint64_t)(im->batch_offset * Te * C), 0);
 }
 
-static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, int B, int T, const tfm_tensor *demb,
-                           const tfm_tensor *dpos, uint64_t site) {
-    int64_t C = m->cfg.d_model, N = (int64_t)B * T;
+/* Backward of tfm__embed_fwd from g (B,Te,C), which it clobbers: the gradients of the embedding (or of
+   input_proj), the positions and the class vector. */
+static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, const float *inputs, int B, int T, int cls,
+                           const tfm_tensor *demb, const tfm_tensor *dpos, uint64_t site) {
+    tfm__model_impl *im = m->impl;
+    int64_t C = m->cfg.d_model, I = m->cfg.input_dim, Te = T + cls, b;
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
-    if (m->impl->training && m->cfg.dropout > 0.0f)
-        tfm__op_dropout(m->impl->device, g, g, N * C, m->cfg.dropout, tfm__seed_mix(m->impl->fwd_seed, site),
-                        (uint64_t)(m->impl->batch_offset * T * C), 0);
-    if (dpos && dpos->data) tfm__op_pos_bwd(m->impl->device, dpos->data, g, B, T, C);
-    tfm__op_embedding_bwd(m->impl->device, demb->data, g, ids, scale, N, C);
+    tfm_linear *ip = &im->input_proj;
+    if (im->training && m->cfg.dropout > 0.0f)
+        tfm__op_dropout(im->device, g, g, B * Te * C, m->cfg.dropout, tfm__seed_mix(im->fwd_seed, site),
+                        (uint64_t)(im->batch_offset * Te * C), 0);
+    if (dpos && dpos->data) tfm__op_pos_bwd(im->device, dpos->data, g, B, Te, C);
+    if (!cls && inputs)
+        tfm__op_linear_bwd(im->device, NULL, 0, 0.0f, ip->d_weight.data, ip->d_bias.data, g, C, inputs, I, ip->weight.data,
+                           (int64_t)B * T, I, C);
+    else if (!cls) tfm__op_embedding_bwd(im->device, demb->data, g, ids, scale, (int64_t)B * T, C);
+    for (b = 0; cls && b < B; b++) {
+        const float *gb = g + (b * Te + 1) * C;
+        if (inputs)
+            tfm__op_linear_bwd(im->device, NULL, 0, 0.0f, ip->d_weight.data, ip->d_bias.data, gb, C, inputs + b * T * I, I,
+                               ip->weight.data, T, I, C);
+        else tfm__op_embedding_bwd(im->device, demb->data, gb, ids + b * T, scale, T, C);
+        tfm__op_add(im->device, im->d_cls.data, im->d_cls.data, g + b * Te * C, C);
+    }
 }
 
 /* Runs n layers from x; returns the stack's output (after the final norm when pre-LN). */
@@ -4192,30 +4263,35 @@ static float *tfm__stack_bwd(tfm_model *m, tfm_block *blks, float *buf, int n, t
     return g;
 }
 
-/* The encoder over ids (B,T): embedding, the stack; returns its output (B,T,C). */
-static const float *tfm__encoder_fwd(tfm_model *m, const int32_t *ids, int B, int T, const int32_t *lens) {
-    tfm__embed_fwd(m, m->impl->enc_x, ids, B, T, &m->impl->src_emb, &m->impl->pos_emb, 0, TFM__SITE_SRC_EMB);
+/* The encoder over ids or inputs (B,T): embedding, the stack; returns its output (B,Te,C), Te = T +
+   cfg.cls_token. lens: valid lengths of the Te positions. */
+static const float *tfm__encoder_fwd(tfm_model *m, const int32_t *ids, const float *inputs, int B, int T,
+                                     const int32_t *lens) {
+    int Te = T + m->cfg.cls_token;
+    tfm__embed_fwd(m, m->impl->enc_x, ids, inputs, B, T, m->cfg.cls_token, &m->impl->src_emb, &m->impl->pos_emb, 0,
+                   TFM__SITE_SRC_EMB);
     return tfm__stack_fwd(m, m->impl->enc, m->impl->enc_buf, m->impl->n_enc, &m->impl->enc_norm, m->impl->enc_ln,
-                          m->impl->enc_x, NULL, B, T, T, 0, lens, NULL, TFM__SITE_STACK, NULL);
+                          m->impl->enc_x, NULL, B, Te, Te, 0, lens, NULL, TFM__SITE_STACK, NULL);
 }
 
 /* The decoder (the LM's stack, or an encoder-decoder's over memory (B,S,C)) on ids (B,T), at positions
    kc->len.. when decoding against a cache (kc NULL: from 0, no cache). Returns its output (B,T,C). */
-static const float *tfm__decoder_fwd(tfm_model *m, const int32_t *ids, int B, int T, const float *memory, int S,
-                                     const int32_t *mem_lens, tfm_kv_cache *kc) {
+static const float *tfm__decoder_fwd(tfm_model *m, const int32_t *ids, const float *inputs, int B, int T,
+                                     const float *memory, int S, const int32_t *mem_lens, tfm_kv_cache *kc) {
     int encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
     float *x = encdec ? m->impl->dec_x : m->impl->enc_x;
-    tfm__embed_fwd(m, x, ids, B, T, encdec ? &m->impl->tgt_emb : &m->impl->src_emb, encdec ? &m->impl->tgt_pos_emb : &m->impl->pos_emb,
-                   kc ? kc->len : 0, encdec ? TFM__SITE_TGT_EMB : TFM__SITE_SRC_EMB);
+    tfm__embed_fwd(m, x, ids, inputs, B, T, 0, encdec ? &m->impl->tgt_emb : &m->impl->src_emb,
+                   encdec ? &m->impl->tgt_pos_emb : &m->impl->pos_emb, kc ? kc->len : 0,
+                   encdec ? TFM__SITE_TGT_EMB : TFM__SITE_SRC_EMB);
     return tfm__stack_fwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, m->impl->dec_ln, x,
                           memory, B, T, S, 1, NULL, mem_lens, encdec ? TFM__SITE_DEC_STACK : TFM__SITE_STACK, kc);
 }
 
 TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *loss, int64_t *n_counted) {
     const tfm_config *c;
-    int B, T, Tt = 0, kind;
+    int B, T, Te, Tt = 0, kind;
     int64_t C, i, rows, n_out, counted = 0;
-    const float *h;
+    const float *h, *inputs;
     const int32_t *lens;
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "tfm_model_forward: model is NULL or not initialised");
     c = &m->cfg;
@@ -4229,10 +4305,17 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     m->impl->T = T;
     m->impl->Tt = Tt;
     m->impl->has_lens = b->lens != NULL;
-    if (b->lens) memcpy(m->impl->lens, b->lens, (size_t)B * sizeof(int32_t));
+    for (i = 0; b->lens && i < B; i++) m->impl->lens[i] = b->lens[i] + c->cls_token; /* lengths of the Te positions */
     lens = b->lens ? m->impl->lens : NULL;
-    tfm__copy_ids(m->impl->ids, b->tokens, B, T, b->stride ? b->stride : T);
-    m->impl->tokens = m->impl->ids;
+    Te = T + c->cls_token;
+    if (c->input_dim) {
+        tfm__op_copy_rows(m->impl->device, m->impl->inputs, (int64_t)T * c->input_dim, b->inputs,
+                          (int64_t)(b->stride ? b->stride : T) * c->input_dim, B, (int64_t)T * c->input_dim);
+    } else {
+        tfm__copy_ids(m->impl->ids, b->tokens, B, T, b->stride ? b->stride : T);
+    }
+    m->impl->tokens = c->input_dim ? NULL : m->impl->ids;
+    inputs = c->input_dim ? m->impl->inputs : NULL;
     if (kind == TFM_MODEL_ENCODER_DECODER) {
         tfm__copy_ids(m->impl->tgt_ids, b->tgt_in, B, Tt, b->tgt_stride ? b->tgt_stride : Tt);
         m->impl->tgt_in = m->impl->tgt_ids;
@@ -4241,17 +4324,17 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     if (m->impl->training) m->impl->fwd_seed = tfm_rng_u64(&m->impl->rng);
 
     if (kind == TFM_MODEL_DECODER_LM) {
-        h = tfm__decoder_fwd(m, m->impl->tokens, B, T, NULL, 0, NULL, NULL);
+        h = tfm__decoder_fwd(m, m->impl->tokens, inputs, B, T, NULL, 0, NULL, NULL);
     } else {
-        h = tfm__encoder_fwd(m, m->impl->tokens, B, T, lens);
+        h = tfm__encoder_fwd(m, m->impl->tokens, inputs, B, T, lens);
         if (kind == TFM_MODEL_ENCODER_DECODER) {
             m->impl->memory = h;
-            h = tfm__decoder_fwd(m, m->impl->tgt_in, B, Tt, m->impl->memory, T, lens, NULL);
+            h = tfm__decoder_fwd(m, m->impl->tgt_in, NULL, B, Tt, m->impl->memory, Te, lens, NULL);
         }
     }
     m->impl->top = h;
     if (kind == TFM_MODEL_ENCODER_CLASSIFIER) {
-        tfm__op_pool(m->impl->device, c->pool, m->impl->pooled, h, lens, B, T, C);
+        tfm__op_pool(m->impl->device, c->pool, m->impl->pooled, h, lens, B, Te, C);
         rows = B;
         n_out = c->n_classes;
         tfm__op_linear(m->impl->device, m->impl->logits, n_out, m->impl->pooled, C, m->impl->head.weight.data, m->impl->head.bias.data, rows, C, n_out);
@@ -4280,9 +4363,10 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
 TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     const char *fn = "tfm_model_backward";
     const tfm_config *c;
-    int B, T, Tt, kind;
+    int B, T, Te, Tt, kind;
     int64_t C, rows, n_out;
     float *g;
+    const float *inputs;
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     if (!m->impl->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
     if (m->impl->gen_replaced)
@@ -4295,7 +4379,9 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     B = m->impl->B;
     T = m->impl->T;
     Tt = m->impl->Tt;
+    Te = T + c->cls_token;
     C = c->d_model;
+    inputs = c->input_dim ? m->impl->inputs : NULL;
     rows = kind == TFM_MODEL_ENCODER_CLASSIFIER ? B : (int64_t)B * (kind == TFM_MODEL_DECODER_LM ? T : Tt);
     n_out = kind == TFM_MODEL_ENCODER_CLASSIFIER ? c->n_classes : kind == TFM_MODEL_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
     tfm__op_zero(m->impl->device, m->impl->d_logits, rows * n_out);
@@ -4304,25 +4390,27 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     if (kind == TFM_MODEL_ENCODER_CLASSIFIER) {
         const int32_t *lens = m->impl->has_lens ? m->impl->lens : NULL;
         tfm__op_linear_bwd(m->impl->device, m->impl->d_pooled, C, 0.0f, m->impl->head.d_weight.data, m->impl->head.d_bias.data, m->impl->d_logits, n_out, m->impl->pooled, C, m->impl->head.weight.data, rows, C, n_out);
-        tfm__op_zero(m->impl->device, g, (int64_t)B * T * C);
-        tfm__op_pool_bwd(m->impl->device, c->pool, g, m->impl->d_pooled, lens, B, T, C);
+        tfm__op_zero(m->impl->device, g, (int64_t)B * Te * C);
+        tfm__op_pool_bwd(m->impl->device, c->pool, g, m->impl->d_pooled, lens, B, Te, C);
     } else {
         tfm__op_linear_bwd(m->impl->device, g, C, 0.0f, m->impl->head.d_weight.data, NULL, m->impl->d_logits, n_out, m->impl->top, C, m->impl->head.weight.data, rows, C, n_out);
     }
     if (kind == TFM_MODEL_DECODER_LM) {
         g = tfm__stack_bwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, g, NULL, B, T);
-        tfm__embed_bwd(m, g, m->impl->tokens, B, T, &m->impl->d_src_emb, &m->impl->d_pos_emb, TFM__SITE_SRC_EMB);
+        tfm__embed_bwd(m, g, m->impl->tokens, inputs, B, T, 0, &m->impl->d_src_emb, &m->impl->d_pos_emb, TFM__SITE_SRC_EMB);
         return TFM_OK;
     }
     if (kind == TFM_MODEL_ENCODER_DECODER) {
         tfm__op_zero(m->impl->device, m->impl->d_dec_y, (int64_t)B * T * C);
         g = tfm__stack_bwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, g, m->impl->d_dec_y, B, Tt);
-        tfm__embed_bwd(m, g, m->impl->tgt_in, B, Tt, &m->impl->d_tgt_emb, c->pos == TFM_POS_LEARNED ? &m->impl->d_tgt_pos_emb : NULL, TFM__SITE_TGT_EMB);
+        tfm__embed_bwd(m, g, m->impl->tgt_in, NULL, B, Tt, 0, &m->impl->d_tgt_emb,
+                       c->pos == TFM_POS_LEARNED ? &m->impl->d_tgt_pos_emb : NULL, TFM__SITE_TGT_EMB);
         g = m->impl->d_enc_x;
         tfm__op_copy(m->impl->device, g, m->impl->d_dec_y, (int64_t)B * T * C);
     }
-    g = tfm__stack_bwd(m, m->impl->enc, m->impl->enc_buf, m->impl->n_enc, &m->impl->enc_norm, g, NULL, B, T);
-    tfm__embed_bwd(m, g, m->impl->tokens, B, T, &m->impl->d_src_emb, &m->impl->d_pos_emb, TFM__SITE_SRC_EMB);
+    g = tfm__stack_bwd(m, m->impl->enc, m->impl->enc_buf, m->impl->n_enc, &m->impl->enc_norm, g, NULL, B, Te);
+    tfm__embed_bwd(m, g, m->impl->tokens, inputs, B, T, c->cls_token, &m->impl->d_src_emb, &m->impl->d_pos_emb,
+                   TFM__SITE_SRC_EMB);
     return TFM_OK;
 }
 
@@ -4573,7 +4661,7 @@ static void tfm__decode(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int 
     const tfm_config *c = &m->cfg;
     int encdec = c->kind == TFM_MODEL_ENCODER_DECODER;
     int64_t C = c->d_model, V = encdec ? c->tgt_vocab_size : c->vocab_size;
-    const float *h = tfm__decoder_fwd(m, ids, B, n, memory, kc->src_len ? kc->src_len : S,
+    const float *h = tfm__decoder_fwd(m, ids, NULL, B, n, memory, kc->src_len ? kc->src_len : S,
                                       kc->has_src_lens ? kc->src_lens : NULL, kc);
     /* the head on row n-1 of each sequence: rows of stride n*C */
     tfm__op_linear(m->impl->device, m->impl->logits, V, h + (n - 1) * C, n * C, m->impl->head.weight.data, NULL, B, C, V);
@@ -4634,6 +4722,8 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     c = &m->cfg;
     if (c->kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier does not generate", fn);
+    if (c->input_dim && c->kind == TFM_MODEL_DECODER_LM)
+        return tfm__fail(TFM_E_ARG, "%s: the LM reads continuous inputs (cfg.input_dim), so its tokens cannot be fed back", fn);
     if (!opts || !out || !prompt) return tfm__fail(TFM_E_ARG, "%s: opts, out or prompt is NULL", fn);
     o = *opts;
     encdec = c->kind == TFM_MODEL_ENCODER_DECODER;
@@ -4666,7 +4756,7 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
     if (r != TFM_OK) return tfm__fail(r, "%s: %s", fn, tfm_last_error());
     was_training = m->impl->training;
     m->impl->training = 0;
-    if (encdec) memory = tfm__encoder_fwd(m, src, 1, src_len, NULL);
+    if (encdec) memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
     tfm__decode(m, &kc, prompt, 1, n_prompt, memory, src_len);
     tfm_rng_seed(&rng, o.seed);
     for (;;) {

@@ -57,7 +57,7 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
     full = (float *)malloc((size_t)(2 * n_total * V) * sizeof(float));
     memcpy(full, tfm_model_logits(&m).data, (size_t)(2 * n_total * V) * sizeof(float));
     CHECK_OK(tfm_kv_cache_init(&kc, &m, 2, 0));
-    if (encdec) memory = tfm__encoder_fwd(&m, src, 2, 9, NULL);
+    if (encdec) memory = tfm__encoder_fwd(&m, src, NULL, 2, 9, NULL);
     {
         int32_t prompt[6];
         memcpy(prompt, seq, 3 * sizeof(int32_t));

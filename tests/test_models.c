@@ -1565,6 +1565,55 @@ static void md_batch_offset(void) {
     md_offset_case("encdec", md_cfg(TFM_MODEL_ENCODER_DECODER));
 }
 
+/* Continuous inputs: what the config and the batch refuse, with the field named. */
+static void md_continuous_errors(void) {
+    tfm_config c = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER), ok;
+    tfm_model m;
+    tfm_batch b;
+    float in[2 * 3 * 4];
+    int32_t tok[6] = {0}, lab[2] = {0, 1};
+    int i;
+    c.vocab_size = 0;
+    c.input_dim = 4;
+    c.cls_token = 1;
+    c.pool = TFM_POOL_CLS;
+    CHECK_OK(tfm_config_resolve(&c, &ok));
+    c.input_dim = -1;
+    md_init_err("negative input_dim", &c, TFM_E_ARG, "cfg.input_dim");
+    c.input_dim = 0;
+    md_init_err("no vocabulary, no inputs", &c, TFM_E_ARG, "cfg.vocab_size");
+    c = md_cfg(TFM_MODEL_DECODER_LM);
+    c.cls_token = 1;
+    md_init_err("cls_token on an LM", &c, TFM_E_ARG, "cfg.cls_token");
+    c.cls_token = 0;
+    c.input_dim = 3;
+    c.tie_output = 1;
+    md_init_err("tied LM of inputs", &c, TFM_E_ARG, "cfg.input_dim");
+    if (!md_init(&m, &ok, "continuous")) return;
+    for (i = 0; i < 24; i++) in[i] = 0.1f * (float)i;
+    memset(&b, 0, sizeof b);
+    b.batch = 2;
+    b.len = 3;
+    b.targets = lab;
+    CHECK_ERR(tfm_model_forward(&m, &b, NULL, NULL), TFM_E_ARG, "batch.inputs is NULL");
+    b.inputs = in;
+    b.tokens = tok;
+    CHECK_ERR(tfm_model_forward(&m, &b, NULL, NULL), TFM_E_ARG, "batch.tokens");
+    b.tokens = NULL;
+    in[17] = NAN;
+    CHECK_ERR(tfm_model_forward(&m, &b, NULL, NULL), TFM_E_ARG, "batch.inputs of row 1");
+    in[17] = 1.0f;
+    CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
+    CHECK(tfm_model_param(&m, "cls_token") && tfm_model_param(&m, "input_proj.weight") && !tfm_model_param(&m, "tok_emb.weight"));
+    CHECK(tfm_model_param(&m, "pos_emb.weight")->value.shape[0] == ok.max_seq_len + 1);
+    tfm_model_free(&m);
+    ok = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
+    if (!md_init(&m, &ok, "tokens")) return;
+    b.tokens = tok;
+    CHECK_ERR(tfm_model_forward(&m, &b, NULL, NULL), TFM_E_ARG, "batch.inputs given");
+    tfm_model_free(&m);
+}
+
 static void suite_models(void) {
     int threads = tfm_get_num_threads();
     tfm_set_num_threads(1);
@@ -1592,5 +1641,6 @@ static void suite_models(void) {
     RUN(md_stride_counted);
     RUN(md_flat);
     RUN(md_batch_offset);
+    RUN(md_continuous_errors);
     tfm_set_num_threads(threads);
 }

@@ -383,6 +383,12 @@ static int mt_config(const fx_file *fx, tfm_config *cfg, const int32_t **c_out) 
     cfg->label_smoothing = ls;
     cfg->ln_eps = eps;
     cfg->seed = 1;
+    if (fx_get(fx, "input")) { /* continuous inputs: input_dim, cls_token */
+        const fx_array *in = mt_need_i32(fx, "input", 2);
+        if (!in) return 0;
+        cfg->input_dim = in->i32[0];
+        cfg->cls_token = in->i32[1];
+    }
     *c_out = c;
     return 1;
 }
@@ -394,10 +400,17 @@ static int mt_batch(const fx_file *fx, const int32_t *c, const char *suffix, tfm
     memset(b, 0, sizeof *b);
     b->batch = B;
     b->len = T;
-    snprintf(nm, sizeof nm, "tokens%s", suffix);
-    const fx_array *tok = mt_need_i32(fx, nm, (int64_t)B * T);
-    if (!tok) return 0;
-    b->tokens = tok->i32;
+    snprintf(nm, sizeof nm, "inputs%s", suffix);
+    if (fx_get(fx, nm)) { /* continuous inputs (B,T,input_dim) */
+        const fx_array *in = mt_need(fx, nm, FX_F32, 3);
+        if (!in || in->dims[0] != B || in->dims[1] != T) return 0;
+        b->inputs = in->f32;
+    } else {
+        snprintf(nm, sizeof nm, "tokens%s", suffix);
+        const fx_array *tok = mt_need_i32(fx, nm, (int64_t)B * T);
+        if (!tok) return 0;
+        b->tokens = tok->i32;
+    }
     snprintf(nm, sizeof nm, "lens%s", suffix);
     if (fx_get(fx, nm)) {
         const fx_array *lens = mt_need_i32(fx, nm, B);
@@ -422,10 +435,10 @@ static int mt_batch(const fx_file *fx, const int32_t *c, const char *suffix, tfm
 /* Whether AdamW decays the parameter `name` (decay_all == 0): the weight matrices of linear and
    attention maps; not biases, layernorms or embeddings (a tied output is an embedding). */
 static int mt_is_decayed(const char *name) {
-    static const char *suffixes[5] = {"in_proj_weight", "out_proj.weight", "linear1.weight",
-                                      "linear2.weight", "head.weight"};
+    static const char *suffixes[6] = {"in_proj_weight", "out_proj.weight", "linear1.weight",
+                                      "linear2.weight", "head.weight", "input_proj.weight"};
     size_t n = strlen(name);
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         size_t k = strlen(suffixes[i]);
         if (n >= k && !strcmp(name + n - k, suffixes[i])) return 1;
     }
@@ -532,6 +545,8 @@ static void mt_model_lm_pre_tied(void) { mt_model_case("model_lm_pre_tied"); }
 static void mt_model_lm_post_untied(void) { mt_model_case("model_lm_post_untied"); }
 static void mt_model_encdec_pre_shared(void) { mt_model_case("model_encdec_pre_shared"); }
 static void mt_model_encdec_post_separate(void) { mt_model_case("model_encdec_post_separate"); }
+static void mt_model_vit_pre_cls(void) { mt_model_case("model_vit_pre_cls"); }
+static void mt_model_vit_post_mean(void) { mt_model_case("model_vit_post_mean"); }
 
 /* ---- AdamW: clip_grad_norm_ then torch.optim.AdamW (no decay on biases, norms, embeddings) ---- */
 static void mt_adamw_step(void) {
@@ -607,5 +622,7 @@ static void suite_models_torch(void) {
     RUN(mt_model_lm_post_untied);
     RUN(mt_model_encdec_pre_shared);
     RUN(mt_model_encdec_post_separate);
+    RUN(mt_model_vit_pre_cls);
+    RUN(mt_model_vit_post_mean);
     RUN(mt_adamw_step);
 }

@@ -195,11 +195,24 @@ def model_explicit(model, batch):
 
     if c.kind == tm.ENCODER_CLASSIFIER:
         lens = batch.get("lens")
-        x = embed(batch["tokens"], P["tok_emb.weight"], P.get("pos_emb.weight"))
+        if c.input_dim:  # x[b,t] = W inputs[b,t] + bias, by hand
+            u = torch.as_tensor(batch["inputs"], dtype=torch.float64)
+            x = torch.einsum("bti,ci->btc", u, P["input_proj.weight"]) + P["input_proj.bias"]
+        else:
+            x = torch.stack([torch.stack([P["tok_emb.weight"][int(i)] for i in row]) for row in batch["tokens"]]) * scale
+        if c.cls_token:
+            x = torch.cat([P["cls_token"][None, None, :].expand(x.shape[0], 1, -1), x], 1)
+            lens = None if lens is None else [int(n) + 1 for n in lens]
+        Te = x.shape[1]
+        if c.pos == tm.POS_LEARNED:
+            x = x + P["pos_emb.weight"][:Te]
+        elif c.pos == tm.POS_SINUSOIDAL:
+            x = x + sinusoidal_explicit(Te, c.d_model)
         h = stack("encoder", model.encoder.layers, x, lens=lens)
         if c.pool == tm.POOL_CLS:
             pooled = h[:, 0]
         else:
+            lens = lens if lens is not None else [Te] * h.shape[0]
             pooled = torch.stack([h[b, :n].mean(0) for b, n in enumerate(lens)])
         return pooled @ P["head.weight"].T + P["head.bias"]
     if c.kind == tm.DECODER_LM:
@@ -274,7 +287,11 @@ def rand_ids(cs, shape, n):
 
 
 def store_batch(cs, c, batch, suffix=""):
-    cs.i32("tokens" + suffix, batch["tokens"])
+    if c.input_dim:
+        cs.i32("input" + suffix, [c.input_dim, c.cls_token])
+        cs.f32("inputs" + suffix, torch.as_tensor(batch["inputs"], dtype=torch.float64))
+    else:
+        cs.i32("tokens" + suffix, batch["tokens"])
     if batch.get("lens") is not None:
         cs.i32("lens" + suffix, batch["lens"])
     if batch.get("tgt_in") is not None:
@@ -286,11 +303,13 @@ def make_batch(cs, c, B, T, Tt=0, lens=None, ignore=()):
     """Random ids; `ignore` lists (row, first column) from which targets are ignore_index
     (classifier: rows whose label is ignored). Padded source positions hold token 0."""
     V = c.vocab_size
-    tokens = rand_ids(cs, (B, T), V)
-    if lens is not None:
+    tokens = rand_ids(cs, (B, T), V) if V else None
+    if lens is not None and tokens is not None:
         for b, n in enumerate(lens):
             tokens[b, n:] = 0
     batch = dict(tokens=tokens, lens=None if lens is None else np.asarray(lens, np.int32))
+    if c.input_dim:  # continuous inputs instead of tokens (float32 values)
+        batch = dict(inputs=cs.randn(B, T, c.input_dim).numpy(), lens=batch["lens"])
     if c.kind == tm.ENCODER_CLASSIFIER:
         labels = rand_ids(cs, (B,), c.n_classes)
         for b, _ in ignore:
@@ -491,6 +510,16 @@ def main():
                      n_heads=2, n_layers=2, n_dec_layers=2, d_ff=24, max_seq_len=6, max_tgt_len=7,
                      max_batch=3, act=R, norm_first=0, pos=tm.POS_LEARNED, ln_eps=LN_EPS),
                    B=3, T=5, Tt=6, lens=[5, 2, 4], ignore=[(1, 4), (2, 5)]),
+        model_case("model_vit_pre_cls",
+                   C(kind=tm.ENCODER_CLASSIFIER, n_classes=4, d_model=16, n_heads=2, n_layers=2,
+                     d_ff=32, max_seq_len=6, max_batch=3, act=G, norm_first=1, pos=tm.POS_LEARNED,
+                     pool=tm.POOL_CLS, input_dim=5, cls_token=1, ln_eps=LN_EPS),
+                   B=3, T=6, lens=[6, 4, 2]),
+        model_case("model_vit_post_mean",
+                   C(kind=tm.ENCODER_CLASSIFIER, n_classes=3, d_model=12, n_heads=3, n_layers=1,
+                     d_ff=24, max_seq_len=5, max_batch=2, act=R, norm_first=0, pos=tm.POS_SINUSOIDAL,
+                     pool=tm.POOL_MEAN, input_dim=7, ln_eps=LN_EPS),
+                   B=2, T=5),
         adamw_case("adamw_step"),
     ]
     total = sum(c.save(outdir) for c in cases)

@@ -55,7 +55,7 @@ POOL_MEAN, POOL_CLS = 0, 1
 
 # parameters that AdamW decays (unless decay_all): the weight matrices of linear and attention maps
 DECAY_SUFFIXES = ("in_proj_weight", "out_proj.weight", "linear1.weight", "linear2.weight",
-                  "head.weight")
+                  "head.weight", "input_proj.weight")
 
 
 def gelu_tanh(x):
@@ -151,7 +151,7 @@ class Config:
                   n_layers=0, n_dec_layers=0, d_ff=0, max_seq_len=0, max_tgt_len=0, max_batch=0,
                   act=0, norm_first=0, pos=0, scale_emb=0, pool=0, tie_output=0, share_emb=0,
                   no_bias=0, dropout=0.0, attn_dropout=0.0, ln_eps=0.0, label_smoothing=0.0,
-                  ignore_index=0, has_ignore_index=0)
+                  ignore_index=0, has_ignore_index=0, input_dim=0, cls_token=0)
 
     def __init__(self, **kw):
         for k, v in self.FIELDS.items():
@@ -167,8 +167,10 @@ class Config:
         if c.kind not in (ENCODER_CLASSIFIER, DECODER_LM, ENCODER_DECODER):
             raise ValueError("kind is required")
         for req in ("vocab_size", "d_model", "n_heads", "max_seq_len"):
-            if getattr(c, req) <= 0:
+            if getattr(c, req) <= 0 and not (req == "vocab_size" and c.input_dim and c.kind == ENCODER_CLASSIFIER):
                 raise ValueError(req + " is required")
+        if (c.input_dim or c.cls_token) and c.kind != ENCODER_CLASSIFIER:
+            raise NotImplementedError("continuous inputs and the class vector are mirrored for classifiers")
         if c.kind == ENCODER_CLASSIFIER and c.n_classes <= 0:
             raise ValueError("n_classes is required")
         if c.d_model % c.n_heads:
@@ -208,10 +210,15 @@ class _Model(nn.Module):
     def embed(self, tokens, emb, pos_emb, pe):
         """emb[tokens] * scale + positions; tokens (B,T) int64."""
         c = self.cfg
-        T = tokens.shape[1]
         x = F.embedding(tokens, emb)
         if c.scale_emb:
             x = x * math.sqrt(c.d_model)
+        return self.position(x, pos_emb, pe)
+
+    def position(self, x, pos_emb, pe):
+        """x (B,T,C) + positions, then dropout."""
+        c = self.cfg
+        T = x.shape[1]
         if c.pos == POS_LEARNED:
             x = x + pos_emb[:T]
         elif c.pos == POS_SINUSOIDAL:
@@ -225,24 +232,41 @@ class _Model(nn.Module):
 
 
 class EncoderClassifier(_Model):
-    """TFM_MODEL_ENCODER_CLASSIFIER: embeddings, encoder (key padding from lens), pooling, linear head."""
+    """TFM_MODEL_ENCODER_CLASSIFIER: embeddings (or input_proj of continuous inputs), the class vector
+    cls_token first (cls_token: ViT's [CLS], lens then count one more position), encoder (key padding
+    from lens), pooling, linear head."""
 
     def __init__(self, cfg, dtype=torch.float64):
         super().__init__(cfg, dtype)
         c = self.cfg
-        self.tok_emb = self._emb(c.vocab_size, c.d_model)
+        Te = c.max_seq_len + c.cls_token
+        if c.input_dim:
+            self.input_proj = nn.Linear(c.input_dim, c.d_model, dtype=dtype)
+        else:
+            self.tok_emb = self._emb(c.vocab_size, c.d_model)
+        if c.cls_token:
+            self.cls_token = nn.Parameter(torch.zeros(c.d_model, dtype=dtype))
         if c.pos == POS_LEARNED:
-            self.pos_emb = self._emb(c.max_seq_len, c.d_model)
-        self._sinusoidal("pe", c.max_seq_len)
+            self.pos_emb = self._emb(Te, c.d_model)
+        self._sinusoidal("pe", Te)
         self.encoder = Stack(c.n_layers, c, cross=False, causal=False, dtype=dtype)
         self.head = nn.Linear(c.d_model, c.n_classes, dtype=dtype)
 
-    def forward(self, tokens, lens=None, labels=None):
+    def forward(self, tokens, lens=None, labels=None, inputs=None):
         c = self.cfg
-        tokens = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
-        B, T = tokens.shape
-        x = self.embed(tokens, self.tok_emb.weight,
-                       self.pos_emb.weight if c.pos == POS_LEARNED else None, getattr(self, "pe", None))
+        pos = self.pos_emb.weight if c.pos == POS_LEARNED else None
+        if c.input_dim:
+            x = self.input_proj(torch.as_tensor(np.asarray(inputs), dtype=self.dtype))
+        else:
+            x = F.embedding(torch.as_tensor(np.asarray(tokens, dtype=np.int64)), self.tok_emb.weight)
+            if c.scale_emb:
+                x = x * math.sqrt(c.d_model)
+        if c.cls_token:
+            x = torch.cat([self.cls_token.expand(x.shape[0], 1, c.d_model), x], dim=1)
+            if lens is not None:
+                lens = [int(n) + 1 for n in lens]
+        x = self.position(x, pos, getattr(self, "pe", None))
+        B, T = x.shape[0], x.shape[1]
         h = self.encoder(x, lens=lens)
         if c.pool == POOL_CLS:
             pooled = h[:, 0]
@@ -348,7 +372,7 @@ def run_batch(model, batch):
     """Forward a batch given as a dict with the fields of tfm_batch (tokens, lens, tgt_in, targets;
     numpy or lists). Returns (logits, loss); loss is None without targets."""
     if isinstance(model, EncoderClassifier):
-        return model(batch["tokens"], batch.get("lens"), batch.get("targets"))
+        return model(batch.get("tokens"), batch.get("lens"), batch.get("targets"), batch.get("inputs"))
     if isinstance(model, DecoderLM):
         return model(batch["tokens"], batch.get("targets"))
     return model(batch["tokens"], batch.get("lens"), batch["tgt_in"], batch.get("targets"))
