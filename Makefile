@@ -140,8 +140,8 @@ examples: $(EXAMPLES)
 
 # Each --smoke run trains a tiny model for a few steps on the real data (seconds), saves it, resumes
 # from it, and runs the inference mode on the saved model; one thread, since the models are tiny.
-# The data: SpamAssassin from ../shared/data (or SPAM_DATA=...), the KJV and CMUdict 0.4 from
-# Debian's bible-kjv-text and festlex-cmu packages.
+# The data: SpamAssassin from ../shared/data (or SPAM_DATA=...), the KJV, CMUdict 0.4 and
+# Fashion-MNIST from Debian's bible-kjv-text, festlex-cmu and dataset-fashion-mnist packages.
 SPAM_DATA ?= ../shared/data/spamassassin.tar.xz
 examples-smoke: $(EXAMPLES)
 	./$(BUILD)/spam --smoke --threads 1 --data $(SPAM_DATA)
@@ -154,6 +154,9 @@ examples-smoke: $(EXAMPLES)
 	    echo './$(BUILD)/charlm --smoke --threads 1 --prompt "In the beginning" --attention runs/attention-smoke.png'; \
 	    ./$(BUILD)/charlm --smoke --threads 1 --prompt "In the beginning" --attention runs/attention-smoke.png; \
 	else echo "skipping charlm --attention: gnuplot not found (Debian: gnuplot-nox)"; fi
+	./$(BUILD)/fashion --smoke --threads 1
+	./$(BUILD)/fashion --smoke --threads 1 --resume
+	./$(BUILD)/fashion --smoke --threads 1 --index 0 --index 1
 	./$(BUILD)/g2p --smoke --threads 1
 	./$(BUILD)/g2p --smoke --threads 1 --resume
 	./$(BUILD)/g2p --smoke --threads 1 --data examples/data/cmudict-0.7b.txt.gz

@@ -1,0 +1,384 @@
+/* fashion.c - an image classifier: a small vision transformer (ViT) reads a Fashion-MNIST image as
+   49 patches of 4x4 pixels and says which of 10 kinds of clothing it shows.
+
+   Data: Fashion-MNIST from Debian's dataset-fashion-mnist package
+   (/usr/share/datasets/fashion-mnist/, the four *-ubyte.gz files): 60,000 training and 10,000 test images of 28x28
+   grey pixels, 10 balanced classes. The images are read with common.h's IDX reader (through gzip).
+
+   Split: the 60,000 training images are shuffled with --split-seed (default 1); the last 5,000 are
+   the validation split, the other 55,000 train. The 10,000 test images are scored once, at the end.
+
+   Model: continuous inputs (cfg.input_dim = 16: each patch's 16 pixels go through a learned linear
+   projection instead of a token embedding), a learned class vector prepended to the patches
+   (cfg.cls_token) and pooled at the end (TFM_POOL_CLS), learned positions, a pre-LN encoder with
+   GELU, a linear head over the 10 classes. Training flips images left-right and shifts them by up to
+   2 pixels at random (clothes stay clothes).
+
+       build/fashion                           train (defaults: about 30 min on 2 cores), then test
+       build/fashion --resume                  continue from the saved checkpoint
+       build/fashion --index 0 --index 17      classify test images by index, with probabilities
+       build/fashion --classify shirt.pgm      classify a 28x28 greyscale PGM (P5) image
+       build/fashion --smoke                   a few steps on a tiny model (seconds), for CI
+
+   Writes runs/fashion.safetensors (the model, with its optimizer state for --resume) and
+   runs/fashion.csv (train and validation loss per step). */
+#define TFM_IMPLEMENTATION
+#include "common.h"
+
+#define DIR "/usr/share/datasets/fashion-mnist/"
+enum { SIDE = 28, PATCH = 4, GRID = SIDE / PATCH, N_PATCH = GRID * GRID, PATCH_DIM = PATCH * PATCH, N_CLASS = 10 };
+
+static const char *const class_names[N_CLASS] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                  "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+
+typedef struct options {
+    const char *dir, *model, *csv;
+    int batch, epochs, d_model, n_heads, n_layers, d_ff, threads, eval_every, smoke, resume, augment;
+    float lr, dropout;
+    uint64_t split_seed, seed;
+} options;
+
+typedef struct images { unsigned char *pix; unsigned char *labels; int n; } images;
+
+static images load(const options *o, const char *which) {
+    char ip[1024], lp[1024];
+    int di[3], dl[3];
+    images s;
+    snprintf(ip, sizeof ip, "%s/%s-images-idx3-ubyte.gz", o->dir, which);
+    snprintf(lp, sizeof lp, "%s/%s-labels-idx1-ubyte.gz", o->dir, which);
+    ex_need_file(ip, "Fashion-MNIST comes with Debian's dataset-fashion-mnist package: apt-get install dataset-fashion-mnist");
+    ex_need_file(lp, "Fashion-MNIST comes with Debian's dataset-fashion-mnist package: apt-get install dataset-fashion-mnist");
+    s.pix = ex_idx_read(ip, 3, di);
+    s.labels = ex_idx_read(lp, 1, dl);
+    if (di[1] != SIDE || di[2] != SIDE) ex_die("%s: images are %dx%d, want 28x28", ip, di[1], di[2]);
+    if (di[0] != dl[0]) ex_die("%s has %d images but %s %d labels", ip, di[0], lp, dl[0]);
+    s.n = di[0];
+    return s;
+}
+
+/* One image as patch vectors: out (N_PATCH, PATCH_DIM), patches row by row, pixels row by row inside
+   a patch, scaled to about zero mean and unit variance. flip, dx, dy: the augmentation (0 for none). */
+static void patches(const unsigned char *img, float *out, int flip, int dx, int dy) {
+    int py, px, y, x;
+    for (py = 0; py < GRID; py++)
+        for (px = 0; px < GRID; px++)
+            for (y = 0; y < PATCH; y++)
+                for (x = 0; x < PATCH; x++) {
+                    int sy = py * PATCH + y - dy, sx = px * PATCH + x - dx, v = 0;
+                    if (flip) sx = SIDE - 1 - sx;
+                    if (sy >= 0 && sy < SIDE && sx >= 0 && sx < SIDE) v = img[sy * SIDE + sx];
+                    out[((py * GRID + px) * PATCH + y) * PATCH + x] = ((float)v / 255.0f - 0.286f) / 0.353f;
+                }
+}
+
+/* The model's config. The library's checkpoints do not store input_dim and cls_token yet, and its
+   loader refuses a stored classifier config whose vocab_size is 0; so vocab_size is 1 here (a
+   one-row token embedding that is never used), and resuming and inference build the config from
+   the options, like training: give them the same --d-model, --layers... as training. */
+static void make_config(const options *o, tfm_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->kind = TFM_MODEL_ENCODER_CLASSIFIER;
+    cfg->input_dim = PATCH_DIM;   /* each token is a patch of 16 pixels, projected to d_model */
+    cfg->cls_token = 1;           /* a learned [CLS] vector before the patches... */
+    cfg->pool = TFM_POOL_CLS;     /* ...whose output the head reads */
+    cfg->vocab_size = 1;          /* unused, see above */
+    cfg->n_classes = N_CLASS;
+    cfg->d_model = o->d_model;
+    cfg->n_heads = o->n_heads;
+    cfg->n_layers = o->n_layers;
+    cfg->d_ff = o->d_ff;
+    cfg->max_seq_len = N_PATCH;
+    cfg->norm_first = 1;
+    cfg->act = TFM_ACT_GELU;
+    cfg->dropout = o->dropout;
+    cfg->seed = o->seed;
+}
+
+/* Loss and accuracy on rows idx[0..n) of a set, in evaluation mode. */
+static double evaluate(tfm_model *m, const images *s, const int32_t *idx, int n, int batch, float *in, int32_t *lab,
+                       double *acc) {
+    int i, k, correct = 0;
+    double total = 0;
+    tfm_model_train(m, 0);
+    for (i = 0; i < n; i += batch) {
+        int b = n - i < batch ? n - i : batch;
+        tfm_batch bt = {0};
+        tfm_tensor logits;
+        float loss;
+        for (k = 0; k < b; k++) {
+            int r = idx ? idx[i + k] : i + k;
+            patches(s->pix + (int64_t)r * SIDE * SIDE, in + (int64_t)k * N_PATCH * PATCH_DIM, 0, 0, 0);
+            lab[k] = s->labels[r];
+        }
+        bt.batch = b;
+        bt.len = N_PATCH;
+        bt.inputs = in;
+        bt.targets = lab;
+        ex_check(tfm_model_forward(m, &bt, &loss, NULL), "evaluate");
+        total += (double)loss * b;
+        logits = tfm_model_logits(m); /* (b, 10) */
+        for (k = 0; k < b; k++) {
+            int c, best = 0;
+            for (c = 1; c < N_CLASS; c++)
+                if (logits.data[k * N_CLASS + c] > logits.data[k * N_CLASS + best]) best = c;
+            correct += best == lab[k];
+        }
+    }
+    tfm_model_train(m, 1);
+    *acc = (double)correct / n;
+    return total / n;
+}
+
+static void train(const options *o) {
+    images tr = load(o, "train"), te = load(o, "t10k");
+    int32_t *perm = ex_permutation(tr.n, o->split_seed), *order, *lab;
+    int n_train = tr.n - 5000, n_val = 5000, n_test = te.n, k;
+    tfm_config cfg = {0};
+    tfm_optim opt = {0};
+    tfm_model m;
+    float *in, loss = 0;
+    int64_t steps_per_epoch, total_steps, step;
+    ex_progress prog;
+    FILE *csv;
+    double t0, vl, acc, loss_sum = 0;
+    int loss_n = 0;
+
+    if (o->smoke) { n_train = 512; n_val = 128; n_test = 128; }
+    printf("Fashion-MNIST: %d train, %d validation (from the training images, seed %llu), %d test\n", n_train,
+           n_val, (unsigned long long)o->split_seed, n_test);
+
+    make_config(o, &cfg);
+    cfg.max_batch = o->batch;
+    ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
+    if (o->resume && ex_file_exists(o->model)) {
+        ex_check(tfm_model_load(&m, o->model), o->model);
+        printf("resumed from %s at step %lld\n", o->model, (long long)m.step);
+    }
+    printf("model: %d patches of %dx%d pixels, %d layers, d_model %d, %d heads, %lld parameters; sgemm: %s\n",
+           N_PATCH, PATCH, PATCH, cfg.n_layers, cfg.d_model, cfg.n_heads, (long long)m.n_weights, tfm_sgemm_backend());
+
+    steps_per_epoch = n_train / o->batch;
+    total_steps = o->smoke ? 6 : steps_per_epoch * o->epochs;
+    opt.lr = o->lr;
+    opt.weight_decay = 0.05f;
+    opt.clip_norm = 1.0f;
+    opt.schedule = TFM_SCHED_COSINE;
+    opt.warmup_steps = (int)(total_steps / 20);
+    opt.total_steps = (int)total_steps;
+    opt.min_lr = o->lr / 100;
+
+    order = (int32_t *)ex_malloc((size_t)n_train * sizeof(int32_t));
+    in = (float *)ex_malloc((size_t)o->batch * N_PATCH * PATCH_DIM * sizeof(float));
+    lab = (int32_t *)ex_malloc((size_t)o->batch * sizeof(int32_t));
+    csv = ex_csv_open(o->csv, "step,epoch,train_loss,val_loss,val_accuracy", m.step > 0);
+
+    ex_progress_start(&prog, "images", m.step);
+    t0 = ex_now();
+    for (step = m.step; step < total_steps; step++) {
+        int64_t epoch = step / steps_per_epoch, j = step % steps_per_epoch;
+        tfm_rng r;
+        tfm_batch bt = {0};
+        if (j == 0 || step == m.step) {
+            memcpy(order, perm, (size_t)n_train * sizeof(int32_t));
+            tfm_rng_seed(&r, o->seed * 1000003u + (uint64_t)epoch);
+            ex_shuffle(order, n_train, &r);
+        }
+        tfm_rng_seed(&r, o->seed * 7919u + (uint64_t)step); /* this step's augmentation */
+        for (k = 0; k < o->batch; k++) {
+            int row = order[j * o->batch + k];
+            uint64_t u = tfm_rng_u64(&r);
+            int flip = o->augment ? (int)(u & 1) : 0;
+            int dx = o->augment ? (int)((u >> 8) % 5) - 2 : 0, dy = o->augment ? (int)((u >> 16) % 5) - 2 : 0;
+            patches(tr.pix + (int64_t)row * SIDE * SIDE, in + (int64_t)k * N_PATCH * PATCH_DIM, flip, dx, dy);
+            lab[k] = tr.labels[row];
+        }
+        bt.batch = o->batch;
+        bt.len = N_PATCH;
+        bt.inputs = in;
+        bt.targets = lab;
+        tfm_model_zero_grad(&m);
+        ex_check(tfm_model_forward(&m, &bt, &loss, NULL), "forward");
+        ex_check(tfm_model_backward(&m, 1.0f), "backward");
+        ex_check(tfm_model_step(&m, &opt, NULL), "step");
+        loss_sum += loss;
+        loss_n++;
+        ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, loss,
+                         ex_lr(&opt, step + 1), o->batch, 0);
+        if ((step + 1) % 20 == 0) {
+            ex_csv_row(csv, "%lld,%.4f,%.5f,NaN,NaN", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
+                       loss_sum / loss_n);
+            loss_sum = 0;
+            loss_n = 0;
+        }
+        if ((step + 1) % o->eval_every == 0 || step + 1 == total_steps) {
+            vl = evaluate(&m, &tr, perm + tr.n - 5000, n_val, o->batch, in, lab, &acc);
+            ex_progress_break(&prog);
+            printf("step %lld: validation loss %.4f, accuracy %.2f%%\n", (long long)(step + 1), vl, 100 * acc);
+            ex_csv_row(csv, "%lld,%.4f,NaN,%.5f,%.5f", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
+                       vl, acc);
+            ex_check(tfm_model_save(&m, o->model, TFM_SAVE_TRAINING_STATE), o->model); /* atomic */
+        }
+    }
+    if (step > prog.first_step) { /* the last line, in full */
+        ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, ex_lr(&opt, step),
+                         o->batch, 1);
+        ex_progress_break(&prog);
+    }
+    printf("training took %.1f min\n", (ex_now() - t0) / 60);
+
+    vl = evaluate(&m, &te, NULL, n_test, o->batch, in, lab, &acc);
+    printf("test: %d images, loss %.4f, accuracy %.2f%%\n", n_test, vl, 100 * acc);
+    printf("model saved to %s; classify test images with: fashion --model %s --index 0\n", o->model, o->model);
+
+    if (csv) fclose(csv);
+    free(order);
+    free(in);
+    free(lab);
+    free(perm);
+    free(tr.pix);
+    free(tr.labels);
+    free(te.pix);
+    free(te.labels);
+    tfm_model_free(&m);
+}
+
+/* A binary PGM (P5) of 28x28 pixels with maxval 255, white clothes on black as in Fashion-MNIST. */
+static void read_pgm(const char *path, unsigned char *img) {
+    ex_buf b = ex_read_file(path);
+    int w, h, maxv, used = 0;
+    if (sscanf((const char *)b.data, "P5 %d %d %d%n", &w, &h, &maxv, &used) != 3 || used == 0)
+        ex_die("%s: not a binary PGM (P5) file", path);
+    if (w != SIDE || h != SIDE || maxv != 255) ex_die("%s: %dx%d with maxval %d; want 28x28, 255", path, w, h, maxv);
+    used++; /* the one whitespace byte after maxval */
+    if (b.len < (size_t)used + SIDE * SIDE) ex_die("%s: truncated", path);
+    memcpy(img, b.data + used, SIDE * SIDE);
+    ex_buf_free(&b);
+}
+
+/* Inference: the saved model, batch 1; each image's class probabilities. */
+static void classify(const options *o, int n, char **what, const int *is_index) {
+    tfm_config cfg;
+    tfm_model m;
+    images te = {0};
+    float in[N_PATCH * PATCH_DIM];
+    int i, c;
+    make_config(o, &cfg);
+    cfg.max_batch = 1;
+    cfg.inference_only = 1;
+    ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
+    ex_check(tfm_model_load(&m, o->model), o->model);
+    for (i = 0; i < n; i++) {
+        unsigned char img[SIDE * SIDE];
+        tfm_batch bt = {0};
+        tfm_tensor logits;
+        float p[N_CLASS], mx, sum = 0;
+        int best = 0, truth = -1;
+        if (is_index[i]) {
+            int k = atoi(what[i]);
+            if (!te.pix) te = load(o, "t10k");
+            if (k < 0 || k >= te.n) ex_die("--index: %d is not in [0,%d)", k, te.n);
+            memcpy(img, te.pix + (int64_t)k * SIDE * SIDE, SIDE * SIDE);
+            truth = te.labels[k];
+        } else {
+            read_pgm(what[i], img);
+        }
+        patches(img, in, 0, 0, 0);
+        bt.batch = 1;
+        bt.len = N_PATCH;
+        bt.inputs = in;
+        ex_check(tfm_model_forward(&m, &bt, NULL, NULL), "forward");
+        logits = tfm_model_logits(&m);
+        mx = logits.data[0];
+        for (c = 1; c < N_CLASS; c++) if (logits.data[c] > mx) mx = logits.data[c];
+        for (c = 0; c < N_CLASS; c++) sum += p[c] = expf(logits.data[c] - mx);
+        for (c = 0; c < N_CLASS; c++) {
+            p[c] /= sum;
+            if (p[c] > p[best]) best = c;
+        }
+        printf("%s%s: %s (%.1f%%)", is_index[i] ? "test image " : "", what[i], class_names[best], 100 * p[best]);
+        if (truth >= 0) printf(", labelled %s", class_names[truth]);
+        printf("\n   ");
+        for (c = 0; c < N_CLASS; c++) printf(" %s %.3f", class_names[c], p[c]);
+        printf("\n");
+    }
+    free(te.pix);
+    free(te.labels);
+    tfm_model_free(&m);
+}
+
+static void usage(void) {
+    printf("usage: fashion [options]                      train, validate, test\n"
+           "       fashion [options] --index N --classify F.pgm ...   classify with the saved model\n"
+           "  --data DIR       Fashion-MNIST directory (default " DIR ")\n"
+           "  --model PATH     checkpoint (default runs/fashion.safetensors)\n"
+           "  --csv PATH       loss curve (default runs/fashion.csv)\n"
+           "  --resume         continue training from --model\n"
+           "  --batch N --epochs N --lr X --dropout X --d-model N --heads N --layers N --d-ff N\n"
+           "  --no-augment     no flips or shifts\n"
+           "  --eval-every N   validation every N steps (default 500)\n"
+           "  --seed N         initialisation, order and augmentation (default 1); --split-seed N (default 1)\n"
+           "  --threads N      threads (default: OpenMP's)\n"
+           "  --smoke          a tiny model for a few steps (seconds)\n");
+}
+
+int main(int argc, char **argv) {
+    options o;
+    int i, n_cls = 0, *is_index = (int *)ex_malloc((size_t)argc * sizeof(int));
+    char **what = (char **)ex_malloc((size_t)argc * sizeof(char *));
+    memset(&o, 0, sizeof o);
+    o.dir = DIR;
+    o.model = "runs/fashion.safetensors";
+    o.csv = "runs/fashion.csv";
+    o.batch = 64;
+    o.epochs = 12;
+    o.d_model = 128;
+    o.n_heads = 4;
+    o.n_layers = 4;
+    o.d_ff = 256;
+    o.lr = 1e-3f;
+    o.dropout = 0.1f;
+    o.eval_every = 500;
+    o.augment = 1;
+    o.seed = 1;
+    o.split_seed = 1;
+    for (i = 1; i < argc; i++)
+        if (ex_is(argv[i], "--smoke")) {
+            o.smoke = 1;
+            o.batch = 16; o.d_model = 32; o.n_layers = 1; o.n_heads = 2; o.d_ff = 64; o.eval_every = 3;
+            o.model = "runs/fashion-smoke.safetensors";
+            o.csv = "runs/fashion-smoke.csv";
+        }
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (ex_is(a, "--smoke")) continue;
+        else if (ex_is(a, "--data")) o.dir = ex_value(argc, argv, &i);
+        else if (ex_is(a, "--model")) o.model = ex_value(argc, argv, &i);
+        else if (ex_is(a, "--csv")) o.csv = ex_value(argc, argv, &i);
+        else if (ex_is(a, "--resume")) o.resume = 1;
+        else if (ex_is(a, "--batch")) o.batch = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--epochs")) o.epochs = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--lr")) o.lr = ex_float(argc, argv, &i);
+        else if (ex_is(a, "--dropout")) o.dropout = ex_float(argc, argv, &i);
+        else if (ex_is(a, "--d-model")) o.d_model = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--heads")) o.n_heads = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--layers")) o.n_layers = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--d-ff")) o.d_ff = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--no-augment")) o.augment = 0;
+        else if (ex_is(a, "--eval-every")) o.eval_every = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--seed")) o.seed = (uint64_t)ex_int(argc, argv, &i);
+        else if (ex_is(a, "--split-seed")) o.split_seed = (uint64_t)ex_int(argc, argv, &i);
+        else if (ex_is(a, "--threads")) o.threads = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--index")) { is_index[n_cls] = 1; what[n_cls++] = (char *)ex_value(argc, argv, &i); }
+        else if (ex_is(a, "--classify")) { is_index[n_cls] = 0; what[n_cls++] = (char *)ex_value(argc, argv, &i); }
+        else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(); return 0; }
+        else { usage(); ex_die("unknown option %s", a); }
+    }
+    if (o.threads > 0) tfm_set_num_threads(o.threads);
+    ex_mkdir_for(o.model);
+    ex_mkdir_for(o.csv);
+    if (n_cls) classify(&o, n_cls, what, is_index);
+    else train(&o);
+    free(is_index);
+    free(what);
+    return 0;
+}
