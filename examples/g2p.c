@@ -233,7 +233,7 @@ static void train(const options *o) {
     int64_t steps_per_epoch, total_steps, step, n_val_words;
     ex_progress prog;
     FILE *csv;
-    double t0, loss_sum = 0, wer, per, vl;
+    double t0, t_fit, loss_sum = 0, wer, per, vl;
     int loss_n = 0;
     float loss = 0;
 
@@ -282,7 +282,7 @@ static void train(const options *o) {
     opt.weight_decay = 0.01f;
     opt.clip_norm = 1.0f;
     opt.schedule = TFM_SCHED_COSINE;
-    opt.warmup_steps = o->time_budget > 0 ? 100 : (int)(total_steps / 25);
+    opt.warmup_steps = (int)(o->time_budget > 0 && total_steps > 200 ? 100 : total_steps / 25);
     opt.total_steps = (int)total_steps;
     opt.min_lr = o->lr / 50;
 
@@ -291,7 +291,7 @@ static void train(const options *o) {
 
     /* 3. training */
     ex_progress_start(&prog, "words", m.step);
-    t0 = ex_now();
+    t0 = t_fit = ex_now();
     for (step = m.step; step < total_steps; step++) {
         int64_t epoch = step / steps_per_epoch, k = step % steps_per_epoch;
         tfm_batch bt;
@@ -308,12 +308,16 @@ static void train(const options *o) {
         ex_check(tfm_model_step(&m, &opt, NULL), "step");
         loss_sum += loss;
         loss_n++;
-        /* a time budget (the demo): after 30 steps, fit the schedule to the time left */
-        if (o->time_budget > 0 && step + 1 - prog.first_step == 30) {
-            double per_step = (ex_now() - t0) / 30;
-            total_steps = step + 1 + (int64_t)((o->time_budget - (ex_now() - t0)) / per_step);
+        /* A time budget (the demo): every 25 steps, fit the schedule's length to the time left at
+           the speed of the last 25 steps (the machine may be busier or quieter than at the start). */
+        if (o->time_budget > 0 && (step + 1 - prog.first_step) % 25 == 0) {
+            double now = ex_now(), left = o->time_budget - (now - t0);
+            int64_t more = left > 0 ? (int64_t)(left / ((now - t_fit) / 25)) : 0;
+            total_steps = step + 1 + more;
             if (total_steps <= opt.warmup_steps) total_steps = opt.warmup_steps + 1;
+            if (total_steps <= step + 1) total_steps = step + 1; /* out of time: this was the last step */
             opt.total_steps = (int)total_steps;
+            t_fit = now;
         }
         ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, loss,
                          ex_lr(&opt, step + 1), o->batch, 0);
@@ -393,7 +397,7 @@ static void usage(void) {
            "  --csv PATH       loss curve (default runs/g2p.csv)\n"
            "  --resume         continue training from --model\n"
            "  --batch N --epochs N --lr X --dropout X --d-model N --heads N --layers N --d-ff N\n"
-           "  --time S         train for S seconds (the schedule is fitted after 30 steps)\n"
+           "  --time S         train for S seconds (the schedule's length is refitted as it goes)\n"
            "  --eval-every N   validation every N steps (default 1000); --val-words N (default 1000)\n"
            "  --seed N         initialisation and batch order (default 1); --split-seed N (default 1)\n"
            "  --threads N      threads (default: OpenMP's)\n"
