@@ -157,12 +157,17 @@ static int pronounce(tfm_model *m, const char *w, int8_t *out) {
     return n;
 }
 
-static void print_phones(const int8_t *ph, int n) {
-    int i, k;
-    for (i = 0; i < n; i++) {
-        printf("%s", i ? " " : "");
-        for (k = 0; ex_phones[ph[i]][k]; k++) putchar(toupper((unsigned char)ex_phones[ph[i]][k]));
+/* Phones as upper-case ARPAbet, "T R AE N S", into buf. */
+static const char *phones_str(const int8_t *ph, int n, char *buf, size_t size) {
+    size_t k = 0;
+    int i, j;
+    buf[0] = 0;
+    for (i = 0; i < n && k + 4 < size; i++) {
+        if (i) buf[k++] = ' ';
+        for (j = 0; ex_phones[ph[i]][j]; j++) buf[k++] = (char)toupper((unsigned char)ex_phones[ph[i]][j]);
     }
+    buf[k] = 0;
+    return buf;
 }
 
 /* Word and phoneme error rates of greedy decoding on words[0..n). show > 0 prints that many. */
@@ -185,12 +190,10 @@ static void score(tfm_model *m, const dataset *d, const int32_t *words, int64_t 
         dist += best;
         len += best_len;
         if (i < show) {
-            printf("  %-16s ", d->prons[w->first].word);
-            print_phones(out, n_out);
-            printf("%*s", n_out * 3 < 30 ? 30 - n_out * 3 : 1, "");
-            printf("%s", best == 0 ? "ok    " : "wrong  (dictionary: ");
-            if (best > 0) { print_phones(d->prons[w->first].phones, d->prons[w->first].n_phones); printf(")"); }
-            printf("\n");
+            char got[128], want[128];
+            printf("  %-16s %-30s %s", d->prons[w->first].word, phones_str(out, n_out, got, sizeof got),
+                   best == 0 ? "ok\n" : "wrong, dictionary: ");
+            if (best > 0) printf("%s\n", phones_str(d->prons[w->first].phones, d->prons[w->first].n_phones, want, sizeof want));
         }
     }
     *wer = n ? (double)wrong / (double)n : 0;
@@ -381,9 +384,10 @@ static void pronounce_words(const options *o, int n, char **words) {
             printf("%-16s (only letters and ' . - can be pronounced)\n", words[i]);
             continue;
         }
-        printf("%-16s ", words[i]);
-        print_phones(ph, n_ph);
-        printf("\n");
+        {
+            char buf[128];
+            printf("%-16s %s\n", words[i], phones_str(ph, n_ph, buf, sizeof buf));
+        }
     }
     tfm_model_free(&m);
 }
