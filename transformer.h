@@ -201,6 +201,8 @@ TFMDEF void tfm_mem_rewind(tfm_mem *m);
 TFMDEF void tfm_mem_free(tfm_mem *m);
 /* TFM_OK when no arena of m overflowed; otherwise TFM_E_NOMEM naming the arena. */
 TFMDEF tfm_result tfm_mem_check(const tfm_mem *m);
+/* Zero every gradient carved from m so far (the grads arena), before a backward pass. */
+TFMDEF void tfm_mem_zero_grad(tfm_mem *m);
 
 /* ==== >>api-rng ==== */
 
@@ -405,8 +407,12 @@ typedef struct tfm_mha {
 /* Carve an attention layer's memory from mem (or, with counting arenas, count it). Checks desc:
    TFM_E_ARG names the field at fault. */
 TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *mem);
-/* torch's initialisation: xavier_uniform in_proj_weight, U(+-1/sqrt(C)) out_proj.weight, zero biases. */
-TFMDEF void tfm_mha_init_params(tfm_mha *m, tfm_rng *rng);
+/* torch's initialisation: xavier_uniform in_proj_weight, U(+-1/sqrt(C)) out_proj.weight, zero biases.
+   TFM_E_ARG if the layer has no memory yet. */
+TFMDEF tfm_result tfm_mha_init_params(tfm_mha *m, tfm_rng *rng);
+/* The parameter of torch name `name` ("in_proj_weight", "out_proj.bias", ...): *value and *grad
+   (either may be NULL; grad.data NULL without gradients). TFM_E_ARG names an unknown one. */
+TFMDEF tfm_result tfm_mha_param(tfm_mha *m, const char *name, tfm_tensor *value, tfm_tensor *grad);
 /* y (B,Tq,C) = attention of x (B,Tq,C) over xkv (B,Tk,C) (cross) or over x itself (xkv NULL, self).
    x and xkv are read again by backward: keep them unchanged until then. y must not alias x. */
 TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x,
@@ -431,8 +437,35 @@ typedef enum tfm_activation {
 
 /* A linear map (torch.nn.Linear): weight (O,I), bias (O) (data NULL without bias), and gradients. */
 typedef struct tfm_linear { tfm_tensor weight, bias, d_weight, d_bias; } tfm_linear;
-/* A layernorm (torch.nn.LayerNorm): weight (C), bias (C), gradients, and per-row statistics. */
-typedef struct tfm_layernorm { tfm_tensor weight, bias, d_weight, d_bias; float *mean, *rstd; } tfm_layernorm;
+/* A layernorm (torch.nn.LayerNorm): weight (C), bias (C), gradients, and the per-row statistics of the
+   last forward (up to max_rows rows). */
+typedef struct tfm_layernorm {
+    tfm_tensor weight, bias, d_weight, d_bias;
+    float *mean, *rstd;
+    float eps;
+    int64_t max_rows, rows;
+} tfm_layernorm;
+
+/* Layers to build models of your own from, with tfm_mem as the other layers (count, tfm_mem_alloc, init
+   again). A linear map of in_features -> out_features, with a bias unless no_bias. */
+TFMDEF tfm_result tfm_linear_init(tfm_linear *l, int in_features, int out_features, int no_bias, tfm_mem *mem);
+/* nn.Linear's initialisation: weight and bias U(+-1/sqrt(in_features)). */
+TFMDEF tfm_result tfm_linear_init_params(tfm_linear *l, tfm_rng *rng);
+/* y (N,O) = x (N,I) weight^T + bias; leading dims of x are flattened (see >>api-ops). */
+TFMDEF tfm_result tfm_linear_layer_forward(const tfm_linear *l, tfm_tensor *y, const tfm_tensor *x);
+/* Adds into dx (NULL to skip), d_weight and d_bias; x is the forward's input. */
+TFMDEF tfm_result tfm_linear_layer_backward(tfm_linear *l, tfm_tensor *dx, const tfm_tensor *dy, const tfm_tensor *x);
+/* A layernorm over C channels (weight and bias, or weight only with no_bias) for up to max_rows rows per
+   call; eps 0 -> 1e-5. */
+TFMDEF tfm_result tfm_layernorm_init(tfm_layernorm *ln, int C, int no_bias, float eps, int64_t max_rows, tfm_mem *mem);
+/* weight 1, bias 0 (torch's). */
+TFMDEF tfm_result tfm_layernorm_init_params(tfm_layernorm *ln);
+/* y = layernorm(x), x (N,C) (leading dims flattened, N <= max_rows); keeps the row statistics for backward.
+   y may alias x only if backward will not be called (backward reads x). */
+TFMDEF tfm_result tfm_layernorm_layer_forward(tfm_layernorm *ln, tfm_tensor *y, const tfm_tensor *x);
+/* Adds into dx (NULL to skip), d_weight and d_bias; x is the last forward's input. */
+TFMDEF tfm_result tfm_layernorm_layer_backward(tfm_layernorm *ln, tfm_tensor *dx, const tfm_tensor *dy,
+                                               const tfm_tensor *x);
 
 typedef struct tfm_block_desc {
     int d_model;         /* C, required */
@@ -476,8 +509,12 @@ typedef struct tfm_block {
 /* Carve a layer from mem (or count it, with counting arenas). TFM_E_ARG names a bad desc field. */
 TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm_mem *mem);
 /* torch's initialisation of the same layer (attention as tfm_mha_init_params, linear maps
-   U(+-1/sqrt(fan_in)), layernorm weight 1 and bias 0). */
-TFMDEF void tfm_block_init_params(tfm_block *blk, tfm_rng *rng);
+   U(+-1/sqrt(fan_in)), layernorm weight 1 and bias 0). TFM_E_ARG if the layer has no memory yet. */
+TFMDEF tfm_result tfm_block_init_params(tfm_block *blk, tfm_rng *rng);
+/* The parameter of torch name `name` (nn.TransformerEncoderLayer's or DecoderLayer's:
+   "self_attn.in_proj_weight", "linear1.bias", "norm2.weight", ...): *value and *grad (either may be
+   NULL). TFM_E_ARG names an unknown one. */
+TFMDEF tfm_result tfm_block_param(tfm_block *blk, const char *name, tfm_tensor *value, tfm_tensor *grad);
 /* y (B,T,C) = layer(x (B,T,C)); cross: over xkv (B,Tk,C), else xkv must be NULL. opts (NULL: none): causal,
    key_lens (lengths of x), mask (additive, self-attention), kv_lens (lengths of xkv), training (dropout
    at the desc's rates, masks drawn from seed). x and xkv are read again by backward; y must not alias them. */
@@ -623,8 +660,19 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale);
 /* Clear every gradient. */
 TFMDEF void tfm_model_zero_grad(tfm_model *m);
 /* Clip (if opt->clip_norm), then one AdamW update at the scheduled learning rate; step += 1.
-   *grad_norm (may be NULL) receives the global gradient norm before clipping. */
+   *grad_norm (may be NULL) receives the global gradient norm before clipping. The model's own
+   tfm_adamw_step over its parameters. */
 TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad_norm);
+
+/* One parameter for tfm_adamw_step: its value, gradient and the two moments AdamW keeps (all of one
+   size, moments zeroed before the first step and kept between steps), and whether it is decayed. */
+typedef struct tfm_adamw_param { tfm_tensor value, grad, m, v; int decay; } tfm_adamw_param;
+/* AdamW over any list of parameters, as tfm_model_step does it: the global gradient norm over all of
+   them (*grad_norm, may be NULL), clipping to opt->clip_norm, then one update at the rate the schedule
+   gives for `step` (1-based: 1 on the first call, the caller counts). TFM_E_ARG for a non-finite norm
+   (nothing is updated then) or a bad opt. Deterministic at any thread count. */
+TFMDEF tfm_result tfm_adamw_step(const tfm_adamw_param *ps, int n, const tfm_optim *opt, int64_t step,
+                                 float *grad_norm);
 /* *lr = the learning rate the schedule gives for step s (1-based: the step about to be taken). Checks opt
    as tfm_model_step does: TFM_E_ARG for a bad field, or for a cosine step past total_steps. */
 TFMDEF tfm_result tfm_optim_lr(const tfm_optim *opt, int64_t s, float *lr);
@@ -2043,6 +2091,58 @@ static void tfm__mean_pool_backward_cpu(float *dx, const float *dy, const int32_
     }
 }
 
+/* One AdamW update of n consecutive parameters:
+       g = grad * scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+       w = w * decay - step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+   sqrtf must be able to set errno (C's default), which keeps GCC from vectorizing a loop that calls it;
+   on x86 the body runs TFM__VW at a time (SSE2 4, AVX 8, AVX-512 16) with the same operations in the
+   same order, the square root by intrinsic. The spans the optimizer hands to threads are fixed (not
+   per thread count), so results never depend on threads. */
+#define TFM__ADAMW_SPAN 2048
+static void tfm__adamw_span(float *w, const float *gr, float *mm, float *vv, int64_t n, float scale, float b1,
+                            float b2, float eps, float step_size, float bc2s, float decay) {
+    int64_t j = 0;
+#if defined(TFM__VSQRT)
+    for (; j + TFM__VW <= n; j += TFM__VW) {
+        tfm__vf g = tfm__vload(gr + j) * scale;
+        tfm__vf m1 = b1 * tfm__vload(mm + j) + (1.0f - b1) * g;
+        tfm__vf v1 = b2 * tfm__vload(vv + j) + (1.0f - b2) * g * g;
+        tfm__vf w1 = tfm__vload(w + j) * decay - step_size * m1 / (TFM__VSQRT(v1) / bc2s + eps);
+        tfm__vstore(mm + j, m1);
+        tfm__vstore(vv + j, v1);
+        tfm__vstore(w + j, w1);
+    }
+#endif
+    for (; j < n; j++) {
+        float g = gr[j] * scale;
+        mm[j] = b1 * mm[j] + (1.0f - b1) * g;
+        vv[j] = b2 * vv[j] + (1.0f - b2) * g * g;
+        w[j] = w[j] * decay - step_size * mm[j] / (sqrtf(vv[j]) / bc2s + eps);
+    }
+}
+
+/* AdamW over n floats in the fixed spans above, spread over threads. */
+static void tfm__adamw_cpu(float *w, const float *g, float *mm, float *vv, int64_t n, float scale, float b1, float b2,
+                           float eps, float step_size, float bc2s, float decay) {
+    int64_t c;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+    for (c = 0; c < n; c += TFM__ADAMW_SPAN)
+        tfm__adamw_span(w + c, g + c, mm + c, vv + c, TFM__MIN(TFM__ADAMW_SPAN, n - c), scale, b1, b2, eps, step_size,
+                        bc2s, decay);
+}
+
+/* sum of g[i]^2 in double over 8 interleaved partial sums (a fixed order that vectorizes) */
+static double tfm__sumsq_cpu(const float *g, int64_t n) {
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sum = 0.0;
+    int64_t j = 0;
+    int k;
+    for (; j + 8 <= n; j += 8)
+        for (k = 0; k < 8; k++) acc[k] += (double)g[j + k] * (double)g[j + k];
+    for (; j < n; j++) acc[0] += (double)g[j] * (double)g[j];
+    for (k = 0; k < 8; k++) sum += acc[k];
+    return sum;
+}
+
 /* ==== >>impl-attention ====
    Heads live in a (B,T,C) layout: head h of batch b is the (T,D) sub-matrix starting at
    base + b*T*ld + h*D with row stride ld, so the fused q|k|v projection is read in place, with no
@@ -2311,6 +2411,15 @@ static void tfm__op_pool_bwd(tfm_device dev, int pool, float *dx, const float *d
     TFM__ON_CPU(dev);
     if (pool == TFM_POOL_CLS) tfm__add_rows_cpu(dx, T * C, dy, C, B, C);
     else tfm__mean_pool_backward_cpu(dx, dy, lens, B, T, C);
+}
+static void tfm__op_adamw(tfm_device dev, float *w, const float *g, float *mm, float *vv, int64_t n, float scale,
+                          float b1, float b2, float eps, float step_size, float bc2s, float decay) {
+    TFM__ON_CPU(dev);
+    tfm__adamw_cpu(w, g, mm, vv, n, scale, b1, b2, eps, step_size, bc2s, decay);
+}
+static double tfm__op_sumsq(tfm_device dev, const float *g, int64_t n) {
+    TFM__ON_CPU(dev);
+    return tfm__sumsq_cpu(g, n);
 }
 static void tfm__op_attention(tfm_device dev, const tfm__attn_args *a) {
     TFM__ON_CPU(dev);
@@ -3054,9 +3163,11 @@ TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *me
                                         : tfm__fail(TFM_E_NOMEM, "%s: %s", fn, tfm_last_error());
 }
 
-TFMDEF void tfm_mha_init_params(tfm_mha *m, tfm_rng *rng) {
+TFMDEF tfm_result tfm_mha_init_params(tfm_mha *m, tfm_rng *rng) {
     float C;
-    if (!m || !rng || !m->in_proj_weight.data || !m->out_proj_weight.data) return;
+    if (!m || !rng) return tfm__fail(TFM_E_ARG, "tfm_mha_init_params: layer or rng is NULL");
+    if (!m->in_proj_weight.data || !m->out_proj_weight.data)
+        return tfm__fail(TFM_E_ARG, "tfm_mha_init_params: the layer has no memory (run tfm_mha_init after tfm_mem_alloc)");
     C = (float)m->desc.d_model;
     /* xavier_uniform over (3C, C): bound sqrt(6 / (fan_in + fan_out)) */
     tfm_fill_uniform(&m->in_proj_weight, rng, -sqrtf(6.0f / (4.0f * C)), sqrtf(6.0f / (4.0f * C)));
@@ -3064,6 +3175,7 @@ TFMDEF void tfm_mha_init_params(tfm_mha *m, tfm_rng *rng) {
     tfm_fill_uniform(&m->out_proj_weight, rng, -1.0f / sqrtf(C), 1.0f / sqrtf(C));
     if (m->in_proj_bias.data) tfm_fill(&m->in_proj_bias, 0.0f);
     if (m->out_proj_bias.data) tfm_fill(&m->out_proj_bias, 0.0f);
+    return TFM_OK;
 }
 
 /* The attention arguments over the layer's saved projections. */
@@ -3299,6 +3411,7 @@ static void tfm__layernorm_carve(tfm_layernorm *ln, int64_t C, int bias, size_t 
     }
     ln->mean = tfm__carve(&mem->acts, rows);
     ln->rstd = tfm__carve(&mem->acts, rows);
+    ln->max_rows = (int64_t)rows;
 }
 
 static void tfm__layernorm_reset(tfm_layernorm *ln) {
@@ -3313,6 +3426,90 @@ static void tfm__linear_reset(tfm_linear *l, tfm_rng *rng) {
     bound = 1.0f / sqrtf((float)l->weight.shape[1]);
     tfm_fill_uniform(&l->weight, rng, -bound, bound);
     if (l->bias.data) tfm_fill_uniform(&l->bias, rng, -bound, bound);
+}
+
+TFMDEF void tfm_mem_zero_grad(tfm_mem *m) {
+    if (m && m->grads.base && m->grads.used)
+        tfm__op_zero(m->device, (float *)m->grads.base, (int64_t)(TFM__MIN(m->grads.used, m->grads.size) / sizeof(float)));
+}
+
+TFMDEF tfm_result tfm_linear_init(tfm_linear *l, int in_features, int out_features, int no_bias, tfm_mem *mem) {
+    const char *fn = "tfm_linear_init";
+    if (!l || !mem) return tfm__fail(TFM_E_ARG, "%s: layer or mem is NULL", fn);
+    if (in_features < 1 || out_features < 1 || (double)in_features * out_features > 2147483647.0)
+        return tfm__fail(TFM_E_ARG, "%s: in_features %d and out_features %d must be >= 1, their product < 2^31", fn,
+                         in_features, out_features);
+    tfm__linear_carve(l, out_features, in_features, !no_bias, mem);
+    return tfm_mem_check(mem) == TFM_OK ? TFM_OK : tfm__fail(TFM_E_NOMEM, "%s: %s", fn, tfm_last_error());
+}
+
+TFMDEF tfm_result tfm_linear_init_params(tfm_linear *l, tfm_rng *rng) {
+    if (!l || !rng || !l->weight.data)
+        return tfm__fail(TFM_E_ARG, "tfm_linear_init_params: layer or rng is NULL, or the layer has no memory");
+    tfm__linear_reset(l, rng);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_linear_layer_forward(const tfm_linear *l, tfm_tensor *y, const tfm_tensor *x) {
+    if (!l || !l->weight.data) return tfm__fail(TFM_E_ARG, "tfm_linear_layer_forward: layer is NULL or has no memory");
+    return tfm_linear_forward(y, x, &l->weight, l->bias.data ? &l->bias : NULL);
+}
+
+TFMDEF tfm_result tfm_linear_layer_backward(tfm_linear *l, tfm_tensor *dx, const tfm_tensor *dy, const tfm_tensor *x) {
+    if (!l || !l->weight.data || !l->d_weight.data)
+        return tfm__fail(TFM_E_ARG, "tfm_linear_layer_backward: layer is NULL or has no gradient memory");
+    return tfm_linear_backward(dx, &l->d_weight, l->d_bias.data ? &l->d_bias : NULL, dy, x, &l->weight);
+}
+
+TFMDEF tfm_result tfm_layernorm_init(tfm_layernorm *ln, int C, int no_bias, float eps, int64_t max_rows, tfm_mem *mem) {
+    const char *fn = "tfm_layernorm_init";
+    if (!ln || !mem) return tfm__fail(TFM_E_ARG, "%s: layer or mem is NULL", fn);
+    if (C < 1 || max_rows < 1 || max_rows > ((int64_t)1 << 31) || !(eps >= 0.0f) || !isfinite(eps))
+        return tfm__fail(TFM_E_ARG, "%s: C %d and max_rows %lld must be >= 1 (max_rows < 2^31), eps %g finite and >= 0", fn,
+                         C, (long long)max_rows, (double)eps);
+    tfm__layernorm_carve(ln, C, !no_bias, (size_t)max_rows, mem);
+    ln->eps = eps == 0.0f ? 1e-5f : eps;
+    return tfm_mem_check(mem) == TFM_OK ? TFM_OK : tfm__fail(TFM_E_NOMEM, "%s: %s", fn, tfm_last_error());
+}
+
+TFMDEF tfm_result tfm_layernorm_init_params(tfm_layernorm *ln) {
+    if (!ln || !ln->weight.data) return tfm__fail(TFM_E_ARG, "tfm_layernorm_init_params: layer is NULL or has no memory");
+    tfm__layernorm_reset(ln);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_layernorm_layer_forward(tfm_layernorm *ln, tfm_tensor *y, const tfm_tensor *x) {
+    const char *fn = "tfm_layernorm_layer_forward";
+    tfm_tensor mean, rstd;
+    int64_t rows;
+    if (!ln || !ln->weight.data || !ln->mean) return tfm__fail(TFM_E_ARG, "%s: layer is NULL or has no memory", fn);
+    TFM__TRY(tfm__chk(fn, "x", x));
+    rows = tfm__rows(x);
+    if (rows > ln->max_rows)
+        return tfm__fail(TFM_E_SHAPE, "%s: x is %s: %lld rows, the layer was sized for %lld", fn, tfm__shp(x), (long long)rows,
+                         (long long)ln->max_rows);
+    mean = tfm_tensor1(ln->mean, rows);
+    rstd = tfm_tensor1(ln->rstd, rows);
+    mean.device = rstd.device = ln->weight.device;
+    TFM__TRY(tfm_layernorm_forward(y, &mean, &rstd, x, &ln->weight, ln->bias.data ? &ln->bias : NULL, ln->eps));
+    ln->rows = rows;
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_layernorm_layer_backward(tfm_layernorm *ln, tfm_tensor *dx, const tfm_tensor *dy,
+                                               const tfm_tensor *x) {
+    const char *fn = "tfm_layernorm_layer_backward";
+    tfm_tensor mean, rstd;
+    if (!ln || !ln->weight.data || !ln->d_weight.data)
+        return tfm__fail(TFM_E_ARG, "%s: layer is NULL or has no gradient memory", fn);
+    TFM__TRY(tfm__chk(fn, "x", x));
+    if (!ln->rows || tfm__rows(x) != ln->rows)
+        return tfm__fail(TFM_E_ARG, "%s: x is %s but the last forward had %lld rows", fn, tfm__shp(x), (long long)ln->rows);
+    mean = tfm_tensor1(ln->mean, ln->rows);
+    rstd = tfm_tensor1(ln->rstd, ln->rows);
+    mean.device = rstd.device = ln->weight.device;
+    return tfm_layernorm_backward(dx, &ln->d_weight, ln->d_bias.data ? &ln->d_bias : NULL, dy, x, &ln->weight, &mean,
+                                  &rstd);
 }
 
 static tfm_result tfm__block_desc_resolve(const char *fn, const tfm_block_desc *in, tfm_block_desc *d) {
@@ -3394,14 +3591,84 @@ TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm
     return TFM_OK;
 }
 
-TFMDEF void tfm_block_init_params(tfm_block *blk, tfm_rng *rng) {
+TFMDEF tfm_result tfm_block_init_params(tfm_block *blk, tfm_rng *rng) {
     int s;
-    if (!blk || !rng) return;
+    if (!blk || !rng) return tfm__fail(TFM_E_ARG, "tfm_block_init_params: block or rng is NULL");
+    if (!blk->linear1.weight.data)
+        return tfm__fail(TFM_E_ARG, "tfm_block_init_params: the block has no memory (run tfm_block_init after tfm_mem_alloc)");
     tfm_mha_init_params(&blk->self_attn, rng);
     if (blk->desc.cross) tfm_mha_init_params(&blk->cross_attn, rng);
     tfm__linear_reset(&blk->linear1, rng);
     tfm__linear_reset(&blk->linear2, rng);
     for (s = 0; s < blk->n_sub; s++) tfm__layernorm_reset(&blk->norm[s]);
+    return TFM_OK;
+}
+
+/* A layer's parameters under their torch names (part + name): value, gradient, how a model
+   initialises it and whether AdamW decays it. The model's registry and the layers' lookups read it. */
+enum { TFM__INIT_ZERO, TFM__INIT_ONE, TFM__INIT_MATRIX, TFM__INIT_EMB };
+typedef struct tfm__named { const char *part, *name; tfm_tensor *value, *grad; int init, decay; } tfm__named;
+#define TFM__MAX_NAMED (2 * 4 + 2 * 2 + TFM__MAX_SUB * 2)
+
+static void tfm__name(tfm__named *e, const char *part, const char *name, tfm_tensor *v, tfm_tensor *g, int init,
+                      int decay) {
+    e->part = part;
+    e->name = name;
+    e->value = v;
+    e->grad = g;
+    e->init = init;
+    e->decay = decay;
+}
+
+static int tfm__mha_named(tfm_mha *a, const char *part, tfm__named *out) {
+    tfm__name(&out[0], part, "in_proj_weight", &a->in_proj_weight, &a->d_in_proj_weight, TFM__INIT_MATRIX, 1);
+    tfm__name(&out[1], part, "in_proj_bias", &a->in_proj_bias, &a->d_in_proj_bias, TFM__INIT_ZERO, 0);
+    tfm__name(&out[2], part, "out_proj.weight", &a->out_proj_weight, &a->d_out_proj_weight, TFM__INIT_MATRIX, 1);
+    tfm__name(&out[3], part, "out_proj.bias", &a->out_proj_bias, &a->d_out_proj_bias, TFM__INIT_ZERO, 0);
+    return 4;
+}
+
+static int tfm__block_named(tfm_block *b, tfm__named *out) {
+    static const char *const norms[TFM__MAX_SUB] = {"norm1.", "norm2.", "norm3."};
+    int n = tfm__mha_named(&b->self_attn, "self_attn.", out), s;
+    if (b->desc.cross) n += tfm__mha_named(&b->cross_attn, "multihead_attn.", out + n);
+    tfm__name(&out[n++], "linear1.", "weight", &b->linear1.weight, &b->linear1.d_weight, TFM__INIT_MATRIX, 1);
+    tfm__name(&out[n++], "linear1.", "bias", &b->linear1.bias, &b->linear1.d_bias, TFM__INIT_ZERO, 0);
+    tfm__name(&out[n++], "linear2.", "weight", &b->linear2.weight, &b->linear2.d_weight, TFM__INIT_MATRIX, 1);
+    tfm__name(&out[n++], "linear2.", "bias", &b->linear2.bias, &b->linear2.d_bias, TFM__INIT_ZERO, 0);
+    for (s = 0; s < b->n_sub; s++) {
+        tfm__name(&out[n++], norms[s], "weight", &b->norm[s].weight, &b->norm[s].d_weight, TFM__INIT_ONE, 0);
+        tfm__name(&out[n++], norms[s], "bias", &b->norm[s].bias, &b->norm[s].d_bias, TFM__INIT_ZERO, 0);
+    }
+    return n;
+}
+
+/* The entry of torch name `name` among n, into *value and *grad; fn names the caller in the error. */
+static tfm_result tfm__named_find(const char *fn, const tfm__named *e, int n, const char *name, tfm_tensor *value,
+                                  tfm_tensor *grad) {
+    int i;
+    if (!name) return tfm__fail(TFM_E_ARG, "%s: name is NULL", fn);
+    for (i = 0; i < n; i++) {
+        size_t k = strlen(e[i].part);
+        if (e[i].value->data && !strncmp(name, e[i].part, k) && !strcmp(name + k, e[i].name)) {
+            if (value) *value = *e[i].value;
+            if (grad) *grad = *e[i].grad;
+            return TFM_OK;
+        }
+    }
+    return tfm__fail(TFM_E_ARG, "%s: the layer has no parameter \"%s\"", fn, name);
+}
+
+TFMDEF tfm_result tfm_block_param(tfm_block *blk, const char *name, tfm_tensor *value, tfm_tensor *grad) {
+    tfm__named e[TFM__MAX_NAMED];
+    if (!blk || !blk->linear1.weight.data) return tfm__fail(TFM_E_ARG, "tfm_block_param: block is NULL or has no memory");
+    return tfm__named_find("tfm_block_param", e, tfm__block_named(blk, e), name, value, grad);
+}
+
+TFMDEF tfm_result tfm_mha_param(tfm_mha *m, const char *name, tfm_tensor *value, tfm_tensor *grad) {
+    tfm__named e[4];
+    if (!m || !m->in_proj_weight.data) return tfm__fail(TFM_E_ARG, "tfm_mha_param: layer is NULL or has no memory");
+    return tfm__named_find("tfm_mha_param", e, tfm__mha_named(m, "", e), name, value, grad);
 }
 
 /* Sub-layer s of a block: v = F_s(u). */
@@ -3628,7 +3895,7 @@ struct tfm__model_impl {
     int32_t *lens, *targets, *ids, *tgt_ids; /* copies of the batch's lengths, targets and ids */
     /* backward scratch */
     float *d_enc_x, *d_enc_y, *d_dec_x, *d_dec_y, *d_pooled, *d_logits;
-    double *gnorm_parts;            /* per-parameter squared gradient norms */
+    tfm_adamw_param *adam;          /* the registry as AdamW's list: value, grad and the two moments */
     /* the last forward */
     const float *memory, *top;      /* the encoder's output (enc-dec) and the top stack's output */
     const int32_t *tokens, *tgt_in; /* its inputs (read by backward) */
@@ -3728,8 +3995,6 @@ TFMDEF tfm_result tfm_config_resolve(const tfm_config *cfg, tfm_config *out) {
     return tfm__config_resolve("tfm_config_resolve", cfg, out);
 }
 
-enum { TFM__INIT_ZERO, TFM__INIT_ONE, TFM__INIT_MATRIX, TFM__INIT_EMB };
-
 /* Record a parameter (and, in a real build, initialise it). Counting builds only count. */
 static void tfm__reg(tfm_model *m, tfm_rng *rng, const tfm_tensor *value, const tfm_tensor *grad, int init, int decay,
                      const char *fmt, ...) {
@@ -3777,12 +4042,6 @@ static void tfm__reg_norm(tfm_model *m, tfm_rng *rng, tfm_layernorm *n, const ch
     tfm__reg(m, rng, &n->bias, &n->d_bias, TFM__INIT_ZERO, 0, "%s%s.bias", pre, name);
 }
 
-static void tfm__reg_mha(tfm_model *m, tfm_rng *rng, tfm_mha *a, const char *pre, const char *name) {
-    tfm__reg(m, rng, &a->in_proj_weight, &a->d_in_proj_weight, TFM__INIT_MATRIX, 1, "%s%s.in_proj_weight", pre, name);
-    tfm__reg(m, rng, &a->in_proj_bias, &a->d_in_proj_bias, TFM__INIT_ZERO, 0, "%s%s.in_proj_bias", pre, name);
-    tfm__reg(m, rng, &a->out_proj_weight, &a->d_out_proj_weight, TFM__INIT_MATRIX, 1, "%s%s.out_proj.weight", pre, name);
-    tfm__reg(m, rng, &a->out_proj_bias, &a->d_out_proj_bias, TFM__INIT_ZERO, 0, "%s%s.out_proj.bias", pre, name);
-}
 
 /* A stack of n layers named "<prefix>.layers.<i>." */
 static tfm_result tfm__build_stack(tfm_model *m, tfm_rng *rng, tfm_mem *mem, tfm_block **out, float **outbuf, int n,
@@ -3798,13 +4057,9 @@ static tfm_result tfm__build_stack(tfm_model *m, tfm_rng *rng, tfm_mem *mem, tfm
         char pre[48];
         TFM__TRY(tfm_block_init(b, d, mem));
         snprintf(pre, sizeof pre, "%s.layers.%d.", prefix, i);
-        tfm__reg_mha(m, rng, &b->self_attn, pre, "self_attn");
-        if (d->cross) tfm__reg_mha(m, rng, &b->cross_attn, pre, "multihead_attn");
-        tfm__reg_linear(m, rng, &b->linear1, pre, "linear1");
-        tfm__reg_linear(m, rng, &b->linear2, pre, "linear2");
-        tfm__reg_norm(m, rng, &b->norm[0], pre, "norm1");
-        tfm__reg_norm(m, rng, &b->norm[1], pre, "norm2");
-        if (d->cross) tfm__reg_norm(m, rng, &b->norm[2], pre, "norm3");
+        tfm__named e[TFM__MAX_NAMED];
+        int k, ne = tfm__block_named(b, e);
+        for (k = 0; k < ne; k++) tfm__reg(m, rng, e[k].value, e[k].grad, e[k].init, e[k].decay, "%s%s%s", pre, e[k].part, e[k].name);
     }
     return TFM_OK;
 }
@@ -3934,7 +4189,6 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     m->impl->ids = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)(B * T) * sizeof(int32_t));
     if (encdec) m->impl->tgt_ids = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)(B * Tt) * sizeof(int32_t));
     m->impl->lens = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)B * sizeof(int32_t));
-    m->impl->gnorm_parts = (double *)tfm_arena_alloc(&mem->acts, (size_t)(m->n_params + 1) * sizeof(double));
     mem->scratch.used = mark;
     return TFM_OK;
 }
@@ -3956,6 +4210,7 @@ static tfm_result tfm__model_layout(const tfm_config *cfg, size_t sizes[4], int 
     tfm_arena_alloc(&mem.acts, sizeof(tfm__model_impl));
     TFM__TRY(tfm__model_build(&m, &mem, NULL));
     tfm_arena_alloc(&mem.acts, (size_t)m.n_params * sizeof(tfm_param));
+    if (!cfg->inference_only) tfm_arena_alloc(&mem.acts, (size_t)m.n_params * sizeof(tfm_adamw_param));
     sizes[0] = mem.params.peak;
     sizes[1] = mem.grads.peak;
     sizes[2] = mem.acts.peak;
@@ -3984,7 +4239,7 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
     const char *fn = "tfm_model_init";
     tfm_config c;
     size_t sizes[4], total, off, offs[4];
-    int n_params, train;
+    int n_params, train, i;
     tfm_mem am;
     unsigned char *base, *owned = NULL;
     tfm__model_impl *impl;
@@ -4031,6 +4286,7 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
     impl->n_param_bytes = sizes[0];
     impl->owned = owned;
     m->params = (tfm_param *)tfm_arena_alloc(&am.acts, (size_t)n_params * sizeof(tfm_param));
+    if (train) impl->adam = (tfm_adamw_param *)tfm_arena_alloc(&am.acts, (size_t)n_params * sizeof(tfm_adamw_param));
     tfm_rng_seed(&rng, c.seed);
     r = tfm__model_build(m, &am, &rng);
     if (r == TFM_OK && (tfm_mem_check(&am) != TFM_OK || m->n_params != n_params))
@@ -4039,6 +4295,15 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
         if (owned) TFM_FREE(owned, NULL);
         memset(m, 0, sizeof *m);
         return r;
+    }
+    for (i = 0; train && i < n_params; i++) { /* the moments mirror the parameters offset for offset */
+        tfm_adamw_param *a = &impl->adam[i];
+        a->value = m->params[i].value;
+        a->grad = m->params[i].grad;
+        a->m = a->v = a->value;
+        a->m.data = (float *)(base + offs[2]) + m->params[i].offset;
+        a->v.data = (float *)(base + offs[3]) + m->params[i].offset;
+        a->decay = m->params[i].decay;
     }
     impl->has_grad = train;
     impl->training = train;
@@ -4477,61 +4742,38 @@ TFMDEF tfm_result tfm_optim_lr(const tfm_optim *opt, int64_t s, float *lr) {
     return TFM_OK;
 }
 
-/* One AdamW update of n consecutive parameters:
-       g = grad * scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
-       w = w * decay - step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-   sqrtf must be able to set errno (C's default), which keeps GCC from vectorizing a loop that calls it;
-   on x86 the body runs TFM__VW at a time (SSE2 4, AVX 8, AVX-512 16) with the same operations in the
-   same order, the square root by intrinsic. The spans the optimizer hands to threads are fixed (not
-   per thread count), so results never depend on threads. */
-#define TFM__ADAMW_SPAN 2048
-static void tfm__adamw_span(float *w, const float *gr, float *mm, float *vv, int64_t n, float scale, float b1,
-                            float b2, float eps, float step_size, float bc2s, float decay) {
-    int64_t j = 0;
-#if defined(TFM__VSQRT)
-    for (; j + TFM__VW <= n; j += TFM__VW) {
-        tfm__vf g = tfm__vload(gr + j) * scale;
-        tfm__vf m1 = b1 * tfm__vload(mm + j) + (1.0f - b1) * g;
-        tfm__vf v1 = b2 * tfm__vload(vv + j) + (1.0f - b2) * g * g;
-        tfm__vf w1 = tfm__vload(w + j) * decay - step_size * m1 / (TFM__VSQRT(v1) / bc2s + eps);
-        tfm__vstore(mm + j, m1);
-        tfm__vstore(vv + j, v1);
-        tfm__vstore(w + j, w1);
-    }
-#endif
-    for (; j < n; j++) {
-        float g = gr[j] * scale;
-        mm[j] = b1 * mm[j] + (1.0f - b1) * g;
-        vv[j] = b2 * vv[j] + (1.0f - b2) * g * g;
-        w[j] = w[j] * decay - step_size * mm[j] / (sqrtf(vv[j]) / bc2s + eps);
-    }
-}
-
-TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad_norm) {
-    const char *fn = "tfm_model_step";
+/* tfm_adamw_step, with errors under the name fn */
+static tfm_result tfm__adamw_step(const char *fn, const tfm_adamw_param *ps, int n, const tfm_optim *opt, int64_t step,
+                                  float *grad_norm) {
     tfm_optim o;
-    double total = 0.0, bc1, bc2;
+    double total = 0.0, part[256], bc1, bc2;
     float scale = 1.0f, lr;
-    int i;
+    int i, g0;
     memset(&o, 0, sizeof o);
-    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
-    if (!m->impl->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
-    TFM__TRY(tfm__optim_resolve(fn, opt, m->step + 1, &o));
-    /* global gradient norm: each parameter's squares summed in double over 8 interleaved partial sums
-       (a fixed order that vectorizes), then the parameters summed in registry order */
-    TFM__OMP(omp parallel for schedule(dynamic) if (m->n_weights > 65536 && !tfm__in_parallel()))
-    for (i = 0; i < m->n_params; i++) {
-        const float *g = m->params[i].grad.data;
-        int64_t j = 0, n = tfm_numel(&m->params[i].grad);
-        double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sum = 0.0;
-        int k;
-        for (; j + 8 <= n; j += 8)
-            for (k = 0; k < 8; k++) acc[k] += (double)g[j + k] * (double)g[j + k];
-        for (; j < n; j++) acc[0] += (double)g[j] * (double)g[j];
-        for (k = 0; k < 8; k++) sum += acc[k];
-        m->impl->gnorm_parts[i] = sum;
+    if (grad_norm) *grad_norm = 0.0f;
+    if (!ps || n < 1) return tfm__fail(TFM_E_ARG, "%s: %d parameters at %p: want a list of at least one", fn, n, (const void *)ps);
+    for (i = 0; i < n; i++) {
+        const tfm_adamw_param *p = &ps[i];
+        if (tfm__chk(fn, "ps[i].value", &p->value) != TFM_OK || tfm__chk(fn, "ps[i].grad", &p->grad) != TFM_OK ||
+            tfm__chk(fn, "ps[i].m", &p->m) != TFM_OK || tfm__chk(fn, "ps[i].v", &p->v) != TFM_OK)
+            return tfm__fail(TFM_E_ARG, "%s: parameter %d: %s", fn, i, tfm_last_error());
+        if (tfm_numel(&p->grad) != tfm_numel(&p->value) || tfm_numel(&p->m) != tfm_numel(&p->value) ||
+            tfm_numel(&p->v) != tfm_numel(&p->value))
+            return tfm__fail(TFM_E_SHAPE, "%s: parameter %d: value %s, grad %s, m %s and v %s differ in size", fn, i,
+                             tfm__shp(&p->value), tfm__shp(&p->grad), tfm__shp(&p->m), tfm__shp(&p->v));
     }
-    for (i = 0; i < m->n_params; i++) total += m->impl->gnorm_parts[i];
+    TFM__TRY(tfm__optim_resolve(fn, opt, step, &o));
+    /* the global gradient norm: each parameter's sum of squares, in groups of 256 on threads, then the
+       parameters summed in list order */
+    for (g0 = 0; g0 < n; g0 += 256) {
+        int gn = TFM__MIN(256, n - g0);
+        int64_t work = 0;
+        for (i = 0; i < gn; i++) work += tfm_numel(&ps[g0 + i].grad);
+        TFM__OMP(omp parallel for schedule(dynamic) if (work > 65536 && !tfm__in_parallel()))
+        for (i = 0; i < gn; i++)
+            part[i] = tfm__op_sumsq(ps[g0 + i].grad.device, ps[g0 + i].grad.data, tfm_numel(&ps[g0 + i].grad));
+        for (i = 0; i < gn; i++) total += part[i];
+    }
     total = sqrt(total);
     if (grad_norm) *grad_norm = (float)total;
     if (!isfinite(total)) return tfm__fail(TFM_E_ARG, "%s: the gradient norm is %g (not finite); no update made", fn, total);
@@ -4539,23 +4781,30 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
         double s = (double)o.clip_norm / (total + 1e-6);
         if (s < 1.0) scale = (float)s;
     }
-    m->step++;
-    lr = tfm__lr(&o, m->step);
-    bc1 = 1.0 - pow((double)o.beta1, (double)m->step);
-    bc2 = 1.0 - pow((double)o.beta2, (double)m->step);
-    for (i = 0; i < m->n_params; i++) {
-        tfm_param *p = &m->params[i];
-        size_t off = (size_t)((unsigned char *)p->value.data - (m->impl->mem_base + m->impl->off_params));
-        float *w = p->value.data, *gr = p->grad.data;
-        float *mm = (float *)(m->impl->mem_base + m->impl->off_m + off), *vv = (float *)(m->impl->mem_base + m->impl->off_v + off);
+    lr = tfm__lr(&o, step);
+    bc1 = 1.0 - pow((double)o.beta1, (double)step);
+    bc2 = 1.0 - pow((double)o.beta2, (double)step);
+    for (i = 0; i < n; i++) {
+        const tfm_adamw_param *p = &ps[i];
         float decay = (p->decay || o.decay_all) ? 1.0f - lr * o.weight_decay : 1.0f;
-        float b1 = o.beta1, b2 = o.beta2, eps = o.eps, step_size = (float)(lr / bc1), bc2s = (float)sqrt(bc2);
-        int64_t c, n = tfm_numel(&p->value);
-        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
-        for (c = 0; c < n; c += TFM__ADAMW_SPAN)
-            tfm__adamw_span(w + c, gr + c, mm + c, vv + c, TFM__MIN(TFM__ADAMW_SPAN, n - c), scale, b1, b2, eps,
-                            step_size, bc2s, decay);
+        tfm__op_adamw(p->value.device, p->value.data, p->grad.data, p->m.data, p->v.data, tfm_numel(&p->value), scale,
+                      o.beta1, o.beta2, o.eps, (float)(lr / bc1), (float)sqrt(bc2), decay);
     }
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_adamw_step(const tfm_adamw_param *ps, int n, const tfm_optim *opt, int64_t step,
+                                 float *grad_norm) {
+    return tfm__adamw_step("tfm_adamw_step", ps, n, opt, step, grad_norm);
+}
+
+TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad_norm) {
+    const char *fn = "tfm_model_step";
+    if (grad_norm) *grad_norm = 0.0f;
+    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
+    if (!m->impl->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
+    TFM__TRY(tfm__adamw_step(fn, m->impl->adam, m->n_params, opt, m->step + 1, grad_norm));
+    m->step++;
     return TFM_OK;
 }
 

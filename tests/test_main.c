@@ -34,6 +34,7 @@ void test__run(const char *name, test_fn fn) {
 #include "test_generate.c"
 #include "test_models_torch.c"
 #include "test_models.c"
+#include "test_layers.c"
 #include "test_safetensors.c"
 #include "test_io.c"
 
@@ -52,6 +53,7 @@ int main(int argc, char **argv) {
     suite_generate();
     suite_models_torch();
     suite_models();
+    suite_layers();
     suite_safetensors();
     suite_io();
     printf("%d passed, %d failed\n", test__passed, test__failed);
