@@ -1353,7 +1353,9 @@ static inline tfm__vf tfm__vload(const float *p) {
 static inline void tfm__vstore(float *p, tfm__vf v) { memcpy(p, &v, sizeof v); }
 /* Lane-wise square root (no errno, so it vectorizes), where the ISA has one at this width. */
 #if defined(__AVX512F__)
-#define TFM__VSQRT(v) ((tfm__vf)_mm512_sqrt_ps((__m512)(v)))
+/* the zero-masked form: _mm512_sqrt_ps starts from _mm512_undefined_ps, which GCC 12 reports as
+   used uninitialized (-Wmaybe-uninitialized) wherever it is inlined */
+#define TFM__VSQRT(v) ((tfm__vf)_mm512_maskz_sqrt_ps((__mmask16)0xFFFF, (__m512)(v)))
 #elif defined(__AVX__)
 #define TFM__VSQRT(v) ((tfm__vf)_mm256_sqrt_ps((__m256)(v)))
 #elif defined(__SSE2__)
