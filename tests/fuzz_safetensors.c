@@ -1,7 +1,7 @@
 /* tests/fuzz_safetensors.c - libFuzzer target for the safetensors reader (tfm__st_*).
 
-   Each input is taken as a whole safetensors file and goes through tfm__st_read_header_mem and
-   tfm__st_load_mem, the same checks a file load makes (only the byte source differs). Beyond "no
+   Each input is taken as a whole safetensors file image and goes through tfm__st_load from memory
+   (header only, then every tensor): the same checks a file load makes (only the byte source differs). Beyond "no
    crash, no sanitizer report", it checks what a valid header promises:
      - a refused input gives TFM_E_FORMAT (or TFM_E_NOMEM), a message, and an empty header;
      - an accepted one lists tensors that are F32-sized, contiguous from data byte 0 and cover the
@@ -15,9 +15,6 @@
    seeds in tests/st_corpus). */
 #define TFM_IMPLEMENTATION
 #include "../transformer.h"
-#ifndef TFM__ST_DEFINED /* until the fragment is part of transformer.h */
-#include "../src/safetensors.inc"
-#endif
 
 #include <stdint.h>
 #include <stdio.h>
@@ -60,13 +57,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int i, k;
 
     tfm_clear_error();
-    r = tfm__st_read_header_mem(data, size, &h);
+    r = tfm__st_load(NULL, data, size, NULL, 0, 1, &h);
     if (r != TFM_OK) {
         FZ_CHECK(r == TFM_E_FORMAT || r == TFM_E_NOMEM);
         FZ_CHECK(tfm_last_error()[0] != 0);
         FZ_CHECK(h.n == 0 && h.entries == NULL && h.meta_kv == NULL && h.strings == NULL);
         /* the loader refuses it the same way */
-        FZ_CHECK(tfm__st_load_mem(data, size, NULL, 0, NULL) == r);
+        FZ_CHECK(tfm__st_load(NULL, data, size, NULL, 0, 0, NULL) == r);
         return 0;
     }
 
@@ -77,7 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const tfm__st_entry *e = &h.entries[i];
         uint64_t bytes = 0;
         FZ_CHECK(e->name && tfm__st_utf8_valid(e->name) && strcmp(e->name, "__metadata__") != 0);
-        FZ_CHECK(e->ndim >= 0 && e->ndim <= TFM__ST_MAX_NDIM);
+        FZ_CHECK(e->ndim >= 0 && e->ndim <= TFM_MAX_DIMS);
         for (k = 0; k < e->ndim; k++) FZ_CHECK(e->shape[k] >= 0);
         FZ_CHECK(tfm__st_nbytes(e->ndim, e->shape, &bytes) == 0);
         FZ_CHECK(e->begin == at && e->end - e->begin == bytes);
@@ -103,7 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         memcpy(items[i].shape, e->shape, sizeof items[i].shape);
         items[i].data = w[i].dest;
     }
-    r = tfm__st_load_mem(data, size, w, h.n, &h2);
+    r = tfm__st_load(NULL, data, size, w, h.n, 0, &h2);
     FZ_CHECK(r == TFM_OK);
     fz_same_listing(&h, &h2);
     tfm__st_header_free(&h2);
@@ -112,11 +109,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     /* strict: one tensor left out, or another shape asked for, is refused */
     if (h.n > 0) {
-        FZ_CHECK(tfm__st_load_mem(data, size, w + 1, h.n - 1, NULL) == TFM_E_FORMAT);
-        if (w[0].ndim < TFM__ST_MAX_NDIM) {
+        FZ_CHECK(tfm__st_load(NULL, data, size, w + 1, h.n - 1, 0, NULL) == TFM_E_FORMAT);
+        if (w[0].ndim < TFM_MAX_DIMS) {
             w[0].shape[w[0].ndim] = 1;
             w[0].ndim++;
-            FZ_CHECK(tfm__st_load_mem(data, size, w, h.n, NULL) == TFM_E_FORMAT);
+            FZ_CHECK(tfm__st_load(NULL, data, size, w, h.n, 0, NULL) == TFM_E_FORMAT);
             w[0].ndim--;
         }
     }

@@ -63,6 +63,7 @@ static const tc2_fn tc2_functions[] = {
     TC2_FN(tfm_model_save),
     TC2_FN(tfm_config_load),
     TC2_FN(tfm_model_load),
+    TC2_FN(tfm_checkpoint_meta),
 #endif
     TC2_FN(tfm_cuda_available)
 };

@@ -432,14 +432,13 @@ static const char *io_params_diff(const tfm_model *a, const tfm_model *b) {
 
 /* The AdamW moments of p (kind 1: exp_avg, 2: exp_avg_sq). */
 static const float *io_moment(const tfm_model *m, const tfm_param *p, int kind) {
-    size_t off = (size_t)((const unsigned char *)p->value.data - (m->mem_base + m->off_params));
-    return (const float *)(m->mem_base + (kind == 1 ? m->off_m : m->off_v) + off);
+    return tfm__model_moment(m, p, kind);
 }
 
 /* First parameter whose moments differ (or NULL). */
 static const char *io_moments_diff(const tfm_model *a, const tfm_model *b) {
     int i, kind;
-    if (a->n_params != b->n_params || !a->has_grad || !b->has_grad) return "(the models)";
+    if (a->n_params != b->n_params || !tfm__model_trains(a) || !tfm__model_trains(b)) return "(the models)";
     for (i = 0; i < a->n_params; i++) {
         const tfm_param *p = &a->params[i];
         const tfm_param *q = tfm_model_param(b, p->name);
@@ -508,11 +507,14 @@ static const char *io_cfg_diff(const tfm_config *a, const tfm_config *b) {
     return NULL;
 }
 
+/* The header of the checkpoint at path (free it with tfm__st_header_free). */
+static tfm_result io_read_header(const char *path, tfm__st_header *h) { return tfm__st_load(path, NULL, 0, NULL, 0, 1, h); }
+
 /* Tensors in a checkpoint whose names start with "optim." (-1 if the header cannot be read). */
 static int io_count_optim(const char *path, int *n_tensors) {
     tfm__st_header h;
     int i, n = 0;
-    if (tfm__st_read_header(path, &h) != TFM_OK) return -1;
+    if (io_read_header(path, &h) != TFM_OK) return -1;
     for (i = 0; i < h.n; i++)
         if (!strncmp(h.entries[i].name, "optim.", 6)) n++;
     if (n_tensors) *n_tensors = h.n;
@@ -538,7 +540,7 @@ static void io_roundtrip_case(int k, int flags) {
         tfm_model_free(&m);
         return;
     }
-    CHECK_OK(tfm_model_save(&m, path, flags));
+    CHECK_OK(tfm_model_save(&m, path, flags, NULL, 0));
     /* the file: one tensor per parameter, plus the two moments of each with the training state */
     CHECK_MSG(io_count_optim(path, &n_tensors) == (flags ? 2 * m.n_params : 0) &&
                   n_tensors == (flags ? 3 : 1) * m.n_params,
@@ -562,12 +564,12 @@ static void io_roundtrip_case(int k, int flags) {
     if (flags) {
         /* the step and the generator's four words are in the metadata */
         tfm__st_header h;
-        if (tfm__st_read_header(path, &h) == TFM_OK) {
+        if (io_read_header(path, &h) == TFM_OK) {
             const char *st = tfm__st_meta_get(&h, "tfm.step"), *rs = tfm__st_meta_get(&h, "tfm.rng");
             char want[80];
-            snprintf(want, sizeof want, "%016llx%016llx%016llx%016llx", (unsigned long long)m.rng.s[0],
-                     (unsigned long long)m.rng.s[1], (unsigned long long)m.rng.s[2],
-                     (unsigned long long)m.rng.s[3]);
+            snprintf(want, sizeof want, "%016llx%016llx%016llx%016llx", (unsigned long long)tfm__model_rng(&m)->s[0],
+                     (unsigned long long)tfm__model_rng(&m)->s[1], (unsigned long long)tfm__model_rng(&m)->s[2],
+                     (unsigned long long)tfm__model_rng(&m)->s[3]);
             CHECK_MSG(st && !strcmp(st, "3"), "%s: tfm.step is %s, want 3", what, st ? st : "absent");
             CHECK_MSG(rs && !strcmp(rs, want), "%s: tfm.rng is \"%s\" (%d characters), want \"%s\"", what,
                       rs ? rs : "", rs ? (int)strlen(rs) : 0, want);
@@ -576,7 +578,7 @@ static void io_roundtrip_case(int k, int flags) {
             TEST__FAIL("%s: %s", what, tfm_last_error());
         }
         CHECK_MSG(m2.step == 3, "%s: step %lld, want 3", what, (long long)m2.step);
-        CHECK_MSG(!memcmp(m2.rng.s, m.rng.s, sizeof m.rng.s), "%s: the random generator differs", what);
+        CHECK_MSG(!memcmp(tfm__model_rng(&m2)->s, tfm__model_rng(&m)->s, sizeof(uint64_t[4])), "%s: the random generator differs", what);
         d = io_moments_diff(&m, &m2);
         CHECK_MSG(d == NULL, "%s: the moments of %s differ", what, d);
     } else {
@@ -631,8 +633,8 @@ static void io_resume_case(int k, int cosine) {
         return;
     }
     if (io_train(&b, &o, 0, IO_N / 2, lb)) {
-        CHECK_OK(tfm_model_save(&b, path, TFM_SAVE_TRAINING_STATE));
-        CHECK_OK(tfm_model_save(&b, path_w, 0));
+        CHECK_OK(tfm_model_save(&b, path, TFM_SAVE_TRAINING_STATE, NULL, 0));
+        CHECK_OK(tfm_model_save(&b, path_w, 0, NULL, 0));
     }
     tfm_model_free(&b);
     CHECK_MSG(!memcmp(la, lb, sizeof(float) * (IO_N / 2)), "%s: the first half differs", what);
@@ -717,7 +719,7 @@ static void io_interrupted(void) {
         return;
     }
     /* checkpoint A */
-    CHECK_OK(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE));
+    CHECK_OK(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE, NULL, 0));
     old = io_read(path, &old_size);
     snap_a = io_snapshot(&m);
     /* the model moves on to B */
@@ -725,7 +727,7 @@ static void io_interrupted(void) {
     CHECK(io_snapshot_diff(&m, snap_a) != NULL);
     /* how often a save of B visits each stage */
     io_hook_arm(-1, 0, 0);
-    CHECK_OK(tfm_model_save(&m, io_path("count.safetensors"), TFM_SAVE_TRAINING_STATE));
+    CHECK_OK(tfm_model_save(&m, io_path("count.safetensors"), TFM_SAVE_TRAINING_STATE, NULL, 0));
     tfm__st_write_hook = NULL;
     remove(io_path("count.safetensors"));
     n_writes = io_hook_seen[TFM__ST_STAGE_WRITE];
@@ -754,7 +756,7 @@ static void io_interrupted(void) {
         tfm_result r;
         io_hook_arm(stage, nth, err);
         tfm_clear_error();
-        r = tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE);
+        r = tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE, NULL, 0);
         tfm__st_write_hook = NULL;
         CHECK_MSG(io_hook_seen[stage] > nth, "%s #%d: the stage was not reached", stage_names[stage], nth);
         CHECK_MSG(r == TFM_E_IO, "%s #%d: got %d (%s)", stage_names[stage], nth, (int)r, tfm_last_error());
@@ -773,7 +775,7 @@ static void io_interrupted(void) {
     }
     /* the directory sync comes after the rename: B is in place, and the caller is told */
     io_hook_arm(TFM__ST_STAGE_SYNCDIR, 0, EIO);
-    CHECK_ERR(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE), TFM_E_IO, "the file was replaced");
+    CHECK_ERR(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE, NULL, 0), TFM_E_IO, "the file was replaced");
     tfm__st_write_hook = NULL;
     CHECK(io_count_tmp() <= 0);
     if (io_init(&l, &c, "interrupted")) {
@@ -783,7 +785,7 @@ static void io_interrupted(void) {
         tfm_model_free(&l);
     }
     /* and with nothing injected, B replaces A */
-    CHECK_OK(tfm_model_save(&m, path, 0));
+    CHECK_OK(tfm_model_save(&m, path, 0, NULL, 0));
     CHECK(!io_same_file(path, old, old_size));
     tfm__st_write_hook = NULL;
     free(old);
@@ -807,7 +809,7 @@ typedef struct io_meta {
 static int io_meta_from(io_meta *mt, const char *path, tfm__st_header *h) {
     int i;
     memset(mt, 0, sizeof *mt);
-    if (tfm__st_read_header(path, h) != TFM_OK) {
+    if (io_read_header(path, h) != TFM_OK) {
         TEST__FAIL("reading the header of %s: %s", path, tfm_last_error());
         return 0;
     }
@@ -904,7 +906,7 @@ static void io_errors_arch(void) {
     c = io_cfg(1);
     c.d_model = 16;
     if (!io_init(&m, &c, "arch")) return;
-    CHECK_OK(tfm_model_save(&m, path, 0));
+    CHECK_OK(tfm_model_save(&m, path, 0, NULL, 0));
     cases[n].field = "d_model 16 but the model has 32", cases[n++].change = 0;
     cases[n].field = "n_layers 2 but the model has 1", cases[n++].change = 1;
     cases[n].field = "act 0 but the model has 1", cases[n++].change = 2;
@@ -970,7 +972,7 @@ static void io_errors_file(void) {
     tfm__st_header h;
     if (!io_init(&m, &c, "file errors")) return;
     io_train(&m, &o, 0, 1, NULL);
-    CHECK_OK(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE));
+    CHECK_OK(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE, NULL, 0));
     if (!io_init(&m2, &c, "file errors")) {
         tfm_model_free(&m);
         return;
@@ -1086,7 +1088,7 @@ static void io_config_minimal(void) {
     c.max_batch = 0; /* fields left at their defaults */
     c.seed = 0;
     if (!io_init(&m, &c, "minimal")) return;
-    CHECK_OK(tfm_model_save(&m, full, 0));
+    CHECK_OK(tfm_model_save(&m, full, 0, NULL, 0));
     if (io_meta_from(&all, full, &h)) {
         memset(&mt, 0, sizeof mt);
         for (i = 0; i < sizeof keys / sizeof keys[0]; i++) {
@@ -1125,7 +1127,7 @@ static void io_errors_tensors(void) {
     int with_meta;
     if (!io_init(&m, &c, "tensors")) return;
     io_train(&m, &o, 0, 1, NULL);
-    CHECK_OK(tfm_model_save(&m, good, TFM_SAVE_TRAINING_STATE));
+    CHECK_OK(tfm_model_save(&m, good, TFM_SAVE_TRAINING_STATE, NULL, 0));
     if (!io_meta_from(&mt, good, &h)) {
         tfm_model_free(&m);
         return;
@@ -1179,8 +1181,8 @@ static void io_inference(void) {
         path_w = io_path(nm);
         if (!io_init(&m, &c, io_kind_name[k])) continue;
         io_train(&m, &o, 0, 2, NULL);
-        CHECK_OK(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE));
-        CHECK_OK(tfm_model_save(&m, path_w, 0));
+        CHECK_OK(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE, NULL, 0));
+        CHECK_OK(tfm_model_save(&m, path_w, 0, NULL, 0));
         CHECK_OK(tfm_config_load(path, &lc));
         lc.inference_only = 1;
         if (io_init(&inf, &lc, io_kind_name[k])) {
@@ -1188,10 +1190,10 @@ static void io_inference(void) {
             CHECK_MSG(io_params_diff(&m, &inf) == NULL, "%s: inference model's weights differ", io_kind_name[k]);
             CHECK_MSG(io_same_logits(&m, &inf, 5), "%s: inference model's logits differ", io_kind_name[k]);
             CHECK(inf.step == 0);
-            CHECK_ERR(tfm_model_save(&inf, io_path("inf_out.safetensors"), TFM_SAVE_TRAINING_STATE), TFM_E_ARG,
+            CHECK_ERR(tfm_model_save(&inf, io_path("inf_out.safetensors"), TFM_SAVE_TRAINING_STATE, NULL, 0), TFM_E_ARG,
                       "inference_only");
             /* its weights-only save is the trained model's */
-            CHECK_OK(tfm_model_save(&inf, io_path("inf_out.safetensors"), 0));
+            CHECK_OK(tfm_model_save(&inf, io_path("inf_out.safetensors"), 0, NULL, 0));
             CHECK_OK(tfm_model_load(&inf, io_path("inf_out.safetensors")));
             CHECK(io_params_diff(&m, &inf) == NULL);
             remove(io_path("inf_out.safetensors"));
@@ -1203,7 +1205,7 @@ static void io_inference(void) {
             CHECK_OK(tfm_model_load(&fresh, path_w));
             CHECK(fresh.step == 0);
             CHECK(io_moments_zero(&fresh));
-            CHECK(!memcmp(fresh.rng.s, ref.rng.s, sizeof ref.rng.s));
+            CHECK(!memcmp(tfm__model_rng(&fresh)->s, tfm__model_rng(&ref)->s, sizeof(uint64_t[4])));
             CHECK(io_params_diff(&m, &fresh) == NULL);
             tfm_model_free(&ref);
         }
@@ -1220,12 +1222,12 @@ static void io_args(void) {
     tfm_model m, zero;
     memset(&zero, 0, sizeof zero);
     if (!io_init(&m, &c, "args")) return;
-    CHECK_OK(tfm_model_save(&m, path, 0));
-    CHECK_ERR(tfm_model_save(NULL, path, 0), TFM_E_ARG, "tfm_model_save");
-    CHECK_ERR(tfm_model_save(&m, NULL, 0), TFM_E_ARG, "tfm_model_save");
-    CHECK_ERR(tfm_model_save(&zero, path, 0), TFM_E_ARG, "tfm_model_save");
-    CHECK_ERR(tfm_model_save(&m, path, 2), TFM_E_ARG, "flags");
-    CHECK_ERR(tfm_model_save(&m, "", 0), TFM_E_ARG, "path");
+    CHECK_OK(tfm_model_save(&m, path, 0, NULL, 0));
+    CHECK_ERR(tfm_model_save(NULL, path, 0, NULL, 0), TFM_E_ARG, "tfm_model_save");
+    CHECK_ERR(tfm_model_save(&m, NULL, 0, NULL, 0), TFM_E_ARG, "tfm_model_save");
+    CHECK_ERR(tfm_model_save(&zero, path, 0, NULL, 0), TFM_E_ARG, "tfm_model_save");
+    CHECK_ERR(tfm_model_save(&m, path, 2, NULL, 0), TFM_E_ARG, "flags");
+    CHECK_ERR(tfm_model_save(&m, "", 0, NULL, 0), TFM_E_ARG, "path");
     CHECK_ERR(tfm_config_load(NULL, &lc), TFM_E_ARG, "tfm_config_load");
     CHECK_ERR(tfm_config_load(path, NULL), TFM_E_ARG, "tfm_config_load");
     CHECK_ERR(tfm_model_load(NULL, path), TFM_E_ARG, "tfm_model_load");
@@ -1306,7 +1308,7 @@ static void io_torch_case(int k) {
     /* saved again by the C writer: the exporter's file, byte for byte */
     snprintf(name, sizeof name, "resave_%s.safetensors", io_kind_name[k]);
     resave = io_path(name);
-    CHECK_OK(tfm_model_save(&m, resave, 0));
+    CHECK_OK(tfm_model_save(&m, resave, 0, NULL, 0));
     {
         size_t n1 = 0, n2 = 0;
         unsigned char *a = io_read(st, &n1), *bb = io_read(resave, &n2);
@@ -1425,7 +1427,7 @@ static void io_export_case(int k) {
         tfm_model_free(&m);
         return;
     }
-    CHECK_OK(tfm_model_save(&m, st, flags));
+    CHECK_OK(tfm_model_save(&m, st, flags, NULL, 0));
     /* the batch and the eval-mode logits */
     io_make_batch(&d, &m.cfg, 1000 + (uint64_t)k);
     tfm_model_train(&m, 0);
