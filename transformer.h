@@ -4316,21 +4316,15 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
 
 /* ==== >>impl-safetensors ==== */
 
-/* safetensors, the file format of checkpoints: a u64 little-endian N, N bytes of UTF-8 JSON header, the
-   data buffer. The header maps each tensor name to {"dtype": "F32", "shape": [d0, ...], "data_offsets":
-   [begin, end]} (bytes into the data buffer, end exclusive); "__metadata__" (optional) maps strings to
-   strings. Only F32 with 0..TFM_MAX_DIMS dims is written and read here.
-   Writing: metadata, then the tensors in the order given, contiguous, the header padded with spaces to a
-   multiple of 8 bytes; into a new temporary file beside the target (created exclusively), which is
-   flushed, synced, closed and renamed over it, then the directory is synced. A failure removes the
-   temporary file and leaves the target as it was.
-   Reading trusts nothing: lengths and offsets are checked against the bytes that exist before they are
-   used, the JSON is parsed strictly (RFC 8259, UTF-8 checked, nesting at most TFM__ST_MAX_DEPTH), the
-   tensors must cover the data buffer exactly, and allocation is bounded by the header's size, never by
-   a number from the file. Defects are TFM_E_FORMAT saying what was expected and what was found (TFM_E_IO
-   when the file cannot be opened or read), after the file's name; public functions add their own name.
-   Files go through stdio; POSIX adds the exclusive create and the syncs (Windows: _commit). With the
-   private TFM__TESTING (the tests' build), tfm__st_write_hook can fail any step of a save or a read. */
+/* safetensors: a u64 little-endian N, N bytes of UTF-8 JSON header, the data. The header maps each tensor
+   name to {"dtype": "F32", "shape": [d0, ...], "data_offsets": [begin, end]} (bytes into the data, end
+   exclusive); "__metadata__" (optional) maps strings to strings. Only F32 is written and read here.
+   Reading trusts nothing: lengths and offsets are checked against the bytes that exist before use, the
+   JSON is parsed strictly (RFC 8259, UTF-8 checked, nesting at most TFM__ST_MAX_DEPTH), the tensors must
+   cover the data exactly, and allocation is bounded by the header's size, never by a number in the file.
+   Defects are TFM_E_FORMAT saying what was expected and what was found (TFM_E_IO: the file cannot be
+   opened or read), after the file's name. Files go through stdio; POSIX adds the exclusive create and the
+   syncs. Built with the private TFM__TESTING, tfm__st_write_hook can fail any step of a save or a read. */
 
 #ifndef TFM_NO_STDIO
 #include <errno.h>
@@ -4350,44 +4344,36 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
 #endif
 
 #define TFM__ST_MAX_HEADER (100u * 1024u * 1024u) /* largest JSON header accepted (bytes) */
-#define TFM__ST_MAX_TENSORS 100000                /* most tensors in one file */
-#define TFM__ST_MAX_META 100000                   /* most __metadata__ entries in one file */
+#define TFM__ST_MAX_ITEMS 100000                  /* most tensors, and most __metadata__ entries, in one file */
 #define TFM__ST_MAX_DEPTH 16                      /* deepest JSON nesting (the root is level 1) */
 
-/* A tensor to save: name (UTF-8, unique), shape and floats. */
-typedef struct tfm__st_item {
+/* A tensor to save (data) or to load (into data, the name and exact shape it must have in the file; data
+   NULL: it must be there, but is not read). */
+typedef struct tfm__st_tensor {
     const char *name;
     int ndim;
     int64_t shape[TFM_MAX_DIMS];
-    const float *data;
-} tfm__st_item;
-/* A tensor to load: the name and exact shape it must have in the file, where its floats go; skip: it
-   must be in the file but is not read. */
-typedef struct tfm__st_want {
-    const char *name;
-    int ndim;
-    int64_t shape[TFM_MAX_DIMS];
-    float *dest;
-    int skip;
-} tfm__st_want;
-/* A tensor as a checked header gives it: F32, end - begin == numel * 4. */
+    float *data;
+} tfm__st_tensor;
+/* A tensor as a checked header gives it (F32, end - begin == numel * 4; the name owned by the header). */
 typedef struct tfm__st_entry {
-    const char *name; /* owned by the header */
+    const char *name;
     int ndim;
     int64_t shape[TFM_MAX_DIMS];
     uint64_t begin, end; /* bytes in the data buffer */
 } tfm__st_entry;
-/* A parsed and checked header; tfm__st_header_free frees it (a zeroed one is empty). */
+/* A parsed, checked header: entries in data order, contiguous from data byte 0; meta_kv: key, value, ...
+   in header order; strings: the storage behind them all. tfm__st_header_free frees it. */
 typedef struct tfm__st_header {
-    tfm__st_entry *entries; /* n, in data order: contiguous from data byte 0 */
+    tfm__st_entry *entries;
     int n, n_meta;
-    const char **meta_kv;           /* key, value, key, value, ... in header order */
+    const char **meta_kv;
     uint64_t data_start, data_size; /* file offset and size of the data buffer */
-    char *strings;                  /* storage behind every name, key and value */
+    char *strings;
 } tfm__st_header;
-/* A file being read (or, mem set, a file image in memory) or written. */
+/* A file being read (or, mem set, a file image in memory; name "<memory>") or written. */
 typedef struct tfm__st_file {
-    const char *name; /* the path, or "<memory>" */
+    const char *name;
     const unsigned char *mem;
     uint64_t size, pos;
     FILE *fp;
@@ -4399,17 +4385,10 @@ enum { TFM__ST_STAGE_OPEN, TFM__ST_STAGE_WRITE, TFM__ST_STAGE_FLUSH, TFM__ST_STA
 /* Called before each step of a save (each write) and each read of a file: non-zero fails that step as if
    the system call had failed with that errno. */
 static int (*tfm__st_write_hook)(int stage) = NULL;
-static int tfm__st_hook(int stage) {
-    int e = tfm__st_write_hook ? tfm__st_write_hook(stage) : 0;
-    if (e) errno = e;
-    return e;
-}
-#define TFM__ST_HOOK(stage) tfm__st_hook(TFM__ST_STAGE_##stage)
+#define TFM__ST_HOOK(stage) (tfm__st_write_hook && (errno = tfm__st_write_hook(TFM__ST_STAGE_##stage)) != 0 ? errno : 0)
 #else
 #define TFM__ST_HOOK(stage) 0
 #endif
-
-/* ---- helpers ------------------------------------------------------------------------------------------- */
 
 /* "prefix: " in front of the pending message, unless it starts so already. */
 static tfm_result tfm__io_prefix(tfm_result r, const char *prefix) {
@@ -4458,40 +4437,28 @@ static int tfm__st_utf8_seq(const unsigned char *p, size_t n) {
     return len;
 }
 static int tfm__st_utf8_valid(const char *s) {
-    size_t n = strlen(s), i = 0;
-    int k = 1;
-    while (i < n && (k = tfm__st_utf8_seq((const unsigned char *)s + i, n - i)) != 0) i += (size_t)k;
+    size_t n = strlen(s), i = 0, k;
+    while (i < n && (k = (size_t)tfm__st_utf8_seq((const unsigned char *)s + i, n - i)) != 0) i += k;
     return i == n;
 }
 
 /* Bytes of F32 data of a shape (dims >= 0) into *bytes: 0, or -1 past 2^64 - 1. */
 static int tfm__st_nbytes(int ndim, const int64_t *shape, uint64_t *bytes) {
-    uint64_t n = 4;
     int i;
-    for (i = 0; i < ndim; i++)
-        if (!shape[i]) n = 0;
-    for (i = 0; i < ndim && n; n *= (uint64_t)shape[i++])
-        if (n > UINT64_MAX / (uint64_t)shape[i]) return -1;
-    *bytes = n;
+    for (*bytes = 4, i = 0; i < ndim; i++) *bytes = shape[i] ? *bytes : 0;
+    for (i = 0; i < ndim && *bytes; *bytes *= (uint64_t)shape[i++])
+        if (*bytes > UINT64_MAX / (uint64_t)shape[i]) return -1;
     return 0;
 }
 
 static int tfm__st_little_endian(void) {
-    const uint32_t one = 1;
-    unsigned char b;
-    memcpy(&b, &one, 1);
-    return b == 1;
+    const uint16_t one = 1;
+    return *(const unsigned char *)&one == 1;
 }
 /* Reverse each of n 4-byte words (float32 on a big-endian host). */
 static void tfm__st_bswap32(unsigned char *p, size_t n) {
     unsigned char t;
     for (; n; n--, p += 4) t = p[0], p[0] = p[3], p[3] = t, t = p[1], p[1] = p[2], p[2] = t;
-}
-static uint64_t tfm__st_get_u64le(const unsigned char *b) {
-    uint64_t v = 0;
-    int i;
-    for (i = 7; i >= 0; i--) v = (v << 8) | b[i];
-    return v;
 }
 
 static int tfm__st_cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
@@ -4509,8 +4476,6 @@ static const char *tfm__st_dup(const void *base, int n, size_t stride) {
     TFM_FREE((void *)s, NULL);
     return d;
 }
-
-/* ---- the JSON header ------------------------------------------------------------------------------------ */
 
 /* The parser: the header bytes, a cursor, and the storage strings are decoded to (len + 1 bytes: a
    decoded string and its NUL are shorter than its JSON form, so the strings kept always fit). */
@@ -4540,15 +4505,9 @@ static tfm_result tfm__st_jerr(const tfm__st_json *j, const char *ctx, const cha
 }
 
 static long tfm__st_hex4(const tfm__st_json *j, size_t at) {
-    long v = 0;
-    size_t k;
-    for (k = 0; k < 4; k++) {
-        int c = at + k < j->n ? j->p[at + k] : 0;
-        int h = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (h < 0) return -1;
-        v = v * 16 + h;
-    }
-    return v;
+    char d[5] = {0, 0, 0, 0, 0};
+    if (at < j->n) memcpy(d, j->p + at, j->n - at < 4 ? j->n - at : 4);
+    return strspn(d, "0123456789abcdefABCDEF") == 4 ? strtol(d, NULL, 16) : -1;
 }
 
 /* The string at the cursor, decoded into the storage: *out (NUL-terminated, *len bytes; a \u0000 puts a
@@ -4601,11 +4560,7 @@ static tfm_result tfm__st_jstring(tfm__st_json *j, char **out, size_t *len) {
             o += k, j->i += (size_t)k;
         }
     }
-    j->i++;
-    *o = 0;
-    *out = s;
-    *len = (size_t)(o - s);
-    j->used += *len + 1;
+    j->i++, *o = 0, *out = s, *len = (size_t)(o - s), j->used += *len + 1;
     return TFM_OK;
 }
 
@@ -4685,11 +4640,7 @@ static tfm_result tfm__st_jskip(tfm__st_json *j, int depth) {
         if (!more) return TFM_OK;
         TFM__TRY(tfm__st_jskip(j, depth + 1));
     }
-    if (c == '"') {
-        TFM__TRY(tfm__st_jstring(j, &s, &len));
-        j->used = mark;
-        return TFM_OK;
-    }
+    if (c == '"') return tfm__st_jstring(j, &s, &len); /* its storage goes back with the caller's element */
     if (c == '-' || (c >= '0' && c <= '9')) return tfm__st_jnumber(j, NULL, NULL);
     for (k = 0; k < 3; k++)
         if (j->n - j->i >= strlen(lit[k]) && !memcmp(j->p + j->i, lit[k], strlen(lit[k]))) {
@@ -4752,13 +4703,10 @@ static tfm_result tfm__st_jentry(tfm__st_json *j, tfm__st_entry *e) {
         return tfm__fail(TFM_E_FORMAT, "%s: shape %s F32 needs more than 2^64 - 1 bytes (overflow)", ctx,
                          tfm__st_shape(ndim, e->shape));
     e->begin = off[0], e->end = off[1];
-    if (off[0] > off[1])
-        return tfm__fail(TFM_E_FORMAT, "%s: data_offsets [%llu, %llu]: begin is after end", ctx, (unsigned long long)off[0],
-                         (unsigned long long)off[1]);
-    if (off[1] - off[0] != bytes)
-        return tfm__fail(TFM_E_FORMAT, "%s: data_offsets [%llu, %llu] but shape %s F32 needs %llu bytes", ctx,
-                         (unsigned long long)off[0], (unsigned long long)off[1], tfm__st_shape(ndim, e->shape),
-                         (unsigned long long)bytes);
+    if (off[0] > off[1] || off[1] - off[0] != bytes)
+        return tfm__fail(TFM_E_FORMAT, "%s: data_offsets [%llu, %llu]%s but shape %s F32 needs %llu bytes", ctx,
+                         (unsigned long long)off[0], (unsigned long long)off[1], off[0] > off[1] ? ": begin is after end," : "",
+                         tfm__st_shape(ndim, e->shape), (unsigned long long)bytes);
     if (off[1] > j->data_size)
         return tfm__fail(TFM_E_FORMAT, "%s: data_offsets [%llu, %llu] go past the end of the data buffer (%llu bytes): "
                          "truncated file?", ctx, (unsigned long long)off[0], (unsigned long long)off[1],
@@ -4797,8 +4745,8 @@ static tfm_result tfm__st_jroot(tfm__st_json *j) {
                 if (!tfm__st_at(j, '"')) return tfm__st_jerr(j, ctx, "a string");
                 TFM__TRY(tfm__st_jstring(j, &val, &vlen));
                 TFM__TRY(tfm__st_no_nul(val, vlen, "__metadata__ value"));
-                if (h->n_meta >= TFM__ST_MAX_META)
-                    return tfm__fail(TFM_E_FORMAT, "__metadata__ has more than %d entries", TFM__ST_MAX_META);
+                if (h->n_meta >= TFM__ST_MAX_ITEMS)
+                    return tfm__fail(TFM_E_FORMAT, "__metadata__ has more than %d entries", TFM__ST_MAX_ITEMS);
                 if (tfm__st_grow((void **)&h->meta_kv, 2 * h->n_meta, &j->cap[1], sizeof *h->meta_kv))
                     return tfm__fail(TFM_E_NOMEM, "out of memory reading __metadata__");
                 h->meta_kv[2 * h->n_meta] = key;
@@ -4807,8 +4755,8 @@ static tfm_result tfm__st_jroot(tfm__st_json *j) {
             continue;
         }
         TFM__TRY(tfm__st_no_nul(key, klen, "tensor name"));
-        if (h->n >= TFM__ST_MAX_TENSORS)
-            return tfm__fail(TFM_E_FORMAT, "the header lists more than %d tensors", TFM__ST_MAX_TENSORS);
+        if (h->n >= TFM__ST_MAX_ITEMS)
+            return tfm__fail(TFM_E_FORMAT, "the header lists more than %d tensors", TFM__ST_MAX_ITEMS);
         if (tfm__st_grow((void **)&h->entries, h->n, &j->cap[0], sizeof *h->entries))
             return tfm__fail(TFM_E_NOMEM, "out of memory reading the header");
         memset(&h->entries[h->n], 0, sizeof *h->entries);
@@ -4827,8 +4775,7 @@ static int tfm__st_cmp_offset(const void *a, const void *b) {
 
 /* The header as a whole: names and keys unique; the tensors, in data order, cover the data exactly. */
 static tfm_result tfm__st_check(tfm__st_header *h) {
-    const char *dn = tfm__st_dup(h->entries, h->n, sizeof *h->entries);
-    const char *dk = tfm__st_dup(h->meta_kv, h->n_meta, 2 * sizeof *h->meta_kv);
+    const char *dn = tfm__st_dup(h->entries, h->n, sizeof *h->entries), *dk = tfm__st_dup(h->meta_kv, h->n_meta, 2 * sizeof(char *));
     uint64_t at = 0;
     int i;
     if (!dn || !dk) return tfm__fail(TFM_E_NOMEM, "out of memory checking the header");
@@ -4837,13 +4784,10 @@ static tfm_result tfm__st_check(tfm__st_header *h) {
     if (h->n > 1) qsort(h->entries, (size_t)h->n, sizeof *h->entries, tfm__st_cmp_offset);
     for (i = 0; i < h->n; at = h->entries[i++].end) {
         const tfm__st_entry *e = &h->entries[i], *p = i ? e - 1 : e;
-        if (e->begin > at && i == 0)
-            return tfm__fail(TFM_E_FORMAT, "tensor %s starts at data byte %llu: the %llu bytes before it belong to no tensor "
-                             "(a hole)", tfm__st_q(e->name), (unsigned long long)e->begin, (unsigned long long)e->begin);
         if (e->begin > at)
-            return tfm__fail(TFM_E_FORMAT, "tensor %s ends at data byte %llu but the next tensor, %s, starts at %llu: a %llu-byte "
-                             "hole", tfm__st_q(p->name), (unsigned long long)at, tfm__st_q(e->name),
-                             (unsigned long long)e->begin, (unsigned long long)(e->begin - at));
+            return tfm__fail(TFM_E_FORMAT, "a %llu-byte hole: data bytes [%llu, %llu) belong to no tensor (tensor %s starts at "
+                             "%llu)", (unsigned long long)(e->begin - at), (unsigned long long)at,
+                             (unsigned long long)e->begin, tfm__st_q(e->name), (unsigned long long)e->begin);
         if (e->begin < at)
             return tfm__fail(TFM_E_FORMAT, "tensors %s [%llu, %llu] and %s [%llu, %llu] overlap", tfm__st_q(p->name),
                              (unsigned long long)p->begin, (unsigned long long)p->end, tfm__st_q(e->name),
@@ -4864,17 +4808,12 @@ static void tfm__st_header_free(tfm__st_header *h) {
     memset(h, 0, sizeof *h);
 }
 
-/* Parse and check the len header bytes at buf of a file_size-byte file into *h (zeroed on failure). */
+/* Parse and check the len header bytes at buf of a file_size-byte file into *h (zeroed on failure); the
+   caller checked len against TFM__ST_MAX_HEADER and file_size. */
 static tfm_result tfm__st_parse(const unsigned char *buf, size_t len, uint64_t file_size, tfm__st_header *h) {
     tfm__st_json j;
     tfm_result r;
     memset(h, 0, sizeof *h);
-    if (len > TFM__ST_MAX_HEADER)
-        return tfm__fail(TFM_E_FORMAT, "header length %llu is over the %u-byte limit", (unsigned long long)len,
-                         (unsigned)TFM__ST_MAX_HEADER);
-    if (file_size < 8 || (uint64_t)len > file_size - 8)
-        return tfm__fail(TFM_E_FORMAT, "a %llu-byte header does not fit in a %llu-byte file", (unsigned long long)len,
-                         (unsigned long long)file_size);
     if (len == 0) return tfm__fail(TFM_E_FORMAT, "the header is empty (length 0): expected a JSON object");
     memset(&j, 0, sizeof j);
     j.p = buf, j.n = len, j.h = h;
@@ -4894,8 +4833,6 @@ static const char *tfm__st_meta_get(const tfm__st_header *h, const char *key) {
         if (!strcmp(h->meta_kv[2 * i], key)) return h->meta_kv[2 * i + 1];
     return NULL;
 }
-
-/* ---- the header writer ------------------------------------------------------------------------------------ */
 
 /* Output that only counts while p is NULL. */
 typedef struct tfm__st_out {
@@ -4921,7 +4858,7 @@ static void tfm__st_put_jstr(tfm__st_out *o, const char *s) {
     tfm__st_put(o, "\"", 1);
 }
 
-static void tfm__st_put_header(tfm__st_out *o, const tfm__st_item *items, int n, const char *const *meta_kv, int n_meta) {
+static void tfm__st_put_header(tfm__st_out *o, const tfm__st_tensor *items, int n, const char *const *meta_kv, int n_meta) {
     char num[64];
     uint64_t at = 0, bytes = 0;
     int i, k;
@@ -4945,30 +4882,23 @@ static void tfm__st_put_header(tfm__st_out *o, const tfm__st_item *items, int n,
     tfm__st_put(o, "}", 1);
 }
 
-/* The names and metadata tfm__st_save is given: UTF-8 (names not "__metadata__"), unique. TFM_E_ARG. */
-static tfm_result tfm__st_check_items(const char *path, const tfm__st_item *items, int n, const char *const *meta_kv,
-                                      int n_meta) {
+/* The header tfm__st_save writes, padded with spaces to a multiple of 8 bytes, in a new allocation (*json,
+   *len bytes; TFM_FREE it). TFM_E_ARG unless names and metadata are UTF-8 and unique ("__metadata__" no name). */
+static tfm_result tfm__st_header_json(const tfm__st_tensor *items, int n, const char *const *meta_kv, int n_meta,
+                                      char **json, size_t *len) {
     const char *dn = tfm__st_dup(items, n, sizeof *items), *dk = tfm__st_dup(meta_kv, n_meta, 2 * sizeof *meta_kv);
+    tfm__st_out o;
     int i;
     for (i = 0; i < n; i++)
         if (!strcmp(items[i].name, "__metadata__") || !tfm__st_utf8_valid(items[i].name))
-            return tfm__fail(TFM_E_ARG, "%s: cannot save: tensor name %s is reserved or not valid UTF-8", path,
-                             tfm__st_q(items[i].name));
+            return tfm__fail(TFM_E_ARG, "cannot save: tensor name %s is reserved or not valid UTF-8", tfm__st_q(items[i].name));
     for (i = 0; i < 2 * n_meta; i++)
         if (!tfm__st_utf8_valid(meta_kv[i]))
-            return tfm__fail(TFM_E_ARG, "%s: cannot save: metadata %s %s is not valid UTF-8", path, i % 2 ? "value" : "key",
+            return tfm__fail(TFM_E_ARG, "cannot save: metadata %s %s is not valid UTF-8", i % 2 ? "value" : "key",
                              tfm__st_q(meta_kv[i]));
-    if (!dn || !dk) return tfm__fail(TFM_E_NOMEM, "%s: cannot save: out of memory", path);
-    if (*dn) return tfm__fail(TFM_E_ARG, "%s: cannot save: two tensors are named %s", path, tfm__st_q(dn));
-    if (*dk) return tfm__fail(TFM_E_ARG, "%s: cannot save: metadata key %s appears twice", path, tfm__st_q(dk));
-    return TFM_OK;
-}
-
-/* The header tfm__st_save writes, padded with spaces to a multiple of 8 bytes, in a new allocation (*json,
-   *len bytes; TFM_FREE it). The arguments must have passed tfm__st_check_items. */
-static tfm_result tfm__st_header_json(const tfm__st_item *items, int n, const char *const *meta_kv, int n_meta,
-                                      char **json, size_t *len) {
-    tfm__st_out o;
+    if (!dn || !dk) return tfm__fail(TFM_E_NOMEM, "cannot save: out of memory");
+    if (*dn) return tfm__fail(TFM_E_ARG, "cannot save: two tensors are named %s", tfm__st_q(dn));
+    if (*dk) return tfm__fail(TFM_E_ARG, "cannot save: metadata key %s appears twice", tfm__st_q(dk));
     o.p = NULL, o.n = 0;
     tfm__st_put_header(&o, items, n, meta_kv, n_meta);
     if (o.n > TFM__ST_MAX_HEADER - 8)
@@ -4983,8 +4913,6 @@ static tfm_result tfm__st_header_json(const tfm__st_item *items, int n, const ch
     *json = o.p;
     return TFM_OK;
 }
-
-/* ---- reading ---------------------------------------------------------------------------------------------- */
 
 /* n bytes of s into dst: TFM_E_FORMAT ("truncated") or TFM_E_IO; what names them in messages. */
 static tfm_result tfm__st_read(tfm__st_file *s, void *dst, uint64_t n, const char *what) {
@@ -5004,8 +4932,9 @@ static tfm_result tfm__st_read(tfm__st_file *s, void *dst, uint64_t n, const cha
 static tfm_result tfm__st_open_read(tfm__st_file *s, const char *path, const unsigned char *mem, size_t size,
                                     tfm__st_header *h) {
     unsigned char len8[8], *buf = NULL;
-    uint64_t hlen;
+    uint64_t hlen = 0;
     tfm_result r;
+    int i;
     memset(s, 0, sizeof *s);
     memset(h, 0, sizeof *h);
     s->name = path ? path : "<memory>";
@@ -5028,7 +4957,8 @@ static tfm_result tfm__st_open_read(tfm__st_file *s, const char *path, const uns
         return tfm__fail(TFM_E_FORMAT, "%s: truncated: the file has %llu bytes, but a safetensors file starts with an 8-byte "
                          "header length", s->name, (unsigned long long)s->size);
     TFM__TRY(tfm__st_read(s, len8, 8, "the header length"));
-    if ((hlen = tfm__st_get_u64le(len8)) > TFM__ST_MAX_HEADER)
+    for (i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
+    if (hlen > TFM__ST_MAX_HEADER)
         return tfm__fail(TFM_E_FORMAT, "%s: header length %llu is over the %u-byte limit (not a safetensors file, or a "
                          "corrupt one)", s->name, (unsigned long long)hlen, (unsigned)TFM__ST_MAX_HEADER);
     if (hlen > s->size - 8)
@@ -5048,7 +4978,7 @@ static int tfm__st_cmp_entry(const void *a, const void *b) {
 
 /* Match want[0..n_want) (distinct names) against the header h of s: each must be there with its exact
    shape, and nothing else; then read their data, front to back. Nothing is read before all matched. */
-static tfm_result tfm__st_read_wanted(tfm__st_file *s, const tfm__st_header *h, const tfm__st_want *want, int n_want) {
+static tfm_result tfm__st_read_wanted(tfm__st_file *s, const tfm__st_header *h, const tfm__st_tensor *want, int n_want) {
     size_t cnt = (size_t)h->n + 1;
     const tfm__st_entry **byname = (const tfm__st_entry **)TFM_MALLOC(cnt * (sizeof *byname + sizeof(int)), NULL), *e, **at;
     tfm__st_entry key;
@@ -5058,7 +4988,7 @@ static tfm_result tfm__st_read_wanted(tfm__st_file *s, const tfm__st_header *h, 
     for (map = (int *)(void *)(byname + cnt), i = 0; i < h->n; i++) byname[i] = &h->entries[i], map[i] = -1;
     qsort((void *)byname, (size_t)h->n, sizeof *byname, tfm__st_cmp_entry);
     for (i = 0, e = &key; i < n_want && r == TFM_OK; i++) {
-        const tfm__st_want *w = &want[i];
+        const tfm__st_tensor *w = &want[i];
         key.name = w->name;
         at = (const tfm__st_entry **)bsearch((const void *)&e, (const void *)byname, (size_t)h->n, sizeof *byname, tfm__st_cmp_entry);
         if (!at)
@@ -5074,14 +5004,14 @@ static tfm_result tfm__st_read_wanted(tfm__st_file *s, const tfm__st_header *h, 
             r = tfm__fail(TFM_E_FORMAT, "%s: unexpected tensor %s in the file (it has %d tensors, %d are wanted)", s->name,
                           tfm__st_q(h->entries[i].name), h->n, n_want);
     for (i = 0; i < h->n && r == TFM_OK; i++) { /* contiguous from data byte 0 */
-        const tfm__st_want *w = &want[map[i]];
+        const tfm__st_tensor *w = &want[map[i]];
         uint64_t left = h->entries[i].end - h->entries[i].begin, piece;
         unsigned char sink[4096];
         char what[80];
         snprintf(what, sizeof what, "tensor %s", tfm__st_q(w->name));
-        if (!w->skip && (r = tfm__st_read(s, w->dest, left, what)) == TFM_OK && !tfm__st_little_endian())
-            tfm__st_bswap32((unsigned char *)w->dest, (size_t)(left / 4));
-        for (; w->skip && left && r == TFM_OK; left -= piece)
+        if (w->data && (r = tfm__st_read(s, w->data, left, what)) == TFM_OK && !tfm__st_little_endian())
+            tfm__st_bswap32((unsigned char *)w->data, (size_t)(left / 4));
+        for (; !w->data && left && r == TFM_OK; left -= piece)
             r = tfm__st_read(s, sink, piece = left < sizeof sink ? left : sizeof sink, what);
     }
     TFM_FREE((void *)byname, NULL);
@@ -5091,43 +5021,30 @@ static tfm_result tfm__st_read_wanted(tfm__st_file *s, const tfm__st_header *h, 
 /* Load want[0..n_want) from the safetensors file at path (path NULL: the size-byte image at mem); with
    header_only, only read and check the header. With h_out, *h_out gets the header (free it; zeroed on
    failure). A read error can leave dests partly written. */
-static tfm_result tfm__st_load(const char *path, const unsigned char *mem, size_t size, const tfm__st_want *want,
+static tfm_result tfm__st_load(const char *path, const unsigned char *mem, size_t size, const tfm__st_tensor *want,
                                int n_want, int header_only, tfm__st_header *h_out) {
     tfm__st_file s;
     tfm__st_header h;
     tfm_result r = tfm__st_open_read(&s, path, mem, size, &h);
     if (r == TFM_OK && !header_only) r = tfm__st_read_wanted(&s, &h, want, n_want);
     if (s.fp) fclose(s.fp);
-    if (r == TFM_OK && h_out) *h_out = h;
-    else tfm__st_header_free(&h);
-    if (r != TFM_OK && h_out) memset(h_out, 0, sizeof *h_out);
+    if (r != TFM_OK || !h_out) tfm__st_header_free(&h);
+    if (h_out) *h_out = h;
     return r;
 }
 
-/* ---- saving ----------------------------------------------------------------------------------------------- */
-
-/* fsync path (a file, or with dir its directory) so that its data, or a rename in it, survives a crash:
-   0 or an errno (POSIX; EINVAL, a file system that cannot sync directories, is no error). Elsewhere the
-   file was committed by stdio (_commit on Windows) and there is nothing to do. */
-static int tfm__st_fsync(const char *path, int dir) {
+/* fsync the file (or directory) at p, so that its data (or a rename in it) survives a crash: 0 or an errno
+   (POSIX; EINVAL from a directory, on a file system that cannot sync one, is no error). Elsewhere stdio
+   committed the file (_commit on Windows) and there is nothing to do. */
+static int tfm__st_fsync(const char *p, int dir) {
 #if defined(TFM__ST_POSIX)
-    const char *slash = strrchr(path, '/');
-    size_t n = !dir ? strlen(path) : !slash ? 1 : slash == path ? 1 : (size_t)(slash - path);
-    char *p = (char *)TFM_MALLOC(n + 1, NULL);
-    int fd, rc = -1, e;
-    if (!p) return ENOMEM;
-    memcpy(p, dir && !slash ? "." : path, n);
-    p[n] = 0;
-    if ((fd = open(p, O_RDONLY | O_CLOEXEC)) >= 0)
-        do rc = fsync(fd);
-        while (rc != 0 && errno == EINTR);
-    e = rc == 0 || (dir && fd >= 0 && errno == EINVAL) ? 0 : errno;
+    int fd = open(p, O_RDONLY | O_CLOEXEC), rc = -1;
+    while (fd >= 0 && (rc = fsync(fd)) != 0 && errno == EINTR) {}
+    rc = rc == 0 || (dir && fd >= 0 && errno == EINVAL) ? 0 : errno;
     if (fd >= 0) close(fd);
-    TFM_FREE(p, NULL);
-    return e;
+    return rc;
 #else
-    (void)path, (void)dir;
-    return 0;
+    return (void)p, (void)dir, 0;
 #endif
 }
 
@@ -5192,7 +5109,7 @@ static int tfm__st_flush(tfm__st_file *f, int mode) {
    path, atomically (see the top of this section). Errors: TFM_E_ARG (bad names or metadata), TFM_E_IO (names
    path, the step that failed and why; path is unchanged, except when only the directory sync after the
    rename failed, as the message says), TFM_E_NOMEM. */
-static tfm_result tfm__st_save(const char *path, const tfm__st_item *items, int n, const char *const *meta_kv, int n_meta) {
+static tfm_result tfm__st_save(const char *path, const tfm__st_tensor *items, int n, const char *const *meta_kv, int n_meta) {
     tfm__st_file f;
     char *json = NULL, *tmp = NULL, what[96];
     size_t json_len = 0, tmp_cap;
@@ -5202,7 +5119,6 @@ static tfm_result tfm__st_save(const char *path, const tfm__st_item *items, int 
     const char *step = "creating the temporary file";
     tfm_result r;
     if (!path || !path[0]) return tfm__fail(TFM_E_ARG, "cannot save: the path is NULL or empty");
-    TFM__TRY(tfm__st_check_items(path, items, n, meta_kv, n_meta));
     TFM__TRY(tfm__io_prefix(tfm__st_header_json(items, n, meta_kv, n_meta, &json, &json_len), path));
     if (!(tmp = (char *)TFM_MALLOC(tmp_cap = strlen(path) + 32, NULL))) {
         TFM_FREE(json, NULL);
@@ -5237,7 +5153,10 @@ static tfm_result tfm__st_save(const char *path, const tfm__st_item *items, int 
     TFM__ST_STEP(CLOSE, "closing", tfm__st_flush(&f, 2));
     TFM__ST_STEP(RENAME, "renaming the temporary file over it", tfm__st_rename(tmp, path));
 #undef TFM__ST_STEP
-    if ((e = TFM__ST_HOOK(SYNCDIR)) == 0) e = tfm__st_fsync(path, 1); /* the new file is in place */
+    i = strrchr(path, '/') ? (int)(strrchr(path, '/') - path) : -1; /* the new file is in place: sync its directory */
+    memcpy(tmp, i < 0 ? "." : path, i <= 0 ? 1 : (size_t)i);             /* ".", "/" or the directory's path */
+    tmp[i <= 0 ? 1 : i] = 0;
+    if ((e = TFM__ST_HOOK(SYNCDIR)) == 0) e = tfm__st_fsync(tmp, 1);
     r = e ? tfm__fail(TFM_E_IO, "%s: the file was replaced, but syncing its directory failed: %s (the new file may not "
                       "survive a crash)", path, strerror(e)) : TFM_OK;
     goto done;
@@ -5279,40 +5198,33 @@ static TFM__UNUSED float *tfm__model_moment(const tfm_model *m, const tfm_param 
 #define TFM__IO_N_CFG 31    /* "format", 27 config fields, the seed, the step and the generator */
 #define TFM__IO_MAX_KEY 256 /* longest user metadata key, in bytes */
 
-/* Tensor k of m's checkpoint (nk per parameter: the value, then with the training state exp_avg and exp_avg_sq):
-   its name into name (96 bytes), its floats in the model into *data (NULL: m has no moments). */
-static const tfm_param *tfm__io_tensor(const tfm_model *m, int k, int nk, char *name, float **data) {
+/* Tensor k of m's checkpoint (nk per parameter: the value, then with the training state exp_avg and exp_avg_sq)
+   into t: its name (written to name, 96 bytes), shape, and floats in the model (NULL: m has no moments). */
+static void tfm__io_tensor(const tfm_model *m, int k, int nk, char *name, tfm__st_tensor *t) {
     static const char *const pre[3] = {"", "optim.exp_avg.", "optim.exp_avg_sq."};
     const tfm_param *p = &m->params[k / nk];
     snprintf(name, 96, "%s%s", pre[k % nk], p->name);
-    *data = k % nk ? tfm__model_moment(m, p, k % nk) : p->value.data;
-    return p;
+    memset(t, 0, sizeof *t);
+    t->name = name;
+    t->ndim = p->value.ndim;
+    memcpy(t->shape, p->value.shape, sizeof t->shape);
+    t->data = k % nk ? tfm__model_moment(m, p, k % nk) : p->value.data;
 }
 
-/* Append key and a formatted value (a 72-byte slot of vals) to the metadata list kv. */
-static void tfm__io_put(const char **kv, char *vals, int *n, const char *key, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(vals + 72 * *n, 72, fmt, ap);
-    va_end(ap);
-    kv[2 * *n] = key;
-    kv[2 * *n + 1] = vals + 72 * *n;
-    ++*n;
-}
-
-/* A user metadata key: non-empty UTF-8 of at most TFM__IO_MAX_KEY bytes. */
-static tfm_result tfm__io_key(const char *fn, const char *key) {
-    if (key && key[0] && strlen(key) <= TFM__IO_MAX_KEY && tfm__st_utf8_valid(key)) return TFM_OK;
-    return tfm__fail(TFM_E_ARG, "%s: user metadata key %s: want non-empty UTF-8 of at most %d bytes", fn,
-                     key ? tfm__st_q(key) : "NULL", TFM__IO_MAX_KEY);
+/* A user metadata key (non-empty UTF-8 of at most TFM__IO_MAX_KEY bytes) and its value (UTF-8). */
+static tfm_result tfm__io_key(const char *fn, const char *key, const char *value) {
+    if (key && key[0] && strlen(key) <= TFM__IO_MAX_KEY && tfm__st_utf8_valid(key) && value && tfm__st_utf8_valid(value))
+        return TFM_OK;
+    return tfm__fail(TFM_E_ARG, "%s: user metadata %s = %s: keys must be non-empty UTF-8 of at most %d bytes, values UTF-8", fn,
+                     key ? tfm__st_q(key) : "NULL", value ? tfm__st_q(value) : "NULL", TFM__IO_MAX_KEY);
 }
 
 TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags, const tfm_kv *meta, int n_meta) {
     const char *fn = "tfm_model_save", **kv;
-    const uint64_t *s;
+    const uint64_t *s = tfm__model_ready(m) ? tfm__model_rng((tfm_model *)m)->s : NULL;
     int nk = flags & TFM_SAVE_TRAINING_STATE ? 3 : 1, n, i, nm = 0;
     size_t bytes, keys = 0;
-    tfm__st_item *items;
+    tfm__st_tensor *items;
     char *vals, *names, *uk;
     tfm_result r;
     if (!tfm__model_ready(m) || !path) return tfm__fail(TFM_E_ARG, "%s: the model (initialised) and path must be given", fn);
@@ -5321,46 +5233,33 @@ TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags
         return tfm__fail(TFM_E_ARG, "%s: TFM_SAVE_TRAINING_STATE on an inference_only model (it has no optimizer state)", fn);
     if (n_meta < 0 || (n_meta && !meta))
         return tfm__fail(TFM_E_ARG, "%s: n_meta is %d and meta is %s", fn, n_meta, meta ? "set" : "NULL");
-    for (i = 0; i < n_meta; keys += strlen(meta[i++].key) + 6) {
-        TFM__TRY(tfm__io_key(fn, meta[i].key));
-        if (!meta[i].value || !tfm__st_utf8_valid(meta[i].value))
-            return tfm__fail(TFM_E_ARG, "%s: the value of user metadata key %s is %s", fn, tfm__st_q(meta[i].key),
-                             meta[i].value ? "not valid UTF-8" : "NULL");
-    }
+    for (i = 0; i < n_meta; keys += strlen(meta[i++].key) + 6) TFM__TRY(tfm__io_key(fn, meta[i].key, meta[i].value));
     n = m->n_params * nk;
     bytes = (size_t)2 * (TFM__IO_N_CFG + (size_t)n_meta) * sizeof *kv + (size_t)n * (sizeof *items + 96) + 72 * TFM__IO_N_CFG + keys;
     if (!(kv = (const char **)TFM_MALLOC(bytes, NULL))) return tfm__fail(TFM_E_NOMEM, "%s: out of memory", fn);
-    items = (tfm__st_item *)(void *)(kv + 2 * (TFM__IO_N_CFG + n_meta));
+    items = (tfm__st_tensor *)(void *)(kv + 2 * (TFM__IO_N_CFG + n_meta));
     vals = (char *)(items + n);
     names = vals + 72 * TFM__IO_N_CFG;
     uk = names + (size_t)n * 96;
-    tfm__io_put(kv, vals, &nm, "format", "transformer.h");
-#define TFM__PUT_INT(f, type, arch) tfm__io_put(kv, vals, &nm, "tfm." #f, "%d", (int)m->cfg.f);
-#define TFM__PUT_FLOAT(f, arch) tfm__io_put(kv, vals, &nm, "tfm." #f, "%.9g", (double)m->cfg.f);
+#define TFM__PUT(key, ...) (kv[2 * nm] = (key), kv[2 * nm + 1] = vals + 72 * nm, snprintf(vals + 72 * nm, 72, __VA_ARGS__), nm++)
+#define TFM__PUT_INT(f, type, arch) TFM__PUT("tfm." #f, "%d", (int)m->cfg.f);
+#define TFM__PUT_FLOAT(f, arch) TFM__PUT("tfm." #f, "%.9g", (double)m->cfg.f);
+    TFM__PUT("format", "transformer.h");
     TFM__CFG_INT_FIELDS(TFM__PUT_INT)
     TFM__CFG_FLOAT_FIELDS(TFM__PUT_FLOAT)
+    TFM__PUT("tfm.seed", "%llu", (unsigned long long)m->cfg.seed);
+    if (nk == 3) TFM__PUT("tfm.step", "%lld", (long long)m->step);
+    if (nk == 3) TFM__PUT("tfm.rng", "%016llx%016llx%016llx%016llx", (unsigned long long)s[0], (unsigned long long)s[1],
+                          (unsigned long long)s[2], (unsigned long long)s[3]);
+#undef TFM__PUT
 #undef TFM__PUT_INT
 #undef TFM__PUT_FLOAT
-    tfm__io_put(kv, vals, &nm, "tfm.seed", "%llu", (unsigned long long)m->cfg.seed);
-    if (nk == 3) {
-        s = tfm__model_rng((tfm_model *)m)->s;
-        tfm__io_put(kv, vals, &nm, "tfm.step", "%lld", (long long)m->step);
-        tfm__io_put(kv, vals, &nm, "tfm.rng", "%016llx%016llx%016llx%016llx", (unsigned long long)s[0],
-                    (unsigned long long)s[1], (unsigned long long)s[2], (unsigned long long)s[3]);
-    }
     for (i = 0; i < n_meta; uk += strlen(uk) + 1, i++, nm++) {
         sprintf(uk, "user.%s", meta[i].key);
         kv[2 * nm] = uk;
         kv[2 * nm + 1] = meta[i].value;
     }
-    for (i = 0; i < n; i++) {
-        float *data;
-        const tfm_param *p = tfm__io_tensor(m, i, nk, names + 96 * (size_t)i, &data);
-        items[i].name = names + 96 * (size_t)i;
-        items[i].ndim = p->value.ndim;
-        memcpy(items[i].shape, p->value.shape, sizeof items[i].shape);
-        items[i].data = data;
-    }
+    for (i = 0; i < n; i++) tfm__io_tensor(m, i, nk, names + 96 * (size_t)i, &items[i]);
     r = tfm__io_prefix(tfm__st_save(path, items, n, kv, nm), fn);
     TFM_FREE((void *)kv, NULL);
     return r;
@@ -5392,7 +5291,7 @@ static tfm_result tfm__io_config(const char *fn, const char *path, const tfm__st
 #undef TFM__GET_INT
 #undef TFM__GET_FLOAT
     cfg->has_ignore_index = tfm__st_meta_get(h, "tfm.ignore_index") != NULL;
-    if ((v = tfm__st_meta_get(h, "tfm.seed")) != NULL && (cfg->seed = (uint64_t)strtoull(v, &end, 10), !*v || *end))
+    if ((v = tfm__st_meta_get(h, "tfm.seed")) != NULL && (cfg->seed = (uint64_t)strtoull(v, &end, 10), *v < '0' || *v > '9' || *end))
         return tfm__fail(TFM_E_FORMAT, "%s: %s: metadata tfm.seed is \"%.40s\"", fn, path, v);
     if (tfm__config_resolve(fn, cfg, &rc) != TFM_OK)
         return tfm__fail(TFM_E_FORMAT, "%s: %s: the stored config is invalid: %s", fn, path, tfm_last_error());
@@ -5431,12 +5330,11 @@ static tfm_result tfm__io_check(const char *fn, const char *path, const tfm__st_
 #undef TFM__CMP_FLOAT
     }
     if (!has_state) return TFM_OK;
-    if (!st || !rs || strlen(rs) != 64)
-        return tfm__fail(TFM_E_FORMAT, "%s: %s has optimizer tensors but no valid tfm.step and tfm.rng metadata", fn, path);
+    if (!st || !rs || strlen(rs) != 64 || strspn(rs, "0123456789abcdefABCDEF") != 64)
+        return tfm__fail(TFM_E_FORMAT, "%s: %s has optimizer tensors but no tfm.step or no tfm.rng of 64 hex digits", fn, path);
     *step = (int64_t)strtoll(st, &end, 10);
-    if (!*st || *end || *step < 0) return tfm__fail(TFM_E_FORMAT, "%s: %s: metadata tfm.step is \"%.40s\"", fn, path, st);
-    if (strspn(rs, "0123456789abcdefABCDEF") != 64)
-        return tfm__fail(TFM_E_FORMAT, "%s: %s: metadata tfm.rng is not 64 hex digits", fn, path);
+    if (*st < '0' || *st > '9' || *end || *step < 0)
+        return tfm__fail(TFM_E_FORMAT, "%s: %s: metadata tfm.step is \"%.40s\"", fn, path, st);
     for (i = 0; i < 4; i++) memcpy(part, rs + 16 * i, 16), part[16] = 0, rng[i] = (uint64_t)strtoull(part, NULL, 16);
     return TFM_OK;
 }
@@ -5448,9 +5346,9 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
     const char *fn = "tfm_model_load";
     tfm__st_file s;
     tfm__st_header h;
-    tfm__st_want *want = NULL;
+    tfm__st_tensor *want = NULL, t;
     char *names = NULL;
-    float *stage = NULL, *data;
+    float *stage = NULL;
     int i, nk = 1, n = 0;
     int64_t step = 0;
     uint64_t rng[4] = {0, 0, 0, 0};
@@ -5463,30 +5361,19 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
     if (r == TFM_OK) r = tfm__io_check(fn, path, &h, m, nk == 3, &step, rng);
     for (i = 0, n = m->n_params * nk; r == TFM_OK && i < n; i++)
         if (i % nk == 0 || tfm__model_trains(m)) total += (size_t)tfm_numel(&m->params[i / nk].value);
-    if (r == TFM_OK) {
-        want = (tfm__st_want *)TFM_MALLOC((size_t)n * (sizeof *want + 96) + total * sizeof(float), NULL);
-        if (!want) r = tfm__fail(TFM_E_NOMEM, "%s: out of memory for the %llu floats of the model", fn, (unsigned long long)total);
+    if (r == TFM_OK && !(want = (tfm__st_tensor *)TFM_MALLOC((size_t)n * (sizeof *want + 96) + total * sizeof(float), NULL)))
+        r = tfm__fail(TFM_E_NOMEM, "%s: out of memory for the %llu floats of the model", fn, (unsigned long long)total);
+    if (r == TFM_OK) names = (char *)(want + n), stage = (float *)(void *)(names + 96 * (size_t)n);
+    for (i = 0, total = 0; r == TFM_OK && i < n; i++) { /* the model's tensors, with their data to the staging buffer */
+        tfm__io_tensor(m, i, nk, names + 96 * (size_t)i, &want[i]);
+        if (want[i].data) want[i].data = stage + total, total += (size_t)tfm_numel(&m->params[i / nk].value);
     }
-    if (r == TFM_OK) {
-        stage = (float *)(void *)(want + n);
-        names = (char *)(stage + total);
-        for (i = 0, total = 0; i < n; i++) {
-            const tfm_param *p = tfm__io_tensor(m, i, nk, names + 96 * (size_t)i, &data);
-            memset(&want[i], 0, sizeof want[i]);
-            want[i].name = names + 96 * (size_t)i;
-            want[i].ndim = p->value.ndim;
-            memcpy(want[i].shape, p->value.shape, sizeof want[i].shape);
-            want[i].skip = !data; /* an inference model's moments */
-            want[i].dest = data ? stage + total : NULL;
-            total += data ? (size_t)tfm_numel(&p->value) : 0;
-        }
-        r = tfm__st_read_wanted(&s, &h, want, n);
-    }
+    if (r == TFM_OK) r = tfm__st_read_wanted(&s, &h, want, n);
     if (s.fp) fclose(s.fp);
     tfm__st_header_free(&h);
     for (i = 0; r == TFM_OK && i < n; i++) { /* commit */
-        const tfm_param *p = tfm__io_tensor(m, i, nk, names + 96 * (size_t)i, &data);
-        if (data) memcpy(data, want[i].dest, (size_t)tfm_numel(&p->value) * sizeof(float));
+        tfm__io_tensor(m, i, nk, names + 96 * (size_t)i, &t);
+        if (t.data) memcpy(t.data, want[i].data, (size_t)tfm_numel(&m->params[i / nk].value) * sizeof(float));
     }
     if (r == TFM_OK && nk == 3 && tfm__model_trains(m)) {
         m->step = step;
@@ -5500,23 +5387,22 @@ TFMDEF tfm_result tfm_checkpoint_meta(const char *path, const char *key, char *b
     const char *fn = "tfm_checkpoint_meta", *v;
     char ukey[TFM__IO_MAX_KEY + 8];
     tfm__st_header h;
-    tfm_result r;
+    tfm_result r = TFM_OK;
     size_t n;
     if (len) *len = 0;
     if (!path) return tfm__fail(TFM_E_ARG, "%s: path is NULL", fn);
-    TFM__TRY(tfm__io_key(fn, key));
+    TFM__TRY(tfm__io_key(fn, key, ""));
     TFM__TRY(tfm__io_prefix(tfm__st_load(path, NULL, 0, NULL, 0, 1, &h), fn));
     sprintf(ukey, "user.%s", key);
-    if ((v = tfm__st_meta_get(&h, ukey)) == NULL) {
+    n = (v = tfm__st_meta_get(&h, ukey)) != NULL ? strlen(v) : 0;
+    if (len) *len = n;
+    if (!v)
         r = tfm__fail(TFM_E_ARG, "%s: %s has no user metadata key %s", fn, path, tfm__st_q(key));
-    } else {
-        n = strlen(v);
-        if (len) *len = n;
-        r = buf && size <= n ? tfm__fail(TFM_E_ARG, "%s: the value of %s in %s needs %llu bytes with its NUL, buf has %llu",
-                                         fn, tfm__st_q(key), path, (unsigned long long)n + 1, (unsigned long long)size)
-                             : TFM_OK;
-        if (buf && r == TFM_OK) memcpy(buf, v, n + 1);
-    }
+    else if (buf && size <= n)
+        r = tfm__fail(TFM_E_ARG, "%s: the value of %s in %s needs %llu bytes with its NUL, buf has %llu", fn, tfm__st_q(key),
+                      path, (unsigned long long)n + 1, (unsigned long long)size);
+    else if (buf)
+        memcpy(buf, v, n + 1);
     tfm__st_header_free(&h);
     return r;
 }

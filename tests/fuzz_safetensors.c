@@ -47,8 +47,8 @@ static void fz_same_listing(const tfm__st_header *h, const tfm__st_header *h2) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tfm__st_header h, h2;
-    tfm__st_want *w;
-    tfm__st_item *items;
+    tfm__st_tensor *w;
+    tfm__st_tensor *items;
     unsigned char *buf;
     char *json = NULL;
     size_t json_len = 0;
@@ -69,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     /* what an accepted header promises */
     FZ_CHECK(h.data_start >= 8 && h.data_start + h.data_size == (uint64_t)size);
-    FZ_CHECK(h.n >= 0 && h.n <= TFM__ST_MAX_TENSORS && h.n_meta >= 0);
+    FZ_CHECK(h.n >= 0 && h.n <= TFM__ST_MAX_ITEMS && h.n_meta >= 0);
     for (i = 0; i < h.n; i++) {
         const tfm__st_entry *e = &h.entries[i];
         uint64_t bytes = 0;
@@ -85,8 +85,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (i = 0; i < 2 * h.n_meta; i++) FZ_CHECK(h.meta_kv[i] && tfm__st_utf8_valid(h.meta_kv[i]));
 
     /* load every tensor: the data buffer, byte for byte (one buffer, carved per tensor) */
-    w = (tfm__st_want *)calloc((size_t)h.n + 1, sizeof *w);
-    items = (tfm__st_item *)calloc((size_t)h.n + 1, sizeof *items);
+    w = (tfm__st_tensor *)calloc((size_t)h.n + 1, sizeof *w);
+    items = (tfm__st_tensor *)calloc((size_t)h.n + 1, sizeof *items);
     buf = (unsigned char *)malloc((size_t)h.data_size + 4);
     FZ_CHECK(w && items && buf);
     for (i = 0; i < h.n; i++) {
@@ -94,11 +94,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         w[i].name = e->name;
         w[i].ndim = e->ndim;
         memcpy(w[i].shape, e->shape, sizeof w[i].shape);
-        w[i].dest = (float *)(void *)(buf + e->begin); /* floats at 4-byte multiples */
+        w[i].data = (float *)(void *)(buf + e->begin); /* floats at 4-byte multiples */
         items[i].name = e->name;
         items[i].ndim = e->ndim;
         memcpy(items[i].shape, e->shape, sizeof items[i].shape);
-        items[i].data = w[i].dest;
+        items[i].data = w[i].data;
     }
     r = tfm__st_load(NULL, data, size, w, h.n, 0, &h2);
     FZ_CHECK(r == TFM_OK);
@@ -119,8 +119,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
 
     /* the writer's header for the same tensors parses back to the same listing */
-    FZ_CHECK(tfm__st_check_items("<fuzz>", items, h.n, (const char *const *)h.meta_kv,
-                                 h.n_meta) == TFM_OK);
     FZ_CHECK(tfm__st_header_json(items, h.n, (const char *const *)h.meta_kv, h.n_meta, &json,
                                  &json_len) == TFM_OK);
     FZ_CHECK(json_len % 8 == 0);

@@ -851,9 +851,9 @@ static void io_meta_set(io_meta *mt, const char *key, const char *value) {
    and the 2-D tensor `reshape` stored transposed; mt may be NULL (no metadata). */
 static tfm_result io_save_custom(const char *path, const tfm_model *m, int state, const io_meta *mt,
                                  const char *omit, const char *extra, const char *reshape) {
-    static const float three[3] = {1.0f, 2.0f, 3.0f};
+    static float three[3] = {1.0f, 2.0f, 3.0f};
     int n = m->n_params * (state ? 3 : 1) + 1, i, kind, k = 0;
-    tfm__st_item *items = (tfm__st_item *)calloc((size_t)n, sizeof *items);
+    tfm__st_tensor *items = (tfm__st_tensor *)calloc((size_t)n, sizeof *items);
     char *names = (char *)calloc((size_t)n, 96);
     tfm_result r;
     if (!items || !names) {
@@ -864,7 +864,7 @@ static tfm_result io_save_custom(const char *path, const tfm_model *m, int state
     for (i = 0; i < m->n_params; i++) {
         const tfm_param *p = &m->params[i];
         for (kind = 0; kind < (state ? 3 : 1); kind++) {
-            tfm__st_item *it = &items[k];
+            tfm__st_tensor *it = &items[k];
             char *nm = names + (size_t)k * 96;
             int d;
             snprintf(nm, 96, "%s%s", kind == 0 ? "" : kind == 1 ? "optim.exp_avg." : "optim.exp_avg_sq.", p->name);
@@ -876,7 +876,7 @@ static tfm_result io_save_custom(const char *path, const tfm_model *m, int state
                 it->shape[0] = p->value.shape[1];
                 it->shape[1] = p->value.shape[0];
             }
-            it->data = kind == 0 ? p->value.data : io_moment(m, p, kind);
+            it->data = kind == 0 ? p->value.data : tfm__model_moment(m, p, kind);
             k++;
         }
     }
@@ -991,7 +991,7 @@ static void io_errors_file(void) {
     bytes = io_read(path, &size);
     CHECK(bytes != NULL && size > 64);
     if (bytes && size > 64) {
-        hlen = (size_t)tfm__st_get_u64le(bytes);
+        for (hlen = 0, i = 7; i >= 0; i--) hlen = (hlen << 8) | bytes[i]; /* the header length */
         cuts[n_cuts++] = 0;
         cuts[n_cuts++] = 1;
         cuts[n_cuts++] = 7;
