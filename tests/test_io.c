@@ -1216,6 +1216,289 @@ static void io_inference(void) {
     }
 }
 
+/* ---- 4b. a failed load leaves the model exactly as it was ----------------------------------- */
+
+/* Everything tfm_model_load may write into m, as bytes (malloc'd, *n of them): every parameter, both
+   moments (zeros for a model without them), the step and the generator's state. */
+static unsigned char *io_state(tfm_model *m, size_t *n) {
+    size_t total = sizeof m->step + sizeof tfm__model_rng(m)->s, at = 0;
+    unsigned char *b;
+    int i, kind;
+    for (i = 0; i < m->n_params; i++) total += 3 * (size_t)tfm_numel(&m->params[i].value) * sizeof(float);
+    if (!(b = (unsigned char *)malloc(total))) return NULL;
+    for (i = 0; i < m->n_params; i++)
+        for (kind = 0; kind < 3; kind++) {
+            size_t bytes = (size_t)tfm_numel(&m->params[i].value) * sizeof(float);
+            const float *src = kind ? tfm__model_moment(m, &m->params[i], kind) : m->params[i].value.data;
+            if (src) memcpy(b + at, src, bytes);
+            else memset(b + at, 0, bytes);
+            at += bytes;
+        }
+    memcpy(b + at, &m->step, sizeof m->step);
+    at += sizeof m->step;
+    memcpy(b + at, tfm__model_rng(m)->s, sizeof tfm__model_rng(m)->s);
+    *n = at + sizeof tfm__model_rng(m)->s;
+    return b;
+}
+
+/* Load path into m: it must fail (with code, when code is not TFM_OK) and leave m's state as it was. */
+static void io_load_fails_cleanly(tfm_model *m, const char *path, tfm_result code, const char *what) {
+    size_t n0 = 0, n1 = 0;
+    unsigned char *before = io_state(m, &n0), *after;
+    tfm_result r;
+    tfm_clear_error();
+    r = tfm_model_load(m, path);
+    after = io_state(m, &n1);
+    CHECK_MSG(r != TFM_OK && (code == TFM_OK || r == code), "%s: tfm_model_load gave %d: %s", what, (int)r, tfm_last_error());
+    CHECK_MSG(!strncmp(tfm_last_error(), "tfm_model_load: ", 16), "%s: message: %s", what, tfm_last_error());
+    CHECK_MSG(before && after && n0 == n1 && !memcmp(before, after, n0), "%s: the failed load changed the model", what);
+    free(before);
+    free(after);
+}
+
+/* A checkpoint of state A, made hostile in many ways, loaded into a model in state B (another step count,
+   other weights, moments and generator state); and a read error half-way through the data. */
+static void io_failed_load(void) {
+    const char *good = io_path("untouched_good.safetensors"), *bad = io_path("untouched_bad.safetensors");
+    tfm_config c = io_cfg(2), ci;
+    tfm_optim o = io_opt(0);
+    tfm_model a, m, inf;
+    unsigned char *file = NULL, *sa = NULL, *sm = NULL;
+    size_t size = 0, hlen = 0, na = 0, nm = 0, cuts[6];
+    io_meta mt;
+    tfm__st_header h;
+    int i, n_reads;
+    if (!io_init(&a, &c, "untouched")) return;
+    if (!io_init(&m, &c, "untouched")) {
+        tfm_model_free(&a);
+        return;
+    }
+    io_train(&a, &o, 0, 2, NULL);
+    io_train(&m, &o, 10, 3, NULL);
+    CHECK_OK(tfm_model_save(&a, good, TFM_SAVE_TRAINING_STATE, NULL, 0));
+    file = io_read(good, &size);
+    if (!file || size < 64 || !io_meta_from(&mt, good, &h)) {
+        TEST__FAIL("untouched: setup failed");
+        goto done;
+    }
+    for (i = 7; i >= 0; i--) hlen = (hlen << 8) | file[i];
+    /* truncated anywhere: in the header, in the data, one byte short */
+    cuts[0] = 5, cuts[1] = 8 + hlen / 2, cuts[2] = 8 + hlen, cuts[3] = 8 + hlen + (size - 8 - hlen) / 2;
+    cuts[4] = size - 4, cuts[5] = size - 1;
+    for (i = 0; i < 6; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "cut at %lu of %lu", (unsigned long)cuts[i], (unsigned long)size);
+        CHECK(io_write(bad, file, cuts[i]));
+        io_load_fails_cleanly(&m, bad, TFM_E_FORMAT, what);
+    }
+    /* four bytes too many */
+    {
+        unsigned char *more = (unsigned char *)malloc(size + 4);
+        if (more) {
+            memcpy(more, file, size);
+            memset(more + size, 0, 4);
+            CHECK(io_write(bad, more, size + 4));
+            io_load_fails_cleanly(&m, bad, TFM_E_FORMAT, "4 bytes more");
+            free(more);
+        }
+    }
+    /* the last tensor in the header becomes F16 (same length: every offset still fits) */
+    for (i = (int)(8 + hlen) - 5; i > 8; i--)
+        if (!memcmp(file + i, "\"F32\"", 5)) break;
+    CHECK(i > 8);
+    if (i > 8) {
+        memcpy(file + i, "\"F16\"", 5);
+        CHECK(io_write(bad, file, size));
+        io_load_fails_cleanly(&m, bad, TFM_E_FORMAT, "an F16 tensor");
+        memcpy(file + i, "\"F32\"", 5);
+    }
+    /* a tensor missing, one too many, one of another shape; bad training state; another architecture */
+    CHECK_OK(io_save_custom(bad, &a, 1, &mt, "optim.exp_avg_sq.head.weight", NULL, NULL));
+    io_load_fails_cleanly(&m, bad, TFM_E_FORMAT, "a moment missing");
+    CHECK_OK(io_save_custom(bad, &a, 1, &mt, NULL, "zz.extra", NULL));
+    io_load_fails_cleanly(&m, bad, TFM_E_FORMAT, "an extra tensor (last in the file)");
+    CHECK_OK(io_save_custom(bad, &a, 1, &mt, NULL, NULL, "encoder.layers.0.linear2.weight"));
+    io_load_fails_cleanly(&m, bad, TFM_E_FORMAT, "a transposed weight");
+    {
+        io_meta e = mt;
+        int j;
+        for (j = 0; j < e.n; j++) e.kv[2 * j + 1] = e.val[j];
+        io_meta_set(&e, "tfm.rng", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdeX");
+        CHECK_OK(io_save_custom(bad, &a, 1, &e, NULL, NULL, NULL));
+        io_load_fails_cleanly(&m, bad, TFM_E_FORMAT, "a bad generator state");
+        e = mt;
+        for (j = 0; j < e.n; j++) e.kv[2 * j + 1] = e.val[j];
+        io_meta_set(&e, "tfm.d_ff", "32");
+        CHECK_OK(io_save_custom(bad, &a, 1, &e, NULL, NULL, NULL));
+        io_load_fails_cleanly(&m, bad, TFM_E_FORMAT, "another d_ff");
+    }
+    /* the good file, with a read error injected half-way through its data: TFM_E_IO, nothing changed */
+    n_reads = 2 + 3 * a.n_params;
+    io_hook_arm(TFM__ST_STAGE_READ, n_reads / 2, EIO);
+    io_load_fails_cleanly(&m, good, TFM_E_IO, "a read error half-way");
+    tfm__st_write_hook = NULL;
+    CHECK_MSG(io_hook_seen[TFM__ST_STAGE_READ] > n_reads / 2, "the read error was not reached (%d reads)",
+              io_hook_seen[TFM__ST_STAGE_READ]);
+    /* an inference model is left alone too */
+    ci = c;
+    ci.inference_only = 1;
+    if (io_init(&inf, &ci, "untouched inference")) {
+        CHECK(io_write(bad, file, size - 1));
+        io_load_fails_cleanly(&inf, bad, TFM_E_FORMAT, "inference model, cut");
+        io_hook_arm(TFM__ST_STAGE_READ, 2, EIO);
+        io_load_fails_cleanly(&inf, good, TFM_E_IO, "inference model, read error");
+        tfm__st_write_hook = NULL;
+        tfm_model_free(&inf);
+    }
+    /* control: the good file does load, and makes B into A exactly */
+    CHECK_OK(tfm_model_load(&m, good));
+    sa = io_state(&a, &na);
+    sm = io_state(&m, &nm);
+    CHECK_MSG(sa && sm && na == nm && !memcmp(sa, sm, na), "the good file does not give A's state");
+    tfm__st_header_free(&h);
+done:
+    free(file);
+    free(sa);
+    free(sm);
+    tfm_model_free(&m);
+    tfm_model_free(&a);
+    remove(good);
+    remove(bad);
+}
+
+/* ---- 4c. user metadata ---------------------------------------------------------------------- */
+
+/* The value of key in the checkpoint at path through a size query and an exact-size buffer (malloc'd), or NULL. */
+static char *io_user_value(const char *path, const char *key) {
+    size_t len = 12345, len2 = 0;
+    char *b;
+    if (tfm_checkpoint_meta(path, key, NULL, 0, &len) != TFM_OK || !(b = (char *)malloc(len + 1))) return NULL;
+    memset(b, 'x', len + 1);
+    if (tfm_checkpoint_meta(path, key, b, len + 1, &len2) != TFM_OK || len2 != len || b[len] != 0) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+static void io_user_meta(void) {
+    static const char *const escaped = "\"user.q\":\"a\\\"b\\\\c/\\n\\t\\u0001\\u001f\x7f\xc3\xa9\"";
+    const char *path = io_path("user.safetensors"), *other = io_path("user_other.safetensors");
+    char vocab[200], longkey[TFM__IO_MAX_KEY + 2], buf[64], *big = (char *)malloc(65537), *v;
+    unsigned char *before, *after;
+    size_t len, n0, n1, k;
+    tfm_config c = io_cfg(1), lc;
+    tfm_model m, m2;
+    tfm_kv kv[6];
+    int i;
+    if (!big || !io_init(&m, &c, "user metadata")) {
+        free(big);
+        return;
+    }
+    /* every byte 1..127 (controls, quotes, backslash, DEL), then UTF-8 of 2, 3 and 4 bytes */
+    for (i = 1; i < 128; i++) vocab[i - 1] = (char)i;
+    strcpy(vocab + 127, "\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf");
+    for (k = 0; k < 65536; k++) big[k] = "ab\"\\\n \xc3\xa9"[k % 8]; /* 8-byte cycle: whole UTF-8 sequences */
+    big[65536] = 0;
+    kv[0].key = "vocab", kv[0].value = vocab;
+    kv[1].key = "empty", kv[1].value = "";
+    kv[2].key = "big", kv[2].value = big;
+    kv[3].key = "cl\xc3\xa9 \xe2\x9c\x93", kv[3].value = "na\xc3\xafve";
+    kv[4].key = "tfm.kind", kv[4].value = "a user key, not the config";
+    CHECK_OK(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE, kv, 5));
+    for (i = 0; i < 5; i++) {
+        v = io_user_value(path, kv[i].key);
+        CHECK_MSG(v && !strcmp(v, kv[i].value), "user metadata %d (%s) does not come back: %s", i, kv[i].key,
+                  v ? "another value" : tfm_last_error());
+        free(v);
+    }
+    /* a buffer one byte short: TFM_E_ARG, nothing written, the length given */
+    memset(buf, 'x', sizeof buf);
+    len = 0;
+    CHECK_ERR(tfm_checkpoint_meta(path, kv[3].key, buf, strlen(kv[3].value), &len), TFM_E_ARG, "needs 7 bytes");
+    CHECK(len == strlen(kv[3].value) && buf[0] == 'x');
+    CHECK_OK(tfm_checkpoint_meta(path, kv[3].key, buf, strlen(kv[3].value) + 1, NULL));
+    CHECK(!strcmp(buf, kv[3].value));
+    /* an absent key is told apart from a bad file: TFM_E_ARG naming it; the config is not user metadata */
+    len = 99;
+    CHECK_ERR(tfm_checkpoint_meta(path, "nope", buf, sizeof buf, &len), TFM_E_ARG, "has no user metadata key 'nope'");
+    CHECK(len == 0);
+    CHECK_ERR(tfm_checkpoint_meta(path, "format", buf, sizeof buf, &len), TFM_E_ARG, "no user metadata key 'format'");
+    /* the model, its training state and its config load as ever: the user's "tfm.kind" is not the config's */
+    CHECK_OK(tfm_config_load(path, &lc));
+    CHECK(lc.kind == c.kind && lc.vocab_size == c.vocab_size);
+    if (io_init(&m2, &lc, "user metadata")) {
+        CHECK_OK(tfm_model_load(&m2, path));
+        CHECK(io_params_diff(&m, &m2) == NULL);
+        tfm_model_free(&m2);
+    }
+    /* the JSON in the file, escaped as the format asks (spelled out here by hand) */
+    kv[5].key = "q", kv[5].value = "a\"b\\c/\n\t\x01\x1f\x7f\xc3\xa9";
+    CHECK_OK(tfm_model_save(&m, other, 0, &kv[5], 1));
+    {
+        unsigned char *f = io_read(other, &n0);
+        CHECK_MSG(f && n0 > 8 && strstr((const char *)f + 8, escaped) != NULL, "the header lacks %s", escaped);
+        free(f);
+    }
+    v = io_user_value(other, "q");
+    CHECK(v && !strcmp(v, kv[5].value));
+    free(v);
+    /* refused, and the file on disk stays as it was */
+    before = io_read(path, &n0);
+    memset(longkey, 'k', sizeof longkey - 1);
+    longkey[sizeof longkey - 1] = 0; /* TFM__IO_MAX_KEY + 1 bytes */
+    kv[5].value = "v";
+    for (i = 0; i < 8; i++) {
+        tfm_kv two[2];
+        two[0].key = "a", two[0].value = "1";
+        two[1].key = i == 0 ? NULL : i == 1 ? "" : i == 2 ? longkey : i == 3 ? "bad \xff key" : i == 7 ? "a" : "b";
+        two[1].value = i == 4 ? NULL : i == 5 ? "bad \xc0\x80 value" : "2";
+        if (i == 6) {
+            CHECK_ERR(tfm_model_save(&m, path, 0, NULL, 1), TFM_E_ARG, "tfm_model_save: ");
+            CHECK_ERR(tfm_model_save(&m, path, 0, two, -1), TFM_E_ARG, "tfm_model_save: ");
+            continue;
+        }
+        CHECK_ERR(tfm_model_save(&m, path, 0, two, 2), TFM_E_ARG, i == 7 ? "'user.a' appears twice" : "tfm_model_save: ");
+    }
+    after = io_read(path, &n1);
+    CHECK_MSG(before && after && n0 == n1 && !memcmp(before, after, n0), "a refused save changed the file");
+    free(before);
+    free(after);
+    longkey[TFM__IO_MAX_KEY] = 0; /* the longest key there may be */
+    kv[5].key = longkey;
+    CHECK_OK(tfm_model_save(&m, other, 0, &kv[5], 1));
+    v = io_user_value(other, longkey);
+    CHECK(v && !strcmp(v, "v"));
+    free(v);
+    /* arguments and hostile files */
+    CHECK_ERR(tfm_checkpoint_meta(NULL, "k", buf, sizeof buf, NULL), TFM_E_ARG, "tfm_checkpoint_meta");
+    CHECK_ERR(tfm_checkpoint_meta(path, NULL, buf, sizeof buf, NULL), TFM_E_ARG, "tfm_checkpoint_meta");
+    CHECK_ERR(tfm_checkpoint_meta(io_path("no_such.safetensors"), "k", buf, sizeof buf, NULL), TFM_E_IO,
+              "tfm_checkpoint_meta: ");
+    {
+        static const char *const hostile[3] = {"{\"__metadata__\":{\"user.k\":\"a\\u0000b\"}}",
+                                               "{\"__metadata__\":{\"user.k\":7}}", "{\"__metadata__\":{\"user.k\":\"v\"}"};
+        static const char *const why[3] = {"contains a NUL", "expected a string", "expected ',' or '}'"};
+        for (i = 0; i < 3; i++) {
+            unsigned char f[96];
+            size_t hl = strlen(hostile[i]);
+            for (k = 0; k < 8; k++) f[k] = (unsigned char)(hl >> (8 * k));
+            memcpy(f + 8, hostile[i], hl);
+            CHECK(io_write(other, f, 8 + hl));
+            CHECK_ERR(tfm_checkpoint_meta(other, "k", buf, sizeof buf, &len), TFM_E_FORMAT, why[i]);
+            CHECK(!strncmp(tfm_last_error(), "tfm_checkpoint_meta: ", 21));
+        }
+        before = io_read(path, &n0); /* and a truncated checkpoint */
+        CHECK(before && io_write(other, before, n0 - 3));
+        CHECK_ERR(tfm_checkpoint_meta(other, "vocab", buf, sizeof buf, &len), TFM_E_FORMAT, "truncated");
+        free(before);
+    }
+    free(big);
+    tfm_model_free(&m);
+    remove(path);
+    remove(other);
+}
+
 static void io_args(void) {
     const char *path = io_path("args.safetensors");
     tfm_config c = io_cfg(1), lc;
@@ -1498,6 +1781,8 @@ static void suite_io(void) {
     RUN(io_config_minimal);
     RUN(io_errors_tensors);
     RUN(io_inference);
+    RUN(io_failed_load);
+    RUN(io_user_meta);
     RUN(io_args);
     RUN(io_torch_fixtures);
     RUN(io_export);
