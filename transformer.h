@@ -5070,15 +5070,12 @@ static int tfm__st_rename(const char *tmp, const char *path) {
 /* Create tmp exclusively (a file of that name is never touched) and open it for writing: 0 or an errno. */
 static int tfm__st_create(tfm__st_file *f, const char *tmp) {
 #if defined(TFM__ST_POSIX)
-    int fd;
-    do fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    while (fd < 0 && errno == EINTR);
-    if (fd < 0) return errno;
-    close(fd);
+    f->fp = fopen(tmp, "wbx"); /* "x": O_EXCL (C11, and in the C libraries of POSIX systems long before) */
 #else
-    if ((f->fp = fopen(tmp, "rb")) != NULL) return fclose(f->fp), f->fp = NULL, EEXIST; /* C99 has no "wbx" */
+    if ((f->fp = fopen(tmp, "rb")) != NULL) return fclose(f->fp), f->fp = NULL, EEXIST; /* C99 has no "x" */
+    f->fp = fopen(tmp, "wb");
 #endif
-    return (f->fp = fopen(tmp, "wb")) != NULL ? 0 : errno ? errno : EIO;
+    return f->fp ? 0 : errno ? errno : EIO;
 }
 
 /* n bytes (swap: as 4-byte words, little-endian whatever the host): 0 or an errno. */
