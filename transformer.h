@@ -5228,8 +5228,9 @@ TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags
     if (flags & ~TFM_SAVE_TRAINING_STATE) return tfm__fail(TFM_E_ARG, "%s: unknown flags 0x%x", fn, (unsigned)flags);
     if (nk == 3 && !tfm__model_trains(m))
         return tfm__fail(TFM_E_ARG, "%s: TFM_SAVE_TRAINING_STATE on an inference_only model (it has no optimizer state)", fn);
-    if (n_meta < 0 || (n_meta && !meta))
-        return tfm__fail(TFM_E_ARG, "%s: n_meta is %d and meta is %s", fn, n_meta, meta ? "set" : "NULL");
+    if (n_meta < 0 || n_meta > TFM__ST_MAX_ITEMS - TFM__IO_N_CFG || (n_meta && !meta))
+        return tfm__fail(TFM_E_ARG, "%s: n_meta is %d (at most %d) and meta is %s", fn, n_meta, TFM__ST_MAX_ITEMS - TFM__IO_N_CFG,
+                         meta ? "set" : "NULL");
     for (i = 0; i < n_meta; keys += strlen(meta[i++].key) + 6) TFM__TRY(tfm__io_key(fn, meta[i].key, meta[i].value));
     n = m->n_params * nk;
     bytes = (size_t)2 * (TFM__IO_N_CFG + (size_t)n_meta) * sizeof *kv + (size_t)n * (sizeof *items + 96) + 72 * TFM__IO_N_CFG + keys;

@@ -1,4 +1,4 @@
-/* tests/test_io.c - model checkpoints: tfm_model_save, tfm_config_load, tfm_model_load.
+/* tests/test_io.c - model checkpoints: tfm_model_save, tfm_config_load, tfm_model_load, tfm_checkpoint_meta.
 
    1. Round trips, each model kind: a model trained for a few steps is saved (weights only, then
       with TFM_SAVE_TRAINING_STATE); tfm_config_load gives back its whole config; a fresh model built
@@ -18,7 +18,10 @@
       path; truncated files, missing, extra and reshaped tensors, bad metadata values and config-less
       files are TFM_E_FORMAT naming what is wrong; metadata with the architecture alone gives the
       defaults for the rest; an inference_only model skips the optimizer tensors; NULL arguments
-      are TFM_E_ARG.
+      are TFM_E_ARG. A failed load, whatever failed (a hostile file or a read error half-way through
+      the data), leaves every parameter, moment, the step and the generator bit-identical.
+   4c. User metadata: hostile values (every byte 1..127, UTF-8, 64 KB) come back byte for byte, their
+      JSON escaping is the format's, bad keys and values are refused, hostile files are TFM_E_FORMAT.
    5. PyTorch to C: tests/fixtures/torch_export_<kind>.safetensors were written by
       tools/torch_roundtrip.py from the reference modules of tools/torch_models.py (random weights,
       fixed seed), with the batch and torch's float64 logits and loss in torch_export_<kind>.tfx.
@@ -1456,6 +1459,7 @@ static void io_user_meta(void) {
         if (i == 6) {
             CHECK_ERR(tfm_model_save(&m, path, 0, NULL, 1), TFM_E_ARG, "tfm_model_save: ");
             CHECK_ERR(tfm_model_save(&m, path, 0, two, -1), TFM_E_ARG, "tfm_model_save: ");
+            CHECK_ERR(tfm_model_save(&m, path, 0, two, 1000000), TFM_E_ARG, "at most"); /* a file nobody could load */
             continue;
         }
         CHECK_ERR(tfm_model_save(&m, path, 0, two, 2), TFM_E_ARG, i == 7 ? "'user.a' appears twice" : "tfm_model_save: ");
