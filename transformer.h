@@ -4714,15 +4714,15 @@ static tfm_result tfm__st_jentry(tfm__st_json *j, tfm__st_entry *e) {
     return TFM_OK;
 }
 
-/* Room for one more of n elem-byte items in *arr (capacity *cap, doubling): 0, or -1 out of memory. */
-static int tfm__st_grow(void **arr, int n, int *cap, size_t elem) {
+/* arr (n elem-byte items, room for *cap) with room for one more, moved when full (doubling): NULL when out
+   of memory (arr is then kept). */
+static void *tfm__st_grow(void *arr, int n, int *cap, size_t elem) {
     void *na;
-    if (n < *cap) return 0;
-    if (!(na = TFM_MALLOC((size_t)(*cap ? 2 * *cap : 16) * elem, NULL))) return -1;
-    if (*arr) memcpy(na, *arr, (size_t)n * elem), TFM_FREE(*arr, NULL);
-    *arr = na;
+    if (n < *cap) return arr;
+    if (!(na = TFM_MALLOC((size_t)(*cap ? 2 * *cap : 16) * elem, NULL))) return NULL;
+    if (arr) memcpy(na, arr, (size_t)n * elem), TFM_FREE(arr, NULL);
     *cap = *cap ? 2 * *cap : 16;
-    return 0;
+    return na;
 }
 
 /* The root object: "__metadata__" (an object of strings) and the tensors. */
@@ -4730,6 +4730,7 @@ static tfm_result tfm__st_jroot(tfm__st_json *j) {
     tfm__st_header *h = j->h;
     char *key, *val, ctx[96];
     size_t klen, vlen, mark;
+    void *na;
     int k, m, more, mmore, have_meta = 0;
     for (k = 0;; k++) {
         mark = j->used;
@@ -4747,8 +4748,9 @@ static tfm_result tfm__st_jroot(tfm__st_json *j) {
                 TFM__TRY(tfm__st_no_nul(val, vlen, "__metadata__ value"));
                 if (h->n_meta >= TFM__ST_MAX_ITEMS)
                     return tfm__fail(TFM_E_FORMAT, "__metadata__ has more than %d entries", TFM__ST_MAX_ITEMS);
-                if (tfm__st_grow((void **)&h->meta_kv, 2 * h->n_meta, &j->cap[1], sizeof *h->meta_kv))
+                if (!(na = tfm__st_grow((void *)h->meta_kv, h->n_meta, &j->cap[1], 2 * sizeof *h->meta_kv)))
                     return tfm__fail(TFM_E_NOMEM, "out of memory reading __metadata__");
+                h->meta_kv = (const char **)na;
                 h->meta_kv[2 * h->n_meta] = key;
                 h->meta_kv[2 * h->n_meta++ + 1] = val;
             }
@@ -4757,8 +4759,9 @@ static tfm_result tfm__st_jroot(tfm__st_json *j) {
         TFM__TRY(tfm__st_no_nul(key, klen, "tensor name"));
         if (h->n >= TFM__ST_MAX_ITEMS)
             return tfm__fail(TFM_E_FORMAT, "the header lists more than %d tensors", TFM__ST_MAX_ITEMS);
-        if (tfm__st_grow((void **)&h->entries, h->n, &j->cap[0], sizeof *h->entries))
+        if (!(na = tfm__st_grow((void *)h->entries, h->n, &j->cap[0], sizeof *h->entries)))
             return tfm__fail(TFM_E_NOMEM, "out of memory reading the header");
+        h->entries = (tfm__st_entry *)na;
         memset(&h->entries[h->n], 0, sizeof *h->entries);
         h->entries[h->n].name = key;
         TFM__TRY(tfm__st_jentry(j, &h->entries[h->n++]));
