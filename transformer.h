@@ -4720,7 +4720,8 @@ static void *tfm__st_grow(void *arr, int n, int *cap, size_t elem) {
     void *na;
     if (n < *cap) return arr;
     if (!(na = TFM_MALLOC((size_t)(*cap ? 2 * *cap : 16) * elem, NULL))) return NULL;
-    if (arr) memcpy(na, arr, (size_t)n * elem), TFM_FREE(arr, NULL);
+    if (arr) memcpy(na, arr, (size_t)n * elem);
+    if (arr) TFM_FREE(arr, NULL);
     *cap = *cap ? 2 * *cap : 16;
     return na;
 }
