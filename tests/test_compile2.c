@@ -69,6 +69,7 @@ static const tc2_fn tc2_functions[] = {
     TC2_FN(tfm_model_save),
     TC2_FN(tfm_config_load),
     TC2_FN(tfm_model_load),
+    TC2_FN(tfm_checkpoint_meta),
 #endif
     TC2_FN(tfm_cuda_available)
 };
@@ -91,7 +92,7 @@ static int tc2_model(void) {
     cfg.vocab_size = 11;
     cfg.d_model = 16;
     cfg.n_heads = 2;
-    cfg.max_seq_len = 5;
+    cfg.max_len = 5;
     cfg.max_batch = 2;
     cfg.seed = 1;
     b.batch = 2;

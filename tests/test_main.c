@@ -1,6 +1,7 @@
 /* tests/test_main.c - the one implementation file of the test binary: includes every suite (so tests
    may reach private tfm__ functions), runs them all, ends with "N passed, N failed". */
 #define TFM_IMPLEMENTATION
+#define TFM__TESTING /* the test hooks of the checkpoint code (tfm__st_write_hook) */
 #include "../transformer.h"
 #include "test.h"
 
