@@ -201,6 +201,8 @@ TFMDEF void tfm_mem_rewind(tfm_mem *m);
 TFMDEF void tfm_mem_free(tfm_mem *m);
 /* TFM_OK when no arena of m overflowed; otherwise TFM_E_NOMEM naming the arena. */
 TFMDEF tfm_result tfm_mem_check(const tfm_mem *m);
+/* Zero every gradient carved from m so far (the grads arena), before a backward pass. */
+TFMDEF void tfm_mem_zero_grad(tfm_mem *m);
 
 /* ==== >>api-rng ==== */
 
@@ -405,8 +407,12 @@ typedef struct tfm_mha {
 /* Carve an attention layer's memory from mem (or, with counting arenas, count it). Checks desc:
    TFM_E_ARG names the field at fault. */
 TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *mem);
-/* torch's initialisation: xavier_uniform in_proj_weight, U(+-1/sqrt(C)) out_proj.weight, zero biases. */
-TFMDEF void tfm_mha_init_params(tfm_mha *m, tfm_rng *rng);
+/* torch's initialisation: xavier_uniform in_proj_weight, U(+-1/sqrt(C)) out_proj.weight, zero biases.
+   TFM_E_ARG if the layer has no memory yet. */
+TFMDEF tfm_result tfm_mha_init_params(tfm_mha *m, tfm_rng *rng);
+/* The parameter of torch name `name` ("in_proj_weight", "out_proj.bias", ...): *value and *grad
+   (either may be NULL; grad.data NULL without gradients). TFM_E_ARG names an unknown one. */
+TFMDEF tfm_result tfm_mha_param(tfm_mha *m, const char *name, tfm_tensor *value, tfm_tensor *grad);
 /* y (B,Tq,C) = attention of x (B,Tq,C) over xkv (B,Tk,C) (cross) or over x itself (xkv NULL, self).
    x and xkv are read again by backward: keep them unchanged until then. y must not alias x. */
 TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x,
@@ -431,8 +437,35 @@ typedef enum tfm_activation {
 
 /* A linear map (torch.nn.Linear): weight (O,I), bias (O) (data NULL without bias), and gradients. */
 typedef struct tfm_linear { tfm_tensor weight, bias, d_weight, d_bias; } tfm_linear;
-/* A layernorm (torch.nn.LayerNorm): weight (C), bias (C), gradients, and per-row statistics. */
-typedef struct tfm_layernorm { tfm_tensor weight, bias, d_weight, d_bias; float *mean, *rstd; } tfm_layernorm;
+/* A layernorm (torch.nn.LayerNorm): weight (C), bias (C), gradients, and the per-row statistics of the
+   last forward (up to max_rows rows). */
+typedef struct tfm_layernorm {
+    tfm_tensor weight, bias, d_weight, d_bias;
+    float *mean, *rstd;
+    float eps;
+    int64_t max_rows, rows;
+} tfm_layernorm;
+
+/* Layers to build models of your own from, with tfm_mem as the other layers (count, tfm_mem_alloc, init
+   again). A linear map of in_features -> out_features, with a bias unless no_bias. */
+TFMDEF tfm_result tfm_linear_init(tfm_linear *l, int in_features, int out_features, int no_bias, tfm_mem *mem);
+/* nn.Linear's initialisation: weight and bias U(+-1/sqrt(in_features)). */
+TFMDEF tfm_result tfm_linear_init_params(tfm_linear *l, tfm_rng *rng);
+/* y (N,O) = x (N,I) weight^T + bias; leading dims of x are flattened (see >>api-ops). */
+TFMDEF tfm_result tfm_linear_layer_forward(const tfm_linear *l, tfm_tensor *y, const tfm_tensor *x);
+/* Adds into dx (NULL to skip), d_weight and d_bias; x is the forward's input. */
+TFMDEF tfm_result tfm_linear_layer_backward(tfm_linear *l, tfm_tensor *dx, const tfm_tensor *dy, const tfm_tensor *x);
+/* A layernorm over C channels (weight and bias, or weight only with no_bias) for up to max_rows rows per
+   call; eps 0 -> 1e-5. */
+TFMDEF tfm_result tfm_layernorm_init(tfm_layernorm *ln, int C, int no_bias, float eps, int64_t max_rows, tfm_mem *mem);
+/* weight 1, bias 0 (torch's). */
+TFMDEF tfm_result tfm_layernorm_init_params(tfm_layernorm *ln);
+/* y = layernorm(x), x (N,C) (leading dims flattened, N <= max_rows); keeps the row statistics for backward.
+   y may alias x only if backward will not be called (backward reads x). */
+TFMDEF tfm_result tfm_layernorm_layer_forward(tfm_layernorm *ln, tfm_tensor *y, const tfm_tensor *x);
+/* Adds into dx (NULL to skip), d_weight and d_bias; x is the last forward's input. */
+TFMDEF tfm_result tfm_layernorm_layer_backward(tfm_layernorm *ln, tfm_tensor *dx, const tfm_tensor *dy,
+                                               const tfm_tensor *x);
 
 typedef struct tfm_block_desc {
     int d_model;         /* C, required */
@@ -476,8 +509,12 @@ typedef struct tfm_block {
 /* Carve a layer from mem (or count it, with counting arenas). TFM_E_ARG names a bad desc field. */
 TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm_mem *mem);
 /* torch's initialisation of the same layer (attention as tfm_mha_init_params, linear maps
-   U(+-1/sqrt(fan_in)), layernorm weight 1 and bias 0). */
-TFMDEF void tfm_block_init_params(tfm_block *blk, tfm_rng *rng);
+   U(+-1/sqrt(fan_in)), layernorm weight 1 and bias 0). TFM_E_ARG if the layer has no memory yet. */
+TFMDEF tfm_result tfm_block_init_params(tfm_block *blk, tfm_rng *rng);
+/* The parameter of torch name `name` (nn.TransformerEncoderLayer's or DecoderLayer's:
+   "self_attn.in_proj_weight", "linear1.bias", "norm2.weight", ...): *value and *grad (either may be
+   NULL). TFM_E_ARG names an unknown one. */
+TFMDEF tfm_result tfm_block_param(tfm_block *blk, const char *name, tfm_tensor *value, tfm_tensor *grad);
 /* y (B,T,C) = layer(x (B,T,C)); cross: over xkv (B,Tk,C), else xkv must be NULL. opts (NULL: none): causal,
    key_lens (lengths of x), mask (additive, self-attention), kv_lens (lengths of xkv), training (dropout
    at the desc's rates, masks drawn from seed). x and xkv are read again by backward; y must not alias them. */
@@ -509,7 +546,7 @@ typedef struct tfm_config {
                                 input_proj (d_model, input_dim) instead of token embeddings (ViT patches,
                                 audio frames) */
     int cls_token;           /* classifier: 1 prepends a learned vector cls_token (d_model) to every sequence,
-                                as ViT's [CLS]: the encoder runs on T+1 positions (max_seq_len + 1 learned
+                                as ViT's [CLS]: the encoder runs on T+1 positions (max_len + 1 learned
                                 positions), lens count inputs only, and TFM_POOL_CLS pools it */
     int tgt_vocab_size;      /* enc-dec: target tokens; 0 -> vocab_size */
     int n_classes;           /* classifier: required */
@@ -518,8 +555,8 @@ typedef struct tfm_config {
     int n_layers;            /* 0 -> 2: encoder layers, or the LM's decoder layers */
     int n_dec_layers;        /* enc-dec: 0 -> n_layers */
     int d_ff;                /* 0 -> 4 * d_model */
-    int max_seq_len;         /* required: longest input (source) sequence */
-    int max_tgt_len;         /* enc-dec: longest target sequence; 0 -> max_seq_len */
+    int max_len;         /* required: longest input (source) sequence */
+    int max_tgt_len;         /* enc-dec: longest target sequence; 0 -> max_len */
     int max_batch;           /* 0 -> 1 */
     tfm_activation act;      /* 0 -> ReLU */
     int norm_first;          /* 0: post-LN (the paper); 1: pre-LN, with a final layernorm per stack */
@@ -623,8 +660,19 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale);
 /* Clear every gradient. */
 TFMDEF void tfm_model_zero_grad(tfm_model *m);
 /* Clip (if opt->clip_norm), then one AdamW update at the scheduled learning rate; step += 1.
-   *grad_norm (may be NULL) receives the global gradient norm before clipping. */
+   *grad_norm (may be NULL) receives the global gradient norm before clipping. The model's own
+   tfm_adamw_step over its parameters. */
 TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad_norm);
+
+/* One parameter for tfm_adamw_step: its value, gradient and the two moments AdamW keeps (all of one
+   size, moments zeroed before the first step and kept between steps), and whether it is decayed. */
+typedef struct tfm_adamw_param { tfm_tensor value, grad, m, v; int decay; } tfm_adamw_param;
+/* AdamW over any list of parameters, as tfm_model_step does it: the global gradient norm over all of
+   them (*grad_norm, may be NULL), clipping to opt->clip_norm, then one update at the rate the schedule
+   gives for `step` (1-based: 1 on the first call, the caller counts). TFM_E_ARG for a non-finite norm
+   (nothing is updated then) or a bad opt. Deterministic at any thread count. */
+TFMDEF tfm_result tfm_adamw_step(const tfm_adamw_param *ps, int n, const tfm_optim *opt, int64_t step,
+                                 float *grad_norm);
 /* *lr = the learning rate the schedule gives for step s (1-based: the step about to be taken). Checks opt
    as tfm_model_step does: TFM_E_ARG for a bad field, or for a cosine step past total_steps. */
 TFMDEF tfm_result tfm_optim_lr(const tfm_optim *opt, int64_t s, float *lr);
@@ -662,7 +710,7 @@ typedef struct tfm_kv_cache {
 } tfm_kv_cache;
 
 /* A cache for model m's decoder: max_batch rows (0: cfg.max_batch) of up to max_len positions (0: the
-   model's decoder length, cfg.max_seq_len or cfg.max_tgt_len, which is also the most it may be).
+   model's decoder length, cfg.max_len or cfg.max_tgt_len, which is also the most it may be).
    TFM_E_NOMEM if the allocation fails. */
 TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len);
 TFMDEF void tfm_kv_cache_free(tfm_kv_cache *c);
@@ -685,7 +733,7 @@ typedef struct tfm_gen_opts {
 /* Autoregressive decoding with a key/value cache, batch 1. Decoder-only LM: continue prompt
    (n_prompt >= 1 ids; src NULL). Encoder-decoder: encode src (src_len ids), then decode from prompt
    (decoder start ids, e.g. a BOS token). out receives the new ids, *n_out how many (may be NULL).
-   n_prompt + max_new must fit max_seq_len (LM) or max_tgt_len (enc-dec). Dropout is off meanwhile;
+   n_prompt + max_new must fit max_len (LM) or max_tgt_len (enc-dec). Dropout is off meanwhile;
    the model's last forward state is replaced, so backward is not possible until the next forward. */
 TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
                                      int n_prompt, const tfm_gen_opts *opts, int32_t *out, int *n_out);
@@ -693,20 +741,28 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
 /* ==== >>api-io ====
    Checkpoints are safetensors files: an 8-byte little-endian header length, a JSON header, the raw
    float32 data. One tensor per parameter under its torch name, so torch's safetensors loader (or
-   tools/torch_models.py) reads them; "__metadata__" holds the config ("tfm.<field>"). With
-   TFM_SAVE_TRAINING_STATE the AdamW moments go alongside as "optim.exp_avg.<name>" and
-   "optim.exp_avg_sq.<name>", with the step count and the random generator's state in the metadata,
-   so that training resumed from the file continues exactly as if it had never stopped. Saving is
-   atomic (a temporary file in the same directory, flushed, synced and renamed over the old one):
-   a save that fails leaves the previous file as it was. Loading trusts nothing in the file: every
-   length, offset, shape and string is checked, and each defect is a TFM_E_FORMAT naming what was
-   expected and what was found (TFM_E_IO when the file cannot be opened or read). */
+   tools/torch_models.py) reads them; "__metadata__" holds the config ("tfm.<field>") and the user's own
+   key/values ("user.<key>"). With TFM_SAVE_TRAINING_STATE the AdamW moments go alongside as
+   "optim.exp_avg.<name>" and "optim.exp_avg_sq.<name>", with the step count and the random generator's
+   state in the metadata, so that training resumed from the file continues exactly as if it had never
+   stopped. Saving is atomic (a temporary file in the same directory, flushed, synced and renamed over
+   the old one): a save that fails leaves the previous file as it was. Loading trusts nothing in the
+   file: every length, offset, shape and string is checked, and each defect is a TFM_E_FORMAT naming
+   what was expected and what was found (TFM_E_IO when the file cannot be opened or read). */
 
 #define TFM_SAVE_TRAINING_STATE 1
 
+/* A user metadata entry for tfm_model_save: key (non-empty UTF-8, at most 256 bytes, unique) and value
+   (UTF-8 text of any length the 100 MB header allows; store binary data encoded, e.g. as hex). */
+typedef struct tfm_kv {
+    const char *key;
+    const char *value;
+} tfm_kv;
+
 #ifndef TFM_NO_STDIO
-/* Write the parameters (and, with TFM_SAVE_TRAINING_STATE, the optimizer state) to path. */
-TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags);
+/* Write the parameters (with flags TFM_SAVE_TRAINING_STATE also the optimizer state) to path, and the
+   n_meta user key/values of meta (NULL, 0: none) into its "__metadata__" as "user.<key>". */
+TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags, const tfm_kv *meta, int n_meta);
 /* Read the config stored in a checkpoint, to build a model for it with tfm_model_init (adjust
    max_batch, inference_only, dropout... before). TFM_E_FORMAT if the file has no config. */
 TFMDEF tfm_result tfm_config_load(const char *path, tfm_config *cfg);
@@ -714,8 +770,15 @@ TFMDEF tfm_result tfm_config_load(const char *path, tfm_config *cfg);
    norm placement, positions, tying...) must match the model's; the file must hold exactly the
    model's parameters, with the same shapes. Training state in the file is restored into a model that
    trains (the step, the moments and the random generator) and skipped by an inference_only model.
-   On failure the model's parameters may be partly overwritten. */
+   The whole file is checked and read before anything is written to the model: on failure the model
+   is exactly as it was. */
 TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path);
+/* The value of user metadata `key` (as given to tfm_model_save) in the checkpoint at path: with buf,
+   the value and a NUL into buf (size bytes); with buf NULL, nothing is written (a size query). *len (len
+   may be NULL) gets the value's length in bytes, without the NUL, whenever the key is there. TFM_E_ARG
+   when the key is absent ("... has no user metadata key 'vocab'") or the value does not fit in size bytes
+   with its NUL; TFM_E_IO / TFM_E_FORMAT when the file cannot be read or is malformed. */
+TFMDEF tfm_result tfm_checkpoint_meta(const char *path, const char *key, char *buf, size_t size, size_t *len);
 #endif
 
 /* ==== >>api-cuda ==== */
@@ -1305,7 +1368,9 @@ static inline tfm__vf tfm__vload(const float *p) {
 static inline void tfm__vstore(float *p, tfm__vf v) { memcpy(p, &v, sizeof v); }
 /* Lane-wise square root (no errno, so it vectorizes), where the ISA has one at this width. */
 #if defined(__AVX512F__)
-#define TFM__VSQRT(v) ((tfm__vf)_mm512_sqrt_ps((__m512)(v)))
+/* the zero-masked form: _mm512_sqrt_ps starts from _mm512_undefined_ps, which GCC 12 reports as
+   used uninitialized (-Wmaybe-uninitialized) wherever it is inlined */
+#define TFM__VSQRT(v) ((tfm__vf)_mm512_maskz_sqrt_ps((__mmask16)0xFFFF, (__m512)(v)))
 #elif defined(__AVX__)
 #define TFM__VSQRT(v) ((tfm__vf)_mm256_sqrt_ps((__m256)(v)))
 #elif defined(__SSE2__)
@@ -2043,6 +2108,58 @@ static void tfm__mean_pool_backward_cpu(float *dx, const float *dy, const int32_
     }
 }
 
+/* One AdamW update of n consecutive parameters:
+       g = grad * scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+       w = w * decay - step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+   sqrtf must be able to set errno (C's default), which keeps GCC from vectorizing a loop that calls it;
+   on x86 the body runs TFM__VW at a time (SSE2 4, AVX 8, AVX-512 16) with the same operations in the
+   same order, the square root by intrinsic. The spans the optimizer hands to threads are fixed (not
+   per thread count), so results never depend on threads. */
+#define TFM__ADAMW_SPAN 2048
+static void tfm__adamw_span(float *w, const float *gr, float *mm, float *vv, int64_t n, float scale, float b1,
+                            float b2, float eps, float step_size, float bc2s, float decay) {
+    int64_t j = 0;
+#if defined(TFM__VSQRT)
+    for (; j + TFM__VW <= n; j += TFM__VW) {
+        tfm__vf g = tfm__vload(gr + j) * scale;
+        tfm__vf m1 = b1 * tfm__vload(mm + j) + (1.0f - b1) * g;
+        tfm__vf v1 = b2 * tfm__vload(vv + j) + (1.0f - b2) * g * g;
+        tfm__vf w1 = tfm__vload(w + j) * decay - step_size * m1 / (TFM__VSQRT(v1) / bc2s + eps);
+        tfm__vstore(mm + j, m1);
+        tfm__vstore(vv + j, v1);
+        tfm__vstore(w + j, w1);
+    }
+#endif
+    for (; j < n; j++) {
+        float g = gr[j] * scale;
+        mm[j] = b1 * mm[j] + (1.0f - b1) * g;
+        vv[j] = b2 * vv[j] + (1.0f - b2) * g * g;
+        w[j] = w[j] * decay - step_size * mm[j] / (sqrtf(vv[j]) / bc2s + eps);
+    }
+}
+
+/* AdamW over n floats in the fixed spans above, spread over threads. */
+static void tfm__adamw_cpu(float *w, const float *g, float *mm, float *vv, int64_t n, float scale, float b1, float b2,
+                           float eps, float step_size, float bc2s, float decay) {
+    int64_t c;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+    for (c = 0; c < n; c += TFM__ADAMW_SPAN)
+        tfm__adamw_span(w + c, g + c, mm + c, vv + c, TFM__MIN(TFM__ADAMW_SPAN, n - c), scale, b1, b2, eps, step_size,
+                        bc2s, decay);
+}
+
+/* sum of g[i]^2 in double over 8 interleaved partial sums (a fixed order that vectorizes) */
+static double tfm__sumsq_cpu(const float *g, int64_t n) {
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sum = 0.0;
+    int64_t j = 0;
+    int k;
+    for (; j + 8 <= n; j += 8)
+        for (k = 0; k < 8; k++) acc[k] += (double)g[j + k] * (double)g[j + k];
+    for (; j < n; j++) acc[0] += (double)g[j] * (double)g[j];
+    for (k = 0; k < 8; k++) sum += acc[k];
+    return sum;
+}
+
 /* ==== >>impl-attention ====
    Heads live in a (B,T,C) layout: head h of batch b is the (T,D) sub-matrix starting at
    base + b*T*ld + h*D with row stride ld, so the fused q|k|v projection is read in place, with no
@@ -2311,6 +2428,15 @@ static void tfm__op_pool_bwd(tfm_device dev, int pool, float *dx, const float *d
     TFM__ON_CPU(dev);
     if (pool == TFM_POOL_CLS) tfm__add_rows_cpu(dx, T * C, dy, C, B, C);
     else tfm__mean_pool_backward_cpu(dx, dy, lens, B, T, C);
+}
+static void tfm__op_adamw(tfm_device dev, float *w, const float *g, float *mm, float *vv, int64_t n, float scale,
+                          float b1, float b2, float eps, float step_size, float bc2s, float decay) {
+    TFM__ON_CPU(dev);
+    tfm__adamw_cpu(w, g, mm, vv, n, scale, b1, b2, eps, step_size, bc2s, decay);
+}
+static double tfm__op_sumsq(tfm_device dev, const float *g, int64_t n) {
+    TFM__ON_CPU(dev);
+    return tfm__sumsq_cpu(g, n);
 }
 static void tfm__op_attention(tfm_device dev, const tfm__attn_args *a) {
     TFM__ON_CPU(dev);
@@ -3054,9 +3180,11 @@ TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *me
                                         : tfm__fail(TFM_E_NOMEM, "%s: %s", fn, tfm_last_error());
 }
 
-TFMDEF void tfm_mha_init_params(tfm_mha *m, tfm_rng *rng) {
+TFMDEF tfm_result tfm_mha_init_params(tfm_mha *m, tfm_rng *rng) {
     float C;
-    if (!m || !rng || !m->in_proj_weight.data || !m->out_proj_weight.data) return;
+    if (!m || !rng) return tfm__fail(TFM_E_ARG, "tfm_mha_init_params: layer or rng is NULL");
+    if (!m->in_proj_weight.data || !m->out_proj_weight.data)
+        return tfm__fail(TFM_E_ARG, "tfm_mha_init_params: the layer has no memory (run tfm_mha_init after tfm_mem_alloc)");
     C = (float)m->desc.d_model;
     /* xavier_uniform over (3C, C): bound sqrt(6 / (fan_in + fan_out)) */
     tfm_fill_uniform(&m->in_proj_weight, rng, -sqrtf(6.0f / (4.0f * C)), sqrtf(6.0f / (4.0f * C)));
@@ -3064,6 +3192,7 @@ TFMDEF void tfm_mha_init_params(tfm_mha *m, tfm_rng *rng) {
     tfm_fill_uniform(&m->out_proj_weight, rng, -1.0f / sqrtf(C), 1.0f / sqrtf(C));
     if (m->in_proj_bias.data) tfm_fill(&m->in_proj_bias, 0.0f);
     if (m->out_proj_bias.data) tfm_fill(&m->out_proj_bias, 0.0f);
+    return TFM_OK;
 }
 
 /* The attention arguments over the layer's saved projections. */
@@ -3299,6 +3428,7 @@ static void tfm__layernorm_carve(tfm_layernorm *ln, int64_t C, int bias, size_t 
     }
     ln->mean = tfm__carve(&mem->acts, rows);
     ln->rstd = tfm__carve(&mem->acts, rows);
+    ln->max_rows = (int64_t)rows;
 }
 
 static void tfm__layernorm_reset(tfm_layernorm *ln) {
@@ -3313,6 +3443,90 @@ static void tfm__linear_reset(tfm_linear *l, tfm_rng *rng) {
     bound = 1.0f / sqrtf((float)l->weight.shape[1]);
     tfm_fill_uniform(&l->weight, rng, -bound, bound);
     if (l->bias.data) tfm_fill_uniform(&l->bias, rng, -bound, bound);
+}
+
+TFMDEF void tfm_mem_zero_grad(tfm_mem *m) {
+    if (m && m->grads.base && m->grads.used)
+        tfm__op_zero(m->device, (float *)m->grads.base, (int64_t)(TFM__MIN(m->grads.used, m->grads.size) / sizeof(float)));
+}
+
+TFMDEF tfm_result tfm_linear_init(tfm_linear *l, int in_features, int out_features, int no_bias, tfm_mem *mem) {
+    const char *fn = "tfm_linear_init";
+    if (!l || !mem) return tfm__fail(TFM_E_ARG, "%s: layer or mem is NULL", fn);
+    if (in_features < 1 || out_features < 1 || (double)in_features * out_features > 2147483647.0)
+        return tfm__fail(TFM_E_ARG, "%s: in_features %d and out_features %d must be >= 1, their product < 2^31", fn,
+                         in_features, out_features);
+    tfm__linear_carve(l, out_features, in_features, !no_bias, mem);
+    return tfm_mem_check(mem) == TFM_OK ? TFM_OK : tfm__fail(TFM_E_NOMEM, "%s: %s", fn, tfm_last_error());
+}
+
+TFMDEF tfm_result tfm_linear_init_params(tfm_linear *l, tfm_rng *rng) {
+    if (!l || !rng || !l->weight.data)
+        return tfm__fail(TFM_E_ARG, "tfm_linear_init_params: layer or rng is NULL, or the layer has no memory");
+    tfm__linear_reset(l, rng);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_linear_layer_forward(const tfm_linear *l, tfm_tensor *y, const tfm_tensor *x) {
+    if (!l || !l->weight.data) return tfm__fail(TFM_E_ARG, "tfm_linear_layer_forward: layer is NULL or has no memory");
+    return tfm_linear_forward(y, x, &l->weight, l->bias.data ? &l->bias : NULL);
+}
+
+TFMDEF tfm_result tfm_linear_layer_backward(tfm_linear *l, tfm_tensor *dx, const tfm_tensor *dy, const tfm_tensor *x) {
+    if (!l || !l->weight.data || !l->d_weight.data)
+        return tfm__fail(TFM_E_ARG, "tfm_linear_layer_backward: layer is NULL or has no gradient memory");
+    return tfm_linear_backward(dx, &l->d_weight, l->d_bias.data ? &l->d_bias : NULL, dy, x, &l->weight);
+}
+
+TFMDEF tfm_result tfm_layernorm_init(tfm_layernorm *ln, int C, int no_bias, float eps, int64_t max_rows, tfm_mem *mem) {
+    const char *fn = "tfm_layernorm_init";
+    if (!ln || !mem) return tfm__fail(TFM_E_ARG, "%s: layer or mem is NULL", fn);
+    if (C < 1 || max_rows < 1 || max_rows > ((int64_t)1 << 31) || !(eps >= 0.0f) || !isfinite(eps))
+        return tfm__fail(TFM_E_ARG, "%s: C %d and max_rows %lld must be >= 1 (max_rows < 2^31), eps %g finite and >= 0", fn,
+                         C, (long long)max_rows, (double)eps);
+    tfm__layernorm_carve(ln, C, !no_bias, (size_t)max_rows, mem);
+    ln->eps = eps == 0.0f ? 1e-5f : eps;
+    return tfm_mem_check(mem) == TFM_OK ? TFM_OK : tfm__fail(TFM_E_NOMEM, "%s: %s", fn, tfm_last_error());
+}
+
+TFMDEF tfm_result tfm_layernorm_init_params(tfm_layernorm *ln) {
+    if (!ln || !ln->weight.data) return tfm__fail(TFM_E_ARG, "tfm_layernorm_init_params: layer is NULL or has no memory");
+    tfm__layernorm_reset(ln);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_layernorm_layer_forward(tfm_layernorm *ln, tfm_tensor *y, const tfm_tensor *x) {
+    const char *fn = "tfm_layernorm_layer_forward";
+    tfm_tensor mean, rstd;
+    int64_t rows;
+    if (!ln || !ln->weight.data || !ln->mean) return tfm__fail(TFM_E_ARG, "%s: layer is NULL or has no memory", fn);
+    TFM__TRY(tfm__chk(fn, "x", x));
+    rows = tfm__rows(x);
+    if (rows > ln->max_rows)
+        return tfm__fail(TFM_E_SHAPE, "%s: x is %s: %lld rows, the layer was sized for %lld", fn, tfm__shp(x), (long long)rows,
+                         (long long)ln->max_rows);
+    mean = tfm_tensor1(ln->mean, rows);
+    rstd = tfm_tensor1(ln->rstd, rows);
+    mean.device = rstd.device = ln->weight.device;
+    TFM__TRY(tfm_layernorm_forward(y, &mean, &rstd, x, &ln->weight, ln->bias.data ? &ln->bias : NULL, ln->eps));
+    ln->rows = rows;
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_layernorm_layer_backward(tfm_layernorm *ln, tfm_tensor *dx, const tfm_tensor *dy,
+                                               const tfm_tensor *x) {
+    const char *fn = "tfm_layernorm_layer_backward";
+    tfm_tensor mean, rstd;
+    if (!ln || !ln->weight.data || !ln->d_weight.data)
+        return tfm__fail(TFM_E_ARG, "%s: layer is NULL or has no gradient memory", fn);
+    TFM__TRY(tfm__chk(fn, "x", x));
+    if (!ln->rows || tfm__rows(x) != ln->rows)
+        return tfm__fail(TFM_E_ARG, "%s: x is %s but the last forward had %lld rows", fn, tfm__shp(x), (long long)ln->rows);
+    mean = tfm_tensor1(ln->mean, ln->rows);
+    rstd = tfm_tensor1(ln->rstd, ln->rows);
+    mean.device = rstd.device = ln->weight.device;
+    return tfm_layernorm_backward(dx, &ln->d_weight, ln->d_bias.data ? &ln->d_bias : NULL, dy, x, &ln->weight, &mean,
+                                  &rstd);
 }
 
 static tfm_result tfm__block_desc_resolve(const char *fn, const tfm_block_desc *in, tfm_block_desc *d) {
@@ -3394,14 +3608,84 @@ TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm
     return TFM_OK;
 }
 
-TFMDEF void tfm_block_init_params(tfm_block *blk, tfm_rng *rng) {
+TFMDEF tfm_result tfm_block_init_params(tfm_block *blk, tfm_rng *rng) {
     int s;
-    if (!blk || !rng) return;
+    if (!blk || !rng) return tfm__fail(TFM_E_ARG, "tfm_block_init_params: block or rng is NULL");
+    if (!blk->linear1.weight.data)
+        return tfm__fail(TFM_E_ARG, "tfm_block_init_params: the block has no memory (run tfm_block_init after tfm_mem_alloc)");
     tfm_mha_init_params(&blk->self_attn, rng);
     if (blk->desc.cross) tfm_mha_init_params(&blk->cross_attn, rng);
     tfm__linear_reset(&blk->linear1, rng);
     tfm__linear_reset(&blk->linear2, rng);
     for (s = 0; s < blk->n_sub; s++) tfm__layernorm_reset(&blk->norm[s]);
+    return TFM_OK;
+}
+
+/* A layer's parameters under their torch names (part + name): value, gradient, how a model
+   initialises it and whether AdamW decays it. The model's registry and the layers' lookups read it. */
+enum { TFM__INIT_ZERO, TFM__INIT_ONE, TFM__INIT_MATRIX, TFM__INIT_EMB };
+typedef struct tfm__named { const char *part, *name; tfm_tensor *value, *grad; int init, decay; } tfm__named;
+#define TFM__MAX_NAMED (2 * 4 + 2 * 2 + TFM__MAX_SUB * 2)
+
+static void tfm__name(tfm__named *e, const char *part, const char *name, tfm_tensor *v, tfm_tensor *g, int init,
+                      int decay) {
+    e->part = part;
+    e->name = name;
+    e->value = v;
+    e->grad = g;
+    e->init = init;
+    e->decay = decay;
+}
+
+static int tfm__mha_named(tfm_mha *a, const char *part, tfm__named *out) {
+    tfm__name(&out[0], part, "in_proj_weight", &a->in_proj_weight, &a->d_in_proj_weight, TFM__INIT_MATRIX, 1);
+    tfm__name(&out[1], part, "in_proj_bias", &a->in_proj_bias, &a->d_in_proj_bias, TFM__INIT_ZERO, 0);
+    tfm__name(&out[2], part, "out_proj.weight", &a->out_proj_weight, &a->d_out_proj_weight, TFM__INIT_MATRIX, 1);
+    tfm__name(&out[3], part, "out_proj.bias", &a->out_proj_bias, &a->d_out_proj_bias, TFM__INIT_ZERO, 0);
+    return 4;
+}
+
+static int tfm__block_named(tfm_block *b, tfm__named *out) {
+    static const char *const norms[TFM__MAX_SUB] = {"norm1.", "norm2.", "norm3."};
+    int n = tfm__mha_named(&b->self_attn, "self_attn.", out), s;
+    if (b->desc.cross) n += tfm__mha_named(&b->cross_attn, "multihead_attn.", out + n);
+    tfm__name(&out[n++], "linear1.", "weight", &b->linear1.weight, &b->linear1.d_weight, TFM__INIT_MATRIX, 1);
+    tfm__name(&out[n++], "linear1.", "bias", &b->linear1.bias, &b->linear1.d_bias, TFM__INIT_ZERO, 0);
+    tfm__name(&out[n++], "linear2.", "weight", &b->linear2.weight, &b->linear2.d_weight, TFM__INIT_MATRIX, 1);
+    tfm__name(&out[n++], "linear2.", "bias", &b->linear2.bias, &b->linear2.d_bias, TFM__INIT_ZERO, 0);
+    for (s = 0; s < b->n_sub; s++) {
+        tfm__name(&out[n++], norms[s], "weight", &b->norm[s].weight, &b->norm[s].d_weight, TFM__INIT_ONE, 0);
+        tfm__name(&out[n++], norms[s], "bias", &b->norm[s].bias, &b->norm[s].d_bias, TFM__INIT_ZERO, 0);
+    }
+    return n;
+}
+
+/* The entry of torch name `name` among n, into *value and *grad; fn names the caller in the error. */
+static tfm_result tfm__named_find(const char *fn, const tfm__named *e, int n, const char *name, tfm_tensor *value,
+                                  tfm_tensor *grad) {
+    int i;
+    if (!name) return tfm__fail(TFM_E_ARG, "%s: name is NULL", fn);
+    for (i = 0; i < n; i++) {
+        size_t k = strlen(e[i].part);
+        if (e[i].value->data && !strncmp(name, e[i].part, k) && !strcmp(name + k, e[i].name)) {
+            if (value) *value = *e[i].value;
+            if (grad) *grad = *e[i].grad;
+            return TFM_OK;
+        }
+    }
+    return tfm__fail(TFM_E_ARG, "%s: the layer has no parameter \"%s\"", fn, name);
+}
+
+TFMDEF tfm_result tfm_block_param(tfm_block *blk, const char *name, tfm_tensor *value, tfm_tensor *grad) {
+    tfm__named e[TFM__MAX_NAMED];
+    if (!blk || !blk->linear1.weight.data) return tfm__fail(TFM_E_ARG, "tfm_block_param: block is NULL or has no memory");
+    return tfm__named_find("tfm_block_param", e, tfm__block_named(blk, e), name, value, grad);
+}
+
+TFMDEF tfm_result tfm_mha_param(tfm_mha *m, const char *name, tfm_tensor *value, tfm_tensor *grad) {
+    tfm__named e[4];
+    if (!m || !m->in_proj_weight.data) return tfm__fail(TFM_E_ARG, "tfm_mha_param: layer is NULL or has no memory");
+    return tfm__named_find("tfm_mha_param", e, tfm__mha_named(m, "", e), name, value, grad);
 }
 
 /* Sub-layer s of a block: v = F_s(u). */
@@ -3628,7 +3912,7 @@ struct tfm__model_impl {
     int32_t *lens, *targets, *ids, *tgt_ids; /* copies of the batch's lengths, targets and ids */
     /* backward scratch */
     float *d_enc_x, *d_enc_y, *d_dec_x, *d_dec_y, *d_pooled, *d_logits;
-    double *gnorm_parts;            /* per-parameter squared gradient norms */
+    tfm_adamw_param *adam;          /* the registry as AdamW's list: value, grad and the two moments */
     /* the last forward */
     const float *memory, *top;      /* the encoder's output (enc-dec) and the top stack's output */
     const int32_t *tokens, *tgt_in; /* its inputs (read by backward) */
@@ -3668,7 +3952,7 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
     if (c.n_heads <= 0) return tfm__fail(TFM_E_ARG, "%s: cfg.n_heads is %d: required, > 0", fn, c.n_heads);
     if (c.d_model % c.n_heads)
         return tfm__fail(TFM_E_ARG, "%s: cfg.n_heads %d does not divide cfg.d_model %d", fn, c.n_heads, c.d_model);
-    if (c.max_seq_len <= 0) return tfm__fail(TFM_E_ARG, "%s: cfg.max_seq_len is %d: required, > 0", fn, c.max_seq_len);
+    if (c.max_len <= 0) return tfm__fail(TFM_E_ARG, "%s: cfg.max_len is %d: required, > 0", fn, c.max_len);
     if (c.kind == TFM_MODEL_ENCODER_CLASSIFIER && c.n_classes <= 0)
         return tfm__fail(TFM_E_ARG, "%s: cfg.n_classes is %d: required for a classifier, > 0", fn, c.n_classes);
     if (c.tgt_vocab_size < 0 || c.n_layers < 0 || c.n_dec_layers < 0 || c.d_ff < 0 || c.max_tgt_len < 0 ||
@@ -3702,7 +3986,7 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
     c.has_ignore_index = 1;
     if (c.kind == TFM_MODEL_ENCODER_DECODER) {
         if (c.tgt_vocab_size == 0) c.tgt_vocab_size = c.vocab_size;
-        if (c.max_tgt_len == 0) c.max_tgt_len = c.max_seq_len;
+        if (c.max_tgt_len == 0) c.max_tgt_len = c.max_len;
         if (c.share_emb && c.tgt_vocab_size != c.vocab_size)
             return tfm__fail(TFM_E_ARG, "%s: cfg.share_emb needs equal vocabularies, got %d and %d", fn, c.vocab_size,
                              c.tgt_vocab_size);
@@ -3712,13 +3996,13 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
         c.n_dec_layers = c.kind == TFM_MODEL_DECODER_LM ? c.n_layers : 0;
     }
     if (c.kind != TFM_MODEL_ENCODER_CLASSIFIER) c.n_classes = 0;
-    big = (double)c.max_batch * TFM__MAX(c.max_seq_len, c.max_tgt_len);
+    big = (double)c.max_batch * TFM__MAX(c.max_len, c.max_tgt_len);
     if (big * TFM__MAX(c.d_ff, c.d_model) > 2147483647.0 ||
         big * TFM__MAX(c.vocab_size, c.tgt_vocab_size) > 2147483647.0 ||
         (double)c.vocab_size * c.d_model > 2147483647.0 || (double)c.tgt_vocab_size * c.d_model > 2147483647.0 ||
-        big * c.n_heads * TFM__MAX(c.max_seq_len, c.max_tgt_len) > 2147483647.0)
+        big * c.n_heads * TFM__MAX(c.max_len, c.max_tgt_len) > 2147483647.0)
         return tfm__fail(TFM_E_ARG, "%s: max_batch %d x sequence length %d with d_model %d, d_ff %d, vocabulary %d: a buffer "
-                         "would exceed 2^31 elements", fn, c.max_batch, TFM__MAX(c.max_seq_len, c.max_tgt_len), c.d_model,
+                         "would exceed 2^31 elements", fn, c.max_batch, TFM__MAX(c.max_len, c.max_tgt_len), c.d_model,
                          c.d_ff, TFM__MAX(c.vocab_size, c.tgt_vocab_size));
     *out = c;
     return TFM_OK;
@@ -3727,8 +4011,6 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
 TFMDEF tfm_result tfm_config_resolve(const tfm_config *cfg, tfm_config *out) {
     return tfm__config_resolve("tfm_config_resolve", cfg, out);
 }
-
-enum { TFM__INIT_ZERO, TFM__INIT_ONE, TFM__INIT_MATRIX, TFM__INIT_EMB };
 
 /* Record a parameter (and, in a real build, initialise it). Counting builds only count. */
 static void tfm__reg(tfm_model *m, tfm_rng *rng, const tfm_tensor *value, const tfm_tensor *grad, int init, int decay,
@@ -3777,12 +4059,6 @@ static void tfm__reg_norm(tfm_model *m, tfm_rng *rng, tfm_layernorm *n, const ch
     tfm__reg(m, rng, &n->bias, &n->d_bias, TFM__INIT_ZERO, 0, "%s%s.bias", pre, name);
 }
 
-static void tfm__reg_mha(tfm_model *m, tfm_rng *rng, tfm_mha *a, const char *pre, const char *name) {
-    tfm__reg(m, rng, &a->in_proj_weight, &a->d_in_proj_weight, TFM__INIT_MATRIX, 1, "%s%s.in_proj_weight", pre, name);
-    tfm__reg(m, rng, &a->in_proj_bias, &a->d_in_proj_bias, TFM__INIT_ZERO, 0, "%s%s.in_proj_bias", pre, name);
-    tfm__reg(m, rng, &a->out_proj_weight, &a->d_out_proj_weight, TFM__INIT_MATRIX, 1, "%s%s.out_proj.weight", pre, name);
-    tfm__reg(m, rng, &a->out_proj_bias, &a->d_out_proj_bias, TFM__INIT_ZERO, 0, "%s%s.out_proj.bias", pre, name);
-}
 
 /* A stack of n layers named "<prefix>.layers.<i>." */
 static tfm_result tfm__build_stack(tfm_model *m, tfm_rng *rng, tfm_mem *mem, tfm_block **out, float **outbuf, int n,
@@ -3798,13 +4074,9 @@ static tfm_result tfm__build_stack(tfm_model *m, tfm_rng *rng, tfm_mem *mem, tfm
         char pre[48];
         TFM__TRY(tfm_block_init(b, d, mem));
         snprintf(pre, sizeof pre, "%s.layers.%d.", prefix, i);
-        tfm__reg_mha(m, rng, &b->self_attn, pre, "self_attn");
-        if (d->cross) tfm__reg_mha(m, rng, &b->cross_attn, pre, "multihead_attn");
-        tfm__reg_linear(m, rng, &b->linear1, pre, "linear1");
-        tfm__reg_linear(m, rng, &b->linear2, pre, "linear2");
-        tfm__reg_norm(m, rng, &b->norm[0], pre, "norm1");
-        tfm__reg_norm(m, rng, &b->norm[1], pre, "norm2");
-        if (d->cross) tfm__reg_norm(m, rng, &b->norm[2], pre, "norm3");
+        tfm__named e[TFM__MAX_NAMED];
+        int k, ne = tfm__block_named(b, e);
+        for (k = 0; k < ne; k++) tfm__reg(m, rng, e[k].value, e[k].grad, e[k].init, e[k].decay, "%s%s%s", pre, e[k].part, e[k].name);
     }
     return TFM_OK;
 }
@@ -3819,7 +4091,7 @@ static tfm_tensor tfm__carve_t2(tfm_arena *a, int64_t d0, int64_t d1) {
 /* Carve (or count) every buffer of a model whose cfg is resolved. m->params NULL: counting. */
 static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     const tfm_config *c = &m->cfg;
-    int64_t C = c->d_model, B = c->max_batch, T = c->max_seq_len, Tt = c->max_tgt_len, V = c->vocab_size;
+    int64_t C = c->d_model, B = c->max_batch, T = c->max_len, Tt = c->max_tgt_len, V = c->vocab_size;
     int64_t Te = T + c->cls_token, Vt = c->tgt_vocab_size, Tm = TFM__MAX(Te, Tt); /* Te: the encoder's positions */
     int kind = c->kind, grad = !mem->no_grad, enc = kind != TFM_MODEL_DECODER_LM, encdec = kind == TFM_MODEL_ENCODER_DECODER;
     int64_t rows_out = kind == TFM_MODEL_ENCODER_CLASSIFIER ? B : encdec ? B * Tt : B * T;
@@ -3934,7 +4206,6 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     m->impl->ids = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)(B * T) * sizeof(int32_t));
     if (encdec) m->impl->tgt_ids = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)(B * Tt) * sizeof(int32_t));
     m->impl->lens = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)B * sizeof(int32_t));
-    m->impl->gnorm_parts = (double *)tfm_arena_alloc(&mem->acts, (size_t)(m->n_params + 1) * sizeof(double));
     mem->scratch.used = mark;
     return TFM_OK;
 }
@@ -3956,6 +4227,7 @@ static tfm_result tfm__model_layout(const tfm_config *cfg, size_t sizes[4], int 
     tfm_arena_alloc(&mem.acts, sizeof(tfm__model_impl));
     TFM__TRY(tfm__model_build(&m, &mem, NULL));
     tfm_arena_alloc(&mem.acts, (size_t)m.n_params * sizeof(tfm_param));
+    if (!cfg->inference_only) tfm_arena_alloc(&mem.acts, (size_t)m.n_params * sizeof(tfm_adamw_param));
     sizes[0] = mem.params.peak;
     sizes[1] = mem.grads.peak;
     sizes[2] = mem.acts.peak;
@@ -3984,7 +4256,7 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
     const char *fn = "tfm_model_init";
     tfm_config c;
     size_t sizes[4], total, off, offs[4];
-    int n_params, train;
+    int n_params, train, i;
     tfm_mem am;
     unsigned char *base, *owned = NULL;
     tfm__model_impl *impl;
@@ -4031,6 +4303,7 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
     impl->n_param_bytes = sizes[0];
     impl->owned = owned;
     m->params = (tfm_param *)tfm_arena_alloc(&am.acts, (size_t)n_params * sizeof(tfm_param));
+    if (train) impl->adam = (tfm_adamw_param *)tfm_arena_alloc(&am.acts, (size_t)n_params * sizeof(tfm_adamw_param));
     tfm_rng_seed(&rng, c.seed);
     r = tfm__model_build(m, &am, &rng);
     if (r == TFM_OK && (tfm_mem_check(&am) != TFM_OK || m->n_params != n_params))
@@ -4039,6 +4312,15 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
         if (owned) TFM_FREE(owned, NULL);
         memset(m, 0, sizeof *m);
         return r;
+    }
+    for (i = 0; train && i < n_params; i++) { /* the moments mirror the parameters offset for offset */
+        tfm_adamw_param *a = &impl->adam[i];
+        a->value = m->params[i].value;
+        a->grad = m->params[i].grad;
+        a->m = a->v = a->value;
+        a->m.data = (float *)(base + offs[2]) + m->params[i].offset;
+        a->v.data = (float *)(base + offs[3]) + m->params[i].offset;
+        a->decay = m->params[i].decay;
     }
     impl->has_grad = train;
     impl->training = train;
@@ -4114,8 +4396,8 @@ static tfm_result tfm__chk_batch(const char *fn, const tfm_model *m, const tfm_b
     if (!b) return tfm__fail(TFM_E_ARG, "%s: batch is NULL", fn);
     if (b->batch < 1 || b->batch > c->max_batch)
         return tfm__fail(TFM_E_SHAPE, "%s: batch.batch %d is outside [1,%d] (cfg.max_batch)", fn, b->batch, c->max_batch);
-    if (b->len < 1 || b->len > c->max_seq_len)
-        return tfm__fail(TFM_E_SHAPE, "%s: batch.len %d is outside [1,%d] (cfg.max_seq_len)", fn, b->len, c->max_seq_len);
+    if (b->len < 1 || b->len > c->max_len)
+        return tfm__fail(TFM_E_SHAPE, "%s: batch.len %d is outside [1,%d] (cfg.max_len)", fn, b->len, c->max_len);
     if (b->stride != 0 && b->stride < b->len)
         return tfm__fail(TFM_E_ARG, "%s: batch.stride %d is less than batch.len %d", fn, b->stride, b->len);
     if (c->input_dim) {
@@ -4477,61 +4759,38 @@ TFMDEF tfm_result tfm_optim_lr(const tfm_optim *opt, int64_t s, float *lr) {
     return TFM_OK;
 }
 
-/* One AdamW update of n consecutive parameters:
-       g = grad * scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
-       w = w * decay - step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-   sqrtf must be able to set errno (C's default), which keeps GCC from vectorizing a loop that calls it;
-   on x86 the body runs TFM__VW at a time (SSE2 4, AVX 8, AVX-512 16) with the same operations in the
-   same order, the square root by intrinsic. The spans the optimizer hands to threads are fixed (not
-   per thread count), so results never depend on threads. */
-#define TFM__ADAMW_SPAN 2048
-static void tfm__adamw_span(float *w, const float *gr, float *mm, float *vv, int64_t n, float scale, float b1,
-                            float b2, float eps, float step_size, float bc2s, float decay) {
-    int64_t j = 0;
-#if defined(TFM__VSQRT)
-    for (; j + TFM__VW <= n; j += TFM__VW) {
-        tfm__vf g = tfm__vload(gr + j) * scale;
-        tfm__vf m1 = b1 * tfm__vload(mm + j) + (1.0f - b1) * g;
-        tfm__vf v1 = b2 * tfm__vload(vv + j) + (1.0f - b2) * g * g;
-        tfm__vf w1 = tfm__vload(w + j) * decay - step_size * m1 / (TFM__VSQRT(v1) / bc2s + eps);
-        tfm__vstore(mm + j, m1);
-        tfm__vstore(vv + j, v1);
-        tfm__vstore(w + j, w1);
-    }
-#endif
-    for (; j < n; j++) {
-        float g = gr[j] * scale;
-        mm[j] = b1 * mm[j] + (1.0f - b1) * g;
-        vv[j] = b2 * vv[j] + (1.0f - b2) * g * g;
-        w[j] = w[j] * decay - step_size * mm[j] / (sqrtf(vv[j]) / bc2s + eps);
-    }
-}
-
-TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad_norm) {
-    const char *fn = "tfm_model_step";
+/* tfm_adamw_step, with errors under the name fn */
+static tfm_result tfm__adamw_step(const char *fn, const tfm_adamw_param *ps, int n, const tfm_optim *opt, int64_t step,
+                                  float *grad_norm) {
     tfm_optim o;
-    double total = 0.0, bc1, bc2;
+    double total = 0.0, part[256], bc1, bc2;
     float scale = 1.0f, lr;
-    int i;
+    int i, g0;
     memset(&o, 0, sizeof o);
-    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
-    if (!m->impl->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
-    TFM__TRY(tfm__optim_resolve(fn, opt, m->step + 1, &o));
-    /* global gradient norm: each parameter's squares summed in double over 8 interleaved partial sums
-       (a fixed order that vectorizes), then the parameters summed in registry order */
-    TFM__OMP(omp parallel for schedule(dynamic) if (m->n_weights > 65536 && !tfm__in_parallel()))
-    for (i = 0; i < m->n_params; i++) {
-        const float *g = m->params[i].grad.data;
-        int64_t j = 0, n = tfm_numel(&m->params[i].grad);
-        double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sum = 0.0;
-        int k;
-        for (; j + 8 <= n; j += 8)
-            for (k = 0; k < 8; k++) acc[k] += (double)g[j + k] * (double)g[j + k];
-        for (; j < n; j++) acc[0] += (double)g[j] * (double)g[j];
-        for (k = 0; k < 8; k++) sum += acc[k];
-        m->impl->gnorm_parts[i] = sum;
+    if (grad_norm) *grad_norm = 0.0f;
+    if (!ps || n < 1) return tfm__fail(TFM_E_ARG, "%s: %d parameters at %p: want a list of at least one", fn, n, (const void *)ps);
+    for (i = 0; i < n; i++) {
+        const tfm_adamw_param *p = &ps[i];
+        if (tfm__chk(fn, "ps[i].value", &p->value) != TFM_OK || tfm__chk(fn, "ps[i].grad", &p->grad) != TFM_OK ||
+            tfm__chk(fn, "ps[i].m", &p->m) != TFM_OK || tfm__chk(fn, "ps[i].v", &p->v) != TFM_OK)
+            return tfm__fail(TFM_E_ARG, "%s: parameter %d: %s", fn, i, tfm_last_error());
+        if (tfm_numel(&p->grad) != tfm_numel(&p->value) || tfm_numel(&p->m) != tfm_numel(&p->value) ||
+            tfm_numel(&p->v) != tfm_numel(&p->value))
+            return tfm__fail(TFM_E_SHAPE, "%s: parameter %d: value %s, grad %s, m %s and v %s differ in size", fn, i,
+                             tfm__shp(&p->value), tfm__shp(&p->grad), tfm__shp(&p->m), tfm__shp(&p->v));
     }
-    for (i = 0; i < m->n_params; i++) total += m->impl->gnorm_parts[i];
+    TFM__TRY(tfm__optim_resolve(fn, opt, step, &o));
+    /* the global gradient norm: each parameter's sum of squares, in groups of 256 on threads, then the
+       parameters summed in list order */
+    for (g0 = 0; g0 < n; g0 += 256) {
+        int gn = TFM__MIN(256, n - g0);
+        int64_t work = 0;
+        for (i = 0; i < gn; i++) work += tfm_numel(&ps[g0 + i].grad);
+        TFM__OMP(omp parallel for schedule(dynamic) if (work > 65536 && !tfm__in_parallel()))
+        for (i = 0; i < gn; i++)
+            part[i] = tfm__op_sumsq(ps[g0 + i].grad.device, ps[g0 + i].grad.data, tfm_numel(&ps[g0 + i].grad));
+        for (i = 0; i < gn; i++) total += part[i];
+    }
     total = sqrt(total);
     if (grad_norm) *grad_norm = (float)total;
     if (!isfinite(total)) return tfm__fail(TFM_E_ARG, "%s: the gradient norm is %g (not finite); no update made", fn, total);
@@ -4539,23 +4798,30 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
         double s = (double)o.clip_norm / (total + 1e-6);
         if (s < 1.0) scale = (float)s;
     }
-    m->step++;
-    lr = tfm__lr(&o, m->step);
-    bc1 = 1.0 - pow((double)o.beta1, (double)m->step);
-    bc2 = 1.0 - pow((double)o.beta2, (double)m->step);
-    for (i = 0; i < m->n_params; i++) {
-        tfm_param *p = &m->params[i];
-        size_t off = (size_t)((unsigned char *)p->value.data - (m->impl->mem_base + m->impl->off_params));
-        float *w = p->value.data, *gr = p->grad.data;
-        float *mm = (float *)(m->impl->mem_base + m->impl->off_m + off), *vv = (float *)(m->impl->mem_base + m->impl->off_v + off);
+    lr = tfm__lr(&o, step);
+    bc1 = 1.0 - pow((double)o.beta1, (double)step);
+    bc2 = 1.0 - pow((double)o.beta2, (double)step);
+    for (i = 0; i < n; i++) {
+        const tfm_adamw_param *p = &ps[i];
         float decay = (p->decay || o.decay_all) ? 1.0f - lr * o.weight_decay : 1.0f;
-        float b1 = o.beta1, b2 = o.beta2, eps = o.eps, step_size = (float)(lr / bc1), bc2s = (float)sqrt(bc2);
-        int64_t c, n = tfm_numel(&p->value);
-        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
-        for (c = 0; c < n; c += TFM__ADAMW_SPAN)
-            tfm__adamw_span(w + c, gr + c, mm + c, vv + c, TFM__MIN(TFM__ADAMW_SPAN, n - c), scale, b1, b2, eps,
-                            step_size, bc2s, decay);
+        tfm__op_adamw(p->value.device, p->value.data, p->grad.data, p->m.data, p->v.data, tfm_numel(&p->value), scale,
+                      o.beta1, o.beta2, o.eps, (float)(lr / bc1), (float)sqrt(bc2), decay);
     }
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_adamw_step(const tfm_adamw_param *ps, int n, const tfm_optim *opt, int64_t step,
+                                 float *grad_norm) {
+    return tfm__adamw_step("tfm_adamw_step", ps, n, opt, step, grad_norm);
+}
+
+TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad_norm) {
+    const char *fn = "tfm_model_step";
+    if (grad_norm) *grad_norm = 0.0f;
+    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
+    if (!m->impl->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
+    TFM__TRY(tfm__adamw_step(fn, m->impl->adam, m->n_params, opt, m->step + 1, grad_norm));
+    m->step++;
     return TFM_OK;
 }
 
@@ -4569,7 +4835,7 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     if (!c || !m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: cache or model is NULL, or the model is not initialised", fn);
     if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier has no decoder", fn);
     encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
-    limit = encdec ? m->cfg.max_tgt_len : m->cfg.max_seq_len;
+    limit = encdec ? m->cfg.max_tgt_len : m->cfg.max_len;
     if (max_batch < 0 || max_batch > m->cfg.max_batch || max_len < 0 || max_len > limit)
         return tfm__fail(TFM_E_ARG, "%s: max_batch %d and max_len %d must be in [0,%d] and [0,%d] (the model's limits)", fn,
                          max_batch, max_len, m->cfg.max_batch, limit);
@@ -4577,7 +4843,7 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     c->n_layers = m->impl->n_dec;
     c->max_batch = max_batch ? max_batch : m->cfg.max_batch;
     c->max_len = max_len ? max_len : limit;
-    c->max_src_len = encdec ? m->cfg.max_seq_len : 0;
+    c->max_src_len = encdec ? m->cfg.max_len : 0;
     c->d_model = m->cfg.d_model;
     c->device = m->impl->device;
     n_self = (size_t)c->n_layers * c->max_batch * c->max_len * 2 * c->d_model;
@@ -4727,11 +4993,11 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
     if (!opts || !out || !prompt) return tfm__fail(TFM_E_ARG, "%s: opts, out or prompt is NULL", fn);
     o = *opts;
     encdec = c->kind == TFM_MODEL_ENCODER_DECODER;
-    limit = encdec ? c->max_tgt_len : c->max_seq_len;
+    limit = encdec ? c->max_tgt_len : c->max_len;
     if (o.max_new <= 0) return tfm__fail(TFM_E_ARG, "%s: opts.max_new is %d: required, > 0", fn, o.max_new);
     if (n_prompt < 1 || n_prompt + o.max_new > limit)
         return tfm__fail(TFM_E_SHAPE, "%s: %d prompt ids + %d new must be in [1,%d] (cfg.%s)", fn, n_prompt, o.max_new, limit,
-                         encdec ? "max_tgt_len" : "max_seq_len");
+                         encdec ? "max_tgt_len" : "max_len");
     if (!(o.temperature >= 0.0f) || !isfinite(o.temperature) || o.top_k < 0)
         return tfm__fail(TFM_E_ARG, "%s: temperature %g and top_k %d must be >= 0", fn, (double)o.temperature, o.top_k);
     if (encdec && !src) return tfm__fail(TFM_E_ARG, "%s: an encoder-decoder needs src", fn);
@@ -4775,2131 +5041,1096 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
 
 /* ==== >>impl-safetensors ==== */
 
-/* safetensors files: the format model checkpoints are saved in and loaded from.
+/* safetensors: a u64 little-endian N, N bytes of UTF-8 JSON header, the data. The header maps each tensor
+   name to {"dtype": "F32", "shape": [d0, ...], "data_offsets": [begin, end]} (bytes into the data, end
+   exclusive); "__metadata__" (optional) maps strings to strings. Only F32 is written and read here.
+   Reading trusts nothing: lengths and offsets are checked against the bytes that exist before use, the
+   JSON is parsed strictly (RFC 8259, UTF-8 checked, nesting at most TFM__ST_MAX_DEPTH), the tensors must
+   cover the data exactly, and allocation is bounded by the header's size, never by a number in the file.
+   Defects are TFM_E_FORMAT saying what was expected and what was found (TFM_E_IO: the file cannot be
+   opened or read), after the file's name. Files go through stdio; POSIX adds the exclusive create and the
+   syncs. Built with the private TFM__TESTING, tfm__st_write_hook can fail any step of a save or a read. */
 
-   LAYOUT
-       u64, little-endian   N: the length of the JSON header in bytes
-       N bytes              the header: one UTF-8 JSON object
-       the data buffer      the tensors' bytes: little-endian, row-major, no padding
-   The header maps each tensor name to
-       {"dtype": "F32", "shape": [d0, d1, ...], "data_offsets": [begin, end]}
-   where the offsets are bytes from the start of the data buffer (end exclusive); an optional
-   "__metadata__" member maps strings to strings. Only F32 is written and read here, with 0 to 4
-   dims (a tensor with no dims is a scalar: one float).
-
-   WRITING: tfm__st_save writes the metadata, then the tensors in the order given, contiguous; the
-   header is padded with spaces to a multiple of 8 bytes, so the data buffer starts 8-byte aligned.
-   The file is replaced atomically: everything goes to a new temporary file beside it, which is
-   flushed, synced and renamed over the target, and then the directory is synced. Any failure
-   removes the temporary file and leaves the target as it was.
-
-   READING: tfm__st_load reads named tensors of known shapes into caller memory. The file is
-   untrusted: every length and offset is checked against the bytes that exist before it is used,
-   the JSON is parsed strictly (RFC 8259, UTF-8 validated, nesting at most TFM__ST_MAX_DEPTH deep),
-   and the tensors must cover the data buffer exactly: sorted, no overlaps, no holes. Allocation is
-   bounded by the header's size (the header bytes, a decoded copy of its strings, and an index
-   entry per tensor), never by a number read from the file. Every defect gives TFM_E_FORMAT with a
-   message that says what was expected and what was found; a file that cannot be opened or read
-   gives TFM_E_IO.
-
-   The file functions (save, load, read_header) use POSIX open/read/write/fsync/rename where
-   available, and plain stdio elsewhere (see the backend notes below). The memory functions
-   (tfm__st_parse, tfm__st_load_mem, tfm__st_read_header_mem) take the same path through the
-   checks as a file does, and are what the fuzz target drives.
-
-   FUNCTIONS (all static; each is documented where it is defined)
-       tfm__st_save(path, items, n, meta_kv, n_meta)        write a file atomically
-       tfm__st_load(path, want, n_want, h_out)              read named tensors of known shapes
-       tfm__st_load_mem(data, size, want, n_want, h_out)    the same from a file image in memory
-       tfm__st_read_header(path, h)                         only read and check the header
-       tfm__st_read_header_mem(data, size, h)
-       tfm__st_parse(buf, len, file_size, h)                check the JSON header bytes alone
-       tfm__st_header_free(h)
-       tfm__st_find(h, name), tfm__st_meta_get(h, key)      look-ups in a parsed header
-       tfm__st_header_json(items, n, meta_kv, n_meta, &json, &len)   the header save writes
-       tfm__st_write_hook                                   failure injection for tests */
-
-#define TFM__ST_DEFINED 1
-
-#define TFM__ST_MAX_HEADER (100u * 1024u * 1024u) /* largest JSON header accepted (bytes) */
-#define TFM__ST_MAX_TENSORS 100000                /* most tensors in one file */
-#define TFM__ST_MAX_META 100000                   /* most __metadata__ entries in one file */
-#define TFM__ST_MAX_DEPTH 16                      /* deepest JSON nesting (the root is level 1) */
-#define TFM__ST_MAX_NDIM 4                        /* most dims per tensor */
-
-/* One tensor to save: name (UTF-8, unique, not "__metadata__"), ndim (0..4), shape[0..ndim),
-   and numel float32 values at data (data may be NULL when numel is 0). */
-typedef struct tfm__st_item {
-    const char *name;
-    int ndim;
-    int64_t shape[TFM__ST_MAX_NDIM];
-    const float *data;
-} tfm__st_item;
-
-/* One tensor to load: the name and exact shape it must have in the file, and where its numel
-   floats go (dest may be NULL when numel is 0). skip: the tensor must be there, but is not read. */
-typedef struct tfm__st_want {
-    const char *name;
-    int ndim;
-    int64_t shape[TFM__ST_MAX_NDIM];
-    float *dest;
-    int skip;
-} tfm__st_want;
-
-/* A tensor as the header describes it (validated: F32, ndim 0..4, end - begin == numel * 4). */
-typedef struct tfm__st_entry {
-    const char *name;                /* NUL-terminated UTF-8; owned by the header */
-    int ndim;                        /* 0..4 */
-    int64_t shape[TFM__ST_MAX_NDIM]; /* shape[0..ndim), each >= 0 */
-    uint64_t begin, end;             /* byte range in the data buffer, end exclusive */
-} tfm__st_entry;
-
-/* A parsed, validated header. Free with tfm__st_header_free (a zeroed header is empty and free). */
-typedef struct tfm__st_header {
-    tfm__st_entry *entries; /* n entries in data order (sorted by begin): contiguous from 0 */
-    int n;
-    const char **meta_kv; /* 2 * n_meta strings, key then value, in header order; keys unique */
-    int n_meta;
-    uint64_t data_start; /* file offset of the data buffer: 8 + header length */
-    uint64_t data_size;  /* bytes in the data buffer: the end of the last tensor */
-    char *strings;       /* storage behind every name, key and value above */
-} tfm__st_header;
-
-/* Failure injection for tests: when set, it is called before each stage of tfm__st_save (a
-   TFM__ST_STAGE_* value, once per write call) and a non-zero return makes that stage fail as if
-   the system call had failed with that errno value. NULL (the default) in normal use. Like the
-   save itself it is not meant to be changed while another thread saves. */
-enum tfm__st_stage {
-    TFM__ST_STAGE_OPEN = 0, /* create the temporary file */
-    TFM__ST_STAGE_WRITE,    /* each write: the length, the header, then one per tensor */
-    TFM__ST_STAGE_FLUSH,    /* flush user-space buffers (stdio backend) */
-    TFM__ST_STAGE_SYNC,     /* fsync the temporary file */
-    TFM__ST_STAGE_CLOSE,    /* close it */
-    TFM__ST_STAGE_RENAME,   /* rename it over the target */
-    TFM__ST_STAGE_SYNCDIR,  /* fsync the directory (POSIX; after the rename) */
-    TFM__ST_STAGE_COUNT
-};
-static TFM__UNUSED int (*tfm__st_write_hook)(int stage) = NULL;
-
-/* ---- backend selection --------------------------------------------------------------------- */
-
-/* POSIX: file descriptors, fsync, atomic rename, directory fsync. Elsewhere (or with the private
-   TFM__ST_STDIO, which the tests use to exercise it): stdio, with _commit on Windows. */
-#if !defined(TFM_NO_STDIO)
+#ifndef TFM_NO_STDIO
 #include <errno.h>
 #include <time.h>
 #if defined(__unix__) || defined(__unix) || (defined(__APPLE__) && defined(__MACH__))
-#if !defined(TFM__ST_STDIO)
 #include <unistd.h>
 #if defined(_POSIX_VERSION)
 #define TFM__ST_POSIX 1
-#endif
-#endif
-#endif
-#if defined(TFM__ST_POSIX)
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/types.h>
+#ifndef O_CLOEXEC
+#define O_CLOEXEC 0
+#endif
+#endif
 #elif defined(_WIN32)
 #include <io.h>
 #endif
+
+#define TFM__ST_MAX_HEADER (100u * 1024u * 1024u) /* largest JSON header accepted (bytes) */
+#define TFM__ST_MAX_ITEMS 100000                  /* most tensors, and most __metadata__ entries, in one file */
+#define TFM__ST_MAX_DEPTH 16                      /* deepest JSON nesting (the root is level 1) */
+
+/* A tensor to save (data) or to load (into data, the name and exact shape it must have in the file; data
+   NULL: it must be there, but is not read). */
+typedef struct tfm__st_tensor {
+    const char *name;
+    int ndim;
+    int64_t shape[TFM_MAX_DIMS];
+    float *data;
+} tfm__st_tensor;
+/* A tensor as a checked header gives it (F32, end - begin == numel * 4; the name owned by the header). */
+typedef struct tfm__st_entry {
+    const char *name;
+    int ndim;
+    int64_t shape[TFM_MAX_DIMS];
+    uint64_t begin, end; /* bytes in the data buffer */
+} tfm__st_entry;
+/* A parsed, checked header: entries in data order, contiguous from data byte 0; meta_kv: key, value, ...
+   in header order; strings: the storage behind them all. tfm__st_header_free frees it. */
+typedef struct tfm__st_header {
+    tfm__st_entry *entries;
+    int n, n_meta;
+    const char **meta_kv;
+    uint64_t data_start, data_size; /* file offset and size of the data buffer */
+    char *strings;
+} tfm__st_header;
+/* A file being read (or, mem set, a file image in memory; name "<memory>") or written. */
+typedef struct tfm__st_file {
+    const char *name;
+    const unsigned char *mem;
+    uint64_t size, pos;
+    FILE *fp;
+} tfm__st_file;
+
+#ifdef TFM__TESTING
+enum { TFM__ST_STAGE_OPEN, TFM__ST_STAGE_WRITE, TFM__ST_STAGE_FLUSH, TFM__ST_STAGE_SYNC, TFM__ST_STAGE_CLOSE,
+       TFM__ST_STAGE_RENAME, TFM__ST_STAGE_SYNCDIR, TFM__ST_STAGE_READ, TFM__ST_STAGE_COUNT };
+/* Called before each step of a save (each write) and each read of a file: non-zero fails that step as if
+   the system call had failed with that errno. */
+static int (*tfm__st_write_hook)(int stage) = NULL;
+#define TFM__ST_HOOK(stage) (tfm__st_write_hook && (errno = tfm__st_write_hook(TFM__ST_STAGE_##stage)) != 0 ? errno : 0)
+#else
+#define TFM__ST_HOOK(stage) 0
 #endif
 
-/* ---- small helpers ------------------------------------------------------------------------- */
-
-/* Rotating buffers for message fragments, so one message can quote several strings. */
-#define TFM__ST_NBUF 8
-#define TFM__ST_BUFSZ 128
-static TFM__THREAD_LOCAL char tfm__st_bufs[TFM__ST_NBUF][TFM__ST_BUFSZ];
-static TFM__THREAD_LOCAL int tfm__st_bufnext;
-static char *tfm__st_buf(void) {
-    char *b = tfm__st_bufs[tfm__st_bufnext];
-    tfm__st_bufnext = (tfm__st_bufnext + 1) % TFM__ST_NBUF;
-    return b;
+/* "prefix: " in front of the pending message, unless it starts so already. */
+static tfm_result tfm__io_prefix(tfm_result r, const char *prefix) {
+    const char *e = tfm_last_error();
+    size_t n = strlen(prefix);
+    return r == TFM_OK || (!strncmp(e, prefix, n) && e[n] == ':') ? r : tfm__fail(r, "%s: %s", prefix, e);
 }
 
-/* s (n bytes) in single quotes for a message: at most ~60 bytes of it (then "..."), with control
-   characters, quotes and backslashes written as \xNN. */
+/* s (n bytes) quoted for a message, in a shape-string buffer: control bytes, quotes and backslashes as
+   \xNN, cut at a UTF-8 boundary after about 48 bytes. */
 static const char *tfm__st_qn(const char *s, size_t n) {
-    char *b = tfm__st_buf();
-    size_t o = 0, i = 0;
-    b[o++] = '\'';
-    while (i < n && o < 64) {
-        unsigned char c = (unsigned char)s[i++];
-        if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\') {
-            snprintf(b + o, 5, "\\x%02x", c);
-            o += 4;
-        } else {
-            b[o++] = (char)c;
-        }
+    char *b = tfm__shapebufs[tfm__shapenext++ & 3];
+    size_t o = 1, i;
+    for (b[0] = '\'', i = 0; i < n && o < 48; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\') o += (size_t)snprintf(b + o, 5, "\\x%02x", c);
+        else b[o++] = (char)c;
     }
     if (i < n) {
-        while (o > 1 && ((unsigned char)b[o - 1] & 0xC0) == 0x80) o--; /* whole UTF-8 sequences */
+        while (o > 1 && ((unsigned char)b[o - 1] & 0xC0) == 0x80) o--;
         if (o > 1 && (unsigned char)b[o - 1] >= 0xC0) o--;
-        memcpy(b + o, "...", 3);
-        o += 3;
+        memcpy(b + o, "...", 3), o += 3;
     }
-    b[o++] = '\'';
-    b[o] = 0;
+    b[o] = '\'', b[o + 1] = 0;
     return b;
 }
-static const char *tfm__st_q(const char *s) { return s ? tfm__st_qn(s, strlen(s)) : "(null)"; }
+static const char *tfm__st_q(const char *s) { return tfm__st_qn(s, strlen(s)); }
 
-/* "(5,6)" for a shape; "()" for a scalar. */
-static const char *tfm__st_shape_str(int ndim, const int64_t *shape) {
-    char *b = tfm__st_buf();
-    size_t o = 0;
-    int i;
-    b[o++] = '(';
-    for (i = 0; i < ndim && i < TFM__ST_MAX_NDIM; i++) {
-        int w = snprintf(b + o, TFM__ST_BUFSZ - o - 2, "%s%lld", i ? "," : "", (long long)shape[i]);
-        if (w < 0) break;
-        o += (size_t)w;
-        if (o > TFM__ST_BUFSZ - 3) o = TFM__ST_BUFSZ - 3;
-    }
-    b[o++] = ')';
-    b[o] = 0;
-    return b;
+/* A shape for messages, by the public shape printer. */
+static const char *tfm__st_shape(int ndim, const int64_t *shape) {
+    tfm_tensor t;
+    memset(&t, 0, sizeof t);
+    t.ndim = ndim;
+    if (ndim > 0 && ndim <= TFM_MAX_DIMS) memcpy(t.shape, shape, (size_t)ndim * sizeof *shape);
+    return tfm__shp(&t);
 }
 
-/* Re-raise the pending error with "prefix: " in front of its message. */
-static tfm_result tfm__st_prefix(tfm_result r, const char *prefix) {
-    char tmp[512];
-    size_t n = strlen(tfm_last_error());
-    if (n >= sizeof tmp) n = sizeof tmp - 1;
-    memcpy(tmp, tfm_last_error(), n);
-    tmp[n] = 0;
-    return tfm__fail(r, "%s: %s", prefix, tmp);
-}
-
-static int tfm__st_little_endian(void) {
-    const uint32_t one = 1;
-    unsigned char b;
-    memcpy(&b, &one, 1);
-    return b == 1;
-}
-
-/* Reverse the bytes of each of n 4-byte words at p (float32 on a big-endian host). */
-static void tfm__st_bswap32(unsigned char *p, size_t n) {
-    size_t i;
-    for (i = 0; i < n; i++, p += 4) {
-        unsigned char t0 = p[0], t1 = p[1];
-        p[0] = p[3];
-        p[1] = p[2];
-        p[2] = t1;
-        p[3] = t0;
-    }
-}
-
-/* Length (1..4) of the well-formed UTF-8 sequence at p (n >= 1 bytes available), or 0 if it is
-   not one: no overlong forms, no surrogates U+D800..U+DFFF, nothing above U+10FFFF. */
+/* Length (1..4) of the well-formed UTF-8 sequence at p (n >= 1 bytes), or 0 (overlong, surrogate, too big). */
 static int tfm__st_utf8_seq(const unsigned char *p, size_t n) {
-    unsigned c = p[0], lo = 0x80, hi = 0xBF;
-    int len, k;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else {
-        return 0;
-    }
+    unsigned c = p[0], lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    int len = c < 0x80 ? 1 : c < 0xC2 || c > 0xF4 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4, k;
+    if (len < 2) return len;
     if (n < (size_t)len || p[1] < lo || p[1] > hi) return 0;
     for (k = 2; k < len; k++)
         if (p[k] < 0x80 || p[k] > 0xBF) return 0;
     return len;
 }
-
-/* s is NUL-terminated, well-formed UTF-8. */
 static int tfm__st_utf8_valid(const char *s) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t n = strlen(s), i = 0;
-    while (i < n) {
-        int k = tfm__st_utf8_seq(p + i, n - i);
-        if (!k) return 0;
-        i += (size_t)k;
-    }
-    return 1;
+    size_t n = strlen(s), i = 0, k;
+    while (i < n && (k = (size_t)tfm__st_utf8_seq((const unsigned char *)s + i, n - i)) != 0) i += k;
+    return i == n;
 }
 
-/* Grow an array of elem-byte items holding `used` items to room for `need` (doubling): returns
-   the array (maybe new; the old one is then freed), or NULL when out of memory (old one kept). */
-static void *tfm__st_grow(void *arr, int used, int *cap, int need, size_t elem) {
-    int nc;
-    void *na;
-    if (need <= *cap) return arr;
-    nc = *cap ? *cap : 16;
-    while (nc < need) nc *= 2;
-    na = TFM_MALLOC((size_t)nc * elem, NULL);
-    if (!na) return NULL;
-    if (arr) {
-        memcpy(na, arr, (size_t)used * elem);
-        TFM_FREE(arr, NULL);
-    }
-    *cap = nc;
-    return na;
-}
-
-/* numel * 4 of a shape, with overflow checks: 0 on success, -1 if it does not fit in 64 bits. */
+/* Bytes of F32 data of a shape (dims >= 0) into *bytes: 0, or -1 past 2^64 - 1. */
 static int tfm__st_nbytes(int ndim, const int64_t *shape, uint64_t *bytes) {
-    uint64_t n = 1;
     int i;
-    for (i = 0; i < ndim; i++)
-        if (shape[i] == 0) {
-            *bytes = 0;
-            return 0;
-        }
-    for (i = 0; i < ndim; i++) {
-        uint64_t d = (uint64_t)shape[i];
-        if (n > UINT64_MAX / d) return -1;
-        n *= d;
-    }
-    if (n > UINT64_MAX / 4) return -1;
-    *bytes = n * 4;
+    for (*bytes = 4, i = 0; i < ndim; i++) *bytes = shape[i] ? *bytes : 0;
+    for (i = 0; i < ndim && *bytes; *bytes *= (uint64_t)shape[i++])
+        if (*bytes > UINT64_MAX / (uint64_t)shape[i]) return -1;
     return 0;
 }
 
-static TFM__UNUSED void tfm__st_put_u64le(unsigned char *b, uint64_t v) {
-    int i;
-    for (i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+static int tfm__st_little_endian(void) {
+    const uint16_t one = 1;
+    return *(const unsigned char *)&one == 1;
 }
-static uint64_t tfm__st_get_u64le(const unsigned char *b) {
-    uint64_t v = 0;
-    int i;
-    for (i = 7; i >= 0; i--) v = (v << 8) | b[i];
-    return v;
+/* Reverse each of n 4-byte words (float32 on a big-endian host). */
+static void tfm__st_bswap32(unsigned char *p, size_t n) {
+    unsigned char t;
+    for (; n; n--, p += 4) t = p[0], p[0] = p[3], p[3] = t, t = p[1], p[1] = p[2], p[2] = t;
 }
 
-/* ---- header: JSON parser ------------------------------------------------------------------- */
+static int tfm__st_cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+/* The first name n records hold twice (a name pointer at the start of each stride-byte record): "" for
+   none, NULL when out of memory. */
+static const char *tfm__st_dup(const void *base, int n, size_t stride) {
+    const char **s, *d = "";
+    int i;
+    if (n < 2) return d;
+    if (!(s = (const char **)TFM_MALLOC((size_t)n * sizeof *s, NULL))) return NULL;
+    for (i = 0; i < n; i++) memcpy((void *)&s[i], (const char *)base + (size_t)i * stride, sizeof *s);
+    qsort((void *)s, (size_t)n, sizeof *s, tfm__st_cmp_str);
+    for (i = 1; i < n && !*d; i++)
+        if (!strcmp(s[i - 1], s[i])) d = s[i];
+    TFM_FREE((void *)s, NULL);
+    return d;
+}
 
-/* Parser state: the header bytes, a cursor, and the storage decoded strings go to. The storage
-   has len + 1 bytes: a decoded string plus its NUL is never longer than its JSON form minus one,
-   so every string kept fits. */
+/* The parser: the header bytes, a cursor, and the storage strings are decoded to (len + 1 bytes: a
+   decoded string and its NUL are shorter than its JSON form, so the strings kept always fit). */
 typedef struct tfm__st_json {
     const unsigned char *p;
-    size_t n, i;
+    size_t n, i, used;
     char *str;
-    size_t str_used, str_cap;
-    int cap_entries, cap_meta;
+    int cap[2];
     uint64_t data_size;
+    tfm__st_header *h;
 } tfm__st_json;
 
-static void tfm__st_jws(tfm__st_json *j) {
-    while (j->i < j->n) {
-        unsigned char c = j->p[j->i];
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
-        j->i++;
-    }
+#define TFM__ST_DIGIT(j) ((j)->i < (j)->n && (j)->p[(j)->i] >= '0' && (j)->p[(j)->i] <= '9')
+static int tfm__st_at(const tfm__st_json *j, char c) { return j->i < j->n && j->p[j->i] == (unsigned char)c; }
+static void tfm__st_ws(tfm__st_json *j) {
+    while (tfm__st_at(j, ' ') || tfm__st_at(j, '\t') || tfm__st_at(j, '\n') || tfm__st_at(j, '\r')) j->i++;
 }
 
-/* What is at the cursor, for "expected X but found Y". */
-static const char *tfm__st_found(const tfm__st_json *j) {
-    char *b;
-    unsigned char c;
-    if (j->i >= j->n) return "the end of the header";
-    b = tfm__st_buf();
-    c = j->p[j->i];
-    if (c >= 0x20 && c < 0x7f)
-        snprintf(b, TFM__ST_BUFSZ, "'%c'", (char)c);
-    else
-        snprintf(b, TFM__ST_BUFSZ, "byte 0x%02x", c);
-    return b;
+/* "header offset N: [ctx: ]expected E but found F". */
+static tfm_result tfm__st_jerr(const tfm__st_json *j, const char *ctx, const char *expected) {
+    char found[24];
+    unsigned c = j->i < j->n ? j->p[j->i] : 0;
+    if (j->i >= j->n) snprintf(found, sizeof found, "the end of the header");
+    else snprintf(found, sizeof found, c >= 0x20 && c < 0x7f ? "'%c'" : "byte 0x%02x", c);
+    return tfm__fail(TFM_E_FORMAT, "header offset %llu: %s%sexpected %s but found %s", (unsigned long long)j->i,
+                     ctx ? ctx : "", ctx ? ": " : "", expected, found);
 }
 
-static tfm_result tfm__st_jerr(const tfm__st_json *j, const char *expected) {
-    return tfm__fail(TFM_E_FORMAT, "header offset %llu: expected %s but found %s",
-                     (unsigned long long)(j->i), expected, tfm__st_found(j));
-}
-
-static tfm_result tfm__st_jexpect(tfm__st_json *j, char c) {
-    char what[4];
-    if (j->i < j->n && j->p[j->i] == (unsigned char)c) {
-        j->i++;
-        return TFM_OK;
-    }
-    what[0] = '\'';
-    what[1] = c;
-    what[2] = '\'';
-    what[3] = 0;
-    return tfm__st_jerr(j, what);
-}
-
-static int tfm__st_hex(unsigned char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* The four hex digits at p[at..at+4) as a code unit, or -1. */
 static long tfm__st_hex4(const tfm__st_json *j, size_t at) {
-    long v = 0;
-    int k;
-    if (at > j->n || j->n - at < 4) return -1;
-    for (k = 0; k < 4; k++) {
-        int h = tfm__st_hex(j->p[at + (size_t)k]);
-        if (h < 0) return -1;
-        v = v * 16 + h;
-    }
-    return v;
+    char d[5] = {0, 0, 0, 0, 0};
+    if (at < j->n) memcpy(d, j->p + at, j->n - at < 4 ? j->n - at : 4);
+    return strspn(d, "0123456789abcdefABCDEF") == 4 ? strtol(d, NULL, 16) : -1;
 }
 
-/* Append a byte to the string storage (keep mode). */
-static tfm_result tfm__st_jput(tfm__st_json *j, unsigned char c) {
-    if (j->str_used >= j->str_cap) /* cannot happen: see tfm__st_json */
-        return tfm__fail(TFM_E_FORMAT, "header offset %llu: string storage exhausted",
-                         (unsigned long long)(j->i));
-    j->str[j->str_used++] = (char)c;
-    return TFM_OK;
-}
-
-/* The string at the cursor (which must be at its opening quote). keep: decode it into the string
-   storage, NUL-terminated (*out, *out_len: its length, which may include \u0000 NULs); otherwise
-   only check it. */
-static tfm_result tfm__st_jstring(tfm__st_json *j, int keep, char **out, size_t *out_len) {
-    size_t start = j->i, o = j->str_used;
-    if (j->i >= j->n || j->p[j->i] != '"') return tfm__st_jerr(j, "a string");
-    j->i++;
-    for (;;) {
-        unsigned char c;
-        if (j->i >= j->n)
-            return tfm__fail(TFM_E_FORMAT, "header offset %llu: unterminated string",
-                             (unsigned long long)start);
-        c = j->p[j->i];
-        if (c == '"') {
-            j->i++;
-            break;
-        }
+/* The string at the cursor, decoded into the storage: *out (NUL-terminated, *len bytes; a \u0000 puts a
+   NUL inside). */
+static tfm_result tfm__st_jstring(tfm__st_json *j, char **out, size_t *len) {
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    unsigned long long at0 = j->i;
+    char *s = j->str + j->used, *o = s;
+    if (!tfm__st_at(j, '"')) return tfm__st_jerr(j, NULL, "a string");
+    for (j->i++; !tfm__st_at(j, '"');) {
+        unsigned long long at = j->i;
+        unsigned c = j->i < j->n ? j->p[j->i] : 0, x = j->i + 1 < j->n ? j->p[j->i + 1] : 0;
+        long cp, lo = -1;
+        int k, m;
+        if (j->i >= j->n || (c == '\\' && j->i + 1 >= j->n))
+            return tfm__fail(TFM_E_FORMAT, "header offset %llu: unterminated string", at0);
         if (c < 0x20)
-            return tfm__fail(TFM_E_FORMAT,
-                             "header offset %llu: control character 0x%02x inside a string (it "
-                             "must be escaped)",
-                             (unsigned long long)(j->i), c);
-        if (c == '\\') {
-            unsigned char e, ch = 0;
-            if (j->i + 1 >= j->n)
-                return tfm__fail(TFM_E_FORMAT, "header offset %llu: unterminated string",
-                                 (unsigned long long)start);
-            e = j->p[j->i + 1];
-            switch (e) {
-            case '"': ch = '"'; break;
-            case '\\': ch = '\\'; break;
-            case '/': ch = '/'; break;
-            case 'b': ch = '\b'; break;
-            case 'f': ch = '\f'; break;
-            case 'n': ch = '\n'; break;
-            case 'r': ch = '\r'; break;
-            case 't': ch = '\t'; break;
-            case 'u': break;
-            default:
-                return tfm__fail(TFM_E_FORMAT,
-                                 "header offset %llu: invalid escape: a backslash followed by %s "
-                                 "(want one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)",
-                                 (unsigned long long)(j->i),
-                                 e >= 0x20 && e < 0x7f ? tfm__st_qn((const char *)&e, 1)
-                                                       : "a control byte");
+            return tfm__fail(TFM_E_FORMAT, "header offset %llu: control character 0x%02x inside a string (it must be escaped)", at, c);
+        if (c == '\\' && x != 'u') {
+            const char *e = x ? strchr(from, (int)x) : NULL;
+            if (!e)
+                return tfm__fail(TFM_E_FORMAT, "header offset %llu: invalid escape: a backslash followed by %s (want one of "
+                                 "\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)", at,
+                                 x >= 0x20 && x < 0x7f ? tfm__st_qn((const char *)j->p + j->i + 1, 1) : "a control byte");
+            *o++ = to[e - from];
+            j->i += 2;
+        } else if (c == '\\') { /* \uXXXX, a surrogate pair for U+10000 and above: as UTF-8 */
+            if ((cp = tfm__st_hex4(j, j->i + 2)) < 0)
+                return tfm__fail(TFM_E_FORMAT, "header offset %llu: \\u must be followed by 4 hex digits", at);
+            if (cp >= 0xDC00 && cp <= 0xDFFF)
+                return tfm__fail(TFM_E_FORMAT, "header offset %llu: \\u%04lX is a low surrogate with no high surrogate "
+                                 "before it", at, cp);
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (j->i + 7 < j->n && j->p[j->i + 6] == '\\' && j->p[j->i + 7] == 'u') lo = tfm__st_hex4(j, j->i + 8);
+                if (lo < 0xDC00 || lo > 0xDFFF)
+                    return tfm__fail(TFM_E_FORMAT, "header offset %llu: high surrogate \\u%04lX is not followed by a low "
+                                     "surrogate \\uDC00..\\uDFFF", at, cp);
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                j->i += 6;
             }
-            if (e != 'u') {
-                j->i += 2;
-                if (keep) TFM__TRY(tfm__st_jput(j, ch));
-            } else {
-                long cp = tfm__st_hex4(j, j->i + 2), lo;
-                unsigned char u[4];
-                int nu, k;
-                if (cp < 0)
-                    return tfm__fail(TFM_E_FORMAT,
-                                     "header offset %llu: \\u must be followed by 4 hex digits",
-                                     (unsigned long long)(j->i));
-                if (cp >= 0xDC00 && cp <= 0xDFFF)
-                    return tfm__fail(TFM_E_FORMAT,
-                                     "header offset %llu: \\u%04lX is a low surrogate with no high "
-                                     "surrogate before it",
-                                     (unsigned long long)(j->i), cp);
-                if (cp >= 0xD800 && cp <= 0xDBFF) {
-                    size_t at = j->i + 6;
-                    lo = (at + 1 < j->n && j->p[at] == '\\' && j->p[at + 1] == 'u')
-                             ? tfm__st_hex4(j, at + 2)
-                             : -1;
-                    if (lo < 0xDC00 || lo > 0xDFFF)
-                        return tfm__fail(TFM_E_FORMAT,
-                                         "header offset %llu: high surrogate \\u%04lX is not "
-                                         "followed by a low surrogate \\uDC00..\\uDFFF",
-                                         (unsigned long long)(j->i), cp);
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                    j->i += 12;
-                } else {
-                    j->i += 6;
-                }
-                if (cp < 0x80) {
-                    u[0] = (unsigned char)cp;
-                    nu = 1;
-                } else if (cp < 0x800) {
-                    u[0] = (unsigned char)(0xC0 | (cp >> 6));
-                    u[1] = (unsigned char)(0x80 | (cp & 0x3F));
-                    nu = 2;
-                } else if (cp < 0x10000) {
-                    u[0] = (unsigned char)(0xE0 | (cp >> 12));
-                    u[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-                    u[2] = (unsigned char)(0x80 | (cp & 0x3F));
-                    nu = 3;
-                } else {
-                    u[0] = (unsigned char)(0xF0 | (cp >> 18));
-                    u[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-                    u[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-                    u[3] = (unsigned char)(0x80 | (cp & 0x3F));
-                    nu = 4;
-                }
-                if (keep)
-                    for (k = 0; k < nu; k++) TFM__TRY(tfm__st_jput(j, u[k]));
-            }
-        } else if (c < 0x80) {
-            j->i++;
-            if (keep) TFM__TRY(tfm__st_jput(j, c));
+            j->i += 6;
+            k = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+            for (m = k; --m > 0; cp >>= 6) o[m] = (char)(0x80 | (cp & 0x3F));
+            o[0] = (char)(unsigned char)(k == 1 ? cp : ((0xF00 >> k) & 0xFF) | cp);
+            o += k;
         } else {
-            int len = tfm__st_utf8_seq(j->p + j->i, j->n - j->i), k;
-            if (!len)
-                return tfm__fail(TFM_E_FORMAT,
-                                 "header offset %llu: invalid UTF-8 (byte 0x%02x) inside a string",
-                                 (unsigned long long)(j->i), c);
-            if (keep)
-                for (k = 0; k < len; k++) TFM__TRY(tfm__st_jput(j, j->p[j->i + (size_t)k]));
-            j->i += (size_t)len;
+            if (!(k = tfm__st_utf8_seq(j->p + j->i, j->n - j->i)))
+                return tfm__fail(TFM_E_FORMAT, "header offset %llu: invalid UTF-8 (byte 0x%02x) inside a string", at, c);
+            memcpy(o, j->p + j->i, (size_t)k);
+            o += k, j->i += (size_t)k;
         }
     }
-    if (keep) {
-        TFM__TRY(tfm__st_jput(j, 0));
-        *out = j->str + o;
-        *out_len = j->str_used - o - 1;
-    }
+    j->i++, *o = 0, *out = s, *len = (size_t)(o - s), j->used += *len + 1;
     return TFM_OK;
 }
 
-/* The number at the cursor, checked against the JSON grammar. With out != NULL it must be a
-   non-negative integer with no fraction or exponent that fits in 64 bits (what names the field
-   in messages); otherwise any JSON number is accepted and skipped. */
-static tfm_result tfm__st_jnumber(tfm__st_json *j, uint64_t *out, const char *what) {
-    size_t s = j->i, i = j->i, n = j->n;
-    const unsigned char *p = j->p;
-    int neg = 0, frac = 0, ex = 0, ovf = 0;
+/* The one loop over JSON lists, called with k = 0, 1, ...: at k = 0 the opening bracket `open` must be
+   there (else "ctx: expected ..."). *more is 1 when another element follows, the cursor on it (in an
+   object after its key, decoded into *key, *klen, and the ':'), 0 once the closing bracket was read. */
+static tfm_result tfm__st_jnext(tfm__st_json *j, char open, int k, const char *ctx, const char *expected, char **key,
+                                size_t *klen, int *more) {
+    char close = open == '{' ? '}' : ']';
+    tfm__st_ws(j);
+    *more = 0;
+    if (k == 0 && !tfm__st_at(j, open)) return tfm__st_jerr(j, ctx, expected);
+    if (k > 0 && !tfm__st_at(j, ',') && !tfm__st_at(j, close))
+        return tfm__st_jerr(j, NULL, open == '{' ? "',' or '}'" : "',' or ']'");
+    if (k > 0 && tfm__st_at(j, close)) return j->i++, TFM_OK;
+    j->i++; /* the opening bracket or the comma */
+    tfm__st_ws(j);
+    if (k == 0 && tfm__st_at(j, close)) return j->i++, TFM_OK;
+    *more = 1;
+    if (open != '{') return TFM_OK;
+    TFM__TRY(tfm__st_jstring(j, key, klen));
+    tfm__st_ws(j);
+    if (!tfm__st_at(j, ':')) return tfm__st_jerr(j, NULL, "':'");
+    j->i++;
+    tfm__st_ws(j);
+    return TFM_OK;
+}
+
+/* The number at the cursor, by the JSON grammar. With out, a non-negative integer that fits in 64 bits
+   (ctx names it in messages); without, any number, checked and skipped. */
+static tfm_result tfm__st_jnumber(tfm__st_json *j, const char *ctx, uint64_t *out) {
+    size_t s = j->i;
+    int plain = 1, ovf = 0;
     uint64_t v = 0;
-    if (i < n && p[i] == '-') {
-        neg = 1;
-        i++;
+    if (out && !tfm__st_at(j, '-') && !TFM__ST_DIGIT(j)) return tfm__st_jerr(j, ctx, "a non-negative integer");
+    if (tfm__st_at(j, '-')) j->i++, plain = 0;
+    if (!TFM__ST_DIGIT(j)) return tfm__st_jerr(j, NULL, "a digit");
+    if (j->p[j->i] == '0' && j->i + 1 < j->n && j->p[j->i + 1] >= '0' && j->p[j->i + 1] <= '9')
+        return tfm__fail(TFM_E_FORMAT, "header offset %llu: number with a leading zero", (unsigned long long)s);
+    for (; TFM__ST_DIGIT(j); j->i++) {
+        unsigned d = (unsigned)(j->p[j->i] - '0');
+        ovf |= v > (UINT64_MAX - d) / 10;
+        v = v * 10 + d;
     }
-    if (i >= n || p[i] < '0' || p[i] > '9') {
-        j->i = i;
-        return tfm__st_jerr(j, "a digit");
+    if (tfm__st_at(j, '.')) {
+        j->i++, plain = 0;
+        if (!TFM__ST_DIGIT(j)) return tfm__st_jerr(j, NULL, "a digit after '.'");
+        while (TFM__ST_DIGIT(j)) j->i++;
     }
-    if (p[i] == '0') {
-        i++;
-        if (i < n && p[i] >= '0' && p[i] <= '9')
-            return tfm__fail(TFM_E_FORMAT, "header offset %llu: number with a leading zero",
-                             (unsigned long long)s);
-    } else {
-        while (i < n && p[i] >= '0' && p[i] <= '9') {
-            unsigned d = (unsigned)(p[i] - '0');
-            if (v > (UINT64_MAX - d) / 10) ovf = 1;
-            v = v * 10 + d;
-            i++;
-        }
+    if (tfm__st_at(j, 'e') || tfm__st_at(j, 'E')) {
+        j->i++, plain = 0;
+        if (tfm__st_at(j, '+') || tfm__st_at(j, '-')) j->i++;
+        if (!TFM__ST_DIGIT(j)) return tfm__st_jerr(j, NULL, "a digit in the exponent");
+        while (TFM__ST_DIGIT(j)) j->i++;
     }
-    if (i < n && p[i] == '.') {
-        frac = 1;
-        i++;
-        if (i >= n || p[i] < '0' || p[i] > '9') {
-            j->i = i;
-            return tfm__st_jerr(j, "a digit after '.'");
-        }
-        while (i < n && p[i] >= '0' && p[i] <= '9') i++;
-    }
-    if (i < n && (p[i] == 'e' || p[i] == 'E')) {
-        ex = 1;
-        i++;
-        if (i < n && (p[i] == '+' || p[i] == '-')) i++;
-        if (i >= n || p[i] < '0' || p[i] > '9') {
-            j->i = i;
-            return tfm__st_jerr(j, "a digit in the exponent");
-        }
-        while (i < n && p[i] >= '0' && p[i] <= '9') i++;
-    }
-    j->i = i;
-    if (!out) return TFM_OK;
-    if (neg || frac || ex)
-        return tfm__fail(TFM_E_FORMAT, "%s: expected a non-negative integer but found %s", what,
-                         tfm__st_qn((const char *)p + s, i - s));
-    if (ovf)
-        return tfm__fail(TFM_E_FORMAT, "%s: %s does not fit in 64 bits", what,
-                         tfm__st_qn((const char *)p + s, i - s));
-    *out = v;
-    return TFM_OK;
-}
-
-static tfm_result tfm__st_jliteral(tfm__st_json *j, const char *lit) {
-    size_t k = strlen(lit);
-    if (j->n - j->i < k || memcmp(j->p + j->i, lit, k) != 0) return tfm__st_jerr(j, "a value");
-    j->i += k;
+    if (out && (!plain || ovf))
+        return tfm__fail(TFM_E_FORMAT, plain ? "%s: %s does not fit in 64 bits" : "%s: expected a non-negative integer but "
+                         "found %s", ctx, tfm__st_qn((const char *)j->p + s, j->i - s));
+    if (out) *out = v;
     return TFM_OK;
 }
 
 /* Check and skip the value at the cursor; depth is the nesting level a container here opens. */
 static tfm_result tfm__st_jskip(tfm__st_json *j, int depth) {
-    unsigned char c;
-    tfm__st_jws(j);
-    if (j->i >= j->n) return tfm__st_jerr(j, "a value");
-    c = j->p[j->i];
-    if (c == '{' || c == '[') {
-        unsigned char close = c == '{' ? '}' : ']';
-        if (depth > TFM__ST_MAX_DEPTH)
-            return tfm__fail(TFM_E_FORMAT,
-                             "header offset %llu: JSON nested more than %d levels deep",
-                             (unsigned long long)(j->i), TFM__ST_MAX_DEPTH);
-        j->i++;
-        tfm__st_jws(j);
-        if (j->i < j->n && j->p[j->i] == close) {
-            j->i++;
-            return TFM_OK;
-        }
-        for (;;) {
-            if (c == '{') {
-                TFM__TRY(tfm__st_jstring(j, 0, NULL, NULL));
-                tfm__st_jws(j);
-                TFM__TRY(tfm__st_jexpect(j, ':'));
-            }
-            TFM__TRY(tfm__st_jskip(j, depth + 1));
-            tfm__st_jws(j);
-            if (j->i < j->n && j->p[j->i] == ',') {
-                j->i++;
-                tfm__st_jws(j);
-                continue;
-            }
-            if (j->i < j->n && j->p[j->i] == close) {
-                j->i++;
-                return TFM_OK;
-            }
-            return tfm__st_jerr(j, c == '{' ? "',' or '}'" : "',' or ']'");
-        }
+    static const char *const lit[3] = {"true", "false", "null"};
+    size_t mark = j->used, len;
+    char *s;
+    int k, more;
+    unsigned c;
+    tfm__st_ws(j);
+    c = j->i < j->n ? j->p[j->i] : 0;
+    if ((c == '{' || c == '[') && depth > TFM__ST_MAX_DEPTH)
+        return tfm__fail(TFM_E_FORMAT, "header offset %llu: JSON nested more than %d levels deep", (unsigned long long)j->i,
+                         TFM__ST_MAX_DEPTH);
+    for (k = 0; c == '{' || c == '['; k++, j->used = mark) {
+        TFM__TRY(tfm__st_jnext(j, (char)c, k, NULL, "a value", &s, &len, &more));
+        if (!more) return TFM_OK;
+        TFM__TRY(tfm__st_jskip(j, depth + 1));
     }
-    if (c == '"') return tfm__st_jstring(j, 0, NULL, NULL);
-    if (c == 't') return tfm__st_jliteral(j, "true");
-    if (c == 'f') return tfm__st_jliteral(j, "false");
-    if (c == 'n') return tfm__st_jliteral(j, "null");
+    if (c == '"') return tfm__st_jstring(j, &s, &len); /* its storage goes back with the caller's element */
     if (c == '-' || (c >= '0' && c <= '9')) return tfm__st_jnumber(j, NULL, NULL);
-    return tfm__st_jerr(j, "a value");
+    for (k = 0; k < 3; k++)
+        if (j->n - j->i >= strlen(lit[k]) && !memcmp(j->p + j->i, lit[k], strlen(lit[k]))) {
+            j->i += strlen(lit[k]);
+            return TFM_OK;
+        }
+    return tfm__st_jerr(j, NULL, "a value");
 }
 
-/* A JSON array of at most `max` non-negative integers into v[]; *count gets how many. */
-static tfm_result tfm__st_juints(tfm__st_json *j, uint64_t *v, int max, int *count,
-                                 const char *what) {
-    int k = 0;
-    tfm__st_jws(j);
-    if (j->i >= j->n || j->p[j->i] != '[') {
-        char *b = tfm__st_buf();
-        snprintf(b, TFM__ST_BUFSZ, "an array of integers for %s", what);
-        return tfm__st_jerr(j, b);
-    }
-    j->i++;
-    tfm__st_jws(j);
-    if (j->i < j->n && j->p[j->i] == ']') {
-        j->i++;
-        *count = 0;
-        return TFM_OK;
-    }
-    for (;;) {
-        if (k == max) {
-            *count = k + 1; /* "more than max" */
-            return TFM_OK;
-        }
-        if (j->i >= j->n || (j->p[j->i] != '-' && (j->p[j->i] < '0' || j->p[j->i] > '9')))
-            return tfm__fail(TFM_E_FORMAT,
-                             "header offset %llu: %s: expected a non-negative integer but found %s",
-                             (unsigned long long)(j->i), what, tfm__st_found(j));
-        TFM__TRY(tfm__st_jnumber(j, &v[k], what));
-        k++;
-        tfm__st_jws(j);
-        if (j->i < j->n && j->p[j->i] == ',') {
-            j->i++;
-            tfm__st_jws(j);
-            continue;
-        }
-        if (j->i < j->n && j->p[j->i] == ']') {
-            j->i++;
-            *count = k;
-            return TFM_OK;
-        }
-        return tfm__st_jerr(j, "',' or ']'");
+/* An array of at most max non-negative integers into v; *count gets how many (max + 1: more). */
+static tfm_result tfm__st_juints(tfm__st_json *j, const char *ctx, uint64_t *v, int max, int *count) {
+    int more;
+    for (*count = 0;; ++*count) {
+        TFM__TRY(tfm__st_jnext(j, '[', *count, ctx, "an array of integers", NULL, NULL, &more));
+        if (!more || *count == max) return *count += more, TFM_OK;
+        TFM__TRY(tfm__st_jnumber(j, ctx, &v[*count]));
     }
 }
 
-/* A decoded key or value from the header must not hold a NUL (names are C strings). */
+/* Names, keys and values are C strings: a decoded \u0000 is refused. */
 static tfm_result tfm__st_no_nul(const char *s, size_t len, const char *what) {
-    if (memchr(s, 0, len))
-        return tfm__fail(TFM_E_FORMAT, "%s %s contains a NUL character (\\u0000)", what,
-                         tfm__st_qn(s, len));
-    return TFM_OK;
+    return memchr(s, 0, len) ? tfm__fail(TFM_E_FORMAT, "%s %s contains a NUL character (\\u0000)", what, tfm__st_qn(s, len))
+                             : TFM_OK;
 }
 
-/* One tensor's object, the cursor at its '{'; e->name is set. Checks it against the data size. */
+/* A tensor's object into e (e->name set), checked against the size of the data buffer. */
 static tfm_result tfm__st_jentry(tfm__st_json *j, tfm__st_entry *e) {
-    int have_dtype = 0, have_shape = 0, have_off = 0, ndim = 0, noff = 0, k;
-    uint64_t dims[TFM__ST_MAX_NDIM + 1], off[3], bytes = 0;
-    const char *qname = tfm__st_q(e->name);
-    char *ctx = tfm__st_buf();
-    tfm__st_jws(j);
-    if (j->i >= j->n || j->p[j->i] != '{')
-        return tfm__fail(TFM_E_FORMAT,
-                         "header offset %llu: tensor %s: expected an object {\"dtype\", \"shape\", "
-                         "\"data_offsets\"} but found %s",
-                         (unsigned long long)(j->i), qname, tfm__st_found(j));
-    j->i++;
-    tfm__st_jws(j);
-    if (j->i < j->n && j->p[j->i] == '}') {
-        j->i++;
-    } else {
-        for (;;) {
-            size_t mark = j->str_used, klen = 0, vlen = 0;
-            char *key = NULL, *val = NULL;
-            TFM__TRY(tfm__st_jstring(j, 1, &key, &klen));
-            tfm__st_jws(j);
-            TFM__TRY(tfm__st_jexpect(j, ':'));
-            tfm__st_jws(j);
-            if (klen == 5 && !memcmp(key, "dtype", 5)) {
-                if (have_dtype++)
-                    return tfm__fail(TFM_E_FORMAT, "tensor %s: \"dtype\" appears twice", qname);
-                if (j->i >= j->n || j->p[j->i] != '"')
-                    return tfm__fail(TFM_E_FORMAT,
-                                     "header offset %llu: tensor %s: dtype must be a string but "
-                                     "found %s",
-                                     (unsigned long long)(j->i), qname, tfm__st_found(j));
-                TFM__TRY(tfm__st_jstring(j, 1, &val, &vlen));
-                if (vlen != 3 || memcmp(val, "F32", 3) != 0)
-                    return tfm__fail(TFM_E_FORMAT,
-                                     "tensor %s: dtype %s is not supported (only F32 is)", qname,
-                                     tfm__st_qn(val, vlen));
-            } else if (klen == 5 && !memcmp(key, "shape", 5)) {
-                if (have_shape++)
-                    return tfm__fail(TFM_E_FORMAT, "tensor %s: \"shape\" appears twice", qname);
-                snprintf(ctx, TFM__ST_BUFSZ, "tensor %s: shape", qname);
-                TFM__TRY(tfm__st_juints(j, dims, TFM__ST_MAX_NDIM, &ndim, ctx));
-                if (ndim > TFM__ST_MAX_NDIM)
-                    return tfm__fail(TFM_E_FORMAT,
-                                     "tensor %s: shape has more than %d dims (at most %d are "
-                                     "supported)",
-                                     qname, TFM__ST_MAX_NDIM, TFM__ST_MAX_NDIM);
-            } else if (klen == 12 && !memcmp(key, "data_offsets", 12)) {
-                if (have_off++)
-                    return tfm__fail(TFM_E_FORMAT, "tensor %s: \"data_offsets\" appears twice",
-                                     qname);
-                snprintf(ctx, TFM__ST_BUFSZ, "tensor %s: data_offsets", qname);
-                TFM__TRY(tfm__st_juints(j, off, 2, &noff, ctx));
-                if (noff != 2)
-                    return tfm__fail(TFM_E_FORMAT,
-                                     "tensor %s: data_offsets must be [begin, end] but has %s",
-                                     qname,
-                                     noff > 2    ? "more than 2 numbers"
-                                     : noff == 1 ? "1 number"
-                                                 : "none");
-            } else {
-                TFM__TRY(tfm__st_jskip(j, 3)); /* an unknown member: checked, then ignored */
-            }
-            j->str_used = mark; /* keys and the dtype are not kept */
-            tfm__st_jws(j);
-            if (j->i < j->n && j->p[j->i] == ',') {
-                j->i++;
-                tfm__st_jws(j);
-                continue;
-            }
-            if (j->i < j->n && j->p[j->i] == '}') {
-                j->i++;
-                break;
-            }
-            return tfm__st_jerr(j, "',' or '}'");
-        }
+    static const char *const keys[3] = {"dtype", "shape", "data_offsets"};
+    char ctx[72], fld[96], *key, *val = NULL;
+    uint64_t dims[TFM_MAX_DIMS], off[2] = {0, 0}, bytes = 0;
+    int have[3] = {0, 0, 0}, ndim = 0, noff = 0, k, f, more;
+    size_t mark = j->used, klen, vlen = 0;
+    snprintf(ctx, sizeof ctx, "tensor %s", tfm__st_q(e->name));
+    for (k = 0;; k++, j->used = mark) { /* keys and the dtype are not kept */
+        TFM__TRY(tfm__st_jnext(j, '{', k, ctx, "an object {\"dtype\", \"shape\", \"data_offsets\"}", &key, &klen, &more));
+        if (!more) break;
+        for (f = 0; f < 3 && (klen != strlen(keys[f]) || memcmp(key, keys[f], klen)); f++) {}
+        if (f < 3 && have[f]++) return tfm__fail(TFM_E_FORMAT, "%s: \"%s\" appears twice", ctx, keys[f]);
+        snprintf(fld, sizeof fld, "%s: %s", ctx, f < 3 ? keys[f] : "");
+        if (f == 0 && !tfm__st_at(j, '"')) return tfm__st_jerr(j, fld, "a string");
+        if (f == 0) TFM__TRY(tfm__st_jstring(j, &val, &vlen));
+        if (f == 0 && (vlen != 3 || memcmp(val, "F32", 3)))
+            return tfm__fail(TFM_E_FORMAT, "%s: dtype %s is not supported (only F32 is)", ctx, tfm__st_qn(val, vlen));
+        if (f == 1) TFM__TRY(tfm__st_juints(j, fld, dims, TFM_MAX_DIMS, &ndim));
+        if (f == 1 && ndim > TFM_MAX_DIMS)
+            return tfm__fail(TFM_E_FORMAT, "%s: shape has more than %d dims (at most %d are supported)", ctx, TFM_MAX_DIMS,
+                             TFM_MAX_DIMS);
+        if (f == 2) TFM__TRY(tfm__st_juints(j, fld, off, 2, &noff));
+        if (f == 2 && noff != 2)
+            return tfm__fail(TFM_E_FORMAT, "%s: data_offsets must be [begin, end] but has %s", ctx,
+                             noff > 2 ? "more than 2 numbers" : noff == 1 ? "1 number" : "none");
+        if (f == 3) TFM__TRY(tfm__st_jskip(j, 3)); /* an unknown member: checked, then ignored */
     }
-    if (!have_dtype) return tfm__fail(TFM_E_FORMAT, "tensor %s: no \"dtype\"", qname);
-    if (!have_shape) return tfm__fail(TFM_E_FORMAT, "tensor %s: no \"shape\"", qname);
-    if (!have_off) return tfm__fail(TFM_E_FORMAT, "tensor %s: no \"data_offsets\"", qname);
-    for (k = 0; k < ndim; k++) {
+    for (f = 0; f < 3; f++)
+        if (!have[f]) return tfm__fail(TFM_E_FORMAT, "%s: no \"%s\"", ctx, keys[f]);
+    for (e->ndim = ndim, k = 0; k < ndim; e->shape[k] = (int64_t)dims[k], k++)
         if (dims[k] > (uint64_t)INT64_MAX)
-            return tfm__fail(TFM_E_FORMAT, "tensor %s: shape dim %d is %llu, more than 2^63 - 1",
-                             qname, k, (unsigned long long)dims[k]);
-        e->shape[k] = (int64_t)dims[k];
-    }
-    e->ndim = ndim;
-    if (tfm__st_nbytes(ndim, e->shape, &bytes) != 0)
-        return tfm__fail(TFM_E_FORMAT,
-                         "tensor %s: shape %s F32 needs more than 2^64 - 1 bytes (overflow)", qname,
-                         tfm__st_shape_str(ndim, e->shape));
-    if (off[0] > off[1])
-        return tfm__fail(TFM_E_FORMAT, "tensor %s: data_offsets [%llu, %llu]: begin is after end",
-                         qname, (unsigned long long)off[0], (unsigned long long)off[1]);
-    if (off[1] - off[0] != bytes)
-        return tfm__fail(TFM_E_FORMAT,
-                         "tensor %s: data_offsets [%llu, %llu] but shape %s F32 needs %llu bytes",
-                         qname, (unsigned long long)off[0], (unsigned long long)off[1],
-                         tfm__st_shape_str(ndim, e->shape), (unsigned long long)bytes);
+            return tfm__fail(TFM_E_FORMAT, "%s: shape dim %d is %llu, more than 2^63 - 1", ctx, k, (unsigned long long)dims[k]);
+    if (tfm__st_nbytes(ndim, e->shape, &bytes))
+        return tfm__fail(TFM_E_FORMAT, "%s: shape %s F32 needs more than 2^64 - 1 bytes (overflow)", ctx,
+                         tfm__st_shape(ndim, e->shape));
+    e->begin = off[0], e->end = off[1];
+    if (off[0] > off[1] || off[1] - off[0] != bytes)
+        return tfm__fail(TFM_E_FORMAT, "%s: data_offsets [%llu, %llu]%s but shape %s F32 needs %llu bytes", ctx,
+                         (unsigned long long)off[0], (unsigned long long)off[1], off[0] > off[1] ? ": begin is after end," : "",
+                         tfm__st_shape(ndim, e->shape), (unsigned long long)bytes);
     if (off[1] > j->data_size)
-        return tfm__fail(TFM_E_FORMAT,
-                         "tensor %s: data_offsets [%llu, %llu] go past the end of the data buffer "
-                         "(%llu bytes): truncated file?",
-                         qname, (unsigned long long)off[0], (unsigned long long)off[1],
+        return tfm__fail(TFM_E_FORMAT, "%s: data_offsets [%llu, %llu] go past the end of the data buffer (%llu bytes): "
+                         "truncated file?", ctx, (unsigned long long)off[0], (unsigned long long)off[1],
                          (unsigned long long)j->data_size);
-    e->begin = off[0];
-    e->end = off[1];
     return TFM_OK;
 }
 
-/* "__metadata__": an object of string values, the cursor at its '{'. */
-static tfm_result tfm__st_jmeta(tfm__st_json *j, tfm__st_header *h) {
-    tfm__st_jws(j);
-    if (j->i >= j->n || j->p[j->i] != '{')
-        return tfm__fail(TFM_E_FORMAT,
-                         "header offset %llu: \"__metadata__\" must be an object of strings but "
-                         "found %s",
-                         (unsigned long long)(j->i), tfm__st_found(j));
-    j->i++;
-    tfm__st_jws(j);
-    if (j->i < j->n && j->p[j->i] == '}') {
-        j->i++;
-        return TFM_OK;
-    }
-    for (;;) {
-        char *key = NULL, *val = NULL;
-        size_t klen = 0, vlen = 0;
-        void *na;
-        TFM__TRY(tfm__st_jstring(j, 1, &key, &klen));
-        TFM__TRY(tfm__st_no_nul(key, klen, "__metadata__ key"));
-        tfm__st_jws(j);
-        TFM__TRY(tfm__st_jexpect(j, ':'));
-        tfm__st_jws(j);
-        if (j->i >= j->n || j->p[j->i] != '"')
-            return tfm__fail(TFM_E_FORMAT,
-                             "header offset %llu: __metadata__ value for %s must be a string but "
-                             "found %s",
-                             (unsigned long long)(j->i), tfm__st_qn(key, klen), tfm__st_found(j));
-        TFM__TRY(tfm__st_jstring(j, 1, &val, &vlen));
-        TFM__TRY(tfm__st_no_nul(val, vlen, "__metadata__ value"));
-        if (h->n_meta >= TFM__ST_MAX_META)
-            return tfm__fail(TFM_E_FORMAT, "__metadata__ has more than %d entries",
-                             TFM__ST_MAX_META);
-        na = tfm__st_grow((void *)h->meta_kv, 2 * h->n_meta, &j->cap_meta, 2 * h->n_meta + 2,
-                          sizeof *h->meta_kv);
-        if (!na) return tfm__fail(TFM_E_NOMEM, "out of memory reading __metadata__");
-        h->meta_kv = (const char **)na;
-        h->meta_kv[2 * h->n_meta] = key;
-        h->meta_kv[2 * h->n_meta + 1] = val;
-        h->n_meta++;
-        tfm__st_jws(j);
-        if (j->i < j->n && j->p[j->i] == ',') {
-            j->i++;
-            tfm__st_jws(j);
+/* arr (n elem-byte items, room for *cap) with room for one more, moved when full (doubling): NULL when out
+   of memory (arr is then kept). */
+static void *tfm__st_grow(void *arr, int n, int *cap, size_t elem) {
+    void *na;
+    if (n < *cap) return arr;
+    if (!(na = TFM_MALLOC((size_t)(*cap ? 2 * *cap : 16) * elem, NULL))) return NULL;
+    if (arr) memcpy(na, arr, (size_t)n * elem);
+    if (arr) TFM_FREE(arr, NULL);
+    *cap = *cap ? 2 * *cap : 16;
+    return na;
+}
+
+/* The root object: "__metadata__" (an object of strings) and the tensors. */
+static tfm_result tfm__st_jroot(tfm__st_json *j) {
+    tfm__st_header *h = j->h;
+    char *key, *val, ctx[96];
+    size_t klen, vlen, mark;
+    void *na;
+    int k, m, more, mmore, have_meta = 0;
+    for (k = 0;; k++) {
+        mark = j->used;
+        TFM__TRY(tfm__st_jnext(j, '{', k, NULL, "a JSON object", &key, &klen, &more));
+        if (!more) break;
+        if (klen == 12 && !memcmp(key, "__metadata__", 12)) {
+            if (have_meta++) return tfm__fail(TFM_E_FORMAT, "\"__metadata__\" appears twice");
+            for (j->used = mark, m = 0;; m++) {
+                TFM__TRY(tfm__st_jnext(j, '{', m, "\"__metadata__\"", "an object of strings", &key, &klen, &mmore));
+                if (!mmore) break;
+                TFM__TRY(tfm__st_no_nul(key, klen, "__metadata__ key"));
+                snprintf(ctx, sizeof ctx, "__metadata__ value for %s", tfm__st_qn(key, klen));
+                if (!tfm__st_at(j, '"')) return tfm__st_jerr(j, ctx, "a string");
+                TFM__TRY(tfm__st_jstring(j, &val, &vlen));
+                TFM__TRY(tfm__st_no_nul(val, vlen, "__metadata__ value"));
+                if (h->n_meta >= TFM__ST_MAX_ITEMS)
+                    return tfm__fail(TFM_E_FORMAT, "__metadata__ has more than %d entries", TFM__ST_MAX_ITEMS);
+                if (!(na = tfm__st_grow((void *)h->meta_kv, h->n_meta, &j->cap[1], 2 * sizeof *h->meta_kv)))
+                    return tfm__fail(TFM_E_NOMEM, "out of memory reading __metadata__");
+                h->meta_kv = (const char **)na;
+                h->meta_kv[2 * h->n_meta] = key;
+                h->meta_kv[2 * h->n_meta++ + 1] = val;
+            }
             continue;
         }
-        if (j->i < j->n && j->p[j->i] == '}') {
-            j->i++;
-            return TFM_OK;
-        }
-        return tfm__st_jerr(j, "',' or '}'");
+        TFM__TRY(tfm__st_no_nul(key, klen, "tensor name"));
+        if (h->n >= TFM__ST_MAX_ITEMS)
+            return tfm__fail(TFM_E_FORMAT, "the header lists more than %d tensors", TFM__ST_MAX_ITEMS);
+        if (!(na = tfm__st_grow((void *)h->entries, h->n, &j->cap[0], sizeof *h->entries)))
+            return tfm__fail(TFM_E_NOMEM, "out of memory reading the header");
+        h->entries = (tfm__st_entry *)na;
+        memset(&h->entries[h->n], 0, sizeof *h->entries);
+        h->entries[h->n].name = key;
+        TFM__TRY(tfm__st_jentry(j, &h->entries[h->n++]));
     }
+    tfm__st_ws(j);
+    return j->i < j->n ? tfm__st_jerr(j, NULL, "only spaces after the header's closing '}'") : TFM_OK;
 }
 
-/* The root object. */
-static tfm_result tfm__st_jroot(tfm__st_json *j, tfm__st_header *h) {
-    int have_meta = 0;
-    tfm__st_jws(j);
-    if (j->i >= j->n)
-        return tfm__fail(TFM_E_FORMAT, "the header must be a JSON object but it is blank");
-    if (j->p[j->i] != '{')
-        return tfm__fail(TFM_E_FORMAT,
-                         "header offset %llu: the header must be a JSON object but starts with %s",
-                         (unsigned long long)(j->i), tfm__st_found(j));
-    j->i++;
-    tfm__st_jws(j);
-    if (j->i < j->n && j->p[j->i] == '}') {
-        j->i++;
-    } else {
-        for (;;) {
-            char *key = NULL;
-            size_t klen = 0, mark = j->str_used;
-            TFM__TRY(tfm__st_jstring(j, 1, &key, &klen));
-            tfm__st_jws(j);
-            TFM__TRY(tfm__st_jexpect(j, ':'));
-            if (klen == 12 && !memcmp(key, "__metadata__", 12)) {
-                if (have_meta++) return tfm__fail(TFM_E_FORMAT, "\"__metadata__\" appears twice");
-                j->str_used = mark; /* the key is not kept */
-                TFM__TRY(tfm__st_jmeta(j, h));
-            } else {
-                tfm__st_entry *e;
-                void *na;
-                TFM__TRY(tfm__st_no_nul(key, klen, "tensor name"));
-                if (h->n >= TFM__ST_MAX_TENSORS)
-                    return tfm__fail(TFM_E_FORMAT, "the header lists more than %d tensors",
-                                     TFM__ST_MAX_TENSORS);
-                na = tfm__st_grow((void *)h->entries, h->n, &j->cap_entries, h->n + 1,
-                                  sizeof *h->entries);
-                if (!na) return tfm__fail(TFM_E_NOMEM, "out of memory reading the header");
-                h->entries = (tfm__st_entry *)na;
-                e = &h->entries[h->n++];
-                memset(e, 0, sizeof *e);
-                e->name = key;
-                TFM__TRY(tfm__st_jentry(j, e));
-            }
-            tfm__st_jws(j);
-            if (j->i < j->n && j->p[j->i] == ',') {
-                j->i++;
-                tfm__st_jws(j);
-                continue;
-            }
-            if (j->i < j->n && j->p[j->i] == '}') {
-                j->i++;
-                break;
-            }
-            return tfm__st_jerr(j, "',' or '}'");
-        }
-    }
-    tfm__st_jws(j);
-    if (j->i < j->n)
-        return tfm__fail(TFM_E_FORMAT,
-                         "header offset %llu: expected only spaces after the header's closing '}' "
-                         "but found %s",
-                         (unsigned long long)(j->i), tfm__st_found(j));
-    return TFM_OK;
-}
-
-/* ---- header: validation of the whole --------------------------------------------------------- */
-
-static int tfm__st_cmp_name(const void *a, const void *b) {
-    return strcmp(((const tfm__st_entry *)a)->name, ((const tfm__st_entry *)b)->name);
-}
 static int tfm__st_cmp_offset(const void *a, const void *b) {
     const tfm__st_entry *x = (const tfm__st_entry *)a, *y = (const tfm__st_entry *)b;
     if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
-    if (x->end != y->end) return x->end < y->end ? -1 : 1;
-    return strcmp(x->name, y->name);
-}
-static int tfm__st_cmp_str(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
+    return x->end != y->end ? (x->end < y->end ? -1 : 1) : strcmp(x->name, y->name);
 }
 
-/* Names unique; metadata keys unique; entries sorted by offset, covering the data exactly. */
+/* The header as a whole: names and keys unique; the tensors, in data order, cover the data exactly. */
 static tfm_result tfm__st_check(tfm__st_header *h) {
+    const char *dn = tfm__st_dup(h->entries, h->n, sizeof *h->entries), *dk = tfm__st_dup(h->meta_kv, h->n_meta, 2 * sizeof(char *));
     uint64_t at = 0;
     int i;
-    if (h->n > 1) {
-        qsort(h->entries, (size_t)h->n, sizeof *h->entries, tfm__st_cmp_name);
-        for (i = 1; i < h->n; i++)
-            if (!strcmp(h->entries[i - 1].name, h->entries[i].name))
-                return tfm__fail(TFM_E_FORMAT, "tensor %s appears twice in the header",
-                                 tfm__st_q(h->entries[i].name));
-        qsort(h->entries, (size_t)h->n, sizeof *h->entries, tfm__st_cmp_offset);
-    }
-    if (h->n_meta > 1) {
-        const char **keys = (const char **)TFM_MALLOC((size_t)h->n_meta * sizeof *keys, NULL);
-        tfm_result r = TFM_OK;
-        if (!keys) return tfm__fail(TFM_E_NOMEM, "out of memory checking __metadata__");
-        for (i = 0; i < h->n_meta; i++) keys[i] = h->meta_kv[2 * i];
-        qsort((void *)keys, (size_t)h->n_meta, sizeof *keys, tfm__st_cmp_str);
-        for (i = 1; i < h->n_meta && r == TFM_OK; i++)
-            if (!strcmp(keys[i - 1], keys[i]))
-                r = tfm__fail(TFM_E_FORMAT, "__metadata__ key %s appears twice",
-                              tfm__st_q(keys[i]));
-        TFM_FREE((void *)keys, NULL);
-        if (r != TFM_OK) return r;
-    }
-    for (i = 0; i < h->n; i++) {
-        const tfm__st_entry *e = &h->entries[i];
-        if (e->begin > at) {
-            if (i == 0)
-                return tfm__fail(TFM_E_FORMAT,
-                                 "tensor %s starts at data byte %llu: the %llu bytes before it "
-                                 "belong to no tensor (a hole)",
-                                 tfm__st_q(e->name), (unsigned long long)e->begin,
-                                 (unsigned long long)e->begin);
-            return tfm__fail(TFM_E_FORMAT,
-                             "tensor %s ends at data byte %llu but the next tensor, %s, starts at "
-                             "%llu: a %llu-byte hole",
-                             tfm__st_q(h->entries[i - 1].name), (unsigned long long)at,
-                             tfm__st_q(e->name), (unsigned long long)e->begin,
-                             (unsigned long long)(e->begin - at));
-        }
+    if (!dn || !dk) return tfm__fail(TFM_E_NOMEM, "out of memory checking the header");
+    if (*dn) return tfm__fail(TFM_E_FORMAT, "tensor %s appears twice in the header", tfm__st_q(dn));
+    if (*dk) return tfm__fail(TFM_E_FORMAT, "__metadata__ key %s appears twice", tfm__st_q(dk));
+    if (h->n > 1) qsort(h->entries, (size_t)h->n, sizeof *h->entries, tfm__st_cmp_offset);
+    for (i = 0; i < h->n; at = h->entries[i++].end) {
+        const tfm__st_entry *e = &h->entries[i], *p = i ? e - 1 : e;
+        if (e->begin > at)
+            return tfm__fail(TFM_E_FORMAT, "a %llu-byte hole: data bytes [%llu, %llu) belong to no tensor (tensor %s starts at "
+                             "%llu)", (unsigned long long)(e->begin - at), (unsigned long long)at,
+                             (unsigned long long)e->begin, tfm__st_q(e->name), (unsigned long long)e->begin);
         if (e->begin < at)
-            return tfm__fail(TFM_E_FORMAT, "tensors %s [%llu, %llu] and %s [%llu, %llu] overlap",
-                             tfm__st_q(h->entries[i - 1].name),
-                             (unsigned long long)h->entries[i - 1].begin,
-                             (unsigned long long)h->entries[i - 1].end, tfm__st_q(e->name),
+            return tfm__fail(TFM_E_FORMAT, "tensors %s [%llu, %llu] and %s [%llu, %llu] overlap", tfm__st_q(p->name),
+                             (unsigned long long)p->begin, (unsigned long long)p->end, tfm__st_q(e->name),
                              (unsigned long long)e->begin, (unsigned long long)e->end);
-        at = e->end;
     }
     if (at != h->data_size)
-        return tfm__fail(TFM_E_FORMAT,
-                         "the tensors end at data byte %llu but the data buffer has %llu bytes: "
-                         "%llu bytes at its end belong to no tensor",
-                         (unsigned long long)at, (unsigned long long)h->data_size,
+        return tfm__fail(TFM_E_FORMAT, "the tensors end at data byte %llu but the data buffer has %llu bytes: %llu bytes at "
+                         "its end belong to no tensor", (unsigned long long)at, (unsigned long long)h->data_size,
                          (unsigned long long)(h->data_size - at));
     return TFM_OK;
 }
 
-/* Free what a header holds and zero it (safe on a zeroed header). */
-static TFM__UNUSED void tfm__st_header_free(tfm__st_header *h) {
-    if (!h) return;
+/* Free what a header holds and zero it. */
+static void tfm__st_header_free(tfm__st_header *h) {
     if (h->entries) TFM_FREE(h->entries, NULL);
     if (h->meta_kv) TFM_FREE((void *)h->meta_kv, NULL);
     if (h->strings) TFM_FREE(h->strings, NULL);
     memset(h, 0, sizeof *h);
 }
 
-/* Parse and validate the JSON header: buf holds its len bytes; file_size is the size of the
-   whole file (8 + len + the data buffer), against which every offset is checked. On success *h
-   holds the entries (sorted by offset) and metadata; free it with tfm__st_header_free. On failure
-   *h is zeroed. Errors: TFM_E_FORMAT (what was expected, what was found), TFM_E_NOMEM, TFM_E_ARG.
-   Allocates at most len + 1 bytes of string storage plus an entry per tensor. */
-static TFM__UNUSED tfm_result tfm__st_parse(const unsigned char *buf, size_t len,
-                                            uint64_t file_size, tfm__st_header *h) {
+/* Parse and check the len header bytes at buf of a file_size-byte file into *h (zeroed on failure); the
+   caller checked len against TFM__ST_MAX_HEADER and file_size. */
+static tfm_result tfm__st_parse(const unsigned char *buf, size_t len, uint64_t file_size, tfm__st_header *h) {
     tfm__st_json j;
     tfm_result r;
-    if (!h) return tfm__fail(TFM_E_ARG, "tfm__st_parse: h is NULL");
     memset(h, 0, sizeof *h);
-    if (!buf && len) return tfm__fail(TFM_E_ARG, "tfm__st_parse: buf is NULL");
-    if (len > TFM__ST_MAX_HEADER)
-        return tfm__fail(TFM_E_FORMAT, "header length %llu is over the %u-byte limit",
-                         (unsigned long long)len, (unsigned)TFM__ST_MAX_HEADER);
-    if (file_size < 8 || (uint64_t)len > file_size - 8)
-        return tfm__fail(TFM_E_FORMAT, "a %llu-byte header does not fit in a %llu-byte file",
-                         (unsigned long long)len, (unsigned long long)file_size);
+    if (len == 0) return tfm__fail(TFM_E_FORMAT, "the header is empty (length 0): expected a JSON object");
     memset(&j, 0, sizeof j);
-    j.p = buf;
-    j.n = len;
-    j.data_size = file_size - 8 - (uint64_t)len;
-    j.str_cap = len + 1;
-    j.str = (char *)TFM_MALLOC(j.str_cap, NULL);
-    if (!j.str)
-        return tfm__fail(TFM_E_NOMEM, "out of memory reading a %llu-byte header",
-                         (unsigned long long)len);
-    h->strings = j.str;
+    j.p = buf, j.n = len, j.h = h;
+    j.data_size = h->data_size = file_size - 8 - (uint64_t)len;
     h->data_start = 8 + (uint64_t)len;
-    h->data_size = j.data_size;
-    if (len == 0)
-        r = tfm__fail(TFM_E_FORMAT, "the header is empty (length 0): expected a JSON object");
-    else
-        r = tfm__st_jroot(&j, h);
-    if (r == TFM_OK) r = tfm__st_check(h);
+    if (!(j.str = h->strings = (char *)TFM_MALLOC(len + 1, NULL)))
+        return tfm__fail(TFM_E_NOMEM, "out of memory reading a %llu-byte header", (unsigned long long)len);
+    if ((r = tfm__st_jroot(&j)) == TFM_OK) r = tfm__st_check(h);
     if (r != TFM_OK) tfm__st_header_free(h);
     return r;
 }
 
-/* The entry named name, or NULL (a linear search). */
-static TFM__UNUSED const tfm__st_entry *tfm__st_find(const tfm__st_header *h, const char *name) {
+/* The value of metadata key in h, or NULL. */
+static const char *tfm__st_meta_get(const tfm__st_header *h, const char *key) {
     int i;
-    for (i = 0; h && name && i < h->n; i++)
-        if (!strcmp(h->entries[i].name, name)) return &h->entries[i];
-    return NULL;
-}
-
-/* The __metadata__ value of key, or NULL. */
-static TFM__UNUSED const char *tfm__st_meta_get(const tfm__st_header *h, const char *key) {
-    int i;
-    for (i = 0; h && key && i < h->n_meta; i++)
+    for (i = 0; i < h->n_meta; i++)
         if (!strcmp(h->meta_kv[2 * i], key)) return h->meta_kv[2 * i + 1];
     return NULL;
 }
 
-/* ---- header: writer ------------------------------------------------------------------------ */
-
-/* Output for the header writer: counts only while p is NULL. */
+/* Output that only counts while p is NULL. */
 typedef struct tfm__st_out {
     char *p;
     size_t n;
 } tfm__st_out;
-
-static void tfm__st_emit(tfm__st_out *o, const char *s, size_t n) {
+static void tfm__st_put(tfm__st_out *o, const char *s, size_t n) {
     if (o->p) memcpy(o->p + o->n, s, n);
     o->n += n;
 }
-static void tfm__st_emits(tfm__st_out *o, const char *s) { tfm__st_emit(o, s, strlen(s)); }
 
-/* s as a JSON string: quotes, backslashes and control characters escaped (as Python's json
-   module does with ensure_ascii=False); other bytes, UTF-8 included, as they are. */
-static void tfm__st_emit_jstr(tfm__st_out *o, const char *s) {
-    const unsigned char *p = (const unsigned char *)s;
-    tfm__st_emit(o, "\"", 1);
-    for (; *p; p++) {
-        char esc[8];
-        switch (*p) {
-        case '"': tfm__st_emit(o, "\\\"", 2); break;
-        case '\\': tfm__st_emit(o, "\\\\", 2); break;
-        case '\b': tfm__st_emit(o, "\\b", 2); break;
-        case '\f': tfm__st_emit(o, "\\f", 2); break;
-        case '\n': tfm__st_emit(o, "\\n", 2); break;
-        case '\r': tfm__st_emit(o, "\\r", 2); break;
-        case '\t': tfm__st_emit(o, "\\t", 2); break;
-        default:
-            if (*p < 0x20) {
-                snprintf(esc, sizeof esc, "\\u%04x", *p);
-                tfm__st_emit(o, esc, 6);
-            } else {
-                tfm__st_emit(o, (const char *)p, 1);
-            }
-        }
+/* s as a JSON string, as Python's json module writes it (ensure_ascii=False): quotes, backslashes and
+   control characters escaped, every other byte as it is. */
+static void tfm__st_put_jstr(tfm__st_out *o, const char *s) {
+    static const char from[] = "\"\\\b\f\n\r\t", to[] = "\"\\bfnrt";
+    char esc[8];
+    for (tfm__st_put(o, "\"", 1); *s; s++) {
+        const char *e = strchr(from, *s);
+        if (e) esc[0] = '\\', esc[1] = to[e - from];
+        else snprintf(esc, sizeof esc, "\\u%04x", (unsigned)(unsigned char)*s);
+        tfm__st_put(o, (unsigned char)*s >= 0x20 && !e ? s : esc, e ? 2 : (unsigned char)*s < 0x20 ? 6 : 1);
     }
-    tfm__st_emit(o, "\"", 1);
+    tfm__st_put(o, "\"", 1);
 }
 
-static void tfm__st_emit_u64(tfm__st_out *o, uint64_t v) {
-    char d[24];
-    int k = 24;
-    do {
-        d[--k] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    tfm__st_emit(o, d + k, (size_t)(24 - k));
-}
-
-static void tfm__st_emit_header(tfm__st_out *o, const tfm__st_item *items, int n,
-                                const char *const *meta_kv, int n_meta) {
-    uint64_t at = 0;
-    int i, k, first = 1;
-    tfm__st_emit(o, "{", 1);
-    if (n_meta > 0) {
-        tfm__st_emits(o, "\"__metadata__\":{");
-        for (i = 0; i < n_meta; i++) {
-            if (i) tfm__st_emit(o, ",", 1);
-            tfm__st_emit_jstr(o, meta_kv[2 * i]);
-            tfm__st_emit(o, ":", 1);
-            tfm__st_emit_jstr(o, meta_kv[2 * i + 1]);
-        }
-        tfm__st_emit(o, "}", 1);
-        first = 0;
-    }
-    for (i = 0; i < n; i++) {
-        uint64_t bytes = 0;
-        tfm__st_nbytes(items[i].ndim, items[i].shape, &bytes); /* checked by the caller */
-        if (!first) tfm__st_emit(o, ",", 1);
-        first = 0;
-        tfm__st_emit_jstr(o, items[i].name);
-        tfm__st_emits(o, ":{\"dtype\":\"F32\",\"shape\":[");
-        for (k = 0; k < items[i].ndim; k++) {
-            if (k) tfm__st_emit(o, ",", 1);
-            tfm__st_emit_u64(o, (uint64_t)items[i].shape[k]);
-        }
-        tfm__st_emits(o, "],\"data_offsets\":[");
-        tfm__st_emit_u64(o, at);
-        tfm__st_emit(o, ",", 1);
-        tfm__st_emit_u64(o, at + bytes);
-        tfm__st_emits(o, "]}");
-        at += bytes;
-    }
-    tfm__st_emit(o, "}", 1);
-}
-
-/* Check what tfm__st_save is given: TFM_E_ARG naming the problem (path names the file). */
-static TFM__UNUSED tfm_result tfm__st_check_items(const char *path, const tfm__st_item *items,
-                                                  int n, const char *const *meta_kv, int n_meta) {
-    uint64_t total = 0;
+static void tfm__st_put_header(tfm__st_out *o, const tfm__st_tensor *items, int n, const char *const *meta_kv, int n_meta) {
+    char num[64];
+    uint64_t at = 0, bytes = 0;
     int i, k;
-    tfm_result r = TFM_OK;
-    if (n < 0 || n > TFM__ST_MAX_TENSORS)
-        return tfm__fail(TFM_E_ARG, "%s: cannot save: n is %d (want 0..%d)", path, n,
-                         TFM__ST_MAX_TENSORS);
-    if (n > 0 && !items) return tfm__fail(TFM_E_ARG, "%s: cannot save: items is NULL", path);
-    if (n_meta < 0 || n_meta > TFM__ST_MAX_META)
-        return tfm__fail(TFM_E_ARG, "%s: cannot save: n_meta is %d (want 0..%d)", path, n_meta,
-                         TFM__ST_MAX_META);
-    if (n_meta > 0 && !meta_kv)
-        return tfm__fail(TFM_E_ARG, "%s: cannot save: meta_kv is NULL", path);
-    for (i = 0; i < n; i++) {
-        const tfm__st_item *it = &items[i];
-        uint64_t bytes = 0;
-        if (!it->name)
-            return tfm__fail(TFM_E_ARG, "%s: cannot save: tensor %d has no name", path, i);
-        if (!strcmp(it->name, "__metadata__") || !tfm__st_utf8_valid(it->name))
-            return tfm__fail(TFM_E_ARG,
-                             "%s: cannot save: tensor %d's name %s is reserved or not valid "
-                             "UTF-8",
-                             path, i, tfm__st_q(it->name));
-        if (it->ndim < 0 || it->ndim > TFM__ST_MAX_NDIM)
-            return tfm__fail(TFM_E_ARG, "%s: cannot save: tensor %s has %d dims (want 0..%d)", path,
-                             tfm__st_q(it->name), it->ndim, TFM__ST_MAX_NDIM);
-        for (k = 0; k < it->ndim; k++)
-            if (it->shape[k] < 0)
-                return tfm__fail(TFM_E_ARG, "%s: cannot save: tensor %s has shape %s", path,
-                                 tfm__st_q(it->name), tfm__st_shape_str(it->ndim, it->shape));
-        if (tfm__st_nbytes(it->ndim, it->shape, &bytes) != 0 || bytes > (uint64_t)SIZE_MAX ||
-            bytes > UINT64_MAX - total)
-            return tfm__fail(TFM_E_ARG, "%s: cannot save: tensor %s of shape %s is too large", path,
-                             tfm__st_q(it->name), tfm__st_shape_str(it->ndim, it->shape));
-        if (bytes && !it->data)
-            return tfm__fail(TFM_E_ARG, "%s: cannot save: tensor %s %s has no data (NULL)", path,
-                             tfm__st_q(it->name), tfm__st_shape_str(it->ndim, it->shape));
-        total += bytes;
+    for (i = 0; i < n_meta; i++) {
+        tfm__st_put(o, i ? "," : "{\"__metadata__\":{", i ? 1 : 17);
+        tfm__st_put_jstr(o, meta_kv[2 * i]);
+        tfm__st_put(o, ":", 1);
+        tfm__st_put_jstr(o, meta_kv[2 * i + 1]);
     }
-    for (i = 0; i < 2 * n_meta; i++) {
-        if (!meta_kv[i])
-            return tfm__fail(TFM_E_ARG, "%s: cannot save: metadata %s %d is NULL", path,
-                             i % 2 ? "value" : "key", i / 2);
+    tfm__st_put(o, n_meta ? "}" : "{", 1);
+    for (i = 0; i < n; i++, at += bytes) {
+        tfm__st_nbytes(items[i].ndim, items[i].shape, &bytes); /* checked by the caller */
+        tfm__st_put(o, ",", i || n_meta ? 1 : 0);
+        tfm__st_put_jstr(o, items[i].name);
+        tfm__st_put(o, ":{\"dtype\":\"F32\",\"shape\":[", 25);
+        for (k = 0; k < items[i].ndim; k++)
+            tfm__st_put(o, num, (size_t)snprintf(num, sizeof num, &",%lld"[!k], (long long)items[i].shape[k]));
+        tfm__st_put(o, num, (size_t)snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
+                                             (unsigned long long)(at + bytes)));
+    }
+    tfm__st_put(o, "}", 1);
+}
+
+/* The header tfm__st_save writes, padded with spaces to a multiple of 8 bytes, in a new allocation (*json,
+   *len bytes; TFM_FREE it). TFM_E_ARG unless names and metadata are UTF-8 and unique ("__metadata__" no name). */
+static tfm_result tfm__st_header_json(const tfm__st_tensor *items, int n, const char *const *meta_kv, int n_meta,
+                                      char **json, size_t *len) {
+    const char *dn = tfm__st_dup(items, n, sizeof *items), *dk = tfm__st_dup(meta_kv, n_meta, 2 * sizeof *meta_kv);
+    tfm__st_out o;
+    int i;
+    for (i = 0; i < n; i++)
+        if (!strcmp(items[i].name, "__metadata__") || !tfm__st_utf8_valid(items[i].name))
+            return tfm__fail(TFM_E_ARG, "cannot save: tensor name %s is reserved or not valid UTF-8", tfm__st_q(items[i].name));
+    for (i = 0; i < 2 * n_meta; i++)
         if (!tfm__st_utf8_valid(meta_kv[i]))
-            return tfm__fail(TFM_E_ARG, "%s: cannot save: metadata %s %s is not valid UTF-8", path,
-                             i % 2 ? "value" : "key", tfm__st_q(meta_kv[i]));
+            return tfm__fail(TFM_E_ARG, "cannot save: metadata %s %s is not valid UTF-8", i % 2 ? "value" : "key",
+                             tfm__st_q(meta_kv[i]));
+    if (!dn || !dk) return tfm__fail(TFM_E_NOMEM, "cannot save: out of memory");
+    if (*dn) return tfm__fail(TFM_E_ARG, "cannot save: two tensors are named %s", tfm__st_q(dn));
+    if (*dk) return tfm__fail(TFM_E_ARG, "cannot save: metadata key %s appears twice", tfm__st_q(dk));
+    o.p = NULL, o.n = 0;
+    tfm__st_put_header(&o, items, n, meta_kv, n_meta);
+    if (o.n > TFM__ST_MAX_HEADER - 8)
+        return tfm__fail(TFM_E_ARG, "the header would be %llu bytes, over the %u-byte limit", (unsigned long long)o.n,
+                         (unsigned)TFM__ST_MAX_HEADER);
+    *len = (o.n + 7) / 8 * 8;
+    if (!(o.p = (char *)TFM_MALLOC(*len, NULL)))
+        return tfm__fail(TFM_E_NOMEM, "out of memory for a %llu-byte header", (unsigned long long)*len);
+    o.n = 0;
+    tfm__st_put_header(&o, items, n, meta_kv, n_meta);
+    memset(o.p + o.n, ' ', *len - o.n);
+    *json = o.p;
+    return TFM_OK;
+}
+
+/* n bytes of s into dst: TFM_E_FORMAT ("truncated") or TFM_E_IO; what names them in messages. */
+static tfm_result tfm__st_read(tfm__st_file *s, void *dst, uint64_t n, const char *what) {
+    int e = 0;
+    if (n > s->size - s->pos || (!s->mem && n && ((e = TFM__ST_HOOK(READ)) != 0 || fread(dst, 1, (size_t)n, s->fp) != n)))
+        return e || (!s->mem && ferror(s->fp))
+                   ? tfm__fail(TFM_E_IO, "%s: reading %s failed: %s", s->name, what, strerror(e ? e : errno ? errno : EIO))
+                   : tfm__fail(TFM_E_FORMAT, "%s: truncated: the file ends inside %s", s->name, what);
+    if (s->mem && n) memcpy(dst, s->mem + s->pos, (size_t)n);
+    s->pos += n;
+    return TFM_OK;
+}
+
+/* Open the file at path for reading (or, path NULL, take the size-byte image at mem) and read and check its
+   header into *h; s is then at the data buffer. Errors: TFM_E_IO naming the path and the reason, or the
+   header's. */
+static tfm_result tfm__st_open_read(tfm__st_file *s, const char *path, const unsigned char *mem, size_t size,
+                                    tfm__st_header *h) {
+    unsigned char len8[8], *buf = NULL;
+    uint64_t hlen = 0;
+    tfm_result r;
+    int i;
+    memset(s, 0, sizeof *s);
+    memset(h, 0, sizeof *h);
+    s->name = path ? path : "<memory>";
+    s->mem = path ? NULL : mem ? mem : (const unsigned char *)"";
+    s->size = size;
+    if (path && !(s->fp = fopen(path, "rb"))) return tfm__fail(TFM_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (path) {
+#if defined(TFM__ST_POSIX)
+        struct stat st;
+        int ok = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+        s->size = ok ? (uint64_t)st.st_size : 0;
+#else
+        int ok = fseek(s->fp, 0, SEEK_END) == 0 && ftell(s->fp) >= 0;
+        s->size = ok ? (uint64_t)ftell(s->fp) : 0;
+        ok = ok && fseek(s->fp, 0, SEEK_SET) == 0;
+#endif
+        if (!ok) return tfm__fail(TFM_E_IO, "%s: cannot read: not a regular file, or its size is unknown", path);
     }
-    /* unique tensor names and metadata keys: sort copies of the pointers */
-    if (n > 1 || n_meta > 1) {
-        int m = n > n_meta ? n : n_meta;
-        const char **s = (const char **)TFM_MALLOC((size_t)m * sizeof *s, NULL);
-        if (!s) return tfm__fail(TFM_E_NOMEM, "%s: cannot save: out of memory", path);
-        for (i = 0; i < n; i++) s[i] = items[i].name;
-        qsort((void *)s, (size_t)n, sizeof *s, tfm__st_cmp_str);
-        for (i = 1; i < n && r == TFM_OK; i++)
-            if (!strcmp(s[i - 1], s[i]))
-                r = tfm__fail(TFM_E_ARG, "%s: cannot save: two tensors are named %s", path,
-                              tfm__st_q(s[i]));
-        for (i = 0; i < n_meta && r == TFM_OK; i++) s[i] = meta_kv[2 * i];
-        if (r == TFM_OK) qsort((void *)s, (size_t)n_meta, sizeof *s, tfm__st_cmp_str);
-        for (i = 1; i < n_meta && r == TFM_OK; i++)
-            if (!strcmp(s[i - 1], s[i]))
-                r = tfm__fail(TFM_E_ARG, "%s: cannot save: metadata key %s appears twice", path,
-                              tfm__st_q(s[i]));
-        TFM_FREE((void *)s, NULL);
-    }
+    if (s->size < 8)
+        return tfm__fail(TFM_E_FORMAT, "%s: truncated: the file has %llu bytes, but a safetensors file starts with an 8-byte "
+                         "header length", s->name, (unsigned long long)s->size);
+    TFM__TRY(tfm__st_read(s, len8, 8, "the header length"));
+    for (i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
+    if (hlen > TFM__ST_MAX_HEADER)
+        return tfm__fail(TFM_E_FORMAT, "%s: header length %llu is over the %u-byte limit (not a safetensors file, or a "
+                         "corrupt one)", s->name, (unsigned long long)hlen, (unsigned)TFM__ST_MAX_HEADER);
+    if (hlen > s->size - 8)
+        return tfm__fail(TFM_E_FORMAT, "%s: truncated: the header length is %llu bytes but only %llu bytes follow it",
+                         s->name, (unsigned long long)hlen, (unsigned long long)(s->size - 8));
+    if (path && !(buf = (unsigned char *)TFM_MALLOC((size_t)hlen + 1, NULL)))
+        return tfm__fail(TFM_E_NOMEM, "%s: out of memory for a %llu-byte header", s->name, (unsigned long long)hlen);
+    r = buf ? tfm__st_read(s, buf, hlen, "the header") : (s->pos += hlen, TFM_OK);
+    if (r == TFM_OK) r = tfm__io_prefix(tfm__st_parse(buf ? buf : s->mem + 8, (size_t)hlen, s->size, h), s->name);
+    if (buf) TFM_FREE(buf, NULL);
     return r;
 }
 
-/* The header tfm__st_save writes, in one new allocation (*json, free with TFM_FREE): *len bytes,
-   padded with spaces to a multiple of 8. The arguments must have passed tfm__st_check_items. */
-static TFM__UNUSED tfm_result tfm__st_header_json(const tfm__st_item *items, int n,
-                                                  const char *const *meta_kv, int n_meta,
-                                                  char **json, size_t *len) {
-    tfm__st_out o;
-    size_t padded;
-    o.p = NULL;
-    o.n = 0;
-    tfm__st_emit_header(&o, items, n, meta_kv, n_meta);
-    if (o.n > TFM__ST_MAX_HEADER - 8)
-        return tfm__fail(TFM_E_ARG, "the header would be %llu bytes, over the %u-byte limit",
-                         (unsigned long long)(o.n), (unsigned)TFM__ST_MAX_HEADER);
-    padded = (o.n + 7) / 8 * 8;
-    o.p = (char *)TFM_MALLOC(padded, NULL);
-    if (!o.p)
-        return tfm__fail(TFM_E_NOMEM, "out of memory for a %llu-byte header",
-                         (unsigned long long)padded);
-    o.n = 0;
-    tfm__st_emit_header(&o, items, n, meta_kv, n_meta);
-    memset(o.p + o.n, ' ', padded - o.n);
-    *json = o.p;
-    *len = padded;
-    return TFM_OK;
+static int tfm__st_cmp_entry(const void *a, const void *b) {
+    return strcmp((*(const tfm__st_entry *const *)a)->name, (*(const tfm__st_entry *const *)b)->name);
 }
 
-/* ---- loading ------------------------------------------------------------------------------- */
-
-/* Where the bytes come from: memory, or an open file read front to back. */
-typedef struct tfm__st_src {
-    const char *name;         /* the path, or "<memory>", for messages */
-    const unsigned char *mem; /* memory source, or NULL */
-    uint64_t size, pos;       /* total size; bytes consumed */
-#if !defined(TFM_NO_STDIO)
-#if defined(TFM__ST_POSIX)
-    int fd;
-#else
-    FILE *fp;
-#endif
-#endif
-} tfm__st_src;
-
-/* n bytes into dst, or TFM_E_FORMAT ("truncated") / TFM_E_IO; what names them in messages. */
-static tfm_result tfm__st_read(tfm__st_src *s, void *dst, uint64_t n, const char *what) {
-    unsigned char *d = (unsigned char *)dst;
-    if (n > s->size - s->pos)
-        return tfm__fail(TFM_E_FORMAT, "%s: truncated: the file ends inside %s", s->name, what);
-    if (s->mem) {
-        if (n) memcpy(d, s->mem + s->pos, (size_t)n);
-        s->pos += n;
-        return TFM_OK;
-    }
-#if !defined(TFM_NO_STDIO)
-    while (n > 0) {
-        size_t chunk = n > ((uint64_t)1 << 30) ? (size_t)1 << 30 : (size_t)n;
-#if defined(TFM__ST_POSIX)
-        ssize_t got = read(s->fd, d, chunk);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0)
-            return tfm__fail(TFM_E_IO, "%s: reading %s failed: %s", s->name, what, strerror(errno));
-#else
-        size_t got = fread(d, 1, chunk, s->fp);
-        if (got == 0 && ferror(s->fp))
-            return tfm__fail(TFM_E_IO, "%s: reading %s failed: %s", s->name, what,
-                             strerror(errno ? errno : EIO));
-#endif
-        if (got == 0) /* the file shrank since its size was taken */
-            return tfm__fail(TFM_E_FORMAT, "%s: truncated: the file ends inside %s", s->name, what);
-        d += got;
-        n -= (uint64_t)got;
-        s->pos += (uint64_t)got;
-    }
-    return TFM_OK;
-#else
-    return tfm__fail(TFM_E_IO, "%s: no file I/O in this build", s->name);
-#endif
-}
-
-/* Check the wanted tensors' descriptions: TFM_E_ARG. */
-static tfm_result tfm__st_check_wants(const char *name, const tfm__st_want *want, int n_want) {
-    int i, k;
-    if (n_want < 0 || (n_want > 0 && !want))
-        return tfm__fail(TFM_E_ARG, "%s: cannot load: want is %s with n_want %d", name,
-                         want ? "set" : "NULL", n_want);
-    for (i = 0; i < n_want; i++) {
-        const tfm__st_want *w = &want[i];
-        uint64_t bytes = 0;
-        if (!w->name) return tfm__fail(TFM_E_ARG, "%s: cannot load: want[%d] has no name", name, i);
-        if (w->ndim < 0 || w->ndim > TFM__ST_MAX_NDIM)
-            return tfm__fail(TFM_E_ARG, "%s: cannot load: want[%d] (%s) has %d dims (want 0..%d)",
-                             name, i, tfm__st_q(w->name), w->ndim, TFM__ST_MAX_NDIM);
-        for (k = 0; k < w->ndim; k++)
-            if (w->shape[k] < 0)
-                return tfm__fail(TFM_E_ARG, "%s: cannot load: want[%d] (%s) has shape %s", name, i,
-                                 tfm__st_q(w->name), tfm__st_shape_str(w->ndim, w->shape));
-        if (tfm__st_nbytes(w->ndim, w->shape, &bytes) != 0 || bytes > (uint64_t)SIZE_MAX)
-            return tfm__fail(TFM_E_ARG, "%s: cannot load: want[%d] (%s) of shape %s is too large",
-                             name, i, tfm__st_q(w->name), tfm__st_shape_str(w->ndim, w->shape));
-        if (bytes && !w->dest && !w->skip)
-            return tfm__fail(TFM_E_ARG, "%s: cannot load: want[%d] (%s) has no dest (NULL)", name,
-                             i, tfm__st_q(w->name));
-    }
-    return TFM_OK;
-}
-
-static int tfm__st_cmp_entry_ptr(const void *a, const void *b) {
-    return strcmp((*(const tfm__st_entry *const *)a)->name,
-                  (*(const tfm__st_entry *const *)b)->name);
-}
-
-/* Match the wanted tensors against the header (every one present once with its exact shape, and
-   nothing else in the file), then read their data in file order. */
-static tfm_result tfm__st_read_wanted(tfm__st_src *s, const tfm__st_header *h,
-                                      const tfm__st_want *want, int n_want) {
-    const tfm__st_entry **byname = NULL;
-    int *map = NULL, i;
+/* Match want[0..n_want) (distinct names) against the header h of s: each must be there with its exact
+   shape, and nothing else; then read their data, front to back. Nothing is read before all matched. */
+static tfm_result tfm__st_read_wanted(tfm__st_file *s, const tfm__st_header *h, const tfm__st_tensor *want, int n_want) {
+    size_t cnt = (size_t)h->n + 1;
+    const tfm__st_entry **byname = (const tfm__st_entry **)TFM_MALLOC(cnt * (sizeof *byname + sizeof(int)), NULL), *e, **at;
+    tfm__st_entry key;
+    int *map, i;
     tfm_result r = TFM_OK;
-    size_t cnt = h->n ? (size_t)h->n : 1;
-    byname = (const tfm__st_entry **)TFM_MALLOC(cnt * sizeof *byname, NULL);
-    map = (int *)TFM_MALLOC(cnt * sizeof *map, NULL);
-    if (!byname || !map) {
-        r = tfm__fail(TFM_E_NOMEM, "%s: out of memory indexing %d tensors", s->name, h->n);
-        goto done;
-    }
-    for (i = 0; i < h->n; i++) {
-        byname[i] = &h->entries[i];
-        map[i] = -1;
-    }
-    if (h->n > 1) qsort((void *)byname, (size_t)h->n, sizeof *byname, tfm__st_cmp_entry_ptr);
-    for (i = 0; i < n_want && r == TFM_OK; i++) {
-        const tfm__st_want *w = &want[i];
-        const tfm__st_entry *e = NULL;
-        int lo = 0, hi = h->n - 1, k, same;
-        while (lo <= hi) {
-            int mid = lo + (hi - lo) / 2, c = strcmp(w->name, byname[mid]->name);
-            if (c == 0) {
-                e = byname[mid];
-                break;
-            }
-            if (c < 0)
-                hi = mid - 1;
-            else
-                lo = mid + 1;
-        }
-        if (!e) {
-            r = tfm__fail(TFM_E_FORMAT, "%s: tensor %s not found (the file has %d tensors)",
-                          s->name, tfm__st_q(w->name), h->n);
-            break;
-        }
-        k = (int)(e - h->entries);
-        if (map[k] >= 0) {
-            r = tfm__fail(TFM_E_ARG, "%s: tensor %s is wanted twice (want[%d] and want[%d])",
-                          s->name, tfm__st_q(w->name), map[k], i);
-            break;
-        }
-        same = e->ndim == w->ndim;
-        for (k = 0; same && k < e->ndim; k++) same = e->shape[k] == w->shape[k];
-        if (!same) {
-            r = tfm__fail(TFM_E_FORMAT, "%s: tensor %s is %s in the file but %s is wanted", s->name,
-                          tfm__st_q(w->name), tfm__st_shape_str(e->ndim, e->shape),
-                          tfm__st_shape_str(w->ndim, w->shape));
-            break;
-        }
-        map[e - h->entries] = i;
+    if (!byname) return tfm__fail(TFM_E_NOMEM, "%s: out of memory indexing %d tensors", s->name, h->n);
+    for (map = (int *)(void *)(byname + cnt), i = 0; i < h->n; i++) byname[i] = &h->entries[i], map[i] = -1;
+    qsort((void *)byname, (size_t)h->n, sizeof *byname, tfm__st_cmp_entry);
+    for (i = 0, e = &key; i < n_want && r == TFM_OK; i++) {
+        const tfm__st_tensor *w = &want[i];
+        key.name = w->name;
+        at = (const tfm__st_entry **)bsearch((const void *)&e, (const void *)byname, (size_t)h->n, sizeof *byname, tfm__st_cmp_entry);
+        if (!at)
+            r = tfm__fail(TFM_E_FORMAT, "%s: tensor %s not found (the file has %d tensors)", s->name, tfm__st_q(w->name), h->n);
+        else if ((*at)->ndim != w->ndim || memcmp((*at)->shape, w->shape, (size_t)w->ndim * sizeof *w->shape))
+            r = tfm__fail(TFM_E_FORMAT, "%s: tensor %s is %s in the file but %s is wanted", s->name, tfm__st_q(w->name),
+                          tfm__st_shape((*at)->ndim, (*at)->shape), tfm__st_shape(w->ndim, w->shape));
+        else
+            map[*at - h->entries] = i;
     }
     for (i = 0; i < h->n && r == TFM_OK; i++)
         if (map[i] < 0)
-            r = tfm__fail(TFM_E_FORMAT,
-                          "%s: unexpected tensor %s in the file (it has %d tensors, %d are wanted)",
-                          s->name, tfm__st_q(h->entries[i].name), h->n, n_want);
-    /* the entries are contiguous from data byte 0, so reading them in order reads the file
-       front to back */
-    for (i = 0; i < h->n && r == TFM_OK; i++) {
-        const tfm__st_entry *e = &h->entries[i];
-        const tfm__st_want *w = &want[map[i]];
-        uint64_t bytes = e->end - e->begin;
-        char *what = tfm__st_buf();
-        TFM_ASSERT(s->pos == h->data_start + e->begin);
-        snprintf(what, TFM__ST_BUFSZ, "tensor %s", tfm__st_q(e->name));
-        if (w->skip) { /* read through it in small pieces */
-            unsigned char sink[4096];
-            while (r == TFM_OK && bytes) {
-                uint64_t piece = bytes < sizeof sink ? bytes : sizeof sink;
-                r = tfm__st_read(s, sink, piece, what);
-                bytes -= piece;
-            }
-            continue;
-        }
-        r = tfm__st_read(s, w->dest, bytes, what);
-        if (r == TFM_OK && !tfm__st_little_endian())
-            tfm__st_bswap32((unsigned char *)w->dest, (size_t)(bytes / 4));
+            r = tfm__fail(TFM_E_FORMAT, "%s: unexpected tensor %s in the file (it has %d tensors, %d are wanted)", s->name,
+                          tfm__st_q(h->entries[i].name), h->n, n_want);
+    for (i = 0; i < h->n && r == TFM_OK; i++) { /* contiguous from data byte 0 */
+        const tfm__st_tensor *w = &want[map[i]];
+        uint64_t left = h->entries[i].end - h->entries[i].begin, piece;
+        unsigned char sink[4096];
+        char what[80];
+        snprintf(what, sizeof what, "tensor %s", tfm__st_q(w->name));
+        if (w->data && (r = tfm__st_read(s, w->data, left, what)) == TFM_OK && !tfm__st_little_endian())
+            tfm__st_bswap32((unsigned char *)w->data, (size_t)(left / 4));
+        for (; !w->data && left && r == TFM_OK; left -= piece)
+            r = tfm__st_read(s, sink, piece = left < sizeof sink ? left : sizeof sink, what);
     }
-done:
-    if (byname) TFM_FREE((void *)byname, NULL);
-    if (map) TFM_FREE(map, NULL);
+    TFM_FREE((void *)byname, NULL);
     return r;
 }
 
-/* The loader behind the file and memory entry points. header_only: read and validate only the
-   header (want is ignored). On success with h_out, *h_out gets the header; otherwise it is
-   freed. */
-static tfm_result tfm__st_load_src(tfm__st_src *s, const tfm__st_want *want, int n_want,
-                                   int header_only, tfm__st_header *h_out) {
-    unsigned char len8[8];
-    unsigned char *buf = NULL;
-    const unsigned char *hdr;
-    uint64_t hlen;
+/* Load want[0..n_want) from the safetensors file at path (path NULL: the size-byte image at mem); with
+   header_only, only read and check the header. With h_out, *h_out gets the header (free it; zeroed on
+   failure). A read error can leave dests partly written. */
+static tfm_result tfm__st_load(const char *path, const unsigned char *mem, size_t size, const tfm__st_tensor *want,
+                               int n_want, int header_only, tfm__st_header *h_out) {
+    tfm__st_file s;
     tfm__st_header h;
-    tfm_result r;
-    memset(&h, 0, sizeof h);
-    if (s->size < 8)
-        return tfm__fail(TFM_E_FORMAT,
-                         "%s: truncated: the file has %llu bytes, but a safetensors file starts "
-                         "with an 8-byte header length",
-                         s->name, (unsigned long long)s->size);
-    TFM__TRY(tfm__st_read(s, len8, 8, "the header length"));
-    hlen = tfm__st_get_u64le(len8);
-    if (hlen > TFM__ST_MAX_HEADER)
-        return tfm__fail(TFM_E_FORMAT,
-                         "%s: header length %llu is over the %u-byte limit (not a safetensors "
-                         "file, or a corrupt one)",
-                         s->name, (unsigned long long)hlen, (unsigned)TFM__ST_MAX_HEADER);
-    if (hlen > s->size - 8)
-        return tfm__fail(TFM_E_FORMAT,
-                         "%s: truncated: the header length is %llu bytes but only %llu bytes "
-                         "follow it",
-                         s->name, (unsigned long long)hlen, (unsigned long long)(s->size - 8));
-    if (s->mem) {
-        hdr = s->mem + 8;
-        s->pos += hlen;
-    } else {
-        buf = (unsigned char *)TFM_MALLOC(hlen ? (size_t)hlen : 1, NULL);
-        if (!buf)
-            return tfm__fail(TFM_E_NOMEM, "%s: out of memory for a %llu-byte header", s->name,
-                             (unsigned long long)hlen);
-        r = tfm__st_read(s, buf, hlen, "the header");
-        if (r != TFM_OK) {
-            TFM_FREE(buf, NULL);
-            return r;
-        }
-        hdr = buf;
-    }
-    r = tfm__st_parse(hdr, (size_t)hlen, s->size, &h);
-    if (buf) TFM_FREE(buf, NULL);
-    if (r != TFM_OK) return tfm__st_prefix(r, s->name);
-    if (!header_only) r = tfm__st_read_wanted(s, &h, want, n_want);
-    if (r == TFM_OK && h_out)
-        *h_out = h;
-    else
-        tfm__st_header_free(&h);
+    tfm_result r = tfm__st_open_read(&s, path, mem, size, &h);
+    if (r == TFM_OK && !header_only) r = tfm__st_read_wanted(&s, &h, want, n_want);
+    if (s.fp) fclose(s.fp);
+    if (r != TFM_OK || !h_out) tfm__st_header_free(&h);
+    if (h_out) *h_out = h;
     return r;
 }
 
-/* tfm__st_load on a file image in memory (data: size bytes); messages name it "<memory>". */
-static TFM__UNUSED tfm_result tfm__st_load_mem(const unsigned char *data, size_t size,
-                                               const tfm__st_want *want, int n_want,
-                                               tfm__st_header *h_out) {
-    tfm__st_src s;
-    if (h_out) memset(h_out, 0, sizeof *h_out);
-    if (!data && size) return tfm__fail(TFM_E_ARG, "<memory>: cannot load: data is NULL");
-    TFM__TRY(tfm__st_check_wants("<memory>", want, n_want));
-    memset(&s, 0, sizeof s);
-    s.name = "<memory>";
-    s.mem = data ? data : (const unsigned char *)"";
-    s.size = size;
-    return tfm__st_load_src(&s, want, n_want, 0, h_out);
-}
-
-/* Only read and validate the header of a file image in memory (see tfm__st_read_header). */
-static TFM__UNUSED tfm_result tfm__st_read_header_mem(const unsigned char *data, size_t size,
-                                                      tfm__st_header *h) {
-    tfm__st_src s;
-    if (!h) return tfm__fail(TFM_E_ARG, "<memory>: cannot read the header: h is NULL");
-    memset(h, 0, sizeof *h);
-    if (!data && size) return tfm__fail(TFM_E_ARG, "<memory>: cannot load: data is NULL");
-    memset(&s, 0, sizeof s);
-    s.name = "<memory>";
-    s.mem = data ? data : (const unsigned char *)"";
-    s.size = size;
-    return tfm__st_load_src(&s, NULL, 0, 1, h);
-}
-
-#if !defined(TFM_NO_STDIO)
-
-/* Open path for reading and take its size: TFM_E_IO naming the path and the reason. */
-static tfm_result tfm__st_open_read(tfm__st_src *s, const char *path) {
-    memset(s, 0, sizeof *s);
-    s->name = path;
+/* fsync the file (or directory) at p, so that its data (or a rename in it) survives a crash: 0 or an errno
+   (POSIX; EINVAL from a directory, on a file system that cannot sync one, is no error). Elsewhere stdio
+   committed the file (_commit on Windows) and there is nothing to do. */
+static int tfm__st_fsync(const char *p, int dir) {
 #if defined(TFM__ST_POSIX)
-    {
-        struct stat st;
-        int flags = O_RDONLY;
-#ifdef O_CLOEXEC
-        flags |= O_CLOEXEC;
-#endif
-        s->fd = open(path, flags);
-        if (s->fd < 0) return tfm__fail(TFM_E_IO, "%s: cannot open: %s", path, strerror(errno));
-        if (fstat(s->fd, &st) != 0) {
-            int e = errno;
-            close(s->fd);
-            return tfm__fail(TFM_E_IO, "%s: cannot stat: %s", path, strerror(e));
-        }
-        if (!S_ISREG(st.st_mode)) {
-            close(s->fd);
-            return tfm__fail(TFM_E_IO, "%s: not a regular file%s", path,
-                             S_ISDIR(st.st_mode) ? " (a directory)" : "");
-        }
-        s->size = st.st_size > 0 ? (uint64_t)st.st_size : 0;
-    }
+    int fd = open(p, O_RDONLY | O_CLOEXEC), rc = -1;
+    while (fd >= 0 && (rc = fsync(fd)) != 0 && errno == EINTR) {}
+    rc = rc == 0 || (dir && fd >= 0 && errno == EINVAL) ? 0 : errno;
+    if (fd >= 0) close(fd);
+    return rc;
 #else
-    {
-        int ok;
-#if defined(_WIN32)
-        long long end = 0;
-#else
-        long end = 0;
-#endif
-        s->fp = fopen(path, "rb");
-        if (!s->fp) return tfm__fail(TFM_E_IO, "%s: cannot open: %s", path, strerror(errno));
-#if defined(_WIN32)
-        ok = _fseeki64(s->fp, 0, SEEK_END) == 0 && (end = _ftelli64(s->fp)) >= 0 &&
-             _fseeki64(s->fp, 0, SEEK_SET) == 0;
-#else
-        ok = fseek(s->fp, 0, SEEK_END) == 0 && (end = ftell(s->fp)) >= 0 &&
-             fseek(s->fp, 0, SEEK_SET) == 0;
-#endif
-        if (!ok) {
-            int e = errno;
-            fclose(s->fp);
-            return tfm__fail(TFM_E_IO, "%s: cannot take its size: %s", path, strerror(e ? e : EIO));
-        }
-        s->size = (uint64_t)end;
-    }
-#endif
-    return TFM_OK;
-}
-
-static void tfm__st_close_read(tfm__st_src *s) {
-#if defined(TFM__ST_POSIX)
-    close(s->fd);
-#else
-    fclose(s->fp);
+    return (void)p, (void)dir, 0;
 #endif
 }
 
-/* Load the tensors described by want[0..n_want) from the safetensors file at path into their
-   dest buffers (host float32). Strict: each wanted tensor must be in the file exactly once with
-   the exact shape, and the file must hold no other tensor. With h_out (may be NULL), *h_out gets
-   the parsed header (names, shapes, __metadata__; free it with tfm__st_header_free); it is zeroed
-   on failure. Errors: TFM_E_IO (cannot open or read: names the path and the reason),
-   TFM_E_FORMAT (malformed or truncated file, missing / unexpected tensor, shape mismatch),
-   TFM_E_ARG (bad want), TFM_E_NOMEM. Nothing is written to a dest before the whole header has
-   been checked; a read error after that can leave dests partly written. Memory allocated: the
-   header's size twice plus a few words per tensor. */
-static TFM__UNUSED tfm_result tfm__st_load(const char *path, const tfm__st_want *want, int n_want,
-                                           tfm__st_header *h_out) {
-    tfm__st_src s;
-    tfm_result r;
-    if (h_out) memset(h_out, 0, sizeof *h_out);
-    if (!path) return tfm__fail(TFM_E_ARG, "tfm__st_load: path is NULL");
-    TFM__TRY(tfm__st_check_wants(path, want, n_want));
-    TFM__TRY(tfm__st_open_read(&s, path));
-    r = tfm__st_load_src(&s, want, n_want, 0, h_out);
-    tfm__st_close_read(&s);
-    return r;
-}
-
-/* Read and validate only the header of the file at path (every check tfm__st_load makes on
-   the header, including offsets against the file's size): names, shapes and metadata in *h
-   (free with tfm__st_header_free). */
-static TFM__UNUSED tfm_result tfm__st_read_header(const char *path, tfm__st_header *h) {
-    tfm__st_src s;
-    tfm_result r;
-    if (!h) return tfm__fail(TFM_E_ARG, "tfm__st_read_header: h is NULL");
-    memset(h, 0, sizeof *h);
-    if (!path) return tfm__fail(TFM_E_ARG, "tfm__st_read_header: path is NULL");
-    TFM__TRY(tfm__st_open_read(&s, path));
-    r = tfm__st_load_src(&s, NULL, 0, 1, h);
-    tfm__st_close_read(&s);
-    return r;
-}
-
-/* ---- saving -------------------------------------------------------------------------------- */
-
-/* The file being written. POSIX: a descriptor, written with write(2). Elsewhere: a FILE*. */
-typedef struct tfm__st_wfile {
-#if defined(TFM__ST_POSIX)
-    int fd;
-#else
-    FILE *fp;
-#endif
-    int open;
-} tfm__st_wfile;
-
-/* The test hook's verdict on a stage: 0 to go on, else the errno to fail with. */
-static int tfm__st_hook(int stage) {
-    int e = tfm__st_write_hook ? tfm__st_write_hook(stage) : 0;
-    if (e) errno = e;
-    return e;
-}
-
-/* Create tmp exclusively (an existing file of that name is never touched). 0 or an errno. */
-static int tfm__st_wopen(tfm__st_wfile *f, const char *tmp) {
-#if defined(TFM__ST_POSIX)
-    int flags = O_WRONLY | O_CREAT | O_EXCL;
-#ifdef O_CLOEXEC
-    flags |= O_CLOEXEC;
-#endif
-    do f->fd = open(tmp, flags, 0666);
-    while (f->fd < 0 && errno == EINTR);
-    if (f->fd < 0) return errno;
-#else
-    /* C99 stdio has no exclusive create ("wbx" is C11): check first; the name is random anyway */
-    FILE *probe = fopen(tmp, "rb");
-    if (probe) {
-        fclose(probe);
-        return EEXIST;
-    }
-    f->fp = fopen(tmp, "wb");
-    if (!f->fp) return errno ? errno : EIO;
-#endif
-    f->open = 1;
-    return 0;
-}
-
-/* Write n bytes. 0 or an errno. */
-static int tfm__st_wwrite(tfm__st_wfile *f, const void *p, size_t n) {
-    const unsigned char *b = (const unsigned char *)p;
-    while (n > 0) {
-        size_t chunk = n > ((size_t)1 << 30) ? (size_t)1 << 30 : n;
-#if defined(TFM__ST_POSIX)
-        ssize_t w = write(f->fd, b, chunk);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return errno;
-        if (w == 0) return ENOSPC;
-#else
-        size_t w;
-        errno = 0;
-        w = fwrite(b, 1, chunk, f->fp);
-        if (w < chunk) return errno ? errno : EIO;
-#endif
-        b += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* A tensor's floats, little-endian whatever the host. 0 or an errno. */
-static int tfm__st_wfloats(tfm__st_wfile *f, const float *data, size_t bytes) {
-    unsigned char tmp[4096];
-    if (tfm__st_little_endian()) return tfm__st_wwrite(f, data, bytes);
-    while (bytes > 0) {
-        size_t chunk = bytes < sizeof tmp ? bytes : sizeof tmp;
-        int e;
-        memcpy(tmp, data, chunk);
-        tfm__st_bswap32(tmp, chunk / 4);
-        e = tfm__st_wwrite(f, tmp, chunk);
-        if (e) return e;
-        data += chunk / 4;
-        bytes -= chunk;
-    }
-    return 0;
-}
-
-static int tfm__st_wflush(tfm__st_wfile *f) {
-#if defined(TFM__ST_POSIX)
-    (void)f; /* write(2) is unbuffered */
-    return 0;
-#else
-    errno = 0;
-    return fflush(f->fp) == 0 ? 0 : (errno ? errno : EIO);
-#endif
-}
-
-static int tfm__st_wsync(tfm__st_wfile *f) {
-#if defined(TFM__ST_POSIX)
-    int rc;
-    do rc = fsync(f->fd);
-    while (rc != 0 && errno == EINTR);
-    return rc == 0 ? 0 : errno;
-#elif defined(_WIN32)
-    return _commit(_fileno(f->fp)) == 0 ? 0 : (errno ? errno : EIO);
-#else
-    /* plain C has no way to reach the disk: the data is flushed to the OS only */
-    (void)f;
-    return 0;
-#endif
-}
-
-static int tfm__st_wclose(tfm__st_wfile *f) {
-    f->open = 0;
-#if defined(TFM__ST_POSIX)
-    /* the descriptor is released even when close reports an error; never retry it */
-    return close(f->fd) == 0 ? 0 : errno;
-#else
-    errno = 0;
-    return fclose(f->fp) == 0 ? 0 : (errno ? errno : EIO);
-#endif
-}
-
-/* Replace path by tmp. POSIX rename(2) does it atomically. Windows' rename fails when the target
-   exists, so there the old file is first moved aside (to tmp + "~") and put back if the second
-   rename fails; a crash between the two renames leaves the old file under that name and the new
-   one complete under tmp. 0 or an errno. */
-static int tfm__st_wrename(const char *tmp, const char *path) {
+/* Replace path by tmp: 0 or an errno. POSIX rename(2) is atomic; Windows' rename fails when the target
+   exists, so the old file is moved aside (tmp + "~") first, and put back if the second rename fails. */
+static int tfm__st_rename(const char *tmp, const char *path) {
 #if defined(_WIN32) && !defined(TFM__ST_POSIX)
     size_t n = strlen(tmp);
     char *old = (char *)TFM_MALLOC(n + 2, NULL);
     int moved, e = 0;
     if (!old) return ENOMEM;
-    memcpy(old, tmp, n);
-    old[n] = '~';
-    old[n + 1] = 0;
+    memcpy(old, tmp, n), old[n] = '~', old[n + 1] = 0;
     moved = rename(path, old) == 0;
-    if (rename(tmp, path) != 0) {
-        e = errno ? errno : EIO;
-        if (moved) rename(old, path);
-    } else if (moved) {
-        remove(old);
-    }
+    if (rename(tmp, path) != 0) e = errno ? errno : EIO;
+    if (moved) e ? rename(old, path) : remove(old);
     TFM_FREE(old, NULL);
     return e;
 #else
-    return rename(tmp, path) == 0 ? 0 : (errno ? errno : EIO);
+    return rename(tmp, path) == 0 ? 0 : errno ? errno : EIO;
 #endif
 }
 
-/* fsync the directory holding path, so the rename itself survives a crash (POSIX). EINVAL (a
-   file system that cannot sync directories) counts as success. 0 or an errno. */
-static int tfm__st_syncdir(const char *path) {
+/* Create tmp exclusively (a file of that name is never touched) and open it for writing: 0 or an errno. */
+static int tfm__st_create(tfm__st_file *f, const char *tmp) {
 #if defined(TFM__ST_POSIX)
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 1;
-    char *dir;
-    int fd, rc, e = 0, flags = O_RDONLY;
-    if (slash && n == 0) n = 1; /* "/file" */
-    dir = (char *)TFM_MALLOC(n + 1, NULL);
-    if (!dir) return ENOMEM;
-    if (slash)
-        memcpy(dir, path, n);
-    else
-        dir[0] = '.';
-    dir[n] = 0;
-#ifdef O_CLOEXEC
-    flags |= O_CLOEXEC;
-#endif
-    fd = open(dir, flags);
-    TFM_FREE(dir, NULL);
-    if (fd < 0) return errno;
-    do rc = fsync(fd);
-    while (rc != 0 && errno == EINTR);
-    if (rc != 0 && errno != EINVAL) e = errno;
-    close(fd);
-    return e;
+    f->fp = fopen(tmp, "wbx"); /* "x": O_EXCL (C11, and in the C libraries of POSIX systems long before) */
 #else
-    (void)path;
-    return 0;
+    if ((f->fp = fopen(tmp, "rb")) != NULL) return fclose(f->fp), f->fp = NULL, EEXIST; /* C99 has no "x" */
+    f->fp = fopen(tmp, "wb");
 #endif
+    return f->fp ? 0 : errno ? errno : EIO;
 }
 
-/* A temporary name beside path: path + ".tmp." + 16 hex digits that differ per process, call and
-   attempt (the file is created exclusively, so a clash only costs another attempt). */
-static void tfm__st_tmpname(char *out, size_t cap, const char *path, int attempt) {
-    int local = 0;
-    uint64_t x = (uint64_t)(uintptr_t)&local ^ ((uint64_t)(uintptr_t)path << 17) ^
-                 ((uint64_t)time(NULL) << 32) ^ (uint64_t)clock() ^
-                 ((uint64_t)(unsigned)attempt * 0x9E3779B97F4A7C15ull);
-#if defined(TFM__ST_POSIX)
-    x ^= (uint64_t)getpid() * 0xD1B54A32D192ED03ull;
-#endif
-    x ^= x >> 30; /* splitmix64 finalizer */
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 27;
-    x *= 0x94D049BB133111EBull;
-    x ^= x >> 31;
-    snprintf(out, cap, "%s.tmp.%016llx", path, (unsigned long long)x);
+/* n bytes (swap: as 4-byte words, little-endian whatever the host): 0 or an errno. */
+static int tfm__st_write(tfm__st_file *f, const void *p, size_t n, int swap) {
+    unsigned char tmp[4096];
+    size_t chunk;
+    for (errno = 0; swap && !tfm__st_little_endian() && n; n -= chunk, p = (const unsigned char *)p + chunk) {
+        memcpy(tmp, p, chunk = n < sizeof tmp ? n : sizeof tmp);
+        tfm__st_bswap32(tmp, chunk / 4);
+        if (fwrite(tmp, 1, chunk, f->fp) != chunk) return errno ? errno : EIO;
+    }
+    return fwrite(p, 1, n, f->fp) == n ? 0 : errno ? errno : EIO;
 }
 
-/* Save n tensors (items[0..n), in that order) and n_meta metadata pairs (meta_kv: key0, value0,
-   key1, value1, ...; NULL when n_meta is 0) as a safetensors file at path, atomically: the bytes
-   go to a new temporary file in the same directory (path + ".tmp.<random hex>"), which is
-   flushed, fsynced, closed and renamed over path; then the directory is fsynced. Every write and
-   flush is checked. On failure the temporary file is removed and path is left as it was, except
-   when only the final directory fsync fails: path then already holds the new file, which might
-   not survive a crash (the message says so). Errors: TFM_E_ARG (bad items or metadata: NULL,
-   duplicate names, "__metadata__" as a name, invalid UTF-8, ndim outside 0..4, negative dims),
-   TFM_E_IO (names path, the failing step and strerror), TFM_E_NOMEM. Memory allocated: the
-   header and the temporary file's name. */
-static TFM__UNUSED tfm_result tfm__st_save(const char *path, const tfm__st_item *items, int n,
-                                           const char *const *meta_kv, int n_meta) {
-    tfm__st_wfile f;
-    char *json = NULL, *tmp = NULL;
+/* mode 0: flush stdio's buffers; 1: and sync the file to the disk; 2: close it. 0 or an errno. */
+static int tfm__st_flush(tfm__st_file *f, int mode) {
+    FILE *fp = f->fp;
+    errno = 0;
+    if (mode == 2) f->fp = NULL;
+    if (mode == 2 ? fclose(fp) != 0 : fflush(fp) != 0) return errno ? errno : EIO;
+#if defined(_WIN32)
+    if (mode == 1 && _commit(_fileno(fp))) return errno ? errno : EIO;
+#endif
+    return mode == 1 ? tfm__st_fsync(f->name, 0) : 0;
+}
+
+/* Save n tensors (in that order) and n_meta metadata pairs (meta_kv: key, value, ...) to a safetensors file at
+   path, atomically (see the top of this section). Errors: TFM_E_ARG (bad names or metadata), TFM_E_IO (names
+   path, the step that failed and why; path is unchanged, except when only the directory sync after the
+   rename failed, as the message says), TFM_E_NOMEM. */
+static tfm_result tfm__st_save(const char *path, const tfm__st_tensor *items, int n, const char *const *meta_kv, int n_meta) {
+    tfm__st_file f;
+    char *json = NULL, *tmp = NULL, what[96];
     size_t json_len = 0, tmp_cap;
     unsigned char len8[8];
-    int e = 0, i, attempt, created = 0;
-    const char *step = "";
+    int e = 0, i, created = 0;
+    uint64_t x = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)&f << 16) ^ (uint64_t)clock(), bytes = 0;
+    const char *step = "creating the temporary file";
     tfm_result r;
-    if (!path || !path[0]) return tfm__fail(TFM_E_ARG, "tfm__st_save: path is NULL or empty");
-    TFM__TRY(tfm__st_check_items(path, items, n, meta_kv, n_meta));
-    r = tfm__st_header_json(items, n, meta_kv, n_meta, &json, &json_len);
-    if (r != TFM_OK) return tfm__st_prefix(r, path);
-    tmp_cap = strlen(path) + 32;
-    tmp = (char *)TFM_MALLOC(tmp_cap, NULL);
-    if (!tmp) {
+    if (!path || !path[0]) return tfm__fail(TFM_E_ARG, "cannot save: the path is NULL or empty");
+    TFM__TRY(tfm__io_prefix(tfm__st_header_json(items, n, meta_kv, n_meta, &json, &json_len), path));
+    if (!(tmp = (char *)TFM_MALLOC(tmp_cap = strlen(path) + 32, NULL))) {
         TFM_FREE(json, NULL);
         return tfm__fail(TFM_E_NOMEM, "%s: cannot save: out of memory", path);
     }
     memset(&f, 0, sizeof f);
-
-    step = "creating the temporary file";
-    for (attempt = 0; attempt < 16; attempt++) {
-        tfm__st_tmpname(tmp, tmp_cap, path, attempt);
-        e = tfm__st_hook(TFM__ST_STAGE_OPEN);
-        if (!e) e = tfm__st_wopen(&f, tmp);
-        if (e != EEXIST) break;
+    f.name = tmp;
+#if defined(TFM__ST_POSIX)
+    x ^= (uint64_t)getpid() << 40;
+#endif
+    for (i = 0; i < 16 && (i == 0 || e == EEXIST); i++) { /* a name that differs per process, call and attempt */
+        snprintf(tmp, tmp_cap, "%s.tmp.%016llx", path, (unsigned long long)tfm__splitmix64(&x));
+        if ((e = TFM__ST_HOOK(OPEN)) == 0) e = tfm__st_create(&f, tmp);
     }
     if (e) goto fail;
     created = 1;
-
-    step = "writing the header length";
-    tfm__st_put_u64le(len8, (uint64_t)json_len);
-    if ((e = tfm__st_hook(TFM__ST_STAGE_WRITE)) != 0 || (e = tfm__st_wwrite(&f, len8, 8)) != 0)
-        goto fail;
-    step = "writing the header";
-    if ((e = tfm__st_hook(TFM__ST_STAGE_WRITE)) != 0 ||
-        (e = tfm__st_wwrite(&f, json, json_len)) != 0)
-        goto fail;
+#define TFM__ST_STEP(stage, what, call)                                     \
+    do {                                                                    \
+        step = (what);                                                      \
+        if ((e = TFM__ST_HOOK(stage)) != 0 || (e = (call)) != 0) goto fail; \
+    } while (0)
+    for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)json_len >> (8 * i));
+    TFM__ST_STEP(WRITE, "writing the header length", tfm__st_write(&f, len8, 8, 0));
+    TFM__ST_STEP(WRITE, "writing the header", tfm__st_write(&f, json, json_len, 0));
     for (i = 0; i < n; i++) {
-        uint64_t bytes = 0;
         tfm__st_nbytes(items[i].ndim, items[i].shape, &bytes);
-        step = "writing a tensor";
-        if ((e = tfm__st_hook(TFM__ST_STAGE_WRITE)) != 0 ||
-            (bytes && (e = tfm__st_wfloats(&f, items[i].data, (size_t)bytes)) != 0)) {
-            char *b = tfm__st_buf();
-            snprintf(b, TFM__ST_BUFSZ, "writing tensor %s", tfm__st_q(items[i].name));
-            step = b;
-            goto fail;
-        }
+        snprintf(what, sizeof what, "writing tensor %s", tfm__st_q(items[i].name));
+        TFM__ST_STEP(WRITE, what, bytes ? tfm__st_write(&f, items[i].data, (size_t)bytes, 1) : 0);
     }
-    step = "flushing";
-    if ((e = tfm__st_hook(TFM__ST_STAGE_FLUSH)) != 0 || (e = tfm__st_wflush(&f)) != 0) goto fail;
-    step = "syncing (fsync)";
-    if ((e = tfm__st_hook(TFM__ST_STAGE_SYNC)) != 0 || (e = tfm__st_wsync(&f)) != 0) goto fail;
-    step = "closing";
-    e = tfm__st_hook(TFM__ST_STAGE_CLOSE);
-    if (e) {
-        tfm__st_wclose(&f); /* release it; the injected error stands */
-        goto fail;
-    }
-    if ((e = tfm__st_wclose(&f)) != 0) goto fail;
-    step = "renaming the temporary file over it";
-    if ((e = tfm__st_hook(TFM__ST_STAGE_RENAME)) != 0 || (e = tfm__st_wrename(tmp, path)) != 0)
-        goto fail;
-    TFM_FREE(json, NULL);
-    json = NULL;
-
-    /* the new file is in place; make the rename durable */
-    e = tfm__st_hook(TFM__ST_STAGE_SYNCDIR);
-    if (!e) e = tfm__st_syncdir(path);
-    TFM_FREE(tmp, NULL);
-    if (e)
-        return tfm__fail(TFM_E_IO,
-                         "%s: the file was replaced, but syncing its directory failed: %s (the "
-                         "new file may not survive a crash)",
-                         path, strerror(e));
-    return TFM_OK;
-
+    TFM__ST_STEP(FLUSH, "flushing", tfm__st_flush(&f, 0));
+    TFM__ST_STEP(SYNC, "syncing (fsync)", tfm__st_flush(&f, 1));
+    TFM__ST_STEP(CLOSE, "closing", tfm__st_flush(&f, 2));
+    TFM__ST_STEP(RENAME, "renaming the temporary file over it", tfm__st_rename(tmp, path));
+#undef TFM__ST_STEP
+    i = strrchr(path, '/') ? (int)(strrchr(path, '/') - path) : -1; /* the new file is in place: sync its directory */
+    memcpy(tmp, i < 0 ? "." : path, i <= 0 ? 1 : (size_t)i);             /* ".", "/" or the directory's path */
+    tmp[i <= 0 ? 1 : i] = 0;
+    if ((e = TFM__ST_HOOK(SYNCDIR)) == 0) e = tfm__st_fsync(tmp, 1);
+    r = e ? tfm__fail(TFM_E_IO, "%s: the file was replaced, but syncing its directory failed: %s (the new file may not "
+                      "survive a crash)", path, strerror(e)) : TFM_OK;
+    goto done;
 fail:
-    if (f.open) {
-#if defined(TFM__ST_POSIX)
-        close(f.fd);
-#else
-        fclose(f.fp);
-#endif
-    }
+    if (f.fp) fclose(f.fp);
     if (created) remove(tmp);
-    r = tfm__fail(TFM_E_IO,
-                  "%s: cannot save: %s failed: %s (temporary file '%s'; '%s' is unchanged)", path,
-                  step, strerror(e), tmp, path);
+    r = tfm__fail(TFM_E_IO, "%s: cannot save: %s failed: %s (temporary file '%s'; '%s' is unchanged)", path, step,
+                  strerror(e), tmp, path);
+done:
     TFM_FREE(json, NULL);
     TFM_FREE(tmp, NULL);
     return r;
 }
-
 #endif /* !TFM_NO_STDIO */
 
 /* ==== >>impl-io ==== model checkpoints over the safetensors layer above */
 
+/* All that checkpoints touch of a model besides cfg, params, n_params and step. */
+static TFM__UNUSED int tfm__model_ready(const tfm_model *m) { return m && m->impl; }
+static TFM__UNUSED int tfm__model_trains(const tfm_model *m) { return m->impl->has_grad; }
+static TFM__UNUSED tfm_rng *tfm__model_rng(tfm_model *m) { return &m->impl->rng; }
+/* The AdamW moment of p (which 1: exp_avg, 2: exp_avg_sq), or NULL when m has no optimizer state. */
+static TFM__UNUSED float *tfm__model_moment(const tfm_model *m, const tfm_param *p, int which) {
+    const tfm__model_impl *im = m->impl;
+    return im->has_grad ? (float *)(im->mem_base + (which == 1 ? im->off_m : im->off_v)) + p->offset : NULL;
+}
+
 #ifndef TFM_NO_STDIO
 
-/* The config fields a checkpoint records; "arch" ones must match when loading into a model. */
+/* The config fields a checkpoint records, in the order written; "arch" ones must match when loading. */
 #define TFM__CFG_INT_FIELDS(X)                                                                     \
     X(kind, tfm_model_kind, 1) X(vocab_size, int, 1) X(tgt_vocab_size, int, 1) X(n_classes, int, 1) \
     X(d_model, int, 1) X(n_heads, int, 1) X(n_layers, int, 1) X(n_dec_layers, int, 1)              \
-    X(d_ff, int, 1) X(max_seq_len, int, 0) X(max_tgt_len, int, 0) X(max_batch, int, 0)            \
+    X(d_ff, int, 1) X(max_len, int, 0) X(max_tgt_len, int, 0) X(max_batch, int, 0)            \
     X(act, tfm_activation, 1) X(norm_first, int, 1) X(pos, tfm_pos_kind, 1) X(scale_emb, int, 1)  \
     X(pool, tfm_pool_kind, 1) X(tie_output, int, 1) X(share_emb, int, 1) X(no_bias, int, 1)        \
-    X(ignore_index, int, 0) X(init, tfm_init_kind, 0)
-#define TFM__CFG_FLOAT_FIELDS(X) \
-    X(dropout, 0) X(attn_dropout, 0) X(ln_eps, 1) X(label_smoothing, 0) X(init_std, 0)
+    X(ignore_index, int, 0) X(init, tfm_init_kind, 0) X(input_dim, int, 1) X(cls_token, int, 1)
+#define TFM__CFG_FLOAT_FIELDS(X) X(dropout, 0) X(attn_dropout, 0) X(ln_eps, 1) X(label_smoothing, 0) X(init_std, 0)
+#define TFM__IO_N_CFG 33    /* "format", 29 config fields, the seed, the step and the generator */
+#define TFM__IO_MAX_KEY 256 /* longest user metadata key, in bytes */
 
-#define TFM__N_META 40
-
-/* Metadata strings live in one buffer: key/value pointers into it. */
-typedef struct tfm__meta {
-    const char *kv[2 * TFM__N_META];
-    char buf[TFM__N_META][80]; /* the longest value is tfm.rng: 64 hex digits */
-    int n;
-} tfm__meta;
-
-static void tfm__meta_put(tfm__meta *mt, const char *key, const char *fmt, ...) {
-    va_list ap;
-    if (mt->n >= TFM__N_META) return;
-    va_start(ap, fmt);
-    vsnprintf(mt->buf[mt->n], sizeof mt->buf[0], fmt, ap);
-    va_end(ap);
-    mt->kv[2 * mt->n] = key;
-    mt->kv[2 * mt->n + 1] = mt->buf[mt->n];
-    mt->n++;
+/* Tensor k of m's checkpoint (nk per parameter: the value, then with the training state exp_avg and exp_avg_sq)
+   into t: its name (written to name, 96 bytes), shape, and floats in the model (NULL: m has no moments). */
+static void tfm__io_tensor(const tfm_model *m, int k, int nk, char *name, tfm__st_tensor *t) {
+    static const char *const pre[3] = {"", "optim.exp_avg.", "optim.exp_avg_sq."};
+    const tfm_param *p = &m->params[k / nk];
+    snprintf(name, 96, "%s%s", pre[k % nk], p->name);
+    memset(t, 0, sizeof *t);
+    t->name = name;
+    t->ndim = p->value.ndim;
+    memcpy(t->shape, p->value.shape, sizeof t->shape);
+    t->data = k % nk ? tfm__model_moment(m, p, k % nk) : p->value.data;
 }
 
-TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags) {
-    const char *fn = "tfm_model_save";
-    tfm__meta *mt;
-    tfm__st_item *items;
-    char *names;
-    int i, n, train, k = 0;
+/* A user metadata key (non-empty UTF-8 of at most TFM__IO_MAX_KEY bytes) and its value (UTF-8). */
+static tfm_result tfm__io_key(const char *fn, const char *key, const char *value) {
+    if (key && key[0] && strlen(key) <= TFM__IO_MAX_KEY && tfm__st_utf8_valid(key) && value && tfm__st_utf8_valid(value))
+        return TFM_OK;
+    return tfm__fail(TFM_E_ARG, "%s: user metadata %s = %s: keys must be non-empty UTF-8 of at most %d bytes, values UTF-8", fn,
+                     key ? tfm__st_q(key) : "NULL", value ? tfm__st_q(value) : "NULL", TFM__IO_MAX_KEY);
+}
+
+TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags, const tfm_kv *meta, int n_meta) {
+    const char *fn = "tfm_model_save", **kv;
+    const uint64_t *s = tfm__model_ready(m) ? tfm__model_rng((tfm_model *)m)->s : NULL;
+    int nk = flags & TFM_SAVE_TRAINING_STATE ? 3 : 1, n, i, nm = 0;
+    size_t bytes, keys = 0;
+    tfm__st_tensor *items;
+    char *vals, *names, *uk;
     tfm_result r;
-    if (!m || !m->impl || !path) return tfm__fail(TFM_E_ARG, "%s: model or path is NULL", fn);
+    if (!tfm__model_ready(m) || !path) return tfm__fail(TFM_E_ARG, "%s: the model (initialised) and path must be given", fn);
     if (flags & ~TFM_SAVE_TRAINING_STATE) return tfm__fail(TFM_E_ARG, "%s: unknown flags 0x%x", fn, (unsigned)flags);
-    train = (flags & TFM_SAVE_TRAINING_STATE) != 0;
-    if (train && !m->impl->has_grad)
+    if (nk == 3 && !tfm__model_trains(m))
         return tfm__fail(TFM_E_ARG, "%s: TFM_SAVE_TRAINING_STATE on an inference_only model (it has no optimizer state)", fn);
-    n = m->n_params * (train ? 3 : 1);
-    mt = (tfm__meta *)TFM_MALLOC(sizeof *mt, NULL);
-    items = (tfm__st_item *)TFM_MALLOC((size_t)(n ? n : 1) * sizeof *items, NULL);
-    names = (char *)TFM_MALLOC((size_t)(n ? n : 1) * 96, NULL);
-    if (!mt || !items || !names) {
-        TFM_FREE(mt, NULL);
-        TFM_FREE(items, NULL);
-        TFM_FREE(names, NULL);
-        return tfm__fail(TFM_E_NOMEM, "%s: out of memory", fn);
-    }
-    memset(mt, 0, sizeof *mt);
-    tfm__meta_put(mt, "format", "transformer.h");
-#define TFM__PUT_INT(f, type, arch) tfm__meta_put(mt, "tfm." #f, "%d", (int)m->cfg.f);
-#define TFM__PUT_FLOAT(f, arch) tfm__meta_put(mt, "tfm." #f, "%.9g", (double)m->cfg.f);
+    if (n_meta < 0 || n_meta > TFM__ST_MAX_ITEMS - TFM__IO_N_CFG || (n_meta && !meta))
+        return tfm__fail(TFM_E_ARG, "%s: n_meta is %d (at most %d) and meta is %s", fn, n_meta, TFM__ST_MAX_ITEMS - TFM__IO_N_CFG,
+                         meta ? "set" : "NULL");
+    for (i = 0; i < n_meta; keys += strlen(meta[i++].key) + 6) TFM__TRY(tfm__io_key(fn, meta[i].key, meta[i].value));
+    n = m->n_params * nk;
+    bytes = (size_t)2 * (TFM__IO_N_CFG + (size_t)n_meta) * sizeof *kv + (size_t)n * (sizeof *items + 96) + 72 * TFM__IO_N_CFG + keys;
+    if (!(kv = (const char **)TFM_MALLOC(bytes, NULL))) return tfm__fail(TFM_E_NOMEM, "%s: out of memory", fn);
+    items = (tfm__st_tensor *)(void *)(kv + 2 * (TFM__IO_N_CFG + n_meta));
+    vals = (char *)(items + n);
+    names = vals + 72 * TFM__IO_N_CFG;
+    uk = names + (size_t)n * 96;
+#define TFM__PUT(key, ...) (kv[2 * nm] = (key), kv[2 * nm + 1] = vals + 72 * nm, snprintf(vals + 72 * nm, 72, __VA_ARGS__), nm++)
+#define TFM__PUT_INT(f, type, arch) TFM__PUT("tfm." #f, "%d", (int)m->cfg.f);
+#define TFM__PUT_FLOAT(f, arch) TFM__PUT("tfm." #f, "%.9g", (double)m->cfg.f);
+    TFM__PUT("format", "transformer.h");
     TFM__CFG_INT_FIELDS(TFM__PUT_INT)
     TFM__CFG_FLOAT_FIELDS(TFM__PUT_FLOAT)
+    TFM__PUT("tfm.seed", "%llu", (unsigned long long)m->cfg.seed);
+    if (nk == 3) TFM__PUT("tfm.step", "%lld", (long long)m->step);
+    if (nk == 3) TFM__PUT("tfm.rng", "%016llx%016llx%016llx%016llx", (unsigned long long)s[0], (unsigned long long)s[1],
+                          (unsigned long long)s[2], (unsigned long long)s[3]);
+#undef TFM__PUT
 #undef TFM__PUT_INT
 #undef TFM__PUT_FLOAT
-    tfm__meta_put(mt, "tfm.seed", "%llu", (unsigned long long)m->cfg.seed);
-    if (train) {
-        tfm__meta_put(mt, "tfm.step", "%lld", (long long)m->step);
-        tfm__meta_put(mt, "tfm.rng", "%016llx%016llx%016llx%016llx", (unsigned long long)m->impl->rng.s[0],
-                      (unsigned long long)m->impl->rng.s[1], (unsigned long long)m->impl->rng.s[2], (unsigned long long)m->impl->rng.s[3]);
+    for (i = 0; i < n_meta; uk += strlen(uk) + 1, i++, nm++) {
+        sprintf(uk, "user.%s", meta[i].key);
+        kv[2 * nm] = uk;
+        kv[2 * nm + 1] = meta[i].value;
     }
-    for (i = 0; i < m->n_params; i++) {
-        const tfm_param *p = &m->params[i];
-        int kind;
-        for (kind = 0; kind < (train ? 3 : 1); kind++) {
-            tfm__st_item *it = &items[k];
-            char *name = names + (size_t)k * 96;
-            size_t off = (size_t)((unsigned char *)p->value.data - (m->impl->mem_base + m->impl->off_params));
-            int d;
-            snprintf(name, 96, "%s%s", kind == 0 ? "" : kind == 1 ? "optim.exp_avg." : "optim.exp_avg_sq.", p->name);
-            it->name = name;
-            it->ndim = p->value.ndim;
-            for (d = 0; d < TFM__ST_MAX_NDIM; d++) it->shape[d] = d < p->value.ndim ? p->value.shape[d] : 0;
-            it->data = kind == 0 ? p->value.data
-                                 : (const float *)(m->impl->mem_base + (kind == 1 ? m->impl->off_m : m->impl->off_v) + off);
-            k++;
-        }
-    }
-    r = tfm__st_save(path, items, n, mt->kv, mt->n);
-    TFM_FREE(mt, NULL);
-    TFM_FREE(items, NULL);
-    TFM_FREE(names, NULL);
-    if (r != TFM_OK) return tfm__fail(r, "%s: %s", fn, tfm_last_error());
-    return TFM_OK;
+    for (i = 0; i < n; i++) tfm__io_tensor(m, i, nk, names + 96 * (size_t)i, &items[i]);
+    r = tfm__io_prefix(tfm__st_save(path, items, n, kv, nm), fn);
+    TFM_FREE((void *)kv, NULL);
+    return r;
 }
 
-/* A metadata value as a number; *found 0 when absent. */
-static tfm_result tfm__meta_num(const char *fn, const char *path, const tfm__st_header *h, const char *key, double *v,
-                                int *found) {
-    const char *s = tfm__st_meta_get(h, key);
-    char *end = NULL;
-    *found = s != NULL;
-    if (!s) return TFM_OK;
-    *v = strtod(s, &end);
-    if (!*s || !end || *end || !isfinite(*v))
-        return tfm__fail(TFM_E_FORMAT, "%s: %s: metadata %s is \"%.40s\", want a number", fn, path, key, s);
-    return TFM_OK;
-}
-
-/* The config recorded in a header; TFM_E_FORMAT if it has none or it is malformed. */
-static tfm_result tfm__config_from_header(const char *fn, const char *path, const tfm__st_header *h, tfm_config *cfg) {
-    double v;
-    int found;
-    const char *seed;
+/* The config recorded in a header (TFM_E_FORMAT if it has none or it is malformed); fn names the caller. */
+static tfm_result tfm__io_config(const char *fn, const char *path, const tfm__st_header *h, tfm_config *cfg) {
+    const char *v;
+    char *end;
+    double x;
+    tfm_config rc;
     memset(cfg, 0, sizeof *cfg);
     if (!tfm__st_meta_get(h, "tfm.kind"))
         return tfm__fail(TFM_E_FORMAT, "%s: %s has no transformer.h config in its metadata (no tfm.kind)", fn, path);
-#define TFM__GET_INT(f, type, arch)                                                                     \
-    TFM__TRY(tfm__meta_num(fn, path, h, "tfm." #f, &v, &found));                                 \
-    if (found) {                                                                                  \
-        if (v != floor(v) || v < -2147483647.0 || v > 2147483647.0)                               \
-            return tfm__fail(TFM_E_FORMAT, "%s: %s: metadata tfm." #f " is %g, want an integer", fn, path, v); \
-        cfg->f = (type)(int)v;                                                                    \
+#define TFM__GET(f, isint, set)                                                                                       \
+    if ((v = tfm__st_meta_get(h, "tfm." #f)) != NULL) {                                                               \
+        x = strtod(v, &end);                                                                                          \
+        if (!*v || *end || !isfinite(x))                                                                              \
+            return tfm__fail(TFM_E_FORMAT, "%s: %s: metadata tfm." #f " is \"%.40s\", want a number", fn, path, v);   \
+        if (isint && (x != floor(x) || fabs(x) > 2147483647.0))                                                       \
+            return tfm__fail(TFM_E_FORMAT, "%s: %s: metadata tfm." #f " is %g, want an integer", fn, path, x);        \
+        set;                                                                                                          \
     }
-#define TFM__GET_FLOAT(f, arch)                                  \
-    TFM__TRY(tfm__meta_num(fn, path, h, "tfm." #f, &v, &found)); \
-    if (found) cfg->f = (float)v;
+#define TFM__GET_INT(f, type, arch) TFM__GET(f, 1, cfg->f = (type)(int)x)
+#define TFM__GET_FLOAT(f, arch) TFM__GET(f, 0, cfg->f = (float)x)
     TFM__CFG_INT_FIELDS(TFM__GET_INT)
     TFM__CFG_FLOAT_FIELDS(TFM__GET_FLOAT)
+#undef TFM__GET
 #undef TFM__GET_INT
 #undef TFM__GET_FLOAT
     cfg->has_ignore_index = tfm__st_meta_get(h, "tfm.ignore_index") != NULL;
-    seed = tfm__st_meta_get(h, "tfm.seed");
-    if (seed) {
-        char *end = NULL;
-        cfg->seed = (uint64_t)strtoull(seed, &end, 10);
-        if (!*seed || *end) return tfm__fail(TFM_E_FORMAT, "%s: %s: metadata tfm.seed is \"%.40s\"", fn, path, seed);
-    }
-    {
-        tfm_config tmp;
-        if (tfm__config_resolve(fn, cfg, &tmp) != TFM_OK)
-            return tfm__fail(TFM_E_FORMAT, "%s: %s: the stored config is invalid: %s", fn, path, tfm_last_error());
-    }
+    if ((v = tfm__st_meta_get(h, "tfm.seed")) != NULL && (cfg->seed = (uint64_t)strtoull(v, &end, 10), *v < '0' || *v > '9' || *end))
+        return tfm__fail(TFM_E_FORMAT, "%s: %s: metadata tfm.seed is \"%.40s\"", fn, path, v);
+    if (tfm__config_resolve(fn, cfg, &rc) != TFM_OK)
+        return tfm__fail(TFM_E_FORMAT, "%s: %s: the stored config is invalid: %s", fn, path, tfm_last_error());
     return TFM_OK;
 }
 
 TFMDEF tfm_result tfm_config_load(const char *path, tfm_config *cfg) {
-    const char *fn = "tfm_config_load";
     tfm__st_header h;
     tfm_result r;
-    if (!path || !cfg) return tfm__fail(TFM_E_ARG, "%s: path or cfg is NULL", fn);
-    memset(&h, 0, sizeof h);
-    r = tfm__st_read_header(path, &h);
-    if (r == TFM_OK) r = tfm__config_from_header(fn, path, &h, cfg);
+    if (!path || !cfg) return tfm__fail(TFM_E_ARG, "tfm_config_load: path or cfg is NULL");
+    if ((r = tfm__st_load(path, NULL, 0, NULL, 0, 1, &h)) == TFM_OK) r = tfm__io_config("tfm_config_load", path, &h, cfg);
     tfm__st_header_free(&h);
-    return r;
+    return tfm__io_prefix(r, "tfm_config_load");
 }
 
-/* The architecture of the file (when it records one) must be the model's. */
-static tfm_result tfm__check_arch(const char *fn, const char *path, const tfm__st_header *h, const tfm_model *m) {
+/* The file's architecture, when it records one, must be the model's; with optimizer tensors it must hold
+   the step and the generator (into *step, rng). */
+static tfm_result tfm__io_check(const char *fn, const char *path, const tfm__st_header *h, const tfm_model *m,
+                                int has_state, int64_t *step, uint64_t *rng) {
+    const char *st = tfm__st_meta_get(h, "tfm.step"), *rs = tfm__st_meta_get(h, "tfm.rng");
+    char *end = NULL, part[17];
     tfm_config fc, rc;
-    if (!tfm__st_meta_get(h, "tfm.kind")) return TFM_OK; /* a plain checkpoint: names and shapes decide */
-    TFM__TRY(tfm__config_from_header(fn, path, h, &fc));
-    TFM__TRY(tfm__config_resolve(fn, &fc, &rc));
-#define TFM__CMP_INT(f, type, arch)                                                                      \
-    if ((arch) && (int)rc.f != (int)m->cfg.f)                                                      \
+    int i;
+    if (tfm__st_meta_get(h, "tfm.kind")) { /* else a plain checkpoint: the names and shapes decide */
+        TFM__TRY(tfm__io_config(fn, path, h, &fc));
+        TFM__TRY(tfm__config_resolve(fn, &fc, &rc));
+#define TFM__CMP_INT(f, type, arch)                                                                                    \
+    if ((arch) && (int)rc.f != (int)m->cfg.f)                                                                          \
         return tfm__fail(TFM_E_FORMAT, "%s: %s has " #f " %d but the model has %d", fn, path, (int)rc.f, (int)m->cfg.f);
-#define TFM__CMP_FLOAT(f, arch)                                                                   \
-    if ((arch) && rc.f != m->cfg.f)                                                                \
-        return tfm__fail(TFM_E_FORMAT, "%s: %s has " #f " %g but the model has %g", fn, path, (double)rc.f, \
-                         (double)m->cfg.f);
-    TFM__CFG_INT_FIELDS(TFM__CMP_INT)
-    TFM__CFG_FLOAT_FIELDS(TFM__CMP_FLOAT)
+#define TFM__CMP_FLOAT(f, arch)                                                                                        \
+    if ((arch) && rc.f != m->cfg.f)                                                                                    \
+        return tfm__fail(TFM_E_FORMAT, "%s: %s has " #f " %g but the model has %g", fn, path, (double)rc.f, (double)m->cfg.f);
+        TFM__CFG_INT_FIELDS(TFM__CMP_INT)
+        TFM__CFG_FLOAT_FIELDS(TFM__CMP_FLOAT)
 #undef TFM__CMP_INT
 #undef TFM__CMP_FLOAT
+    }
+    if (!has_state) return TFM_OK;
+    if (!st || !rs || strlen(rs) != 64 || strspn(rs, "0123456789abcdefABCDEF") != 64)
+        return tfm__fail(TFM_E_FORMAT, "%s: %s has optimizer tensors but no tfm.step or no tfm.rng of 64 hex digits", fn, path);
+    *step = (int64_t)strtoll(st, &end, 10);
+    if (*st < '0' || *st > '9' || *end || *step < 0)
+        return tfm__fail(TFM_E_FORMAT, "%s: %s: metadata tfm.step is \"%.40s\"", fn, path, st);
+    for (i = 0; i < 4; i++) memcpy(part, rs + 16 * i, 16), part[16] = 0, rng[i] = (uint64_t)strtoull(part, NULL, 16);
     return TFM_OK;
 }
 
+/* Nothing reaches the model before the whole file was checked against it and its data read: the header
+   first (names, shapes, offsets, the file's size), then the data into a staging buffer sized by the
+   model, then the model's parameters (and step, moments and generator) from the staging buffer. */
 TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
     const char *fn = "tfm_model_load";
+    tfm__st_file s;
     tfm__st_header h;
-    tfm__st_want *want = NULL;
+    tfm__st_tensor *want = NULL, t;
     char *names = NULL;
-    int i, k = 0, has_state, n_want;
+    float *stage = NULL;
+    int i, nk = 1, n = 0;
     int64_t step = 0;
-    uint64_t rng[4];
+    uint64_t rng[4] = {0, 0, 0, 0};
+    size_t total = 0;
     tfm_result r;
-    if (!m || !m->impl || !path) return tfm__fail(TFM_E_ARG, "%s: model or path is NULL", fn);
-    memset(&h, 0, sizeof h);
-    TFM__TRY(tfm__st_read_header(path, &h));
-    r = tfm__check_arch(fn, path, &h, m);
-    has_state = 0;
-    for (i = 0; r == TFM_OK && i < h.n; i++)
-        if (!strncmp(h.entries[i].name, "optim.", 6)) has_state = 1;
-    if (r == TFM_OK && has_state) {
-        const char *st = tfm__st_meta_get(&h, "tfm.step"), *rs = tfm__st_meta_get(&h, "tfm.rng");
-        char *end = NULL;
-        int j;
-        if (!st || !rs || strlen(rs) != 64)
-            r = tfm__fail(TFM_E_FORMAT, "%s: %s has optimizer tensors but no valid tfm.step and tfm.rng metadata", fn, path);
-        else {
-            step = (int64_t)strtoll(st, &end, 10);
-            if (!*st || *end || step < 0) r = tfm__fail(TFM_E_FORMAT, "%s: %s: metadata tfm.step is \"%.40s\"", fn, path, st);
-            for (j = 0; r == TFM_OK && j < 4; j++) {
-                char part[17];
-                memcpy(part, rs + 16 * j, 16);
-                part[16] = 0;
-                rng[j] = (uint64_t)strtoull(part, &end, 16);
-                if (*end) r = tfm__fail(TFM_E_FORMAT, "%s: %s: metadata tfm.rng is not 64 hex digits", fn, path);
-            }
-        }
+    if (!tfm__model_ready(m) || !path) return tfm__fail(TFM_E_ARG, "%s: the model (initialised) and path must be given", fn);
+    r = tfm__st_open_read(&s, path, NULL, 0, &h);
+    for (i = 0; r == TFM_OK && i < h.n && nk == 1; i++)
+        if (!strncmp(h.entries[i].name, "optim.", 6)) nk = 3;
+    if (r == TFM_OK) r = tfm__io_check(fn, path, &h, m, nk == 3, &step, rng);
+    for (i = 0, n = m->n_params * nk; r == TFM_OK && i < n; i++)
+        if (i % nk == 0 || tfm__model_trains(m)) total += (size_t)tfm_numel(&m->params[i / nk].value);
+    if (r == TFM_OK && !(want = (tfm__st_tensor *)TFM_MALLOC((size_t)n * (sizeof *want + 96) + total * sizeof(float), NULL)))
+        r = tfm__fail(TFM_E_NOMEM, "%s: out of memory for the %llu floats of the model", fn, (unsigned long long)total);
+    if (r == TFM_OK) names = (char *)(want + n), stage = (float *)(void *)(names + 96 * (size_t)n);
+    for (i = 0, total = 0; r == TFM_OK && i < n; i++) { /* the model's tensors, with their data to the staging buffer */
+        tfm__io_tensor(m, i, nk, names + 96 * (size_t)i, &want[i]);
+        if (want[i].data) want[i].data = stage + total, total += (size_t)tfm_numel(&m->params[i / nk].value);
     }
-    n_want = m->n_params * (has_state ? 3 : 1);
-    if (r == TFM_OK) {
-        want = (tfm__st_want *)TFM_MALLOC((size_t)(n_want ? n_want : 1) * sizeof *want, NULL);
-        names = (char *)TFM_MALLOC((size_t)(n_want ? n_want : 1) * 96, NULL);
-        if (!want || !names) r = tfm__fail(TFM_E_NOMEM, "%s: out of memory", fn);
-    }
-    for (i = 0; r == TFM_OK && i < m->n_params; i++) {
-        const tfm_param *p = &m->params[i];
-        int kind;
-        for (kind = 0; kind < (has_state ? 3 : 1); kind++) {
-            tfm__st_want *w = &want[k];
-            char *name = names + (size_t)k * 96;
-            size_t off = (size_t)((unsigned char *)p->value.data - (m->impl->mem_base + m->impl->off_params));
-            int d;
-            snprintf(name, 96, "%s%s", kind == 0 ? "" : kind == 1 ? "optim.exp_avg." : "optim.exp_avg_sq.", p->name);
-            memset(w, 0, sizeof *w);
-            w->name = name;
-            w->ndim = p->value.ndim;
-            for (d = 0; d < p->value.ndim; d++) w->shape[d] = p->value.shape[d];
-            if (kind == 0) w->dest = p->value.data;
-            else if (m->impl->has_grad) w->dest = (float *)(m->impl->mem_base + (kind == 1 ? m->impl->off_m : m->impl->off_v) + off);
-            else w->skip = 1; /* an inference model has no optimizer state to restore */
-            k++;
-        }
-    }
+    if (r == TFM_OK) r = tfm__st_read_wanted(&s, &h, want, n);
+    if (s.fp) fclose(s.fp);
     tfm__st_header_free(&h);
-    if (r == TFM_OK) r = tfm__st_load(path, want, n_want, NULL);
-    if (r == TFM_OK && has_state && m->impl->has_grad) {
-        m->step = step;
-        memcpy(m->impl->rng.s, rng, sizeof rng);
+    for (i = 0; r == TFM_OK && i < n; i++) { /* commit */
+        tfm__io_tensor(m, i, nk, names + 96 * (size_t)i, &t);
+        if (t.data) memcpy(t.data, want[i].data, (size_t)tfm_numel(&m->params[i / nk].value) * sizeof(float));
     }
-    TFM_FREE(want, NULL);
-    TFM_FREE(names, NULL);
-    if (r != TFM_OK && strncmp(tfm_last_error(), fn, strlen(fn)))
-        return tfm__fail(r, "%s: %s", fn, tfm_last_error());
+    if (r == TFM_OK && nk == 3 && tfm__model_trains(m)) {
+        m->step = step;
+        memcpy(tfm__model_rng(m)->s, rng, sizeof rng);
+    }
+    if (want) TFM_FREE(want, NULL);
+    return tfm__io_prefix(r, fn);
+}
+
+TFMDEF tfm_result tfm_checkpoint_meta(const char *path, const char *key, char *buf, size_t size, size_t *len) {
+    const char *fn = "tfm_checkpoint_meta", *v;
+    char ukey[TFM__IO_MAX_KEY + 8];
+    tfm__st_header h;
+    tfm_result r = TFM_OK;
+    size_t n;
+    if (len) *len = 0;
+    if (!path) return tfm__fail(TFM_E_ARG, "%s: path is NULL", fn);
+    TFM__TRY(tfm__io_key(fn, key, ""));
+    TFM__TRY(tfm__io_prefix(tfm__st_load(path, NULL, 0, NULL, 0, 1, &h), fn));
+    sprintf(ukey, "user.%s", key);
+    n = (v = tfm__st_meta_get(&h, ukey)) != NULL ? strlen(v) : 0;
+    if (len) *len = n;
+    if (!v)
+        r = tfm__fail(TFM_E_ARG, "%s: %s has no user metadata key %s", fn, path, tfm__st_q(key));
+    else if (buf && size <= n)
+        r = tfm__fail(TFM_E_ARG, "%s: the value of %s in %s needs %llu bytes with its NUL, buf has %llu", fn, tfm__st_q(key),
+                      path, (unsigned long long)n + 1, (unsigned long long)size);
+    else if (buf)
+        memcpy(buf, v, n + 1);
+    tfm__st_header_free(&h);
     return r;
 }
 

@@ -146,7 +146,7 @@ static tfm_config make_config(const bench_cfg *b) {
     c.n_heads = b->n_heads;
     c.n_layers = b->n_layers;
     c.d_ff = b->d_ff;
-    c.max_seq_len = b->T;
+    c.max_len = b->T;
     c.max_batch = b->B;
     c.dropout = 0.0f;
     c.attn_dropout = 0.0f;

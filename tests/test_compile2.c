@@ -32,6 +32,7 @@ static const tc2_fn tc2_functions[] = {
     TC2_FN(tfm_fill), TC2_FN(tfm_fill_normal), TC2_FN(tfm_fill_uniform),
     TC2_FN(tfm_arena_init), TC2_FN(tfm_arena_free), TC2_FN(tfm_arena_alloc), TC2_FN(tfm_arena_tensor),
     TC2_FN(tfm_mem_alloc), TC2_FN(tfm_mem_rewind), TC2_FN(tfm_mem_free), TC2_FN(tfm_mem_check),
+    TC2_FN(tfm_mem_zero_grad),
     TC2_FN(tfm_rng_seed), TC2_FN(tfm_rng_u64), TC2_FN(tfm_rng_uniform), TC2_FN(tfm_rng_normal),
     TC2_FN(tfm_sgemm), TC2_FN(tfm_sgemm_batched), TC2_FN(tfm_sgemm_backend),
     TC2_FN(tfm_matmul_forward), TC2_FN(tfm_matmul_backward),
@@ -50,19 +51,25 @@ static const tc2_fn tc2_functions[] = {
     TC2_FN(tfm_mean_pool_forward), TC2_FN(tfm_mean_pool_backward),
     TC2_FN(tfm_cls_pool_forward), TC2_FN(tfm_cls_pool_backward),
     TC2_FN(tfm_attention_forward), TC2_FN(tfm_attention_backward),
-    TC2_FN(tfm_mha_init), TC2_FN(tfm_mha_init_params), TC2_FN(tfm_mha_forward),
+    TC2_FN(tfm_mha_init), TC2_FN(tfm_mha_init_params), TC2_FN(tfm_mha_param), TC2_FN(tfm_mha_forward),
     TC2_FN(tfm_mha_backward),
-    TC2_FN(tfm_block_init), TC2_FN(tfm_block_init_params), TC2_FN(tfm_block_forward),
+    TC2_FN(tfm_linear_init), TC2_FN(tfm_linear_init_params), TC2_FN(tfm_linear_layer_forward),
+    TC2_FN(tfm_linear_layer_backward), TC2_FN(tfm_layernorm_init), TC2_FN(tfm_layernorm_init_params),
+    TC2_FN(tfm_layernorm_layer_forward), TC2_FN(tfm_layernorm_layer_backward),
+    TC2_FN(tfm_block_init), TC2_FN(tfm_block_init_params), TC2_FN(tfm_block_param), TC2_FN(tfm_block_forward),
     TC2_FN(tfm_block_backward),
     TC2_FN(tfm_config_resolve), TC2_FN(tfm_model_memory_size), TC2_FN(tfm_model_init),
     TC2_FN(tfm_model_free), TC2_FN(tfm_model_train), TC2_FN(tfm_model_forward),
     TC2_FN(tfm_model_backward), TC2_FN(tfm_model_zero_grad), TC2_FN(tfm_model_step),
     TC2_FN(tfm_optim_lr), TC2_FN(tfm_model_logits), TC2_FN(tfm_model_param),
-    TC2_FN(tfm_model_generate),
+    TC2_FN(tfm_model_flat), TC2_FN(tfm_model_set_batch_offset), TC2_FN(tfm_adamw_step),
+    TC2_FN(tfm_kv_cache_init), TC2_FN(tfm_kv_cache_free), TC2_FN(tfm_kv_cache_reset),
+    TC2_FN(tfm_kv_cache_reorder), TC2_FN(tfm_model_generate),
 #ifndef TFM_NO_STDIO
     TC2_FN(tfm_model_save),
     TC2_FN(tfm_config_load),
     TC2_FN(tfm_model_load),
+    TC2_FN(tfm_checkpoint_meta),
 #endif
     TC2_FN(tfm_cuda_available)
 };
@@ -85,7 +92,7 @@ static int tc2_model(void) {
     cfg.vocab_size = 11;
     cfg.d_model = 16;
     cfg.n_heads = 2;
-    cfg.max_seq_len = 5;
+    cfg.max_len = 5;
     cfg.max_batch = 2;
     cfg.seed = 1;
     b.batch = 2;

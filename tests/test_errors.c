@@ -1346,7 +1346,7 @@ static tfm_config err_cfg(tfm_model_kind kind) {
     c.n_heads = 2;
     c.n_layers = 1;
     c.d_ff = 16;
-    c.max_seq_len = 4;
+    c.max_len = 4;
     c.max_batch = 2;
     c.seed = 1;
     return c;
@@ -1382,7 +1382,7 @@ static void err_config(void) {
     ERR_CFG(err__c.d_model = 0, "d_model");
     ERR_CFG(err__c.n_heads = 0, "n_heads");
     ERR_CFG(err__c.n_heads = 3, "n_heads");
-    ERR_CFG(err__c.max_seq_len = 0, "max_seq_len");
+    ERR_CFG(err__c.max_len = 0, "max_len");
     ERR_CFG(err__c.kind = TFM_MODEL_ENCODER_CLASSIFIER; err__c.n_classes = 0, "n_classes");
     ERR_CFG(err__c.n_layers = -1, "n_layers");
     ERR_CFG(err__c.max_batch = -2, "max_batch");
@@ -1499,7 +1499,7 @@ static void err_model(void) {
     b.len = 5;
     CHECK_ERR(tfm_model_forward(&m, &b, &loss, NULL), TFM_E_SHAPE, "tfm_model_forward");
     ERR_HAS("5");
-    ERR_HAS("max_seq_len");
+    ERR_HAS("max_len");
     b.len = 4;
     b.tokens = NULL;
     CHECK_ERR(tfm_model_forward(&m, &b, &loss, NULL), TFM_E_ARG, "tfm_model_forward");
@@ -1630,10 +1630,10 @@ static void err_model(void) {
         CHECK_ERR(tfm_model_generate(&m, NULL, 0, prompt, 2, &g, NULL, &n_out), TFM_E_ARG, "tfm_model_generate");
         CHECK_ERR(tfm_model_generate(&cl, NULL, 0, prompt, 2, &g, out, &n_out), TFM_E_ARG, "tfm_model_generate");
         ERR_HAS("classifier");
-        /* prompt + new tokens beyond max_seq_len (4) */
+        /* prompt + new tokens beyond max_len (4) */
         g.max_new = 3;
         CHECK_ERR(tfm_model_generate(&m, NULL, 0, prompt, 2, &g, out, &n_out), TFM_E_SHAPE, "tfm_model_generate");
-        ERR_HAS("max_seq_len");
+        ERR_HAS("max_len");
         g.max_new = 2;
         CHECK_ERR(tfm_model_generate(&m, NULL, 0, prompt, 0, &g, out, &n_out), TFM_E_SHAPE, "tfm_model_generate");
         /* a required field left at 0 */

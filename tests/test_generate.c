@@ -10,7 +10,7 @@ static void gen_config(tfm_config *c, tfm_model_kind kind, int norm_first, tfm_p
     c->n_heads = 4;
     c->n_layers = 2;
     c->d_ff = 24;
-    c->max_seq_len = 12;
+    c->max_len = 12;
     c->max_tgt_len = kind == TFM_MODEL_ENCODER_DECODER ? 10 : 0;
     c->max_batch = 2;
     c->norm_first = norm_first;
@@ -161,8 +161,8 @@ static void gen_test_errors(void) {
     CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
     if (!m.impl) return;
     memset(&o, 0, sizeof o);
-    o.max_new = 10; /* 3 + 10 > max_seq_len 12 */
-    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_SHAPE, "max_seq_len");
+    o.max_new = 10; /* 3 + 10 > max_len 12 */
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_SHAPE, "max_len");
     o.max_new = 2;
     CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 0, &o, out, NULL), TFM_E_SHAPE, "tfm_model_generate");
     CHECK_ERR(tfm_model_generate(&m, NULL, 0, bad, 2, &o, out, NULL), TFM_E_ARG, "99");

@@ -1,4 +1,4 @@
-/* tests/test_io.c - model checkpoints: tfm_model_save, tfm_config_load, tfm_model_load.
+/* tests/test_io.c - model checkpoints: tfm_model_save, tfm_config_load, tfm_model_load, tfm_checkpoint_meta.
 
    1. Round trips, each model kind: a model trained for a few steps is saved (weights only, then
       with TFM_SAVE_TRAINING_STATE); tfm_config_load gives back its whole config; a fresh model built
@@ -18,7 +18,10 @@
       path; truncated files, missing, extra and reshaped tensors, bad metadata values and config-less
       files are TFM_E_FORMAT naming what is wrong; metadata with the architecture alone gives the
       defaults for the rest; an inference_only model skips the optimizer tensors; NULL arguments
-      are TFM_E_ARG.
+      are TFM_E_ARG. A failed load, whatever failed (a hostile file or a read error half-way through
+      the data), leaves every parameter, moment, the step and the generator bit-identical.
+   4c. User metadata: hostile values (every byte 1..127, UTF-8, 64 KB) come back byte for byte, their
+      JSON escaping is the format's, bad keys and values are refused, hostile files are TFM_E_FORMAT.
    5. PyTorch to C: tests/fixtures/torch_export_<kind>.safetensors were written by
       tools/torch_roundtrip.py from the reference modules of tools/torch_models.py (random weights,
       fixed seed), with the batch and torch's float64 logits and loss in torch_export_<kind>.tfx.
@@ -198,7 +201,7 @@ static tfm_config io_cfg(int k) {
     c.d_model = 8;
     c.n_heads = 2;
     c.d_ff = 16;
-    c.max_seq_len = 6;
+    c.max_len = 6;
     c.max_batch = 3;
     if (k == 0) {
         c.vocab_size = 11;
@@ -242,7 +245,7 @@ static tfm_config io_export_cfg(int k) {
         c.n_heads = 3;
         c.d_ff = 20;
         c.n_layers = 2;
-        c.max_seq_len = 7;
+        c.max_len = 7;
         c.max_batch = 3;
         c.norm_first = 1;
         c.pos = TFM_POS_SINUSOIDAL;
@@ -255,7 +258,7 @@ static tfm_config io_export_cfg(int k) {
         c.n_heads = 2;
         c.d_ff = 24;
         c.n_layers = 2;
-        c.max_seq_len = 7;
+        c.max_len = 7;
         c.max_batch = 2;
         c.act = TFM_ACT_GELU;
         c.seed = 202;
@@ -266,7 +269,7 @@ static tfm_config io_export_cfg(int k) {
         c.d_ff = 16;
         c.n_layers = 2;
         c.n_dec_layers = 1;
-        c.max_seq_len = 6;
+        c.max_len = 6;
         c.max_batch = 2;
         c.act = TFM_ACT_GELU_TANH;
         c.norm_first = 1;
@@ -306,7 +309,7 @@ static int io_rand(tfm_rng *r, int n) { return (int)(tfm_rng_u64(r) % (uint64_t)
 /* c must be resolved (a model's cfg): ignore_index is used as it is. */
 static void io_make_batch(io_batch *d, const tfm_config *c, uint64_t step) {
     tfm_rng r;
-    int b, t, B = c->max_batch, T = c->max_seq_len;
+    int b, t, B = c->max_batch, T = c->max_len;
     int ed = c->kind == TFM_MODEL_ENCODER_DECODER, lm = c->kind == TFM_MODEL_DECODER_LM;
     int Tt = ed ? c->max_tgt_len : 0;
     memset(d, 0, sizeof *d);
@@ -432,14 +435,13 @@ static const char *io_params_diff(const tfm_model *a, const tfm_model *b) {
 
 /* The AdamW moments of p (kind 1: exp_avg, 2: exp_avg_sq). */
 static const float *io_moment(const tfm_model *m, const tfm_param *p, int kind) {
-    size_t off = (size_t)((const unsigned char *)p->value.data - (m->impl->mem_base + m->impl->off_params));
-    return (const float *)(m->impl->mem_base + (kind == 1 ? m->impl->off_m : m->impl->off_v) + off);
+    return tfm__model_moment(m, p, kind);
 }
 
 /* First parameter whose moments differ (or NULL). */
 static const char *io_moments_diff(const tfm_model *a, const tfm_model *b) {
     int i, kind;
-    if (a->n_params != b->n_params || !a->impl->has_grad || !b->impl->has_grad) return "(the models)";
+    if (a->n_params != b->n_params || !tfm__model_trains(a) || !tfm__model_trains(b)) return "(the models)";
     for (i = 0; i < a->n_params; i++) {
         const tfm_param *p = &a->params[i];
         const tfm_param *q = tfm_model_param(b, p->name);
@@ -496,7 +498,7 @@ static const char *io_snapshot_diff(const tfm_model *m, const float *s) {
 /* The first config field that differs (exact comparison), or NULL. */
 #define IO_CFG_FIELDS(X)                                                                           \
     X(kind) X(vocab_size) X(tgt_vocab_size) X(n_classes) X(d_model) X(n_heads) X(n_layers)          \
-    X(n_dec_layers) X(d_ff) X(max_seq_len) X(max_tgt_len) X(max_batch) X(act) X(norm_first) X(pos)  \
+    X(n_dec_layers) X(d_ff) X(max_len) X(max_tgt_len) X(max_batch) X(act) X(norm_first) X(pos)  \
     X(scale_emb) X(pool) X(tie_output) X(share_emb) X(no_bias) X(dropout) X(attn_dropout) X(ln_eps) \
     X(label_smoothing) X(ignore_index) X(has_ignore_index) X(init) X(init_std) X(seed)               \
     X(inference_only)
@@ -508,11 +510,14 @@ static const char *io_cfg_diff(const tfm_config *a, const tfm_config *b) {
     return NULL;
 }
 
+/* The header of the checkpoint at path (free it with tfm__st_header_free). */
+static tfm_result io_read_header(const char *path, tfm__st_header *h) { return tfm__st_load(path, NULL, 0, NULL, 0, 1, h); }
+
 /* Tensors in a checkpoint whose names start with "optim." (-1 if the header cannot be read). */
 static int io_count_optim(const char *path, int *n_tensors) {
     tfm__st_header h;
     int i, n = 0;
-    if (tfm__st_read_header(path, &h) != TFM_OK) return -1;
+    if (io_read_header(path, &h) != TFM_OK) return -1;
     for (i = 0; i < h.n; i++)
         if (!strncmp(h.entries[i].name, "optim.", 6)) n++;
     if (n_tensors) *n_tensors = h.n;
@@ -538,7 +543,7 @@ static void io_roundtrip_case(int k, int flags) {
         tfm_model_free(&m);
         return;
     }
-    CHECK_OK(tfm_model_save(&m, path, flags));
+    CHECK_OK(tfm_model_save(&m, path, flags, NULL, 0));
     /* the file: one tensor per parameter, plus the two moments of each with the training state */
     CHECK_MSG(io_count_optim(path, &n_tensors) == (flags ? 2 * m.n_params : 0) &&
                   n_tensors == (flags ? 3 : 1) * m.n_params,
@@ -562,12 +567,12 @@ static void io_roundtrip_case(int k, int flags) {
     if (flags) {
         /* the step and the generator's four words are in the metadata */
         tfm__st_header h;
-        if (tfm__st_read_header(path, &h) == TFM_OK) {
+        if (io_read_header(path, &h) == TFM_OK) {
             const char *st = tfm__st_meta_get(&h, "tfm.step"), *rs = tfm__st_meta_get(&h, "tfm.rng");
             char want[80];
-            snprintf(want, sizeof want, "%016llx%016llx%016llx%016llx", (unsigned long long)m.impl->rng.s[0],
-                     (unsigned long long)m.impl->rng.s[1], (unsigned long long)m.impl->rng.s[2],
-                     (unsigned long long)m.impl->rng.s[3]);
+            snprintf(want, sizeof want, "%016llx%016llx%016llx%016llx", (unsigned long long)tfm__model_rng(&m)->s[0],
+                     (unsigned long long)tfm__model_rng(&m)->s[1], (unsigned long long)tfm__model_rng(&m)->s[2],
+                     (unsigned long long)tfm__model_rng(&m)->s[3]);
             CHECK_MSG(st && !strcmp(st, "3"), "%s: tfm.step is %s, want 3", what, st ? st : "absent");
             CHECK_MSG(rs && !strcmp(rs, want), "%s: tfm.rng is \"%s\" (%d characters), want \"%s\"", what,
                       rs ? rs : "", rs ? (int)strlen(rs) : 0, want);
@@ -576,7 +581,7 @@ static void io_roundtrip_case(int k, int flags) {
             TEST__FAIL("%s: %s", what, tfm_last_error());
         }
         CHECK_MSG(m2.step == 3, "%s: step %lld, want 3", what, (long long)m2.step);
-        CHECK_MSG(!memcmp(m2.impl->rng.s, m.impl->rng.s, sizeof m.impl->rng.s), "%s: the random generator differs", what);
+        CHECK_MSG(!memcmp(tfm__model_rng(&m2)->s, tfm__model_rng(&m)->s, sizeof(uint64_t[4])), "%s: the random generator differs", what);
         d = io_moments_diff(&m, &m2);
         CHECK_MSG(d == NULL, "%s: the moments of %s differ", what, d);
     } else {
@@ -631,8 +636,8 @@ static void io_resume_case(int k, int cosine) {
         return;
     }
     if (io_train(&b, &o, 0, IO_N / 2, lb)) {
-        CHECK_OK(tfm_model_save(&b, path, TFM_SAVE_TRAINING_STATE));
-        CHECK_OK(tfm_model_save(&b, path_w, 0));
+        CHECK_OK(tfm_model_save(&b, path, TFM_SAVE_TRAINING_STATE, NULL, 0));
+        CHECK_OK(tfm_model_save(&b, path_w, 0, NULL, 0));
     }
     tfm_model_free(&b);
     CHECK_MSG(!memcmp(la, lb, sizeof(float) * (IO_N / 2)), "%s: the first half differs", what);
@@ -717,7 +722,7 @@ static void io_interrupted(void) {
         return;
     }
     /* checkpoint A */
-    CHECK_OK(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE));
+    CHECK_OK(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE, NULL, 0));
     old = io_read(path, &old_size);
     snap_a = io_snapshot(&m);
     /* the model moves on to B */
@@ -725,7 +730,7 @@ static void io_interrupted(void) {
     CHECK(io_snapshot_diff(&m, snap_a) != NULL);
     /* how often a save of B visits each stage */
     io_hook_arm(-1, 0, 0);
-    CHECK_OK(tfm_model_save(&m, io_path("count.safetensors"), TFM_SAVE_TRAINING_STATE));
+    CHECK_OK(tfm_model_save(&m, io_path("count.safetensors"), TFM_SAVE_TRAINING_STATE, NULL, 0));
     tfm__st_write_hook = NULL;
     remove(io_path("count.safetensors"));
     n_writes = io_hook_seen[TFM__ST_STAGE_WRITE];
@@ -754,7 +759,7 @@ static void io_interrupted(void) {
         tfm_result r;
         io_hook_arm(stage, nth, err);
         tfm_clear_error();
-        r = tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE);
+        r = tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE, NULL, 0);
         tfm__st_write_hook = NULL;
         CHECK_MSG(io_hook_seen[stage] > nth, "%s #%d: the stage was not reached", stage_names[stage], nth);
         CHECK_MSG(r == TFM_E_IO, "%s #%d: got %d (%s)", stage_names[stage], nth, (int)r, tfm_last_error());
@@ -773,7 +778,7 @@ static void io_interrupted(void) {
     }
     /* the directory sync comes after the rename: B is in place, and the caller is told */
     io_hook_arm(TFM__ST_STAGE_SYNCDIR, 0, EIO);
-    CHECK_ERR(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE), TFM_E_IO, "the file was replaced");
+    CHECK_ERR(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE, NULL, 0), TFM_E_IO, "the file was replaced");
     tfm__st_write_hook = NULL;
     CHECK(io_count_tmp() <= 0);
     if (io_init(&l, &c, "interrupted")) {
@@ -783,7 +788,7 @@ static void io_interrupted(void) {
         tfm_model_free(&l);
     }
     /* and with nothing injected, B replaces A */
-    CHECK_OK(tfm_model_save(&m, path, 0));
+    CHECK_OK(tfm_model_save(&m, path, 0, NULL, 0));
     CHECK(!io_same_file(path, old, old_size));
     tfm__st_write_hook = NULL;
     free(old);
@@ -807,7 +812,7 @@ typedef struct io_meta {
 static int io_meta_from(io_meta *mt, const char *path, tfm__st_header *h) {
     int i;
     memset(mt, 0, sizeof *mt);
-    if (tfm__st_read_header(path, h) != TFM_OK) {
+    if (io_read_header(path, h) != TFM_OK) {
         TEST__FAIL("reading the header of %s: %s", path, tfm_last_error());
         return 0;
     }
@@ -849,9 +854,9 @@ static void io_meta_set(io_meta *mt, const char *key, const char *value) {
    and the 2-D tensor `reshape` stored transposed; mt may be NULL (no metadata). */
 static tfm_result io_save_custom(const char *path, const tfm_model *m, int state, const io_meta *mt,
                                  const char *omit, const char *extra, const char *reshape) {
-    static const float three[3] = {1.0f, 2.0f, 3.0f};
+    static float three[3] = {1.0f, 2.0f, 3.0f};
     int n = m->n_params * (state ? 3 : 1) + 1, i, kind, k = 0;
-    tfm__st_item *items = (tfm__st_item *)calloc((size_t)n, sizeof *items);
+    tfm__st_tensor *items = (tfm__st_tensor *)calloc((size_t)n, sizeof *items);
     char *names = (char *)calloc((size_t)n, 96);
     tfm_result r;
     if (!items || !names) {
@@ -862,7 +867,7 @@ static tfm_result io_save_custom(const char *path, const tfm_model *m, int state
     for (i = 0; i < m->n_params; i++) {
         const tfm_param *p = &m->params[i];
         for (kind = 0; kind < (state ? 3 : 1); kind++) {
-            tfm__st_item *it = &items[k];
+            tfm__st_tensor *it = &items[k];
             char *nm = names + (size_t)k * 96;
             int d;
             snprintf(nm, 96, "%s%s", kind == 0 ? "" : kind == 1 ? "optim.exp_avg." : "optim.exp_avg_sq.", p->name);
@@ -874,7 +879,7 @@ static tfm_result io_save_custom(const char *path, const tfm_model *m, int state
                 it->shape[0] = p->value.shape[1];
                 it->shape[1] = p->value.shape[0];
             }
-            it->data = kind == 0 ? p->value.data : io_moment(m, p, kind);
+            it->data = kind == 0 ? p->value.data : tfm__model_moment(m, p, kind);
             k++;
         }
     }
@@ -904,7 +909,7 @@ static void io_errors_arch(void) {
     c = io_cfg(1);
     c.d_model = 16;
     if (!io_init(&m, &c, "arch")) return;
-    CHECK_OK(tfm_model_save(&m, path, 0));
+    CHECK_OK(tfm_model_save(&m, path, 0, NULL, 0));
     cases[n].field = "d_model 16 but the model has 32", cases[n++].change = 0;
     cases[n].field = "n_layers 2 but the model has 1", cases[n++].change = 1;
     cases[n].field = "act 0 but the model has 1", cases[n++].change = 2;
@@ -934,10 +939,10 @@ static void io_errors_arch(void) {
         CHECK_ERR(tfm_model_load(&m2, path), TFM_E_FORMAT, "kind 2 but the model has 1");
         tfm_model_free(&m2);
     }
-    /* max_seq_len is not compared as such, but learned positions have one row per position */
+    /* max_len is not compared as such, but learned positions have one row per position */
     c2 = c;
-    c2.max_seq_len = 4;
-    if (io_init(&m2, &c2, "max_seq_len")) {
+    c2.max_len = 4;
+    if (io_init(&m2, &c2, "max_len")) {
         CHECK_ERR(tfm_model_load(&m2, path), TFM_E_FORMAT, "'pos_emb.weight' is (6,16) in the file but (4,16)");
         tfm_model_free(&m2);
     }
@@ -970,7 +975,7 @@ static void io_errors_file(void) {
     tfm__st_header h;
     if (!io_init(&m, &c, "file errors")) return;
     io_train(&m, &o, 0, 1, NULL);
-    CHECK_OK(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE));
+    CHECK_OK(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE, NULL, 0));
     if (!io_init(&m2, &c, "file errors")) {
         tfm_model_free(&m);
         return;
@@ -989,7 +994,7 @@ static void io_errors_file(void) {
     bytes = io_read(path, &size);
     CHECK(bytes != NULL && size > 64);
     if (bytes && size > 64) {
-        hlen = (size_t)tfm__st_get_u64le(bytes);
+        for (hlen = 0, i = 7; i >= 0; i--) hlen = (hlen << 8) | bytes[i]; /* the header length */
         cuts[n_cuts++] = 0;
         cuts[n_cuts++] = 1;
         cuts[n_cuts++] = 7;
@@ -1075,7 +1080,7 @@ static void io_errors_file(void) {
    ignore_index -100, not 0: a config with ignore_index 0 would drop every target of class 0). */
 static void io_config_minimal(void) {
     static const char *const keys[] = {"tfm.kind", "tfm.vocab_size", "tfm.d_model", "tfm.n_heads",
-                                       "tfm.n_layers", "tfm.d_ff", "tfm.max_seq_len", "tfm.norm_first",
+                                       "tfm.n_layers", "tfm.d_ff", "tfm.max_len", "tfm.norm_first",
                                        "tfm.tie_output"};
     const char *full = io_path("min_full.safetensors"), *path = io_path("min.safetensors"), *d;
     tfm_config c = io_cfg(1), lc, rc;
@@ -1086,7 +1091,7 @@ static void io_config_minimal(void) {
     c.max_batch = 0; /* fields left at their defaults */
     c.seed = 0;
     if (!io_init(&m, &c, "minimal")) return;
-    CHECK_OK(tfm_model_save(&m, full, 0));
+    CHECK_OK(tfm_model_save(&m, full, 0, NULL, 0));
     if (io_meta_from(&all, full, &h)) {
         memset(&mt, 0, sizeof mt);
         for (i = 0; i < sizeof keys / sizeof keys[0]; i++) {
@@ -1125,7 +1130,7 @@ static void io_errors_tensors(void) {
     int with_meta;
     if (!io_init(&m, &c, "tensors")) return;
     io_train(&m, &o, 0, 1, NULL);
-    CHECK_OK(tfm_model_save(&m, good, TFM_SAVE_TRAINING_STATE));
+    CHECK_OK(tfm_model_save(&m, good, TFM_SAVE_TRAINING_STATE, NULL, 0));
     if (!io_meta_from(&mt, good, &h)) {
         tfm_model_free(&m);
         return;
@@ -1179,8 +1184,8 @@ static void io_inference(void) {
         path_w = io_path(nm);
         if (!io_init(&m, &c, io_kind_name[k])) continue;
         io_train(&m, &o, 0, 2, NULL);
-        CHECK_OK(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE));
-        CHECK_OK(tfm_model_save(&m, path_w, 0));
+        CHECK_OK(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE, NULL, 0));
+        CHECK_OK(tfm_model_save(&m, path_w, 0, NULL, 0));
         CHECK_OK(tfm_config_load(path, &lc));
         lc.inference_only = 1;
         if (io_init(&inf, &lc, io_kind_name[k])) {
@@ -1188,10 +1193,10 @@ static void io_inference(void) {
             CHECK_MSG(io_params_diff(&m, &inf) == NULL, "%s: inference model's weights differ", io_kind_name[k]);
             CHECK_MSG(io_same_logits(&m, &inf, 5), "%s: inference model's logits differ", io_kind_name[k]);
             CHECK(inf.step == 0);
-            CHECK_ERR(tfm_model_save(&inf, io_path("inf_out.safetensors"), TFM_SAVE_TRAINING_STATE), TFM_E_ARG,
+            CHECK_ERR(tfm_model_save(&inf, io_path("inf_out.safetensors"), TFM_SAVE_TRAINING_STATE, NULL, 0), TFM_E_ARG,
                       "inference_only");
             /* its weights-only save is the trained model's */
-            CHECK_OK(tfm_model_save(&inf, io_path("inf_out.safetensors"), 0));
+            CHECK_OK(tfm_model_save(&inf, io_path("inf_out.safetensors"), 0, NULL, 0));
             CHECK_OK(tfm_model_load(&inf, io_path("inf_out.safetensors")));
             CHECK(io_params_diff(&m, &inf) == NULL);
             remove(io_path("inf_out.safetensors"));
@@ -1203,7 +1208,7 @@ static void io_inference(void) {
             CHECK_OK(tfm_model_load(&fresh, path_w));
             CHECK(fresh.step == 0);
             CHECK(io_moments_zero(&fresh));
-            CHECK(!memcmp(fresh.impl->rng.s, ref.impl->rng.s, sizeof ref.impl->rng.s));
+            CHECK(!memcmp(tfm__model_rng(&fresh)->s, tfm__model_rng(&ref)->s, sizeof(uint64_t[4])));
             CHECK(io_params_diff(&m, &fresh) == NULL);
             tfm_model_free(&ref);
         }
@@ -1214,18 +1219,302 @@ static void io_inference(void) {
     }
 }
 
+/* ---- 4b. a failed load leaves the model exactly as it was ----------------------------------- */
+
+/* Everything tfm_model_load may write into m, as bytes (malloc'd, *n of them): every parameter, both
+   moments (zeros for a model without them), the step and the generator's state. */
+static unsigned char *io_state(tfm_model *m, size_t *n) {
+    size_t total = sizeof m->step + sizeof tfm__model_rng(m)->s, at = 0;
+    unsigned char *b;
+    int i, kind;
+    for (i = 0; i < m->n_params; i++) total += 3 * (size_t)tfm_numel(&m->params[i].value) * sizeof(float);
+    if (!(b = (unsigned char *)malloc(total))) return NULL;
+    for (i = 0; i < m->n_params; i++)
+        for (kind = 0; kind < 3; kind++) {
+            size_t bytes = (size_t)tfm_numel(&m->params[i].value) * sizeof(float);
+            const float *src = kind ? tfm__model_moment(m, &m->params[i], kind) : m->params[i].value.data;
+            if (src) memcpy(b + at, src, bytes);
+            else memset(b + at, 0, bytes);
+            at += bytes;
+        }
+    memcpy(b + at, &m->step, sizeof m->step);
+    at += sizeof m->step;
+    memcpy(b + at, tfm__model_rng(m)->s, sizeof tfm__model_rng(m)->s);
+    *n = at + sizeof tfm__model_rng(m)->s;
+    return b;
+}
+
+/* Load path into m: it must fail (with code, when code is not TFM_OK) and leave m's state as it was. */
+static void io_load_fails_cleanly(tfm_model *m, const char *path, tfm_result code, const char *what) {
+    size_t n0 = 0, n1 = 0;
+    unsigned char *before = io_state(m, &n0), *after;
+    tfm_result r;
+    tfm_clear_error();
+    r = tfm_model_load(m, path);
+    after = io_state(m, &n1);
+    CHECK_MSG(r != TFM_OK && (code == TFM_OK || r == code), "%s: tfm_model_load gave %d: %s", what, (int)r, tfm_last_error());
+    CHECK_MSG(!strncmp(tfm_last_error(), "tfm_model_load: ", 16), "%s: message: %s", what, tfm_last_error());
+    CHECK_MSG(before && after && n0 == n1 && !memcmp(before, after, n0), "%s: the failed load changed the model", what);
+    free(before);
+    free(after);
+}
+
+/* A checkpoint of state A, made hostile in many ways, loaded into a model in state B (another step count,
+   other weights, moments and generator state); and a read error half-way through the data. */
+static void io_failed_load(void) {
+    const char *good = io_path("untouched_good.safetensors"), *bad = io_path("untouched_bad.safetensors");
+    tfm_config c = io_cfg(2), ci;
+    tfm_optim o = io_opt(0);
+    tfm_model a, m, inf;
+    unsigned char *file = NULL, *sa = NULL, *sm = NULL;
+    size_t size = 0, hlen = 0, na = 0, nm = 0, cuts[6];
+    io_meta mt;
+    tfm__st_header h;
+    int i, n_reads;
+    if (!io_init(&a, &c, "untouched")) return;
+    if (!io_init(&m, &c, "untouched")) {
+        tfm_model_free(&a);
+        return;
+    }
+    io_train(&a, &o, 0, 2, NULL);
+    io_train(&m, &o, 10, 3, NULL);
+    CHECK_OK(tfm_model_save(&a, good, TFM_SAVE_TRAINING_STATE, NULL, 0));
+    file = io_read(good, &size);
+    if (!file || size < 64 || !io_meta_from(&mt, good, &h)) {
+        TEST__FAIL("untouched: setup failed");
+        goto done;
+    }
+    for (i = 7; i >= 0; i--) hlen = (hlen << 8) | file[i];
+    /* truncated anywhere: in the header, in the data, one byte short */
+    cuts[0] = 5, cuts[1] = 8 + hlen / 2, cuts[2] = 8 + hlen, cuts[3] = 8 + hlen + (size - 8 - hlen) / 2;
+    cuts[4] = size - 4, cuts[5] = size - 1;
+    for (i = 0; i < 6; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "cut at %lu of %lu", (unsigned long)cuts[i], (unsigned long)size);
+        CHECK(io_write(bad, file, cuts[i]));
+        io_load_fails_cleanly(&m, bad, TFM_E_FORMAT, what);
+    }
+    /* four bytes too many */
+    {
+        unsigned char *more = (unsigned char *)malloc(size + 4);
+        if (more) {
+            memcpy(more, file, size);
+            memset(more + size, 0, 4);
+            CHECK(io_write(bad, more, size + 4));
+            io_load_fails_cleanly(&m, bad, TFM_E_FORMAT, "4 bytes more");
+            free(more);
+        }
+    }
+    /* the last tensor in the header becomes F16 (same length: every offset still fits) */
+    for (i = (int)(8 + hlen) - 5; i > 8; i--)
+        if (!memcmp(file + i, "\"F32\"", 5)) break;
+    CHECK(i > 8);
+    if (i > 8) {
+        memcpy(file + i, "\"F16\"", 5);
+        CHECK(io_write(bad, file, size));
+        io_load_fails_cleanly(&m, bad, TFM_E_FORMAT, "an F16 tensor");
+        memcpy(file + i, "\"F32\"", 5);
+    }
+    /* a tensor missing, one too many, one of another shape; bad training state; another architecture */
+    CHECK_OK(io_save_custom(bad, &a, 1, &mt, "optim.exp_avg_sq.head.weight", NULL, NULL));
+    io_load_fails_cleanly(&m, bad, TFM_E_FORMAT, "a moment missing");
+    CHECK_OK(io_save_custom(bad, &a, 1, &mt, NULL, "zz.extra", NULL));
+    io_load_fails_cleanly(&m, bad, TFM_E_FORMAT, "an extra tensor (last in the file)");
+    CHECK_OK(io_save_custom(bad, &a, 1, &mt, NULL, NULL, "encoder.layers.0.linear2.weight"));
+    io_load_fails_cleanly(&m, bad, TFM_E_FORMAT, "a transposed weight");
+    {
+        io_meta e = mt;
+        int j;
+        for (j = 0; j < e.n; j++) e.kv[2 * j + 1] = e.val[j];
+        io_meta_set(&e, "tfm.rng", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdeX");
+        CHECK_OK(io_save_custom(bad, &a, 1, &e, NULL, NULL, NULL));
+        io_load_fails_cleanly(&m, bad, TFM_E_FORMAT, "a bad generator state");
+        e = mt;
+        for (j = 0; j < e.n; j++) e.kv[2 * j + 1] = e.val[j];
+        io_meta_set(&e, "tfm.d_ff", "32");
+        CHECK_OK(io_save_custom(bad, &a, 1, &e, NULL, NULL, NULL));
+        io_load_fails_cleanly(&m, bad, TFM_E_FORMAT, "another d_ff");
+    }
+    /* the good file, with a read error injected half-way through its data: TFM_E_IO, nothing changed */
+    n_reads = 2 + 3 * a.n_params;
+    io_hook_arm(TFM__ST_STAGE_READ, n_reads / 2, EIO);
+    io_load_fails_cleanly(&m, good, TFM_E_IO, "a read error half-way");
+    tfm__st_write_hook = NULL;
+    CHECK_MSG(io_hook_seen[TFM__ST_STAGE_READ] > n_reads / 2, "the read error was not reached (%d reads)",
+              io_hook_seen[TFM__ST_STAGE_READ]);
+    /* an inference model is left alone too */
+    ci = c;
+    ci.inference_only = 1;
+    if (io_init(&inf, &ci, "untouched inference")) {
+        CHECK(io_write(bad, file, size - 1));
+        io_load_fails_cleanly(&inf, bad, TFM_E_FORMAT, "inference model, cut");
+        io_hook_arm(TFM__ST_STAGE_READ, 2, EIO);
+        io_load_fails_cleanly(&inf, good, TFM_E_IO, "inference model, read error");
+        tfm__st_write_hook = NULL;
+        tfm_model_free(&inf);
+    }
+    /* control: the good file does load, and makes B into A exactly */
+    CHECK_OK(tfm_model_load(&m, good));
+    sa = io_state(&a, &na);
+    sm = io_state(&m, &nm);
+    CHECK_MSG(sa && sm && na == nm && !memcmp(sa, sm, na), "the good file does not give A's state");
+    tfm__st_header_free(&h);
+done:
+    free(file);
+    free(sa);
+    free(sm);
+    tfm_model_free(&m);
+    tfm_model_free(&a);
+    remove(good);
+    remove(bad);
+}
+
+/* ---- 4c. user metadata ---------------------------------------------------------------------- */
+
+/* The value of key in the checkpoint at path through a size query and an exact-size buffer (malloc'd), or NULL. */
+static char *io_user_value(const char *path, const char *key) {
+    size_t len = 12345, len2 = 0;
+    char *b;
+    if (tfm_checkpoint_meta(path, key, NULL, 0, &len) != TFM_OK || !(b = (char *)malloc(len + 1))) return NULL;
+    memset(b, 'x', len + 1);
+    if (tfm_checkpoint_meta(path, key, b, len + 1, &len2) != TFM_OK || len2 != len || b[len] != 0) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+static void io_user_meta(void) {
+    static const char *const escaped = "\"user.q\":\"a\\\"b\\\\c/\\n\\t\\u0001\\u001f\x7f\xc3\xa9\"";
+    const char *path = io_path("user.safetensors"), *other = io_path("user_other.safetensors");
+    char vocab[200], longkey[TFM__IO_MAX_KEY + 2], buf[64], *big = (char *)malloc(65537), *v;
+    unsigned char *before, *after;
+    size_t len, n0, n1, k;
+    tfm_config c = io_cfg(1), lc;
+    tfm_model m, m2;
+    tfm_kv kv[6];
+    int i;
+    if (!big || !io_init(&m, &c, "user metadata")) {
+        free(big);
+        return;
+    }
+    /* every byte 1..127 (controls, quotes, backslash, DEL), then UTF-8 of 2, 3 and 4 bytes */
+    for (i = 1; i < 128; i++) vocab[i - 1] = (char)i;
+    strcpy(vocab + 127, "\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf");
+    for (k = 0; k < 65536; k++) big[k] = "ab\"\\\n \xc3\xa9"[k % 8]; /* 8-byte cycle: whole UTF-8 sequences */
+    big[65536] = 0;
+    kv[0].key = "vocab", kv[0].value = vocab;
+    kv[1].key = "empty", kv[1].value = "";
+    kv[2].key = "big", kv[2].value = big;
+    kv[3].key = "cl\xc3\xa9 \xe2\x9c\x93", kv[3].value = "na\xc3\xafve";
+    kv[4].key = "tfm.kind", kv[4].value = "a user key, not the config";
+    CHECK_OK(tfm_model_save(&m, path, TFM_SAVE_TRAINING_STATE, kv, 5));
+    for (i = 0; i < 5; i++) {
+        v = io_user_value(path, kv[i].key);
+        CHECK_MSG(v && !strcmp(v, kv[i].value), "user metadata %d (%s) does not come back: %s", i, kv[i].key,
+                  v ? "another value" : tfm_last_error());
+        free(v);
+    }
+    /* a buffer one byte short: TFM_E_ARG, nothing written, the length given */
+    memset(buf, 'x', sizeof buf);
+    len = 0;
+    CHECK_ERR(tfm_checkpoint_meta(path, kv[3].key, buf, strlen(kv[3].value), &len), TFM_E_ARG, "needs 7 bytes");
+    CHECK(len == strlen(kv[3].value) && buf[0] == 'x');
+    CHECK_OK(tfm_checkpoint_meta(path, kv[3].key, buf, strlen(kv[3].value) + 1, NULL));
+    CHECK(!strcmp(buf, kv[3].value));
+    /* an absent key is told apart from a bad file: TFM_E_ARG naming it; the config is not user metadata */
+    len = 99;
+    CHECK_ERR(tfm_checkpoint_meta(path, "nope", buf, sizeof buf, &len), TFM_E_ARG, "has no user metadata key 'nope'");
+    CHECK(len == 0);
+    CHECK_ERR(tfm_checkpoint_meta(path, "format", buf, sizeof buf, &len), TFM_E_ARG, "no user metadata key 'format'");
+    /* the model, its training state and its config load as ever: the user's "tfm.kind" is not the config's */
+    CHECK_OK(tfm_config_load(path, &lc));
+    CHECK(lc.kind == c.kind && lc.vocab_size == c.vocab_size);
+    if (io_init(&m2, &lc, "user metadata")) {
+        CHECK_OK(tfm_model_load(&m2, path));
+        CHECK(io_params_diff(&m, &m2) == NULL);
+        tfm_model_free(&m2);
+    }
+    /* the JSON in the file, escaped as the format asks (spelled out here by hand) */
+    kv[5].key = "q", kv[5].value = "a\"b\\c/\n\t\x01\x1f\x7f\xc3\xa9";
+    CHECK_OK(tfm_model_save(&m, other, 0, &kv[5], 1));
+    {
+        unsigned char *f = io_read(other, &n0);
+        CHECK_MSG(f && n0 > 8 && strstr((const char *)f + 8, escaped) != NULL, "the header lacks %s", escaped);
+        free(f);
+    }
+    v = io_user_value(other, "q");
+    CHECK(v && !strcmp(v, kv[5].value));
+    free(v);
+    /* refused, and the file on disk stays as it was */
+    before = io_read(path, &n0);
+    memset(longkey, 'k', sizeof longkey - 1);
+    longkey[sizeof longkey - 1] = 0; /* TFM__IO_MAX_KEY + 1 bytes */
+    kv[5].value = "v";
+    for (i = 0; i < 8; i++) {
+        tfm_kv two[2];
+        two[0].key = "a", two[0].value = "1";
+        two[1].key = i == 0 ? NULL : i == 1 ? "" : i == 2 ? longkey : i == 3 ? "bad \xff key" : i == 7 ? "a" : "b";
+        two[1].value = i == 4 ? NULL : i == 5 ? "bad \xc0\x80 value" : "2";
+        if (i == 6) {
+            CHECK_ERR(tfm_model_save(&m, path, 0, NULL, 1), TFM_E_ARG, "tfm_model_save: ");
+            CHECK_ERR(tfm_model_save(&m, path, 0, two, -1), TFM_E_ARG, "tfm_model_save: ");
+            CHECK_ERR(tfm_model_save(&m, path, 0, two, 1000000), TFM_E_ARG, "at most"); /* a file nobody could load */
+            continue;
+        }
+        CHECK_ERR(tfm_model_save(&m, path, 0, two, 2), TFM_E_ARG, i == 7 ? "'user.a' appears twice" : "tfm_model_save: ");
+    }
+    after = io_read(path, &n1);
+    CHECK_MSG(before && after && n0 == n1 && !memcmp(before, after, n0), "a refused save changed the file");
+    free(before);
+    free(after);
+    longkey[TFM__IO_MAX_KEY] = 0; /* the longest key there may be */
+    kv[5].key = longkey;
+    CHECK_OK(tfm_model_save(&m, other, 0, &kv[5], 1));
+    v = io_user_value(other, longkey);
+    CHECK(v && !strcmp(v, "v"));
+    free(v);
+    /* arguments and hostile files */
+    CHECK_ERR(tfm_checkpoint_meta(NULL, "k", buf, sizeof buf, NULL), TFM_E_ARG, "tfm_checkpoint_meta");
+    CHECK_ERR(tfm_checkpoint_meta(path, NULL, buf, sizeof buf, NULL), TFM_E_ARG, "tfm_checkpoint_meta");
+    CHECK_ERR(tfm_checkpoint_meta(io_path("no_such.safetensors"), "k", buf, sizeof buf, NULL), TFM_E_IO,
+              "tfm_checkpoint_meta: ");
+    {
+        static const char *const hostile[3] = {"{\"__metadata__\":{\"user.k\":\"a\\u0000b\"}}",
+                                               "{\"__metadata__\":{\"user.k\":7}}", "{\"__metadata__\":{\"user.k\":\"v\"}"};
+        static const char *const why[3] = {"contains a NUL", "expected a string", "expected ',' or '}'"};
+        for (i = 0; i < 3; i++) {
+            unsigned char f[96];
+            size_t hl = strlen(hostile[i]);
+            for (k = 0; k < 8; k++) f[k] = (unsigned char)(hl >> (8 * k));
+            memcpy(f + 8, hostile[i], hl);
+            CHECK(io_write(other, f, 8 + hl));
+            CHECK_ERR(tfm_checkpoint_meta(other, "k", buf, sizeof buf, &len), TFM_E_FORMAT, why[i]);
+            CHECK(!strncmp(tfm_last_error(), "tfm_checkpoint_meta: ", 21));
+        }
+        before = io_read(path, &n0); /* and a truncated checkpoint */
+        CHECK(before && io_write(other, before, n0 - 3));
+        CHECK_ERR(tfm_checkpoint_meta(other, "vocab", buf, sizeof buf, &len), TFM_E_FORMAT, "truncated");
+        free(before);
+    }
+    free(big);
+    tfm_model_free(&m);
+    remove(path);
+    remove(other);
+}
+
 static void io_args(void) {
     const char *path = io_path("args.safetensors");
     tfm_config c = io_cfg(1), lc;
     tfm_model m, zero;
     memset(&zero, 0, sizeof zero);
     if (!io_init(&m, &c, "args")) return;
-    CHECK_OK(tfm_model_save(&m, path, 0));
-    CHECK_ERR(tfm_model_save(NULL, path, 0), TFM_E_ARG, "tfm_model_save");
-    CHECK_ERR(tfm_model_save(&m, NULL, 0), TFM_E_ARG, "tfm_model_save");
-    CHECK_ERR(tfm_model_save(&zero, path, 0), TFM_E_ARG, "tfm_model_save");
-    CHECK_ERR(tfm_model_save(&m, path, 2), TFM_E_ARG, "flags");
-    CHECK_ERR(tfm_model_save(&m, "", 0), TFM_E_ARG, "path");
+    CHECK_OK(tfm_model_save(&m, path, 0, NULL, 0));
+    CHECK_ERR(tfm_model_save(NULL, path, 0, NULL, 0), TFM_E_ARG, "tfm_model_save");
+    CHECK_ERR(tfm_model_save(&m, NULL, 0, NULL, 0), TFM_E_ARG, "tfm_model_save");
+    CHECK_ERR(tfm_model_save(&zero, path, 0, NULL, 0), TFM_E_ARG, "tfm_model_save");
+    CHECK_ERR(tfm_model_save(&m, path, 2, NULL, 0), TFM_E_ARG, "flags");
+    CHECK_ERR(tfm_model_save(&m, "", 0, NULL, 0), TFM_E_ARG, "path");
     CHECK_ERR(tfm_config_load(NULL, &lc), TFM_E_ARG, "tfm_config_load");
     CHECK_ERR(tfm_config_load(path, NULL), TFM_E_ARG, "tfm_config_load");
     CHECK_ERR(tfm_model_load(NULL, path), TFM_E_ARG, "tfm_model_load");
@@ -1306,7 +1595,7 @@ static void io_torch_case(int k) {
     /* saved again by the C writer: the exporter's file, byte for byte */
     snprintf(name, sizeof name, "resave_%s.safetensors", io_kind_name[k]);
     resave = io_path(name);
-    CHECK_OK(tfm_model_save(&m, resave, 0));
+    CHECK_OK(tfm_model_save(&m, resave, 0, NULL, 0));
     {
         size_t n1 = 0, n2 = 0;
         unsigned char *a = io_read(st, &n1), *bb = io_read(resave, &n2);
@@ -1425,7 +1714,7 @@ static void io_export_case(int k) {
         tfm_model_free(&m);
         return;
     }
-    CHECK_OK(tfm_model_save(&m, st, flags));
+    CHECK_OK(tfm_model_save(&m, st, flags, NULL, 0));
     /* the batch and the eval-mode logits */
     io_make_batch(&d, &m.cfg, 1000 + (uint64_t)k);
     tfm_model_train(&m, 0);
@@ -1496,6 +1785,8 @@ static void suite_io(void) {
     RUN(io_config_minimal);
     RUN(io_errors_tensors);
     RUN(io_inference);
+    RUN(io_failed_load);
+    RUN(io_user_meta);
     RUN(io_args);
     RUN(io_torch_fixtures);
     RUN(io_export);

@@ -1,6 +1,7 @@
 /* tests/test_main.c - the one implementation file of the test binary: includes every suite (so tests
    may reach private tfm__ functions), runs them all, ends with "N passed, N failed". */
 #define TFM_IMPLEMENTATION
+#define TFM__TESTING /* the test hooks of the checkpoint code (tfm__st_write_hook) */
 #include "../transformer.h"
 #include "test.h"
 
@@ -34,6 +35,7 @@ void test__run(const char *name, test_fn fn) {
 #include "test_generate.c"
 #include "test_models_torch.c"
 #include "test_models.c"
+#include "test_layers.c"
 #include "test_safetensors.c"
 #include "test_io.c"
 
@@ -52,6 +54,7 @@ int main(int argc, char **argv) {
     suite_generate();
     suite_models_torch();
     suite_models();
+    suite_layers();
     suite_safetensors();
     suite_io();
     printf("%d passed, %d failed\n", test__passed, test__failed);

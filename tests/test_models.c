@@ -127,13 +127,13 @@ static tfm_config md_cfg(tfm_model_kind kind) {
     if (kind == TFM_MODEL_ENCODER_CLASSIFIER) {
         c.vocab_size = MD_CLS_V;
         c.n_classes = 2;
-        c.max_seq_len = MD_CLS_T;
+        c.max_len = MD_CLS_T;
     } else if (kind == TFM_MODEL_DECODER_LM) {
         c.vocab_size = MD_LM_V;
-        c.max_seq_len = MD_LM_T;
+        c.max_len = MD_LM_T;
     } else {
         c.vocab_size = MD_ED_V;
-        c.max_seq_len = MD_ED_T;
+        c.max_len = MD_ED_T;
         c.max_tgt_len = MD_ED_T + 1;
     }
     return c;
@@ -701,8 +701,8 @@ static void md_errors_config(void) {
     c.d_model = 0;
     md_init_err("d_model 0", &c, TFM_E_ARG, "d_model");
     c = md_cfg(TFM_MODEL_ENCODER_DECODER);
-    c.max_seq_len = 0;
-    md_init_err("max_seq_len 0", &c, TFM_E_ARG, "max_seq_len");
+    c.max_len = 0;
+    md_init_err("max_len 0", &c, TFM_E_ARG, "max_len");
     c = md_cfg(TFM_MODEL_DECODER_LM);
     c.kind = TFM_MODEL_NONE;
     md_init_err("kind 0", &c, TFM_E_ARG, "kind");
@@ -1325,7 +1325,7 @@ static void md_names_case(const char *what, tfm_config c) {
             CHECK_MSG(p->value.ndim == 2 && p->value.shape[0] == rows && p->value.shape[1] == C, "%s: %s shape", what, nm);
         }
         if (!strcmp(nm, "pos_emb.weight") || !strcmp(nm, "src_pos_emb.weight"))
-            CHECK_MSG(p->value.ndim == 2 && p->value.shape[0] == c.max_seq_len && p->value.shape[1] == C, "%s: %s shape",
+            CHECK_MSG(p->value.ndim == 2 && p->value.shape[0] == c.max_len && p->value.shape[1] == C, "%s: %s shape",
                       what, nm);
         if (!strcmp(nm, "tgt_pos_emb.weight"))
             CHECK_MSG(p->value.ndim == 2 && p->value.shape[0] == c.max_tgt_len && p->value.shape[1] == C, "%s: %s shape",
@@ -1605,13 +1605,51 @@ static void md_continuous_errors(void) {
     in[17] = 1.0f;
     CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
     CHECK(tfm_model_param(&m, "cls_token") && tfm_model_param(&m, "input_proj.weight") && !tfm_model_param(&m, "tok_emb.weight"));
-    CHECK(tfm_model_param(&m, "pos_emb.weight")->value.shape[0] == ok.max_seq_len + 1);
+    CHECK(tfm_model_param(&m, "pos_emb.weight")->value.shape[0] == ok.max_len + 1);
     tfm_model_free(&m);
     ok = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
     if (!md_init(&m, &ok, "tokens")) return;
     b.tokens = tok;
     CHECK_ERR(tfm_model_forward(&m, &b, NULL, NULL), TFM_E_ARG, "batch.inputs given");
     tfm_model_free(&m);
+}
+
+/* A ViT-style classifier (continuous inputs, class vector) saved and loaded: the config comes back
+   with input_dim and cls_token, and the loaded model computes the same logits. */
+static void md_continuous_checkpoint(void) {
+    tfm_config c = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER), back;
+    tfm_model a, b;
+    tfm_batch bt;
+    float in[2 * 3 * 4], *la = NULL, *lb = NULL;
+    int64_t na = 0, nb = 0;
+    const char *path = "build/test_vit.safetensors";
+    int i;
+    c.vocab_size = 0;
+    c.input_dim = 4;
+    c.cls_token = 1;
+    c.pool = TFM_POOL_CLS;
+    if (!md_init(&a, &c, "vit")) return;
+    for (i = 0; i < 24; i++) in[i] = (float)((i * 7) % 11) * 0.1f - 0.5f;
+    memset(&bt, 0, sizeof bt);
+    bt.batch = 2;
+    bt.len = 3;
+    bt.inputs = in;
+    tfm_model_train(&a, 0);
+    la = md_logits_of(&a, &bt, NULL, &na);
+    CHECK_OK(tfm_model_save(&a, path, 0, NULL, 0));
+    CHECK_OK(tfm_config_load(path, &back));
+    CHECK(back.input_dim == 4 && back.cls_token == 1 && back.vocab_size == 0);
+    if (md_init(&b, &back, "vit loaded")) {
+        CHECK_OK(tfm_model_load(&b, path));
+        tfm_model_train(&b, 0);
+        lb = md_logits_of(&b, &bt, NULL, &nb);
+        CHECK(la && lb && na == nb && !memcmp(la, lb, sizeof(float) * (size_t)na));
+        tfm_model_free(&b);
+    }
+    free(la);
+    free(lb);
+    remove(path);
+    tfm_model_free(&a);
 }
 
 static void suite_models(void) {
@@ -1642,5 +1680,6 @@ static void suite_models(void) {
     RUN(md_flat);
     RUN(md_batch_offset);
     RUN(md_continuous_errors);
+    RUN(md_continuous_checkpoint);
     tfm_set_num_threads(threads);
 }

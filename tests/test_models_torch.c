@@ -342,7 +342,7 @@ static void mt_blk_dec_pre(void) { mt_block_case("blk_dec_pre", 2); }
 /* ---- models ---- */
 
 /* config (i32[23]): kind, vocab_size, tgt_vocab_size, n_classes, d_model, n_heads, n_layers,
-   n_dec_layers, d_ff, max_seq_len, max_tgt_len, max_batch, act, norm_first, pos, scale_emb, pool,
+   n_dec_layers, d_ff, max_len, max_tgt_len, max_batch, act, norm_first, pos, scale_emb, pool,
    tie_output, share_emb, B, T, Tt, ignore_index */
 enum {
     MT_KIND, MT_VOCAB, MT_TGT_VOCAB, MT_CLASSES, MT_DMODEL, MT_HEADS, MT_LAYERS, MT_DEC_LAYERS,
@@ -368,7 +368,7 @@ static int mt_config(const fx_file *fx, tfm_config *cfg, const int32_t **c_out) 
     cfg->n_layers = c[MT_LAYERS];
     cfg->n_dec_layers = c[MT_DEC_LAYERS];
     cfg->d_ff = c[MT_DFF];
-    cfg->max_seq_len = c[MT_MAX_SEQ];
+    cfg->max_len = c[MT_MAX_SEQ];
     cfg->max_tgt_len = c[MT_MAX_TGT];
     cfg->max_batch = c[MT_MAX_BATCH];
     cfg->act = (tfm_activation)c[MT_ACT];

@@ -36,7 +36,6 @@ mkdir -p "$out/corpus"
 
 # Rebuild when a source is newer than the binary.
 srcs=(tests/fuzz_safetensors.c transformer.h)
-[ -f src/safetensors.inc ] && srcs+=(src/safetensors.inc)
 need=0
 [ -x "$bin" ] || need=1
 for s in "${srcs[@]}"; do

@@ -35,7 +35,7 @@ Model fixtures (model_*)
 ------------------------
     config     i32[23]  0 kind (1 classifier, 2 LM, 3 enc-dec), 1 vocab_size, 2 tgt_vocab_size,
                         3 n_classes, 4 d_model, 5 n_heads, 6 n_layers, 7 n_dec_layers, 8 d_ff,
-                        9 max_seq_len, 10 max_tgt_len, 11 max_batch, 12 act, 13 norm_first,
+                        9 max_len, 10 max_tgt_len, 11 max_batch, 12 act, 13 norm_first,
                         14 pos (0 learned, 1 sinusoidal), 15 scale_emb, 16 pool (0 mean, 1 first),
                         17 tie_output, 18 share_emb, 19 B, 20 T, 21 Tt (0 unless enc-dec),
                         22 ignore_index (-100)
@@ -277,7 +277,7 @@ def block_case(name, B, T, C, H, d_ff, act, norm_first, cross=False, causal=Fals
 
 def config_array(c, B, T, Tt):
     return [c.kind, c.vocab_size, c.tgt_vocab_size, c.n_classes, c.d_model, c.n_heads, c.n_layers,
-            c.n_dec_layers, c.d_ff, c.max_seq_len, c.max_tgt_len, c.max_batch, c.act,
+            c.n_dec_layers, c.d_ff, c.max_len, c.max_tgt_len, c.max_batch, c.act,
             int(c.norm_first), c.pos, int(c.scale_emb), c.pool, int(c.tie_output),
             int(c.share_emb), B, T, Tt, c.ignore_index]
 
@@ -389,7 +389,7 @@ def adamw_explicit(p0, grads, lr, b1, b2, eps, wd, clip, decayed):
 def adamw_case(name):
     cs = Case(name)
     cfg = tm.Config(kind=tm.DECODER_LM, vocab_size=11, d_model=8, n_heads=2, n_layers=1, d_ff=16,
-                    max_seq_len=6, max_batch=2, act=tm.ACT_RELU, norm_first=1, pos=tm.POS_LEARNED,
+                    max_len=6, max_batch=2, act=tm.ACT_RELU, norm_first=1, pos=tm.POS_LEARNED,
                     tie_output=0, ln_eps=LN_EPS)
     model = tm.build_model(cfg)
     model.train()
@@ -481,43 +481,43 @@ def main():
                    Tk=7, xkv_lens=[7, 4, 1]),
         model_case("model_cls_post_mean",
                    C(kind=tm.ENCODER_CLASSIFIER, vocab_size=11, n_classes=3, d_model=12, n_heads=2,
-                     n_layers=2, d_ff=24, max_seq_len=8, max_batch=4, act=R, norm_first=0,
+                     n_layers=2, d_ff=24, max_len=8, max_batch=4, act=R, norm_first=0,
                      pos=tm.POS_LEARNED, pool=tm.POOL_MEAN, ln_eps=LN_EPS),
                    B=3, T=6, lens=[6, 4, 1]),
         model_case("model_cls_pre_cls",
                    C(kind=tm.ENCODER_CLASSIFIER, vocab_size=13, n_classes=4, d_model=16, n_heads=2,
-                     n_layers=2, d_ff=32, max_seq_len=6, max_batch=3, act=G, norm_first=1,
+                     n_layers=2, d_ff=32, max_len=6, max_batch=3, act=G, norm_first=1,
                      pos=tm.POS_SINUSOIDAL, scale_emb=1, pool=tm.POOL_CLS, ln_eps=LN_EPS),
                    B=3, T=6, lens=[6, 3, 5], ignore=[(1, 0)]),
         model_case("model_lm_pre_tied",
                    C(kind=tm.DECODER_LM, vocab_size=13, d_model=16, n_heads=2, n_layers=2, d_ff=32,
-                     max_seq_len=7, max_batch=2, act=GT, norm_first=1, pos=tm.POS_LEARNED,
+                     max_len=7, max_batch=2, act=GT, norm_first=1, pos=tm.POS_LEARNED,
                      tie_output=1, ln_eps=LN_EPS),
                    B=2, T=7, ignore=[(1, 4)]),
         model_case("model_lm_post_untied",
                    C(kind=tm.DECODER_LM, vocab_size=11, d_model=8, n_heads=2, n_layers=2, d_ff=16,
-                     max_seq_len=6, max_batch=3, act=R, norm_first=0, pos=tm.POS_LEARNED,
+                     max_len=6, max_batch=3, act=R, norm_first=0, pos=tm.POS_LEARNED,
                      tie_output=0, ln_eps=LN_EPS),
                    B=3, T=5, ignore=[(2, 3)]),
         model_case("model_encdec_pre_shared",
                    C(kind=tm.ENCODER_DECODER, vocab_size=12, tgt_vocab_size=12, d_model=16,
-                     n_heads=2, n_layers=2, n_dec_layers=1, d_ff=32, max_seq_len=6, max_tgt_len=5,
+                     n_heads=2, n_layers=2, n_dec_layers=1, d_ff=32, max_len=6, max_tgt_len=5,
                      max_batch=2, act=G, norm_first=1, pos=tm.POS_SINUSOIDAL, scale_emb=1,
                      tie_output=1, share_emb=1, label_smoothing=f32(0.1), ln_eps=LN_EPS),
                    B=2, T=6, Tt=5, lens=[6, 3], ignore=[(1, 3)]),
         model_case("model_encdec_post_separate",
                    C(kind=tm.ENCODER_DECODER, vocab_size=11, tgt_vocab_size=13, d_model=12,
-                     n_heads=2, n_layers=2, n_dec_layers=2, d_ff=24, max_seq_len=6, max_tgt_len=7,
+                     n_heads=2, n_layers=2, n_dec_layers=2, d_ff=24, max_len=6, max_tgt_len=7,
                      max_batch=3, act=R, norm_first=0, pos=tm.POS_LEARNED, ln_eps=LN_EPS),
                    B=3, T=5, Tt=6, lens=[5, 2, 4], ignore=[(1, 4), (2, 5)]),
         model_case("model_vit_pre_cls",
                    C(kind=tm.ENCODER_CLASSIFIER, n_classes=4, d_model=16, n_heads=2, n_layers=2,
-                     d_ff=32, max_seq_len=6, max_batch=3, act=G, norm_first=1, pos=tm.POS_LEARNED,
+                     d_ff=32, max_len=6, max_batch=3, act=G, norm_first=1, pos=tm.POS_LEARNED,
                      pool=tm.POOL_CLS, input_dim=5, cls_token=1, ln_eps=LN_EPS),
                    B=3, T=6, lens=[6, 4, 2]),
         model_case("model_vit_post_mean",
                    C(kind=tm.ENCODER_CLASSIFIER, n_classes=3, d_model=12, n_heads=3, n_layers=1,
-                     d_ff=24, max_seq_len=5, max_batch=2, act=R, norm_first=0, pos=tm.POS_SINUSOIDAL,
+                     d_ff=24, max_len=5, max_batch=2, act=R, norm_first=0, pos=tm.POS_SINUSOIDAL,
                      pool=tm.POOL_MEAN, input_dim=7, ln_eps=LN_EPS),
                    B=2, T=5),
         adamw_case("adamw_step"),

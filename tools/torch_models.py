@@ -22,14 +22,14 @@ Activations: 0 relu, 1 exact (erf) GELU, 2 GELU with the tanh approximation. nor
 pre-LN; post-LN is torch's default. Dropout is a constructor argument (0 for reference values).
 
 Parameter names (exactly the state_dict keys):
-  classifier  tok_emb.weight (V,C); pos_emb.weight (max_seq_len,C) with learned positions;
+  classifier  tok_emb.weight (V,C); pos_emb.weight (max_len,C) with learned positions;
               encoder.layers.N.<TransformerEncoderLayer names>; encoder.norm.weight/bias (pre-LN
               only); head.weight (n_classes,C), head.bias (n_classes)
   LM          tok_emb.weight; pos_emb.weight (learned); decoder.layers.N.<encoder-layer names>;
               decoder.norm.* (pre-LN only); head.weight (V,C), no bias, absent when tie_output
               (the output projection is then tok_emb.weight)
   enc-dec     src_tok_emb.weight (Vs,C); tgt_tok_emb.weight (Vt,C), absent when share_emb (the
-              decoder then embeds with src_tok_emb); src_pos_emb.weight (max_seq_len,C) and
+              decoder then embeds with src_tok_emb); src_pos_emb.weight (max_len,C) and
               tgt_pos_emb.weight (max_tgt_len,C) (learned); encoder.layers.N.*; encoder.norm.*
               (pre-LN only); decoder.layers.N.<TransformerDecoderLayer names>; decoder.norm.*
               (pre-LN only); head.weight (Vt,C), no bias, absent when tie_output (the output
@@ -148,7 +148,7 @@ class Config:
     """The fields of tfm_config (same names and meanings; zero means default)."""
 
     FIELDS = dict(kind=0, vocab_size=0, tgt_vocab_size=0, n_classes=0, d_model=0, n_heads=0,
-                  n_layers=0, n_dec_layers=0, d_ff=0, max_seq_len=0, max_tgt_len=0, max_batch=0,
+                  n_layers=0, n_dec_layers=0, d_ff=0, max_len=0, max_tgt_len=0, max_batch=0,
                   act=0, norm_first=0, pos=0, scale_emb=0, pool=0, tie_output=0, share_emb=0,
                   no_bias=0, dropout=0.0, attn_dropout=0.0, ln_eps=0.0, label_smoothing=0.0,
                   ignore_index=0, has_ignore_index=0, input_dim=0, cls_token=0)
@@ -166,7 +166,7 @@ class Config:
         c = Config(**{k: getattr(self, k) for k in self.FIELDS})
         if c.kind not in (ENCODER_CLASSIFIER, DECODER_LM, ENCODER_DECODER):
             raise ValueError("kind is required")
-        for req in ("vocab_size", "d_model", "n_heads", "max_seq_len"):
+        for req in ("vocab_size", "d_model", "n_heads", "max_len"):
             if getattr(c, req) <= 0 and not (req == "vocab_size" and c.input_dim and c.kind == ENCODER_CLASSIFIER):
                 raise ValueError(req + " is required")
         if (c.input_dim or c.cls_token) and c.kind != ENCODER_CLASSIFIER:
@@ -183,7 +183,7 @@ class Config:
         c.n_layers = c.n_layers or 2
         c.n_dec_layers = c.n_dec_layers or c.n_layers
         c.d_ff = c.d_ff or 4 * c.d_model
-        c.max_tgt_len = c.max_tgt_len or c.max_seq_len
+        c.max_tgt_len = c.max_tgt_len or c.max_len
         c.max_batch = c.max_batch or 1
         c.ln_eps = c.ln_eps or 1e-5
         if not c.has_ignore_index and c.ignore_index == 0:
@@ -239,7 +239,7 @@ class EncoderClassifier(_Model):
     def __init__(self, cfg, dtype=torch.float64):
         super().__init__(cfg, dtype)
         c = self.cfg
-        Te = c.max_seq_len + c.cls_token
+        Te = c.max_len + c.cls_token
         if c.input_dim:
             self.input_proj = nn.Linear(c.input_dim, c.d_model, dtype=dtype)
         else:
@@ -291,8 +291,8 @@ class DecoderLM(_Model):
         c = self.cfg
         self.tok_emb = self._emb(c.vocab_size, c.d_model)
         if c.pos == POS_LEARNED:
-            self.pos_emb = self._emb(c.max_seq_len, c.d_model)
-        self._sinusoidal("pe", c.max_seq_len)
+            self.pos_emb = self._emb(c.max_len, c.d_model)
+        self._sinusoidal("pe", c.max_len)
         self.decoder = Stack(c.n_layers, c, cross=False, causal=True, dtype=dtype)
         if not c.tie_output:
             self.head = nn.Linear(c.d_model, c.vocab_size, bias=False, dtype=dtype)
@@ -325,9 +325,9 @@ class EncoderDecoder(_Model):
         if not c.share_emb:
             self.tgt_tok_emb = self._emb(c.tgt_vocab_size, c.d_model)
         if c.pos == POS_LEARNED:
-            self.src_pos_emb = self._emb(c.max_seq_len, c.d_model)
+            self.src_pos_emb = self._emb(c.max_len, c.d_model)
             self.tgt_pos_emb = self._emb(c.max_tgt_len, c.d_model)
-        self._sinusoidal("pe", max(c.max_seq_len, c.max_tgt_len))
+        self._sinusoidal("pe", max(c.max_len, c.max_tgt_len))
         self.encoder = Stack(c.n_layers, c, cross=False, causal=False, dtype=dtype)
         self.decoder = Stack(c.n_dec_layers, c, cross=True, causal=True, dtype=dtype)
         if not c.tie_output:

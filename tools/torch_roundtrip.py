@@ -54,8 +54,9 @@ KINDS = {"classifier": tm.ENCODER_CLASSIFIER, "lm": tm.DECODER_LM, "encdec": tm.
 # tfm_model_save's metadata, in its order: TFM__CFG_INT_FIELDS, then TFM__CFG_FLOAT_FIELDS, then
 # the seed (and, with the training state, tfm.step and tfm.rng).
 INT_FIELDS = ("kind", "vocab_size", "tgt_vocab_size", "n_classes", "d_model", "n_heads", "n_layers",
-              "n_dec_layers", "d_ff", "max_seq_len", "max_tgt_len", "max_batch", "act", "norm_first",
-              "pos", "scale_emb", "pool", "tie_output", "share_emb", "no_bias", "ignore_index", "init")
+              "n_dec_layers", "d_ff", "max_len", "max_tgt_len", "max_batch", "act", "norm_first",
+              "pos", "scale_emb", "pool", "tie_output", "share_emb", "no_bias", "ignore_index", "init",
+              "input_dim", "cls_token")
 FLOAT_FIELDS = ("dropout", "attn_dropout", "ln_eps", "label_smoothing", "init_std")
 
 
@@ -167,7 +168,7 @@ def c_resolved(fields):
     c.pop("has_ignore_index", None)
     if kind == tm.ENCODER_DECODER:
         c["tgt_vocab_size"] = c["tgt_vocab_size"] or c["vocab_size"]
-        c["max_tgt_len"] = c["max_tgt_len"] or c["max_seq_len"]
+        c["max_tgt_len"] = c["max_tgt_len"] or c["max_len"]
     else:
         c["tgt_vocab_size"] = 0
         c["max_tgt_len"] = 0
@@ -235,15 +236,15 @@ def ids(gen, shape, n):
 # lens, and where targets are ignored
 EXPORTS = [
     ("classifier", dict(kind=tm.ENCODER_CLASSIFIER, vocab_size=11, n_classes=3, d_model=12, n_heads=3,
-                        n_layers=2, d_ff=20, max_seq_len=8, max_batch=3, act=tm.ACT_GELU_TANH,
+                        n_layers=2, d_ff=20, max_len=8, max_batch=3, act=tm.ACT_GELU_TANH,
                         norm_first=0, pos=tm.POS_LEARNED, scale_emb=1, pool=tm.POOL_MEAN, seed=31),
      3, 7, 0, [7, 5, 2]),
     ("lm", dict(kind=tm.DECODER_LM, vocab_size=13, d_model=16, n_heads=4, n_layers=2, d_ff=24,
-                max_seq_len=8, max_batch=2, act=tm.ACT_GELU, norm_first=1, pos=tm.POS_SINUSOIDAL,
+                max_len=8, max_batch=2, act=tm.ACT_GELU, norm_first=1, pos=tm.POS_SINUSOIDAL,
                 tie_output=1, seed=32),
      2, 8, 0, None),
     ("encdec", dict(kind=tm.ENCODER_DECODER, vocab_size=12, tgt_vocab_size=10, d_model=16, n_heads=2,
-                    n_layers=1, n_dec_layers=2, d_ff=32, max_seq_len=7, max_tgt_len=6, max_batch=2,
+                    n_layers=1, n_dec_layers=2, d_ff=32, max_len=7, max_tgt_len=6, max_batch=2,
                     act=tm.ACT_RELU, norm_first=0, pos=tm.POS_LEARNED, label_smoothing=0.1, seed=33),
      2, 6, 5, [6, 3]),
 ]
