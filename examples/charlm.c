@@ -38,6 +38,14 @@ enum { VOCAB = 96 };
 static int char_id(int c) { return c >= 32 && c <= 126 ? c - 32 : c == '\n' ? 95 : -1; }
 static int id_char(int id) { return id == 95 ? '\n' : id + 32; }
 
+/* The vocabulary in id order, saved in each checkpoint (user metadata "vocab") and checked on load. */
+static const char *vocab_string(void) {
+    static char v[VOCAB + 1];
+    int i;
+    for (i = 0; i < VOCAB; i++) v[i] = (char)id_char(i);
+    return v;
+}
+
 typedef struct options {
     const char *data, *model, *csv, *prompt, *attention;
     int len, batch, epochs, d_model, n_heads, n_layers, threads, eval_every, smoke, resume, n_gen, top_k;
@@ -85,7 +93,7 @@ static double bits_per_char(tfm_model *m, const int32_t *ids, int64_t n, int len
 
 /* Write n characters after prompt with the cache, in chunks of at most half the context window. */
 static void generate(tfm_model *m, const options *o, const char *prompt) {
-    int ctx = m->cfg.max_seq_len, have = 0, n_out, i;
+    int ctx = m->cfg.max_len, have = 0, n_out, i;
     int32_t *seq = (int32_t *)ex_malloc((size_t)(strlen(prompt) + (size_t)o->n_gen + 1) * sizeof(int32_t));
     int32_t *out = (int32_t *)ex_malloc((size_t)ctx * sizeof(int32_t));
     tfm_gen_opts g = {0};
@@ -124,7 +132,7 @@ static void check_cache(tfm_model *m, const int32_t *prompt, int n_prompt, int n
     int32_t seq[256], cached[256];
     int n_out, i, t, v;
     tfm_gen_opts g = {0};
-    if (n_prompt + n_new > m->cfg.max_seq_len || n_prompt + n_new > 256) ex_die("check_cache: too long");
+    if (n_prompt + n_new > m->cfg.max_len || n_prompt + n_new > 256) ex_die("check_cache: too long");
     g.max_new = n_new; /* temperature 0: greedy */
     ex_check(tfm_model_generate(m, NULL, 0, prompt, n_prompt, &g, cached, &n_out), "tfm_model_generate");
     memcpy(seq, prompt, (size_t)n_prompt * sizeof(int32_t));
@@ -187,7 +195,7 @@ static void train(const options *o) {
     cfg.d_model = o->d_model;
     cfg.n_heads = o->n_heads;
     cfg.n_layers = o->n_layers;
-    cfg.max_seq_len = o->len;
+    cfg.max_len = o->len;
     cfg.max_batch = o->batch;
     cfg.norm_first = 1;
     cfg.act = TFM_ACT_GELU;
@@ -195,6 +203,7 @@ static void train(const options *o) {
     cfg.dropout = o->dropout;
     cfg.seed = o->seed;
     if (o->resume && ex_file_exists(o->model)) {
+        ex_check_meta(o->model, "vocab", vocab_string());
         ex_check(tfm_config_load(o->model, &cfg), o->model);
         cfg.max_batch = o->batch;
         ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
@@ -204,7 +213,7 @@ static void train(const options *o) {
         ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     }
     printf("model: %d layers, d_model %d, %d heads, context %d, %lld parameters; sgemm: %s\n", cfg.n_layers,
-           cfg.d_model, cfg.n_heads, cfg.max_seq_len, (long long)m.n_weights, tfm_sgemm_backend());
+           cfg.d_model, cfg.n_heads, cfg.max_len, (long long)m.n_weights, tfm_sgemm_backend());
 
     tokens_per_step = (int64_t)o->batch * o->len;
     steps_per_epoch = cut_val / tokens_per_step;
@@ -261,7 +270,12 @@ static void train(const options *o) {
             printf("step %lld: validation %.4f bits per character (first %lld characters)\n", (long long)(step + 1),
                    bpc, (long long)nv);
             ex_csv_row(csv, "%lld,%.4f,NaN,%.5f", (long long)(step + 1), (double)(step + 1) / steps_per_epoch, bpc);
-            ex_check(tfm_model_save(&m, o->model, TFM_SAVE_TRAINING_STATE), o->model); /* atomic */
+            {
+                tfm_kv meta[1];
+                meta[0].key = "vocab";
+                meta[0].value = vocab_string();
+                ex_check(tfm_model_save(&m, o->model, TFM_SAVE_TRAINING_STATE, meta, 1), o->model); /* atomic */
+            }
         }
     }
     if (step > prog.first_step) { /* the last line, in full */
@@ -303,7 +317,7 @@ static const tfm_tensor *param(const tfm_model *m, const char *name) {
 static void attention_map(tfm_model *m, const options *o) {
     const tfm_config *c = &m->cfg;
     int C = c->d_model, H = c->n_heads, n = (int)strlen(o->prompt), T, i, j, h;
-    int most = c->max_seq_len < 64 ? c->max_seq_len : 64; /* a readable picture: the last characters */
+    int most = c->max_len < 64 ? c->max_len : 64; /* a readable picture: the last characters */
     const char *text = o->prompt + (n > most ? n - most : 0);
     const tfm_tensor *emb = param(m, "tok_emb.weight"), *pos = param(m, "pos_emb.weight");
     const tfm_tensor *w = param(m, "decoder.layers.0.self_attn.in_proj_weight");
@@ -395,6 +409,7 @@ static void attention_map(tfm_model *m, const options *o) {
 static void sample(const options *o) {
     tfm_config cfg;
     tfm_model m;
+    ex_check_meta(o->model, "vocab", vocab_string());
     ex_check(tfm_config_load(o->model, &cfg), o->model);
     cfg.max_batch = 1;
     cfg.inference_only = 1;

@@ -55,6 +55,19 @@ EX_FN void ex_check(tfm_result r, const char *what) {
     if (r != TFM_OK) ex_die("%s: %s: %s", what, tfm_result_string(r), tfm_last_error());
 }
 
+/* A checkpoint's user metadata `key` (saved with tfm_model_save) must equal `want`, the value this
+   program uses (a vocabulary, say): a model trained with another one is refused, with both shown. */
+EX_FN void ex_check_meta(const char *path, const char *key, const char *want) {
+    size_t len = 0;
+    char *buf;
+    ex_check(tfm_checkpoint_meta(path, key, NULL, 0, &len), path); /* the size first */
+    buf = (char *)malloc(len + 1);
+    if (!buf) ex_die("out of memory");
+    ex_check(tfm_checkpoint_meta(path, key, buf, len + 1, NULL), path);
+    if (strcmp(buf, want) != 0) ex_die("%s: the model's %s is \"%s\", but this program's is \"%s\"", path, key, buf, want);
+    free(buf);
+}
+
 /* The learning rate the schedule gives at step s (for the progress line and logs). */
 EX_FN float ex_lr(const tfm_optim *opt, int64_t s) {
     float lr = 0;

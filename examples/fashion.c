@@ -28,6 +28,7 @@
 #define DIR "/usr/share/datasets/fashion-mnist/"
 enum { SIDE = 28, PATCH = 4, GRID = SIDE / PATCH, N_PATCH = GRID * GRID, PATCH_DIM = PATCH * PATCH, N_CLASS = 10 };
 
+#define CLASSES "T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot"
 static const char *const class_names[N_CLASS] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                                                   "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
 
@@ -71,23 +72,19 @@ static void patches(const unsigned char *img, float *out, int flip, int dx, int 
                 }
 }
 
-/* The model's config. The library's checkpoints do not store input_dim and cls_token yet, and its
-   loader refuses a stored classifier config whose vocab_size is 0; so vocab_size is 1 here (a
-   one-row token embedding that is never used), and resuming and inference build the config from
-   the options, like training: give them the same --d-model, --layers... as training. */
+/* The model's config for training (resuming and inference read it from the checkpoint). */
 static void make_config(const options *o, tfm_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->kind = TFM_MODEL_ENCODER_CLASSIFIER;
     cfg->input_dim = PATCH_DIM;   /* each token is a patch of 16 pixels, projected to d_model */
     cfg->cls_token = 1;           /* a learned [CLS] vector before the patches... */
     cfg->pool = TFM_POOL_CLS;     /* ...whose output the head reads */
-    cfg->vocab_size = 1;          /* unused, see above */
     cfg->n_classes = N_CLASS;
     cfg->d_model = o->d_model;
     cfg->n_heads = o->n_heads;
     cfg->n_layers = o->n_layers;
     cfg->d_ff = o->d_ff;
-    cfg->max_seq_len = N_PATCH;
+    cfg->max_len = N_PATCH;
     cfg->norm_first = 1;
     cfg->act = TFM_ACT_GELU;
     cfg->dropout = o->dropout;
@@ -148,6 +145,7 @@ static void train(const options *o) {
            n_val, (unsigned long long)o->split_seed, n_test);
 
     make_config(o, &cfg);
+    if (o->resume && ex_file_exists(o->model)) ex_check(tfm_config_load(o->model, &cfg), o->model);
     cfg.max_batch = o->batch;
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     if (o->resume && ex_file_exists(o->model)) {
@@ -216,7 +214,12 @@ static void train(const options *o) {
             printf("step %lld: validation loss %.4f, accuracy %.2f%%\n", (long long)(step + 1), vl, 100 * acc);
             ex_csv_row(csv, "%lld,%.4f,NaN,%.5f,%.5f", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
                        vl, acc);
-            ex_check(tfm_model_save(&m, o->model, TFM_SAVE_TRAINING_STATE), o->model); /* atomic */
+            {
+                tfm_kv meta[1];
+                meta[0].key = "classes";
+                meta[0].value = CLASSES;
+                ex_check(tfm_model_save(&m, o->model, TFM_SAVE_TRAINING_STATE, meta, 1), o->model); /* atomic */
+            }
         }
     }
     if (step > prog.first_step) { /* the last line, in full */
@@ -262,7 +265,8 @@ static void classify(const options *o, int n, char **what, const int *is_index) 
     images te = {0};
     float in[N_PATCH * PATCH_DIM];
     int i, c;
-    make_config(o, &cfg);
+    ex_check_meta(o->model, "classes", CLASSES);
+    ex_check(tfm_config_load(o->model, &cfg), o->model);
     cfg.max_batch = 1;
     cfg.inference_only = 1;
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");

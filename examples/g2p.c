@@ -51,6 +51,24 @@ static int encode_word(const char *w, int32_t *ids) {
     return n;
 }
 
+/* The two vocabularies as text, saved in each checkpoint (user metadata) and checked on load. */
+static const char *const LETTERS = "abcdefghijklmnopqrstuvwxyz'.-";
+static const char *phone_list(void) {
+    static char v[EX_N_PHONES * 3 + 1];
+    int i;
+    v[0] = 0;
+    for (i = 0; i < EX_N_PHONES; i++) {
+        if (i) strcat(v, " ");
+        strcat(v, ex_phones[i]);
+    }
+    return v;
+}
+
+static void check_vocab(const char *path) {
+    ex_check_meta(path, "letters", LETTERS);
+    ex_check_meta(path, "phones", phone_list());
+}
+
 typedef struct options {
     const char *data, *model, *csv;
     int batch, epochs, d_model, n_heads, n_layers, d_ff, threads, eval_every, val_words, smoke, demo, resume;
@@ -256,7 +274,7 @@ static void train(const options *o) {
     cfg.n_layers = o->n_layers;
     cfg.n_dec_layers = o->n_layers;
     cfg.d_ff = o->d_ff;
-    cfg.max_seq_len = MAX_SRC;
+    cfg.max_len = MAX_SRC;
     cfg.max_tgt_len = MAX_TGT;
     cfg.max_batch = o->batch;
     cfg.pos = TFM_POS_SINUSOIDAL;
@@ -267,6 +285,7 @@ static void train(const options *o) {
     cfg.init = TFM_INIT_XAVIER;
     cfg.seed = o->seed;
     if (o->resume && ex_file_exists(o->model)) {
+        check_vocab(o->model);
         ex_check(tfm_config_load(o->model, &cfg), o->model);
         cfg.max_batch = o->batch;
         ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
@@ -338,7 +357,14 @@ static void train(const options *o) {
                    (long long)(step + 1), vl, (long long)(o->smoke ? 5 : n_val_words), 100 * wer, 100 * per);
             ex_csv_row(csv, "%lld,%.4f,NaN,%.5f,%.5f", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
                        vl, wer);
-            ex_check(tfm_model_save(&m, o->model, TFM_SAVE_TRAINING_STATE), o->model); /* atomic */
+            {
+                tfm_kv meta[2];
+                meta[0].key = "letters";
+                meta[0].value = LETTERS;
+                meta[1].key = "phones";
+                meta[1].value = phone_list();
+                ex_check(tfm_model_save(&m, o->model, TFM_SAVE_TRAINING_STATE, meta, 2), o->model); /* atomic */
+            }
         }
     }
     if (step > prog.first_step) { /* the last line, in full */
@@ -372,6 +398,7 @@ static void pronounce_words(const options *o, int n, char **words) {
     tfm_config cfg;
     tfm_model m;
     int i;
+    check_vocab(o->model);
     ex_check(tfm_config_load(o->model, &cfg), o->model);
     cfg.max_batch = 1;
     cfg.inference_only = 1;

@@ -146,7 +146,7 @@ static void train(const options *o) {
     cfg.d_model = o->d_model;
     cfg.n_heads = o->n_heads;
     cfg.n_layers = o->n_layers;
-    cfg.max_seq_len = o->len;
+    cfg.max_len = o->len;
     cfg.max_batch = o->batch;
     cfg.norm_first = 1;
     cfg.act = TFM_ACT_GELU;
@@ -221,7 +221,14 @@ static void train(const options *o) {
                    vloss, 100 * ex_accuracy(&c), ex_f1(&c));
             ex_csv_row(csv, "%lld,%.4f,NaN,%.5f,%.5f", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
                        vloss, ex_accuracy(&c));
-            ex_check(tfm_model_save(&m, o->model, TFM_SAVE_TRAINING_STATE), o->model); /* atomic */
+            {
+                tfm_kv meta[2]; /* for whoever opens the file: what the model reads and says */
+                meta[0].key = "input";
+                meta[0].value = "bytes of the Subject, a newline and the body, whitespace runs collapsed";
+                meta[1].key = "classes";
+                meta[1].value = "ham spam";
+                ex_check(tfm_model_save(&m, o->model, TFM_SAVE_TRAINING_STATE, meta, 2), o->model); /* atomic */
+            }
         }
     }
     if (step > prog.first_step) { /* the last line, in full */
@@ -260,10 +267,10 @@ static void classify(const options *o, int n_files, char **files) {
     cfg.inference_only = 1;
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     ex_check(tfm_model_load(&m, o->model), o->model);
-    tok = (int32_t *)ex_malloc((size_t)cfg.max_seq_len * sizeof(int32_t));
+    tok = (int32_t *)ex_malloc((size_t)cfg.max_len * sizeof(int32_t));
     for (f = 0; f < n_files; f++) {
         ex_buf raw = ex_read_file(files[f]);
-        ex_email e = ex_email_parse((const char *)raw.data, raw.len, cfg.max_seq_len);
+        ex_email e = ex_email_parse((const char *)raw.data, raw.len, cfg.max_len);
         tfm_batch b = {0};
         tfm_tensor logits;
         float p_spam;
