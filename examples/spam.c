@@ -106,7 +106,7 @@ static double evaluate(tfm_model *m, const split *s, int batch, int len, ex_bina
 }
 
 static void train(const options *o) {
-    int64_t n_mail, i, n_train, n_val, steps_per_epoch, total_steps, step;
+    int64_t n_read, n_mail, i, n_train, n_val, steps_per_epoch, total_steps, step;
     ex_email *mail;
     int32_t *order, *rows, *tok, *lens, *lab;
     split tr, va, te;
@@ -121,9 +121,9 @@ static void train(const options *o) {
     float loss = 0;
 
     /* 1. data: read, shuffle with a fixed seed, split 80/10/10 */
-    mail = ex_spamassassin_read(o->data, o->len, &n_mail);
-    order = ex_permutation(n_mail, o->split_seed);
-    if (o->smoke) n_mail = 200;
+    mail = ex_spamassassin_read(o->data, o->len, &n_read);
+    order = ex_permutation(n_read, o->split_seed);
+    n_mail = o->smoke ? 200 : n_read; /* the smoke run uses 200 of them */
     n_train = n_mail * 8 / 10;
     n_val = n_mail / 10;
     split_fill(&tr, mail, order, n_train, o->len);
@@ -135,7 +135,7 @@ static void train(const options *o) {
         printf("emails: %lld train, %lld validation, %lld test (test: %.1f%% spam; always saying ham scores %.1f%%)\n",
                (long long)tr.n, (long long)va.n, (long long)te.n, 100.0 * spam / te.n, 100.0 - 100.0 * spam / te.n);
     }
-    for (i = 0; i < n_mail; i++) free(mail[i].text);
+    for (i = 0; i < n_read; i++) free(mail[i].text);
     free(mail);
     free(order);
 
