@@ -576,6 +576,8 @@ typedef struct tfm_config {
     float init_std;          /* 0 -> 0.02 */
     uint64_t seed;           /* initialisation and dropout */
     int inference_only;      /* 1: no gradients, optimizer state or backward scratch */
+    void *user;              /* passed to TFM_MALLOC / TFM_FREE for the model's memory, its caches and its
+                                checkpoint buffers; not saved in checkpoints */
 } tfm_config;
 
 /* A batch: B rows of T positions, padding at the end of each row. Row b of tokens starts at
@@ -706,7 +708,7 @@ typedef struct tfm_kv_cache {
     int32_t *src_lens;    /* (max_batch) valid source length of each batch row */
     int has_src_lens;
     tfm_device device;
-    void *owned;
+    void *owned, *user;   /* the allocation, and the allocator's user pointer (the model's cfg.user) */
 } tfm_kv_cache;
 
 /* A cache for model m's decoder: max_batch rows (0: cfg.max_batch) of up to max_len positions (0: the
@@ -4272,7 +4274,7 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
             return tfm__fail(TFM_E_NOMEM, "%s: %zu bytes given, the model needs %zu (tfm_model_memory_size)", fn, size, total);
         base = (unsigned char *)mem;
     } else {
-        base = owned = (unsigned char *)TFM_MALLOC(total, NULL);
+        base = owned = (unsigned char *)TFM_MALLOC(total, c.user);
         if (!base) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, total);
     }
     memset(base, 0, total);
@@ -4309,7 +4311,7 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
     if (r == TFM_OK && (tfm_mem_check(&am) != TFM_OK || m->n_params != n_params))
         r = tfm__fail(TFM_E_NOMEM, "%s: internal layout mismatch", fn);
     if (r != TFM_OK) {
-        if (owned) TFM_FREE(owned, NULL);
+        if (owned) TFM_FREE(owned, c.user);
         memset(m, 0, sizeof *m);
         return r;
     }
@@ -4329,11 +4331,13 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
 }
 
 TFMDEF void tfm_model_free(tfm_model *m) {
-    void *owned;
+    void *owned, *user;
     if (!m || !m->impl) return;
     owned = m->impl->owned;
+    user = m->cfg.user;
     memset(m, 0, sizeof *m);
-    if (owned) TFM_FREE(owned, NULL);
+    if (owned) TFM_FREE(owned, user);
+    (void)user; /* unused when TFM_FREE ignores it */
 }
 
 TFMDEF void tfm_model_train(tfm_model *m, int training) {
@@ -4846,10 +4850,11 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     c->max_src_len = encdec ? m->cfg.max_len : 0;
     c->d_model = m->cfg.d_model;
     c->device = m->impl->device;
+    c->user = m->cfg.user;
     n_self = (size_t)c->n_layers * c->max_batch * c->max_len * 2 * c->d_model;
     n_cross = (size_t)c->n_layers * c->max_batch * c->max_src_len * 2 * c->d_model;
     bytes = (n_self + n_cross) * sizeof(float) + 2 * (size_t)c->max_batch * sizeof(int32_t);
-    p = (unsigned char *)TFM_MALLOC(bytes, NULL);
+    p = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
     if (!p) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
     c->owned = p;
     c->self_kv = (float *)p;
@@ -4862,7 +4867,7 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
 
 TFMDEF void tfm_kv_cache_free(tfm_kv_cache *c) {
     if (!c) return;
-    if (c->owned) TFM_FREE(c->owned, NULL);
+    if (c->owned) TFM_FREE(c->owned, c->user);
     memset(c, 0, sizeof *c);
 }
 
@@ -5963,7 +5968,7 @@ TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags
     for (i = 0; i < n_meta; keys += strlen(meta[i++].key) + 6) TFM__TRY(tfm__io_key(fn, meta[i].key, meta[i].value));
     n = m->n_params * nk;
     bytes = (size_t)2 * (TFM__IO_N_CFG + (size_t)n_meta) * sizeof *kv + (size_t)n * (sizeof *items + 96) + 72 * TFM__IO_N_CFG + keys;
-    if (!(kv = (const char **)TFM_MALLOC(bytes, NULL))) return tfm__fail(TFM_E_NOMEM, "%s: out of memory", fn);
+    if (!(kv = (const char **)TFM_MALLOC(bytes, m->cfg.user))) return tfm__fail(TFM_E_NOMEM, "%s: out of memory", fn);
     items = (tfm__st_tensor *)(void *)(kv + 2 * (TFM__IO_N_CFG + n_meta));
     vals = (char *)(items + n);
     names = vals + 72 * TFM__IO_N_CFG;
@@ -5988,7 +5993,7 @@ TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags
     }
     for (i = 0; i < n; i++) tfm__io_tensor(m, i, nk, names + 96 * (size_t)i, &items[i]);
     r = tfm__io_prefix(tfm__st_save(path, items, n, kv, nm), fn);
-    TFM_FREE((void *)kv, NULL);
+    TFM_FREE((void *)kv, m->cfg.user);
     return r;
 }
 
@@ -6088,7 +6093,7 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
     if (r == TFM_OK) r = tfm__io_check(fn, path, &h, m, nk == 3, &step, rng);
     for (i = 0, n = m->n_params * nk; r == TFM_OK && i < n; i++)
         if (i % nk == 0 || tfm__model_trains(m)) total += (size_t)tfm_numel(&m->params[i / nk].value);
-    if (r == TFM_OK && !(want = (tfm__st_tensor *)TFM_MALLOC((size_t)n * (sizeof *want + 96) + total * sizeof(float), NULL)))
+    if (r == TFM_OK && !(want = (tfm__st_tensor *)TFM_MALLOC((size_t)n * (sizeof *want + 96) + total * sizeof(float), m->cfg.user)))
         r = tfm__fail(TFM_E_NOMEM, "%s: out of memory for the %llu floats of the model", fn, (unsigned long long)total);
     if (r == TFM_OK) names = (char *)(want + n), stage = (float *)(void *)(names + 96 * (size_t)n);
     for (i = 0, total = 0; r == TFM_OK && i < n; i++) { /* the model's tensors, with their data to the staging buffer */
@@ -6106,7 +6111,7 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
         m->step = step;
         memcpy(tfm__model_rng(m)->s, rng, sizeof rng);
     }
-    if (want) TFM_FREE(want, NULL);
+    if (want) TFM_FREE(want, m->cfg.user);
     return tfm__io_prefix(r, fn);
 }
 
