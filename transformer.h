@@ -52,7 +52,7 @@
        d.d_model = 64; d.n_heads = 4; d.max_batch = 8; d.max_len = 32;
        tfm_linear in; tfm_block blk;
        tfm_linear_init(&in, 16, 64, 0, &mem); tfm_block_init(&blk, &d, &mem);
-       tfm_mem_alloc(&mem); tfm_mem_rewind(&mem);     one allocation per arena, sized by the count
+       tfm_mem_alloc(&mem);                          one allocation per arena, sized by the count
        tfm_linear_init(&in, 16, 64, 0, &mem); tfm_block_init(&blk, &d, &mem);   now carves memory
        tfm_linear_init_params(&in, &rng); tfm_block_init_params(&blk, &rng);
        tfm_attn_opts o = {0}; o.causal = 1; o.training = 1; o.seed = step;
