@@ -2474,7 +2474,7 @@ static void tfm__op_add(tfm_device dev, float *y, const float *a, const float *b
 static void tfm__op_pool(tfm_device dev, int pool, float *y, const float *x, const int32_t *lens, int64_t B, int64_t T,
                          int64_t C) {
     TFM__ON_CPU(dev);
-    if (pool == TFM_POOL_CLS) tfm__copy_rows_cpu(y, C, x, T * C, B, C);
+    if (pool == TFM_POOL_CLS) tfm__op_copy_rows(dev, y, C, x, T * C, B, C);
     else tfm__mean_pool_forward_cpu(y, x, lens, B, T, C);
 }
 static void tfm__op_pool_bwd(tfm_device dev, int pool, float *dx, const float *dy, const int32_t *lens, int64_t B,
