@@ -5045,8 +5045,8 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     c = &m->cfg;
     if (c->kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier does not generate", fn);
-    if (c->input_dim && c->kind == TFM_MODEL_DECODER_LM)
-        return tfm__fail(TFM_E_ARG, "%s: the LM reads continuous inputs (cfg.input_dim), so its tokens cannot be fed back", fn);
+    if (c->input_dim)
+        return tfm__fail(TFM_E_ARG, "%s: the model reads continuous inputs (cfg.input_dim); generation takes token ids", fn);
     if (!opts || !out || !prompt) return tfm__fail(TFM_E_ARG, "%s: opts, out or prompt is NULL", fn);
     o = *opts;
     encdec = c->kind == TFM_MODEL_ENCODER_DECODER;
