@@ -8,22 +8,61 @@
        #define TFM_BLAS                 (optional: matrix products through cblas_sgemm)
        #include "transformer.h"
 
-   Every other file just includes "transformer.h". Then:
+   Every other file just includes "transformer.h". A character language model, trained, saved, loaded
+   and sampled (every call returns a tfm_result; check it, tfm_last_error() says what went wrong):
 
-       tfm_rng rng; tfm_rng_seed(&rng, 42);
-       tfm_mha_desc d = {0};            zero means default
+       tfm_config cfg = {0};                          zero means default
+       cfg.kind = TFM_MODEL_DECODER_LM;
+       cfg.vocab_size = 256; cfg.d_model = 128; cfg.n_heads = 4; cfg.n_layers = 4;
+       cfg.max_len = 128; cfg.max_batch = 16; cfg.dropout = 0.1f; cfg.seed = 1;
+       tfm_model m;
+       tfm_model_init(&m, &cfg, NULL, 0);             one allocation; nothing more while training
+
+       tfm_optim opt = {0}; opt.lr = 3e-4f; opt.warmup_steps = 100; opt.clip_norm = 1.0f;
+       tfm_batch b = {0}; b.batch = 16; b.len = 128; b.tokens = ids; b.targets = next_ids;
+       for (step = 0; step < 5000; step++) {
+           float loss;
+           ... fill ids (B,T) and next_ids (B,T) ...
+           tfm_model_zero_grad(&m);
+           tfm_model_forward(&m, &b, &loss, NULL);
+           tfm_model_backward(&m, 1.0f);
+           tfm_model_step(&m, &opt, NULL);           AdamW, clipping, warmup
+       }
+       tfm_kv kv = {"vocab", "..."};                  your own metadata travels with the weights
+       tfm_model_save(&m, "lm.safetensors", 0, &kv, 1);  atomic; torch's safetensors reads it
+       tfm_model_free(&m);
+
+       tfm_config_load("lm.safetensors", &cfg);       build the model the file describes ...
+       cfg.inference_only = 1; cfg.max_batch = 1;
+       tfm_model_init(&m, &cfg, NULL, 0);
+       tfm_model_load(&m, "lm.safetensors");          ... and fill it (all or nothing)
+       tfm_gen_opts g = {0}; g.max_new = 200; g.temperature = 0.8f; g.top_k = 40; g.seed = 7;
+       tfm_model_generate(&m, NULL, 0, prompt, n_prompt, &g, out, &n_out);   KV-cached decoding
+
+   Classifiers (TFM_MODEL_ENCODER_CLASSIFIER: labels per sequence, cfg.input_dim for continuous
+   inputs such as image patches, cfg.cls_token for ViT's class vector) and encoder-decoders
+   (TFM_MODEL_ENCODER_DECODER: batch.tgt_in and per-position targets) use the same calls.
+
+   Models of your own come from layers: linear maps, layernorms, multi-head attention and whole
+   transformer blocks, each counted, allocated and carved from a tfm_mem, each a forward/backward pair,
+   trained with tfm_adamw_step over any list of parameters:
+
+       tfm_mem mem = {0};                             measuring arenas: init only counts bytes
+       tfm_block_desc d = {0};
        d.d_model = 64; d.n_heads = 4; d.max_batch = 8; d.max_len = 32;
-       tfm_mem mem = {0};               measuring arenas: init only counts bytes
-       tfm_mha att;
-       if (tfm_mha_init(&att, &d, &mem) != TFM_OK) puts(tfm_last_error());
-       tfm_mem_alloc(&mem);             one allocation per region, sized by the count
-       tfm_mha_init(&att, &d, &mem);    now carves real memory
-       tfm_mha_init_params(&att, &rng);
-       tfm_tensor x = tfm_tensor3(xdata, B, T, 64), y = tfm_tensor3(ydata, B, T, 64);
-       tfm_attn_opts o = {0}; o.causal = 1;
-       tfm_mha_forward(&att, &y, &x, NULL, &o);
-       ... dy ...
-       tfm_mha_backward(&att, &dx, NULL, &dy);       adds into dx and att's weight gradients
+       tfm_linear in; tfm_block blk;
+       tfm_linear_init(&in, 16, 64, 0, &mem); tfm_block_init(&blk, &d, &mem);
+       tfm_mem_alloc(&mem);                          one allocation per arena, sized by the count
+       tfm_linear_init(&in, 16, 64, 0, &mem); tfm_block_init(&blk, &d, &mem);   now carves memory
+       tfm_linear_init_params(&in, &rng); tfm_block_init_params(&blk, &rng);
+       tfm_attn_opts o = {0}; o.causal = 1; o.training = 1; o.seed = step;
+       tfm_linear_layer_forward(&in, &h, &x);
+       tfm_block_forward(&blk, &y, &h, NULL, &o);
+       ... loss, dy ...
+       tfm_mem_zero_grad(&mem);
+       tfm_block_backward(&blk, &dh, NULL, &dy);      gradients ADD into dh and the layer's own
+       tfm_linear_layer_backward(&in, NULL, &dh, &x);
+       tfm_block_param(&blk, "self_attn.in_proj_weight", &w, &dw);   torch's names
        tfm_mem_free(&mem);
 
    Build: cc -O3 -march=native -fopenmp prog.c -lm            (built-in sgemm)
@@ -38,10 +77,15 @@
    TFM_SGEMM(ta,tb,M,N,K,alpha,A,lda,B,ldb,beta,C,ldc)
                        your own row-major sgemm (ta, tb are 0 or 1); wins over TFM_BLAS.
    TFM_MALLOC(sz,u) / TFM_FREE(p,u)
-                       allocator, both or neither (default malloc/free; u is always NULL here).
+                       allocator, both or neither (default malloc/free). u is the model's cfg.user for
+                       its memory, caches and checkpoint buffers, NULL for everything else.
    TFM_ASSERT(x)       internal invariants only (default assert); never fired by bad user input.
+   TFM_ABORT_ON_ERROR  every failure prints its message to stderr and aborts (for tests and tools).
+   TFM_NO_STDIO        leaves out everything that uses FILE* (checkpoints): no <stdio.h> I/O.
+   TFM_NO_VECTOR_EXT   no GCC/Clang vector extensions (the built-in sgemm and AdamW use portable C).
    TFM_STATIC          every function static, for a private copy in one translation unit.
    TFMDEF              storage class of every public function (default extern).
+   TFM_CUDA            reserved for the CUDA kernels; this version stops the build with a message.
 
    Without TFM_BLAS the header multiplies matrices with its own cache-blocked sgemm, parallel over
    OpenMP threads when compiled with -fopenmp: no dependency at all.
@@ -56,14 +100,22 @@
    with no buffer only counts: run a layer's init on a zeroed tfm_mem, then tfm_mem_alloc, then init
    again on the same tfm_mem. Caller memory can back an arena (tfm_arena_init with your buffer).
    Every block starts 64-byte aligned. tfm_tensor is a view and never owns memory.
+   A model is one block, sized by tfm_model_memory_size (which allocates nothing) and given by you or
+   allocated by tfm_model_init:
+       params | grads | adam_m | adam_v | acts | scratch
+   the first four laid out alike, so tfm_model_flat hands out the parameters and the gradients as one
+   float array each (for your own optimizer, or an all-reduce across processes). Decoding keeps its
+   keys and values in a tfm_kv_cache of its own (max_batch rows of max_len positions per layer).
 
    ERRORS
    ------
    Functions that can fail on their input return tfm_result (TFM_OK is 0). tfm_last_error() gives a
    thread-local message that names the function and the mismatch, e.g.
        tfm_linear_forward: x is (4,384) but weight is (256,256): x has 384 columns, weight expects 256
-   The library never exits, aborts or prints. Gradients are ADDED into the buffers given (so residual
-   branches and tied weights sum); clear them yourself before a backward pass.
+   A call that fails leaves your state as it was (a failed load leaves the model untouched, a failed
+   save leaves the old file). The library never exits, aborts or prints (unless TFM_ABORT_ON_ERROR).
+   Every public backward ADDS into the gradient buffers it is given (so residual branches and tied
+   weights sum); clear them first (tfm_model_zero_grad, tfm_mem_zero_grad).
 
    THREADING
    ---------
@@ -75,8 +127,8 @@
    --------
    >>api-types >>api-tensor >>api-rng >>api-sgemm >>api-ops >>api-attention >>api-block >>api-model
    >>api-io >>api-cuda
-   >>impl-config >>impl-util >>impl-sgemm >>impl-cpu >>impl-attention >>impl-api >>impl-safetensors
-   >>impl-io >>impl-cuda >>license
+   >>impl-config >>impl-util >>impl-sgemm >>impl-cpu >>impl-attention >>impl-dispatch >>impl-api
+   >>impl-safetensors >>impl-io >>impl-cuda >>license
 */
 #ifndef TFM_INCLUDE_TRANSFORMER_H
 #define TFM_INCLUDE_TRANSFORMER_H
@@ -576,6 +628,8 @@ typedef struct tfm_config {
     float init_std;          /* 0 -> 0.02 */
     uint64_t seed;           /* initialisation and dropout */
     int inference_only;      /* 1: no gradients, optimizer state or backward scratch */
+    void *user;              /* passed to TFM_MALLOC / TFM_FREE for the model's memory, its caches and its
+                                checkpoint buffers; not saved in checkpoints */
 } tfm_config;
 
 /* A batch: B rows of T positions, padding at the end of each row. Row b of tokens starts at
@@ -706,7 +760,7 @@ typedef struct tfm_kv_cache {
     int32_t *src_lens;    /* (max_batch) valid source length of each batch row */
     int has_src_lens;
     tfm_device device;
-    void *owned;
+    void *owned, *user;   /* the allocation, and the allocator's user pointer (the model's cfg.user) */
 } tfm_kv_cache;
 
 /* A cache for model m's decoder: max_batch rows (0: cfg.max_batch) of up to max_len positions (0: the
@@ -2420,7 +2474,7 @@ static void tfm__op_add(tfm_device dev, float *y, const float *a, const float *b
 static void tfm__op_pool(tfm_device dev, int pool, float *y, const float *x, const int32_t *lens, int64_t B, int64_t T,
                          int64_t C) {
     TFM__ON_CPU(dev);
-    if (pool == TFM_POOL_CLS) tfm__copy_rows_cpu(y, C, x, T * C, B, C);
+    if (pool == TFM_POOL_CLS) tfm__op_copy_rows(dev, y, C, x, T * C, B, C);
     else tfm__mean_pool_forward_cpu(y, x, lens, B, T, C);
 }
 static void tfm__op_pool_bwd(tfm_device dev, int pool, float *dx, const float *dy, const int32_t *lens, int64_t B,
@@ -4272,7 +4326,7 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
             return tfm__fail(TFM_E_NOMEM, "%s: %zu bytes given, the model needs %zu (tfm_model_memory_size)", fn, size, total);
         base = (unsigned char *)mem;
     } else {
-        base = owned = (unsigned char *)TFM_MALLOC(total, NULL);
+        base = owned = (unsigned char *)TFM_MALLOC(total, c.user);
         if (!base) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, total);
     }
     memset(base, 0, total);
@@ -4309,7 +4363,7 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
     if (r == TFM_OK && (tfm_mem_check(&am) != TFM_OK || m->n_params != n_params))
         r = tfm__fail(TFM_E_NOMEM, "%s: internal layout mismatch", fn);
     if (r != TFM_OK) {
-        if (owned) TFM_FREE(owned, NULL);
+        if (owned) TFM_FREE(owned, c.user);
         memset(m, 0, sizeof *m);
         return r;
     }
@@ -4329,11 +4383,13 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
 }
 
 TFMDEF void tfm_model_free(tfm_model *m) {
-    void *owned;
+    void *owned, *user;
     if (!m || !m->impl) return;
     owned = m->impl->owned;
+    user = m->cfg.user;
     memset(m, 0, sizeof *m);
-    if (owned) TFM_FREE(owned, NULL);
+    if (owned) TFM_FREE(owned, user);
+    (void)user; /* unused when TFM_FREE ignores it */
 }
 
 TFMDEF void tfm_model_train(tfm_model *m, int training) {
@@ -4846,10 +4902,11 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     c->max_src_len = encdec ? m->cfg.max_len : 0;
     c->d_model = m->cfg.d_model;
     c->device = m->impl->device;
+    c->user = m->cfg.user;
     n_self = (size_t)c->n_layers * c->max_batch * c->max_len * 2 * c->d_model;
     n_cross = (size_t)c->n_layers * c->max_batch * c->max_src_len * 2 * c->d_model;
     bytes = (n_self + n_cross) * sizeof(float) + 2 * (size_t)c->max_batch * sizeof(int32_t);
-    p = (unsigned char *)TFM_MALLOC(bytes, NULL);
+    p = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
     if (!p) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
     c->owned = p;
     c->self_kv = (float *)p;
@@ -4862,7 +4919,7 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
 
 TFMDEF void tfm_kv_cache_free(tfm_kv_cache *c) {
     if (!c) return;
-    if (c->owned) TFM_FREE(c->owned, NULL);
+    if (c->owned) TFM_FREE(c->owned, c->user);
     memset(c, 0, sizeof *c);
 }
 
@@ -4988,8 +5045,8 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     c = &m->cfg;
     if (c->kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier does not generate", fn);
-    if (c->input_dim && c->kind == TFM_MODEL_DECODER_LM)
-        return tfm__fail(TFM_E_ARG, "%s: the LM reads continuous inputs (cfg.input_dim), so its tokens cannot be fed back", fn);
+    if (c->input_dim)
+        return tfm__fail(TFM_E_ARG, "%s: the model reads continuous inputs (cfg.input_dim); generation takes token ids", fn);
     if (!opts || !out || !prompt) return tfm__fail(TFM_E_ARG, "%s: opts, out or prompt is NULL", fn);
     o = *opts;
     encdec = c->kind == TFM_MODEL_ENCODER_DECODER;
@@ -5963,7 +6020,7 @@ TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags
     for (i = 0; i < n_meta; keys += strlen(meta[i++].key) + 6) TFM__TRY(tfm__io_key(fn, meta[i].key, meta[i].value));
     n = m->n_params * nk;
     bytes = (size_t)2 * (TFM__IO_N_CFG + (size_t)n_meta) * sizeof *kv + (size_t)n * (sizeof *items + 96) + 72 * TFM__IO_N_CFG + keys;
-    if (!(kv = (const char **)TFM_MALLOC(bytes, NULL))) return tfm__fail(TFM_E_NOMEM, "%s: out of memory", fn);
+    if (!(kv = (const char **)TFM_MALLOC(bytes, m->cfg.user))) return tfm__fail(TFM_E_NOMEM, "%s: out of memory", fn);
     items = (tfm__st_tensor *)(void *)(kv + 2 * (TFM__IO_N_CFG + n_meta));
     vals = (char *)(items + n);
     names = vals + 72 * TFM__IO_N_CFG;
@@ -5988,7 +6045,7 @@ TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags
     }
     for (i = 0; i < n; i++) tfm__io_tensor(m, i, nk, names + 96 * (size_t)i, &items[i]);
     r = tfm__io_prefix(tfm__st_save(path, items, n, kv, nm), fn);
-    TFM_FREE((void *)kv, NULL);
+    TFM_FREE((void *)kv, m->cfg.user);
     return r;
 }
 
@@ -6088,7 +6145,7 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
     if (r == TFM_OK) r = tfm__io_check(fn, path, &h, m, nk == 3, &step, rng);
     for (i = 0, n = m->n_params * nk; r == TFM_OK && i < n; i++)
         if (i % nk == 0 || tfm__model_trains(m)) total += (size_t)tfm_numel(&m->params[i / nk].value);
-    if (r == TFM_OK && !(want = (tfm__st_tensor *)TFM_MALLOC((size_t)n * (sizeof *want + 96) + total * sizeof(float), NULL)))
+    if (r == TFM_OK && !(want = (tfm__st_tensor *)TFM_MALLOC((size_t)n * (sizeof *want + 96) + total * sizeof(float), m->cfg.user)))
         r = tfm__fail(TFM_E_NOMEM, "%s: out of memory for the %llu floats of the model", fn, (unsigned long long)total);
     if (r == TFM_OK) names = (char *)(want + n), stage = (float *)(void *)(names + 96 * (size_t)n);
     for (i = 0, total = 0; r == TFM_OK && i < n; i++) { /* the model's tensors, with their data to the staging buffer */
@@ -6106,7 +6163,7 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
         m->step = step;
         memcpy(tfm__model_rng(m)->s, rng, sizeof rng);
     }
-    if (want) TFM_FREE(want, NULL);
+    if (want) TFM_FREE(want, m->cfg.user);
     return tfm__io_prefix(r, fn);
 }
 

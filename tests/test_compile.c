@@ -11,15 +11,17 @@
 #include <string.h>
 
 #ifdef TC_HOOKS
-/* The program's own allocator, assert and sgemm (a naive row-major one). */
-static long tc_live, tc_allocs, tc_sgemms, tc_assert_fails;
-static void *tc_malloc(size_t n) {
+/* The program's own allocator, assert and sgemm (a naive row-major one). The allocator counts the calls
+   that carry the model's cfg.user (tc2_user_tag, set by test_compile2.c's model). */
+extern int tc2_user_tag;
+static long tc_live, tc_allocs, tc_sgemms, tc_assert_fails, tc_user_allocs, tc_user_frees;
+static void *tc_malloc(size_t n, void *u) {
     void *p = malloc(n);
-    if (p) tc_live++, tc_allocs++;
+    if (p) tc_live++, tc_allocs++, tc_user_allocs += u == (void *)&tc2_user_tag;
     return p;
 }
-static void tc_free(void *p) {
-    if (p) tc_live--;
+static void tc_free(void *p, void *u) {
+    if (p) tc_live--, tc_user_frees += u == (void *)&tc2_user_tag;
     free(p);
 }
 static void tc_assert_fail(const char *what) {
@@ -38,8 +40,8 @@ static void tc_sgemm(int ta, int tb, int M, int N, int K, float alpha, const flo
             C[i * ldc + j] = alpha * s + (beta == 0.0f ? 0.0f : beta * C[i * ldc + j]);
         }
 }
-#define TFM_MALLOC(sz, u) ((void)(u), tc_malloc(sz))
-#define TFM_FREE(p, u) ((void)(u), tc_free(p))
+#define TFM_MALLOC(sz, u) tc_malloc(sz, u)
+#define TFM_FREE(p, u) tc_free(p, u)
 #define TFM_ASSERT(x) ((x) ? (void)0 : tc_assert_fail(#x))
 #define TFM_SGEMM(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) \
     tc_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
@@ -72,9 +74,10 @@ int main(void) {
     if (tc2_run() != 0) return 1;
 #ifdef TC_HOOKS
     (void)tc_assert_fail; /* referenced even if the implementation never asserts */
-    if (tc_sgemms == 0 || tc_allocs == 0 || tc_live != 0 || tc_assert_fails != 0) {
-        printf("hooks: %ld sgemm calls, %ld allocations, %ld not freed, %ld asserts failed\n",
-               tc_sgemms, tc_allocs, tc_live, tc_assert_fails);
+    if (tc_sgemms == 0 || tc_allocs == 0 || tc_live != 0 || tc_assert_fails != 0 || tc_user_allocs == 0 ||
+        tc_user_frees != tc_user_allocs) {
+        printf("hooks: %ld sgemm calls, %ld allocations, %ld not freed, %ld asserts failed, %ld allocations and %ld frees "
+               "with cfg.user\n", tc_sgemms, tc_allocs, tc_live, tc_assert_fails, tc_user_allocs, tc_user_frees);
         return 1;
     }
 #endif

@@ -14,9 +14,12 @@
 extern "C" {
 #endif
 int tc2_run(void);
+extern int tc2_user_tag;
 #ifdef __cplusplus
 }
 #endif
+/* The model's allocator user pointer: &tc2_user_tag (test_compile.c's hooks count its calls). */
+int tc2_user_tag;
 
 /* A generic function pointer: casting any function pointer to it and back is allowed in C and C++
    (and void (*)(void) is the type GCC's -Wcast-function-type accepts for that). */
@@ -95,6 +98,7 @@ static int tc2_model(void) {
     cfg.max_len = 5;
     cfg.max_batch = 2;
     cfg.seed = 1;
+    cfg.user = &tc2_user_tag;
     b.batch = 2;
     b.len = 5;
     b.tokens = tokens;
