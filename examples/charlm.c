@@ -52,6 +52,7 @@ typedef struct options {
     int head;            /* --attention: which head (-1: the mean over heads) */
     float lr, dropout, temperature;
     int64_t val_chars;   /* validation during training scores the first val_chars characters */
+    double time_budget;  /* > 0: train for this many seconds, whatever the epochs say */
     uint64_t seed;
 } options;
 
@@ -167,7 +168,7 @@ static void train(const options *o) {
     tfm_model m;
     ex_progress prog;
     FILE *csv;
-    double t0, loss_sum = 0, bpc;
+    double t0, t_fit, loss_sum = 0, bpc;
     int loss_n = 0, b, t;
     float loss = 0;
 
@@ -223,7 +224,7 @@ static void train(const options *o) {
     opt.weight_decay = 0.1f;
     opt.clip_norm = 1.0f;
     opt.schedule = TFM_SCHED_COSINE;
-    opt.warmup_steps = (int)(total_steps / 50);
+    opt.warmup_steps = (int)(o->time_budget > 0 && total_steps > 2000 ? 100 : total_steps / 50);
     opt.total_steps = (int)total_steps;
     opt.min_lr = o->lr / 10;
 
@@ -233,7 +234,7 @@ static void train(const options *o) {
 
     /* 3. training on random windows of the training text */
     ex_progress_start(&prog, "chars", m.step);
-    t0 = ex_now();
+    t0 = t_fit = ex_now();
     for (step = m.step; step < total_steps; step++) {
         tfm_rng r;
         tfm_batch bt = {0};
@@ -255,6 +256,16 @@ static void train(const options *o) {
         ex_check(tfm_model_step(&m, &opt, NULL), "step");
         loss_sum += loss;
         loss_n++;
+        /* A time budget: every 25 steps, fit the schedule's length to the time left at the speed of
+           the last 25 steps (as g2p does). */
+        if (o->time_budget > 0 && (step + 1 - prog.first_step) % 25 == 0) {
+            double now = ex_now(), left = o->time_budget - (now - t0);
+            total_steps = step + 1 + (left > 0 ? (int64_t)(left / ((now - t_fit) / 25)) : 0);
+            if (total_steps <= opt.warmup_steps) total_steps = opt.warmup_steps + 1;
+            if (total_steps <= step + 1) total_steps = step + 1;
+            opt.total_steps = (int)total_steps;
+            t_fit = now;
+        }
         ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, loss,
                          ex_lr(&opt, step + 1), (double)tokens_per_step, 0);
         if ((step + 1) % 20 == 0) {
@@ -430,6 +441,7 @@ static void usage(void) {
            "  --len N            context in characters (default 128)\n"
            "  --batch N --epochs N --lr X --dropout X --d-model N --heads N --layers N\n"
            "  --eval-every N     validation every N steps (default 500)\n"
+           "  --time S           train for S seconds (the schedule's length is refitted as it goes)\n"
            "  --seed N           initialisation, windows and sampling (default 1)\n"
            "  --length N         characters to write (default 400)\n"
            "  --temperature X    sampling temperature (default 0.8; 0: greedy)\n"
@@ -487,6 +499,7 @@ int main(int argc, char **argv) {
         else if (ex_is(a, "--heads")) o.n_heads = ex_int(argc, argv, &i);
         else if (ex_is(a, "--layers")) o.n_layers = ex_int(argc, argv, &i);
         else if (ex_is(a, "--eval-every")) o.eval_every = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--time")) o.time_budget = ex_float(argc, argv, &i);
         else if (ex_is(a, "--seed")) o.seed = (uint64_t)ex_int(argc, argv, &i);
         else if (ex_is(a, "--length")) o.n_gen = ex_int(argc, argv, &i);
         else if (ex_is(a, "--temperature")) o.temperature = ex_float(argc, argv, &i);
