@@ -2294,8 +2294,20 @@ static void tfm__attention_forward_cpu(const tfm__attn_args *a) {
                 for (i = 0; i < nq; i++)
                     tfm__attn_drop_row(Pb + (int64_t)i * Tk, Sb + (int64_t)i * Tk, a, (int64_t)a->drop_i0 + ((int64_t)bh * Tq + i0 + i) * Tk, kn);
             }
-            /* out = P v */
-            tfm__sgemm(0, 0, nq, D, kn, 1.0f, Pb, Tk, v, a->ldv, 0.0f, o + (int64_t)i0 * a->ldo, a->ldo);
+            /* out = P v; one query row (a decoding step) as a weighted sum of the value rows, which a
+               general product would pack first */
+            if (nq == 1) {
+                float *orow = o + (int64_t)i0 * a->ldo;
+                int d;
+                for (d = 0; d < D; d++) orow[d] = 0.0f;
+                for (j = 0; j < kn; j++) {
+                    const float *vj = v + (int64_t)j * a->ldv;
+                    float p = Pb[j];
+                    for (d = 0; d < D; d++) orow[d] += p * vj[d];
+                }
+            } else {
+                tfm__sgemm(0, 0, nq, D, kn, 1.0f, Pb, Tk, v, a->ldv, 0.0f, o + (int64_t)i0 * a->ldo, a->ldo);
+            }
         }
     }
 }
