@@ -1237,10 +1237,11 @@ static inline float tfm__erf(float x) {
 }
 
 /* ==== >>impl-sgemm ====
-   The built-in sgemm: op(A) and op(B) are copied block by block into packed panels (A in slivers of
-   MR rows, B in slivers of NR columns, each laid out k-major), and a register-blocked MR x NR
-   micro-kernel multiplies a sliver pair. The output is split into independent tiles of MC x NC; each
-   tile runs its whole K loop on one thread, so the result does not depend on the thread count. */
+   The built-in sgemm, a GEMM in the Goto/BLIS sense: op(B) is packed one KC x NC panel at a time (in
+   slivers of NR columns, k-major) and shared by all threads; op(A) one MC x KC block at a time per
+   thread (slivers of MR rows, k-major); a register-blocked MR x NR micro-kernel (AVX-512, AVX2+FMA or
+   portable, whichever the compiler targets) multiplies a sliver pair. Every element of C is summed over
+   K in the same order whatever the thread count, so results are bit-identical across thread counts. */
 
 #if defined(__GNUC__) && !defined(TFM_NO_VECTOR_EXT)
 #define TFM__VEC 1
@@ -1271,53 +1272,114 @@ static inline void tfm__vstore(float *p, tfm__vf v) { memcpy(p, &v, sizeof v); }
 #define TFM__VW 8
 #endif
 
-#define TFM__MR 6
-#define TFM__NR (2 * TFM__VW)
-#define TFM__KC 256
-#define TFM__MC (TFM__MR * 12)
-#define TFM__NC (TFM__NR * 4)
+/* Micro-kernels. Each computes one MR x NR tile of C from an A sliver (kc x MR, k-major: the MR values
+   of column p of op(A) at a[p*MR]) and a B sliver (kc x NR, k-major), keeping the whole tile in
+   registers: C = alpha * acc + beta * C, and with beta == 0 C is not read. Each output element is one
+   accumulator, summed p = 0, 1, ..., kc-1 with one fused multiply-add per step (one multiply and one add
+   in the portable kernels), so its value depends neither on where the tile sits nor on the threads. */
 
-/* Ap: ceil(mc/MR) slivers of kc x MR; rows past mc are zero. */
-static void tfm__pack_a(int mc, int kc, const float *A, int lda, int transA, int i0, int p0, float *Ap) {
-    int s, p, i;
-    for (s = 0; s < mc; s += TFM__MR) {
-        int mr = TFM__MIN(TFM__MR, mc - s);
-        for (p = 0; p < kc; p++) {
-            for (i = 0; i < mr; i++) {
-                int r = i0 + s + i, c = p0 + p;
-                Ap[p * TFM__MR + i] = transA ? A[(size_t)c * lda + r] : A[(size_t)r * lda + c];
-            }
-            for (; i < TFM__MR; i++) Ap[p * TFM__MR + i] = 0.0f;
-        }
-        Ap += (size_t)kc * TFM__MR;
+#if defined(__AVX512F__)
+#define TFM__HAVE_KERNEL_AVX512 1
+#define TFM__MR_AVX512 12
+#define TFM__NR_AVX512 32
+#define TFM__K512_ROW(i, r0, r1)                 \
+    ai = _mm512_set1_ps(a[i]);                   \
+    r0 = _mm512_fmadd_ps(ai, b0, r0);            \
+    r1 = _mm512_fmadd_ps(ai, b1, r1);
+#define TFM__K512_STEP                                                                                    \
+    b0 = _mm512_loadu_ps(b);                                                                              \
+    b1 = _mm512_loadu_ps(b + 16);                                                                         \
+    TFM__K512_ROW(0, c00, c01) TFM__K512_ROW(1, c10, c11) TFM__K512_ROW(2, c20, c21)                      \
+    TFM__K512_ROW(3, c30, c31) TFM__K512_ROW(4, c40, c41) TFM__K512_ROW(5, c50, c51)                      \
+    TFM__K512_ROW(6, c60, c61) TFM__K512_ROW(7, c70, c71) TFM__K512_ROW(8, c80, c81)                      \
+    TFM__K512_ROW(9, c90, c91) TFM__K512_ROW(10, ca0, ca1) TFM__K512_ROW(11, cb0, cb1)                    \
+    a += TFM__MR_AVX512;                                                                                  \
+    b += TFM__NR_AVX512;
+#define TFM__K512_STORE(i, r0, r1)                                                                        \
+    {                                                                                                     \
+        float *ci = c + (size_t)(i) * ldc;                                                                \
+        __m512 v0 = _mm512_mul_ps(va, r0), v1 = _mm512_mul_ps(va, r1);                                    \
+        if (beta != 0.0f) {                                                                               \
+            v0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(ci), v0);                                            \
+            v1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(ci + 16), v1);                                       \
+        }                                                                                                 \
+        _mm512_storeu_ps(ci, v0);                                                                         \
+        _mm512_storeu_ps(ci + 16, v1);                                                                    \
     }
-}
-
-/* Bp: ceil(nc/NR) slivers of kc x NR; columns past nc are zero. */
-static void tfm__pack_b(int kc, int nc, const float *B, int ldb, int transB, int p0, int j0, float *Bp) {
-    int s, p, j;
-    for (s = 0; s < nc; s += TFM__NR) {
-        int nr = TFM__MIN(TFM__NR, nc - s);
-        for (p = 0; p < kc; p++) {
-            float *dst = Bp + p * TFM__NR;
-            if (!transB) {
-                const float *src = B + (size_t)(p0 + p) * ldb + j0 + s;
-                for (j = 0; j < nr; j++) dst[j] = src[j];
-            } else {
-                for (j = 0; j < nr; j++) dst[j] = B[(size_t)(j0 + s + j) * ldb + p0 + p];
-            }
-            for (; j < TFM__NR; j++) dst[j] = 0.0f;
-        }
-        Bp += (size_t)kc * TFM__NR;
+/* AVX-512F: 12 x 32, 24 of the 32 zmm registers accumulate. */
+static TFM__UNUSED void tfm__kernel_avx512(int kc, const float *TFM_RESTRICT a, const float *TFM_RESTRICT b,
+                                          float *c, int ldc, float alpha, float beta) {
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00;
+    __m512 c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00;
+    __m512 c71 = c00, c80 = c00, c81 = c00, c90 = c00, c91 = c00, ca0 = c00, ca1 = c00, cb0 = c00, cb1 = c00;
+    __m512 b0, b1, ai, va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    int p;
+    for (p = 0; p + 4 <= kc; p += 4) {
+        TFM__K512_STEP TFM__K512_STEP TFM__K512_STEP TFM__K512_STEP
     }
+    for (; p < kc; p++) {
+        TFM__K512_STEP
+    }
+    TFM__K512_STORE(0, c00, c01) TFM__K512_STORE(1, c10, c11) TFM__K512_STORE(2, c20, c21)
+    TFM__K512_STORE(3, c30, c31) TFM__K512_STORE(4, c40, c41) TFM__K512_STORE(5, c50, c51)
+    TFM__K512_STORE(6, c60, c61) TFM__K512_STORE(7, c70, c71) TFM__K512_STORE(8, c80, c81)
+    TFM__K512_STORE(9, c90, c91) TFM__K512_STORE(10, ca0, ca1) TFM__K512_STORE(11, cb0, cb1)
 }
+#endif
 
-/* C[mr x nr] = alpha * (Ap sliver x Bp sliver) + beta * C; with beta == 0, C is not read. */
-static void tfm__micro(int kc, const float *TFM_RESTRICT a, const float *TFM_RESTRICT b, float *c,
-                       int ldc, int mr, int nr, float alpha, float beta) {
-    float tile[TFM__MR * TFM__NR];
-    int i, j, p;
+#if defined(__AVX2__) && defined(__FMA__)
+#define TFM__HAVE_KERNEL_AVX2 1
+#define TFM__MR_AVX2 6
+#define TFM__NR_AVX2 16
+#define TFM__K256_ROW(i, r0, r1)                 \
+    ai = _mm256_broadcast_ss(a + (i));           \
+    r0 = _mm256_fmadd_ps(ai, b0, r0);            \
+    r1 = _mm256_fmadd_ps(ai, b1, r1);
+#define TFM__K256_STEP                                                                                    \
+    b0 = _mm256_loadu_ps(b);                                                                              \
+    b1 = _mm256_loadu_ps(b + 8);                                                                          \
+    TFM__K256_ROW(0, c00, c01) TFM__K256_ROW(1, c10, c11) TFM__K256_ROW(2, c20, c21)                      \
+    TFM__K256_ROW(3, c30, c31) TFM__K256_ROW(4, c40, c41) TFM__K256_ROW(5, c50, c51)                      \
+    a += TFM__MR_AVX2;                                                                                    \
+    b += TFM__NR_AVX2;
+#define TFM__K256_STORE(i, r0, r1)                                                                        \
+    {                                                                                                     \
+        float *ci = c + (size_t)(i) * ldc;                                                                \
+        __m256 v0 = _mm256_mul_ps(va, r0), v1 = _mm256_mul_ps(va, r1);                                    \
+        if (beta != 0.0f) {                                                                               \
+            v0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci), v0);                                            \
+            v1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci + 8), v1);                                        \
+        }                                                                                                 \
+        _mm256_storeu_ps(ci, v0);                                                                         \
+        _mm256_storeu_ps(ci + 8, v1);                                                                     \
+    }
+/* AVX2 + FMA: 6 x 16, 12 of the 16 ymm registers accumulate. */
+static TFM__UNUSED void tfm__kernel_avx2(int kc, const float *TFM_RESTRICT a, const float *TFM_RESTRICT b,
+                                        float *c, int ldc, float alpha, float beta) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    __m256 b0, b1, ai, va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    int p;
+    for (p = 0; p + 4 <= kc; p += 4) {
+        TFM__K256_STEP TFM__K256_STEP TFM__K256_STEP TFM__K256_STEP
+    }
+    for (; p < kc; p++) {
+        TFM__K256_STEP
+    }
+    TFM__K256_STORE(0, c00, c01) TFM__K256_STORE(1, c10, c11) TFM__K256_STORE(2, c20, c21)
+    TFM__K256_STORE(3, c30, c31) TFM__K256_STORE(4, c40, c41) TFM__K256_STORE(5, c50, c51)
+}
+#endif
+
+/* Portable: 6 x (2 vectors) over the compiler's vector extension (SSE2 4 lanes, AVX 8, NEON 4), or
+   6 x 16 in plain C without it. */
+#define TFM__MR_PORT 6
+#define TFM__NR_PORT (2 * TFM__VW)
+static TFM__UNUSED void tfm__kernel_port(int kc, const float *TFM_RESTRICT a, const float *TFM_RESTRICT b,
+                                        float *c, int ldc, float alpha, float beta) {
+    int i, p;
 #if TFM__VEC
+    tfm__vf acc[2 * TFM__MR_PORT];
     tfm__vf c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
     tfm__vf c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
     for (p = 0; p < kc; p++) {
@@ -1328,63 +1390,128 @@ static void tfm__micro(int kc, const float *TFM_RESTRICT a, const float *TFM_RES
         c30 += a[3] * b0; c31 += a[3] * b1;
         c40 += a[4] * b0; c41 += a[4] * b1;
         c50 += a[5] * b0; c51 += a[5] * b1;
-        a += TFM__MR;
-        b += TFM__NR;
+        a += TFM__MR_PORT;
+        b += TFM__NR_PORT;
     }
-    if (mr == TFM__MR && nr == TFM__NR) {
-        tfm__vf *acc[12];
-        acc[0] = &c00; acc[1] = &c01; acc[2] = &c10; acc[3] = &c11; acc[4] = &c20; acc[5] = &c21;
-        acc[6] = &c30; acc[7] = &c31; acc[8] = &c40; acc[9] = &c41; acc[10] = &c50; acc[11] = &c51;
-        for (i = 0; i < TFM__MR; i++) {
-            float *ci = c + (size_t)i * ldc;
-            tfm__vf v0 = alpha * *acc[2 * i], v1 = alpha * *acc[2 * i + 1];
-            if (beta != 0.0f) {
-                v0 += beta * tfm__vload(ci);
-                v1 += beta * tfm__vload(ci + TFM__VW);
-            }
-            tfm__vstore(ci, v0);
-            tfm__vstore(ci + TFM__VW, v1);
+    acc[0] = c00; acc[1] = c01; acc[2] = c10; acc[3] = c11; acc[4] = c20; acc[5] = c21;
+    acc[6] = c30; acc[7] = c31; acc[8] = c40; acc[9] = c41; acc[10] = c50; acc[11] = c51;
+    for (i = 0; i < TFM__MR_PORT; i++) {
+        float *ci = c + (size_t)i * ldc;
+        tfm__vf v0 = alpha * acc[2 * i], v1 = alpha * acc[2 * i + 1];
+        if (beta != 0.0f) {
+            v0 += beta * tfm__vload(ci);
+            v1 += beta * tfm__vload(ci + TFM__VW);
         }
-        return;
+        tfm__vstore(ci, v0);
+        tfm__vstore(ci + TFM__VW, v1);
     }
-    tfm__vstore(tile + 0 * TFM__NR, c00); tfm__vstore(tile + 0 * TFM__NR + TFM__VW, c01);
-    tfm__vstore(tile + 1 * TFM__NR, c10); tfm__vstore(tile + 1 * TFM__NR + TFM__VW, c11);
-    tfm__vstore(tile + 2 * TFM__NR, c20); tfm__vstore(tile + 2 * TFM__NR + TFM__VW, c21);
-    tfm__vstore(tile + 3 * TFM__NR, c30); tfm__vstore(tile + 3 * TFM__NR + TFM__VW, c31);
-    tfm__vstore(tile + 4 * TFM__NR, c40); tfm__vstore(tile + 4 * TFM__NR + TFM__VW, c41);
-    tfm__vstore(tile + 5 * TFM__NR, c50); tfm__vstore(tile + 5 * TFM__NR + TFM__VW, c51);
 #else
-    for (i = 0; i < TFM__MR * TFM__NR; i++) tile[i] = 0.0f;
+    float acc[TFM__MR_PORT * TFM__NR_PORT];
+    int j;
+    for (i = 0; i < TFM__MR_PORT * TFM__NR_PORT; i++) acc[i] = 0.0f;
     for (p = 0; p < kc; p++) {
-        for (i = 0; i < TFM__MR; i++)
-            for (j = 0; j < TFM__NR; j++) tile[i * TFM__NR + j] += a[i] * b[j];
-        a += TFM__MR;
-        b += TFM__NR;
+        for (i = 0; i < TFM__MR_PORT; i++)
+            for (j = 0; j < TFM__NR_PORT; j++) acc[i * TFM__NR_PORT + j] += a[i] * b[j];
+        a += TFM__MR_PORT;
+        b += TFM__NR_PORT;
     }
-#endif
-    for (i = 0; i < mr; i++)
-        for (j = 0; j < nr; j++) {
-            float *cij = c + (size_t)i * ldc + j;
-            *cij = beta != 0.0f ? alpha * tile[i * TFM__NR + j] + beta * *cij : alpha * tile[i * TFM__NR + j];
+    for (i = 0; i < TFM__MR_PORT; i++)
+        for (j = 0; j < TFM__NR_PORT; j++) {
+            float *cij = c + (size_t)i * ldc + j, v = alpha * acc[i * TFM__NR_PORT + j];
+            *cij = beta != 0.0f ? v + beta * *cij : v;
         }
+#endif
 }
 
-/* One MC x NC tile of C with its full K loop. Ap and Bp are this thread's panels. */
-static void tfm__sgemm_tile(int transA, int transB, int i0, int mc, int j0, int nc, int K, float alpha,
-                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                            int ldc, float *Ap, float *Bp) {
-    int pc, ir, jr;
-    for (pc = 0; pc < K; pc += TFM__KC) {
-        int kc = TFM__MIN(TFM__KC, K - pc);
-        float b_eff = pc == 0 ? beta : 1.0f;
-        tfm__pack_b(kc, nc, B, ldb, transB, pc, j0, Bp);
-        tfm__pack_a(mc, kc, A, lda, transA, i0, pc, Ap);
-        for (jr = 0; jr < nc; jr += TFM__NR)
-            for (ir = 0; ir < mc; ir += TFM__MR)
-                tfm__micro(kc, Ap + (size_t)(ir / TFM__MR) * kc * TFM__MR, Bp + (size_t)(jr / TFM__NR) * kc * TFM__NR,
-                           C + (size_t)(i0 + ir) * ldc + j0 + jr, ldc, TFM__MIN(TFM__MR, mc - ir),
-                           TFM__MIN(TFM__NR, nc - jr), alpha, b_eff);
+/* The kernel this build uses: the widest the compiler targets. */
+#if defined(TFM__HAVE_KERNEL_AVX512)
+#define TFM__MR TFM__MR_AVX512
+#define TFM__NR TFM__NR_AVX512
+#define tfm__kernel tfm__kernel_avx512
+#define TFM__KERNEL_NAME "avx512 12x32"
+#elif defined(TFM__HAVE_KERNEL_AVX2)
+#define TFM__MR TFM__MR_AVX2
+#define TFM__NR TFM__NR_AVX2
+#define tfm__kernel tfm__kernel_avx2
+#define TFM__KERNEL_NAME "avx2+fma 6x16"
+#else
+#define TFM__MR TFM__MR_PORT
+#define TFM__NR TFM__NR_PORT
+#define tfm__kernel tfm__kernel_port
+#define TFM__KERNEL_NAME "portable"
+#endif
+
+/* Blocking (Goto & van de Geijn): a B panel of KC x NC is packed once and shared by every thread; each
+   thread packs an A block of MC x KC (kept in L2) and sweeps the panel sliver by sliver (a B sliver,
+   KC x NR, stays in L1 while the A slivers stream past it). The panel sits on the calling thread's stack
+   (KC*NC floats, 512 KiB) and each thread's A block on its own (MC*KC floats, 144 KiB), because a
+   training step allocates nothing. None of these depends on the thread count. */
+#define TFM__KC 256
+#define TFM__MC 144
+#define TFM__NC 512
+
+/* One MR-row sliver of op(A): rows i0..i0+mr-1, columns p0..p0+kc-1, into dst (kc x MR, k-major);
+   rows past mr are zero. */
+static void tfm__pack_a(int mr, int kc, const float *A, int lda, int transA, int i0, int p0, float *dst) {
+    int i, p;
+    if (transA) {
+        for (p = 0; p < kc; p++) {
+            const float *src = A + (size_t)(p0 + p) * lda + i0;
+            float *d = dst + (size_t)p * TFM__MR;
+            for (i = 0; i < mr; i++) d[i] = src[i];
+            for (; i < TFM__MR; i++) d[i] = 0.0f;
+        }
+    } else {
+        const float *src = A + (size_t)i0 * lda + p0;
+        if (mr == TFM__MR) {
+            for (p = 0; p < kc; p++)
+                for (i = 0; i < TFM__MR; i++) dst[(size_t)p * TFM__MR + i] = src[(size_t)i * lda + p];
+        } else {
+            for (p = 0; p < kc; p++)
+                for (i = 0; i < TFM__MR; i++) dst[(size_t)p * TFM__MR + i] = i < mr ? src[(size_t)i * lda + p] : 0.0f;
+        }
     }
+}
+
+/* One NR-column sliver of op(B): rows p0..p0+kc-1, columns j0..j0+nr-1, into dst (kc x NR, k-major);
+   columns past nr are zero. */
+static void tfm__pack_b(int kc, int nr, const float *B, int ldb, int transB, int p0, int j0, float *dst) {
+    int j, p;
+    if (!transB) {
+        for (p = 0; p < kc; p++) {
+            const float *src = B + (size_t)(p0 + p) * ldb + j0;
+            float *d = dst + (size_t)p * TFM__NR;
+            for (j = 0; j < nr; j++) d[j] = src[j];
+            for (; j < TFM__NR; j++) d[j] = 0.0f;
+        }
+    } else {
+        const float *src = B + (size_t)j0 * ldb + p0;
+        if (nr == TFM__NR) {
+            for (p = 0; p < kc; p++)
+                for (j = 0; j < TFM__NR; j++) dst[(size_t)p * TFM__NR + j] = src[(size_t)j * ldb + p];
+        } else {
+            for (p = 0; p < kc; p++)
+                for (j = 0; j < TFM__NR; j++) dst[(size_t)p * TFM__NR + j] = j < nr ? src[(size_t)j * ldb + p] : 0.0f;
+        }
+    }
+}
+
+/* One tile: the kernel straight into C, or, for an edge tile (mr < MR or nr < NR), into a full tile on
+   the stack that is copied in and out, so edge elements go through the same instructions. */
+static void tfm__gemm_tile(int kc, const float *a, const float *b, float *c, int ldc, int mr, int nr,
+                           float alpha, float beta) {
+    float tile[TFM__MR * TFM__NR];
+    int i, j;
+    if (mr == TFM__MR && nr == TFM__NR) {
+        tfm__kernel(kc, a, b, c, ldc, alpha, beta);
+        return;
+    }
+    if (beta != 0.0f)
+        for (i = 0; i < TFM__MR; i++)
+            for (j = 0; j < TFM__NR; j++) tile[i * TFM__NR + j] = i < mr && j < nr ? c[(size_t)i * ldc + j] : 0.0f;
+    tfm__kernel(kc, a, b, tile, TFM__NR, alpha, beta);
+    for (i = 0; i < mr; i++)
+        for (j = 0; j < nr; j++) c[(size_t)i * ldc + j] = tile[i * TFM__NR + j];
 }
 
 /* C = beta * C (beta == 0 writes zeros without reading C). */
@@ -1394,30 +1521,75 @@ static void tfm__scale_c(int M, int N, float beta, float *C, int ldc) {
         for (j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
 }
 
+static int tfm__ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+/* The built-in sgemm. Loops, outermost first: column panels jc (NC wide), K blocks pc (KC deep; the B
+   panel is packed here, its slivers split over the threads), row blocks ic (MC high; each thread packs
+   its own A block), then B slivers jr and A slivers ir around the kernel. Threads share the row blocks;
+   when M is too small for that, every thread packs the (one) A block and they share the B slivers.
+   Either way each element of C is summed over K in the same order by one thread, so the result does
+   not depend on the thread count. */
 static TFM__UNUSED void tfm__sgemm_builtin(int transA, int transB, int M, int N, int K, float alpha,
                                           const float *A, int lda, const float *B, int ldb, float beta,
                                           float *C, int ldc) {
-    int mt, nt, ntiles, t;
+    float bbuf[TFM__KC * TFM__NC + 16];
+    float *Bp = (float *)(((uintptr_t)bbuf + 63) & ~(uintptr_t)63);
+    int nth = 1, n_jc, n_pc, nc_step, kc_step;
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) {
         tfm__scale_c(M, N, beta, C, ldc);
         return;
     }
-    mt = (M + TFM__MC - 1) / TFM__MC;
-    nt = (N + TFM__NC - 1) / TFM__NC;
-    ntiles = mt * nt;
-    TFM__OMP(omp parallel if (ntiles > 1 && (double)M * N * K > 2e5 && !tfm__in_parallel()))
+    /* balanced blocks: K = 300 is two blocks of 150, not 256 + 44 (depends on K alone) */
+    n_pc = tfm__ceil_div(K, TFM__KC);
+    kc_step = tfm__ceil_div(K, n_pc);
+    n_jc = tfm__ceil_div(N, TFM__NC);
+    nc_step = tfm__ceil_div(tfm__ceil_div(N, n_jc), TFM__NR) * TFM__NR;
+#ifdef _OPENMP
+    if (!tfm__in_parallel() && (double)M * N * K > 2e5) nth = tfm_get_num_threads();
+#endif
+    TFM__OMP(omp parallel num_threads(nth) if (nth > 1))
     {
-        /* per-thread panels: (MC x KC) + (KC x NC) floats, 64-byte aligned on the stack */
-        float apbuf[TFM__MC * TFM__KC + 16], bpbuf[TFM__KC * TFM__NC + 16];
-        float *Ap = (float *)(((uintptr_t)apbuf + 63) & ~(uintptr_t)63);
-        float *Bp = (float *)(((uintptr_t)bpbuf + 63) & ~(uintptr_t)63);
-        TFM__OMP(omp for schedule(static))
-        for (t = 0; t < ntiles; t++) {
-            int ti = t / nt, tj = t % nt;
-            int i0 = ti * TFM__MC, j0 = tj * TFM__NC;
-            tfm__sgemm_tile(transA, transB, i0, TFM__MIN(TFM__MC, M - i0), j0, TFM__MIN(TFM__NC, N - j0), K,
-                            alpha, A, lda, B, ldb, beta, C, ldc, Ap, Bp);
+        float abuf[TFM__MC * TFM__KC + 16];
+        float *Ap = (float *)(((uintptr_t)abuf + 63) & ~(uintptr_t)63);
+        int t = 0, nt = 1, n_ic, mc, by_rows, jc, pc, ib, s;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+        nt = omp_get_num_threads();
+#endif
+        /* Row blocks: at least one per thread, as even as MR allows; too few rows for that (fewer than
+           four slivers a thread) and the threads split the columns instead. */
+        by_rows = nt == 1 || M >= nt * 4 * TFM__MR;
+        n_ic = tfm__ceil_div(M, TFM__MC);
+        if (by_rows) n_ic = tfm__ceil_div(n_ic, nt) * nt;
+        mc = tfm__ceil_div(tfm__ceil_div(M, n_ic), TFM__MR) * TFM__MR;
+        n_ic = tfm__ceil_div(M, mc);
+        for (jc = 0; jc < N; jc += nc_step) {
+            int nc = TFM__MIN(nc_step, N - jc), n_jr = tfm__ceil_div(nc, TFM__NR);
+            for (pc = 0; pc < K; pc += kc_step) {
+                int kc = TFM__MIN(kc_step, K - pc);
+                float b_eff = pc == 0 ? beta : 1.0f;
+                TFM__OMP(omp for schedule(static))
+                for (s = 0; s < n_jr; s++)
+                    tfm__pack_b(kc, TFM__MIN(TFM__NR, nc - s * TFM__NR), B, ldb, transB, pc, jc + s * TFM__NR,
+                                Bp + (size_t)s * kc * TFM__NR);
+                /* (the implied barrier: the panel is complete before anyone reads it) */
+                for (ib = by_rows ? t : 0; ib < n_ic; ib += by_rows ? nt : 1) {
+                    int i0 = ib * mc, m = TFM__MIN(mc, M - i0), n_ir = tfm__ceil_div(m, TFM__MR), jr, ir;
+                    int jr0 = by_rows ? 0 : n_jr * t / nt, jr1 = by_rows ? n_jr : n_jr * (t + 1) / nt;
+                    for (ir = 0; ir < n_ir; ir++)
+                        tfm__pack_a(TFM__MIN(TFM__MR, m - ir * TFM__MR), kc, A, lda, transA, i0 + ir * TFM__MR, pc,
+                                    Ap + (size_t)ir * kc * TFM__MR);
+                    for (jr = jr0; jr < jr1; jr++)
+                        for (ir = 0; ir < n_ir; ir++)
+                            tfm__gemm_tile(kc, Ap + (size_t)ir * kc * TFM__MR, Bp + (size_t)jr * kc * TFM__NR,
+                                           C + (size_t)(i0 + ir * TFM__MR) * ldc + jc + jr * TFM__NR, ldc,
+                                           TFM__MIN(TFM__MR, m - ir * TFM__MR), TFM__MIN(TFM__NR, nc - jr * TFM__NR),
+                                           alpha, b_eff);
+                }
+                /* nobody repacks the panel while another thread still reads it */
+                TFM__OMP(omp barrier)
+            }
         }
     }
 }
@@ -1495,19 +1667,31 @@ TFMDEF tfm_result tfm_sgemm(int transA, int transB, int M, int N, int K, float a
     return TFM_OK;
 }
 
-/* Batched products; parallel over the batch when there is at least one matrix per thread. */
-static void tfm__sgemm_batched(int transA, int transB, int M, int N, int K, float alpha, const float *A,
-                               int lda, int64_t sA, const float *B, int ldb, int64_t sB, float beta,
-                               float *C, int ldc, int64_t sC, int batch) {
+typedef void (*tfm__sgemm_fn)(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                              const float *B, int ldb, float beta, float *C, int ldc);
+
+/* Batched products through gemm (tfm__sgemm, or one engine in the bench): parallel over the batch when
+   there is at least one matrix per thread, each product then on one thread with its operands packed
+   once; otherwise one product after the other, each threaded. */
+static void tfm__sgemm_batched_with(tfm__sgemm_fn gemm, int transA, int transB, int M, int N, int K, float alpha,
+                                    const float *A, int lda, int64_t sA, const float *B, int ldb, int64_t sB,
+                                    float beta, float *C, int ldc, int64_t sC, int batch) {
     int i;
     if (batch >= tfm_get_num_threads() && batch > 1 && !tfm__in_parallel()) {
         TFM__OMP(omp parallel for schedule(static))
         for (i = 0; i < batch; i++)
-            tfm__sgemm(transA, transB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
+            gemm(transA, transB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
     } else {
         for (i = 0; i < batch; i++)
-            tfm__sgemm(transA, transB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
+            gemm(transA, transB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
     }
+}
+
+static void tfm__sgemm_batched(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                               int lda, int64_t sA, const float *B, int ldb, int64_t sB, float beta,
+                               float *C, int ldc, int64_t sC, int batch) {
+    tfm__sgemm_batched_with(tfm__sgemm, transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
+                            batch);
 }
 
 TFMDEF tfm_result tfm_sgemm_batched(int transA, int transB, int M, int N, int K, float alpha, const float *A,
