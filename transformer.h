@@ -1238,8 +1238,8 @@ static inline float tfm__erf(float x) {
 
 /* ==== >>impl-sgemm ====
    The built-in sgemm, a GEMM in the Goto/BLIS sense: op(B) is packed one KC x NC panel at a time (in
-   slivers of NR columns, k-major) and shared by all threads; op(A) one MC x KC block at a time per
-   thread (slivers of MR rows, k-major); a register-blocked MR x NR micro-kernel (AVX-512, AVX2+FMA or
+   slivers of NR columns, k-major) and op(A) one MC x KC block at a time (slivers of MR rows, k-major),
+   each once per panel; a register-blocked MR x NR micro-kernel (AVX-512, AVX2+FMA or
    portable, whichever the compiler targets) multiplies a sliver pair. Every element of C is summed over
    K in the same order whatever the thread count, so results are bit-identical across thread counts. */
 
@@ -1441,11 +1441,9 @@ static TFM__UNUSED void tfm__kernel_port(int kc, const float *TFM_RESTRICT a, co
 #define TFM__KERNEL_NAME "portable"
 #endif
 
-/* Blocking (Goto & van de Geijn): a B panel of KC x NC is packed once and shared by every thread; each
-   thread packs an A block of MC x KC (kept in L2) and sweeps the panel sliver by sliver (a B sliver,
-   KC x NR, stays in L1 while the A slivers stream past it). The panel sits on the calling thread's stack
-   (KC*NC floats, 512 KiB) and each thread's A block on its own (MC*KC floats, 144 KiB), because a
-   training step allocates nothing. None of these depends on the thread count. */
+/* Blocking (Goto & van de Geijn): a B panel of KC x NC (in L3) is packed once per K block and swept by
+   every A block of MC x KC (in L2) packed against it; a B sliver (KC x NR) stays in L1 while the A
+   slivers stream past it. None of these depends on the thread count. */
 #define TFM__KC 256
 #define TFM__MC 144
 #define TFM__NC 512
@@ -1523,72 +1521,78 @@ static void tfm__scale_c(int M, int N, float beta, float *C, int ldc) {
 
 static int tfm__ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-/* The built-in sgemm. Loops, outermost first: column panels jc (NC wide), K blocks pc (KC deep; the B
-   panel is packed here, its slivers split over the threads), row blocks ic (MC high; each thread packs
-   its own A block), then B slivers jr and A slivers ir around the kernel. Threads share the row blocks;
-   when M is too small for that, every thread packs the (one) A block and they share the B slivers.
-   Either way each element of C is summed over K in the same order by one thread, so the result does
-   not depend on the thread count. */
+/* The Goto loops on one thread: column panels jc (NC wide), K blocks pc (KC deep: the B panel is packed
+   here), row blocks ic (MC high: the A block is packed here), then B slivers jr and A slivers ir around
+   the kernel. Blocks are balanced (K = 300 is two blocks of 150, not 256 + 44) and depend only on the
+   shape. The panel and the block live on this thread's stack: KC*NC + MC*KC floats, 656 KiB, because a
+   training step allocates nothing. */
+static void tfm__sgemm_serial(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                              const float *B, int ldb, float beta, float *C, int ldc) {
+    float bbuf[TFM__KC * TFM__NC + 16], abuf[TFM__MC * TFM__KC + 16];
+    float *Bp = (float *)(((uintptr_t)bbuf + 63) & ~(uintptr_t)63);
+    float *Ap = (float *)(((uintptr_t)abuf + 63) & ~(uintptr_t)63);
+    int n_pc = tfm__ceil_div(K, TFM__KC), kc_step = tfm__ceil_div(K, n_pc);
+    int n_jc = tfm__ceil_div(N, TFM__NC), nc_step = tfm__ceil_div(tfm__ceil_div(N, n_jc), TFM__NR) * TFM__NR;
+    int n_ic = tfm__ceil_div(M, TFM__MC), mc_step = tfm__ceil_div(tfm__ceil_div(M, n_ic), TFM__MR) * TFM__MR;
+    int jc, pc, ic, jr, ir;
+    for (jc = 0; jc < N; jc += nc_step) {
+        int nc = TFM__MIN(nc_step, N - jc);
+        for (pc = 0; pc < K; pc += kc_step) {
+            int kc = TFM__MIN(kc_step, K - pc);
+            float b_eff = pc == 0 ? beta : 1.0f;
+            for (jr = 0; jr < nc; jr += TFM__NR)
+                tfm__pack_b(kc, TFM__MIN(TFM__NR, nc - jr), B, ldb, transB, pc, jc + jr, Bp + (size_t)jr * kc);
+            for (ic = 0; ic < M; ic += mc_step) {
+                int mc = TFM__MIN(mc_step, M - ic);
+                for (ir = 0; ir < mc; ir += TFM__MR)
+                    tfm__pack_a(TFM__MIN(TFM__MR, mc - ir), kc, A, lda, transA, ic + ir, pc, Ap + (size_t)ir * kc);
+                for (jr = 0; jr < nc; jr += TFM__NR)
+                    for (ir = 0; ir < mc; ir += TFM__MR)
+                        tfm__gemm_tile(kc, Ap + (size_t)ir * kc, Bp + (size_t)jr * kc, C + (size_t)(ic + ir) * ldc + jc + jr,
+                                       ldc, TFM__MIN(TFM__MR, mc - ir), TFM__MIN(TFM__NR, nc - jr), alpha, b_eff);
+            }
+        }
+    }
+}
+
+/* The built-in sgemm. With several threads, C is cut into one rectangle per thread (column ranges in
+   whole NR slivers when op(B) has at least as many slivers as op(A), else row ranges in whole MR
+   slivers) and each thread runs the Goto loops on its own, packing its own panels: the only
+   synchronisation is the end of the parallel region, so a thread that the OS preempts delays nobody
+   until then (on a shared machine, a barrier per K block cost more than the duplicated packing, which
+   is about M*K/NC or N*K/MC extra copies). Each element of C is summed over K in the same order
+   whatever the rectangle, so the result does not depend on the thread count. */
 static TFM__UNUSED void tfm__sgemm_builtin(int transA, int transB, int M, int N, int K, float alpha,
                                           const float *A, int lda, const float *B, int ldb, float beta,
                                           float *C, int ldc) {
-    float bbuf[TFM__KC * TFM__NC + 16];
-    float *Bp = (float *)(((uintptr_t)bbuf + 63) & ~(uintptr_t)63);
-    int nth = 1, n_jc, n_pc, nc_step, kc_step;
+    int nth = 1, t;
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) {
         tfm__scale_c(M, N, beta, C, ldc);
         return;
     }
-    /* balanced blocks: K = 300 is two blocks of 150, not 256 + 44 (depends on K alone) */
-    n_pc = tfm__ceil_div(K, TFM__KC);
-    kc_step = tfm__ceil_div(K, n_pc);
-    n_jc = tfm__ceil_div(N, TFM__NC);
-    nc_step = tfm__ceil_div(tfm__ceil_div(N, n_jc), TFM__NR) * TFM__NR;
 #ifdef _OPENMP
     if (!tfm__in_parallel() && (double)M * N * K > 2e5) nth = tfm_get_num_threads();
 #endif
-    TFM__OMP(omp parallel num_threads(nth) if (nth > 1))
     {
-        float abuf[TFM__MC * TFM__KC + 16];
-        float *Ap = (float *)(((uintptr_t)abuf + 63) & ~(uintptr_t)63);
-        int t = 0, nt = 1, n_ic, mc, by_rows, jc, pc, ib, s;
-#ifdef _OPENMP
-        t = omp_get_thread_num();
-        nt = omp_get_num_threads();
-#endif
-        /* Row blocks: at least one per thread, as even as MR allows; too few rows for that (fewer than
-           four slivers a thread) and the threads split the columns instead. */
-        by_rows = nt == 1 || M >= nt * 4 * TFM__MR;
-        n_ic = tfm__ceil_div(M, TFM__MC);
-        if (by_rows) n_ic = tfm__ceil_div(n_ic, nt) * nt;
-        mc = tfm__ceil_div(tfm__ceil_div(M, n_ic), TFM__MR) * TFM__MR;
-        n_ic = tfm__ceil_div(M, mc);
-        for (jc = 0; jc < N; jc += nc_step) {
-            int nc = TFM__MIN(nc_step, N - jc), n_jr = tfm__ceil_div(nc, TFM__NR);
-            for (pc = 0; pc < K; pc += kc_step) {
-                int kc = TFM__MIN(kc_step, K - pc);
-                float b_eff = pc == 0 ? beta : 1.0f;
-                TFM__OMP(omp for schedule(static))
-                for (s = 0; s < n_jr; s++)
-                    tfm__pack_b(kc, TFM__MIN(TFM__NR, nc - s * TFM__NR), B, ldb, transB, pc, jc + s * TFM__NR,
-                                Bp + (size_t)s * kc * TFM__NR);
-                /* (the implied barrier: the panel is complete before anyone reads it) */
-                for (ib = by_rows ? t : 0; ib < n_ic; ib += by_rows ? nt : 1) {
-                    int i0 = ib * mc, m = TFM__MIN(mc, M - i0), n_ir = tfm__ceil_div(m, TFM__MR), jr, ir;
-                    int jr0 = by_rows ? 0 : n_jr * t / nt, jr1 = by_rows ? n_jr : n_jr * (t + 1) / nt;
-                    for (ir = 0; ir < n_ir; ir++)
-                        tfm__pack_a(TFM__MIN(TFM__MR, m - ir * TFM__MR), kc, A, lda, transA, i0 + ir * TFM__MR, pc,
-                                    Ap + (size_t)ir * kc * TFM__MR);
-                    for (jr = jr0; jr < jr1; jr++)
-                        for (ir = 0; ir < n_ir; ir++)
-                            tfm__gemm_tile(kc, Ap + (size_t)ir * kc * TFM__MR, Bp + (size_t)jr * kc * TFM__NR,
-                                           C + (size_t)(i0 + ir * TFM__MR) * ldc + jc + jr * TFM__NR, ldc,
-                                           TFM__MIN(TFM__MR, m - ir * TFM__MR), TFM__MIN(TFM__NR, nc - jr * TFM__NR),
-                                           alpha, b_eff);
-                }
-                /* nobody repacks the panel while another thread still reads it */
-                TFM__OMP(omp barrier)
+        int s_m = tfm__ceil_div(M, TFM__MR), s_n = tfm__ceil_div(N, TFM__NR), by_cols = s_n >= s_m;
+        int units = by_cols ? s_n : s_m;
+        if (nth > units) nth = units;
+        if (nth <= 1) {
+            tfm__sgemm_serial(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            return;
+        }
+        TFM__OMP(omp parallel for num_threads(nth) schedule(static, 1))
+        for (t = 0; t < nth; t++) {
+            int u0 = (int)((int64_t)units * t / nth), u1 = (int)((int64_t)units * (t + 1) / nth);
+            if (by_cols) {
+                int j0 = u0 * TFM__NR, j1 = TFM__MIN(N, u1 * TFM__NR);
+                tfm__sgemm_serial(transA, transB, M, j1 - j0, K, alpha, A, lda,
+                                  transB ? B + (size_t)j0 * ldb : B + j0, ldb, beta, C + j0, ldc);
+            } else {
+                int i0 = u0 * TFM__MR, i1 = TFM__MIN(M, u1 * TFM__MR);
+                tfm__sgemm_serial(transA, transB, i1 - i0, N, K, alpha, transA ? A + i0 : A + (size_t)i0 * lda, lda,
+                                  B, ldb, beta, C + (size_t)i0 * ldc, ldc);
             }
         }
     }
