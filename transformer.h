@@ -1448,50 +1448,108 @@ static TFM__UNUSED void tfm__kernel_port(int kc, const float *TFM_RESTRICT a, co
 #define TFM__MC 144
 #define TFM__NC 512
 
-/* One MR-row sliver of op(A): rows i0..i0+mr-1, columns p0..p0+kc-1, into dst (kc x MR, k-major);
-   rows past mr are zero. */
-static void tfm__pack_a(int mr, int kc, const float *A, int lda, int transA, int i0, int p0, float *dst) {
+/* Packing. Both operands reduce to two moves into a k-major sliver of width W (MR for A, NR for B):
+   a copy, where the source already runs along the sliver's width (op(A) = A^T, op(B) = B), and a
+   transpose, where it runs along k (op(A) = A, op(B) = B^T). Widths past w are zero. */
+
+/* dst[p*W + i] = src[p*ld + i] for i < w, 0 for w <= i < W; p < kc. */
+static void tfm__pack_copy(const float *src, int ld, int w, int kc, float *dst, int W) {
     int i, p;
-    if (transA) {
-        for (p = 0; p < kc; p++) {
-            const float *src = A + (size_t)(p0 + p) * lda + i0;
-            float *d = dst + (size_t)p * TFM__MR;
-            for (i = 0; i < mr; i++) d[i] = src[i];
-            for (; i < TFM__MR; i++) d[i] = 0.0f;
-        }
-    } else {
-        const float *src = A + (size_t)i0 * lda + p0;
-        if (mr == TFM__MR) {
-            for (p = 0; p < kc; p++)
-                for (i = 0; i < TFM__MR; i++) dst[(size_t)p * TFM__MR + i] = src[(size_t)i * lda + p];
+    for (p = 0; p < kc; p++) {
+        const float *s = src + (size_t)p * ld;
+        float *d = dst + (size_t)p * W;
+        if (w == W) {
+            memcpy(d, s, (size_t)W * sizeof(float));
         } else {
-            for (p = 0; p < kc; p++)
-                for (i = 0; i < TFM__MR; i++) dst[(size_t)p * TFM__MR + i] = i < mr ? src[(size_t)i * lda + p] : 0.0f;
+            for (i = 0; i < w; i++) d[i] = s[i];
+            for (; i < W; i++) d[i] = 0.0f;
         }
     }
 }
 
-/* One NR-column sliver of op(B): rows p0..p0+kc-1, columns j0..j0+nr-1, into dst (kc x NR, k-major);
-   columns past nr are zero. */
-static void tfm__pack_b(int kc, int nr, const float *B, int ldb, int transB, int p0, int j0, float *dst) {
-    int j, p;
-    if (!transB) {
-        for (p = 0; p < kc; p++) {
-            const float *src = B + (size_t)(p0 + p) * ldb + j0;
-            float *d = dst + (size_t)p * TFM__NR;
-            for (j = 0; j < nr; j++) d[j] = src[j];
-            for (; j < TFM__NR; j++) d[j] = 0.0f;
+/* dst[p*W + i] = src[i*ld + p] for i < w, 0 for w <= i < W; p < kc. In 8 x 8 blocks (AVX) and 4 x 4
+   blocks (SSE) of registers; what is left, element by element. */
+static void tfm__pack_transpose(const float *src, int ld, int w, int kc, float *dst, int W) {
+    int i = 0, p;
+#if defined(__AVX__)
+    for (; i + 8 <= w; i += 8) {
+        const float *s = src + (size_t)i * ld;
+        float *d = dst + i;
+        for (p = 0; p + 8 <= kc; p += 8) {
+            __m256 r0 = _mm256_loadu_ps(s + p), r1 = _mm256_loadu_ps(s + ld + p);
+            __m256 r2 = _mm256_loadu_ps(s + 2 * (size_t)ld + p), r3 = _mm256_loadu_ps(s + 3 * (size_t)ld + p);
+            __m256 r4 = _mm256_loadu_ps(s + 4 * (size_t)ld + p), r5 = _mm256_loadu_ps(s + 5 * (size_t)ld + p);
+            __m256 r6 = _mm256_loadu_ps(s + 6 * (size_t)ld + p), r7 = _mm256_loadu_ps(s + 7 * (size_t)ld + p);
+            __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+            __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+            __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+            __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+            __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+            __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+            __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            float *q = d + (size_t)p * W;
+            _mm256_storeu_ps(q, _mm256_permute2f128_ps(u0, u4, 0x20));
+            _mm256_storeu_ps(q + W, _mm256_permute2f128_ps(u1, u5, 0x20));
+            _mm256_storeu_ps(q + 2 * W, _mm256_permute2f128_ps(u2, u6, 0x20));
+            _mm256_storeu_ps(q + 3 * W, _mm256_permute2f128_ps(u3, u7, 0x20));
+            _mm256_storeu_ps(q + 4 * W, _mm256_permute2f128_ps(u0, u4, 0x31));
+            _mm256_storeu_ps(q + 5 * W, _mm256_permute2f128_ps(u1, u5, 0x31));
+            _mm256_storeu_ps(q + 6 * W, _mm256_permute2f128_ps(u2, u6, 0x31));
+            _mm256_storeu_ps(q + 7 * W, _mm256_permute2f128_ps(u3, u7, 0x31));
         }
-    } else {
-        const float *src = B + (size_t)j0 * ldb + p0;
-        if (nr == TFM__NR) {
-            for (p = 0; p < kc; p++)
-                for (j = 0; j < TFM__NR; j++) dst[(size_t)p * TFM__NR + j] = src[(size_t)j * ldb + p];
-        } else {
-            for (p = 0; p < kc; p++)
-                for (j = 0; j < TFM__NR; j++) dst[(size_t)p * TFM__NR + j] = j < nr ? src[(size_t)j * ldb + p] : 0.0f;
+        for (; p < kc; p++) {
+            int r;
+            for (r = 0; r < 8; r++) d[(size_t)p * W + r] = s[(size_t)r * ld + p];
         }
     }
+#endif
+#if defined(__SSE2__)
+    for (; i + 4 <= w; i += 4) {
+        const float *s = src + (size_t)i * ld;
+        float *d = dst + i;
+        for (p = 0; p + 4 <= kc; p += 4) {
+            __m128 r0 = _mm_loadu_ps(s + p), r1 = _mm_loadu_ps(s + ld + p);
+            __m128 r2 = _mm_loadu_ps(s + 2 * (size_t)ld + p), r3 = _mm_loadu_ps(s + 3 * (size_t)ld + p);
+            __m128 t0 = _mm_unpacklo_ps(r0, r1), t1 = _mm_unpackhi_ps(r0, r1);
+            __m128 t2 = _mm_unpacklo_ps(r2, r3), t3 = _mm_unpackhi_ps(r2, r3);
+            float *q = d + (size_t)p * W;
+            _mm_storeu_ps(q, _mm_movelh_ps(t0, t2));
+            _mm_storeu_ps(q + W, _mm_movehl_ps(t2, t0));
+            _mm_storeu_ps(q + 2 * W, _mm_movelh_ps(t1, t3));
+            _mm_storeu_ps(q + 3 * W, _mm_movehl_ps(t3, t1));
+        }
+        for (; p < kc; p++) {
+            int r;
+            for (r = 0; r < 4; r++) d[(size_t)p * W + r] = s[(size_t)r * ld + p];
+        }
+    }
+#endif
+    if (i < W) {
+        const float *s = src + (size_t)i * ld;
+        int r, rest = w - i;
+        for (p = 0; p < kc; p++) {
+            float *d = dst + (size_t)p * W + i;
+            for (r = 0; r < rest; r++) d[r] = s[(size_t)r * ld + p];
+            for (; r < W - i; r++) d[r] = 0.0f;
+        }
+    }
+}
+
+/* One MR-row sliver of op(A): rows i0..i0+mr-1, columns p0..p0+kc-1, into dst (kc x MR, k-major). */
+static void tfm__pack_a(int mr, int kc, const float *A, int lda, int transA, int i0, int p0, float *dst) {
+    if (transA)
+        tfm__pack_copy(A + (size_t)p0 * lda + i0, lda, mr, kc, dst, TFM__MR);
+    else
+        tfm__pack_transpose(A + (size_t)i0 * lda + p0, lda, mr, kc, dst, TFM__MR);
+}
+
+/* One NR-column sliver of op(B): rows p0..p0+kc-1, columns j0..j0+nr-1, into dst (kc x NR, k-major). */
+static void tfm__pack_b(int kc, int nr, const float *B, int ldb, int transB, int p0, int j0, float *dst) {
+    if (transB)
+        tfm__pack_transpose(B + (size_t)j0 * ldb + p0, ldb, nr, kc, dst, TFM__NR);
+    else
+        tfm__pack_copy(B + (size_t)p0 * ldb + j0, ldb, nr, kc, dst, TFM__NR);
 }
 
 /* One tile: the kernel straight into C, or, for an edge tile (mr < MR or nr < NR), into a full tile on
