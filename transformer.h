@@ -1312,14 +1312,17 @@ static TFM__UNUSED void tfm__kernel_avx512(int kc, const float *TFM_RESTRICT a, 
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00;
     __m512 c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00;
     __m512 c71 = c00, c80 = c00, c81 = c00, c90 = c00, c91 = c00, ca0 = c00, ca1 = c00, cb0 = c00, cb1 = c00;
-    __m512 b0, b1, ai, va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    __m512 b0, b1, ai, va, vb;
     int p;
-    for (p = 0; p + 4 <= kc; p += 4) {
-        TFM__K512_STEP TFM__K512_STEP TFM__K512_STEP TFM__K512_STEP
+    for (p = 0; p < TFM__MR_AVX512; p++) { /* C's tile arrives while the loop runs */
+        _mm_prefetch((const char *)(c + (size_t)p * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + (size_t)p * ldc + 31), _MM_HINT_T0);
     }
-    for (; p < kc; p++) {
+    for (p = 0; p < kc; p++) {
         TFM__K512_STEP
     }
+    va = _mm512_set1_ps(alpha); /* (not before the loop: 24 accumulators leave no register to spare) */
+    vb = _mm512_set1_ps(beta);
     TFM__K512_STORE(0, c00, c01) TFM__K512_STORE(1, c10, c11) TFM__K512_STORE(2, c20, c21)
     TFM__K512_STORE(3, c30, c31) TFM__K512_STORE(4, c40, c41) TFM__K512_STORE(5, c50, c51)
     TFM__K512_STORE(6, c60, c61) TFM__K512_STORE(7, c70, c71) TFM__K512_STORE(8, c80, c81)
@@ -1358,14 +1361,20 @@ static TFM__UNUSED void tfm__kernel_avx2(int kc, const float *TFM_RESTRICT a, co
                                         float *c, int ldc, float alpha, float beta) {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    __m256 b0, b1, ai, va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    __m256 b0, b1, ai, va, vb;
     int p;
+    for (p = 0; p < TFM__MR_AVX2; p++) {
+        _mm_prefetch((const char *)(c + (size_t)p * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + (size_t)p * ldc + 15), _MM_HINT_T0);
+    }
     for (p = 0; p + 4 <= kc; p += 4) {
         TFM__K256_STEP TFM__K256_STEP TFM__K256_STEP TFM__K256_STEP
     }
     for (; p < kc; p++) {
         TFM__K256_STEP
     }
+    va = _mm256_set1_ps(alpha);
+    vb = _mm256_set1_ps(beta);
     TFM__K256_STORE(0, c00, c01) TFM__K256_STORE(1, c10, c11) TFM__K256_STORE(2, c20, c21)
     TFM__K256_STORE(3, c30, c31) TFM__K256_STORE(4, c40, c41) TFM__K256_STORE(5, c50, c51)
 }
@@ -1455,15 +1464,13 @@ static TFM__UNUSED void tfm__kernel_port(int kc, const float *TFM_RESTRICT a, co
 /* dst[p*W + i] = src[p*ld + i] for i < w, 0 for w <= i < W; p < kc. */
 static void tfm__pack_copy(const float *src, int ld, int w, int kc, float *dst, int W) {
     int i, p;
-    for (p = 0; p < kc; p++) {
-        const float *s = src + (size_t)p * ld;
-        float *d = dst + (size_t)p * W;
-        if (w == W) {
-            memcpy(d, s, (size_t)W * sizeof(float));
-        } else {
-            for (i = 0; i < w; i++) d[i] = s[i];
-            for (; i < W; i++) d[i] = 0.0f;
-        }
+    if (w == W) {
+        for (p = 0; p < kc; p++)
+            for (i = 0; i < W; i++) dst[(size_t)p * W + i] = src[(size_t)p * ld + i];
+    } else {
+        memset(dst, 0, (size_t)kc * W * sizeof(float)); /* once, not a call per row */
+        for (p = 0; p < kc; p++)
+            for (i = 0; i < w; i++) dst[(size_t)p * W + i] = src[(size_t)p * ld + i];
     }
 }
 
@@ -1471,6 +1478,7 @@ static void tfm__pack_copy(const float *src, int ld, int w, int kc, float *dst, 
    blocks (SSE) of registers; what is left, element by element. */
 static void tfm__pack_transpose(const float *src, int ld, int w, int kc, float *dst, int W) {
     int i = 0, p;
+    if (w < W) memset(dst, 0, (size_t)kc * W * sizeof(float));
 #if defined(__AVX__)
     for (; i + 8 <= w; i += 8) {
         const float *s = src + (size_t)i * ld;
@@ -1525,14 +1533,11 @@ static void tfm__pack_transpose(const float *src, int ld, int w, int kc, float *
         }
     }
 #endif
-    if (i < W) {
+    if (i < w) {
         const float *s = src + (size_t)i * ld;
         int r, rest = w - i;
-        for (p = 0; p < kc; p++) {
-            float *d = dst + (size_t)p * W + i;
-            for (r = 0; r < rest; r++) d[r] = s[(size_t)r * ld + p];
-            for (; r < W - i; r++) d[r] = 0.0f;
-        }
+        for (p = 0; p < kc; p++)
+            for (r = 0; r < rest; r++) dst[(size_t)p * W + i + r] = s[(size_t)r * ld + p];
     }
 }
 

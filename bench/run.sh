@@ -95,9 +95,11 @@ for r in $(seq 1 "$REPEAT"); do
     R="$TMP/repeat$r"
     : > "$R"
     echo "== repeat $r/$REPEAT  $(date '+%F %T')  load=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
-    for t in $THREADS; do run "$R" "$BENCH" sgemm "$t"; done
+    for t in $THREADS; do run "$R" "$BENCH" sgemm "$t"; done # built-in, OpenBLAS and BLIS side by side
     for c in $CONFIGS; do
         for t in $THREADS; do
+            # BLIS (make BLAS=blis) takes its thread count from here only: tfm_set_num_threads does not reach it
+            export BLIS_NUM_THREADS="$t"
             if [ "$t" -gt 1 ] && [ -n "$OURS_WAIT_POLICY" ]; then
                 run "$R" env OMP_WAIT_POLICY="$OURS_WAIT_POLICY" "$BENCH" model "$c" "$t"
             else
