@@ -94,9 +94,10 @@ ifeq ($(BLAS)$(BLIS_FOUND),blis)
 $(error BLAS=blis but no BLIS was found: apt-get install libblis-dev, or build with BLAS=0 or BLAS=1)
 endif
 
-# -isystem: BLIS's cblas.h defines static functions it does not use (-Wunused-function otherwise)
+# -isystem: BLIS's cblas.h defines static functions it does not use (-Wunused-function otherwise);
+# it also names pthread_barrier_t, which -std=c99 hides unless POSIX is asked for.
 ifeq ($(BLAS),blis)
-  USE_CFLAGS := -DTFM_BLAS -isystem $(BLIS_INCDIR)
+  USE_CFLAGS := -DTFM_BLAS -D_POSIX_C_SOURCE=200809L -isystem $(BLIS_INCDIR)
   USE_LDLIBS := -L$(BLIS_LIBDIR) -Wl,-rpath,$(BLIS_LIBDIR) -lblis
   SGEMM_DESC := BLIS from $(BLIS_LIBDIR)
 else ifneq ($(and $(BLAS_FOUND),$(filter-out 0,$(BLAS))),)
@@ -121,6 +122,8 @@ EXAMPLE_SRCS := $(wildcard examples/*.c)
 EXAMPLES     := $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRC    := $(wildcard bench/bench.c)
 BENCH        := $(if $(BENCH_SRC),$(BUILD)/bench)
+# beside a BLAS build, the bench again with the built-in sgemm: its training steps get their own column
+BENCH_BUILTIN := $(if $(and $(BENCH),$(USE_CFLAGS)),$(BUILD)/bench-builtin)
 
 # A binary is rebuilt when the command that builds it changes (make BLAS=0 after make): each one
 # depends on a stamp build/.flags-NAME holding FLAGS_NAME, rewritten only when that text changes
@@ -135,7 +138,7 @@ FLAGS_main := $(CC) $(CFLAGS) $(USE_CFLAGS) $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
 .PHONY: all test unit test-gnu test-portable test-compile asan valgrind bench cuda test-cuda clean FORCE
 FORCE:
 
-all: $(BUILD)/test $(EXAMPLES) $(BENCH)
+all: $(BUILD)/test $(EXAMPLES) $(BENCH) $(BENCH_BUILTIN)
 
 $(BUILD)/test: tests/test_main.c $(TEST_SRCS) $(HEADER) $(BUILD)/.flags-main
 	$(CC) $(CFLAGS) $(USE_CFLAGS) -o $@ tests/test_main.c $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
@@ -155,6 +158,8 @@ FLAGS_bench  := $(FLAGS_main) $(BENCH_CFLAGS)
 
 $(BUILD)/bench: bench/bench.c $(HEADER) $(BUILD)/.flags-bench
 	$(CC) $(CFLAGS) $(USE_CFLAGS) $(BENCH_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS) -ldl
+$(BUILD)/bench-builtin: bench/bench.c $(HEADER) $(BUILD)/.flags-bench
+	$(CC) $(CFLAGS) $(BENCH_CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS) -ldl
 
 # ---- tests ------------------------------------------------------------------------------------
 
@@ -276,7 +281,7 @@ valgrind: $(BUILD)/test_valgrind
 # bench/run.sh (when present) runs every benchmark configuration, next to PyTorch when it is
 # installed, and prints the table; its environment variables (CONFIGS, THREADS, QUICK, ...) pass through.
 ifneq ($(BENCH),)
-bench: $(BENCH)
+bench: $(BENCH) $(BENCH_BUILTIN)
 	@if [ -f bench/run.sh ]; then echo "bash bench/run.sh"; bash bench/run.sh; else echo ./$(BENCH); ./$(BENCH); fi
 else
 bench:
