@@ -214,7 +214,8 @@ TFMDEF float tfm_rng_normal(tfm_rng *rng);
 
 /* C = alpha * op(A) op(B) + beta * C, row-major. op(A) is (M,K): A is (M,K) with row stride lda, or
    (K,M) when transA. op(B) is (K,N). C is (M,N) with row stride ldc. This is the one choke point every
-   matrix product goes through (built-in, BLAS or TFM_SGEMM). With beta == 0, C is not read. */
+   matrix product goes through (built-in, BLAS or TFM_SGEMM). With beta == 0, C is not read. The
+   built-in one packs into buffers on the stack of each thread that runs it: about 660 KiB each. */
 TFMDEF tfm_result tfm_sgemm(int transA, int transB, int M, int N, int K, float alpha,
                             const float *A, int lda, const float *B, int ldb,
                             float beta, float *C, int ldc);
