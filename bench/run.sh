@@ -7,6 +7,7 @@
 #   THREADS="1 2"   thread counts (default 1 2)
 #   REPEAT=2        how many times the whole table is measured (default 2; the machine is noisy)
 #   QUICK=1         fewer repetitions everywhere: a smoke run whose numbers mean little
+#   SGEMM=0         skip the sgemm rows (minutes: three engines on every shape); %sgemm stays empty
 #   VERIFY=1        first check that each model computes the same function on both sides
 #                   (build/bench dump + torch_ref.py verify: logits, loss, gradient norm, one step)
 #   OURS_WAIT_POLICY=PASSIVE   OMP_WAIT_POLICY for our multi-thread rows too (default: libgomp's own,
@@ -26,6 +27,7 @@ PY=${PYTHON:-/usr/bin/python3}
 REPEAT=${REPEAT:-2}
 THREADS=${THREADS:-"1 2"}
 QUICK=${QUICK:-0}
+SGEMM=${SGEMM:-1}
 VERIFY=${VERIFY:-0}
 OURS_WAIT_POLICY=${OURS_WAIT_POLICY:-}
 export QUICK
@@ -101,7 +103,9 @@ for r in $(seq 1 "$REPEAT"); do
     R="$TMP/repeat$r"
     : > "$R"
     echo "== repeat $r/$REPEAT  $(date '+%F %T')  load=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
-    for t in $THREADS; do run "$R" "$BENCH" sgemm "$t"; done # built-in, OpenBLAS and BLIS side by side
+    if [ "$SGEMM" != 0 ]; then
+        for t in $THREADS; do run "$R" "$BENCH" sgemm "$t"; done # built-in, OpenBLAS and BLIS side by side
+    fi
     for c in $CONFIGS; do
         for t in $THREADS; do
             # BLIS (make BLAS=blis) takes its thread count from here only: tfm_set_num_threads does not reach it

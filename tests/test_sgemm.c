@@ -400,7 +400,7 @@ static void sg_test_blocking(void) {
     sg_builtin_case(mr + 2, TFM__NC + 1, 9, idx++);
     sg_builtin_case(13, 700, 40, idx++);  /* few rows: the threads split the columns */
     sg_builtin_case(300, 100, 20, idx++); /* the threads split the rows */
-    sg_builtin_case(2 * TFM__MC + 5, TFM__NC + nr + 3, TFM__KC + 7, idx++); /* every block edge at once */
+    sg_builtin_case(TFM__MC + 5, TFM__NC + nr + 3, TFM__KC + 7, idx++); /* every block edge at once */
 }
 
 static void suite_sgemm(void) {
