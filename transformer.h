@@ -1273,9 +1273,9 @@ static inline void tfm__vstore(float *p, tfm__vf v) { memcpy(p, &v, sizeof v); }
 #define TFM__VW 8
 #endif
 
-/* Micro-kernels. Each computes one MR x NR tile of C from an A sliver (kc x MR, k-major: the MR values
-   of column p of op(A) at a[p*MR]) and a B sliver (kc x NR, k-major), keeping the whole tile in
-   registers: C = alpha * acc + beta * C, and with beta == 0 C is not read. Each output element is one
+/* Micro-kernels. Each computes one MR x NR tile of C from an A sliver (element (i, p) of op(A) at
+   a[i*rsa + p*csa]: packed, rsa = 1 and csa = MR) and a B sliver (element (p, j) at b[p*rsb + j]:
+   packed, rsb = NR), keeping the whole tile in registers: C = alpha * acc + beta * C, and with beta == 0 C is not read. Each output element is one
    accumulator, summed p = 0, 1, ..., kc-1 with one fused multiply-add per step (one multiply and one add
    in the portable kernels), so its value depends neither on where the tile sits nor on the threads. */
 
@@ -1283,18 +1283,18 @@ static inline void tfm__vstore(float *p, tfm__vf v) { memcpy(p, &v, sizeof v); }
 #define TFM__HAVE_KERNEL_AVX512 1
 #define TFM__MR_AVX512 8
 #define TFM__NR_AVX512 32
-#define TFM__K512_ROW(i, r0, r1)                 \
-    ai = _mm512_set1_ps(a[i]);                   \
+#define TFM__K512_ROW(o, r0, r1)                 \
+    ai = _mm512_set1_ps(a[o]);                   \
     r0 = _mm512_fmadd_ps(ai, b0, r0);            \
     r1 = _mm512_fmadd_ps(ai, b1, r1);
 #define TFM__K512_STEP                                                                                    \
     b0 = _mm512_loadu_ps(b);                                                                              \
     b1 = _mm512_loadu_ps(b + 16);                                                                         \
-    TFM__K512_ROW(0, c00, c01) TFM__K512_ROW(1, c10, c11) TFM__K512_ROW(2, c20, c21)                      \
-    TFM__K512_ROW(3, c30, c31) TFM__K512_ROW(4, c40, c41) TFM__K512_ROW(5, c50, c51)                      \
-    TFM__K512_ROW(6, c60, c61) TFM__K512_ROW(7, c70, c71)                                                 \
-    a += TFM__MR_AVX512;                                                                                  \
-    b += TFM__NR_AVX512;
+    TFM__K512_ROW(0, c00, c01) TFM__K512_ROW(o1, c10, c11) TFM__K512_ROW(o2, c20, c21)                    \
+    TFM__K512_ROW(o3, c30, c31) TFM__K512_ROW(o4, c40, c41) TFM__K512_ROW(o5, c50, c51)                   \
+    TFM__K512_ROW(o6, c60, c61) TFM__K512_ROW(o7, c70, c71)                                               \
+    a += csa;                                                                                             \
+    b += rsb;
 #define TFM__K512_STORE(i, r0, r1)                                                                        \
     {                                                                                                     \
         float *ci = c + (size_t)(i) * ldc;                                                                \
@@ -1309,8 +1309,10 @@ static inline void tfm__vstore(float *p, tfm__vf v) { memcpy(p, &v, sizeof v); }
 /* AVX-512F: 8 x 32, 16 zmm registers accumulate. 12 x 32 (24 accumulators) ran as fast on packed data
    but wastes a third of the last sliver of a 32-row product (attention's heads: 0.62 of OpenBLAS's rate
    at 32 x 64 x 32 with 12 rows, 0.99 with 8). */
-static TFM__UNUSED void tfm__kernel_avx512(int kc, const float *TFM_RESTRICT a, const float *TFM_RESTRICT b,
-                                          float *c, int ldc, float alpha, float beta) {
+static TFM__UNUSED void tfm__kernel_avx512(int kc, const float *TFM_RESTRICT a, int rsa, int csa,
+                                          const float *TFM_RESTRICT b, int rsb, float *c, int ldc, float alpha,
+                                          float beta) {
+    const size_t o1 = (size_t)rsa, o2 = 2 * o1, o3 = 3 * o1, o4 = 4 * o1, o5 = 5 * o1, o6 = 6 * o1, o7 = 7 * o1;
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00;
     __m512 c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
     __m512 b0, b1, ai, va, vb;
@@ -1334,17 +1336,17 @@ static TFM__UNUSED void tfm__kernel_avx512(int kc, const float *TFM_RESTRICT a, 
 #define TFM__HAVE_KERNEL_AVX2 1
 #define TFM__MR_AVX2 6
 #define TFM__NR_AVX2 16
-#define TFM__K256_ROW(i, r0, r1)                 \
-    ai = _mm256_broadcast_ss(a + (i));           \
+#define TFM__K256_ROW(o, r0, r1)                 \
+    ai = _mm256_broadcast_ss(a + (o));           \
     r0 = _mm256_fmadd_ps(ai, b0, r0);            \
     r1 = _mm256_fmadd_ps(ai, b1, r1);
 #define TFM__K256_STEP                                                                                    \
     b0 = _mm256_loadu_ps(b);                                                                              \
     b1 = _mm256_loadu_ps(b + 8);                                                                          \
-    TFM__K256_ROW(0, c00, c01) TFM__K256_ROW(1, c10, c11) TFM__K256_ROW(2, c20, c21)                      \
-    TFM__K256_ROW(3, c30, c31) TFM__K256_ROW(4, c40, c41) TFM__K256_ROW(5, c50, c51)                      \
-    a += TFM__MR_AVX2;                                                                                    \
-    b += TFM__NR_AVX2;
+    TFM__K256_ROW(0, c00, c01) TFM__K256_ROW(o1, c10, c11) TFM__K256_ROW(o2, c20, c21)                    \
+    TFM__K256_ROW(o3, c30, c31) TFM__K256_ROW(o4, c40, c41) TFM__K256_ROW(o5, c50, c51)                   \
+    a += csa;                                                                                             \
+    b += rsb;
 #define TFM__K256_STORE(i, r0, r1)                                                                        \
     {                                                                                                     \
         float *ci = c + (size_t)(i) * ldc;                                                                \
@@ -1357,8 +1359,10 @@ static TFM__UNUSED void tfm__kernel_avx512(int kc, const float *TFM_RESTRICT a, 
         _mm256_storeu_ps(ci + 8, v1);                                                                     \
     }
 /* AVX2 + FMA: 6 x 16, 12 of the 16 ymm registers accumulate. */
-static TFM__UNUSED void tfm__kernel_avx2(int kc, const float *TFM_RESTRICT a, const float *TFM_RESTRICT b,
-                                        float *c, int ldc, float alpha, float beta) {
+static TFM__UNUSED void tfm__kernel_avx2(int kc, const float *TFM_RESTRICT a, int rsa, int csa,
+                                        const float *TFM_RESTRICT b, int rsb, float *c, int ldc, float alpha,
+                                        float beta) {
+    const size_t o1 = (size_t)rsa, o2 = 2 * o1, o3 = 3 * o1, o4 = 4 * o1, o5 = 5 * o1;
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     __m256 b0, b1, ai, va, vb;
@@ -1384,8 +1388,10 @@ static TFM__UNUSED void tfm__kernel_avx2(int kc, const float *TFM_RESTRICT a, co
    6 x 16 in plain C without it. */
 #define TFM__MR_PORT 6
 #define TFM__NR_PORT (2 * TFM__VW)
-static TFM__UNUSED void tfm__kernel_port(int kc, const float *TFM_RESTRICT a, const float *TFM_RESTRICT b,
-                                        float *c, int ldc, float alpha, float beta) {
+static TFM__UNUSED void tfm__kernel_port(int kc, const float *TFM_RESTRICT a, int rsa, int csa,
+                                        const float *TFM_RESTRICT b, int rsb, float *c, int ldc, float alpha,
+                                        float beta) {
+    const size_t o1 = (size_t)rsa, o2 = 2 * o1, o3 = 3 * o1, o4 = 4 * o1, o5 = 5 * o1;
     int i, p;
 #if TFM__VEC
     tfm__vf acc[2 * TFM__MR_PORT];
@@ -1394,13 +1400,13 @@ static TFM__UNUSED void tfm__kernel_port(int kc, const float *TFM_RESTRICT a, co
     for (p = 0; p < kc; p++) {
         tfm__vf b0 = tfm__vload(b), b1 = tfm__vload(b + TFM__VW);
         c00 += a[0] * b0; c01 += a[0] * b1;
-        c10 += a[1] * b0; c11 += a[1] * b1;
-        c20 += a[2] * b0; c21 += a[2] * b1;
-        c30 += a[3] * b0; c31 += a[3] * b1;
-        c40 += a[4] * b0; c41 += a[4] * b1;
-        c50 += a[5] * b0; c51 += a[5] * b1;
-        a += TFM__MR_PORT;
-        b += TFM__NR_PORT;
+        c10 += a[o1] * b0; c11 += a[o1] * b1;
+        c20 += a[o2] * b0; c21 += a[o2] * b1;
+        c30 += a[o3] * b0; c31 += a[o3] * b1;
+        c40 += a[o4] * b0; c41 += a[o4] * b1;
+        c50 += a[o5] * b0; c51 += a[o5] * b1;
+        a += csa;
+        b += rsb;
     }
     acc[0] = c00; acc[1] = c01; acc[2] = c10; acc[3] = c11; acc[4] = c20; acc[5] = c21;
     acc[6] = c30; acc[7] = c31; acc[8] = c40; acc[9] = c41; acc[10] = c50; acc[11] = c51;
@@ -1420,9 +1426,9 @@ static TFM__UNUSED void tfm__kernel_port(int kc, const float *TFM_RESTRICT a, co
     for (i = 0; i < TFM__MR_PORT * TFM__NR_PORT; i++) acc[i] = 0.0f;
     for (p = 0; p < kc; p++) {
         for (i = 0; i < TFM__MR_PORT; i++)
-            for (j = 0; j < TFM__NR_PORT; j++) acc[i * TFM__NR_PORT + j] += a[i] * b[j];
-        a += TFM__MR_PORT;
-        b += TFM__NR_PORT;
+            for (j = 0; j < TFM__NR_PORT; j++) acc[i * TFM__NR_PORT + j] += a[i * o1] * b[j];
+        a += csa;
+        b += rsb;
     }
     for (i = 0; i < TFM__MR_PORT; i++)
         for (j = 0; j < TFM__NR_PORT; j++) {
@@ -1559,18 +1565,18 @@ static void tfm__pack_b(int kc, int nr, const float *B, int ldb, int transB, int
 
 /* One tile: the kernel straight into C, or, for an edge tile (mr < MR or nr < NR), into a full tile on
    the stack that is copied in and out, so edge elements go through the same instructions. */
-static void tfm__gemm_tile(int kc, const float *a, const float *b, float *c, int ldc, int mr, int nr,
-                           float alpha, float beta) {
+static void tfm__gemm_tile(int kc, const float *a, int rsa, int csa, const float *b, int rsb, float *c, int ldc,
+                           int mr, int nr, float alpha, float beta) {
     float tile[TFM__MR * TFM__NR];
     int i, j;
     if (mr == TFM__MR && nr == TFM__NR) {
-        tfm__kernel(kc, a, b, c, ldc, alpha, beta);
+        tfm__kernel(kc, a, rsa, csa, b, rsb, c, ldc, alpha, beta);
         return;
     }
     if (beta != 0.0f)
         for (i = 0; i < TFM__MR; i++)
             for (j = 0; j < TFM__NR; j++) tile[i * TFM__NR + j] = i < mr && j < nr ? c[(size_t)i * ldc + j] : 0.0f;
-    tfm__kernel(kc, a, b, tile, TFM__NR, alpha, beta);
+    tfm__kernel(kc, a, rsa, csa, b, rsb, tile, TFM__NR, alpha, beta);
     for (i = 0; i < mr; i++)
         for (j = 0; j < nr; j++) c[(size_t)i * ldc + j] = tile[i * TFM__NR + j];
 }
@@ -1597,6 +1603,10 @@ static void tfm__sgemm_serial(int transA, int transB, int M, int N, int K, float
     int n_pc = tfm__ceil_div(K, TFM__KC), kc_step = tfm__ceil_div(K, n_pc);
     int n_jc = tfm__ceil_div(N, TFM__NC), nc_step = tfm__ceil_div(tfm__ceil_div(N, n_jc), TFM__NR) * TFM__NR;
     int n_ic = tfm__ceil_div(M, TFM__MC), mc_step = tfm__ceil_div(tfm__ceil_div(M, n_ic), TFM__MR) * TFM__MR;
+    /* Small products read an operand in place when packing it would not pay: op(A) when each A sliver
+       meets at most two B slivers, op(B) = B (rows already run along NR) when each B sliver meets at
+       most four A slivers. Edge slivers are always packed (they are zero-padded). */
+    int direct_a = N <= 2 * TFM__NR, direct_b = !transB && M <= 4 * TFM__MR;
     int jc, pc, ic, jr, ir;
     for (jc = 0; jc < N; jc += nc_step) {
         int nc = TFM__MIN(nc_step, N - jc);
@@ -1604,15 +1614,25 @@ static void tfm__sgemm_serial(int transA, int transB, int M, int N, int K, float
             int kc = TFM__MIN(kc_step, K - pc);
             float b_eff = pc == 0 ? beta : 1.0f;
             for (jr = 0; jr < nc; jr += TFM__NR)
-                tfm__pack_b(kc, TFM__MIN(TFM__NR, nc - jr), B, ldb, transB, pc, jc + jr, Bp + (size_t)jr * kc);
+                if (!(direct_b && nc - jr >= TFM__NR))
+                    tfm__pack_b(kc, TFM__MIN(TFM__NR, nc - jr), B, ldb, transB, pc, jc + jr, Bp + (size_t)jr * kc);
             for (ic = 0; ic < M; ic += mc_step) {
                 int mc = TFM__MIN(mc_step, M - ic);
                 for (ir = 0; ir < mc; ir += TFM__MR)
-                    tfm__pack_a(TFM__MIN(TFM__MR, mc - ir), kc, A, lda, transA, ic + ir, pc, Ap + (size_t)ir * kc);
-                for (jr = 0; jr < nc; jr += TFM__NR)
-                    for (ir = 0; ir < mc; ir += TFM__MR)
-                        tfm__gemm_tile(kc, Ap + (size_t)ir * kc, Bp + (size_t)jr * kc, C + (size_t)(ic + ir) * ldc + jc + jr,
-                                       ldc, TFM__MIN(TFM__MR, mc - ir), TFM__MIN(TFM__NR, nc - jr), alpha, b_eff);
+                    if (!(direct_a && mc - ir >= TFM__MR))
+                        tfm__pack_a(TFM__MIN(TFM__MR, mc - ir), kc, A, lda, transA, ic + ir, pc, Ap + (size_t)ir * kc);
+                for (jr = 0; jr < nc; jr += TFM__NR) {
+                    int db = direct_b && nc - jr >= TFM__NR;
+                    const float *b = db ? B + (size_t)pc * ldb + jc + jr : Bp + (size_t)jr * kc;
+                    for (ir = 0; ir < mc; ir += TFM__MR) {
+                        int da = direct_a && mc - ir >= TFM__MR;
+                        const float *a = !da ? Ap + (size_t)ir * kc
+                                             : transA ? A + (size_t)pc * lda + ic + ir : A + (size_t)(ic + ir) * lda + pc;
+                        tfm__gemm_tile(kc, a, !da || transA ? 1 : lda, !da ? TFM__MR : transA ? lda : 1, b,
+                                       db ? ldb : TFM__NR, C + (size_t)(ic + ir) * ldc + jc + jr, ldc,
+                                       TFM__MIN(TFM__MR, mc - ir), TFM__MIN(TFM__NR, nc - jr), alpha, b_eff);
+                    }
+                }
             }
         }
     }

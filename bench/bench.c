@@ -787,8 +787,8 @@ static int run_sgemm(int threads, const char *only) {
 /* The built-in micro-kernels alone, on packed slivers that stay in L1 (kc 64 and 128) or L2 (256, 512):
    C tile += A sliver x B sliver, again and again. A kernel far from the FMA peak here cannot make the
    GEMM fast. */
-static double time_kernel(void (*kern)(int, const float *, const float *, float *, int, float, float), int mr,
-                          int nr, int kc) {
+static double time_kernel(void (*kern)(int, const float *, int, int, const float *, int, float *, int, float, float),
+                          int mr, int nr, int kc) {
     float *a = (float *)xmalloc((size_t)kc * mr * sizeof(float) + 64), *b = (float *)xmalloc((size_t)kc * nr * sizeof(float) + 64);
     float c[32 * 32];
     double best = 0.0;
@@ -801,7 +801,7 @@ static double time_kernel(void (*kern)(int, const float *, const float *, float 
     memset(c, 0, sizeof c);
     for (r = 0; r < 7; r++) {
         double t0 = now_s(), dt;
-        for (i = 0; i < calls; i++) kern(kc, a, b, c, nr, 1.0f, 1.0f);
+        for (i = 0; i < calls; i++) kern(kc, a, 1, mr, b, nr, c, nr, 1.0f, 1.0f);
         dt = now_s() - t0;
         if (2.0 * mr * nr * kc * calls / dt * 1e-9 > best) best = 2.0 * mr * nr * kc * calls / dt * 1e-9;
         if (dt < 0.05) calls *= 2;

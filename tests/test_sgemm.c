@@ -298,8 +298,9 @@ static void sg_test_threads(void) {
 /* ---- the built-in sgemm's kernels and blocking ----------------------------------------------- */
 
 /* One micro-kernel alone: a (kc x mr) and b (kc x nr) packed k-major, C (mr rows, ldc = nr + 5) against
-   the double reference; beta == 0 runs on a NaN-filled C; the 5 padding columns must survive. */
-typedef void (*sg_kernel_fn)(int, const float *, const float *, float *, int, float, float);
+   the double reference; beta == 0 runs on a NaN-filled C; the 5 padding columns must survive. Then the
+   same operands read in place (A row-major with a wider row, B with a wider row): the same bits. */
+typedef void (*sg_kernel_fn)(int, const float *, int, int, const float *, int, float *, int, float, float);
 
 static void sg_kernel_case(const char *name, sg_kernel_fn kern, int mr, int nr, int kc, float alpha, float beta) {
     int ldc = nr + 5;
@@ -314,10 +315,22 @@ static void sg_kernel_case(const char *name, sg_kernel_fn kern, int mr, int nr, 
     /* a packed A sliver is op(A)^T stored k-major: A^T with lda = mr; B's sliver is B with ldb = nr */
     sg_reference(1, 0, mr, nr, kc, alpha, a, mr, b, nr, beta, C0, ldc, ref, scale);
     sg_prepare_c(C, C0, mr, nr, ldc, beta == 0.0f);
-    kern(kc, a, b, C, ldc, alpha, beta);
+    kern(kc, a, 1, mr, b, nr, C, ldc, alpha, beta);
     snprintf(what, sizeof what, "kernel %s %dx%d kc=%d alpha=%g beta=%g", name, mr, nr, kc, alpha, beta);
     CHECK_REL(what, sg_err(C, ldc, ref, scale, mr, nr), sg_tol(kc));
     CHECK_MSG(sg_padding_intact(C, mr, nr, ldc), "%s: wrote past its tile", what);
+    {
+        int lda = kc + 3, ldb = nr + 7;
+        float *a2 = sg_alloc((size_t)mr * lda), *b2 = sg_alloc((size_t)kc * ldb), *C2 = sg_alloc((size_t)mr * ldc);
+        for (int i = 0; i < mr; i++)
+            for (int p = 0; p < kc; p++) a2[(size_t)i * lda + p] = a[(size_t)p * mr + i];
+        for (int p = 0; p < kc; p++)
+            for (int j = 0; j < nr; j++) b2[(size_t)p * ldb + j] = b[(size_t)p * nr + j];
+        sg_prepare_c(C2, C0, mr, nr, ldc, beta == 0.0f);
+        kern(kc, a2, lda, 1, b2, ldb, C2, ldc, alpha, beta);
+        CHECK_MSG(memcmp(C, C2, (size_t)mr * ldc * sizeof(float)) == 0, "%s: in place differs from packed", what);
+        free(a2); free(b2); free(C2);
+    }
     free(a); free(b); free(C0); free(C); free(ref); free(scale);
 }
 
