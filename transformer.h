@@ -1391,9 +1391,10 @@ static TFM__UNUSED void tfm__kernel_avx2(int kc, const float *TFM_RESTRICT a, in
 static TFM__UNUSED void tfm__kernel_port(int kc, const float *TFM_RESTRICT a, int rsa, int csa,
                                         const float *TFM_RESTRICT b, int rsb, float *c, int ldc, float alpha,
                                         float beta) {
-    const size_t o1 = (size_t)rsa, o2 = 2 * o1, o3 = 3 * o1, o4 = 4 * o1, o5 = 5 * o1;
+    const size_t o1 = (size_t)rsa;
     int i, p;
 #if TFM__VEC
+    const size_t o2 = 2 * o1, o3 = 3 * o1, o4 = 4 * o1, o5 = 5 * o1;
     tfm__vf acc[2 * TFM__MR_PORT];
     tfm__vf c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
     tfm__vf c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
