@@ -591,6 +591,7 @@ static double fma_peak_of(double (*chains)(long), int threads) {
     double best = 0.0;
     long iters = 1000000;
     int r;
+    (void)threads; /* (without OpenMP: one thread) */
     for (r = 0; r < 5; r++) {
         double t0 = now_s(), flop = 0.0, dt;
         TFM__OMP(omp parallel num_threads(threads) reduction(+ : flop))
