@@ -6,7 +6,8 @@
 #   make test-compile    the header as C99 and C++11 with -Wall -Wextra -Werror -pedantic
 #   make asan            build/test_asan: the tests under AddressSanitizer + UBSan
 #   make valgrind        build/test_valgrind: the tests under valgrind memcheck
-#   make bench           build bench/bench.c and run the benchmarks (bench/run.sh)
+#   make bench           build bench/bench.c and run the benchmarks (bench/run.sh); beside a BLAS build
+#                        also build/bench-builtin (the built-in sgemm), whose training steps get a column
 #   make cuda            build tests/test_cuda.cu with nvcc (skipped without nvcc); test-cuda runs it
 #   make clean
 #
