@@ -269,7 +269,8 @@ TFMDEF float tfm_rng_normal(tfm_rng *rng);
 
 /* C = alpha * op(A) op(B) + beta * C, row-major. op(A) is (M,K): A is (M,K) with row stride lda, or
    (K,M) when transA. op(B) is (K,N). C is (M,N) with row stride ldc. This is the one choke point every
-   matrix product goes through (built-in, BLAS or TFM_SGEMM). With beta == 0, C is not read. */
+   matrix product goes through (built-in, BLAS or TFM_SGEMM). With beta == 0, C is not read. The
+   built-in one packs into buffers on the stack of each thread that runs it: about 660 KiB each. */
 TFMDEF tfm_result tfm_sgemm(int transA, int transB, int M, int N, int K, float alpha,
                             const float *A, int lda, const float *B, int ldb,
                             float beta, float *C, int ldc);
@@ -1399,10 +1400,11 @@ static inline float tfm__erf(float x) {
 }
 
 /* ==== >>impl-sgemm ====
-   The built-in sgemm: op(A) and op(B) are copied block by block into packed panels (A in slivers of
-   MR rows, B in slivers of NR columns, each laid out k-major), and a register-blocked MR x NR
-   micro-kernel multiplies a sliver pair. The output is split into independent tiles of MC x NC; each
-   tile runs its whole K loop on one thread, so the result does not depend on the thread count. */
+   The built-in sgemm, a GEMM in the Goto/BLIS sense: op(B) is packed one KC x NC panel at a time (in
+   slivers of NR columns, k-major) and op(A) one MC x KC block at a time (slivers of MR rows, k-major),
+   each once per panel; a register-blocked MR x NR micro-kernel (AVX-512, AVX2+FMA or
+   portable, whichever the compiler targets) multiplies a sliver pair. Every element of C is summed over
+   K in the same order whatever the thread count, so results are bit-identical across thread counts. */
 
 #if defined(__GNUC__) && !defined(TFM_NO_VECTOR_EXT)
 #define TFM__VEC 1
@@ -1435,120 +1437,313 @@ static inline void tfm__vstore(float *p, tfm__vf v) { memcpy(p, &v, sizeof v); }
 #define TFM__VW 8
 #endif
 
-#define TFM__MR 6
-#define TFM__NR (2 * TFM__VW)
-#define TFM__KC 256
-#define TFM__MC (TFM__MR * 12)
-#define TFM__NC (TFM__NR * 4)
+/* Micro-kernels. Each computes one MR x NR tile of C from an A sliver (element (i, p) of op(A) at
+   a[i*rsa + p*csa]: packed, rsa = 1 and csa = MR) and a B sliver (element (p, j) at b[p*rsb + j]:
+   packed, rsb = NR), keeping the whole tile in registers: C = alpha * acc + beta * C, and with beta == 0 C is not read. Each output element is one
+   accumulator, summed p = 0, 1, ..., kc-1 with one fused multiply-add per step (one multiply and one add
+   in the portable kernels), so its value depends neither on where the tile sits nor on the threads. */
 
-/* Ap: ceil(mc/MR) slivers of kc x MR; rows past mc are zero. */
-static void tfm__pack_a(int mc, int kc, const float *A, int lda, int transA, int i0, int p0, float *Ap) {
-    int s, p, i;
-    for (s = 0; s < mc; s += TFM__MR) {
-        int mr = TFM__MIN(TFM__MR, mc - s);
-        for (p = 0; p < kc; p++) {
-            for (i = 0; i < mr; i++) {
-                int r = i0 + s + i, c = p0 + p;
-                Ap[p * TFM__MR + i] = transA ? A[(size_t)c * lda + r] : A[(size_t)r * lda + c];
-            }
-            for (; i < TFM__MR; i++) Ap[p * TFM__MR + i] = 0.0f;
-        }
-        Ap += (size_t)kc * TFM__MR;
+#if defined(__AVX512F__)
+#define TFM__HAVE_KERNEL_AVX512 1
+#define TFM__MR_AVX512 8
+#define TFM__NR_AVX512 32
+#define TFM__K512_ROW(o, r0, r1)                 \
+    ai = _mm512_set1_ps(a[o]);                   \
+    r0 = _mm512_fmadd_ps(ai, b0, r0);            \
+    r1 = _mm512_fmadd_ps(ai, b1, r1);
+#define TFM__K512_STEP                                                                                    \
+    b0 = _mm512_loadu_ps(b);                                                                              \
+    b1 = _mm512_loadu_ps(b + 16);                                                                         \
+    TFM__K512_ROW(0, c00, c01) TFM__K512_ROW(o1, c10, c11) TFM__K512_ROW(o2, c20, c21)                    \
+    TFM__K512_ROW(o3, c30, c31) TFM__K512_ROW(o4, c40, c41) TFM__K512_ROW(o5, c50, c51)                   \
+    TFM__K512_ROW(o6, c60, c61) TFM__K512_ROW(o7, c70, c71)                                               \
+    a += csa;                                                                                             \
+    b += rsb;
+#define TFM__K512_STORE(i, r0, r1)                                                                        \
+    {                                                                                                     \
+        float *ci = c + (size_t)(i) * ldc;                                                                \
+        __m512 v0 = _mm512_mul_ps(va, r0), v1 = _mm512_mul_ps(va, r1);                                    \
+        if (beta != 0.0f) {                                                                               \
+            v0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(ci), v0);                                            \
+            v1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(ci + 16), v1);                                       \
+        }                                                                                                 \
+        _mm512_storeu_ps(ci, v0);                                                                         \
+        _mm512_storeu_ps(ci + 16, v1);                                                                    \
     }
-}
-
-/* Bp: ceil(nc/NR) slivers of kc x NR; columns past nc are zero. */
-static void tfm__pack_b(int kc, int nc, const float *B, int ldb, int transB, int p0, int j0, float *Bp) {
-    int s, p, j;
-    for (s = 0; s < nc; s += TFM__NR) {
-        int nr = TFM__MIN(TFM__NR, nc - s);
-        for (p = 0; p < kc; p++) {
-            float *dst = Bp + p * TFM__NR;
-            if (!transB) {
-                const float *src = B + (size_t)(p0 + p) * ldb + j0 + s;
-                for (j = 0; j < nr; j++) dst[j] = src[j];
-            } else {
-                for (j = 0; j < nr; j++) dst[j] = B[(size_t)(j0 + s + j) * ldb + p0 + p];
-            }
-            for (; j < TFM__NR; j++) dst[j] = 0.0f;
-        }
-        Bp += (size_t)kc * TFM__NR;
+/* AVX-512F: 8 x 32, 16 zmm registers accumulate. 12 x 32 (24 accumulators) ran as fast on packed data
+   but wastes a third of the last sliver of a 32-row product (attention's heads: 0.62 of OpenBLAS's rate
+   at 32 x 64 x 32 with 12 rows, 0.99 with 8). */
+static TFM__UNUSED void tfm__kernel_avx512(int kc, const float *TFM_RESTRICT a, int rsa, int csa,
+                                          const float *TFM_RESTRICT b, int rsb, float *c, int ldc, float alpha,
+                                          float beta) {
+    const size_t o1 = (size_t)rsa, o2 = 2 * o1, o3 = 3 * o1, o4 = 4 * o1, o5 = 5 * o1, o6 = 6 * o1, o7 = 7 * o1;
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00;
+    __m512 c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    __m512 b0, b1, ai, va, vb;
+    int p;
+    for (p = 0; p < TFM__MR_AVX512; p++) { /* C's tile arrives while the loop runs */
+        _mm_prefetch((const char *)(c + (size_t)p * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + (size_t)p * ldc + 31), _MM_HINT_T0);
     }
+    for (p = 0; p < kc; p++) {
+        TFM__K512_STEP
+    }
+    va = _mm512_set1_ps(alpha);
+    vb = _mm512_set1_ps(beta);
+    TFM__K512_STORE(0, c00, c01) TFM__K512_STORE(1, c10, c11) TFM__K512_STORE(2, c20, c21)
+    TFM__K512_STORE(3, c30, c31) TFM__K512_STORE(4, c40, c41) TFM__K512_STORE(5, c50, c51)
+    TFM__K512_STORE(6, c60, c61) TFM__K512_STORE(7, c70, c71)
 }
+#endif
 
-/* C[mr x nr] = alpha * (Ap sliver x Bp sliver) + beta * C; with beta == 0, C is not read. */
-static void tfm__micro(int kc, const float *TFM_RESTRICT a, const float *TFM_RESTRICT b, float *c,
-                       int ldc, int mr, int nr, float alpha, float beta) {
-    float tile[TFM__MR * TFM__NR];
-    int i, j, p;
+#if defined(__AVX2__) && defined(__FMA__)
+#define TFM__HAVE_KERNEL_AVX2 1
+#define TFM__MR_AVX2 6
+#define TFM__NR_AVX2 16
+#define TFM__K256_ROW(o, r0, r1)                 \
+    ai = _mm256_broadcast_ss(a + (o));           \
+    r0 = _mm256_fmadd_ps(ai, b0, r0);            \
+    r1 = _mm256_fmadd_ps(ai, b1, r1);
+#define TFM__K256_STEP                                                                                    \
+    b0 = _mm256_loadu_ps(b);                                                                              \
+    b1 = _mm256_loadu_ps(b + 8);                                                                          \
+    TFM__K256_ROW(0, c00, c01) TFM__K256_ROW(o1, c10, c11) TFM__K256_ROW(o2, c20, c21)                    \
+    TFM__K256_ROW(o3, c30, c31) TFM__K256_ROW(o4, c40, c41) TFM__K256_ROW(o5, c50, c51)                   \
+    a += csa;                                                                                             \
+    b += rsb;
+#define TFM__K256_STORE(i, r0, r1)                                                                        \
+    {                                                                                                     \
+        float *ci = c + (size_t)(i) * ldc;                                                                \
+        __m256 v0 = _mm256_mul_ps(va, r0), v1 = _mm256_mul_ps(va, r1);                                    \
+        if (beta != 0.0f) {                                                                               \
+            v0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci), v0);                                            \
+            v1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci + 8), v1);                                        \
+        }                                                                                                 \
+        _mm256_storeu_ps(ci, v0);                                                                         \
+        _mm256_storeu_ps(ci + 8, v1);                                                                     \
+    }
+/* AVX2 + FMA: 6 x 16, 12 of the 16 ymm registers accumulate. */
+static TFM__UNUSED void tfm__kernel_avx2(int kc, const float *TFM_RESTRICT a, int rsa, int csa,
+                                        const float *TFM_RESTRICT b, int rsb, float *c, int ldc, float alpha,
+                                        float beta) {
+    const size_t o1 = (size_t)rsa, o2 = 2 * o1, o3 = 3 * o1, o4 = 4 * o1, o5 = 5 * o1;
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    __m256 b0, b1, ai, va, vb;
+    int p;
+    for (p = 0; p < TFM__MR_AVX2; p++) {
+        _mm_prefetch((const char *)(c + (size_t)p * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + (size_t)p * ldc + 15), _MM_HINT_T0);
+    }
+    for (p = 0; p + 4 <= kc; p += 4) {
+        TFM__K256_STEP TFM__K256_STEP TFM__K256_STEP TFM__K256_STEP
+    }
+    for (; p < kc; p++) {
+        TFM__K256_STEP
+    }
+    va = _mm256_set1_ps(alpha);
+    vb = _mm256_set1_ps(beta);
+    TFM__K256_STORE(0, c00, c01) TFM__K256_STORE(1, c10, c11) TFM__K256_STORE(2, c20, c21)
+    TFM__K256_STORE(3, c30, c31) TFM__K256_STORE(4, c40, c41) TFM__K256_STORE(5, c50, c51)
+}
+#endif
+
+/* Portable: 6 x (2 vectors) over the compiler's vector extension (SSE2 4 lanes, AVX 8, NEON 4), or
+   6 x 16 in plain C without it. */
+#define TFM__MR_PORT 6
+#define TFM__NR_PORT (2 * TFM__VW)
+static TFM__UNUSED void tfm__kernel_port(int kc, const float *TFM_RESTRICT a, int rsa, int csa,
+                                        const float *TFM_RESTRICT b, int rsb, float *c, int ldc, float alpha,
+                                        float beta) {
+    const size_t o1 = (size_t)rsa;
+    int i, p;
 #if TFM__VEC
+    const size_t o2 = 2 * o1, o3 = 3 * o1, o4 = 4 * o1, o5 = 5 * o1;
+    tfm__vf acc[2 * TFM__MR_PORT];
     tfm__vf c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
     tfm__vf c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
     for (p = 0; p < kc; p++) {
         tfm__vf b0 = tfm__vload(b), b1 = tfm__vload(b + TFM__VW);
         c00 += a[0] * b0; c01 += a[0] * b1;
-        c10 += a[1] * b0; c11 += a[1] * b1;
-        c20 += a[2] * b0; c21 += a[2] * b1;
-        c30 += a[3] * b0; c31 += a[3] * b1;
-        c40 += a[4] * b0; c41 += a[4] * b1;
-        c50 += a[5] * b0; c51 += a[5] * b1;
-        a += TFM__MR;
-        b += TFM__NR;
+        c10 += a[o1] * b0; c11 += a[o1] * b1;
+        c20 += a[o2] * b0; c21 += a[o2] * b1;
+        c30 += a[o3] * b0; c31 += a[o3] * b1;
+        c40 += a[o4] * b0; c41 += a[o4] * b1;
+        c50 += a[o5] * b0; c51 += a[o5] * b1;
+        a += csa;
+        b += rsb;
     }
-    if (mr == TFM__MR && nr == TFM__NR) {
-        tfm__vf *acc[12];
-        acc[0] = &c00; acc[1] = &c01; acc[2] = &c10; acc[3] = &c11; acc[4] = &c20; acc[5] = &c21;
-        acc[6] = &c30; acc[7] = &c31; acc[8] = &c40; acc[9] = &c41; acc[10] = &c50; acc[11] = &c51;
-        for (i = 0; i < TFM__MR; i++) {
-            float *ci = c + (size_t)i * ldc;
-            tfm__vf v0 = alpha * *acc[2 * i], v1 = alpha * *acc[2 * i + 1];
-            if (beta != 0.0f) {
-                v0 += beta * tfm__vload(ci);
-                v1 += beta * tfm__vload(ci + TFM__VW);
-            }
-            tfm__vstore(ci, v0);
-            tfm__vstore(ci + TFM__VW, v1);
+    acc[0] = c00; acc[1] = c01; acc[2] = c10; acc[3] = c11; acc[4] = c20; acc[5] = c21;
+    acc[6] = c30; acc[7] = c31; acc[8] = c40; acc[9] = c41; acc[10] = c50; acc[11] = c51;
+    for (i = 0; i < TFM__MR_PORT; i++) {
+        float *ci = c + (size_t)i * ldc;
+        tfm__vf v0 = alpha * acc[2 * i], v1 = alpha * acc[2 * i + 1];
+        if (beta != 0.0f) {
+            v0 += beta * tfm__vload(ci);
+            v1 += beta * tfm__vload(ci + TFM__VW);
         }
-        return;
+        tfm__vstore(ci, v0);
+        tfm__vstore(ci + TFM__VW, v1);
     }
-    tfm__vstore(tile + 0 * TFM__NR, c00); tfm__vstore(tile + 0 * TFM__NR + TFM__VW, c01);
-    tfm__vstore(tile + 1 * TFM__NR, c10); tfm__vstore(tile + 1 * TFM__NR + TFM__VW, c11);
-    tfm__vstore(tile + 2 * TFM__NR, c20); tfm__vstore(tile + 2 * TFM__NR + TFM__VW, c21);
-    tfm__vstore(tile + 3 * TFM__NR, c30); tfm__vstore(tile + 3 * TFM__NR + TFM__VW, c31);
-    tfm__vstore(tile + 4 * TFM__NR, c40); tfm__vstore(tile + 4 * TFM__NR + TFM__VW, c41);
-    tfm__vstore(tile + 5 * TFM__NR, c50); tfm__vstore(tile + 5 * TFM__NR + TFM__VW, c51);
 #else
-    for (i = 0; i < TFM__MR * TFM__NR; i++) tile[i] = 0.0f;
+    float acc[TFM__MR_PORT * TFM__NR_PORT];
+    int j;
+    for (i = 0; i < TFM__MR_PORT * TFM__NR_PORT; i++) acc[i] = 0.0f;
     for (p = 0; p < kc; p++) {
-        for (i = 0; i < TFM__MR; i++)
-            for (j = 0; j < TFM__NR; j++) tile[i * TFM__NR + j] += a[i] * b[j];
-        a += TFM__MR;
-        b += TFM__NR;
+        for (i = 0; i < TFM__MR_PORT; i++)
+            for (j = 0; j < TFM__NR_PORT; j++) acc[i * TFM__NR_PORT + j] += a[i * o1] * b[j];
+        a += csa;
+        b += rsb;
     }
-#endif
-    for (i = 0; i < mr; i++)
-        for (j = 0; j < nr; j++) {
-            float *cij = c + (size_t)i * ldc + j;
-            *cij = beta != 0.0f ? alpha * tile[i * TFM__NR + j] + beta * *cij : alpha * tile[i * TFM__NR + j];
+    for (i = 0; i < TFM__MR_PORT; i++)
+        for (j = 0; j < TFM__NR_PORT; j++) {
+            float *cij = c + (size_t)i * ldc + j, v = alpha * acc[i * TFM__NR_PORT + j];
+            *cij = beta != 0.0f ? v + beta * *cij : v;
         }
+#endif
 }
 
-/* One MC x NC tile of C with its full K loop. Ap and Bp are this thread's panels. */
-static void tfm__sgemm_tile(int transA, int transB, int i0, int mc, int j0, int nc, int K, float alpha,
-                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                            int ldc, float *Ap, float *Bp) {
-    int pc, ir, jr;
-    for (pc = 0; pc < K; pc += TFM__KC) {
-        int kc = TFM__MIN(TFM__KC, K - pc);
-        float b_eff = pc == 0 ? beta : 1.0f;
-        tfm__pack_b(kc, nc, B, ldb, transB, pc, j0, Bp);
-        tfm__pack_a(mc, kc, A, lda, transA, i0, pc, Ap);
-        for (jr = 0; jr < nc; jr += TFM__NR)
-            for (ir = 0; ir < mc; ir += TFM__MR)
-                tfm__micro(kc, Ap + (size_t)(ir / TFM__MR) * kc * TFM__MR, Bp + (size_t)(jr / TFM__NR) * kc * TFM__NR,
-                           C + (size_t)(i0 + ir) * ldc + j0 + jr, ldc, TFM__MIN(TFM__MR, mc - ir),
-                           TFM__MIN(TFM__NR, nc - jr), alpha, b_eff);
+/* The kernel this build uses: the widest the compiler targets. */
+#if defined(TFM__HAVE_KERNEL_AVX512)
+#define TFM__MR TFM__MR_AVX512
+#define TFM__NR TFM__NR_AVX512
+#define tfm__kernel tfm__kernel_avx512
+#define TFM__KERNEL_NAME "avx512 8x32"
+#elif defined(TFM__HAVE_KERNEL_AVX2)
+#define TFM__MR TFM__MR_AVX2
+#define TFM__NR TFM__NR_AVX2
+#define tfm__kernel tfm__kernel_avx2
+#define TFM__KERNEL_NAME "avx2+fma 6x16"
+#else
+#define TFM__MR TFM__MR_PORT
+#define TFM__NR TFM__NR_PORT
+#define tfm__kernel tfm__kernel_port
+#define TFM__KERNEL_NAME "portable"
+#endif
+
+/* Blocking (Goto & van de Geijn): a B panel of KC x NC (in L3) is packed once per K block and swept by
+   every A block of MC x KC (in L2) packed against it; a B sliver (KC x NR) stays in L1 while the A
+   slivers stream past it. None of these depends on the thread count. */
+#define TFM__KC 256
+#define TFM__MC 144
+#define TFM__NC 512
+
+/* Packing. Both operands reduce to two moves into a k-major sliver of width W (MR for A, NR for B):
+   a copy, where the source already runs along the sliver's width (op(A) = A^T, op(B) = B), and a
+   transpose, where it runs along k (op(A) = A, op(B) = B^T). Widths past w are zero. */
+
+/* dst[p*W + i] = src[p*ld + i] for i < w, 0 for w <= i < W; p < kc. */
+static void tfm__pack_copy(const float *src, int ld, int w, int kc, float *dst, int W) {
+    int i, p;
+    if (w == W) {
+        for (p = 0; p < kc; p++)
+            for (i = 0; i < W; i++) dst[(size_t)p * W + i] = src[(size_t)p * ld + i];
+    } else {
+        memset(dst, 0, (size_t)kc * W * sizeof(float)); /* once, not a call per row */
+        for (p = 0; p < kc; p++)
+            for (i = 0; i < w; i++) dst[(size_t)p * W + i] = src[(size_t)p * ld + i];
     }
+}
+
+/* dst[p*W + i] = src[i*ld + p] for i < w, 0 for w <= i < W; p < kc. In 8 x 8 blocks (AVX) and 4 x 4
+   blocks (SSE) of registers; what is left, element by element. */
+static void tfm__pack_transpose(const float *src, int ld, int w, int kc, float *dst, int W) {
+    int i = 0, p;
+    if (w < W) memset(dst, 0, (size_t)kc * W * sizeof(float));
+#if defined(__AVX__)
+    for (; i + 8 <= w; i += 8) {
+        const float *s = src + (size_t)i * ld;
+        float *d = dst + i;
+        for (p = 0; p + 8 <= kc; p += 8) {
+            __m256 r0 = _mm256_loadu_ps(s + p), r1 = _mm256_loadu_ps(s + ld + p);
+            __m256 r2 = _mm256_loadu_ps(s + 2 * (size_t)ld + p), r3 = _mm256_loadu_ps(s + 3 * (size_t)ld + p);
+            __m256 r4 = _mm256_loadu_ps(s + 4 * (size_t)ld + p), r5 = _mm256_loadu_ps(s + 5 * (size_t)ld + p);
+            __m256 r6 = _mm256_loadu_ps(s + 6 * (size_t)ld + p), r7 = _mm256_loadu_ps(s + 7 * (size_t)ld + p);
+            __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+            __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+            __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+            __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+            __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+            __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+            __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            float *q = d + (size_t)p * W;
+            _mm256_storeu_ps(q, _mm256_permute2f128_ps(u0, u4, 0x20));
+            _mm256_storeu_ps(q + W, _mm256_permute2f128_ps(u1, u5, 0x20));
+            _mm256_storeu_ps(q + 2 * W, _mm256_permute2f128_ps(u2, u6, 0x20));
+            _mm256_storeu_ps(q + 3 * W, _mm256_permute2f128_ps(u3, u7, 0x20));
+            _mm256_storeu_ps(q + 4 * W, _mm256_permute2f128_ps(u0, u4, 0x31));
+            _mm256_storeu_ps(q + 5 * W, _mm256_permute2f128_ps(u1, u5, 0x31));
+            _mm256_storeu_ps(q + 6 * W, _mm256_permute2f128_ps(u2, u6, 0x31));
+            _mm256_storeu_ps(q + 7 * W, _mm256_permute2f128_ps(u3, u7, 0x31));
+        }
+        for (; p < kc; p++) {
+            int r;
+            for (r = 0; r < 8; r++) d[(size_t)p * W + r] = s[(size_t)r * ld + p];
+        }
+    }
+#endif
+#if defined(__SSE2__)
+    for (; i + 4 <= w; i += 4) {
+        const float *s = src + (size_t)i * ld;
+        float *d = dst + i;
+        for (p = 0; p + 4 <= kc; p += 4) {
+            __m128 r0 = _mm_loadu_ps(s + p), r1 = _mm_loadu_ps(s + ld + p);
+            __m128 r2 = _mm_loadu_ps(s + 2 * (size_t)ld + p), r3 = _mm_loadu_ps(s + 3 * (size_t)ld + p);
+            __m128 t0 = _mm_unpacklo_ps(r0, r1), t1 = _mm_unpackhi_ps(r0, r1);
+            __m128 t2 = _mm_unpacklo_ps(r2, r3), t3 = _mm_unpackhi_ps(r2, r3);
+            float *q = d + (size_t)p * W;
+            _mm_storeu_ps(q, _mm_movelh_ps(t0, t2));
+            _mm_storeu_ps(q + W, _mm_movehl_ps(t2, t0));
+            _mm_storeu_ps(q + 2 * W, _mm_movelh_ps(t1, t3));
+            _mm_storeu_ps(q + 3 * W, _mm_movehl_ps(t3, t1));
+        }
+        for (; p < kc; p++) {
+            int r;
+            for (r = 0; r < 4; r++) d[(size_t)p * W + r] = s[(size_t)r * ld + p];
+        }
+    }
+#endif
+    if (i < w) {
+        const float *s = src + (size_t)i * ld;
+        int r, rest = w - i;
+        for (p = 0; p < kc; p++)
+            for (r = 0; r < rest; r++) dst[(size_t)p * W + i + r] = s[(size_t)r * ld + p];
+    }
+}
+
+/* One MR-row sliver of op(A): rows i0..i0+mr-1, columns p0..p0+kc-1, into dst (kc x MR, k-major). */
+static void tfm__pack_a(int mr, int kc, const float *A, int lda, int transA, int i0, int p0, float *dst) {
+    if (transA)
+        tfm__pack_copy(A + (size_t)p0 * lda + i0, lda, mr, kc, dst, TFM__MR);
+    else
+        tfm__pack_transpose(A + (size_t)i0 * lda + p0, lda, mr, kc, dst, TFM__MR);
+}
+
+/* One NR-column sliver of op(B): rows p0..p0+kc-1, columns j0..j0+nr-1, into dst (kc x NR, k-major). */
+static void tfm__pack_b(int kc, int nr, const float *B, int ldb, int transB, int p0, int j0, float *dst) {
+    if (transB)
+        tfm__pack_transpose(B + (size_t)j0 * ldb + p0, ldb, nr, kc, dst, TFM__NR);
+    else
+        tfm__pack_copy(B + (size_t)p0 * ldb + j0, ldb, nr, kc, dst, TFM__NR);
+}
+
+/* One tile: the kernel straight into C, or, for an edge tile (mr < MR or nr < NR), into a full tile on
+   the stack that is copied in and out, so edge elements go through the same instructions. */
+static void tfm__gemm_tile(int kc, const float *a, int rsa, int csa, const float *b, int rsb, float *c, int ldc,
+                           int mr, int nr, float alpha, float beta) {
+    float tile[TFM__MR * TFM__NR];
+    int i, j;
+    if (mr == TFM__MR && nr == TFM__NR) {
+        tfm__kernel(kc, a, rsa, csa, b, rsb, c, ldc, alpha, beta);
+        return;
+    }
+    if (beta != 0.0f)
+        for (i = 0; i < TFM__MR; i++)
+            for (j = 0; j < TFM__NR; j++) tile[i * TFM__NR + j] = i < mr && j < nr ? c[(size_t)i * ldc + j] : 0.0f;
+    tfm__kernel(kc, a, rsa, csa, b, rsb, tile, TFM__NR, alpha, beta);
+    for (i = 0; i < mr; i++)
+        for (j = 0; j < nr; j++) c[(size_t)i * ldc + j] = tile[i * TFM__NR + j];
 }
 
 /* C = beta * C (beta == 0 writes zeros without reading C). */
@@ -1558,30 +1753,95 @@ static void tfm__scale_c(int M, int N, float beta, float *C, int ldc) {
         for (j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
 }
 
+static int tfm__ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+/* The Goto loops on one thread: column panels jc (NC wide), K blocks pc (KC deep: the B panel is packed
+   here), row blocks ic (MC high: the A block is packed here), then B slivers jr and A slivers ir around
+   the kernel. Blocks are balanced (K = 300 is two blocks of 150, not 256 + 44) and depend only on the
+   shape. The panel and the block live on this thread's stack: KC*NC + MC*KC floats, 656 KiB, because a
+   training step allocates nothing. */
+static void tfm__sgemm_serial(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                              const float *B, int ldb, float beta, float *C, int ldc) {
+    float bbuf[TFM__KC * TFM__NC + 16], abuf[TFM__MC * TFM__KC + 16];
+    float *Bp = (float *)(((uintptr_t)bbuf + 63) & ~(uintptr_t)63);
+    float *Ap = (float *)(((uintptr_t)abuf + 63) & ~(uintptr_t)63);
+    int n_pc = tfm__ceil_div(K, TFM__KC), kc_step = tfm__ceil_div(K, n_pc);
+    int n_jc = tfm__ceil_div(N, TFM__NC), nc_step = tfm__ceil_div(tfm__ceil_div(N, n_jc), TFM__NR) * TFM__NR;
+    int n_ic = tfm__ceil_div(M, TFM__MC), mc_step = tfm__ceil_div(tfm__ceil_div(M, n_ic), TFM__MR) * TFM__MR;
+    /* Small products read an operand in place when packing it would not pay: op(A) when each A sliver
+       meets at most two B slivers, op(B) = B (rows already run along NR) when each B sliver meets at
+       most four A slivers. Edge slivers are always packed (they are zero-padded). */
+    int direct_a = N <= 2 * TFM__NR, direct_b = !transB && M <= 4 * TFM__MR;
+    int jc, pc, ic, jr, ir;
+    for (jc = 0; jc < N; jc += nc_step) {
+        int nc = TFM__MIN(nc_step, N - jc);
+        for (pc = 0; pc < K; pc += kc_step) {
+            int kc = TFM__MIN(kc_step, K - pc);
+            float b_eff = pc == 0 ? beta : 1.0f;
+            for (jr = 0; jr < nc; jr += TFM__NR)
+                if (!(direct_b && nc - jr >= TFM__NR))
+                    tfm__pack_b(kc, TFM__MIN(TFM__NR, nc - jr), B, ldb, transB, pc, jc + jr, Bp + (size_t)jr * kc);
+            for (ic = 0; ic < M; ic += mc_step) {
+                int mc = TFM__MIN(mc_step, M - ic);
+                for (ir = 0; ir < mc; ir += TFM__MR)
+                    if (!(direct_a && mc - ir >= TFM__MR))
+                        tfm__pack_a(TFM__MIN(TFM__MR, mc - ir), kc, A, lda, transA, ic + ir, pc, Ap + (size_t)ir * kc);
+                for (jr = 0; jr < nc; jr += TFM__NR) {
+                    int db = direct_b && nc - jr >= TFM__NR;
+                    const float *b = db ? B + (size_t)pc * ldb + jc + jr : Bp + (size_t)jr * kc;
+                    for (ir = 0; ir < mc; ir += TFM__MR) {
+                        int da = direct_a && mc - ir >= TFM__MR;
+                        const float *a = !da ? Ap + (size_t)ir * kc
+                                             : transA ? A + (size_t)pc * lda + ic + ir : A + (size_t)(ic + ir) * lda + pc;
+                        tfm__gemm_tile(kc, a, !da || transA ? 1 : lda, !da ? TFM__MR : transA ? lda : 1, b,
+                                       db ? ldb : TFM__NR, C + (size_t)(ic + ir) * ldc + jc + jr, ldc,
+                                       TFM__MIN(TFM__MR, mc - ir), TFM__MIN(TFM__NR, nc - jr), alpha, b_eff);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The built-in sgemm. With several threads, C is cut into one rectangle per thread (column ranges in
+   whole NR slivers when op(B) has at least as many slivers as op(A), else row ranges in whole MR
+   slivers) and each thread runs the Goto loops on its own, packing its own panels: the only
+   synchronisation is the end of the parallel region, so a thread that the OS preempts delays nobody
+   until then (on a shared machine, a barrier per K block cost more than the duplicated packing, which
+   is about M*K/NC or N*K/MC extra copies). Each element of C is summed over K in the same order
+   whatever the rectangle, so the result does not depend on the thread count. */
 static TFM__UNUSED void tfm__sgemm_builtin(int transA, int transB, int M, int N, int K, float alpha,
                                           const float *A, int lda, const float *B, int ldb, float beta,
                                           float *C, int ldc) {
-    int mt, nt, ntiles, t;
+    int nth = 1, t;
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) {
         tfm__scale_c(M, N, beta, C, ldc);
         return;
     }
-    mt = (M + TFM__MC - 1) / TFM__MC;
-    nt = (N + TFM__NC - 1) / TFM__NC;
-    ntiles = mt * nt;
-    TFM__OMP(omp parallel if (ntiles > 1 && (double)M * N * K > 2e5 && !tfm__in_parallel()))
+#ifdef _OPENMP
+    if (!tfm__in_parallel() && (double)M * N * K > 2e5) nth = tfm_get_num_threads();
+#endif
     {
-        /* per-thread panels: (MC x KC) + (KC x NC) floats, 64-byte aligned on the stack */
-        float apbuf[TFM__MC * TFM__KC + 16], bpbuf[TFM__KC * TFM__NC + 16];
-        float *Ap = (float *)(((uintptr_t)apbuf + 63) & ~(uintptr_t)63);
-        float *Bp = (float *)(((uintptr_t)bpbuf + 63) & ~(uintptr_t)63);
-        TFM__OMP(omp for schedule(static))
-        for (t = 0; t < ntiles; t++) {
-            int ti = t / nt, tj = t % nt;
-            int i0 = ti * TFM__MC, j0 = tj * TFM__NC;
-            tfm__sgemm_tile(transA, transB, i0, TFM__MIN(TFM__MC, M - i0), j0, TFM__MIN(TFM__NC, N - j0), K,
-                            alpha, A, lda, B, ldb, beta, C, ldc, Ap, Bp);
+        int s_m = tfm__ceil_div(M, TFM__MR), s_n = tfm__ceil_div(N, TFM__NR), by_cols = s_n >= s_m;
+        int units = by_cols ? s_n : s_m;
+        if (nth > units) nth = units;
+        if (nth <= 1) {
+            tfm__sgemm_serial(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            return;
+        }
+        TFM__OMP(omp parallel for num_threads(nth) schedule(static, 1))
+        for (t = 0; t < nth; t++) {
+            int u0 = (int)((int64_t)units * t / nth), u1 = (int)((int64_t)units * (t + 1) / nth);
+            if (by_cols) {
+                int j0 = u0 * TFM__NR, j1 = TFM__MIN(N, u1 * TFM__NR);
+                tfm__sgemm_serial(transA, transB, M, j1 - j0, K, alpha, A, lda,
+                                  transB ? B + (size_t)j0 * ldb : B + j0, ldb, beta, C + j0, ldc);
+            } else {
+                int i0 = u0 * TFM__MR, i1 = TFM__MIN(M, u1 * TFM__MR);
+                tfm__sgemm_serial(transA, transB, i1 - i0, N, K, alpha, transA ? A + i0 : A + (size_t)i0 * lda, lda,
+                                  B, ldb, beta, C + (size_t)i0 * ldc, ldc);
+            }
         }
     }
 }
@@ -1659,19 +1919,31 @@ TFMDEF tfm_result tfm_sgemm(int transA, int transB, int M, int N, int K, float a
     return TFM_OK;
 }
 
-/* Batched products; parallel over the batch when there is at least one matrix per thread. */
-static void tfm__sgemm_batched(int transA, int transB, int M, int N, int K, float alpha, const float *A,
-                               int lda, int64_t sA, const float *B, int ldb, int64_t sB, float beta,
-                               float *C, int ldc, int64_t sC, int batch) {
+typedef void (*tfm__sgemm_fn)(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                              const float *B, int ldb, float beta, float *C, int ldc);
+
+/* Batched products through gemm (tfm__sgemm, or one engine in the bench): parallel over the batch when
+   there is at least one matrix per thread, each product then on one thread with its operands packed
+   once; otherwise one product after the other, each threaded. */
+static void tfm__sgemm_batched_with(tfm__sgemm_fn gemm, int transA, int transB, int M, int N, int K, float alpha,
+                                    const float *A, int lda, int64_t sA, const float *B, int ldb, int64_t sB,
+                                    float beta, float *C, int ldc, int64_t sC, int batch) {
     int i;
     if (batch >= tfm_get_num_threads() && batch > 1 && !tfm__in_parallel()) {
         TFM__OMP(omp parallel for schedule(static))
         for (i = 0; i < batch; i++)
-            tfm__sgemm(transA, transB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
+            gemm(transA, transB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
     } else {
         for (i = 0; i < batch; i++)
-            tfm__sgemm(transA, transB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
+            gemm(transA, transB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
     }
+}
+
+static void tfm__sgemm_batched(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                               int lda, int64_t sA, const float *B, int ldb, int64_t sB, float beta,
+                               float *C, int ldc, int64_t sC, int batch) {
+    tfm__sgemm_batched_with(tfm__sgemm, transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
+                            batch);
 }
 
 TFMDEF tfm_result tfm_sgemm_batched(int transA, int transB, int M, int N, int K, float alpha, const float *A,
