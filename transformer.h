@@ -82,7 +82,8 @@
    TFM_ASSERT(x)       internal invariants only (default assert); never fired by bad user input.
    TFM_ABORT_ON_ERROR  every failure prints its message to stderr and aborts (for tests and tools).
    TFM_NO_STDIO        leaves out everything that uses FILE* (checkpoints): no <stdio.h> I/O.
-   TFM_NO_VECTOR_EXT   no GCC/Clang vector extensions (the built-in sgemm and AdamW use portable C).
+   TFM_NO_VECTOR_EXT   no GCC/Clang vector extensions: AdamW runs its scalar loop (the built-in sgemm
+                       picks its intrinsics micro-kernel from the target ISA either way).
    TFM_STATIC          every function static, for a private copy in one translation unit.
    TFMDEF              storage class of every public function (default extern).
    TFM_CUDA            reserved for the CUDA kernels; this version stops the build with a message.
