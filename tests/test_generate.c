@@ -202,9 +202,359 @@ static void gen_test_errors(void) {
     tfm_model_free(&m);
 }
 
+/* ---- reference decoding: full forwards (no cache) and a sampler written apart from the library's ---- */
+
+/* Logits of the position after seq (n ids) under a full forward of batch 1: an LM over seq, an
+   encoder-decoder over src (src_len ids) with decoder inputs seq. out: V floats. */
+static void gen_ref_logits(tfm_model *m, const int32_t *src, int src_len, const int32_t *seq, int n, float *out) {
+    tfm_batch b;
+    int64_t V = m->cfg.kind == TFM_MODEL_ENCODER_DECODER ? m->cfg.tgt_vocab_size : m->cfg.vocab_size;
+    memset(&b, 0, sizeof b);
+    b.batch = 1;
+    if (src) {
+        b.len = src_len;
+        b.tokens = src;
+        b.tgt_len = n;
+        b.tgt_in = seq;
+    } else {
+        b.len = n;
+        b.tokens = seq;
+    }
+    CHECK_OK(tfm_model_forward(m, &b, NULL, NULL));
+    memcpy(out, tfm_model_logits(m).data + (int64_t)(n - 1) * V, (size_t)V * sizeof(float));
+}
+
+/* The sampler as tfm_gen_opts documents it, computed another way: a token survives top_k when fewer than k
+   tokens are strictly likelier; top_p when the mass of the kept tokens ranked before it (likelier, or as
+   likely with a lower id) is below top_p of the kept mass. hist: the n_hist ids seen so far. */
+static int32_t gen_ref_pick(const float *logits, int V, const tfm_gen_opts *o, tfm_rng *rng, const int32_t *hist,
+                            int n_hist) {
+    double l[64] = {0}, q[64], mx, tot = 0.0, r, cum = 0.0;
+    int keep[64], j, i, best = 0;
+    for (j = 0; j < V; j++) {
+        int seen = 0;
+        for (i = 0; i < n_hist; i++) seen |= hist[i] == j;
+        l[j] = logits[j];
+        if (seen && o->repetition_penalty > 0.0f && o->repetition_penalty != 1.0f)
+            l[j] = logits[j] > 0.0f ? (double)(logits[j] / o->repetition_penalty) : (double)(logits[j] * o->repetition_penalty);
+    }
+    for (j = 0; j < V; j++)
+        if (l[j] > l[best]) best = j;
+    if (o->temperature <= 0.0f) return best;
+    mx = l[best];
+    for (j = 0; j < V; j++) {
+        q[j] = exp((l[j] - mx) / (double)o->temperature);
+        keep[j] = 1;
+    }
+    if (o->top_k > 0)
+        for (j = 0; j < V; j++) {
+            int above = 0;
+            for (i = 0; i < V; i++) above += q[i] > q[j];
+            if (above >= o->top_k) keep[j] = 0;
+        }
+    if (o->top_p > 0.0f && o->top_p < 1.0f) {
+        int kept_k[64];
+        double mass = 0.0;
+        for (j = 0; j < V; j++) {
+            kept_k[j] = keep[j];
+            if (keep[j]) mass += q[j];
+        }
+        for (j = 0; j < V; j++) {
+            double before = 0.0;
+            if (!kept_k[j]) continue;
+            for (i = 0; i < V; i++)
+                if (kept_k[i] && (q[i] > q[j] || (q[i] == q[j] && i < j))) before += q[i];
+            if (!(before < (double)o->top_p * mass)) keep[j] = 0;
+        }
+    }
+    for (j = 0; j < V; j++) {
+        if (o->min_p > 0.0f && q[j] < (double)o->min_p) keep[j] = 0;
+        if (keep[j]) tot += q[j];
+    }
+    r = (double)tfm_rng_uniform(rng) * tot;
+    for (j = 0; j < V; j++) {
+        if (!keep[j]) continue;
+        cum += q[j];
+        if (cum > r) return j;
+    }
+    return -1;
+}
+
+static int gen_is_stop(const tfm_gen_opts *o, int32_t t) {
+    int i;
+    if (o->has_stop && o->stop_token == t) return 1;
+    for (i = 0; i < o->n_stop; i++)
+        if (o->stop_tokens[i] == t) return 1;
+    return 0;
+}
+
+/* What generation must give for one row, decoded with full forwards and the reference sampler from the
+   stream of `seed`: out (n ids, returned). */
+static int gen_ref_generate(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
+                            const tfm_gen_opts *o, uint64_t seed, int32_t *out) {
+    int32_t seq[64];
+    float lg[64];
+    tfm_rng rng;
+    int n = 0, V = (int)(m->cfg.kind == TFM_MODEL_ENCODER_DECODER ? m->cfg.tgt_vocab_size : m->cfg.vocab_size);
+    tfm_rng_seed(&rng, seed);
+    memcpy(seq, prompt, (size_t)n_prompt * sizeof(int32_t));
+    while (n < o->max_new) {
+        int32_t t;
+        gen_ref_logits(m, src, src_len, seq, n_prompt + n, lg);
+        t = gen_ref_pick(lg, V, o, &rng, seq, n_prompt + n);
+        seq[n_prompt + n] = t;
+        out[n++] = t;
+        if (gen_is_stop(o, t)) break;
+    }
+    return n;
+}
+
+static void gen_sampling_opts(tfm_gen_opts *o, int which) {
+    memset(o, 0, sizeof *o);
+    o->max_new = 7;
+    o->seed = 11 + (uint64_t)which;
+    switch (which) {
+    case 0: o->temperature = 0.7f; o->top_k = 4; break;
+    case 1: o->temperature = 1.3f; o->top_p = 0.8f; break;
+    case 2: o->temperature = 1.0f; o->min_p = 0.1f; break;
+    case 3: o->temperature = 0.9f; o->top_k = 6; o->top_p = 0.9f; o->min_p = 0.05f; o->repetition_penalty = 1.3f; break;
+    case 4: o->repetition_penalty = 1.8f; break; /* greedy with a penalty */
+    default: o->temperature = 2.0f; o->repetition_penalty = 0.7f; break;
+    }
+}
+
+/* The sampler alone against the reference, on many logit vectors with tied values (quantised to
+   quarters), option sets drawn at random and the same random stream: every pick must agree. */
+static void gen_test_pick(void) {
+    tfm_rng data, r1, r2;
+    float lg[24], work_lg[24];
+    double p[24];
+    tfm__cand cand[24];
+    int32_t hist[3];
+    unsigned char seen[24];
+    int trial, j, V = 24, bad = 0, sampled_low = 0;
+    tfm_rng_seed(&data, 3);
+    for (trial = 0; trial < 3000; trial++) {
+        tfm_gen_opts o;
+        int32_t a, b;
+        memset(&o, 0, sizeof o);
+        for (j = 0; j < V; j++) lg[j] = (float)(int)(tfm_rng_normal(&data) * 6.0f) * 0.25f;
+        o.temperature = trial % 7 == 0 ? 0.0f : 0.3f + 2.0f * tfm_rng_uniform(&data);
+        if (trial % 2) o.top_k = 1 + (int)(tfm_rng_uniform(&data) * V);
+        if (trial % 3) o.top_p = tfm_rng_uniform(&data);
+        if (trial % 5 < 2) o.min_p = 0.5f * tfm_rng_uniform(&data);
+        if (trial % 4 == 1) o.repetition_penalty = 0.5f + 2.0f * tfm_rng_uniform(&data);
+        memset(seen, 0, sizeof seen);
+        for (j = 0; j < 3; j++) {
+            hist[j] = (int32_t)(tfm_rng_uniform(&data) * V);
+            seen[hist[j]] = 1;
+        }
+        tfm_rng_seed(&r1, (uint64_t)trial);
+        tfm_rng_seed(&r2, (uint64_t)trial);
+        memcpy(work_lg, lg, sizeof lg);
+        a = tfm__pick(work_lg, V, &o, &r1, seen, p, cand);
+        b = gen_ref_pick(lg, V, &o, &r2, hist, 3);
+        if (a != b && bad++ < 5)
+            printf("    trial %d: picked %d, reference %d (T %g k %d p %g min_p %g rp %g)\n", trial, a, b,
+                   (double)o.temperature, o.top_k, (double)o.top_p, (double)o.min_p, (double)o.repetition_penalty);
+        for (j = 0; j < V; j++) /* a pick below the likeliest logit: sampling, not argmax */
+            if (lg[j] > lg[a]) {
+                sampled_low++;
+                break;
+            }
+    }
+    CHECK_MSG(bad == 0, "%d of 3000 picks differ from the reference", bad);
+    CHECK_MSG(sampled_low > 1000, "only %d picks were not the argmax", sampled_low);
+}
+
+/* Sampling: every combination against the reference sampler on the same random stream, for an LM and an
+   encoder-decoder; the same seed at 1 and 2 threads gives the same ids; several stop tokens. */
+static void gen_test_sampling(void) {
+    int kind, which, i;
+    for (kind = 0; kind < 2; kind++) {
+        tfm_config c;
+        tfm_model m;
+        tfm_gen_opts o;
+        int32_t src[5] = {4, 9, 1, 12, 3}, prompt[3] = {2, 7, 5}, out[16], want[16];
+        int encdec = kind == 1, n, nw, saved = tfm_get_num_threads();
+        const int32_t *s = encdec ? src : NULL;
+        gen_config(&c, encdec ? TFM_MODEL_ENCODER_DECODER : TFM_MODEL_DECODER_LM, kind, TFM_POS_LEARNED);
+        c.init_std = 0.15f; /* logits spread, but not so far that sampling is always the argmax */
+        CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+        if (!m.impl) return;
+        tfm_model_train(&m, 0);
+        for (which = 0; which < 6; which++) {
+            gen_sampling_opts(&o, which);
+            CHECK_OK(tfm_model_generate(&m, s, 5, prompt, encdec ? 1 : 3, &o, out, &n));
+            nw = gen_ref_generate(&m, s, 5, prompt, encdec ? 1 : 3, &o, o.seed, want);
+            CHECK_MSG(n == nw && !memcmp(out, want, (size_t)n * sizeof(int32_t)),
+                      "kind %d options %d: %d ids, reference %d (first %d vs %d)", kind, which, n, nw, out[0], want[0]);
+            /* the same seed at another thread count */
+            tfm_set_num_threads(which % 2 ? 1 : 2);
+            CHECK_OK(tfm_model_generate(&m, s, 5, prompt, encdec ? 1 : 3, &o, want, &nw));
+            tfm_set_num_threads(saved);
+            CHECK(n == nw && !memcmp(out, want, (size_t)n * sizeof(int32_t)));
+        }
+        /* several stop tokens: generation ends at the first of them */
+        gen_sampling_opts(&o, 4);
+        o.max_new = 8;
+        CHECK_OK(tfm_model_generate(&m, s, 5, prompt, 1, &o, want, &nw));
+        CHECK(nw == 8);
+        {
+            int32_t stops[2];
+            stops[0] = want[5];
+            stops[1] = want[3];
+            o.stop_tokens = stops;
+            o.n_stop = 2;
+            for (i = 0; i < 8 && want[i] != stops[0] && want[i] != stops[1]; i++) {}
+            CHECK_OK(tfm_model_generate(&m, s, 5, prompt, 1, &o, out, &n));
+            CHECK_MSG(n == i + 1 && !memcmp(out, want, (size_t)n * sizeof(int32_t)), "stopped after %d ids, want %d", n, i + 1);
+        }
+        tfm_model_free(&m);
+    }
+}
+
+/* Streaming: tokens in the order they are chosen, with their row; a non-zero return stops that row only. */
+typedef struct gen_stream { int n, row[64], stop_row, stop_at, seen_of_stop_row; int32_t tok[64]; } gen_stream;
+static int gen_on_token(void *user, int row, int32_t token) {
+    gen_stream *s = (gen_stream *)user;
+    if (s->n < 64) {
+        s->row[s->n] = row;
+        s->tok[s->n++] = token;
+    }
+    return row == s->stop_row && ++s->seen_of_stop_row == s->stop_at;
+}
+
+/* Batched decoding: rows of different prompt (and source) lengths, ending at different times, each
+   equal to decoding it alone with the seed + row; greedy and sampled; and streaming. */
+static void gen_check_batch(tfm_model_kind kind) {
+    tfm_config c;
+    tfm_model m;
+    tfm_gen_opts o;
+    int32_t srcs[4][12] = {{3, 1, 4, 1, 5}, {9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2}, {3, 8}, {4, 6, 2, 6, 4, 3, 3}};
+    int32_t prompts[4][6] = {{2, 7, 1, 8, 2, 8}, {1}, {4, 1, 4}, {3, 9}};
+    int src_lens[4] = {5, 12, 2, 7}, n_prompts[4] = {6, 1, 3, 2}, n_out[4], b, which, i;
+    const int32_t *sp[4], *pp[4];
+    int32_t out[4 * 9], alone[9];
+    int encdec = kind == TFM_MODEL_ENCODER_DECODER;
+    gen_config(&c, kind, 1, TFM_POS_LEARNED);
+    c.max_batch = 4;
+    c.init_std = 0.15f;
+    if (encdec) n_prompts[0] = 1; /* fits max_tgt_len 10 with 7 new */
+    CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+    if (!m.impl) return;
+    tfm_model_train(&m, 0);
+    for (b = 0; b < 4; b++) {
+        sp[b] = srcs[b];
+        pp[b] = prompts[b];
+    }
+    for (which = 0; which < 4; which++) {
+        int32_t stops[1];
+        gen_sampling_opts(&o, which == 0 ? 4 : which == 1 ? 0 : 3);
+        o.max_new = encdec ? 7 : 6;
+        if (which == 2) { /* a stop token that ends some rows early */
+            int nw;
+            CHECK_OK(tfm_model_generate(&m, encdec ? sp[1] : NULL, src_lens[1], pp[1], n_prompts[1], &o, alone, &nw));
+            stops[0] = alone[1];
+            o.stop_tokens = stops;
+            o.n_stop = 1;
+        }
+        if (which == 3) o.temperature = 0.0f; /* plain greedy */
+        CHECK_OK(tfm_model_generate_batch(&m, 4, encdec ? sp : NULL, encdec ? src_lens : NULL, pp, n_prompts, &o, out, 9, n_out));
+        for (b = 0; b < 4; b++) {
+            int na;
+            tfm_gen_opts ob = o;
+            ob.seed = o.seed + (uint64_t)b;
+            CHECK_OK(tfm_model_generate(&m, encdec ? sp[b] : NULL, src_lens[b], pp[b], n_prompts[b], &ob, alone, &na));
+            CHECK_MSG(n_out[b] == na && !memcmp(out + b * 9, alone, (size_t)na * sizeof(int32_t)),
+                      "kind %d options %d row %d: batched %d ids, alone %d", (int)kind, which, b, n_out[b], na);
+        }
+    }
+    /* streaming: every chosen token, in order per row; row 2 stops itself after its third */
+    {
+        gen_stream st;
+        int count[4] = {0, 0, 0, 0};
+        memset(&st, 0, sizeof st);
+        st.stop_row = 2;
+        st.stop_at = 3;
+        gen_sampling_opts(&o, 0);
+        o.max_new = 5;
+        o.on_token = gen_on_token;
+        o.on_token_user = &st;
+        CHECK_OK(tfm_model_generate_batch(&m, 4, encdec ? sp : NULL, encdec ? src_lens : NULL, pp, n_prompts, &o, out, 9, n_out));
+        CHECK(n_out[0] == 5 && n_out[1] == 5 && n_out[2] == 3 && n_out[3] == 5);
+        CHECK(st.n == 18);
+        for (i = 0; i < st.n; i++) {
+            b = st.row[i];
+            CHECK_MSG(b >= 0 && b < 4 && count[b] < n_out[b] && out[b * 9 + count[b]] == st.tok[i], "streamed token %d", i);
+            if (b >= 0 && b < 4) count[b]++;
+        }
+        /* rows are streamed step by step: a row of the shortest prompt (1 id) chose the first token */
+        CHECK(n_prompts[st.row[0]] == 1);
+    }
+    tfm_model_free(&m);
+}
+
+static void gen_test_batch(void) {
+    gen_check_batch(TFM_MODEL_DECODER_LM);
+    gen_check_batch(TFM_MODEL_ENCODER_DECODER);
+}
+
+/* Bad requests to the new calls fail with TFM_E_ARG (or TFM_E_SHAPE for sizes) and name the call. */
+static void gen_test_errors_new(void) {
+    tfm_config c;
+    tfm_model m;
+    tfm_gen_opts o;
+    int32_t p[3] = {1, 2, 3}, bad[2] = {1, 13}, out[4 * 16], stops[1] = {20};
+    const int32_t *pp[3];
+    int np[3] = {3, 3, 3}, n_out[3];
+    gen_config(&c, TFM_MODEL_DECODER_LM, 0, TFM_POS_LEARNED);
+    CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+    if (!m.impl) return;
+    pp[0] = pp[1] = pp[2] = p;
+    memset(&o, 0, sizeof o);
+    o.max_new = 2;
+    o.temperature = 1.0f;
+    o.top_k = 14;
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "tfm_model_generate: opts.top_k");
+    o.top_k = -1;
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "top_k");
+    o.top_k = 0;
+    o.top_p = 1.5f;
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "top_p");
+    o.top_p = 0.0f;
+    o.min_p = -0.1f;
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "min_p");
+    o.min_p = 0.0f;
+    o.repetition_penalty = -1.0f;
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "repetition_penalty");
+    o.repetition_penalty = 0.0f;
+    o.n_stop = 1;
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "n_stop");
+    o.stop_tokens = stops;
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "stop_tokens[0]");
+    o.n_stop = 0;
+    /* batches */
+    CHECK_ERR(tfm_model_generate_batch(&m, 3, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_SHAPE, "max_batch");
+    CHECK_ERR(tfm_model_generate_batch(&m, 0, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_ARG, "tfm_model_generate_batch");
+    CHECK_ERR(tfm_model_generate_batch(&m, 2, NULL, NULL, pp, np, &o, out, 1, n_out), TFM_E_ARG, "out_stride");
+    np[1] = 11;
+    CHECK_ERR(tfm_model_generate_batch(&m, 2, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_SHAPE, "row 1");
+    np[1] = 2;
+    pp[1] = bad;
+    CHECK_ERR(tfm_model_generate_batch(&m, 2, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_ARG, "13");
+    pp[1] = p;
+    CHECK_ERR(tfm_model_generate_batch(&m, 2, pp, np, pp, np, &o, out, 16, n_out), TFM_E_ARG, "src");
+    tfm_model_free(&m);
+}
+
 static void suite_generate(void) {
     RUN(gen_test_cache_lm);
     RUN(gen_test_cache_encdec);
     RUN(gen_test_greedy);
     RUN(gen_test_errors);
+    RUN(gen_test_pick);
+    RUN(gen_test_sampling);
+    RUN(gen_test_batch);
+    RUN(gen_test_errors_new);
 }
