@@ -818,6 +818,12 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
 TFMDEF tfm_result tfm_model_generate_batch(tfm_model *m, int B, const int32_t *const *srcs, const int *src_lens,
                                            const int32_t *const *prompts, const int *n_prompts,
                                            const tfm_gen_opts *opts, int32_t *out, int out_stride, int *n_out);
+/* Log-probabilities of target (n_target >= 1 ids) following prompt (n_prompt >= 1 ids; an encoder-decoder's
+   decoder start ids, with src as in tfm_model_generate): logp[i] (may be NULL) = log p(target[i] |
+   prompt, target[0..i-1]) and *total (may be NULL) their sum. One forward without dropout and without
+   gradients; n_prompt + n_target - 1 must fit the decoder's length. Replaces the last forward's state. */
+TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
+                                  const int32_t *target, int n_target, float *logp, float *total);
 /* ==== >>api-io ====
    Checkpoints are safetensors files: an 8-byte little-endian header length, a JSON header, the raw
    float32 data. One tensor per parameter under its torch name, so torch's safetensors loader (or
@@ -5288,6 +5294,61 @@ TFMDEF tfm_result tfm_model_generate_batch(tfm_model *m, int B, const int32_t *c
                                            const int32_t *const *prompts, const int *n_prompts,
                                            const tfm_gen_opts *opts, int32_t *out, int out_stride, int *n_out) {
     return tfm__generate("tfm_model_generate_batch", m, B, srcs, src_lens, prompts, n_prompts, opts, out, out_stride, n_out);
+}
+
+/* log-softmax of one row of logits at index t, in double */
+static double tfm__logp(const float *x, int64_t V, int64_t t) {
+    double mx = x[0], s = 0.0;
+    int64_t j;
+    for (j = 1; j < V; j++)
+        if (x[j] > mx) mx = x[j];
+    for (j = 0; j < V; j++) s += exp((double)x[j] - mx);
+    return (double)x[t] - mx - log(s);
+}
+
+TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
+                                  const int32_t *target, int n_target, float *logp, float *total) {
+    const char *fn = "tfm_model_score";
+    const float *memory = NULL, *h;
+    int encdec, was_training, T, i, S = 0;
+    int64_t V, C;
+    int32_t *seq;
+    double sum = 0.0;
+    if (total) *total = 0.0f;
+    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
+    if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier has no decoder", fn);
+    if (m->cfg.input_dim)
+        return tfm__fail(TFM_E_ARG, "%s: the model reads continuous inputs (cfg.input_dim); scoring takes token ids", fn);
+    encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
+    V = encdec ? m->cfg.tgt_vocab_size : m->cfg.vocab_size;
+    C = m->cfg.d_model;
+    if (!target || n_target < 1) return tfm__fail(TFM_E_ARG, "%s: target is NULL or n_target %d < 1", fn, n_target);
+    TFM__TRY(tfm__chk_gen_rows(fn, m, 1, src ? &src : NULL, src ? &src_len : NULL, prompt ? &prompt : NULL, &n_prompt,
+                               n_target - 1));
+    TFM__TRY(tfm__chk_rows(fn, "target", target, 1, n_target, n_target, V, 0, 0));
+    T = n_prompt + n_target - 1;
+    seq = (int32_t *)TFM_MALLOC((size_t)T * sizeof(int32_t), m->cfg.user);
+    if (!seq) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, (size_t)T * sizeof(int32_t));
+    memcpy(seq, prompt, (size_t)n_prompt * sizeof(int32_t));
+    if (n_target > 1) memcpy(seq + n_prompt, target, (size_t)(n_target - 1) * sizeof(int32_t));
+    tfm__gen_begin(m, &was_training);
+    if (encdec) {
+        memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
+        S = src_len;
+    }
+    h = tfm__decoder_fwd(m, seq, NULL, 1, T, memory, S, NULL, NULL);
+    /* the head on the rows that predict the target: n_prompt-1 .. T-1 */
+    tfm__op_linear(m->impl->device, m->impl->logits, V, h + (int64_t)(n_prompt - 1) * C, C, m->impl->head.weight.data,
+                   NULL, n_target, C, V);
+    for (i = 0; i < n_target; i++) {
+        double lp = tfm__logp(m->impl->logits + (int64_t)i * V, V, target[i]);
+        if (logp) logp[i] = (float)lp;
+        sum += lp;
+    }
+    if (total) *total = (float)sum;
+    TFM_FREE(seq, m->cfg.user);
+    tfm__gen_end(m, was_training);
+    return TFM_OK;
 }
 
 /* ==== >>impl-safetensors ==== */

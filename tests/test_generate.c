@@ -500,6 +500,36 @@ static void gen_test_batch(void) {
     gen_check_batch(TFM_MODEL_ENCODER_DECODER);
 }
 
+/* tfm_model_score against the log-softmax of a full forward's logits over prompt + target. */
+static void gen_test_score(void) {
+    int kind;
+    for (kind = 0; kind < 2; kind++) {
+        tfm_config c;
+        tfm_model m;
+        int32_t src[6] = {5, 3, 11, 0, 2, 8}, seq[10] = {1, 6, 3, 9, 0, 4, 7, 2, 5, 8};
+        int encdec = kind == 1, n_prompt = encdec ? 1 : 3, n_target = 6, t, V, j;
+        float logp[8], total, lg[16];
+        double sum = 0.0;
+        gen_config(&c, encdec ? TFM_MODEL_ENCODER_DECODER : TFM_MODEL_DECODER_LM, 1 - kind, TFM_POS_SINUSOIDAL);
+        CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+        if (!m.impl) return;
+        V = encdec ? c.tgt_vocab_size : c.vocab_size;
+        CHECK_OK(tfm_model_score(&m, encdec ? src : NULL, 6, seq, n_prompt, seq + n_prompt, n_target, logp, &total));
+        tfm_model_train(&m, 0);
+        for (t = 0; t < n_target; t++) {
+            double mx = -1e30, z = 0.0, want;
+            gen_ref_logits(&m, encdec ? src : NULL, 6, seq, n_prompt + t, lg);
+            for (j = 0; j < V; j++) mx = lg[j] > mx ? lg[j] : mx;
+            for (j = 0; j < V; j++) z += exp(lg[j] - mx);
+            want = lg[seq[n_prompt + t]] - mx - log(z);
+            sum += want;
+            CHECK_NEAR(logp[t], want, 1e-5 * (1.0 + fabs(want)));
+        }
+        CHECK_NEAR(total, sum, 1e-5 * (1.0 + fabs(sum)));
+        tfm_model_free(&m);
+    }
+}
+
 /* Bad requests to the new calls fail with TFM_E_ARG (or TFM_E_SHAPE for sizes) and name the call. */
 static void gen_test_errors_new(void) {
     tfm_config c;
@@ -508,6 +538,7 @@ static void gen_test_errors_new(void) {
     int32_t p[3] = {1, 2, 3}, bad[2] = {1, 13}, out[4 * 16], stops[1] = {20};
     const int32_t *pp[3];
     int np[3] = {3, 3, 3}, n_out[3];
+    float lp[4];
     gen_config(&c, TFM_MODEL_DECODER_LM, 0, TFM_POS_LEARNED);
     CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
     if (!m.impl) return;
@@ -545,6 +576,11 @@ static void gen_test_errors_new(void) {
     CHECK_ERR(tfm_model_generate_batch(&m, 2, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_ARG, "13");
     pp[1] = p;
     CHECK_ERR(tfm_model_generate_batch(&m, 2, pp, np, pp, np, &o, out, 16, n_out), TFM_E_ARG, "src");
+    /* scores */
+    CHECK_ERR(tfm_model_score(&m, NULL, 0, p, 3, bad, 2, lp, NULL), TFM_E_ARG, "tfm_model_score: target");
+    CHECK_ERR(tfm_model_score(&m, NULL, 0, p, 3, p, 0, lp, NULL), TFM_E_ARG, "n_target");
+    CHECK_ERR(tfm_model_score(&m, NULL, 0, p, 3, out, 11, NULL, NULL), TFM_E_SHAPE, "max_len");
+    CHECK_ERR(tfm_model_score(&m, NULL, 0, NULL, 3, p, 3, NULL, NULL), TFM_E_ARG, "prompt");
     tfm_model_free(&m);
 }
 
@@ -556,5 +592,6 @@ static void suite_generate(void) {
     RUN(gen_test_pick);
     RUN(gen_test_sampling);
     RUN(gen_test_batch);
+    RUN(gen_test_score);
     RUN(gen_test_errors_new);
 }
