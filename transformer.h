@@ -774,7 +774,7 @@ TFMDEF void tfm_kv_cache_reset(tfm_kv_cache *c);
    from[i] in [0, n_old). Copies only rows taken by more than one new row. */
 TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int n);
 
-/* Streaming: called with each token as it is chosen, for batch row `row`. A non-zero
+/* Streaming: called with each token as it is chosen, for batch row `row` (beam search: never). A non-zero
    return stops that row after this token. */
 typedef int (*tfm_token_fn)(void *user, int row, int32_t token);
 
@@ -799,6 +799,9 @@ typedef struct tfm_gen_opts {
     int n_stop;
     tfm_token_fn on_token;  /* streaming callback (may be NULL), called with on_token_user */
     void *on_token_user;
+    int beam_width;       /* tfm_model_beam_search: beams kept per step, in [1, V] and at most cfg.max_batch; 0 -> 4 */
+    float length_penalty; /* tfm_model_beam_search: GNMT's alpha: hypotheses rank by logp / ((5 + n) / 6)^alpha,
+                             n their length (stop token included); 0 -> none */
 } tfm_gen_opts;
 
 /* Autoregressive decoding with a key/value cache, batch 1. Decoder-only LM: continue prompt
@@ -824,6 +827,17 @@ TFMDEF tfm_result tfm_model_generate_batch(tfm_model *m, int B, const int32_t *c
    gradients; n_prompt + n_target - 1 must fit the decoder's length. Replaces the last forward's state. */
 TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
                                   const int32_t *target, int n_target, float *logp, float *total);
+/* Beam search (opts: max_new, beam_width, length_penalty, the stop tokens; sampling fields are ignored)
+   from one prompt (and src, as in tfm_model_generate). A hypothesis ends at a stop token (kept in its
+   output) or at max_new tokens; the search ends when beam_width hypotheses have ended or at max_new.
+   The n_best (in [1, beam_width]) best, by length-penalised score, go to out + i * out_stride (out_stride
+   >= max_new), their lengths to lens[i] and their scores (sum of log-probabilities) to scores[i] (lens
+   and scores may be NULL); *n_found (may be NULL) how many were found (n_best unless the vocabulary is
+   exhausted). TFM_E_SHAPE when beam_width exceeds cfg.max_batch. */
+TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
+                                        int n_prompt, const tfm_gen_opts *opts, int n_best, int32_t *out,
+                                        int out_stride, int *lens, float *scores, int *n_found);
+
 /* ==== >>api-io ====
    Checkpoints are safetensors files: an 8-byte little-endian header length, a JSON header, the raw
    float32 data. One tensor per parameter under its torch name, so torch's safetensors loader (or
@@ -5115,6 +5129,8 @@ static tfm_result tfm__chk_gen(const char *fn, const tfm_model *m, const tfm_gen
         return tfm__fail(TFM_E_ARG, "%s: opts.min_p %g is outside [0,1]", fn, (double)o->min_p);
     if (!(o->repetition_penalty >= 0.0f) || !isfinite(o->repetition_penalty))
         return tfm__fail(TFM_E_ARG, "%s: opts.repetition_penalty %g must be finite and >= 0", fn, (double)o->repetition_penalty);
+    if (!isfinite(o->length_penalty))
+        return tfm__fail(TFM_E_ARG, "%s: opts.length_penalty %g is not finite", fn, (double)o->length_penalty);
     if (o->has_stop && (o->stop_token < 0 || o->stop_token >= *V))
         return tfm__fail(TFM_E_ARG, "%s: opts.stop_token %d is outside [0,%lld)", fn, o->stop_token, (long long)*V);
     if (o->n_stop < 0 || (o->n_stop > 0 && !o->stop_tokens))
@@ -5347,6 +5363,178 @@ TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len,
     }
     if (total) *total = (float)sum;
     TFM_FREE(seq, m->cfg.user);
+    tfm__gen_end(m, was_training);
+    return TFM_OK;
+}
+
+/* The ended hypotheses of a beam search: the best K by length-penalised score (norm). */
+typedef struct tfm__hyps {
+    int K, max_new, n, n_ended;
+    float alpha;
+    int32_t *tok, *len; /* (K, max_new), (K) */
+    double *score, *norm;
+} tfm__hyps;
+
+/* A hypothesis ends: prefix (n ids) then last, of total log-probability score. */
+static void tfm__hyps_add(tfm__hyps *h, const int32_t *prefix, int n, int32_t last, double score) {
+    double norm = h->alpha != 0.0f ? score / pow((5.0 + (n + 1)) / 6.0, (double)h->alpha) : score;
+    int i, at = h->n;
+    h->n_ended++;
+    if (h->n == h->K) { /* full: replace the worst, if this one is better */
+        at = 0;
+        for (i = 1; i < h->K; i++)
+            if (h->norm[i] < h->norm[at]) at = i;
+        if (!(norm > h->norm[at])) return;
+    } else {
+        h->n++;
+    }
+    if (n) memcpy(h->tok + (int64_t)at * h->max_new, prefix, (size_t)n * sizeof(int32_t));
+    h->tok[(int64_t)at * h->max_new + n] = last;
+    h->len[at] = n + 1;
+    h->score[at] = score;
+    h->norm[at] = norm;
+}
+
+TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
+                                        int n_prompt, const tfm_gen_opts *opts, int n_best, int32_t *out,
+                                        int out_stride, int *lens, float *scores, int *n_found) {
+    const char *fn = "tfm_model_beam_search";
+    tfm_kv_cache kc;
+    tfm__hyps hy;
+    const float *memory = NULL;
+    int K, encdec, t, i, c, n_live = 1, N2, S = 0, was_training, max_new;
+    int64_t V = 0, v;
+    size_t bytes;
+    unsigned char *work;
+    double *live_score, *new_score, *cs;
+    int32_t *live_tok, *new_tok, *cpar, *ctok, *from, *next, *sw;
+    tfm_result r;
+    if (n_found) *n_found = 0;
+    TFM__TRY(tfm__chk_gen(fn, m, opts, &V));
+    encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
+    max_new = opts->max_new;
+    K = opts->beam_width ? opts->beam_width : 4;
+    if (K < 1 || K > V)
+        return tfm__fail(TFM_E_ARG, "%s: opts.beam_width %d is outside [1,%lld] (the vocabulary)", fn, K, (long long)V);
+    if (K > m->cfg.max_batch)
+        return tfm__fail(TFM_E_SHAPE, "%s: opts.beam_width %d exceeds cfg.max_batch %d (a beam is a batch row)", fn, K,
+                         m->cfg.max_batch);
+    if (n_best < 1 || n_best > K) return tfm__fail(TFM_E_ARG, "%s: n_best %d is outside [1,%d] (the beam width)", fn, n_best, K);
+    if (!out) return tfm__fail(TFM_E_ARG, "%s: out is NULL", fn);
+    if (out_stride < max_new) return tfm__fail(TFM_E_ARG, "%s: out_stride %d is less than opts.max_new %d", fn, out_stride, max_new);
+    TFM__TRY(tfm__chk_gen_rows(fn, m, 1, src ? &src : NULL, src ? &src_len : NULL, prompt ? &prompt : NULL, &n_prompt,
+                               max_new));
+    bytes = (size_t)K * (3 * max_new + 7) * sizeof(int32_t) + (size_t)K * 6 * sizeof(double);
+    work = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
+    if (!work) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
+    live_score = (double *)work;
+    new_score = live_score + K;
+    cs = new_score + K;           /* (2K) candidate scores, best first */
+    hy.score = cs + 2 * K;
+    hy.norm = hy.score + K;
+    live_tok = (int32_t *)(hy.norm + K);
+    new_tok = live_tok + (size_t)K * max_new;
+    hy.tok = new_tok + (size_t)K * max_new;
+    hy.len = hy.tok + (size_t)K * max_new;
+    cpar = hy.len + K;            /* (2K) candidates' parent rows and tokens */
+    ctok = cpar + 2 * K;
+    from = ctok + 2 * K;
+    next = from + K;
+    hy.K = K;
+    hy.max_new = max_new;
+    hy.n = hy.n_ended = 0;
+    hy.alpha = opts->length_penalty;
+    r = tfm_kv_cache_init(&kc, m, K, n_prompt + max_new - 1);
+    if (r != TFM_OK) {
+        TFM_FREE(work, m->cfg.user);
+        return tfm__fail(r, "%s: %s", fn, tfm_last_error());
+    }
+    tfm__gen_begin(m, &was_training);
+    if (encdec) {
+        memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
+        S = src_len;
+    }
+    tfm__decode(m, &kc, prompt, 1, n_prompt, memory, S);
+    live_score[0] = 0.0;
+    for (t = 0; t < max_new; t++) {
+        int n_new = 0, nc = 0;
+        /* the 2K best continuations of the live beams, by total log-probability; ties: lower row, then id */
+        N2 = (int)TFM__MIN((int64_t)2 * K, (int64_t)n_live * V);
+        for (i = 0; i < n_live; i++) {
+            const float *x = m->impl->logits + (int64_t)i * V;
+            double mx = x[0], s = 0.0, base;
+            for (v = 1; v < V; v++)
+                if (x[v] > mx) mx = x[v];
+            for (v = 0; v < V; v++) s += exp((double)x[v] - mx);
+            base = live_score[i] - mx - log(s);
+            for (v = 0; v < V; v++) {
+                double sc = base + (double)x[v];
+                int at;
+                if (nc == N2 && !(sc > cs[nc - 1])) continue;
+                if (nc < N2) nc++;
+                for (at = nc - 1; at > 0 && sc > cs[at - 1]; at--) {
+                    cs[at] = cs[at - 1];
+                    cpar[at] = cpar[at - 1];
+                    ctok[at] = ctok[at - 1];
+                }
+                cs[at] = sc;
+                cpar[at] = i;
+                ctok[at] = (int32_t)v;
+            }
+        }
+        /* a stop token among the K best ends a hypothesis; the other candidates, best first, fill the beam */
+        for (c = 0; c < nc && n_new < K; c++) {
+            const int32_t *prefix = live_tok + (int64_t)cpar[c] * max_new;
+            if (tfm__is_stop(opts, ctok[c])) {
+                if (c < K) tfm__hyps_add(&hy, prefix, t, ctok[c], cs[c]);
+                continue;
+            }
+            if (t) memcpy(new_tok + (int64_t)n_new * max_new, prefix, (size_t)t * sizeof(int32_t));
+            new_tok[(int64_t)n_new * max_new + t] = ctok[c];
+            new_score[n_new] = cs[c];
+            from[n_new] = cpar[c];
+            next[n_new++] = ctok[c];
+        }
+        if (t == max_new - 1) { /* out of length: the live beams end here */
+            for (i = 0; i < n_new; i++) tfm__hyps_add(&hy, new_tok + (int64_t)i * max_new, t, next[i], new_score[i]);
+            break;
+        }
+        if (hy.n_ended >= K || n_new == 0) break; /* every beam has ended */
+        sw = live_tok;
+        live_tok = new_tok;
+        new_tok = sw;
+        memcpy(live_score, new_score, (size_t)n_new * sizeof(double));
+        n_live = n_new;
+        tfm_kv_cache_reorder(&kc, from, n_live); /* in place: only rows taken twice are copied */
+        tfm__decode(m, &kc, next, n_live, 1, memory, S);
+    }
+    /* the n_best by length-penalised score, best first (a selection sort) */
+    for (i = 0; i < hy.n && i < n_best; i++) {
+        int best = i, j;
+        for (j = i + 1; j < hy.n; j++)
+            if (hy.norm[j] > hy.norm[best]) best = j;
+        if (best != i) { /* swap i and best */
+            double ts = hy.score[i], tn = hy.norm[i];
+            int32_t tl = hy.len[i];
+            for (j = 0; j < max_new; j++) {
+                int32_t tt = hy.tok[(int64_t)i * max_new + j];
+                hy.tok[(int64_t)i * max_new + j] = hy.tok[(int64_t)best * max_new + j];
+                hy.tok[(int64_t)best * max_new + j] = tt;
+            }
+            hy.score[i] = hy.score[best];
+            hy.norm[i] = hy.norm[best];
+            hy.len[i] = hy.len[best];
+            hy.score[best] = ts;
+            hy.norm[best] = tn;
+            hy.len[best] = tl;
+        }
+        memcpy(out + (int64_t)i * out_stride, hy.tok + (int64_t)i * max_new, (size_t)hy.len[i] * sizeof(int32_t));
+        if (lens) lens[i] = hy.len[i];
+        if (scores) scores[i] = (float)hy.score[i];
+    }
+    if (n_found) *n_found = i;
+    tfm_kv_cache_free(&kc);
+    TFM_FREE(work, m->cfg.user);
     tfm__gen_end(m, was_training);
     return TFM_OK;
 }

@@ -530,6 +530,157 @@ static void gen_test_score(void) {
     }
 }
 
+/* Beam width 1 is greedy decoding, with and without a stop token, for both kinds. */
+static void gen_test_beam_greedy(void) {
+    int kind, stop;
+    for (kind = 0; kind < 2; kind++) {
+        tfm_config c;
+        tfm_model m;
+        tfm_gen_opts o;
+        int32_t src[5] = {4, 9, 1, 12, 3}, prompt[3] = {2, 7, 5}, out[8], g[8];
+        int encdec = kind == 1, n, ng, len, found;
+        float score, total;
+        gen_config(&c, encdec ? TFM_MODEL_ENCODER_DECODER : TFM_MODEL_DECODER_LM, kind, TFM_POS_LEARNED);
+        CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+        if (!m.impl) return;
+        for (stop = 0; stop < 2; stop++) {
+            memset(&o, 0, sizeof o);
+            o.max_new = 7;
+            CHECK_OK(tfm_model_generate(&m, encdec ? src : NULL, 5, prompt, encdec ? 1 : 3, &o, g, &ng));
+            if (stop) {
+                o.has_stop = 1;
+                o.stop_token = g[3];
+                CHECK_OK(tfm_model_generate(&m, encdec ? src : NULL, 5, prompt, encdec ? 1 : 3, &o, g, &ng));
+            }
+            o.beam_width = 1;
+            CHECK_OK(tfm_model_beam_search(&m, encdec ? src : NULL, 5, prompt, encdec ? 1 : 3, &o, 1, out, 8, &len, &score,
+                                           &found));
+            n = len;
+            CHECK(found == 1 && n == ng && !memcmp(out, g, (size_t)n * sizeof(int32_t)));
+            CHECK_OK(tfm_model_score(&m, encdec ? src : NULL, 5, prompt, encdec ? 1 : 3, g, ng, NULL, &total));
+            CHECK_NEAR(score, total, 1e-4);
+        }
+        tfm_model_free(&m);
+    }
+}
+
+/* On a model of 5 tokens, beam width 5 over 2 new tokens with a stop token: the n-best list equals an
+   exhaustive search (every sequence scored by full forwards), with and without a length penalty. */
+static void gen_check_beam_exhaustive(int encdec, float alpha) {
+    tfm_config c;
+    tfm_model m;
+    tfm_gen_opts o;
+    int32_t src[4] = {2, 0, 3, 1}, prompt[2] = {3, 4}, seq[4], out[5 * 2];
+    int n_prompt = encdec ? 1 : 2, V = 5, a, x, n_all = 0, i, j, lens[5], found, stop = 1;
+    int32_t all_tok[30][2];
+    int all_len[30];
+    double all_score[30], all_norm[30];
+    float scores[5], lg[8];
+    gen_config(&c, encdec ? TFM_MODEL_ENCODER_DECODER : TFM_MODEL_DECODER_LM, 1, TFM_POS_LEARNED);
+    c.vocab_size = V;
+    c.tgt_vocab_size = encdec ? V : 0;
+    c.max_batch = 5;
+    c.init_std = 0.1f;
+    CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+    if (!m.impl) return;
+    tfm_model_train(&m, 0);
+    memcpy(seq, prompt, (size_t)n_prompt * sizeof(int32_t));
+    /* every output: [stop], or [a, x] with a not the stop token */
+    for (a = 0; a < V; a++) {
+        double mx = -1e30, z = 0.0, la;
+        int k;
+        gen_ref_logits(&m, encdec ? src : NULL, 4, seq, n_prompt, lg);
+        for (k = 0; k < V; k++) mx = lg[k] > mx ? lg[k] : mx;
+        for (k = 0; k < V; k++) z += exp(lg[k] - mx);
+        la = lg[a] - mx - log(z);
+        if (a == stop) {
+            all_tok[n_all][0] = a;
+            all_len[n_all] = 1;
+            all_score[n_all++] = la;
+            continue;
+        }
+        seq[n_prompt] = a;
+        gen_ref_logits(&m, encdec ? src : NULL, 4, seq, n_prompt + 1, lg);
+        mx = -1e30;
+        z = 0.0;
+        for (k = 0; k < V; k++) mx = lg[k] > mx ? lg[k] : mx;
+        for (k = 0; k < V; k++) z += exp(lg[k] - mx);
+        for (x = 0; x < V; x++) {
+            all_tok[n_all][0] = a;
+            all_tok[n_all][1] = x;
+            all_len[n_all] = 2;
+            all_score[n_all++] = la + lg[x] - mx - log(z);
+        }
+    }
+    for (i = 0; i < n_all; i++) all_norm[i] = all_score[i] / pow((5.0 + all_len[i]) / 6.0, (double)alpha);
+    memset(&o, 0, sizeof o);
+    o.max_new = 2;
+    o.beam_width = 5;
+    o.length_penalty = alpha;
+    o.has_stop = 1;
+    o.stop_token = stop;
+    CHECK_OK(tfm_model_beam_search(&m, encdec ? src : NULL, 4, prompt, n_prompt, &o, 5, out, 2, lens, scores, &found));
+    CHECK(found == 5);
+    for (i = 0; i < 5 && i < found; i++) {
+        int best = -1;
+        for (j = 0; j < n_all; j++) /* the i-th best of the exhaustive list */
+            if (all_len[j] > 0 && (best < 0 || all_norm[j] > all_norm[best])) best = j;
+        CHECK_MSG(lens[i] == all_len[best] && out[i * 2] == all_tok[best][0] && (lens[i] == 1 || out[i * 2 + 1] == all_tok[best][1]),
+                  "encdec %d alpha %g: hypothesis %d is (%d,%d) of length %d, exhaustive (%d,%d) of length %d", encdec,
+                  (double)alpha, i, out[i * 2], lens[i] > 1 ? out[i * 2 + 1] : -1, lens[i], all_tok[best][0],
+                  all_len[best] > 1 ? all_tok[best][1] : -1, all_len[best]);
+        CHECK_NEAR(scores[i], all_score[best], 1e-5 * (1.0 + fabs(all_score[best])));
+        all_len[best] = 0; /* taken */
+    }
+    tfm_model_free(&m);
+}
+
+static void gen_test_beam_exhaustive(void) {
+    gen_check_beam_exhaustive(0, 0.0f);
+    gen_check_beam_exhaustive(0, 1.0f);
+    gen_check_beam_exhaustive(1, 0.0f);
+    gen_check_beam_exhaustive(1, 2.0f);
+}
+
+/* A wider beam over longer outputs: every hypothesis's score is its log-probability under
+   tfm_model_score, the list is ordered by the length-penalised score, and it is at least as likely as
+   greedy decoding's output. */
+static void gen_test_beam_scores(void) {
+    tfm_config c;
+    tfm_model m;
+    tfm_gen_opts o;
+    int32_t prompt[2] = {5, 1}, out[4 * 8], g[8];
+    int lens[4], found, i, ng;
+    float scores[4], total, gscore;
+    double prev = 1e30;
+    gen_config(&c, TFM_MODEL_DECODER_LM, 0, TFM_POS_LEARNED);
+    c.max_batch = 4;
+    CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+    if (!m.impl) return;
+    memset(&o, 0, sizeof o);
+    o.max_new = 8;
+    CHECK_OK(tfm_model_generate(&m, NULL, 0, prompt, 2, &o, g, &ng));
+    o.has_stop = 1;
+    o.stop_token = g[2]; /* greedy's third token: some hypotheses end early */
+    CHECK_OK(tfm_model_generate(&m, NULL, 0, prompt, 2, &o, g, &ng));
+    CHECK_OK(tfm_model_score(&m, NULL, 0, prompt, 2, g, ng, NULL, &gscore));
+    o.beam_width = 4;
+    o.length_penalty = 0.6f;
+    CHECK_OK(tfm_model_beam_search(&m, NULL, 0, prompt, 2, &o, 4, out, 8, lens, scores, &found));
+    CHECK(found == 4);
+    for (i = 0; i < found; i++) {
+        double norm = scores[i] / pow((5.0 + lens[i]) / 6.0, 0.6);
+        CHECK(lens[i] >= 1 && lens[i] <= 8);
+        CHECK(lens[i] == 8 || out[i * 8 + lens[i] - 1] == o.stop_token);
+        CHECK_OK(tfm_model_score(&m, NULL, 0, prompt, 2, out + i * 8, lens[i], NULL, &total));
+        CHECK_NEAR(scores[i], total, 1e-4);
+        CHECK(norm <= prev + 1e-6);
+        prev = norm;
+    }
+    CHECK(scores[0] / pow((5.0 + lens[0]) / 6.0, 0.6) >= gscore / pow((5.0 + ng) / 6.0, 0.6) - 1e-5);
+    tfm_model_free(&m);
+}
+
 /* Bad requests to the new calls fail with TFM_E_ARG (or TFM_E_SHAPE for sizes) and name the call. */
 static void gen_test_errors_new(void) {
     tfm_config c;
@@ -581,6 +732,22 @@ static void gen_test_errors_new(void) {
     CHECK_ERR(tfm_model_score(&m, NULL, 0, p, 3, p, 0, lp, NULL), TFM_E_ARG, "n_target");
     CHECK_ERR(tfm_model_score(&m, NULL, 0, p, 3, out, 11, NULL, NULL), TFM_E_SHAPE, "max_len");
     CHECK_ERR(tfm_model_score(&m, NULL, 0, NULL, 3, p, 3, NULL, NULL), TFM_E_ARG, "prompt");
+    /* beams */
+    o.temperature = 0.0f;
+    o.beam_width = 14;
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG, "vocabulary");
+    o.beam_width = 3;
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_SHAPE, "max_batch");
+    o.beam_width = 2;
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 3, out, 16, NULL, NULL, NULL), TFM_E_ARG, "n_best");
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 1, NULL, NULL, NULL), TFM_E_ARG, "out_stride");
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, bad, 2, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG,
+              "tfm_model_beam_search: prompt");
+    o.max_new = 10;
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_SHAPE, "max_len");
+    o.max_new = 2;
+    o.length_penalty = INFINITY;
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG, "length_penalty");
     tfm_model_free(&m);
 }
 
@@ -593,5 +760,8 @@ static void suite_generate(void) {
     RUN(gen_test_sampling);
     RUN(gen_test_batch);
     RUN(gen_test_score);
+    RUN(gen_test_beam_greedy);
+    RUN(gen_test_beam_exhaustive);
+    RUN(gen_test_beam_scores);
     RUN(gen_test_errors_new);
 }
