@@ -4951,7 +4951,7 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     c->user = m->cfg.user;
     n_self = (size_t)c->n_layers * c->max_batch * c->max_len * 2 * c->d_model;
     n_cross = (size_t)c->n_layers * c->max_batch * c->max_src_len * 2 * c->d_model;
-    bytes = (n_self + n_cross) * sizeof(float) + 2 * (size_t)c->max_batch * sizeof(int32_t);
+    bytes = (n_self + n_cross) * sizeof(float) + 4 * (size_t)c->max_batch * sizeof(int32_t); /* + reorder's scratch */
     p = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
     if (!p) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
     c->owned = p;
@@ -4978,14 +4978,15 @@ TFMDEF void tfm_kv_cache_reset(tfm_kv_cache *c) {
 
 TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int n) {
     const char *fn = "tfm_kv_cache_reorder";
-    int32_t old_slot[256], old_lens[256], *used;
+    int32_t *old_slot, *old_lens, *used;
     int i, j, L, free_slot = 0;
     if (!c || !c->slot || !from) return tfm__fail(TFM_E_ARG, "%s: cache or from is NULL", fn);
-    if (n < 1 || n > c->max_batch || c->max_batch > 256)
-        return tfm__fail(TFM_E_ARG, "%s: n %d must be in [1,%d] (max_batch, at most 256)", fn, n, c->max_batch);
+    if (n < 1 || n > c->max_batch) return tfm__fail(TFM_E_ARG, "%s: n %d must be in [1,%d] (max_batch)", fn, n, c->max_batch);
     for (i = 0; i < n; i++)
         if (from[i] < 0 || from[i] >= c->max_batch)
             return tfm__fail(TFM_E_ARG, "%s: from[%d] = %d is outside [0,%d)", fn, i, (int)from[i], c->max_batch);
+    old_slot = c->src_lens + c->max_batch; /* scratch after the lengths, in the cache's own allocation */
+    old_lens = old_slot + c->max_batch;
     memcpy(old_slot, c->slot, (size_t)c->max_batch * sizeof(int32_t));
     memcpy(old_lens, c->src_lens, (size_t)c->max_batch * sizeof(int32_t));
     used = c->src_lens; /* reused as a flag per slot until the lengths are written back below */

@@ -500,6 +500,46 @@ static void gen_test_batch(void) {
     gen_check_batch(TFM_MODEL_ENCODER_DECODER);
 }
 
+/* A batch wider than 256 rows (the cache's reorder once kept its scratch on the stack, 256 rows):
+   rows end at different times, and sampled rows still equal decoding them alone. */
+static void gen_test_batch_wide(void) {
+    tfm_config c;
+    tfm_model m;
+    tfm_gen_opts o;
+    enum { NB = 300 };
+    static int32_t prompts[NB][4], out[NB * 6];
+    static const int32_t *pp[NB];
+    static int np[NB], n_out[NB];
+    int32_t alone[6], stops[1] = {3};
+    int b, checked[4] = {0, 17, 256, NB - 1}, i, ended_early = 0;
+    gen_config(&c, TFM_MODEL_DECODER_LM, 1, TFM_POS_LEARNED);
+    c.max_batch = NB;
+    c.init_std = 0.15f;
+    CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+    if (!m.impl) return;
+    for (b = 0; b < NB; b++) {
+        np[b] = 1 + b % 4;
+        for (i = 0; i < 4; i++) prompts[b][i] = (int32_t)((b * 7 + i * 3) % 13);
+        pp[b] = prompts[b];
+    }
+    gen_sampling_opts(&o, 1);
+    o.max_new = 6;
+    o.stop_tokens = stops;
+    o.n_stop = 1;
+    CHECK_OK(tfm_model_generate_batch(&m, NB, NULL, NULL, pp, np, &o, out, 6, n_out));
+    for (b = 0; b < NB; b++) ended_early += n_out[b] < 6;
+    CHECK(ended_early > 10);
+    for (i = 0; i < 4; i++) {
+        int na;
+        tfm_gen_opts ob = o;
+        b = checked[i];
+        ob.seed = o.seed + (uint64_t)b;
+        CHECK_OK(tfm_model_generate(&m, NULL, 0, pp[b], np[b], &ob, alone, &na));
+        CHECK_MSG(n_out[b] == na && !memcmp(out + b * 6, alone, (size_t)na * sizeof(int32_t)), "row %d", b);
+    }
+    tfm_model_free(&m);
+}
+
 /* tfm_model_score against the log-softmax of a full forward's logits over prompt + target. */
 static void gen_test_score(void) {
     int kind;
@@ -759,6 +799,7 @@ static void suite_generate(void) {
     RUN(gen_test_pick);
     RUN(gen_test_sampling);
     RUN(gen_test_batch);
+    RUN(gen_test_batch_wide);
     RUN(gen_test_score);
     RUN(gen_test_beam_greedy);
     RUN(gen_test_beam_exhaustive);
