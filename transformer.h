@@ -5062,9 +5062,10 @@ static int tfm__is_stop(const tfm_gen_opts *o, int32_t t) {
    double precision. p (V) and cand (V) are work space. */
 static int32_t tfm__pick(float *logits, int64_t V, const tfm_gen_opts *o, tfm_rng *rng, const unsigned char *seen,
                          double *p, tfm__cand *cand) {
-    int64_t j, best = 0, n_keep = V;
+    int64_t j, best = 0, n_keep;
     double mx, sum = 0.0, cum = 0.0, r;
     float rp = o->repetition_penalty;
+    int topk = o->top_k > 0 && o->top_k < V, topp = o->top_p > 0.0f && o->top_p < 1.0f;
     if (seen && rp > 0.0f && rp != 1.0f)
         for (j = 0; j < V; j++)
             if (seen[j]) logits[j] = logits[j] > 0.0f ? logits[j] / rp : logits[j] * rp;
@@ -5073,19 +5074,37 @@ static int32_t tfm__pick(float *logits, int64_t V, const tfm_gen_opts *o, tfm_rn
     if (o->temperature <= 0.0f) return (int32_t)best;
     mx = logits[best];
     for (j = 0; j < V; j++) p[j] = exp(((double)logits[j] - mx) / (double)o->temperature);
-    if ((o->top_k > 0 && o->top_k < V) || (o->top_p > 0.0f && o->top_p < 1.0f)) {
+    if (topk || topp) {
+        /* sort only the tokens of p >= 1e-4 (the likeliest has 1) when they hold what the filters keep: the
+           k likeliest, or (top_p alone) the mass top_p asks for; else every token */
+        int64_t n = 0;
+        double all = 0.0, mass = 0.0;
         for (j = 0; j < V; j++) {
-            cand[j].p = p[j];
-            cand[j].id = (int32_t)j;
+            all += p[j];
+            if (p[j] >= 1e-4) {
+                cand[n].p = p[j];
+                cand[n++].id = (int32_t)j;
+                mass += p[j];
+            }
         }
-        qsort(cand, (size_t)V, sizeof *cand, tfm__cand_cmp);
-        if (o->top_k > 0 && o->top_k < V) { /* the k likeliest, and any tied with the k-th */
+        if (topk ? n < o->top_k : mass < (double)o->top_p * all) {
+            for (j = 0; j < V; j++) {
+                cand[j].p = p[j];
+                cand[j].id = (int32_t)j;
+            }
+            n = V;
+        }
+        qsort(cand, (size_t)n, sizeof *cand, tfm__cand_cmp);
+        n_keep = n;
+        if (topk) { /* the k likeliest, and any tied with the k-th */
             n_keep = o->top_k;
-            while (n_keep < V && cand[n_keep].p == cand[o->top_k - 1].p) n_keep++;
+            while (n_keep < n && cand[n_keep].p == cand[o->top_k - 1].p) n_keep++;
         }
-        if (o->top_p > 0.0f && o->top_p < 1.0f) { /* the shortest prefix whose mass reaches top_p */
+        if (topp) { /* the shortest prefix whose mass reaches top_p of the mass kept so far */
             double tot = 0.0, acc = 0.0, want;
-            for (j = 0; j < n_keep; j++) tot += cand[j].p;
+            if (topk)
+                for (j = 0; j < n_keep; j++) tot += cand[j].p;
+            else tot = all;
             want = (double)o->top_p * tot;
             for (j = 0; j < n_keep; j++) {
                 acc += cand[j].p;
@@ -5093,7 +5112,8 @@ static int32_t tfm__pick(float *logits, int64_t V, const tfm_gen_opts *o, tfm_rn
             }
             if (j < n_keep) n_keep = j + 1;
         }
-        for (j = n_keep; j < V; j++) p[cand[j].id] = 0.0;
+        for (j = 0; j < V; j++) p[j] = 0.0;
+        for (j = 0; j < n_keep; j++) p[cand[j].id] = cand[j].p;
     }
     if (o->min_p > 0.0f) /* the likeliest token has p = 1 */
         for (j = 0; j < V; j++)
