@@ -776,23 +776,69 @@ TFMDEF void tfm_kv_cache_reset(tfm_kv_cache *c);
    from[i] in [0, n_old). Copies only rows taken by more than one new row. */
 TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int n);
 
-/* Options of tfm_model_generate; zero means greedy decoding with no stop token. */
+/* Streaming: called with each token as it is chosen, for batch row `row` (beam search: never). A non-zero
+   return stops that row after this token. */
+typedef int (*tfm_token_fn)(void *user, int row, int32_t token);
+
+/* Options of generation; zero means greedy decoding with no stop token. Sampling (temperature > 0)
+   applies, in this order: the repetition penalty, temperature, top_k, top_p, min_p, then draws one
+   uniform number u from the row's stream and takes the first token (in id order) at which the running
+   sum of the kept probabilities exceeds u times their total. */
 typedef struct tfm_gen_opts {
-    int max_new;          /* required: most tokens to generate */
-    float temperature;    /* 0: greedy (argmax); else sample from softmax(logits / temperature) */
-    int top_k;            /* sampling: only the k likeliest tokens; 0 -> all */
-    int stop_token;       /* with has_stop: generation ends after emitting this token */
+    int max_new;          /* required: most tokens to generate (per row) */
+    float temperature;    /* 0: greedy (argmax, lowest id on ties); else sample from softmax(logits / temperature) */
+    int top_k;            /* sampling: only the k likeliest tokens (and any tied with the k-th); 0 -> all */
+    int stop_token;       /* with has_stop: a row ends after emitting this token */
     int has_stop;
-    uint64_t seed;        /* sampling */
+    uint64_t seed;        /* sampling: batch row b draws from tfm_rng_seed(seed + b), so a row's text does not
+                             depend on the other rows or the thread count */
+    float top_p;          /* sampling, in [0,1]: keep the likeliest tokens until their probability reaches
+                             top_p (after top_k; ties by lower id first); 0 -> 1 (all) */
+    float min_p;          /* sampling, in [0,1]: drop tokens less likely than min_p times the likeliest; 0 -> none */
+    float repetition_penalty; /* > 0 (CTRL's): the logit of a token already in the prompt or the output is divided
+                             by it when positive, multiplied when negative; 0 -> 1 (none). Greedy too */
+    const int32_t *stop_tokens; /* n_stop more stop tokens (may be NULL when n_stop is 0) */
+    int n_stop;
+    tfm_token_fn on_token;  /* streaming callback (may be NULL), called with on_token_user */
+    void *on_token_user;
+    int beam_width;       /* tfm_model_beam_search: beams kept per step, in [1, V] and at most cfg.max_batch; 0 -> 4 */
+    float length_penalty; /* tfm_model_beam_search: GNMT's alpha: hypotheses rank by logp / ((5 + n) / 6)^alpha,
+                             n their length (stop token included); 0 -> none */
 } tfm_gen_opts;
 
 /* Autoregressive decoding with a key/value cache, batch 1. Decoder-only LM: continue prompt
    (n_prompt >= 1 ids; src NULL). Encoder-decoder: encode src (src_len ids), then decode from prompt
    (decoder start ids, e.g. a BOS token). out receives the new ids, *n_out how many (may be NULL).
    n_prompt + max_new must fit max_len (LM) or max_tgt_len (enc-dec). Dropout is off meanwhile;
-   the model's last forward state is replaced, so backward is not possible until the next forward. */
+   the model's last forward state is replaced, so backward is not possible until the next forward.
+   The same as tfm_model_generate_batch with one row. */
 TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
                                      int n_prompt, const tfm_gen_opts *opts, int32_t *out, int *n_out);
+/* B rows decoded together (B <= cfg.max_batch), each as tfm_model_generate would decode it alone (with the
+   seed opts->seed + b): prompts[b] (n_prompts[b] ids) and, for an encoder-decoder, srcs[b] (src_lens[b]
+   ids; srcs and src_lens NULL for an LM). Row b's new ids go to out + b * out_stride (out_stride >=
+   max_new), their count to n_out[b]. A row ends at a stop token, at max_new or when on_token returns
+   non-zero; rows that end stop costing work. Rows share positions: row b's prompt tokens past the
+   shortest prompt are fed one step at a time while other rows already generate. */
+TFMDEF tfm_result tfm_model_generate_batch(tfm_model *m, int B, const int32_t *const *srcs, const int *src_lens,
+                                           const int32_t *const *prompts, const int *n_prompts,
+                                           const tfm_gen_opts *opts, int32_t *out, int out_stride, int *n_out);
+/* Log-probabilities of target (n_target >= 1 ids) following prompt (n_prompt >= 1 ids; an encoder-decoder's
+   decoder start ids, with src as in tfm_model_generate): logp[i] (may be NULL) = log p(target[i] |
+   prompt, target[0..i-1]) and *total (may be NULL) their sum. One forward without dropout and without
+   gradients; n_prompt + n_target - 1 must fit the decoder's length. Replaces the last forward's state. */
+TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
+                                  const int32_t *target, int n_target, float *logp, float *total);
+/* Beam search (opts: max_new, beam_width, length_penalty, the stop tokens; sampling fields are ignored)
+   from one prompt (and src, as in tfm_model_generate). A hypothesis ends at a stop token (kept in its
+   output) or at max_new tokens; the search ends when beam_width hypotheses have ended or at max_new.
+   The n_best (in [1, beam_width]) best, by length-penalised score, go to out + i * out_stride (out_stride
+   >= max_new), their lengths to lens[i] and their scores (sum of log-probabilities) to scores[i] (lens
+   and scores may be NULL); *n_found (may be NULL) how many were found (n_best unless the vocabulary is
+   exhausted). TFM_E_SHAPE when beam_width exceeds cfg.max_batch. */
+TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
+                                        int n_prompt, const tfm_gen_opts *opts, int n_best, int32_t *out,
+                                        int out_stride, int *lens, float *scores, int *n_found);
 
 /* ==== >>api-io ====
    Checkpoints are safetensors files: an 8-byte little-endian header length, a JSON header, the raw
@@ -5190,7 +5236,7 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     c->user = m->cfg.user;
     n_self = (size_t)c->n_layers * c->max_batch * c->max_len * 2 * c->d_model;
     n_cross = (size_t)c->n_layers * c->max_batch * c->max_src_len * 2 * c->d_model;
-    bytes = (n_self + n_cross) * sizeof(float) + 2 * (size_t)c->max_batch * sizeof(int32_t);
+    bytes = (n_self + n_cross) * sizeof(float) + 4 * (size_t)c->max_batch * sizeof(int32_t); /* + reorder's scratch */
     p = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
     if (!p) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
     c->owned = p;
@@ -5217,14 +5263,15 @@ TFMDEF void tfm_kv_cache_reset(tfm_kv_cache *c) {
 
 TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int n) {
     const char *fn = "tfm_kv_cache_reorder";
-    int32_t old_slot[256], old_lens[256], *used;
+    int32_t *old_slot, *old_lens, *used;
     int i, j, L, free_slot = 0;
     if (!c || !c->slot || !from) return tfm__fail(TFM_E_ARG, "%s: cache or from is NULL", fn);
-    if (n < 1 || n > c->max_batch || c->max_batch > 256)
-        return tfm__fail(TFM_E_ARG, "%s: n %d must be in [1,%d] (max_batch, at most 256)", fn, n, c->max_batch);
+    if (n < 1 || n > c->max_batch) return tfm__fail(TFM_E_ARG, "%s: n %d must be in [1,%d] (max_batch)", fn, n, c->max_batch);
     for (i = 0; i < n; i++)
         if (from[i] < 0 || from[i] >= c->max_batch)
             return tfm__fail(TFM_E_ARG, "%s: from[%d] = %d is outside [0,%d)", fn, i, (int)from[i], c->max_batch);
+    old_slot = c->src_lens + c->max_batch; /* scratch after the lengths, in the cache's own allocation */
+    old_lens = old_slot + c->max_batch;
     memcpy(old_slot, c->slot, (size_t)c->max_batch * sizeof(int32_t));
     memcpy(old_lens, c->src_lens, (size_t)c->max_batch * sizeof(int32_t));
     used = c->src_lens; /* reused as a flag per slot until the lengths are written back below */
@@ -5277,107 +5324,524 @@ static void tfm__decode(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int 
     if (encdec && !kc->src_len) kc->src_len = S;
 }
 
-/* argmax, or a sample from softmax(logits / temperature) over the top_k likeliest */
-static int32_t tfm__pick(float *logits, int64_t V, const tfm_gen_opts *o, tfm_rng *rng) {
-    int64_t j, best = 0;
-    float kth = -INFINITY, mx, sum = 0.0f, r;
+/* One sampling candidate: a token's probability and id (top-k and top-p sort these). */
+typedef struct tfm__cand { double p; int32_t id; } tfm__cand;
+
+/* likelier first; equal probabilities: lower id first */
+static int tfm__cand_cmp(const void *a, const void *b) {
+    const tfm__cand *x = (const tfm__cand *)a, *y = (const tfm__cand *)b;
+    if (x->p != y->p) return x->p > y->p ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int tfm__is_stop(const tfm_gen_opts *o, int32_t t) {
+    int i;
+    if (o->has_stop && t == o->stop_token) return 1;
+    for (i = 0; i < o->n_stop; i++)
+        if (o->stop_tokens[i] == t) return 1;
+    return 0;
+}
+
+/* The next token from one row's logits (V, clobbered): the repetition penalty on the tokens seen
+   (seen may be NULL), then the argmax (temperature 0) or a sample as tfm_gen_opts describes it, in
+   double precision. p (V) and cand (V) are work space. */
+static int32_t tfm__pick(float *logits, int64_t V, const tfm_gen_opts *o, tfm_rng *rng, const unsigned char *seen,
+                         double *p, tfm__cand *cand) {
+    int64_t j, best = 0, n_keep;
+    double mx, sum = 0.0, cum = 0.0, r;
+    float rp = o->repetition_penalty;
+    int topk = o->top_k > 0 && o->top_k < V, topp = o->top_p > 0.0f && o->top_p < 1.0f;
+    if (seen && rp > 0.0f && rp != 1.0f)
+        for (j = 0; j < V; j++)
+            if (seen[j]) logits[j] = logits[j] > 0.0f ? logits[j] / rp : logits[j] * rp;
     for (j = 1; j < V; j++)
         if (logits[j] > logits[best]) best = j;
     if (o->temperature <= 0.0f) return (int32_t)best;
-    if (o->top_k > 0 && o->top_k < V) {
-        /* the k-th largest value by repeated selection of the maximum below the previous one */
-        float prev = INFINITY;
-        int64_t count = 0;
-        while (count < o->top_k) {
-            float cur = -INFINITY;
-            int64_t n = 0;
-            for (j = 0; j < V; j++)
-                if (logits[j] < prev && logits[j] > cur) cur = logits[j];
-            for (j = 0; j < V; j++) n += logits[j] == cur;
-            count += n;
-            prev = cur;
-            if (cur == -INFINITY) break;
-        }
-        kth = prev;
-    }
     mx = logits[best];
-    for (j = 0; j < V; j++) {
-        logits[j] = logits[j] >= kth ? expf((logits[j] - mx) / o->temperature) : 0.0f;
-        sum += logits[j];
+    for (j = 0; j < V; j++) p[j] = exp(((double)logits[j] - mx) / (double)o->temperature);
+    if (topk || topp) {
+        /* sort only the tokens of p >= 1e-4 (the likeliest has 1) when they hold what the filters keep: the
+           k likeliest, or (top_p alone) the mass top_p asks for; else every token */
+        int64_t n = 0;
+        double all = 0.0, mass = 0.0;
+        for (j = 0; j < V; j++) {
+            all += p[j];
+            if (p[j] >= 1e-4) {
+                cand[n].p = p[j];
+                cand[n++].id = (int32_t)j;
+                mass += p[j];
+            }
+        }
+        if (topk ? n < o->top_k : mass < (double)o->top_p * all) {
+            for (j = 0; j < V; j++) {
+                cand[j].p = p[j];
+                cand[j].id = (int32_t)j;
+            }
+            n = V;
+        }
+        qsort(cand, (size_t)n, sizeof *cand, tfm__cand_cmp);
+        n_keep = n;
+        if (topk) { /* the k likeliest, and any tied with the k-th */
+            n_keep = o->top_k;
+            while (n_keep < n && cand[n_keep].p == cand[o->top_k - 1].p) n_keep++;
+        }
+        if (topp) { /* the shortest prefix whose mass reaches top_p of the mass kept so far */
+            double tot = 0.0, acc = 0.0, want;
+            if (topk)
+                for (j = 0; j < n_keep; j++) tot += cand[j].p;
+            else tot = all;
+            want = (double)o->top_p * tot;
+            for (j = 0; j < n_keep; j++) {
+                acc += cand[j].p;
+                if (acc >= want) break;
+            }
+            if (j < n_keep) n_keep = j + 1;
+        }
+        for (j = 0; j < V; j++) p[j] = 0.0;
+        for (j = 0; j < n_keep; j++) p[cand[j].id] = cand[j].p;
     }
-    r = tfm_rng_uniform(rng) * sum;
+    if (o->min_p > 0.0f) /* the likeliest token has p = 1 */
+        for (j = 0; j < V; j++)
+            if (p[j] < (double)o->min_p) p[j] = 0.0;
+    for (j = 0; j < V; j++) sum += p[j];
+    r = (double)tfm_rng_uniform(rng) * sum;
     for (j = 0; j < V; j++) {
-        r -= logits[j];
-        if (r < 0.0f && logits[j] > 0.0f) return (int32_t)j;
+        cum += p[j];
+        if (p[j] > 0.0 && cum > r) return (int32_t)j;
     }
-    return (int32_t)best;
+    for (j = V - 1; j > 0 && p[j] == 0.0; j--) {}
+    return (int32_t)j; /* rounding left r at the total: the last kept token */
 }
 
-TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
-                                     const tfm_gen_opts *opts, int32_t *out, int *n_out) {
-    const char *fn = "tfm_model_generate";
+/* Checks shared by the generation calls: the model, opts and the decoder's vocabulary *V. */
+static tfm_result tfm__chk_gen(const char *fn, const tfm_model *m, const tfm_gen_opts *o, int64_t *V) {
     const tfm_config *c;
-    tfm_batch b;
-    tfm_gen_opts o;
-    tfm_rng rng;
-    tfm_kv_cache kc;
-    const float *memory = NULL;
-    int encdec, limit, n = 0, was_training;
-    int64_t V;
-    int32_t tok;
-    tfm_result r;
-    if (n_out) *n_out = 0;
+    int i;
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     c = &m->cfg;
     if (c->kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier does not generate", fn);
     if (c->input_dim)
         return tfm__fail(TFM_E_ARG, "%s: the model reads continuous inputs (cfg.input_dim); generation takes token ids", fn);
-    if (!opts || !out || !prompt) return tfm__fail(TFM_E_ARG, "%s: opts, out or prompt is NULL", fn);
-    o = *opts;
-    encdec = c->kind == TFM_MODEL_ENCODER_DECODER;
-    limit = encdec ? c->max_tgt_len : c->max_len;
-    if (o.max_new <= 0) return tfm__fail(TFM_E_ARG, "%s: opts.max_new is %d: required, > 0", fn, o.max_new);
-    if (n_prompt < 1 || n_prompt + o.max_new > limit)
-        return tfm__fail(TFM_E_SHAPE, "%s: %d prompt ids + %d new must be in [1,%d] (cfg.%s)", fn, n_prompt, o.max_new, limit,
-                         encdec ? "max_tgt_len" : "max_len");
-    if (!(o.temperature >= 0.0f) || !isfinite(o.temperature) || o.top_k < 0)
-        return tfm__fail(TFM_E_ARG, "%s: temperature %g and top_k %d must be >= 0", fn, (double)o.temperature, o.top_k);
-    if (encdec && !src) return tfm__fail(TFM_E_ARG, "%s: an encoder-decoder needs src", fn);
-    if (!encdec && src) return tfm__fail(TFM_E_ARG, "%s: src given to a decoder-only model", fn);
-    V = encdec ? c->tgt_vocab_size : c->vocab_size;
-    if (o.has_stop && (o.stop_token < 0 || o.stop_token >= V))
-        return tfm__fail(TFM_E_ARG, "%s: stop_token %d is outside [0,%lld)", fn, o.stop_token, (long long)V);
-    /* the shapes and ids as a forward would check them */
-    memset(&b, 0, sizeof b);
-    b.batch = 1;
-    if (encdec) {
-        b.len = src_len;
-        b.tokens = src;
-        b.tgt_len = n_prompt;
-        b.tgt_in = prompt;
-    } else {
-        b.len = n_prompt;
-        b.tokens = prompt;
+    *V = c->kind == TFM_MODEL_ENCODER_DECODER ? c->tgt_vocab_size : c->vocab_size;
+    if (!o) return tfm__fail(TFM_E_ARG, "%s: opts is NULL", fn);
+    if (o->max_new <= 0) return tfm__fail(TFM_E_ARG, "%s: opts.max_new is %d: required, > 0", fn, o->max_new);
+    if (!(o->temperature >= 0.0f) || !isfinite(o->temperature))
+        return tfm__fail(TFM_E_ARG, "%s: opts.temperature %g must be finite and >= 0", fn, (double)o->temperature);
+    if (o->top_k < 0 || o->top_k > *V)
+        return tfm__fail(TFM_E_ARG, "%s: opts.top_k %d is outside [0,%lld] (the vocabulary)", fn, o->top_k, (long long)*V);
+    if (!(o->top_p >= 0.0f && o->top_p <= 1.0f))
+        return tfm__fail(TFM_E_ARG, "%s: opts.top_p %g is outside [0,1]", fn, (double)o->top_p);
+    if (!(o->min_p >= 0.0f && o->min_p <= 1.0f))
+        return tfm__fail(TFM_E_ARG, "%s: opts.min_p %g is outside [0,1]", fn, (double)o->min_p);
+    if (!(o->repetition_penalty >= 0.0f) || !isfinite(o->repetition_penalty))
+        return tfm__fail(TFM_E_ARG, "%s: opts.repetition_penalty %g must be finite and >= 0", fn, (double)o->repetition_penalty);
+    if (!isfinite(o->length_penalty))
+        return tfm__fail(TFM_E_ARG, "%s: opts.length_penalty %g is not finite", fn, (double)o->length_penalty);
+    if (o->has_stop && (o->stop_token < 0 || o->stop_token >= *V))
+        return tfm__fail(TFM_E_ARG, "%s: opts.stop_token %d is outside [0,%lld)", fn, o->stop_token, (long long)*V);
+    if (o->n_stop < 0 || (o->n_stop > 0 && !o->stop_tokens))
+        return tfm__fail(TFM_E_ARG, "%s: opts.n_stop %d with stop_tokens %s", fn, o->n_stop, o->stop_tokens ? "set" : "NULL");
+    for (i = 0; i < o->n_stop; i++)
+        if (o->stop_tokens[i] < 0 || o->stop_tokens[i] >= *V)
+            return tfm__fail(TFM_E_ARG, "%s: opts.stop_tokens[%d] = %d is outside [0,%lld)", fn, i, (int)o->stop_tokens[i],
+                             (long long)*V);
+    return TFM_OK;
+}
+
+/* Checks B rows of decoder prompts (and, for an encoder-decoder, sources) as generation takes them; each
+   prompt plus `extra` positions must fit the decoder. */
+static tfm_result tfm__chk_gen_rows(const char *fn, const tfm_model *m, int B, const int32_t *const *srcs,
+                                    const int *src_lens, const int32_t *const *prompts, const int *n_prompts, int extra) {
+    const tfm_config *c = &m->cfg;
+    int encdec = c->kind == TFM_MODEL_ENCODER_DECODER, limit = encdec ? c->max_tgt_len : c->max_len, b;
+    int64_t V = encdec ? c->tgt_vocab_size : c->vocab_size;
+    if (!prompts || !n_prompts) return tfm__fail(TFM_E_ARG, "%s: prompt is NULL", fn);
+    if (encdec && (!srcs || !src_lens)) return tfm__fail(TFM_E_ARG, "%s: an encoder-decoder needs src", fn);
+    if (!encdec && srcs) return tfm__fail(TFM_E_ARG, "%s: src given to a decoder-only model", fn);
+    for (b = 0; b < B; b++) {
+        if (n_prompts[b] < 1 || (int64_t)n_prompts[b] + extra > limit)
+            return tfm__fail(TFM_E_SHAPE, "%s: row %d: %d prompt ids + %d new must be in [1,%d] (cfg.%s)", fn, b, n_prompts[b],
+                             extra, limit, encdec ? "max_tgt_len" : "max_len");
+        TFM__TRY(tfm__chk_rows(fn, "prompt", prompts[b], 1, n_prompts[b], n_prompts[b], V, 0, 0));
+        if (encdec) {
+            if (src_lens[b] < 1 || src_lens[b] > c->max_len)
+                return tfm__fail(TFM_E_SHAPE, "%s: row %d: src_len %d is outside [1,%d] (cfg.max_len)", fn, b, src_lens[b],
+                                 c->max_len);
+            TFM__TRY(tfm__chk_rows(fn, "src", srcs[b], 1, src_lens[b], src_lens[b], c->vocab_size, 0, 0));
+        }
     }
-    TFM__TRY(tfm__chk_batch(fn, m, &b));
-    r = tfm_kv_cache_init(&kc, m, 1, n_prompt + o.max_new);
-    if (r != TFM_OK) return tfm__fail(r, "%s: %s", fn, tfm_last_error());
-    was_training = m->impl->training;
+    return TFM_OK;
+}
+
+/* Encode B sources of different lengths into a cache (padded to the longest, with per-row key lengths):
+   returns the encoder's output (B,S,C), *S its length. ids (B*S) and lens (B) are work space. */
+static const float *tfm__gen_encode(tfm_model *m, tfm_kv_cache *kc, int B, const int32_t *const *srcs,
+                                    const int *src_lens, int32_t *ids, int32_t *lens, int *S) {
+    int b, i, s = 0;
+    for (b = 0; b < B; b++) s = TFM__MAX(s, src_lens[b]);
+    for (b = 0; b < B; b++) {
+        for (i = 0; i < s; i++) ids[(int64_t)b * s + i] = i < src_lens[b] ? srcs[b][i] : 0;
+        lens[b] = kc->src_lens[b] = src_lens[b];
+    }
+    kc->has_src_lens = 1;
+    *S = s;
+    return tfm__encoder_fwd(m, ids, NULL, B, s, lens);
+}
+
+static void tfm__gen_begin(tfm_model *m, int *was_training) {
+    *was_training = m->impl->training;
     m->impl->training = 0;
-    if (encdec) memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
-    tfm__decode(m, &kc, prompt, 1, n_prompt, memory, src_len);
-    tfm_rng_seed(&rng, o.seed);
-    for (;;) {
-        tok = tfm__pick(m->impl->logits, V, &o, &rng);
-        out[n++] = tok;
-        if ((o.has_stop && tok == o.stop_token) || n == o.max_new) break;
-        tfm__decode(m, &kc, &tok, 1, 1, memory, src_len);
-    }
-    tfm_kv_cache_free(&kc);
+}
+
+static void tfm__gen_end(tfm_model *m, int was_training) {
     m->impl->training = was_training;
     m->impl->gen_replaced = 1; /* the layers' saved activations are the last decoding step's now */
     m->impl->has_targets = 0;
+}
+
+static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32_t *const *srcs, const int *src_lens,
+                                const int32_t *const *prompts, const int *n_prompts, const tfm_gen_opts *opts,
+                                int32_t *out, int out_stride, int *n_out) {
+    tfm_gen_opts o;
+    tfm_kv_cache kc;
+    const float *memory = NULL;
+    int encdec, b, i, S = 0, p_min, p_max = 0, nact, fed, was_training, penal;
+    int64_t V = 0, src_max = 0;
+    size_t bytes;
+    unsigned char *work, *seen = NULL;
+    double *p;
+    tfm__cand *cand;
+    tfm_rng *rng;
+    int32_t *ids, *act, *from, *tok, *lens;
+    tfm_result r;
+    if (n_out && B > 0)
+        for (b = 0; b < B; b++) n_out[b] = 0;
+    TFM__TRY(tfm__chk_gen(fn, m, opts, &V));
+    o = *opts;
+    encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
+    if (B < 1 || B > m->cfg.max_batch)
+        return tfm__fail(B < 1 ? TFM_E_ARG : TFM_E_SHAPE, "%s: %d rows is outside [1,%d] (cfg.max_batch)", fn, B,
+                         m->cfg.max_batch);
+    if (!out || !n_out) return tfm__fail(TFM_E_ARG, "%s: out or n_out is NULL", fn);
+    if (out_stride < o.max_new)
+        return tfm__fail(TFM_E_ARG, "%s: out_stride %d is less than opts.max_new %d", fn, out_stride, o.max_new);
+    TFM__TRY(tfm__chk_gen_rows(fn, m, B, srcs, src_lens, prompts, n_prompts, o.max_new));
+    p_min = n_prompts[0];
+    for (b = 0; b < B; b++) {
+        p_min = TFM__MIN(p_min, n_prompts[b]);
+        p_max = TFM__MAX(p_max, n_prompts[b]);
+        if (encdec) src_max = TFM__MAX(src_max, src_lens[b]);
+    }
+    penal = o.repetition_penalty > 0.0f && o.repetition_penalty != 1.0f;
+    bytes = (size_t)V * (sizeof(double) + sizeof(tfm__cand)) + (size_t)B * sizeof(tfm_rng) +
+            ((size_t)B * p_min + 4 * (size_t)B + (size_t)B * src_max) * sizeof(int32_t) + (penal ? (size_t)B * V : 0);
+    work = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
+    if (!work) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
+    p = (double *)work;
+    cand = (tfm__cand *)(p + V);
+    rng = (tfm_rng *)(cand + V);
+    ids = (int32_t *)(rng + B);
+    act = ids + (size_t)B * TFM__MAX(p_min, src_max);
+    from = act + B;
+    tok = from + B;
+    lens = tok + B;
+    if (penal) seen = (unsigned char *)(lens + B);
+    r = tfm_kv_cache_init(&kc, m, B, p_max + o.max_new - 1);
+    if (r != TFM_OK) {
+        TFM_FREE(work, m->cfg.user);
+        return tfm__fail(r, "%s: %s", fn, tfm_last_error());
+    }
+    tfm__gen_begin(m, &was_training);
+    if (encdec) memory = tfm__gen_encode(m, &kc, B, srcs, src_lens, ids, lens, &S);
+    for (b = 0; b < B; b++) {
+        tfm_rng_seed(&rng[b], o.seed + (uint64_t)b);
+        act[b] = b;
+        for (i = 0; i < p_min; i++) ids[(int64_t)b * p_min + i] = prompts[b][i];
+        if (seen) {
+            memset(seen + (size_t)b * V, 0, (size_t)V);
+            for (i = 0; i < n_prompts[b]; i++) seen[(size_t)b * V + prompts[b][i]] = 1;
+        }
+    }
+    /* every row shares the positions: the common prefix at once, then one position per step, where a row
+       whose prompt goes on is fed its next prompt id and the others their last chosen token */
+    tfm__decode(m, &kc, ids, B, p_min, memory, S);
+    nact = B;
+    for (fed = p_min;; fed++) {
+        int nn = 0, dropped = 0;
+        for (i = 0; i < nact; i++) {
+            int32_t t;
+            int stop = 0;
+            b = act[i];
+            if (fed < n_prompts[b]) {
+                t = prompts[b][fed];
+            } else {
+                t = tfm__pick(m->impl->logits + (int64_t)i * V, V, &o, &rng[b], seen ? seen + (size_t)b * V : NULL, p, cand);
+                out[(int64_t)b * out_stride + n_out[b]++] = t;
+                if (seen) seen[(size_t)b * V + t] = 1;
+                stop = tfm__is_stop(&o, t) || n_out[b] == o.max_new;
+                if (o.on_token && o.on_token(o.on_token_user, b, t)) stop = 1;
+            }
+            if (stop) {
+                dropped = 1;
+                continue;
+            }
+            from[nn] = i;
+            tok[nn] = t;
+            act[nn++] = b;
+        }
+        if (nn == 0) break;
+        if (dropped) tfm_kv_cache_reorder(&kc, from, nn); /* the rows that go on, in place */
+        nact = nn;
+        tfm__decode(m, &kc, tok, nact, 1, memory, S);
+    }
+    tfm_kv_cache_free(&kc);
+    TFM_FREE(work, m->cfg.user);
+    tfm__gen_end(m, was_training);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
+                                     const tfm_gen_opts *opts, int32_t *out, int *n_out) {
+    int n = 0;
+    tfm_result r;
+    if (n_out) *n_out = 0;
+    if (!prompt) return tfm__fail(TFM_E_ARG, "tfm_model_generate: prompt is NULL");
+    r = tfm__generate("tfm_model_generate", m, 1, src ? &src : NULL, src ? &src_len : NULL, &prompt, &n_prompt, opts,
+                      out, opts ? opts->max_new : 0, &n);
     if (n_out) *n_out = n;
+    return r;
+}
+
+TFMDEF tfm_result tfm_model_generate_batch(tfm_model *m, int B, const int32_t *const *srcs, const int *src_lens,
+                                           const int32_t *const *prompts, const int *n_prompts,
+                                           const tfm_gen_opts *opts, int32_t *out, int out_stride, int *n_out) {
+    return tfm__generate("tfm_model_generate_batch", m, B, srcs, src_lens, prompts, n_prompts, opts, out, out_stride, n_out);
+}
+
+/* log-softmax of one row of logits at index t, in double */
+static double tfm__logp(const float *x, int64_t V, int64_t t) {
+    double mx = x[0], s = 0.0;
+    int64_t j;
+    for (j = 1; j < V; j++)
+        if (x[j] > mx) mx = x[j];
+    for (j = 0; j < V; j++) s += exp((double)x[j] - mx);
+    return (double)x[t] - mx - log(s);
+}
+
+TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
+                                  const int32_t *target, int n_target, float *logp, float *total) {
+    const char *fn = "tfm_model_score";
+    const float *memory = NULL, *h;
+    int encdec, was_training, T, i, S = 0;
+    int64_t V, C;
+    int32_t *seq;
+    double sum = 0.0;
+    if (total) *total = 0.0f;
+    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
+    if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier has no decoder", fn);
+    if (m->cfg.input_dim)
+        return tfm__fail(TFM_E_ARG, "%s: the model reads continuous inputs (cfg.input_dim); scoring takes token ids", fn);
+    encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
+    V = encdec ? m->cfg.tgt_vocab_size : m->cfg.vocab_size;
+    C = m->cfg.d_model;
+    if (!target || n_target < 1) return tfm__fail(TFM_E_ARG, "%s: target is NULL or n_target %d < 1", fn, n_target);
+    TFM__TRY(tfm__chk_gen_rows(fn, m, 1, src ? &src : NULL, src ? &src_len : NULL, prompt ? &prompt : NULL, &n_prompt,
+                               n_target - 1));
+    TFM__TRY(tfm__chk_rows(fn, "target", target, 1, n_target, n_target, V, 0, 0));
+    T = n_prompt + n_target - 1;
+    seq = (int32_t *)TFM_MALLOC((size_t)T * sizeof(int32_t), m->cfg.user);
+    if (!seq) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, (size_t)T * sizeof(int32_t));
+    memcpy(seq, prompt, (size_t)n_prompt * sizeof(int32_t));
+    if (n_target > 1) memcpy(seq + n_prompt, target, (size_t)(n_target - 1) * sizeof(int32_t));
+    tfm__gen_begin(m, &was_training);
+    if (encdec) {
+        memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
+        S = src_len;
+    }
+    h = tfm__decoder_fwd(m, seq, NULL, 1, T, memory, S, NULL, NULL);
+    /* the head on the rows that predict the target: n_prompt-1 .. T-1 */
+    tfm__op_linear(m->impl->device, m->impl->logits, V, h + (int64_t)(n_prompt - 1) * C, C, m->impl->head.weight.data,
+                   NULL, n_target, C, V);
+    for (i = 0; i < n_target; i++) {
+        double lp = tfm__logp(m->impl->logits + (int64_t)i * V, V, target[i]);
+        if (logp) logp[i] = (float)lp;
+        sum += lp;
+    }
+    if (total) *total = (float)sum;
+    TFM_FREE(seq, m->cfg.user);
+    tfm__gen_end(m, was_training);
+    return TFM_OK;
+}
+
+/* The ended hypotheses of a beam search: the best K by length-penalised score (norm). */
+typedef struct tfm__hyps {
+    int K, max_new, n, n_ended;
+    float alpha;
+    int32_t *tok, *len; /* (K, max_new), (K) */
+    double *score, *norm;
+} tfm__hyps;
+
+/* A hypothesis ends: prefix (n ids) then last, of total log-probability score. */
+static void tfm__hyps_add(tfm__hyps *h, const int32_t *prefix, int n, int32_t last, double score) {
+    double norm = h->alpha != 0.0f ? score / pow((5.0 + (n + 1)) / 6.0, (double)h->alpha) : score;
+    int i, at = h->n;
+    h->n_ended++;
+    if (h->n == h->K) { /* full: replace the worst, if this one is better */
+        at = 0;
+        for (i = 1; i < h->K; i++)
+            if (h->norm[i] < h->norm[at]) at = i;
+        if (!(norm > h->norm[at])) return;
+    } else {
+        h->n++;
+    }
+    if (n) memcpy(h->tok + (int64_t)at * h->max_new, prefix, (size_t)n * sizeof(int32_t));
+    h->tok[(int64_t)at * h->max_new + n] = last;
+    h->len[at] = n + 1;
+    h->score[at] = score;
+    h->norm[at] = norm;
+}
+
+TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
+                                        int n_prompt, const tfm_gen_opts *opts, int n_best, int32_t *out,
+                                        int out_stride, int *lens, float *scores, int *n_found) {
+    const char *fn = "tfm_model_beam_search";
+    tfm_kv_cache kc;
+    tfm__hyps hy;
+    const float *memory = NULL;
+    int K, encdec, t, i, c, n_live = 1, N2, S = 0, was_training, max_new;
+    int64_t V = 0, v;
+    size_t bytes;
+    unsigned char *work;
+    double *live_score, *new_score, *cs;
+    int32_t *live_tok, *new_tok, *cpar, *ctok, *from, *next, *sw;
+    tfm_result r;
+    if (n_found) *n_found = 0;
+    TFM__TRY(tfm__chk_gen(fn, m, opts, &V));
+    encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
+    max_new = opts->max_new;
+    K = opts->beam_width ? opts->beam_width : 4;
+    if (K < 1 || K > V)
+        return tfm__fail(TFM_E_ARG, "%s: opts.beam_width %d is outside [1,%lld] (the vocabulary)", fn, K, (long long)V);
+    if (K > m->cfg.max_batch)
+        return tfm__fail(TFM_E_SHAPE, "%s: opts.beam_width %d exceeds cfg.max_batch %d (a beam is a batch row)", fn, K,
+                         m->cfg.max_batch);
+    if (n_best < 1 || n_best > K) return tfm__fail(TFM_E_ARG, "%s: n_best %d is outside [1,%d] (the beam width)", fn, n_best, K);
+    if (!out) return tfm__fail(TFM_E_ARG, "%s: out is NULL", fn);
+    if (out_stride < max_new) return tfm__fail(TFM_E_ARG, "%s: out_stride %d is less than opts.max_new %d", fn, out_stride, max_new);
+    TFM__TRY(tfm__chk_gen_rows(fn, m, 1, src ? &src : NULL, src ? &src_len : NULL, prompt ? &prompt : NULL, &n_prompt,
+                               max_new));
+    bytes = (size_t)K * (3 * max_new + 7) * sizeof(int32_t) + (size_t)K * 6 * sizeof(double);
+    work = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
+    if (!work) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
+    live_score = (double *)work;
+    new_score = live_score + K;
+    cs = new_score + K;           /* (2K) candidate scores, best first */
+    hy.score = cs + 2 * K;
+    hy.norm = hy.score + K;
+    live_tok = (int32_t *)(hy.norm + K);
+    new_tok = live_tok + (size_t)K * max_new;
+    hy.tok = new_tok + (size_t)K * max_new;
+    hy.len = hy.tok + (size_t)K * max_new;
+    cpar = hy.len + K;            /* (2K) candidates' parent rows and tokens */
+    ctok = cpar + 2 * K;
+    from = ctok + 2 * K;
+    next = from + K;
+    hy.K = K;
+    hy.max_new = max_new;
+    hy.n = hy.n_ended = 0;
+    hy.alpha = opts->length_penalty;
+    r = tfm_kv_cache_init(&kc, m, K, n_prompt + max_new - 1);
+    if (r != TFM_OK) {
+        TFM_FREE(work, m->cfg.user);
+        return tfm__fail(r, "%s: %s", fn, tfm_last_error());
+    }
+    tfm__gen_begin(m, &was_training);
+    if (encdec) {
+        memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
+        S = src_len;
+    }
+    tfm__decode(m, &kc, prompt, 1, n_prompt, memory, S);
+    live_score[0] = 0.0;
+    for (t = 0; t < max_new; t++) {
+        int n_new = 0, nc = 0;
+        /* the 2K best continuations of the live beams, by total log-probability; ties: lower row, then id */
+        N2 = (int)TFM__MIN((int64_t)2 * K, (int64_t)n_live * V);
+        for (i = 0; i < n_live; i++) {
+            const float *x = m->impl->logits + (int64_t)i * V;
+            double mx = x[0], s = 0.0, base;
+            for (v = 1; v < V; v++)
+                if (x[v] > mx) mx = x[v];
+            for (v = 0; v < V; v++) s += exp((double)x[v] - mx);
+            base = live_score[i] - mx - log(s);
+            for (v = 0; v < V; v++) {
+                double sc = base + (double)x[v];
+                int at;
+                if (nc == N2 && !(sc > cs[nc - 1])) continue;
+                if (nc < N2) nc++;
+                for (at = nc - 1; at > 0 && sc > cs[at - 1]; at--) {
+                    cs[at] = cs[at - 1];
+                    cpar[at] = cpar[at - 1];
+                    ctok[at] = ctok[at - 1];
+                }
+                cs[at] = sc;
+                cpar[at] = i;
+                ctok[at] = (int32_t)v;
+            }
+        }
+        /* a stop token among the K best ends a hypothesis; the other candidates, best first, fill the beam */
+        for (c = 0; c < nc && n_new < K; c++) {
+            const int32_t *prefix = live_tok + (int64_t)cpar[c] * max_new;
+            if (tfm__is_stop(opts, ctok[c])) {
+                if (c < K) tfm__hyps_add(&hy, prefix, t, ctok[c], cs[c]);
+                continue;
+            }
+            if (t) memcpy(new_tok + (int64_t)n_new * max_new, prefix, (size_t)t * sizeof(int32_t));
+            new_tok[(int64_t)n_new * max_new + t] = ctok[c];
+            new_score[n_new] = cs[c];
+            from[n_new] = cpar[c];
+            next[n_new++] = ctok[c];
+        }
+        if (t == max_new - 1) { /* out of length: the live beams end here */
+            for (i = 0; i < n_new; i++) tfm__hyps_add(&hy, new_tok + (int64_t)i * max_new, t, next[i], new_score[i]);
+            break;
+        }
+        if (hy.n_ended >= K || n_new == 0) break; /* every beam has ended */
+        sw = live_tok;
+        live_tok = new_tok;
+        new_tok = sw;
+        memcpy(live_score, new_score, (size_t)n_new * sizeof(double));
+        n_live = n_new;
+        tfm_kv_cache_reorder(&kc, from, n_live); /* in place: only rows taken twice are copied */
+        tfm__decode(m, &kc, next, n_live, 1, memory, S);
+    }
+    /* the n_best by length-penalised score, best first (a selection sort) */
+    for (i = 0; i < hy.n && i < n_best; i++) {
+        int best = i, j;
+        for (j = i + 1; j < hy.n; j++)
+            if (hy.norm[j] > hy.norm[best]) best = j;
+        if (best != i) { /* swap i and best */
+            double ts = hy.score[i], tn = hy.norm[i];
+            int32_t tl = hy.len[i];
+            for (j = 0; j < max_new; j++) {
+                int32_t tt = hy.tok[(int64_t)i * max_new + j];
+                hy.tok[(int64_t)i * max_new + j] = hy.tok[(int64_t)best * max_new + j];
+                hy.tok[(int64_t)best * max_new + j] = tt;
+            }
+            hy.score[i] = hy.score[best];
+            hy.norm[i] = hy.norm[best];
+            hy.len[i] = hy.len[best];
+            hy.score[best] = ts;
+            hy.norm[best] = tn;
+            hy.len[best] = tl;
+        }
+        memcpy(out + (int64_t)i * out_stride, hy.tok + (int64_t)i * max_new, (size_t)hy.len[i] * sizeof(int32_t));
+        if (lens) lens[i] = hy.len[i];
+        if (scores) scores[i] = (float)hy.score[i];
+    }
+    if (n_found) *n_found = i;
+    tfm_kv_cache_free(&kc);
+    TFM_FREE(work, m->cfg.user);
+    tfm__gen_end(m, was_training);
     return TFM_OK;
 }
 
