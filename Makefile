@@ -6,7 +6,8 @@
 #   make test-compile    the header as C99 and C++11 with -Wall -Wextra -Werror -pedantic
 #   make asan            build/test_asan: the tests under AddressSanitizer + UBSan
 #   make valgrind        build/test_valgrind: the tests under valgrind memcheck
-#   make bench           build bench/bench.c and run the benchmarks (bench/run.sh)
+#   make bench           build bench/bench.c and run the benchmarks (bench/run.sh); beside a BLAS build
+#                        also build/bench-builtin (the built-in sgemm), whose training steps get a column
 #   make demo            build and run the demonstration: a pronouncer trained in about 2 minutes
 #   make examples        build/<example> for every examples/*.c, with -Werror
 #   make examples-smoke  run every example's --smoke mode (seconds each; CI runs it)
@@ -15,8 +16,9 @@
 #   make clean
 #
 # Variables:
-#   BLAS=auto|1|0        matrix products through OpenBLAS (cblas_sgemm) when it is found (auto), always
-#                        (1: an error if it is missing) or never (0: the header's built-in sgemm)
+#   BLAS=auto|1|0|blis   matrix products through OpenBLAS (cblas_sgemm) when it is found (auto), always
+#                        (1: an error if it is missing), never (0: the header's built-in sgemm), or
+#                        through BLIS's cblas_sgemm (blis: Debian's libblis-dev; an error if missing)
 #   NATIVE=1|0           0 drops -march=native
 #   CFLAGS, LDFLAGS, LDLIBS, CC, CXX, NVCC   as usual
 #
@@ -44,8 +46,8 @@ comma    := ,
 # the same OpenMP pool as the header's own loops; then whatever `pkg-config openblas` names; then a
 # plain -lopenblas when <cblas.h> is on the include path.
 
-ifeq ($(filter $(BLAS),auto 0 1),)
-$(error BLAS must be auto, 1 or 0 (got '$(BLAS)'))
+ifeq ($(filter $(BLAS),auto 0 1 blis),)
+$(error BLAS must be auto, 1, 0 or blis (got '$(BLAS)'))
 endif
 
 MULTIARCH        := $(shell $(CC) -print-multiarch 2>/dev/null)
@@ -86,7 +88,24 @@ ifneq ($(BLAS_FOUND),)
   BLAS_CFLAGS := -DTFM_BLAS $(if $(BLAS_INCDIR),-I$(BLAS_INCDIR))
   BLAS_LDLIBS := $(if $(BLAS_LIBDIR),-L$(BLAS_LIBDIR) -Wl$(comma)-rpath$(comma)$(BLAS_LIBDIR)) -lopenblas
 endif
-ifneq ($(and $(BLAS_FOUND),$(filter-out 0,$(BLAS))),)
+# BLIS (Debian: libblis-dev, with its OpenMP build): BLAS=blis, and the bench's BLIS column.
+BLIS_INCDIR ?= $(firstword $(wildcard /usr/include/$(MULTIARCH)/blis-openmp /usr/include/$(MULTIARCH)/blis-pthread \
+                  /usr/include/$(MULTIARCH)/blis-serial /usr/include/blis))
+BLIS_LIBDIR ?= $(firstword $(patsubst %/libblis.so,%,$(wildcard /usr/lib/$(MULTIARCH)/blis-openmp/libblis.so \
+                  /usr/lib/$(MULTIARCH)/blis-pthread/libblis.so /usr/lib/$(MULTIARCH)/blis-serial/libblis.so \
+                  /usr/lib/$(MULTIARCH)/libblis.so)))
+BLIS_FOUND  := $(and $(wildcard $(BLIS_INCDIR)/cblas.h),$(BLIS_LIBDIR))
+ifeq ($(BLAS)$(BLIS_FOUND),blis)
+$(error BLAS=blis but no BLIS was found: apt-get install libblis-dev, or build with BLAS=0 or BLAS=1)
+endif
+
+# -isystem: BLIS's cblas.h defines static functions it does not use (-Wunused-function otherwise);
+# it also names pthread_barrier_t, which -std=c99 hides unless POSIX is asked for.
+ifeq ($(BLAS),blis)
+  USE_CFLAGS := -DTFM_BLAS -D_POSIX_C_SOURCE=200809L -isystem $(BLIS_INCDIR)
+  USE_LDLIBS := -L$(BLIS_LIBDIR) -Wl,-rpath,$(BLIS_LIBDIR) -lblis
+  SGEMM_DESC := BLIS from $(BLIS_LIBDIR)
+else ifneq ($(and $(BLAS_FOUND),$(filter-out 0,$(BLAS))),)
   USE_CFLAGS := $(BLAS_CFLAGS)
   USE_LDLIBS := $(BLAS_LDLIBS)
   SGEMM_DESC := $(BLAS_FOUND)
@@ -108,6 +127,8 @@ EXAMPLE_SRCS := $(wildcard examples/*.c)
 EXAMPLES     := $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRC    := $(wildcard bench/bench.c)
 BENCH        := $(if $(BENCH_SRC),$(BUILD)/bench)
+# beside a BLAS build, the bench again with the built-in sgemm: its training steps get their own column
+BENCH_BUILTIN := $(if $(and $(BENCH),$(USE_CFLAGS)),$(BUILD)/bench-builtin)
 
 # A binary is rebuilt when the command that builds it changes (make BLAS=0 after make): each one
 # depends on a stamp build/.flags-NAME holding FLAGS_NAME, rewritten only when that text changes
@@ -122,7 +143,7 @@ FLAGS_main := $(CC) $(CFLAGS) $(USE_CFLAGS) $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
 .PHONY: all test unit test-gnu test-portable test-compile asan valgrind bench cuda test-cuda clean FORCE
 FORCE:
 
-all: $(BUILD)/test $(EXAMPLES) $(BENCH)
+all: $(BUILD)/test $(EXAMPLES) $(BENCH) $(BENCH_BUILTIN)
 
 $(BUILD)/test: tests/test_main.c $(TEST_SRCS) $(HEADER) $(BUILD)/.flags-main
 	$(CC) $(CFLAGS) $(USE_CFLAGS) -o $@ tests/test_main.c $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
@@ -175,8 +196,18 @@ plots:
 	if [ $$# -eq 0 ]; then echo "plots: no runs/*.csv yet: run an example (make demo) first"; exit 1; fi; \
 	sh examples/plot.sh "$$@"
 
-$(BUILD)/bench: bench/bench.c $(HEADER) $(BUILD)/.flags-main
-	$(CC) $(CFLAGS) $(USE_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
+# `build/bench sgemm` opens OpenBLAS and BLIS at run time, beside the built-in sgemm, whatever BLAS the
+# rest of the bench links: these are the files it opens (BENCH_OPENBLAS / BENCH_BLIS override them).
+BENCH_OPENBLAS_SO := $(firstword $(wildcard $(OPENBLAS_OMP_LIB)/libopenblas.so.0 $(BLAS_LIBDIR)/libopenblas.so.0) libopenblas.so.0)
+BENCH_BLIS_SO     := $(firstword $(wildcard $(BLIS_LIBDIR)/libblis.so.4) libblis.so.4)
+BENCH_CFLAGS := -DBENCH_OPENBLAS_SO='"$(BENCH_OPENBLAS_SO)"' -DBENCH_BLIS_SO='"$(BENCH_BLIS_SO)"' \
+                $(if $(filter blis,$(BLAS)),-DBENCH_CBLAS_NAME='"BLIS"')
+FLAGS_bench  := $(FLAGS_main) $(BENCH_CFLAGS)
+
+$(BUILD)/bench: bench/bench.c $(HEADER) $(BUILD)/.flags-bench
+	$(CC) $(CFLAGS) $(USE_CFLAGS) $(BENCH_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS) -ldl
+$(BUILD)/bench-builtin: bench/bench.c $(HEADER) $(BUILD)/.flags-bench
+	$(CC) $(CFLAGS) $(BENCH_CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS) -ldl
 
 # ---- tests ------------------------------------------------------------------------------------
 
@@ -298,7 +329,7 @@ valgrind: $(BUILD)/test_valgrind
 # bench/run.sh (when present) runs every benchmark configuration, next to PyTorch when it is
 # installed, and prints the table; its environment variables (CONFIGS, THREADS, QUICK, ...) pass through.
 ifneq ($(BENCH),)
-bench: $(BENCH)
+bench: $(BENCH) $(BENCH_BUILTIN)
 	@if [ -f bench/run.sh ]; then echo "bash bench/run.sh"; bash bench/run.sh; else echo ./$(BENCH); ./$(BENCH); fi
 else
 bench:

@@ -82,7 +82,8 @@
    TFM_ASSERT(x)       internal invariants only (default assert); never fired by bad user input.
    TFM_ABORT_ON_ERROR  every failure prints its message to stderr and aborts (for tests and tools).
    TFM_NO_STDIO        leaves out everything that uses FILE* (checkpoints): no <stdio.h> I/O.
-   TFM_NO_VECTOR_EXT   no GCC/Clang vector extensions (the built-in sgemm and AdamW use portable C).
+   TFM_NO_VECTOR_EXT   no GCC/Clang vector extensions: AdamW runs its scalar loop (the built-in sgemm
+                       picks its intrinsics micro-kernel from the target ISA either way).
    TFM_STATIC          every function static, for a private copy in one translation unit.
    TFMDEF              storage class of every public function (default extern).
    TFM_CUDA            reserved for the CUDA kernels; this version stops the build with a message.
@@ -269,7 +270,8 @@ TFMDEF float tfm_rng_normal(tfm_rng *rng);
 
 /* C = alpha * op(A) op(B) + beta * C, row-major. op(A) is (M,K): A is (M,K) with row stride lda, or
    (K,M) when transA. op(B) is (K,N). C is (M,N) with row stride ldc. This is the one choke point every
-   matrix product goes through (built-in, BLAS or TFM_SGEMM). With beta == 0, C is not read. */
+   matrix product goes through (built-in, BLAS or TFM_SGEMM). With beta == 0, C is not read. The
+   built-in one packs into buffers on the stack of each thread that runs it: about 660 KiB each. */
 TFMDEF tfm_result tfm_sgemm(int transA, int transB, int M, int N, int K, float alpha,
                             const float *A, int lda, const float *B, int ldb,
                             float beta, float *C, int ldc);
@@ -774,23 +776,69 @@ TFMDEF void tfm_kv_cache_reset(tfm_kv_cache *c);
    from[i] in [0, n_old). Copies only rows taken by more than one new row. */
 TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int n);
 
-/* Options of tfm_model_generate; zero means greedy decoding with no stop token. */
+/* Streaming: called with each token as it is chosen, for batch row `row` (beam search: never). A non-zero
+   return stops that row after this token. */
+typedef int (*tfm_token_fn)(void *user, int row, int32_t token);
+
+/* Options of generation; zero means greedy decoding with no stop token. Sampling (temperature > 0)
+   applies, in this order: the repetition penalty, temperature, top_k, top_p, min_p, then draws one
+   uniform number u from the row's stream and takes the first token (in id order) at which the running
+   sum of the kept probabilities exceeds u times their total. */
 typedef struct tfm_gen_opts {
-    int max_new;          /* required: most tokens to generate */
-    float temperature;    /* 0: greedy (argmax); else sample from softmax(logits / temperature) */
-    int top_k;            /* sampling: only the k likeliest tokens; 0 -> all */
-    int stop_token;       /* with has_stop: generation ends after emitting this token */
+    int max_new;          /* required: most tokens to generate (per row) */
+    float temperature;    /* 0: greedy (argmax, lowest id on ties); else sample from softmax(logits / temperature) */
+    int top_k;            /* sampling: only the k likeliest tokens (and any tied with the k-th); 0 -> all */
+    int stop_token;       /* with has_stop: a row ends after emitting this token */
     int has_stop;
-    uint64_t seed;        /* sampling */
+    uint64_t seed;        /* sampling: batch row b draws from tfm_rng_seed(seed + b), so a row's text does not
+                             depend on the other rows or the thread count */
+    float top_p;          /* sampling, in [0,1]: keep the likeliest tokens until their probability reaches
+                             top_p (after top_k; ties by lower id first); 0 -> 1 (all) */
+    float min_p;          /* sampling, in [0,1]: drop tokens less likely than min_p times the likeliest; 0 -> none */
+    float repetition_penalty; /* > 0 (CTRL's): the logit of a token already in the prompt or the output is divided
+                             by it when positive, multiplied when negative; 0 -> 1 (none). Greedy too */
+    const int32_t *stop_tokens; /* n_stop more stop tokens (may be NULL when n_stop is 0) */
+    int n_stop;
+    tfm_token_fn on_token;  /* streaming callback (may be NULL), called with on_token_user */
+    void *on_token_user;
+    int beam_width;       /* tfm_model_beam_search: beams kept per step, in [1, V] and at most cfg.max_batch; 0 -> 4 */
+    float length_penalty; /* tfm_model_beam_search: GNMT's alpha: hypotheses rank by logp / ((5 + n) / 6)^alpha,
+                             n their length (stop token included); 0 -> none */
 } tfm_gen_opts;
 
 /* Autoregressive decoding with a key/value cache, batch 1. Decoder-only LM: continue prompt
    (n_prompt >= 1 ids; src NULL). Encoder-decoder: encode src (src_len ids), then decode from prompt
    (decoder start ids, e.g. a BOS token). out receives the new ids, *n_out how many (may be NULL).
    n_prompt + max_new must fit max_len (LM) or max_tgt_len (enc-dec). Dropout is off meanwhile;
-   the model's last forward state is replaced, so backward is not possible until the next forward. */
+   the model's last forward state is replaced, so backward is not possible until the next forward.
+   The same as tfm_model_generate_batch with one row. */
 TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
                                      int n_prompt, const tfm_gen_opts *opts, int32_t *out, int *n_out);
+/* B rows decoded together (B <= cfg.max_batch), each as tfm_model_generate would decode it alone (with the
+   seed opts->seed + b): prompts[b] (n_prompts[b] ids) and, for an encoder-decoder, srcs[b] (src_lens[b]
+   ids; srcs and src_lens NULL for an LM). Row b's new ids go to out + b * out_stride (out_stride >=
+   max_new), their count to n_out[b]. A row ends at a stop token, at max_new or when on_token returns
+   non-zero; rows that end stop costing work. Rows share positions: row b's prompt tokens past the
+   shortest prompt are fed one step at a time while other rows already generate. */
+TFMDEF tfm_result tfm_model_generate_batch(tfm_model *m, int B, const int32_t *const *srcs, const int *src_lens,
+                                           const int32_t *const *prompts, const int *n_prompts,
+                                           const tfm_gen_opts *opts, int32_t *out, int out_stride, int *n_out);
+/* Log-probabilities of target (n_target >= 1 ids) following prompt (n_prompt >= 1 ids; an encoder-decoder's
+   decoder start ids, with src as in tfm_model_generate): logp[i] (may be NULL) = log p(target[i] |
+   prompt, target[0..i-1]) and *total (may be NULL) their sum. One forward without dropout and without
+   gradients; n_prompt + n_target - 1 must fit the decoder's length. Replaces the last forward's state. */
+TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
+                                  const int32_t *target, int n_target, float *logp, float *total);
+/* Beam search (opts: max_new, beam_width, length_penalty, the stop tokens; sampling fields are ignored)
+   from one prompt (and src, as in tfm_model_generate). A hypothesis ends at a stop token (kept in its
+   output) or at max_new tokens; the search ends when beam_width hypotheses have ended or at max_new.
+   The n_best (in [1, beam_width]) best, by length-penalised score, go to out + i * out_stride (out_stride
+   >= max_new), their lengths to lens[i] and their scores (sum of log-probabilities) to scores[i] (lens
+   and scores may be NULL); *n_found (may be NULL) how many were found (n_best unless the vocabulary is
+   exhausted). TFM_E_SHAPE when beam_width exceeds cfg.max_batch. */
+TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
+                                        int n_prompt, const tfm_gen_opts *opts, int n_best, int32_t *out,
+                                        int out_stride, int *lens, float *scores, int *n_found);
 
 /* ==== >>api-io ====
    Checkpoints are safetensors files: an 8-byte little-endian header length, a JSON header, the raw
@@ -1399,10 +1447,11 @@ static inline float tfm__erf(float x) {
 }
 
 /* ==== >>impl-sgemm ====
-   The built-in sgemm: op(A) and op(B) are copied block by block into packed panels (A in slivers of
-   MR rows, B in slivers of NR columns, each laid out k-major), and a register-blocked MR x NR
-   micro-kernel multiplies a sliver pair. The output is split into independent tiles of MC x NC; each
-   tile runs its whole K loop on one thread, so the result does not depend on the thread count. */
+   The built-in sgemm, a GEMM in the Goto/BLIS sense: op(B) is packed one KC x NC panel at a time (in
+   slivers of NR columns, k-major) and op(A) one MC x KC block at a time (slivers of MR rows, k-major),
+   each once per panel; a register-blocked MR x NR micro-kernel (AVX-512, AVX2+FMA or
+   portable, whichever the compiler targets) multiplies a sliver pair. Every element of C is summed over
+   K in the same order whatever the thread count, so results are bit-identical across thread counts. */
 
 #if defined(__GNUC__) && !defined(TFM_NO_VECTOR_EXT)
 #define TFM__VEC 1
@@ -1435,120 +1484,313 @@ static inline void tfm__vstore(float *p, tfm__vf v) { memcpy(p, &v, sizeof v); }
 #define TFM__VW 8
 #endif
 
-#define TFM__MR 6
-#define TFM__NR (2 * TFM__VW)
-#define TFM__KC 256
-#define TFM__MC (TFM__MR * 12)
-#define TFM__NC (TFM__NR * 4)
+/* Micro-kernels. Each computes one MR x NR tile of C from an A sliver (element (i, p) of op(A) at
+   a[i*rsa + p*csa]: packed, rsa = 1 and csa = MR) and a B sliver (element (p, j) at b[p*rsb + j]:
+   packed, rsb = NR), keeping the whole tile in registers: C = alpha * acc + beta * C, and with beta == 0 C is not read. Each output element is one
+   accumulator, summed p = 0, 1, ..., kc-1 with one fused multiply-add per step (one multiply and one add
+   in the portable kernels), so its value depends neither on where the tile sits nor on the threads. */
 
-/* Ap: ceil(mc/MR) slivers of kc x MR; rows past mc are zero. */
-static void tfm__pack_a(int mc, int kc, const float *A, int lda, int transA, int i0, int p0, float *Ap) {
-    int s, p, i;
-    for (s = 0; s < mc; s += TFM__MR) {
-        int mr = TFM__MIN(TFM__MR, mc - s);
-        for (p = 0; p < kc; p++) {
-            for (i = 0; i < mr; i++) {
-                int r = i0 + s + i, c = p0 + p;
-                Ap[p * TFM__MR + i] = transA ? A[(size_t)c * lda + r] : A[(size_t)r * lda + c];
-            }
-            for (; i < TFM__MR; i++) Ap[p * TFM__MR + i] = 0.0f;
-        }
-        Ap += (size_t)kc * TFM__MR;
+#if defined(__AVX512F__)
+#define TFM__HAVE_KERNEL_AVX512 1
+#define TFM__MR_AVX512 8
+#define TFM__NR_AVX512 32
+#define TFM__K512_ROW(o, r0, r1)                 \
+    ai = _mm512_set1_ps(a[o]);                   \
+    r0 = _mm512_fmadd_ps(ai, b0, r0);            \
+    r1 = _mm512_fmadd_ps(ai, b1, r1);
+#define TFM__K512_STEP                                                                                    \
+    b0 = _mm512_loadu_ps(b);                                                                              \
+    b1 = _mm512_loadu_ps(b + 16);                                                                         \
+    TFM__K512_ROW(0, c00, c01) TFM__K512_ROW(o1, c10, c11) TFM__K512_ROW(o2, c20, c21)                    \
+    TFM__K512_ROW(o3, c30, c31) TFM__K512_ROW(o4, c40, c41) TFM__K512_ROW(o5, c50, c51)                   \
+    TFM__K512_ROW(o6, c60, c61) TFM__K512_ROW(o7, c70, c71)                                               \
+    a += csa;                                                                                             \
+    b += rsb;
+#define TFM__K512_STORE(i, r0, r1)                                                                        \
+    {                                                                                                     \
+        float *ci = c + (size_t)(i) * ldc;                                                                \
+        __m512 v0 = _mm512_mul_ps(va, r0), v1 = _mm512_mul_ps(va, r1);                                    \
+        if (beta != 0.0f) {                                                                               \
+            v0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(ci), v0);                                            \
+            v1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(ci + 16), v1);                                       \
+        }                                                                                                 \
+        _mm512_storeu_ps(ci, v0);                                                                         \
+        _mm512_storeu_ps(ci + 16, v1);                                                                    \
     }
-}
-
-/* Bp: ceil(nc/NR) slivers of kc x NR; columns past nc are zero. */
-static void tfm__pack_b(int kc, int nc, const float *B, int ldb, int transB, int p0, int j0, float *Bp) {
-    int s, p, j;
-    for (s = 0; s < nc; s += TFM__NR) {
-        int nr = TFM__MIN(TFM__NR, nc - s);
-        for (p = 0; p < kc; p++) {
-            float *dst = Bp + p * TFM__NR;
-            if (!transB) {
-                const float *src = B + (size_t)(p0 + p) * ldb + j0 + s;
-                for (j = 0; j < nr; j++) dst[j] = src[j];
-            } else {
-                for (j = 0; j < nr; j++) dst[j] = B[(size_t)(j0 + s + j) * ldb + p0 + p];
-            }
-            for (; j < TFM__NR; j++) dst[j] = 0.0f;
-        }
-        Bp += (size_t)kc * TFM__NR;
+/* AVX-512F: 8 x 32, 16 zmm registers accumulate. 12 x 32 (24 accumulators) ran as fast on packed data
+   but wastes a third of the last sliver of a 32-row product (attention's heads: 0.62 of OpenBLAS's rate
+   at 32 x 64 x 32 with 12 rows, 0.99 with 8). */
+static TFM__UNUSED void tfm__kernel_avx512(int kc, const float *TFM_RESTRICT a, int rsa, int csa,
+                                          const float *TFM_RESTRICT b, int rsb, float *c, int ldc, float alpha,
+                                          float beta) {
+    const size_t o1 = (size_t)rsa, o2 = 2 * o1, o3 = 3 * o1, o4 = 4 * o1, o5 = 5 * o1, o6 = 6 * o1, o7 = 7 * o1;
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00;
+    __m512 c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    __m512 b0, b1, ai, va, vb;
+    int p;
+    for (p = 0; p < TFM__MR_AVX512; p++) { /* C's tile arrives while the loop runs */
+        _mm_prefetch((const char *)(c + (size_t)p * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + (size_t)p * ldc + 31), _MM_HINT_T0);
     }
+    for (p = 0; p < kc; p++) {
+        TFM__K512_STEP
+    }
+    va = _mm512_set1_ps(alpha);
+    vb = _mm512_set1_ps(beta);
+    TFM__K512_STORE(0, c00, c01) TFM__K512_STORE(1, c10, c11) TFM__K512_STORE(2, c20, c21)
+    TFM__K512_STORE(3, c30, c31) TFM__K512_STORE(4, c40, c41) TFM__K512_STORE(5, c50, c51)
+    TFM__K512_STORE(6, c60, c61) TFM__K512_STORE(7, c70, c71)
 }
+#endif
 
-/* C[mr x nr] = alpha * (Ap sliver x Bp sliver) + beta * C; with beta == 0, C is not read. */
-static void tfm__micro(int kc, const float *TFM_RESTRICT a, const float *TFM_RESTRICT b, float *c,
-                       int ldc, int mr, int nr, float alpha, float beta) {
-    float tile[TFM__MR * TFM__NR];
-    int i, j, p;
+#if defined(__AVX2__) && defined(__FMA__)
+#define TFM__HAVE_KERNEL_AVX2 1
+#define TFM__MR_AVX2 6
+#define TFM__NR_AVX2 16
+#define TFM__K256_ROW(o, r0, r1)                 \
+    ai = _mm256_broadcast_ss(a + (o));           \
+    r0 = _mm256_fmadd_ps(ai, b0, r0);            \
+    r1 = _mm256_fmadd_ps(ai, b1, r1);
+#define TFM__K256_STEP                                                                                    \
+    b0 = _mm256_loadu_ps(b);                                                                              \
+    b1 = _mm256_loadu_ps(b + 8);                                                                          \
+    TFM__K256_ROW(0, c00, c01) TFM__K256_ROW(o1, c10, c11) TFM__K256_ROW(o2, c20, c21)                    \
+    TFM__K256_ROW(o3, c30, c31) TFM__K256_ROW(o4, c40, c41) TFM__K256_ROW(o5, c50, c51)                   \
+    a += csa;                                                                                             \
+    b += rsb;
+#define TFM__K256_STORE(i, r0, r1)                                                                        \
+    {                                                                                                     \
+        float *ci = c + (size_t)(i) * ldc;                                                                \
+        __m256 v0 = _mm256_mul_ps(va, r0), v1 = _mm256_mul_ps(va, r1);                                    \
+        if (beta != 0.0f) {                                                                               \
+            v0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci), v0);                                            \
+            v1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci + 8), v1);                                        \
+        }                                                                                                 \
+        _mm256_storeu_ps(ci, v0);                                                                         \
+        _mm256_storeu_ps(ci + 8, v1);                                                                     \
+    }
+/* AVX2 + FMA: 6 x 16, 12 of the 16 ymm registers accumulate. */
+static TFM__UNUSED void tfm__kernel_avx2(int kc, const float *TFM_RESTRICT a, int rsa, int csa,
+                                        const float *TFM_RESTRICT b, int rsb, float *c, int ldc, float alpha,
+                                        float beta) {
+    const size_t o1 = (size_t)rsa, o2 = 2 * o1, o3 = 3 * o1, o4 = 4 * o1, o5 = 5 * o1;
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    __m256 b0, b1, ai, va, vb;
+    int p;
+    for (p = 0; p < TFM__MR_AVX2; p++) {
+        _mm_prefetch((const char *)(c + (size_t)p * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + (size_t)p * ldc + 15), _MM_HINT_T0);
+    }
+    for (p = 0; p + 4 <= kc; p += 4) {
+        TFM__K256_STEP TFM__K256_STEP TFM__K256_STEP TFM__K256_STEP
+    }
+    for (; p < kc; p++) {
+        TFM__K256_STEP
+    }
+    va = _mm256_set1_ps(alpha);
+    vb = _mm256_set1_ps(beta);
+    TFM__K256_STORE(0, c00, c01) TFM__K256_STORE(1, c10, c11) TFM__K256_STORE(2, c20, c21)
+    TFM__K256_STORE(3, c30, c31) TFM__K256_STORE(4, c40, c41) TFM__K256_STORE(5, c50, c51)
+}
+#endif
+
+/* Portable: 6 x (2 vectors) over the compiler's vector extension (SSE2 4 lanes, AVX 8, NEON 4), or
+   6 x 16 in plain C without it. */
+#define TFM__MR_PORT 6
+#define TFM__NR_PORT (2 * TFM__VW)
+static TFM__UNUSED void tfm__kernel_port(int kc, const float *TFM_RESTRICT a, int rsa, int csa,
+                                        const float *TFM_RESTRICT b, int rsb, float *c, int ldc, float alpha,
+                                        float beta) {
+    const size_t o1 = (size_t)rsa;
+    int i, p;
 #if TFM__VEC
+    const size_t o2 = 2 * o1, o3 = 3 * o1, o4 = 4 * o1, o5 = 5 * o1;
+    tfm__vf acc[2 * TFM__MR_PORT];
     tfm__vf c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
     tfm__vf c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
     for (p = 0; p < kc; p++) {
         tfm__vf b0 = tfm__vload(b), b1 = tfm__vload(b + TFM__VW);
         c00 += a[0] * b0; c01 += a[0] * b1;
-        c10 += a[1] * b0; c11 += a[1] * b1;
-        c20 += a[2] * b0; c21 += a[2] * b1;
-        c30 += a[3] * b0; c31 += a[3] * b1;
-        c40 += a[4] * b0; c41 += a[4] * b1;
-        c50 += a[5] * b0; c51 += a[5] * b1;
-        a += TFM__MR;
-        b += TFM__NR;
+        c10 += a[o1] * b0; c11 += a[o1] * b1;
+        c20 += a[o2] * b0; c21 += a[o2] * b1;
+        c30 += a[o3] * b0; c31 += a[o3] * b1;
+        c40 += a[o4] * b0; c41 += a[o4] * b1;
+        c50 += a[o5] * b0; c51 += a[o5] * b1;
+        a += csa;
+        b += rsb;
     }
-    if (mr == TFM__MR && nr == TFM__NR) {
-        tfm__vf *acc[12];
-        acc[0] = &c00; acc[1] = &c01; acc[2] = &c10; acc[3] = &c11; acc[4] = &c20; acc[5] = &c21;
-        acc[6] = &c30; acc[7] = &c31; acc[8] = &c40; acc[9] = &c41; acc[10] = &c50; acc[11] = &c51;
-        for (i = 0; i < TFM__MR; i++) {
-            float *ci = c + (size_t)i * ldc;
-            tfm__vf v0 = alpha * *acc[2 * i], v1 = alpha * *acc[2 * i + 1];
-            if (beta != 0.0f) {
-                v0 += beta * tfm__vload(ci);
-                v1 += beta * tfm__vload(ci + TFM__VW);
-            }
-            tfm__vstore(ci, v0);
-            tfm__vstore(ci + TFM__VW, v1);
+    acc[0] = c00; acc[1] = c01; acc[2] = c10; acc[3] = c11; acc[4] = c20; acc[5] = c21;
+    acc[6] = c30; acc[7] = c31; acc[8] = c40; acc[9] = c41; acc[10] = c50; acc[11] = c51;
+    for (i = 0; i < TFM__MR_PORT; i++) {
+        float *ci = c + (size_t)i * ldc;
+        tfm__vf v0 = alpha * acc[2 * i], v1 = alpha * acc[2 * i + 1];
+        if (beta != 0.0f) {
+            v0 += beta * tfm__vload(ci);
+            v1 += beta * tfm__vload(ci + TFM__VW);
         }
-        return;
+        tfm__vstore(ci, v0);
+        tfm__vstore(ci + TFM__VW, v1);
     }
-    tfm__vstore(tile + 0 * TFM__NR, c00); tfm__vstore(tile + 0 * TFM__NR + TFM__VW, c01);
-    tfm__vstore(tile + 1 * TFM__NR, c10); tfm__vstore(tile + 1 * TFM__NR + TFM__VW, c11);
-    tfm__vstore(tile + 2 * TFM__NR, c20); tfm__vstore(tile + 2 * TFM__NR + TFM__VW, c21);
-    tfm__vstore(tile + 3 * TFM__NR, c30); tfm__vstore(tile + 3 * TFM__NR + TFM__VW, c31);
-    tfm__vstore(tile + 4 * TFM__NR, c40); tfm__vstore(tile + 4 * TFM__NR + TFM__VW, c41);
-    tfm__vstore(tile + 5 * TFM__NR, c50); tfm__vstore(tile + 5 * TFM__NR + TFM__VW, c51);
 #else
-    for (i = 0; i < TFM__MR * TFM__NR; i++) tile[i] = 0.0f;
+    float acc[TFM__MR_PORT * TFM__NR_PORT];
+    int j;
+    for (i = 0; i < TFM__MR_PORT * TFM__NR_PORT; i++) acc[i] = 0.0f;
     for (p = 0; p < kc; p++) {
-        for (i = 0; i < TFM__MR; i++)
-            for (j = 0; j < TFM__NR; j++) tile[i * TFM__NR + j] += a[i] * b[j];
-        a += TFM__MR;
-        b += TFM__NR;
+        for (i = 0; i < TFM__MR_PORT; i++)
+            for (j = 0; j < TFM__NR_PORT; j++) acc[i * TFM__NR_PORT + j] += a[i * o1] * b[j];
+        a += csa;
+        b += rsb;
     }
-#endif
-    for (i = 0; i < mr; i++)
-        for (j = 0; j < nr; j++) {
-            float *cij = c + (size_t)i * ldc + j;
-            *cij = beta != 0.0f ? alpha * tile[i * TFM__NR + j] + beta * *cij : alpha * tile[i * TFM__NR + j];
+    for (i = 0; i < TFM__MR_PORT; i++)
+        for (j = 0; j < TFM__NR_PORT; j++) {
+            float *cij = c + (size_t)i * ldc + j, v = alpha * acc[i * TFM__NR_PORT + j];
+            *cij = beta != 0.0f ? v + beta * *cij : v;
         }
+#endif
 }
 
-/* One MC x NC tile of C with its full K loop. Ap and Bp are this thread's panels. */
-static void tfm__sgemm_tile(int transA, int transB, int i0, int mc, int j0, int nc, int K, float alpha,
-                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                            int ldc, float *Ap, float *Bp) {
-    int pc, ir, jr;
-    for (pc = 0; pc < K; pc += TFM__KC) {
-        int kc = TFM__MIN(TFM__KC, K - pc);
-        float b_eff = pc == 0 ? beta : 1.0f;
-        tfm__pack_b(kc, nc, B, ldb, transB, pc, j0, Bp);
-        tfm__pack_a(mc, kc, A, lda, transA, i0, pc, Ap);
-        for (jr = 0; jr < nc; jr += TFM__NR)
-            for (ir = 0; ir < mc; ir += TFM__MR)
-                tfm__micro(kc, Ap + (size_t)(ir / TFM__MR) * kc * TFM__MR, Bp + (size_t)(jr / TFM__NR) * kc * TFM__NR,
-                           C + (size_t)(i0 + ir) * ldc + j0 + jr, ldc, TFM__MIN(TFM__MR, mc - ir),
-                           TFM__MIN(TFM__NR, nc - jr), alpha, b_eff);
+/* The kernel this build uses: the widest the compiler targets. */
+#if defined(TFM__HAVE_KERNEL_AVX512)
+#define TFM__MR TFM__MR_AVX512
+#define TFM__NR TFM__NR_AVX512
+#define tfm__kernel tfm__kernel_avx512
+#define TFM__KERNEL_NAME "avx512 8x32"
+#elif defined(TFM__HAVE_KERNEL_AVX2)
+#define TFM__MR TFM__MR_AVX2
+#define TFM__NR TFM__NR_AVX2
+#define tfm__kernel tfm__kernel_avx2
+#define TFM__KERNEL_NAME "avx2+fma 6x16"
+#else
+#define TFM__MR TFM__MR_PORT
+#define TFM__NR TFM__NR_PORT
+#define tfm__kernel tfm__kernel_port
+#define TFM__KERNEL_NAME "portable"
+#endif
+
+/* Blocking (Goto & van de Geijn): a B panel of KC x NC (in L3) is packed once per K block and swept by
+   every A block of MC x KC (in L2) packed against it; a B sliver (KC x NR) stays in L1 while the A
+   slivers stream past it. None of these depends on the thread count. */
+#define TFM__KC 256
+#define TFM__MC 144
+#define TFM__NC 512
+
+/* Packing. Both operands reduce to two moves into a k-major sliver of width W (MR for A, NR for B):
+   a copy, where the source already runs along the sliver's width (op(A) = A^T, op(B) = B), and a
+   transpose, where it runs along k (op(A) = A, op(B) = B^T). Widths past w are zero. */
+
+/* dst[p*W + i] = src[p*ld + i] for i < w, 0 for w <= i < W; p < kc. */
+static void tfm__pack_copy(const float *src, int ld, int w, int kc, float *dst, int W) {
+    int i, p;
+    if (w == W) {
+        for (p = 0; p < kc; p++)
+            for (i = 0; i < W; i++) dst[(size_t)p * W + i] = src[(size_t)p * ld + i];
+    } else {
+        memset(dst, 0, (size_t)kc * W * sizeof(float)); /* once, not a call per row */
+        for (p = 0; p < kc; p++)
+            for (i = 0; i < w; i++) dst[(size_t)p * W + i] = src[(size_t)p * ld + i];
     }
+}
+
+/* dst[p*W + i] = src[i*ld + p] for i < w, 0 for w <= i < W; p < kc. In 8 x 8 blocks (AVX) and 4 x 4
+   blocks (SSE) of registers; what is left, element by element. */
+static void tfm__pack_transpose(const float *src, int ld, int w, int kc, float *dst, int W) {
+    int i = 0, p;
+    if (w < W) memset(dst, 0, (size_t)kc * W * sizeof(float));
+#if defined(__AVX__)
+    for (; i + 8 <= w; i += 8) {
+        const float *s = src + (size_t)i * ld;
+        float *d = dst + i;
+        for (p = 0; p + 8 <= kc; p += 8) {
+            __m256 r0 = _mm256_loadu_ps(s + p), r1 = _mm256_loadu_ps(s + ld + p);
+            __m256 r2 = _mm256_loadu_ps(s + 2 * (size_t)ld + p), r3 = _mm256_loadu_ps(s + 3 * (size_t)ld + p);
+            __m256 r4 = _mm256_loadu_ps(s + 4 * (size_t)ld + p), r5 = _mm256_loadu_ps(s + 5 * (size_t)ld + p);
+            __m256 r6 = _mm256_loadu_ps(s + 6 * (size_t)ld + p), r7 = _mm256_loadu_ps(s + 7 * (size_t)ld + p);
+            __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+            __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+            __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+            __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+            __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+            __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+            __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            float *q = d + (size_t)p * W;
+            _mm256_storeu_ps(q, _mm256_permute2f128_ps(u0, u4, 0x20));
+            _mm256_storeu_ps(q + W, _mm256_permute2f128_ps(u1, u5, 0x20));
+            _mm256_storeu_ps(q + 2 * W, _mm256_permute2f128_ps(u2, u6, 0x20));
+            _mm256_storeu_ps(q + 3 * W, _mm256_permute2f128_ps(u3, u7, 0x20));
+            _mm256_storeu_ps(q + 4 * W, _mm256_permute2f128_ps(u0, u4, 0x31));
+            _mm256_storeu_ps(q + 5 * W, _mm256_permute2f128_ps(u1, u5, 0x31));
+            _mm256_storeu_ps(q + 6 * W, _mm256_permute2f128_ps(u2, u6, 0x31));
+            _mm256_storeu_ps(q + 7 * W, _mm256_permute2f128_ps(u3, u7, 0x31));
+        }
+        for (; p < kc; p++) {
+            int r;
+            for (r = 0; r < 8; r++) d[(size_t)p * W + r] = s[(size_t)r * ld + p];
+        }
+    }
+#endif
+#if defined(__SSE2__)
+    for (; i + 4 <= w; i += 4) {
+        const float *s = src + (size_t)i * ld;
+        float *d = dst + i;
+        for (p = 0; p + 4 <= kc; p += 4) {
+            __m128 r0 = _mm_loadu_ps(s + p), r1 = _mm_loadu_ps(s + ld + p);
+            __m128 r2 = _mm_loadu_ps(s + 2 * (size_t)ld + p), r3 = _mm_loadu_ps(s + 3 * (size_t)ld + p);
+            __m128 t0 = _mm_unpacklo_ps(r0, r1), t1 = _mm_unpackhi_ps(r0, r1);
+            __m128 t2 = _mm_unpacklo_ps(r2, r3), t3 = _mm_unpackhi_ps(r2, r3);
+            float *q = d + (size_t)p * W;
+            _mm_storeu_ps(q, _mm_movelh_ps(t0, t2));
+            _mm_storeu_ps(q + W, _mm_movehl_ps(t2, t0));
+            _mm_storeu_ps(q + 2 * W, _mm_movelh_ps(t1, t3));
+            _mm_storeu_ps(q + 3 * W, _mm_movehl_ps(t3, t1));
+        }
+        for (; p < kc; p++) {
+            int r;
+            for (r = 0; r < 4; r++) d[(size_t)p * W + r] = s[(size_t)r * ld + p];
+        }
+    }
+#endif
+    if (i < w) {
+        const float *s = src + (size_t)i * ld;
+        int r, rest = w - i;
+        for (p = 0; p < kc; p++)
+            for (r = 0; r < rest; r++) dst[(size_t)p * W + i + r] = s[(size_t)r * ld + p];
+    }
+}
+
+/* One MR-row sliver of op(A): rows i0..i0+mr-1, columns p0..p0+kc-1, into dst (kc x MR, k-major). */
+static void tfm__pack_a(int mr, int kc, const float *A, int lda, int transA, int i0, int p0, float *dst) {
+    if (transA)
+        tfm__pack_copy(A + (size_t)p0 * lda + i0, lda, mr, kc, dst, TFM__MR);
+    else
+        tfm__pack_transpose(A + (size_t)i0 * lda + p0, lda, mr, kc, dst, TFM__MR);
+}
+
+/* One NR-column sliver of op(B): rows p0..p0+kc-1, columns j0..j0+nr-1, into dst (kc x NR, k-major). */
+static void tfm__pack_b(int kc, int nr, const float *B, int ldb, int transB, int p0, int j0, float *dst) {
+    if (transB)
+        tfm__pack_transpose(B + (size_t)j0 * ldb + p0, ldb, nr, kc, dst, TFM__NR);
+    else
+        tfm__pack_copy(B + (size_t)p0 * ldb + j0, ldb, nr, kc, dst, TFM__NR);
+}
+
+/* One tile: the kernel straight into C, or, for an edge tile (mr < MR or nr < NR), into a full tile on
+   the stack that is copied in and out, so edge elements go through the same instructions. */
+static void tfm__gemm_tile(int kc, const float *a, int rsa, int csa, const float *b, int rsb, float *c, int ldc,
+                           int mr, int nr, float alpha, float beta) {
+    float tile[TFM__MR * TFM__NR];
+    int i, j;
+    if (mr == TFM__MR && nr == TFM__NR) {
+        tfm__kernel(kc, a, rsa, csa, b, rsb, c, ldc, alpha, beta);
+        return;
+    }
+    if (beta != 0.0f)
+        for (i = 0; i < TFM__MR; i++)
+            for (j = 0; j < TFM__NR; j++) tile[i * TFM__NR + j] = i < mr && j < nr ? c[(size_t)i * ldc + j] : 0.0f;
+    tfm__kernel(kc, a, rsa, csa, b, rsb, tile, TFM__NR, alpha, beta);
+    for (i = 0; i < mr; i++)
+        for (j = 0; j < nr; j++) c[(size_t)i * ldc + j] = tile[i * TFM__NR + j];
 }
 
 /* C = beta * C (beta == 0 writes zeros without reading C). */
@@ -1558,30 +1800,95 @@ static void tfm__scale_c(int M, int N, float beta, float *C, int ldc) {
         for (j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
 }
 
+static int tfm__ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+/* The Goto loops on one thread: column panels jc (NC wide), K blocks pc (KC deep: the B panel is packed
+   here), row blocks ic (MC high: the A block is packed here), then B slivers jr and A slivers ir around
+   the kernel. Blocks are balanced (K = 300 is two blocks of 150, not 256 + 44) and depend only on the
+   shape. The panel and the block live on this thread's stack: KC*NC + MC*KC floats, 656 KiB, because a
+   training step allocates nothing. */
+static void tfm__sgemm_serial(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                              const float *B, int ldb, float beta, float *C, int ldc) {
+    float bbuf[TFM__KC * TFM__NC + 16], abuf[TFM__MC * TFM__KC + 16];
+    float *Bp = (float *)(((uintptr_t)bbuf + 63) & ~(uintptr_t)63);
+    float *Ap = (float *)(((uintptr_t)abuf + 63) & ~(uintptr_t)63);
+    int n_pc = tfm__ceil_div(K, TFM__KC), kc_step = tfm__ceil_div(K, n_pc);
+    int n_jc = tfm__ceil_div(N, TFM__NC), nc_step = tfm__ceil_div(tfm__ceil_div(N, n_jc), TFM__NR) * TFM__NR;
+    int n_ic = tfm__ceil_div(M, TFM__MC), mc_step = tfm__ceil_div(tfm__ceil_div(M, n_ic), TFM__MR) * TFM__MR;
+    /* Small products read an operand in place when packing it would not pay: op(A) when each A sliver
+       meets at most two B slivers, op(B) = B (rows already run along NR) when each B sliver meets at
+       most four A slivers. Edge slivers are always packed (they are zero-padded). */
+    int direct_a = N <= 2 * TFM__NR, direct_b = !transB && M <= 4 * TFM__MR;
+    int jc, pc, ic, jr, ir;
+    for (jc = 0; jc < N; jc += nc_step) {
+        int nc = TFM__MIN(nc_step, N - jc);
+        for (pc = 0; pc < K; pc += kc_step) {
+            int kc = TFM__MIN(kc_step, K - pc);
+            float b_eff = pc == 0 ? beta : 1.0f;
+            for (jr = 0; jr < nc; jr += TFM__NR)
+                if (!(direct_b && nc - jr >= TFM__NR))
+                    tfm__pack_b(kc, TFM__MIN(TFM__NR, nc - jr), B, ldb, transB, pc, jc + jr, Bp + (size_t)jr * kc);
+            for (ic = 0; ic < M; ic += mc_step) {
+                int mc = TFM__MIN(mc_step, M - ic);
+                for (ir = 0; ir < mc; ir += TFM__MR)
+                    if (!(direct_a && mc - ir >= TFM__MR))
+                        tfm__pack_a(TFM__MIN(TFM__MR, mc - ir), kc, A, lda, transA, ic + ir, pc, Ap + (size_t)ir * kc);
+                for (jr = 0; jr < nc; jr += TFM__NR) {
+                    int db = direct_b && nc - jr >= TFM__NR;
+                    const float *b = db ? B + (size_t)pc * ldb + jc + jr : Bp + (size_t)jr * kc;
+                    for (ir = 0; ir < mc; ir += TFM__MR) {
+                        int da = direct_a && mc - ir >= TFM__MR;
+                        const float *a = !da ? Ap + (size_t)ir * kc
+                                             : transA ? A + (size_t)pc * lda + ic + ir : A + (size_t)(ic + ir) * lda + pc;
+                        tfm__gemm_tile(kc, a, !da || transA ? 1 : lda, !da ? TFM__MR : transA ? lda : 1, b,
+                                       db ? ldb : TFM__NR, C + (size_t)(ic + ir) * ldc + jc + jr, ldc,
+                                       TFM__MIN(TFM__MR, mc - ir), TFM__MIN(TFM__NR, nc - jr), alpha, b_eff);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The built-in sgemm. With several threads, C is cut into one rectangle per thread (column ranges in
+   whole NR slivers when op(B) has at least as many slivers as op(A), else row ranges in whole MR
+   slivers) and each thread runs the Goto loops on its own, packing its own panels: the only
+   synchronisation is the end of the parallel region, so a thread that the OS preempts delays nobody
+   until then (on a shared machine, a barrier per K block cost more than the duplicated packing, which
+   is about M*K/NC or N*K/MC extra copies). Each element of C is summed over K in the same order
+   whatever the rectangle, so the result does not depend on the thread count. */
 static TFM__UNUSED void tfm__sgemm_builtin(int transA, int transB, int M, int N, int K, float alpha,
                                           const float *A, int lda, const float *B, int ldb, float beta,
                                           float *C, int ldc) {
-    int mt, nt, ntiles, t;
+    int nth = 1, t;
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) {
         tfm__scale_c(M, N, beta, C, ldc);
         return;
     }
-    mt = (M + TFM__MC - 1) / TFM__MC;
-    nt = (N + TFM__NC - 1) / TFM__NC;
-    ntiles = mt * nt;
-    TFM__OMP(omp parallel if (ntiles > 1 && (double)M * N * K > 2e5 && !tfm__in_parallel()))
+#ifdef _OPENMP
+    if (!tfm__in_parallel() && (double)M * N * K > 2e5) nth = tfm_get_num_threads();
+#endif
     {
-        /* per-thread panels: (MC x KC) + (KC x NC) floats, 64-byte aligned on the stack */
-        float apbuf[TFM__MC * TFM__KC + 16], bpbuf[TFM__KC * TFM__NC + 16];
-        float *Ap = (float *)(((uintptr_t)apbuf + 63) & ~(uintptr_t)63);
-        float *Bp = (float *)(((uintptr_t)bpbuf + 63) & ~(uintptr_t)63);
-        TFM__OMP(omp for schedule(static))
-        for (t = 0; t < ntiles; t++) {
-            int ti = t / nt, tj = t % nt;
-            int i0 = ti * TFM__MC, j0 = tj * TFM__NC;
-            tfm__sgemm_tile(transA, transB, i0, TFM__MIN(TFM__MC, M - i0), j0, TFM__MIN(TFM__NC, N - j0), K,
-                            alpha, A, lda, B, ldb, beta, C, ldc, Ap, Bp);
+        int s_m = tfm__ceil_div(M, TFM__MR), s_n = tfm__ceil_div(N, TFM__NR), by_cols = s_n >= s_m;
+        int units = by_cols ? s_n : s_m;
+        if (nth > units) nth = units;
+        if (nth <= 1) {
+            tfm__sgemm_serial(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            return;
+        }
+        TFM__OMP(omp parallel for num_threads(nth) schedule(static, 1))
+        for (t = 0; t < nth; t++) {
+            int u0 = (int)((int64_t)units * t / nth), u1 = (int)((int64_t)units * (t + 1) / nth);
+            if (by_cols) {
+                int j0 = u0 * TFM__NR, j1 = TFM__MIN(N, u1 * TFM__NR);
+                tfm__sgemm_serial(transA, transB, M, j1 - j0, K, alpha, A, lda,
+                                  transB ? B + (size_t)j0 * ldb : B + j0, ldb, beta, C + j0, ldc);
+            } else {
+                int i0 = u0 * TFM__MR, i1 = TFM__MIN(M, u1 * TFM__MR);
+                tfm__sgemm_serial(transA, transB, i1 - i0, N, K, alpha, transA ? A + i0 : A + (size_t)i0 * lda, lda,
+                                  B, ldb, beta, C + (size_t)i0 * ldc, ldc);
+            }
         }
     }
 }
@@ -1659,19 +1966,31 @@ TFMDEF tfm_result tfm_sgemm(int transA, int transB, int M, int N, int K, float a
     return TFM_OK;
 }
 
-/* Batched products; parallel over the batch when there is at least one matrix per thread. */
-static void tfm__sgemm_batched(int transA, int transB, int M, int N, int K, float alpha, const float *A,
-                               int lda, int64_t sA, const float *B, int ldb, int64_t sB, float beta,
-                               float *C, int ldc, int64_t sC, int batch) {
+typedef void (*tfm__sgemm_fn)(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                              const float *B, int ldb, float beta, float *C, int ldc);
+
+/* Batched products through gemm (tfm__sgemm, or one engine in the bench): parallel over the batch when
+   there is at least one matrix per thread, each product then on one thread with its operands packed
+   once; otherwise one product after the other, each threaded. */
+static void tfm__sgemm_batched_with(tfm__sgemm_fn gemm, int transA, int transB, int M, int N, int K, float alpha,
+                                    const float *A, int lda, int64_t sA, const float *B, int ldb, int64_t sB,
+                                    float beta, float *C, int ldc, int64_t sC, int batch) {
     int i;
     if (batch >= tfm_get_num_threads() && batch > 1 && !tfm__in_parallel()) {
         TFM__OMP(omp parallel for schedule(static))
         for (i = 0; i < batch; i++)
-            tfm__sgemm(transA, transB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
+            gemm(transA, transB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
     } else {
         for (i = 0; i < batch; i++)
-            tfm__sgemm(transA, transB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
+            gemm(transA, transB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
     }
+}
+
+static void tfm__sgemm_batched(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                               int lda, int64_t sA, const float *B, int ldb, int64_t sB, float beta,
+                               float *C, int ldc, int64_t sC, int batch) {
+    tfm__sgemm_batched_with(tfm__sgemm, transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
+                            batch);
 }
 
 TFMDEF tfm_result tfm_sgemm_batched(int transA, int transB, int M, int N, int K, float alpha, const float *A,
@@ -2294,8 +2613,20 @@ static void tfm__attention_forward_cpu(const tfm__attn_args *a) {
                 for (i = 0; i < nq; i++)
                     tfm__attn_drop_row(Pb + (int64_t)i * Tk, Sb + (int64_t)i * Tk, a, (int64_t)a->drop_i0 + ((int64_t)bh * Tq + i0 + i) * Tk, kn);
             }
-            /* out = P v */
-            tfm__sgemm(0, 0, nq, D, kn, 1.0f, Pb, Tk, v, a->ldv, 0.0f, o + (int64_t)i0 * a->ldo, a->ldo);
+            /* out = P v; one query row (a decoding step) as a weighted sum of the value rows, which a
+               general product would pack first */
+            if (nq == 1) {
+                float *orow = o + (int64_t)i0 * a->ldo;
+                int d;
+                for (d = 0; d < D; d++) orow[d] = 0.0f;
+                for (j = 0; j < kn; j++) {
+                    const float *vj = v + (int64_t)j * a->ldv;
+                    float p = Pb[j];
+                    for (d = 0; d < D; d++) orow[d] += p * vj[d];
+                }
+            } else {
+                tfm__sgemm(0, 0, nq, D, kn, 1.0f, Pb, Tk, v, a->ldv, 0.0f, o + (int64_t)i0 * a->ldo, a->ldo);
+            }
         }
     }
 }
@@ -4905,7 +5236,7 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     c->user = m->cfg.user;
     n_self = (size_t)c->n_layers * c->max_batch * c->max_len * 2 * c->d_model;
     n_cross = (size_t)c->n_layers * c->max_batch * c->max_src_len * 2 * c->d_model;
-    bytes = (n_self + n_cross) * sizeof(float) + 2 * (size_t)c->max_batch * sizeof(int32_t);
+    bytes = (n_self + n_cross) * sizeof(float) + 4 * (size_t)c->max_batch * sizeof(int32_t); /* + reorder's scratch */
     p = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
     if (!p) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
     c->owned = p;
@@ -4932,14 +5263,15 @@ TFMDEF void tfm_kv_cache_reset(tfm_kv_cache *c) {
 
 TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int n) {
     const char *fn = "tfm_kv_cache_reorder";
-    int32_t old_slot[256], old_lens[256], *used;
+    int32_t *old_slot, *old_lens, *used;
     int i, j, L, free_slot = 0;
     if (!c || !c->slot || !from) return tfm__fail(TFM_E_ARG, "%s: cache or from is NULL", fn);
-    if (n < 1 || n > c->max_batch || c->max_batch > 256)
-        return tfm__fail(TFM_E_ARG, "%s: n %d must be in [1,%d] (max_batch, at most 256)", fn, n, c->max_batch);
+    if (n < 1 || n > c->max_batch) return tfm__fail(TFM_E_ARG, "%s: n %d must be in [1,%d] (max_batch)", fn, n, c->max_batch);
     for (i = 0; i < n; i++)
         if (from[i] < 0 || from[i] >= c->max_batch)
             return tfm__fail(TFM_E_ARG, "%s: from[%d] = %d is outside [0,%d)", fn, i, (int)from[i], c->max_batch);
+    old_slot = c->src_lens + c->max_batch; /* scratch after the lengths, in the cache's own allocation */
+    old_lens = old_slot + c->max_batch;
     memcpy(old_slot, c->slot, (size_t)c->max_batch * sizeof(int32_t));
     memcpy(old_lens, c->src_lens, (size_t)c->max_batch * sizeof(int32_t));
     used = c->src_lens; /* reused as a flag per slot until the lengths are written back below */
@@ -4992,107 +5324,524 @@ static void tfm__decode(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int 
     if (encdec && !kc->src_len) kc->src_len = S;
 }
 
-/* argmax, or a sample from softmax(logits / temperature) over the top_k likeliest */
-static int32_t tfm__pick(float *logits, int64_t V, const tfm_gen_opts *o, tfm_rng *rng) {
-    int64_t j, best = 0;
-    float kth = -INFINITY, mx, sum = 0.0f, r;
+/* One sampling candidate: a token's probability and id (top-k and top-p sort these). */
+typedef struct tfm__cand { double p; int32_t id; } tfm__cand;
+
+/* likelier first; equal probabilities: lower id first */
+static int tfm__cand_cmp(const void *a, const void *b) {
+    const tfm__cand *x = (const tfm__cand *)a, *y = (const tfm__cand *)b;
+    if (x->p != y->p) return x->p > y->p ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int tfm__is_stop(const tfm_gen_opts *o, int32_t t) {
+    int i;
+    if (o->has_stop && t == o->stop_token) return 1;
+    for (i = 0; i < o->n_stop; i++)
+        if (o->stop_tokens[i] == t) return 1;
+    return 0;
+}
+
+/* The next token from one row's logits (V, clobbered): the repetition penalty on the tokens seen
+   (seen may be NULL), then the argmax (temperature 0) or a sample as tfm_gen_opts describes it, in
+   double precision. p (V) and cand (V) are work space. */
+static int32_t tfm__pick(float *logits, int64_t V, const tfm_gen_opts *o, tfm_rng *rng, const unsigned char *seen,
+                         double *p, tfm__cand *cand) {
+    int64_t j, best = 0, n_keep;
+    double mx, sum = 0.0, cum = 0.0, r;
+    float rp = o->repetition_penalty;
+    int topk = o->top_k > 0 && o->top_k < V, topp = o->top_p > 0.0f && o->top_p < 1.0f;
+    if (seen && rp > 0.0f && rp != 1.0f)
+        for (j = 0; j < V; j++)
+            if (seen[j]) logits[j] = logits[j] > 0.0f ? logits[j] / rp : logits[j] * rp;
     for (j = 1; j < V; j++)
         if (logits[j] > logits[best]) best = j;
     if (o->temperature <= 0.0f) return (int32_t)best;
-    if (o->top_k > 0 && o->top_k < V) {
-        /* the k-th largest value by repeated selection of the maximum below the previous one */
-        float prev = INFINITY;
-        int64_t count = 0;
-        while (count < o->top_k) {
-            float cur = -INFINITY;
-            int64_t n = 0;
-            for (j = 0; j < V; j++)
-                if (logits[j] < prev && logits[j] > cur) cur = logits[j];
-            for (j = 0; j < V; j++) n += logits[j] == cur;
-            count += n;
-            prev = cur;
-            if (cur == -INFINITY) break;
-        }
-        kth = prev;
-    }
     mx = logits[best];
-    for (j = 0; j < V; j++) {
-        logits[j] = logits[j] >= kth ? expf((logits[j] - mx) / o->temperature) : 0.0f;
-        sum += logits[j];
+    for (j = 0; j < V; j++) p[j] = exp(((double)logits[j] - mx) / (double)o->temperature);
+    if (topk || topp) {
+        /* sort only the tokens of p >= 1e-4 (the likeliest has 1) when they hold what the filters keep: the
+           k likeliest, or (top_p alone) the mass top_p asks for; else every token */
+        int64_t n = 0;
+        double all = 0.0, mass = 0.0;
+        for (j = 0; j < V; j++) {
+            all += p[j];
+            if (p[j] >= 1e-4) {
+                cand[n].p = p[j];
+                cand[n++].id = (int32_t)j;
+                mass += p[j];
+            }
+        }
+        if (topk ? n < o->top_k : mass < (double)o->top_p * all) {
+            for (j = 0; j < V; j++) {
+                cand[j].p = p[j];
+                cand[j].id = (int32_t)j;
+            }
+            n = V;
+        }
+        qsort(cand, (size_t)n, sizeof *cand, tfm__cand_cmp);
+        n_keep = n;
+        if (topk) { /* the k likeliest, and any tied with the k-th */
+            n_keep = o->top_k;
+            while (n_keep < n && cand[n_keep].p == cand[o->top_k - 1].p) n_keep++;
+        }
+        if (topp) { /* the shortest prefix whose mass reaches top_p of the mass kept so far */
+            double tot = 0.0, acc = 0.0, want;
+            if (topk)
+                for (j = 0; j < n_keep; j++) tot += cand[j].p;
+            else tot = all;
+            want = (double)o->top_p * tot;
+            for (j = 0; j < n_keep; j++) {
+                acc += cand[j].p;
+                if (acc >= want) break;
+            }
+            if (j < n_keep) n_keep = j + 1;
+        }
+        for (j = 0; j < V; j++) p[j] = 0.0;
+        for (j = 0; j < n_keep; j++) p[cand[j].id] = cand[j].p;
     }
-    r = tfm_rng_uniform(rng) * sum;
+    if (o->min_p > 0.0f) /* the likeliest token has p = 1 */
+        for (j = 0; j < V; j++)
+            if (p[j] < (double)o->min_p) p[j] = 0.0;
+    for (j = 0; j < V; j++) sum += p[j];
+    r = (double)tfm_rng_uniform(rng) * sum;
     for (j = 0; j < V; j++) {
-        r -= logits[j];
-        if (r < 0.0f && logits[j] > 0.0f) return (int32_t)j;
+        cum += p[j];
+        if (p[j] > 0.0 && cum > r) return (int32_t)j;
     }
-    return (int32_t)best;
+    for (j = V - 1; j > 0 && p[j] == 0.0; j--) {}
+    return (int32_t)j; /* rounding left r at the total: the last kept token */
 }
 
-TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
-                                     const tfm_gen_opts *opts, int32_t *out, int *n_out) {
-    const char *fn = "tfm_model_generate";
+/* Checks shared by the generation calls: the model, opts and the decoder's vocabulary *V. */
+static tfm_result tfm__chk_gen(const char *fn, const tfm_model *m, const tfm_gen_opts *o, int64_t *V) {
     const tfm_config *c;
-    tfm_batch b;
-    tfm_gen_opts o;
-    tfm_rng rng;
-    tfm_kv_cache kc;
-    const float *memory = NULL;
-    int encdec, limit, n = 0, was_training;
-    int64_t V;
-    int32_t tok;
-    tfm_result r;
-    if (n_out) *n_out = 0;
+    int i;
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     c = &m->cfg;
     if (c->kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier does not generate", fn);
     if (c->input_dim)
         return tfm__fail(TFM_E_ARG, "%s: the model reads continuous inputs (cfg.input_dim); generation takes token ids", fn);
-    if (!opts || !out || !prompt) return tfm__fail(TFM_E_ARG, "%s: opts, out or prompt is NULL", fn);
-    o = *opts;
-    encdec = c->kind == TFM_MODEL_ENCODER_DECODER;
-    limit = encdec ? c->max_tgt_len : c->max_len;
-    if (o.max_new <= 0) return tfm__fail(TFM_E_ARG, "%s: opts.max_new is %d: required, > 0", fn, o.max_new);
-    if (n_prompt < 1 || n_prompt + o.max_new > limit)
-        return tfm__fail(TFM_E_SHAPE, "%s: %d prompt ids + %d new must be in [1,%d] (cfg.%s)", fn, n_prompt, o.max_new, limit,
-                         encdec ? "max_tgt_len" : "max_len");
-    if (!(o.temperature >= 0.0f) || !isfinite(o.temperature) || o.top_k < 0)
-        return tfm__fail(TFM_E_ARG, "%s: temperature %g and top_k %d must be >= 0", fn, (double)o.temperature, o.top_k);
-    if (encdec && !src) return tfm__fail(TFM_E_ARG, "%s: an encoder-decoder needs src", fn);
-    if (!encdec && src) return tfm__fail(TFM_E_ARG, "%s: src given to a decoder-only model", fn);
-    V = encdec ? c->tgt_vocab_size : c->vocab_size;
-    if (o.has_stop && (o.stop_token < 0 || o.stop_token >= V))
-        return tfm__fail(TFM_E_ARG, "%s: stop_token %d is outside [0,%lld)", fn, o.stop_token, (long long)V);
-    /* the shapes and ids as a forward would check them */
-    memset(&b, 0, sizeof b);
-    b.batch = 1;
-    if (encdec) {
-        b.len = src_len;
-        b.tokens = src;
-        b.tgt_len = n_prompt;
-        b.tgt_in = prompt;
-    } else {
-        b.len = n_prompt;
-        b.tokens = prompt;
+    *V = c->kind == TFM_MODEL_ENCODER_DECODER ? c->tgt_vocab_size : c->vocab_size;
+    if (!o) return tfm__fail(TFM_E_ARG, "%s: opts is NULL", fn);
+    if (o->max_new <= 0) return tfm__fail(TFM_E_ARG, "%s: opts.max_new is %d: required, > 0", fn, o->max_new);
+    if (!(o->temperature >= 0.0f) || !isfinite(o->temperature))
+        return tfm__fail(TFM_E_ARG, "%s: opts.temperature %g must be finite and >= 0", fn, (double)o->temperature);
+    if (o->top_k < 0 || o->top_k > *V)
+        return tfm__fail(TFM_E_ARG, "%s: opts.top_k %d is outside [0,%lld] (the vocabulary)", fn, o->top_k, (long long)*V);
+    if (!(o->top_p >= 0.0f && o->top_p <= 1.0f))
+        return tfm__fail(TFM_E_ARG, "%s: opts.top_p %g is outside [0,1]", fn, (double)o->top_p);
+    if (!(o->min_p >= 0.0f && o->min_p <= 1.0f))
+        return tfm__fail(TFM_E_ARG, "%s: opts.min_p %g is outside [0,1]", fn, (double)o->min_p);
+    if (!(o->repetition_penalty >= 0.0f) || !isfinite(o->repetition_penalty))
+        return tfm__fail(TFM_E_ARG, "%s: opts.repetition_penalty %g must be finite and >= 0", fn, (double)o->repetition_penalty);
+    if (!isfinite(o->length_penalty))
+        return tfm__fail(TFM_E_ARG, "%s: opts.length_penalty %g is not finite", fn, (double)o->length_penalty);
+    if (o->has_stop && (o->stop_token < 0 || o->stop_token >= *V))
+        return tfm__fail(TFM_E_ARG, "%s: opts.stop_token %d is outside [0,%lld)", fn, o->stop_token, (long long)*V);
+    if (o->n_stop < 0 || (o->n_stop > 0 && !o->stop_tokens))
+        return tfm__fail(TFM_E_ARG, "%s: opts.n_stop %d with stop_tokens %s", fn, o->n_stop, o->stop_tokens ? "set" : "NULL");
+    for (i = 0; i < o->n_stop; i++)
+        if (o->stop_tokens[i] < 0 || o->stop_tokens[i] >= *V)
+            return tfm__fail(TFM_E_ARG, "%s: opts.stop_tokens[%d] = %d is outside [0,%lld)", fn, i, (int)o->stop_tokens[i],
+                             (long long)*V);
+    return TFM_OK;
+}
+
+/* Checks B rows of decoder prompts (and, for an encoder-decoder, sources) as generation takes them; each
+   prompt plus `extra` positions must fit the decoder. */
+static tfm_result tfm__chk_gen_rows(const char *fn, const tfm_model *m, int B, const int32_t *const *srcs,
+                                    const int *src_lens, const int32_t *const *prompts, const int *n_prompts, int extra) {
+    const tfm_config *c = &m->cfg;
+    int encdec = c->kind == TFM_MODEL_ENCODER_DECODER, limit = encdec ? c->max_tgt_len : c->max_len, b;
+    int64_t V = encdec ? c->tgt_vocab_size : c->vocab_size;
+    if (!prompts || !n_prompts) return tfm__fail(TFM_E_ARG, "%s: prompt is NULL", fn);
+    if (encdec && (!srcs || !src_lens)) return tfm__fail(TFM_E_ARG, "%s: an encoder-decoder needs src", fn);
+    if (!encdec && srcs) return tfm__fail(TFM_E_ARG, "%s: src given to a decoder-only model", fn);
+    for (b = 0; b < B; b++) {
+        if (n_prompts[b] < 1 || (int64_t)n_prompts[b] + extra > limit)
+            return tfm__fail(TFM_E_SHAPE, "%s: row %d: %d prompt ids + %d new must be in [1,%d] (cfg.%s)", fn, b, n_prompts[b],
+                             extra, limit, encdec ? "max_tgt_len" : "max_len");
+        TFM__TRY(tfm__chk_rows(fn, "prompt", prompts[b], 1, n_prompts[b], n_prompts[b], V, 0, 0));
+        if (encdec) {
+            if (src_lens[b] < 1 || src_lens[b] > c->max_len)
+                return tfm__fail(TFM_E_SHAPE, "%s: row %d: src_len %d is outside [1,%d] (cfg.max_len)", fn, b, src_lens[b],
+                                 c->max_len);
+            TFM__TRY(tfm__chk_rows(fn, "src", srcs[b], 1, src_lens[b], src_lens[b], c->vocab_size, 0, 0));
+        }
     }
-    TFM__TRY(tfm__chk_batch(fn, m, &b));
-    r = tfm_kv_cache_init(&kc, m, 1, n_prompt + o.max_new);
-    if (r != TFM_OK) return tfm__fail(r, "%s: %s", fn, tfm_last_error());
-    was_training = m->impl->training;
+    return TFM_OK;
+}
+
+/* Encode B sources of different lengths into a cache (padded to the longest, with per-row key lengths):
+   returns the encoder's output (B,S,C), *S its length. ids (B*S) and lens (B) are work space. */
+static const float *tfm__gen_encode(tfm_model *m, tfm_kv_cache *kc, int B, const int32_t *const *srcs,
+                                    const int *src_lens, int32_t *ids, int32_t *lens, int *S) {
+    int b, i, s = 0;
+    for (b = 0; b < B; b++) s = TFM__MAX(s, src_lens[b]);
+    for (b = 0; b < B; b++) {
+        for (i = 0; i < s; i++) ids[(int64_t)b * s + i] = i < src_lens[b] ? srcs[b][i] : 0;
+        lens[b] = kc->src_lens[b] = src_lens[b];
+    }
+    kc->has_src_lens = 1;
+    *S = s;
+    return tfm__encoder_fwd(m, ids, NULL, B, s, lens);
+}
+
+static void tfm__gen_begin(tfm_model *m, int *was_training) {
+    *was_training = m->impl->training;
     m->impl->training = 0;
-    if (encdec) memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
-    tfm__decode(m, &kc, prompt, 1, n_prompt, memory, src_len);
-    tfm_rng_seed(&rng, o.seed);
-    for (;;) {
-        tok = tfm__pick(m->impl->logits, V, &o, &rng);
-        out[n++] = tok;
-        if ((o.has_stop && tok == o.stop_token) || n == o.max_new) break;
-        tfm__decode(m, &kc, &tok, 1, 1, memory, src_len);
-    }
-    tfm_kv_cache_free(&kc);
+}
+
+static void tfm__gen_end(tfm_model *m, int was_training) {
     m->impl->training = was_training;
     m->impl->gen_replaced = 1; /* the layers' saved activations are the last decoding step's now */
     m->impl->has_targets = 0;
+}
+
+static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32_t *const *srcs, const int *src_lens,
+                                const int32_t *const *prompts, const int *n_prompts, const tfm_gen_opts *opts,
+                                int32_t *out, int out_stride, int *n_out) {
+    tfm_gen_opts o;
+    tfm_kv_cache kc;
+    const float *memory = NULL;
+    int encdec, b, i, S = 0, p_min, p_max = 0, nact, fed, was_training, penal;
+    int64_t V = 0, src_max = 0;
+    size_t bytes;
+    unsigned char *work, *seen = NULL;
+    double *p;
+    tfm__cand *cand;
+    tfm_rng *rng;
+    int32_t *ids, *act, *from, *tok, *lens;
+    tfm_result r;
+    if (n_out && B > 0)
+        for (b = 0; b < B; b++) n_out[b] = 0;
+    TFM__TRY(tfm__chk_gen(fn, m, opts, &V));
+    o = *opts;
+    encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
+    if (B < 1 || B > m->cfg.max_batch)
+        return tfm__fail(B < 1 ? TFM_E_ARG : TFM_E_SHAPE, "%s: %d rows is outside [1,%d] (cfg.max_batch)", fn, B,
+                         m->cfg.max_batch);
+    if (!out || !n_out) return tfm__fail(TFM_E_ARG, "%s: out or n_out is NULL", fn);
+    if (out_stride < o.max_new)
+        return tfm__fail(TFM_E_ARG, "%s: out_stride %d is less than opts.max_new %d", fn, out_stride, o.max_new);
+    TFM__TRY(tfm__chk_gen_rows(fn, m, B, srcs, src_lens, prompts, n_prompts, o.max_new));
+    p_min = n_prompts[0];
+    for (b = 0; b < B; b++) {
+        p_min = TFM__MIN(p_min, n_prompts[b]);
+        p_max = TFM__MAX(p_max, n_prompts[b]);
+        if (encdec) src_max = TFM__MAX(src_max, src_lens[b]);
+    }
+    penal = o.repetition_penalty > 0.0f && o.repetition_penalty != 1.0f;
+    bytes = (size_t)V * (sizeof(double) + sizeof(tfm__cand)) + (size_t)B * sizeof(tfm_rng) +
+            ((size_t)B * p_min + 4 * (size_t)B + (size_t)B * src_max) * sizeof(int32_t) + (penal ? (size_t)B * V : 0);
+    work = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
+    if (!work) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
+    p = (double *)work;
+    cand = (tfm__cand *)(p + V);
+    rng = (tfm_rng *)(cand + V);
+    ids = (int32_t *)(rng + B);
+    act = ids + (size_t)B * TFM__MAX(p_min, src_max);
+    from = act + B;
+    tok = from + B;
+    lens = tok + B;
+    if (penal) seen = (unsigned char *)(lens + B);
+    r = tfm_kv_cache_init(&kc, m, B, p_max + o.max_new - 1);
+    if (r != TFM_OK) {
+        TFM_FREE(work, m->cfg.user);
+        return tfm__fail(r, "%s: %s", fn, tfm_last_error());
+    }
+    tfm__gen_begin(m, &was_training);
+    if (encdec) memory = tfm__gen_encode(m, &kc, B, srcs, src_lens, ids, lens, &S);
+    for (b = 0; b < B; b++) {
+        tfm_rng_seed(&rng[b], o.seed + (uint64_t)b);
+        act[b] = b;
+        for (i = 0; i < p_min; i++) ids[(int64_t)b * p_min + i] = prompts[b][i];
+        if (seen) {
+            memset(seen + (size_t)b * V, 0, (size_t)V);
+            for (i = 0; i < n_prompts[b]; i++) seen[(size_t)b * V + prompts[b][i]] = 1;
+        }
+    }
+    /* every row shares the positions: the common prefix at once, then one position per step, where a row
+       whose prompt goes on is fed its next prompt id and the others their last chosen token */
+    tfm__decode(m, &kc, ids, B, p_min, memory, S);
+    nact = B;
+    for (fed = p_min;; fed++) {
+        int nn = 0, dropped = 0;
+        for (i = 0; i < nact; i++) {
+            int32_t t;
+            int stop = 0;
+            b = act[i];
+            if (fed < n_prompts[b]) {
+                t = prompts[b][fed];
+            } else {
+                t = tfm__pick(m->impl->logits + (int64_t)i * V, V, &o, &rng[b], seen ? seen + (size_t)b * V : NULL, p, cand);
+                out[(int64_t)b * out_stride + n_out[b]++] = t;
+                if (seen) seen[(size_t)b * V + t] = 1;
+                stop = tfm__is_stop(&o, t) || n_out[b] == o.max_new;
+                if (o.on_token && o.on_token(o.on_token_user, b, t)) stop = 1;
+            }
+            if (stop) {
+                dropped = 1;
+                continue;
+            }
+            from[nn] = i;
+            tok[nn] = t;
+            act[nn++] = b;
+        }
+        if (nn == 0) break;
+        if (dropped) tfm_kv_cache_reorder(&kc, from, nn); /* the rows that go on, in place */
+        nact = nn;
+        tfm__decode(m, &kc, tok, nact, 1, memory, S);
+    }
+    tfm_kv_cache_free(&kc);
+    TFM_FREE(work, m->cfg.user);
+    tfm__gen_end(m, was_training);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
+                                     const tfm_gen_opts *opts, int32_t *out, int *n_out) {
+    int n = 0;
+    tfm_result r;
+    if (n_out) *n_out = 0;
+    if (!prompt) return tfm__fail(TFM_E_ARG, "tfm_model_generate: prompt is NULL");
+    r = tfm__generate("tfm_model_generate", m, 1, src ? &src : NULL, src ? &src_len : NULL, &prompt, &n_prompt, opts,
+                      out, opts ? opts->max_new : 0, &n);
     if (n_out) *n_out = n;
+    return r;
+}
+
+TFMDEF tfm_result tfm_model_generate_batch(tfm_model *m, int B, const int32_t *const *srcs, const int *src_lens,
+                                           const int32_t *const *prompts, const int *n_prompts,
+                                           const tfm_gen_opts *opts, int32_t *out, int out_stride, int *n_out) {
+    return tfm__generate("tfm_model_generate_batch", m, B, srcs, src_lens, prompts, n_prompts, opts, out, out_stride, n_out);
+}
+
+/* log-softmax of one row of logits at index t, in double */
+static double tfm__logp(const float *x, int64_t V, int64_t t) {
+    double mx = x[0], s = 0.0;
+    int64_t j;
+    for (j = 1; j < V; j++)
+        if (x[j] > mx) mx = x[j];
+    for (j = 0; j < V; j++) s += exp((double)x[j] - mx);
+    return (double)x[t] - mx - log(s);
+}
+
+TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
+                                  const int32_t *target, int n_target, float *logp, float *total) {
+    const char *fn = "tfm_model_score";
+    const float *memory = NULL, *h;
+    int encdec, was_training, T, i, S = 0;
+    int64_t V, C;
+    int32_t *seq;
+    double sum = 0.0;
+    if (total) *total = 0.0f;
+    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
+    if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier has no decoder", fn);
+    if (m->cfg.input_dim)
+        return tfm__fail(TFM_E_ARG, "%s: the model reads continuous inputs (cfg.input_dim); scoring takes token ids", fn);
+    encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
+    V = encdec ? m->cfg.tgt_vocab_size : m->cfg.vocab_size;
+    C = m->cfg.d_model;
+    if (!target || n_target < 1) return tfm__fail(TFM_E_ARG, "%s: target is NULL or n_target %d < 1", fn, n_target);
+    TFM__TRY(tfm__chk_gen_rows(fn, m, 1, src ? &src : NULL, src ? &src_len : NULL, prompt ? &prompt : NULL, &n_prompt,
+                               n_target - 1));
+    TFM__TRY(tfm__chk_rows(fn, "target", target, 1, n_target, n_target, V, 0, 0));
+    T = n_prompt + n_target - 1;
+    seq = (int32_t *)TFM_MALLOC((size_t)T * sizeof(int32_t), m->cfg.user);
+    if (!seq) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, (size_t)T * sizeof(int32_t));
+    memcpy(seq, prompt, (size_t)n_prompt * sizeof(int32_t));
+    if (n_target > 1) memcpy(seq + n_prompt, target, (size_t)(n_target - 1) * sizeof(int32_t));
+    tfm__gen_begin(m, &was_training);
+    if (encdec) {
+        memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
+        S = src_len;
+    }
+    h = tfm__decoder_fwd(m, seq, NULL, 1, T, memory, S, NULL, NULL);
+    /* the head on the rows that predict the target: n_prompt-1 .. T-1 */
+    tfm__op_linear(m->impl->device, m->impl->logits, V, h + (int64_t)(n_prompt - 1) * C, C, m->impl->head.weight.data,
+                   NULL, n_target, C, V);
+    for (i = 0; i < n_target; i++) {
+        double lp = tfm__logp(m->impl->logits + (int64_t)i * V, V, target[i]);
+        if (logp) logp[i] = (float)lp;
+        sum += lp;
+    }
+    if (total) *total = (float)sum;
+    TFM_FREE(seq, m->cfg.user);
+    tfm__gen_end(m, was_training);
+    return TFM_OK;
+}
+
+/* The ended hypotheses of a beam search: the best K by length-penalised score (norm). */
+typedef struct tfm__hyps {
+    int K, max_new, n, n_ended;
+    float alpha;
+    int32_t *tok, *len; /* (K, max_new), (K) */
+    double *score, *norm;
+} tfm__hyps;
+
+/* A hypothesis ends: prefix (n ids) then last, of total log-probability score. */
+static void tfm__hyps_add(tfm__hyps *h, const int32_t *prefix, int n, int32_t last, double score) {
+    double norm = h->alpha != 0.0f ? score / pow((5.0 + (n + 1)) / 6.0, (double)h->alpha) : score;
+    int i, at = h->n;
+    h->n_ended++;
+    if (h->n == h->K) { /* full: replace the worst, if this one is better */
+        at = 0;
+        for (i = 1; i < h->K; i++)
+            if (h->norm[i] < h->norm[at]) at = i;
+        if (!(norm > h->norm[at])) return;
+    } else {
+        h->n++;
+    }
+    if (n) memcpy(h->tok + (int64_t)at * h->max_new, prefix, (size_t)n * sizeof(int32_t));
+    h->tok[(int64_t)at * h->max_new + n] = last;
+    h->len[at] = n + 1;
+    h->score[at] = score;
+    h->norm[at] = norm;
+}
+
+TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
+                                        int n_prompt, const tfm_gen_opts *opts, int n_best, int32_t *out,
+                                        int out_stride, int *lens, float *scores, int *n_found) {
+    const char *fn = "tfm_model_beam_search";
+    tfm_kv_cache kc;
+    tfm__hyps hy;
+    const float *memory = NULL;
+    int K, encdec, t, i, c, n_live = 1, N2, S = 0, was_training, max_new;
+    int64_t V = 0, v;
+    size_t bytes;
+    unsigned char *work;
+    double *live_score, *new_score, *cs;
+    int32_t *live_tok, *new_tok, *cpar, *ctok, *from, *next, *sw;
+    tfm_result r;
+    if (n_found) *n_found = 0;
+    TFM__TRY(tfm__chk_gen(fn, m, opts, &V));
+    encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
+    max_new = opts->max_new;
+    K = opts->beam_width ? opts->beam_width : 4;
+    if (K < 1 || K > V)
+        return tfm__fail(TFM_E_ARG, "%s: opts.beam_width %d is outside [1,%lld] (the vocabulary)", fn, K, (long long)V);
+    if (K > m->cfg.max_batch)
+        return tfm__fail(TFM_E_SHAPE, "%s: opts.beam_width %d exceeds cfg.max_batch %d (a beam is a batch row)", fn, K,
+                         m->cfg.max_batch);
+    if (n_best < 1 || n_best > K) return tfm__fail(TFM_E_ARG, "%s: n_best %d is outside [1,%d] (the beam width)", fn, n_best, K);
+    if (!out) return tfm__fail(TFM_E_ARG, "%s: out is NULL", fn);
+    if (out_stride < max_new) return tfm__fail(TFM_E_ARG, "%s: out_stride %d is less than opts.max_new %d", fn, out_stride, max_new);
+    TFM__TRY(tfm__chk_gen_rows(fn, m, 1, src ? &src : NULL, src ? &src_len : NULL, prompt ? &prompt : NULL, &n_prompt,
+                               max_new));
+    bytes = (size_t)K * (3 * max_new + 7) * sizeof(int32_t) + (size_t)K * 6 * sizeof(double);
+    work = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
+    if (!work) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
+    live_score = (double *)work;
+    new_score = live_score + K;
+    cs = new_score + K;           /* (2K) candidate scores, best first */
+    hy.score = cs + 2 * K;
+    hy.norm = hy.score + K;
+    live_tok = (int32_t *)(hy.norm + K);
+    new_tok = live_tok + (size_t)K * max_new;
+    hy.tok = new_tok + (size_t)K * max_new;
+    hy.len = hy.tok + (size_t)K * max_new;
+    cpar = hy.len + K;            /* (2K) candidates' parent rows and tokens */
+    ctok = cpar + 2 * K;
+    from = ctok + 2 * K;
+    next = from + K;
+    hy.K = K;
+    hy.max_new = max_new;
+    hy.n = hy.n_ended = 0;
+    hy.alpha = opts->length_penalty;
+    r = tfm_kv_cache_init(&kc, m, K, n_prompt + max_new - 1);
+    if (r != TFM_OK) {
+        TFM_FREE(work, m->cfg.user);
+        return tfm__fail(r, "%s: %s", fn, tfm_last_error());
+    }
+    tfm__gen_begin(m, &was_training);
+    if (encdec) {
+        memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
+        S = src_len;
+    }
+    tfm__decode(m, &kc, prompt, 1, n_prompt, memory, S);
+    live_score[0] = 0.0;
+    for (t = 0; t < max_new; t++) {
+        int n_new = 0, nc = 0;
+        /* the 2K best continuations of the live beams, by total log-probability; ties: lower row, then id */
+        N2 = (int)TFM__MIN((int64_t)2 * K, (int64_t)n_live * V);
+        for (i = 0; i < n_live; i++) {
+            const float *x = m->impl->logits + (int64_t)i * V;
+            double mx = x[0], s = 0.0, base;
+            for (v = 1; v < V; v++)
+                if (x[v] > mx) mx = x[v];
+            for (v = 0; v < V; v++) s += exp((double)x[v] - mx);
+            base = live_score[i] - mx - log(s);
+            for (v = 0; v < V; v++) {
+                double sc = base + (double)x[v];
+                int at;
+                if (nc == N2 && !(sc > cs[nc - 1])) continue;
+                if (nc < N2) nc++;
+                for (at = nc - 1; at > 0 && sc > cs[at - 1]; at--) {
+                    cs[at] = cs[at - 1];
+                    cpar[at] = cpar[at - 1];
+                    ctok[at] = ctok[at - 1];
+                }
+                cs[at] = sc;
+                cpar[at] = i;
+                ctok[at] = (int32_t)v;
+            }
+        }
+        /* a stop token among the K best ends a hypothesis; the other candidates, best first, fill the beam */
+        for (c = 0; c < nc && n_new < K; c++) {
+            const int32_t *prefix = live_tok + (int64_t)cpar[c] * max_new;
+            if (tfm__is_stop(opts, ctok[c])) {
+                if (c < K) tfm__hyps_add(&hy, prefix, t, ctok[c], cs[c]);
+                continue;
+            }
+            if (t) memcpy(new_tok + (int64_t)n_new * max_new, prefix, (size_t)t * sizeof(int32_t));
+            new_tok[(int64_t)n_new * max_new + t] = ctok[c];
+            new_score[n_new] = cs[c];
+            from[n_new] = cpar[c];
+            next[n_new++] = ctok[c];
+        }
+        if (t == max_new - 1) { /* out of length: the live beams end here */
+            for (i = 0; i < n_new; i++) tfm__hyps_add(&hy, new_tok + (int64_t)i * max_new, t, next[i], new_score[i]);
+            break;
+        }
+        if (hy.n_ended >= K || n_new == 0) break; /* every beam has ended */
+        sw = live_tok;
+        live_tok = new_tok;
+        new_tok = sw;
+        memcpy(live_score, new_score, (size_t)n_new * sizeof(double));
+        n_live = n_new;
+        tfm_kv_cache_reorder(&kc, from, n_live); /* in place: only rows taken twice are copied */
+        tfm__decode(m, &kc, next, n_live, 1, memory, S);
+    }
+    /* the n_best by length-penalised score, best first (a selection sort) */
+    for (i = 0; i < hy.n && i < n_best; i++) {
+        int best = i, j;
+        for (j = i + 1; j < hy.n; j++)
+            if (hy.norm[j] > hy.norm[best]) best = j;
+        if (best != i) { /* swap i and best */
+            double ts = hy.score[i], tn = hy.norm[i];
+            int32_t tl = hy.len[i];
+            for (j = 0; j < max_new; j++) {
+                int32_t tt = hy.tok[(int64_t)i * max_new + j];
+                hy.tok[(int64_t)i * max_new + j] = hy.tok[(int64_t)best * max_new + j];
+                hy.tok[(int64_t)best * max_new + j] = tt;
+            }
+            hy.score[i] = hy.score[best];
+            hy.norm[i] = hy.norm[best];
+            hy.len[i] = hy.len[best];
+            hy.score[best] = ts;
+            hy.norm[best] = tn;
+            hy.len[best] = tl;
+        }
+        memcpy(out + (int64_t)i * out_stride, hy.tok + (int64_t)i * max_new, (size_t)hy.len[i] * sizeof(int32_t));
+        if (lens) lens[i] = hy.len[i];
+        if (scores) scores[i] = (float)hy.score[i];
+    }
+    if (n_found) *n_found = i;
+    tfm_kv_cache_free(&kc);
+    TFM_FREE(work, m->cfg.user);
+    tfm__gen_end(m, was_training);
     return TFM_OK;
 }
 

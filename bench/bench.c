@@ -2,7 +2,9 @@
 
    Usage:
        build/bench info                  backend, OpenBLAS core and version, OpenMP threads
-       build/bench sgemm THREADS         the sgemm ceiling: square 2048 and the products each model uses
+       build/bench sgemm THREADS         the sgemm ceiling: square 2048 and the products each model uses,
+                                         built-in, OpenBLAS and BLIS side by side, with the FMA peak
+       build/bench kernel                the built-in micro-kernels alone on packed data, against the peak
        build/bench model NAME THREADS    one model (run one per process, so peak RSS is that model's)
        build/bench train NAME THREADS    its training steps only: what to run under perf or callgrind
        build/bench list                  the model names
@@ -34,7 +36,8 @@
        enc-dec     6*B*Ts*(Le*Wenc + Ld*2C^2) + 6*B*Tt*(Ld*Wdec + Vt*C)
                                                    + 12*B*C*(Le*Ts^2 + Ld*(Tt^2 + Tt*Ts))
    Tokens per step: B*T (LM, classifier) and B*(Ts+Tt) (enc-dec). */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* RTLD_DEEPBIND */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -424,9 +427,199 @@ static int run_dump(const bench_cfg *bc, const char *path) {
 
 /* ---- sgemm ------------------------------------------------------------------------------------ */
 
+/* Three sgemm engines side by side in one process: the header's built-in sgemm (compiled into every
+   build), OpenBLAS and BLIS. The two libraries are opened at run time (dlopen, each binding its own
+   symbols first), so one binary compares all three whatever BLAS the rest of the bench was built with.
+   BENCH_OPENBLAS and BENCH_BLIS in the environment name other library files ("" leaves one out). */
+
+#ifndef BENCH_OPENBLAS_SO
+#define BENCH_OPENBLAS_SO "libopenblas.so.0"
+#endif
+#ifndef BENCH_BLIS_SO
+#define BENCH_BLIS_SO "libblis.so.4"
+#endif
+#ifndef BENCH_CBLAS_NAME /* the engine behind tfm_sgemm in a TFM_BLAS build */
+#define BENCH_CBLAS_NAME "OpenBLAS"
+#endif
+
+/* cblas_sgemm with the CBLAS enums as int (CblasRowMajor 101, CblasNoTrans 111, CblasTrans 112) */
+typedef void (*cblas_sgemm_t)(int, int, int, int, int, int, float, const float *, int, const float *, int, float,
+                              float *, int);
+static cblas_sgemm_t openblas_sgemm_p, blis_sgemm_p;
+static void (*openblas_threads_p)(int);
+static void (*blis_threads_p)(int64_t); /* bli_thread_set_num_threads(dim_t) */
+static const char *(*openblas_core_p)(void);
+static const char *(*blis_arch_string_p)(int);
+static int (*blis_arch_query_p)(void);
+
+static void eng_openblas(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                         int ldb, float beta, float *C, int ldc) {
+    openblas_sgemm_p(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+static void eng_blis(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                     int ldb, float beta, float *C, int ldc) {
+    blis_sgemm_p(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+typedef struct engine {
+    const char *name;
+    tfm__sgemm_fn fn;
+} engine;
+
+static void *open_lib(const char *env, const char *dflt) {
+    const char *path = getenv(env);
+    void *h;
+    if (!path) path = dflt;
+    if (!*path) return NULL;
+    h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    if (!h) fprintf(stderr, "bench: %s: %s (that column stays empty)\n", path, dlerror());
+    return h;
+}
+
+/* Fills e[] with the engines found; returns how many. */
+static int load_engines(engine *e) {
+    static void *hob, *hbl;
+    static int done;
+    int n = 0;
+    if (!done) {
+        done = 1;
+        if ((hob = open_lib("BENCH_OPENBLAS", BENCH_OPENBLAS_SO)) != NULL) {
+            *(void **)&openblas_sgemm_p = dlsym(hob, "cblas_sgemm");
+            *(void **)&openblas_threads_p = dlsym(hob, "openblas_set_num_threads");
+            *(void **)&openblas_core_p = dlsym(hob, "openblas_get_corename");
+        }
+        if ((hbl = open_lib("BENCH_BLIS", BENCH_BLIS_SO)) != NULL) {
+            *(void **)&blis_sgemm_p = dlsym(hbl, "cblas_sgemm");
+            *(void **)&blis_threads_p = dlsym(hbl, "bli_thread_set_num_threads");
+            *(void **)&blis_arch_string_p = dlsym(hbl, "bli_arch_string");
+            *(void **)&blis_arch_query_p = dlsym(hbl, "bli_arch_query_id");
+        }
+    }
+    e[n].name = "built-in";
+    e[n++].fn = tfm__sgemm_builtin;
+    if (openblas_sgemm_p) {
+        e[n].name = "OpenBLAS";
+        e[n++].fn = eng_openblas;
+    }
+    if (blis_sgemm_p) {
+        e[n].name = "BLIS";
+        e[n++].fn = eng_blis;
+    }
+    return n;
+}
+
+static void engines_threads(int threads) {
+    tfm_set_num_threads(threads);
+    if (openblas_threads_p) openblas_threads_p(threads);
+    if (blis_threads_p) blis_threads_p((int64_t)threads);
+}
+
+static void engines_info(void) {
+    engine e[3];
+    load_engines(e);
+    if (openblas_core_p) printf(" openblas_dl_core=%s", openblas_core_p());
+    if (blis_arch_string_p && blis_arch_query_p) printf(" blis_dl_arch=%s", blis_arch_string_p(blis_arch_query_p()));
+    printf(" builtin_kernel=\"%s\"", TFM__KERNEL_NAME);
+}
+
+/* The FMA peak of `threads` cores, measured now: each thread runs 12 independent chains of vector
+   fused multiply-adds (enough to cover the latency of two FMA pipes); the best of 256 and 512 bits
+   where both exist. Without FMA instructions it is the peak of separate multiplies and adds. */
+#if defined(__AVX512F__)
+static double fma_chains512(long iters) {
+    volatile float seed = 1.0f;
+    __m512 m = _mm512_set1_ps(seed * 0.999999f), a = _mm512_set1_ps(seed * 1e-7f), s;
+    /* distinct starting values, or the compiler merges the chains into one */
+    __m512 x0 = _mm512_set1_ps(seed), x1 = _mm512_set1_ps(seed + 1), x2 = _mm512_set1_ps(seed + 2);
+    __m512 x3 = _mm512_set1_ps(seed + 3), x4 = _mm512_set1_ps(seed + 4), x5 = _mm512_set1_ps(seed + 5);
+    __m512 x6 = _mm512_set1_ps(seed + 6), x7 = _mm512_set1_ps(seed + 7), x8 = _mm512_set1_ps(seed + 8);
+    __m512 x9 = _mm512_set1_ps(seed + 9), x10 = _mm512_set1_ps(seed + 10), x11 = _mm512_set1_ps(seed + 11);
+    long i;
+    for (i = 0; i < iters; i++) {
+        x0 = _mm512_fmadd_ps(x0, m, a); x1 = _mm512_fmadd_ps(x1, m, a); x2 = _mm512_fmadd_ps(x2, m, a);
+        x3 = _mm512_fmadd_ps(x3, m, a); x4 = _mm512_fmadd_ps(x4, m, a); x5 = _mm512_fmadd_ps(x5, m, a);
+        x6 = _mm512_fmadd_ps(x6, m, a); x7 = _mm512_fmadd_ps(x7, m, a); x8 = _mm512_fmadd_ps(x8, m, a);
+        x9 = _mm512_fmadd_ps(x9, m, a); x10 = _mm512_fmadd_ps(x10, m, a); x11 = _mm512_fmadd_ps(x11, m, a);
+    }
+    s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3)),
+                      _mm512_add_ps(_mm512_add_ps(x4, x5), _mm512_add_ps(x6, x7)));
+    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(x8, x9), _mm512_add_ps(x10, x11)));
+    seed = _mm512_reduce_add_ps(s);
+    return 12.0 * 16 * 2 * (double)iters;
+}
+#endif
+#if defined(__FMA__)
+static double fma_chains256(long iters) {
+    volatile float seed = 1.0f;
+    __m256 m = _mm256_set1_ps(seed * 0.999999f), a = _mm256_set1_ps(seed * 1e-7f), s;
+    /* distinct starting values, or the compiler merges the chains into one */
+    __m256 x0 = _mm256_set1_ps(seed), x1 = _mm256_set1_ps(seed + 1), x2 = _mm256_set1_ps(seed + 2);
+    __m256 x3 = _mm256_set1_ps(seed + 3), x4 = _mm256_set1_ps(seed + 4), x5 = _mm256_set1_ps(seed + 5);
+    __m256 x6 = _mm256_set1_ps(seed + 6), x7 = _mm256_set1_ps(seed + 7), x8 = _mm256_set1_ps(seed + 8);
+    __m256 x9 = _mm256_set1_ps(seed + 9), x10 = _mm256_set1_ps(seed + 10), x11 = _mm256_set1_ps(seed + 11);
+    float out[8];
+    long i;
+    for (i = 0; i < iters; i++) {
+        x0 = _mm256_fmadd_ps(x0, m, a); x1 = _mm256_fmadd_ps(x1, m, a); x2 = _mm256_fmadd_ps(x2, m, a);
+        x3 = _mm256_fmadd_ps(x3, m, a); x4 = _mm256_fmadd_ps(x4, m, a); x5 = _mm256_fmadd_ps(x5, m, a);
+        x6 = _mm256_fmadd_ps(x6, m, a); x7 = _mm256_fmadd_ps(x7, m, a); x8 = _mm256_fmadd_ps(x8, m, a);
+        x9 = _mm256_fmadd_ps(x9, m, a); x10 = _mm256_fmadd_ps(x10, m, a); x11 = _mm256_fmadd_ps(x11, m, a);
+    }
+    s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3)),
+                      _mm256_add_ps(_mm256_add_ps(x4, x5), _mm256_add_ps(x6, x7)));
+    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(x8, x9), _mm256_add_ps(x10, x11)));
+    _mm256_storeu_ps(out, s);
+    seed = out[0];
+    return 12.0 * 8 * 2 * (double)iters;
+}
+#endif
+static double mul_add_chains(long iters) { /* no FMA: a multiply and an add per element and step */
+    volatile float seed = 1.0f;
+    float m = seed * 0.999999f, a = seed * 1e-7f, x[64];
+    long i;
+    int j;
+    for (j = 0; j < 64; j++) x[j] = seed + (float)j;
+    for (i = 0; i < iters; i++)
+        for (j = 0; j < 64; j++) x[j] = x[j] * m + a;
+    seed = x[0] + x[63];
+    return 64.0 * 2 * (double)iters;
+}
+
+/* GFLOP/s of `threads` threads running `chains` at once, best of 5 runs of ~50 ms. */
+static double fma_peak_of(double (*chains)(long), int threads) {
+    double best = 0.0;
+    long iters = 1000000;
+    int r;
+    (void)threads; /* (without OpenMP: one thread) */
+    for (r = 0; r < 5; r++) {
+        double t0 = now_s(), flop = 0.0, dt;
+        TFM__OMP(omp parallel num_threads(threads) reduction(+ : flop))
+        flop += chains(iters);
+        dt = now_s() - t0;
+        if (flop / dt * 1e-9 > best) best = flop / dt * 1e-9;
+        if (dt < 0.03) iters *= 2;
+    }
+    return best;
+}
+
+static double fma_peak(int threads) {
+    double p = fma_peak_of(mul_add_chains, threads), q;
+#if defined(__FMA__)
+    q = fma_peak_of(fma_chains256, threads);
+    if (q > p) p = q;
+#endif
+#if defined(__AVX512F__)
+    q = fma_peak_of(fma_chains512, threads);
+    if (q > p) p = q;
+#endif
+    (void)q;
+    return p;
+}
+
 typedef struct gemm_shape {
     char label[64];
-    int ta, tb, M, N, K, batch; /* batch > 1: tfm_sgemm_batched over contiguous matrices */
+    int ta, tb, M, N, K, batch; /* batch > 1: batched over contiguous matrices */
 } gemm_shape;
 
 static int add_shape(gemm_shape *s, int n, const char *cfg, const char *what, int ta, int tb, int M, int N, int K,
@@ -473,77 +666,176 @@ static void fill_small(float *p, size_t n, tfm_rng *rng) {
     for (i = 0; i < n; i++) p[i] = tfm_rng_uniform(rng) - 0.5f;
 }
 
-static void do_gemm(const gemm_shape *g, const float *A, const float *B, float *C) {
+/* One product (or batch) of shape g through engine fn; batches spread over threads as the header does. */
+static void do_gemm(tfm__sgemm_fn fn, const gemm_shape *g, const float *A, const float *B, float *C) {
     int lda = g->ta ? g->M : g->K, ldb = g->tb ? g->K : g->N;
-    tfm_result r;
-    if (g->batch > 1)
-        r = tfm_sgemm_batched(g->ta, g->tb, g->M, g->N, g->K, 1.0f, A, lda, (int64_t)g->M * g->K, B, ldb,
-                              (int64_t)g->K * g->N, 0.0f, C, g->N, (int64_t)g->M * g->N, g->batch);
-    else
-        r = tfm_sgemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, A, lda, B, ldb, 0.0f, C, g->N);
-    if (r != TFM_OK) die_tfm("tfm_sgemm", r);
+    tfm__sgemm_batched_with(fn, g->ta, g->tb, g->M, g->N, g->K, 1.0f, A, lda, (int64_t)g->M * g->K, B, ldb,
+                            (int64_t)g->K * g->N, 0.0f, C, g->N, (int64_t)g->M * g->N, g->batch);
 }
 
-/* Median GFLOP/s of `reps` repetitions, each at least ~20 ms of back-to-back calls. */
-static double time_gemm(const gemm_shape *g, int reps) {
+/* Median GFLOP/s of each engine on shape g: `reps` rounds, each timing every engine in turn for at least
+   ~20 ms of back-to-back calls, so load from elsewhere hits all engines alike. */
+static void time_engines(const gemm_shape *g, const engine *e, int ne, int reps, double *out) {
     size_t na = (size_t)g->M * g->K * g->batch, nb = (size_t)g->K * g->N * g->batch, nc = (size_t)g->M * g->N * g->batch;
     float *A = (float *)xmalloc(na * sizeof(float)), *B = (float *)xmalloc(nb * sizeof(float));
     float *C = (float *)xmalloc(nc * sizeof(float));
-    double flop = 2.0 * g->M * g->N * (double)g->K * g->batch, t0, t1, *gf;
-    int inner = 1, i, j;
+    double flop = 2.0 * g->M * g->N * (double)g->K * g->batch, t0, t1;
+    double *gf = (double *)xmalloc((size_t)(reps * ne) * sizeof(double));
+    int inner[3], i, j, k;
     tfm_rng rng;
     tfm_rng_seed(&rng, 7);
     fill_small(A, na, &rng);
     fill_small(B, nb, &rng);
     memset(C, 0, nc * sizeof(float));
-    do_gemm(g, A, B, C); /* warm-up (and page in C) */
-    t1 = 1e30;
-    for (i = 0; i < 3; i++) { /* the fastest of three single calls sets the inner count */
-        t0 = now_s();
-        do_gemm(g, A, B, C);
-        t0 = now_s() - t0;
-        if (t0 < t1) t1 = t0;
+    for (k = 0; k < ne; k++) {
+        do_gemm(e[k].fn, g, A, B, C); /* warm-up (pages, thread pools) */
+        t1 = 1e30;
+        for (i = 0; i < 3; i++) { /* the fastest of three single calls sets the inner count */
+            t0 = now_s();
+            do_gemm(e[k].fn, g, A, B, C);
+            t0 = now_s() - t0;
+            if (t0 < t1) t1 = t0;
+        }
+        inner[k] = t1 < 0.02 ? (int)(0.02 / (t1 > 1e-7 ? t1 : 1e-7)) + 1 : 1;
     }
-    if (t1 < 0.02) inner = (int)(0.02 / (t1 > 1e-7 ? t1 : 1e-7)) + 1;
-    gf = (double *)xmalloc((size_t)reps * sizeof(double));
-    for (i = 0; i < reps; i++) {
-        t0 = now_s();
-        for (j = 0; j < inner; j++) do_gemm(g, A, B, C);
-        gf[i] = flop * inner / (now_s() - t0) * 1e-9;
-    }
-    t1 = median(gf, reps);
+    for (i = 0; i < reps; i++)
+        for (k = 0; k < ne; k++) {
+            t0 = now_s();
+            for (j = 0; j < inner[k]; j++) do_gemm(e[k].fn, g, A, B, C);
+            gf[k * reps + i] = flop * inner[k] / (now_s() - t0) * 1e-9;
+        }
+    for (k = 0; k < ne; k++) out[k] = median(gf + k * reps, reps);
     free(gf);
     free(A);
     free(B);
     free(C);
-    return t1;
 }
 
 static const char *op_name(int ta, int tb) { return ta ? (tb ? "TT" : "TN") : (tb ? "NT" : "NN"); }
 
-/* The ceiling is the square 2048 product, measured first and again last (7 repetitions each); the
-   better of the two medians counts, so a burst of load from elsewhere at one moment does not set it. */
+/* Which engine the build's own tfm_sgemm is (the model rows' "sgemm ceiling"). */
+static int own_engine(const engine *e, int ne) {
+    const char *want = strcmp(tfm_sgemm_backend(), "built-in") == 0 ? "built-in" : BENCH_CBLAS_NAME;
+    int k;
+    for (k = 0; k < ne; k++)
+        if (strcmp(e[k].name, want) == 0) return k;
+    return 0;
+}
+
+/* Every engine on square 2048 (first and again last: the better of the two medians counts, so a burst of
+   load elsewhere at one moment does not set it) and on each model's products; the FMA peak of this many
+   cores before and after (the better counts). Prints one SGEMM line per shape, then a table. */
 static int run_sgemm(int threads, const char *only) {
     gemm_shape *s = (gemm_shape *)xmalloc(16 * (size_t)(N_CONFIGS + 2) * sizeof(gemm_shape));
-    int n = 0, i, quick = quick_mode(), reps = quick ? 3 : 5, sq_reps = quick ? 3 : 7;
-    double ceiling = 0.0, first = 0.0, gf;
-    tfm_set_num_threads(threads);
+    engine e[3];
+    int ne = load_engines(e), n = 0, i, k, quick = quick_mode(), reps = quick ? 3 : 5, sq_reps = quick ? 3 : 7;
+    int own = own_engine(e, ne);
+    double *gf = (double *)xmalloc(16 * (size_t)(N_CONFIGS + 2) * 3 * sizeof(double));
+    double peak, peak2, sq[3], worst = 1e30;
+    const char *worst_shape = "";
+    engines_threads(threads);
+    peak = fma_peak(threads);
+    printf("PEAK threads=%d fma_gflops=%.2f builtin_kernel=\"%s\"\n", threads, peak, TFM__KERNEL_NAME);
+    fflush(stdout);
     n = add_shape(s, n, "", "square2048", 0, 0, 2048, 2048, 2048, 1);
     for (i = 0; i < N_CONFIGS; i++)
         if (!only || strcmp(only, CONFIGS[i].name) == 0) n = config_shapes(s, n, &CONFIGS[i]);
     n = add_shape(s, n, "", "square2048(again)", 0, 0, 2048, 2048, 2048, 1);
     for (i = 0; i < n; i++) {
-        gf = time_gemm(&s[i], i == 0 || i == n - 1 ? sq_reps : reps);
-        if (i == 0) first = ceiling = gf;
-        printf("SGEMM threads=%d shape=%s op=%s M=%d N=%d K=%d batch=%d gflops=%.2f pct_of_square=%.1f\n", threads,
-               s[i].label, op_name(s[i].ta, s[i].tb), s[i].M, s[i].N, s[i].K, s[i].batch, gf,
-               100.0 * gf / first);
+        double *g = gf + 3 * i;
+        time_engines(&s[i], e, ne, i == 0 || i == n - 1 ? sq_reps : reps, g);
+        printf("SGEMM threads=%d shape=%s op=%s M=%d N=%d K=%d batch=%d", threads, s[i].label,
+               op_name(s[i].ta, s[i].tb), s[i].M, s[i].N, s[i].K, s[i].batch);
+        for (k = 0; k < ne; k++) printf(" %s=%.2f", e[k].name, g[k]);
+        if (ne > 1) printf(" builtin/openblas=%.3f", g[0] / g[1]);
+        printf("\n");
+        fflush(stdout);
+        if (ne > 1 && g[0] / g[1] < worst) {
+            worst = g[0] / g[1];
+            worst_shape = s[i].label;
+        }
+    }
+    peak2 = fma_peak(threads);
+    if (peak2 > peak) peak = peak2;
+    for (k = 0; k < ne; k++) sq[k] = TFM__MAX(gf[k], gf[3 * (n - 1) + k]);
+
+    printf("\n== sgemm, %d thread%s: GFLOP/s (median of %d rounds, the engines interleaved); FMA peak %.1f "
+           "GFLOP/s measured in this run; built-in kernel %s\n",
+           threads, threads > 1 ? "s" : "", reps, peak, TFM__KERNEL_NAME);
+    printf("%-38s %2s %5s %5s %5s %4s", "shape", "op", "M", "N", "K", "bat");
+    for (k = 0; k < ne; k++) printf(" %9s", e[k].name);
+    printf(" %8s\n", ne > 1 ? "b-in/OB" : "");
+    for (i = 0; i < n; i++) {
+        printf("%-38s %2s %5d %5d %5d %4d", s[i].label, op_name(s[i].ta, s[i].tb), s[i].M, s[i].N, s[i].K,
+               s[i].batch);
+        for (k = 0; k < ne; k++) printf(" %9.1f", gf[3 * i + k]);
+        if (ne > 1) printf(" %7.0f%%", 100.0 * gf[3 * i] / gf[3 * i + 1]);
+        printf("\n");
+    }
+    printf("square 2048:");
+    for (k = 0; k < ne; k++) printf(" %s %.1f (%.0f%% of peak)", e[k].name, sq[k], 100.0 * sq[k] / peak);
+    printf("\n");
+    if (ne > 1) printf("built-in / OpenBLAS: lowest %.0f%% (%s)\n", 100.0 * worst, worst_shape);
+    printf("RESULT impl=ours sgemm threads=%d square2048_gflops=%.2f first=%.2f last=%.2f engine=%s fma_peak=%.2f",
+           threads, sq[own], gf[own], gf[3 * (n - 1) + own], e[own].name, peak);
+    for (k = 0; k < ne; k++) printf(" sq_%s=%.2f", k == 0 ? "builtin" : k == 1 ? "openblas" : "blis", sq[k]);
+    printf("\n");
+    free(gf);
+    free(s);
+    return 0;
+}
+
+/* The built-in micro-kernels alone, on packed slivers that stay in L1 (kc 64 and 128) or L2 (256, 512):
+   C tile += A sliver x B sliver, again and again. A kernel far from the FMA peak here cannot make the
+   GEMM fast. */
+static double time_kernel(void (*kern)(int, const float *, int, int, const float *, int, float *, int, float, float),
+                          int mr, int nr, int kc) {
+    float *a = (float *)xmalloc((size_t)kc * mr * sizeof(float) + 64), *b = (float *)xmalloc((size_t)kc * nr * sizeof(float) + 64);
+    float c[32 * 32];
+    double best = 0.0;
+    long calls = 1000, i;
+    int r;
+    tfm_rng rng;
+    tfm_rng_seed(&rng, 3);
+    fill_small(a, (size_t)kc * mr, &rng);
+    fill_small(b, (size_t)kc * nr, &rng);
+    memset(c, 0, sizeof c);
+    for (r = 0; r < 7; r++) {
+        double t0 = now_s(), dt;
+        for (i = 0; i < calls; i++) kern(kc, a, 1, mr, b, nr, c, nr, 1.0f, 1.0f);
+        dt = now_s() - t0;
+        if (2.0 * mr * nr * kc * calls / dt * 1e-9 > best) best = 2.0 * mr * nr * kc * calls / dt * 1e-9;
+        if (dt < 0.05) calls *= 2;
+    }
+    if (c[0] != c[0]) printf("(nan)\n");
+    free(a);
+    free(b);
+    return best;
+}
+
+static int run_kernel(void) {
+    static const int kcs[] = {64, 128, 256, 512};
+    double peak = fma_peak(1);
+    int i;
+    printf("KERNEL fma_peak_1thread=%.2f (GFLOP/s, measured now)\n", peak);
+    for (i = 0; i < 4; i++) {
+        int kc = kcs[i];
+        double g;
+#if defined(TFM__HAVE_KERNEL_AVX512)
+        g = time_kernel(tfm__kernel_avx512, TFM__MR_AVX512, TFM__NR_AVX512, kc);
+        printf("KERNEL name=avx512 mr=%d nr=%d kc=%d gflops=%.2f pct_peak=%.1f\n", TFM__MR_AVX512, TFM__NR_AVX512, kc, g,
+               100.0 * g / peak);
+#endif
+#if defined(TFM__HAVE_KERNEL_AVX2)
+        g = time_kernel(tfm__kernel_avx2, TFM__MR_AVX2, TFM__NR_AVX2, kc);
+        printf("KERNEL name=avx2 mr=%d nr=%d kc=%d gflops=%.2f pct_peak=%.1f\n", TFM__MR_AVX2, TFM__NR_AVX2, kc, g,
+               100.0 * g / peak);
+#endif
+        g = time_kernel(tfm__kernel_port, TFM__MR_PORT, TFM__NR_PORT, kc);
+        printf("KERNEL name=portable mr=%d nr=%d kc=%d gflops=%.2f pct_peak=%.1f\n", TFM__MR_PORT, TFM__NR_PORT, kc, g,
+               100.0 * g / peak);
         fflush(stdout);
     }
-    if (gf > ceiling) ceiling = gf;
-    printf("RESULT impl=ours sgemm threads=%d square2048_gflops=%.2f first=%.2f last=%.2f\n", threads, ceiling, first,
-           gf);
-    free(s);
     return 0;
 }
 
@@ -562,6 +854,7 @@ static int run_info(void) {
 #ifdef _OPENMP
     printf(" omp_max_threads=%d omp_procs=%d", omp_get_max_threads(), omp_get_num_procs());
 #endif
+    engines_info();
     printf("\n");
     return 0;
 }
@@ -570,7 +863,8 @@ static void usage(FILE *f) {
     int i;
     fprintf(f,
             "usage: build/bench info\n"
-            "       build/bench sgemm THREADS [CONFIG]\n"
+            "       build/bench sgemm THREADS [CONFIG]  built-in, OpenBLAS and BLIS side by side\n"
+            "       build/bench kernel              the built-in micro-kernels alone, against the FMA peak\n"
             "       build/bench model NAME THREADS\n"
             "       build/bench train NAME THREADS   training steps only (warm-up + timed), for profilers\n"
             "       build/bench list\n"
@@ -598,6 +892,7 @@ int main(int argc, char **argv) {
         for (i = 0; i < N_CONFIGS; i++) printf("%s\n", CONFIGS[i].name);
         return 0;
     }
+    if (argc == 2 && strcmp(argv[1], "kernel") == 0) return run_kernel();
     if (argc >= 3 && argc <= 4 && strcmp(argv[1], "sgemm") == 0) {
         if (argc == 4 && !find_config(argv[3])) {
             fprintf(stderr, "bench: unknown config '%s'\n", argv[3]);

@@ -7,12 +7,15 @@
 #   THREADS="1 2"   thread counts (default 1 2)
 #   REPEAT=2        how many times the whole table is measured (default 2; the machine is noisy)
 #   QUICK=1         fewer repetitions everywhere: a smoke run whose numbers mean little
+#   SGEMM=0         skip the sgemm rows (minutes: three engines on every shape); %sgemm stays empty
 #   VERIFY=1        first check that each model computes the same function on both sides
 #                   (build/bench dump + torch_ref.py verify: logits, loss, gradient norm, one step)
 #   OURS_WAIT_POLICY=PASSIVE   OMP_WAIT_POLICY for our multi-thread rows too (default: libgomp's own,
 #                   which spins; torch's multi-thread rows always run under PASSIVE, since torch runs
 #                   an OpenMP pool beside OpenBLAS's pthread pool and the spinning one starves the other)
 #   BENCH=build/bench  PYTHON=/usr/bin/python3
+#   BENCH_BUILTIN=build/bench-builtin   the bench built with BLAS=0 (make builds it beside a BLAS build):
+#                   its training steps get a column of their own (the header's own sgemm: `make demo`'s speed)
 # OPENBLAS_CORETYPE: OpenBLAS 0.3.21 (Debian 12) does not recognise recent Xeons and falls back to its
 # generic "Prescott" kernels; when the CPU has AVX-512F and the variable is unset this script sets
 # SkylakeX, for both sides (ours links the OpenMP build of the same OpenBLAS that torch uses).
@@ -24,6 +27,7 @@ PY=${PYTHON:-/usr/bin/python3}
 REPEAT=${REPEAT:-2}
 THREADS=${THREADS:-"1 2"}
 QUICK=${QUICK:-0}
+SGEMM=${SGEMM:-1}
 VERIFY=${VERIFY:-0}
 OURS_WAIT_POLICY=${OURS_WAIT_POLICY:-}
 export QUICK
@@ -46,6 +50,10 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo 2>/dev/null
     export OPENBLAS_CORETYPE=SkylakeX
     coretype_note="OPENBLAS_CORETYPE=SkylakeX set by run.sh for both sides (the CPU has avx512f; OpenBLAS 0.3.21 would pick Prescott)"
 fi
+
+BENCH_BUILTIN=${BENCH_BUILTIN:-build/bench-builtin}
+HAVE_BUILTIN=0
+if [ -x "$BENCH_BUILTIN" ] && ! "$BENCH" info | grep -q 'sgemm_backend=built-in'; then HAVE_BUILTIN=1; fi
 
 HAVE_TORCH=0
 if [ -x "$PY" ] && "$PY" -c 'import torch' >/dev/null 2>&1; then HAVE_TORCH=1; fi
@@ -95,13 +103,22 @@ for r in $(seq 1 "$REPEAT"); do
     R="$TMP/repeat$r"
     : > "$R"
     echo "== repeat $r/$REPEAT  $(date '+%F %T')  load=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
-    for t in $THREADS; do run "$R" "$BENCH" sgemm "$t"; done
+    if [ "$SGEMM" != 0 ]; then
+        for t in $THREADS; do run "$R" "$BENCH" sgemm "$t"; done # built-in, OpenBLAS and BLIS side by side
+    fi
     for c in $CONFIGS; do
         for t in $THREADS; do
+            # BLIS (make BLAS=blis) takes its thread count from here only: tfm_set_num_threads does not reach it
+            export BLIS_NUM_THREADS="$t"
             if [ "$t" -gt 1 ] && [ -n "$OURS_WAIT_POLICY" ]; then
                 run "$R" env OMP_WAIT_POLICY="$OURS_WAIT_POLICY" "$BENCH" model "$c" "$t"
             else
                 run "$R" "$BENCH" model "$c" "$t"
+            fi
+            if [ "$HAVE_BUILTIN" = 1 ]; then # the same model on the built-in sgemm, as impl=builtin
+                run "$R" env ${OURS_WAIT_POLICY:+OMP_WAIT_POLICY=$OURS_WAIT_POLICY} bash -c \
+                    '"$0" train "$1" "$2" | sed "s/^RESULT impl=ours /RESULT impl=builtin /"; exit ${PIPESTATUS[0]}' \
+                    "$BENCH_BUILTIN" "$c" "$t"
             fi
             if [ "$HAVE_TORCH" = 1 ]; then
                 if [ "$t" -gt 1 ]; then
@@ -140,11 +157,11 @@ table() {
         nt = split(threads, T, " ")
         for (i = 1; i <= nt; i++) printf " %s thr %s GFLOP/s%s", T[i], fg(ceil[T[i]]), i < nt ? "," : ""
         printf ")\n"
-        hdr = sprintf("%-19s %3s %10s %10s %7s %8s %7s %6s %15s %15s %13s", "config", "thr", "step ms", "torch ms",
-                      "torch/", "tok/s", "GFLOP/s", "%sgemm", "fwd ms", "peak MB", "gen ms/tok")
+        hdr = sprintf("%-19s %3s %10s %10s %10s %7s %8s %7s %6s %15s %15s %13s", "config", "thr", "step ms", "step ms",
+                      "torch ms", "torch/", "tok/s", "GFLOP/s", "%sgemm", "fwd ms", "peak MB", "gen ms/tok")
         print hdr
-        printf "%-19s %3s %10s %10s %7s %8s %7s %6s %15s %15s %13s\n", "", "", "ours", "", "ours", "ours", "ours",
-               "ours", "ours/torch", "ours/torch", "ours/torch"
+        printf "%-19s %3s %10s %10s %10s %7s %8s %7s %6s %15s %15s %13s\n", "", "", "ours", "built-in", "", "ours",
+               "ours", "ours", "ours", "ours/torch", "ours/torch", "ours/torch"
         gsub(/./, "-", hdr); print hdr
         nc = split(configs, CF, " ")
         for (i = 1; i <= nc; i++) for (j = 1; j <= nt; j++) {
@@ -153,7 +170,8 @@ table() {
             ratio = (num(so) && num(st) && so > 0) ? sprintf("%.2f", st / so) : "-"
             g = get("ours", c, t, "gflops")
             pct = (num(g) && num(ceil[t]) && ceil[t] > 0) ? sprintf("%.0f%%", 100 * g / ceil[t]) : "-"
-            printf "%-19s %3s %10s %10s %7s %8s %7s %6s %15s %15s %13s\n", c, t, f1(so), f1(st), ratio,
+            printf "%-19s %3s %10s %10s %10s %7s %8s %7s %6s %15s %15s %13s\n", c, t, f1(so),
+                   f1(get("builtin", c, t, "step_ms")), f1(st), ratio,
                    fg(get("ours", c, t, "tok_s")), fg(g), pct,
                    pair(get("ours", c, t, "fwd_ms"), get("torch", c, t, "fwd_ms")),
                    pair(get("ours", c, t, "peak_mb"), get("torch", c, t, "peak_mb")),
@@ -165,6 +183,7 @@ table() {
 
 echo
 echo "== results ($(( $(date +%s) - start )) s of measurement)"
+echo "step ms built-in: the same training step with the header's own sgemm (build/bench-builtin, BLAS=0)."
 echo "torch/ours > 1: we are faster. tok/s: B*T tokens per training step (enc-dec: B*(Ts+Tt)) / step time."
 echo "GFLOP/s: FLOPs per step (bench/README.md) / step time; %sgemm: of the 2048x2048 sgemm measured above at"
 echo "the same thread count. fwd: eval forward with loss. peak MB: ru_maxrss of the process (torch's includes"

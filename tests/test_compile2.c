@@ -67,7 +67,8 @@ static const tc2_fn tc2_functions[] = {
     TC2_FN(tfm_optim_lr), TC2_FN(tfm_model_logits), TC2_FN(tfm_model_param),
     TC2_FN(tfm_model_flat), TC2_FN(tfm_model_set_batch_offset), TC2_FN(tfm_adamw_step),
     TC2_FN(tfm_kv_cache_init), TC2_FN(tfm_kv_cache_free), TC2_FN(tfm_kv_cache_reset),
-    TC2_FN(tfm_kv_cache_reorder), TC2_FN(tfm_model_generate),
+    TC2_FN(tfm_kv_cache_reorder), TC2_FN(tfm_model_generate), TC2_FN(tfm_model_generate_batch),
+    TC2_FN(tfm_model_score), TC2_FN(tfm_model_beam_search),
 #ifndef TFM_NO_STDIO
     TC2_FN(tfm_model_save),
     TC2_FN(tfm_config_load),

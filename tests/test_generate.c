@@ -202,9 +202,607 @@ static void gen_test_errors(void) {
     tfm_model_free(&m);
 }
 
+/* ---- reference decoding: full forwards (no cache) and a sampler written apart from the library's ---- */
+
+/* Logits of the position after seq (n ids) under a full forward of batch 1: an LM over seq, an
+   encoder-decoder over src (src_len ids) with decoder inputs seq. out: V floats. */
+static void gen_ref_logits(tfm_model *m, const int32_t *src, int src_len, const int32_t *seq, int n, float *out) {
+    tfm_batch b;
+    int64_t V = m->cfg.kind == TFM_MODEL_ENCODER_DECODER ? m->cfg.tgt_vocab_size : m->cfg.vocab_size;
+    memset(&b, 0, sizeof b);
+    b.batch = 1;
+    if (src) {
+        b.len = src_len;
+        b.tokens = src;
+        b.tgt_len = n;
+        b.tgt_in = seq;
+    } else {
+        b.len = n;
+        b.tokens = seq;
+    }
+    CHECK_OK(tfm_model_forward(m, &b, NULL, NULL));
+    memcpy(out, tfm_model_logits(m).data + (int64_t)(n - 1) * V, (size_t)V * sizeof(float));
+}
+
+/* The sampler as tfm_gen_opts documents it, computed another way: a token survives top_k when fewer than k
+   tokens are strictly likelier; top_p when the mass of the kept tokens ranked before it (likelier, or as
+   likely with a lower id) is below top_p of the kept mass. hist: the n_hist ids seen so far. */
+static int32_t gen_ref_pick(const float *logits, int V, const tfm_gen_opts *o, tfm_rng *rng, const int32_t *hist,
+                            int n_hist) {
+    double l[64] = {0}, q[64], mx, tot = 0.0, r, cum = 0.0;
+    int keep[64], j, i, best = 0;
+    for (j = 0; j < V; j++) {
+        int seen = 0;
+        for (i = 0; i < n_hist; i++) seen |= hist[i] == j;
+        l[j] = logits[j];
+        if (seen && o->repetition_penalty > 0.0f && o->repetition_penalty != 1.0f)
+            l[j] = logits[j] > 0.0f ? (double)(logits[j] / o->repetition_penalty) : (double)(logits[j] * o->repetition_penalty);
+    }
+    for (j = 0; j < V; j++)
+        if (l[j] > l[best]) best = j;
+    if (o->temperature <= 0.0f) return best;
+    mx = l[best];
+    for (j = 0; j < V; j++) {
+        q[j] = exp((l[j] - mx) / (double)o->temperature);
+        keep[j] = 1;
+    }
+    if (o->top_k > 0)
+        for (j = 0; j < V; j++) {
+            int above = 0;
+            for (i = 0; i < V; i++) above += q[i] > q[j];
+            if (above >= o->top_k) keep[j] = 0;
+        }
+    if (o->top_p > 0.0f && o->top_p < 1.0f) {
+        int kept_k[64];
+        double mass = 0.0;
+        for (j = 0; j < V; j++) {
+            kept_k[j] = keep[j];
+            if (keep[j]) mass += q[j];
+        }
+        for (j = 0; j < V; j++) {
+            double before = 0.0;
+            if (!kept_k[j]) continue;
+            for (i = 0; i < V; i++)
+                if (kept_k[i] && (q[i] > q[j] || (q[i] == q[j] && i < j))) before += q[i];
+            if (!(before < (double)o->top_p * mass)) keep[j] = 0;
+        }
+    }
+    for (j = 0; j < V; j++) {
+        if (o->min_p > 0.0f && q[j] < (double)o->min_p) keep[j] = 0;
+        if (keep[j]) tot += q[j];
+    }
+    r = (double)tfm_rng_uniform(rng) * tot;
+    for (j = 0; j < V; j++) {
+        if (!keep[j]) continue;
+        cum += q[j];
+        if (cum > r) return j;
+    }
+    return -1;
+}
+
+static int gen_is_stop(const tfm_gen_opts *o, int32_t t) {
+    int i;
+    if (o->has_stop && o->stop_token == t) return 1;
+    for (i = 0; i < o->n_stop; i++)
+        if (o->stop_tokens[i] == t) return 1;
+    return 0;
+}
+
+/* What generation must give for one row, decoded with full forwards and the reference sampler from the
+   stream of `seed`: out (n ids, returned). */
+static int gen_ref_generate(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
+                            const tfm_gen_opts *o, uint64_t seed, int32_t *out) {
+    int32_t seq[64];
+    float lg[64];
+    tfm_rng rng;
+    int n = 0, V = (int)(m->cfg.kind == TFM_MODEL_ENCODER_DECODER ? m->cfg.tgt_vocab_size : m->cfg.vocab_size);
+    tfm_rng_seed(&rng, seed);
+    memcpy(seq, prompt, (size_t)n_prompt * sizeof(int32_t));
+    while (n < o->max_new) {
+        int32_t t;
+        gen_ref_logits(m, src, src_len, seq, n_prompt + n, lg);
+        t = gen_ref_pick(lg, V, o, &rng, seq, n_prompt + n);
+        seq[n_prompt + n] = t;
+        out[n++] = t;
+        if (gen_is_stop(o, t)) break;
+    }
+    return n;
+}
+
+static void gen_sampling_opts(tfm_gen_opts *o, int which) {
+    memset(o, 0, sizeof *o);
+    o->max_new = 7;
+    o->seed = 11 + (uint64_t)which;
+    switch (which) {
+    case 0: o->temperature = 0.7f; o->top_k = 4; break;
+    case 1: o->temperature = 1.3f; o->top_p = 0.8f; break;
+    case 2: o->temperature = 1.0f; o->min_p = 0.1f; break;
+    case 3: o->temperature = 0.9f; o->top_k = 6; o->top_p = 0.9f; o->min_p = 0.05f; o->repetition_penalty = 1.3f; break;
+    case 4: o->repetition_penalty = 1.8f; break; /* greedy with a penalty */
+    default: o->temperature = 2.0f; o->repetition_penalty = 0.7f; break;
+    }
+}
+
+/* The sampler alone against the reference, on many logit vectors with tied values (quantised to
+   quarters), option sets drawn at random and the same random stream: every pick must agree. */
+static void gen_test_pick(void) {
+    tfm_rng data, r1, r2;
+    float lg[24], work_lg[24];
+    double p[24];
+    tfm__cand cand[24];
+    int32_t hist[3];
+    unsigned char seen[24];
+    int trial, j, V = 24, bad = 0, sampled_low = 0;
+    tfm_rng_seed(&data, 3);
+    for (trial = 0; trial < 3000; trial++) {
+        tfm_gen_opts o;
+        int32_t a, b;
+        memset(&o, 0, sizeof o);
+        for (j = 0; j < V; j++) lg[j] = (float)(int)(tfm_rng_normal(&data) * 6.0f) * 0.25f;
+        o.temperature = trial % 7 == 0 ? 0.0f : 0.3f + 2.0f * tfm_rng_uniform(&data);
+        if (trial % 2) o.top_k = 1 + (int)(tfm_rng_uniform(&data) * V);
+        if (trial % 3) o.top_p = tfm_rng_uniform(&data);
+        if (trial % 5 < 2) o.min_p = 0.5f * tfm_rng_uniform(&data);
+        if (trial % 4 == 1) o.repetition_penalty = 0.5f + 2.0f * tfm_rng_uniform(&data);
+        memset(seen, 0, sizeof seen);
+        for (j = 0; j < 3; j++) {
+            hist[j] = (int32_t)(tfm_rng_uniform(&data) * V);
+            seen[hist[j]] = 1;
+        }
+        tfm_rng_seed(&r1, (uint64_t)trial);
+        tfm_rng_seed(&r2, (uint64_t)trial);
+        memcpy(work_lg, lg, sizeof lg);
+        a = tfm__pick(work_lg, V, &o, &r1, seen, p, cand);
+        b = gen_ref_pick(lg, V, &o, &r2, hist, 3);
+        if (a != b && bad++ < 5)
+            printf("    trial %d: picked %d, reference %d (T %g k %d p %g min_p %g rp %g)\n", trial, a, b,
+                   (double)o.temperature, o.top_k, (double)o.top_p, (double)o.min_p, (double)o.repetition_penalty);
+        for (j = 0; j < V; j++) /* a pick below the likeliest logit: sampling, not argmax */
+            if (lg[j] > lg[a]) {
+                sampled_low++;
+                break;
+            }
+    }
+    CHECK_MSG(bad == 0, "%d of 3000 picks differ from the reference", bad);
+    CHECK_MSG(sampled_low > 1000, "only %d picks were not the argmax", sampled_low);
+}
+
+/* Sampling: every combination against the reference sampler on the same random stream, for an LM and an
+   encoder-decoder; the same seed at 1 and 2 threads gives the same ids; several stop tokens. */
+static void gen_test_sampling(void) {
+    int kind, which, i;
+    for (kind = 0; kind < 2; kind++) {
+        tfm_config c;
+        tfm_model m;
+        tfm_gen_opts o;
+        int32_t src[5] = {4, 9, 1, 12, 3}, prompt[3] = {2, 7, 5}, out[16], want[16];
+        int encdec = kind == 1, n, nw, saved = tfm_get_num_threads();
+        const int32_t *s = encdec ? src : NULL;
+        gen_config(&c, encdec ? TFM_MODEL_ENCODER_DECODER : TFM_MODEL_DECODER_LM, kind, TFM_POS_LEARNED);
+        c.init_std = 0.15f; /* logits spread, but not so far that sampling is always the argmax */
+        CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+        if (!m.impl) return;
+        tfm_model_train(&m, 0);
+        for (which = 0; which < 6; which++) {
+            gen_sampling_opts(&o, which);
+            CHECK_OK(tfm_model_generate(&m, s, 5, prompt, encdec ? 1 : 3, &o, out, &n));
+            nw = gen_ref_generate(&m, s, 5, prompt, encdec ? 1 : 3, &o, o.seed, want);
+            CHECK_MSG(n == nw && !memcmp(out, want, (size_t)n * sizeof(int32_t)),
+                      "kind %d options %d: %d ids, reference %d (first %d vs %d)", kind, which, n, nw, out[0], want[0]);
+            /* the same seed at another thread count */
+            tfm_set_num_threads(which % 2 ? 1 : 2);
+            CHECK_OK(tfm_model_generate(&m, s, 5, prompt, encdec ? 1 : 3, &o, want, &nw));
+            tfm_set_num_threads(saved);
+            CHECK(n == nw && !memcmp(out, want, (size_t)n * sizeof(int32_t)));
+        }
+        /* several stop tokens: generation ends at the first of them */
+        gen_sampling_opts(&o, 4);
+        o.max_new = 8;
+        CHECK_OK(tfm_model_generate(&m, s, 5, prompt, 1, &o, want, &nw));
+        CHECK(nw == 8);
+        {
+            int32_t stops[2];
+            stops[0] = want[5];
+            stops[1] = want[3];
+            o.stop_tokens = stops;
+            o.n_stop = 2;
+            for (i = 0; i < 8 && want[i] != stops[0] && want[i] != stops[1]; i++) {}
+            CHECK_OK(tfm_model_generate(&m, s, 5, prompt, 1, &o, out, &n));
+            CHECK_MSG(n == i + 1 && !memcmp(out, want, (size_t)n * sizeof(int32_t)), "stopped after %d ids, want %d", n, i + 1);
+        }
+        tfm_model_free(&m);
+    }
+}
+
+/* Streaming: tokens in the order they are chosen, with their row; a non-zero return stops that row only. */
+typedef struct gen_stream { int n, row[64], stop_row, stop_at, seen_of_stop_row; int32_t tok[64]; } gen_stream;
+static int gen_on_token(void *user, int row, int32_t token) {
+    gen_stream *s = (gen_stream *)user;
+    if (s->n < 64) {
+        s->row[s->n] = row;
+        s->tok[s->n++] = token;
+    }
+    return row == s->stop_row && ++s->seen_of_stop_row == s->stop_at;
+}
+
+/* Batched decoding: rows of different prompt (and source) lengths, ending at different times, each
+   equal to decoding it alone with the seed + row; greedy and sampled; and streaming. */
+static void gen_check_batch(tfm_model_kind kind) {
+    tfm_config c;
+    tfm_model m;
+    tfm_gen_opts o;
+    int32_t srcs[4][12] = {{3, 1, 4, 1, 5}, {9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2}, {3, 8}, {4, 6, 2, 6, 4, 3, 3}};
+    int32_t prompts[4][6] = {{2, 7, 1, 8, 2, 8}, {1}, {4, 1, 4}, {3, 9}};
+    int src_lens[4] = {5, 12, 2, 7}, n_prompts[4] = {6, 1, 3, 2}, n_out[4], b, which, i;
+    const int32_t *sp[4], *pp[4];
+    int32_t out[4 * 9], alone[9];
+    int encdec = kind == TFM_MODEL_ENCODER_DECODER;
+    gen_config(&c, kind, 1, TFM_POS_LEARNED);
+    c.max_batch = 4;
+    c.init_std = 0.15f;
+    if (encdec) n_prompts[0] = 1; /* fits max_tgt_len 10 with 7 new */
+    CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+    if (!m.impl) return;
+    tfm_model_train(&m, 0);
+    for (b = 0; b < 4; b++) {
+        sp[b] = srcs[b];
+        pp[b] = prompts[b];
+    }
+    for (which = 0; which < 4; which++) {
+        int32_t stops[1];
+        gen_sampling_opts(&o, which == 0 ? 4 : which == 1 ? 0 : 3);
+        o.max_new = encdec ? 7 : 6;
+        if (which == 2) { /* a stop token that ends some rows early */
+            int nw;
+            CHECK_OK(tfm_model_generate(&m, encdec ? sp[1] : NULL, src_lens[1], pp[1], n_prompts[1], &o, alone, &nw));
+            stops[0] = alone[1];
+            o.stop_tokens = stops;
+            o.n_stop = 1;
+        }
+        if (which == 3) o.temperature = 0.0f; /* plain greedy */
+        CHECK_OK(tfm_model_generate_batch(&m, 4, encdec ? sp : NULL, encdec ? src_lens : NULL, pp, n_prompts, &o, out, 9, n_out));
+        for (b = 0; b < 4; b++) {
+            int na;
+            tfm_gen_opts ob = o;
+            ob.seed = o.seed + (uint64_t)b;
+            CHECK_OK(tfm_model_generate(&m, encdec ? sp[b] : NULL, src_lens[b], pp[b], n_prompts[b], &ob, alone, &na));
+            CHECK_MSG(n_out[b] == na && !memcmp(out + b * 9, alone, (size_t)na * sizeof(int32_t)),
+                      "kind %d options %d row %d: batched %d ids, alone %d", (int)kind, which, b, n_out[b], na);
+        }
+    }
+    /* streaming: every chosen token, in order per row; row 2 stops itself after its third */
+    {
+        gen_stream st;
+        int count[4] = {0, 0, 0, 0};
+        memset(&st, 0, sizeof st);
+        st.stop_row = 2;
+        st.stop_at = 3;
+        gen_sampling_opts(&o, 0);
+        o.max_new = 5;
+        o.on_token = gen_on_token;
+        o.on_token_user = &st;
+        CHECK_OK(tfm_model_generate_batch(&m, 4, encdec ? sp : NULL, encdec ? src_lens : NULL, pp, n_prompts, &o, out, 9, n_out));
+        CHECK(n_out[0] == 5 && n_out[1] == 5 && n_out[2] == 3 && n_out[3] == 5);
+        CHECK(st.n == 18);
+        for (i = 0; i < st.n; i++) {
+            b = st.row[i];
+            CHECK_MSG(b >= 0 && b < 4 && count[b] < n_out[b] && out[b * 9 + count[b]] == st.tok[i], "streamed token %d", i);
+            if (b >= 0 && b < 4) count[b]++;
+        }
+        /* rows are streamed step by step: a row of the shortest prompt (1 id) chose the first token */
+        CHECK(n_prompts[st.row[0]] == 1);
+    }
+    tfm_model_free(&m);
+}
+
+static void gen_test_batch(void) {
+    gen_check_batch(TFM_MODEL_DECODER_LM);
+    gen_check_batch(TFM_MODEL_ENCODER_DECODER);
+}
+
+/* A batch wider than 256 rows (the cache's reorder once kept its scratch on the stack, 256 rows):
+   rows end at different times, and sampled rows still equal decoding them alone. */
+static void gen_test_batch_wide(void) {
+    tfm_config c;
+    tfm_model m;
+    tfm_gen_opts o;
+    enum { NB = 300 };
+    static int32_t prompts[NB][4], out[NB * 6];
+    static const int32_t *pp[NB];
+    static int np[NB], n_out[NB];
+    int32_t alone[6], stops[1] = {3};
+    int b, checked[4] = {0, 17, 256, NB - 1}, i, ended_early = 0;
+    gen_config(&c, TFM_MODEL_DECODER_LM, 1, TFM_POS_LEARNED);
+    c.max_batch = NB;
+    c.init_std = 0.15f;
+    CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+    if (!m.impl) return;
+    for (b = 0; b < NB; b++) {
+        np[b] = 1 + b % 4;
+        for (i = 0; i < 4; i++) prompts[b][i] = (int32_t)((b * 7 + i * 3) % 13);
+        pp[b] = prompts[b];
+    }
+    gen_sampling_opts(&o, 1);
+    o.max_new = 6;
+    o.stop_tokens = stops;
+    o.n_stop = 1;
+    CHECK_OK(tfm_model_generate_batch(&m, NB, NULL, NULL, pp, np, &o, out, 6, n_out));
+    for (b = 0; b < NB; b++) ended_early += n_out[b] < 6;
+    CHECK(ended_early > 10);
+    for (i = 0; i < 4; i++) {
+        int na;
+        tfm_gen_opts ob = o;
+        b = checked[i];
+        ob.seed = o.seed + (uint64_t)b;
+        CHECK_OK(tfm_model_generate(&m, NULL, 0, pp[b], np[b], &ob, alone, &na));
+        CHECK_MSG(n_out[b] == na && !memcmp(out + b * 6, alone, (size_t)na * sizeof(int32_t)), "row %d", b);
+    }
+    tfm_model_free(&m);
+}
+
+/* tfm_model_score against the log-softmax of a full forward's logits over prompt + target. */
+static void gen_test_score(void) {
+    int kind;
+    for (kind = 0; kind < 2; kind++) {
+        tfm_config c;
+        tfm_model m;
+        int32_t src[6] = {5, 3, 11, 0, 2, 8}, seq[10] = {1, 6, 3, 9, 0, 4, 7, 2, 5, 8};
+        int encdec = kind == 1, n_prompt = encdec ? 1 : 3, n_target = 6, t, V, j;
+        float logp[8], total, lg[16];
+        double sum = 0.0;
+        gen_config(&c, encdec ? TFM_MODEL_ENCODER_DECODER : TFM_MODEL_DECODER_LM, 1 - kind, TFM_POS_SINUSOIDAL);
+        CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+        if (!m.impl) return;
+        V = encdec ? c.tgt_vocab_size : c.vocab_size;
+        CHECK_OK(tfm_model_score(&m, encdec ? src : NULL, 6, seq, n_prompt, seq + n_prompt, n_target, logp, &total));
+        tfm_model_train(&m, 0);
+        for (t = 0; t < n_target; t++) {
+            double mx = -1e30, z = 0.0, want;
+            gen_ref_logits(&m, encdec ? src : NULL, 6, seq, n_prompt + t, lg);
+            for (j = 0; j < V; j++) mx = lg[j] > mx ? lg[j] : mx;
+            for (j = 0; j < V; j++) z += exp(lg[j] - mx);
+            want = lg[seq[n_prompt + t]] - mx - log(z);
+            sum += want;
+            CHECK_NEAR(logp[t], want, 1e-5 * (1.0 + fabs(want)));
+        }
+        CHECK_NEAR(total, sum, 1e-5 * (1.0 + fabs(sum)));
+        tfm_model_free(&m);
+    }
+}
+
+/* Beam width 1 is greedy decoding, with and without a stop token, for both kinds. */
+static void gen_test_beam_greedy(void) {
+    int kind, stop;
+    for (kind = 0; kind < 2; kind++) {
+        tfm_config c;
+        tfm_model m;
+        tfm_gen_opts o;
+        int32_t src[5] = {4, 9, 1, 12, 3}, prompt[3] = {2, 7, 5}, out[8], g[8];
+        int encdec = kind == 1, n, ng, len, found;
+        float score, total;
+        gen_config(&c, encdec ? TFM_MODEL_ENCODER_DECODER : TFM_MODEL_DECODER_LM, kind, TFM_POS_LEARNED);
+        CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+        if (!m.impl) return;
+        for (stop = 0; stop < 2; stop++) {
+            memset(&o, 0, sizeof o);
+            o.max_new = 7;
+            CHECK_OK(tfm_model_generate(&m, encdec ? src : NULL, 5, prompt, encdec ? 1 : 3, &o, g, &ng));
+            if (stop) {
+                o.has_stop = 1;
+                o.stop_token = g[3];
+                CHECK_OK(tfm_model_generate(&m, encdec ? src : NULL, 5, prompt, encdec ? 1 : 3, &o, g, &ng));
+            }
+            o.beam_width = 1;
+            CHECK_OK(tfm_model_beam_search(&m, encdec ? src : NULL, 5, prompt, encdec ? 1 : 3, &o, 1, out, 8, &len, &score,
+                                           &found));
+            n = len;
+            CHECK(found == 1 && n == ng && !memcmp(out, g, (size_t)n * sizeof(int32_t)));
+            CHECK_OK(tfm_model_score(&m, encdec ? src : NULL, 5, prompt, encdec ? 1 : 3, g, ng, NULL, &total));
+            CHECK_NEAR(score, total, 1e-4);
+        }
+        tfm_model_free(&m);
+    }
+}
+
+/* On a model of 5 tokens, beam width 5 over 2 new tokens with a stop token: the n-best list equals an
+   exhaustive search (every sequence scored by full forwards), with and without a length penalty. */
+static void gen_check_beam_exhaustive(int encdec, float alpha) {
+    tfm_config c;
+    tfm_model m;
+    tfm_gen_opts o;
+    int32_t src[4] = {2, 0, 3, 1}, prompt[2] = {3, 4}, seq[4], out[5 * 2];
+    int n_prompt = encdec ? 1 : 2, V = 5, a, x, n_all = 0, i, j, lens[5], found, stop = 1;
+    int32_t all_tok[30][2];
+    int all_len[30];
+    double all_score[30], all_norm[30];
+    float scores[5], lg[8];
+    gen_config(&c, encdec ? TFM_MODEL_ENCODER_DECODER : TFM_MODEL_DECODER_LM, 1, TFM_POS_LEARNED);
+    c.vocab_size = V;
+    c.tgt_vocab_size = encdec ? V : 0;
+    c.max_batch = 5;
+    c.init_std = 0.1f;
+    CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+    if (!m.impl) return;
+    tfm_model_train(&m, 0);
+    memcpy(seq, prompt, (size_t)n_prompt * sizeof(int32_t));
+    /* every output: [stop], or [a, x] with a not the stop token */
+    for (a = 0; a < V; a++) {
+        double mx = -1e30, z = 0.0, la;
+        int k;
+        gen_ref_logits(&m, encdec ? src : NULL, 4, seq, n_prompt, lg);
+        for (k = 0; k < V; k++) mx = lg[k] > mx ? lg[k] : mx;
+        for (k = 0; k < V; k++) z += exp(lg[k] - mx);
+        la = lg[a] - mx - log(z);
+        if (a == stop) {
+            all_tok[n_all][0] = a;
+            all_len[n_all] = 1;
+            all_score[n_all++] = la;
+            continue;
+        }
+        seq[n_prompt] = a;
+        gen_ref_logits(&m, encdec ? src : NULL, 4, seq, n_prompt + 1, lg);
+        mx = -1e30;
+        z = 0.0;
+        for (k = 0; k < V; k++) mx = lg[k] > mx ? lg[k] : mx;
+        for (k = 0; k < V; k++) z += exp(lg[k] - mx);
+        for (x = 0; x < V; x++) {
+            all_tok[n_all][0] = a;
+            all_tok[n_all][1] = x;
+            all_len[n_all] = 2;
+            all_score[n_all++] = la + lg[x] - mx - log(z);
+        }
+    }
+    for (i = 0; i < n_all; i++) all_norm[i] = all_score[i] / pow((5.0 + all_len[i]) / 6.0, (double)alpha);
+    memset(&o, 0, sizeof o);
+    o.max_new = 2;
+    o.beam_width = 5;
+    o.length_penalty = alpha;
+    o.has_stop = 1;
+    o.stop_token = stop;
+    CHECK_OK(tfm_model_beam_search(&m, encdec ? src : NULL, 4, prompt, n_prompt, &o, 5, out, 2, lens, scores, &found));
+    CHECK(found == 5);
+    for (i = 0; i < 5 && i < found; i++) {
+        int best = -1;
+        for (j = 0; j < n_all; j++) /* the i-th best of the exhaustive list */
+            if (all_len[j] > 0 && (best < 0 || all_norm[j] > all_norm[best])) best = j;
+        CHECK_MSG(lens[i] == all_len[best] && out[i * 2] == all_tok[best][0] && (lens[i] == 1 || out[i * 2 + 1] == all_tok[best][1]),
+                  "encdec %d alpha %g: hypothesis %d is (%d,%d) of length %d, exhaustive (%d,%d) of length %d", encdec,
+                  (double)alpha, i, out[i * 2], lens[i] > 1 ? out[i * 2 + 1] : -1, lens[i], all_tok[best][0],
+                  all_len[best] > 1 ? all_tok[best][1] : -1, all_len[best]);
+        CHECK_NEAR(scores[i], all_score[best], 1e-5 * (1.0 + fabs(all_score[best])));
+        all_len[best] = 0; /* taken */
+    }
+    tfm_model_free(&m);
+}
+
+static void gen_test_beam_exhaustive(void) {
+    gen_check_beam_exhaustive(0, 0.0f);
+    gen_check_beam_exhaustive(0, 1.0f);
+    gen_check_beam_exhaustive(1, 0.0f);
+    gen_check_beam_exhaustive(1, 2.0f);
+}
+
+/* A wider beam over longer outputs: every hypothesis's score is its log-probability under
+   tfm_model_score, the list is ordered by the length-penalised score, and it is at least as likely as
+   greedy decoding's output. */
+static void gen_test_beam_scores(void) {
+    tfm_config c;
+    tfm_model m;
+    tfm_gen_opts o;
+    int32_t prompt[2] = {5, 1}, out[4 * 8], g[8];
+    int lens[4], found, i, ng;
+    float scores[4], total, gscore;
+    double prev = 1e30;
+    gen_config(&c, TFM_MODEL_DECODER_LM, 0, TFM_POS_LEARNED);
+    c.max_batch = 4;
+    CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+    if (!m.impl) return;
+    memset(&o, 0, sizeof o);
+    o.max_new = 8;
+    CHECK_OK(tfm_model_generate(&m, NULL, 0, prompt, 2, &o, g, &ng));
+    o.has_stop = 1;
+    o.stop_token = g[2]; /* greedy's third token: some hypotheses end early */
+    CHECK_OK(tfm_model_generate(&m, NULL, 0, prompt, 2, &o, g, &ng));
+    CHECK_OK(tfm_model_score(&m, NULL, 0, prompt, 2, g, ng, NULL, &gscore));
+    o.beam_width = 4;
+    o.length_penalty = 0.6f;
+    CHECK_OK(tfm_model_beam_search(&m, NULL, 0, prompt, 2, &o, 4, out, 8, lens, scores, &found));
+    CHECK(found == 4);
+    for (i = 0; i < found; i++) {
+        double norm = scores[i] / pow((5.0 + lens[i]) / 6.0, 0.6);
+        CHECK(lens[i] >= 1 && lens[i] <= 8);
+        CHECK(lens[i] == 8 || out[i * 8 + lens[i] - 1] == o.stop_token);
+        CHECK_OK(tfm_model_score(&m, NULL, 0, prompt, 2, out + i * 8, lens[i], NULL, &total));
+        CHECK_NEAR(scores[i], total, 1e-4);
+        CHECK(norm <= prev + 1e-6);
+        prev = norm;
+    }
+    CHECK(scores[0] / pow((5.0 + lens[0]) / 6.0, 0.6) >= gscore / pow((5.0 + ng) / 6.0, 0.6) - 1e-5);
+    tfm_model_free(&m);
+}
+
+/* Bad requests to the new calls fail with TFM_E_ARG (or TFM_E_SHAPE for sizes) and name the call. */
+static void gen_test_errors_new(void) {
+    tfm_config c;
+    tfm_model m;
+    tfm_gen_opts o;
+    int32_t p[3] = {1, 2, 3}, bad[2] = {1, 13}, out[4 * 16], stops[1] = {20};
+    const int32_t *pp[3];
+    int np[3] = {3, 3, 3}, n_out[3];
+    float lp[4];
+    gen_config(&c, TFM_MODEL_DECODER_LM, 0, TFM_POS_LEARNED);
+    CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+    if (!m.impl) return;
+    pp[0] = pp[1] = pp[2] = p;
+    memset(&o, 0, sizeof o);
+    o.max_new = 2;
+    o.temperature = 1.0f;
+    o.top_k = 14;
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "tfm_model_generate: opts.top_k");
+    o.top_k = -1;
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "top_k");
+    o.top_k = 0;
+    o.top_p = 1.5f;
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "top_p");
+    o.top_p = 0.0f;
+    o.min_p = -0.1f;
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "min_p");
+    o.min_p = 0.0f;
+    o.repetition_penalty = -1.0f;
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "repetition_penalty");
+    o.repetition_penalty = 0.0f;
+    o.n_stop = 1;
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "n_stop");
+    o.stop_tokens = stops;
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "stop_tokens[0]");
+    o.n_stop = 0;
+    /* batches */
+    CHECK_ERR(tfm_model_generate_batch(&m, 3, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_SHAPE, "max_batch");
+    CHECK_ERR(tfm_model_generate_batch(&m, 0, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_ARG, "tfm_model_generate_batch");
+    CHECK_ERR(tfm_model_generate_batch(&m, 2, NULL, NULL, pp, np, &o, out, 1, n_out), TFM_E_ARG, "out_stride");
+    np[1] = 11;
+    CHECK_ERR(tfm_model_generate_batch(&m, 2, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_SHAPE, "row 1");
+    np[1] = 2;
+    pp[1] = bad;
+    CHECK_ERR(tfm_model_generate_batch(&m, 2, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_ARG, "13");
+    pp[1] = p;
+    CHECK_ERR(tfm_model_generate_batch(&m, 2, pp, np, pp, np, &o, out, 16, n_out), TFM_E_ARG, "src");
+    /* scores */
+    CHECK_ERR(tfm_model_score(&m, NULL, 0, p, 3, bad, 2, lp, NULL), TFM_E_ARG, "tfm_model_score: target");
+    CHECK_ERR(tfm_model_score(&m, NULL, 0, p, 3, p, 0, lp, NULL), TFM_E_ARG, "n_target");
+    CHECK_ERR(tfm_model_score(&m, NULL, 0, p, 3, out, 11, NULL, NULL), TFM_E_SHAPE, "max_len");
+    CHECK_ERR(tfm_model_score(&m, NULL, 0, NULL, 3, p, 3, NULL, NULL), TFM_E_ARG, "prompt");
+    /* beams */
+    o.temperature = 0.0f;
+    o.beam_width = 14;
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG, "vocabulary");
+    o.beam_width = 3;
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_SHAPE, "max_batch");
+    o.beam_width = 2;
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 3, out, 16, NULL, NULL, NULL), TFM_E_ARG, "n_best");
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 1, NULL, NULL, NULL), TFM_E_ARG, "out_stride");
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, bad, 2, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG,
+              "tfm_model_beam_search: prompt");
+    o.max_new = 10;
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_SHAPE, "max_len");
+    o.max_new = 2;
+    o.length_penalty = INFINITY;
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG, "length_penalty");
+    tfm_model_free(&m);
+}
+
 static void suite_generate(void) {
     RUN(gen_test_cache_lm);
     RUN(gen_test_cache_encdec);
     RUN(gen_test_greedy);
     RUN(gen_test_errors);
+    RUN(gen_test_pick);
+    RUN(gen_test_sampling);
+    RUN(gen_test_batch);
+    RUN(gen_test_batch_wide);
+    RUN(gen_test_score);
+    RUN(gen_test_beam_greedy);
+    RUN(gen_test_beam_exhaustive);
+    RUN(gen_test_beam_scores);
+    RUN(gen_test_errors_new);
 }

@@ -295,10 +295,133 @@ static void sg_test_threads(void) {
     free(A); free(B); free(C1); free(C2); free(ref); free(scale);
 }
 
+/* ---- the built-in sgemm's kernels and blocking ----------------------------------------------- */
+
+/* One micro-kernel alone: a (kc x mr) and b (kc x nr) packed k-major, C (mr rows, ldc = nr + 5) against
+   the double reference; beta == 0 runs on a NaN-filled C; the 5 padding columns must survive. Then the
+   same operands read in place (A row-major with a wider row, B with a wider row): the same bits. */
+typedef void (*sg_kernel_fn)(int, const float *, int, int, const float *, int, float *, int, float, float);
+
+static void sg_kernel_case(const char *name, sg_kernel_fn kern, int mr, int nr, int kc, float alpha, float beta) {
+    int ldc = nr + 5;
+    float *a = sg_alloc((size_t)kc * mr), *b = sg_alloc((size_t)kc * nr);
+    float *C0 = sg_alloc((size_t)mr * ldc), *C = sg_alloc((size_t)mr * ldc);
+    double *ref = (double *)malloc((size_t)mr * nr * sizeof(double));
+    double *scale = (double *)malloc((size_t)mr * nr * sizeof(double));
+    char what[128];
+    sg_fill(a, (size_t)kc * mr);
+    sg_fill(b, (size_t)kc * nr);
+    sg_fill(C0, (size_t)mr * ldc);
+    /* a packed A sliver is op(A)^T stored k-major: A^T with lda = mr; B's sliver is B with ldb = nr */
+    sg_reference(1, 0, mr, nr, kc, alpha, a, mr, b, nr, beta, C0, ldc, ref, scale);
+    sg_prepare_c(C, C0, mr, nr, ldc, beta == 0.0f);
+    kern(kc, a, 1, mr, b, nr, C, ldc, alpha, beta);
+    snprintf(what, sizeof what, "kernel %s %dx%d kc=%d alpha=%g beta=%g", name, mr, nr, kc, alpha, beta);
+    CHECK_REL(what, sg_err(C, ldc, ref, scale, mr, nr), sg_tol(kc));
+    CHECK_MSG(sg_padding_intact(C, mr, nr, ldc), "%s: wrote past its tile", what);
+    {
+        int lda = kc + 3, ldb = nr + 7;
+        float *a2 = sg_alloc((size_t)mr * lda), *b2 = sg_alloc((size_t)kc * ldb), *C2 = sg_alloc((size_t)mr * ldc);
+        for (int i = 0; i < mr; i++)
+            for (int p = 0; p < kc; p++) a2[(size_t)i * lda + p] = a[(size_t)p * mr + i];
+        for (int p = 0; p < kc; p++)
+            for (int j = 0; j < nr; j++) b2[(size_t)p * ldb + j] = b[(size_t)p * nr + j];
+        sg_prepare_c(C2, C0, mr, nr, ldc, beta == 0.0f);
+        kern(kc, a2, lda, 1, b2, ldb, C2, ldc, alpha, beta);
+        CHECK_MSG(memcmp(C, C2, (size_t)mr * ldc * sizeof(float)) == 0, "%s: in place differs from packed", what);
+        free(a2); free(b2); free(C2);
+    }
+    free(a); free(b); free(C0); free(C); free(ref); free(scale);
+}
+
+static void sg_kernel_all(const char *name, sg_kernel_fn kern, int mr, int nr) {
+    static const int kcs[] = {1, 2, 3, 4, 5, 7, 8, 64, 257};
+    for (size_t i = 0; i < sizeof kcs / sizeof kcs[0]; i++)
+        for (size_t a = 0; a < sizeof sg_ab / sizeof sg_ab[0]; a++)
+            sg_kernel_case(name, kern, mr, nr, kcs[i], sg_ab[a][0], sg_ab[a][1]);
+}
+
+/* Every micro-kernel this build compiles (the one it uses and the narrower ones the target can run). */
+static void sg_test_kernels(void) {
+#if defined(TFM__HAVE_KERNEL_AVX512)
+    sg_kernel_all("avx512", tfm__kernel_avx512, TFM__MR_AVX512, TFM__NR_AVX512);
+#endif
+#if defined(TFM__HAVE_KERNEL_AVX2)
+    sg_kernel_all("avx2", tfm__kernel_avx2, TFM__MR_AVX2, TFM__NR_AVX2);
+#endif
+    sg_kernel_all("portable", tfm__kernel_port, TFM__MR_PORT, TFM__NR_PORT);
+}
+
+/* The built-in sgemm on one shape in all four transposes, at 1 and 2 threads: each result within the bound
+   of the exact product, padding columns untouched, and the two results bit-identical. */
+static void sg_builtin_case(int M, int N, int K, int idx) {
+    int saved = tfm_get_num_threads();
+    float alpha = sg_ab[idx % 5][0], beta = sg_ab[idx % 5][1];
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int rowsA = ta ? K : M, colsA = ta ? M : K, rowsB = tb ? N : K, colsB = tb ? K : N;
+            int lda = colsA + sg_pad(0, idx + ta), ldb = colsB + sg_pad(1, idx + tb);
+            int ldc = N + sg_pad(2, idx + ta + tb);
+            float *A = sg_alloc((size_t)rowsA * lda), *B = sg_alloc((size_t)rowsB * ldb);
+            float *C0 = sg_alloc((size_t)M * ldc), *C1 = sg_alloc((size_t)M * ldc), *C2 = sg_alloc((size_t)M * ldc);
+            double *ref = (double *)malloc((size_t)M * N * sizeof(double));
+            double *scale = (double *)malloc((size_t)M * N * sizeof(double));
+            char what[160];
+            snprintf(what, sizeof what, "built-in ta=%d tb=%d M=%d N=%d K=%d lda=%d ldb=%d ldc=%d alpha=%g beta=%g",
+                     ta, tb, M, N, K, lda, ldb, ldc, alpha, beta);
+            sg_fill(A, (size_t)rowsA * lda);
+            sg_fill(B, (size_t)rowsB * ldb);
+            sg_fill(C0, (size_t)M * ldc);
+            sg_reference(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, ldc, ref, scale);
+            sg_prepare_c(C1, C0, M, N, ldc, beta == 0.0f);
+            sg_prepare_c(C2, C0, M, N, ldc, beta == 0.0f);
+            tfm_set_num_threads(1);
+            tfm__sgemm_builtin(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C1, ldc);
+            tfm_set_num_threads(2);
+            tfm__sgemm_builtin(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C2, ldc);
+            CHECK_REL(what, sg_err(C1, ldc, ref, scale, M, N), sg_tol(K));
+            CHECK_MSG(sg_padding_intact(C1, M, N, ldc), "%s: wrote past column N", what);
+            CHECK_MSG(memcmp(C1, C2, (size_t)M * ldc * sizeof(float)) == 0, "%s: 1 and 2 threads differ", what);
+            free(A); free(B); free(C0); free(C1); free(C2); free(ref); free(scale);
+        }
+    tfm_set_num_threads(saved);
+}
+
+/* Sizes around every blocking factor of the kernel this build uses: MR and NR (edge tiles in each
+   direction), KC (one K block more or less), MC (row blocks, and how the threads split them), NC (column
+   panels); K = 1; few rows and many columns (the threads then split the columns). */
+static void sg_test_blocking(void) {
+    const int mr = TFM__MR, nr = TFM__NR;
+    const int ms[] = {1, mr - 1, mr, mr + 1, 2 * mr + 1};
+    const int ns[] = {1, nr - 1, nr, nr + 1, 2 * nr + 1};
+    const int ks[] = {1, 2, 17};
+    int idx = 0;
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
+            for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++)
+                if (ms[i] > 0 && ns[j] > 0) sg_builtin_case(ms[i], ns[j], ks[k], idx++);
+    sg_builtin_case(mr + 1, nr + 1, TFM__KC - 1, idx++);
+    sg_builtin_case(mr + 1, nr + 1, TFM__KC, idx++);
+    sg_builtin_case(mr + 1, nr + 1, TFM__KC + 1, idx++);
+    sg_builtin_case(mr - 1, nr - 1, 2 * TFM__KC + 1, idx++);
+    sg_builtin_case(TFM__MC - 1, 2 * nr + 3, 33, idx++);
+    sg_builtin_case(TFM__MC, 2 * nr + 3, 33, idx++);
+    sg_builtin_case(TFM__MC + 1, 2 * nr + 3, 33, idx++);
+    sg_builtin_case(2 * TFM__MC + mr + 1, nr + 2, 40, idx++);
+    sg_builtin_case(mr + 2, TFM__NC - 1, 9, idx++);
+    sg_builtin_case(mr + 2, TFM__NC, 9, idx++);
+    sg_builtin_case(mr + 2, TFM__NC + 1, 9, idx++);
+    sg_builtin_case(13, 700, 40, idx++);  /* few rows: the threads split the columns */
+    sg_builtin_case(300, 100, 20, idx++); /* the threads split the rows */
+    sg_builtin_case(TFM__MC + 5, TFM__NC + nr + 3, TFM__KC + 7, idx++); /* every block edge at once */
+}
+
 static void suite_sgemm(void) {
     RUN(sg_test_sgemm);
     RUN(sg_test_builtin_vs_backend);
     RUN(sg_test_beta_zero_ignores_c);
     RUN(sg_test_batched);
     RUN(sg_test_threads);
+    RUN(sg_test_kernels);
+    RUN(sg_test_blocking);
 }
