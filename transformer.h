@@ -271,7 +271,8 @@ TFMDEF float tfm_rng_normal(tfm_rng *rng);
 /* C = alpha * op(A) op(B) + beta * C, row-major. op(A) is (M,K): A is (M,K) with row stride lda, or
    (K,M) when transA. op(B) is (K,N). C is (M,N) with row stride ldc. This is the one choke point every
    matrix product goes through (built-in, BLAS or TFM_SGEMM). With beta == 0, C is not read. The
-   built-in one packs into buffers on the stack of each thread that runs it: about 660 KiB each. */
+   built-in one packs its operands into a heap buffer of each thread that runs it (656 KiB, allocated by
+   the thread's first product and kept for the next ones; see tfm_sgemm_release). */
 TFMDEF tfm_result tfm_sgemm(int transA, int transB, int M, int N, int K, float alpha,
                             const float *A, int lda, const float *B, int ldb,
                             float beta, float *C, int ldc);
@@ -281,6 +282,11 @@ TFMDEF tfm_result tfm_sgemm_batched(int transA, int transB, int M, int N, int K,
                                     const float *A, int lda, int64_t strideA,
                                     const float *B, int ldb, int64_t strideB, float beta,
                                     float *C, int ldc, int64_t strideC, int batch);
+/* Frees the built-in sgemm's packing buffer of the calling thread and, called outside a parallel region,
+   those of the OpenMP threads that run this file's loops. A thread of yours that ran products calls it
+   before it exits (else its buffer leaks); anyone may call it to give the memory back, and the next
+   product allocates again. With BLAS or TFM_SGEMM the built-in does not run: nothing to free. */
+TFMDEF void tfm_sgemm_release(void);
 /* Which sgemm this build uses: "built-in", "cblas" or "TFM_SGEMM". */
 TFMDEF const char *tfm_sgemm_backend(void);
 
@@ -962,6 +968,7 @@ TFMDEF tfm_result tfm_cuda_available(void);
 #define TFM__THREAD_LOCAL __declspec(thread)
 #else
 #define TFM__THREAD_LOCAL
+#define TFM__NO_THREAD_LOCAL 1
 #endif
 
 #if defined(__GNUC__)
@@ -1802,17 +1809,92 @@ static void tfm__scale_c(int M, int N, float beta, float *C, int ldc) {
 
 static int tfm__ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+/* The depth of the K blocks: K cut into balanced blocks of at most KC (300 is two blocks of 150, not
+   256 + 44). Where they end is where a partial sum is rounded into C, so it alone depends on K. */
+static int tfm__kc_step(int K) { return tfm__ceil_div(K, tfm__ceil_div(K, TFM__KC)); }
+
+/* The packing space of one thread: a KC x NC panel of op(B) and an MC x KC block of op(A), 64-byte
+   aligned, 656 KiB in all. It is heap memory (a thread with a small stack can run products), allocated
+   by the thread's first product and kept in a thread-local pointer for the next ones, so a training
+   step allocates nothing after its first; tfm_sgemm_release frees it. Pages the products never touch
+   are never committed. Without thread-local storage each product allocates its own and frees it. */
+#define TFM__PACK_FLOATS ((size_t)TFM__KC * TFM__NC + (size_t)TFM__MC * TFM__KC + 32)
+#if !defined(TFM__NO_THREAD_LOCAL)
+static TFM__THREAD_LOCAL float *tfm__packbuf;
+#endif
+
+/* This thread's packing space (TFM__PACK_FLOATS floats), or NULL when it cannot be allocated. */
+static float *tfm__pack_acquire(void) {
+#if defined(TFM__NO_THREAD_LOCAL)
+    return (float *)TFM_MALLOC(TFM__PACK_FLOATS * sizeof(float), NULL);
+#else
+    if (!tfm__packbuf) tfm__packbuf = (float *)TFM_MALLOC(TFM__PACK_FLOATS * sizeof(float), NULL);
+    return tfm__packbuf;
+#endif
+}
+
+/* The end of a product that used p = tfm__pack_acquire(). */
+static void tfm__pack_done(float *p) {
+#if defined(TFM__NO_THREAD_LOCAL)
+    TFM_FREE(p, NULL);
+#else
+    (void)p;
+#endif
+}
+
+static void tfm__pack_release(void) {
+#if !defined(TFM__NO_THREAD_LOCAL)
+    if (tfm__packbuf) TFM_FREE(tfm__packbuf, NULL);
+    tfm__packbuf = NULL;
+#endif
+}
+
+TFMDEF void tfm_sgemm_release(void) {
+    tfm__pack_release();
+#ifdef _OPENMP
+    if (!tfm__in_parallel()) {
+        int t, n = tfm_get_num_threads();
+        TFM__OMP(omp parallel for num_threads(n) schedule(static, 1))
+        for (t = 0; t < n; t++) tfm__pack_release();
+    }
+#endif
+}
+
+/* The sums of the kernels without their packing space (its allocation failed): element by element,
+   each K block of kc_step summed p = 0, 1, ... with the kernel's multiply-adds (fused where the kernel
+   fuses them), then alpha * sum + beta * C, so the result has the same bits as the packed path's. */
+#if defined(TFM__HAVE_KERNEL_AVX512) || defined(TFM__HAVE_KERNEL_AVX2)
+#define TFM__KERNEL_MADD(x, y, z) fmaf(x, y, z)
+#else
+#define TFM__KERNEL_MADD(x, y, z) ((x) * (y) + (z))
+#endif
+static void tfm__sgemm_nopack(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                              const float *B, int ldb, float beta, float *C, int ldc) {
+    int i, j, p, pc, kc_step = tfm__kc_step(K);
+    for (pc = 0; pc < K; pc += kc_step) {
+        int kc = TFM__MIN(kc_step, K - pc);
+        float b_eff = pc == 0 ? beta : 1.0f;
+        for (i = 0; i < M; i++)
+            for (j = 0; j < N; j++) {
+                float acc = 0.0f, v, *c = C + (size_t)i * ldc + j;
+                for (p = pc; p < pc + kc; p++) {
+                    float a = transA ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
+                    float b = transB ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j];
+                    acc = TFM__KERNEL_MADD(a, b, acc);
+                }
+                v = alpha * acc;
+                *c = b_eff != 0.0f ? TFM__KERNEL_MADD(b_eff, *c, v) : v;
+            }
+    }
+}
+
 /* The Goto loops on one thread: column panels jc (NC wide), K blocks pc (KC deep: the B panel is packed
    here), row blocks ic (MC high: the A block is packed here), then B slivers jr and A slivers ir around
-   the kernel. Blocks are balanced (K = 300 is two blocks of 150, not 256 + 44) and depend only on the
-   shape. The panel and the block live on this thread's stack: KC*NC + MC*KC floats, 656 KiB, because a
-   training step allocates nothing. */
+   the kernel. Blocks are balanced (like the K blocks, tfm__kc_step) and depend only on the shape. */
 static void tfm__sgemm_serial(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                               const float *B, int ldb, float beta, float *C, int ldc) {
-    float bbuf[TFM__KC * TFM__NC + 16], abuf[TFM__MC * TFM__KC + 16];
-    float *Bp = (float *)(((uintptr_t)bbuf + 63) & ~(uintptr_t)63);
-    float *Ap = (float *)(((uintptr_t)abuf + 63) & ~(uintptr_t)63);
-    int n_pc = tfm__ceil_div(K, TFM__KC), kc_step = tfm__ceil_div(K, n_pc);
+    float *buf = tfm__pack_acquire(), *Bp, *Ap;
+    int kc_step = tfm__kc_step(K);
     int n_jc = tfm__ceil_div(N, TFM__NC), nc_step = tfm__ceil_div(tfm__ceil_div(N, n_jc), TFM__NR) * TFM__NR;
     int n_ic = tfm__ceil_div(M, TFM__MC), mc_step = tfm__ceil_div(tfm__ceil_div(M, n_ic), TFM__MR) * TFM__MR;
     /* Small products read an operand in place when packing it would not pay: op(A) when each A sliver
@@ -1820,6 +1902,12 @@ static void tfm__sgemm_serial(int transA, int transB, int M, int N, int K, float
        most four A slivers. Edge slivers are always packed (they are zero-padded). */
     int direct_a = N <= 2 * TFM__NR, direct_b = !transB && M <= 4 * TFM__MR;
     int jc, pc, ic, jr, ir;
+    if (!buf) {
+        tfm__sgemm_nopack(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    Bp = (float *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+    Ap = (float *)(((uintptr_t)(Bp + (size_t)TFM__KC * TFM__NC) + 63) & ~(uintptr_t)63);
     for (jc = 0; jc < N; jc += nc_step) {
         int nc = TFM__MIN(nc_step, N - jc);
         for (pc = 0; pc < K; pc += kc_step) {
@@ -1848,6 +1936,7 @@ static void tfm__sgemm_serial(int transA, int transB, int M, int N, int K, float
             }
         }
     }
+    tfm__pack_done(buf);
 }
 
 /* The built-in sgemm. With several threads, C is cut into one rectangle per thread (column ranges in

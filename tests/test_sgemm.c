@@ -416,6 +416,105 @@ static void sg_test_blocking(void) {
     sg_builtin_case(TFM__MC + 5, TFM__NC + nr + 3, TFM__KC + 7, idx++); /* every block edge at once */
 }
 
+/* Without its packing space (an allocation that failed) the built-in computes element by element: the
+   same bits as the packed path at 1 and 2 threads, on shapes that cross every blocking factor, K blocks
+   included, in all four transposes, with beta 0 on a NaN-filled C. */
+static void sg_test_nopack(void) {
+    static const sg_dims dims[] = {{1, 1, 1}, {TFM__MR + 1, TFM__NR - 1, 1}, {TFM__MR - 1, 2 * TFM__NR + 1, 17},
+                                   {TFM__MC + 3, TFM__NR + 5, TFM__KC + 1}, {9, TFM__NC + 7, 2 * TFM__KC + 3},
+                                   {37, 45, 300}};
+    int saved = tfm_get_num_threads();
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                const int M = dims[d].M, N = dims[d].N, K = dims[d].K, idx = (int)d + ta + 2 * tb;
+                float alpha = sg_ab[idx % 5][0], beta = sg_ab[idx % 5][1];
+                int lda = (ta ? M : K) + sg_pad(0, idx), ldb = (tb ? K : N) + sg_pad(1, idx), ldc = N + sg_pad(2, idx);
+                size_t nA = (size_t)(ta ? K : M) * lda, nB = (size_t)(tb ? N : K) * ldb, nC = (size_t)M * ldc;
+                float *A = sg_alloc(nA), *B = sg_alloc(nB), *C0 = sg_alloc(nC), *Cp = sg_alloc(nC), *Cn = sg_alloc(nC);
+                sg_fill(A, nA);
+                sg_fill(B, nB);
+                sg_fill(C0, nC);
+                for (int nt = 1; nt <= 2; nt++) {
+                    tfm_set_num_threads(nt);
+                    sg_prepare_c(Cp, C0, M, N, ldc, beta == 0.0f);
+                    sg_prepare_c(Cn, C0, M, N, ldc, beta == 0.0f);
+                    tfm__sgemm_builtin(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, Cp, ldc);
+                    tfm__sgemm_nopack(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, Cn, ldc);
+                    CHECK_MSG(memcmp(Cp, Cn, nC * sizeof(float)) == 0,
+                              "unpacked ta=%d tb=%d M=%d N=%d K=%d alpha=%g beta=%g threads=%d: differs from packed",
+                              ta, tb, M, N, K, alpha, beta, nt);
+                }
+                free(A); free(B); free(C0); free(Cp); free(Cn);
+            }
+    tfm_set_num_threads(saved);
+}
+
+/* tfm_sgemm_release frees the packing space, and the next product allocates it again: same bits. */
+static void sg_test_release(void) {
+    const int M = 70, N = 90, K = 110;
+    float *A = sg_alloc((size_t)M * K), *B = sg_alloc((size_t)K * N);
+    float *C1 = sg_alloc((size_t)M * N), *C2 = sg_alloc((size_t)M * N);
+    sg_fill(A, (size_t)M * K);
+    sg_fill(B, (size_t)K * N);
+    tfm__sgemm_builtin(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C1, N);
+#if !defined(TFM__NO_THREAD_LOCAL)
+    CHECK_MSG(tfm__packbuf != NULL, "no packing space after a product");
+#endif
+    tfm_sgemm_release();
+#if !defined(TFM__NO_THREAD_LOCAL)
+    CHECK_MSG(tfm__packbuf == NULL, "tfm_sgemm_release left the packing space");
+#endif
+    tfm__sgemm_builtin(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C2, N);
+    CHECK_MSG(memcmp(C1, C2, (size_t)M * N * sizeof(float)) == 0, "a product after tfm_sgemm_release differs");
+    tfm_sgemm_release();
+    free(A); free(B); free(C1); free(C2);
+}
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+
+/* A product on a thread with a 64 KiB stack (the built-in's packing space is on the heap). */
+typedef struct sg_small_stack_job { int threads, M, N, K; const float *A, *B; float *C; } sg_small_stack_job;
+
+static void *sg_small_stack_main(void *arg) {
+    sg_small_stack_job *j = (sg_small_stack_job *)arg;
+    tfm_set_num_threads(j->threads);
+    tfm__sgemm_builtin(1, 1, j->M, j->N, j->K, 0.5f, j->A, j->M, j->B, j->K, 0.0f, j->C, j->N);
+    tfm_sgemm_release();
+    return NULL;
+}
+
+static void sg_test_small_stack(void) {
+    const int M = TFM__MC + 9, N = TFM__NC + 40, K = TFM__KC + 30; /* every blocking factor crossed */
+    float *A = sg_alloc((size_t)K * M), *B = sg_alloc((size_t)N * K);
+    float *Cmain = sg_alloc((size_t)M * N), *Cthr = sg_alloc((size_t)M * N);
+    int saved = tfm_get_num_threads();
+    sg_fill(A, (size_t)K * M);
+    sg_fill(B, (size_t)N * K);
+    tfm_set_num_threads(1);
+    tfm__sgemm_builtin(1, 1, M, N, K, 0.5f, A, M, B, K, 0.0f, Cmain, N);
+    tfm_set_num_threads(saved);
+    for (int nt = 1; nt <= 2; nt++) {
+        sg_small_stack_job job = {nt, M, N, K, A, B, Cthr};
+        pthread_attr_t attr;
+        pthread_t th;
+        int ok = pthread_attr_init(&attr) == 0 && pthread_attr_setstacksize(&attr, 64 * 1024) == 0 &&
+                 pthread_create(&th, &attr, sg_small_stack_main, &job) == 0;
+        CHECK_MSG(ok, "could not start a thread with a 64 KiB stack");
+        if (ok) {
+            pthread_join(th, NULL);
+            CHECK_MSG(memcmp(Cmain, Cthr, (size_t)M * N * sizeof(float)) == 0,
+                      "the product on a 64 KiB stack at %d thread(s) differs", nt);
+        }
+        pthread_attr_destroy(&attr);
+    }
+    free(A); free(B); free(Cmain); free(Cthr);
+}
+#else
+static void sg_test_small_stack(void) {}
+#endif
+
 static void suite_sgemm(void) {
     RUN(sg_test_sgemm);
     RUN(sg_test_builtin_vs_backend);
@@ -424,4 +523,7 @@ static void suite_sgemm(void) {
     RUN(sg_test_threads);
     RUN(sg_test_kernels);
     RUN(sg_test_blocking);
+    RUN(sg_test_nopack);
+    RUN(sg_test_release);
+    RUN(sg_test_small_stack);
 }
