@@ -99,10 +99,11 @@ ifeq ($(BLAS)$(BLIS_FOUND),blis)
 $(error BLAS=blis but no BLIS was found: apt-get install libblis-dev, or build with BLAS=0 or BLAS=1)
 endif
 
-# -isystem: BLIS's cblas.h defines static functions it does not use (-Wunused-function otherwise);
-# it also names pthread_barrier_t, which -std=c99 hides unless POSIX is asked for.
+# -isystem: BLIS's header defines static functions it does not use (-Wunused-function otherwise);
+# it also names pthread_barrier_t, which -std=c99 hides unless POSIX is asked for. The header is
+# <blis.h> (which declares BLIS's cblas too) so that tfm_set_num_threads can set BLIS's thread count.
 ifeq ($(BLAS),blis)
-  USE_CFLAGS := -DTFM_BLAS -D_POSIX_C_SOURCE=200809L -isystem $(BLIS_INCDIR)
+  USE_CFLAGS := -DTFM_BLAS -DTFM_BLAS_HEADER='<blis.h>' -D_POSIX_C_SOURCE=200809L -isystem $(BLIS_INCDIR)
   USE_LDLIBS := -L$(BLIS_LIBDIR) -Wl,-rpath,$(BLIS_LIBDIR) -lblis
   SGEMM_DESC := BLIS from $(BLIS_LIBDIR)
 else ifneq ($(and $(BLAS_FOUND),$(filter-out 0,$(BLAS))),)

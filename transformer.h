@@ -73,7 +73,7 @@
    TFM_BLAS            matrix products go through cblas_sgemm. Prefer an OpenMP build of OpenBLAS
                        (Debian: libopenblas-openmp-dev): it shares one thread pool with this file's
                        loops, so the two never oversubscribe the cores.
-   TFM_BLAS_HEADER     the header that declares cblas_sgemm (default <cblas.h>).
+   TFM_BLAS_HEADER     the header that declares cblas_sgemm (default <cblas.h>; <blis.h> for BLIS).
    TFM_SGEMM(ta,tb,M,N,K,alpha,A,lda,B,ldb,beta,C,ldc)
                        your own row-major sgemm (ta, tb are 0 or 1); wins over TFM_BLAS.
    TFM_MALLOC(sz,u) / TFM_FREE(p,u)
@@ -121,7 +121,8 @@
    THREADING
    ---------
    Loops run on OpenMP threads (compile with -fopenmp); tfm_set_num_threads sets the count for this
-   file's loops and, with OpenBLAS, for BLAS. A layer is not thread-safe; separate layers are.
+   file's loops and, with OpenBLAS or with BLIS (through <blis.h>), for BLAS. A layer is not
+   thread-safe; separate layers are.
    Results are deterministic for a given thread count; dropout masks do not depend on it at all.
 
    CONTENTS (grep for the tags)
@@ -1041,6 +1042,9 @@ TFMDEF void tfm_set_num_threads(int n) {
 #endif
 #if defined(TFM_BLAS) && !defined(TFM_SGEMM) && defined(OPENBLAS_VERSION)
     if (n > 0) openblas_set_num_threads(n); /* n <= 0 without OpenMP: leave OpenBLAS's own default */
+#endif
+#if defined(TFM_BLAS) && !defined(TFM_SGEMM) && defined(BLIS_H)
+    if (n > 0) bli_thread_set_num_threads(n); /* BLIS through <blis.h>: its own thread count */
 #endif
     (void)n;
 }

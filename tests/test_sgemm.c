@@ -515,6 +515,19 @@ static void sg_test_small_stack(void) {
 static void sg_test_small_stack(void) {}
 #endif
 
+/* In a BLIS build through <blis.h> (make BLAS=blis), tfm_set_num_threads sets BLIS's thread count. */
+static void sg_test_blis_threads(void) {
+#if defined(TFM_BLAS) && !defined(TFM_SGEMM) && defined(BLIS_H)
+    int saved = tfm_get_num_threads();
+    for (int nt = 1; nt <= 3; nt++) {
+        tfm_set_num_threads(nt);
+        CHECK_MSG(bli_thread_get_num_threads() == nt, "tfm_set_num_threads(%d): BLIS runs %d threads", nt,
+                  (int)bli_thread_get_num_threads());
+    }
+    tfm_set_num_threads(saved);
+#endif
+}
+
 static void suite_sgemm(void) {
     RUN(sg_test_sgemm);
     RUN(sg_test_builtin_vs_backend);
@@ -526,4 +539,5 @@ static void suite_sgemm(void) {
     RUN(sg_test_nopack);
     RUN(sg_test_release);
     RUN(sg_test_small_stack);
+    RUN(sg_test_blis_threads);
 }
