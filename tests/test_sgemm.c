@@ -213,7 +213,7 @@ static void sg_batched_case(int ta, int tb, int M, int N, int K, int batch, floa
     int64_t sC = (int64_t)M * ldc + 5;
     size_t nA = (size_t)(sA * batch), nB = (size_t)(sB * batch), nC = (size_t)(sC * batch);
     float *A = sg_alloc(nA), *B = sg_alloc(nB), *C0 = sg_alloc(nC);
-    float *Cb = sg_alloc(nC), *Cs = sg_alloc(nC);
+    float *Cb = sg_alloc(nC), *Cs = sg_alloc(nC), *Cb1 = sg_alloc(nC);
     double *ref = (double *)malloc((size_t)M * N * sizeof(double));
     double *scale = (double *)malloc((size_t)M * N * sizeof(double));
     int saved = tfm_get_num_threads();
@@ -254,9 +254,13 @@ static void sg_batched_case(int ta, int tb, int M, int N, int K, int batch, floa
             }
             CHECK_MSG(bad == 0, "%s: wrote outside the matrices", what);
         }
+        /* the built-in: the same bits at 1 and 2 threads, whether the batch or each product is split */
+        if (nt == 1) memcpy(Cb1, Cb, nC * sizeof(float));
+        else if (!strcmp(tfm_sgemm_backend(), "built-in"))
+            CHECK_MSG(memcmp(Cb1, Cb, nC * sizeof(float)) == 0, "%s: differs from 1 thread", what);
     }
     tfm_set_num_threads(saved);
-    free(A); free(B); free(C0); free(Cb); free(Cs); free(ref); free(scale);
+    free(A); free(B); free(C0); free(Cb); free(Cs); free(Cb1); free(ref); free(scale);
 }
 
 static void sg_test_batched(void) {
@@ -292,6 +296,8 @@ static void sg_test_threads(void) {
     CHECK_REL("sgemm 1 thread", sg_err(C1, N, ref, scale, M, N), sg_tol(K));
     CHECK_REL("sgemm 2 threads", sg_err(C2, N, ref, scale, M, N), sg_tol(K));
     CHECK_REL("sgemm 1 vs 2 threads", sg_diff(C1, C2, N, scale, M, N), 2 * sg_tol(K));
+    if (!strcmp(tfm_sgemm_backend(), "built-in"))
+        CHECK_MSG(memcmp(C1, C2, (size_t)M * N * sizeof(float)) == 0, "built-in sgemm: 1 and 2 threads differ");
     free(A); free(B); free(C1); free(C2); free(ref); free(scale);
 }
 
