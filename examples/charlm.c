@@ -16,9 +16,10 @@
    context.
 
    Model: a GPT-style decoder (pre-LN, GELU, a final layernorm, output projection tied to the token
-   embedding, learned positions). Generation uses the library's key/value cache, with temperature
-   and top-k (the library has no top-p yet); text longer than the context window is written in
-   chunks, each prompted with the last half window.
+   embedding, learned positions). Generation uses the library's key/value cache, with temperature,
+   top-k, top-p (nucleus) and min-p sampling, and prints each character as it is chosen (the
+   streaming callback); text longer than the context window is written in chunks, each prompted
+   with the last half window.
 
        build/charlm                                  train (about an hour on 2 cores), then test
        build/charlm --resume                         continue from the saved checkpoint
@@ -49,6 +50,7 @@ static const char *vocab_string(void) {
 typedef struct options {
     const char *data, *model, *csv, *prompt, *attention;
     int len, batch, epochs, d_model, n_heads, n_layers, threads, eval_every, smoke, resume, n_gen, top_k;
+    float top_p, min_p;  /* sampling: nucleus and min-p (0: off) */
     int head;            /* --attention: which head (-1: the mean over heads) */
     float lr, dropout, temperature;
     int64_t val_chars;   /* validation during training scores the first val_chars characters */
@@ -92,6 +94,15 @@ static double bits_per_char(tfm_model *m, const int32_t *ids, int64_t n, int len
     return nats / (double)counted_total / log(2.0);
 }
 
+/* The streaming callback: the library calls it with each character as it is chosen. */
+static int print_char(void *user, int row, int32_t id) {
+    (void)user;
+    (void)row;
+    putchar(id_char(id));
+    fflush(stdout);
+    return 0; /* non-zero would stop the row here */
+}
+
 /* Write n characters after prompt with the cache, in chunks of at most half the context window. */
 static void generate(tfm_model *m, const options *o, const char *prompt) {
     int ctx = m->cfg.max_len, have = 0, n_out, i;
@@ -108,18 +119,17 @@ static void generate(tfm_model *m, const options *o, const char *prompt) {
     fputs(prompt, stdout);
     g.temperature = o->temperature;
     g.top_k = o->top_k;
+    g.top_p = o->top_p;
+    g.min_p = o->min_p;
+    g.on_token = print_char;
     while (done < o->n_gen) {
         int keep = have < ctx / 2 ? have : ctx / 2;   /* the prompt of this chunk: the last keep ids */
         g.max_new = ctx - keep;
         if (g.max_new > o->n_gen - done) g.max_new = o->n_gen - done;
         g.seed = o->seed + (uint64_t)chunk++;
         ex_check(tfm_model_generate(m, NULL, 0, seq + have - keep, keep, &g, out, &n_out), "tfm_model_generate");
-        for (i = 0; i < n_out; i++) {
-            seq[have++] = out[i];
-            putchar(id_char(out[i]));
-        }
+        for (i = 0; i < n_out; i++) seq[have++] = out[i]; /* print_char has printed them */
         done += n_out;
-        fflush(stdout);
         if (n_out == 0) break;
     }
     putchar('\n');
@@ -446,6 +456,8 @@ static void usage(void) {
            "  --length N         characters to write (default 400)\n"
            "  --temperature X    sampling temperature (default 0.8; 0: greedy)\n"
            "  --top-k N          sample from the N likeliest characters (default 20; 0: all)\n"
+           "  --top-p X          then from the likeliest whose probabilities sum to X (default 0.95; 0: all)\n"
+           "  --min-p X          and none less likely than X times the likeliest (default 0: off)\n"
            "  --attention PNG    with --prompt: draw the first layer's attention over it (gnuplot)\n"
            "  --head N           with --attention: one head (default -1: the mean of the heads)\n"
            "  --threads N        threads (default: OpenMP's)\n"
@@ -473,6 +485,7 @@ int main(int argc, char **argv) {
     o.n_gen = 400;
     o.temperature = 0.8f;
     o.top_k = 20;
+    o.top_p = 0.95f;
     o.head = -1;
     for (i = 1; i < argc; i++) /* the preset first, so that other options can change it */
         if (ex_is(argv[i], "--smoke")) {
@@ -504,6 +517,8 @@ int main(int argc, char **argv) {
         else if (ex_is(a, "--length")) o.n_gen = ex_int(argc, argv, &i);
         else if (ex_is(a, "--temperature")) o.temperature = ex_float(argc, argv, &i);
         else if (ex_is(a, "--top-k")) o.top_k = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--top-p")) o.top_p = ex_float(argc, argv, &i);
+        else if (ex_is(a, "--min-p")) o.min_p = ex_float(argc, argv, &i);
         else if (ex_is(a, "--attention")) o.attention = ex_value(argc, argv, &i);
         else if (ex_is(a, "--head")) o.head = ex_int(argc, argv, &i);
         else if (ex_is(a, "--threads")) o.threads = ex_int(argc, argv, &i);

@@ -14,13 +14,16 @@
    pronunciations; the phoneme error rate is the edit distance to the closest one over its length.
 
    Model: the original transformer (post-LN encoder and decoder, cross-attention over the encoder's
-   output, sinusoidal positions), letters in, phones out, label smoothing 0.1. Decoding is greedy
-   with the key/value cache (tfm_model_generate): the library has no beam search yet.
+   output, sinusoidal positions), letters in, phones out, label smoothing 0.1. Decoding uses the
+   key/value cache: greedy (tfm_model_generate) during training, and beam search
+   (tfm_model_beam_search, --beam N, default 4) for the test split and for words on the command
+   line; the test split is scored both ways, so the two can be compared.
 
        build/g2p                                train (defaults: about 40 min on 2 cores), then test
        build/g2p --data cmudict-0.7b.txt.xz     the same on CMUdict 0.7b
        build/g2p --resume                       continue from the saved checkpoint
        build/g2p hello transformer              pronounce words with the saved model
+       build/g2p --n-best 3 read                the 3 likeliest pronunciations, with probabilities
        build/g2p --demo                         `make demo`: a small model for 2 minutes
        build/g2p --smoke                        a few steps on a tiny model (seconds), for CI
 
@@ -72,6 +75,7 @@ static void check_vocab(const char *path) {
 typedef struct options {
     const char *data, *model, *csv;
     int batch, epochs, d_model, n_heads, n_layers, d_ff, threads, eval_every, val_words, smoke, demo, resume;
+    int beam, n_best;     /* beam width (0: greedy) and how many pronunciations to print per word */
     float lr, dropout;
     double time_budget;   /* > 0: train for this many seconds, whatever the epochs say */
     uint64_t split_seed, seed;
@@ -160,19 +164,39 @@ static tfm_batch make_batch(batch_buf *bb, const ex_pron *prons, const int32_t *
     return bt;
 }
 
-/* Greedy decoding of one word: the phones (as indices of ex_phones) in out; returns how many. */
-static int pronounce(tfm_model *m, const char *w, int8_t *out) {
-    int32_t src[MAX_SRC], bos = BOS, gen[MAX_TGT];
-    int n_src = encode_word(w, src), n_gen = 0, i, n = 0;
+enum { MAX_BEST = 8 }; /* most pronunciations asked of one word */
+
+/* Up to n_best pronunciations of a word, likeliest first: hypothesis k's phones (indices of
+   ex_phones) in out[k], their number in n_ph[k], its log-probability in logp[k] (may be NULL).
+   beam 0 decodes greedily (tfm_model_generate, one hypothesis); beam >= 1 keeps that many
+   hypotheses per step (tfm_model_beam_search). Returns how many were found, -1 if the word has a
+   character without an id. */
+static int pronounce(tfm_model *m, const char *w, int beam, int n_best, int8_t (*out)[MAX_TGT], int *n_ph,
+                     float *logp) {
+    int32_t src[MAX_SRC], bos = BOS, gen[MAX_BEST * MAX_TGT];
+    int n_src = encode_word(w, src), lens[MAX_BEST], n_found = 0, i, k;
+    float scores[MAX_BEST];
     tfm_gen_opts g = {0};
     if (n_src <= 0) return -1;
     g.max_new = MAX_TGT - 1;
     g.has_stop = 1;
     g.stop_token = EOS;
-    ex_check(tfm_model_generate(m, src, n_src, &bos, 1, &g, gen, &n_gen), "tfm_model_generate");
-    for (i = 0; i < n_gen && gen[i] != EOS; i++)
-        if (gen[i] >= PHONE0) out[n++] = (int8_t)(gen[i] - PHONE0);
-    return n;
+    if (beam == 0) {
+        ex_check(tfm_model_generate(m, src, n_src, &bos, 1, &g, gen, &lens[0]), "tfm_model_generate");
+        n_found = 1;
+        scores[0] = 0; /* not computed */
+    } else {
+        g.beam_width = beam;
+        ex_check(tfm_model_beam_search(m, src, n_src, &bos, 1, &g, n_best < beam ? n_best : beam, gen, MAX_TGT, lens,
+                                       scores, &n_found), "tfm_model_beam_search");
+    }
+    for (k = 0; k < n_found; k++) {
+        n_ph[k] = 0;
+        for (i = 0; i < lens[k] && gen[k * MAX_TGT + i] != EOS; i++)
+            if (gen[k * MAX_TGT + i] >= PHONE0) out[k][n_ph[k]++] = (int8_t)(gen[k * MAX_TGT + i] - PHONE0);
+        if (logp) logp[k] = scores[k];
+    }
+    return n_found;
 }
 
 /* Phones as upper-case ARPAbet, "T R AE N S", into buf. */
@@ -188,15 +212,17 @@ static const char *phones_str(const int8_t *ph, int n, char *buf, size_t size) {
     return buf;
 }
 
-/* Word and phoneme error rates of greedy decoding on words[0..n). show > 0 prints that many. */
-static void score(tfm_model *m, const dataset *d, const int32_t *words, int64_t n, double *wer, double *per, int show) {
+/* Word and phoneme error rates on words[0..n), decoding with beam (0: greedy). show > 0 prints that many. */
+static void score(tfm_model *m, const dataset *d, const int32_t *words, int64_t n, int beam, double *wer, double *per,
+                  int show) {
     int64_t i, wrong = 0, dist = 0, len = 0;
     for (i = 0; i < n; i++) {
         const word *w = &d->words[words[i]];
-        int8_t out[MAX_TGT];
+        int8_t out[1][MAX_TGT];
         int32_t a[MAX_TGT], b[MAX_TGT];
-        int n_out = pronounce(m, d->prons[w->first].word, out), k, j, best = 1 << 30, best_len = 1;
-        for (j = 0; j < n_out; j++) a[j] = out[j];
+        int n_out = 0, k, j, best = 1 << 30, best_len = 1;
+        if (pronounce(m, d->prons[w->first].word, beam, 1, out, &n_out, NULL) < 1) n_out = 0;
+        for (j = 0; j < n_out; j++) a[j] = out[0][j];
         for (k = 0; k < w->count; k++) { /* the closest of the word's pronunciations */
             const ex_pron *p = &d->prons[w->first + k];
             int e;
@@ -209,7 +235,7 @@ static void score(tfm_model *m, const dataset *d, const int32_t *words, int64_t 
         len += best_len;
         if (i < show) {
             char got[128], want[128];
-            printf("  %-16s %-30s %s", d->prons[w->first].word, phones_str(out, n_out, got, sizeof got),
+            printf("  %-16s %-30s %s", d->prons[w->first].word, phones_str(out[0], n_out, got, sizeof got),
                    best == 0 ? "ok\n" : "wrong, dictionary: ");
             if (best > 0) printf("%s\n", phones_str(d->prons[w->first].phones, d->prons[w->first].n_phones, want, sizeof want));
         }
@@ -351,7 +377,7 @@ static void train(const options *o) {
         }
         if ((step + 1) % o->eval_every == 0 || step + 1 == total_steps) {
             vl = val_loss(&m, &d, d.val, o->smoke ? 20 : d.n_val, o->batch, bb);
-            score(&m, &d, d.val, o->smoke ? 5 : n_val_words, &wer, &per, 0);
+            score(&m, &d, d.val, o->smoke ? 5 : n_val_words, 0, &wer, &per, 0); /* greedy: quick */
             ex_progress_break(&prog);
             printf("step %lld: validation loss %.4f; on %lld validation words WER %.2f%%, PER %.2f%%\n",
                    (long long)(step + 1), vl, (long long)(o->smoke ? 5 : n_val_words), 100 * wer, 100 * per);
@@ -374,15 +400,24 @@ static void train(const options *o) {
     }
     printf("training took %.1f min\n", (ex_now() - t0) / 60);
 
-    /* 4. the test split, once, with the final model (the demo scores 1,000 test words, to be quick) */
+    /* 4. the test split, once, with the final model, greedy and with the beam (the demo scores 1,000
+       test words, to be quick) */
     {
         int64_t n_test = o->smoke ? 10 : o->demo && d.n_test > 1000 ? 1000 : d.n_test;
-        int show = o->demo ? 16 : o->smoke ? 3 : 0;
-        double t1 = ex_now();
-        if (show) printf("words from the test split, never seen in training:\n");
-        score(&m, &d, d.test, n_test, &wer, &per, show);
-        printf("test: %lld words, word error rate %.2f%%, phoneme error rate %.2f%% (greedy decoding, %.0f words/s)\n",
-               (long long)n_test, 100 * wer, 100 * per, (double)n_test / (ex_now() - t1));
+        int show = o->demo ? 16 : o->smoke ? 3 : 0, pass;
+        for (pass = 0; pass < 2; pass++) {
+            int beam = pass == 0 ? 0 : o->beam;
+            int shown = pass == 1 || o->beam == 0 ? show : 0; /* the words of the last pass */
+            double t1 = ex_now();
+            char how[32];
+            if (pass == 1 && beam == 0) break;
+            if (shown) printf("words from the test split, never seen in training:\n");
+            score(&m, &d, d.test, n_test, beam, &wer, &per, shown);
+            if (beam) snprintf(how, sizeof how, "beam search, width %d", beam);
+            else snprintf(how, sizeof how, "greedy decoding");
+            printf("test: %lld words, word error rate %.2f%%, phoneme error rate %.2f%% (%s, %.0f words/s)\n",
+                   (long long)n_test, 100 * wer, 100 * per, how, (double)n_test / (ex_now() - t1));
+        }
     }
     printf("model saved to %s; pronounce words with: g2p --model %s WORD...\n", o->model, o->model);
 
@@ -393,27 +428,32 @@ static void train(const options *o) {
     dataset_free(&d);
 }
 
-/* Inference: the saved model for batch 1, no training state; each word on the command line. */
+/* Inference: the saved model without training state, batch rows for the beam; each word on the
+   command line, with its --n-best likeliest pronunciations. */
 static void pronounce_words(const options *o, int n, char **words) {
     tfm_config cfg;
     tfm_model m;
-    int i;
+    int i, k;
     check_vocab(o->model);
     ex_check(tfm_config_load(o->model, &cfg), o->model);
-    cfg.max_batch = 1;
+    cfg.max_batch = o->beam > 1 ? o->beam : 1; /* the beam's hypotheses decode as batch rows */
     cfg.inference_only = 1;
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     ex_check(tfm_model_load(&m, o->model), o->model);
     for (i = 0; i < n; i++) {
-        int8_t ph[MAX_TGT];
-        int n_ph = pronounce(&m, words[i], ph);
-        if (n_ph < 0) {
+        int8_t ph[MAX_BEST][MAX_TGT];
+        int n_ph[MAX_BEST];
+        float logp[MAX_BEST];
+        int found = pronounce(&m, words[i], o->beam, o->n_best, ph, n_ph, logp);
+        if (found < 0) {
             printf("%-16s (only letters and ' . - can be pronounced)\n", words[i]);
             continue;
         }
-        {
+        for (k = 0; k < found; k++) {
             char buf[128];
-            printf("%-16s %s\n", words[i], phones_str(ph, n_ph, buf, sizeof buf));
+            printf("%-16s %-30s", k == 0 ? words[i] : "", phones_str(ph[k], n_ph[k], buf, sizeof buf));
+            if (o->beam && o->n_best > 1) printf(" p = %.3f", exp((double)logp[k]));
+            putchar('\n');
         }
     }
     tfm_model_free(&m);
@@ -431,6 +471,8 @@ static void usage(void) {
            "  --time S         train for S seconds (the schedule's length is refitted as it goes)\n"
            "  --eval-every N   validation every N steps (default 1000); --val-words N (default 1000)\n"
            "  --seed N         initialisation and batch order (default 1); --split-seed N (default 1)\n"
+           "  --beam N         beam width for the test split and for words (default 4; 0: greedy)\n"
+           "  --n-best N       words: print the N likeliest pronunciations (default 1, at most the beam)\n"
            "  --threads N      threads (default: OpenMP's)\n"
            "  --demo           the `make demo` settings: CMUdict 0.7b shipped in examples/data, a small\n"
            "                   model, 2 minutes of training\n"
@@ -456,6 +498,8 @@ int main(int argc, char **argv) {
     o.val_words = 1000;
     o.seed = 1;
     o.split_seed = 1;
+    o.beam = 4;
+    o.n_best = 1;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (ex_is(a, "--demo")) { /* presets first, so that other options can change them */
@@ -494,11 +538,16 @@ int main(int argc, char **argv) {
         else if (ex_is(a, "--seed")) o.seed = (uint64_t)ex_int(argc, argv, &i);
         else if (ex_is(a, "--split-seed")) o.split_seed = (uint64_t)ex_int(argc, argv, &i);
         else if (ex_is(a, "--threads")) o.threads = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--beam")) o.beam = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--n-best")) o.n_best = ex_int(argc, argv, &i);
         else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(); return 0; }
         else if (a[0] == '-' && a[1] == '-') { usage(); ex_die("unknown option %s", a); }
         else { first_word = i; break; }
     }
     if (o.batch > 512) ex_die("--batch: at most 512");
+    if (o.beam < 0 || o.beam > o.batch) ex_die("--beam: from 0 (greedy) to the batch size %d", o.batch);
+    if (o.n_best < 1 || o.n_best > MAX_BEST || (o.n_best > 1 && o.n_best > o.beam))
+        ex_die("--n-best: from 1 to the beam width (at most %d)", MAX_BEST);
     if (o.threads > 0) tfm_set_num_threads(o.threads);
     ex_mkdir_for(o.model);
     ex_mkdir_for(o.csv);
