@@ -1820,8 +1820,8 @@ static int tfm__kc_step(int K) { return tfm__ceil_div(K, tfm__ceil_div(K, TFM__K
 /* The packing space of one thread: a KC x NC panel of op(B) and an MC x KC block of op(A), 64-byte
    aligned, 656 KiB in all. It is heap memory (a thread with a small stack can run products), allocated
    by the thread's first product and kept in a thread-local pointer for the next ones, so a training
-   step allocates nothing after its first; tfm_sgemm_release frees it. Pages the products never touch
-   are never committed. Without thread-local storage each product allocates its own and frees it. */
+   step allocates nothing after its first; tfm_sgemm_release frees it. Without thread-local storage
+   each product allocates its own and frees it. */
 #define TFM__PACK_FLOATS ((size_t)TFM__KC * TFM__NC + (size_t)TFM__MC * TFM__KC + 32)
 #if !defined(TFM__NO_THREAD_LOCAL)
 static TFM__THREAD_LOCAL float *tfm__packbuf;
