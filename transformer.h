@@ -284,9 +284,12 @@ TFMDEF tfm_result tfm_sgemm_batched(int transA, int transB, int M, int N, int K,
                                     const float *B, int ldb, int64_t strideB, float beta,
                                     float *C, int ldc, int64_t strideC, int batch);
 /* Frees the built-in sgemm's packing buffer of the calling thread and, called outside a parallel region,
-   those of the OpenMP threads that run this file's loops. A thread of yours that ran products calls it
+   those of the OpenMP threads that run this file's loops (for a team as large as the thread count or
+   the number of processors, whichever is larger). A thread of yours that ran products calls it
    before it exits (else its buffer leaks); anyone may call it to give the memory back, and the next
-   product allocates again. With BLAS or TFM_SGEMM the built-in does not run: nothing to free. */
+   product allocates again. A child process that fork() makes keeps only the forking thread: the
+   other threads' buffers stay allocated in it, owned by no one, unless this ran before the fork.
+   With BLAS or TFM_SGEMM the built-in does not run: nothing to free. */
 TFMDEF void tfm_sgemm_release(void);
 /* Which sgemm this build uses: "built-in", "cblas" or "TFM_SGEMM". */
 TFMDEF const char *tfm_sgemm_backend(void);
@@ -1856,8 +1859,8 @@ static void tfm__pack_release(void) {
 TFMDEF void tfm_sgemm_release(void) {
     tfm__pack_release();
 #ifdef _OPENMP
-    if (!tfm__in_parallel()) {
-        int t, n = tfm_get_num_threads();
+    if (!tfm__in_parallel()) { /* a team as large as any this file starts, so every pooled thread runs */
+        int t, n = TFM__MAX(tfm_get_num_threads(), omp_get_num_procs());
         TFM__OMP(omp parallel for num_threads(n) schedule(static, 1))
         for (t = 0; t < n; t++) tfm__pack_release();
     }

@@ -473,6 +473,20 @@ static void sg_test_release(void) {
 #endif
     tfm__sgemm_builtin(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C2, N);
     CHECK_MSG(memcmp(C1, C2, (size_t)M * N * sizeof(float)) == 0, "a product after tfm_sgemm_release differs");
+#if !defined(TFM__NO_THREAD_LOCAL) && defined(_OPENMP)
+    {
+        /* a product on two threads, then the release at one thread: the second thread's buffer goes too */
+        int saved = tfm_get_num_threads(), left = 0;
+        tfm_set_num_threads(2);
+        tfm__sgemm_builtin(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C2, N);
+        tfm_set_num_threads(1);
+        tfm_sgemm_release();
+#pragma omp parallel num_threads(2) reduction(+ : left)
+        left += tfm__packbuf != NULL;
+        CHECK_MSG(left == 0, "tfm_sgemm_release left %d thread(s) with a packing space", left);
+        tfm_set_num_threads(saved);
+    }
+#endif
     tfm_sgemm_release();
     free(A); free(B); free(C1); free(C2);
 }
