@@ -410,7 +410,7 @@ typedef struct tfm_attn_opts {
    (B,Tq,C). Fused: the probabilities are never stored; lse (B,H,Tq) receives each query's log-sum-exp
    of its masked scores (-inf for a query with no visible key, whose output row is zeros, never NaN),
    which backward reads with out. Memory O(B H Tq) besides the inputs; each thread's stack holds the
-   block buffers (192 KB in backward). */
+   block buffers (128 KB in backward). */
 TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *lse, const tfm_tensor *q,
                                         const tfm_tensor *k, const tfm_tensor *v, int n_heads,
                                         const tfm_attn_opts *opts);
