@@ -779,6 +779,57 @@ static void att_test_fused_dropout(void) {
     att_fused_case("dropout cross B1 H2 D8 Tq65 Tk520", 1, 2, 8, 65, 520, &o);
 }
 
+/* decoding against the key/value cache past the key block boundary (256): a 250-token prompt, a chunk
+   of 5 more at once (queries at positions 250.., causal over the cache), then one token per call up to
+   300; each call's last-row logits against a full forward over the whole sequence (1e-5 relative:
+   the same arithmetic in other blocks and orders) */
+static void att_test_fused_decode(void) {
+    enum { N = 300, V = 13 };
+    tfm_config c;
+    tfm_model m;
+    tfm_batch b;
+    tfm_kv_cache kc;
+    int32_t seq[N];
+    float *full;
+    int t;
+    memset(&c, 0, sizeof c);
+    c.kind = TFM_MODEL_DECODER_LM;
+    c.vocab_size = V;
+    c.d_model = 16;
+    c.n_heads = 4;
+    c.n_layers = 2;
+    c.max_len = N;
+    c.max_batch = 1;
+    c.norm_first = 1;
+    c.init_std = 0.3f;
+    c.seed = 11;
+    for (t = 0; t < N; t++) seq[t] = (int32_t)((t * 7 + t / 5) % V);
+    CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+    if (!m.impl) return;
+    tfm_model_train(&m, 0);
+    memset(&b, 0, sizeof b);
+    b.batch = 1;
+    b.len = N;
+    b.tokens = seq;
+    CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
+    full = (float *)malloc((size_t)N * V * sizeof(float));
+    memcpy(full, tfm_model_logits(&m).data, (size_t)N * V * sizeof(float));
+    CHECK_OK(tfm_kv_cache_init(&kc, &m, 1, 0));
+    tfm__decode(&m, &kc, seq, 1, 250, NULL, 0);
+    CHECK_REL("decode: prompt of 250", test_rel_err_f(m.impl->logits, full + (int64_t)249 * V, V), 1e-5);
+    tfm__decode(&m, &kc, seq + 250, 1, 5, NULL, 0);
+    CHECK_REL("decode: chunk 250..254", test_rel_err_f(m.impl->logits, full + (int64_t)254 * V, V), 1e-5);
+    for (t = 255; t < N; t++) {
+        char what[64];
+        tfm__decode(&m, &kc, seq + t, 1, 1, NULL, 0);
+        snprintf(what, sizeof what, "decode: position %d", t);
+        CHECK_REL(what, test_rel_err_f(m.impl->logits, full + (int64_t)t * V, V), 1e-5);
+    }
+    tfm_kv_cache_free(&kc);
+    free(full);
+    tfm_model_free(&m);
+}
+
 /* ---- the layer: tfm_mha_* ---- */
 
 typedef struct att_mha_case {
@@ -1139,6 +1190,7 @@ static void suite_attention(void) {
     RUN(att_test_fused_masks);
     RUN(att_test_fused_additive);
     RUN(att_test_fused_dropout);
+    RUN(att_test_fused_decode);
     RUN(att_test_mha_self);
     RUN(att_test_mha_causal);
     RUN(att_test_mha_padding);
