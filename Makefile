@@ -183,6 +183,8 @@ examples-smoke: $(EXAMPLES)
 	./$(BUILD)/g2p --smoke --threads 1 --resume
 	./$(BUILD)/g2p --smoke --threads 1 --data examples/data/cmudict-0.7b.txt.gz
 	./$(BUILD)/g2p --smoke --threads 1 hello transformer
+	./$(BUILD)/ddp --smoke --threads 1
+	./$(BUILD)/ddp --smoke --threads 1 --resume
 	@echo "examples-smoke: every example trained, resumed and answered"
 
 # The README's first command: a pronouncer trained from scratch for 2 minutes on the CMUdict 0.7b
@@ -381,9 +383,15 @@ $(MPI_BUILD)/c-mpi: $(CDEPS) $(BUILD)/.flags-mpi
 	$(MPICC) $(STRICT_C) -fopenmp $(MARCH) -DTFM_MPI -o $@ tests/test_compile.c tests/test_compile2.c -lm
 $(MPI_BUILD)/cpp-mpi: $(CDEPS) $(CDIR)/tc2.o $(BUILD)/.flags-mpi
 	$(MPICXX) $(STRICT_CXX) -fopenmp $(MARCH) -DTFM_MPI -o $@ tests/test_compile.cpp $(CDIR)/tc2.o -lm
-test-mpi: $(MPI_BUILD)/c-mpi $(MPI_BUILD)/cpp-mpi $(MPI_BUILD)/test_mpi
+# examples/ddp.c with MPI (make examples builds build/ddp, the same program for one process)
+$(BUILD)/ddp-mpi: examples/ddp.c examples/common.h $(HEADER) $(BUILD)/.flags-mpi
+	@mkdir -p $(BUILD)
+	$(MPICC) $(CFLAGS) -Werror -DTFM_MPI $(USE_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
+test-mpi: $(MPI_BUILD)/c-mpi $(MPI_BUILD)/cpp-mpi $(MPI_BUILD)/test_mpi $(BUILD)/ddp-mpi
 	@for v in c-mpi cpp-mpi; do printf 'test-compile %-10s ' "$$v:"; ./$(MPI_BUILD)/$$v || exit 1; done
 	bash tests/test_mpi.sh ./$(MPI_BUILD)/test_mpi
+	mpirun $(if $(filter 0,$(shell id -u)),--allow-run-as-root) --oversubscribe -np 2 ./$(BUILD)/ddp-mpi --smoke
+	mpirun $(if $(filter 0,$(shell id -u)),--allow-run-as-root) --oversubscribe -np 2 ./$(BUILD)/ddp-mpi --smoke --resume
 endif
 
 # ---- PyTorch round trip ----------------------------------------------------------------------
