@@ -387,6 +387,10 @@ $(MPI_BUILD)/cpp-mpi: $(CDEPS) $(CDIR)/tc2.o $(BUILD)/.flags-mpi
 $(BUILD)/ddp-mpi: examples/ddp.c examples/common.h $(HEADER) $(BUILD)/.flags-mpi
 	@mkdir -p $(BUILD)
 	$(MPICC) $(CFLAGS) -Werror -DTFM_MPI $(USE_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
+# bench/bench_ddp.c: 1 process x 2 threads against 2 processes x 1 thread (bench/ddp.sh runs it)
+$(BUILD)/bench-ddp: bench/bench_ddp.c $(HEADER) $(BUILD)/.flags-mpi
+	@mkdir -p $(BUILD)
+	$(MPICC) $(CFLAGS) -Werror -DTFM_MPI $(USE_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
 test-mpi: $(MPI_BUILD)/c-mpi $(MPI_BUILD)/cpp-mpi $(MPI_BUILD)/test_mpi $(BUILD)/ddp-mpi
 	@for v in c-mpi cpp-mpi; do printf 'test-compile %-10s ' "$$v:"; ./$(MPI_BUILD)/$$v || exit 1; done
 	bash tests/test_mpi.sh ./$(MPI_BUILD)/test_mpi
