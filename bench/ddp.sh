@@ -37,5 +37,5 @@ END {
       s = med(a1, c); r = med(a2, c); q = med(a3, c); t = med(a4, c); tok[p] = t
       printf "%-14s %6s %10.1f %10.0f %13.1f %10.1f %7.1f%% %11s\n", nm, (p == 1 ? "1x2" : "2x1"), s, t, r, q,
              100 * q / s, (p == 2 ? sprintf("%.2f", tok[2] / tok[1]) : "") }
-    printf "%-14s gradient: %.1f MB per step, medians of %d runs\n", "", mb[nm], c }
+    printf "%-14s gradient: %.1f MiB per step, medians of %d runs\n", "", mb[nm], c }
 }' "$out"
