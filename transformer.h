@@ -913,11 +913,14 @@ TFMDEF tfm_result tfm_cuda_available(void);
    called by every rank in the same order. A failed collective (a rank gone, a network error) returns
    TFM_E_COMM with MPI's message; the group is then unusable: free it and stop. */
 
-/* A process group. rank and size are for reading; the rest is private. */
+/* A process group. rank, size and bucket are for reading, timeout for setting; impl is private. */
 typedef struct tfm_dist {
     int rank;           /* this process, in [0, size) */
     int size;           /* processes in the group */
     int64_t bucket;     /* floats per collective call (at most INT_MAX, so no count passes MPI's int) */
+    double timeout;     /* 0 (tfm_dist_init's): collectives wait as long as MPI does. > 0: a collective not
+                           done after this many seconds returns TFM_E_COMM (a rank has stalled or died and
+                           the launcher did not end the job); you may set it after tfm_dist_init */
     void *impl;         /* the communicator and scratch; NULL for a group of one */
 } tfm_dist;
 
@@ -7050,12 +7053,40 @@ static tfm_result tfm__mpi(int rc, const char *fn, const char *call) {
 }
 #define TFM__MPI_TRY(fn, name, call) TFM__TRY(tfm__mpi((call), (fn), (name)))
 
+/* Wait for a non-blocking collective until d->timeout seconds have passed. A collective cannot be
+   cancelled: after a timeout the group is unusable. */
+static tfm_result tfm__dist_wait(const char *fn, const tfm_dist *d, MPI_Request *req, const char *call) {
+    double t0 = MPI_Wtime();
+    int done = 0;
+    for (;;) {
+        TFM__MPI_TRY(fn, call, MPI_Test(req, &done, MPI_STATUS_IGNORE));
+        if (done) return TFM_OK;
+        if (MPI_Wtime() - t0 > d->timeout)
+            return tfm__fail(TFM_E_COMM, "%s: %s timed out after %g s: another rank has stopped or died (the group is "
+                             "unusable now: free it and stop, e.g. MPI_Abort)", fn, call, d->timeout);
+    }
+}
+
+/* One collective: the blocking call, or with d->timeout > 0 its non-blocking twin waited for with a
+   deadline. Open MPI's blocking collectives are its tuned ones, so the default stays on them. */
+#define TFM__MPI_COLL(fn, d, blocking, nonblocking, ...)                                               \
+    do {                                                                                               \
+        if ((d)->timeout > 0) {                                                                        \
+            MPI_Request tfm__rq_;                                                                      \
+            TFM__MPI_TRY(fn, #nonblocking, nonblocking(__VA_ARGS__, &tfm__rq_));                       \
+            TFM__TRY(tfm__dist_wait(fn, d, &tfm__rq_, #nonblocking));                                  \
+        } else {                                                                                       \
+            TFM__MPI_TRY(fn, #blocking, blocking(__VA_ARGS__));                                        \
+        }                                                                                              \
+    } while (0)
+
 /* Rank 0's bytes to every rank, in calls of at most 1 GiB (MPI counts are int). */
-static tfm_result tfm__dist_bcast(const char *fn, tfm__dist_impl *im, void *buf, int64_t bytes) {
+static tfm_result tfm__dist_bcast(const char *fn, const tfm_dist *d, void *buf, int64_t bytes) {
+    tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
     unsigned char *p = (unsigned char *)buf;
     while (bytes > 0) {
         int c = (int)TFM__MIN(bytes, (int64_t)1 << 30);
-        TFM__MPI_TRY(fn, "MPI_Bcast", MPI_Bcast(p, c, MPI_BYTE, 0, im->comm));
+        TFM__MPI_COLL(fn, d, MPI_Bcast, MPI_Ibcast, p, c, MPI_BYTE, 0, im->comm);
         p += c;
         bytes -= c;
     }
@@ -7121,9 +7152,9 @@ static tfm_result tfm__dist_agree(const char *fn, tfm_dist *d, uint64_t h, int *
         tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
         uint64_t h0 = h;
         int mine;
-        TFM__TRY(tfm__dist_bcast(fn, im, &h0, sizeof h0));
+        TFM__TRY(tfm__dist_bcast(fn, d, &h0, sizeof h0));
         mine = h0 == h ? -1 : d->rank;
-        TFM__MPI_TRY(fn, "MPI_Allreduce", MPI_Allreduce(&mine, bad, 1, MPI_INT, MPI_MAX, im->comm));
+        TFM__MPI_COLL(fn, d, MPI_Allreduce, MPI_Iallreduce, &mine, bad, 1, MPI_INT, MPI_MAX, im->comm);
     }
 #else
     (void)fn, (void)d, (void)h;
@@ -7213,12 +7244,12 @@ static tfm_result tfm__dist_allreduce(const char *fn, tfm_dist *d, float *x, int
             im->displs[r] = (int)lo;
         }
         mine = im->counts[d->rank];
-        TFM__MPI_TRY(fn, "MPI_Reduce_scatter",
-                     MPI_Reduce_scatter(x + off, im->scratch, im->counts, MPI_FLOAT, MPI_SUM, im->comm));
+        TFM__MPI_COLL(fn, d, MPI_Reduce_scatter, MPI_Ireduce_scatter, x + off, im->scratch, im->counts, MPI_FLOAT,
+                      MPI_SUM, im->comm);
         if (average)
             for (i = 0; i < mine; i++) im->scratch[i] /= (float)d->size;
-        TFM__MPI_TRY(fn, "MPI_Allgatherv", MPI_Allgatherv(im->scratch, mine, MPI_FLOAT, x + off, im->counts, im->displs,
-                                                          MPI_FLOAT, im->comm));
+        TFM__MPI_COLL(fn, d, MPI_Allgatherv, MPI_Iallgatherv, im->scratch, mine, MPI_FLOAT, x + off, im->counts,
+                      im->displs, MPI_FLOAT, im->comm);
     }
 #else
     (void)fn, (void)d, (void)x, (void)n, (void)average;
@@ -7243,18 +7274,25 @@ TFMDEF tfm_result tfm_dist_allreduce_grads(tfm_dist *d, tfm_model *m) {
 }
 
 /* Doubles summed on rank 0, in rank order, and sent back: the same bits on every rank. */
+static tfm_result tfm__dist_sum(const char *fn, tfm_dist *d, double *x, int n) {
+#if defined(TFM_MPI)
+    if (d->size > 1 && n > 0) {
+        tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
+        TFM__MPI_COLL(fn, d, MPI_Reduce, MPI_Ireduce, d->rank == 0 ? MPI_IN_PLACE : x, x, n, MPI_DOUBLE, MPI_SUM, 0,
+                      im->comm);
+        TFM__TRY(tfm__dist_bcast(fn, d, x, (int64_t)n * (int64_t)sizeof(double)));
+    }
+#else
+    (void)fn, (void)d, (void)x, (void)n;
+#endif
+    return TFM_OK;
+}
+
 TFMDEF tfm_result tfm_dist_sum(tfm_dist *d, double *x, int n) {
     const char *fn = "tfm_dist_sum";
     TFM__TRY(tfm__dist_chk(fn, d));
     if (n < 0 || (n > 0 && !x)) return tfm__fail(TFM_E_ARG, "%s: x is %p with n %d: want n >= 0 doubles", fn, (void *)x, n);
-#if defined(TFM_MPI)
-    if (d->size > 1 && n > 0) {
-        tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
-        TFM__MPI_TRY(fn, "MPI_Reduce", MPI_Reduce(d->rank == 0 ? MPI_IN_PLACE : x, x, n, MPI_DOUBLE, MPI_SUM, 0, im->comm));
-        TFM__TRY(tfm__dist_bcast(fn, im, x, (int64_t)n * (int64_t)sizeof(double)));
-    }
-#endif
-    return TFM_OK;
+    return tfm__dist_sum(fn, d, x, n);
 }
 
 TFMDEF tfm_result tfm_dist_reduce_loss(tfm_dist *d, float loss, int64_t n_counted, float *global_loss, int64_t *global_n) {
@@ -7264,7 +7302,7 @@ TFMDEF tfm_result tfm_dist_reduce_loss(tfm_dist *d, float loss, int64_t n_counte
     s[0] = (double)loss * (double)n_counted;
     s[1] = (double)n_counted;
     TFM__TRY(tfm__dist_chk(fn, d));
-    TFM__TRY(tfm_dist_sum(d, s, 2));
+    TFM__TRY(tfm__dist_sum(fn, d, s, 2));
     if (global_loss) *global_loss = s[1] > 0 ? (float)(s[0] / s[1]) : 0.0f;
     if (global_n) *global_n = (int64_t)s[1];
     return TFM_OK;
@@ -7293,14 +7331,13 @@ TFMDEF tfm_result tfm_dist_broadcast_model(tfm_dist *d, tfm_model *m) {
                          "inference_only): every rank must build the same config", fn, bad);
 #if defined(TFM_MPI)
     if (d->size > 1) {
-        tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
         tfm__model_impl *mi = m->impl;
-        TFM__TRY(tfm__dist_bcast(fn, im, mi->mem_base + mi->off_params, (int64_t)mi->n_param_bytes));
+        TFM__TRY(tfm__dist_bcast(fn, d, mi->mem_base + mi->off_params, (int64_t)mi->n_param_bytes));
         if (mi->has_grad) {
-            TFM__TRY(tfm__dist_bcast(fn, im, mi->mem_base + mi->off_m, (int64_t)mi->n_param_bytes));
-            TFM__TRY(tfm__dist_bcast(fn, im, mi->mem_base + mi->off_v, (int64_t)mi->n_param_bytes));
-            TFM__TRY(tfm__dist_bcast(fn, im, &m->step, sizeof m->step));
-            TFM__TRY(tfm__dist_bcast(fn, im, &mi->rng, sizeof mi->rng));
+            TFM__TRY(tfm__dist_bcast(fn, d, mi->mem_base + mi->off_m, (int64_t)mi->n_param_bytes));
+            TFM__TRY(tfm__dist_bcast(fn, d, mi->mem_base + mi->off_v, (int64_t)mi->n_param_bytes));
+            TFM__TRY(tfm__dist_bcast(fn, d, &m->step, sizeof m->step));
+            TFM__TRY(tfm__dist_bcast(fn, d, &mi->rng, sizeof mi->rng));
         }
     }
 #endif
@@ -7335,12 +7372,11 @@ TFMDEF tfm_result tfm_dist_check_model(tfm_dist *d, const tfm_model *m, uint64_t
 static tfm_result tfm__dist_share_result(const char *fn, tfm_dist *d, tfm_result r) {
 #if defined(TFM_MPI)
     if (d->size > 1) {
-        tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
         char msg[sizeof tfm__errbuf];
         int code = (int)r;
         memcpy(msg, tfm__errbuf, sizeof msg);
-        TFM__TRY(tfm__dist_bcast(fn, im, &code, sizeof code));
-        TFM__TRY(tfm__dist_bcast(fn, im, msg, sizeof msg));
+        TFM__TRY(tfm__dist_bcast(fn, d, &code, sizeof code));
+        TFM__TRY(tfm__dist_bcast(fn, d, msg, sizeof msg));
         msg[sizeof msg - 1] = 0;
         if (code != TFM_OK) return tfm__fail((tfm_result)code, "%s (on rank 0)", msg);
         return TFM_OK;

@@ -23,7 +23,9 @@
    the runs part for good (that control then differs from the one-batch run by 1e-3 after 50 steps,
    one process alone), so no parameter tolerance would say anything about the all-reduce.
    Options: --kill-at S (rank 1 kills itself at step S: the others must stop with an error, not
-   hang), --steps N. TFM_TEST_MUTATE=allreduce|offset|broadcast|weight skips that part (the run
+   hang), --stall-at S (rank 1 stops responding at step S without dying: rank 0's next collective must
+   time out with TFM_E_COMM), --timeout SECONDS (tfm_dist.timeout: the collectives' non-blocking forms
+   with a deadline instead of the blocking ones), --steps N. TFM_TEST_MUTATE=allreduce|offset|broadcast|weight skips that part (the run
    must then fail: make test-mpi checks it). Ends with "N passed, N failed" on rank 0. */
 #define _POSIX_C_SOURCE 200809L
 #define TFM_IMPLEMENTATION
@@ -42,7 +44,8 @@
 #define TT 10     /* enc-dec target length */
 #define V 16
 
-static int rank_, size_, n_pass, n_fail, kill_at = -1, n_steps = 50;
+static int rank_, size_, n_pass, n_fail, kill_at = -1, stall_at = -1, n_steps = 50;
+static double timeout_s = 0;
 static const char *mutate = "";
 
 /* Any failed call ends this rank with the message (the kill test greps for it). */
@@ -221,6 +224,8 @@ static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
     for (s = 1; s <= n_steps; s++) {
         float loss = 0, lref = 0;
         if (s == kill_at && rank_ == 1) kill(getpid(), SIGKILL);
+        if (s == stall_at && rank_ == 1)
+            for (;;) pause();
         ddp_step(dist, &m, kind, s, &loss);
         rc = tfm_dist_check_model(dist, &m, &sum);
         if (rc == TFM_E_COMM && strstr(tfm_last_error(), "differs")) {
@@ -344,14 +349,18 @@ int main(int argc, char **argv) {
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--kill-at") && i + 1 < argc) kill_at = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) n_steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--stall-at") && i + 1 < argc) stall_at = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) timeout_s = atof(argv[++i]);
     }
     if (getenv("TFM_TEST_MUTATE")) mutate = getenv("TFM_TEST_MUTATE");
     tfm_set_num_threads(1);
     OK(tfm_dist_init(&dist, NULL, 4099));
+    dist.timeout = timeout_s;
     rank_ = dist.rank;
     size_ = dist.size;
     if (rank_ == 0) {
-        printf("test_mpi: %d ranks, sgemm %s%s%s\n", size_, tfm_sgemm_backend(), *mutate ? ", mutation: skip " : "", mutate);
+        printf("test_mpi: %d ranks, sgemm %s, collectives %s%s%s\n", size_, tfm_sgemm_backend(),
+               timeout_s > 0 ? "non-blocking with a deadline" : "blocking", *mutate ? ", mutation: skip " : "", mutate);
         fflush(stdout);
     }
     run_basics();

@@ -4,9 +4,12 @@
 #   1. BIN under mpirun -np 2 on this machine (shared memory): it must pass;
 #   2. the same with a part of the data-parallel step left out (TFM_TEST_MUTATE: the all-reduce, the
 #      batch offset, the broadcast, the loss weighting): each run must fail, or the test proves nothing;
-#   3. rank 1 killed at step 5: the job must end with an error within 60 s, not hang or pass;
+#   3. rank 1 killed at step 5: the job must end with an error within 60 s, not hang or pass; and
+#      rank 1 stalled at step 5 (alive, silent): with tfm_dist.timeout 5 s, rank 0's collective must
+#      time out with an error that ends the job;
 #   4. two network namespaces joined by a veth pair, one rank in each, launched as mpirun launches
-#      on two hosts (its rsh agent, here `ip netns exec` instead of ssh) and talking TCP only:
+#      on two hosts (its rsh agent, here `ip netns exec` instead of ssh) and talking TCP only, with
+#      the collectives' non-blocking forms (--timeout 120), so both forms pass the test:
 #      skipped with a message where namespaces cannot be made (not root, no `ip`, a container).
 # Prints "test-mpi: N passed, N failed" and exits non-zero if any failed.
 set -uo pipefail
@@ -47,6 +50,17 @@ elif [ $rc -eq 0 ] || grep -q ' passed, ' "$log"; then
 else
     pass "rank 1 killed at step 5: the job stopped with exit status $rc after $((SECONDS - t0)) s: $(grep -m1 -E 'exited on signal|failed' "$log" | sed 's/^ *//')"
 fi
+t0=$SECONDS
+timeout 60 "$mpirun" "${flags[@]}" -np 2 "$bin" --stall-at 5 --timeout 5 >"$log" 2>&1
+rc=$?
+if [ $rc -eq 124 ]; then
+    fail "rank 1 stalled at step 5: the job still ran after 60 s"
+elif [ $rc -eq 0 ] || ! grep -q 'timed out after 5 s' "$log"; then
+    fail "rank 1 stalled at step 5: no timeout error (exit $rc):"
+    cat "$log"
+else
+    pass "rank 1 stalled at step 5: rank 0 stopped after $((SECONDS - t0)) s: $(grep -m1 'timed out' "$log" | cut -c1-150)..."
+fi
 
 # 4. two network namespaces, TCP between them
 netns_test() {
@@ -84,7 +98,7 @@ EOF
     echo "==== two namespaces: ip netns exec $a $mpirun --hostfile (10.77.0.1, 10.77.0.2) --mca btl tcp,self $bin"
     if timeout 300 ip netns exec $a "$mpirun" --allow-run-as-root --hostfile "$dir/hosts" -np 2 \
         --mca plm_rsh_agent "$dir/agent" --mca btl tcp,self \
-        --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 "$bin" &&
+        --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 "$bin" --timeout 120 &&
         grep -q 10.77.0.2 "$dir/launched" 2>/dev/null; then
         pass "2 ranks in two network namespaces over TCP (rank 1 started in $b through the launcher's agent)"
     else
