@@ -7321,14 +7321,19 @@ TFMDEF tfm_result tfm_dist_shard(const tfm_dist *d, int64_t n, int64_t *begin, i
     return TFM_OK;
 }
 
-TFMDEF tfm_result tfm_dist_broadcast_model(tfm_dist *d, tfm_model *m) {
-    const char *fn = "tfm_dist_broadcast_model";
+/* TFM_E_ARG on every rank when some rank's model is not built like rank 0's (a collective). */
+static tfm_result tfm__dist_same_model(const char *fn, tfm_dist *d, const tfm_model *m) {
     int bad;
     TFM__TRY(tfm__dist_chk_model(fn, d, m));
     TFM__TRY(tfm__dist_agree(fn, d, tfm__dist_model_sig(m), &bad));
     if (bad >= 0)
         return tfm__fail(TFM_E_ARG, "%s: rank %d's model differs from rank 0's (parameters, shapes, dropout or "
                          "inference_only): every rank must build the same config", fn, bad);
+    return TFM_OK;
+}
+
+/* Rank 0's model state to every rank (models already checked alike). */
+static tfm_result tfm__dist_broadcast_state(const char *fn, tfm_dist *d, tfm_model *m) {
 #if defined(TFM_MPI)
     if (d->size > 1) {
         tfm__model_impl *mi = m->impl;
@@ -7340,8 +7345,16 @@ TFMDEF tfm_result tfm_dist_broadcast_model(tfm_dist *d, tfm_model *m) {
             TFM__TRY(tfm__dist_bcast(fn, d, &mi->rng, sizeof mi->rng));
         }
     }
+#else
+    (void)fn, (void)d, (void)m;
 #endif
     return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_dist_broadcast_model(tfm_dist *d, tfm_model *m) {
+    const char *fn = "tfm_dist_broadcast_model";
+    TFM__TRY(tfm__dist_same_model(fn, d, m));
+    return tfm__dist_broadcast_state(fn, d, m);
 }
 
 TFMDEF tfm_result tfm_dist_check_model(tfm_dist *d, const tfm_model *m, uint64_t *sum) {
@@ -7398,15 +7411,10 @@ TFMDEF tfm_result tfm_dist_save(tfm_dist *d, const tfm_model *m, const char *pat
 TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path) {
     const char *fn = "tfm_dist_load";
     tfm_result r = TFM_OK;
-    int bad;
-    TFM__TRY(tfm__dist_chk_model(fn, d, m));
-    TFM__TRY(tfm__dist_agree(fn, d, tfm__dist_model_sig(m), &bad));
-    if (bad >= 0)
-        return tfm__fail(TFM_E_ARG, "%s: rank %d's model differs from rank 0's (parameters, shapes, dropout or "
-                         "inference_only): every rank must build the same config", fn, bad);
+    TFM__TRY(tfm__dist_same_model(fn, d, m));
     if (d->rank == 0) r = tfm_model_load(m, path);
     TFM__TRY(tfm__dist_share_result(fn, d, r));
-    return tfm_dist_broadcast_model(d, m);
+    return tfm__dist_broadcast_state(fn, d, m);
 }
 #endif
 
