@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_mpi.sh BIN - the data-parallel checks of `make test-mpi`, on the test program BIN (built
 # with mpicc from tests/test_mpi.c):
-#   1. BIN under mpirun -np 2 on this machine (shared memory): it must pass;
+#   1. BIN under mpirun -np 2 on this machine (shared memory): it must pass; and under -np 3, where the
+#      ranks get 3, 3 and 2 rows of the global batch of 8;
 #   2. the same with a part of the data-parallel step left out (TFM_TEST_MUTATE: the all-reduce, the
 #      batch offset, the broadcast, the loss weighting): each run must fail, or the test proves nothing;
 #   3. rank 1 killed at step 5: the job must end with an error within 60 s, not hang or pass; and
@@ -28,6 +29,12 @@ trap 'rm -f "$log"' EXIT
 # 1. the test itself
 echo "==== $mpirun -np 2 $bin"
 if timeout 300 "$mpirun" "${flags[@]}" -np 2 "$bin"; then pass "2 ranks on one machine"; else fail "2 ranks on one machine"; fi
+if timeout 300 "$mpirun" "${flags[@]}" -np 3 "$bin" >"$log" 2>&1; then
+    pass "3 ranks on one machine (rows 3, 3 and 2): $(grep -c '^ok' "$log") checks"
+else
+    fail "3 ranks on one machine (rows 3, 3 and 2):"
+    cat "$log"
+fi
 
 # 2. each mutation must make it fail
 for m in allreduce offset broadcast weight; do
