@@ -902,16 +902,17 @@ TFMDEF tfm_result tfm_cuda_available(void);
        tfm_model_set_batch_offset(&m, row0);           dropout masks as one process would draw them
        tfm_model_zero_grad(&m);
        tfm_model_forward(&m, &my_rows, &loss, &n);
-       tfm_model_backward(&m, 1.0f);
+       tfm_dist_reduce_loss(&d, loss, n, &global_loss, &global_n);   the global batch's loss
+       tfm_model_backward(&m, (float)d.size * n / global_n);         1 when every rank counts alike
        tfm_dist_allreduce_grads(&d, &m);
        tfm_model_step(&m, &opt, NULL);
-       tfm_dist_reduce_loss(&d, loss, n, &global_loss, NULL);   the global batch's loss, for printing
 
    With TFM_MPI (define it in the implementation file and build with mpicc) the group is an MPI
    communicator; the header includes <mpi.h> only then. Without it the same calls work for one process
    (rank 0 of 1), so a program written for several processes runs alone unchanged. Collectives must be
    called by every rank in the same order. A failed collective (a rank gone, a network error) returns
-   TFM_E_COMM with MPI's message; the group is then unusable: free it and stop. */
+   TFM_E_COMM with MPI's message; the group is then unusable: stop (MPI_Abort). The transport stays
+   behind tfm_dist's private pointer, so another one (NCCL between GPUs) can serve the same calls. */
 
 /* A process group. rank, size and bucket are for reading, timeout for setting; impl is private. */
 typedef struct tfm_dist {
@@ -930,7 +931,8 @@ typedef struct tfm_dist {
    instead of aborting. bucket: floats reduced per call, 0 -> 1<<22 (16 MiB); at most INT_MAX.
    A collective: every rank of comm calls it. TFM_E_COMM if MPI fails, TFM_E_NOMEM. */
 TFMDEF tfm_result tfm_dist_init(tfm_dist *d, const void *comm, int64_t bucket);
-/* Leave the group: free the duplicated communicator and the scratch (not a collective). */
+/* Leave the group: free the duplicated communicator (MPI_Comm_free: every rank calls it) and the
+   scratch. */
 TFMDEF void tfm_dist_free(tfm_dist *d);
 /* Every rank takes rank 0's model: parameters and, for a model that trains, the AdamW moments, the
    step and the random generator (which draws each forward's dropout seed). Ranks must have built the
