@@ -7280,8 +7280,8 @@ static tfm_result tfm__dist_sum(const char *fn, tfm_dist *d, double *x, int n) {
 #if defined(TFM_MPI)
     if (d->size > 1 && n > 0) {
         tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
-        TFM__MPI_COLL(fn, d, MPI_Reduce, MPI_Ireduce, d->rank == 0 ? MPI_IN_PLACE : x, x, n, MPI_DOUBLE, MPI_SUM, 0,
-                      im->comm);
+        TFM__MPI_COLL(fn, d, MPI_Reduce, MPI_Ireduce, d->rank == 0 ? MPI_IN_PLACE : x, d->rank == 0 ? x : NULL, n,
+                      MPI_DOUBLE, MPI_SUM, 0, im->comm);
         TFM__TRY(tfm__dist_bcast(fn, d, x, (int64_t)n * (int64_t)sizeof(double)));
     }
 #else
