@@ -69,6 +69,8 @@ static const bench_cfg CONFIGS[] = {
     {"gpt2-124M-shape",    TFM_MODEL_DECODER_LM,         768, 12, 0, 12, 0,  128, 0, 2,  50257, 0,  0, 2, 10, 5,  3},
     {"encoder-classifier", TFM_MODEL_ENCODER_CLASSIFIER, 256, 4, 0, 8, 0,    256, 0, 16, 1024,  0,  2, 3, 10, 10, 0},
     {"enc-dec",            TFM_MODEL_ENCODER_DECODER,    256, 3, 3, 4, 1024, 32, 32, 64, 64,    64, 0, 3, 10, 10, 0},
+    /* char-gpt-tiny at T = 4096: trains because attention stores O(T) per head, not T x T */
+    {"char-gpt-4k",        TFM_MODEL_DECODER_LM,         128, 4, 0, 4, 0,    4096, 0, 2, 96,    0,  0, 1, 3,  3,  0},
 };
 #define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
 #define GEN_NEW 127

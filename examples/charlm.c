@@ -326,7 +326,8 @@ static const tfm_tensor *param(const tfm_model *m, const char *name) {
    shows how much the prediction after character i looks at each character up to i. The library
    has no call that returns a model's attention weights, so this recomputes them from the
    parameters, op by op, with the library's own kernels: embeddings, the first layernorm (pre-LN),
-   the query and key rows of in_proj, then tfm_attention_forward. A deeper layer would need the
+   the query and key rows of in_proj, then tfm_attention_forward, whose per-row log-sum-exps give the
+   weights as exp(q.k / sqrt(D) - lse). A deeper layer would need the
    whole stack below it, which only the model's private forward has. */
 static void attention_map(tfm_model *m, const options *o) {
     const tfm_config *c = &m->cfg;
@@ -336,8 +337,8 @@ static void attention_map(tfm_model *m, const options *o) {
     const tfm_tensor *emb = param(m, "tok_emb.weight"), *pos = param(m, "pos_emb.weight");
     const tfm_tensor *w = param(m, "decoder.layers.0.self_attn.in_proj_weight");
     const tfm_param *bias = tfm_model_param(m, "decoder.layers.0.self_attn.in_proj_bias");
-    float *x, *qkv, *q, *k, *v, *out, *att, *mean, *rstd;
-    tfm_tensor tx, tqkv, tq, tk, tv, tout, tatt, tmean, trstd;
+    float *x, *qkv, *q, *k, *v, *out, *lse, *att, *mean, *rstd;
+    tfm_tensor tx, tqkv, tq, tk, tv, tout, tlse, tmean, trstd;
     tfm_attn_opts opts = {0};
     char dat[4200], gp[4200], cmd[4400], quoted[4096];
     FILE *f;
@@ -350,6 +351,7 @@ static void attention_map(tfm_model *m, const options *o) {
     k = (float *)ex_malloc((size_t)T * C * sizeof(float));
     v = (float *)ex_malloc((size_t)T * C * sizeof(float));
     out = (float *)ex_malloc((size_t)T * C * sizeof(float));
+    lse = (float *)ex_malloc((size_t)H * T * sizeof(float));
     att = (float *)ex_malloc((size_t)H * T * T * sizeof(float));
     mean = (float *)ex_malloc((size_t)T * sizeof(float));
     rstd = (float *)ex_malloc((size_t)T * sizeof(float));
@@ -376,9 +378,17 @@ static void attention_map(tfm_model *m, const options *o) {
     tk = tfm_tensor3(k, 1, T, C);
     tv = tfm_tensor3(v, 1, T, C);
     tout = tfm_tensor3(out, 1, T, C);
-    tatt = tfm_tensor4(att, 1, H, T, T);
+    tlse = tfm_tensor3(lse, 1, H, T);
     opts.causal = 1;
-    ex_check(tfm_attention_forward(&tout, &tatt, NULL, &tq, &tk, &tv, H, &opts), "attention");
+    ex_check(tfm_attention_forward(&tout, &tlse, &tq, &tk, &tv, H, &opts), "attention");
+    for (h = 0; h < H; h++) /* the weights of the causal rows: key j <= query i */
+        for (i = 0; i < T; i++)
+            for (j = 0; j < T; j++) {
+                int D = C / H, d;
+                double dot = 0;
+                for (d = 0; d < D; d++) dot += (double)q[i * C + h * D + d] * k[j * C + h * D + d];
+                att[((int64_t)h * T + i) * T + j] = j <= i ? (float)exp(dot / sqrt((double)D) - lse[h * T + i]) : 0.0f;
+            }
 
     /* the matrix for gnuplot, then the script: one tic per character */
     snprintf(dat, sizeof dat, "%s.dat", o->attention);
@@ -416,7 +426,7 @@ static void attention_map(tfm_model *m, const options *o) {
     if (system(cmd) != 0) ex_die("`%s` failed: is gnuplot installed (Debian: gnuplot-nox)?", cmd);
     printf("attention of layer 0 (%s) over \"%.*s\": %s\n", o->head >= 0 ? "one head" : "mean of the heads", T,
            text, o->attention);
-    free(x); free(qkv); free(q); free(k); free(v); free(out); free(att); free(mean); free(rstd);
+    free(x); free(qkv); free(q); free(k); free(v); free(out); free(lse); free(att); free(mean); free(rstd);
 }
 
 /* Inference: the saved model for batch 1, without training state. */
