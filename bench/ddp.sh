@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/ddp.sh - data-parallel training speed in one run: for char-gpt-tiny and gpt-small, one process
 # of 2 threads (1x2) against 2 processes of one thread (2x1) on the same global batch, alternating,
-# REPS times each (default 3); prints the medians and the 2x1/1x2 throughput ratio. Run it quiet:
-#     make build/bench-ddp && /work/bin/quiet bash bench/ddp.sh     (or plainly: bash bench/ddp.sh)
+# REPS times each (default 3); prints the medians and the 2x1/1x2 throughput ratio. Run it on a quiet
+# machine (nothing else running):  make build/bench-ddp && bash bench/ddp.sh
 # Processes are not pinned (--bind-to none), as the one process's two OpenMP threads are not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
