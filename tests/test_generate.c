@@ -62,7 +62,7 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
         int32_t prompt[6];
         memcpy(prompt, seq, 3 * sizeof(int32_t));
         memcpy(prompt + 3, seq + n_total, 3 * sizeof(int32_t));
-        tfm__decode(&m, &kc, prompt, 2, n_prompt, memory, 9);
+        tfm__decode(&m, &kc, prompt, 2, n_prompt, memory, 9, m.impl->logits);
     }
     for (t = n_prompt;; t++) {
         int32_t tok[2];
@@ -81,7 +81,7 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
         }
         tok[0] = seq[t];
         tok[1] = t >= swap_at ? seq[t] : seq[n_total + t];
-        tfm__decode(&m, &kc, tok, 2, 1, memory, 9);
+        tfm__decode(&m, &kc, tok, 2, 1, memory, 9, m.impl->logits);
     }
     tfm_kv_cache_free(&kc);
     free(full);
@@ -162,9 +162,9 @@ static void gen_test_errors(void) {
     if (!m.impl) return;
     memset(&o, 0, sizeof o);
     o.max_new = 10; /* 3 + 10 > max_len 12 */
-    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_SHAPE, "max_len");
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "max_len");
     o.max_new = 2;
-    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 0, &o, out, NULL), TFM_E_SHAPE, "tfm_model_generate");
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 0, &o, out, NULL), TFM_E_ARG, "tfm_model_generate");
     CHECK_ERR(tfm_model_generate(&m, NULL, 0, bad, 2, &o, out, NULL), TFM_E_ARG, "99");
     CHECK_ERR(tfm_model_generate(&m, p, 3, p, 3, &o, out, NULL), TFM_E_ARG, "src");
     o.temperature = -1.0f;
@@ -176,7 +176,7 @@ static void gen_test_errors(void) {
     {
         tfm_kv_cache kc;
         int32_t from[2] = {0, 2};
-        CHECK_ERR(tfm_kv_cache_init(&kc, &m, 3, 0), TFM_E_ARG, "tfm_kv_cache_init");
+        CHECK_ERR(tfm_kv_cache_init(&kc, &m, -1, 0), TFM_E_ARG, "tfm_kv_cache_init");
         CHECK_ERR(tfm_kv_cache_init(&kc, &m, 0, 13), TFM_E_ARG, "max_len");
         CHECK_OK(tfm_kv_cache_init(&kc, &m, 0, 0));
         CHECK_ERR(tfm_kv_cache_reorder(&kc, from, 2), TFM_E_ARG, "from[1]");
@@ -605,8 +605,9 @@ static void gen_test_beam_greedy(void) {
 }
 
 /* On a model of 5 tokens, beam width 5 over 2 new tokens with a stop token: the n-best list equals an
-   exhaustive search (every sequence scored by full forwards), with and without a length penalty. */
-static void gen_check_beam_exhaustive(int encdec, float alpha) {
+   exhaustive search (every sequence scored by full forwards), with and without a length penalty. The
+   model runs max_batch rows at once: fewer than the beams, they are decoded in chunks. */
+static void gen_check_beam_exhaustive(int encdec, float alpha, int max_batch) {
     tfm_config c;
     tfm_model m;
     tfm_gen_opts o;
@@ -619,7 +620,7 @@ static void gen_check_beam_exhaustive(int encdec, float alpha) {
     gen_config(&c, encdec ? TFM_MODEL_ENCODER_DECODER : TFM_MODEL_DECODER_LM, 1, TFM_POS_LEARNED);
     c.vocab_size = V;
     c.tgt_vocab_size = encdec ? V : 0;
-    c.max_batch = 5;
+    c.max_batch = max_batch;
     c.init_std = 0.1f;
     CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
     if (!m.impl) return;
@@ -676,16 +677,21 @@ static void gen_check_beam_exhaustive(int encdec, float alpha) {
 }
 
 static void gen_test_beam_exhaustive(void) {
-    gen_check_beam_exhaustive(0, 0.0f);
-    gen_check_beam_exhaustive(0, 1.0f);
-    gen_check_beam_exhaustive(1, 0.0f);
-    gen_check_beam_exhaustive(1, 2.0f);
+    gen_check_beam_exhaustive(0, 0.0f, 5);
+    gen_check_beam_exhaustive(0, 1.0f, 5);
+    gen_check_beam_exhaustive(1, 0.0f, 5);
+    gen_check_beam_exhaustive(1, 2.0f, 5);
+    /* five beams on models that run two rows, or one, at once */
+    gen_check_beam_exhaustive(0, 1.0f, 2);
+    gen_check_beam_exhaustive(1, 2.0f, 2);
+    gen_check_beam_exhaustive(0, 0.0f, 1);
+    gen_check_beam_exhaustive(1, 0.0f, 1);
 }
 
 /* A wider beam over longer outputs: every hypothesis's score is its log-probability under
    tfm_model_score, the list is ordered by the length-penalised score, and it is at least as likely as
-   greedy decoding's output. */
-static void gen_test_beam_scores(void) {
+   greedy decoding's output. The model runs max_batch rows at once (fewer than the beams: in chunks). */
+static void gen_check_beam_scores(int max_batch) {
     tfm_config c;
     tfm_model m;
     tfm_gen_opts o;
@@ -694,7 +700,7 @@ static void gen_test_beam_scores(void) {
     float scores[4], total, gscore;
     double prev = 1e30;
     gen_config(&c, TFM_MODEL_DECODER_LM, 0, TFM_POS_LEARNED);
-    c.max_batch = 4;
+    c.max_batch = max_batch;
     CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
     if (!m.impl) return;
     memset(&o, 0, sizeof o);
@@ -721,7 +727,13 @@ static void gen_test_beam_scores(void) {
     tfm_model_free(&m);
 }
 
-/* Bad requests to the new calls fail with TFM_E_ARG (or TFM_E_SHAPE for sizes) and name the call. */
+static void gen_test_beam_scores(void) {
+    gen_check_beam_scores(4);
+    gen_check_beam_scores(3);
+    gen_check_beam_scores(1);
+}
+
+/* Bad requests to the new calls fail with TFM_E_ARG (TFM_E_SHAPE for a batch beyond cfg.max_batch) and name the call. */
 static void gen_test_errors_new(void) {
     tfm_config c;
     tfm_model m;
@@ -761,7 +773,7 @@ static void gen_test_errors_new(void) {
     CHECK_ERR(tfm_model_generate_batch(&m, 0, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_ARG, "tfm_model_generate_batch");
     CHECK_ERR(tfm_model_generate_batch(&m, 2, NULL, NULL, pp, np, &o, out, 1, n_out), TFM_E_ARG, "out_stride");
     np[1] = 11;
-    CHECK_ERR(tfm_model_generate_batch(&m, 2, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_SHAPE, "row 1");
+    CHECK_ERR(tfm_model_generate_batch(&m, 2, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_ARG, "row 1");
     np[1] = 2;
     pp[1] = bad;
     CHECK_ERR(tfm_model_generate_batch(&m, 2, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_ARG, "13");
@@ -770,24 +782,54 @@ static void gen_test_errors_new(void) {
     /* scores */
     CHECK_ERR(tfm_model_score(&m, NULL, 0, p, 3, bad, 2, lp, NULL), TFM_E_ARG, "tfm_model_score: target");
     CHECK_ERR(tfm_model_score(&m, NULL, 0, p, 3, p, 0, lp, NULL), TFM_E_ARG, "n_target");
-    CHECK_ERR(tfm_model_score(&m, NULL, 0, p, 3, out, 11, NULL, NULL), TFM_E_SHAPE, "max_len");
+    CHECK_ERR(tfm_model_score(&m, NULL, 0, p, 3, out, 11, NULL, NULL), TFM_E_ARG, "max_len");
     CHECK_ERR(tfm_model_score(&m, NULL, 0, NULL, 3, p, 3, NULL, NULL), TFM_E_ARG, "prompt");
     /* beams */
     o.temperature = 0.0f;
     o.beam_width = 14;
     CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG, "vocabulary");
-    o.beam_width = 3;
-    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_SHAPE, "max_batch");
     o.beam_width = 2;
     CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 3, out, 16, NULL, NULL, NULL), TFM_E_ARG, "n_best");
     CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 1, NULL, NULL, NULL), TFM_E_ARG, "out_stride");
     CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, bad, 2, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG,
               "tfm_model_beam_search: prompt");
     o.max_new = 10;
-    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_SHAPE, "max_len");
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG, "max_len");
     o.max_new = 2;
     o.length_penalty = INFINITY;
     CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG, "length_penalty");
+    o.length_penalty = 0.0f;
+    o.top_p = NAN;
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG, "top_p");
+    o.top_p = 0.0f;
+    o.min_p = 1.5f;
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "min_p");
+    o.min_p = 0.0f;
+    tfm_model_free(&m);
+    /* an encoder-decoder: sources too long or with ids out of range, in every call that takes one */
+    gen_config(&c, TFM_MODEL_ENCODER_DECODER, 1, TFM_POS_LEARNED);
+    CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+    if (!m.impl) return;
+    {
+        int32_t src[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1}, bsrc[2] = {1, 13};
+        const int32_t *ss[2];
+        int sl[2] = {13, 2}, npr[2] = {1, 1};
+        ss[0] = src;
+        ss[1] = bsrc;
+        pp[0] = pp[1] = p;
+        CHECK_ERR(tfm_model_generate(&m, src, 13, p, 1, &o, out, NULL), TFM_E_ARG, "src_len 13");
+        CHECK_ERR(tfm_model_beam_search(&m, src, 13, p, 1, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG,
+                  "tfm_model_beam_search: row 0: src_len 13");
+        CHECK_ERR(tfm_model_score(&m, src, 13, p, 1, p, 2, NULL, NULL), TFM_E_ARG, "tfm_model_score: row 0: src_len");
+        CHECK_ERR(tfm_model_generate_batch(&m, 2, ss, sl, pp, npr, &o, out, 16, n_out), TFM_E_ARG, "row 0: src_len 13");
+        sl[0] = 12;
+        CHECK_ERR(tfm_model_generate_batch(&m, 2, ss, sl, pp, npr, &o, out, 16, n_out), TFM_E_ARG, "13");
+        CHECK_ERR(tfm_model_beam_search(&m, bsrc, 2, p, 1, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG,
+                  "tfm_model_beam_search: src");
+        npr[0] = 11; /* beyond max_tgt_len 10 */
+        sl[1] = 1;
+        CHECK_ERR(tfm_model_generate_batch(&m, 2, ss, sl, pp, npr, &o, out, 16, n_out), TFM_E_ARG, "max_tgt_len");
+    }
     tfm_model_free(&m);
 }
 
