@@ -4446,7 +4446,13 @@ static void tfm__reg_norm(tfm_model *m, tfm_rng *rng, tfm_layernorm *n, const ch
 }
 
 
-/* A stack of n layers named "<prefix>.layers.<i>." */
+/* How many layer outputs a stack of n layers keeps: all of them for backward, else two in turn. */
+static int tfm__stack_bufs(int n, int grad) { return grad || n < 2 ? n : 2; }
+
+/* A stack of n layers named "<prefix>.layers.<i>.", and the outputs of its layers in *outbuf: one
+   (max_batch, max_len, C) buffer per layer for backward, or (no_grad) two that alternate. Without
+   gradients nothing a layer saves is read after the layer returns, so every layer of the stack carves
+   its activations over the same bytes: a stack's activations are one layer's, whatever its depth. */
 static tfm_result tfm__build_stack(tfm_model *m, tfm_rng *rng, tfm_mem *mem, tfm_block **out, float **outbuf, int n,
                                    const tfm_block_desc *d, const char *prefix) {
     tfm_block tmp, *blks;
@@ -4454,11 +4460,13 @@ static tfm_result tfm__build_stack(tfm_model *m, tfm_rng *rng, tfm_mem *mem, tfm
     size_t BTC = (size_t)d->max_batch * d->max_len * d->d_model;
     blks = (tfm_block *)tfm_arena_alloc(&mem->acts, (size_t)n * sizeof(tfm_block));
     *out = blks;
-    *outbuf = tfm__carve(&mem->acts, (size_t)n * BTC);
+    *outbuf = tfm__carve(&mem->acts, (size_t)tfm__stack_bufs(n, !mem->no_grad) * BTC);
     for (i = 0; i < n; i++) {
         tfm_block *b = blks ? &blks[i] : &tmp;
         char pre[48];
+        size_t mark = mem->acts.used;
         TFM__TRY(tfm_block_init(b, d, mem));
+        if (mem->no_grad && i + 1 < n) mem->acts.used = mark; /* the next layer reuses these activations */
         snprintf(pre, sizeof pre, "%s.layers.%d.", prefix, i);
         tfm__named e[TFM__MAX_NAMED];
         int k, ne = tfm__block_named(b, e);
@@ -4896,7 +4904,7 @@ static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, in
     o.training = m->impl->training;
     o.batch_offset = m->impl->batch_offset;
     for (l = 0; l < n; l++) {
-        float *out = buf + l * BTC;
+        float *out = buf + (l % tfm__stack_bufs(n, m->impl->has_grad)) * BTC;
         o.seed = tfm__seed_mix(m->impl->fwd_seed, site + (uint64_t)l);
         tfm__block_fwd(&blks[l], out, cur, mem, B, T, Tk, &o, kc, l);
         cur = out;

@@ -833,6 +833,116 @@ static void gen_test_errors_new(void) {
     tfm_model_free(&m);
 }
 
+/* Serving: a checkpoint of a model built for training (dropout on) loaded into an inference_only model
+   (batch 2, the prompts' length) gives, for greedy and sampled rows, beams and scores, the same tokens
+   as the training model and as the full-forward reference decoder running on the loaded model. */
+static void gen_check_serving(tfm_model_kind kind) {
+    tfm_config c, ic;
+    tfm_model tm, im;
+    tfm_gen_opts o;
+    int32_t src[5] = {4, 9, 1, 12, 3}, p0[3] = {2, 7, 5}, p1[2] = {6, 1}, out_t[3 * 8], out_i[3 * 8], ref[8];
+    const int32_t *srcs[2], *prompts[2];
+    int encdec = kind == TFM_MODEL_ENCODER_DECODER, sl[2] = {5, 3}, np[2], nt[2], ni[2], b, w, i, lt[3], li[3];
+    float st[3], si[3], tot_t, tot_i;
+    char path[96];
+    gen_config(&c, kind, 1, TFM_POS_LEARNED);
+    c.dropout = 0.2f;
+    c.attn_dropout = 0.2f;
+    c.n_layers = 3;
+    snprintf(path, sizeof path, "gen_serve_%lx.safetensors", (unsigned long)((uintptr_t)&c >> 4) ^ (unsigned long)time(NULL));
+    CHECK_OK(tfm_model_init(&tm, &c, NULL, 0));
+    if (!tm.impl) return;
+    CHECK_OK(tfm_model_save(&tm, path, 0, NULL, 0));
+    CHECK_OK(tfm_config_load(path, &ic));
+    ic.inference_only = 1;
+    CHECK_OK(tfm_model_init(&im, &ic, NULL, 0));
+    if (!im.impl) {
+        tfm_model_free(&tm);
+        remove(path);
+        return;
+    }
+    CHECK_OK(tfm_model_load(&im, path));
+    remove(path);
+    tfm_model_train(&tm, 1); /* generation turns dropout off by itself */
+    srcs[0] = src;
+    srcs[1] = src + 2;
+    prompts[0] = p0;
+    prompts[1] = p1;
+    np[0] = encdec ? 1 : 3;
+    np[1] = encdec ? 1 : 2;
+    for (w = 0; w < 3; w++) {
+        if (w == 0) {
+            memset(&o, 0, sizeof o);
+            o.max_new = 6;
+        } else {
+            gen_sampling_opts(&o, w == 1 ? 1 : 3);
+            o.max_new = 6;
+        }
+        CHECK_OK(tfm_model_generate_batch(&tm, 2, encdec ? srcs : NULL, encdec ? sl : NULL, prompts, np, &o, out_t, 8, nt));
+        CHECK_OK(tfm_model_generate_batch(&im, 2, encdec ? srcs : NULL, encdec ? sl : NULL, prompts, np, &o, out_i, 8, ni));
+        for (b = 0; b < 2; b++) {
+            int nr = gen_ref_generate(&im, encdec ? srcs[b] : NULL, sl[b], prompts[b], np[b], &o, o.seed + (uint64_t)b, ref);
+            CHECK_MSG(ni[b] == nt[b] && !memcmp(out_i + b * 8, out_t + b * 8, (size_t)nt[b] * sizeof(int32_t)),
+                      "kind %d, options %d, row %d: the inference_only model's tokens differ from the training model's",
+                      (int)kind, w, b);
+            CHECK_MSG(ni[b] == nr && !memcmp(out_i + b * 8, ref, (size_t)nr * sizeof(int32_t)),
+                      "kind %d, options %d, row %d: the inference_only model's tokens differ from full forwards", (int)kind,
+                      w, b);
+        }
+    }
+    memset(&o, 0, sizeof o);
+    o.max_new = 6;
+    o.beam_width = 3; /* wider than the inference model's batch of 2 */
+    CHECK_OK(tfm_model_beam_search(&tm, encdec ? src : NULL, 5, p0, np[0], &o, 3, out_t, 8, lt, st, NULL));
+    CHECK_OK(tfm_model_beam_search(&im, encdec ? src : NULL, 5, p0, np[0], &o, 3, out_i, 8, li, si, NULL));
+    for (i = 0; i < 3; i++) {
+        CHECK(lt[i] == li[i] && !memcmp(out_t + i * 8, out_i + i * 8, (size_t)lt[i] * sizeof(int32_t)));
+        CHECK_NEAR(si[i], st[i], 1e-5 * (1.0 + fabs(st[i])));
+    }
+    CHECK_OK(tfm_model_score(&tm, encdec ? src : NULL, 5, p0, np[0], out_t, lt[0], NULL, &tot_t));
+    CHECK_OK(tfm_model_score(&im, encdec ? src : NULL, 5, p0, np[0], out_t, lt[0], NULL, &tot_i));
+    CHECK_NEAR(tot_i, tot_t, 1e-5 * (1.0 + fabs(tot_t)));
+    tfm_model_free(&tm);
+    tfm_model_free(&im);
+}
+
+/* An inference_only model's activations are one layer's, whatever the depth: going from 2 to 8 layers
+   adds the parameters and the layers' bookkeeping (under one (B,T,C) activation here), where a
+   training model adds at least 6 layers' saved activations. */
+static void gen_check_serving_memory(tfm_model_kind kind) {
+    tfm_config c, r;
+    size_t s2[4], s8[4], t2[4], t8[4], btc;
+    int n;
+    gen_config(&c, kind, 1, TFM_POS_LEARNED);
+    c.d_model = 64;
+    c.n_heads = 4;
+    c.max_len = 128;
+    c.max_tgt_len = kind == TFM_MODEL_ENCODER_DECODER ? 128 : 0;
+    c.max_batch = 4;
+    btc = (size_t)4 * 128 * 64 * sizeof(float);
+    c.n_layers = 2;
+    CHECK_OK(tfm__config_resolve("test", &c, &r));
+    CHECK_OK(tfm__model_layout(&r, t2, &n));
+    r.inference_only = 1;
+    CHECK_OK(tfm__model_layout(&r, s2, &n));
+    c.n_layers = 8;
+    CHECK_OK(tfm__config_resolve("test", &c, &r));
+    CHECK_OK(tfm__model_layout(&r, t8, &n));
+    r.inference_only = 1;
+    CHECK_OK(tfm__model_layout(&r, s8, &n));
+    CHECK_MSG(s8[2] - s2[2] < btc, "kind %d: inference_only activations grow by %zu bytes from 2 to 8 layers", (int)kind,
+              s8[2] - s2[2]);
+    CHECK_MSG(t8[2] - t2[2] > 6 * 4 * btc, "kind %d: training activations grow by only %zu bytes", (int)kind, t8[2] - t2[2]);
+    CHECK(s8[0] == t8[0] && s8[0] > s2[0]); /* the same parameters either way */
+}
+
+static void gen_test_serving(void) {
+    gen_check_serving(TFM_MODEL_DECODER_LM);
+    gen_check_serving(TFM_MODEL_ENCODER_DECODER);
+    gen_check_serving_memory(TFM_MODEL_DECODER_LM);
+    gen_check_serving_memory(TFM_MODEL_ENCODER_DECODER);
+}
+
 static void suite_generate(void) {
     RUN(gen_test_cache_lm);
     RUN(gen_test_cache_encdec);
@@ -847,4 +957,5 @@ static void suite_generate(void) {
     RUN(gen_test_beam_exhaustive);
     RUN(gen_test_beam_scores);
     RUN(gen_test_errors_new);
+    RUN(gen_test_serving);
 }
