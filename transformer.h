@@ -407,17 +407,19 @@ typedef struct tfm_attn_opts {
 
 /* Scaled dot-product attention over H heads of a (B,T,C) layout (head h owns channels h*D..h*D+D):
    out = softmax(scale * q k^T + mask) v per batch and head. q (B,Tq,C), k and v (B,Tk,C), out
-   (B,Tq,C). att (B,H,Tq,Tk) receives the probabilities, which backward reads. A query with no visible
-   key gets a zero row (zero output and zero gradient, never NaN). tmp (B,H,Tq,Tk) is scratch, needed
-   when dropout > 0 (else it may be NULL). */
-TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *att, tfm_tensor *tmp,
-                                        const tfm_tensor *q, const tfm_tensor *k,
-                                        const tfm_tensor *v, int n_heads, const tfm_attn_opts *opts);
-/* O(T^2) per head: dS = P * (dP - rowsum(P * dP)). tmp (B,H,Tq,Tk) scratch is required. */
+   (B,Tq,C). Fused: the probabilities are never stored; lse (B,H,Tq) receives each query's log-sum-exp
+   of its masked scores (-inf for a query with no visible key, whose output row is zeros, never NaN),
+   which backward reads with out. Memory O(B H Tq) besides the inputs; each thread's stack holds the
+   block buffers (128 KB in backward). */
+TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *lse, const tfm_tensor *q,
+                                        const tfm_tensor *k, const tfm_tensor *v, int n_heads,
+                                        const tfm_attn_opts *opts);
+/* Adds into dq, dk, dv (any may be NULL), recomputing the probabilities block by block from lse:
+   dS = P * (dP - rowsum(dout * out)). out and lse as the forward with the same opts left them. */
 TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_tensor *dv,
-                                         tfm_tensor *tmp, const tfm_tensor *dout,
-                                         const tfm_tensor *q, const tfm_tensor *k,
-                                         const tfm_tensor *v, const tfm_tensor *att, int n_heads,
+                                         const tfm_tensor *dout, const tfm_tensor *q,
+                                         const tfm_tensor *k, const tfm_tensor *v,
+                                         const tfm_tensor *out, const tfm_tensor *lse, int n_heads,
                                          const tfm_attn_opts *opts);
 
 /* Multi-head attention as torch.nn.MultiheadAttention (batch_first): in_proj_weight (3C,C) holds the
@@ -443,11 +445,10 @@ typedef struct tfm_mha {
     /* saved by forward for backward (acts) */
     float *q;          /* self: (B,Tq,3C) fused q|k|v; cross: (B,Tq,C) */
     float *kv;         /* cross: (B,Tk,2C) fused k|v; self: NULL */
-    float *att;        /* (B,H,Tq,Tk) attention probabilities */
+    float *lse;        /* (B,H,Tq) log-sum-exp of each query's attention scores */
     float *ctx;        /* (B,Tq,C) attention output before out_proj */
     int32_t *key_lens; /* (max_batch) copy of the forward's lengths */
     /* scratch (shared between layers) */
-    float *tmp;        /* (B,H,Tq,Tk) */
     float *dctx;       /* (B,Tq,C) */
     float *dq;         /* like q */
     float *dkv;        /* like kv */
@@ -2539,16 +2540,27 @@ static double tfm__sumsq_cpu(const float *g, int64_t n) {
    base + b*T*ld + h*D with row stride ld, so the fused q|k|v projection is read in place, with no
    transposing copies. Each (batch, head) pair is one task on one thread; its products are single
    sgemm calls (run serially inside the parallel loop). With the causal and padding masks, the keys
-   visible to query i are the prefix j < min(len_b, i+1), so the mask is a per-row count. */
+   visible to query i are the prefix j < min(len_b, i+1), so the mask is a per-row count.
+
+   The attention is fused: queries run in blocks of TFM__ATT_QB rows against keys in blocks of
+   TFM__ATT_KB, and nothing of size Tq x Tk is stored. Forward keeps, per query row, the running maximum
+   m of its scores and the sum l of e^(s - m) (an online softmax): a key block that raises the maximum
+   rescales the row's partial output and sum by e^(m_old - m_new). Each row's output is divided by l at
+   the end, and lse = m + log l is saved (-inf for a row that sees no key, whose output is zeros).
+   Backward recomputes each block of probabilities as P = e^(S - lse) and uses
+   D = rowsum(dout * out) = rowsum(P * dP) for the softmax's gradient. The block buffers live on the
+   stack of the thread that runs the task (2 * QB * KB floats in backward). */
+
+#define TFM__ATT_QB 64
+#define TFM__ATT_KB 256
 
 typedef struct tfm__attn_args {
     int B, H, Tq, Tk, D;
     const float *q, *k, *v;  /* head 0 of batch 0 */
     int ldq, ldk, ldv;
-    float *out;              /* (B,Tq,*) with row stride ldo */
+    float *out;              /* (B,Tq,*) with row stride ldo; backward reads it */
     int ldo;
-    float *att;              /* (B,H,Tq,Tk) probabilities */
-    float *tmp;              /* (B,H,Tq,Tk) scratch */
+    float *lse;              /* (B,H,Tq) log-sum-exp of each query's scores; backward reads it */
     int causal;
     const int32_t *lens;     /* B key lengths or NULL */
     float dropout, scale;
@@ -2570,7 +2582,20 @@ static int tfm__attn_visible(const tfm__attn_args *a, int b, int i) {
     return n < 0 ? 0 : n;
 }
 
-/* tmp row = P row * dropout mask (inverted scaling) */
+/* Keys of query i of batch b visible inside the key block [j0, j0 + nk). */
+static int tfm__attn_block_visible(const tfm__attn_args *a, int b, int i, int j0, int nk) {
+    int n = tfm__attn_visible(a, b, i) - j0;
+    return n < 0 ? 0 : n > nk ? nk : n;
+}
+
+/* s[0..n) += the additive mask of query i of batch b at keys j0.. */
+static void tfm__attn_add_mask(float *s, const tfm__attn_args *a, int b, int i, int j0, int n) {
+    const float *mr = a->mask + b * a->mask_bs + (int64_t)i * a->Tk + j0;
+    int j;
+    for (j = 0; j < n; j++) s[j] += mr[j];
+}
+
+/* dst[j] = src[j] * dropout mask of element row0 + j (inverted scaling), j < n */
 static void tfm__attn_drop_row(float *dst, const float *src, const tfm__attn_args *a, int64_t row0, int n) {
     uint32_t thr = tfm__drop_threshold(a->dropout);
     float scale = a->dropout < 1.0f ? 1.0f / (1.0f - a->dropout) : 0.0f;
@@ -2578,110 +2603,132 @@ static void tfm__attn_drop_row(float *dst, const float *src, const tfm__attn_arg
     for (j = 0; j < n; j++) dst[j] = tfm__hash24(a->seed, (uint64_t)(row0 + j)) >= thr ? src[j] * scale : 0.0f;
 }
 
-/* Query rows run in blocks of 64; a block multiplies only against the keys its last row can see, so a
-   causal or padded attention does about half the products of the full square. */
-static int tfm__attn_qblock(const tfm__attn_args *a) { return (a->causal || a->lens) ? 64 : a->Tq; }
+/* Index of the dropout element of (batch-head bh, query i, key j): the place it had in (B,H,Tq,Tk). */
+static int64_t tfm__attn_drop_index(const tfm__attn_args *a, int bh, int i, int j) {
+    return (int64_t)a->drop_i0 + ((int64_t)bh * a->Tq + i) * a->Tk + j;
+}
 
 static void tfm__attention_forward_cpu(const tfm__attn_args *a) {
-    int bh, nbh = a->B * a->H, Tq = a->Tq, Tk = a->Tk, D = a->D, QB = tfm__attn_qblock(a);
+    int bh, nbh = a->B * a->H, Tq = a->Tq, D = a->D;
     TFM__OMP(omp parallel for schedule(static) if (nbh > 1 && !tfm__in_parallel()))
     for (bh = 0; bh < nbh; bh++) {
-        int b = bh / a->H, h = bh % a->H, i, j, i0;
+        float S[TFM__ATT_QB * TFM__ATT_KB], m[TFM__ATT_QB], l[TFM__ATT_QB];
+        int b = bh / a->H, h = bh % a->H, i, j, d, i0, j0;
         const float *q = a->q + (int64_t)b * Tq * a->ldq + h * D;
         int64_t kb = a->kv_rows ? a->kv_rows[b] : b;
-        const float *k = a->k + kb * (a->bsk ? a->bsk : (int64_t)Tk * a->ldk) + h * D;
-        const float *v = a->v + kb * (a->bsk ? a->bsk : (int64_t)Tk * a->ldv) + h * D;
-        float *o = a->out + (int64_t)b * Tq * a->ldo + h * D;
-        float *S = a->att + (int64_t)bh * Tq * Tk;
-        for (i0 = 0; i0 < Tq; i0 += QB) {
-            int nq = TFM__MIN(QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1);
-            float *Sb = S + (int64_t)i0 * Tk, *Pb = Sb;
-            /* S = scale * q k^T over the visible keys, then a row-wise softmax over each row's prefix */
-            if (kn > 0) tfm__sgemm(0, 1, nq, kn, D, a->scale, q + (int64_t)i0 * a->ldq, a->ldq, k, a->ldk, 0.0f, Sb, Tk);
-            for (i = i0; i < i0 + nq; i++) {
-                float *row = S + (int64_t)i * Tk;
-                int n = tfm__attn_visible(a, b, i);
-                if (a->mask) { /* additive mask: a row it hides entirely becomes zeros */
-                    const float *mr = a->mask + b * a->mask_bs + (int64_t)i * Tk;
-                    for (j = 0; j < n; j++) row[j] += mr[j];
-                    if (n > 0 && tfm__max(row, n) == -INFINITY) n = 0;
-                }
-                if (n > 0) tfm__softmax_row(row, row, n);
-                for (j = n; j < Tk; j++) row[j] = 0.0f;
+        const float *k = a->k + kb * (a->bsk ? a->bsk : (int64_t)a->Tk * a->ldk) + h * D;
+        const float *v = a->v + kb * (a->bsk ? a->bsk : (int64_t)a->Tk * a->ldv) + h * D;
+        float *o = a->out + (int64_t)b * Tq * a->ldo + h * D, *lse = a->lse + (int64_t)bh * Tq;
+        for (i0 = 0; i0 < Tq; i0 += TFM__ATT_QB) {
+            int nq = TFM__MIN(TFM__ATT_QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1);
+            float *ob = o + (int64_t)i0 * a->ldo;
+            for (i = 0; i < nq; i++) {
+                m[i] = -INFINITY;
+                l[i] = 0.0f;
+                for (d = 0; d < D; d++) ob[(int64_t)i * a->ldo + d] = 0.0f;
             }
-            if (a->dropout > 0.0f) {
-                Pb = a->tmp + (int64_t)bh * Tq * Tk + (int64_t)i0 * Tk;
-                for (i = 0; i < nq; i++)
-                    tfm__attn_drop_row(Pb + (int64_t)i * Tk, Sb + (int64_t)i * Tk, a, (int64_t)a->drop_i0 + ((int64_t)bh * Tq + i0 + i) * Tk, kn);
-            }
-            /* out = P v; one query row (a decoding step) as a weighted sum of the value rows, which a
-               general product would pack first */
-            if (nq == 1) {
-                float *orow = o + (int64_t)i0 * a->ldo;
-                int d;
-                for (d = 0; d < D; d++) orow[d] = 0.0f;
-                for (j = 0; j < kn; j++) {
-                    const float *vj = v + (int64_t)j * a->ldv;
-                    float p = Pb[j];
-                    for (d = 0; d < D; d++) orow[d] += p * vj[d];
+            for (j0 = 0; j0 < kn; j0 += TFM__ATT_KB) {
+                int nk = TFM__MIN(TFM__ATT_KB, kn - j0);
+                /* S = scale * q k^T over the block, then each row's exponentials against its running max */
+                tfm__sgemm(0, 1, nq, nk, D, a->scale, q + (int64_t)i0 * a->ldq, a->ldq, k + (int64_t)j0 * a->ldk,
+                           a->ldk, 0.0f, S, TFM__ATT_KB);
+                for (i = 0; i < nq; i++) {
+                    float *s = S + (int64_t)i * TFM__ATT_KB, *orow = ob + (int64_t)i * a->ldo, bm, mn, alpha;
+                    int n = tfm__attn_block_visible(a, b, i0 + i, j0, nk);
+                    if (n > 0 && a->mask) tfm__attn_add_mask(s, a, b, i0 + i, j0, n);
+                    bm = n > 0 ? tfm__max(s, n) : -INFINITY;
+                    if (bm == -INFINITY) n = 0; /* nothing visible here (an additive mask may hide it all) */
+                    for (j = n; j < nk; j++) s[j] = 0.0f;
+                    if (n == 0) continue;
+                    mn = bm > m[i] ? bm : m[i];
+                    alpha = m[i] == -INFINITY ? 0.0f : tfm__exp(m[i] - mn);
+                    for (j = 0; j < n; j++) s[j] = tfm__exp(s[j] - mn);
+                    l[i] = l[i] * alpha + tfm__sum(s, n);
+                    if (alpha != 1.0f)
+                        for (d = 0; d < D; d++) orow[d] *= alpha;
+                    m[i] = mn;
+                    if (a->dropout > 0.0f) tfm__attn_drop_row(s, s, a, tfm__attn_drop_index(a, bh, i0 + i, j0), n);
                 }
-            } else {
-                tfm__sgemm(0, 0, nq, D, kn, 1.0f, Pb, Tk, v, a->ldv, 0.0f, o + (int64_t)i0 * a->ldo, a->ldo);
+                /* out += P v; one query row (a decoding step) as a weighted sum of the value rows, which a
+                   general product would pack first */
+                if (nq == 1) {
+                    for (j = 0; j < nk; j++) {
+                        const float *vj = v + (int64_t)(j0 + j) * a->ldv;
+                        float p = S[j];
+                        for (d = 0; d < D; d++) ob[d] += p * vj[d];
+                    }
+                } else {
+                    tfm__sgemm(0, 0, nq, D, nk, 1.0f, S, TFM__ATT_KB, v + (int64_t)j0 * a->ldv, a->ldv, 1.0f, ob,
+                               a->ldo);
+                }
+            }
+            for (i = 0; i < nq; i++) {
+                float *orow = ob + (int64_t)i * a->ldo, inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+                for (d = 0; d < D; d++) orow[d] *= inv;
+                lse[i0 + i] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
             }
         }
     }
 }
 
-/* With P the probabilities, M the dropout mask and Pd = P*M:
-   dv += Pd^T dout;  dP = (dout v^T) * M;  dS = P * (dP - rowsum(P * dP));
+/* Per block, with P = e^(S - lse), M the dropout mask and Pd = P*M:
+   dv += Pd^T dout;  dP = (dout v^T) * M;  dS = P * (dP - D), D = rowsum(dout * out);
    dq += scale * dS k;  dk += scale * dS^T q.  All O(T^2 D) per head, over the visible keys only. */
 static void tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk,
                                         float *dv, int lddv, const float *dout, int lddo) {
-    int bh, nbh = a->B * a->H, Tq = a->Tq, Tk = a->Tk, D = a->D, QB = tfm__attn_qblock(a);
-    uint32_t thr = tfm__drop_threshold(a->dropout);
-    float dsc = a->dropout < 1.0f ? 1.0f / (1.0f - a->dropout) : 0.0f;
+    int bh, nbh = a->B * a->H, Tq = a->Tq, Tk = a->Tk, D = a->D;
     TFM__OMP(omp parallel for schedule(static) if (nbh > 1 && !tfm__in_parallel()))
     for (bh = 0; bh < nbh; bh++) {
-        int b = bh / a->H, h = bh % a->H, i, j, i0;
+        float P[TFM__ATT_QB * TFM__ATT_KB], G[TFM__ATT_QB * TFM__ATT_KB], Dr[TFM__ATT_QB];
+        int b = bh / a->H, h = bh % a->H, i, j, i0, j0;
         const float *q = a->q + (int64_t)b * Tq * a->ldq + h * D;
         const float *k = a->k + (int64_t)b * Tk * a->ldk + h * D;
         const float *v = a->v + (int64_t)b * Tk * a->ldv + h * D;
-        const float *go = dout + (int64_t)b * Tq * lddo + h * D;
-        const float *P = a->att + (int64_t)bh * Tq * Tk;
-        float *G = a->tmp + (int64_t)bh * Tq * Tk;
-        int64_t row0 = (int64_t)a->drop_i0 + (int64_t)bh * Tq * Tk;
+        const float *o = a->out + (int64_t)b * Tq * a->ldo + h * D;
+        const float *go = dout + (int64_t)b * Tq * lddo + h * D, *lse = a->lse + (int64_t)bh * Tq;
         float *dvb = dv ? dv + (int64_t)b * Tk * lddv + h * D : NULL;
         float *dqb = dq ? dq + (int64_t)b * Tq * lddq + h * D : NULL;
         float *dkb = dk ? dk + (int64_t)b * Tk * lddk + h * D : NULL;
-        for (i0 = 0; i0 < Tq; i0 += QB) {
-            int nq = TFM__MIN(QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1);
-            const float *Pb = P + (int64_t)i0 * Tk, *gob = go + (int64_t)i0 * lddo;
-            float *Gb = G + (int64_t)i0 * Tk;
-            if (kn == 0) continue;
-            if (dvb) {
-                const float *Pd = Pb;
-                if (a->dropout > 0.0f) {
-                    for (i = 0; i < nq; i++)
-                        tfm__attn_drop_row(Gb + (int64_t)i * Tk, Pb + (int64_t)i * Tk, a, row0 + (int64_t)(i0 + i) * Tk, kn);
-                    Pd = Gb;
+        for (i0 = 0; i0 < Tq; i0 += TFM__ATT_QB) {
+            int nq = TFM__MIN(TFM__ATT_QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1);
+            const float *gob = go + (int64_t)i0 * lddo;
+            for (i = 0; i < nq; i++) Dr[i] = tfm__dot(gob + (int64_t)i * lddo, o + (int64_t)(i0 + i) * a->ldo, D);
+            for (j0 = 0; j0 < kn; j0 += TFM__ATT_KB) {
+                int nk = TFM__MIN(TFM__ATT_KB, kn - j0);
+                const float *Pd = P;
+                tfm__sgemm(0, 1, nq, nk, D, a->scale, q + (int64_t)i0 * a->ldq, a->ldq, k + (int64_t)j0 * a->ldk,
+                           a->ldk, 0.0f, P, TFM__ATT_KB);
+                for (i = 0; i < nq; i++) {
+                    float *p = P + (int64_t)i * TFM__ATT_KB, L = lse[i0 + i];
+                    int n = L == -INFINITY ? 0 : tfm__attn_block_visible(a, b, i0 + i, j0, nk);
+                    if (n > 0 && a->mask) tfm__attn_add_mask(p, a, b, i0 + i, j0, n);
+                    for (j = 0; j < n; j++) p[j] = tfm__exp(p[j] - L);
+                    for (j = n; j < nk; j++) p[j] = 0.0f;
                 }
-                tfm__sgemm(1, 0, kn, D, nq, 1.0f, Pd, Tk, gob, lddo, 1.0f, dvb, lddv);
+                if (dvb) {
+                    if (a->dropout > 0.0f) {
+                        for (i = 0; i < nq; i++)
+                            tfm__attn_drop_row(G + (int64_t)i * TFM__ATT_KB, P + (int64_t)i * TFM__ATT_KB, a,
+                                               tfm__attn_drop_index(a, bh, i0 + i, j0), nk);
+                        Pd = G;
+                    }
+                    tfm__sgemm(1, 0, nk, D, nq, 1.0f, Pd, TFM__ATT_KB, gob, lddo, 1.0f, dvb + (int64_t)j0 * lddv, lddv);
+                }
+                if (!dqb && !dkb) continue;
+                tfm__sgemm(0, 1, nq, nk, D, 1.0f, gob, lddo, v + (int64_t)j0 * a->ldv, a->ldv, 0.0f, G, TFM__ATT_KB);
+                for (i = 0; i < nq; i++) {
+                    float *g = G + (int64_t)i * TFM__ATT_KB;
+                    const float *p = P + (int64_t)i * TFM__ATT_KB;
+                    if (a->dropout > 0.0f) tfm__attn_drop_row(g, g, a, tfm__attn_drop_index(a, bh, i0 + i, j0), nk);
+                    for (j = 0; j < nk; j++) g[j] = p[j] * (g[j] - Dr[i]);
+                }
+                if (dqb)
+                    tfm__sgemm(0, 0, nq, D, nk, a->scale, G, TFM__ATT_KB, k + (int64_t)j0 * a->ldk, a->ldk, 1.0f,
+                               dqb + (int64_t)i0 * lddq, lddq);
+                if (dkb)
+                    tfm__sgemm(1, 0, nk, D, nq, a->scale, G, TFM__ATT_KB, q + (int64_t)i0 * a->ldq, a->ldq, 1.0f,
+                               dkb + (int64_t)j0 * lddk, lddk);
             }
-            if (!dqb && !dkb) continue;
-            tfm__sgemm(0, 1, nq, kn, D, 1.0f, gob, lddo, v, a->ldv, 0.0f, Gb, Tk);
-            for (i = 0; i < nq; i++) {
-                float *g = Gb + (int64_t)i * Tk, r = 0.0f;
-                const float *p = Pb + (int64_t)i * Tk;
-                int n = tfm__attn_visible(a, b, i0 + i);
-                if (a->dropout > 0.0f)
-                    for (j = 0; j < n; j++)
-                        g[j] = tfm__hash24(a->seed, (uint64_t)(row0 + (int64_t)(i0 + i) * Tk + j)) >= thr ? g[j] * dsc : 0.0f;
-                r = tfm__dot(p, g, n);
-                for (j = 0; j < n; j++) g[j] = p[j] * (g[j] - r);
-                for (j = n; j < kn; j++) g[j] = 0.0f;
-            }
-            if (dqb) tfm__sgemm(0, 0, nq, D, kn, a->scale, Gb, Tk, k, a->ldk, 1.0f, dqb + (int64_t)i0 * lddq, lddq);
-            if (dkb) tfm__sgemm(1, 0, kn, D, nq, a->scale, Gb, Tk, q + (int64_t)i0 * a->ldq, a->ldq, 1.0f, dkb, lddk);
         }
     }
 }
@@ -3406,9 +3453,9 @@ static void tfm__attn_setup(tfm__attn_args *a, int B, int H, int Tq, int Tk, int
     if (a->scale == 0.0f) a->scale = 1.0f / sqrtf((float)a->D);
 }
 
-/* q (B,Tq,C), k and v (B,Tk,C), heads dividing C, att (B,H,Tq,Tk) */
+/* q (B,Tq,C), k and v (B,Tk,C), heads dividing C, lse (B,H,Tq) */
 static tfm_result tfm__chk_attn(const char *fn, const tfm_tensor *q, const tfm_tensor *k, const tfm_tensor *v,
-                                const tfm_tensor *att, int n_heads) {
+                                const tfm_tensor *lse, int n_heads) {
     int64_t B, C;
     if (q->ndim != 3) return tfm__fail(TFM_E_SHAPE, "%s: q is %s, want (B,Tq,C)", fn, tfm__shp(q));
     B = q->shape[0];
@@ -3420,33 +3467,27 @@ static tfm_result tfm__chk_attn(const char *fn, const tfm_tensor *q, const tfm_t
     if (n_heads < 1 || C % n_heads)
         return tfm__fail(TFM_E_ARG, "%s: n_heads %d does not divide the %lld channels of q %s", fn, n_heads,
                          (long long)C, tfm__shp(q));
-    if (att->ndim != 4 || att->shape[0] != B || att->shape[1] != n_heads || att->shape[2] != q->shape[1] ||
-        att->shape[3] != k->shape[1])
-        return tfm__fail(TFM_E_SHAPE, "%s: att is %s, want (%lld,%d,%lld,%lld) for q %s and k %s", fn, tfm__shp(att),
-                         (long long)B, n_heads, (long long)q->shape[1], (long long)k->shape[1], tfm__shp(q),
-                         tfm__shp(k));
-    TFM__TRY(tfm__chk_int(fn, "att", att));
+    if (lse->ndim != 3 || lse->shape[0] != B || lse->shape[1] != n_heads || lse->shape[2] != q->shape[1])
+        return tfm__fail(TFM_E_SHAPE, "%s: lse is %s, want (%lld,%d,%lld) for q %s", fn, tfm__shp(lse),
+                         (long long)B, n_heads, (long long)q->shape[1], tfm__shp(q));
+    TFM__TRY(tfm__chk_int(fn, "lse", lse));
     TFM__TRY(tfm__chk_int(fn, "q", q));
     TFM__TRY(tfm__chk_int(fn, "k", k));
     return TFM_OK;
 }
 
-TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *att, tfm_tensor *tmp, const tfm_tensor *q,
-                                        const tfm_tensor *k, const tfm_tensor *v, int n_heads,
-                                        const tfm_attn_opts *opts) {
+TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *lse, const tfm_tensor *q, const tfm_tensor *k,
+                                        const tfm_tensor *v, int n_heads, const tfm_attn_opts *opts) {
     const char *fn = "tfm_attention_forward";
     tfm__attn_args a;
     TFM__TRY(tfm__chk(fn, "out", out));
-    TFM__TRY(tfm__chk(fn, "att", att));
+    TFM__TRY(tfm__chk(fn, "lse", lse));
     TFM__TRY(tfm__chk(fn, "q", q));
     TFM__TRY(tfm__chk(fn, "k", k));
     TFM__TRY(tfm__chk(fn, "v", v));
-    TFM__TRY(tfm__chk_opt(fn, "tmp", tmp));
-    TFM__TRY(tfm__chk_attn(fn, q, k, v, att, n_heads));
+    TFM__TRY(tfm__chk_attn(fn, q, k, v, lse, n_heads));
     TFM__TRY(tfm__chk_same(fn, "q", q, "out", out));
-    TFM__TRY(tfm__chk_same(fn, "att", att, "tmp", tmp));
     TFM__TRY(tfm__chk_attn_opts(fn, opts, q->shape[0], q->shape[1], k->shape[1]));
-    if (opts && opts->dropout > 0.0f && !tmp) return tfm__fail(TFM_E_ARG, "%s: opts.dropout > 0 needs tmp", fn);
     if (out->data == q->data || out->data == k->data || out->data == v->data)
         return tfm__fail(TFM_E_ARG, "%s: out must not alias q, k or v", fn);
     tfm__attn_setup(&a, (int)q->shape[0], n_heads, (int)q->shape[1], (int)k->shape[1], (int)q->shape[2], opts);
@@ -3455,43 +3496,42 @@ TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *att, tfm_te
     a.v = v->data;
     a.ldq = a.ldk = a.ldv = a.ldo = (int)q->shape[2];
     a.out = out->data;
-    a.att = att->data;
-    a.tmp = tmp ? tmp->data : NULL;
+    a.lse = lse->data;
     tfm__op_attention(out->device, &a);
     return TFM_OK;
 }
 
-TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_tensor *dv, tfm_tensor *tmp,
-                                         const tfm_tensor *dout, const tfm_tensor *q, const tfm_tensor *k,
-                                         const tfm_tensor *v, const tfm_tensor *att, int n_heads,
+TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_tensor *dv, const tfm_tensor *dout,
+                                         const tfm_tensor *q, const tfm_tensor *k, const tfm_tensor *v,
+                                         const tfm_tensor *out, const tfm_tensor *lse, int n_heads,
                                          const tfm_attn_opts *opts) {
     const char *fn = "tfm_attention_backward";
     tfm__attn_args a;
     int C;
     TFM__TRY(tfm__chk(fn, "dout", dout));
-    TFM__TRY(tfm__chk(fn, "att", att));
-    TFM__TRY(tfm__chk(fn, "tmp", tmp));
+    TFM__TRY(tfm__chk(fn, "out", out));
+    TFM__TRY(tfm__chk(fn, "lse", lse));
     TFM__TRY(tfm__chk(fn, "q", q));
     TFM__TRY(tfm__chk(fn, "k", k));
     TFM__TRY(tfm__chk(fn, "v", v));
     TFM__TRY(tfm__chk_opt(fn, "dq", dq));
     TFM__TRY(tfm__chk_opt(fn, "dk", dk));
     TFM__TRY(tfm__chk_opt(fn, "dv", dv));
-    TFM__TRY(tfm__chk_attn(fn, q, k, v, att, n_heads));
+    TFM__TRY(tfm__chk_attn(fn, q, k, v, lse, n_heads));
     TFM__TRY(tfm__chk_same(fn, "q", q, "dout", dout));
+    TFM__TRY(tfm__chk_same(fn, "q", q, "out", out));
     TFM__TRY(tfm__chk_same(fn, "q", q, "dq", dq));
     TFM__TRY(tfm__chk_same(fn, "k", k, "dk", dk));
     TFM__TRY(tfm__chk_same(fn, "v", v, "dv", dv));
-    TFM__TRY(tfm__chk_same(fn, "att", att, "tmp", tmp));
     TFM__TRY(tfm__chk_attn_opts(fn, opts, q->shape[0], q->shape[1], k->shape[1]));
     C = (int)q->shape[2];
     tfm__attn_setup(&a, (int)q->shape[0], n_heads, (int)q->shape[1], (int)k->shape[1], C, opts);
     a.q = q->data;
     a.k = k->data;
     a.v = v->data;
-    a.ldq = a.ldk = a.ldv = C;
-    a.att = att->data;
-    a.tmp = tmp->data;
+    a.ldq = a.ldk = a.ldv = a.ldo = C;
+    a.out = out->data;
+    a.lse = lse->data;
     tfm__op_attention_bwd(dout->device, &a, dq ? dq->data : NULL, C, dk ? dk->data : NULL, C, dv ? dv->data : NULL, C, dout->data, C);
     return TFM_OK;
 }
@@ -3526,7 +3566,7 @@ TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *me
     Tk = (size_t)d.max_kv_len;
     C = (size_t)d.d_model;
     H = (size_t)d.n_heads;
-    if ((double)B * H * Tq * Tk > 2147483647.0 || (double)B * Tq * 3 * C > 2147483647.0 ||
+    if ((double)B * Tq * 3 * C > 2147483647.0 ||
         (double)B * Tk * 3 * C > 2147483647.0 || 3.0 * C * C > 2147483647.0)
         return tfm__fail(TFM_E_ARG, "%s: max_batch %d, max_len %d, max_kv_len %d, d_model %d, n_heads %d: buffers beyond 2^31 elements",
                          fn, d.max_batch, d.max_len, d.max_kv_len, d.d_model, d.n_heads);
@@ -3549,12 +3589,11 @@ TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *me
     }
     m->q = tfm__carve(&mem->acts, B * Tq * (d.cross ? C : 3 * C));
     if (d.cross) m->kv = tfm__carve(&mem->acts, B * Tk * 2 * C);
-    m->att = tfm__carve(&mem->acts, B * H * Tq * Tk);
+    m->lse = tfm__carve(&mem->acts, B * H * Tq);
     m->ctx = tfm__carve(&mem->acts, B * Tq * C);
     m->key_lens = (int32_t *)tfm_arena_alloc(&mem->acts, B * sizeof(int32_t));
     mark = mem->scratch.used;
     if (!mem->no_grad) {
-        m->tmp = tfm__carve(&mem->scratch, B * H * Tq * Tk);
         m->dctx = tfm__carve(&mem->scratch, B * Tq * C);
         m->dq = tfm__carve(&mem->scratch, B * Tq * (d.cross ? C : 3 * C));
         if (d.cross) m->dkv = tfm__carve(&mem->scratch, B * Tk * 2 * C);
@@ -3599,8 +3638,7 @@ static void tfm__mha_args(const tfm_mha *m, tfm__attn_args *a) {
     }
     a->out = m->ctx;
     a->ldo = C;
-    a->att = m->att;
-    a->tmp = m->tmp;
+    a->lse = m->lse;
 }
 
 /* Rows n of k|v (ld ldkv) of each batch row into layer `layer` of the cache (self or cross), at position p. */
@@ -3699,7 +3737,7 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
     const char *fn = "tfm_mha_forward";
     int64_t B, Tq, Tk, C;
     if (!m) return tfm__fail(TFM_E_ARG, "%s: layer is NULL", fn);
-    if (!m->in_proj_weight.data || !m->att || !m->q || !m->ctx || !m->key_lens)
+    if (!m->in_proj_weight.data || !m->lse || !m->q || !m->ctx || !m->key_lens)
         return tfm__fail(TFM_E_ARG, "%s: the layer has no memory (run tfm_mha_init after tfm_mem_alloc)", fn);
     TFM__TRY(tfm__chk(fn, "y", y));
     TFM__TRY(tfm__chk(fn, "x", x));
@@ -3728,7 +3766,7 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
     if (y->data == x->data || (xkv && y->data == xkv->data))
         return tfm__fail(TFM_E_ARG, "%s: y must not alias x or xkv (backward reads them)", fn);
     TFM__TRY(tfm__chk_attn_opts(fn, opts, B, Tq, Tk));
-    if (opts && opts->dropout > 0.0f && !m->tmp)
+    if (opts && opts->dropout > 0.0f && !m->has_grad)
         return tfm__fail(TFM_E_ARG, "%s: opts.dropout > 0 in a layer built with no_grad", fn);
 
     tfm__mha_fwd(m, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)Tq, (int)Tk, opts, NULL, 0);
@@ -3740,7 +3778,7 @@ TFMDEF tfm_result tfm_mha_backward(tfm_mha *m, tfm_tensor *dx, tfm_tensor *dxkv,
     int64_t B, Tq, Tk, C;
     int cross;
     if (!m) return tfm__fail(TFM_E_ARG, "%s: layer is NULL", fn);
-    if (!m->has_grad || !m->tmp || !m->d_in_proj_weight.data)
+    if (!m->has_grad || !m->d_in_proj_weight.data)
         return tfm__fail(TFM_E_ARG, "%s: the layer has no gradient memory (built with no_grad, or not allocated)", fn);
     if (!m->B) return tfm__fail(TFM_E_ARG, "%s: no forward pass to go back through", fn);
     TFM__TRY(tfm__chk(fn, "dy", dy));

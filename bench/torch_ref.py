@@ -57,6 +57,8 @@ CONFIGS = {
                                Vt=0,  K=2, warmup=3, steps=10, fwd_reps=10, gen_reps=0),
     "enc-dec":            dict(kind="s2s", C=256, L=3,  Ld=3, H=4,  F=1024, T=32,  Tt=32, B=64, V=64,
                                Vt=64, K=0, warmup=3, steps=10, fwd_reps=10, gen_reps=0),
+    "char-gpt-4k":        dict(kind="lm",  C=128, L=4,  Ld=0, H=4,  F=0,    T=4096, Tt=0, B=2,  V=96,
+                               Vt=0,  K=0, warmup=1, steps=3,  fwd_reps=3,  gen_reps=0),
 }
 
 DECAY_SUFFIXES = ("in_proj_weight", "out_proj.weight", "linear1.weight", "linear2.weight", "head.weight")

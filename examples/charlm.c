@@ -16,9 +16,10 @@
    context.
 
    Model: a GPT-style decoder (pre-LN, GELU, a final layernorm, output projection tied to the token
-   embedding, learned positions). Generation uses the library's key/value cache, with temperature
-   and top-k (the library has no top-p yet); text longer than the context window is written in
-   chunks, each prompted with the last half window.
+   embedding, learned positions). Generation uses the library's key/value cache, with temperature,
+   top-k, top-p (nucleus) and min-p sampling, and prints each character as it is chosen (the
+   streaming callback); text longer than the context window is written in chunks, each prompted
+   with the last half window.
 
        build/charlm                                  train (about an hour on 2 cores), then test
        build/charlm --resume                         continue from the saved checkpoint
@@ -47,13 +48,13 @@ static const char *vocab_string(void) {
 }
 
 typedef struct options {
-    const char *data, *model, *csv, *prompt, *attention;
-    int len, batch, epochs, d_model, n_heads, n_layers, threads, eval_every, smoke, resume, n_gen, top_k;
+    ex_train_opts t;     /* --model, --batch, --lr, --time, ... (common.h); the seed also picks the windows */
+    const char *prompt, *attention;
+    int len, smoke;      /* --len: the context in characters */
+    int n_gen, top_k;    /* sampling: characters to write, top-k (0: off) */
+    float temperature, top_p, min_p;  /* sampling: temperature (0: greedy), nucleus and min-p (0: off) */
     int head;            /* --attention: which head (-1: the mean over heads) */
-    float lr, dropout, temperature;
     int64_t val_chars;   /* validation during training scores the first val_chars characters */
-    double time_budget;  /* > 0: train for this many seconds, whatever the epochs say */
-    uint64_t seed;
 } options;
 
 /* Bits per character of the model on ids[0..n), windows of len overlapping by half. */
@@ -92,6 +93,15 @@ static double bits_per_char(tfm_model *m, const int32_t *ids, int64_t n, int len
     return nats / (double)counted_total / log(2.0);
 }
 
+/* The streaming callback: the library calls it with each character as it is chosen. */
+static int print_char(void *user, int row, int32_t id) {
+    (void)user;
+    (void)row;
+    putchar(id_char(id));
+    fflush(stdout);
+    return 0; /* non-zero would stop the row here */
+}
+
 /* Write n characters after prompt with the cache, in chunks of at most half the context window. */
 static void generate(tfm_model *m, const options *o, const char *prompt) {
     int ctx = m->cfg.max_len, have = 0, n_out, i;
@@ -108,18 +118,17 @@ static void generate(tfm_model *m, const options *o, const char *prompt) {
     fputs(prompt, stdout);
     g.temperature = o->temperature;
     g.top_k = o->top_k;
+    g.top_p = o->top_p;
+    g.min_p = o->min_p;
+    g.on_token = print_char;
     while (done < o->n_gen) {
         int keep = have < ctx / 2 ? have : ctx / 2;   /* the prompt of this chunk: the last keep ids */
         g.max_new = ctx - keep;
         if (g.max_new > o->n_gen - done) g.max_new = o->n_gen - done;
-        g.seed = o->seed + (uint64_t)chunk++;
+        g.seed = o->t.seed + (uint64_t)chunk++;
         ex_check(tfm_model_generate(m, NULL, 0, seq + have - keep, keep, &g, out, &n_out), "tfm_model_generate");
-        for (i = 0; i < n_out; i++) {
-            seq[have++] = out[i];
-            putchar(id_char(out[i]));
-        }
+        for (i = 0; i < n_out; i++) seq[have++] = out[i]; /* print_char has printed them */
         done += n_out;
-        fflush(stdout);
         if (n_out == 0) break;
     }
     putchar('\n');
@@ -161,14 +170,15 @@ static void check_cache(tfm_model *m, const int32_t *prompt, int n_prompt, int n
 
 static void train(const options *o) {
     int64_t n_verses, v, i, n_chars, cut_val, cut_test, tokens_per_step, steps_per_epoch, total_steps, step;
-    ex_buf text = ex_kjv_read(o->data, &n_verses);
+    ex_buf text = ex_kjv_read(o->t.data, &n_verses);
     int32_t *ids, *tok, *tgt;
     tfm_config cfg = {0};
     tfm_optim opt = {0};
     tfm_model m;
     ex_progress prog;
     FILE *csv;
-    double t0, t_fit, loss_sum = 0, bpc;
+    ex_budget budget;
+    double t0, loss_sum = 0, bpc;
     int loss_n = 0, b, t;
     float loss = 0;
 
@@ -178,7 +188,7 @@ static void train(const options *o) {
     cut_val = cut_test = 0;
     for (i = 0, v = 0; i < n_chars; i++) {
         ids[i] = char_id(text.data[i]);
-        if (ids[i] < 0) ex_die("%s: a character outside the vocabulary (byte 0x%02x)", o->data, text.data[i]);
+        if (ids[i] < 0) ex_die("%s: a character outside the vocabulary (byte 0x%02x)", o->t.data, text.data[i]);
         if (text.data[i] == '\n') {
             v++;
             if (v == n_verses * 90 / 100) cut_val = i + 1;
@@ -193,60 +203,62 @@ static void train(const options *o) {
     /* 2. the model */
     cfg.kind = TFM_MODEL_DECODER_LM;
     cfg.vocab_size = VOCAB;
-    cfg.d_model = o->d_model;
-    cfg.n_heads = o->n_heads;
-    cfg.n_layers = o->n_layers;
+    cfg.d_model = o->t.d_model;
+    cfg.n_heads = o->t.n_heads;
+    cfg.n_layers = o->t.n_layers;
+    cfg.d_ff = o->t.d_ff;
     cfg.max_len = o->len;
-    cfg.max_batch = o->batch;
+    cfg.max_batch = o->t.batch;
     cfg.norm_first = 1;
     cfg.act = TFM_ACT_GELU;
     cfg.tie_output = 1;
-    cfg.dropout = o->dropout;
-    cfg.seed = o->seed;
-    if (o->resume && ex_file_exists(o->model)) {
-        ex_check_meta(o->model, "vocab", vocab_string());
-        ex_check(tfm_config_load(o->model, &cfg), o->model);
-        cfg.max_batch = o->batch;
+    cfg.dropout = o->t.dropout;
+    cfg.seed = o->t.seed;
+    if (o->t.resume && ex_file_exists(o->t.model)) {
+        ex_check_meta(o->t.model, "vocab", vocab_string());
+        ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
+        cfg.max_batch = o->t.batch;
         ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
-        ex_check(tfm_model_load(&m, o->model), o->model);
-        printf("resumed from %s at step %lld\n", o->model, (long long)m.step);
+        ex_check(tfm_model_load(&m, o->t.model), o->t.model);
+        printf("resumed from %s at step %lld\n", o->t.model, (long long)m.step);
     } else {
         ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     }
     printf("model: %d layers, d_model %d, %d heads, context %d, %lld parameters; sgemm: %s\n", cfg.n_layers,
            cfg.d_model, cfg.n_heads, cfg.max_len, (long long)m.n_weights, tfm_sgemm_backend());
 
-    tokens_per_step = (int64_t)o->batch * o->len;
+    tokens_per_step = (int64_t)o->t.batch * o->len;
     steps_per_epoch = cut_val / tokens_per_step;
-    total_steps = o->smoke ? 8 : steps_per_epoch * o->epochs;
-    opt.lr = o->lr;
+    total_steps = o->smoke ? 8 : steps_per_epoch * o->t.epochs;
+    opt.lr = o->t.lr;
     opt.beta2 = 0.99f;
     opt.weight_decay = 0.1f;
     opt.clip_norm = 1.0f;
     opt.schedule = TFM_SCHED_COSINE;
-    opt.warmup_steps = (int)(o->time_budget > 0 && total_steps > 2000 ? 100 : total_steps / 50);
+    opt.warmup_steps = (int)(o->t.time_budget > 0 && total_steps > 2000 ? 100 : total_steps / 50);
     opt.total_steps = (int)total_steps;
-    opt.min_lr = o->lr / 10;
+    opt.min_lr = o->t.lr / 10;
 
     tok = (int32_t *)ex_malloc((size_t)tokens_per_step * sizeof(int32_t));
     tgt = (int32_t *)ex_malloc((size_t)tokens_per_step * sizeof(int32_t));
-    csv = ex_csv_open(o->csv, "step,epoch,train_bpc,val_bpc", m.step > 0);
+    csv = ex_csv_open(o->t.csv, "step,epoch,train_bpc,val_bpc", m.step > 0);
 
     /* 3. training on random windows of the training text */
     ex_progress_start(&prog, "chars", m.step);
-    t0 = t_fit = ex_now();
+    ex_budget_start(&budget, o->t.time_budget, m.step); /* --time */
+    t0 = ex_now();
     for (step = m.step; step < total_steps; step++) {
         tfm_rng r;
         tfm_batch bt = {0};
-        tfm_rng_seed(&r, o->seed * 1000003u + (uint64_t)step);
-        for (b = 0; b < o->batch; b++) {
+        tfm_rng_seed(&r, o->t.seed * 1000003u + (uint64_t)step);
+        for (b = 0; b < o->t.batch; b++) {
             int64_t s = (int64_t)(tfm_rng_u64(&r) % (uint64_t)(cut_val - o->len - 1));
             for (t = 0; t < o->len; t++) {
                 tok[b * o->len + t] = ids[s + t];
                 tgt[b * o->len + t] = ids[s + t + 1];
             }
         }
-        bt.batch = o->batch;
+        bt.batch = o->t.batch;
         bt.len = o->len;
         bt.tokens = tok;
         bt.targets = tgt;
@@ -256,16 +268,7 @@ static void train(const options *o) {
         ex_check(tfm_model_step(&m, &opt, NULL), "step");
         loss_sum += loss;
         loss_n++;
-        /* A time budget: every 25 steps, fit the schedule's length to the time left at the speed of
-           the last 25 steps (as g2p does). */
-        if (o->time_budget > 0 && (step + 1 - prog.first_step) % 25 == 0) {
-            double now = ex_now(), left = o->time_budget - (now - t0);
-            total_steps = step + 1 + (left > 0 ? (int64_t)(left / ((now - t_fit) / 25)) : 0);
-            if (total_steps <= opt.warmup_steps) total_steps = opt.warmup_steps + 1;
-            if (total_steps <= step + 1) total_steps = step + 1;
-            opt.total_steps = (int)total_steps;
-            t_fit = now;
-        }
+        total_steps = ex_budget_fit(&budget, step, total_steps, &opt);
         ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, loss,
                          ex_lr(&opt, step + 1), (double)tokens_per_step, 0);
         if ((step + 1) % 20 == 0) {
@@ -274,9 +277,9 @@ static void train(const options *o) {
             loss_sum = 0;
             loss_n = 0;
         }
-        if ((step + 1) % o->eval_every == 0 || step + 1 == total_steps) {
+        if ((step + 1) % o->t.eval_every == 0 || step + 1 == total_steps) {
             int64_t nv = cut_test - cut_val < o->val_chars ? cut_test - cut_val : o->val_chars;
-            bpc = bits_per_char(&m, ids + cut_val, nv, o->len, o->batch);
+            bpc = bits_per_char(&m, ids + cut_val, nv, o->len, o->t.batch);
             ex_progress_break(&prog);
             printf("step %lld: validation %.4f bits per character (first %lld characters)\n", (long long)(step + 1),
                    bpc, (long long)nv);
@@ -285,7 +288,7 @@ static void train(const options *o) {
                 tfm_kv meta[1];
                 meta[0].key = "vocab";
                 meta[0].value = vocab_string();
-                ex_check(tfm_model_save(&m, o->model, TFM_SAVE_TRAINING_STATE, meta, 1), o->model); /* atomic */
+                ex_check(tfm_model_save(&m, o->t.model, TFM_SAVE_TRAINING_STATE, meta, 1), o->t.model); /* atomic */
             }
         }
     }
@@ -299,11 +302,11 @@ static void train(const options *o) {
     /* 4. the test split, once, with the final model */
     {
         int64_t n_test = o->smoke ? 2000 : n_chars - cut_test;
-        bpc = bits_per_char(&m, ids + cut_test, n_test, o->len, o->batch);
+        bpc = bits_per_char(&m, ids + cut_test, n_test, o->len, o->t.batch);
         printf("test: %lld characters, %.4f bits per character\n", (long long)n_test, bpc);
     }
     if (o->smoke) check_cache(&m, ids + cut_test, 8, o->len - 8 < 24 ? o->len - 8 : 24);
-    printf("model saved to %s; write text with: charlm --model %s --prompt \"And God said\"\n", o->model, o->model);
+    printf("model saved to %s; write text with: charlm --model %s --prompt \"And God said\"\n", o->t.model, o->t.model);
 
     if (csv) fclose(csv);
     free(tok);
@@ -323,7 +326,8 @@ static const tfm_tensor *param(const tfm_model *m, const char *name) {
    shows how much the prediction after character i looks at each character up to i. The library
    has no call that returns a model's attention weights, so this recomputes them from the
    parameters, op by op, with the library's own kernels: embeddings, the first layernorm (pre-LN),
-   the query and key rows of in_proj, then tfm_attention_forward. A deeper layer would need the
+   the query and key rows of in_proj, then tfm_attention_forward, whose per-row log-sum-exps give the
+   weights as exp(q.k / sqrt(D) - lse). A deeper layer would need the
    whole stack below it, which only the model's private forward has. */
 static void attention_map(tfm_model *m, const options *o) {
     const tfm_config *c = &m->cfg;
@@ -333,8 +337,8 @@ static void attention_map(tfm_model *m, const options *o) {
     const tfm_tensor *emb = param(m, "tok_emb.weight"), *pos = param(m, "pos_emb.weight");
     const tfm_tensor *w = param(m, "decoder.layers.0.self_attn.in_proj_weight");
     const tfm_param *bias = tfm_model_param(m, "decoder.layers.0.self_attn.in_proj_bias");
-    float *x, *qkv, *q, *k, *v, *out, *att, *mean, *rstd;
-    tfm_tensor tx, tqkv, tq, tk, tv, tout, tatt, tmean, trstd;
+    float *x, *qkv, *q, *k, *v, *out, *lse, *att, *mean, *rstd;
+    tfm_tensor tx, tqkv, tq, tk, tv, tout, tlse, tmean, trstd;
     tfm_attn_opts opts = {0};
     char dat[4200], gp[4200], cmd[4400], quoted[4096];
     FILE *f;
@@ -347,6 +351,7 @@ static void attention_map(tfm_model *m, const options *o) {
     k = (float *)ex_malloc((size_t)T * C * sizeof(float));
     v = (float *)ex_malloc((size_t)T * C * sizeof(float));
     out = (float *)ex_malloc((size_t)T * C * sizeof(float));
+    lse = (float *)ex_malloc((size_t)H * T * sizeof(float));
     att = (float *)ex_malloc((size_t)H * T * T * sizeof(float));
     mean = (float *)ex_malloc((size_t)T * sizeof(float));
     rstd = (float *)ex_malloc((size_t)T * sizeof(float));
@@ -373,9 +378,17 @@ static void attention_map(tfm_model *m, const options *o) {
     tk = tfm_tensor3(k, 1, T, C);
     tv = tfm_tensor3(v, 1, T, C);
     tout = tfm_tensor3(out, 1, T, C);
-    tatt = tfm_tensor4(att, 1, H, T, T);
+    tlse = tfm_tensor3(lse, 1, H, T);
     opts.causal = 1;
-    ex_check(tfm_attention_forward(&tout, &tatt, NULL, &tq, &tk, &tv, H, &opts), "attention");
+    ex_check(tfm_attention_forward(&tout, &tlse, &tq, &tk, &tv, H, &opts), "attention");
+    for (h = 0; h < H; h++) /* the weights of the causal rows: key j <= query i */
+        for (i = 0; i < T; i++)
+            for (j = 0; j < T; j++) {
+                int D = C / H, d;
+                double dot = 0;
+                for (d = 0; d < D; d++) dot += (double)q[i * C + h * D + d] * k[j * C + h * D + d];
+                att[((int64_t)h * T + i) * T + j] = j <= i ? (float)exp(dot / sqrt((double)D) - lse[h * T + i]) : 0.0f;
+            }
 
     /* the matrix for gnuplot, then the script: one tic per character */
     snprintf(dat, sizeof dat, "%s.dat", o->attention);
@@ -413,107 +426,90 @@ static void attention_map(tfm_model *m, const options *o) {
     if (system(cmd) != 0) ex_die("`%s` failed: is gnuplot installed (Debian: gnuplot-nox)?", cmd);
     printf("attention of layer 0 (%s) over \"%.*s\": %s\n", o->head >= 0 ? "one head" : "mean of the heads", T,
            text, o->attention);
-    free(x); free(qkv); free(q); free(k); free(v); free(out); free(att); free(mean); free(rstd);
+    free(x); free(qkv); free(q); free(k); free(v); free(out); free(lse); free(att); free(mean); free(rstd);
 }
 
 /* Inference: the saved model for batch 1, without training state. */
 static void sample(const options *o) {
     tfm_config cfg;
     tfm_model m;
-    ex_check_meta(o->model, "vocab", vocab_string());
-    ex_check(tfm_config_load(o->model, &cfg), o->model);
+    ex_check_meta(o->t.model, "vocab", vocab_string());
+    ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
     cfg.max_batch = 1;
     cfg.inference_only = 1;
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
-    ex_check(tfm_model_load(&m, o->model), o->model);
+    ex_check(tfm_model_load(&m, o->t.model), o->t.model);
     if (o->attention) attention_map(&m, o);
     else generate(&m, o, o->prompt);
     tfm_model_free(&m);
 }
 
-static void usage(void) {
+static void usage(const options *d) {
     printf("usage: charlm [options]                  train, validate, test\n"
            "       charlm [options] --prompt TEXT    write text with the saved model\n"
-           "  --data PATH        bible.data (default /usr/lib/bible.data, Debian's bible-kjv-text)\n"
-           "  --model PATH       checkpoint (default runs/charlm.safetensors)\n"
-           "  --csv PATH         loss curve (default runs/charlm.csv)\n"
-           "  --resume           continue training from --model\n"
-           "  --len N            context in characters (default 128)\n"
-           "  --batch N --epochs N --lr X --dropout X --d-model N --heads N --layers N\n"
-           "  --eval-every N     validation every N steps (default 500)\n"
-           "  --time S           train for S seconds (the schedule's length is refitted as it goes)\n"
-           "  --seed N           initialisation, windows and sampling (default 1)\n"
-           "  --length N         characters to write (default 400)\n"
-           "  --temperature X    sampling temperature (default 0.8; 0: greedy)\n"
-           "  --top-k N          sample from the N likeliest characters (default 20; 0: all)\n"
-           "  --attention PNG    with --prompt: draw the first layer's attention over it (gnuplot)\n"
-           "  --head N           with --attention: one head (default -1: the mean of the heads)\n"
-           "  --threads N        threads (default: OpenMP's)\n"
-           "  --smoke            a tiny model for a few steps (seconds), and the cache check\n");
+           "  --len N           context in characters (default %d)\n"
+           "  --length N        characters to write (default %d)\n"
+           "  --temperature X   sampling temperature (default %g; 0: greedy)\n"
+           "  --top-k N         sample from the N likeliest characters (default %d; 0: all)\n"
+           "  --top-p X         then from the likeliest whose probabilities sum to X (default %g; 0: all)\n"
+           "  --min-p X         and none less likely than X times the likeliest (default 0: off)\n"
+           "  --attention PNG   with --prompt: draw the first layer's attention over it (gnuplot)\n"
+           "  --head N          with --attention: one head (default -1: the mean of the heads)\n"
+           "  --smoke           a tiny model for a few steps (seconds), and the cache check\n",
+           d->len, d->n_gen, (double)d->temperature, d->top_k, (double)d->top_p);
+    ex_train_usage(&d->t); /* data: bible.data from Debian's bible-kjv-text; the seed also samples */
 }
 
 int main(int argc, char **argv) {
-    options o;
+    options o, defaults;
     int i;
     memset(&o, 0, sizeof o);
-    o.data = "/usr/lib/bible.data";
-    o.model = "runs/charlm.safetensors";
-    o.csv = "runs/charlm.csv";
+    o.t.data = "/usr/lib/bible.data";
+    o.t.model = "runs/charlm.safetensors";
+    o.t.csv = "runs/charlm.csv";
     o.len = 128;
-    o.batch = 32;
-    o.epochs = 5;
-    o.d_model = 256;
-    o.n_heads = 4;
-    o.n_layers = 4;
-    o.lr = 1e-3f;
-    o.dropout = 0.1f;
-    o.eval_every = 500;
+    o.t.batch = 32;
+    o.t.epochs = 5;
+    o.t.d_model = 256;
+    o.t.n_heads = 4;
+    o.t.n_layers = 4;
+    o.t.lr = 1e-3f;
+    o.t.dropout = 0.1f;
+    o.t.eval_every = 500;
     o.val_chars = 50000;
-    o.seed = 1;
+    o.t.seed = 1;
     o.n_gen = 400;
     o.temperature = 0.8f;
     o.top_k = 20;
+    o.top_p = 0.95f;
     o.head = -1;
+    defaults = o;
     for (i = 1; i < argc; i++) /* the preset first, so that other options can change it */
         if (ex_is(argv[i], "--smoke")) {
             o.smoke = 1;
-            o.len = 32; o.batch = 8; o.d_model = 32; o.n_layers = 1; o.n_heads = 2; o.eval_every = 4;
+            o.len = 32; o.t.batch = 8; o.t.d_model = 32; o.t.n_layers = 1; o.t.n_heads = 2; o.t.eval_every = 4;
             o.val_chars = 2000;
-            o.model = "runs/charlm-smoke.safetensors";
-            o.csv = "runs/charlm-smoke.csv";
+            o.t.model = "runs/charlm-smoke.safetensors";
+            o.t.csv = "runs/charlm-smoke.csv";
         }
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (ex_is(a, "--smoke")) continue;
-        else if (ex_is(a, "--data")) o.data = ex_value(argc, argv, &i);
-        else if (ex_is(a, "--model")) o.model = ex_value(argc, argv, &i);
-        else if (ex_is(a, "--csv")) o.csv = ex_value(argc, argv, &i);
+        else if (ex_train_opt(&o.t, argc, argv, &i)) continue; /* --model, --batch, ... */
         else if (ex_is(a, "--prompt")) o.prompt = ex_value(argc, argv, &i);
-        else if (ex_is(a, "--resume")) o.resume = 1;
         else if (ex_is(a, "--len")) o.len = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--batch")) o.batch = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--epochs")) o.epochs = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--lr")) o.lr = ex_float(argc, argv, &i);
-        else if (ex_is(a, "--dropout")) o.dropout = ex_float(argc, argv, &i);
-        else if (ex_is(a, "--d-model")) o.d_model = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--heads")) o.n_heads = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--layers")) o.n_layers = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--eval-every")) o.eval_every = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--time")) o.time_budget = ex_float(argc, argv, &i);
-        else if (ex_is(a, "--seed")) o.seed = (uint64_t)ex_int(argc, argv, &i);
         else if (ex_is(a, "--length")) o.n_gen = ex_int(argc, argv, &i);
         else if (ex_is(a, "--temperature")) o.temperature = ex_float(argc, argv, &i);
         else if (ex_is(a, "--top-k")) o.top_k = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--top-p")) o.top_p = ex_float(argc, argv, &i);
+        else if (ex_is(a, "--min-p")) o.min_p = ex_float(argc, argv, &i);
         else if (ex_is(a, "--attention")) o.attention = ex_value(argc, argv, &i);
         else if (ex_is(a, "--head")) o.head = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--threads")) o.threads = ex_int(argc, argv, &i);
-        else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(); return 0; }
-        else { usage(); ex_die("unknown option %s", a); }
+        else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(&defaults); return 0; }
+        else { usage(&defaults); ex_die("unknown option %s", a); }
     }
     if (o.len < 4) ex_die("--len: at least 4");
-    if (o.threads > 0) tfm_set_num_threads(o.threads);
-    ex_mkdir_for(o.model);
-    ex_mkdir_for(o.csv);
+    ex_train_opts_apply(&o.t);
     if (o.attention && !o.prompt) ex_die("--attention needs --prompt");
     if (o.prompt) sample(&o);
     else train(&o);

@@ -291,6 +291,103 @@ EX_FN float ex_float(int argc, char **argv, int *i) {
     return v;
 }
 
+/* The options every example's training takes, read by one parser. An example keeps an
+   ex_train_opts in its own options, sets its defaults, and passes each argument to ex_train_opt
+   before looking at its own. */
+typedef struct ex_train_opts {
+    const char *data, *model, *csv;  /* --data, --model (checkpoint), --csv (loss curve) */
+    int resume;                      /* --resume: continue from --model */
+    int batch, epochs, eval_every, threads;
+    int d_model, n_heads, n_layers, d_ff;  /* d_ff 0: 4 * d_model */
+    float lr, dropout;
+    double time_budget;              /* --time S: train for S seconds, whatever the epochs say */
+    uint64_t seed;                   /* initialisation and batch order */
+} ex_train_opts;
+
+/* If argv[*i] is one of the options of ex_train_opts, read it (and its value) and return 1. */
+EX_FN int ex_train_opt(ex_train_opts *t, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (ex_is(a, "--data")) t->data = ex_value(argc, argv, i);
+    else if (ex_is(a, "--model")) t->model = ex_value(argc, argv, i);
+    else if (ex_is(a, "--csv")) t->csv = ex_value(argc, argv, i);
+    else if (ex_is(a, "--resume")) t->resume = 1;
+    else if (ex_is(a, "--batch")) t->batch = ex_int(argc, argv, i);
+    else if (ex_is(a, "--epochs")) t->epochs = ex_int(argc, argv, i);
+    else if (ex_is(a, "--eval-every")) t->eval_every = ex_int(argc, argv, i);
+    else if (ex_is(a, "--threads")) t->threads = ex_int(argc, argv, i);
+    else if (ex_is(a, "--d-model")) t->d_model = ex_int(argc, argv, i);
+    else if (ex_is(a, "--heads")) t->n_heads = ex_int(argc, argv, i);
+    else if (ex_is(a, "--layers")) t->n_layers = ex_int(argc, argv, i);
+    else if (ex_is(a, "--d-ff")) t->d_ff = ex_int(argc, argv, i);
+    else if (ex_is(a, "--lr")) t->lr = ex_float(argc, argv, i);
+    else if (ex_is(a, "--dropout")) t->dropout = ex_float(argc, argv, i);
+    else if (ex_is(a, "--time")) t->time_budget = ex_float(argc, argv, i);
+    else if (ex_is(a, "--seed")) t->seed = (uint64_t)ex_int(argc, argv, i);
+    else return 0;
+    return 1;
+}
+
+/* After parsing: the checks every example needs, the thread count, the output directories. */
+EX_FN void ex_train_opts_apply(const ex_train_opts *t) {
+    if (t->batch < 1) ex_die("--batch: at least 1");
+    if (t->epochs < 1) ex_die("--epochs: at least 1");
+    if (t->eval_every < 1) ex_die("--eval-every: at least 1");
+    if (t->d_ff < 0) ex_die("--d-ff: 0 (4 x d-model) or more");
+    if (t->time_budget < 0) ex_die("--time: seconds, 0 for none");
+    if (t->threads > 0) tfm_set_num_threads(t->threads);
+    ex_mkdir_for(t->model);
+    ex_mkdir_for(t->csv);
+}
+
+/* Their lines of a usage message, with the example's defaults d. */
+EX_FN void ex_train_usage(const ex_train_opts *d) {
+    printf("  --data PATH       the data set (default %s)\n"
+           "  --model PATH      checkpoint to write, or to read for inference (default %s)\n"
+           "  --csv PATH        loss curve, train and validation (default %s)\n"
+           "  --resume          continue training from --model\n"
+           "  --batch N         examples per step (default %d)\n"
+           "  --epochs N        passes over the training split (default %d)\n"
+           "  --time S          train for S seconds instead: the schedule's length is refitted as it goes\n"
+           "  --lr X            peak learning rate (default %g); --dropout X (default %g)\n"
+           "  --d-model N --heads N --layers N --d-ff N   the model (default %d, %d, %d, %d; d-ff 0: 4 x d-model)\n"
+           "  --eval-every N    validate every N steps (default %d)\n"
+           "  --seed N          initialisation and batch order (default %llu)\n"
+           "  --threads N       threads (default: OpenMP's)\n",
+           d->data, d->model, d->csv, d->batch, d->epochs, (double)d->lr, (double)d->dropout, d->d_model, d->n_heads,
+           d->n_layers, d->d_ff, d->eval_every, (unsigned long long)d->seed);
+}
+
+/* ==== a time budget ==== */
+
+/* Training for a number of seconds rather than of epochs (--time): every 25 steps, the schedule's
+   length is fitted to the time left at the speed of the last 25 steps, since the machine may be
+   busier or quieter than at the start. */
+typedef struct ex_budget {
+    double seconds, t0, t_fit;  /* seconds: 0 for no budget */
+    int64_t first_step;
+} ex_budget;
+
+EX_FN void ex_budget_start(ex_budget *b, double seconds, int64_t first_step) {
+    b->seconds = seconds;
+    b->t0 = b->t_fit = ex_now();
+    b->first_step = first_step;
+}
+
+/* After step `step` (counted from 0) has run: the number of steps to train in all (total without a
+   budget), also written to opt->total_steps. */
+EX_FN int64_t ex_budget_fit(ex_budget *b, int64_t step, int64_t total, tfm_optim *opt) {
+    double now, left;
+    if (b->seconds <= 0 || (step + 1 - b->first_step) % 25 != 0) return total;
+    now = ex_now();
+    left = b->seconds - (now - b->t0);
+    total = step + 1 + (left > 0 ? (int64_t)(left / ((now - b->t_fit) / 25)) : 0);
+    if (total <= opt->warmup_steps) total = opt->warmup_steps + 1;
+    if (total <= step + 1) total = step + 1; /* out of time: this was the last step */
+    opt->total_steps = (int)total;
+    b->t_fit = now;
+    return total;
+}
+
 /* ==== shuffling ==== */
 
 /* Fisher-Yates with the library's seeded generator: the same seed gives the same order everywhere. */
@@ -313,6 +410,16 @@ EX_FN int32_t *ex_permutation(int64_t n, uint64_t seed) {
     tfm_rng_seed(&rng, seed);
     ex_shuffle(a, n, &rng);
     return a;
+}
+
+/* An epoch's order of the rows base[0..n): the same for a given seed and epoch, so a resumed run sees
+   the batches an unbroken one would. */
+EX_FN void ex_epoch_order(int32_t *order, const int32_t *base, int64_t n, uint64_t seed, int64_t epoch) {
+    tfm_rng r;
+    int64_t i;
+    for (i = 0; i < n; i++) order[i] = base ? base[i] : (int32_t)i;
+    tfm_rng_seed(&r, seed * 1000003u + (uint64_t)epoch);
+    ex_shuffle(order, n, &r);
 }
 
 /* ==== metrics ==== */

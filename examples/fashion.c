@@ -33,10 +33,9 @@ static const char *const class_names[N_CLASS] = {"T-shirt/top", "Trouser", "Pull
                                                   "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
 
 typedef struct options {
-    const char *dir, *model, *csv;
-    int batch, epochs, d_model, n_heads, n_layers, d_ff, threads, eval_every, smoke, resume, augment;
-    float lr, dropout;
-    uint64_t split_seed, seed;
+    ex_train_opts t;      /* --data (the directory), --model, --batch, ... (common.h) */
+    int smoke, augment;   /* augment: random flips and shifts of the training images */
+    uint64_t split_seed;
 } options;
 
 typedef struct images { unsigned char *pix; unsigned char *labels; int n; } images;
@@ -45,8 +44,8 @@ static images load(const options *o, const char *which) {
     char ip[1024], lp[1024];
     int di[3], dl[3];
     images s;
-    snprintf(ip, sizeof ip, "%s/%s-images-idx3-ubyte.gz", o->dir, which);
-    snprintf(lp, sizeof lp, "%s/%s-labels-idx1-ubyte.gz", o->dir, which);
+    snprintf(ip, sizeof ip, "%s/%s-images-idx3-ubyte.gz", o->t.data, which);
+    snprintf(lp, sizeof lp, "%s/%s-labels-idx1-ubyte.gz", o->t.data, which);
     ex_need_file(ip, "Fashion-MNIST comes with Debian's dataset-fashion-mnist package: apt-get install dataset-fashion-mnist");
     ex_need_file(lp, "Fashion-MNIST comes with Debian's dataset-fashion-mnist package: apt-get install dataset-fashion-mnist");
     s.pix = ex_idx_read(ip, 3, di);
@@ -80,15 +79,15 @@ static void make_config(const options *o, tfm_config *cfg) {
     cfg->cls_token = 1;           /* a learned [CLS] vector before the patches... */
     cfg->pool = TFM_POOL_CLS;     /* ...whose output the head reads */
     cfg->n_classes = N_CLASS;
-    cfg->d_model = o->d_model;
-    cfg->n_heads = o->n_heads;
-    cfg->n_layers = o->n_layers;
-    cfg->d_ff = o->d_ff;
+    cfg->d_model = o->t.d_model;
+    cfg->n_heads = o->t.n_heads;
+    cfg->n_layers = o->t.n_layers;
+    cfg->d_ff = o->t.d_ff;
     cfg->max_len = N_PATCH;
     cfg->norm_first = 1;
     cfg->act = TFM_ACT_GELU;
-    cfg->dropout = o->dropout;
-    cfg->seed = o->seed;
+    cfg->dropout = o->t.dropout;
+    cfg->seed = o->t.seed;
 }
 
 /* Loss and accuracy on rows idx[0..n) of a set, in evaluation mode. */
@@ -136,6 +135,7 @@ static void train(const options *o) {
     float *in, loss = 0;
     int64_t steps_per_epoch, total_steps, step;
     ex_progress prog;
+    ex_budget budget;
     FILE *csv;
     double t0, vl, acc, loss_sum = 0;
     int loss_n = 0;
@@ -145,52 +145,49 @@ static void train(const options *o) {
            n_val, (unsigned long long)o->split_seed, n_test);
 
     make_config(o, &cfg);
-    if (o->resume && ex_file_exists(o->model)) ex_check(tfm_config_load(o->model, &cfg), o->model);
-    cfg.max_batch = o->batch;
+    if (o->t.resume && ex_file_exists(o->t.model)) ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
+    cfg.max_batch = o->t.batch;
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
-    if (o->resume && ex_file_exists(o->model)) {
-        ex_check(tfm_model_load(&m, o->model), o->model);
-        printf("resumed from %s at step %lld\n", o->model, (long long)m.step);
+    if (o->t.resume && ex_file_exists(o->t.model)) {
+        ex_check(tfm_model_load(&m, o->t.model), o->t.model);
+        printf("resumed from %s at step %lld\n", o->t.model, (long long)m.step);
     }
     printf("model: %d patches of %dx%d pixels, %d layers, d_model %d, %d heads, %lld parameters; sgemm: %s\n",
            N_PATCH, PATCH, PATCH, cfg.n_layers, cfg.d_model, cfg.n_heads, (long long)m.n_weights, tfm_sgemm_backend());
 
-    steps_per_epoch = n_train / o->batch;
-    total_steps = o->smoke ? 6 : steps_per_epoch * o->epochs;
-    opt.lr = o->lr;
+    steps_per_epoch = n_train / o->t.batch;
+    total_steps = o->smoke ? 6 : steps_per_epoch * o->t.epochs;
+    opt.lr = o->t.lr;
     opt.weight_decay = 0.05f;
     opt.clip_norm = 1.0f;
     opt.schedule = TFM_SCHED_COSINE;
     opt.warmup_steps = (int)(total_steps / 20);
     opt.total_steps = (int)total_steps;
-    opt.min_lr = o->lr / 100;
+    opt.min_lr = o->t.lr / 100;
 
     order = (int32_t *)ex_malloc((size_t)n_train * sizeof(int32_t));
-    in = (float *)ex_malloc((size_t)o->batch * N_PATCH * PATCH_DIM * sizeof(float));
-    lab = (int32_t *)ex_malloc((size_t)o->batch * sizeof(int32_t));
-    csv = ex_csv_open(o->csv, "step,epoch,train_loss,val_loss,val_accuracy", m.step > 0);
+    in = (float *)ex_malloc((size_t)o->t.batch * N_PATCH * PATCH_DIM * sizeof(float));
+    lab = (int32_t *)ex_malloc((size_t)o->t.batch * sizeof(int32_t));
+    csv = ex_csv_open(o->t.csv, "step,epoch,train_loss,val_loss,val_accuracy", m.step > 0);
 
     ex_progress_start(&prog, "images", m.step);
+    ex_budget_start(&budget, o->t.time_budget, m.step);
     t0 = ex_now();
     for (step = m.step; step < total_steps; step++) {
         int64_t epoch = step / steps_per_epoch, j = step % steps_per_epoch;
         tfm_rng r;
         tfm_batch bt = {0};
-        if (j == 0 || step == m.step) {
-            memcpy(order, perm, (size_t)n_train * sizeof(int32_t));
-            tfm_rng_seed(&r, o->seed * 1000003u + (uint64_t)epoch);
-            ex_shuffle(order, n_train, &r);
-        }
-        tfm_rng_seed(&r, o->seed * 7919u + (uint64_t)step); /* this step's augmentation */
-        for (k = 0; k < o->batch; k++) {
-            int row = order[j * o->batch + k];
+        if (j == 0 || step == m.step) ex_epoch_order(order, perm, n_train, o->t.seed, epoch);
+        tfm_rng_seed(&r, o->t.seed * 7919u + (uint64_t)step); /* this step's augmentation */
+        for (k = 0; k < o->t.batch; k++) {
+            int row = order[j * o->t.batch + k];
             uint64_t u = tfm_rng_u64(&r);
             int flip = o->augment ? (int)(u & 1) : 0;
             int dx = o->augment ? (int)((u >> 8) % 5) - 2 : 0, dy = o->augment ? (int)((u >> 16) % 5) - 2 : 0;
             patches(tr.pix + (int64_t)row * SIDE * SIDE, in + (int64_t)k * N_PATCH * PATCH_DIM, flip, dx, dy);
             lab[k] = tr.labels[row];
         }
-        bt.batch = o->batch;
+        bt.batch = o->t.batch;
         bt.len = N_PATCH;
         bt.inputs = in;
         bt.targets = lab;
@@ -200,16 +197,17 @@ static void train(const options *o) {
         ex_check(tfm_model_step(&m, &opt, NULL), "step");
         loss_sum += loss;
         loss_n++;
+        total_steps = ex_budget_fit(&budget, step, total_steps, &opt); /* --time */
         ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, loss,
-                         ex_lr(&opt, step + 1), o->batch, 0);
+                         ex_lr(&opt, step + 1), o->t.batch, 0);
         if ((step + 1) % 20 == 0) {
             ex_csv_row(csv, "%lld,%.4f,%.5f,NaN,NaN", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
                        loss_sum / loss_n);
             loss_sum = 0;
             loss_n = 0;
         }
-        if ((step + 1) % o->eval_every == 0 || step + 1 == total_steps) {
-            vl = evaluate(&m, &tr, perm + tr.n - 5000, n_val, o->batch, in, lab, &acc);
+        if ((step + 1) % o->t.eval_every == 0 || step + 1 == total_steps) {
+            vl = evaluate(&m, &tr, perm + tr.n - 5000, n_val, o->t.batch, in, lab, &acc);
             ex_progress_break(&prog);
             printf("step %lld: validation loss %.4f, accuracy %.2f%%\n", (long long)(step + 1), vl, 100 * acc);
             ex_csv_row(csv, "%lld,%.4f,NaN,%.5f,%.5f", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
@@ -218,20 +216,20 @@ static void train(const options *o) {
                 tfm_kv meta[1];
                 meta[0].key = "classes";
                 meta[0].value = CLASSES;
-                ex_check(tfm_model_save(&m, o->model, TFM_SAVE_TRAINING_STATE, meta, 1), o->model); /* atomic */
+                ex_check(tfm_model_save(&m, o->t.model, TFM_SAVE_TRAINING_STATE, meta, 1), o->t.model); /* atomic */
             }
         }
     }
     if (step > prog.first_step) { /* the last line, in full */
         ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, ex_lr(&opt, step),
-                         o->batch, 1);
+                         o->t.batch, 1);
         ex_progress_break(&prog);
     }
     printf("training took %.1f min\n", (ex_now() - t0) / 60);
 
-    vl = evaluate(&m, &te, NULL, n_test, o->batch, in, lab, &acc);
+    vl = evaluate(&m, &te, NULL, n_test, o->t.batch, in, lab, &acc);
     printf("test: %d images, loss %.4f, accuracy %.2f%%\n", n_test, vl, 100 * acc);
-    printf("model saved to %s; classify test images with: fashion --model %s --index 0\n", o->model, o->model);
+    printf("model saved to %s; classify test images with: fashion --model %s --index 0\n", o->t.model, o->t.model);
 
     if (csv) fclose(csv);
     free(order);
@@ -265,12 +263,12 @@ static void classify(const options *o, int n, char **what, const int *is_index) 
     images te = {0};
     float in[N_PATCH * PATCH_DIM];
     int i, c;
-    ex_check_meta(o->model, "classes", CLASSES);
-    ex_check(tfm_config_load(o->model, &cfg), o->model);
+    ex_check_meta(o->t.model, "classes", CLASSES);
+    ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
     cfg.max_batch = 1;
     cfg.inference_only = 1;
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
-    ex_check(tfm_model_load(&m, o->model), o->model);
+    ex_check(tfm_model_load(&m, o->t.model), o->t.model);
     for (i = 0; i < n; i++) {
         unsigned char img[SIDE * SIDE];
         tfm_batch bt = {0};
@@ -310,76 +308,56 @@ static void classify(const options *o, int n, char **what, const int *is_index) 
     tfm_model_free(&m);
 }
 
-static void usage(void) {
+static void usage(const options *d) {
     printf("usage: fashion [options]                      train, validate, test\n"
            "       fashion [options] --index N --classify F.pgm ...   classify with the saved model\n"
-           "  --data DIR       Fashion-MNIST directory (default " DIR ")\n"
-           "  --model PATH     checkpoint (default runs/fashion.safetensors)\n"
-           "  --csv PATH       loss curve (default runs/fashion.csv)\n"
-           "  --resume         continue training from --model\n"
-           "  --batch N --epochs N --lr X --dropout X --d-model N --heads N --layers N --d-ff N\n"
-           "  --no-augment     no flips or shifts\n"
-           "  --eval-every N   validation every N steps (default 500)\n"
-           "  --seed N         initialisation, order and augmentation (default 1); --split-seed N (default 1)\n"
-           "  --threads N      threads (default: OpenMP's)\n"
-           "  --smoke          a tiny model for a few steps (seconds)\n");
+           "  --no-augment      no flips or shifts\n"
+           "  --split-seed N    the shuffle before the validation images are set apart (default %llu)\n"
+           "  --smoke           a tiny model for a few steps (seconds)\n",
+           (unsigned long long)d->split_seed);
+    ex_train_usage(&d->t); /* data: the Fashion-MNIST directory; the seed also draws the augmentation */
 }
 
 int main(int argc, char **argv) {
-    options o;
+    options o, defaults;
     int i, n_cls = 0, *is_index = (int *)ex_malloc((size_t)argc * sizeof(int));
     char **what = (char **)ex_malloc((size_t)argc * sizeof(char *));
     memset(&o, 0, sizeof o);
-    o.dir = DIR;
-    o.model = "runs/fashion.safetensors";
-    o.csv = "runs/fashion.csv";
-    o.batch = 64;
-    o.epochs = 12;
-    o.d_model = 128;
-    o.n_heads = 4;
-    o.n_layers = 4;
-    o.d_ff = 256;
-    o.lr = 1e-3f;
-    o.dropout = 0.1f;
-    o.eval_every = 500;
+    o.t.data = DIR;
+    o.t.model = "runs/fashion.safetensors";
+    o.t.csv = "runs/fashion.csv";
+    o.t.batch = 64;
+    o.t.epochs = 12;
+    o.t.d_model = 128;
+    o.t.n_heads = 4;
+    o.t.n_layers = 4;
+    o.t.d_ff = 256;
+    o.t.lr = 1e-3f;
+    o.t.dropout = 0.1f;
+    o.t.eval_every = 500;
     o.augment = 1;
-    o.seed = 1;
+    o.t.seed = 1;
     o.split_seed = 1;
+    defaults = o;
     for (i = 1; i < argc; i++)
         if (ex_is(argv[i], "--smoke")) {
             o.smoke = 1;
-            o.batch = 16; o.d_model = 32; o.n_layers = 1; o.n_heads = 2; o.d_ff = 64; o.eval_every = 3;
-            o.model = "runs/fashion-smoke.safetensors";
-            o.csv = "runs/fashion-smoke.csv";
+            o.t.batch = 16; o.t.d_model = 32; o.t.n_layers = 1; o.t.n_heads = 2; o.t.d_ff = 64; o.t.eval_every = 3;
+            o.t.model = "runs/fashion-smoke.safetensors";
+            o.t.csv = "runs/fashion-smoke.csv";
         }
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (ex_is(a, "--smoke")) continue;
-        else if (ex_is(a, "--data")) o.dir = ex_value(argc, argv, &i);
-        else if (ex_is(a, "--model")) o.model = ex_value(argc, argv, &i);
-        else if (ex_is(a, "--csv")) o.csv = ex_value(argc, argv, &i);
-        else if (ex_is(a, "--resume")) o.resume = 1;
-        else if (ex_is(a, "--batch")) o.batch = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--epochs")) o.epochs = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--lr")) o.lr = ex_float(argc, argv, &i);
-        else if (ex_is(a, "--dropout")) o.dropout = ex_float(argc, argv, &i);
-        else if (ex_is(a, "--d-model")) o.d_model = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--heads")) o.n_heads = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--layers")) o.n_layers = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--d-ff")) o.d_ff = ex_int(argc, argv, &i);
+        else if (ex_train_opt(&o.t, argc, argv, &i)) continue; /* --model, --batch, ... */
         else if (ex_is(a, "--no-augment")) o.augment = 0;
-        else if (ex_is(a, "--eval-every")) o.eval_every = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--seed")) o.seed = (uint64_t)ex_int(argc, argv, &i);
         else if (ex_is(a, "--split-seed")) o.split_seed = (uint64_t)ex_int(argc, argv, &i);
-        else if (ex_is(a, "--threads")) o.threads = ex_int(argc, argv, &i);
         else if (ex_is(a, "--index")) { is_index[n_cls] = 1; what[n_cls++] = (char *)ex_value(argc, argv, &i); }
         else if (ex_is(a, "--classify")) { is_index[n_cls] = 0; what[n_cls++] = (char *)ex_value(argc, argv, &i); }
-        else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(); return 0; }
-        else { usage(); ex_die("unknown option %s", a); }
+        else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(&defaults); return 0; }
+        else { usage(&defaults); ex_die("unknown option %s", a); }
     }
-    if (o.threads > 0) tfm_set_num_threads(o.threads);
-    ex_mkdir_for(o.model);
-    ex_mkdir_for(o.csv);
+    ex_train_opts_apply(&o.t);
     if (n_cls) classify(&o, n_cls, what, is_index);
     else train(&o);
     free(is_index);

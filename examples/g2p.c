@@ -14,13 +14,16 @@
    pronunciations; the phoneme error rate is the edit distance to the closest one over its length.
 
    Model: the original transformer (post-LN encoder and decoder, cross-attention over the encoder's
-   output, sinusoidal positions), letters in, phones out, label smoothing 0.1. Decoding is greedy
-   with the key/value cache (tfm_model_generate): the library has no beam search yet.
+   output, sinusoidal positions), letters in, phones out, label smoothing 0.1. Decoding uses the
+   key/value cache: greedy (tfm_model_generate) during training, and beam search
+   (tfm_model_beam_search, --beam N, default 4) for the test split and for words on the command
+   line; the test split is scored both ways, so the two can be compared.
 
        build/g2p                                train (defaults: about 40 min on 2 cores), then test
        build/g2p --data cmudict-0.7b.txt.xz     the same on CMUdict 0.7b
        build/g2p --resume                       continue from the saved checkpoint
        build/g2p hello transformer              pronounce words with the saved model
+       build/g2p --n-best 3 read                the 3 likeliest pronunciations, with probabilities
        build/g2p --demo                         `make demo`: a small model for 2 minutes
        build/g2p --smoke                        a few steps on a tiny model (seconds), for CI
 
@@ -70,11 +73,10 @@ static void check_vocab(const char *path) {
 }
 
 typedef struct options {
-    const char *data, *model, *csv;
-    int batch, epochs, d_model, n_heads, n_layers, d_ff, threads, eval_every, val_words, smoke, demo, resume;
-    float lr, dropout;
-    double time_budget;   /* > 0: train for this many seconds, whatever the epochs say */
-    uint64_t split_seed, seed;
+    ex_train_opts t;      /* --model, --batch, --lr, --time, ... (common.h) */
+    int val_words, smoke, demo;
+    int beam, n_best;     /* beam width (0: greedy) and how many pronunciations to print per word */
+    uint64_t split_seed;
 } options;
 
 /* A word and the range of its pronunciations in the sorted dictionary. */
@@ -95,7 +97,7 @@ static void dataset_load(dataset *d, const options *o) {
     int64_t i, k;
     int32_t *perm;
     memset(d, 0, sizeof *d);
-    d->prons = ex_cmudict_read(o->data, &d->n_prons);
+    d->prons = ex_cmudict_read(o->t.data, &d->n_prons);
     d->words = (word *)ex_malloc((size_t)d->n_prons * sizeof(word));
     for (i = 0; i < d->n_prons; i++) { /* group: the dictionary is sorted by word */
         if (d->n_words > 0 && strcmp(d->prons[d->words[d->n_words - 1].first].word, d->prons[i].word) == 0) {
@@ -160,19 +162,39 @@ static tfm_batch make_batch(batch_buf *bb, const ex_pron *prons, const int32_t *
     return bt;
 }
 
-/* Greedy decoding of one word: the phones (as indices of ex_phones) in out; returns how many. */
-static int pronounce(tfm_model *m, const char *w, int8_t *out) {
-    int32_t src[MAX_SRC], bos = BOS, gen[MAX_TGT];
-    int n_src = encode_word(w, src), n_gen = 0, i, n = 0;
+enum { MAX_BEST = 8 }; /* most pronunciations asked of one word */
+
+/* Up to n_best pronunciations of a word, likeliest first: hypothesis k's phones (indices of
+   ex_phones) in out[k], their number in n_ph[k], its log-probability in logp[k] (may be NULL).
+   beam 0 decodes greedily (tfm_model_generate, one hypothesis); beam >= 1 keeps that many
+   hypotheses per step (tfm_model_beam_search). Returns how many were found, -1 if the word has a
+   character without an id. */
+static int pronounce(tfm_model *m, const char *w, int beam, int n_best, int8_t (*out)[MAX_TGT], int *n_ph,
+                     float *logp) {
+    int32_t src[MAX_SRC], bos = BOS, gen[MAX_BEST * MAX_TGT];
+    int n_src = encode_word(w, src), lens[MAX_BEST], n_found = 0, i, k;
+    float scores[MAX_BEST];
     tfm_gen_opts g = {0};
     if (n_src <= 0) return -1;
     g.max_new = MAX_TGT - 1;
     g.has_stop = 1;
     g.stop_token = EOS;
-    ex_check(tfm_model_generate(m, src, n_src, &bos, 1, &g, gen, &n_gen), "tfm_model_generate");
-    for (i = 0; i < n_gen && gen[i] != EOS; i++)
-        if (gen[i] >= PHONE0) out[n++] = (int8_t)(gen[i] - PHONE0);
-    return n;
+    if (beam == 0) {
+        ex_check(tfm_model_generate(m, src, n_src, &bos, 1, &g, gen, &lens[0]), "tfm_model_generate");
+        n_found = 1;
+        scores[0] = 0; /* not computed */
+    } else {
+        g.beam_width = beam;
+        ex_check(tfm_model_beam_search(m, src, n_src, &bos, 1, &g, n_best < beam ? n_best : beam, gen, MAX_TGT, lens,
+                                       scores, &n_found), "tfm_model_beam_search");
+    }
+    for (k = 0; k < n_found; k++) {
+        n_ph[k] = 0;
+        for (i = 0; i < lens[k] && gen[k * MAX_TGT + i] != EOS; i++)
+            if (gen[k * MAX_TGT + i] >= PHONE0) out[k][n_ph[k]++] = (int8_t)(gen[k * MAX_TGT + i] - PHONE0);
+        if (logp) logp[k] = scores[k];
+    }
+    return n_found;
 }
 
 /* Phones as upper-case ARPAbet, "T R AE N S", into buf. */
@@ -188,15 +210,17 @@ static const char *phones_str(const int8_t *ph, int n, char *buf, size_t size) {
     return buf;
 }
 
-/* Word and phoneme error rates of greedy decoding on words[0..n). show > 0 prints that many. */
-static void score(tfm_model *m, const dataset *d, const int32_t *words, int64_t n, double *wer, double *per, int show) {
+/* Word and phoneme error rates on words[0..n), decoding with beam (0: greedy). show > 0 prints that many. */
+static void score(tfm_model *m, const dataset *d, const int32_t *words, int64_t n, int beam, double *wer, double *per,
+                  int show) {
     int64_t i, wrong = 0, dist = 0, len = 0;
     for (i = 0; i < n; i++) {
         const word *w = &d->words[words[i]];
-        int8_t out[MAX_TGT];
+        int8_t out[1][MAX_TGT];
         int32_t a[MAX_TGT], b[MAX_TGT];
-        int n_out = pronounce(m, d->prons[w->first].word, out), k, j, best = 1 << 30, best_len = 1;
-        for (j = 0; j < n_out; j++) a[j] = out[j];
+        int n_out = 0, k, j, best = 1 << 30, best_len = 1;
+        if (pronounce(m, d->prons[w->first].word, beam, 1, out, &n_out, NULL) < 1) n_out = 0;
+        for (j = 0; j < n_out; j++) a[j] = out[0][j];
         for (k = 0; k < w->count; k++) { /* the closest of the word's pronunciations */
             const ex_pron *p = &d->prons[w->first + k];
             int e;
@@ -209,7 +233,7 @@ static void score(tfm_model *m, const dataset *d, const int32_t *words, int64_t 
         len += best_len;
         if (i < show) {
             char got[128], want[128];
-            printf("  %-16s %-30s %s", d->prons[w->first].word, phones_str(out, n_out, got, sizeof got),
+            printf("  %-16s %-30s %s", d->prons[w->first].word, phones_str(out[0], n_out, got, sizeof got),
                    best == 0 ? "ok\n" : "wrong, dictionary: ");
             if (best > 0) printf("%s\n", phones_str(d->prons[w->first].phones, d->prons[w->first].n_phones, want, sizeof want));
         }
@@ -254,14 +278,15 @@ static void train(const options *o) {
     int64_t steps_per_epoch, total_steps, step, n_val_words;
     ex_progress prog;
     FILE *csv;
-    double t0, t_fit, loss_sum = 0, wer, per, vl;
+    ex_budget budget;
+    double t0, loss_sum = 0, wer, per, vl;
     int loss_n = 0;
     float loss = 0;
 
     /* 1. data */
     dataset_load(&d, o);
     printf("%s: %lld pronunciations of %lld words; split by word: %lld train (%lld pronunciations), "
-           "%lld validation, %lld test\n", o->data, (long long)d.n_prons, (long long)d.n_words,
+           "%lld validation, %lld test\n", o->t.data, (long long)d.n_prons, (long long)d.n_words,
            (long long)d.n_train, (long long)d.n_train_prons, (long long)d.n_val, (long long)d.n_test);
     n_val_words = d.n_val < o->val_words ? d.n_val : o->val_words;
 
@@ -269,89 +294,75 @@ static void train(const options *o) {
     cfg.kind = TFM_MODEL_ENCODER_DECODER;
     cfg.vocab_size = SRC_VOCAB;
     cfg.tgt_vocab_size = TGT_VOCAB;
-    cfg.d_model = o->d_model;
-    cfg.n_heads = o->n_heads;
-    cfg.n_layers = o->n_layers;
-    cfg.n_dec_layers = o->n_layers;
-    cfg.d_ff = o->d_ff;
+    cfg.d_model = o->t.d_model;
+    cfg.n_heads = o->t.n_heads;
+    cfg.n_layers = o->t.n_layers;
+    cfg.n_dec_layers = o->t.n_layers;
+    cfg.d_ff = o->t.d_ff;
     cfg.max_len = MAX_SRC;
     cfg.max_tgt_len = MAX_TGT;
-    cfg.max_batch = o->batch;
+    cfg.max_batch = o->t.batch;
     cfg.pos = TFM_POS_SINUSOIDAL;
     cfg.scale_emb = 1;
     cfg.tie_output = 1;
-    cfg.dropout = o->dropout;
+    cfg.dropout = o->t.dropout;
     cfg.label_smoothing = 0.1f;
     cfg.init = TFM_INIT_XAVIER;
-    cfg.seed = o->seed;
-    if (o->resume && ex_file_exists(o->model)) {
-        check_vocab(o->model);
-        ex_check(tfm_config_load(o->model, &cfg), o->model);
-        cfg.max_batch = o->batch;
+    cfg.seed = o->t.seed;
+    if (o->t.resume && ex_file_exists(o->t.model)) {
+        check_vocab(o->t.model);
+        ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
+        cfg.max_batch = o->t.batch;
         ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
-        ex_check(tfm_model_load(&m, o->model), o->model);
-        printf("resumed from %s at step %lld\n", o->model, (long long)m.step);
+        ex_check(tfm_model_load(&m, o->t.model), o->t.model);
+        printf("resumed from %s at step %lld\n", o->t.model, (long long)m.step);
     } else {
         ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     }
     printf("model: %d+%d layers, d_model %d, %d heads, d_ff %d, %lld parameters; sgemm: %s\n", cfg.n_layers,
            cfg.n_dec_layers, cfg.d_model, cfg.n_heads, cfg.d_ff, (long long)m.n_weights, tfm_sgemm_backend());
 
-    steps_per_epoch = d.n_train_prons / o->batch;
-    total_steps = o->smoke ? 6 : steps_per_epoch * o->epochs;
-    opt.lr = o->lr;
+    steps_per_epoch = d.n_train_prons / o->t.batch;
+    total_steps = o->smoke ? 6 : steps_per_epoch * o->t.epochs;
+    opt.lr = o->t.lr;
     opt.beta2 = 0.98f;
     opt.weight_decay = 0.01f;
     opt.clip_norm = 1.0f;
     opt.schedule = TFM_SCHED_COSINE;
-    opt.warmup_steps = (int)(o->time_budget > 0 && total_steps > 200 ? 100 : total_steps / 25);
+    opt.warmup_steps = (int)(o->t.time_budget > 0 && total_steps > 200 ? 100 : total_steps / 25);
     opt.total_steps = (int)total_steps;
-    opt.min_lr = o->lr / 50;
+    opt.min_lr = o->t.lr / 50;
 
     order = (int32_t *)ex_malloc((size_t)d.n_train_prons * sizeof(int32_t));
-    csv = ex_csv_open(o->csv, "step,epoch,train_loss,val_loss,val_wer", m.step > 0);
+    csv = ex_csv_open(o->t.csv, "step,epoch,train_loss,val_loss,val_wer", m.step > 0);
 
     /* 3. training */
     ex_progress_start(&prog, "words", m.step);
-    t0 = t_fit = ex_now();
+    ex_budget_start(&budget, o->t.time_budget, m.step); /* --time (the demo) */
+    t0 = ex_now();
     for (step = m.step; step < total_steps; step++) {
         int64_t epoch = step / steps_per_epoch, k = step % steps_per_epoch;
         tfm_batch bt;
-        if (k == 0 || step == m.step) {
-            tfm_rng r;
-            memcpy(order, d.train_prons, (size_t)d.n_train_prons * sizeof(int32_t));
-            tfm_rng_seed(&r, o->seed * 1000003u + (uint64_t)epoch);
-            ex_shuffle(order, d.n_train_prons, &r);
-        }
-        bt = make_batch(bb, d.prons, order + k * o->batch, o->batch);
+        if (k == 0 || step == m.step) ex_epoch_order(order, d.train_prons, d.n_train_prons, o->t.seed, epoch);
+        bt = make_batch(bb, d.prons, order + k * o->t.batch, o->t.batch);
         tfm_model_zero_grad(&m);
         ex_check(tfm_model_forward(&m, &bt, &loss, NULL), "forward");
         ex_check(tfm_model_backward(&m, 1.0f), "backward");
         ex_check(tfm_model_step(&m, &opt, NULL), "step");
         loss_sum += loss;
         loss_n++;
-        /* A time budget (the demo): every 25 steps, fit the schedule's length to the time left at
-           the speed of the last 25 steps (the machine may be busier or quieter than at the start). */
-        if (o->time_budget > 0 && (step + 1 - prog.first_step) % 25 == 0) {
-            double now = ex_now(), left = o->time_budget - (now - t0);
-            int64_t more = left > 0 ? (int64_t)(left / ((now - t_fit) / 25)) : 0;
-            total_steps = step + 1 + more;
-            if (total_steps <= opt.warmup_steps) total_steps = opt.warmup_steps + 1;
-            if (total_steps <= step + 1) total_steps = step + 1; /* out of time: this was the last step */
-            opt.total_steps = (int)total_steps;
-            t_fit = now;
-        }
+        total_steps = ex_budget_fit(&budget, step, total_steps, &opt);
         ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, loss,
-                         ex_lr(&opt, step + 1), o->batch, 0);
+                         ex_lr(&opt, step + 1), o->t.batch, 0);
         if ((step + 1) % 20 == 0) {
             ex_csv_row(csv, "%lld,%.4f,%.5f,NaN,NaN", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
                        loss_sum / loss_n);
             loss_sum = 0;
             loss_n = 0;
         }
-        if ((step + 1) % o->eval_every == 0 || step + 1 == total_steps) {
-            vl = val_loss(&m, &d, d.val, o->smoke ? 20 : d.n_val, o->batch, bb);
-            score(&m, &d, d.val, o->smoke ? 5 : n_val_words, &wer, &per, 0);
+        if ((step + 1) % o->t.eval_every == 0 || step + 1 == total_steps) {
+            vl = val_loss(&m, &d, d.val, o->smoke ? 20 : d.n_val, o->t.batch, bb);
+            score(&m, &d, d.val, o->smoke ? 5 : n_val_words, 0, &wer, &per, 0); /* greedy: quick */
             ex_progress_break(&prog);
             printf("step %lld: validation loss %.4f; on %lld validation words WER %.2f%%, PER %.2f%%\n",
                    (long long)(step + 1), vl, (long long)(o->smoke ? 5 : n_val_words), 100 * wer, 100 * per);
@@ -363,28 +374,37 @@ static void train(const options *o) {
                 meta[0].value = LETTERS;
                 meta[1].key = "phones";
                 meta[1].value = phone_list();
-                ex_check(tfm_model_save(&m, o->model, TFM_SAVE_TRAINING_STATE, meta, 2), o->model); /* atomic */
+                ex_check(tfm_model_save(&m, o->t.model, TFM_SAVE_TRAINING_STATE, meta, 2), o->t.model); /* atomic */
             }
         }
     }
     if (step > prog.first_step) { /* the last line, in full */
         ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, ex_lr(&opt, step),
-                         o->batch, 1);
+                         o->t.batch, 1);
         ex_progress_break(&prog);
     }
     printf("training took %.1f min\n", (ex_now() - t0) / 60);
 
-    /* 4. the test split, once, with the final model (the demo scores 1,000 test words, to be quick) */
+    /* 4. the test split, once, with the final model, greedy and with the beam (the demo scores 1,000
+       test words, to be quick) */
     {
         int64_t n_test = o->smoke ? 10 : o->demo && d.n_test > 1000 ? 1000 : d.n_test;
-        int show = o->demo ? 16 : o->smoke ? 3 : 0;
-        double t1 = ex_now();
-        if (show) printf("words from the test split, never seen in training:\n");
-        score(&m, &d, d.test, n_test, &wer, &per, show);
-        printf("test: %lld words, word error rate %.2f%%, phoneme error rate %.2f%% (greedy decoding, %.0f words/s)\n",
-               (long long)n_test, 100 * wer, 100 * per, (double)n_test / (ex_now() - t1));
+        int show = o->demo ? 16 : o->smoke ? 3 : 0, pass;
+        for (pass = 0; pass < 2; pass++) {
+            int beam = pass == 0 ? 0 : o->beam;
+            int shown = pass == 1 || o->beam == 0 ? show : 0; /* the words of the last pass */
+            double t1 = ex_now();
+            char how[32];
+            if (pass == 1 && beam == 0) break;
+            if (shown) printf("words from the test split, never seen in training:\n");
+            score(&m, &d, d.test, n_test, beam, &wer, &per, shown);
+            if (beam) snprintf(how, sizeof how, "beam search, width %d", beam);
+            else snprintf(how, sizeof how, "greedy decoding");
+            printf("test: %lld words, word error rate %.2f%%, phoneme error rate %.2f%% (%s, %.0f words/s)\n",
+                   (long long)n_test, 100 * wer, 100 * per, how, (double)n_test / (ex_now() - t1));
+        }
     }
-    printf("model saved to %s; pronounce words with: g2p --model %s WORD...\n", o->model, o->model);
+    printf("model saved to %s; pronounce words with: g2p --model %s WORD...\n", o->t.model, o->t.model);
 
     if (csv) fclose(csv);
     free(order);
@@ -393,115 +413,107 @@ static void train(const options *o) {
     dataset_free(&d);
 }
 
-/* Inference: the saved model for batch 1, no training state; each word on the command line. */
+/* Inference: the saved model without training state, batch rows for the beam; each word on the
+   command line, with its --n-best likeliest pronunciations. */
 static void pronounce_words(const options *o, int n, char **words) {
     tfm_config cfg;
     tfm_model m;
-    int i;
-    check_vocab(o->model);
-    ex_check(tfm_config_load(o->model, &cfg), o->model);
-    cfg.max_batch = 1;
+    int i, k;
+    check_vocab(o->t.model);
+    ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
+    cfg.max_batch = o->beam > 1 ? o->beam : 1; /* the beam's hypotheses decode as batch rows */
     cfg.inference_only = 1;
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
-    ex_check(tfm_model_load(&m, o->model), o->model);
+    ex_check(tfm_model_load(&m, o->t.model), o->t.model);
     for (i = 0; i < n; i++) {
-        int8_t ph[MAX_TGT];
-        int n_ph = pronounce(&m, words[i], ph);
-        if (n_ph < 0) {
+        int8_t ph[MAX_BEST][MAX_TGT];
+        int n_ph[MAX_BEST];
+        float logp[MAX_BEST];
+        int found = pronounce(&m, words[i], o->beam, o->n_best, ph, n_ph, logp);
+        if (found < 0) {
             printf("%-16s (only letters and ' . - can be pronounced)\n", words[i]);
             continue;
         }
-        {
+        for (k = 0; k < found; k++) {
             char buf[128];
-            printf("%-16s %s\n", words[i], phones_str(ph, n_ph, buf, sizeof buf));
+            printf("%-16s %-30s", k == 0 ? words[i] : "", phones_str(ph[k], n_ph[k], buf, sizeof buf));
+            if (o->beam && o->n_best > 1) printf(" p = %.3f", exp((double)logp[k]));
+            putchar('\n');
         }
     }
     tfm_model_free(&m);
 }
 
-static void usage(void) {
+static void usage(const options *d) {
     printf("usage: g2p [options]            train, validate, test\n"
            "       g2p [options] WORD...    pronounce words with the saved model\n"
-           "  --data PATH      CMUdict 0.4 or 0.7b (plain, .gz or .xz; default\n"
-           "                   /usr/share/festival/dicts/cmu/cmudict-0.4.out)\n"
-           "  --model PATH     checkpoint (default runs/g2p.safetensors)\n"
-           "  --csv PATH       loss curve (default runs/g2p.csv)\n"
-           "  --resume         continue training from --model\n"
-           "  --batch N --epochs N --lr X --dropout X --d-model N --heads N --layers N --d-ff N\n"
-           "  --time S         train for S seconds (the schedule's length is refitted as it goes)\n"
-           "  --eval-every N   validation every N steps (default 1000); --val-words N (default 1000)\n"
-           "  --seed N         initialisation and batch order (default 1); --split-seed N (default 1)\n"
-           "  --threads N      threads (default: OpenMP's)\n"
-           "  --demo           the `make demo` settings: CMUdict 0.7b shipped in examples/data, a small\n"
-           "                   model, 2 minutes of training\n"
-           "  --smoke          a tiny model for a few steps (seconds)\n");
+           "  --beam N          beam width for the test split and for words (default %d; 0: greedy)\n"
+           "  --n-best N        words: print the N likeliest pronunciations (default %d, at most the beam)\n"
+           "  --val-words N     validation words decoded at each validation (default %d)\n"
+           "  --split-seed N    the shuffle of the words before the 90/5/5 split (default %llu)\n"
+           "  --demo            the `make demo` settings: CMUdict 0.7b shipped in examples/data, a small\n"
+           "                    model, 2 minutes of training\n"
+           "  --smoke           a tiny model for a few steps (seconds)\n",
+           d->beam, d->n_best, d->val_words, (unsigned long long)d->split_seed);
+    ex_train_usage(&d->t); /* data: CMUdict 0.4 or 0.7b, plain, .gz or .xz */
 }
 
 int main(int argc, char **argv) {
-    options o;
+    options o, defaults;
     int i, first_word = 0;
     memset(&o, 0, sizeof o);
-    o.data = "/usr/share/festival/dicts/cmu/cmudict-0.4.out";
-    o.model = "runs/g2p.safetensors";
-    o.csv = "runs/g2p.csv";
-    o.batch = 64;
-    o.epochs = 8;
-    o.d_model = 192;
-    o.n_heads = 4;
-    o.n_layers = 3;
-    o.d_ff = 768;
-    o.lr = 1e-3f;
-    o.dropout = 0.1f;
-    o.eval_every = 1000;
+    o.t.data = "/usr/share/festival/dicts/cmu/cmudict-0.4.out";
+    o.t.model = "runs/g2p.safetensors";
+    o.t.csv = "runs/g2p.csv";
+    o.t.batch = 64;
+    o.t.epochs = 8;
+    o.t.d_model = 192;
+    o.t.n_heads = 4;
+    o.t.n_layers = 3;
+    o.t.d_ff = 768;
+    o.t.lr = 1e-3f;
+    o.t.dropout = 0.1f;
+    o.t.eval_every = 1000;
     o.val_words = 1000;
-    o.seed = 1;
+    o.t.seed = 1;
     o.split_seed = 1;
+    o.beam = 4;
+    o.n_best = 1;
+    defaults = o;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (ex_is(a, "--demo")) { /* presets first, so that other options can change them */
             o.demo = 1;
-            o.data = "examples/data/cmudict-0.7b.txt.gz";
-            o.model = "runs/demo-g2p.safetensors";
-            o.csv = "runs/demo-g2p.csv";
-            o.d_model = 128; o.n_layers = 2; o.d_ff = 512; o.batch = 64; o.epochs = 100;
-            o.time_budget = 120; o.eval_every = 1 << 30; o.val_words = 300;
+            o.t.data = "examples/data/cmudict-0.7b.txt.gz";
+            o.t.model = "runs/demo-g2p.safetensors";
+            o.t.csv = "runs/demo-g2p.csv";
+            o.t.d_model = 128; o.t.n_layers = 2; o.t.d_ff = 512; o.t.batch = 64; o.t.epochs = 100;
+            o.t.time_budget = 120; o.t.eval_every = 1 << 30; o.val_words = 300;
         }
         if (ex_is(a, "--smoke")) {
             o.smoke = 1;
-            o.d_model = 32; o.n_layers = 1; o.d_ff = 64; o.n_heads = 2; o.batch = 16; o.eval_every = 3;
-            o.model = "runs/g2p-smoke.safetensors";
-            o.csv = "runs/g2p-smoke.csv";
+            o.t.d_model = 32; o.t.n_layers = 1; o.t.d_ff = 64; o.t.n_heads = 2; o.t.batch = 16; o.t.eval_every = 3;
+            o.t.model = "runs/g2p-smoke.safetensors";
+            o.t.csv = "runs/g2p-smoke.csv";
         }
     }
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (ex_is(a, "--demo") || ex_is(a, "--smoke")) continue; /* presets, read above */
-        else if (ex_is(a, "--data")) o.data = ex_value(argc, argv, &i);
-        else if (ex_is(a, "--model")) o.model = ex_value(argc, argv, &i);
-        else if (ex_is(a, "--csv")) o.csv = ex_value(argc, argv, &i);
-        else if (ex_is(a, "--resume")) o.resume = 1;
-        else if (ex_is(a, "--batch")) o.batch = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--epochs")) o.epochs = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--lr")) o.lr = ex_float(argc, argv, &i);
-        else if (ex_is(a, "--dropout")) o.dropout = ex_float(argc, argv, &i);
-        else if (ex_is(a, "--d-model")) o.d_model = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--heads")) o.n_heads = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--layers")) o.n_layers = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--d-ff")) o.d_ff = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--time")) o.time_budget = ex_float(argc, argv, &i);
-        else if (ex_is(a, "--eval-every")) o.eval_every = ex_int(argc, argv, &i);
+        else if (ex_train_opt(&o.t, argc, argv, &i)) continue; /* --model, --batch, ... */
         else if (ex_is(a, "--val-words")) o.val_words = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--seed")) o.seed = (uint64_t)ex_int(argc, argv, &i);
         else if (ex_is(a, "--split-seed")) o.split_seed = (uint64_t)ex_int(argc, argv, &i);
-        else if (ex_is(a, "--threads")) o.threads = ex_int(argc, argv, &i);
-        else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(); return 0; }
-        else if (a[0] == '-' && a[1] == '-') { usage(); ex_die("unknown option %s", a); }
+        else if (ex_is(a, "--beam")) o.beam = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--n-best")) o.n_best = ex_int(argc, argv, &i);
+        else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(&defaults); return 0; }
+        else if (a[0] == '-' && a[1] == '-') { usage(&defaults); ex_die("unknown option %s", a); }
         else { first_word = i; break; }
     }
-    if (o.batch > 512) ex_die("--batch: at most 512");
-    if (o.threads > 0) tfm_set_num_threads(o.threads);
-    ex_mkdir_for(o.model);
-    ex_mkdir_for(o.csv);
+    if (o.t.batch > 512) ex_die("--batch: at most 512");
+    if (o.beam < 0 || o.beam > o.t.batch) ex_die("--beam: from 0 (greedy) to the batch size %d", o.t.batch);
+    if (o.n_best < 1 || o.n_best > MAX_BEST || (o.n_best > 1 && o.n_best > o.beam))
+        ex_die("--n-best: from 1 to the beam width (at most %d)", MAX_BEST);
+    ex_train_opts_apply(&o.t);
     if (first_word) pronounce_words(&o, argc - first_word, argv + first_word);
     else train(&o);
     return 0;

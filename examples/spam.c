@@ -25,10 +25,9 @@
 #include "common.h"
 
 typedef struct options {
-    const char *data, *model, *csv;
-    int len, batch, epochs, d_model, n_layers, n_heads, threads, eval_every, smoke, resume;
-    float lr, dropout;
-    uint64_t split_seed, seed;
+    ex_train_opts t;      /* --model, --batch, --lr, ... (common.h) */
+    int len, smoke;       /* --len: bytes per email */
+    uint64_t split_seed;
 } options;
 
 /* The examples of one split, as token rows ready to be batched. */
@@ -114,6 +113,7 @@ static void train(const options *o) {
     tfm_optim opt = {0};
     tfm_model m;
     ex_progress prog;
+    ex_budget budget;
     ex_binary c;
     FILE *csv;
     double vloss, loss_sum = 0, t0;
@@ -121,7 +121,7 @@ static void train(const options *o) {
     float loss = 0;
 
     /* 1. data: read, shuffle with a fixed seed, split 80/10/10 */
-    mail = ex_spamassassin_read(o->data, o->len, &n_read);
+    mail = ex_spamassassin_read(o->t.data, o->len, &n_read);
     order = ex_permutation(n_read, o->split_seed);
     n_mail = o->smoke ? 200 : n_read; /* the smoke run uses 200 of them */
     n_train = n_mail * 8 / 10;
@@ -143,59 +143,56 @@ static void train(const options *o) {
     cfg.kind = TFM_MODEL_ENCODER_CLASSIFIER;
     cfg.vocab_size = 256;
     cfg.n_classes = 2;
-    cfg.d_model = o->d_model;
-    cfg.n_heads = o->n_heads;
-    cfg.n_layers = o->n_layers;
+    cfg.d_model = o->t.d_model;
+    cfg.n_heads = o->t.n_heads;
+    cfg.n_layers = o->t.n_layers;
+    cfg.d_ff = o->t.d_ff;
     cfg.max_len = o->len;
-    cfg.max_batch = o->batch;
+    cfg.max_batch = o->t.batch;
     cfg.norm_first = 1;
     cfg.act = TFM_ACT_GELU;
-    cfg.dropout = o->dropout;
-    cfg.seed = o->seed;
-    if (o->resume && ex_file_exists(o->model)) {
-        ex_check(tfm_config_load(o->model, &cfg), o->model);
-        cfg.max_batch = o->batch;
+    cfg.dropout = o->t.dropout;
+    cfg.seed = o->t.seed;
+    if (o->t.resume && ex_file_exists(o->t.model)) {
+        ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
+        cfg.max_batch = o->t.batch;
         ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
-        ex_check(tfm_model_load(&m, o->model), o->model);
-        printf("resumed from %s at step %lld\n", o->model, (long long)m.step);
+        ex_check(tfm_model_load(&m, o->t.model), o->t.model);
+        printf("resumed from %s at step %lld\n", o->t.model, (long long)m.step);
     } else {
         ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     }
     printf("model: %d layers, d_model %d, %d heads, %lld parameters; %d bytes per email; sgemm: %s\n",
            cfg.n_layers, cfg.d_model, cfg.n_heads, (long long)m.n_weights, o->len, tfm_sgemm_backend());
 
-    steps_per_epoch = tr.n / o->batch;
-    total_steps = steps_per_epoch * o->epochs;
+    steps_per_epoch = tr.n / o->t.batch;
+    total_steps = steps_per_epoch * o->t.epochs;
     if (o->smoke) total_steps = 6;
-    opt.lr = o->lr;
+    opt.lr = o->t.lr;
     opt.weight_decay = 0.01f;
     opt.clip_norm = 1.0f;
     opt.schedule = TFM_SCHED_COSINE;
     opt.warmup_steps = (int)(total_steps / 20);
     opt.total_steps = (int)total_steps;
-    opt.min_lr = o->lr / 20;
+    opt.min_lr = o->t.lr / 20;
 
     rows = (int32_t *)ex_malloc((size_t)tr.n * sizeof(int32_t));
-    tok = (int32_t *)ex_malloc((size_t)o->batch * o->len * sizeof(int32_t));
-    lens = (int32_t *)ex_malloc((size_t)o->batch * sizeof(int32_t));
-    lab = (int32_t *)ex_malloc((size_t)o->batch * sizeof(int32_t));
-    csv = ex_csv_open(o->csv, "step,epoch,train_loss,val_loss,val_accuracy", m.step > 0);
+    tok = (int32_t *)ex_malloc((size_t)o->t.batch * o->len * sizeof(int32_t));
+    lens = (int32_t *)ex_malloc((size_t)o->t.batch * sizeof(int32_t));
+    lab = (int32_t *)ex_malloc((size_t)o->t.batch * sizeof(int32_t));
+    csv = ex_csv_open(o->t.csv, "step,epoch,train_loss,val_loss,val_accuracy", m.step > 0);
 
     /* 3. the training loop: each epoch visits the training emails in an order fixed by the seed and
        the epoch, so a resumed run sees the same batches as one that never stopped */
     ex_progress_start(&prog, "emails", m.step);
+    ex_budget_start(&budget, o->t.time_budget, m.step);
     t0 = ex_now();
     for (step = m.step; step < total_steps; step++) {
         int64_t epoch = step / steps_per_epoch, k = step % steps_per_epoch;
         tfm_batch b = {0};
-        if (k == 0 || step == m.step) { /* this epoch's order */
-            tfm_rng r;
-            for (i = 0; i < tr.n; i++) rows[i] = (int32_t)i;
-            tfm_rng_seed(&r, o->seed * 1000003u + (uint64_t)epoch);
-            ex_shuffle(rows, tr.n, &r);
-        }
-        gather(&tr, rows + k * o->batch, o->batch, o->len, tok, lens, lab);
-        b.batch = o->batch;
+        if (k == 0 || step == m.step) ex_epoch_order(rows, NULL, tr.n, o->t.seed, epoch);
+        gather(&tr, rows + k * o->t.batch, o->t.batch, o->len, tok, lens, lab);
+        b.batch = o->t.batch;
         b.len = o->len;
         b.tokens = tok;
         b.lens = lens;
@@ -206,16 +203,17 @@ static void train(const options *o) {
         ex_check(tfm_model_step(&m, &opt, NULL), "step");
         loss_sum += loss;
         loss_n++;
+        total_steps = ex_budget_fit(&budget, step, total_steps, &opt); /* --time */
         ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, loss,
-                         ex_lr(&opt, step + 1), o->batch, 0);
+                         ex_lr(&opt, step + 1), o->t.batch, 0);
         if ((step + 1) % 10 == 0) {
             ex_csv_row(csv, "%lld,%.4f,%.5f,NaN,NaN", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
                        loss_sum / loss_n);
             loss_sum = 0;
             loss_n = 0;
         }
-        if ((step + 1) % o->eval_every == 0 || step + 1 == total_steps) {
-            vloss = evaluate(&m, &va, o->batch, o->len, &c);
+        if ((step + 1) % o->t.eval_every == 0 || step + 1 == total_steps) {
+            vloss = evaluate(&m, &va, o->t.batch, o->len, &c);
             ex_progress_break(&prog);
             printf("step %lld: validation loss %.4f, accuracy %.2f%%, spam F1 %.4f\n", (long long)(step + 1),
                    vloss, 100 * ex_accuracy(&c), ex_f1(&c));
@@ -227,23 +225,23 @@ static void train(const options *o) {
                 meta[0].value = "bytes of the Subject, a newline and the body, whitespace runs collapsed";
                 meta[1].key = "classes";
                 meta[1].value = "ham spam";
-                ex_check(tfm_model_save(&m, o->model, TFM_SAVE_TRAINING_STATE, meta, 2), o->model); /* atomic */
+                ex_check(tfm_model_save(&m, o->t.model, TFM_SAVE_TRAINING_STATE, meta, 2), o->t.model); /* atomic */
             }
         }
     }
     if (step > prog.first_step) { /* the last line, in full */
         ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, ex_lr(&opt, step),
-                         o->batch, 1);
+                         o->t.batch, 1);
         ex_progress_break(&prog);
     }
 
     /* 4. the test split, once, with the final model */
-    vloss = evaluate(&m, &te, o->batch, o->len, &c);
+    vloss = evaluate(&m, &te, o->t.batch, o->len, &c);
     printf("test: %lld emails, loss %.4f, accuracy %.2f%%, spam F1 %.4f (precision %.4f, recall %.4f); "
            "training took %.1f min\n", (long long)te.n, vloss, 100 * ex_accuracy(&c), ex_f1(&c),
            c.tp + c.fp ? (double)c.tp / (double)(c.tp + c.fp) : 0, c.tp + c.fn ? (double)c.tp / (double)(c.tp + c.fn) : 0,
            (ex_now() - t0) / 60);
-    printf("model saved to %s; classify an email with: spam --model %s --classify FILE\n", o->model, o->model);
+    printf("model saved to %s; classify an email with: spam --model %s --classify FILE\n", o->t.model, o->t.model);
 
     if (csv) fclose(csv);
     free(rows);
@@ -262,11 +260,11 @@ static void classify(const options *o, int n_files, char **files) {
     tfm_model m;
     int32_t *tok, len1;
     int f, t;
-    ex_check(tfm_config_load(o->model, &cfg), o->model);
+    ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
     cfg.max_batch = 1;
     cfg.inference_only = 1;
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
-    ex_check(tfm_model_load(&m, o->model), o->model);
+    ex_check(tfm_model_load(&m, o->t.model), o->t.model);
     tok = (int32_t *)ex_malloc((size_t)cfg.max_len * sizeof(int32_t));
     for (f = 0; f < n_files; f++) {
         ex_buf raw = ex_read_file(files[f]);
@@ -291,72 +289,54 @@ static void classify(const options *o, int n_files, char **files) {
     tfm_model_free(&m);
 }
 
-static void usage(void) {
+static void usage(const options *d) {
     printf("usage: spam [options]                  train, validate, test\n"
            "       spam [options] --classify FILE...  classify emails with the saved model\n"
-           "  --data PATH       SpamAssassin corpus .tar.xz (default ../shared/data/spamassassin.tar.xz)\n"
-           "  --model PATH      checkpoint (default runs/spam.safetensors)\n"
-           "  --csv PATH        loss curve (default runs/spam.csv)\n"
-           "  --resume          continue training from --model\n"
-           "  --len N           bytes per email (default 512)\n"
-           "  --batch N --epochs N --lr X --dropout X --d-model N --layers N --heads N\n"
-           "  --eval-every N    validation every N steps (default 100)\n"
-           "  --seed N          initialisation and batch order (default 1); --split-seed N (default 1)\n"
-           "  --threads N       threads (default: OpenMP's)\n"
-           "  --smoke           a tiny model for a few steps (seconds)\n");
+           "  --len N           bytes per email (default %d)\n"
+           "  --split-seed N    the shuffle before the 80/10/10 split (default %llu)\n"
+           "  --smoke           a tiny model for a few steps (seconds)\n",
+           d->len, (unsigned long long)d->split_seed);
+    ex_train_usage(&d->t); /* data: the SpamAssassin corpus as .tar.xz */
 }
 
 int main(int argc, char **argv) {
-    options o;
+    options o, defaults;
     int i, classify_from = 0;
     memset(&o, 0, sizeof o);
-    o.data = "../shared/data/spamassassin.tar.xz";
-    o.model = "runs/spam.safetensors";
-    o.csv = "runs/spam.csv";
+    o.t.data = "../shared/data/spamassassin.tar.xz";
+    o.t.model = "runs/spam.safetensors";
+    o.t.csv = "runs/spam.csv";
     o.len = 512;
-    o.batch = 32;
-    o.epochs = 8;
-    o.d_model = 128;
-    o.n_layers = 2;
-    o.n_heads = 4;
-    o.lr = 1e-3f;
-    o.dropout = 0.1f;
-    o.eval_every = 100;
-    o.seed = 1;
+    o.t.batch = 32;
+    o.t.epochs = 8;
+    o.t.d_model = 128;
+    o.t.n_layers = 2;
+    o.t.n_heads = 4;
+    o.t.lr = 1e-3f;
+    o.t.dropout = 0.1f;
+    o.t.eval_every = 100;
+    o.t.seed = 1;
     o.split_seed = 1;
+    defaults = o;
     for (i = 1; i < argc; i++) /* the preset first, so that other options can change it */
         if (ex_is(argv[i], "--smoke")) {
             o.smoke = 1;
-            o.len = 64; o.batch = 8; o.d_model = 32; o.n_layers = 1; o.n_heads = 2; o.eval_every = 3;
-            o.model = "runs/spam-smoke.safetensors";
-            o.csv = "runs/spam-smoke.csv";
+            o.len = 64; o.t.batch = 8; o.t.d_model = 32; o.t.n_layers = 1; o.t.n_heads = 2; o.t.eval_every = 3;
+            o.t.model = "runs/spam-smoke.safetensors";
+            o.t.csv = "runs/spam-smoke.csv";
         }
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (ex_is(a, "--data")) o.data = ex_value(argc, argv, &i);
-        else if (ex_is(a, "--model")) o.model = ex_value(argc, argv, &i);
-        else if (ex_is(a, "--csv")) o.csv = ex_value(argc, argv, &i);
-        else if (ex_is(a, "--resume")) o.resume = 1;
+        if (ex_train_opt(&o.t, argc, argv, &i)) continue; /* --model, --batch, ... */
         else if (ex_is(a, "--len")) o.len = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--batch")) o.batch = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--epochs")) o.epochs = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--lr")) o.lr = ex_float(argc, argv, &i);
-        else if (ex_is(a, "--dropout")) o.dropout = ex_float(argc, argv, &i);
-        else if (ex_is(a, "--d-model")) o.d_model = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--layers")) o.n_layers = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--heads")) o.n_heads = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--eval-every")) o.eval_every = ex_int(argc, argv, &i);
-        else if (ex_is(a, "--seed")) o.seed = (uint64_t)ex_int(argc, argv, &i);
         else if (ex_is(a, "--split-seed")) o.split_seed = (uint64_t)ex_int(argc, argv, &i);
-        else if (ex_is(a, "--threads")) o.threads = ex_int(argc, argv, &i);
         else if (ex_is(a, "--smoke")) continue;
         else if (ex_is(a, "--classify")) { classify_from = i + 1; break; }
-        else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(); return 0; }
-        else { usage(); ex_die("unknown option %s", a); }
+        else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(&defaults); return 0; }
+        else { usage(&defaults); ex_die("unknown option %s", a); }
     }
-    if (o.threads > 0) tfm_set_num_threads(o.threads);
-    ex_mkdir_for(o.model);
-    ex_mkdir_for(o.csv);
+    if (o.len < 1) ex_die("--len: at least 1");
+    ex_train_opts_apply(&o.t);
     if (classify_from) {
         if (classify_from >= argc) ex_die("--classify needs at least one file");
         classify(&o, argc - classify_from, argv + classify_from);

@@ -83,9 +83,9 @@ static int att_n_visible(const att_ref *r, int b, int i) {
 }
 
 /* out (B,Tq,C) = softmax(scale q k^T + mask) [* drop] v; a row with no visible key is zero.
-   P (B,H,Tq,Tk) receives the probabilities (before dropout) when not NULL. */
+   L (B,H,Tq) receives each row's log-sum-exp of its visible scores (-inf: none) when not NULL. */
 static void att_ref_sdpa(const att_ref *r, const double *q, const double *k, const double *v,
-                         double *out, double *P) {
+                         double *out, double *L) {
     const int C = r->H * r->D, D = r->D;
     double s[ATT_MAX_T];
     for (int b = 0; b < r->B; b++)
@@ -115,9 +115,9 @@ static void att_ref_sdpa(const att_ref *r, const double *q, const double *k, con
                     double p = (any && att_visible(r, b, i, j)) ? s[j] / sum : 0;
                     const double *vj = v + ((size_t)b * r->Tk + j) * C + h * D;
                     double f = r->drop ? r->drop[prow + j] : 1.0;
-                    if (P) P[prow + j] = p;
                     for (int d = 0; d < D; d++) oi[d] += p * f * vj[d];
                 }
+                if (L) L[prow / r->Tk] = any ? mx + log(sum) : -INFINITY;
             }
 }
 
@@ -229,13 +229,12 @@ static double *att_dropout_factors(const att_case *c) {
     size_t nq = (size_t)c->B * c->Tq * C, nk = (size_t)c->B * c->Tk * C;
     size_t na = (size_t)c->B * c->H * c->Tq * c->Tk;
     float *q = att_falloc(nq), *k = att_falloc(nk), *v = att_falloc(nk), *out = att_falloc(nq);
-    float *att = att_falloc(na), *tmp = att_falloc(na);
+    float *lse = att_falloc((size_t)c->B * c->H * c->Tq);
     double *f = att_dalloc(na);
     const double keep = 1.0 / (1.0 - (double)c->dropout);
     tfm_tensor tq = tfm_tensor3(q, c->B, c->Tq, C), tk = tfm_tensor3(k, c->B, c->Tk, C);
     tfm_tensor tv = tfm_tensor3(v, c->B, c->Tk, C), to = tfm_tensor3(out, c->B, c->Tq, C);
-    tfm_tensor ta = tfm_tensor4(att, c->B, c->H, c->Tq, c->Tk);
-    tfm_tensor tt = tfm_tensor4(tmp, c->B, c->H, c->Tq, c->Tk);
+    tfm_tensor tl = tfm_tensor3(lse, c->B, c->H, c->Tq);
     tfm_attn_opts o;
     att_ref r;
     size_t n_vis = 0, n_drop = 0, n_bad = 0;
@@ -246,7 +245,7 @@ static double *att_dropout_factors(const att_case *c) {
         for (int b = 0; b < c->B; b++)
             for (int j = 0; j < c->Tk; j++)
                 for (int ch = 0; ch < C; ch++) v[((size_t)b * c->Tk + j) * C + ch] = j == j0 ? 1.0f : 0.0f;
-        tfm_result res = tfm_attention_forward(&to, &ta, &tt, &tq, &tk, &tv, c->H, &o);
+        tfm_result res = tfm_attention_forward(&to, &tl, &tq, &tk, &tv, c->H, &o);
         CHECK_OK(res);
         if (res != TFM_OK) ok = 0;
         for (int b = 0; b < c->B && ok; b++)
@@ -270,7 +269,7 @@ static double *att_dropout_factors(const att_case *c) {
         CHECK_MSG(fabs(frac - c->dropout) < 0.08, "%s: dropped %.3f of the weights, want about %.2f",
                   c->name, frac, c->dropout);
     }
-    free(q); free(k); free(v); free(out); free(att); free(tmp);
+    free(q); free(k); free(v); free(out); free(lse);
     if (!ok || n_bad) {
         free(f);
         return NULL;
@@ -278,27 +277,26 @@ static double *att_dropout_factors(const att_case *c) {
     return f;
 }
 
-/* One case of the op: forward against the reference (outputs and probabilities), backward against
+/* One case of the op: forward against the reference (outputs and log-sum-exps), backward against
    finite differences (dq, dk, dv from zero, then once more onto non-zero buffers to check they
    accumulate), and the fully-masked rows: zero output, zero gradient, no NaN anywhere. */
 static void att_run_op_case(const att_case *c) {
     const int C = c->H * c->D;
     const size_t nq = (size_t)c->B * c->Tq * C, nk = (size_t)c->B * c->Tk * C;
-    const size_t na = (size_t)c->B * c->H * c->Tq * c->Tk;
+    const size_t nl = (size_t)c->B * c->H * c->Tq;
     float *q = att_falloc(nq), *k = att_falloc(nk), *v = att_falloc(nk), *dout = att_falloc(nq);
-    float *out = att_falloc(nq), *att = att_falloc(na), *tmp = att_falloc(na);
+    float *out = att_falloc(nq), *lse = att_falloc(nl);
     float *dq = att_falloc(nq), *dk = att_falloc(nk), *dv = att_falloc(nk);
     float *g0q = att_falloc(nq), *g0k = att_falloc(nk), *g0v = att_falloc(nk);
     float *diff = att_falloc(nq > nk ? nq : nk);
-    double *outd = att_dalloc(nq), *Pd = att_dalloc(na), *drop = NULL;
+    double *outd = att_dalloc(nq), *Ld = att_dalloc(nl), *drop = NULL;
     double *gq = att_dalloc(nq), *gk = att_dalloc(nk), *gv = att_dalloc(nk);
     tfm_tensor tq = tfm_tensor3(q, c->B, c->Tq, C), tk = tfm_tensor3(k, c->B, c->Tk, C);
     tfm_tensor tv = tfm_tensor3(v, c->B, c->Tk, C), to = tfm_tensor3(out, c->B, c->Tq, C);
     tfm_tensor tdo = tfm_tensor3(dout, c->B, c->Tq, C);
     tfm_tensor tdq = tfm_tensor3(dq, c->B, c->Tq, C), tdk = tfm_tensor3(dk, c->B, c->Tk, C);
     tfm_tensor tdv = tfm_tensor3(dv, c->B, c->Tk, C);
-    tfm_tensor ta = tfm_tensor4(att, c->B, c->H, c->Tq, c->Tk);
-    tfm_tensor tt = tfm_tensor4(tmp, c->B, c->H, c->Tq, c->Tk);
+    tfm_tensor tl = tfm_tensor3(lse, c->B, c->H, c->Tq);
     tfm_attn_opts o;
     att_op_ref ref;
     char what[200];
@@ -327,25 +325,35 @@ static void att_run_op_case(const att_case *c) {
 
     /* forward: the outputs are written, never read (NaN-filled first) */
     att_fill_nan(out, nq);
-    att_fill_nan(att, na);
-    res = tfm_attention_forward(&to, &ta, c->dropout > 0 ? &tt : NULL, &tq, &tk, &tv, c->H, &o);
+    att_fill_nan(lse, nl);
+    res = tfm_attention_forward(&to, &tl, &tq, &tk, &tv, c->H, &o);
     CHECK_OK(res);
     if (res != TFM_OK) goto free_ref;
-    att_ref_sdpa(&ref.sd, ref.q, ref.k, ref.v, outd, Pd);
+    att_ref_sdpa(&ref.sd, ref.q, ref.k, ref.v, outd, Ld);
     snprintf(what, sizeof what, "%s: out", c->name);
     CHECK_REL(what, test_rel_err(out, outd, nq), ATT_TOL_FWD);
-    if (c->dropout == 0) {
-        /* att holds the probabilities (with dropout it may hold the dropped ones: not checked) */
-        snprintf(what, sizeof what, "%s: att", c->name);
-        CHECK_REL(what, test_rel_err(att, Pd, na), ATT_TOL_FWD);
+    {
+        /* lse: -inf exactly where the row sees no key, else the reference's log-sum-exp */
+        size_t n_inf = 0;
+        double err = 0, big = 0;
+        for (size_t i = 0; i < nl; i++) {
+            if (isinf(Ld[i]) || isinf(lse[i])) {
+                n_inf += !(isinf(Ld[i]) && isinf(lse[i]) && lse[i] < 0);
+                continue;
+            }
+            err = fmax(err, fabs((double)lse[i] - Ld[i]));
+            big = fmax(big, fabs(Ld[i]));
+        }
+        CHECK_MSG(n_inf == 0, "%s: %zu rows disagree on whether lse is -inf", c->name, n_inf);
+        snprintf(what, sizeof what, "%s: lse", c->name);
+        CHECK_REL(what, err / fmax(big, 1.0), ATT_TOL_FWD);
     }
 
     /* backward from zero */
     att_fd(att_op_loss, &ref, ref.q, nq, gq);
     att_fd(att_op_loss, &ref, ref.k, nk, gk);
     att_fd(att_op_loss, &ref, ref.v, nk, gv);
-    att_fill_nan(tmp, na);
-    res = tfm_attention_backward(&tdq, &tdk, &tdv, &tt, &tdo, &tq, &tk, &tv, &ta, c->H, &o);
+    res = tfm_attention_backward(&tdq, &tdk, &tdv, &tdo, &tq, &tk, &tv, &to, &tl, c->H, &o);
     CHECK_OK(res);
     if (res != TFM_OK) goto free_ref;
     snprintf(what, sizeof what, "%s: dq", c->name);
@@ -356,23 +364,19 @@ static void att_run_op_case(const att_case *c) {
     CHECK_REL(what, test_rel_err(dv, gv, nk), ATT_TOL_GRAD);
 
     /* nothing non-finite anywhere, and rows that see no key are exactly zero */
-    CHECK_MSG(att_count_nonfinite(out, nq) + att_count_nonfinite(att, na) +
-                  att_count_nonfinite(dq, nq) + att_count_nonfinite(dk, nk) +
+    CHECK_MSG(att_count_nonfinite(out, nq) + att_count_nonfinite(dq, nq) + att_count_nonfinite(dk, nk) +
                   att_count_nonfinite(dv, nk) == 0,
-              "%s: NaN or Inf in out, att or a gradient", c->name);
+              "%s: NaN or Inf in out or a gradient", c->name);
     for (int b = 0; b < c->B; b++)
         for (int i = 0; i < c->Tq; i++) {
-            size_t zo = 0, za = 0, zq = 0;
+            size_t zo = 0, zq = 0;
             if (att_n_visible(&ref.sd, b, i) > 0) continue;
             for (int ch = 0; ch < C; ch++) {
                 zo += out[((size_t)b * c->Tq + i) * C + ch] != 0.0f;
                 zq += dq[((size_t)b * c->Tq + i) * C + ch] != 0.0f;
             }
-            for (int h = 0; h < c->H; h++)
-                for (int j = 0; j < c->Tk; j++)
-                    za += att[(((size_t)b * c->H + h) * c->Tq + i) * c->Tk + j] != 0.0f;
-            CHECK_MSG(zo + za + zq == 0, "%s: b=%d query %d sees no key but has %zu non-zero outputs, "
-                      "%zu non-zero probabilities, %zu non-zero dq", c->name, b, i, zo, za, zq);
+            CHECK_MSG(zo + zq == 0, "%s: b=%d query %d sees no key but has %zu non-zero outputs, "
+                      "%zu non-zero dq", c->name, b, i, zo, zq);
         }
     if (c->key_lens)
         for (int b = 0; b < c->B; b++) {
@@ -391,8 +395,8 @@ static void att_run_op_case(const att_case *c) {
     memcpy(dq, g0q, nq * sizeof(float));
     memcpy(dk, g0k, nk * sizeof(float));
     memcpy(dv, g0v, nk * sizeof(float));
-    CHECK_OK(tfm_attention_forward(&to, &ta, c->dropout > 0 ? &tt : NULL, &tq, &tk, &tv, c->H, &o));
-    CHECK_OK(tfm_attention_backward(&tdq, &tdk, &tdv, &tt, &tdo, &tq, &tk, &tv, &ta, c->H, &o));
+    CHECK_OK(tfm_attention_forward(&to, &tl, &tq, &tk, &tv, c->H, &o));
+    CHECK_OK(tfm_attention_backward(&tdq, &tdk, &tdv, &tdo, &tq, &tk, &tv, &to, &tl, c->H, &o));
     /* dq - g0 has one extra rounding of u |g0| <= 3e-8, far below the tolerance */
     for (size_t i = 0; i < nq; i++) diff[i] = (float)((double)dq[i] - (double)g0q[i]);
     snprintf(what, sizeof what, "%s: dq accumulated", c->name);
@@ -407,9 +411,9 @@ static void att_run_op_case(const att_case *c) {
 free_ref:
     free(ref.q); free(ref.k); free(ref.v); free(ref.r);
 done:
-    free(q); free(k); free(v); free(dout); free(out); free(att); free(tmp);
+    free(q); free(k); free(v); free(dout); free(out); free(lse);
     free(dq); free(dk); free(dv); free(g0q); free(g0k); free(g0v); free(diff);
-    free(outd); free(Pd); free(drop); free(gq); free(gk); free(gv);
+    free(outd); free(Ld); free(drop); free(gq); free(gk); free(gv);
 }
 
 static att_case att_case_make(const char *name, int B, int H, int D, int Tq, int Tk) {
@@ -526,15 +530,15 @@ static void att_test_op_dropout_grad(void) {
    and backward); another seed gives another output */
 static void att_test_op_dropout_determinism(void) {
     const int B = 3, H = 2, D = 8, T = 24, C = H * D;
-    const size_t n = (size_t)B * T * C, na = (size_t)B * H * T * T;
+    const size_t n = (size_t)B * T * C, nl = (size_t)B * H * T;
     float *q = att_falloc(n), *k = att_falloc(n), *v = att_falloc(n), *dout = att_falloc(n);
     float *out1 = att_falloc(n), *out2 = att_falloc(n), *out3 = att_falloc(n), *out4 = att_falloc(n);
-    float *att = att_falloc(na), *tmp = att_falloc(na);
+    float *lse = att_falloc(nl);
     float *dq1 = att_falloc(n), *dk1 = att_falloc(n), *dv1 = att_falloc(n);
     float *dq2 = att_falloc(n), *dk2 = att_falloc(n), *dv2 = att_falloc(n);
     tfm_tensor tq = tfm_tensor3(q, B, T, C), tk = tfm_tensor3(k, B, T, C), tv = tfm_tensor3(v, B, T, C);
     tfm_tensor tdo = tfm_tensor3(dout, B, T, C);
-    tfm_tensor ta = tfm_tensor4(att, B, H, T, T), tt = tfm_tensor4(tmp, B, H, T, T);
+    tfm_tensor tl = tfm_tensor3(lse, B, H, T);
     tfm_tensor to1 = tfm_tensor3(out1, B, T, C), to2 = tfm_tensor3(out2, B, T, C);
     tfm_tensor to3 = tfm_tensor3(out3, B, T, C), to4 = tfm_tensor3(out4, B, T, C);
     tfm_tensor tdq1 = tfm_tensor3(dq1, B, T, C), tdk1 = tfm_tensor3(dk1, B, T, C);
@@ -554,28 +558,276 @@ static void att_test_op_dropout_determinism(void) {
     att_fill(dout, n, -1, 1);
 
     tfm_set_num_threads(1);
-    CHECK_OK(tfm_attention_forward(&to1, &ta, &tt, &tq, &tk, &tv, H, &o));
-    CHECK_OK(tfm_attention_backward(&tdq1, &tdk1, &tdv1, &tt, &tdo, &tq, &tk, &tv, &ta, H, &o));
-    CHECK_OK(tfm_attention_forward(&to2, &ta, &tt, &tq, &tk, &tv, H, &o));
+    CHECK_OK(tfm_attention_forward(&to1, &tl, &tq, &tk, &tv, H, &o));
+    CHECK_OK(tfm_attention_backward(&tdq1, &tdk1, &tdv1, &tdo, &tq, &tk, &tv, &to1, &tl, H, &o));
+    CHECK_OK(tfm_attention_forward(&to2, &tl, &tq, &tk, &tv, H, &o));
     CHECK_MSG(!memcmp(out1, out2, n * sizeof(float)), "dropout: same seed, different outputs");
 
     tfm_set_num_threads(2);
-    CHECK_OK(tfm_attention_forward(&to3, &ta, &tt, &tq, &tk, &tv, H, &o));
-    CHECK_OK(tfm_attention_backward(&tdq2, &tdk2, &tdv2, &tt, &tdo, &tq, &tk, &tv, &ta, H, &o));
+    CHECK_OK(tfm_attention_forward(&to3, &tl, &tq, &tk, &tv, H, &o));
+    CHECK_OK(tfm_attention_backward(&tdq2, &tdk2, &tdv2, &tdo, &tq, &tk, &tv, &to3, &tl, H, &o));
     CHECK_REL("dropout out, 1 vs 2 threads", test_rel_err_f(out3, out1, n), 1e-6);
     CHECK_REL("dropout dq, 1 vs 2 threads", test_rel_err_f(dq2, dq1, n), 1e-6);
     CHECK_REL("dropout dk, 1 vs 2 threads", test_rel_err_f(dk2, dk1, n), 1e-6);
     CHECK_REL("dropout dv, 1 vs 2 threads", test_rel_err_f(dv2, dv1, n), 1e-6);
 
     o.dropout_seed = 778;
-    CHECK_OK(tfm_attention_forward(&to4, &ta, &tt, &tq, &tk, &tv, H, &o));
+    CHECK_OK(tfm_attention_forward(&to4, &tl, &tq, &tk, &tv, H, &o));
     CHECK_MSG(memcmp(out1, out4, n * sizeof(float)) != 0, "dropout: seeds 777 and 778 give the same "
               "output");
     CHECK_MSG(att_count_nonfinite(out1, n) + att_count_nonfinite(dq1, n) + att_count_nonfinite(dk1, n) +
                   att_count_nonfinite(dv1, n) == 0, "dropout: NaN or Inf");
     tfm_set_num_threads(saved);
     free(q); free(k); free(v); free(dout); free(out1); free(out2); free(out3); free(out4);
-    free(att); free(tmp); free(dq1); free(dk1); free(dv1); free(dq2); free(dk2); free(dv2);
+    free(lse); free(dq1); free(dk1); free(dv1); free(dq2); free(dk2); free(dv2);
+}
+
+/* ---- the fused kernels against the unfused attention ----
+   What the library computed before its attention was fused, kept here as the reference: the whole
+   (B,H,Tq,Tk) matrix of probabilities, a softmax per row over the visible keys (plus the additive mask;
+   a row it hides entirely, or one with no visible key, is zero), dropout of element (b,h,i,j) by the hash
+   of (seed, batch_offset*H*Tq*Tk + ((b*H + h)*Tq + i)*Tk + j), and backward dS = P (dP - rowsum(P dP)).
+   Plain loops, double accumulators. The shapes cross the fused kernel's query blocks (64 rows) and key
+   blocks (256 keys) and end inside them; outputs and gradients must agree to 1e-5 relative. */
+
+#define ATT_TOL_FUSED 1e-5
+
+typedef struct att_unf {
+    int B, H, D, Tq, Tk;
+    tfm_attn_opts o;
+} att_unf;
+
+static int att_unf_visible(const att_unf *u, int b, int i, int j) {
+    return !(u->o.causal && j > i) && !(u->o.key_lens && j >= u->o.key_lens[b]);
+}
+
+/* out (B,Tq,C); P (B,H,Tq,Tk) the probabilities and F the dropout factors, both kept for backward */
+static void att_unf_forward(const att_unf *u, const float *q, const float *k, const float *v, double *out,
+                            double *P, double *F) {
+    const int C = u->H * u->D, D = u->D;
+    const double scale = u->o.scale != 0 ? (double)u->o.scale : 1.0 / sqrt((double)D);
+    const uint32_t thr = tfm__drop_threshold(u->o.dropout);
+    for (int b = 0; b < u->B; b++)
+        for (int h = 0; h < u->H; h++)
+            for (int i = 0; i < u->Tq; i++) {
+                size_t row = (((size_t)b * u->H + h) * u->Tq + i) * u->Tk;
+                double *p = P + row, mx = -INFINITY, sum = 0;
+                double *oi = out + ((size_t)b * u->Tq + i) * C + h * D;
+                for (int j = 0; j < u->Tk; j++) {
+                    double dot = 0;
+                    p[j] = -INFINITY;
+                    if (!att_unf_visible(u, b, i, j)) continue;
+                    for (int d = 0; d < D; d++)
+                        dot += (double)q[((size_t)b * u->Tq + i) * C + h * D + d] * k[((size_t)b * u->Tk + j) * C + h * D + d];
+                    p[j] = scale * dot;
+                    if (u->o.mask)
+                        p[j] += u->o.mask[((size_t)(u->o.mask_per_batch ? b : 0) * u->Tq + i) * u->Tk + j];
+                    if (p[j] > mx) mx = p[j];
+                }
+                for (int j = 0; j < u->Tk; j++) {
+                    p[j] = mx == -INFINITY ? 0 : exp(p[j] - mx);
+                    sum += p[j];
+                }
+                for (int d = 0; d < D; d++) oi[d] = 0;
+                for (int j = 0; j < u->Tk; j++) {
+                    uint64_t e = (uint64_t)(u->o.batch_offset * u->H * u->Tq * u->Tk) + row + (uint64_t)j;
+                    p[j] = sum > 0 ? p[j] / sum : 0;
+                    F[row + j] = u->o.dropout == 0 ? 1.0
+                                 : tfm__hash24(u->o.dropout_seed, e) >= thr ? 1.0 / (1.0 - u->o.dropout) : 0.0;
+                    for (int d = 0; d < D; d++) oi[d] += p[j] * F[row + j] * v[((size_t)b * u->Tk + j) * C + h * D + d];
+                }
+            }
+}
+
+static void att_unf_backward(const att_unf *u, const float *q, const float *k, const float *v, const float *dout,
+                             const double *P, const double *F, double *dq, double *dk, double *dv) {
+    const int C = u->H * u->D, D = u->D;
+    const double scale = u->o.scale != 0 ? (double)u->o.scale : 1.0 / sqrt((double)D);
+    double *dS = att_dalloc((size_t)u->Tk);
+    for (int b = 0; b < u->B; b++)
+        for (int h = 0; h < u->H; h++)
+            for (int i = 0; i < u->Tq; i++) {
+                size_t row = (((size_t)b * u->H + h) * u->Tq + i) * u->Tk;
+                const float *go = dout + ((size_t)b * u->Tq + i) * C + h * D;
+                double r = 0;
+                for (int j = 0; j < u->Tk; j++) {
+                    const float *vj = v + ((size_t)b * u->Tk + j) * C + h * D;
+                    double dp = 0;
+                    for (int d = 0; d < D; d++) {
+                        dp += (double)go[d] * vj[d];
+                        dv[((size_t)b * u->Tk + j) * C + h * D + d] += P[row + j] * F[row + j] * go[d];
+                    }
+                    dS[j] = dp * F[row + j];
+                    r += P[row + j] * dS[j];
+                }
+                for (int j = 0; j < u->Tk; j++) {
+                    double g = P[row + j] * (dS[j] - r) * scale;
+                    for (int d = 0; d < D; d++) {
+                        dq[((size_t)b * u->Tq + i) * C + h * D + d] += g * k[((size_t)b * u->Tk + j) * C + h * D + d];
+                        dk[((size_t)b * u->Tk + j) * C + h * D + d] += g * q[((size_t)b * u->Tq + i) * C + h * D + d];
+                    }
+                }
+            }
+    free(dS);
+}
+
+static void att_fused_case(const char *name, int B, int H, int D, int Tq, int Tk, const tfm_attn_opts *o) {
+    const int C = H * D;
+    const size_t nq = (size_t)B * Tq * C, nk = (size_t)B * Tk * C, na = (size_t)B * H * Tq * Tk;
+    float *q = att_falloc(nq), *k = att_falloc(nk), *v = att_falloc(nk), *dout = att_falloc(nq);
+    float *out = att_falloc(nq), *lse = att_falloc((size_t)B * H * Tq);
+    float *dq = att_falloc(nq), *dk = att_falloc(nk), *dv = att_falloc(nk);
+    double *outd = att_dalloc(nq), *P = att_dalloc(na), *F = att_dalloc(na);
+    double *gq = att_dalloc(nq), *gk = att_dalloc(nk), *gv = att_dalloc(nk);
+    tfm_tensor tq = tfm_tensor3(q, B, Tq, C), tk = tfm_tensor3(k, B, Tk, C), tv = tfm_tensor3(v, B, Tk, C);
+    tfm_tensor to = tfm_tensor3(out, B, Tq, C), tdo = tfm_tensor3(dout, B, Tq, C), tl = tfm_tensor3(lse, B, H, Tq);
+    tfm_tensor tdq = tfm_tensor3(dq, B, Tq, C), tdk = tfm_tensor3(dk, B, Tk, C), tdv = tfm_tensor3(dv, B, Tk, C);
+    att_unf u;
+    char what[200];
+    u.B = B; u.H = H; u.D = D; u.Tq = Tq; u.Tk = Tk;
+    u.o = *o;
+    att_fill(q, nq, -1.5f, 1.5f);
+    att_fill(k, nk, -1.5f, 1.5f);
+    att_fill(v, nk, -1, 1);
+    att_fill(dout, nq, -1, 1);
+    att_unf_forward(&u, q, k, v, outd, P, F);
+    att_unf_backward(&u, q, k, v, dout, P, F, gq, gk, gv);
+    CHECK_OK(tfm_attention_forward(&to, &tl, &tq, &tk, &tv, H, o));
+    CHECK_OK(tfm_attention_backward(&tdq, &tdk, &tdv, &tdo, &tq, &tk, &tv, &to, &tl, H, o));
+    snprintf(what, sizeof what, "fused %s: out", name);
+    CHECK_REL(what, test_rel_err(out, outd, nq), ATT_TOL_FUSED);
+    snprintf(what, sizeof what, "fused %s: dq", name);
+    CHECK_REL(what, test_rel_err(dq, gq, nq), ATT_TOL_FUSED);
+    snprintf(what, sizeof what, "fused %s: dk", name);
+    CHECK_REL(what, test_rel_err(dk, gk, nk), ATT_TOL_FUSED);
+    snprintf(what, sizeof what, "fused %s: dv", name);
+    CHECK_REL(what, test_rel_err(dv, gv, nk), ATT_TOL_FUSED);
+    CHECK_MSG(att_count_nonfinite(out, nq) + att_count_nonfinite(dq, nq) + att_count_nonfinite(dk, nk) +
+                  att_count_nonfinite(dv, nk) == 0, "fused %s: NaN or Inf", name);
+    free(q); free(k); free(v); free(dout); free(out); free(lse); free(dq); free(dk); free(dv);
+    free(outd); free(P); free(F); free(gq); free(gk); free(gv);
+}
+
+static void att_test_fused_masks(void) {
+    static const int32_t lens_a[] = {300, 131}, lens_b[] = {0, 257}, lens_c[] = {520, 257}, lens_d[] = {1, 513};
+    tfm_attn_opts o;
+    memset(&o, 0, sizeof o);
+    att_fused_case("none B2 H2 D8 T300", 2, 2, 8, 300, 300, &o);
+    att_fused_case("none B1 H1 D4 T1", 1, 1, 4, 1, 1, &o);
+    att_fused_case("none B1 H2 D8 Tq1 Tk513", 1, 2, 8, 1, 513, &o);
+    att_fused_case("none B1 H2 D8 Tq257 Tk1", 1, 2, 8, 257, 1, &o);
+    o.scale = 0.3f;
+    att_fused_case("scale 0.3 B2 H1 D16 Tq65 Tk257", 2, 1, 16, 65, 257, &o);
+    o.scale = 0.0f;
+    o.causal = 1;
+    att_fused_case("causal B2 H2 D8 T300", 2, 2, 8, 300, 300, &o);
+    att_fused_case("causal B1 H1 D8 Tq70 Tk520", 1, 1, 8, 70, 520, &o);
+    att_fused_case("causal B1 H1 D8 Tq520 Tk70", 1, 1, 8, 520, 70, &o);
+    o.key_lens = lens_a;
+    att_fused_case("causal+key_lens B2 H2 D8 T300", 2, 2, 8, 300, 300, &o);
+    o.key_lens = lens_b;
+    att_fused_case("causal+key_lens (one 0) B2 H1 D8 T300", 2, 1, 8, 300, 300, &o);
+    o.causal = 0;
+    att_fused_case("key_lens (one 0) B2 H1 D8 T300", 2, 1, 8, 300, 300, &o);
+    o.key_lens = lens_c;
+    att_fused_case("cross key_lens B2 H2 D8 Tq70 Tk520", 2, 2, 8, 70, 520, &o);
+    o.key_lens = lens_d;
+    att_fused_case("cross key_lens B2 H2 D8 Tq1 Tk513", 2, 2, 8, 1, 513, &o);
+}
+
+/* the additive mask: scattered -inf, rows it hides entirely, and rows whose whole first key block it
+   hides (their running maximum starts at the second block) */
+static void att_test_fused_additive(void) {
+    const int Tq = 130, Tk = 300, B = 2;
+    static const int32_t lens[] = {300, 280};
+    float *mask = att_falloc((size_t)B * Tq * Tk);
+    tfm_attn_opts o;
+    memset(&o, 0, sizeof o);
+    att_fill(mask, (size_t)B * Tq * Tk, -2, 2);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < Tq; i++)
+            for (int j = 0; j < Tk; j++) {
+                float *m = mask + ((size_t)b * Tq + i) * Tk + j;
+                if ((i * 7 + j) % 11 == 0 || i % 50 == 3 || (i % 50 == 5 + b && j < 256)) *m = -INFINITY;
+            }
+    o.mask = mask;
+    att_fused_case("mask (Tq,Tk) B2 H2 D8 Tq130 Tk300", 2, 2, 8, Tq, Tk, &o);
+    o.key_lens = lens;
+    att_fused_case("mask (Tq,Tk)+key_lens B2 H2 D8 Tq130 Tk300", 2, 2, 8, Tq, Tk, &o);
+    o.key_lens = NULL;
+    o.mask_per_batch = 1;
+    att_fused_case("mask (B,Tq,Tk) B2 H2 D8 Tq130 Tk300", 2, 2, 8, Tq, Tk, &o);
+    o.causal = 1;
+    att_fused_case("mask (B,Tq,Tk)+causal B2 H1 D8 Tq130 Tk300", 2, 1, 8, Tq, Tk, &o);
+    free(mask);
+}
+
+/* dropout: the same hashed masks as the unfused attention, batch offset included */
+static void att_test_fused_dropout(void) {
+    static const int32_t lens[] = {300, 199};
+    tfm_attn_opts o;
+    memset(&o, 0, sizeof o);
+    o.dropout = 0.2f;
+    o.dropout_seed = 4242;
+    att_fused_case("dropout B2 H2 D8 T300", 2, 2, 8, 300, 300, &o);
+    o.causal = 1;
+    o.key_lens = lens;
+    o.batch_offset = 3;
+    att_fused_case("dropout causal+key_lens offset 3 B2 H2 D8 T300", 2, 2, 8, 300, 300, &o);
+    o.causal = 0;
+    o.key_lens = NULL;
+    att_fused_case("dropout cross B1 H2 D8 Tq65 Tk520", 1, 2, 8, 65, 520, &o);
+}
+
+/* decoding against the key/value cache past the key block boundary (256): a 250-token prompt, a chunk
+   of 5 more at once (queries at positions 250.., causal over the cache), then one token per call up to
+   300; each call's last-row logits against a full forward over the whole sequence (1e-5 relative:
+   the same arithmetic in other blocks and orders) */
+static void att_test_fused_decode(void) {
+    enum { N = 300, V = 13 };
+    tfm_config c;
+    tfm_model m;
+    tfm_batch b;
+    tfm_kv_cache kc;
+    int32_t seq[N];
+    float *full;
+    int t;
+    memset(&c, 0, sizeof c);
+    c.kind = TFM_MODEL_DECODER_LM;
+    c.vocab_size = V;
+    c.d_model = 16;
+    c.n_heads = 4;
+    c.n_layers = 2;
+    c.max_len = N;
+    c.max_batch = 1;
+    c.norm_first = 1;
+    c.init_std = 0.3f;
+    c.seed = 11;
+    for (t = 0; t < N; t++) seq[t] = (int32_t)((t * 7 + t / 5) % V);
+    CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+    if (!m.impl) return;
+    tfm_model_train(&m, 0);
+    memset(&b, 0, sizeof b);
+    b.batch = 1;
+    b.len = N;
+    b.tokens = seq;
+    CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
+    full = (float *)malloc((size_t)N * V * sizeof(float));
+    memcpy(full, tfm_model_logits(&m).data, (size_t)N * V * sizeof(float));
+    CHECK_OK(tfm_kv_cache_init(&kc, &m, 1, 0));
+    tfm__decode(&m, &kc, seq, 1, 250, NULL, 0);
+    CHECK_REL("decode: prompt of 250", test_rel_err_f(m.impl->logits, full + (int64_t)249 * V, V), 1e-5);
+    tfm__decode(&m, &kc, seq + 250, 1, 5, NULL, 0);
+    CHECK_REL("decode: chunk 250..254", test_rel_err_f(m.impl->logits, full + (int64_t)254 * V, V), 1e-5);
+    for (t = 255; t < N; t++) {
+        char what[64];
+        tfm__decode(&m, &kc, seq + t, 1, 1, NULL, 0);
+        snprintf(what, sizeof what, "decode: position %d", t);
+        CHECK_REL(what, test_rel_err_f(m.impl->logits, full + (int64_t)t * V, V), 1e-5);
+    }
+    tfm_kv_cache_free(&kc);
+    free(full);
+    tfm_model_free(&m);
 }
 
 /* ---- the layer: tfm_mha_* ---- */
@@ -935,6 +1187,10 @@ static void suite_attention(void) {
     RUN(att_test_op_cross);
     RUN(att_test_op_dropout_grad);
     RUN(att_test_op_dropout_determinism);
+    RUN(att_test_fused_masks);
+    RUN(att_test_fused_additive);
+    RUN(att_test_fused_dropout);
+    RUN(att_test_fused_decode);
     RUN(att_test_mha_self);
     RUN(att_test_mha_causal);
     RUN(att_test_mha_padding);

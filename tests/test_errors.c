@@ -787,96 +787,93 @@ static void err_pooling(void) {
 
 static void err_attention(void) {
     /* B 2, Tq 3, Tk 5, C 8, H 2 */
-    float *q = err_in(0), *k = err_in(1), *v = err_in(2), *out = err_buf(3), *att = err_buf(4);
-    float *tmp = err_buf(5), *dq = err_buf(6), *dk = err_buf(7);
+    float *q = err_in(0), *k = err_in(1), *v = err_in(2), *out = err_buf(3), *lse = err_buf(4);
+    float *dq = err_buf(6), *dk = err_buf(7);
     tfm_tensor tq = tfm_tensor3(q, 2, 3, 8), tk = tfm_tensor3(k, 2, 5, 8), tv = tfm_tensor3(v, 2, 5, 8);
-    tfm_tensor tout = tfm_tensor3(out, 2, 3, 8), tatt = tfm_tensor4(att, 2, 2, 3, 5);
-    tfm_tensor ttmp = tfm_tensor4(tmp, 2, 2, 3, 5), tdq = tfm_tensor3(dq, 2, 3, 8), tdk = tfm_tensor3(dk, 2, 5, 8);
+    tfm_tensor tout = tfm_tensor3(out, 2, 3, 8), tlse = tfm_tensor3(lse, 2, 2, 3);
+    tfm_tensor tdq = tfm_tensor3(dq, 2, 3, 8), tdk = tfm_tensor3(dk, 2, 5, 8);
     tfm_tensor bad;
     tfm_attn_opts o;
     int32_t lens_high[2] = {5, 6}, lens_neg[2] = {-1, 5};
     memset(&o, 0, sizeof o);
 
-    CHECK_ERR(tfm_attention_forward(&tout, &tatt, NULL, &tq, &tk, &tv, 3, &o), TFM_E_ARG, "tfm_attention_forward");
+    CHECK_ERR(tfm_attention_forward(&tout, &tlse, &tq, &tk, &tv, 3, &o), TFM_E_ARG, "tfm_attention_forward");
     ERR_HAS("n_heads");
-    CHECK_ERR(tfm_attention_forward(&tout, &tatt, NULL, &tq, &tk, &tv, 0, &o), TFM_E_ARG, "tfm_attention_forward");
+    CHECK_ERR(tfm_attention_forward(&tout, &tlse, &tq, &tk, &tv, 0, &o), TFM_E_ARG, "tfm_attention_forward");
     ERR_HAS("n_heads");
     bad = tfm_tensor3(k, 2, 5, 6);
-    CHECK_ERR(tfm_attention_forward(&tout, &tatt, NULL, &tq, &bad, &tv, 2, &o), TFM_E_SHAPE,
-              "tfm_attention_forward");
+    CHECK_ERR(tfm_attention_forward(&tout, &tlse, &tq, &bad, &tv, 2, &o), TFM_E_SHAPE, "tfm_attention_forward");
     ERR_HAS("(2,3,8)");
     ERR_HAS("(2,5,6)");
     bad = tfm_tensor3(v, 2, 4, 8);
-    CHECK_ERR(tfm_attention_forward(&tout, &tatt, NULL, &tq, &tk, &bad, 2, &o), TFM_E_SHAPE,
-              "tfm_attention_forward");
+    CHECK_ERR(tfm_attention_forward(&tout, &tlse, &tq, &tk, &bad, 2, &o), TFM_E_SHAPE, "tfm_attention_forward");
     ERR_HAS("(2,4,8)");
     bad = tfm_tensor3(k, 3, 5, 8);
-    CHECK_ERR(tfm_attention_forward(&tout, &tatt, NULL, &tq, &bad, &tv, 2, &o), TFM_E_SHAPE,
-              "tfm_attention_forward");
+    CHECK_ERR(tfm_attention_forward(&tout, &tlse, &tq, &bad, &tv, 2, &o), TFM_E_SHAPE, "tfm_attention_forward");
     ERR_HAS("(3,5,8)");
-    bad = tfm_tensor4(att, 2, 2, 3, 4);
-    CHECK_ERR(tfm_attention_forward(&tout, &bad, NULL, &tq, &tk, &tv, 2, &o), TFM_E_SHAPE,
-              "tfm_attention_forward");
-    ERR_HAS("(2,2,3,4)");
+    bad = tfm_tensor3(lse, 2, 2, 4);
+    CHECK_ERR(tfm_attention_forward(&tout, &bad, &tq, &tk, &tv, 2, &o), TFM_E_SHAPE, "tfm_attention_forward");
+    ERR_HAS("(2,2,4)");
+    bad = tfm_tensor4(lse, 2, 2, 3, 5);
+    CHECK_ERR(tfm_attention_forward(&tout, &bad, &tq, &tk, &tv, 2, &o), TFM_E_SHAPE, "tfm_attention_forward");
+    ERR_HAS("(2,2,3,5)");
     bad = tfm_tensor3(out, 2, 5, 8);
-    CHECK_ERR(tfm_attention_forward(&bad, &tatt, NULL, &tq, &tk, &tv, 2, &o), TFM_E_SHAPE,
-              "tfm_attention_forward");
+    CHECK_ERR(tfm_attention_forward(&bad, &tlse, &tq, &tk, &tv, 2, &o), TFM_E_SHAPE, "tfm_attention_forward");
     ERR_HAS("(2,5,8)");
-    CHECK_ERR(tfm_attention_forward(&tout, NULL, NULL, &tq, &tk, &tv, 2, &o), TFM_E_ARG, "tfm_attention_forward");
-    CHECK_ERR(tfm_attention_forward(&tout, &tatt, NULL, NULL, &tk, &tv, 2, &o), TFM_E_ARG, "tfm_attention_forward");
+    CHECK_ERR(tfm_attention_forward(&tout, NULL, &tq, &tk, &tv, 2, &o), TFM_E_ARG, "tfm_attention_forward");
+    CHECK_ERR(tfm_attention_forward(&tout, &tlse, NULL, &tk, &tv, 2, &o), TFM_E_ARG, "tfm_attention_forward");
     /* key lengths outside [0,Tk] */
     o.key_lens = lens_high;
-    CHECK_ERR(tfm_attention_forward(&tout, &tatt, NULL, &tq, &tk, &tv, 2, &o), TFM_E_ARG, "tfm_attention_forward");
+    CHECK_ERR(tfm_attention_forward(&tout, &tlse, &tq, &tk, &tv, 2, &o), TFM_E_ARG, "tfm_attention_forward");
     ERR_HAS("6");
     o.key_lens = lens_neg;
-    CHECK_ERR(tfm_attention_forward(&tout, &tatt, NULL, &tq, &tk, &tv, 2, &o), TFM_E_ARG, "tfm_attention_forward");
+    CHECK_ERR(tfm_attention_forward(&tout, &tlse, &tq, &tk, &tv, 2, &o), TFM_E_ARG, "tfm_attention_forward");
     ERR_HAS("-1");
     o.key_lens = NULL;
-    /* dropout: p outside [0,1]; p > 0 needs tmp */
+    /* dropout: p outside [0,1] */
     o.dropout = 1.5f;
-    CHECK_ERR(tfm_attention_forward(&tout, &tatt, &ttmp, &tq, &tk, &tv, 2, &o), TFM_E_ARG, "tfm_attention_forward");
+    CHECK_ERR(tfm_attention_forward(&tout, &tlse, &tq, &tk, &tv, 2, &o), TFM_E_ARG, "tfm_attention_forward");
     ERR_HAS("dropout");
     o.dropout = -0.5f;
-    CHECK_ERR(tfm_attention_forward(&tout, &tatt, &ttmp, &tq, &tk, &tv, 2, &o), TFM_E_ARG, "tfm_attention_forward");
+    CHECK_ERR(tfm_attention_forward(&tout, &tlse, &tq, &tk, &tv, 2, &o), TFM_E_ARG, "tfm_attention_forward");
     ERR_HAS("dropout");
-    o.dropout = 0.5f;
-    CHECK_ERR(tfm_attention_forward(&tout, &tatt, NULL, &tq, &tk, &tv, 2, &o), TFM_E_ARG, "tfm_attention_forward");
-    ERR_HAS("tmp");
     o.dropout = 0.0f;
     o.scale = (float)NAN;
-    CHECK_ERR(tfm_attention_forward(&tout, &tatt, NULL, &tq, &tk, &tv, 2, &o), TFM_E_ARG, "tfm_attention_forward");
+    CHECK_ERR(tfm_attention_forward(&tout, &tlse, &tq, &tk, &tv, 2, &o), TFM_E_ARG, "tfm_attention_forward");
     ERR_HAS("scale");
     o.scale = 0.0f;
     ERR_UNTOUCHED(out, 48);
-    ERR_UNTOUCHED(att, 60);
-    ERR_UNTOUCHED(tmp, 60);
+    ERR_UNTOUCHED(lse, 12);
 
     /* backward after a real forward */
-    CHECK_OK(tfm_attention_forward(&tout, &tatt, NULL, &tq, &tk, &tv, 2, &o));
-    err_buf(5);
-    CHECK_ERR(tfm_attention_backward(&tdq, &tdk, NULL, NULL, &tout, &tq, &tk, &tv, &tatt, 2, &o), TFM_E_ARG,
-              "tfm_attention_backward");
-    ERR_HAS("tmp");
+    CHECK_OK(tfm_attention_forward(&tout, &tlse, &tq, &tk, &tv, 2, &o));
     bad = tfm_tensor3(dq, 2, 3, 4);
-    CHECK_ERR(tfm_attention_backward(&bad, &tdk, NULL, &ttmp, &tout, &tq, &tk, &tv, &tatt, 2, &o), TFM_E_SHAPE,
+    CHECK_ERR(tfm_attention_backward(&bad, &tdk, NULL, &tout, &tq, &tk, &tv, &tout, &tlse, 2, &o), TFM_E_SHAPE,
               "tfm_attention_backward");
     ERR_HAS("(2,3,4)");
     bad = tfm_tensor3(out, 2, 3, 6);
-    CHECK_ERR(tfm_attention_backward(&tdq, &tdk, NULL, &ttmp, &bad, &tq, &tk, &tv, &tatt, 2, &o), TFM_E_SHAPE,
+    CHECK_ERR(tfm_attention_backward(&tdq, &tdk, NULL, &bad, &tq, &tk, &tv, &tout, &tlse, 2, &o), TFM_E_SHAPE,
               "tfm_attention_backward");
     ERR_HAS("(2,3,6)");
-    bad = tfm_tensor4(att, 2, 2, 5, 3);
-    CHECK_ERR(tfm_attention_backward(&tdq, &tdk, NULL, &ttmp, &tout, &tq, &tk, &tv, &bad, 2, &o), TFM_E_SHAPE,
+    CHECK_ERR(tfm_attention_backward(&tdq, &tdk, NULL, &tout, &tq, &tk, &tv, &bad, &tlse, 2, &o), TFM_E_SHAPE,
               "tfm_attention_backward");
-    ERR_HAS("(2,2,5,3)");
+    ERR_HAS("(2,3,6)");
+    bad = tfm_tensor3(lse, 2, 3, 2);
+    CHECK_ERR(tfm_attention_backward(&tdq, &tdk, NULL, &tout, &tq, &tk, &tv, &tout, &bad, 2, &o), TFM_E_SHAPE,
+              "tfm_attention_backward");
+    ERR_HAS("(2,3,2)");
     o.key_lens = lens_high;
-    CHECK_ERR(tfm_attention_backward(&tdq, &tdk, NULL, &ttmp, &tout, &tq, &tk, &tv, &tatt, 2, &o), TFM_E_ARG,
+    CHECK_ERR(tfm_attention_backward(&tdq, &tdk, NULL, &tout, &tq, &tk, &tv, &tout, &tlse, 2, &o), TFM_E_ARG,
               "tfm_attention_backward");
     ERR_HAS("6");
     o.key_lens = NULL;
-    CHECK_ERR(tfm_attention_backward(&tdq, &tdk, NULL, &ttmp, NULL, &tq, &tk, &tv, &tatt, 2, &o), TFM_E_ARG,
+    CHECK_ERR(tfm_attention_backward(&tdq, &tdk, NULL, NULL, &tq, &tk, &tv, &tout, &tlse, 2, &o), TFM_E_ARG,
               "tfm_attention_backward");
-    CHECK_ERR(tfm_attention_backward(&tdq, &tdk, NULL, &ttmp, &tout, &tq, &tk, &tv, &tatt, 3, &o), TFM_E_ARG,
+    CHECK_ERR(tfm_attention_backward(&tdq, &tdk, NULL, &tout, &tq, &tk, &tv, NULL, &tlse, 2, &o), TFM_E_ARG,
+              "tfm_attention_backward");
+    CHECK_ERR(tfm_attention_backward(&tdq, &tdk, NULL, &tout, &tq, &tk, &tv, &tout, NULL, 2, &o), TFM_E_ARG,
+              "tfm_attention_backward");
+    CHECK_ERR(tfm_attention_backward(&tdq, &tdk, NULL, &tout, &tq, &tk, &tv, &tout, &tlse, 3, &o), TFM_E_ARG,
               "n_heads");
     ERR_UNTOUCHED(dq, 48);
     ERR_UNTOUCHED(dk, 80);

@@ -285,14 +285,13 @@ static void torch_attn_case(const char *name) {
         adims[1] = H;
         adims[2] = Tq;
         adims[3] = Tk;
-        int64_t na = B * H * Tq * Tk;
-        float *ybuf = torch_buf(B * Tq * C, 1), *abuf = torch_buf(na, 1), *tbuf = torch_buf(na, 1);
+        int64_t na = B * H * Tq * Tk, D = C / H;
+        float *ybuf = torch_buf(B * Tq * C, 1), *lbuf = torch_buf(B * H * Tq, 1), *abuf = torch_buf(na, 1);
         float *dq = torch_buf(B * Tq * C, 0), *dk = torch_buf(B * Tk * C, 0),
               *dv = torch_buf(B * Tk * C, 0);
-        if (!ybuf || !abuf || !tbuf || !dq || !dk || !dv) goto done;
+        if (!ybuf || !lbuf || !abuf || !dq || !dk || !dv) goto done;
         tfm_tensor qt = torch_in(q), kt = torch_in(k), vt = torch_in(v), dyt = torch_in(dy);
-        tfm_tensor yt = torch_view(ybuf, 3, q->dims), at = torch_view(abuf, 4, adims),
-                   tt = torch_view(tbuf, 4, adims);
+        tfm_tensor yt = torch_view(ybuf, 3, q->dims), lt = torch_view(lbuf, 3, adims);
         tfm_tensor dqt = torch_view(dq, 3, q->dims), dkt = torch_view(dk, 3, k->dims),
                    dvt = torch_view(dv, 3, v->dims);
         tfm_attn_opts o;
@@ -300,12 +299,24 @@ static void torch_attn_case(const char *name) {
         o.causal = causal;
         o.key_lens = lens ? lens->i32 : NULL;
         o.scale = scale;
-        tfm_result r = tfm_attention_forward(&yt, &at, &tt, &qt, &kt, &vt, H, &o);
+        tfm_result r = tfm_attention_forward(&yt, &lt, &qt, &kt, &vt, H, &o);
         CHECK_OK(r);
         if (r != TFM_OK) goto done;
         torch_cmp(fx, "y", ybuf, B * Tq * C);
+        /* the probabilities torch saw, from the log-sum-exps: P = exp(scale q.k - lse) on the visible keys */
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t i = 0; i < Tq; i++)
+                    for (int64_t j = 0; j < Tk; j++) {
+                        const float *qi = q->f32 + (b * Tq + i) * C + h * D, *kj = k->f32 + (b * Tk + j) * C + h * D;
+                        double L = lbuf[(b * H + h) * Tq + i], dot = 0;
+                        int vis = (!causal || j <= i) && (!lens || j < lens->i32[b]) && !isinf(L);
+                        for (int64_t d = 0; d < D; d++) dot += (double)qi[d] * kj[d];
+                        abuf[((b * H + h) * Tq + i) * Tk + j] =
+                            vis ? (float)exp((scale != 0 ? scale : 1.0 / sqrt((double)D)) * dot - L) : 0.0f;
+                    }
         torch_cmp(fx, "att", abuf, na);
-        r = tfm_attention_backward(&dqt, &dkt, &dvt, &tt, &dyt, &qt, &kt, &vt, &at, H, &o);
+        r = tfm_attention_backward(&dqt, &dkt, &dvt, &dyt, &qt, &kt, &vt, &yt, &lt, H, &o);
         CHECK_OK(r);
         if (r != TFM_OK) goto done;
         torch_cmp(fx, "grad.q", dq, B * Tq * C);
