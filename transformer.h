@@ -5361,8 +5361,8 @@ TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int
    the logits of each row's last position to logits (B,V) and advances kc->len by n. A cache of more
    rows than cfg.max_batch (a wide beam) is decoded max_batch rows at a time, each chunk through a
    view of the cache whose slots start at its first row; memory is then already in the cache. */
-static void tfm__decode(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const float *memory, int S,
-                        float *logits) {
+static void tfm__decode_into(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const float *memory,
+                             int S, float *logits) {
     const tfm_config *c = &m->cfg;
     int encdec = c->kind == TFM_MODEL_ENCODER_DECODER, r0, nb;
     int64_t C = c->d_model, V = encdec ? c->tgt_vocab_size : c->vocab_size;
@@ -5381,6 +5381,11 @@ static void tfm__decode(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int 
     }
     kc->len += n;
     if (encdec && !kc->src_len) kc->src_len = S;
+}
+
+/* tfm__decode_into the model's own logits (B <= cfg.max_batch rows). */
+static void tfm__decode(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const float *memory, int S) {
+    tfm__decode_into(m, kc, ids, B, n, memory, S, m->impl->logits);
 }
 
 /* One sampling candidate: a token's probability and id (top-k and top-p sort these). */
@@ -5623,7 +5628,7 @@ static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32
     }
     /* every row shares the positions: the common prefix at once, then one position per step, where a row
        whose prompt goes on is fed its next prompt id and the others their last chosen token */
-    tfm__decode(m, &kc, ids, B, p_min, memory, S, m->impl->logits);
+    tfm__decode(m, &kc, ids, B, p_min, memory, S);
     nact = B;
     for (fed = p_min;; fed++) {
         int nn = 0, dropped = 0;
@@ -5651,7 +5656,7 @@ static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32
         if (nn == 0) break;
         if (dropped) tfm_kv_cache_reorder(&kc, from, nn); /* the rows that go on, in place */
         nact = nn;
-        tfm__decode(m, &kc, tok, nact, 1, memory, S, m->impl->logits);
+        tfm__decode(m, &kc, tok, nact, 1, memory, S);
     }
     tfm_kv_cache_free(&kc);
     TFM_FREE(work, m->cfg.user);
@@ -5818,7 +5823,7 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
         memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
         S = src_len;
     }
-    tfm__decode(m, &kc, prompt, 1, n_prompt, memory, S, logits);
+    tfm__decode_into(m, &kc, prompt, 1, n_prompt, memory, S, logits);
     live_score[0] = 0.0;
     for (t = 0; t < max_new; t++) {
         int n_new = 0, nc = 0;
@@ -5870,7 +5875,7 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
         memcpy(live_score, new_score, (size_t)n_new * sizeof(double));
         n_live = n_new;
         tfm_kv_cache_reorder(&kc, from, n_live); /* in place: only rows taken twice are copied */
-        tfm__decode(m, &kc, next, n_live, 1, memory, S, logits);
+        tfm__decode_into(m, &kc, next, n_live, 1, memory, S, logits);
     }
     /* the n_best by length-penalised score, best first (a selection sort) */
     for (i = 0; i < hy.n && i < n_best; i++) {

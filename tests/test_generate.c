@@ -62,7 +62,7 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
         int32_t prompt[6];
         memcpy(prompt, seq, 3 * sizeof(int32_t));
         memcpy(prompt + 3, seq + n_total, 3 * sizeof(int32_t));
-        tfm__decode(&m, &kc, prompt, 2, n_prompt, memory, 9, m.impl->logits);
+        tfm__decode(&m, &kc, prompt, 2, n_prompt, memory, 9);
     }
     for (t = n_prompt;; t++) {
         int32_t tok[2];
@@ -81,7 +81,7 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
         }
         tok[0] = seq[t];
         tok[1] = t >= swap_at ? seq[t] : seq[n_total + t];
-        tfm__decode(&m, &kc, tok, 2, 1, memory, 9, m.impl->logits);
+        tfm__decode(&m, &kc, tok, 2, 1, memory, 9);
     }
     tfm_kv_cache_free(&kc);
     free(full);
