@@ -769,8 +769,9 @@ typedef struct tfm_kv_cache {
     void *owned, *user;   /* the allocation, and the allocator's user pointer (the model's cfg.user) */
 } tfm_kv_cache;
 
-/* A cache for model m's decoder: max_batch rows (0: cfg.max_batch) of up to max_len positions (0: the
-   model's decoder length, cfg.max_len or cfg.max_tgt_len, which is also the most it may be).
+/* A cache for model m's decoder: max_batch rows (0: cfg.max_batch; more rows than cfg.max_batch are
+   decoded cfg.max_batch at a time) of up to max_len positions (0: the model's decoder length, cfg.max_len
+   or cfg.max_tgt_len, which is also the most it may be).
    TFM_E_NOMEM if the allocation fails. */
 TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len);
 TFMDEF void tfm_kv_cache_free(tfm_kv_cache *c);
@@ -805,7 +806,7 @@ typedef struct tfm_gen_opts {
     int n_stop;
     tfm_token_fn on_token;  /* streaming callback (may be NULL), called with on_token_user */
     void *on_token_user;
-    int beam_width;       /* tfm_model_beam_search: beams kept per step, in [1, V] and at most cfg.max_batch; 0 -> 4 */
+    int beam_width;       /* tfm_model_beam_search: beams kept per step, in [1, V]; 0 -> 4 */
     float length_penalty; /* tfm_model_beam_search: GNMT's alpha: hypotheses rank by logp / ((5 + n) / 6)^alpha,
                              n their length (stop token included); 0 -> none */
 } tfm_gen_opts;
@@ -839,7 +840,7 @@ TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len,
    The n_best (in [1, beam_width]) best, by length-penalised score, go to out + i * out_stride (out_stride
    >= max_new), their lengths to lens[i] and their scores (sum of log-probabilities) to scores[i] (lens
    and scores may be NULL); *n_found (may be NULL) how many were found (n_best unless the vocabulary is
-   exhausted). TFM_E_SHAPE when beam_width exceeds cfg.max_batch. */
+   exhausted). beam_width may exceed cfg.max_batch: the beams then run cfg.max_batch rows at a time. */
 TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
                                         int n_prompt, const tfm_gen_opts *opts, int n_best, int32_t *out,
                                         int out_stride, int *lens, float *scores, int *n_found);
@@ -4562,7 +4563,13 @@ static void tfm__reg_norm(tfm_model *m, tfm_rng *rng, tfm_layernorm *n, const ch
 }
 
 
-/* A stack of n layers named "<prefix>.layers.<i>." */
+/* How many layer outputs a stack of n layers keeps: all of them for backward, else two in turn. */
+static int tfm__stack_bufs(int n, int grad) { return grad || n < 2 ? n : 2; }
+
+/* A stack of n layers named "<prefix>.layers.<i>.", and the outputs of its layers in *outbuf: one
+   (max_batch, max_len, C) buffer per layer for backward, or (no_grad) two that alternate. Without
+   gradients nothing a layer saves is read after the layer returns, so every layer of the stack carves
+   its activations over the same bytes: a stack's activations are one layer's, whatever its depth. */
 static tfm_result tfm__build_stack(tfm_model *m, tfm_rng *rng, tfm_mem *mem, tfm_block **out, float **outbuf, int n,
                                    const tfm_block_desc *d, const char *prefix) {
     tfm_block tmp, *blks;
@@ -4570,11 +4577,13 @@ static tfm_result tfm__build_stack(tfm_model *m, tfm_rng *rng, tfm_mem *mem, tfm
     size_t BTC = (size_t)d->max_batch * d->max_len * d->d_model;
     blks = (tfm_block *)tfm_arena_alloc(&mem->acts, (size_t)n * sizeof(tfm_block));
     *out = blks;
-    *outbuf = tfm__carve(&mem->acts, (size_t)n * BTC);
+    *outbuf = tfm__carve(&mem->acts, (size_t)tfm__stack_bufs(n, !mem->no_grad) * BTC);
     for (i = 0; i < n; i++) {
         tfm_block *b = blks ? &blks[i] : &tmp;
         char pre[48];
+        size_t mark = mem->acts.used;
         TFM__TRY(tfm_block_init(b, d, mem));
+        if (mem->no_grad && i + 1 < n) mem->acts.used = mark; /* the next layer reuses these activations */
         snprintf(pre, sizeof pre, "%s.layers.%d.", prefix, i);
         tfm__named e[TFM__MAX_NAMED];
         int k, ne = tfm__block_named(b, e);
@@ -5012,7 +5021,7 @@ static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, in
     o.training = m->impl->training;
     o.batch_offset = m->impl->batch_offset;
     for (l = 0; l < n; l++) {
-        float *out = buf + l * BTC;
+        float *out = buf + (l % tfm__stack_bufs(n, m->impl->has_grad)) * BTC;
         o.seed = tfm__seed_mix(m->impl->fwd_seed, site + (uint64_t)l);
         tfm__block_fwd(&blks[l], out, cur, mem, B, T, Tk, &o, kc, l);
         cur = out;
@@ -5340,9 +5349,9 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier has no decoder", fn);
     encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
     limit = encdec ? m->cfg.max_tgt_len : m->cfg.max_len;
-    if (max_batch < 0 || max_batch > m->cfg.max_batch || max_len < 0 || max_len > limit)
-        return tfm__fail(TFM_E_ARG, "%s: max_batch %d and max_len %d must be in [0,%d] and [0,%d] (the model's limits)", fn,
-                         max_batch, max_len, m->cfg.max_batch, limit);
+    if (max_batch < 0 || max_len < 0 || max_len > limit)
+        return tfm__fail(TFM_E_ARG, "%s: max_batch %d must be >= 0 and max_len %d in [0,%d] (the model's limit)", fn,
+                         max_batch, max_len, limit);
     memset(c, 0, sizeof *c);
     c->n_layers = m->impl->n_dec;
     c->max_batch = max_batch ? max_batch : m->cfg.max_batch;
@@ -5427,18 +5436,35 @@ TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int
 }
 
 /* Decode ids (B,n) at positions kc->len.. with every layer's cache: the same block code as training,
-   on the new rows only. memory (B,S,C): an encoder-decoder's source, read on the first call. Leaves
-   the logits of each row's last position in m->impl->logits (B,V) and advances kc->len by n. */
-static void tfm__decode(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const float *memory, int S) {
+   on the new rows only. memory (B,S,C): an encoder-decoder's source, read on the first call. Writes
+   the logits of each row's last position to logits (B,V) and advances kc->len by n. A cache of more
+   rows than cfg.max_batch (a wide beam) is decoded max_batch rows at a time, each chunk through a
+   view of the cache whose slots start at its first row; memory is then already in the cache. */
+static void tfm__decode_into(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const float *memory,
+                             int S, float *logits) {
     const tfm_config *c = &m->cfg;
-    int encdec = c->kind == TFM_MODEL_ENCODER_DECODER;
+    int encdec = c->kind == TFM_MODEL_ENCODER_DECODER, r0, nb;
     int64_t C = c->d_model, V = encdec ? c->tgt_vocab_size : c->vocab_size;
-    const float *h = tfm__decoder_fwd(m, ids, NULL, B, n, memory, kc->src_len ? kc->src_len : S,
-                                      kc->has_src_lens ? kc->src_lens : NULL, kc);
-    /* the head on row n-1 of each sequence: rows of stride n*C */
-    tfm__op_linear(m->impl->device, m->impl->logits, V, h + (n - 1) * C, n * C, m->impl->head.weight.data, NULL, B, C, V);
+    for (r0 = 0; r0 < B; r0 += nb) {
+        tfm_kv_cache part = *kc;
+        const float *h;
+        nb = TFM__MIN(B - r0, c->max_batch);
+        part.slot = kc->slot + r0;
+        part.src_lens = kc->src_lens + r0;
+        h = tfm__decoder_fwd(m, ids + (int64_t)r0 * n, NULL, nb, n, memory ? memory + (int64_t)r0 * S * C : NULL,
+                             kc->src_len ? kc->src_len : S,
+                             kc->has_src_lens ? part.src_lens : NULL, &part);
+        /* the head on row n-1 of each sequence: rows of stride n*C */
+        tfm__op_linear(m->impl->device, logits + (int64_t)r0 * V, V, h + (n - 1) * C, n * C, m->impl->head.weight.data,
+                       NULL, nb, C, V);
+    }
     kc->len += n;
     if (encdec && !kc->src_len) kc->src_len = S;
+}
+
+/* tfm__decode_into the model's own logits (B <= cfg.max_batch rows). */
+static void tfm__decode(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const float *memory, int S) {
+    tfm__decode_into(m, kc, ids, B, n, memory, S, m->impl->logits);
 }
 
 /* One sampling candidate: a token's probability and id (top-k and top-p sort these). */
@@ -5577,12 +5603,12 @@ static tfm_result tfm__chk_gen_rows(const char *fn, const tfm_model *m, int B, c
     if (!encdec && srcs) return tfm__fail(TFM_E_ARG, "%s: src given to a decoder-only model", fn);
     for (b = 0; b < B; b++) {
         if (n_prompts[b] < 1 || (int64_t)n_prompts[b] + extra > limit)
-            return tfm__fail(TFM_E_SHAPE, "%s: row %d: %d prompt ids + %d new must be in [1,%d] (cfg.%s)", fn, b, n_prompts[b],
+            return tfm__fail(TFM_E_ARG, "%s: row %d: %d prompt ids + %d new must be in [1,%d] (cfg.%s)", fn, b, n_prompts[b],
                              extra, limit, encdec ? "max_tgt_len" : "max_len");
         TFM__TRY(tfm__chk_rows(fn, "prompt", prompts[b], 1, n_prompts[b], n_prompts[b], V, 0, 0));
         if (encdec) {
             if (src_lens[b] < 1 || src_lens[b] > c->max_len)
-                return tfm__fail(TFM_E_SHAPE, "%s: row %d: src_len %d is outside [1,%d] (cfg.max_len)", fn, b, src_lens[b],
+                return tfm__fail(TFM_E_ARG, "%s: row %d: src_len %d is outside [1,%d] (cfg.max_len)", fn, b, src_lens[b],
                                  c->max_len);
             TFM__TRY(tfm__chk_rows(fn, "src", srcs[b], 1, src_lens[b], src_lens[b], c->vocab_size, 0, 0));
         }
@@ -5830,6 +5856,7 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
     size_t bytes;
     unsigned char *work;
     double *live_score, *new_score, *cs;
+    float *logits;
     int32_t *live_tok, *new_tok, *cpar, *ctok, *from, *next, *sw;
     tfm_result r;
     if (n_found) *n_found = 0;
@@ -5839,15 +5866,12 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
     K = opts->beam_width ? opts->beam_width : 4;
     if (K < 1 || K > V)
         return tfm__fail(TFM_E_ARG, "%s: opts.beam_width %d is outside [1,%lld] (the vocabulary)", fn, K, (long long)V);
-    if (K > m->cfg.max_batch)
-        return tfm__fail(TFM_E_SHAPE, "%s: opts.beam_width %d exceeds cfg.max_batch %d (a beam is a batch row)", fn, K,
-                         m->cfg.max_batch);
     if (n_best < 1 || n_best > K) return tfm__fail(TFM_E_ARG, "%s: n_best %d is outside [1,%d] (the beam width)", fn, n_best, K);
     if (!out) return tfm__fail(TFM_E_ARG, "%s: out is NULL", fn);
     if (out_stride < max_new) return tfm__fail(TFM_E_ARG, "%s: out_stride %d is less than opts.max_new %d", fn, out_stride, max_new);
     TFM__TRY(tfm__chk_gen_rows(fn, m, 1, src ? &src : NULL, src ? &src_len : NULL, prompt ? &prompt : NULL, &n_prompt,
                                max_new));
-    bytes = (size_t)K * (3 * max_new + 7) * sizeof(int32_t) + (size_t)K * 6 * sizeof(double);
+    bytes = (size_t)K * (3 * max_new + 7) * sizeof(int32_t) + (size_t)K * 6 * sizeof(double) + (size_t)K * V * sizeof(float);
     work = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
     if (!work) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
     live_score = (double *)work;
@@ -5855,7 +5879,8 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
     cs = new_score + K;           /* (2K) candidate scores, best first */
     hy.score = cs + 2 * K;
     hy.norm = hy.score + K;
-    live_tok = (int32_t *)(hy.norm + K);
+    logits = (float *)(hy.norm + K); /* (K,V): every beam's next-token logits, however many rows a step runs */
+    live_tok = (int32_t *)(logits + (size_t)K * V);
     new_tok = live_tok + (size_t)K * max_new;
     hy.tok = new_tok + (size_t)K * max_new;
     hy.len = hy.tok + (size_t)K * max_new;
@@ -5877,14 +5902,14 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
         memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
         S = src_len;
     }
-    tfm__decode(m, &kc, prompt, 1, n_prompt, memory, S);
+    tfm__decode_into(m, &kc, prompt, 1, n_prompt, memory, S, logits);
     live_score[0] = 0.0;
     for (t = 0; t < max_new; t++) {
         int n_new = 0, nc = 0;
         /* the 2K best continuations of the live beams, by total log-probability; ties: lower row, then id */
         N2 = (int)TFM__MIN((int64_t)2 * K, (int64_t)n_live * V);
         for (i = 0; i < n_live; i++) {
-            const float *x = m->impl->logits + (int64_t)i * V;
+            const float *x = logits + (int64_t)i * V;
             double mx = x[0], s = 0.0, base;
             for (v = 1; v < V; v++)
                 if (x[v] > mx) mx = x[v];
@@ -5929,7 +5954,7 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
         memcpy(live_score, new_score, (size_t)n_new * sizeof(double));
         n_live = n_new;
         tfm_kv_cache_reorder(&kc, from, n_live); /* in place: only rows taken twice are copied */
-        tfm__decode(m, &kc, next, n_live, 1, memory, S);
+        tfm__decode_into(m, &kc, next, n_live, 1, memory, S, logits);
     }
     /* the n_best by length-penalised score, best first (a selection sort) */
     for (i = 0; i < hy.n && i < n_best; i++) {
