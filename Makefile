@@ -13,6 +13,7 @@
 #   make examples-smoke  run every example's --smoke mode (seconds each; CI runs it)
 #   make plots           draw every runs/*.csv (the examples' loss curves) as a PNG (needs gnuplot)
 #   make cuda            build tests/test_cuda.cu with nvcc (skipped without nvcc); test-cuda runs it
+#   make test-mpi        data-parallel training under mpirun (skipped without mpicc); build/ddp-mpi
 #   make clean
 #
 # Variables:
@@ -183,6 +184,8 @@ examples-smoke: $(EXAMPLES)
 	./$(BUILD)/g2p --smoke --threads 1 --resume
 	./$(BUILD)/g2p --smoke --threads 1 --data examples/data/cmudict-0.7b.txt.gz
 	./$(BUILD)/g2p --smoke --threads 1 hello transformer
+	./$(BUILD)/ddp --smoke --threads 1
+	./$(BUILD)/ddp --smoke --threads 1 --resume
 	@echo "examples-smoke: every example trained, resumed and answered"
 
 # The README's first command: a pronouncer trained from scratch for 2 minutes on the CMUdict 0.7b
@@ -355,6 +358,45 @@ $(BUILD)/test_cuda: $(CUDA_SRC) $(HEADER)
 	$(NVCC_FOUND) $(NVCCFLAGS) -DTFM_CUDA -o $@ $(CUDA_SRC) -lcublas -lm
 test-cuda: $(BUILD)/test_cuda
 	./$(BUILD)/test_cuda
+endif
+
+# ---- data-parallel training (MPI) -----------------------------------------------------------
+# test-mpi: the header with TFM_MPI compiled as C99 and C++11 (-Werror -pedantic), then
+# tests/test_mpi.sh: tests/test_mpi.c under mpirun -np 2 against one process, with each part of the
+# data-parallel step left out in turn (each must fail), a rank killed mid-run, and two ranks in two
+# network namespaces over TCP. Needs mpicc and mpirun (Debian: openmpi-bin libopenmpi-dev); skipped
+# with a message without them.
+MPICC       ?= mpicc
+MPICXX      ?= mpicxx
+MPICC_FOUND := $(shell command -v $(MPICC) 2>/dev/null)
+MPI_BUILD   := $(BUILD)/mpi
+FLAGS_mpi   := $(MPICC) $(MPICXX) $(FLAGS_main) $(STRICT_C) $(STRICT_CXX)
+.PHONY: test-mpi
+ifeq ($(MPICC_FOUND),)
+test-mpi:
+	@echo "skipping test-mpi: $(MPICC) not found (Debian: apt-get install openmpi-bin libopenmpi-dev)"
+else
+$(MPI_BUILD)/test_mpi: tests/test_mpi.c $(HEADER) $(BUILD)/.flags-mpi
+	@mkdir -p $(MPI_BUILD)
+	$(MPICC) $(CFLAGS) -Werror -DTFM_MPI $(USE_CFLAGS) -o $@ tests/test_mpi.c $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
+$(MPI_BUILD)/c-mpi: $(CDEPS) $(BUILD)/.flags-mpi
+	@mkdir -p $(MPI_BUILD)
+	$(MPICC) $(STRICT_C) -fopenmp $(MARCH) -DTFM_MPI -o $@ tests/test_compile.c tests/test_compile2.c -lm
+$(MPI_BUILD)/cpp-mpi: $(CDEPS) $(CDIR)/tc2.o $(BUILD)/.flags-mpi
+	$(MPICXX) $(STRICT_CXX) -fopenmp $(MARCH) -DTFM_MPI -o $@ tests/test_compile.cpp $(CDIR)/tc2.o -lm
+# examples/ddp.c with MPI (make examples builds build/ddp, the same program for one process)
+$(BUILD)/ddp-mpi: examples/ddp.c examples/common.h $(HEADER) $(BUILD)/.flags-mpi
+	@mkdir -p $(BUILD)
+	$(MPICC) $(CFLAGS) -Werror -DTFM_MPI $(USE_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
+# bench/bench_ddp.c: 1 process x 2 threads against 2 processes x 1 thread (bench/ddp.sh runs it)
+$(BUILD)/bench-ddp: bench/bench_ddp.c $(HEADER) $(BUILD)/.flags-mpi
+	@mkdir -p $(BUILD)
+	$(MPICC) $(CFLAGS) -Werror -DTFM_MPI $(USE_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
+test-mpi: $(MPI_BUILD)/c-mpi $(MPI_BUILD)/cpp-mpi $(MPI_BUILD)/test_mpi $(BUILD)/ddp-mpi
+	@for v in c-mpi cpp-mpi; do printf 'test-compile %-10s ' "$$v:"; ./$(MPI_BUILD)/$$v || exit 1; done
+	bash tests/test_mpi.sh ./$(MPI_BUILD)/test_mpi
+	mpirun $(if $(filter 0,$(shell id -u)),--allow-run-as-root) --oversubscribe -np 2 ./$(BUILD)/ddp-mpi --smoke
+	mpirun $(if $(filter 0,$(shell id -u)),--allow-run-as-root) --oversubscribe -np 2 ./$(BUILD)/ddp-mpi --smoke --resume
 endif
 
 # ---- PyTorch round trip ----------------------------------------------------------------------

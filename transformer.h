@@ -87,6 +87,8 @@
    TFM_STATIC          every function static, for a private copy in one translation unit.
    TFMDEF              storage class of every public function (default extern).
    TFM_CUDA            reserved for the CUDA kernels; this version stops the build with a message.
+   TFM_MPI             the data-parallel calls (>>api-dist) run over MPI: include <mpi.h>, build with
+                       mpicc. Without it they serve a single process and the header needs no MPI.
 
    Without TFM_BLAS the header multiplies matrices with its own cache-blocked sgemm, parallel over
    OpenMP threads when compiled with -fopenmp: no dependency at all.
@@ -128,9 +130,9 @@
    CONTENTS (grep for the tags)
    --------
    >>api-types >>api-tensor >>api-rng >>api-sgemm >>api-ops >>api-attention >>api-block >>api-model
-   >>api-io >>api-cuda
+   >>api-io >>api-cuda >>api-dist
    >>impl-config >>impl-util >>impl-sgemm >>impl-cpu >>impl-attention >>impl-dispatch >>impl-api
-   >>impl-safetensors >>impl-io >>impl-cuda >>license
+   >>impl-safetensors >>impl-io >>impl-cuda >>impl-dist >>license
 */
 #ifndef TFM_INCLUDE_TRANSFORMER_H
 #define TFM_INCLUDE_TRANSFORMER_H
@@ -170,7 +172,8 @@ typedef enum tfm_result {
     TFM_E_IO = -4,      /* a file could not be read or written */
     TFM_E_FORMAT = -5,  /* a file's contents are malformed */
     TFM_E_NO_CUDA = -6, /* CUDA asked for in a build without TFM_CUDA */
-    TFM_E_CUDA = -7     /* a CUDA call failed */
+    TFM_E_CUDA = -7,    /* a CUDA call failed */
+    TFM_E_COMM = -8     /* a collective across processes failed (MPI's error, a rank gone) */
 } tfm_result;
 
 /* A short description of a result code: "shape mismatch". Never NULL. */
@@ -776,8 +779,9 @@ typedef struct tfm_kv_cache {
     void *owned, *user;   /* the allocation, and the allocator's user pointer (the model's cfg.user) */
 } tfm_kv_cache;
 
-/* A cache for model m's decoder: max_batch rows (0: cfg.max_batch) of up to max_len positions (0: the
-   model's decoder length, cfg.max_len or cfg.max_tgt_len, which is also the most it may be).
+/* A cache for model m's decoder: max_batch rows (0: cfg.max_batch; more rows than cfg.max_batch are
+   decoded cfg.max_batch at a time) of up to max_len positions (0: the model's decoder length, cfg.max_len
+   or cfg.max_tgt_len, which is also the most it may be).
    TFM_E_NOMEM if the allocation fails. */
 TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len);
 TFMDEF void tfm_kv_cache_free(tfm_kv_cache *c);
@@ -812,7 +816,7 @@ typedef struct tfm_gen_opts {
     int n_stop;
     tfm_token_fn on_token;  /* streaming callback (may be NULL), called with on_token_user */
     void *on_token_user;
-    int beam_width;       /* tfm_model_beam_search: beams kept per step, in [1, V] and at most cfg.max_batch; 0 -> 4 */
+    int beam_width;       /* tfm_model_beam_search: beams kept per step, in [1, V]; 0 -> 4 */
     float length_penalty; /* tfm_model_beam_search: GNMT's alpha: hypotheses rank by logp / ((5 + n) / 6)^alpha,
                              n their length (stop token included); 0 -> none */
 } tfm_gen_opts;
@@ -846,7 +850,7 @@ TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len,
    The n_best (in [1, beam_width]) best, by length-penalised score, go to out + i * out_stride (out_stride
    >= max_new), their lengths to lens[i] and their scores (sum of log-probabilities) to scores[i] (lens
    and scores may be NULL); *n_found (may be NULL) how many were found (n_best unless the vocabulary is
-   exhausted). TFM_E_SHAPE when beam_width exceeds cfg.max_batch. */
+   exhausted). beam_width may exceed cfg.max_batch: the beams then run cfg.max_batch rows at a time. */
 TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
                                         int n_prompt, const tfm_gen_opts *opts, int n_best, int32_t *out,
                                         int out_stride, int *lens, float *scores, int *n_found);
@@ -898,6 +902,81 @@ TFMDEF tfm_result tfm_checkpoint_meta(const char *path, const char *key, char *b
 
 /* TFM_OK when this build has CUDA and a device is present; TFM_E_NO_CUDA otherwise. */
 TFMDEF tfm_result tfm_cuda_available(void);
+
+/* ==== >>api-dist ====
+   Data-parallel training. Every process (a rank) holds the whole model and runs forward and backward on
+   its own rows of each global batch; tfm_dist_allreduce_grads then averages the gradients over the
+   ranks, and every rank takes the same tfm_model_step. The averaged gradient is bit-identical on every
+   rank (each bucket is summed once, on one rank, and copied to the others), so clipping and AdamW run
+   identically and the parameters stay bit-identical across ranks. One step:
+
+       tfm_dist_shard(&d, global_B, &row0, &row1);     this rank's rows [row0, row1)
+       tfm_model_set_batch_offset(&m, row0);           dropout masks as one process would draw them
+       tfm_model_zero_grad(&m);
+       tfm_model_forward(&m, &my_rows, &loss, &n);
+       tfm_dist_reduce_loss(&d, loss, n, &global_loss, &global_n);   the global batch's loss
+       tfm_model_backward(&m, (float)d.size * n / global_n);         1 when every rank counts alike
+       tfm_dist_allreduce_grads(&d, &m);
+       tfm_model_step(&m, &opt, NULL);
+
+   With TFM_MPI (define it in the implementation file and build with mpicc) the group is an MPI
+   communicator; the header includes <mpi.h> only then. Without it the same calls work for one process
+   (rank 0 of 1), so a program written for several processes runs alone unchanged. Collectives must be
+   called by every rank in the same order. A failed collective (a rank gone, a network error) returns
+   TFM_E_COMM with MPI's message; the group is then unusable: stop (MPI_Abort). The transport stays
+   behind tfm_dist's private pointer, so another one (NCCL between GPUs) can serve the same calls. */
+
+/* A process group. rank, size and bucket are for reading, timeout for setting; impl is private. */
+typedef struct tfm_dist {
+    int rank;           /* this process, in [0, size) */
+    int size;           /* processes in the group */
+    int64_t bucket;     /* floats per collective call (at most INT_MAX, so no count passes MPI's int) */
+    double timeout;     /* 0 (tfm_dist_init's): collectives wait as long as MPI does. > 0: a collective not
+                           done after this many seconds returns TFM_E_COMM (a rank has stalled or died and
+                           the launcher did not end the job); you may set it after tfm_dist_init */
+    void *impl;         /* the communicator and scratch; NULL for a group of one */
+} tfm_dist;
+
+/* Join a group. comm: a pointer to an MPI_Comm (MPI initialised by the caller), or NULL for
+   MPI_COMM_WORLD; without TFM_MPI, NULL gives a group of one and anything else TFM_E_ARG. The
+   communicator is duplicated (the caller's stays untouched and may be freed) and its errors return
+   instead of aborting. bucket: floats reduced per call, 0 -> 1<<22 (16 MiB); at most INT_MAX.
+   A collective: every rank of comm calls it. TFM_E_COMM if MPI fails, TFM_E_NOMEM. */
+TFMDEF tfm_result tfm_dist_init(tfm_dist *d, const void *comm, int64_t bucket);
+/* Leave the group: free the duplicated communicator (MPI_Comm_free: every rank calls it) and the
+   scratch. */
+TFMDEF void tfm_dist_free(tfm_dist *d);
+/* Every rank takes rank 0's model: parameters and, for a model that trains, the AdamW moments, the
+   step and the random generator (which draws each forward's dropout seed). Ranks must have built the
+   same architecture: a mismatch is TFM_E_ARG on every rank, before anything is copied. */
+TFMDEF tfm_result tfm_dist_broadcast_model(tfm_dist *d, tfm_model *m);
+/* Average the model's gradients over the ranks (the flat buffer of tfm_model_flat, in buckets). */
+TFMDEF tfm_result tfm_dist_allreduce_grads(tfm_dist *d, tfm_model *m);
+/* x (n floats, the same n on every rank) becomes the sum over ranks, or the mean with average;
+   bit-identical on every rank. */
+TFMDEF tfm_result tfm_dist_allreduce(tfm_dist *d, float *x, int64_t n, int average);
+/* x (n doubles) becomes the sum over ranks: counts and metric sums (correct predictions, loss sums). */
+TFMDEF tfm_result tfm_dist_sum(tfm_dist *d, double *x, int n);
+/* The global batch's mean loss from each rank's mean loss and count of targets (tfm_model_forward's):
+   sum(loss_r * n_r) / sum(n_r) into *global_loss, sum(n_r) into *global_n (either may be NULL). Ranks
+   that count different numbers of targets (padding, ignore_index) get the global batch's exact gradient
+   by calling it before backward and scaling backward by size * n_counted / global_n. */
+TFMDEF tfm_result tfm_dist_reduce_loss(tfm_dist *d, float loss, int64_t n_counted, float *global_loss,
+                                       int64_t *global_n);
+/* This rank's share [*begin, *end) of n items (rows of a global batch, or a data set's indices):
+   contiguous, in rank order, the first n % size ranks one item more. Not a collective. */
+TFMDEF tfm_result tfm_dist_shard(const tfm_dist *d, int64_t n, int64_t *begin, int64_t *end);
+/* A checksum of the model's state (parameters, moments, step, generator) into *sum (may be NULL),
+   compared across ranks: TFM_E_COMM naming the first rank whose state differs from rank 0's. */
+TFMDEF tfm_result tfm_dist_check_model(tfm_dist *d, const tfm_model *m, uint64_t *sum);
+#ifndef TFM_NO_STDIO
+/* tfm_model_save on rank 0 (atomic, as always); every rank returns its result (and message). */
+TFMDEF tfm_result tfm_dist_save(tfm_dist *d, const tfm_model *m, const char *path, int flags, const tfm_kv *meta,
+                                int n_meta);
+/* tfm_model_load on rank 0 (only rank 0 needs the file), then tfm_dist_broadcast_model: every rank
+   resumes from the checkpoint. On a failed load no rank's model changes. */
+TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path);
+#endif
 
 #ifdef __cplusplus
 }
@@ -1032,6 +1111,7 @@ TFMDEF const char *tfm_result_string(tfm_result r) {
     case TFM_E_FORMAT: return "bad file format";
     case TFM_E_NO_CUDA: return "CUDA not available";
     case TFM_E_CUDA: return "CUDA error";
+    case TFM_E_COMM: return "communication error";
     }
     return "unknown result code";
 }
@@ -4579,7 +4659,13 @@ static void tfm__reg_norm(tfm_model *m, tfm_rng *rng, tfm_layernorm *n, const ch
 }
 
 
-/* A stack of n layers named "<prefix>.layers.<i>." */
+/* How many layer outputs a stack of n layers keeps: all of them for backward, else two in turn. */
+static int tfm__stack_bufs(int n, int grad) { return grad || n < 2 ? n : 2; }
+
+/* A stack of n layers named "<prefix>.layers.<i>.", and the outputs of its layers in *outbuf: one
+   (max_batch, max_len, C) buffer per layer for backward, or (no_grad) two that alternate. Without
+   gradients nothing a layer saves is read after the layer returns, so every layer of the stack carves
+   its activations over the same bytes: a stack's activations are one layer's, whatever its depth. */
 static tfm_result tfm__build_stack(tfm_model *m, tfm_rng *rng, tfm_mem *mem, tfm_block **out, float **outbuf, int n,
                                    const tfm_block_desc *d, const char *prefix) {
     tfm_block tmp, *blks;
@@ -4587,11 +4673,13 @@ static tfm_result tfm__build_stack(tfm_model *m, tfm_rng *rng, tfm_mem *mem, tfm
     size_t BTC = (size_t)d->max_batch * d->max_len * d->d_model;
     blks = (tfm_block *)tfm_arena_alloc(&mem->acts, (size_t)n * sizeof(tfm_block));
     *out = blks;
-    *outbuf = tfm__carve(&mem->acts, (size_t)n * BTC);
+    *outbuf = tfm__carve(&mem->acts, (size_t)tfm__stack_bufs(n, !mem->no_grad) * BTC);
     for (i = 0; i < n; i++) {
         tfm_block *b = blks ? &blks[i] : &tmp;
         char pre[48];
+        size_t mark = mem->acts.used;
         TFM__TRY(tfm_block_init(b, d, mem));
+        if (mem->no_grad && i + 1 < n) mem->acts.used = mark; /* the next layer reuses these activations */
         snprintf(pre, sizeof pre, "%s.layers.%d.", prefix, i);
         tfm__named e[TFM__MAX_NAMED];
         int k, ne = tfm__block_named(b, e);
@@ -5029,7 +5117,7 @@ static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, in
     o.training = m->impl->training;
     o.batch_offset = m->impl->batch_offset;
     for (l = 0; l < n; l++) {
-        float *out = buf + l * BTC;
+        float *out = buf + (l % tfm__stack_bufs(n, m->impl->has_grad)) * BTC;
         o.seed = tfm__seed_mix(m->impl->fwd_seed, site + (uint64_t)l);
         tfm__block_fwd(&blks[l], out, cur, mem, B, T, Tk, &o, kc, l);
         cur = out;
@@ -5357,9 +5445,9 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier has no decoder", fn);
     encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
     limit = encdec ? m->cfg.max_tgt_len : m->cfg.max_len;
-    if (max_batch < 0 || max_batch > m->cfg.max_batch || max_len < 0 || max_len > limit)
-        return tfm__fail(TFM_E_ARG, "%s: max_batch %d and max_len %d must be in [0,%d] and [0,%d] (the model's limits)", fn,
-                         max_batch, max_len, m->cfg.max_batch, limit);
+    if (max_batch < 0 || max_len < 0 || max_len > limit)
+        return tfm__fail(TFM_E_ARG, "%s: max_batch %d must be >= 0 and max_len %d in [0,%d] (the model's limit)", fn,
+                         max_batch, max_len, limit);
     memset(c, 0, sizeof *c);
     c->n_layers = m->impl->n_dec;
     c->max_batch = max_batch ? max_batch : m->cfg.max_batch;
@@ -5444,18 +5532,35 @@ TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int
 }
 
 /* Decode ids (B,n) at positions kc->len.. with every layer's cache: the same block code as training,
-   on the new rows only. memory (B,S,C): an encoder-decoder's source, read on the first call. Leaves
-   the logits of each row's last position in m->impl->logits (B,V) and advances kc->len by n. */
-static void tfm__decode(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const float *memory, int S) {
+   on the new rows only. memory (B,S,C): an encoder-decoder's source, read on the first call. Writes
+   the logits of each row's last position to logits (B,V) and advances kc->len by n. A cache of more
+   rows than cfg.max_batch (a wide beam) is decoded max_batch rows at a time, each chunk through a
+   view of the cache whose slots start at its first row; memory is then already in the cache. */
+static void tfm__decode_into(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const float *memory,
+                             int S, float *logits) {
     const tfm_config *c = &m->cfg;
-    int encdec = c->kind == TFM_MODEL_ENCODER_DECODER;
+    int encdec = c->kind == TFM_MODEL_ENCODER_DECODER, r0, nb;
     int64_t C = c->d_model, V = encdec ? c->tgt_vocab_size : c->vocab_size;
-    const float *h = tfm__decoder_fwd(m, ids, NULL, B, n, memory, kc->src_len ? kc->src_len : S,
-                                      kc->has_src_lens ? kc->src_lens : NULL, kc);
-    /* the head on row n-1 of each sequence: rows of stride n*C */
-    tfm__op_linear(m->impl->device, m->impl->logits, V, h + (n - 1) * C, n * C, m->impl->head.weight.data, NULL, B, C, V);
+    for (r0 = 0; r0 < B; r0 += nb) {
+        tfm_kv_cache part = *kc;
+        const float *h;
+        nb = TFM__MIN(B - r0, c->max_batch);
+        part.slot = kc->slot + r0;
+        part.src_lens = kc->src_lens + r0;
+        h = tfm__decoder_fwd(m, ids + (int64_t)r0 * n, NULL, nb, n, memory ? memory + (int64_t)r0 * S * C : NULL,
+                             kc->src_len ? kc->src_len : S,
+                             kc->has_src_lens ? part.src_lens : NULL, &part);
+        /* the head on row n-1 of each sequence: rows of stride n*C */
+        tfm__op_linear(m->impl->device, logits + (int64_t)r0 * V, V, h + (n - 1) * C, n * C, m->impl->head.weight.data,
+                       NULL, nb, C, V);
+    }
     kc->len += n;
     if (encdec && !kc->src_len) kc->src_len = S;
+}
+
+/* tfm__decode_into the model's own logits (B <= cfg.max_batch rows). */
+static void tfm__decode(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const float *memory, int S) {
+    tfm__decode_into(m, kc, ids, B, n, memory, S, m->impl->logits);
 }
 
 /* One sampling candidate: a token's probability and id (top-k and top-p sort these). */
@@ -5594,12 +5699,12 @@ static tfm_result tfm__chk_gen_rows(const char *fn, const tfm_model *m, int B, c
     if (!encdec && srcs) return tfm__fail(TFM_E_ARG, "%s: src given to a decoder-only model", fn);
     for (b = 0; b < B; b++) {
         if (n_prompts[b] < 1 || (int64_t)n_prompts[b] + extra > limit)
-            return tfm__fail(TFM_E_SHAPE, "%s: row %d: %d prompt ids + %d new must be in [1,%d] (cfg.%s)", fn, b, n_prompts[b],
+            return tfm__fail(TFM_E_ARG, "%s: row %d: %d prompt ids + %d new must be in [1,%d] (cfg.%s)", fn, b, n_prompts[b],
                              extra, limit, encdec ? "max_tgt_len" : "max_len");
         TFM__TRY(tfm__chk_rows(fn, "prompt", prompts[b], 1, n_prompts[b], n_prompts[b], V, 0, 0));
         if (encdec) {
             if (src_lens[b] < 1 || src_lens[b] > c->max_len)
-                return tfm__fail(TFM_E_SHAPE, "%s: row %d: src_len %d is outside [1,%d] (cfg.max_len)", fn, b, src_lens[b],
+                return tfm__fail(TFM_E_ARG, "%s: row %d: src_len %d is outside [1,%d] (cfg.max_len)", fn, b, src_lens[b],
                                  c->max_len);
             TFM__TRY(tfm__chk_rows(fn, "src", srcs[b], 1, src_lens[b], src_lens[b], c->vocab_size, 0, 0));
         }
@@ -5847,6 +5952,7 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
     size_t bytes;
     unsigned char *work;
     double *live_score, *new_score, *cs;
+    float *logits;
     int32_t *live_tok, *new_tok, *cpar, *ctok, *from, *next, *sw;
     tfm_result r;
     if (n_found) *n_found = 0;
@@ -5856,15 +5962,12 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
     K = opts->beam_width ? opts->beam_width : 4;
     if (K < 1 || K > V)
         return tfm__fail(TFM_E_ARG, "%s: opts.beam_width %d is outside [1,%lld] (the vocabulary)", fn, K, (long long)V);
-    if (K > m->cfg.max_batch)
-        return tfm__fail(TFM_E_SHAPE, "%s: opts.beam_width %d exceeds cfg.max_batch %d (a beam is a batch row)", fn, K,
-                         m->cfg.max_batch);
     if (n_best < 1 || n_best > K) return tfm__fail(TFM_E_ARG, "%s: n_best %d is outside [1,%d] (the beam width)", fn, n_best, K);
     if (!out) return tfm__fail(TFM_E_ARG, "%s: out is NULL", fn);
     if (out_stride < max_new) return tfm__fail(TFM_E_ARG, "%s: out_stride %d is less than opts.max_new %d", fn, out_stride, max_new);
     TFM__TRY(tfm__chk_gen_rows(fn, m, 1, src ? &src : NULL, src ? &src_len : NULL, prompt ? &prompt : NULL, &n_prompt,
                                max_new));
-    bytes = (size_t)K * (3 * max_new + 7) * sizeof(int32_t) + (size_t)K * 6 * sizeof(double);
+    bytes = (size_t)K * (3 * max_new + 7) * sizeof(int32_t) + (size_t)K * 6 * sizeof(double) + (size_t)K * V * sizeof(float);
     work = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
     if (!work) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
     live_score = (double *)work;
@@ -5872,7 +5975,8 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
     cs = new_score + K;           /* (2K) candidate scores, best first */
     hy.score = cs + 2 * K;
     hy.norm = hy.score + K;
-    live_tok = (int32_t *)(hy.norm + K);
+    logits = (float *)(hy.norm + K); /* (K,V): every beam's next-token logits, however many rows a step runs */
+    live_tok = (int32_t *)(logits + (size_t)K * V);
     new_tok = live_tok + (size_t)K * max_new;
     hy.tok = new_tok + (size_t)K * max_new;
     hy.len = hy.tok + (size_t)K * max_new;
@@ -5894,14 +5998,14 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
         memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
         S = src_len;
     }
-    tfm__decode(m, &kc, prompt, 1, n_prompt, memory, S);
+    tfm__decode_into(m, &kc, prompt, 1, n_prompt, memory, S, logits);
     live_score[0] = 0.0;
     for (t = 0; t < max_new; t++) {
         int n_new = 0, nc = 0;
         /* the 2K best continuations of the live beams, by total log-probability; ties: lower row, then id */
         N2 = (int)TFM__MIN((int64_t)2 * K, (int64_t)n_live * V);
         for (i = 0; i < n_live; i++) {
-            const float *x = m->impl->logits + (int64_t)i * V;
+            const float *x = logits + (int64_t)i * V;
             double mx = x[0], s = 0.0, base;
             for (v = 1; v < V; v++)
                 if (x[v] > mx) mx = x[v];
@@ -5946,7 +6050,7 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
         memcpy(live_score, new_score, (size_t)n_new * sizeof(double));
         n_live = n_new;
         tfm_kv_cache_reorder(&kc, from, n_live); /* in place: only rows taken twice are copied */
-        tfm__decode(m, &kc, next, n_live, 1, memory, S);
+        tfm__decode_into(m, &kc, next, n_live, 1, memory, S, logits);
     }
     /* the n_best by length-penalised score, best first (a selection sort) */
     for (i = 0; i < hy.n && i < n_best; i++) {
@@ -7081,6 +7185,399 @@ TFMDEF tfm_result tfm_checkpoint_meta(const char *path, const char *key, char *b
 TFMDEF tfm_result tfm_cuda_available(void) {
     return tfm__fail(TFM_E_NO_CUDA, "tfm_cuda_available: this build has no TFM_CUDA");
 }
+
+/* ==== >>impl-dist ==== data-parallel collectives: MPI with TFM_MPI, a group of one without */
+
+#if defined(TFM_MPI)
+/* the C API only: Open MPI's and MPICH's C++ bindings do not compile under -Wextra -Werror */
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+typedef struct tfm__dist_impl {
+    MPI_Comm comm;         /* the caller's communicator, duplicated, with MPI_ERRORS_RETURN */
+    int *counts, *displs;  /* (size) each rank's share of the bucket being reduced, and where it starts */
+    float *scratch;        /* the largest share of a bucket: this rank's reduced part */
+} tfm__dist_impl;
+
+/* An MPI return code as a tfm_result: TFM_E_COMM with MPI's own words. */
+static tfm_result tfm__mpi(int rc, const char *fn, const char *call) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (rc == MPI_SUCCESS) return TFM_OK;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error code %d", rc);
+    return tfm__fail(TFM_E_COMM, "%s: %s failed: %s", fn, call, msg);
+}
+#define TFM__MPI_TRY(fn, name, call) TFM__TRY(tfm__mpi((call), (fn), (name)))
+
+/* Wait for a non-blocking collective until d->timeout seconds have passed. A collective cannot be
+   cancelled: after a timeout the group is unusable. */
+static tfm_result tfm__dist_wait(const char *fn, const tfm_dist *d, MPI_Request *req, const char *call) {
+    double t0 = MPI_Wtime();
+    int done = 0;
+    for (;;) {
+        TFM__MPI_TRY(fn, call, MPI_Test(req, &done, MPI_STATUS_IGNORE));
+        if (done) return TFM_OK;
+        if (MPI_Wtime() - t0 > d->timeout)
+            return tfm__fail(TFM_E_COMM, "%s: %s timed out after %g s: another rank has stopped or died (the group is "
+                             "unusable now: free it and stop, e.g. MPI_Abort)", fn, call, d->timeout);
+    }
+}
+
+/* One collective: the blocking call, or with d->timeout > 0 its non-blocking twin waited for with a
+   deadline. Open MPI's blocking collectives are its tuned ones, so the default stays on them. */
+#define TFM__MPI_COLL(fn, d, blocking, nonblocking, ...)                                               \
+    do {                                                                                               \
+        if ((d)->timeout > 0) {                                                                        \
+            MPI_Request tfm__rq_;                                                                      \
+            TFM__MPI_TRY(fn, #nonblocking, nonblocking(__VA_ARGS__, &tfm__rq_));                       \
+            TFM__TRY(tfm__dist_wait(fn, d, &tfm__rq_, #nonblocking));                                  \
+        } else {                                                                                       \
+            TFM__MPI_TRY(fn, #blocking, blocking(__VA_ARGS__));                                        \
+        }                                                                                              \
+    } while (0)
+
+/* Rank 0's bytes to every rank, in calls of at most 1 GiB (MPI counts are int). */
+static tfm_result tfm__dist_bcast(const char *fn, const tfm_dist *d, void *buf, int64_t bytes) {
+    tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
+    unsigned char *p = (unsigned char *)buf;
+    while (bytes > 0) {
+        int c = (int)TFM__MIN(bytes, (int64_t)1 << 30);
+        TFM__MPI_COLL(fn, d, MPI_Bcast, MPI_Ibcast, p, c, MPI_BYTE, 0, im->comm);
+        p += c;
+        bytes -= c;
+    }
+    return TFM_OK;
+}
+#endif
+
+/* FNV-1a-style mixing of 8-byte words: a checksum, not a cryptographic hash. */
+static uint64_t tfm__dist_hash(uint64_t h, const void *p, int64_t bytes) {
+    const unsigned char *b = (const unsigned char *)p;
+    int64_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 0x100000001B3ull;
+        h ^= h >> 29;
+    }
+    for (; i < bytes; i++) h = (h ^ b[i]) * 0x100000001B3ull;
+    return h;
+}
+
+static tfm_result tfm__dist_chk(const char *fn, const tfm_dist *d) {
+    if (!d) return tfm__fail(TFM_E_ARG, "%s: d is NULL", fn);
+    if (d->size < 1 || d->rank < 0 || d->rank >= d->size || (d->size > 1 && !d->impl))
+        return tfm__fail(TFM_E_ARG, "%s: the group is not initialised (rank %d of %d): call tfm_dist_init", fn, d->rank,
+                         d->size);
+    return TFM_OK;
+}
+
+static tfm_result tfm__dist_chk_model(const char *fn, const tfm_dist *d, const tfm_model *m) {
+    TFM__TRY(tfm__dist_chk(fn, d));
+    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
+    return TFM_OK;
+}
+
+/* What must agree between ranks before a model's state may be copied: its parameters' names, shapes
+   and offsets, its dropout, whether it trains. */
+static uint64_t tfm__dist_model_sig(const tfm_model *m) {
+    uint64_t h = 0xCBF29CE484222325ull;
+    int64_t v[4];
+    int i;
+    v[0] = m->n_params;
+    v[1] = m->n_weights;
+    v[2] = (int64_t)m->impl->n_param_bytes;
+    v[3] = m->impl->has_grad;
+    h = tfm__dist_hash(h, v, sizeof v);
+    h = tfm__dist_hash(h, &m->cfg.dropout, sizeof(float));
+    h = tfm__dist_hash(h, &m->cfg.attn_dropout, sizeof(float));
+    for (i = 0; i < m->n_params; i++) {
+        const tfm_param *p = &m->params[i];
+        h = tfm__dist_hash(h, p->name, (int64_t)strlen(p->name));
+        h = tfm__dist_hash(h, p->value.shape, sizeof p->value.shape);
+        h = tfm__dist_hash(h, &p->offset, sizeof p->offset);
+    }
+    return h;
+}
+
+/* *bad = the highest rank whose h differs from rank 0's, or -1 when all agree (on every rank). */
+static tfm_result tfm__dist_agree(const char *fn, tfm_dist *d, uint64_t h, int *bad) {
+    *bad = -1;
+#if defined(TFM_MPI)
+    if (d->size > 1) {
+        tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
+        uint64_t h0 = h;
+        int mine;
+        TFM__TRY(tfm__dist_bcast(fn, d, &h0, sizeof h0));
+        mine = h0 == h ? -1 : d->rank;
+        TFM__MPI_COLL(fn, d, MPI_Allreduce, MPI_Iallreduce, &mine, bad, 1, MPI_INT, MPI_MAX, im->comm);
+    }
+#else
+    (void)fn, (void)d, (void)h;
+#endif
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_dist_init(tfm_dist *d, const void *comm, int64_t bucket) {
+    const char *fn = "tfm_dist_init";
+    tfm_dist out;
+    if (!d) return tfm__fail(TFM_E_ARG, "%s: d is NULL", fn);
+    if (bucket < 0 || bucket > INT32_MAX)
+        return tfm__fail(TFM_E_ARG, "%s: bucket %lld must be in [0, %d] (0: the default)", fn, (long long)bucket, INT32_MAX);
+    memset(&out, 0, sizeof out);
+    out.size = 1;
+    out.bucket = bucket ? bucket : (int64_t)1 << 22;
+#if defined(TFM_MPI)
+    {
+        int inited = 0, finalized = 0, size = 0, rank = 0;
+        size_t head, share, bytes;
+        unsigned char *p;
+        tfm__dist_impl *im;
+        MPI_Comm dup;
+        MPI_Initialized(&inited);
+        MPI_Finalized(&finalized);
+        if (!inited || finalized)
+            return tfm__fail(TFM_E_ARG, "%s: MPI is %s: call MPI_Init first", fn, finalized ? "finalized" : "not initialised");
+        TFM__MPI_TRY(fn, "MPI_Comm_dup", MPI_Comm_dup(comm ? *(const MPI_Comm *)comm : MPI_COMM_WORLD, &dup));
+        if (tfm__mpi(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN), fn, "MPI_Comm_set_errhandler") != TFM_OK ||
+            tfm__mpi(MPI_Comm_size(dup, &size), fn, "MPI_Comm_size") != TFM_OK ||
+            tfm__mpi(MPI_Comm_rank(dup, &rank), fn, "MPI_Comm_rank") != TFM_OK) {
+            MPI_Comm_free(&dup);
+            return TFM_E_COMM;
+        }
+        share = (size_t)((out.bucket + size - 1) / size);
+        head = (sizeof(tfm__dist_impl) + 2 * (size_t)size * sizeof(int) + TFM__ALIGN - 1) / TFM__ALIGN * TFM__ALIGN;
+        bytes = head + share * sizeof(float);
+        p = (unsigned char *)TFM_MALLOC(bytes, NULL);
+        if (!p) {
+            MPI_Comm_free(&dup);
+            return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes of scratch", fn, bytes);
+        }
+        im = (tfm__dist_impl *)p;
+        im->comm = dup;
+        im->counts = (int *)(p + sizeof(tfm__dist_impl));
+        im->displs = im->counts + size;
+        im->scratch = (float *)(p + head);
+        out.rank = rank;
+        out.size = size;
+        out.impl = im;
+    }
+#else
+    if (comm) return tfm__fail(TFM_E_ARG, "%s: a communicator was given, but this build has no TFM_MPI", fn);
+#endif
+    *d = out;
+    return TFM_OK;
+}
+
+TFMDEF void tfm_dist_free(tfm_dist *d) {
+    if (!d) return;
+#if defined(TFM_MPI)
+    if (d->impl) {
+        tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized) MPI_Comm_free(&im->comm);
+        TFM_FREE(d->impl, NULL);
+    }
+#endif
+    memset(d, 0, sizeof *d);
+}
+
+/* x (n floats) summed (or averaged) over the ranks, bucket by bucket: a reduce-scatter leaves each
+   rank the sum of its share of the bucket (summed once, on that rank), and an all-gather copies every
+   share to every rank, so the result is bit-identical everywhere. */
+static tfm_result tfm__dist_allreduce(const char *fn, tfm_dist *d, float *x, int64_t n, int average) {
+#if defined(TFM_MPI)
+    tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
+    int64_t off;
+    if (d->size == 1) return TFM_OK;
+    for (off = 0; off < n; off += d->bucket) {
+        int64_t len = TFM__MIN(d->bucket, n - off), i;
+        int r, mine;
+        for (r = 0; r < d->size; r++) {
+            int64_t lo = len * r / d->size, hi = len * (r + 1) / d->size;
+            im->counts[r] = (int)(hi - lo);
+            im->displs[r] = (int)lo;
+        }
+        mine = im->counts[d->rank];
+        TFM__MPI_COLL(fn, d, MPI_Reduce_scatter, MPI_Ireduce_scatter, x + off, im->scratch, im->counts, MPI_FLOAT,
+                      MPI_SUM, im->comm);
+        if (average)
+            for (i = 0; i < mine; i++) im->scratch[i] /= (float)d->size;
+        TFM__MPI_COLL(fn, d, MPI_Allgatherv, MPI_Iallgatherv, im->scratch, mine, MPI_FLOAT, x + off, im->counts,
+                      im->displs, MPI_FLOAT, im->comm);
+    }
+#else
+    (void)fn, (void)d, (void)x, (void)n, (void)average;
+#endif
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_dist_allreduce(tfm_dist *d, float *x, int64_t n, int average) {
+    const char *fn = "tfm_dist_allreduce";
+    TFM__TRY(tfm__dist_chk(fn, d));
+    if (n < 0 || (n > 0 && !x)) return tfm__fail(TFM_E_ARG, "%s: x is %p with n %lld: want n >= 0 floats", fn, (void *)x, (long long)n);
+    return tfm__dist_allreduce(fn, d, x, n, average);
+}
+
+TFMDEF tfm_result tfm_dist_allreduce_grads(tfm_dist *d, tfm_model *m) {
+    const char *fn = "tfm_dist_allreduce_grads";
+    int64_t n = 0;
+    float *g;
+    TFM__TRY(tfm__dist_chk_model(fn, d, m));
+    if (!(g = tfm_model_flat(m, 1, &n))) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
+    return tfm__dist_allreduce(fn, d, g, n, 1);
+}
+
+/* Doubles summed on rank 0, in rank order, and sent back: the same bits on every rank. */
+static tfm_result tfm__dist_sum(const char *fn, tfm_dist *d, double *x, int n) {
+#if defined(TFM_MPI)
+    if (d->size > 1 && n > 0) {
+        tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
+        TFM__MPI_COLL(fn, d, MPI_Reduce, MPI_Ireduce, d->rank == 0 ? MPI_IN_PLACE : x, d->rank == 0 ? x : NULL, n,
+                      MPI_DOUBLE, MPI_SUM, 0, im->comm);
+        TFM__TRY(tfm__dist_bcast(fn, d, x, (int64_t)n * (int64_t)sizeof(double)));
+    }
+#else
+    (void)fn, (void)d, (void)x, (void)n;
+#endif
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_dist_sum(tfm_dist *d, double *x, int n) {
+    const char *fn = "tfm_dist_sum";
+    TFM__TRY(tfm__dist_chk(fn, d));
+    if (n < 0 || (n > 0 && !x)) return tfm__fail(TFM_E_ARG, "%s: x is %p with n %d: want n >= 0 doubles", fn, (void *)x, n);
+    return tfm__dist_sum(fn, d, x, n);
+}
+
+TFMDEF tfm_result tfm_dist_reduce_loss(tfm_dist *d, float loss, int64_t n_counted, float *global_loss, int64_t *global_n) {
+    const char *fn = "tfm_dist_reduce_loss";
+    double s[2];
+    if (n_counted < 0) return tfm__fail(TFM_E_ARG, "%s: n_counted %lld is negative", fn, (long long)n_counted);
+    s[0] = (double)loss * (double)n_counted;
+    s[1] = (double)n_counted;
+    TFM__TRY(tfm__dist_chk(fn, d));
+    TFM__TRY(tfm__dist_sum(fn, d, s, 2));
+    if (global_loss) *global_loss = s[1] > 0 ? (float)(s[0] / s[1]) : 0.0f;
+    if (global_n) *global_n = (int64_t)s[1];
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_dist_shard(const tfm_dist *d, int64_t n, int64_t *begin, int64_t *end) {
+    const char *fn = "tfm_dist_shard";
+    int64_t q, r;
+    TFM__TRY(tfm__dist_chk(fn, d));
+    if (n < 0 || !begin || !end)
+        return tfm__fail(TFM_E_ARG, "%s: n %lld (want >= 0), begin %p, end %p (want both)", fn, (long long)n, (void *)begin, (void *)end);
+    q = n / d->size;
+    r = n % d->size;
+    *begin = q * d->rank + TFM__MIN((int64_t)d->rank, r);
+    *end = *begin + q + (d->rank < r);
+    return TFM_OK;
+}
+
+/* TFM_E_ARG on every rank when some rank's model is not built like rank 0's (a collective). */
+static tfm_result tfm__dist_same_model(const char *fn, tfm_dist *d, const tfm_model *m) {
+    int bad;
+    TFM__TRY(tfm__dist_chk_model(fn, d, m));
+    TFM__TRY(tfm__dist_agree(fn, d, tfm__dist_model_sig(m), &bad));
+    if (bad >= 0)
+        return tfm__fail(TFM_E_ARG, "%s: rank %d's model differs from rank 0's (parameters, shapes, dropout or "
+                         "inference_only): every rank must build the same config", fn, bad);
+    return TFM_OK;
+}
+
+/* Rank 0's model state to every rank (models already checked alike). */
+static tfm_result tfm__dist_broadcast_state(const char *fn, tfm_dist *d, tfm_model *m) {
+#if defined(TFM_MPI)
+    if (d->size > 1) {
+        tfm__model_impl *mi = m->impl;
+        TFM__TRY(tfm__dist_bcast(fn, d, mi->mem_base + mi->off_params, (int64_t)mi->n_param_bytes));
+        if (mi->has_grad) {
+            TFM__TRY(tfm__dist_bcast(fn, d, mi->mem_base + mi->off_m, (int64_t)mi->n_param_bytes));
+            TFM__TRY(tfm__dist_bcast(fn, d, mi->mem_base + mi->off_v, (int64_t)mi->n_param_bytes));
+            TFM__TRY(tfm__dist_bcast(fn, d, &m->step, sizeof m->step));
+            TFM__TRY(tfm__dist_bcast(fn, d, &mi->rng, sizeof mi->rng));
+        }
+    }
+#else
+    (void)fn, (void)d, (void)m;
+#endif
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_dist_broadcast_model(tfm_dist *d, tfm_model *m) {
+    const char *fn = "tfm_dist_broadcast_model";
+    TFM__TRY(tfm__dist_same_model(fn, d, m));
+    return tfm__dist_broadcast_state(fn, d, m);
+}
+
+TFMDEF tfm_result tfm_dist_check_model(tfm_dist *d, const tfm_model *m, uint64_t *sum) {
+    const char *fn = "tfm_dist_check_model";
+    const tfm__model_impl *mi;
+    uint64_t h;
+    int bad;
+    if (sum) *sum = 0;
+    TFM__TRY(tfm__dist_chk_model(fn, d, m));
+    mi = m->impl;
+    h = tfm__dist_hash(tfm__dist_model_sig(m), mi->mem_base + mi->off_params, (int64_t)mi->n_param_bytes);
+    if (mi->has_grad) {
+        h = tfm__dist_hash(h, mi->mem_base + mi->off_m, (int64_t)mi->n_param_bytes);
+        h = tfm__dist_hash(h, mi->mem_base + mi->off_v, (int64_t)mi->n_param_bytes);
+        h = tfm__dist_hash(h, &m->step, sizeof m->step);
+        h = tfm__dist_hash(h, &mi->rng, sizeof mi->rng);
+    }
+    if (sum) *sum = h;
+    TFM__TRY(tfm__dist_agree(fn, d, h, &bad));
+    if (bad >= 0)
+        return tfm__fail(TFM_E_COMM, "%s: rank %d's model state (parameters, moments, step or generator) differs from "
+                         "rank 0's", fn, bad);
+    return TFM_OK;
+}
+
+#ifndef TFM_NO_STDIO
+/* Rank 0's result and message (r, from a call made on rank 0 only) on every rank. */
+static tfm_result tfm__dist_share_result(const char *fn, tfm_dist *d, tfm_result r) {
+#if defined(TFM_MPI)
+    if (d->size > 1) {
+        char msg[sizeof tfm__errbuf];
+        int code = (int)r;
+        memcpy(msg, tfm__errbuf, sizeof msg);
+        TFM__TRY(tfm__dist_bcast(fn, d, &code, sizeof code));
+        TFM__TRY(tfm__dist_bcast(fn, d, msg, sizeof msg));
+        msg[sizeof msg - 1] = 0;
+        if (code != TFM_OK) return tfm__fail((tfm_result)code, "%s (on rank 0)", msg);
+        return TFM_OK;
+    }
+#else
+    (void)fn, (void)d;
+#endif
+    return r;
+}
+
+TFMDEF tfm_result tfm_dist_save(tfm_dist *d, const tfm_model *m, const char *path, int flags, const tfm_kv *meta, int n_meta) {
+    const char *fn = "tfm_dist_save";
+    tfm_result r = TFM_OK;
+    TFM__TRY(tfm__dist_chk_model(fn, d, m));
+    if (d->rank == 0) r = tfm_model_save(m, path, flags, meta, n_meta);
+    return tfm__dist_share_result(fn, d, r);
+}
+
+TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path) {
+    const char *fn = "tfm_dist_load";
+    tfm_result r = TFM_OK;
+    TFM__TRY(tfm__dist_same_model(fn, d, m));
+    if (d->rank == 0) r = tfm_model_load(m, path);
+    TFM__TRY(tfm__dist_share_result(fn, d, r));
+    return tfm__dist_broadcast_state(fn, d, m);
+}
+#endif
 
 #if defined(TFM__GCC_OPTIONS)
 #pragma GCC pop_options

@@ -8,6 +8,9 @@
        build/bench model NAME THREADS    one model (run one per process, so peak RSS is that model's)
        build/bench train NAME THREADS    its training steps only: what to run under perf or callgrind
        build/bench list                  the model names
+       build/bench gen NAME THREADS      an LM's greedy generation at batch 1, 8 and 32 (inference_only,
+                                         max_batch 32), its memory against the README's formula, and the
+                                         machine's read bandwidth (a 1 GiB buffer summed with vector loads)
        build/bench dump NAME FILE        weights, batch, logits, loss and gradient norm of one model, for
                                          `bench/torch_ref.py verify NAME FILE` (same function on both sides)
 
@@ -861,6 +864,140 @@ static int run_info(void) {
     return 0;
 }
 
+/* ---- gen: batched generation, serving memory and the machine's read bandwidth ---------------- */
+
+/* One thread's sum of p[0..n) with vector loads (4 independent accumulators): what reading the
+   weights once costs, with as little arithmetic as possible per byte. */
+static float read_sum(const float *p, size_t n) {
+    size_t i = 0;
+    float s = 0.0f;
+#if defined(__AVX__)
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    float out[8];
+    int j;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
+    }
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (j = 0; j < 8; j++) s += out[j];
+#endif
+    for (; i < n; i++) s += p[i];
+    return s;
+}
+
+/* GB/s of `threads` threads streaming through a 1 GiB buffer (each its own contiguous part), the
+   median of 7 passes after one untimed pass. */
+static double read_bandwidth(int threads) {
+    size_t n = ((size_t)1 << 30) / sizeof(float), i;
+    float *buf = (float *)xmalloc(n * sizeof(float));
+    double t[7];
+    volatile float sink = 0.0f;
+    int r;
+    for (i = 0; i < n; i++) buf[i] = (float)(i & 1023) * 1e-3f;
+    (void)threads;
+    for (r = -1; r < 7; r++) {
+        double t0 = now_s();
+        float tot = 0.0f;
+        TFM__OMP(omp parallel num_threads(threads) reduction(+ : tot))
+        {
+            int k = 0, nt = 1;
+#ifdef _OPENMP
+            k = omp_get_thread_num();
+            nt = omp_get_num_threads();
+#endif
+            size_t lo = n / (size_t)nt * (size_t)k, hi = k == nt - 1 ? n : n / (size_t)nt * (size_t)(k + 1);
+            tot += read_sum(buf + lo, hi - lo);
+        }
+        sink = tot;
+        if (r >= 0) t[r] = now_s() - t0;
+    }
+    (void)sink;
+    free(buf);
+    return (double)n * sizeof(float) / median(t, 7) * 1e-9;
+}
+
+/* The serving formula of the README for an inference_only decoder-only LM (pre-LN), in bytes. */
+static double lm_serving_bytes(const tfm_config *c, int64_t n_weights) {
+    double B = c->max_batch, T = c->max_len, C = c->d_model, F = c->d_ff ? c->d_ff : 4.0 * c->d_model;
+    return 4.0 * ((double)n_weights + B * T * (12.0 * C + 2.0 * F + c->vocab_size + c->n_heads + 7.0));
+}
+
+/* Greedy generation of GEN_NEW tokens from 1-token prompts at batch 1, 8 and 32 on an inference_only
+   model of config bc (max_batch 32), the model's memory against the README's formula, then the read
+   bandwidth at `threads` threads. Lines:
+       GEN impl=ours name=... threads=... batch=... tok_s=... ms_tok=...
+       MEM name=... model_mb=... formula_mb=... params_mb=... peak_mb=...   (peak RSS before the bandwidth buffer)
+       BW threads=... gb_s=...
+       RATIO name=... threads=... ms_tok=... weights_ms=... ratio=...
+   ms_tok is the median time of a whole generation over the tokens of one row (GEN_NEW): at batch B one
+   step for all B rows. weights_ms = the parameters' bytes / gb_s: reading the weights once; ratio =
+   batch 1's ms_tok / weights_ms. */
+static int run_gen(const bench_cfg *bc, int threads) {
+    static const int batches[3] = {1, 8, 32};
+    tfm_config cfg = make_config(bc);
+    tfm_model *m = (tfm_model *)xmalloc(sizeof *m);
+    int32_t *out = (int32_t *)xmalloc((size_t)32 * GEN_NEW * sizeof(int32_t)), prompts[32];
+    const int32_t *pp[32];
+    int n_prompts[32], n_out[32], quick = quick_mode(), reps = quick ? 1 : 3, bi, i, r;
+    size_t bytes = 0;
+    double bw, t[3], ms_tok1 = 0.0, wms;
+    tfm_rng rng;
+    tfm_result rc;
+    if (bc->kind != TFM_MODEL_DECODER_LM) {
+        fprintf(stderr, "bench: gen runs the decoder-only LMs only\n");
+        return 2;
+    }
+    tfm_set_num_threads(threads);
+    cfg.max_batch = 32;
+    cfg.inference_only = 1;
+    if ((rc = tfm_model_memory_size(&cfg, &bytes)) != TFM_OK) die_tfm("tfm_model_memory_size", rc);
+    if ((rc = tfm_model_init(m, &cfg, NULL, 0)) != TFM_OK) die_tfm("tfm_model_init", rc);
+    tfm_rng_seed(&rng, 42);
+    for (i = 0; i < 32; i++) {
+        prompts[i] = (int32_t)(tfm_rng_u64(&rng) % (uint64_t)bc->V);
+        pp[i] = &prompts[i];
+        n_prompts[i] = 1;
+    }
+    for (bi = 0; bi < 3; bi++) {
+        int B = batches[bi];
+        tfm_gen_opts go;
+        double ms_tok;
+        memset(&go, 0, sizeof go);
+        go.max_new = GEN_NEW;
+        for (r = -1; r < reps; r++) { /* one untimed run first */
+            double t0 = now_s();
+            if ((rc = tfm_model_generate_batch(m, B, NULL, NULL, pp, n_prompts, &go, out, GEN_NEW, n_out)) != TFM_OK)
+                die_tfm("tfm_model_generate_batch", rc);
+            if (r >= 0) t[r] = now_s() - t0;
+            for (i = 0; i < B; i++)
+                if (n_out[i] != GEN_NEW) {
+                    fprintf(stderr, "bench: row %d gave %d tokens, not %d\n", i, n_out[i], GEN_NEW);
+                    return 1;
+                }
+        }
+        ms_tok = 1e3 * median(t, reps) / GEN_NEW;
+        if (B == 1) ms_tok1 = ms_tok;
+        printf("GEN impl=ours name=%s threads=%d batch=%d tok_s=%.1f ms_tok=%.3f\n", bc->name, threads, B,
+               B * 1e3 / ms_tok, ms_tok);
+        fflush(stdout);
+    }
+    printf("MEM name=%s max_batch=%d max_len=%d model_mb=%.1f formula_mb=%.1f params_mb=%.1f peak_mb=%.1f\n", bc->name,
+           cfg.max_batch, cfg.max_len, bytes / 1e6, lm_serving_bytes(&cfg, m->n_weights) / 1e6,
+           4.0 * (double)m->n_weights / 1e6, peak_rss_mb());
+    bw = read_bandwidth(threads);
+    wms = 4.0 * (double)m->n_weights / (bw * 1e9) * 1e3;
+    printf("BW threads=%d gb_s=%.2f\n", threads, bw);
+    printf("RATIO name=%s threads=%d ms_tok=%.3f weights_ms=%.3f ratio=%.3f\n", bc->name, threads, ms_tok1, wms,
+           ms_tok1 / wms);
+    tfm_model_free(m);
+    free(m);
+    free(out);
+    return 0;
+}
+
 static void usage(FILE *f) {
     int i;
     fprintf(f,
@@ -871,6 +1008,7 @@ static void usage(FILE *f) {
             "       build/bench train NAME THREADS   training steps only (warm-up + timed), for profilers\n"
             "       build/bench list\n"
             "       build/bench dump NAME FILE      weights, data and results for bench/torch_ref.py verify\n"
+            "       build/bench gen NAME THREADS    batched generation (1, 8, 32 rows), serving memory, read bandwidth\n"
             "QUICK=1: fewer repetitions. bench/run.sh runs everything next to PyTorch and prints the table.\n"
             "models:");
     for (i = 0; i < N_CONFIGS; i++) fprintf(f, " %s", CONFIGS[i].name);
@@ -909,6 +1047,14 @@ int main(int argc, char **argv) {
             return 2;
         }
         return run_dump(b, argv[3]);
+    }
+    if (argc == 4 && strcmp(argv[1], "gen") == 0) {
+        const bench_cfg *b = find_config(argv[2]);
+        if (!b) {
+            fprintf(stderr, "bench: unknown config '%s'\n", argv[2]);
+            return 2;
+        }
+        return run_gen(b, parse_threads(argv[3]));
     }
     if (argc == 4 && (strcmp(argv[1], "model") == 0 || strcmp(argv[1], "train") == 0)) {
         const bench_cfg *b = find_config(argv[2]);

@@ -13,6 +13,9 @@
 #   OURS_WAIT_POLICY=PASSIVE   OMP_WAIT_POLICY for our multi-thread rows too (default: libgomp's own,
 #                   which spins; torch's multi-thread rows always run under PASSIVE, since torch runs
 #                   an OpenMP pool beside OpenBLAS's pthread pool and the spinning one starves the other)
+#   GEN=0           skip the generation rows (build/bench gen and torch_ref.py gen on the LMs: batch 1, 8
+#                   and 32, the serving memory, the read bandwidth and batch 1's time against it)
+#   GEN_CONFIGS="a" the LMs for those rows (default: every LM among CONFIGS)
 #   BENCH=build/bench  PYTHON=/usr/bin/python3
 #   BENCH_BUILTIN=build/bench-builtin   the bench built with BLAS=0 (make builds it beside a BLAS build):
 #                   its training steps get a column of their own (the header's own sgemm: `make demo`'s speed)
@@ -30,6 +33,7 @@ QUICK=${QUICK:-0}
 SGEMM=${SGEMM:-1}
 VERIFY=${VERIFY:-0}
 OURS_WAIT_POLICY=${OURS_WAIT_POLICY:-}
+GEN=${GEN:-1}
 export QUICK
 
 if [ ! -x "$BENCH" ]; then
@@ -129,6 +133,21 @@ for r in $(seq 1 "$REPEAT"); do
             fi
         done
     done
+    if [ "$GEN" != 0 ]; then # batched generation on the LMs, ours and torch's KV-cache loop
+        for c in ${GEN_CONFIGS:-$CONFIGS}; do
+            case " char-gpt-tiny gpt-small gpt2-124M-shape " in *" $c "*) ;; *) continue ;; esac
+            for t in $THREADS; do
+                run "$R" "$BENCH" gen "$c" "$t"
+                if [ "$HAVE_TORCH" = 1 ]; then
+                    if [ "$t" -gt 1 ]; then
+                        run "$R" env OMP_WAIT_POLICY=PASSIVE "$PY" bench/torch_ref.py gen "$c" "$t"
+                    else
+                        run "$R" "$PY" bench/torch_ref.py gen "$c" "$t"
+                    fi
+                fi
+            done
+        done
+    fi
     echo "LOAD repeat=$r end=\"$(cut -d' ' -f1-3 /proc/loadavg)\"" >> "$R"
 done
 
@@ -188,4 +207,31 @@ echo "torch/ours > 1: we are faster. tok/s: B*T tokens per training step (enc-de
 echo "GFLOP/s: FLOPs per step (bench/README.md) / step time; %sgemm: of the 2048x2048 sgemm measured above at"
 echo "the same thread count. fwd: eval forward with loss. peak MB: ru_maxrss of the process (torch's includes"
 echo "the Python interpreter and libtorch). gen: greedy batch-1 decoding with a KV cache, ms per new token."
-for r in $(seq 1 "$REPEAT"); do table "$r"; done
+# The generation table of one repeat, from the GEN, MEM, BW and RATIO lines.
+gen_table() {
+    awk -v rep="$1" '
+    function kvs(   i, p) { delete kv; for (i = 2; i <= NF; i++) { p = index($i, "="); if (p) kv[substr($i, 1, p - 1)] = substr($i, p + 1) } }
+    /^GEN / { kvs(); k = kv["name"] SUBSEP kv["threads"]; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+              tok[kv["impl"], k, kv["batch"]] = kv["tok_s"] }
+    /^MEM / { kvs(); mem[kv["name"]] = sprintf("%s %s MB (formula %s, parameters %s), peak RSS %s MB", kv["name"], kv["model_mb"], kv["formula_mb"], kv["params_mb"], kv["peak_mb"]) }
+    /^BW / { kvs(); bw[kv["threads"]] = kv["gb_s"] }
+    /^RATIO / { kvs(); ratio[kv["name"] SUBSEP kv["threads"]] = kv["ms_tok"] " ms / " kv["weights_ms"] " ms = " kv["ratio"] }
+    END {
+        if (!n) exit
+        printf "\n== generation, repeat %d: greedy, 1-token prompts, 127 new tokens per row, tokens/s ours/torch (ours/torch)\n", rep
+        printf "%-19s %3s %22s %22s %22s   %s\n", "config", "thr", "batch 1", "batch 8", "batch 32", "batch 1 ms/token / read weights once"
+        for (i = 1; i <= n; i++) {
+            split(order[i], a, SUBSEP)
+            printf "%-19s %3s", a[1], a[2]
+            for (b = 1; b <= 32; b *= (b == 1 ? 8 : 4)) {
+                o = tok["ours", order[i], b]; t = tok["torch", order[i], b]
+                printf " %22s", (o == "" ? "-" : o) "/" (t == "" ? "-" : t) ((o != "" && t > 0) ? sprintf(" (%.2f)", o / t) : "")
+            }
+            printf "   %s\n", (order[i] in ratio) ? ratio[order[i]] : "-"
+        }
+        for (t in bw) printf "read bandwidth, %s thread(s): %s GB/s (1 GiB summed with vector loads)\n", t, bw[t]
+        for (c in mem) printf "serving memory (inference_only, max_batch 32): %s\n", mem[c]
+    }' "$TMP/repeat$1"
+}
+
+for r in $(seq 1 "$REPEAT"); do table "$r"; gen_table "$r"; done

@@ -5,7 +5,9 @@ Usage (bench/run.sh calls it; /usr/bin/python3 with torch 1.13):
     torch_ref.py model NAME THREADS   one model per process; prints MODEL and RESULT lines like build/bench
     torch_ref.py info                 torch version, threads, which BLAS library and OpenBLAS core it uses
     torch_ref.py params [NAME...]     parameter counts only
-    torch_ref.py check [NAME...]      the hand-written KV-cache generation against full recomputation
+    torch_ref.py gen NAME THREADS     batched greedy generation (1, 8, 32 rows) with the KV cache loop
+    torch_ref.py check [NAME...]      the hand-written KV-cache generation against full recomputation, and
+                                      its batched form against one prompt at a time
     torch_ref.py verify FILE          the model in FILE (from `build/bench dump NAME FILE`: our weights,
                                       batch, logits, loss, gradient norm) through the torch model: the
                                       same function on both sides?
@@ -171,6 +173,41 @@ class DecoderLM(nn.Module):
             logits = F.linear(self.decoder.norm(x), self.tok_emb.weight)
             tok = int(torch.argmax(logits))
             out.append(tok)
+        return out
+
+    @torch.no_grad()
+    def generate_batch(self, prompts, n_new):
+        """generate() for B prompts of one length at once: the cache holds (B,H,t,D) per layer and each
+        step runs the B new rows through the layers together. Returns B lists of n_new ids."""
+        C, H = self.c["C"], self.c["H"]
+        D = C // H
+        B, P = len(prompts), len(prompts[0])
+        tmax = P + n_new
+        layers = self.decoder.layers
+        kc = [torch.empty(B, H, tmax, D) for _ in layers]
+        vc = [torch.empty(B, H, tmax, D) for _ in layers]
+        scale = 1.0 / math.sqrt(D)
+        out = [[] for _ in range(B)]
+        tok = torch.tensor([p[0] for p in prompts])
+        for t in range(P + n_new - 1):
+            x = self.tok_emb.weight[tok] + self.pos_emb.weight[t]  # (B,C)
+            for i, layer in enumerate(layers):
+                att = layer.self_attn
+                h = layer.norm1(x)
+                qkv = F.linear(h, att.in_proj_weight, att.in_proj_bias).view(B, 3, H, D)
+                kc[i][:, :, t] = qkv[:, 1]
+                vc[i][:, :, t] = qkv[:, 2]
+                s = torch.matmul(qkv[:, 0].unsqueeze(2), kc[i][:, :, : t + 1].transpose(2, 3)) * scale  # (B,H,1,t+1)
+                ctx = torch.matmul(torch.softmax(s, dim=-1), vc[i][:, :, : t + 1])  # (B,H,1,D)
+                x = x + att.out_proj(ctx.reshape(B, C))
+                x = x + layer.linear2(layer.activation(layer.linear1(layer.norm2(x))))
+            if t + 1 < P:
+                tok = torch.tensor([p[t + 1] for p in prompts])
+                continue
+            logits = F.linear(self.decoder.norm(x), self.tok_emb.weight)
+            tok = torch.argmax(logits, dim=-1)
+            for b in range(B):
+                out[b].append(int(tok[b]))
         return out
 
     @torch.no_grad()
@@ -387,6 +424,33 @@ def run_model(name, threads):
     return 0
 
 
+def run_gen(name, threads):
+    """Greedy generation of GEN_NEW tokens from 1-token prompts at batch 1, 8 and 32 (generate_batch,
+    median of 3 runs after one untimed run), as `build/bench gen` times its own."""
+    quick = quick_mode()
+    set_threads(threads)
+    c, model, batch = build(name)
+    if c["kind"] != "lm":
+        print("torch_ref: gen runs the decoder-only LMs only", file=sys.stderr)
+        return 2
+    model.eval()
+    reps = 1 if quick else 3
+    g = torch.Generator().manual_seed(42)
+    prompts = [[int(t)] for t in torch.randint(0, c["V"], (32,), generator=g)]
+    for B in (1, 8, 32):
+        times = []
+        for r in range(reps + 1):
+            t0 = time.perf_counter()
+            out = model.generate_batch(prompts[:B], GEN_NEW)
+            if r:
+                times.append(time.perf_counter() - t0)
+            assert all(len(o) == GEN_NEW for o in out)
+        ms_tok = 1e3 * median(times) / GEN_NEW
+        print("GEN impl=torch name=%s threads=%d batch=%d tok_s=%.1f ms_tok=%.3f"
+              % (name, threads, B, B * 1e3 / ms_tok, ms_tok), flush=True)
+    return 0
+
+
 def run_info():
     path, lib = loaded_blas()
     core, nthr = blas_info(lib)
@@ -419,6 +483,10 @@ def run_check(names):
             bad += not ok
             print("CHECK name=%s prompt_len=%d new=%d kv_cache_matches_full_recompute=%s"
                   % (name, len(prompt), n, "yes" if ok else "NO"))
+        prompts = [[int(t) for t in batch["tokens"][b % c["B"], b // c["B"]:b // c["B"] + 3]] for b in range(4)]
+        ok = model.generate_batch(prompts, n) == [model.generate(p, n) for p in prompts]
+        bad += not ok
+        print("CHECK name=%s batch=4 prompt_len=3 new=%d batch_matches_one_by_one=%s" % (name, n, "yes" if ok else "NO"))
     return 1 if bad else 0
 
 
@@ -501,6 +569,8 @@ def run_verify(path):
 def main(argv):
     if len(argv) == 4 and argv[1] == "model" and argv[2] in CONFIGS:
         return run_model(argv[2], int(argv[3]))
+    if len(argv) == 4 and argv[1] == "gen" and argv[2] in CONFIGS:
+        return run_gen(argv[2], int(argv[3]))
     if len(argv) == 3 and argv[1] == "verify":
         return run_verify(argv[2])
     if len(argv) == 2 and argv[1] == "info":

@@ -74,8 +74,12 @@ static const tc2_fn tc2_functions[] = {
     TC2_FN(tfm_config_load),
     TC2_FN(tfm_model_load),
     TC2_FN(tfm_checkpoint_meta),
+    TC2_FN(tfm_dist_save), TC2_FN(tfm_dist_load),
 #endif
-    TC2_FN(tfm_cuda_available)
+    TC2_FN(tfm_cuda_available),
+    TC2_FN(tfm_dist_init), TC2_FN(tfm_dist_free), TC2_FN(tfm_dist_broadcast_model), TC2_FN(tfm_dist_allreduce_grads),
+    TC2_FN(tfm_dist_allreduce), TC2_FN(tfm_dist_sum), TC2_FN(tfm_dist_reduce_loss), TC2_FN(tfm_dist_shard),
+    TC2_FN(tfm_dist_check_model)
 };
 
 /* A two-layer character LM: one training step on a fixed batch, in memory allocated by the library. */

@@ -1629,10 +1629,10 @@ static void err_model(void) {
         ERR_HAS("classifier");
         /* prompt + new tokens beyond max_len (4) */
         g.max_new = 3;
-        CHECK_ERR(tfm_model_generate(&m, NULL, 0, prompt, 2, &g, out, &n_out), TFM_E_SHAPE, "tfm_model_generate");
+        CHECK_ERR(tfm_model_generate(&m, NULL, 0, prompt, 2, &g, out, &n_out), TFM_E_ARG, "tfm_model_generate");
         ERR_HAS("max_len");
         g.max_new = 2;
-        CHECK_ERR(tfm_model_generate(&m, NULL, 0, prompt, 0, &g, out, &n_out), TFM_E_SHAPE, "tfm_model_generate");
+        CHECK_ERR(tfm_model_generate(&m, NULL, 0, prompt, 0, &g, out, &n_out), TFM_E_ARG, "tfm_model_generate");
         /* a required field left at 0 */
         g.max_new = 0;
         CHECK_ERR(tfm_model_generate(&m, NULL, 0, prompt, 2, &g, out, &n_out), TFM_E_ARG, "max_new");
@@ -1661,7 +1661,7 @@ static void err_model(void) {
         CHECK_ERR(tfm_model_generate(&ed, src, 4, prompt, 1, &g, out, &n_out), TFM_E_ARG, "tfm_model_generate");
         ERR_HAS("-1");
         src[3] = 4;
-        CHECK_ERR(tfm_model_generate(&ed, src, 5, prompt, 1, &g, out, &n_out), TFM_E_SHAPE, "tfm_model_generate");
+        CHECK_ERR(tfm_model_generate(&ed, src, 5, prompt, 1, &g, out, &n_out), TFM_E_ARG, "tfm_model_generate");
         for (i = 0; i < 8; i++) CHECK_MSG(out[i] == -7, "out[%d] was written by a failing call", i);
         CHECK_OK(tfm_model_generate(&m, NULL, 0, prompt, 2, &g, out, &n_out));
         CHECK(n_out == 2 && out[0] >= 0 && out[0] < 11 && out[1] >= 0 && out[1] < 11 && out[2] == -7);

@@ -162,9 +162,9 @@ static void gen_test_errors(void) {
     if (!m.impl) return;
     memset(&o, 0, sizeof o);
     o.max_new = 10; /* 3 + 10 > max_len 12 */
-    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_SHAPE, "max_len");
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "max_len");
     o.max_new = 2;
-    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 0, &o, out, NULL), TFM_E_SHAPE, "tfm_model_generate");
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 0, &o, out, NULL), TFM_E_ARG, "tfm_model_generate");
     CHECK_ERR(tfm_model_generate(&m, NULL, 0, bad, 2, &o, out, NULL), TFM_E_ARG, "99");
     CHECK_ERR(tfm_model_generate(&m, p, 3, p, 3, &o, out, NULL), TFM_E_ARG, "src");
     o.temperature = -1.0f;
@@ -176,7 +176,7 @@ static void gen_test_errors(void) {
     {
         tfm_kv_cache kc;
         int32_t from[2] = {0, 2};
-        CHECK_ERR(tfm_kv_cache_init(&kc, &m, 3, 0), TFM_E_ARG, "tfm_kv_cache_init");
+        CHECK_ERR(tfm_kv_cache_init(&kc, &m, -1, 0), TFM_E_ARG, "tfm_kv_cache_init");
         CHECK_ERR(tfm_kv_cache_init(&kc, &m, 0, 13), TFM_E_ARG, "max_len");
         CHECK_OK(tfm_kv_cache_init(&kc, &m, 0, 0));
         CHECK_ERR(tfm_kv_cache_reorder(&kc, from, 2), TFM_E_ARG, "from[1]");
@@ -605,8 +605,9 @@ static void gen_test_beam_greedy(void) {
 }
 
 /* On a model of 5 tokens, beam width 5 over 2 new tokens with a stop token: the n-best list equals an
-   exhaustive search (every sequence scored by full forwards), with and without a length penalty. */
-static void gen_check_beam_exhaustive(int encdec, float alpha) {
+   exhaustive search (every sequence scored by full forwards), with and without a length penalty. The
+   model runs max_batch rows at once: fewer than the beams, they are decoded in chunks. */
+static void gen_check_beam_exhaustive(int encdec, float alpha, int max_batch) {
     tfm_config c;
     tfm_model m;
     tfm_gen_opts o;
@@ -619,7 +620,7 @@ static void gen_check_beam_exhaustive(int encdec, float alpha) {
     gen_config(&c, encdec ? TFM_MODEL_ENCODER_DECODER : TFM_MODEL_DECODER_LM, 1, TFM_POS_LEARNED);
     c.vocab_size = V;
     c.tgt_vocab_size = encdec ? V : 0;
-    c.max_batch = 5;
+    c.max_batch = max_batch;
     c.init_std = 0.1f;
     CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
     if (!m.impl) return;
@@ -676,16 +677,21 @@ static void gen_check_beam_exhaustive(int encdec, float alpha) {
 }
 
 static void gen_test_beam_exhaustive(void) {
-    gen_check_beam_exhaustive(0, 0.0f);
-    gen_check_beam_exhaustive(0, 1.0f);
-    gen_check_beam_exhaustive(1, 0.0f);
-    gen_check_beam_exhaustive(1, 2.0f);
+    gen_check_beam_exhaustive(0, 0.0f, 5);
+    gen_check_beam_exhaustive(0, 1.0f, 5);
+    gen_check_beam_exhaustive(1, 0.0f, 5);
+    gen_check_beam_exhaustive(1, 2.0f, 5);
+    /* five beams on models that run two rows, or one, at once */
+    gen_check_beam_exhaustive(0, 1.0f, 2);
+    gen_check_beam_exhaustive(1, 2.0f, 2);
+    gen_check_beam_exhaustive(0, 0.0f, 1);
+    gen_check_beam_exhaustive(1, 0.0f, 1);
 }
 
 /* A wider beam over longer outputs: every hypothesis's score is its log-probability under
    tfm_model_score, the list is ordered by the length-penalised score, and it is at least as likely as
-   greedy decoding's output. */
-static void gen_test_beam_scores(void) {
+   greedy decoding's output. The model runs max_batch rows at once (fewer than the beams: in chunks). */
+static void gen_check_beam_scores(int max_batch) {
     tfm_config c;
     tfm_model m;
     tfm_gen_opts o;
@@ -694,7 +700,7 @@ static void gen_test_beam_scores(void) {
     float scores[4], total, gscore;
     double prev = 1e30;
     gen_config(&c, TFM_MODEL_DECODER_LM, 0, TFM_POS_LEARNED);
-    c.max_batch = 4;
+    c.max_batch = max_batch;
     CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
     if (!m.impl) return;
     memset(&o, 0, sizeof o);
@@ -721,7 +727,13 @@ static void gen_test_beam_scores(void) {
     tfm_model_free(&m);
 }
 
-/* Bad requests to the new calls fail with TFM_E_ARG (or TFM_E_SHAPE for sizes) and name the call. */
+static void gen_test_beam_scores(void) {
+    gen_check_beam_scores(4);
+    gen_check_beam_scores(3);
+    gen_check_beam_scores(1);
+}
+
+/* Bad requests to the new calls fail with TFM_E_ARG (TFM_E_SHAPE for a batch beyond cfg.max_batch) and name the call. */
 static void gen_test_errors_new(void) {
     tfm_config c;
     tfm_model m;
@@ -761,7 +773,7 @@ static void gen_test_errors_new(void) {
     CHECK_ERR(tfm_model_generate_batch(&m, 0, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_ARG, "tfm_model_generate_batch");
     CHECK_ERR(tfm_model_generate_batch(&m, 2, NULL, NULL, pp, np, &o, out, 1, n_out), TFM_E_ARG, "out_stride");
     np[1] = 11;
-    CHECK_ERR(tfm_model_generate_batch(&m, 2, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_SHAPE, "row 1");
+    CHECK_ERR(tfm_model_generate_batch(&m, 2, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_ARG, "row 1");
     np[1] = 2;
     pp[1] = bad;
     CHECK_ERR(tfm_model_generate_batch(&m, 2, NULL, NULL, pp, np, &o, out, 16, n_out), TFM_E_ARG, "13");
@@ -770,25 +782,165 @@ static void gen_test_errors_new(void) {
     /* scores */
     CHECK_ERR(tfm_model_score(&m, NULL, 0, p, 3, bad, 2, lp, NULL), TFM_E_ARG, "tfm_model_score: target");
     CHECK_ERR(tfm_model_score(&m, NULL, 0, p, 3, p, 0, lp, NULL), TFM_E_ARG, "n_target");
-    CHECK_ERR(tfm_model_score(&m, NULL, 0, p, 3, out, 11, NULL, NULL), TFM_E_SHAPE, "max_len");
+    CHECK_ERR(tfm_model_score(&m, NULL, 0, p, 3, out, 11, NULL, NULL), TFM_E_ARG, "max_len");
     CHECK_ERR(tfm_model_score(&m, NULL, 0, NULL, 3, p, 3, NULL, NULL), TFM_E_ARG, "prompt");
     /* beams */
     o.temperature = 0.0f;
     o.beam_width = 14;
     CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG, "vocabulary");
-    o.beam_width = 3;
-    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_SHAPE, "max_batch");
     o.beam_width = 2;
     CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 3, out, 16, NULL, NULL, NULL), TFM_E_ARG, "n_best");
     CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 1, NULL, NULL, NULL), TFM_E_ARG, "out_stride");
     CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, bad, 2, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG,
               "tfm_model_beam_search: prompt");
     o.max_new = 10;
-    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_SHAPE, "max_len");
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG, "max_len");
     o.max_new = 2;
     o.length_penalty = INFINITY;
     CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG, "length_penalty");
+    o.length_penalty = 0.0f;
+    o.top_p = NAN;
+    CHECK_ERR(tfm_model_beam_search(&m, NULL, 0, p, 3, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG, "top_p");
+    o.top_p = 0.0f;
+    o.min_p = 1.5f;
+    CHECK_ERR(tfm_model_generate(&m, NULL, 0, p, 3, &o, out, NULL), TFM_E_ARG, "min_p");
+    o.min_p = 0.0f;
     tfm_model_free(&m);
+    /* an encoder-decoder: sources too long or with ids out of range, in every call that takes one */
+    gen_config(&c, TFM_MODEL_ENCODER_DECODER, 1, TFM_POS_LEARNED);
+    CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+    if (!m.impl) return;
+    {
+        int32_t src[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1}, bsrc[2] = {1, 13};
+        const int32_t *ss[2];
+        int sl[2] = {13, 2}, npr[2] = {1, 1};
+        ss[0] = src;
+        ss[1] = bsrc;
+        pp[0] = pp[1] = p;
+        CHECK_ERR(tfm_model_generate(&m, src, 13, p, 1, &o, out, NULL), TFM_E_ARG, "src_len 13");
+        CHECK_ERR(tfm_model_beam_search(&m, src, 13, p, 1, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG,
+                  "tfm_model_beam_search: row 0: src_len 13");
+        CHECK_ERR(tfm_model_score(&m, src, 13, p, 1, p, 2, NULL, NULL), TFM_E_ARG, "tfm_model_score: row 0: src_len");
+        CHECK_ERR(tfm_model_generate_batch(&m, 2, ss, sl, pp, npr, &o, out, 16, n_out), TFM_E_ARG, "row 0: src_len 13");
+        sl[0] = 12;
+        CHECK_ERR(tfm_model_generate_batch(&m, 2, ss, sl, pp, npr, &o, out, 16, n_out), TFM_E_ARG, "13");
+        CHECK_ERR(tfm_model_beam_search(&m, bsrc, 2, p, 1, &o, 1, out, 16, NULL, NULL, NULL), TFM_E_ARG,
+                  "tfm_model_beam_search: src");
+        npr[0] = 11; /* beyond max_tgt_len 10 */
+        sl[1] = 1;
+        CHECK_ERR(tfm_model_generate_batch(&m, 2, ss, sl, pp, npr, &o, out, 16, n_out), TFM_E_ARG, "max_tgt_len");
+    }
+    tfm_model_free(&m);
+}
+
+/* Serving: a checkpoint of a model built for training (dropout on) loaded into an inference_only model
+   (batch 2, the prompts' length) gives, for greedy and sampled rows, beams and scores, the same tokens
+   as the training model and as the full-forward reference decoder running on the loaded model. */
+static void gen_check_serving(tfm_model_kind kind) {
+    tfm_config c, ic;
+    tfm_model tm, im;
+    tfm_gen_opts o;
+    int32_t src[5] = {4, 9, 1, 12, 3}, p0[3] = {2, 7, 5}, p1[2] = {6, 1}, out_t[3 * 8], out_i[3 * 8], ref[8];
+    const int32_t *srcs[2], *prompts[2];
+    int encdec = kind == TFM_MODEL_ENCODER_DECODER, sl[2] = {5, 3}, np[2], nt[2], ni[2], b, w, i, lt[3], li[3];
+    float st[3], si[3], tot_t, tot_i;
+    char path[96];
+    gen_config(&c, kind, 1, TFM_POS_LEARNED);
+    c.dropout = 0.2f;
+    c.attn_dropout = 0.2f;
+    c.n_layers = 3;
+    snprintf(path, sizeof path, "gen_serve_%lx.safetensors", (unsigned long)((uintptr_t)&c >> 4) ^ (unsigned long)time(NULL));
+    CHECK_OK(tfm_model_init(&tm, &c, NULL, 0));
+    if (!tm.impl) return;
+    CHECK_OK(tfm_model_save(&tm, path, 0, NULL, 0));
+    CHECK_OK(tfm_config_load(path, &ic));
+    ic.inference_only = 1;
+    CHECK_OK(tfm_model_init(&im, &ic, NULL, 0));
+    if (!im.impl) {
+        tfm_model_free(&tm);
+        remove(path);
+        return;
+    }
+    CHECK_OK(tfm_model_load(&im, path));
+    remove(path);
+    tfm_model_train(&tm, 1); /* generation turns dropout off by itself */
+    srcs[0] = src;
+    srcs[1] = src + 2;
+    prompts[0] = p0;
+    prompts[1] = p1;
+    np[0] = encdec ? 1 : 3;
+    np[1] = encdec ? 1 : 2;
+    for (w = 0; w < 3; w++) {
+        if (w == 0) {
+            memset(&o, 0, sizeof o);
+            o.max_new = 6;
+        } else {
+            gen_sampling_opts(&o, w == 1 ? 1 : 3);
+            o.max_new = 6;
+        }
+        CHECK_OK(tfm_model_generate_batch(&tm, 2, encdec ? srcs : NULL, encdec ? sl : NULL, prompts, np, &o, out_t, 8, nt));
+        CHECK_OK(tfm_model_generate_batch(&im, 2, encdec ? srcs : NULL, encdec ? sl : NULL, prompts, np, &o, out_i, 8, ni));
+        for (b = 0; b < 2; b++) {
+            int nr = gen_ref_generate(&im, encdec ? srcs[b] : NULL, sl[b], prompts[b], np[b], &o, o.seed + (uint64_t)b, ref);
+            CHECK_MSG(ni[b] == nt[b] && !memcmp(out_i + b * 8, out_t + b * 8, (size_t)nt[b] * sizeof(int32_t)),
+                      "kind %d, options %d, row %d: the inference_only model's tokens differ from the training model's",
+                      (int)kind, w, b);
+            CHECK_MSG(ni[b] == nr && !memcmp(out_i + b * 8, ref, (size_t)nr * sizeof(int32_t)),
+                      "kind %d, options %d, row %d: the inference_only model's tokens differ from full forwards", (int)kind,
+                      w, b);
+        }
+    }
+    memset(&o, 0, sizeof o);
+    o.max_new = 6;
+    o.beam_width = 3; /* wider than the inference model's batch of 2 */
+    CHECK_OK(tfm_model_beam_search(&tm, encdec ? src : NULL, 5, p0, np[0], &o, 3, out_t, 8, lt, st, NULL));
+    CHECK_OK(tfm_model_beam_search(&im, encdec ? src : NULL, 5, p0, np[0], &o, 3, out_i, 8, li, si, NULL));
+    for (i = 0; i < 3; i++) {
+        CHECK(lt[i] == li[i] && !memcmp(out_t + i * 8, out_i + i * 8, (size_t)lt[i] * sizeof(int32_t)));
+        CHECK_NEAR(si[i], st[i], 1e-5 * (1.0 + fabs(st[i])));
+    }
+    CHECK_OK(tfm_model_score(&tm, encdec ? src : NULL, 5, p0, np[0], out_t, lt[0], NULL, &tot_t));
+    CHECK_OK(tfm_model_score(&im, encdec ? src : NULL, 5, p0, np[0], out_t, lt[0], NULL, &tot_i));
+    CHECK_NEAR(tot_i, tot_t, 1e-5 * (1.0 + fabs(tot_t)));
+    tfm_model_free(&tm);
+    tfm_model_free(&im);
+}
+
+/* An inference_only model's activations are one layer's, whatever the depth: going from 2 to 8 layers
+   adds the parameters and the layers' bookkeeping (under one (B,T,C) activation here), where a
+   training model adds at least 6 layers' saved activations. */
+static void gen_check_serving_memory(tfm_model_kind kind) {
+    tfm_config c, r;
+    size_t s2[4], s8[4], t2[4], t8[4], btc;
+    int n;
+    gen_config(&c, kind, 1, TFM_POS_LEARNED);
+    c.d_model = 64;
+    c.n_heads = 4;
+    c.max_len = 128;
+    c.max_tgt_len = kind == TFM_MODEL_ENCODER_DECODER ? 128 : 0;
+    c.max_batch = 4;
+    btc = (size_t)4 * 128 * 64 * sizeof(float);
+    c.n_layers = 2;
+    CHECK_OK(tfm__config_resolve("test", &c, &r));
+    CHECK_OK(tfm__model_layout(&r, t2, &n));
+    r.inference_only = 1;
+    CHECK_OK(tfm__model_layout(&r, s2, &n));
+    c.n_layers = 8;
+    CHECK_OK(tfm__config_resolve("test", &c, &r));
+    CHECK_OK(tfm__model_layout(&r, t8, &n));
+    r.inference_only = 1;
+    CHECK_OK(tfm__model_layout(&r, s8, &n));
+    CHECK_MSG(s8[2] - s2[2] < btc, "kind %d: inference_only activations grow by %zu bytes from 2 to 8 layers", (int)kind,
+              s8[2] - s2[2]);
+    CHECK_MSG(t8[2] - t2[2] > 6 * 4 * btc, "kind %d: training activations grow by only %zu bytes", (int)kind, t8[2] - t2[2]);
+    CHECK(s8[0] == t8[0] && s8[0] > s2[0]); /* the same parameters either way */
+}
+
+static void gen_test_serving(void) {
+    gen_check_serving(TFM_MODEL_DECODER_LM);
+    gen_check_serving(TFM_MODEL_ENCODER_DECODER);
+    gen_check_serving_memory(TFM_MODEL_DECODER_LM);
+    gen_check_serving_memory(TFM_MODEL_ENCODER_DECODER);
 }
 
 static void suite_generate(void) {
@@ -805,4 +957,5 @@ static void suite_generate(void) {
     RUN(gen_test_beam_exhaustive);
     RUN(gen_test_beam_scores);
     RUN(gen_test_errors_new);
+    RUN(gen_test_serving);
 }

@@ -38,6 +38,7 @@ void test__run(const char *name, test_fn fn) {
 #include "test_layers.c"
 #include "test_safetensors.c"
 #include "test_io.c"
+#include "test_dist.c"
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -57,6 +58,7 @@ int main(int argc, char **argv) {
     suite_layers();
     suite_safetensors();
     suite_io();
+    suite_dist();
     printf("%d passed, %d failed\n", test__passed, test__failed);
     return test__failed ? 1 : 0;
 }

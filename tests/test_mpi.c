@@ -1,0 +1,374 @@
+/* tests/test_mpi.c - data-parallel training over MPI (make test-mpi runs it under mpirun -np 2).
+   For each model kind (encoder classifier, decoder LM, encoder-decoder), with dropout on:
+     - every rank starts from its own seed; tfm_dist_broadcast_model makes them rank 0's model;
+     - 50 steps on a global batch of G = 8 rows split over the ranks (tfm_dist_shard, batch offsets,
+       loss-weighted backward, tfm_dist_allreduce_grads, tfm_model_step) against a single-process
+       reference inside rank 0 taking the same 50 steps on all 8 rows at once: the global loss
+       (tfm_dist_reduce_loss) within 1e-5 relative of the reference's at every step, the parameters
+       within 1e-5 of the reference's at the end, and the ranks' whole state bit-identical after
+       every step (tfm_dist_check_model);
+     - the LM also saves a checkpoint at step 25 (tfm_dist_save): its bytes equal rank 0's own
+       tfm_model_save of the same state, a fresh model on every rank resumes from it (tfm_dist_load)
+       and ends bit-identical to the uninterrupted run, and a single process loads it as is.
+   Rows have different lengths (padding), so ranks count different numbers of targets: that is what
+   the loss-weighted backward is for. The all-reduce runs in buckets of an odd size (4099 floats), so
+   every model's gradient crosses several buckets split unevenly over the ranks.
+   Why 1e-5 and not bit-equality with the reference: one process sums a weight's gradient over all 8
+   rows in one order; here each rank sums its own rows and the all-reduce adds the two partial sums, a
+   different float rounding (about 1e-7 relative per gradient), which AdamW's normalised updates carry
+   into the parameters (measured: about 1e-6 after 50 steps). A second single-process model adds the
+   gradients of the same two halves (gradient accumulation, the same sum as the ranks' in another
+   order) and its distance from the one-batch run is printed beside the ranks': the two are alike.
+   The models use GELU: with ReLU a unit sitting at its kink switches on such a rounding difference and
+   the runs part for good (that control then differs from the one-batch run by 1e-3 after 50 steps,
+   one process alone), so no parameter tolerance would say anything about the all-reduce.
+   Options: --kill-at S (rank 1 kills itself at step S: the others must stop with an error, not
+   hang), --stall-at S (rank 1 stops responding at step S without dying: rank 0's next collective must
+   time out with TFM_E_COMM), --timeout SECONDS (tfm_dist.timeout: the collectives' non-blocking forms
+   with a deadline instead of the blocking ones), --steps N. TFM_TEST_MUTATE=allreduce|offset|broadcast|weight skips that part (the run
+   must then fail: make test-mpi checks it). Ends with "N passed, N failed" on rank 0. */
+#define _POSIX_C_SOURCE 200809L
+#define TFM_IMPLEMENTATION
+#include "../transformer.h"
+
+#include <math.h>
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define G 8       /* global batch */
+#define T 12      /* (source) length */
+#define TT 10     /* enc-dec target length */
+#define V 16
+
+static int rank_, size_, n_pass, n_fail, kill_at = -1, stall_at = -1, n_steps = 50;
+static double timeout_s = 0;
+static const char *mutate = "";
+
+/* Any failed call ends this rank with the message (the kill test greps for it). */
+#define OK(x)                                                                                          \
+    do {                                                                                               \
+        tfm_result r_ = (x);                                                                           \
+        if (r_ != TFM_OK) {                                                                            \
+            fprintf(stderr, "rank %d: %s:%d: %s: %s (%s)\n", rank_, __FILE__, __LINE__, #x,            \
+                    tfm_last_error(), tfm_result_string(r_));                                          \
+            fflush(stderr);                                                                            \
+            exit(2);                                                                                   \
+        }                                                                                              \
+    } while (0)
+
+static void check(int ok, const char *what) {
+    if (rank_ != 0) return;
+    if (ok) n_pass++;
+    else n_fail++;
+    printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+    fflush(stdout);
+}
+
+typedef struct data {
+    int32_t tokens[G * T], lens[G], tgt_in[G * TT], targets[G * T];
+} data;
+
+/* The global batch of step s: the same on every rank (a generator seeded by kind and step). */
+static void make_data(tfm_model_kind kind, int s, data *d) {
+    tfm_rng r;
+    int b, t;
+    tfm_rng_seed(&r, (uint64_t)kind * 1000 + (uint64_t)s);
+    memset(d, 0, sizeof *d);
+    for (b = 0; b < G; b++) {
+        d->lens[b] = T / 2 + (int)(tfm_rng_u64(&r) % (T / 2 + 1));
+        for (t = 0; t < T; t++) d->tokens[b * T + t] = (int32_t)(tfm_rng_u64(&r) % V);
+        if (kind == TFM_MODEL_ENCODER_CLASSIFIER) d->targets[b] = d->tokens[b * T] % 3;
+        if (kind == TFM_MODEL_DECODER_LM)
+            for (t = 0; t < T; t++) d->targets[b * T + t] = (d->tokens[b * T + t] * 5 + 3) % V;
+        if (kind == TFM_MODEL_ENCODER_DECODER) {
+            int n = 3 + (int)(tfm_rng_u64(&r) % (TT - 3));
+            for (t = 0; t < TT; t++) {
+                d->targets[b * TT + t] = t < n ? d->tokens[b * T + t] : -100;
+                d->tgt_in[b * TT + t] = t == 0 ? 1 : t <= n ? d->tokens[b * T + t - 1] : 0;
+            }
+        }
+    }
+}
+
+/* Rows [b0, b0 + B) of the global batch d. */
+static tfm_batch rows(tfm_model_kind kind, const data *d, int b0, int B) {
+    tfm_batch b;
+    memset(&b, 0, sizeof b);
+    b.batch = B;
+    b.len = T;
+    b.tokens = d->tokens + b0 * T;
+    b.lens = d->lens + b0;
+    if (kind == TFM_MODEL_ENCODER_CLASSIFIER) b.targets = d->targets + b0;
+    if (kind == TFM_MODEL_DECODER_LM) b.targets = d->targets + b0 * T;
+    if (kind == TFM_MODEL_ENCODER_DECODER) {
+        b.tgt_len = TT;
+        b.tgt_in = d->tgt_in + b0 * TT;
+        b.targets = d->targets + b0 * TT;
+    }
+    return b;
+}
+
+static tfm_config config(tfm_model_kind kind, int max_batch, uint64_t seed) {
+    tfm_config c;
+    memset(&c, 0, sizeof c);
+    c.kind = kind;
+    c.vocab_size = V;
+    c.n_classes = 3;
+    c.d_model = 32;
+    c.n_heads = 4;
+    c.n_layers = 2;
+    c.max_len = T;
+    c.max_tgt_len = TT;
+    c.max_batch = max_batch;
+    c.dropout = 0.1f;
+    c.attn_dropout = 0.1f;
+    c.act = TFM_ACT_GELU;
+    c.seed = seed;
+    return c;
+}
+
+static tfm_optim optim(void) {
+    tfm_optim o;
+    memset(&o, 0, sizeof o);
+    o.lr = 1e-3f;
+    o.warmup_steps = 5;
+    o.clip_norm = 1.0f;
+    o.weight_decay = 0.01f;
+    return o;
+}
+
+/* One data-parallel step s on this rank; *loss: the global batch's loss (before the update). */
+static void ddp_step(tfm_dist *dist, tfm_model *m, tfm_model_kind kind, int s, float *loss) {
+    data d;
+    int64_t r0, r1, n = 0, gn = 0;
+    float l = 0;
+    tfm_batch b;
+    tfm_optim o = optim();
+    make_data(kind, s, &d);
+    OK(tfm_dist_shard(dist, G, &r0, &r1));
+    b = rows(kind, &d, (int)r0, (int)(r1 - r0));
+    if (strcmp(mutate, "offset")) OK(tfm_model_set_batch_offset(m, r0));
+    tfm_model_zero_grad(m);
+    OK(tfm_model_forward(m, &b, &l, &n));
+    OK(tfm_dist_reduce_loss(dist, l, n, loss, &gn));
+    /* ranks count different numbers of targets: weight each rank's gradient by its share */
+    OK(tfm_model_backward(m, strcmp(mutate, "weight") ? (float)((double)dist->size * (double)n / (double)gn) : 1.0f));
+    if (strcmp(mutate, "allreduce")) OK(tfm_dist_allreduce_grads(dist, m));
+    OK(tfm_model_step(m, &o, NULL));
+}
+
+/* The single-process reference step s on all G rows: in one batch (parts 1), or in `parts` batches
+   whose gradients add up, each weighted by its share of the targets and drawing the dropout seed one
+   forward would draw: the same sum as one batch in another order (what the ranks compute). */
+static void ref_step(tfm_model *m, tfm_model_kind kind, int s, int parts, float *loss) {
+    data d;
+    tfm_batch b;
+    tfm_optim o = optim();
+    tfm_rng rng0 = *tfm__model_rng(m);
+    int64_t n = 0, total = 0;
+    float l = 0;
+    int p, rows_per = G / parts;
+    double sum = 0;
+    make_data(kind, s, &d);
+    for (p = 0; p < parts; p++) { /* count the targets first: each part's weight needs the total */
+        b = rows(kind, &d, p * rows_per, rows_per);
+        *tfm__model_rng(m) = rng0;
+        OK(tfm_model_set_batch_offset(m, p * rows_per));
+        OK(tfm_model_forward(m, &b, &l, &n));
+        total += n;
+    }
+    tfm_model_zero_grad(m);
+    for (p = 0; p < parts; p++) {
+        b = rows(kind, &d, p * rows_per, rows_per);
+        *tfm__model_rng(m) = rng0;
+        OK(tfm_model_set_batch_offset(m, p * rows_per));
+        OK(tfm_model_forward(m, &b, &l, &n));
+        OK(tfm_model_backward(m, (float)((double)n / (double)total)));
+        sum += (double)l * (double)n;
+    }
+    *loss = (float)(sum / (double)total);
+    OK(tfm_model_step(m, &o, NULL));
+}
+
+static int same_file(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int ok = fa && fb, ca, cb;
+    while (ok) {
+        ca = fgetc(fa);
+        cb = fgetc(fb);
+        if (ca != cb) ok = 0;
+        if (ca == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return ok;
+}
+
+static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
+    char what[256];
+    const char *ckpt = "build/mpi/test_mpi_ckpt.safetensors", *ckpt1 = "build/mpi/test_mpi_ckpt_single.safetensors";
+    tfm_config cm = config(kind, G, 7 + (uint64_t)rank_), cr = config(kind, G, 7);
+    tfm_model m, ref, acc;
+    uint64_t sum = 0, sum_end = 0;
+    double max_rel = 0, max_dp = 0, max_acc = 0;
+    int s, identical = 1, ckpt_step = n_steps / 2;
+    tfm_result rc;
+    OK(tfm_model_init(&m, &cm, NULL, 0));
+    if (rank_ == 0) OK(tfm_model_init(&ref, &cr, NULL, 0));
+    if (rank_ == 0) OK(tfm_model_init(&acc, &cr, NULL, 0));
+    if (strcmp(mutate, "broadcast")) OK(tfm_dist_broadcast_model(dist, &m));
+    for (s = 1; s <= n_steps; s++) {
+        float loss = 0, lref = 0;
+        if (s == kill_at && rank_ == 1) kill(getpid(), SIGKILL);
+        if (s == stall_at && rank_ == 1)
+            for (;;) pause();
+        ddp_step(dist, &m, kind, s, &loss);
+        rc = tfm_dist_check_model(dist, &m, &sum);
+        if (rc == TFM_E_COMM && strstr(tfm_last_error(), "differs")) {
+            if (identical && rank_ == 0) printf("     step %d: %s\n", s, tfm_last_error());
+            identical = 0;
+        } else OK(rc);
+        if (rank_ == 0) {
+            double rel;
+            float lacc;
+            ref_step(&ref, kind, s, 1, &lref);
+            ref_step(&acc, kind, s, 2, &lacc);
+            rel = fabs((double)loss - (double)lref) / fabs((double)lref);
+            if (!(rel <= max_rel)) max_rel = rel;
+        }
+        if (kind == TFM_MODEL_DECODER_LM && s == ckpt_step) {
+            OK(tfm_dist_save(dist, &m, ckpt, TFM_SAVE_TRAINING_STATE, NULL, 0));
+            if (rank_ == 0) OK(tfm_model_save(&m, ckpt1, TFM_SAVE_TRAINING_STATE, NULL, 0));
+        }
+    }
+    sum_end = sum;
+    if (rank_ == 0) {
+        int64_t n = 0, i;
+        const float *a = tfm_model_flat(&m, 0, &n), *b = tfm_model_flat(&ref, 0, NULL);
+        for (i = 0; i < n; i++)
+            if (!(fabs((double)a[i] - (double)b[i]) <= max_dp)) max_dp = fabs((double)a[i] - (double)b[i]);
+        a = tfm_model_flat(&acc, 0, NULL);
+        for (i = 0; i < n; i++)
+            if (!(fabs((double)a[i] - (double)b[i]) <= max_acc)) max_acc = fabs((double)a[i] - (double)b[i]);
+    }
+    snprintf(what, sizeof what, "%s: %d steps, global batch %d over %d ranks: loss within 1e-5 of one process's at every "
+             "step (max rel diff %.2g)", name, n_steps, G, dist->size, max_rel);
+    check(max_rel <= 1e-5, what);
+    snprintf(what, sizeof what, "%s: parameters within 1e-5 of one process's after %d steps (max abs diff %.2g; one "
+             "process adding the gradients of the same two halves: %.2g)", name, n_steps, max_dp, max_acc);
+    check(max_dp <= 1e-5, what);
+    snprintf(what, sizeof what, "%s: every rank's state bit-identical after every step (checksum %016llx)", name,
+             (unsigned long long)sum_end);
+    check(identical, what);
+
+    if (kind == TFM_MODEL_DECODER_LM) {
+        /* resume from the step-25 checkpoint on every rank, from a model of another seed */
+        tfm_config c2 = config(kind, G, 99 + (uint64_t)rank_);
+        tfm_model m2;
+        OK(tfm_model_init(&m2, &c2, NULL, 0));
+        OK(tfm_dist_load(dist, &m2, ckpt));
+        check(m2.step == ckpt_step, "checkpoint: every rank resumes at the saved step");
+        for (s = ckpt_step + 1; s <= n_steps; s++) {
+            float loss;
+            ddp_step(dist, &m2, kind, s, &loss);
+        }
+        OK(tfm_dist_check_model(dist, &m2, &sum));
+        snprintf(what, sizeof what, "checkpoint: resumed at step %d on every rank, ends bit-identical to the "
+                 "uninterrupted run (%016llx vs %016llx)", ckpt_step, (unsigned long long)sum, (unsigned long long)sum_end);
+        check(sum == sum_end, what);
+        if (rank_ == 0) {
+            tfm_config c1 = config(kind, G, 5);
+            tfm_model one;
+            int64_t n = 0;
+            check(same_file(ckpt, ckpt1), "checkpoint: rank 0's file has the bytes of a single-process save of the same state");
+            /* a single process reads it as any checkpoint, into a model of the reference's batch */
+            OK(tfm_model_init(&one, &c1, NULL, 0));
+            OK(tfm_model_load(&one, ckpt));
+            {
+                tfm_model m25;
+                tfm_config c3 = config(kind, G, 7);
+                const float *a, *b;
+                int64_t i, diff = 0;
+                OK(tfm_model_init(&m25, &c3, NULL, 0));
+                OK(tfm_model_load(&m25, ckpt1));
+                a = tfm_model_flat(&one, 0, &n);
+                b = tfm_model_flat(&m25, 0, NULL);
+                for (i = 0; i < n; i++) diff += a[i] != b[i];
+                check(one.step == ckpt_step && diff == 0, "checkpoint: a single process loads it as saved");
+                tfm_model_free(&m25);
+            }
+            tfm_model_free(&one);
+        }
+        tfm_model_free(&m2);
+    }
+    if (rank_ == 0) tfm_model_free(&ref);
+    if (rank_ == 0) tfm_model_free(&acc);
+    tfm_model_free(&m);
+}
+
+/* The collectives on plain arrays: sums of known integers (exact in float), odd buckets, shards. */
+static void run_basics(void) {
+    tfm_dist d;
+    float x[23];
+    double y[2];
+    int64_t b0, b1, i, n = 23, total = 0;
+    int ok = 1, r;
+    OK(tfm_dist_init(&d, NULL, 5));
+    for (i = 0; i < n; i++) x[i] = (float)(i * 10 + rank_ + 1);
+    OK(tfm_dist_allreduce(&d, x, n, 0));
+    for (i = 0; i < n; i++) ok &= x[i] == (float)(i * 10 * size_ + size_ * (size_ + 1) / 2);
+    check(ok, "tfm_dist_allreduce: 23 floats in buckets of 5 sum over the ranks");
+    y[0] = rank_ + 0.5;
+    y[1] = 1;
+    OK(tfm_dist_sum(&d, y, 2));
+    check(y[0] == size_ * (size_ - 1) / 2.0 + size_ * 0.5 && y[1] == size_, "tfm_dist_sum adds doubles over the ranks");
+    for (r = 0; r < size_; r++) {
+        tfm_dist e = d;
+        e.rank = r;
+        OK(tfm_dist_shard(&e, 7, &b0, &b1));
+        ok &= b0 == total && b1 >= b0;
+        total = b1;
+    }
+    check(ok && total == 7, "tfm_dist_shard: the ranks' shares of 7 items are contiguous and cover them");
+    check(tfm_dist_allreduce(&d, NULL, 3, 0) == TFM_E_ARG && strstr(tfm_last_error(), "tfm_dist_allreduce") != NULL,
+          "tfm_dist_allreduce refuses a NULL buffer, naming itself");
+    check(tfm_dist_init(&d, NULL, -1) == TFM_E_ARG, "tfm_dist_init refuses a negative bucket");
+    tfm_dist_free(&d);
+    check(tfm_dist_allreduce(&d, x, 1, 0) == TFM_E_ARG && strstr(tfm_last_error(), "not initialised") != NULL,
+          "a freed group is refused");
+}
+
+int main(int argc, char **argv) {
+    tfm_dist dist;
+    int i;
+    MPI_Init(&argc, &argv);
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--kill-at") && i + 1 < argc) kill_at = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) n_steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--stall-at") && i + 1 < argc) stall_at = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) timeout_s = atof(argv[++i]);
+    }
+    if (getenv("TFM_TEST_MUTATE")) mutate = getenv("TFM_TEST_MUTATE");
+    tfm_set_num_threads(1);
+    OK(tfm_dist_init(&dist, NULL, 4099));
+    dist.timeout = timeout_s;
+    rank_ = dist.rank;
+    size_ = dist.size;
+    if (rank_ == 0) {
+        printf("test_mpi: %d ranks, sgemm %s, collectives %s%s%s\n", size_, tfm_sgemm_backend(),
+               timeout_s > 0 ? "non-blocking with a deadline" : "blocking", *mutate ? ", mutation: skip " : "", mutate);
+        fflush(stdout);
+    }
+    run_basics();
+    run_kind(&dist, TFM_MODEL_ENCODER_CLASSIFIER, "encoder classifier");
+    run_kind(&dist, TFM_MODEL_DECODER_LM, "decoder LM");
+    run_kind(&dist, TFM_MODEL_ENCODER_DECODER, "encoder-decoder");
+    tfm_dist_free(&dist);
+    if (rank_ == 0) printf("%d passed, %d failed\n", n_pass, n_fail);
+    MPI_Finalize();
+    return n_fail ? 1 : 0;
+}
