@@ -436,9 +436,9 @@ static void pronounce_words(const options *o, int n, char **words) {
         }
         for (k = 0; k < found; k++) {
             char buf[128];
-            printf("%-16s %-30s", k == 0 ? words[i] : "", phones_str(ph[k], n_ph[k], buf, sizeof buf));
-            if (o->beam && o->n_best > 1) printf(" p = %.3f", exp((double)logp[k]));
-            putchar('\n');
+            printf("%-16s ", k == 0 ? words[i] : "");
+            if (o->beam && o->n_best > 1) printf("%-30s p = %.3f\n", phones_str(ph[k], n_ph[k], buf, sizeof buf), exp((double)logp[k]));
+            else printf("%s\n", phones_str(ph[k], n_ph[k], buf, sizeof buf));
         }
     }
     tfm_model_free(&m);
