@@ -510,7 +510,7 @@ int main(int argc, char **argv) {
         else { first_word = i; break; }
     }
     if (o.t.batch > 512) ex_die("--batch: at most 512");
-    if (o.beam < 0 || o.beam > o.t.batch) ex_die("--beam: from 0 (greedy) to the batch size %d", o.t.batch);
+    if (o.beam < 0 || o.beam >= TGT_VOCAB) ex_die("--beam: from 0 (greedy) to %d", TGT_VOCAB - 1);
     if (o.n_best < 1 || o.n_best > MAX_BEST || (o.n_best > 1 && o.n_best > o.beam))
         ex_die("--n-best: from 1 to the beam width (at most %d)", MAX_BEST);
     ex_train_opts_apply(&o.t);
