@@ -1007,57 +1007,6 @@ static void ops_test_relu(void) {
     ops_relu_case(2, s50x101, &g);
 }
 
-/* The activation's backward pass with the bias gradient summed in the same pass (the feed-forward
-   layers' kernel): N rows of C over several 64-column blocks, one of them partial, large enough for
-   threads. dx against finite differences of the activation, db against the sums over rows of dy times
-   the finite-difference derivative (in double, added to what db held), and db the same bits at 1 and 2
-   threads. dx starts as NaN: with acc 0 it must be written without being read. */
-static void ops_act_bias_case(int act, ops_rng *g) {
-    const int64_t N = 70, C = 150, n = N * C;
-    float *x = ops_falloc(n), *dy = ops_falloc(n), *dx = ops_falloc(n), *db = ops_falloc(C), *db1 = ops_falloc(C);
-    double *in[1], *r, *want = ops_dalloc(C);
-    int kind = act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF, saved = tfm_get_num_threads();
-    ops_ew c1;
-    int64_t st[1] = {1};
-    char nm[128], wb[192];
-
-    snprintf(nm, sizeof nm, "activation backward with bias gradient, act %d, %dx%d", act, (int)N, (int)C);
-    if (act == TFM_ACT_RELU) ops_fill_away0(x, n, g, 0.1, 2.0);
-    else for (int64_t i = 0; i < n; i++) x[i] = (float)(-5.0 + 10.0 * ops_unif(g));
-    ops_fill_normal(dy, n, g, 1, 0);
-    in[0] = ops_to_double(x, n);
-    r = ops_to_double(dy, n);
-    for (int64_t j = 0; j < C; j++) want[j] = 0.5;
-    for (int64_t i = 0; i < n; i++) {
-        double xp = in[0][i] + OPS_FD_H, xm = in[0][i] - OPS_FD_H, fp, fm;
-        fp = act == TFM_ACT_RELU ? (xp > 0 ? xp : 0.0) : ops_gelu(xp, kind);
-        fm = act == TFM_ACT_RELU ? (xm > 0 ? xm : 0.0) : ops_gelu(xm, kind);
-        want[i % C] += r[i] * (fp - fm) / (xp - xm);
-    }
-    for (int threads = 1; threads <= 2; threads++) {
-        float *d = threads == 1 ? db1 : db;
-        tfm_set_num_threads(threads);
-        ops_fill_nan(dx, n);
-        for (int64_t j = 0; j < C; j++) d[j] = 0.5f;
-        tfm__act_backward_cpu(act, dx, d, dy, x, N, C, 0.0f);
-    }
-    tfm_set_num_threads(saved);
-    c1.n = 1;
-    c1.kind = kind;
-    ops_check_grad_rows(OPS_W("dx"), dx, act == TFM_ACT_RELU ? ops_relu_ref : ops_gelu_ref, &c1, NULL, in, 1, st, 0, n,
-                        r, 1, 1);
-    ops_check_vs(OPS_W("db"), db, want, C);
-    CHECK_MSG(ops_count_ne(db, db1, C) == 0, "%s: db differs between 1 and 2 threads", nm);
-    free(x); free(dy); free(dx); free(db); free(db1); free(in[0]); free(r); free(want);
-}
-
-static void ops_test_act_bias_grad(void) {
-    ops_rng g = {808};
-    ops_act_bias_case(TFM_ACT_RELU, &g);
-    ops_act_bias_case(TFM_ACT_GELU_TANH, &g);
-    ops_act_bias_case(TFM_ACT_GELU, &g);
-}
-
 /* ---- dropout ---------------------------------------------------------------------------- */
 
 static void ops_test_dropout(void) {
@@ -1693,7 +1642,6 @@ static void suite_ops(void) {
     RUN(ops_test_layernorm);
     RUN(ops_test_gelu);
     RUN(ops_test_relu);
-    RUN(ops_test_act_bias_grad);
     RUN(ops_test_dropout);
     RUN(ops_test_embedding);
     RUN(ops_test_pos_embedding);
