@@ -2504,57 +2504,42 @@ static inline float tfm__gelu_erf_grad(float v) {
     return 0.5f * (1.0f + tfm__erf(v * TFM__INV_SQRT_2)) + v * TFM__INV_SQRT_2PI * tfm__exp(-0.5f * v * v);
 }
 
+/* dx += dy * gelu'(x) (acc != 0), or dx = dy * gelu'(x) without reading dx (acc == 0). */
+static void tfm__gelu_backward_cpu(float *dx, const float *dy, const float *x, int64_t n, int kind, float acc) {
+    int64_t i;
+    int tanh_form = kind == TFM_GELU_TANH;
+    if (tanh_form && acc != 0.0f) {
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+        for (i = 0; i < n; i++) dx[i] += dy[i] * tfm__gelu_tanh_grad(x[i]);
+    } else if (tanh_form) {
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+        for (i = 0; i < n; i++) dx[i] = dy[i] * tfm__gelu_tanh_grad(x[i]);
+    } else if (acc != 0.0f) {
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+        for (i = 0; i < n; i++) dx[i] += dy[i] * tfm__gelu_erf_grad(x[i]);
+    } else {
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+        for (i = 0; i < n; i++) dx[i] = dy[i] * tfm__gelu_erf_grad(x[i]);
+    }
+}
+
 static void tfm__relu_forward_cpu(float *y, const float *x, int64_t n) {
     int64_t i;
     TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
     for (i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-/* The backward pass of an activation (a tfm_activation) over N rows of C, with the gradient of a bias
-   added before it in the same pass:
-       d = dy * act'(x);  dx = acc * dx + d (acc 0: dx is not read);  db (C, or NULL) += column sums of d.
-   Columns go to threads in blocks of 64 and each block sums its rows in order (as tfm__colsum_add), so
-   the sums do not depend on the thread count. D is the expression of d from gr[c] (dy) and xr[c] (x);
-   the kind and acc are tested outside the loops over columns, which vectorize. */
-#define TFM__ACT_BWD_ROWS(D)                                                  \
-    for (r = 0; r < N; r++) {                                                 \
-        const float *gr = dy + r * C, *xr = x + r * C;                        \
-        float *dr = dx + r * C;                                               \
-        if (acc != 0.0f) {                                                    \
-            for (c = c0; c < c1; c++) {                                       \
-                float d = (D);                                                \
-                dr[c] += d;                                                   \
-                sum[c - c0] += d;                                             \
-            }                                                                 \
-        } else {                                                              \
-            for (c = c0; c < c1; c++) {                                       \
-                float d = (D);                                                \
-                dr[c] = d;                                                    \
-                sum[c - c0] += d;                                             \
-            }                                                                 \
-        }                                                                     \
-    }
-static void tfm__act_backward_cpu(int act, float *dx, float *db, const float *dy, const float *x, int64_t N, int64_t C,
-                                  float acc) {
-    int64_t c0;
-    const int64_t W = 64;
-    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
-    for (c0 = 0; c0 < C; c0 += W) {
-        int64_t c1 = TFM__MIN(c0 + W, C), r, c;
-        float sum[64];
-        for (c = c0; c < c1; c++) sum[c - c0] = 0.0f;
-        if (act == TFM_ACT_RELU) {
-            TFM__ACT_BWD_ROWS(xr[c] > 0.0f ? gr[c] : 0.0f)
-        } else if (act == TFM_ACT_GELU_TANH) {
-            TFM__ACT_BWD_ROWS(gr[c] * tfm__gelu_tanh_grad(xr[c]))
-        } else {
-            TFM__ACT_BWD_ROWS(gr[c] * tfm__gelu_erf_grad(xr[c]))
-        }
-        if (db)
-            for (c = c0; c < c1; c++) db[c] += sum[c - c0];
+/* dx = acc * dx + (x > 0 ? dy : 0) */
+static void tfm__relu_backward_cpu(float *dx, const float *dy, const float *x, int64_t n, float acc) {
+    int64_t i;
+    if (acc != 0.0f) {
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+        for (i = 0; i < n; i++) dx[i] += x[i] > 0.0f ? dy[i] : 0.0f;
+    } else {
+        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
+        for (i = 0; i < n; i++) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
     }
 }
-#undef TFM__ACT_BWD_ROWS
 
 /* y = x * keep / (1-p), keep = hash(seed, i0 + i) >= p * 2^24. backward: the same with dy, added to dx. */
 static void tfm__dropout_cpu(float *y, const float *x, int64_t n, float p, uint64_t seed, uint64_t i0, int accumulate) {
@@ -3022,12 +3007,11 @@ static void tfm__op_act(tfm_device dev, int act, float *y, const float *x, int64
     if (act == TFM_ACT_RELU) tfm__relu_forward_cpu(y, x, n);
     else tfm__gelu_forward_cpu(y, x, n, act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF);
 }
-/* dx = acc * dx + dy * act'(x) over N rows of C (acc 0: dx is not read); db (C, or NULL) += its column
-   sums: the gradient of a bias added before the activation */
-static void tfm__op_act_bwd(tfm_device dev, int act, float *dx, float *db, const float *dy, const float *x, int64_t N,
-                            int64_t C, float acc) {
+/* dx = acc * dx + dy * act'(x) (acc 0: dx is not read) */
+static void tfm__op_act_bwd(tfm_device dev, int act, float *dx, const float *dy, const float *x, int64_t n, float acc) {
     TFM__ON_CPU(dev);
-    tfm__act_backward_cpu(act, dx, db, dy, x, N, C, acc);
+    if (act == TFM_ACT_RELU) tfm__relu_backward_cpu(dx, dy, x, n, acc);
+    else tfm__gelu_backward_cpu(dx, dy, x, n, act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF, acc);
 }
 /* element i's mask is hash(seed, i0 + i) */
 static void tfm__op_dropout(tfm_device dev, float *y, const float *x, int64_t n, float p, uint64_t seed, uint64_t i0,
@@ -3387,7 +3371,7 @@ TFMDEF tfm_result tfm_gelu_backward(tfm_tensor *dx, const tfm_tensor *dy, const 
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "x", x, "dx", dx));
     TFM__TRY(tfm__chk_gelu_kind(fn, kind));
-    if (dx) tfm__op_act_bwd(dx->device, ((int)kind) == TFM_GELU_TANH ? TFM_ACT_GELU_TANH : TFM_ACT_GELU, dx->data, NULL, dy->data, x->data, 1, tfm_numel(x), 1.0f);
+    if (dx) tfm__op_act_bwd(dx->device, ((int)kind) == TFM_GELU_TANH ? TFM_ACT_GELU_TANH : TFM_ACT_GELU, dx->data, dy->data, x->data, tfm_numel(x), 1.0f);
     return TFM_OK;
 }
 
@@ -3402,7 +3386,7 @@ TFMDEF tfm_result tfm_relu_backward(tfm_tensor *dx, const tfm_tensor *dy, const 
     TFM__TRY(tfm__chk_pair(fn, "dy", dy, "x", x));
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "x", x, "dx", dx));
-    if (dx) tfm__op_act_bwd(dx->device, TFM_ACT_RELU, dx->data, NULL, dy->data, x->data, 1, tfm_numel(x), 1.0f);
+    if (dx) tfm__op_act_bwd(dx->device, TFM_ACT_RELU, dx->data, dy->data, x->data, tfm_numel(x), 1.0f);
     return TFM_OK;
 }
 
@@ -4371,9 +4355,8 @@ static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, float du_beta, 
     } else {
         const float *u = d->norm_first ? blk->ln_io[s] : blk->stream[s];
         tfm__op_linear_bwd(blk->device, blk->d_ff2, F, 0.0f, blk->linear2.d_weight.data, blk->linear2.d_bias.data, dv, C, blk->ff_act, F, blk->linear2.weight.data, N, F, C);
-        /* the activation's backward also sums linear1's bias gradient */
-        tfm__op_act_bwd(blk->device, d->act, blk->d_ff1, blk->linear1.d_bias.data, blk->d_ff2, blk->ff_pre, N, F, 0.0f);
-        tfm__op_linear_bwd(blk->device, du, C, du_beta, blk->linear1.d_weight.data, NULL, blk->d_ff1, F, u, C, blk->linear1.weight.data, N, C, F);
+        tfm__op_act_bwd(blk->device, d->act, blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, 0.0f);
+        tfm__op_linear_bwd(blk->device, du, C, du_beta, blk->linear1.d_weight.data, blk->linear1.d_bias.data, blk->d_ff1, F, u, C, blk->linear1.weight.data, N, C, F);
     }
 }
 
