@@ -2211,27 +2211,15 @@ static void tfm__colsum_add(float *dst, const float *src, int64_t N, int64_t C) 
     }
 }
 
-/* y (N,O) = res + x (N,I) w^T + b. ldy is the row stride of y and res (>= O); res (a residual stream, not
-   y) and b may be NULL. res + b goes into y first and the product adds to it: a residual add costs no
-   pass of its own. */
+/* y (N,O) = x (N,I) w^T + b. ldy is y's row stride (>= O). */
 static void tfm__linear_forward_cpu(float *y, int64_t ldy, const float *x, int64_t ldx, const float *w,
-                                    const float *b, const float *res, int64_t N, int64_t NI, int64_t O) {
-    if (res) {
-        int64_t r, j;
-        TFM__OMP(omp parallel for schedule(static) private(j) if (TFM__PAR(N * O)))
-        for (r = 0; r < N; r++) {
-            if (b) {
-                for (j = 0; j < O; j++) y[r * ldy + j] = res[r * ldy + j] + b[j];
-            } else {
-                memcpy(y + r * ldy, res + r * ldy, (size_t)O * sizeof(float));
-            }
-        }
-    } else if (b) {
+                                    const float *b, int64_t N, int64_t NI, int64_t O) {
+    if (b) {
         int64_t r;
         TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * O)))
         for (r = 0; r < N; r++) memcpy(y + r * ldy, b, (size_t)O * sizeof(float));
     }
-    tfm__sgemm(0, 1, (int)N, (int)O, (int)NI, 1.0f, x, (int)ldx, w, (int)NI, b || res ? 1.0f : 0.0f, y, (int)ldy);
+    tfm__sgemm(0, 1, (int)N, (int)O, (int)NI, 1.0f, x, (int)ldx, w, (int)NI, b ? 1.0f : 0.0f, y, (int)ldy);
 }
 
 /* dx = dx_beta * dx + dy w (dx_beta 0: dx is overwritten, not read); dw += dy^T x; db += colsum(dy).
@@ -2954,13 +2942,7 @@ static void tfm__op_gemm_batched(tfm_device dev, int ta, int tb, int M, int N, i
 static void tfm__op_linear(tfm_device dev, float *y, int64_t ldy, const float *x, int64_t ldx, const float *w,
                            const float *b, int64_t N, int64_t I, int64_t O) {
     TFM__ON_CPU(dev);
-    tfm__linear_forward_cpu(y, ldy, x, ldx, w, b, NULL, N, I, O);
-}
-/* y = res + x w^T + b: a linear layer that ends on a residual stream (res rows at stride ldy, not y) */
-static void tfm__op_linear_res(tfm_device dev, float *y, int64_t ldy, const float *res, const float *x, int64_t ldx,
-                               const float *w, const float *b, int64_t N, int64_t I, int64_t O) {
-    TFM__ON_CPU(dev);
-    tfm__linear_forward_cpu(y, ldy, x, ldx, w, b, res, N, I, O);
+    tfm__linear_forward_cpu(y, ldy, x, ldx, w, b, N, I, O);
 }
 static void tfm__op_linear_bwd(tfm_device dev, float *dx, int64_t lddx, float dx_beta, float *dw, float *db,
                                const float *dy, int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N,
@@ -3851,10 +3833,9 @@ static void tfm__kv_store(tfm_kv_cache *kc, int layer, int cross, const float *k
 
 /* The forward pass of a checked layer call. With a cache (decoding): self-attention appends the new
    rows' keys and values at position kc->len and attends over every cached position; cross-attention
-   projects xkv into the cache on the first call (kc->src_len 0) and attends over the cached source.
-   y = res + the attention's output when res (a residual stream, (B,Tq,C)) is given. */
-static void tfm__mha_fwd(tfm_mha *m, float *y, const float *res, const float *x, const float *xkv, int B, int Tq,
-                         int Tk, const tfm_attn_opts *opts, tfm_kv_cache *kc, int layer) {
+   projects xkv into the cache on the first call (kc->src_len 0) and attends over the cached source. */
+static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv, int B, int Tq, int Tk,
+                         const tfm_attn_opts *opts, tfm_kv_cache *kc, int layer) {
     tfm__attn_args a;
     int64_t C = m->desc.d_model;
     m->B = B;
@@ -3899,8 +3880,7 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *res, const float *x,
         m->Tk = a.Tk;
     }
     tfm__op_attention(m->device, &a);
-    tfm__op_linear_res(m->device, y, C, res, m->ctx, C, m->out_proj_weight.data, m->out_proj_bias.data, (int64_t)B * Tq, C,
-                       C);
+    tfm__op_linear(m->device, y, C, m->ctx, C, m->out_proj_weight.data, m->out_proj_bias.data, (int64_t)B * Tq, C, C);
 }
 
 /* The backward pass of a checked layer call: dx = dx_beta * dx + the input gradient (dx_beta 0: dx is
@@ -3970,7 +3950,7 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
     if (opts && opts->dropout > 0.0f && !m->has_grad)
         return tfm__fail(TFM_E_ARG, "%s: opts.dropout > 0 in a layer built with no_grad", fn);
 
-    tfm__mha_fwd(m, y->data, NULL, x->data, xkv ? xkv->data : NULL, (int)B, (int)Tq, (int)Tk, opts, NULL, 0);
+    tfm__mha_fwd(m, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)Tq, (int)Tk, opts, NULL, 0);
     return TFM_OK;
 }
 
@@ -4313,9 +4293,8 @@ TFMDEF tfm_result tfm_mha_param(tfm_mha *m, const char *name, tfm_tensor *value,
     return tfm__named_find("tfm_mha_param", e, tfm__mha_named(m, "", e), name, value, grad);
 }
 
-/* Sub-layer s of a block: v = res + F_s(u) (res, the residual stream, may be NULL). */
-static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *res, const float *u, tfm_kv_cache *kc,
-                               int layer) {
+/* Sub-layer s of a block: v = F_s(u). */
+static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, tfm_kv_cache *kc, int layer) {
     const tfm_block_desc *d = &blk->desc;
     const tfm_attn_opts *bo = &blk->opts;
     int64_t N = (int64_t)blk->B * blk->T, C = d->d_model, F = d->d_ff;
@@ -4331,15 +4310,15 @@ static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *res
         o.mask = bo->mask;
         o.batch_offset = bo->batch_offset;
         o.mask_per_batch = bo->mask_per_batch;
-        tfm__mha_fwd(&blk->self_attn, v, res, u, NULL, blk->B, blk->T, blk->T, &o, kc, layer);
+        tfm__mha_fwd(&blk->self_attn, v, u, NULL, blk->B, blk->T, blk->T, &o, kc, layer);
     } else if (s == 1 && d->cross) {
         o.key_lens = bo->kv_lens;
         o.batch_offset = bo->batch_offset;
-        tfm__mha_fwd(&blk->cross_attn, v, res, u, blk->xkv, blk->B, blk->T, blk->Tk, &o, kc, layer);
+        tfm__mha_fwd(&blk->cross_attn, v, u, blk->xkv, blk->B, blk->T, blk->Tk, &o, kc, layer);
     } else {
         tfm__op_linear(blk->device, blk->ff_pre, F, u, C, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F);
         tfm__op_act(blk->device, d->act, blk->ff_act, blk->ff_pre, N * F);
-        tfm__op_linear_res(blk->device, v, C, res, blk->ff_act, F, blk->linear2.weight.data, blk->linear2.bias.data, N, F, C);
+        tfm__op_linear(blk->device, v, C, blk->ff_act, F, blk->linear2.weight.data, blk->linear2.bias.data, N, F, C);
     }
 }
 
@@ -4361,8 +4340,7 @@ static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, float du_beta, 
 }
 
 /* pre-LN:  u = LN_s(x_s);  x_{s+1} = x_s + drop(F_s(u))
-   post-LN: r = x_s + drop(F_s(x_s));  x_{s+1} = LN_s(r)       (ln_io[s] holds u or r)
-   Without dropout the residual x_s goes into the sub-layer's last product (tfm__op_linear_res). */
+   post-LN: r = x_s + drop(F_s(x_s));  x_{s+1} = LN_s(r)       (ln_io[s] holds u or r) */
 static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float *xkv, int B, int T, int Tk,
                            const tfm_attn_opts *opts, tfm_kv_cache *kc, int layer) {
     const tfm_block_desc *d = &blk->desc;
@@ -4379,20 +4357,21 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
         float *out = s == blk->n_sub - 1 ? y : blk->buf_stream[s + 1];
         float *v = blk->sub_out;
         tfm_layernorm *ln = &blk->norm[s];
-        int drop = opts->training && d->dropout > 0.0f;
-        float *r = d->norm_first ? out : blk->ln_io[s]; /* receives x_s + drop(F_s(u)) */
-        if (d->norm_first)
+        if (d->norm_first) {
             tfm__op_layernorm(blk->device, blk->ln_io[s], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data, d->ln_eps, N, C);
-        if (!drop) {
-            tfm__block_sub_fwd(blk, s, r, xs, d->norm_first ? blk->ln_io[s] : xs, kc, layer);
+            tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], kc, layer);
         } else {
-            tfm__block_sub_fwd(blk, s, v, NULL, d->norm_first ? blk->ln_io[s] : xs, kc, layer);
+            tfm__block_sub_fwd(blk, s, v, xs, kc, layer);
+        }
+        if (opts->training && d->dropout > 0.0f)
             tfm__op_dropout(blk->device, v, v, N * C, d->dropout, tfm__seed_mix(opts->seed, TFM__SITE_RESIDUAL + (uint64_t)s),
                             (uint64_t)(opts->batch_offset * T * C), 0);
-            tfm__op_add(blk->device, r, xs, v, N * C);
-        }
-        if (!d->norm_first)
+        if (d->norm_first) {
+            tfm__op_add(blk->device, out, xs, v, N * C);
+        } else {
+            tfm__op_add(blk->device, blk->ln_io[s], xs, v, N * C);
             tfm__op_layernorm(blk->device, out, ln->mean, ln->rstd, blk->ln_io[s], ln->weight.data, ln->bias.data, d->ln_eps, N, C);
+        }
         if (s + 1 < blk->n_sub) blk->stream[s + 1] = out;
     }
 }
