@@ -22,6 +22,9 @@
 #                   without OMP_WAIT_POLICY (PASSIVE slows torch 2.x down); then a second table per repeat
 #                   sets ours beside all three and the fastest of them
 #   SGEMM_CONFIG=name   time only this model's products beside square 2048 in the sgemm rows (shorter)
+#   NICE=-19        run every measured process under `nice -n -19` (negative values need root): on a
+#                   machine where other jobs keep running, they then get little of the cores during a
+#                   measurement (both sides alike). The header says which value was used
 #   BENCH_BUILTIN=build/bench-builtin   the bench built with BLAS=0 (make builds it beside a BLAS build):
 #                   its training steps get a column of their own (the header's own sgemm: `make demo`'s speed)
 # OPENBLAS_CORETYPE: OpenBLAS 0.3.21 (Debian 12) does not recognise recent Xeons and falls back to its
@@ -41,6 +44,7 @@ OURS_WAIT_POLICY=${OURS_WAIT_POLICY:-}
 GEN=${GEN:-1}
 TORCH2=${TORCH2:-}
 SGEMM_CONFIG=${SGEMM_CONFIG:-}
+NICE=${NICE:-}
 export QUICK
 
 if [ ! -x "$BENCH" ]; then
@@ -92,6 +96,7 @@ if [ "$HAVE_TORCH2" = 1 ]; then
     echo "== torch 2.x: $(env -u OMP_WAIT_POLICY "$TORCH2" bench/torch_ref.py info 2>/dev/null)"
     echo "== torch 2.x rows (eager and torch.compile) run without OMP_WAIT_POLICY; torch 1.13's multi-thread rows under PASSIVE"
 fi
+if [ -n "$NICE" ]; then echo "== every measured process runs under nice -n $NICE"; fi
 echo "== configs: $(echo $CONFIGS)   threads: $THREADS   repeat: $REPEAT   quick: $QUICK"
 if [ -n "$OURS_WAIT_POLICY" ]; then
     ours_wait="OMP_WAIT_POLICY=$OURS_WAIT_POLICY"
@@ -108,7 +113,7 @@ run() {
     local out=$1
     shift
     local rc
-    "$@" 2>&1 | tee -a "$out"
+    ${NICE:+nice -n "$NICE"} "$@" 2>&1 | tee -a "$out"
     rc=${PIPESTATUS[0]}
     if [ "$rc" != 0 ]; then echo "run.sh: FAILED (exit $rc): $*" | tee -a "$out"; fi
 }
