@@ -363,28 +363,29 @@ EX_FN void ex_train_usage(const ex_train_opts *d) {
    length is fitted to the time left at the speed of the last 25 steps, since the machine may be
    busier or quieter than at the start. */
 typedef struct ex_budget {
-    double seconds, t0, t_fit;  /* seconds: 0 for no budget */
+    double seconds, t0;  /* seconds: 0 for no budget */
     int64_t first_step;
 } ex_budget;
 
 EX_FN void ex_budget_start(ex_budget *b, double seconds, int64_t first_step) {
     b->seconds = seconds;
-    b->t0 = b->t_fit = ex_now();
+    b->t0 = ex_now();
     b->first_step = first_step;
 }
 
 /* After step `step` (counted from 0) has run: the number of steps to train in all (total without a
-   budget), also written to opt->total_steps. */
+   budget), also written to opt->total_steps. The speed is the mean since the start, evaluations and
+   checkpoints included, so that the schedule does not jump when one of them makes a step slow. */
 EX_FN int64_t ex_budget_fit(ex_budget *b, int64_t step, int64_t total, tfm_optim *opt) {
     double now, left;
-    if (b->seconds <= 0 || (step + 1 - b->first_step) % 25 != 0) return total;
+    int64_t done = step + 1 - b->first_step;
+    if (b->seconds <= 0 || done % 25 != 0) return total;
     now = ex_now();
     left = b->seconds - (now - b->t0);
-    total = step + 1 + (left > 0 ? (int64_t)(left / ((now - b->t_fit) / 25)) : 0);
+    total = step + 1 + (left > 0 ? (int64_t)(left / ((now - b->t0) / (double)done)) : 0);
     if (total <= opt->warmup_steps) total = opt->warmup_steps + 1;
     if (total <= step + 1) total = step + 1; /* out of time: this was the last step */
     opt->total_steps = (int)total;
-    b->t_fit = now;
     return total;
 }
 

@@ -4,8 +4,12 @@
    Data: the SpamAssassin public corpus, 6,046 emails (4,150 ham, 1,896 spam), as one .tar.xz of the
    folders easy-ham-1, easy-ham-2, hard-ham-1, spam-1 and spam-2. Each email becomes its Subject, a
    newline and its body (headers dropped, MIME parts and HTML kept, whitespace runs collapsed), cut
-   to the first --len bytes. Every byte is a token (vocabulary 256); shorter emails are padded and
-   the padding is masked out (batch.lens).
+   to its first --len x --windows bytes (512 x 4). Every byte is a token (vocabulary 256). The model
+   reads --len bytes at a time, a window: training shows it one window of each email, the first half
+   the time and one at a random place otherwise (the same email looks different from epoch to
+   epoch: it learns from the whole email, not its first bytes only, and overfits later); testing
+   and --classify average the spam probability over up to --windows windows spread evenly over the
+   email. Windows shorter than --len are padded and the padding is masked out (batch.lens).
 
    Split: the emails are shuffled with --split-seed (default 1) and cut 80/10/10 into train,
    validation and test. Validation is measured during training; the test split only once, at the
@@ -26,29 +30,32 @@
 
 typedef struct options {
     ex_train_opts t;      /* --model, --batch, --lr, ... (common.h) */
-    int len, smoke;       /* --len: bytes per email */
+    int len, windows;     /* --len: bytes the model reads at once; --windows: how many such windows of an email */
+    int smoke;
     uint64_t split_seed;
 } options;
 
-/* The examples of one split, as token rows ready to be batched. */
+/* The emails of one split, as bytes ready to be cut into windows and batched. */
 typedef struct split {
     int64_t n;
-    int32_t *tokens;   /* (n, len) bytes of each email, 0-padded */
-    int32_t *lens;     /* (n) bytes used */
+    int cap;           /* bytes kept per email: len x windows */
+    int32_t *tokens;   /* (n, cap) bytes of each email, 0-padded */
+    int32_t *lens;     /* (n) bytes kept, at least 1 (an empty email is one padding token) */
     int32_t *labels;   /* (n) 0 ham, 1 spam */
 } split;
 
-static void split_fill(split *s, const ex_email *mail, const int32_t *idx, int64_t n, int len) {
+static void split_fill(split *s, const ex_email *mail, const int32_t *idx, int64_t n, int cap) {
     int64_t i;
     int t;
     s->n = n;
-    s->tokens = (int32_t *)ex_malloc((size_t)(n * len) * sizeof(int32_t));
+    s->cap = cap;
+    s->tokens = (int32_t *)ex_malloc((size_t)(n * cap) * sizeof(int32_t));
     s->lens = (int32_t *)ex_malloc((size_t)n * sizeof(int32_t));
     s->labels = (int32_t *)ex_malloc((size_t)n * sizeof(int32_t));
     for (i = 0; i < n; i++) {
-        const ex_email *e = &mail[idx[i]];
-        for (t = 0; t < len; t++) s->tokens[i * len + t] = t < e->len ? (unsigned char)e->text[t] : 0;
-        s->lens[i] = e->len > 0 ? e->len : 1; /* an empty email still has one (padding) token */
+        const ex_email *e = &mail[idx ? idx[i] : i];
+        for (t = 0; t < cap; t++) s->tokens[i * cap + t] = t < e->len ? (unsigned char)e->text[t] : 0;
+        s->lens[i] = e->len > 0 ? e->len : 1;
         s->labels[i] = e->spam;
     }
 }
@@ -59,53 +66,81 @@ static void split_free(split *s) {
     free(s->labels);
 }
 
-/* Rows rows[0..b) of s gathered into one batch. */
-static void gather(const split *s, const int32_t *rows, int b, int len, int32_t *tok, int32_t *lens, int32_t *lab) {
-    int i;
-    for (i = 0; i < b; i++) {
-        memcpy(tok + (int64_t)i * len, s->tokens + (int64_t)rows[i] * len, (size_t)len * sizeof(int32_t));
-        lens[i] = s->lens[rows[i]];
-        lab[i] = s->labels[rows[i]];
-    }
+/* The window of len bytes of email `row` that starts at byte `start`, as one row of a batch. */
+static void window(const split *s, int64_t row, int start, int len, int32_t *tok, int32_t *n) {
+    *n = s->lens[row] - start < len ? s->lens[row] - start : len;
+    memcpy(tok, s->tokens + row * s->cap + start, (size_t)len * sizeof(int32_t));
 }
 
-/* Loss and ham/spam counts of the model on a whole split, in evaluation mode (no dropout). */
-static double evaluate(tfm_model *m, const split *s, int batch, int len, ex_binary *counts) {
-    int32_t *rows = (int32_t *)ex_malloc((size_t)batch * sizeof(int32_t));
+/* Where the windows of an email of n bytes start: one window at 0 when it fits, else ceil(n / len)
+   windows (at most max_w) spread evenly from its first byte to its last. Returns how many. */
+static int windows_of(int n, int len, int max_w, int *start) {
+    int w, nw = n <= len ? 1 : (n - 1) / len + 1;
+    if (nw > max_w) nw = max_w;
+    for (w = 0; w < nw; w++) start[w] = nw == 1 ? 0 : (int)((int64_t)w * (n - len) / (nw - 1));
+    return nw;
+}
+
+/* p[i]: the spam probability of email i of s, the mean of its windows' (evaluation mode: no
+   dropout). Windows of several emails share a batch; an email's windows never straddle two. */
+static void spam_probability(tfm_model *m, const split *s, int batch, int len, int max_w, double *p) {
     int32_t *tok = (int32_t *)ex_malloc((size_t)batch * len * sizeof(int32_t));
     int32_t *lens = (int32_t *)ex_malloc((size_t)batch * sizeof(int32_t));
-    int32_t *lab = (int32_t *)ex_malloc((size_t)batch * sizeof(int32_t));
-    double total = 0;
+    int64_t *owner = (int64_t *)ex_malloc((size_t)batch * sizeof(int64_t));
+    int *start = (int *)ex_malloc((size_t)max_w * sizeof(int)), *count = (int *)ex_malloc((size_t)s->n * sizeof(int));
     int64_t i;
-    memset(counts, 0, sizeof *counts);
+    int b = 0, nw = 0, w, k;
     tfm_model_train(m, 0);
-    for (i = 0; i < s->n; i += batch) {
-        int b = (int)(s->n - i < batch ? s->n - i : batch), k;
-        tfm_batch bt = {0};
-        tfm_tensor logits;
-        float loss;
-        for (k = 0; k < b; k++) rows[k] = (int32_t)(i + k);
-        gather(s, rows, b, len, tok, lens, lab);
-        bt.batch = b;
-        bt.len = len;
-        bt.tokens = tok;
-        bt.lens = lens;
-        bt.targets = lab;
-        ex_check(tfm_model_forward(m, &bt, &loss, NULL), "evaluate");
-        total += (double)loss * b;
-        logits = tfm_model_logits(m); /* (b, 2) */
-        for (k = 0; k < b; k++) ex_binary_add(counts, lab[k], logits.data[2 * k + 1] > logits.data[2 * k]);
+    for (i = 0; i <= s->n; i++) {
+        if (i < s->n) nw = windows_of(s->lens[i], len, max_w, start);
+        if (b > 0 && (i == s->n || b + nw > batch)) { /* the batch is full: run it */
+            tfm_batch bt = {0};
+            tfm_tensor logits;
+            bt.batch = b;
+            bt.len = len;
+            bt.tokens = tok;
+            bt.lens = lens;
+            ex_check(tfm_model_forward(m, &bt, NULL, NULL), "evaluate");
+            logits = tfm_model_logits(m); /* (b, 2) */
+            for (k = 0; k < b; k++)
+                p[owner[k]] += 1.0 / (1.0 + exp((double)logits.data[2 * k] - (double)logits.data[2 * k + 1]));
+            b = 0;
+        }
+        if (i == s->n) break;
+        p[i] = 0;
+        count[i] = nw;
+        for (w = 0; w < nw; w++, b++) {
+            window(s, i, start[w], len, tok + (int64_t)b * len, &lens[b]);
+            owner[b] = i;
+        }
     }
+    for (i = 0; i < s->n; i++) p[i] /= count[i];
     tfm_model_train(m, 1);
-    free(rows);
     free(tok);
     free(lens);
-    free(lab);
+    free(owner);
+    free(start);
+    free(count);
+}
+
+/* Loss (cross-entropy of the mean probability) and ham/spam counts of the model on a whole split. */
+static double evaluate(tfm_model *m, const split *s, int batch, int len, int max_w, ex_binary *counts) {
+    double *p = (double *)ex_malloc((size_t)s->n * sizeof(double)), total = 0;
+    int64_t i;
+    spam_probability(m, s, batch, len, max_w, p);
+    memset(counts, 0, sizeof *counts);
+    for (i = 0; i < s->n; i++) {
+        double q = s->labels[i] ? p[i] : 1 - p[i];
+        total -= log(q > 1e-12 ? q : 1e-12);
+        ex_binary_add(counts, s->labels[i], p[i] > 0.5);
+    }
+    free(p);
     return total / (double)s->n;
 }
 
 static void train(const options *o) {
     int64_t n_read, n_mail, i, n_train, n_val, steps_per_epoch, total_steps, step;
+    int cap = o->len * o->windows;
     ex_email *mail;
     int32_t *order, *rows, *tok, *lens, *lab;
     split tr, va, te;
@@ -121,14 +156,14 @@ static void train(const options *o) {
     float loss = 0;
 
     /* 1. data: read, shuffle with a fixed seed, split 80/10/10 */
-    mail = ex_spamassassin_read(o->t.data, o->len, &n_read);
+    mail = ex_spamassassin_read(o->t.data, cap, &n_read);
     order = ex_permutation(n_read, o->split_seed);
     n_mail = o->smoke ? 200 : n_read; /* the smoke run uses 200 of them */
     n_train = n_mail * 8 / 10;
     n_val = n_mail / 10;
-    split_fill(&tr, mail, order, n_train, o->len);
-    split_fill(&va, mail, order + n_train, n_val, o->len);
-    split_fill(&te, mail, order + n_train + n_val, n_mail - n_train - n_val, o->len);
+    split_fill(&tr, mail, order, n_train, cap);
+    split_fill(&va, mail, order + n_train, n_val, cap);
+    split_fill(&te, mail, order + n_train + n_val, n_mail - n_train - n_val, cap);
     {
         int64_t spam = 0;
         for (i = 0; i < te.n; i++) spam += te.labels[i];
@@ -162,8 +197,8 @@ static void train(const options *o) {
     } else {
         ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     }
-    printf("model: %d layers, d_model %d, %d heads, %lld parameters; %d bytes per email; sgemm: %s\n",
-           cfg.n_layers, cfg.d_model, cfg.n_heads, (long long)m.n_weights, o->len, tfm_sgemm_backend());
+    printf("model: %d layers, d_model %d, %d heads, %lld parameters; windows of %d bytes, up to %d per email; sgemm: %s\n",
+           cfg.n_layers, cfg.d_model, cfg.n_heads, (long long)m.n_weights, o->len, o->windows, tfm_sgemm_backend());
 
     steps_per_epoch = tr.n / o->t.batch;
     total_steps = steps_per_epoch * o->t.epochs;
@@ -190,8 +225,18 @@ static void train(const options *o) {
     for (step = m.step; step < total_steps; step++) {
         int64_t epoch = step / steps_per_epoch, k = step % steps_per_epoch;
         tfm_batch b = {0};
+        tfm_rng r;
+        int j;
         if (k == 0 || step == m.step) ex_epoch_order(rows, NULL, tr.n, o->t.seed, epoch);
-        gather(&tr, rows + k * o->t.batch, o->t.batch, o->len, tok, lens, lab);
+        tfm_rng_seed(&r, o->t.seed * 7919u + (uint64_t)step); /* this step's windows */
+        for (j = 0; j < o->t.batch; j++) { /* each email's first window half the time, else one at random */
+            int64_t row = rows[k * o->t.batch + j];
+            uint64_t u = tfm_rng_u64(&r);
+            int room = tr.lens[row] - o->len; /* how far the window can move */
+            window(&tr, row, room > 0 && (u & 1) ? (int)((u >> 1) % (uint64_t)(room + 1)) : 0, o->len,
+                   tok + (int64_t)j * o->len, &lens[j]);
+            lab[j] = tr.labels[row];
+        }
         b.batch = o->t.batch;
         b.len = o->len;
         b.tokens = tok;
@@ -213,7 +258,7 @@ static void train(const options *o) {
             loss_n = 0;
         }
         if ((step + 1) % o->t.eval_every == 0 || step + 1 == total_steps) {
-            vloss = evaluate(&m, &va, o->t.batch, o->len, &c);
+            vloss = evaluate(&m, &va, o->t.batch, o->len, o->windows, &c);
             ex_progress_break(&prog);
             printf("step %lld: validation loss %.4f, accuracy %.2f%%, spam F1 %.4f\n", (long long)(step + 1),
                    vloss, 100 * ex_accuracy(&c), ex_f1(&c));
@@ -236,7 +281,7 @@ static void train(const options *o) {
     }
 
     /* 4. the test split, once, with the final model */
-    vloss = evaluate(&m, &te, o->t.batch, o->len, &c);
+    vloss = evaluate(&m, &te, o->t.batch, o->len, o->windows, &c);
     printf("test: %lld emails, loss %.4f, accuracy %.2f%%, spam F1 %.4f (precision %.4f, recall %.4f); "
            "training took %.1f min\n", (long long)te.n, vloss, 100 * ex_accuracy(&c), ex_f1(&c),
            c.tp + c.fp ? (double)c.tp / (double)(c.tp + c.fp) : 0, c.tp + c.fn ? (double)c.tp / (double)(c.tp + c.fn) : 0,
@@ -258,44 +303,36 @@ static void train(const options *o) {
 static void classify(const options *o, int n_files, char **files) {
     tfm_config cfg;
     tfm_model m;
-    int32_t *tok, len1;
-    int f, t;
+    int f;
     ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
-    cfg.max_batch = 1;
+    cfg.max_batch = o->windows; /* one email's windows at once */
     cfg.inference_only = 1;
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     ex_check(tfm_model_load(&m, o->t.model), o->t.model);
-    tok = (int32_t *)ex_malloc((size_t)cfg.max_len * sizeof(int32_t));
     for (f = 0; f < n_files; f++) {
         ex_buf raw = ex_read_file(files[f]);
-        ex_email e = ex_email_parse((const char *)raw.data, raw.len, cfg.max_len);
-        tfm_batch b = {0};
-        tfm_tensor logits;
-        float p_spam;
-        for (t = 0; t < e.len; t++) tok[t] = (unsigned char)e.text[t];
-        len1 = e.len > 0 ? e.len : 1;
-        if (e.len == 0) tok[0] = 0;
-        b.batch = 1;
-        b.len = len1;
-        b.tokens = tok;
-        ex_check(tfm_model_forward(&m, &b, NULL, NULL), files[f]);
-        logits = tfm_model_logits(&m);
-        p_spam = 1.0f / (1.0f + expf(logits.data[0] - logits.data[1])); /* softmax of two */
-        printf("%s: %s (spam probability %.3f)\n", files[f], p_spam > 0.5f ? "SPAM" : "ham", p_spam);
+        ex_email e = ex_email_parse((const char *)raw.data, raw.len, cfg.max_len * o->windows);
+        split one;
+        double p_spam;
+        split_fill(&one, &e, NULL, 1, cfg.max_len * o->windows);
+        spam_probability(&m, &one, o->windows, cfg.max_len, o->windows, &p_spam);
+        printf("%s: %s (spam probability %.3f)\n", files[f], p_spam > 0.5 ? "SPAM" : "ham", p_spam);
+        split_free(&one);
         free(e.text);
         ex_buf_free(&raw);
     }
-    free(tok);
     tfm_model_free(&m);
 }
 
 static void usage(const options *d) {
     printf("usage: spam [options]                  train, validate, test\n"
            "       spam [options] --classify FILE...  classify emails with the saved model\n"
-           "  --len N           bytes per email (default %d)\n"
+           "  --len N           bytes the model reads at once (default %d)\n"
+           "  --windows N       windows of --len bytes per email: training reads one of them, at random; testing\n"
+           "                    and --classify average the spam probability over all of them (default %d)\n"
            "  --split-seed N    the shuffle before the 80/10/10 split (default %llu)\n"
            "  --smoke           a tiny model for a few steps (seconds)\n",
-           d->len, (unsigned long long)d->split_seed);
+           d->len, d->windows, (unsigned long long)d->split_seed);
     ex_train_usage(&d->t); /* data: the SpamAssassin corpus as .tar.xz */
 }
 
@@ -307,6 +344,7 @@ int main(int argc, char **argv) {
     o.t.model = "runs/spam.safetensors";
     o.t.csv = "runs/spam.csv";
     o.len = 512;
+    o.windows = 4;
     o.t.batch = 32;
     o.t.epochs = 8;
     o.t.d_model = 128;
@@ -329,6 +367,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         if (ex_train_opt(&o.t, argc, argv, &i)) continue; /* --model, --batch, ... */
         else if (ex_is(a, "--len")) o.len = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--windows")) o.windows = ex_int(argc, argv, &i);
         else if (ex_is(a, "--split-seed")) o.split_seed = (uint64_t)ex_int(argc, argv, &i);
         else if (ex_is(a, "--smoke")) continue;
         else if (ex_is(a, "--classify")) { classify_from = i + 1; break; }
@@ -336,6 +375,8 @@ int main(int argc, char **argv) {
         else { usage(&defaults); ex_die("unknown option %s", a); }
     }
     if (o.len < 1) ex_die("--len: at least 1");
+    if (o.windows < 1 || o.windows > o.t.batch) ex_die("--windows: from 1 to --batch (%d)", o.t.batch);
+    if ((int64_t)o.len * o.windows > (1 << 24)) ex_die("--len x --windows: at most 2^24 bytes");
     ex_train_opts_apply(&o.t);
     if (classify_from) {
         if (classify_from >= argc) ex_die("--classify needs at least one file");
