@@ -184,25 +184,29 @@ for r in $(seq 1 "$REPEAT"); do
     echo "LOAD repeat=$r end=\"$(cut -d' ' -f1-3 /proc/loadavg)\"" >> "$R"
 done
 
-# One table per repeat, from the RESULT lines.
-table() {
-    awk -v rep="$1" -v nrep="$REPEAT" -v configs="$CONFIGS" -v threads="$THREADS" '
+# The tables read a repeat's RESULT lines with this: v[impl, name, threads, key] = value (get() reads
+# it, "" when absent); the sgemm rows give ceil[threads] (square 2048) and peak[threads] (FMA peak).
+RESULTS_AWK='
     function get(impl, name, t, key,   k) { k = impl SUBSEP name SUBSEP t SUBSEP key; return (k in v) ? v[k] : "" }
-    function num(x) { return x != "" && x + 0 >= 0 }
-    function f1(x) { return num(x) ? sprintf("%.1f", x) : "-" }
-    function fg(x) { return !num(x) ? "-" : (x < 10 ? sprintf("%.2f", x) : (x < 1000 ? sprintf("%.1f", x) : sprintf("%.0f", x))) }
-    function pair(a, b) { return fg(a) "/" fg(b) }
     /^RESULT / {
         delete kv
-        impl = ""; name = ""; t = ""; sg = 0
+        sg = 0
         for (i = 2; i <= NF; i++) {
             if ($i == "sgemm") { sg = 1; continue }
             p = index($i, "="); if (!p) continue
             kv[substr($i, 1, p - 1)] = substr($i, p + 1)
         }
-        if (sg) { ceil[kv["threads"]] = kv["square2048_gflops"]; next }
+        if (sg) { ceil[kv["threads"]] = kv["square2048_gflops"]; peak[kv["threads"]] = kv["fma_peak"]; next }
         for (k in kv) v[kv["impl"], kv["name"], kv["threads"], k] = kv[k]
-    }
+    }'
+
+# One table per repeat, from the RESULT lines.
+table() {
+    awk -v rep="$1" -v nrep="$REPEAT" -v configs="$CONFIGS" -v threads="$THREADS" "$RESULTS_AWK"'
+    function num(x) { return x != "" && x + 0 >= 0 }
+    function f1(x) { return num(x) ? sprintf("%.1f", x) : "-" }
+    function fg(x) { return !num(x) ? "-" : (x < 10 ? sprintf("%.2f", x) : (x < 1000 ? sprintf("%.1f", x) : sprintf("%.0f", x))) }
+    function pair(a, b) { return fg(a) "/" fg(b) }
     /^LOAD / { load = $0; sub(/^LOAD repeat=[0-9]+ /, "", load) }
     END {
         printf "\n== table, repeat %d/%d  (sgemm 2048 ceiling:", rep, nrep
@@ -269,24 +273,12 @@ gen_table() {
 
 # With torch 2.x: ours beside the three PyTorch peers, the FMA peak, the sgemm rate and attention's share.
 peer_table() {
-    awk -v rep="$1" -v nrep="$REPEAT" -v configs="$CONFIGS" -v threads="$THREADS" '
-    function get(impl, name, t, key,   k) { k = impl SUBSEP name SUBSEP t SUBSEP key; return (k in v) ? v[k] : "" }
+    awk -v rep="$1" -v nrep="$REPEAT" -v configs="$CONFIGS" -v threads="$THREADS" "$RESULTS_AWK"'
     function num(x) { return x != "" && x + 0 > 0 }
     function f1(x) { return num(x) ? sprintf("%.1f", x) : "-" }
     function f0(x) { return num(x) ? sprintf("%.0f", x) : "-" }
     function pct(a, b) { return (num(a) && num(b)) ? sprintf("%.0f%%", 100 * a / b) : "-" }
     function ratio(a, b) { return (num(a) && num(b)) ? sprintf("%.2f", a / b) : "-" }
-    /^RESULT / {
-        delete kv
-        sg = 0
-        for (i = 2; i <= NF; i++) {
-            if ($i == "sgemm") { sg = 1; continue }
-            p = index($i, "="); if (!p) continue
-            kv[substr($i, 1, p - 1)] = substr($i, p + 1)
-        }
-        if (sg) { ceil[kv["threads"]] = kv["square2048_gflops"]; peak[kv["threads"]] = kv["fma_peak"]; next }
-        for (k in kv) v[kv["impl"], kv["name"], kv["threads"], k] = kv[k]
-    }
     END {
         printf "\n== ours beside torch 1.13, torch 2.x eager and torch 2.x compiled, repeat %d/%d (FMA peak:", rep, nrep
         nt = split(threads, T, " ")
