@@ -19,11 +19,12 @@
 
    Each `model` run prints one line
        RESULT impl=ours name=... threads=... params=... step_ms=... step_min_ms=... fwd_ms=...
-              tok_s=... gflop_step=... gflops=... peak_mb=... gen_ms_tok=... loss=...
+              tok_s=... gflop_step=... gflops=... peak_mb=... gen_ms_tok=... loss=... attn_ms=...
    step_ms is the median of the timed training steps (zero_grad + forward with loss + backward +
    AdamW step); fwd_ms the median eval-mode forward with loss; gen_ms_tok the median over runs of
    (time of a greedy batch-1 generation of 127 new tokens from a 1-token prompt) / 127 (LMs only,
-   else -1); peak_mb is getrusage's ru_maxrss of the whole process.
+   else -1); peak_mb is getrusage's ru_maxrss of the whole process; attn_ms the attention kernel's
+   forward and backward at the model's attention shapes, timed apart (attention_ms below).
 
    FLOPs per training step (counted by model_flops below; bench/README.md has the same formula):
    6 FLOPs per weight of every matrix product per row it is applied to (2 forward, 2 for the input
