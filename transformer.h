@@ -2403,15 +2403,17 @@ static void tfm__layernorm_forward_cpu(float *y, float *mean, float *rstd, const
 }
 
 /* With xhat = (x - mean) * rstd and dn = dy * g:
-   dx += rstd * (dn - mean(dn) - xhat * mean(dn * xhat));  dg += sum_rows dy * xhat;  db += sum_rows dy */
-static void tfm__layernorm_backward_cpu(float *dx, float *dg, float *db, const float *dy, const float *x,
-                                        const float *g, const float *mean, const float *rstd, int64_t N,
-                                        int64_t C) {
+   dx = res + rstd * (dn - mean(dn) - xhat * mean(dn * xhat));  dg += sum_rows dy * xhat;  db += sum_rows dy.
+   res: a residual gradient added in the same pass; it may be dx itself (accumulate), or NULL (dx is
+   overwritten, not read). */
+static void tfm__layernorm_backward_cpu(float *dx, const float *res, float *dg, float *db, const float *dy,
+                                        const float *x, const float *g, const float *mean, const float *rstd,
+                                        int64_t N, int64_t C) {
     int64_t r;
     if (dx) {
         TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
         for (r = 0; r < N; r++) {
-            const float *xr = x + r * C, *gr = dy + r * C;
+            const float *xr = x + r * C, *gr = dy + r * C, *rr = res ? res + r * C : NULL;
             float *dr = dx + r * C, m = mean[r], rs = rstd[r], a = 0.0f, bsum = 0.0f, aa[16] = {0}, bb[16] = {0};
             int64_t j = 0;
             int k;
@@ -2432,9 +2434,10 @@ static void tfm__layernorm_backward_cpu(float *dx, float *dg, float *db, const f
             }
             a /= (float)C;
             bsum /= (float)C;
-            for (j = 0; j < C; j++) {
-                float dn = gr[j] * (g ? g[j] : 1.0f);
-                dr[j] += rs * (dn - a - (xr[j] - m) * rs * bsum);
+            if (rr) {
+                for (j = 0; j < C; j++) dr[j] = rr[j] + rs * (gr[j] * (g ? g[j] : 1.0f) - a - (xr[j] - m) * rs * bsum);
+            } else {
+                for (j = 0; j < C; j++) dr[j] = rs * (gr[j] * (g ? g[j] : 1.0f) - a - (xr[j] - m) * rs * bsum);
             }
         }
     }
@@ -2973,10 +2976,12 @@ static void tfm__op_layernorm(tfm_device dev, float *y, float *mean, float *rstd
     TFM__ON_CPU(dev);
     tfm__layernorm_forward_cpu(y, mean, rstd, x, g, b, eps, N, C);
 }
-static void tfm__op_layernorm_bwd(tfm_device dev, float *dx, float *dg, float *db, const float *dy, const float *x,
-                                  const float *g, const float *mean, const float *rstd, int64_t N, int64_t C) {
+/* dx = res + the layernorm's input gradient; res may be dx (accumulate) or NULL (dx only written) */
+static void tfm__op_layernorm_bwd(tfm_device dev, float *dx, const float *res, float *dg, float *db, const float *dy,
+                                  const float *x, const float *g, const float *mean, const float *rstd, int64_t N,
+                                  int64_t C) {
     TFM__ON_CPU(dev);
-    tfm__layernorm_backward_cpu(dx, dg, db, dy, x, g, mean, rstd, N, C);
+    tfm__layernorm_backward_cpu(dx, res, dg, db, dy, x, g, mean, rstd, N, C);
 }
 /* act: a tfm_activation */
 static void tfm__op_act(tfm_device dev, int act, float *y, const float *x, int64_t n) {
@@ -3323,7 +3328,7 @@ TFMDEF tfm_result tfm_layernorm_backward(tfm_tensor *dx, tfm_tensor *dg, tfm_ten
     TFM__TRY(tfm__chk_vec(fn, "dbias", db, "x", x, tfm__cols(x)));
     TFM__TRY(tfm__chk_vec(fn, "mean", mean, "x", x, tfm__rows(x)));
     TFM__TRY(tfm__chk_vec(fn, "rstd", rstd, "x", x, tfm__rows(x)));
-    tfm__op_layernorm_bwd(dy->device, dx ? dx->data : NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data, g ? g->data : NULL, mean->data, rstd->data, tfm__rows(x), tfm__cols(x));
+    tfm__op_layernorm_bwd(dy->device, dx ? dx->data : NULL, dx ? dx->data : NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data, g ? g->data : NULL, mean->data, rstd->data, tfm__rows(x), tfm__cols(x));
     return TFM_OK;
 }
 
@@ -3878,8 +3883,9 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv,
     tfm__op_linear(m->device, y, C, m->ctx, C, m->out_proj_weight.data, m->out_proj_bias.data, (int64_t)B * Tq, C, C);
 }
 
-/* The backward pass of a checked layer call: adds into dx, dxkv (may be NULL) and the gradients. */
-static void tfm__mha_bwd(tfm_mha *m, float *dx, float *dxkv, const float *dy) {
+/* The backward pass of a checked layer call: dx = dx_beta * dx + the input gradient (dx_beta 0: dx is
+   only written); adds into dxkv (may be NULL) and the gradients. */
+static void tfm__mha_bwd(tfm_mha *m, float *dx, float dx_beta, float *dxkv, const float *dy) {
     tfm__attn_args a;
     int64_t B = m->B, Tq = m->Tq, Tk = m->Tk, C = m->desc.d_model;
     int cross = m->desc.cross;
@@ -3899,10 +3905,10 @@ static void tfm__mha_bwd(tfm_mha *m, float *dx, float *dxkv, const float *dy) {
         const float *w = m->in_proj_weight.data;
         float *dw = m->d_in_proj_weight.data, *db = m->d_in_proj_bias.data;
         if (cross) {
-            tfm__op_linear_bwd(m->device, dx, C, 1.0f, dw, db, m->dq, C, m->x, C, w, B * Tq, C, C);
+            tfm__op_linear_bwd(m->device, dx, C, dx_beta, dw, db, m->dq, C, m->x, C, w, B * Tq, C, C);
             tfm__op_linear_bwd(m->device, dxkv, C, 1.0f, dw + C * C, db ? db + C : NULL, m->dkv, 2 * C, m->xkv, C, w + C * C, B * Tk, C, 2 * C);
         } else {
-            tfm__op_linear_bwd(m->device, dx, C, 1.0f, dw, db, m->dq, 3 * C, m->x, C, w, B * Tq, C, 3 * C);
+            tfm__op_linear_bwd(m->device, dx, C, dx_beta, dw, db, m->dq, 3 * C, m->x, C, w, B * Tq, C, 3 * C);
         }
     }
 }
@@ -3975,7 +3981,7 @@ TFMDEF tfm_result tfm_mha_backward(tfm_mha *m, tfm_tensor *dx, tfm_tensor *dxkv,
         return tfm__fail(TFM_E_SHAPE, "%s: dxkv is %s but the last forward's xkv was (%lld,%lld,%lld)", fn,
                          tfm__shp(dxkv), (long long)B, (long long)Tk, (long long)C);
 
-    tfm__mha_bwd(m, dx ? dx->data : NULL, dxkv ? dxkv->data : NULL, dy->data);
+    tfm__mha_bwd(m, dx ? dx->data : NULL, 1.0f, dxkv ? dxkv->data : NULL, dy->data);
     return TFM_OK;
 }
 
@@ -4316,19 +4322,20 @@ static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, 
     }
 }
 
-/* Sub-layer s backward: du += dF_s/du (dv); parameter gradients added. */
-static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, const float *dv, float *dxkv) {
+/* Sub-layer s backward: du = du_beta * du + dF_s/du (dv) (du_beta 0: du is only written); parameter
+   gradients added. */
+static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, float du_beta, const float *dv, float *dxkv) {
     const tfm_block_desc *d = &blk->desc;
     int64_t N = (int64_t)blk->B * blk->T, C = d->d_model, F = d->d_ff;
     if (s == 0) {
-        tfm__mha_bwd(&blk->self_attn, du, NULL, dv);
+        tfm__mha_bwd(&blk->self_attn, du, du_beta, NULL, dv);
     } else if (s == 1 && d->cross) {
-        tfm__mha_bwd(&blk->cross_attn, du, dxkv, dv);
+        tfm__mha_bwd(&blk->cross_attn, du, du_beta, dxkv, dv);
     } else {
         const float *u = d->norm_first ? blk->ln_io[s] : blk->stream[s];
         tfm__op_linear_bwd(blk->device, blk->d_ff2, F, 0.0f, blk->linear2.d_weight.data, blk->linear2.d_bias.data, dv, C, blk->ff_act, F, blk->linear2.weight.data, N, F, C);
         tfm__op_act_bwd(blk->device, d->act, blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, 0.0f);
-        tfm__op_linear_bwd(blk->device, du, C, 1.0f, blk->linear1.d_weight.data, blk->linear1.d_bias.data, blk->d_ff1, F, u, C, blk->linear1.weight.data, N, C, F);
+        tfm__op_linear_bwd(blk->device, du, C, du_beta, blk->linear1.d_weight.data, blk->linear1.d_bias.data, blk->d_ff1, F, u, C, blk->linear1.weight.data, N, C, F);
     }
 }
 
@@ -4369,8 +4376,10 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
     }
 }
 
-/* Walks the sub-layers backwards with two stream-gradient buffers (d_a, d_b). */
-static void tfm__block_bwd(tfm_block *blk, float *dx, float *dxkv, const float *dy) {
+/* Walks the sub-layers backwards with two stream-gradient buffers (d_a, d_b). dx = dx_beta * dx + the
+   input gradient; with dx_beta 0 the first sub-layer writes it in place (dx must not be dy). The residual
+   paths are added inside the layernorm's backward pass and the sub-layers write (not add into) d_u. */
+static void tfm__block_bwd(tfm_block *blk, float *dx, float dx_beta, float *dxkv, const float *dy) {
     const tfm_block_desc *d = &blk->desc;
     int64_t N = (int64_t)blk->B * blk->T, C = d->d_model;
     const float *g = dy;
@@ -4379,7 +4388,7 @@ static void tfm__block_bwd(tfm_block *blk, float *dx, float *dxkv, const float *
     bufs[0] = blk->d_a;
     bufs[1] = blk->d_b;
     for (s = blk->n_sub - 1; s >= 0; s--) {
-        float *dprev = bufs[which];
+        float *dprev = s == 0 && dx && dx_beta == 0.0f ? dx : bufs[which];
         const float *dv;
         tfm_layernorm *ln = &blk->norm[s];
         int drop = blk->opts.training && d->dropout > 0.0f;
@@ -4387,29 +4396,27 @@ static void tfm__block_bwd(tfm_block *blk, float *dx, float *dxkv, const float *
         uint64_t i0 = (uint64_t)(blk->opts.batch_offset * blk->T * C);
         which ^= 1;
         if (d->norm_first) {
-            tfm__op_copy(blk->device, dprev, g, N * C); /* residual */
             dv = g;
             if (drop) {
                 tfm__op_dropout(blk->device, blk->sub_out, g, N * C, d->dropout, seed, i0, 0);
                 dv = blk->sub_out;
             }
-            tfm__op_zero(blk->device, blk->d_u, N * C);
-            tfm__block_sub_bwd(blk, s, blk->d_u, dv, dxkv);
-            tfm__op_layernorm_bwd(blk->device, dprev, ln->d_weight.data, ln->d_bias.data, blk->d_u, blk->stream[s], ln->weight.data, ln->mean, ln->rstd, N, C);
+            tfm__block_sub_bwd(blk, s, blk->d_u, 0.0f, dv, dxkv);
+            /* dprev = g (residual) + LN's gradient */
+            tfm__op_layernorm_bwd(blk->device, dprev, g, ln->d_weight.data, ln->d_bias.data, blk->d_u, blk->stream[s], ln->weight.data, ln->mean, ln->rstd, N, C);
         } else {
-            tfm__op_zero(blk->device, blk->d_u, N * C);
-            tfm__op_layernorm_bwd(blk->device, blk->d_u, ln->d_weight.data, ln->d_bias.data, g, blk->ln_io[s], ln->weight.data, ln->mean, ln->rstd, N, C);
+            tfm__op_layernorm_bwd(blk->device, blk->d_u, NULL, ln->d_weight.data, ln->d_bias.data, g, blk->ln_io[s], ln->weight.data, ln->mean, ln->rstd, N, C);
             tfm__op_copy(blk->device, dprev, blk->d_u, N * C); /* residual */
             dv = blk->d_u;
             if (drop) {
                 tfm__op_dropout(blk->device, blk->sub_out, blk->d_u, N * C, d->dropout, seed, i0, 0);
                 dv = blk->sub_out;
             }
-            tfm__block_sub_bwd(blk, s, dprev, dv, dxkv);
+            tfm__block_sub_bwd(blk, s, dprev, 1.0f, dv, dxkv);
         }
         g = dprev;
     }
-    if (dx) tfm__op_add(blk->device, dx, dx, g, N * C);
+    if (dx && dx_beta != 0.0f) tfm__op_add(blk->device, dx, dx, g, N * C);
 }
 
 TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_tensor *x, const tfm_tensor *xkv,
@@ -4482,7 +4489,7 @@ TFMDEF tfm_result tfm_block_backward(tfm_block *blk, tfm_tensor *dx, tfm_tensor 
     if (dxkv && (dxkv->ndim != 3 || dxkv->shape[0] != B || dxkv->shape[1] != blk->Tk || dxkv->shape[2] != C))
         return tfm__fail(TFM_E_SHAPE, "%s: dxkv is %s but the last forward's xkv was (%lld,%d,%lld)", fn, tfm__shp(dxkv),
                          (long long)B, blk->Tk, (long long)C);
-    tfm__block_bwd(blk, dx ? dx->data : NULL, dxkv ? dxkv->data : NULL, dy->data);
+    tfm__block_bwd(blk, dx ? dx->data : NULL, 1.0f, dxkv ? dxkv->data : NULL, dy->data);
     return TFM_OK;
 }
 
@@ -5139,15 +5146,13 @@ static float *tfm__stack_bwd(tfm_model *m, tfm_block *blks, float *buf, int n, t
     bufs[1] = m->impl->d_dec_x;
     if (m->cfg.norm_first) {
         const float *top = buf + (n - 1) * BTC;
-        tfm__op_zero(m->impl->device, bufs[which], (int64_t)B * T * C);
-        tfm__op_layernorm_bwd(m->impl->device, bufs[which], norm->d_weight.data, norm->d_bias.data, g, top, norm->weight.data, norm->mean, norm->rstd, (int64_t)B * T, C);
+        tfm__op_layernorm_bwd(m->impl->device, bufs[which], NULL, norm->d_weight.data, norm->d_bias.data, g, top, norm->weight.data, norm->mean, norm->rstd, (int64_t)B * T, C);
         g = bufs[which];
         which ^= 1;
     }
     for (l = n - 1; l >= 0; l--) {
         float *dprev = bufs[which];
-        tfm__op_zero(m->impl->device, dprev, (int64_t)B * T * C);
-        tfm__block_bwd(&blks[l], dprev, dmem, g);
+        tfm__block_bwd(&blks[l], dprev, 0.0f, dmem, g);
         g = dprev;
         which ^= 1;
     }

@@ -19,11 +19,12 @@
 
    Each `model` run prints one line
        RESULT impl=ours name=... threads=... params=... step_ms=... step_min_ms=... fwd_ms=...
-              tok_s=... gflop_step=... gflops=... peak_mb=... gen_ms_tok=... loss=...
+              tok_s=... gflop_step=... gflops=... peak_mb=... gen_ms_tok=... loss=... attn_ms=...
    step_ms is the median of the timed training steps (zero_grad + forward with loss + backward +
    AdamW step); fwd_ms the median eval-mode forward with loss; gen_ms_tok the median over runs of
    (time of a greedy batch-1 generation of 127 new tokens from a 1-token prompt) / 127 (LMs only,
-   else -1); peak_mb is getrusage's ru_maxrss of the whole process.
+   else -1); peak_mb is getrusage's ru_maxrss of the whole process; attn_ms the attention kernel's
+   forward and backward at the model's attention shapes, timed apart (attention_ms below).
 
    FLOPs per training step (counted by model_flops below; bench/README.md has the same formula):
    6 FLOPs per weight of every matrix product per row it is applied to (2 forward, 2 for the input
@@ -269,6 +270,58 @@ static double train_step(tfm_model *m, const tfm_batch *batch, const tfm_optim *
     return now_s() - t0;
 }
 
+static void fill_small(float *p, size_t n, tfm_rng *rng);
+
+/* Attention's own work in a training step, timed apart from the model: tfm_attention_forward and
+   tfm_attention_backward (the fused kernel: scores, softmax, weighted values; no projections) at each
+   attention layer's shape on random q, k, v, times the number of such layers. Median over `reps`
+   repetitions of the whole set, after one untimed one. */
+static double attention_ms(const bench_cfg *bc, int reps) {
+    struct { int Tq, Tk, causal, count; } kinds[3];
+    int nk = 0, i, r, B = bc->B, C = bc->d_model, H = bc->n_heads, Tmax = bc->T > bc->Tt ? bc->T : bc->Tt;
+    size_t n = (size_t)B * (size_t)Tmax * (size_t)C;
+    float *buf = (float *)xmalloc(8 * n * sizeof(float) + (size_t)B * H * Tmax * sizeof(float));
+    float *q = buf, *k = q + n, *v = k + n, *o = v + n, *dout = o + n, *dq = dout + n, *dk = dq + n, *dv = dk + n;
+    float *lse = dv + n;
+    double *times = (double *)xmalloc((size_t)(reps + 1) * sizeof(double)), ms;
+    tfm_rng rng;
+    tfm_result res;
+    if (bc->kind == TFM_MODEL_ENCODER_DECODER) {
+        kinds[nk].Tq = bc->T, kinds[nk].Tk = bc->T, kinds[nk].causal = 0, kinds[nk++].count = bc->n_layers;
+        kinds[nk].Tq = bc->Tt, kinds[nk].Tk = bc->Tt, kinds[nk].causal = 1, kinds[nk++].count = bc->n_dec_layers;
+        kinds[nk].Tq = bc->Tt, kinds[nk].Tk = bc->T, kinds[nk].causal = 0, kinds[nk++].count = bc->n_dec_layers;
+    } else {
+        kinds[nk].Tq = bc->T, kinds[nk].Tk = bc->T, kinds[nk].causal = bc->kind == TFM_MODEL_DECODER_LM;
+        kinds[nk++].count = bc->n_layers;
+    }
+    tfm_rng_seed(&rng, 7);
+    fill_small(buf, 8 * n, &rng);
+    for (r = 0; r <= reps; r++) {
+        double total = 0.0;
+        for (i = 0; i < nk; i++) {
+            tfm_tensor tq = tfm_tensor3(q, B, kinds[i].Tq, C), tk = tfm_tensor3(k, B, kinds[i].Tk, C);
+            tfm_tensor tv = tfm_tensor3(v, B, kinds[i].Tk, C), to = tfm_tensor3(o, B, kinds[i].Tq, C);
+            tfm_tensor tdo = tfm_tensor3(dout, B, kinds[i].Tq, C), tdq = tfm_tensor3(dq, B, kinds[i].Tq, C);
+            tfm_tensor tdk = tfm_tensor3(dk, B, kinds[i].Tk, C), tdv = tfm_tensor3(dv, B, kinds[i].Tk, C);
+            tfm_tensor tl = tfm_tensor3(lse, B, H, kinds[i].Tq);
+            tfm_attn_opts ao;
+            double t0 = now_s();
+            memset(&ao, 0, sizeof ao);
+            ao.causal = kinds[i].causal;
+            if ((res = tfm_attention_forward(&to, &tl, &tq, &tk, &tv, H, &ao)) != TFM_OK)
+                die_tfm("tfm_attention_forward", res);
+            if ((res = tfm_attention_backward(&tdq, &tdk, &tdv, &tdo, &tq, &tk, &tv, &to, &tl, H, &ao)) != TFM_OK)
+                die_tfm("tfm_attention_backward", res);
+            total += (now_s() - t0) * kinds[i].count;
+        }
+        if (r) times[r - 1] = total;
+    }
+    ms = 1e3 * median(times, reps);
+    free(times);
+    free(buf);
+    return ms;
+}
+
 static int run_model(const bench_cfg *bc, int threads, int train_only) {
     tfm_config cfg = make_config(bc);
     tfm_model *m = (tfm_model *)xmalloc(sizeof *m);
@@ -280,7 +333,7 @@ static int run_model(const bench_cfg *bc, int threads, int train_only) {
     int fwd_reps = quick ? 2 : bc->fwd_reps, gen_reps = quick ? 1 : bc->gen_reps;
     int lm = bc->kind == TFM_MODEL_DECODER_LM, rc = 0;
     double *times = (double *)xmalloc((size_t)(steps + fwd_reps + gen_reps + 1) * sizeof(double));
-    double step_ms, step_min_ms, fwd_ms = -1.0, gen_ms_tok = -1.0, flops = model_flops(bc), t0;
+    double step_ms, step_min_ms, fwd_ms = -1.0, gen_ms_tok = -1.0, attn_ms, flops = model_flops(bc), t0;
     float loss = 0.0f;
     int i;
 
@@ -322,6 +375,7 @@ static int run_model(const bench_cfg *bc, int threads, int train_only) {
         times[i] = now_s() - t0;
     }
     fwd_ms = 1e3 * median(times, fwd_reps);
+    attn_ms = attention_ms(bc, quick ? 1 : 3);
 
     /* greedy batch-1 generation of GEN_NEW tokens from a 1-token prompt (LMs) */
     if (lm && gen_reps > 0) {
@@ -346,10 +400,10 @@ static int run_model(const bench_cfg *bc, int threads, int train_only) {
     }
 
     printf("RESULT impl=ours name=%s threads=%d params=%lld step_ms=%.3f step_min_ms=%.3f fwd_ms=%.3f "
-           "tok_s=%.1f gflop_step=%.4f gflops=%.2f peak_mb=%.1f gen_ms_tok=%.4f loss=%.5f steps=%d\n",
+           "tok_s=%.1f gflop_step=%.4f gflops=%.2f peak_mb=%.1f gen_ms_tok=%.4f loss=%.5f steps=%d attn_ms=%.3f\n",
            bc->name, threads, (long long)m->n_weights, step_ms, step_min_ms, fwd_ms,
            model_tokens(bc) / (step_ms * 1e-3), flops * 1e-9, flops * 1e-9 / (step_ms * 1e-3), peak_rss_mb(),
-           gen_ms_tok, (double)loss, steps);
+           gen_ms_tok, (double)loss, steps, attn_ms);
 done:
     fflush(stdout);
     tfm_model_free(m);

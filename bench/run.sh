@@ -17,6 +17,14 @@
 #                   and 32, the serving memory, the read bandwidth and batch 1's time against it)
 #   GEN_CONFIGS="a" the LMs for those rows (default: every LM among CONFIGS)
 #   BENCH=build/bench  PYTHON=/usr/bin/python3
+#   TORCH2=path/to/python   a Python with torch 2.x (a venv with pip's torch): two more peers, torch 2.x
+#                   eager and torch 2.x with torch.compile (torch_ref.py model NAME THREADS compile), run
+#                   without OMP_WAIT_POLICY (PASSIVE slows torch 2.x down); then a second table per repeat
+#                   sets ours beside all three and the fastest of them
+#   SGEMM_CONFIG=name   time only this model's products beside square 2048 in the sgemm rows (shorter)
+#   NICE=-19        run every measured process under `nice -n -19` (negative values need root): on a
+#                   machine where other jobs keep running, they then get little of the cores during a
+#                   measurement (both sides alike). The header says which value was used
 #   BENCH_BUILTIN=build/bench-builtin   the bench built with BLAS=0 (make builds it beside a BLAS build):
 #                   its training steps get a column of their own (the header's own sgemm: `make demo`'s speed)
 # OPENBLAS_CORETYPE: OpenBLAS 0.3.21 (Debian 12) does not recognise recent Xeons and falls back to its
@@ -34,6 +42,9 @@ SGEMM=${SGEMM:-1}
 VERIFY=${VERIFY:-0}
 OURS_WAIT_POLICY=${OURS_WAIT_POLICY:-}
 GEN=${GEN:-1}
+TORCH2=${TORCH2:-}
+SGEMM_CONFIG=${SGEMM_CONFIG:-}
+NICE=${NICE:-}
 export QUICK
 
 if [ ! -x "$BENCH" ]; then
@@ -61,6 +72,15 @@ if [ -x "$BENCH_BUILTIN" ] && ! "$BENCH" info | grep -q 'sgemm_backend=built-in'
 
 HAVE_TORCH=0
 if [ -x "$PY" ] && "$PY" -c 'import torch' >/dev/null 2>&1; then HAVE_TORCH=1; fi
+HAVE_TORCH2=0
+if [ -n "$TORCH2" ]; then
+    if "$TORCH2" -c 'import sys, torch; sys.exit(int(torch.__version__.split(".")[0]) < 2)' >/dev/null 2>&1; then
+        HAVE_TORCH2=1
+    else
+        echo "run.sh: TORCH2=$TORCH2 has no torch 2.x (\"$TORCH2 -c 'import torch'\" failed or found 1.x)" >&2
+        exit 2
+    fi
+fi
 
 cpu=$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')
 ours_info=$("$BENCH" info)
@@ -72,6 +92,11 @@ if [ "$HAVE_TORCH" = 1 ]; then
 else
     echo "== torch: not available ($PY -c 'import torch' failed): torch columns stay empty"
 fi
+if [ "$HAVE_TORCH2" = 1 ]; then
+    echo "== torch 2.x: $(env -u OMP_WAIT_POLICY "$TORCH2" bench/torch_ref.py info 2>/dev/null)"
+    echo "== torch 2.x rows (eager and torch.compile) run without OMP_WAIT_POLICY; torch 1.13's multi-thread rows under PASSIVE"
+fi
+if [ -n "$NICE" ]; then echo "== every measured process runs under nice -n $NICE"; fi
 echo "== configs: $(echo $CONFIGS)   threads: $THREADS   repeat: $REPEAT   quick: $QUICK"
 if [ -n "$OURS_WAIT_POLICY" ]; then
     ours_wait="OMP_WAIT_POLICY=$OURS_WAIT_POLICY"
@@ -88,7 +113,7 @@ run() {
     local out=$1
     shift
     local rc
-    "$@" 2>&1 | tee -a "$out"
+    ${NICE:+nice -n "$NICE"} "$@" 2>&1 | tee -a "$out"
     rc=${PIPESTATUS[0]}
     if [ "$rc" != 0 ]; then echo "run.sh: FAILED (exit $rc): $*" | tee -a "$out"; fi
 }
@@ -98,6 +123,7 @@ if [ "$VERIFY" = 1 ] && [ "$HAVE_TORCH" = 1 ]; then
     for c in $CONFIGS; do
         run "$TMP/verify" "$BENCH" dump "$c" "$TMP/dump.bin"
         run "$TMP/verify" "$PY" bench/torch_ref.py verify "$TMP/dump.bin"
+        if [ "$HAVE_TORCH2" = 1 ]; then run "$TMP/verify" env -u OMP_WAIT_POLICY "$TORCH2" bench/torch_ref.py verify "$TMP/dump.bin"; fi
         rm -f "$TMP/dump.bin"
     done
 fi
@@ -108,7 +134,7 @@ for r in $(seq 1 "$REPEAT"); do
     : > "$R"
     echo "== repeat $r/$REPEAT  $(date '+%F %T')  load=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
     if [ "$SGEMM" != 0 ]; then
-        for t in $THREADS; do run "$R" "$BENCH" sgemm "$t"; done # built-in, OpenBLAS and BLIS side by side
+        for t in $THREADS; do run "$R" "$BENCH" sgemm "$t" $SGEMM_CONFIG; done # built-in, OpenBLAS and BLIS side by side
     fi
     for c in $CONFIGS; do
         for t in $THREADS; do
@@ -131,6 +157,13 @@ for r in $(seq 1 "$REPEAT"); do
                     run "$R" "$PY" bench/torch_ref.py model "$c" "$t"
                 fi
             fi
+            if [ "$HAVE_TORCH2" = 1 ]; then # torch 2.x eager (impl=torch2) and compiled (impl=torch2c)
+                for mode in "" compile; do
+                    run "$R" env -u OMP_WAIT_POLICY bash -c \
+                        '"$0" bench/torch_ref.py model "$1" "$2" $3 | sed "s/ impl=torch-compile / impl=torch2c /; s/ impl=torch / impl=torch2 /"; exit ${PIPESTATUS[0]}' \
+                        "$TORCH2" "$c" "$t" "$mode"
+                done
+            fi
         done
     done
     if [ "$GEN" != 0 ]; then # batched generation on the LMs, ours and torch's KV-cache loop
@@ -151,25 +184,29 @@ for r in $(seq 1 "$REPEAT"); do
     echo "LOAD repeat=$r end=\"$(cut -d' ' -f1-3 /proc/loadavg)\"" >> "$R"
 done
 
-# One table per repeat, from the RESULT lines.
-table() {
-    awk -v rep="$1" -v nrep="$REPEAT" -v configs="$CONFIGS" -v threads="$THREADS" '
+# The tables read a repeat's RESULT lines with this: v[impl, name, threads, key] = value (get() reads
+# it, "" when absent); the sgemm rows give ceil[threads] (square 2048) and peak[threads] (FMA peak).
+RESULTS_AWK='
     function get(impl, name, t, key,   k) { k = impl SUBSEP name SUBSEP t SUBSEP key; return (k in v) ? v[k] : "" }
-    function num(x) { return x != "" && x + 0 >= 0 }
-    function f1(x) { return num(x) ? sprintf("%.1f", x) : "-" }
-    function fg(x) { return !num(x) ? "-" : (x < 10 ? sprintf("%.2f", x) : (x < 1000 ? sprintf("%.1f", x) : sprintf("%.0f", x))) }
-    function pair(a, b) { return fg(a) "/" fg(b) }
     /^RESULT / {
         delete kv
-        impl = ""; name = ""; t = ""; sg = 0
+        sg = 0
         for (i = 2; i <= NF; i++) {
             if ($i == "sgemm") { sg = 1; continue }
             p = index($i, "="); if (!p) continue
             kv[substr($i, 1, p - 1)] = substr($i, p + 1)
         }
-        if (sg) { ceil[kv["threads"]] = kv["square2048_gflops"]; next }
+        if (sg) { ceil[kv["threads"]] = kv["square2048_gflops"]; peak[kv["threads"]] = kv["fma_peak"]; next }
         for (k in kv) v[kv["impl"], kv["name"], kv["threads"], k] = kv[k]
-    }
+    }'
+
+# One table per repeat, from the RESULT lines.
+table() {
+    awk -v rep="$1" -v nrep="$REPEAT" -v configs="$CONFIGS" -v threads="$THREADS" "$RESULTS_AWK"'
+    function num(x) { return x != "" && x + 0 >= 0 }
+    function f1(x) { return num(x) ? sprintf("%.1f", x) : "-" }
+    function fg(x) { return !num(x) ? "-" : (x < 10 ? sprintf("%.2f", x) : (x < 1000 ? sprintf("%.1f", x) : sprintf("%.0f", x))) }
+    function pair(a, b) { return fg(a) "/" fg(b) }
     /^LOAD / { load = $0; sub(/^LOAD repeat=[0-9]+ /, "", load) }
     END {
         printf "\n== table, repeat %d/%d  (sgemm 2048 ceiling:", rep, nrep
@@ -234,4 +271,54 @@ gen_table() {
     }' "$TMP/repeat$1"
 }
 
-for r in $(seq 1 "$REPEAT"); do table "$r"; gen_table "$r"; done
+# With torch 2.x: ours beside the three PyTorch peers, the FMA peak, the sgemm rate and attention's share.
+peer_table() {
+    awk -v rep="$1" -v nrep="$REPEAT" -v configs="$CONFIGS" -v threads="$THREADS" "$RESULTS_AWK"'
+    function num(x) { return x != "" && x + 0 > 0 }
+    function f1(x) { return num(x) ? sprintf("%.1f", x) : "-" }
+    function f0(x) { return num(x) ? sprintf("%.0f", x) : "-" }
+    function pct(a, b) { return (num(a) && num(b)) ? sprintf("%.0f%%", 100 * a / b) : "-" }
+    function ratio(a, b) { return (num(a) && num(b)) ? sprintf("%.2f", a / b) : "-" }
+    END {
+        printf "\n== ours beside torch 1.13, torch 2.x eager and torch 2.x compiled, repeat %d/%d (FMA peak:", rep, nrep
+        nt = split(threads, T, " ")
+        for (i = 1; i <= nt; i++) printf " %s thr %s GFLOP/s%s", T[i], f1(peak[T[i]]), i < nt ? "," : ""
+        printf ")\n"
+        hdr = sprintf("%-19s %3s %9s %9s %9s %9s %8s %6s %7s %6s %19s %26s", "config", "thr", "ours ms", "1.13 ms",
+                      "2.x ms", "2.x-c ms", "fastest/", "%peak", "%sgemm", "attn", "peak MB", "loss after training")
+        print hdr
+        printf "%-19s %3s %9s %9s %9s %9s %8s %6s %7s %6s %19s %26s\n", "", "", "", "", "eager", "compiled", "ours",
+               "ours", "ours", "share", "ours/1.13/2.x/2.x-c", "1.13 / 2.x / 2.x-c"
+        gsub(/./, "-", hdr); print hdr
+        nc = split(configs, CF, " ")
+        for (i = 1; i <= nc; i++) for (j = 1; j <= nt; j++) {
+            c = CF[i]; t = T[j]
+            so = get("ours", c, t, "step_ms"); s1 = get("torch", c, t, "step_ms")
+            s2 = get("torch2", c, t, "step_ms"); s3 = get("torch2c", c, t, "step_ms")
+            best = ""
+            if (num(s1)) best = s1
+            if (num(s2) && (best == "" || s2 + 0 < best + 0)) best = s2
+            if (num(s3) && (best == "" || s3 + 0 < best + 0)) best = s3
+            g = get("ours", c, t, "gflops")
+            printf "%-19s %3s %9s %9s %9s %9s %8s %6s %7s %6s %19s %26s\n", c, t, f1(so), f1(s1), f1(s2), f1(s3),
+                   ratio(best, so), pct(g, peak[t]), pct(g, ceil[t]), pct(get("ours", c, t, "attn_ms"), so),
+                   f0(get("ours", c, t, "peak_mb")) "/" f0(get("torch", c, t, "peak_mb")) "/" \
+                   f0(get("torch2", c, t, "peak_mb")) "/" f0(get("torch2c", c, t, "peak_mb")),
+                   get("torch", c, t, "loss") " / " get("torch2", c, t, "loss") " / " get("torch2c", c, t, "loss")
+        }
+    }' "$TMP/repeat$1"
+}
+
+for r in $(seq 1 "$REPEAT"); do
+    table "$r"
+    if [ "$HAVE_TORCH2" = 1 ]; then peer_table "$r"; fi
+    gen_table "$r"
+done
+if [ "$HAVE_TORCH2" = 1 ]; then
+    echo
+    echo "fastest/ours: the fastest of the three PyTorch steps over ours (above 1: we are faster). %peak: our GFLOP/s"
+    echo "of the FMA peak, %sgemm: of square 2048 through tfm_sgemm, both measured in the sgemm rows of the same repeat."
+    echo "attn share: tfm_attention_forward + _backward at the model's attention shapes, timed apart, over our step."
+    echo "loss after training: the eval loss after the same training steps from the same initialisation (torch"
+    echo "versions must agree: the same model); 2.x-c: the forward and loss under torch.compile, AdamW eager."
+fi

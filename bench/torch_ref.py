@@ -3,6 +3,10 @@
 
 Usage (bench/run.sh calls it; /usr/bin/python3 with torch 1.13):
     torch_ref.py model NAME THREADS   one model per process; prints MODEL and RESULT lines like build/bench
+    torch_ref.py model NAME THREADS compile
+                                      the same with the forward and loss under torch.compile (torch 2.x;
+                                      AdamW stays eager): impl=torch-compile. Where torch.compile is missing
+                                      or fails, prints a SKIP line saying why and exits 0
     torch_ref.py info                 torch version, threads, which BLAS library and OpenBLAS core it uses
     torch_ref.py params [NAME...]     parameter counts only
     torch_ref.py gen NAME THREADS     batched greedy generation (1, 8, 32 rows) with the KV cache loop
@@ -11,7 +15,8 @@ Usage (bench/run.sh calls it; /usr/bin/python3 with torch 1.13):
     torch_ref.py verify FILE          the model in FILE (from `build/bench dump NAME FILE`: our weights,
                                       batch, logits, loss, gradient norm) through the torch model: the
                                       same function on both sides?
-QUICK=1 in the environment: fewer repetitions.
+QUICK=1 in the environment: fewer repetitions. The same script runs under Debian's torch 1.13 and under
+a pip torch 2.x (bench/run.sh: TORCH2=path/to/python).
 
 The models are built from torch.nn layers (TransformerEncoderLayer / TransformerDecoderLayer, which
 hold nn.MultiheadAttention with one fused (3C,C) in_proj_weight), batch_first, dropout 0, float32:
@@ -331,7 +336,16 @@ def loaded_blas():
             return p, lib
         except (OSError, AttributeError):
             continue
-    return (paths[0] if paths else "?"), None
+    # none with OpenBLAS's API (pip's torch links MKL into libtorch_cpu; a numpy's own OpenBLAS may be mapped)
+    return "libtorch:%s" % torch_blas(), None
+
+
+def torch_blas():
+    """The BLAS torch was built with, from its build configuration (BLAS_INFO=...)."""
+    for part in torch.__config__.show().replace(",", " ").split():
+        if part.startswith("BLAS_INFO="):
+            return part[len("BLAS_INFO="):]
+    return "?"
 
 
 def blas_info(lib):
@@ -355,8 +369,9 @@ def set_threads(threads):
 
 # ---- modes -----------------------------------------------------------------------------------
 
-def run_model(name, threads):
+def run_model(name, threads, compiled=False):
     quick = quick_mode()
+    impl = "torch-compile" if compiled else "torch"
     base_mb = peak_rss_mb()  # the interpreter and libtorch, before any model exists
     ti = set_threads(threads)
     c, model, batch = build(name)
@@ -364,23 +379,41 @@ def run_model(name, threads):
     warmup = 1 if quick else c["warmup"]
     steps = 3 if quick else c["steps"]
     fwd_reps = 2 if quick else c["fwd_reps"]
-    gen_reps = (1 if quick else c["gen_reps"]) if c["kind"] == "lm" else 0
-    print("MODEL impl=torch name=%s threads=%d params=%d torch=%s torch_threads=%d blas=%s blas_core=%s "
+    gen_reps = (1 if quick else c["gen_reps"]) if c["kind"] == "lm" and not compiled else 0
+    loss_fn = model.loss
+    if compiled:
+        if not hasattr(torch, "compile"):
+            print("SKIP impl=%s name=%s threads=%d torch=%s reason=\"torch.compile does not exist before torch 2.0\""
+                  % (impl, name, threads, torch.__version__), flush=True)
+            return 0
+        loss_fn = torch.compile(model.loss)
+    print("MODEL impl=%s name=%s threads=%d params=%d torch=%s torch_threads=%d blas=%s blas_core=%s "
           "blas_threads=%d blas_threads_default=%d omp_wait_policy=%s base_mb=%.1f"
-          % (name, threads, n_params(model), torch.__version__, ti["torch_threads"], ti["blas"], ti["blas_core"],
+          % (impl, name, threads, n_params(model), torch.__version__, ti["torch_threads"], ti["blas"], ti["blas_core"],
              ti["blas_threads"], ti["blas_threads_default"], os.environ.get("OMP_WAIT_POLICY", "-"), base_mb),
           flush=True)
 
     def step():
         t0 = time.perf_counter()
         opt.zero_grad()
-        loss = model.loss(batch)
+        loss = loss_fn(batch)
         loss.backward()
         opt.step()
         return time.perf_counter() - t0, loss
 
     model.train()
-    for _ in range(warmup):
+    t0 = time.perf_counter()
+    try:
+        step()  # compiles, when compiled
+    except Exception as e:  # noqa: BLE001 (any failure of the compiler stack: say so, time nothing)
+        if not compiled:
+            raise
+        msg = " ".join(("%s: %s" % (type(e).__name__, e)).split())[:300].replace('"', "'")
+        print("SKIP impl=%s name=%s threads=%d torch=%s reason=\"torch.compile failed: %s\""
+              % (impl, name, threads, torch.__version__, msg), flush=True)
+        return 0
+    first_ms = 1e3 * (time.perf_counter() - t0)
+    for _ in range(warmup - 1):
         step()
     times = []
     loss = None
@@ -389,18 +422,18 @@ def run_model(name, threads):
         times.append(dt)
     step_ms = 1e3 * median(times)
     step_min_ms = 1e3 * min(times)
-    loss_v = float(loss)
+    loss_v = float(loss.detach())
     if not math.isfinite(loss_v):
         print("torch_ref: %s: the loss is not finite" % name, file=sys.stderr)
         return 1
 
     model.eval()
     with torch.no_grad():
-        model.loss(batch)
+        loss_fn(batch)  # compiled: compiles again for eval and no_grad
         times = []
         for _ in range(fwd_reps):
             t0 = time.perf_counter()
-            loss = model.loss(batch)
+            loss = loss_fn(batch)
             times.append(time.perf_counter() - t0)
     fwd_ms = 1e3 * median(times)
     loss_v = float(loss)
@@ -417,10 +450,11 @@ def run_model(name, threads):
         gen_ms_tok = 1e3 * median(times) / GEN_NEW
 
     flops = model_flops(c)
-    print("RESULT impl=torch name=%s threads=%d params=%d step_ms=%.3f step_min_ms=%.3f fwd_ms=%.3f tok_s=%.1f "
-          "gflop_step=%.4f gflops=%.2f peak_mb=%.1f gen_ms_tok=%.4f loss=%.5f steps=%d"
-          % (name, threads, n_params(model), step_ms, step_min_ms, fwd_ms, model_tokens(c) / (step_ms * 1e-3),
-             flops * 1e-9, flops * 1e-9 / (step_ms * 1e-3), peak_rss_mb(), gen_ms_tok, loss_v, steps), flush=True)
+    print("RESULT impl=%s name=%s threads=%d params=%d step_ms=%.3f step_min_ms=%.3f fwd_ms=%.3f tok_s=%.1f "
+          "gflop_step=%.4f gflops=%.2f peak_mb=%.1f gen_ms_tok=%.4f loss=%.5f steps=%d first_step_ms=%.1f"
+          % (impl, name, threads, n_params(model), step_ms, step_min_ms, fwd_ms, model_tokens(c) / (step_ms * 1e-3),
+             flops * 1e-9, flops * 1e-9 / (step_ms * 1e-3), peak_rss_mb(), gen_ms_tok, loss_v, steps, first_ms),
+          flush=True)
     return 0
 
 
@@ -559,16 +593,16 @@ def run_verify(path):
 
     r_loss, r_g, r_l1 = rel(float(loss), ref["loss0"]), rel(gnorm, ref["grad_norm"]), rel(loss1, ref["loss1"])
     ok = err <= 1e-3 * max(scale, 1.0) and r_loss < 1e-4 and r_g < 1e-3 and r_l1 < 1e-4
-    print("VERIFY name=%s params=%d logits_max_abs_err=%.3g (max |logit| %.3g) loss ours=%.6f torch=%.6f "
+    print("VERIFY name=%s torch=%s params=%d logits_max_abs_err=%.3g (max |logit| %.3g) loss ours=%.6f torch=%.6f "
           "grad_norm ours=%.6f torch=%.6f loss_after_step ours=%.6f torch=%.6f same_function=%s"
-          % (name, n_params(model), err, scale, ref["loss0"], float(loss), ref["grad_norm"], gnorm,
+          % (name, torch.__version__, n_params(model), err, scale, ref["loss0"], float(loss), ref["grad_norm"], gnorm,
              ref["loss1"], loss1, "yes" if ok else "NO"))
     return 0 if ok else 1
 
 
 def main(argv):
-    if len(argv) == 4 and argv[1] == "model" and argv[2] in CONFIGS:
-        return run_model(argv[2], int(argv[3]))
+    if len(argv) in (4, 5) and argv[1] == "model" and argv[2] in CONFIGS and argv[4:] in ([], ["compile"]):
+        return run_model(argv[2], int(argv[3]), compiled=len(argv) == 5)
     if len(argv) == 4 and argv[1] == "gen" and argv[2] in CONFIGS:
         return run_gen(argv[2], int(argv[3]))
     if len(argv) == 3 and argv[1] == "verify":
