@@ -275,8 +275,7 @@ TFMDEF float tfm_rng_normal(tfm_rng *rng);
 /* C = alpha * op(A) op(B) + beta * C, row-major. op(A) is (M,K): A is (M,K) with row stride lda, or
    (K,M) when transA. op(B) is (K,N). C is (M,N) with row stride ldc. This is the one choke point every
    matrix product goes through (built-in, BLAS or TFM_SGEMM). With beta == 0, C is not read. The
-   built-in one packs its operands into a heap buffer of each thread that runs it (656 KiB, allocated by
-   the thread's first product and kept for the next ones; see tfm_sgemm_release). */
+   built-in one packs its operands into the scratch of each thread that runs it (see tfm_scratch_release). */
 TFMDEF tfm_result tfm_sgemm(int transA, int transB, int M, int N, int K, float alpha,
                             const float *A, int lda, const float *B, int ldb,
                             float beta, float *C, int ldc);
@@ -286,14 +285,20 @@ TFMDEF tfm_result tfm_sgemm_batched(int transA, int transB, int M, int N, int K,
                                     const float *A, int lda, int64_t strideA,
                                     const float *B, int ldb, int64_t strideB, float beta,
                                     float *C, int ldc, int64_t strideC, int batch);
-/* Frees the built-in sgemm's packing buffer of the calling thread and, called outside a parallel region,
-   those of the OpenMP threads that run this file's loops (for a team as large as the thread count or
-   the number of processors, whichever is larger). A thread of yours that ran products calls it
-   before it exits (else its buffer leaks); anyone may call it to give the memory back, and the next
-   product allocates again. A child process that fork() makes keeps only the forking thread: the
-   other threads' buffers stay allocated in it, owned by no one, unless this ran before the fork.
-   With BLAS or TFM_SGEMM the built-in does not run: nothing to free. */
-TFMDEF void tfm_sgemm_release(void);
+/* Every thread that runs products or attention keeps a scratch on the heap, allocated by its first use
+   and reused by the next ones (so a training step allocates nothing after the first, and no call needs
+   a large stack): the built-in sgemm's packing space (656 KiB; none with BLAS or TFM_SGEMM) and the
+   attention's block buffers (128.5 KiB). This frees the calling thread's and, called outside a parallel
+   region, those of the OpenMP threads that run this file's loops (for a team as large as the thread
+   count or the number of processors, whichever is larger). A thread of yours that ran products or
+   attention calls it before it exits (else its scratch leaks); anyone may call it to give the memory
+   back, and the next call allocates again. A child process that fork() makes keeps only the forking
+   thread: the other threads' scratch stays allocated in it, owned by no one, unless this ran before
+   the fork. When a thread cannot allocate its scratch, the layer and model calls return TFM_E_NOMEM
+   (the built-in sgemm alone computes without packing). */
+TFMDEF void tfm_scratch_release(void);
+/* The same, under its former name. */
+#define tfm_sgemm_release tfm_scratch_release
 /* Which sgemm this build uses: "built-in", "cblas" or "TFM_SGEMM". */
 TFMDEF const char *tfm_sgemm_backend(void);
 
@@ -1901,49 +1906,112 @@ static int tfm__ceil_div(int a, int b) { return (a + b - 1) / b; }
    256 + 44). Where they end is where a partial sum is rounded into C, so it alone depends on K. */
 static int tfm__kc_step(int K) { return tfm__ceil_div(K, tfm__ceil_div(K, TFM__KC)); }
 
-/* The packing space of one thread: a KC x NC panel of op(B) and an MC x KC block of op(A), 64-byte
-   aligned, 656 KiB in all. It is heap memory (a thread with a small stack can run products), allocated
-   by the thread's first product and kept in a thread-local pointer for the next ones, so a training
-   step allocates nothing after its first; tfm_sgemm_release frees it. Without thread-local storage
-   each product allocates its own and frees it. */
+/* The scratch of one thread, heap memory (a thread with a small stack runs products and attention)
+   allocated by the thread's first use and kept in a thread-local pointer for the next ones, so a
+   training step allocates nothing after its first; tfm_scratch_release frees it. Two regions, 64-byte
+   aligned: the fused attention's block buffers (>>impl-attention: two TFM__ATT_QB x TFM__ATT_KB blocks
+   and two rows of TFM__ATT_QB, 128.5 KiB), then the built-in sgemm's packing space (a KC x NC panel of
+   op(B) and an MC x KC block of op(A), 656 KiB). Attention asks for both when its products run on the
+   built-in sgemm (so they never grow the scratch under it), for its own region alone with BLAS or
+   TFM_SGEMM. Without thread-local storage each product and each attention call allocates its own and
+   frees it. */
+#define TFM__ATT_QB 64
+#define TFM__ATT_KB 256
+#define TFM__ATT_FLOATS ((size_t)2 * TFM__ATT_QB * TFM__ATT_KB + 2 * TFM__ATT_QB + 16)
 #define TFM__PACK_FLOATS ((size_t)TFM__KC * TFM__NC + (size_t)TFM__MC * TFM__KC + 32)
+#if defined(TFM_SGEMM) || defined(TFM_BLAS)
+#define TFM__ATT_SCRATCH TFM__ATT_FLOATS
+#else
+#define TFM__ATT_SCRATCH (TFM__ATT_FLOATS + TFM__PACK_FLOATS)
+#endif
 #if !defined(TFM__NO_THREAD_LOCAL)
-static TFM__THREAD_LOCAL float *tfm__packbuf;
+static TFM__THREAD_LOCAL float *tfm__scratchbuf;
+static TFM__THREAD_LOCAL size_t tfm__scratchlen; /* floats */
 #endif
 
-/* This thread's packing space (TFM__PACK_FLOATS floats), or NULL when it cannot be allocated. */
-static float *tfm__pack_acquire(void) {
-#if defined(TFM__NO_THREAD_LOCAL)
-    return (float *)TFM_MALLOC(TFM__PACK_FLOATS * sizeof(float), NULL);
-#else
-    if (!tfm__packbuf) tfm__packbuf = (float *)TFM_MALLOC(TFM__PACK_FLOATS * sizeof(float), NULL);
-    return tfm__packbuf;
+#ifdef TFM__TESTING
+static int tfm__scratch_refuse; /* tests: non-zero fails every allocation of a scratch */
+#endif
+
+static float *tfm__scratch_alloc(size_t n) {
+#ifdef TFM__TESTING
+    if (tfm__scratch_refuse) return NULL;
+#endif
+    return (float *)TFM_MALLOC(n * sizeof(float), NULL);
+}
+
+static void tfm__scratch_free(void) {
+#if !defined(TFM__NO_THREAD_LOCAL)
+    if (tfm__scratchbuf) TFM_FREE(tfm__scratchbuf, NULL);
+    tfm__scratchbuf = NULL;
+    tfm__scratchlen = 0;
 #endif
 }
 
-/* The end of a product that used p = tfm__pack_acquire(). */
-static void tfm__pack_done(float *p) {
+/* This thread's scratch of at least n floats, or NULL when it cannot be allocated. */
+static float *tfm__scratch_acquire(size_t n) {
 #if defined(TFM__NO_THREAD_LOCAL)
-    TFM_FREE(p, NULL);
+    return tfm__scratch_alloc(n);
+#else
+    if (tfm__scratchlen < n) {
+        tfm__scratch_free();
+        if ((tfm__scratchbuf = tfm__scratch_alloc(n)) != NULL) tfm__scratchlen = n;
+    }
+    return tfm__scratchbuf;
+#endif
+}
+
+/* The end of a use of p = tfm__scratch_acquire() (NULL is fine). */
+static void tfm__scratch_done(float *p) {
+#if defined(TFM__NO_THREAD_LOCAL)
+    if (p) TFM_FREE(p, NULL);
 #else
     (void)p;
 #endif
 }
 
-static void tfm__pack_release(void) {
+static float *tfm__align64(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+/* Set on the calling thread by an attention that ran on a thread without scratch (it then wrote nothing);
+   the layer and model calls clear it on entry and fail with TFM_E_NOMEM when they find it set. */
+static TFM__THREAD_LOCAL int tfm__scratch_failed;
+
+/* Gives the calling thread and, outside a parallel region, the threads of this file's loops their
+   scratch, before a layer or model call changes anything: TFM_E_NOMEM naming fn when one cannot. */
+static tfm_result tfm__scratch_reserve(const char *fn) {
+    int missing = 0;
+    tfm__scratch_failed = 0;
 #if !defined(TFM__NO_THREAD_LOCAL)
-    if (tfm__packbuf) TFM_FREE(tfm__packbuf, NULL);
-    tfm__packbuf = NULL;
+    missing = tfm__scratch_acquire(TFM__ATT_SCRATCH) == NULL;
+#ifdef _OPENMP
+    if (!missing && !tfm__in_parallel() && tfm_get_num_threads() > 1) {
+        int t, n = tfm_get_num_threads();
+        TFM__OMP(omp parallel for num_threads(n) schedule(static, 1) reduction(+ : missing))
+        for (t = 0; t < n; t++) missing += tfm__scratch_acquire(TFM__ATT_SCRATCH) == NULL;
+    }
 #endif
+#endif
+    if (missing)
+        return tfm__fail(TFM_E_NOMEM, "%s: %d thread(s) could not allocate their scratch (%zu bytes each)", fn, missing,
+                         TFM__ATT_SCRATCH * sizeof(float));
+    return TFM_OK;
 }
 
-TFMDEF void tfm_sgemm_release(void) {
-    tfm__pack_release();
+/* TFM_E_NOMEM naming fn when an attention since tfm__scratch_reserve ran without scratch. */
+static tfm_result tfm__scratch_check(const char *fn) {
+    if (!tfm__scratch_failed) return TFM_OK;
+    tfm__scratch_failed = 0;
+    return tfm__fail(TFM_E_NOMEM, "%s: a thread could not allocate its scratch (%zu bytes); the attention did not run", fn,
+                     TFM__ATT_SCRATCH * sizeof(float));
+}
+
+TFMDEF void tfm_scratch_release(void) {
+    tfm__scratch_free();
 #ifdef _OPENMP
     if (!tfm__in_parallel()) { /* a team as large as any this file starts, so every pooled thread runs */
         int t, n = TFM__MAX(tfm_get_num_threads(), omp_get_num_procs());
         TFM__OMP(omp parallel for num_threads(n) schedule(static, 1))
-        for (t = 0; t < n; t++) tfm__pack_release();
+        for (t = 0; t < n; t++) tfm__scratch_free();
     }
 #endif
 }
@@ -1981,7 +2049,7 @@ static void tfm__sgemm_nopack(int transA, int transB, int M, int N, int K, float
    the kernel. Blocks are balanced (like the K blocks, tfm__kc_step) and depend only on the shape. */
 static void tfm__sgemm_serial(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                               const float *B, int ldb, float beta, float *C, int ldc) {
-    float *buf = tfm__pack_acquire(), *Bp, *Ap;
+    float *buf = tfm__scratch_acquire(TFM__ATT_FLOATS + TFM__PACK_FLOATS), *Bp, *Ap;
     int kc_step = tfm__kc_step(K);
     int n_jc = tfm__ceil_div(N, TFM__NC), nc_step = tfm__ceil_div(tfm__ceil_div(N, n_jc), TFM__NR) * TFM__NR;
     int n_ic = tfm__ceil_div(M, TFM__MC), mc_step = tfm__ceil_div(tfm__ceil_div(M, n_ic), TFM__MR) * TFM__MR;
@@ -1994,8 +2062,8 @@ static void tfm__sgemm_serial(int transA, int transB, int M, int N, int K, float
         tfm__sgemm_nopack(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    Bp = (float *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
-    Ap = (float *)(((uintptr_t)(Bp + (size_t)TFM__KC * TFM__NC) + 63) & ~(uintptr_t)63);
+    Bp = tfm__align64(buf + TFM__ATT_FLOATS); /* after the attention's region (it may be in use) */
+    Ap = tfm__align64(Bp + (size_t)TFM__KC * TFM__NC);
     for (jc = 0; jc < N; jc += nc_step) {
         int nc = TFM__MIN(nc_step, N - jc);
         for (pc = 0; pc < K; pc += kc_step) {
@@ -2024,7 +2092,7 @@ static void tfm__sgemm_serial(int transA, int transB, int M, int N, int K, float
             }
         }
     }
-    tfm__pack_done(buf);
+    tfm__scratch_done(buf);
 }
 
 /* The built-in sgemm. With several threads, C is cut into one rectangle per thread (column ranges in
@@ -2726,11 +2794,10 @@ static double tfm__sumsq_cpu(const float *g, int64_t n) {
    rescales the row's partial output and sum by e^(m_old - m_new). Each row's output is divided by l at
    the end, and lse = m + log l is saved (-inf for a row that sees no key, whose output is zeros).
    Backward recomputes each block of probabilities as P = e^(S - lse) and uses
-   D = rowsum(dout * out) = rowsum(P * dP) for the softmax's gradient. The block buffers live on the
-   stack of the thread that runs the task (2 * QB * KB floats in backward). */
-
-#define TFM__ATT_QB 64
-#define TFM__ATT_KB 256
+   D = rowsum(dout * out) = rowsum(P * dP) for the softmax's gradient. The block buffers are the
+   attention's region of the scratch of the thread that runs the task (>>impl-sgemm), on the heap: the
+   stack holds only scalars. Every thread of the loop takes its scratch before any task runs; if one
+   cannot, nothing is written, tfm__scratch_failed is set and the kernel returns 0. */
 
 typedef struct tfm__attn_args {
     int B, H, Tq, Tk, D;
@@ -2786,129 +2853,176 @@ static int64_t tfm__attn_drop_index(const tfm__attn_args *a, int bh, int i, int 
     return (int64_t)a->drop_i0 + ((int64_t)bh * a->Tq + i) * a->Tk + j;
 }
 
-static void tfm__attention_forward_cpu(const tfm__attn_args *a) {
-    int bh, nbh = a->B * a->H, Tq = a->Tq, D = a->D;
-    TFM__OMP(omp parallel for schedule(static) if (nbh > 1 && !tfm__in_parallel()))
-    for (bh = 0; bh < nbh; bh++) {
-        float S[TFM__ATT_QB * TFM__ATT_KB], m[TFM__ATT_QB], l[TFM__ATT_QB];
-        int b = bh / a->H, h = bh % a->H, i, j, d, i0, j0;
-        const float *q = a->q + (int64_t)b * Tq * a->ldq + h * D;
-        int64_t kb = a->kv_rows ? a->kv_rows[b] : b;
-        const float *k = a->k + kb * (a->bsk ? a->bsk : (int64_t)a->Tk * a->ldk) + h * D;
-        const float *v = a->v + kb * (a->bsk ? a->bsk : (int64_t)a->Tk * a->ldv) + h * D;
-        float *o = a->out + (int64_t)b * Tq * a->ldo + h * D, *lse = a->lse + (int64_t)bh * Tq;
-        for (i0 = 0; i0 < Tq; i0 += TFM__ATT_QB) {
-            int nq = TFM__MIN(TFM__ATT_QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1);
-            float *ob = o + (int64_t)i0 * a->ldo;
+/* The start of an attention kernel's parallel region: this thread's scratch in *buf (NULL: none), and
+   whether every thread of the team has one (after a barrier, so all threads agree). */
+static int tfm__attn_scratch(float **buf, int *failed) {
+    int f;
+    *buf = tfm__scratch_acquire(TFM__ATT_SCRATCH);
+    if (!*buf) {
+        TFM__OMP(omp atomic write)
+        *failed = 1;
+    }
+    TFM__OMP(omp barrier)
+    TFM__OMP(omp atomic read)
+    f = *failed;
+    return !f;
+}
+
+/* Batch-head bh of the forward, with the block buffers S (QB x KB), m and l (QB each). */
+static void tfm__attn_fwd_head(const tfm__attn_args *a, int bh, float *S, float *m, float *l) {
+    int Tq = a->Tq, D = a->D;
+    int b = bh / a->H, h = bh % a->H, i, j, d, i0, j0;
+    const float *q = a->q + (int64_t)b * Tq * a->ldq + h * D;
+    int64_t kb = a->kv_rows ? a->kv_rows[b] : b;
+    const float *k = a->k + kb * (a->bsk ? a->bsk : (int64_t)a->Tk * a->ldk) + h * D;
+    const float *v = a->v + kb * (a->bsk ? a->bsk : (int64_t)a->Tk * a->ldv) + h * D;
+    float *o = a->out + (int64_t)b * Tq * a->ldo + h * D, *lse = a->lse + (int64_t)bh * Tq;
+    for (i0 = 0; i0 < Tq; i0 += TFM__ATT_QB) {
+        int nq = TFM__MIN(TFM__ATT_QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1);
+        float *ob = o + (int64_t)i0 * a->ldo;
+        for (i = 0; i < nq; i++) {
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
+            for (d = 0; d < D; d++) ob[(int64_t)i * a->ldo + d] = 0.0f;
+        }
+        for (j0 = 0; j0 < kn; j0 += TFM__ATT_KB) {
+            int nk = TFM__MIN(TFM__ATT_KB, kn - j0);
+            /* S = scale * q k^T over the block, then each row's exponentials against its running max */
+            tfm__sgemm(0, 1, nq, nk, D, a->scale, q + (int64_t)i0 * a->ldq, a->ldq, k + (int64_t)j0 * a->ldk,
+                       a->ldk, 0.0f, S, TFM__ATT_KB);
             for (i = 0; i < nq; i++) {
-                m[i] = -INFINITY;
-                l[i] = 0.0f;
-                for (d = 0; d < D; d++) ob[(int64_t)i * a->ldo + d] = 0.0f;
+                float *s = S + (int64_t)i * TFM__ATT_KB, *orow = ob + (int64_t)i * a->ldo, bm, mn, alpha;
+                int n = tfm__attn_block_visible(a, b, i0 + i, j0, nk);
+                if (n > 0 && a->mask) tfm__attn_add_mask(s, a, b, i0 + i, j0, n);
+                bm = n > 0 ? tfm__max(s, n) : -INFINITY;
+                if (bm == -INFINITY) n = 0; /* nothing visible here (an additive mask may hide it all) */
+                for (j = n; j < nk; j++) s[j] = 0.0f;
+                if (n == 0) continue;
+                mn = bm > m[i] ? bm : m[i];
+                alpha = m[i] == -INFINITY ? 0.0f : tfm__exp(m[i] - mn);
+                for (j = 0; j < n; j++) s[j] = tfm__exp(s[j] - mn);
+                l[i] = l[i] * alpha + tfm__sum(s, n);
+                if (alpha != 1.0f)
+                    for (d = 0; d < D; d++) orow[d] *= alpha;
+                m[i] = mn;
+                if (a->dropout > 0.0f) tfm__attn_drop_row(s, s, a, tfm__attn_drop_index(a, bh, i0 + i, j0), n);
             }
-            for (j0 = 0; j0 < kn; j0 += TFM__ATT_KB) {
-                int nk = TFM__MIN(TFM__ATT_KB, kn - j0);
-                /* S = scale * q k^T over the block, then each row's exponentials against its running max */
-                tfm__sgemm(0, 1, nq, nk, D, a->scale, q + (int64_t)i0 * a->ldq, a->ldq, k + (int64_t)j0 * a->ldk,
-                           a->ldk, 0.0f, S, TFM__ATT_KB);
-                for (i = 0; i < nq; i++) {
-                    float *s = S + (int64_t)i * TFM__ATT_KB, *orow = ob + (int64_t)i * a->ldo, bm, mn, alpha;
-                    int n = tfm__attn_block_visible(a, b, i0 + i, j0, nk);
-                    if (n > 0 && a->mask) tfm__attn_add_mask(s, a, b, i0 + i, j0, n);
-                    bm = n > 0 ? tfm__max(s, n) : -INFINITY;
-                    if (bm == -INFINITY) n = 0; /* nothing visible here (an additive mask may hide it all) */
-                    for (j = n; j < nk; j++) s[j] = 0.0f;
-                    if (n == 0) continue;
-                    mn = bm > m[i] ? bm : m[i];
-                    alpha = m[i] == -INFINITY ? 0.0f : tfm__exp(m[i] - mn);
-                    for (j = 0; j < n; j++) s[j] = tfm__exp(s[j] - mn);
-                    l[i] = l[i] * alpha + tfm__sum(s, n);
-                    if (alpha != 1.0f)
-                        for (d = 0; d < D; d++) orow[d] *= alpha;
-                    m[i] = mn;
-                    if (a->dropout > 0.0f) tfm__attn_drop_row(s, s, a, tfm__attn_drop_index(a, bh, i0 + i, j0), n);
+            /* out += P v; one query row (a decoding step) as a weighted sum of the value rows, which a
+               general product would pack first */
+            if (nq == 1) {
+                for (j = 0; j < nk; j++) {
+                    const float *vj = v + (int64_t)(j0 + j) * a->ldv;
+                    float p = S[j];
+                    for (d = 0; d < D; d++) ob[d] += p * vj[d];
                 }
-                /* out += P v; one query row (a decoding step) as a weighted sum of the value rows, which a
-                   general product would pack first */
-                if (nq == 1) {
-                    for (j = 0; j < nk; j++) {
-                        const float *vj = v + (int64_t)(j0 + j) * a->ldv;
-                        float p = S[j];
-                        for (d = 0; d < D; d++) ob[d] += p * vj[d];
-                    }
-                } else {
-                    tfm__sgemm(0, 0, nq, D, nk, 1.0f, S, TFM__ATT_KB, v + (int64_t)j0 * a->ldv, a->ldv, 1.0f, ob,
-                               a->ldo);
-                }
-            }
-            for (i = 0; i < nq; i++) {
-                float *orow = ob + (int64_t)i * a->ldo, inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-                for (d = 0; d < D; d++) orow[d] *= inv;
-                lse[i0 + i] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
+            } else {
+                tfm__sgemm(0, 0, nq, D, nk, 1.0f, S, TFM__ATT_KB, v + (int64_t)j0 * a->ldv, a->ldv, 1.0f, ob,
+                           a->ldo);
             }
         }
+        for (i = 0; i < nq; i++) {
+            float *orow = ob + (int64_t)i * a->ldo, inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+            for (d = 0; d < D; d++) orow[d] *= inv;
+            lse[i0 + i] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
+        }
     }
+}
+
+static int tfm__attention_forward_cpu(const tfm__attn_args *a) {
+    int nbh = a->B * a->H, failed = 0;
+    TFM__OMP(omp parallel if (nbh > 1 && !tfm__in_parallel()))
+    {
+        float *buf, *S;
+        int bh;
+        if (tfm__attn_scratch(&buf, &failed)) {
+            S = tfm__align64(buf);
+            TFM__OMP(omp for schedule(static))
+            for (bh = 0; bh < nbh; bh++)
+                tfm__attn_fwd_head(a, bh, S, S + TFM__ATT_QB * TFM__ATT_KB, S + TFM__ATT_QB * TFM__ATT_KB + TFM__ATT_QB);
+        }
+        tfm__scratch_done(buf);
+    }
+    if (failed) tfm__scratch_failed = 1;
+    return !failed;
 }
 
 /* Per block, with P = e^(S - lse), M the dropout mask and Pd = P*M:
    dv += Pd^T dout;  dP = (dout v^T) * M;  dS = P * (dP - D), D = rowsum(dout * out);
    dq += scale * dS k;  dk += scale * dS^T q.  All O(T^2 D) per head, over the visible keys only. */
-static void tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk,
-                                        float *dv, int lddv, const float *dout, int lddo) {
-    int bh, nbh = a->B * a->H, Tq = a->Tq, Tk = a->Tk, D = a->D;
-    TFM__OMP(omp parallel for schedule(static) if (nbh > 1 && !tfm__in_parallel()))
-    for (bh = 0; bh < nbh; bh++) {
-        float P[TFM__ATT_QB * TFM__ATT_KB], G[TFM__ATT_QB * TFM__ATT_KB], Dr[TFM__ATT_QB];
-        int b = bh / a->H, h = bh % a->H, i, j, i0, j0;
-        const float *q = a->q + (int64_t)b * Tq * a->ldq + h * D;
-        const float *k = a->k + (int64_t)b * Tk * a->ldk + h * D;
-        const float *v = a->v + (int64_t)b * Tk * a->ldv + h * D;
-        const float *o = a->out + (int64_t)b * Tq * a->ldo + h * D;
-        const float *go = dout + (int64_t)b * Tq * lddo + h * D, *lse = a->lse + (int64_t)bh * Tq;
-        float *dvb = dv ? dv + (int64_t)b * Tk * lddv + h * D : NULL;
-        float *dqb = dq ? dq + (int64_t)b * Tq * lddq + h * D : NULL;
-        float *dkb = dk ? dk + (int64_t)b * Tk * lddk + h * D : NULL;
-        for (i0 = 0; i0 < Tq; i0 += TFM__ATT_QB) {
-            int nq = TFM__MIN(TFM__ATT_QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1);
-            const float *gob = go + (int64_t)i0 * lddo;
-            for (i = 0; i < nq; i++) Dr[i] = tfm__dot(gob + (int64_t)i * lddo, o + (int64_t)(i0 + i) * a->ldo, D);
-            for (j0 = 0; j0 < kn; j0 += TFM__ATT_KB) {
-                int nk = TFM__MIN(TFM__ATT_KB, kn - j0);
-                const float *Pd = P;
-                tfm__sgemm(0, 1, nq, nk, D, a->scale, q + (int64_t)i0 * a->ldq, a->ldq, k + (int64_t)j0 * a->ldk,
-                           a->ldk, 0.0f, P, TFM__ATT_KB);
-                for (i = 0; i < nq; i++) {
-                    float *p = P + (int64_t)i * TFM__ATT_KB, L = lse[i0 + i];
-                    int n = L == -INFINITY ? 0 : tfm__attn_block_visible(a, b, i0 + i, j0, nk);
-                    if (n > 0 && a->mask) tfm__attn_add_mask(p, a, b, i0 + i, j0, n);
-                    for (j = 0; j < n; j++) p[j] = tfm__exp(p[j] - L);
-                    for (j = n; j < nk; j++) p[j] = 0.0f;
-                }
-                if (dvb) {
-                    if (a->dropout > 0.0f) {
-                        for (i = 0; i < nq; i++)
-                            tfm__attn_drop_row(G + (int64_t)i * TFM__ATT_KB, P + (int64_t)i * TFM__ATT_KB, a,
-                                               tfm__attn_drop_index(a, bh, i0 + i, j0), nk);
-                        Pd = G;
-                    }
-                    tfm__sgemm(1, 0, nk, D, nq, 1.0f, Pd, TFM__ATT_KB, gob, lddo, 1.0f, dvb + (int64_t)j0 * lddv, lddv);
-                }
-                if (!dqb && !dkb) continue;
-                tfm__sgemm(0, 1, nq, nk, D, 1.0f, gob, lddo, v + (int64_t)j0 * a->ldv, a->ldv, 0.0f, G, TFM__ATT_KB);
-                for (i = 0; i < nq; i++) {
-                    float *g = G + (int64_t)i * TFM__ATT_KB;
-                    const float *p = P + (int64_t)i * TFM__ATT_KB;
-                    if (a->dropout > 0.0f) tfm__attn_drop_row(g, g, a, tfm__attn_drop_index(a, bh, i0 + i, j0), nk);
-                    for (j = 0; j < nk; j++) g[j] = p[j] * (g[j] - Dr[i]);
-                }
-                if (dqb)
-                    tfm__sgemm(0, 0, nq, D, nk, a->scale, G, TFM__ATT_KB, k + (int64_t)j0 * a->ldk, a->ldk, 1.0f,
-                               dqb + (int64_t)i0 * lddq, lddq);
-                if (dkb)
-                    tfm__sgemm(1, 0, nk, D, nq, a->scale, G, TFM__ATT_KB, q + (int64_t)i0 * a->ldq, a->ldq, 1.0f,
-                               dkb + (int64_t)j0 * lddk, lddk);
+/* Batch-head bh of the backward, with the block buffers P and G (QB x KB each) and Dr (QB). */
+static void tfm__attn_bwd_head(const tfm__attn_args *a, int bh, float *P, float *G, float *Dr, float *dq, int lddq,
+                               float *dk, int lddk, float *dv, int lddv, const float *dout, int lddo) {
+    int Tq = a->Tq, Tk = a->Tk, D = a->D;
+    int b = bh / a->H, h = bh % a->H, i, j, i0, j0;
+    const float *q = a->q + (int64_t)b * Tq * a->ldq + h * D;
+    const float *k = a->k + (int64_t)b * Tk * a->ldk + h * D;
+    const float *v = a->v + (int64_t)b * Tk * a->ldv + h * D;
+    const float *o = a->out + (int64_t)b * Tq * a->ldo + h * D;
+    const float *go = dout + (int64_t)b * Tq * lddo + h * D, *lse = a->lse + (int64_t)bh * Tq;
+    float *dvb = dv ? dv + (int64_t)b * Tk * lddv + h * D : NULL;
+    float *dqb = dq ? dq + (int64_t)b * Tq * lddq + h * D : NULL;
+    float *dkb = dk ? dk + (int64_t)b * Tk * lddk + h * D : NULL;
+    for (i0 = 0; i0 < Tq; i0 += TFM__ATT_QB) {
+        int nq = TFM__MIN(TFM__ATT_QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1);
+        const float *gob = go + (int64_t)i0 * lddo;
+        for (i = 0; i < nq; i++) Dr[i] = tfm__dot(gob + (int64_t)i * lddo, o + (int64_t)(i0 + i) * a->ldo, D);
+        for (j0 = 0; j0 < kn; j0 += TFM__ATT_KB) {
+            int nk = TFM__MIN(TFM__ATT_KB, kn - j0);
+            const float *Pd = P;
+            tfm__sgemm(0, 1, nq, nk, D, a->scale, q + (int64_t)i0 * a->ldq, a->ldq, k + (int64_t)j0 * a->ldk,
+                       a->ldk, 0.0f, P, TFM__ATT_KB);
+            for (i = 0; i < nq; i++) {
+                float *p = P + (int64_t)i * TFM__ATT_KB, L = lse[i0 + i];
+                int n = L == -INFINITY ? 0 : tfm__attn_block_visible(a, b, i0 + i, j0, nk);
+                if (n > 0 && a->mask) tfm__attn_add_mask(p, a, b, i0 + i, j0, n);
+                for (j = 0; j < n; j++) p[j] = tfm__exp(p[j] - L);
+                for (j = n; j < nk; j++) p[j] = 0.0f;
             }
+            if (dvb) {
+                if (a->dropout > 0.0f) {
+                    for (i = 0; i < nq; i++)
+                        tfm__attn_drop_row(G + (int64_t)i * TFM__ATT_KB, P + (int64_t)i * TFM__ATT_KB, a,
+                                           tfm__attn_drop_index(a, bh, i0 + i, j0), nk);
+                    Pd = G;
+                }
+                tfm__sgemm(1, 0, nk, D, nq, 1.0f, Pd, TFM__ATT_KB, gob, lddo, 1.0f, dvb + (int64_t)j0 * lddv, lddv);
+            }
+            if (!dqb && !dkb) continue;
+            tfm__sgemm(0, 1, nq, nk, D, 1.0f, gob, lddo, v + (int64_t)j0 * a->ldv, a->ldv, 0.0f, G, TFM__ATT_KB);
+            for (i = 0; i < nq; i++) {
+                float *g = G + (int64_t)i * TFM__ATT_KB;
+                const float *p = P + (int64_t)i * TFM__ATT_KB;
+                if (a->dropout > 0.0f) tfm__attn_drop_row(g, g, a, tfm__attn_drop_index(a, bh, i0 + i, j0), nk);
+                for (j = 0; j < nk; j++) g[j] = p[j] * (g[j] - Dr[i]);
+            }
+            if (dqb)
+                tfm__sgemm(0, 0, nq, D, nk, a->scale, G, TFM__ATT_KB, k + (int64_t)j0 * a->ldk, a->ldk, 1.0f,
+                           dqb + (int64_t)i0 * lddq, lddq);
+            if (dkb)
+                tfm__sgemm(1, 0, nk, D, nq, a->scale, G, TFM__ATT_KB, q + (int64_t)i0 * a->ldq, a->ldq, 1.0f,
+                           dkb + (int64_t)j0 * lddk, lddk);
         }
     }
+}
+
+static int tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk,
+                                       float *dv, int lddv, const float *dout, int lddo) {
+    int nbh = a->B * a->H, failed = 0;
+    TFM__OMP(omp parallel if (nbh > 1 && !tfm__in_parallel()))
+    {
+        float *buf, *P;
+        int bh;
+        if (tfm__attn_scratch(&buf, &failed)) {
+            P = tfm__align64(buf);
+            TFM__OMP(omp for schedule(static))
+            for (bh = 0; bh < nbh; bh++)
+                tfm__attn_bwd_head(a, bh, P, P + TFM__ATT_QB * TFM__ATT_KB, P + 2 * TFM__ATT_QB * TFM__ATT_KB, dq,
+                                   lddq, dk, lddk, dv, lddv, dout, lddo);
+        }
+        tfm__scratch_done(buf);
+    }
+    if (failed) tfm__scratch_failed = 1;
+    return !failed;
 }
 
 /* ==== >>impl-dispatch ====
@@ -3051,14 +3165,15 @@ static double tfm__op_sumsq(tfm_device dev, const float *g, int64_t n) {
     TFM__ON_CPU(dev);
     return tfm__sumsq_cpu(g, n);
 }
-static void tfm__op_attention(tfm_device dev, const tfm__attn_args *a) {
+/* The attention kernels return 0 when a thread had no scratch (then nothing was written). */
+static int tfm__op_attention(tfm_device dev, const tfm__attn_args *a) {
     TFM__ON_CPU(dev);
-    tfm__attention_forward_cpu(a);
+    return tfm__attention_forward_cpu(a);
 }
-static void tfm__op_attention_bwd(tfm_device dev, const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk,
-                                  float *dv, int lddv, const float *dout, int lddo) {
+static int tfm__op_attention_bwd(tfm_device dev, const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk,
+                                 float *dv, int lddv, const float *dout, int lddo) {
     TFM__ON_CPU(dev);
-    tfm__attention_backward_cpu(a, dq, lddq, dk, lddk, dv, lddv, dout, lddo);
+    return tfm__attention_backward_cpu(a, dq, lddq, dk, lddk, dv, lddv, dout, lddo);
 }
 
 /* ==== >>impl-api ==== */
@@ -3677,7 +3792,8 @@ TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *lse, const 
     a.ldq = a.ldk = a.ldv = a.ldo = (int)q->shape[2];
     a.out = out->data;
     a.lse = lse->data;
-    tfm__op_attention(out->device, &a);
+    tfm__scratch_failed = 0;
+    if (!tfm__op_attention(out->device, &a)) return tfm__scratch_check(fn);
     return TFM_OK;
 }
 
@@ -3712,7 +3828,10 @@ TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_ten
     a.ldq = a.ldk = a.ldv = a.ldo = C;
     a.out = out->data;
     a.lse = lse->data;
-    tfm__op_attention_bwd(dout->device, &a, dq ? dq->data : NULL, C, dk ? dk->data : NULL, C, dv ? dv->data : NULL, C, dout->data, C);
+    tfm__scratch_failed = 0;
+    if (!tfm__op_attention_bwd(dout->device, &a, dq ? dq->data : NULL, C, dk ? dk->data : NULL, C,
+                               dv ? dv->data : NULL, C, dout->data, C))
+        return tfm__scratch_check(fn);
     return TFM_OK;
 }
 
@@ -3879,7 +3998,7 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv,
         }
         m->Tk = a.Tk;
     }
-    tfm__op_attention(m->device, &a);
+    (void)tfm__op_attention(m->device, &a); /* a failure is in tfm__scratch_failed */
     tfm__op_linear(m->device, y, C, m->ctx, C, m->out_proj_weight.data, m->out_proj_bias.data, (int64_t)B * Tq, C, C);
 }
 
@@ -3896,9 +4015,9 @@ static void tfm__mha_bwd(tfm_mha *m, float *dx, float dx_beta, float *dxkv, cons
     tfm__op_zero(m->device, m->dq, B * Tq * (cross ? C : 3 * C));
     if (cross) {
         tfm__op_zero(m->device, m->dkv, B * Tk * 2 * C);
-        tfm__op_attention_bwd(m->device, &a, m->dq, (int)C, m->dkv, (int)(2 * C), m->dkv + C, (int)(2 * C), m->dctx, (int)C);
+        (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)C, m->dkv, (int)(2 * C), m->dkv + C, (int)(2 * C), m->dctx, (int)C);
     } else {
-        tfm__op_attention_bwd(m->device, &a, m->dq, (int)(3 * C), m->dq + C, (int)(3 * C), m->dq + 2 * C, (int)(3 * C), m->dctx, (int)C);
+        (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)(3 * C), m->dq + C, (int)(3 * C), m->dq + 2 * C, (int)(3 * C), m->dctx, (int)C);
     }
     /* in_proj */
     {
@@ -3950,8 +4069,9 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
     if (opts && opts->dropout > 0.0f && !m->has_grad)
         return tfm__fail(TFM_E_ARG, "%s: opts.dropout > 0 in a layer built with no_grad", fn);
 
+    TFM__TRY(tfm__scratch_reserve(fn));
     tfm__mha_fwd(m, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)Tq, (int)Tk, opts, NULL, 0);
-    return TFM_OK;
+    return tfm__scratch_check(fn);
 }
 
 TFMDEF tfm_result tfm_mha_backward(tfm_mha *m, tfm_tensor *dx, tfm_tensor *dxkv, const tfm_tensor *dy) {
@@ -3981,8 +4101,9 @@ TFMDEF tfm_result tfm_mha_backward(tfm_mha *m, tfm_tensor *dx, tfm_tensor *dxkv,
         return tfm__fail(TFM_E_SHAPE, "%s: dxkv is %s but the last forward's xkv was (%lld,%lld,%lld)", fn,
                          tfm__shp(dxkv), (long long)B, (long long)Tk, (long long)C);
 
+    TFM__TRY(tfm__scratch_reserve(fn));
     tfm__mha_bwd(m, dx ? dx->data : NULL, 1.0f, dxkv ? dxkv->data : NULL, dy->data);
-    return TFM_OK;
+    return tfm__scratch_check(fn);
 }
 
 /* -- layers: linear, layernorm, transformer block -- */
@@ -4465,8 +4586,9 @@ TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_ten
     o.training = o.training != 0;
     if (o.training && (d->dropout > 0.0f || d->attn_dropout > 0.0f) && !blk->has_grad)
         return tfm__fail(TFM_E_ARG, "%s: dropout while training needs a block built with gradients", fn);
+    TFM__TRY(tfm__scratch_reserve(fn));
     tfm__block_fwd(blk, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)T, (int)Tk, &o, NULL, 0);
-    return TFM_OK;
+    return tfm__scratch_check(fn);
 }
 
 TFMDEF tfm_result tfm_block_backward(tfm_block *blk, tfm_tensor *dx, tfm_tensor *dxkv, const tfm_tensor *dy) {
@@ -4489,8 +4611,9 @@ TFMDEF tfm_result tfm_block_backward(tfm_block *blk, tfm_tensor *dx, tfm_tensor 
     if (dxkv && (dxkv->ndim != 3 || dxkv->shape[0] != B || dxkv->shape[1] != blk->Tk || dxkv->shape[2] != C))
         return tfm__fail(TFM_E_SHAPE, "%s: dxkv is %s but the last forward's xkv was (%lld,%d,%lld)", fn, tfm__shp(dxkv),
                          (long long)B, blk->Tk, (long long)C);
+    TFM__TRY(tfm__scratch_reserve(fn));
     tfm__block_bwd(blk, dx ? dx->data : NULL, 1.0f, dxkv ? dxkv->data : NULL, dy->data);
-    return TFM_OK;
+    return tfm__scratch_check(fn);
 }
 
 /* -- models -- */
@@ -5192,6 +5315,7 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "tfm_model_forward: model is NULL or not initialised");
     c = &m->cfg;
     TFM__TRY(tfm__chk_batch("tfm_model_forward", m, b));
+    TFM__TRY(tfm__scratch_reserve("tfm_model_forward"));
     kind = c->kind;
     B = b->batch;
     T = b->len;
@@ -5253,7 +5377,7 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     }
     if (loss) *loss = m->impl->last_loss;
     if (n_counted) *n_counted = counted;
-    return TFM_OK;
+    return tfm__scratch_check("tfm_model_forward");
 }
 
 TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
@@ -5270,6 +5394,7 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
                          "run tfm_model_forward again", fn);
     if (!m->impl->B || !m->impl->has_targets) return tfm__fail(TFM_E_ARG, "%s: the last forward had no targets, so there is no loss", fn);
     if (!isfinite(loss_scale)) return tfm__fail(TFM_E_ARG, "%s: loss_scale %g is not finite", fn, (double)loss_scale);
+    TFM__TRY(tfm__scratch_reserve(fn));
     c = &m->cfg;
     kind = c->kind;
     B = m->impl->B;
@@ -5294,7 +5419,7 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     if (kind == TFM_MODEL_DECODER_LM) {
         g = tfm__stack_bwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, g, NULL, B, T);
         tfm__embed_bwd(m, g, m->impl->tokens, inputs, B, T, 0, &m->impl->d_src_emb, &m->impl->d_pos_emb, TFM__SITE_SRC_EMB);
-        return TFM_OK;
+        return tfm__scratch_check(fn);
     }
     if (kind == TFM_MODEL_ENCODER_DECODER) {
         tfm__op_zero(m->impl->device, m->impl->d_dec_y, (int64_t)B * T * C);
@@ -5307,7 +5432,7 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     g = tfm__stack_bwd(m, m->impl->enc, m->impl->enc_buf, m->impl->n_enc, &m->impl->enc_norm, g, NULL, B, Te);
     tfm__embed_bwd(m, g, m->impl->tokens, inputs, B, T, c->cls_token, &m->impl->d_src_emb, &m->impl->d_pos_emb,
                    TFM__SITE_SRC_EMB);
-    return TFM_OK;
+    return tfm__scratch_check(fn);
 }
 
 /* opt with defaults applied and checked (*out), for step s; the one check of tfm_model_step and
@@ -5770,6 +5895,7 @@ static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32
     if (out_stride < o.max_new)
         return tfm__fail(TFM_E_ARG, "%s: out_stride %d is less than opts.max_new %d", fn, out_stride, o.max_new);
     TFM__TRY(tfm__chk_gen_rows(fn, m, B, srcs, src_lens, prompts, n_prompts, o.max_new));
+    TFM__TRY(tfm__scratch_reserve(fn));
     p_min = n_prompts[0];
     for (b = 0; b < B; b++) {
         p_min = TFM__MIN(p_min, n_prompts[b]);
@@ -5841,7 +5967,7 @@ static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32
     tfm_kv_cache_free(&kc);
     TFM_FREE(work, m->cfg.user);
     tfm__gen_end(m, was_training);
-    return TFM_OK;
+    return tfm__scratch_check(fn);
 }
 
 TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
@@ -5892,6 +6018,7 @@ TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len,
     TFM__TRY(tfm__chk_gen_rows(fn, m, 1, src ? &src : NULL, src ? &src_len : NULL, prompt ? &prompt : NULL, &n_prompt,
                                n_target - 1));
     TFM__TRY(tfm__chk_rows(fn, "target", target, 1, n_target, n_target, V, 0, 0));
+    TFM__TRY(tfm__scratch_reserve(fn));
     T = n_prompt + n_target - 1;
     seq = (int32_t *)TFM_MALLOC((size_t)T * sizeof(int32_t), m->cfg.user);
     if (!seq) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, (size_t)T * sizeof(int32_t));
@@ -5914,7 +6041,7 @@ TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len,
     if (total) *total = (float)sum;
     TFM_FREE(seq, m->cfg.user);
     tfm__gen_end(m, was_training);
-    return TFM_OK;
+    return tfm__scratch_check(fn);
 }
 
 /* The ended hypotheses of a beam search: the best K by length-penalised score (norm). */
@@ -5972,6 +6099,7 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
     if (out_stride < max_new) return tfm__fail(TFM_E_ARG, "%s: out_stride %d is less than opts.max_new %d", fn, out_stride, max_new);
     TFM__TRY(tfm__chk_gen_rows(fn, m, 1, src ? &src : NULL, src ? &src_len : NULL, prompt ? &prompt : NULL, &n_prompt,
                                max_new));
+    TFM__TRY(tfm__scratch_reserve(fn));
     bytes = (size_t)K * (3 * max_new + 7) * sizeof(int32_t) + (size_t)K * 6 * sizeof(double) + (size_t)K * V * sizeof(float);
     work = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
     if (!work) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
@@ -6085,7 +6213,7 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
     tfm_kv_cache_free(&kc);
     TFM_FREE(work, m->cfg.user);
     tfm__gen_end(m, was_training);
-    return TFM_OK;
+    return tfm__scratch_check(fn);
 }
 
 /* ==== >>impl-safetensors ==== */

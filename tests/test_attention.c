@@ -1178,6 +1178,190 @@ static void att_test_mha_threads(void) {
     att_mha_threads_case(&c, 0.1f);
 }
 
+/* ---- the block buffers live in each thread's scratch, not on its stack ---- */
+
+/* One attention forward and backward over blocks of both sizes (Tq crosses TFM__ATT_QB, Tk TFM__ATT_KB),
+   causal with padding, on buffers the job owns. */
+typedef struct att_stack_job {
+    int B, H, D, Tq, Tk, threads;
+    const float *q, *k, *v, *dout;
+    float *out, *lse, *dq, *dk, *dv;
+    tfm_result r_fwd, r_bwd;
+} att_stack_job;
+
+static void att_stack_tensors(att_stack_job *j, tfm_tensor t[9], tfm_attn_opts *o) {
+    static const int32_t lens[] = {300, 131};
+    const int C = j->H * j->D;
+    t[0] = tfm_tensor3((float *)j->q, j->B, j->Tq, C);
+    t[1] = tfm_tensor3((float *)j->k, j->B, j->Tk, C);
+    t[2] = tfm_tensor3((float *)j->v, j->B, j->Tk, C);
+    t[3] = tfm_tensor3((float *)j->dout, j->B, j->Tq, C);
+    t[4] = tfm_tensor3(j->out, j->B, j->Tq, C);
+    t[5] = tfm_tensor3(j->lse, j->B, j->H, j->Tq);
+    t[6] = tfm_tensor3(j->dq, j->B, j->Tq, C);
+    t[7] = tfm_tensor3(j->dk, j->B, j->Tk, C);
+    t[8] = tfm_tensor3(j->dv, j->B, j->Tk, C);
+    memset(o, 0, sizeof *o);
+    o->causal = 1;
+    o->key_lens = lens;
+}
+
+static void att_stack_fwd(att_stack_job *j) {
+    tfm_tensor t[9];
+    tfm_attn_opts o;
+    att_stack_tensors(j, t, &o);
+    j->r_fwd = tfm_attention_forward(&t[4], &t[5], &t[0], &t[1], &t[2], j->H, &o);
+}
+
+static void att_stack_bwd(att_stack_job *j) {
+    tfm_tensor t[9];
+    tfm_attn_opts o;
+    att_stack_tensors(j, t, &o);
+    j->r_bwd = tfm_attention_backward(&t[6], &t[7], &t[8], &t[3], &t[0], &t[1], &t[2], &t[4], &t[5], j->H, &o);
+}
+
+static void att_stack_run(att_stack_job *j) {
+    att_stack_fwd(j);
+    if (j->r_fwd == TFM_OK) att_stack_bwd(j);
+}
+
+static void *att_stack_main(void *arg) {
+    att_stack_job *j = (att_stack_job *)arg;
+    tfm_set_num_threads(j->threads);
+    att_stack_run(j);
+    tfm_scratch_release();
+    return NULL;
+}
+
+/* A job of its own buffers (outputs and gradients zeroed), sharing the inputs of `like` (NULL: new ones). */
+static att_stack_job att_stack_make(const att_stack_job *like) {
+    att_stack_job j;
+    const size_t nq = (size_t)2 * 300 * 32, nk = (size_t)2 * 300 * 32;
+    memset(&j, 0, sizeof j);
+    j.B = 2; j.H = 4; j.D = 8; j.Tq = 130; j.Tk = 300; j.threads = 1;
+    if (like) {
+        j.q = like->q; j.k = like->k; j.v = like->v; j.dout = like->dout;
+    } else {
+        float *q = att_falloc(nq), *k = att_falloc(nk), *v = att_falloc(nk), *dout = att_falloc(nq);
+        att_fill(q, nq, -1.5f, 1.5f);
+        att_fill(k, nk, -1.5f, 1.5f);
+        att_fill(v, nk, -1, 1);
+        att_fill(dout, nq, -1, 1);
+        j.q = q; j.k = k; j.v = v; j.dout = dout;
+    }
+    j.out = att_falloc(nq); j.lse = att_falloc((size_t)2 * 4 * 300);
+    j.dq = att_falloc(nq); j.dk = att_falloc(nk); j.dv = att_falloc(nk);
+    return j;
+}
+
+static void att_stack_free(att_stack_job *j, int inputs) {
+    if (inputs) {
+        free((void *)j->q); free((void *)j->k); free((void *)j->v); free((void *)j->dout);
+    }
+    free(j->out); free(j->lse); free(j->dq); free(j->dk); free(j->dv);
+}
+
+/* 0 when a's outputs and gradients equal b's bit for bit. */
+static int att_stack_differ(const att_stack_job *a, const att_stack_job *b) {
+    const size_t nq = (size_t)a->B * a->Tq * a->H * a->D, nk = (size_t)a->B * a->Tk * a->H * a->D;
+    return memcmp(a->out, b->out, nq * sizeof(float)) || memcmp(a->lse, b->lse, (size_t)a->B * a->H * a->Tq * sizeof(float)) ||
+           memcmp(a->dq, b->dq, nq * sizeof(float)) || memcmp(a->dk, b->dk, nk * sizeof(float)) ||
+           memcmp(a->dv, b->dv, nk * sizeof(float));
+}
+
+static int att_all_zero(const float *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != 0.0f) return 0;
+    return 1;
+}
+
+#if defined(__unix__) || defined(__APPLE__)
+/* Forward and backward on a thread with a small stack (test_small_stack_run, in test_sgemm.c) give the
+   bits they give on this thread, at 1 and 2 threads. */
+static void att_test_small_stack(void) {
+    int saved = tfm_get_num_threads();
+    att_stack_job in = att_stack_make(NULL);
+    for (int nt = 1; nt <= 2; nt++) {
+        att_stack_job ref = att_stack_make(&in), j = att_stack_make(&in);
+        int kib;
+        tfm_set_num_threads(nt);
+        att_stack_run(&ref);
+        tfm_set_num_threads(saved);
+        CHECK_OK(ref.r_fwd);
+        CHECK_OK(ref.r_bwd);
+        j.threads = nt;
+        kib = test_small_stack_run(att_stack_main, &j);
+        CHECK_MSG(kib > 0, "could not start a thread with a stack of 256 KiB or less");
+        if (test__verbose) printf("    %d thread(s): a stack of %d KiB\n", nt, kib);
+        if (kib > 0) {
+            CHECK_MSG(j.r_fwd == TFM_OK && j.r_bwd == TFM_OK, "on a %d KiB stack: %d %d", kib, (int)j.r_fwd, (int)j.r_bwd);
+            CHECK_MSG(!att_stack_differ(&j, &ref), "attention on a %d KiB stack at %d thread(s) differs", kib, nt);
+        }
+        att_stack_free(&ref, 0);
+        att_stack_free(&j, 0);
+    }
+    att_stack_free(&in, 1);
+}
+#else
+static void att_test_small_stack(void) {}
+#endif
+
+/* Frees every scratch; with `mine`, gives this thread its scratch again (a forward at one thread on
+   buffers of its own), so that at two threads the other thread has none. */
+static void att_scratch_reset(const att_stack_job *in, int mine) {
+    tfm_scratch_release();
+    if (mine) {
+        att_stack_job p = att_stack_make(in);
+        tfm_set_num_threads(1);
+        att_stack_fwd(&p);
+        CHECK_OK(p.r_fwd);
+        att_stack_free(&p, 0);
+    }
+}
+
+/* A thread that cannot allocate its scratch: TFM_E_NOMEM naming the function, and nothing written; at 2
+   threads, the calling thread has its scratch and the other has none: neither runs a task. Then the same
+   calls succeed and give the bits they give without the failures. */
+static void att_test_scratch_nomem(void) {
+    int saved = tfm_get_num_threads();
+    att_stack_job in = att_stack_make(NULL);
+    const size_t nq = (size_t)2 * 130 * 32, nk = (size_t)2 * 300 * 32;
+    for (int nt = 1; nt <= 2; nt++) {
+        att_stack_job ref = att_stack_make(&in), j = att_stack_make(&in);
+        tfm_set_num_threads(nt);
+        att_stack_run(&ref);
+        CHECK_OK(ref.r_bwd);
+        att_scratch_reset(&in, nt == 2);
+        tfm_set_num_threads(nt);
+        tfm__scratch_refuse = 1;
+        tfm_clear_error();
+        att_stack_fwd(&j);
+        tfm__scratch_refuse = 0;
+        CHECK_MSG(j.r_fwd == TFM_E_NOMEM && strstr(tfm_last_error(), "tfm_attention_forward"),
+                  "%d thread(s): forward without scratch returned %d: %s", nt, (int)j.r_fwd, tfm_last_error());
+        CHECK_MSG(att_all_zero(j.out, nq), "%d thread(s): forward without scratch wrote its output", nt);
+        att_stack_fwd(&j);
+        CHECK_OK(j.r_fwd);
+        att_scratch_reset(&in, nt == 2);
+        tfm_set_num_threads(nt);
+        tfm__scratch_refuse = 1;
+        tfm_clear_error();
+        att_stack_bwd(&j);
+        tfm__scratch_refuse = 0;
+        CHECK_MSG(j.r_bwd == TFM_E_NOMEM && strstr(tfm_last_error(), "tfm_attention_backward"),
+                  "%d thread(s): backward without scratch returned %d: %s", nt, (int)j.r_bwd, tfm_last_error());
+        CHECK_MSG(att_all_zero(j.dq, nq) && att_all_zero(j.dk, nk) && att_all_zero(j.dv, nk),
+                  "%d thread(s): backward without scratch added into the gradients", nt);
+        att_stack_bwd(&j);
+        CHECK_OK(j.r_bwd);
+        CHECK_MSG(!att_stack_differ(&j, &ref), "%d thread(s): attention after a refused scratch differs", nt);
+        att_stack_free(&ref, 0);
+        att_stack_free(&j, 0);
+    }
+    tfm_set_num_threads(saved);
+    att_stack_free(&in, 1);
+}
+
 static void suite_attention(void) {
     RUN(att_test_op_nomask);
     RUN(att_test_op_causal);
@@ -1196,4 +1380,6 @@ static void suite_attention(void) {
     RUN(att_test_mha_padding);
     RUN(att_test_mha_cross);
     RUN(att_test_mha_threads);
+    RUN(att_test_small_stack);
+    RUN(att_test_scratch_nomem);
 }

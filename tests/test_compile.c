@@ -74,6 +74,7 @@ int main(void) {
     if (tc2_run() != 0) return 1;
 #ifdef TC_HOOKS
     (void)tc_assert_fail; /* referenced even if the implementation never asserts */
+    tfm_scratch_release(); /* the threads' scratch (attention's buffers), kept between calls until this */
     if (tc_sgemms == 0 || tc_allocs == 0 || tc_live != 0 || tc_assert_fails != 0 || tc_user_allocs == 0 ||
         tc_user_frees != tc_user_allocs) {
         printf("hooks: %ld sgemm calls, %ld allocations, %ld not freed, %ld asserts failed, %ld allocations and %ld frees "

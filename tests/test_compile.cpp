@@ -128,6 +128,7 @@ int main() {
     if (tc2_run() != 0) return 1;
 #ifdef TC_HOOKS
     (void)tc_assert_fail;
+    tfm_scratch_release(); // the threads' scratch (attention's buffers), kept between calls until this
     if (tc_sgemms == 0 || tc_allocs == 0 || tc_live != 0 || tc_assert_fails != 0) {
         std::printf("hooks: %ld sgemm calls, %ld allocations, %ld not freed, %ld asserts failed\n",
                     tc_sgemms, tc_allocs, tc_live, tc_assert_fails);

@@ -1652,6 +1652,100 @@ static void md_continuous_checkpoint(void) {
     tfm_model_free(&a);
 }
 
+/* ---- the per-thread scratch ---- */
+
+/* Training steps of a decoder LM (dropout on) on one thread, at `threads` threads. */
+typedef struct md_stack_job { tfm_config c; int threads, ok; float losses[MD_THR_STEPS], *params; size_t n; } md_stack_job;
+
+static void *md_stack_main(void *arg) {
+    md_stack_job *j = (md_stack_job *)arg;
+    tfm_set_num_threads(j->threads);
+    j->ok = md_det_run(&j->c, 8, MD_THR_STEPS, j->losses, &j->params, &j->n);
+    tfm_scratch_release();
+    return NULL;
+}
+
+#if defined(__unix__) || defined(__APPLE__)
+/* Whole training steps (forward, backward, AdamW) on a thread with a small stack
+   (test_small_stack_run, in test_sgemm.c) give the bits they give on this thread, at 1 and 2 threads. */
+static void md_small_stack(void) {
+    int saved = tfm_get_num_threads();
+    for (int nt = 1; nt <= 2; nt++) {
+        md_stack_job ref, j;
+        int kib;
+        memset(&ref, 0, sizeof ref);
+        ref.c = md_cfg(TFM_MODEL_DECODER_LM);
+        ref.c.dropout = ref.c.attn_dropout = 0.1f;
+        ref.threads = nt;
+        j = ref;
+        md_stack_main(&ref);
+        tfm_set_num_threads(saved);
+        kib = test_small_stack_run(md_stack_main, &j);
+        CHECK_MSG(kib > 0, "could not start a thread with a stack of 256 KiB or less");
+        if (kib > 0 && ref.ok)
+            CHECK_MSG(j.ok && memcmp(j.losses, ref.losses, sizeof j.losses) == 0 && j.n == ref.n &&
+                          memcmp(j.params, ref.params, j.n * sizeof(float)) == 0,
+                      "training on a %d KiB stack at %d thread(s) differs", kib, nt);
+        free(ref.params);
+        free(j.params);
+    }
+}
+#else
+static void md_small_stack(void) {}
+#endif
+
+/* A model call whose threads cannot allocate their scratch fails with TFM_E_NOMEM naming it, before it
+   changes anything: the gradients stay as they were, and the next calls run as if nothing happened. */
+static void md_scratch_nomem(void) {
+    tfm_config c = md_cfg(TFM_MODEL_DECODER_LM);
+    tfm_model m;
+    md_data *d = (md_data *)malloc(sizeof(md_data));
+    tfm_rng r;
+    float loss = 0.0f, loss2 = 0.0f, *g1 = NULL, *g2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    int saved = tfm_get_num_threads();
+    if (!d || !md_init(&m, &c, "scratch")) {
+        free(d);
+        return;
+    }
+    tfm_rng_seed(&r, 5);
+    md_gen(MD_TASK_LM, &r, d, 4);
+    for (int nt = 1; nt <= 2; nt++) {
+        tfm_set_num_threads(nt);
+        tfm_model_zero_grad(&m);
+        CHECK_OK(tfm_model_forward(&m, &d->b, &loss, NULL));
+        CHECK_OK(tfm_model_backward(&m, 1.0f));
+        g1 = md_snapshot(&m, 1, &n1);
+        tfm_model_zero_grad(&m);
+        tfm_scratch_release();
+        tfm__scratch_refuse = 1;
+        CHECK_ERR(tfm_model_forward(&m, &d->b, &loss2, NULL), TFM_E_NOMEM, "tfm_model_forward");
+        tfm__scratch_refuse = 0;
+        CHECK_OK(tfm_model_forward(&m, &d->b, &loss2, NULL));
+        CHECK_MSG(loss2 == loss, "%d thread(s): the loss after a refused forward is %g, was %g", nt, loss2, loss);
+        tfm_scratch_release();
+        tfm__scratch_refuse = 1;
+        CHECK_ERR(tfm_model_backward(&m, 1.0f), TFM_E_NOMEM, "tfm_model_backward");
+        tfm__scratch_refuse = 0;
+        g2 = md_snapshot(&m, 1, &n2);
+        for (size_t i = 0; g2 && i < n2; i++)
+            if (g2[i] != 0.0f) {
+                TEST__FAIL("%d thread(s): a refused backward changed gradient %zu", nt, i);
+                break;
+            }
+        free(g2);
+        CHECK_OK(tfm_model_backward(&m, 1.0f));
+        g2 = md_snapshot(&m, 1, &n2);
+        CHECK_MSG(g1 && g2 && n1 == n2 && memcmp(g1, g2, n1 * sizeof(float)) == 0,
+                  "%d thread(s): the gradients after a refused backward differ", nt);
+        free(g1);
+        free(g2);
+    }
+    tfm_set_num_threads(saved);
+    tfm_model_free(&m);
+    free(d);
+}
+
 static void suite_models(void) {
     int threads = tfm_get_num_threads();
     tfm_set_num_threads(1);
@@ -1666,6 +1760,8 @@ static void suite_models(void) {
     RUN(md_determinism_encdec);
     RUN(md_determinism_classifier);
     RUN(md_determinism_threads);
+    RUN(md_small_stack);
+    RUN(md_scratch_nomem);
     RUN(md_train_eval);
     RUN(md_masking);
     RUN(md_errors_config);

@@ -1021,7 +1021,7 @@ static void stt_rlimit(void) {
     if (!old) return;
     fflush(stdout);
     fflush(stderr);
-    tfm_sgemm_release(); /* the OpenMP threads' packing buffers would have no owner in the child */
+    tfm_scratch_release(); /* the OpenMP threads' scratch would have no owner in the child */
     for (limit_i = 0; limit_i < 2; limit_i++) {
         int status = 0;
         pid_t pid = fork();

@@ -456,7 +456,7 @@ static void sg_test_nopack(void) {
     tfm_set_num_threads(saved);
 }
 
-/* tfm_sgemm_release frees the packing space, and the next product allocates it again: same bits. */
+/* tfm_scratch_release frees the packing space, and the next product allocates it again: same bits. */
 static void sg_test_release(void) {
     const int M = 70, N = 90, K = 110;
     float *A = sg_alloc((size_t)M * K), *B = sg_alloc((size_t)K * N);
@@ -465,14 +465,14 @@ static void sg_test_release(void) {
     sg_fill(B, (size_t)K * N);
     tfm__sgemm_builtin(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C1, N);
 #if !defined(TFM__NO_THREAD_LOCAL)
-    CHECK_MSG(tfm__packbuf != NULL, "no packing space after a product");
+    CHECK_MSG(tfm__scratchbuf != NULL, "no packing space after a product");
 #endif
-    tfm_sgemm_release();
+    tfm_scratch_release();
 #if !defined(TFM__NO_THREAD_LOCAL)
-    CHECK_MSG(tfm__packbuf == NULL, "tfm_sgemm_release left the packing space");
+    CHECK_MSG(tfm__scratchbuf == NULL, "tfm_scratch_release left the packing space");
 #endif
     tfm__sgemm_builtin(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C2, N);
-    CHECK_MSG(memcmp(C1, C2, (size_t)M * N * sizeof(float)) == 0, "a product after tfm_sgemm_release differs");
+    CHECK_MSG(memcmp(C1, C2, (size_t)M * N * sizeof(float)) == 0, "a product after tfm_scratch_release differs");
 #if !defined(TFM__NO_THREAD_LOCAL) && defined(_OPENMP)
     {
         /* a product on two threads, then the release at one thread: the second thread's buffer goes too */
@@ -480,31 +480,50 @@ static void sg_test_release(void) {
         tfm_set_num_threads(2);
         tfm__sgemm_builtin(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C2, N);
         tfm_set_num_threads(1);
-        tfm_sgemm_release();
+        tfm_scratch_release();
 #pragma omp parallel num_threads(2) reduction(+ : left)
-        left += tfm__packbuf != NULL;
-        CHECK_MSG(left == 0, "tfm_sgemm_release left %d thread(s) with a packing space", left);
+        left += tfm__scratchbuf != NULL;
+        CHECK_MSG(left == 0, "tfm_scratch_release left %d thread(s) with a packing space", left);
         tfm_set_num_threads(saved);
     }
 #endif
-    tfm_sgemm_release();
+    tfm_scratch_release();
     free(A); free(B); free(C1); free(C2);
 }
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <pthread.h>
 
-/* A product on a thread with a 64 KiB stack (the built-in's packing space is on the heap). Where the
-   C library cannot start one that small (glibc keeps the libraries' thread-local storage on the thread's
-   stack, and OpenBLAS's alone is larger than 64 KiB), the smallest of 128 and 256 KiB it starts: all
-   far below the 656 KiB that the packing space once took from the stack. */
+/* Runs fn(arg) on a new thread with a 64 KiB stack and waits for it; returns the stack size in KiB, or 0
+   when no thread could be started. Where the C library cannot start one that small (glibc keeps the
+   libraries' thread-local storage on the thread's stack, and OpenBLAS's alone is larger than 64 KiB),
+   the smallest of 128 and 256 KiB it starts: all far below what the packing space (656 KiB) and the
+   attention's block buffers (128 KiB in backward) once took from the stack. */
+static int test_small_stack_run(void *(*fn)(void *), void *arg) {
+    pthread_t th;
+    int kib;
+    for (kib = 64; kib <= 256; kib *= 2) {
+        pthread_attr_t attr;
+        int ok;
+        if (pthread_attr_init(&attr) != 0) return 0;
+        ok = pthread_attr_setstacksize(&attr, (size_t)kib * 1024) == 0 && pthread_create(&th, &attr, fn, arg) == 0;
+        pthread_attr_destroy(&attr);
+        if (ok) {
+            pthread_join(th, NULL);
+            return kib;
+        }
+    }
+    return 0;
+}
+
+/* A product on a thread with a small stack (the built-in's packing space is on the heap). */
 typedef struct sg_small_stack_job { int threads, M, N, K; const float *A, *B; float *C; } sg_small_stack_job;
 
 static void *sg_small_stack_main(void *arg) {
     sg_small_stack_job *j = (sg_small_stack_job *)arg;
     tfm_set_num_threads(j->threads);
     tfm__sgemm_builtin(1, 1, j->M, j->N, j->K, 0.5f, j->A, j->M, j->B, j->K, 0.0f, j->C, j->N);
-    tfm_sgemm_release();
+    tfm_scratch_release();
     return NULL;
 }
 
@@ -520,22 +539,13 @@ static void sg_test_small_stack(void) {
     tfm_set_num_threads(saved);
     for (int nt = 1; nt <= 2; nt++) {
         sg_small_stack_job job = {nt, M, N, K, A, B, Cthr};
-        pthread_t th;
-        int ok = 0, kib;
-        for (kib = 64; kib <= 256 && !ok; kib *= 2) {
-            pthread_attr_t attr;
-            if (pthread_attr_init(&attr) != 0) break;
-            ok = pthread_attr_setstacksize(&attr, (size_t)kib * 1024) == 0 &&
-                 pthread_create(&th, &attr, sg_small_stack_main, &job) == 0;
-            pthread_attr_destroy(&attr);
-        }
-        CHECK_MSG(ok, "could not start a thread with a stack of 256 KiB or less");
-        if (ok) {
-            pthread_join(th, NULL);
+        int kib = test_small_stack_run(sg_small_stack_main, &job);
+        CHECK_MSG(kib > 0, "could not start a thread with a stack of 256 KiB or less");
+        if (kib > 0)
             CHECK_MSG(memcmp(Cmain, Cthr, (size_t)M * N * sizeof(float)) == 0,
-                      "the product on a %d KiB stack at %d thread(s) differs", kib / 2, nt);
-        }
+                      "the product on a %d KiB stack at %d thread(s) differs", kib, nt);
     }
+    tfm_set_num_threads(saved);
     free(A); free(B); free(Cmain); free(Cthr);
 }
 #else
