@@ -7178,19 +7178,21 @@ static tfm_result tfm__io_config(const char *fn, const char *path, const tfm__st
     memset(cfg, 0, sizeof *cfg);
     if (!tfm__st_meta_get(h, "tfm.kind"))
         return tfm__fail(TFM_E_FORMAT, "%s: %s has no transformer.h config in its metadata (no tfm.kind)", fn, path);
-#define TFM__GET(f, isint, set)                                                                                       \
-    if ((v = tfm__st_meta_get(h, "tfm." #f)) != NULL) {                                                               \
+#define TFM__GET(key, isint, set)                                                                                     \
+    if ((v = tfm__st_meta_get(h, key)) != NULL) {                                                                     \
         x = strtod(v, &end);                                                                                          \
         if (!*v || *end || !isfinite(x))                                                                              \
-            return tfm__fail(TFM_E_FORMAT, "%s: %s: metadata tfm." #f " is \"%.40s\", want a number", fn, path, v);   \
+            return tfm__fail(TFM_E_FORMAT, "%s: %s: metadata %s is \"%.40s\", want a number", fn, path, key, v);      \
         if (isint && (x != floor(x) || fabs(x) > 2147483647.0))                                                       \
-            return tfm__fail(TFM_E_FORMAT, "%s: %s: metadata tfm." #f " is %g, want an integer", fn, path, x);        \
+            return tfm__fail(TFM_E_FORMAT, "%s: %s: metadata %s is %g, want an integer", fn, path, key, x);           \
         set;                                                                                                          \
     }
-#define TFM__GET_INT(f, type, arch) TFM__GET(f, 1, cfg->f = (type)(int)x)
-#define TFM__GET_FLOAT(f, arch) TFM__GET(f, 0, cfg->f = (float)x)
+#define TFM__GET_INT(f, type, arch) TFM__GET("tfm." #f, 1, cfg->f = (type)(int)x)
+#define TFM__GET_FLOAT(f, arch) TFM__GET("tfm." #f, 0, cfg->f = (float)x)
     TFM__CFG_INT_FIELDS(TFM__GET_INT)
     TFM__CFG_FLOAT_FIELDS(TFM__GET_FLOAT)
+    /* files from before cfg.max_seq_len was renamed max_len */
+    if (!tfm__st_meta_get(h, "tfm.max_len")) TFM__GET("tfm.max_seq_len", 1, cfg->max_len = (int)x)
 #undef TFM__GET
 #undef TFM__GET_INT
 #undef TFM__GET_FLOAT

@@ -1774,6 +1774,59 @@ static void io_export(void) {
 
 /* One thread, as suite_models: for models this small a parallel region costs far more than its
    work (bit-identity is checked within a thread count; the results do not depend on it anyway). */
+/* A checkpoint written before cfg.max_seq_len became cfg.max_len records "tfm.max_seq_len" (and neither
+   input_dim nor cls_token, which came later): its config loads with max_len read from the old key, the
+   model loads bit for bit, the new key wins where a file has both, and a malformed old value is named. */
+static void io_config_old_key(void) {
+    const char *full = io_path("old_full.safetensors"), *path = io_path("old.safetensors"), *d;
+    tfm_config c = io_cfg(1), lc, rc;
+    tfm_model m, m2;
+    io_meta mt;
+    tfm__st_header h;
+    char len[32];
+    int j;
+    if (!io_init(&m, &c, "old key")) return;
+    CHECK_OK(tfm_model_save(&m, full, 0, NULL, 0));
+    if (io_meta_from(&mt, full, &h)) {
+        for (j = 0; j < mt.n && strcmp(mt.kv[2 * j], "tfm.max_len"); j++) {}
+        CHECK(j < mt.n);
+        snprintf(len, sizeof len, "%s", j < mt.n ? mt.val[j] : "0");
+        CHECK(atoi(len) == m.cfg.max_len);
+        io_meta_set(&mt, "tfm.max_len", NULL);
+        io_meta_set(&mt, "tfm.input_dim", NULL);
+        io_meta_set(&mt, "tfm.cls_token", NULL);
+        io_meta_set(&mt, "tfm.max_seq_len", len);
+        CHECK_OK(io_save_custom(path, &m, 0, &mt, NULL, NULL, NULL));
+        CHECK_OK(tfm_config_load(path, &lc));
+        CHECK_MSG(lc.max_len == m.cfg.max_len, "old key: max_len %d, want %d", lc.max_len, m.cfg.max_len);
+        CHECK_OK(tfm_config_resolve(&lc, &rc));
+        d = io_cfg_diff(&rc, &m.cfg);
+        CHECK_MSG(d == NULL, "old key: the config differs in %s", d);
+        if (io_init(&m2, &lc, "old key")) {
+            CHECK_OK(tfm_model_load(&m2, path));
+            CHECK(io_params_diff(&m, &m2) == NULL);
+            tfm_model_free(&m2);
+        }
+        CHECK_OK(tfm_model_load(&m, path));
+        /* both keys: the new one counts */
+        io_meta_set(&mt, "tfm.max_len", len);
+        io_meta_set(&mt, "tfm.max_seq_len", "3");
+        CHECK_OK(io_save_custom(path, &m, 0, &mt, NULL, NULL, NULL));
+        CHECK_OK(tfm_config_load(path, &lc));
+        CHECK_MSG(lc.max_len == m.cfg.max_len, "both keys: max_len %d, want %d", lc.max_len, m.cfg.max_len);
+        /* a malformed old value */
+        io_meta_set(&mt, "tfm.max_len", NULL);
+        io_meta_set(&mt, "tfm.max_seq_len", "12.5");
+        CHECK_OK(io_save_custom(path, &m, 0, &mt, NULL, NULL, NULL));
+        CHECK_ERR(tfm_config_load(path, &lc), TFM_E_FORMAT, "tfm.max_seq_len");
+        CHECK_ERR(tfm_model_load(&m, path), TFM_E_FORMAT, "tfm.max_seq_len");
+        tfm__st_header_free(&h);
+    }
+    tfm_model_free(&m);
+    remove(full);
+    remove(path);
+}
+
 static void suite_io(void) {
     int threads = tfm_get_num_threads();
     tfm_set_num_threads(1);
@@ -1783,6 +1836,7 @@ static void suite_io(void) {
     RUN(io_errors_arch);
     RUN(io_errors_file);
     RUN(io_config_minimal);
+    RUN(io_config_old_key);
     RUN(io_errors_tensors);
     RUN(io_inference);
     RUN(io_failed_load);
