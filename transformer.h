@@ -126,6 +126,8 @@
    file's loops and, with OpenBLAS or with BLIS (through <blis.h>), for BLAS. A layer is not
    thread-safe; separate layers are.
    Results are deterministic for a given thread count; dropout masks do not depend on it at all.
+   Each thread that runs products or attention keeps a scratch on the heap, so no call needs a large
+   stack; a thread of yours frees its own with tfm_scratch_release before it exits.
 
    CONTENTS (grep for the tags)
    --------
