@@ -651,6 +651,10 @@ typedef struct tfm_config {
     float init_std;          /* 0 -> 0.02 */
     uint64_t seed;           /* initialisation and dropout */
     int inference_only;      /* 1: no gradients, optimizer state or backward scratch */
+    int last_logits;         /* 1 (with inference_only; LM or enc-dec): logits for one position per row, so
+                                the model holds B*V of them instead of B*T*V: tfm_model_forward (no
+                                targets) computes each row's last position, tfm_model_logits is (B,1,V);
+                                generation, scoring and beam search are unchanged. 0: every position */
     void *user;              /* passed to TFM_MALLOC / TFM_FREE for the model's memory, its caches and its
                                 checkpoint buffers; not saved in checkpoints */
 } tfm_config;
@@ -728,8 +732,9 @@ TFMDEF void tfm_model_train(tfm_model *m, int training);
 /* Run the model on a batch; with targets, *loss (may be NULL) receives the mean cross-entropy over the
    targets counted (not ignore_index, not past a row's length), and *n_counted (may be NULL) how many
    they were: sum loss * n_counted over batches and divide by the total for an exact mean. Logits stay
-   in the model until the next forward (tfm_model_logits). TFM_E_SHAPE if the batch exceeds max_batch
-   or the lengths; TFM_E_ARG for an id or label out of range. */
+   in the model until the next forward (tfm_model_logits): every position's, or with cfg.last_logits
+   each row's last one (lens[b] - 1, else the last) and no targets (TFM_E_ARG). TFM_E_SHAPE if the batch
+   exceeds max_batch or the lengths; TFM_E_ARG for an id or label out of range. */
 TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *batch, float *loss, int64_t *n_counted);
 /* Gradients of loss_scale * loss from the last forward, added into the gradients. Use
    loss_scale = 1/k to accumulate k micro-batches into one step. */
@@ -753,7 +758,7 @@ TFMDEF tfm_result tfm_adamw_step(const tfm_adamw_param *ps, int n, const tfm_opt
 /* *lr = the learning rate the schedule gives for step s (1-based: the step about to be taken). Checks opt
    as tfm_model_step does: TFM_E_ARG for a bad field, or for a cosine step past total_steps. */
 TFMDEF tfm_result tfm_optim_lr(const tfm_optim *opt, int64_t s, float *lr);
-/* The last forward's logits: (B,n_classes), (B,T,V) or (B,Tt,Vt). */
+/* The last forward's logits: (B,n_classes), (B,T,V) or (B,Tt,Vt); (B,1,V) with cfg.last_logits. */
 TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m);
 /* Find a parameter by its torch name; NULL if none. */
 TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name);
@@ -4727,6 +4732,10 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
         c.n_dec_layers = c.kind == TFM_MODEL_DECODER_LM ? c.n_layers : 0;
     }
     if (c.kind != TFM_MODEL_ENCODER_CLASSIFIER) c.n_classes = 0;
+    if (c.last_logits && (!c.inference_only || c.kind == TFM_MODEL_ENCODER_CLASSIFIER))
+        return tfm__fail(TFM_E_ARG, "%s: cfg.last_logits is for inference_only LMs and encoder-decoders (a model that "
+                         "trains needs every position's logits; a classifier has one row per sequence)", fn);
+    c.last_logits = c.last_logits != 0;
     big = (double)c.max_batch * TFM__MAX(c.max_len, c.max_tgt_len);
     if (big * TFM__MAX(c.d_ff, c.d_model) > 2147483647.0 ||
         big * TFM__MAX(c.vocab_size, c.tgt_vocab_size) > 2147483647.0 ||
@@ -4833,7 +4842,7 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     int64_t C = c->d_model, B = c->max_batch, T = c->max_len, Tt = c->max_tgt_len, V = c->vocab_size;
     int64_t Te = T + c->cls_token, Vt = c->tgt_vocab_size, Tm = TFM__MAX(Te, Tt); /* Te: the encoder's positions */
     int kind = c->kind, grad = !mem->no_grad, enc = kind != TFM_MODEL_DECODER_LM, encdec = kind == TFM_MODEL_ENCODER_DECODER;
-    int64_t rows_out = kind == TFM_MODEL_ENCODER_CLASSIFIER ? B : encdec ? B * Tt : B * T;
+    int64_t rows_out = kind == TFM_MODEL_ENCODER_CLASSIFIER || c->last_logits ? B : encdec ? B * Tt : B * T;
     int64_t n_out = kind == TFM_MODEL_ENCODER_CLASSIFIER ? c->n_classes : encdec ? Vt : V;
     tfm_block_desc d;
     size_t mark;
@@ -5112,8 +5121,9 @@ TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m) {
     memset(&t, 0, sizeof t);
     if (!m || !m->impl || !m->impl->B) return t;
     if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm_tensor2(m->impl->logits, m->impl->B, m->cfg.n_classes);
-    if (m->cfg.kind == TFM_MODEL_DECODER_LM) return tfm_tensor3(m->impl->logits, m->impl->B, m->impl->T, m->cfg.vocab_size);
-    return tfm_tensor3(m->impl->logits, m->impl->B, m->impl->Tt, m->cfg.tgt_vocab_size);
+    if (m->cfg.kind == TFM_MODEL_DECODER_LM)
+        return tfm_tensor3(m->impl->logits, m->impl->B, m->cfg.last_logits ? 1 : m->impl->T, m->cfg.vocab_size);
+    return tfm_tensor3(m->impl->logits, m->impl->B, m->cfg.last_logits ? 1 : m->impl->Tt, m->cfg.tgt_vocab_size);
 }
 
 /* B rows of n ids, row stride ld, each in [0,V) (or ignore when allow_ignore). */
@@ -5317,6 +5327,9 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "tfm_model_forward: model is NULL or not initialised");
     c = &m->cfg;
     TFM__TRY(tfm__chk_batch("tfm_model_forward", m, b));
+    if (c->last_logits && b->targets)
+        return tfm__fail(TFM_E_ARG, "tfm_model_forward: batch.targets given to a model built with cfg.last_logits (its "
+                         "logits are each row's last position only; a loss needs every position)");
     TFM__TRY(tfm__scratch_reserve("tfm_model_forward"));
     kind = c->kind;
     B = b->batch;
@@ -5360,6 +5373,15 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
         rows = B;
         n_out = c->n_classes;
         tfm__op_linear(m->impl->device, m->impl->logits, n_out, m->impl->pooled, C, m->impl->head.weight.data, m->impl->head.bias.data, rows, C, n_out);
+    } else if (c->last_logits) { /* each row's last position: lens[b] - 1 (an LM with lens), else T - 1 */
+        int Th = kind == TFM_MODEL_DECODER_LM ? T : Tt;
+        n_out = kind == TFM_MODEL_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
+        rows = B;
+        for (i = 0; i < B; i++) {
+            int64_t last = kind == TFM_MODEL_DECODER_LM && b->lens ? TFM__MAX(b->lens[i], 1) - 1 : Th - 1;
+            tfm__op_linear(m->impl->device, m->impl->logits + i * n_out, n_out, h + (i * Th + last) * C, C,
+                           m->impl->head.weight.data, NULL, 1, C, n_out);
+        }
     } else {
         rows = (int64_t)B * (kind == TFM_MODEL_DECODER_LM ? T : Tt);
         n_out = kind == TFM_MODEL_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
@@ -6004,7 +6026,7 @@ TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len,
                                   const int32_t *target, int n_target, float *logp, float *total) {
     const char *fn = "tfm_model_score";
     const float *memory = NULL, *h;
-    int encdec, was_training, T, i, S = 0;
+    int encdec, was_training, T, i, i0, nr, S = 0;
     int64_t V, C;
     int32_t *seq;
     double sum = 0.0;
@@ -6032,13 +6054,17 @@ TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len,
         S = src_len;
     }
     h = tfm__decoder_fwd(m, seq, NULL, 1, T, memory, S, NULL, NULL);
-    /* the head on the rows that predict the target: n_prompt-1 .. T-1 */
-    tfm__op_linear(m->impl->device, m->impl->logits, V, h + (int64_t)(n_prompt - 1) * C, C, m->impl->head.weight.data,
-                   NULL, n_target, C, V);
-    for (i = 0; i < n_target; i++) {
-        double lp = tfm__logp(m->impl->logits + (int64_t)i * V, V, target[i]);
-        if (logp) logp[i] = (float)lp;
-        sum += lp;
+    /* the head on the rows that predict the target: n_prompt-1 .. T-1, max_batch rows at a time when the
+       model holds only that many (cfg.last_logits) */
+    for (i0 = 0; i0 < n_target; i0 += nr) {
+        nr = m->cfg.last_logits ? TFM__MIN(n_target - i0, m->cfg.max_batch) : n_target;
+        tfm__op_linear(m->impl->device, m->impl->logits, V, h + (int64_t)(n_prompt - 1 + i0) * C, C,
+                       m->impl->head.weight.data, NULL, nr, C, V);
+        for (i = i0; i < i0 + nr; i++) {
+            double lp = tfm__logp(m->impl->logits + (int64_t)(i - i0) * V, V, target[i]);
+            if (logp) logp[i] = (float)lp;
+            sum += lp;
+        }
     }
     if (total) *total = (float)sum;
     TFM_FREE(seq, m->cfg.user);

@@ -501,7 +501,7 @@ static const char *io_snapshot_diff(const tfm_model *m, const float *s) {
     X(n_dec_layers) X(d_ff) X(max_len) X(max_tgt_len) X(max_batch) X(act) X(norm_first) X(pos)  \
     X(scale_emb) X(pool) X(tie_output) X(share_emb) X(no_bias) X(dropout) X(attn_dropout) X(ln_eps) \
     X(label_smoothing) X(ignore_index) X(has_ignore_index) X(init) X(init_std) X(seed)               \
-    X(inference_only)
+    X(inference_only) X(last_logits)
 static const char *io_cfg_diff(const tfm_config *a, const tfm_config *b) {
 #define IO_CMP(f) \
     if (a->f != b->f) return #f;

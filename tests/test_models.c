@@ -1746,6 +1746,94 @@ static void md_scratch_nomem(void) {
     free(d);
 }
 
+/* cfg.last_logits: an inference_only model holding one position's logits per row. Its memory is smaller
+   by the other positions' logits (and their log-sum-exp and target slots), up to the 64-byte alignment of
+   those three buffers; its forward gives the logits of each row's last position (lens[b] - 1) that the
+   full model gives (1e-5 of the largest: one row through the product's one-row path against the
+   batch's product, which may sum the C = 32 terms in another order); generation and beam search give
+   the same tokens, scoring the same log-probabilities (1e-5: the head's rows taken 2 at a time);
+   a forward with targets and the configs it does not serve are refused. */
+static void md_last_logits(void) {
+    tfm_config c = md_cfg(TFM_MODEL_DECODER_LM), cl;
+    tfm_model fm, lm;
+    tfm_rng r;
+    md_data *d = (md_data *)malloc(sizeof(md_data));
+    size_t fb = 0, lb = 0, want;
+    const int B = 4, T = MD_LM_T, V = MD_LM_V;
+    static const int32_t prompt[] = {1, 2, 3}, target[] = {1, 2, 3, 1, 2, 3, 4};
+    c.inference_only = 1;
+    c.max_batch = 2 * B; /* B rows in the forward, and B + 2 beams with max_batch 2 below */
+    cl = c;
+    cl.last_logits = 1;
+    CHECK_OK(tfm_model_memory_size(&c, &fb));
+    CHECK_OK(tfm_model_memory_size(&cl, &lb));
+    want = (size_t)4 * (size_t)(c.max_batch * T - c.max_batch) * (V + 2);
+    CHECK_MSG(fb > lb && fb - lb + 3 * 64 >= want && fb - lb <= want + 3 * 64,
+              "last_logits saves %zu bytes, want %zu (3 buffers' alignment aside)", fb - lb, want);
+    if (!d || !md_init(&fm, &c, "full logits")) {
+        free(d);
+        return;
+    }
+    if (!md_init(&lm, &cl, "last logits")) {
+        tfm_model_free(&fm);
+        free(d);
+        return;
+    }
+    tfm_rng_seed(&r, 3);
+    md_gen(MD_TASK_LM, &r, d, B);
+    for (int b = 0; b < B; b++) d->lens[b] = T - 3 * b; /* rows of different lengths */
+    d->b.lens = d->lens;
+    CHECK_ERR(tfm_model_forward(&lm, &d->b, NULL, NULL), TFM_E_ARG, "last_logits");
+    d->b.targets = NULL;
+    CHECK_OK(tfm_model_forward(&fm, &d->b, NULL, NULL));
+    CHECK_OK(tfm_model_forward(&lm, &d->b, NULL, NULL));
+    {
+        tfm_tensor lf = tfm_model_logits(&fm), ll = tfm_model_logits(&lm);
+        double big = 0.0, err = 0.0;
+        CHECK(ll.ndim == 3 && ll.shape[0] == B && ll.shape[1] == 1 && ll.shape[2] == V);
+        for (int b = 0; b < B; b++)
+            for (int v = 0; v < V; v++) {
+                double want_v = lf.data[((int64_t)b * T + d->lens[b] - 1) * V + v], got = ll.data[(int64_t)b * V + v];
+                big = fmax(big, fabs(want_v));
+                err = fmax(err, fabs(got - want_v));
+            }
+        CHECK_MSG(big > 0.0 && err <= 1e-5 * big, "last_logits: the last positions' logits are off by %g (largest %g)", err, big);
+    }
+    {
+        tfm_gen_opts g;
+        int32_t of[8], ol[8], bf[6 * 8], bl[6 * 8];
+        int nf = 0, nl = 0, lf[6] = {0}, ll[6] = {0};
+        float sf[6] = {0}, sl[6] = {0}, pf[7], pl[7], tf = 0.0f, tl = 0.0f;
+        memset(&g, 0, sizeof g);
+        g.max_new = 8;
+        CHECK_OK(tfm_model_generate(&fm, NULL, 0, prompt, 3, &g, of, &nf));
+        CHECK_OK(tfm_model_generate(&lm, NULL, 0, prompt, 3, &g, ol, &nl));
+        CHECK_MSG(nf == nl && memcmp(of, ol, (size_t)nf * sizeof(int32_t)) == 0, "last_logits: generation differs");
+        g.beam_width = B + 2;
+        CHECK_OK(tfm_model_beam_search(&fm, NULL, 0, prompt, 3, &g, 6, bf, 8, lf, sf, NULL));
+        CHECK_OK(tfm_model_beam_search(&lm, NULL, 0, prompt, 3, &g, 6, bl, 8, ll, sl, NULL));
+        CHECK_MSG(memcmp(lf, ll, sizeof lf) == 0 && memcmp(sf, sl, sizeof sf) == 0, "last_logits: beam search differs");
+        tfm_model_free(&lm);
+        cl.max_batch = 2; /* scoring 7 targets 2 rows at a time */
+        if (md_init(&lm, &cl, "last logits, batch 2")) {
+            CHECK_OK(tfm_model_score(&fm, NULL, 0, prompt, 3, target, 7, pf, &tf));
+            CHECK_OK(tfm_model_score(&lm, NULL, 0, prompt, 3, target, 7, pl, &tl));
+            for (int i = 0; i < 7; i++) CHECK_NEAR(pl[i], pf[i], 1e-5);
+            CHECK_NEAR(tl, tf, 1e-5 * 7);
+            tfm_model_free(&lm);
+        }
+    }
+    cl = c;
+    cl.last_logits = 1;
+    cl.inference_only = 0;
+    CHECK_ERR(tfm_model_memory_size(&cl, &lb), TFM_E_ARG, "last_logits");
+    cl = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
+    cl.inference_only = cl.last_logits = 1;
+    CHECK_ERR(tfm_model_memory_size(&cl, &lb), TFM_E_ARG, "last_logits");
+    tfm_model_free(&fm);
+    free(d);
+}
+
 static void suite_models(void) {
     int threads = tfm_get_num_threads();
     tfm_set_num_threads(1);
@@ -1768,6 +1856,7 @@ static void suite_models(void) {
     RUN(md_errors_batch);
     RUN(md_memory_caller_buffer);
     RUN(md_memory_inference_only);
+    RUN(md_last_logits);
     RUN(md_schedules);
     RUN(md_schedule_in_step);
     RUN(md_adamw_reference);
