@@ -397,6 +397,7 @@ test-mpi: $(MPI_BUILD)/c-mpi $(MPI_BUILD)/cpp-mpi $(MPI_BUILD)/test_mpi $(BUILD)
 	bash tests/test_mpi.sh ./$(MPI_BUILD)/test_mpi
 	mpirun $(if $(filter 0,$(shell id -u)),--allow-run-as-root) --oversubscribe -np 2 ./$(BUILD)/ddp-mpi --smoke
 	mpirun $(if $(filter 0,$(shell id -u)),--allow-run-as-root) --oversubscribe -np 2 ./$(BUILD)/ddp-mpi --smoke --resume
+	mpirun $(if $(filter 0,$(shell id -u)),--allow-run-as-root) --oversubscribe -np 2 ./$(BUILD)/ddp-mpi --smoke --resume --zero
 endif
 
 # ---- PyTorch round trip ----------------------------------------------------------------------

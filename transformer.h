@@ -655,6 +655,13 @@ typedef struct tfm_config {
                                 the model holds B*V of them instead of B*T*V: tfm_model_forward (no
                                 targets) computes each row's last position, tfm_model_logits is (B,1,V);
                                 generation, scoring and beam search are unchanged. 0: every position */
+    int moment_shards;       /* ZeRO-1 (>>api-dist): > 1 keeps the AdamW moments of one share only: the flat
+                                parameters (tfm_model_flat) cut into moment_shards contiguous shares as
+                                tfm_dist_shard cuts them, and this model holds share moment_shard, so each
+                                rank of a group of that size holds 1/size of the moments. Such a model steps
+                                with tfm_dist_step and is saved and loaded with tfm_dist_save/_load (not the
+                                tfm_model_ calls). 0 or 1: all the moments */
+    int moment_shard;        /* which share: the rank, in [0, moment_shards) */
     void *user;              /* passed to TFM_MALLOC / TFM_FREE for the model's memory, its caches and its
                                 checkpoint buffers; not saved in checkpoints */
 } tfm_config;
@@ -928,8 +935,17 @@ TFMDEF tfm_result tfm_cuda_available(void);
        tfm_model_forward(&m, &my_rows, &loss, &n);
        tfm_dist_reduce_loss(&d, loss, n, &global_loss, &global_n);   the global batch's loss
        tfm_model_backward(&m, (float)d.size * n / global_n);         1 when every rank counts alike
-       tfm_dist_allreduce_grads(&d, &m);
-       tfm_model_step(&m, &opt, NULL);
+       tfm_dist_step(&d, &m, &opt, NULL);                            average the gradients, AdamW
+
+   ZeRO-1: a model built with cfg.moment_shards = d.size and cfg.moment_shard = d.rank keeps the AdamW
+   moments of its own 1/size share of the parameters only: two of the model's four parameter-sized
+   arrays shrink to 1/size (tfm_model_memory_size counts it). tfm_dist_step all-reduces the gradients
+   as without shards, takes the norm for clipping over all of them as tfm_model_step does, updates this
+   rank's share and sends each share's new parameters from its rank to the others: the same bits as
+   the unsharded run at any number of ranks, for 1.5 times its traffic (the parameters' all-gather on
+   top of the all-reduce). tfm_dist_save/_load gather the moments whole on rank 0 for the call (rank 0
+   then holds two more parameter-sized arrays), so a checkpoint does not depend on the sharding: resume
+   it sharded, unsharded or in one process.
 
    With TFM_MPI (define it in the implementation file and build with mpicc) the group is an MPI
    communicator; the header includes <mpi.h> only then. Without it the same calls work for one process
@@ -958,12 +974,16 @@ TFMDEF tfm_result tfm_dist_init(tfm_dist *d, const void *comm, int64_t bucket);
 /* Leave the group: free the duplicated communicator (MPI_Comm_free: every rank calls it) and the
    scratch. */
 TFMDEF void tfm_dist_free(tfm_dist *d);
-/* Every rank takes rank 0's model: parameters and, for a model that trains, the AdamW moments, the
-   step and the random generator (which draws each forward's dropout seed). Ranks must have built the
-   same architecture: a mismatch is TFM_E_ARG on every rank, before anything is copied. */
+/* Every rank takes rank 0's model: parameters and, for a model that trains, the AdamW moments (sharded
+   ones stay each rank's own), the step and the random generator (which draws each forward's dropout
+   seed). Ranks must have built the same architecture: a mismatch is TFM_E_ARG on every rank, before
+   anything is copied. */
 TFMDEF tfm_result tfm_dist_broadcast_model(tfm_dist *d, tfm_model *m);
 /* Average the model's gradients over the ranks (the flat buffer of tfm_model_flat, in buckets). */
 TFMDEF tfm_result tfm_dist_allreduce_grads(tfm_dist *d, tfm_model *m);
+/* tfm_dist_allreduce_grads, then tfm_model_step (clipping, AdamW, step += 1) with its *grad_norm; for a
+   model with sharded moments the ZeRO-1 step (above), with the same results. */
+TFMDEF tfm_result tfm_dist_step(tfm_dist *d, tfm_model *m, const tfm_optim *opt, float *grad_norm);
 /* x (n floats, the same n on every rank) becomes the sum over ranks, or the mean with average;
    bit-identical on every rank. */
 TFMDEF tfm_result tfm_dist_allreduce(tfm_dist *d, float *x, int64_t n, int average);
@@ -978,11 +998,12 @@ TFMDEF tfm_result tfm_dist_reduce_loss(tfm_dist *d, float loss, int64_t n_counte
 /* This rank's share [*begin, *end) of n items (rows of a global batch, or a data set's indices):
    contiguous, in rank order, the first n % size ranks one item more. Not a collective. */
 TFMDEF tfm_result tfm_dist_shard(const tfm_dist *d, int64_t n, int64_t *begin, int64_t *end);
-/* A checksum of the model's state (parameters, moments, step, generator) into *sum (may be NULL),
-   compared across ranks: TFM_E_COMM naming the first rank whose state differs from rank 0's. */
+/* A checksum of the model's state (parameters, moments unless sharded, step, generator) into *sum (may
+   be NULL), compared across ranks: TFM_E_COMM naming the first rank whose state differs from rank 0's. */
 TFMDEF tfm_result tfm_dist_check_model(tfm_dist *d, const tfm_model *m, uint64_t *sum);
 #ifndef TFM_NO_STDIO
-/* tfm_model_save on rank 0 (atomic, as always); every rank returns its result (and message). */
+/* tfm_model_save on rank 0 (atomic, as always); every rank returns its result (and message). Sharded
+   moments are gathered whole to rank 0 for TFM_SAVE_TRAINING_STATE. */
 TFMDEF tfm_result tfm_dist_save(tfm_dist *d, const tfm_model *m, const char *path, int flags, const tfm_kv *meta,
                                 int n_meta);
 /* tfm_model_load on rank 0 (only rank 0 needs the file), then tfm_dist_broadcast_model: every rank
@@ -1159,6 +1180,14 @@ static int tfm__in_parallel(void) {
 #else
     return 0;
 #endif
+}
+
+/* Share k of n items cut into `parts` contiguous shares in order, the first n % parts one item longer:
+   [*lo, *hi). tfm_dist_shard's rule, and the moment shares of cfg.moment_shards. */
+static void tfm__share(int64_t n, int parts, int k, int64_t *lo, int64_t *hi) {
+    int64_t q = n / parts, r = n % parts;
+    *lo = q * k + TFM__MIN((int64_t)k, r);
+    *hi = *lo + q + (k < r);
 }
 
 /* -- tensors -- */
@@ -4626,11 +4655,14 @@ TFMDEF tfm_result tfm_block_backward(tfm_block *blk, tfm_tensor *dx, tfm_tensor 
 /* -- models -- */
 
 /* A model's internals, carved at the start of its activations region. The memory block is
-   params | grads | adam_m | adam_v | acts | scratch; grads and the two AdamW moments mirror params
-   offset for offset, so the flat buffers of tfm_model_flat share one indexing. */
+   params | grads | adam_m | adam_v | acts | scratch; grads mirror params offset for offset, so the flat
+   buffers of tfm_model_flat share one indexing, and the two AdamW moments hold the flat floats
+   [mom_lo, mom_hi): all of them, or with cfg.moment_shards one share. */
 struct tfm__model_impl {
     unsigned char *mem_base;        /* the whole block (64-byte aligned) */
-    size_t off_params, off_grads, off_m, off_v, n_param_bytes;
+    size_t off_params, off_grads, n_param_bytes;
+    float *mom_m, *mom_v;           /* the moments of flat floats mom_lo.. (exp_avg, exp_avg_sq) */
+    int64_t mom_lo, mom_hi;
     /* embeddings and head; the gradients have data NULL when inference_only */
     tfm_tensor src_emb, d_src_emb;  /* (V,C) tok_emb (classifier, LM) or src_tok_emb (enc-dec) */
     tfm_tensor tgt_emb, d_tgt_emb;  /* enc-dec: (Vt,C) tgt_tok_emb (aliases src_emb when shared) */
@@ -4648,7 +4680,10 @@ struct tfm__model_impl {
     int32_t *lens, *targets, *ids, *tgt_ids; /* copies of the batch's lengths, targets and ids */
     /* backward scratch */
     float *d_enc_x, *d_enc_y, *d_dec_x, *d_dec_y, *d_pooled, *d_logits;
-    tfm_adamw_param *adam;          /* the registry as AdamW's list: value, grad and the two moments */
+    tfm_adamw_param *adam;          /* AdamW's list: each parameter's value, grad and moments (moments
+                                       NULL when sharded: then the list serves the gradient norm only) */
+    tfm_adamw_param *share;         /* sharded moments: the parts of parameters in [mom_lo, mom_hi) */
+    int n_share;
     /* the last forward */
     const float *memory, *top;      /* the encoder's output (enc-dec) and the top stack's output */
     const int32_t *tokens, *tgt_in; /* its inputs (read by backward) */
@@ -4736,6 +4771,12 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
         return tfm__fail(TFM_E_ARG, "%s: cfg.last_logits is for inference_only LMs and encoder-decoders (a model that "
                          "trains needs every position's logits; a classifier has one row per sequence)", fn);
     c.last_logits = c.last_logits != 0;
+    if (c.moment_shards < 0 || c.moment_shard < 0 || c.moment_shard >= TFM__MAX(c.moment_shards, 1) ||
+        (c.moment_shards > 1 && c.inference_only))
+        return tfm__fail(TFM_E_ARG, "%s: cfg.moment_shards %d and cfg.moment_shard %d: want 0 <= moment_shard < "
+                         "moment_shards, and a model that trains (not inference_only) to shard", fn, c.moment_shards,
+                         c.moment_shard);
+    if (c.moment_shards <= 1) c.moment_shards = 1;
     big = (double)c.max_batch * TFM__MAX(c.max_len, c.max_tgt_len);
     if (big * TFM__MAX(c.d_ff, c.d_model) > 2147483647.0 ||
         big * TFM__MAX(c.vocab_size, c.tgt_vocab_size) > 2147483647.0 ||
@@ -4975,7 +5016,9 @@ static tfm_result tfm__model_layout(const tfm_config *cfg, size_t sizes[4], int 
     tfm_arena_alloc(&mem.acts, sizeof(tfm__model_impl));
     TFM__TRY(tfm__model_build(&m, &mem, NULL));
     tfm_arena_alloc(&mem.acts, (size_t)m.n_params * sizeof(tfm_param));
-    if (!cfg->inference_only) tfm_arena_alloc(&mem.acts, (size_t)m.n_params * sizeof(tfm_adamw_param));
+    if (!cfg->inference_only) tfm_arena_alloc(&mem.acts, (size_t)m.n_params * sizeof(tfm_adamw_param)); /* AdamW's list */
+    if (!cfg->inference_only && cfg->moment_shards > 1) /* with sharded moments, the list of this share's parts */
+        tfm_arena_alloc(&mem.acts, (size_t)m.n_params * sizeof(tfm_adamw_param));
     sizes[0] = mem.params.peak;
     sizes[1] = mem.grads.peak;
     sizes[2] = mem.acts.peak;
@@ -4984,9 +5027,18 @@ static tfm_result tfm__model_layout(const tfm_config *cfg, size_t sizes[4], int 
     return TFM_OK;
 }
 
-static size_t tfm__model_total(const size_t sizes[4], int train) {
+/* The flat floats [*lo, *hi) whose AdamW moments a model keeps (cfg.moment_shards), from the bytes of its
+   parameters; and the bytes each of its two moment arrays takes. */
+static size_t tfm__moment_range(const tfm_config *c, size_t param_bytes, int64_t *lo, int64_t *hi) {
+    tfm__share((int64_t)(param_bytes / sizeof(float)), c->moment_shards, c->moment_shard, lo, hi);
+    return ((size_t)(*hi - *lo) * sizeof(float) + TFM__ALIGN - 1) / TFM__ALIGN * TFM__ALIGN;
+}
+
+static size_t tfm__model_total(const tfm_config *c, const size_t sizes[4]) {
     /* params | grads | adam_m | adam_v | acts | scratch, each 64-byte aligned, plus slack to align the base */
-    return sizes[0] + (train ? 3 * sizes[0] : 0) + sizes[2] + sizes[3] + TFM__ALIGN;
+    int64_t lo, hi;
+    size_t mom = tfm__moment_range(c, sizes[0], &lo, &hi);
+    return sizes[0] + (c->inference_only ? 0 : sizes[0] + 2 * mom) + sizes[2] + sizes[3] + TFM__ALIGN;
 }
 
 TFMDEF tfm_result tfm_model_memory_size(const tfm_config *cfg, size_t *bytes) {
@@ -4996,14 +5048,15 @@ TFMDEF tfm_result tfm_model_memory_size(const tfm_config *cfg, size_t *bytes) {
     if (!bytes) return tfm__fail(TFM_E_ARG, "tfm_model_memory_size: bytes is NULL");
     TFM__TRY(tfm__config_resolve("tfm_model_memory_size", cfg, &c));
     TFM__TRY(tfm__model_layout(&c, sizes, &n));
-    *bytes = tfm__model_total(sizes, !c.inference_only);
+    *bytes = tfm__model_total(&c, sizes);
     return TFM_OK;
 }
 
 TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem, size_t size) {
     const char *fn = "tfm_model_init";
     tfm_config c;
-    size_t sizes[4], total, off, offs[4];
+    size_t sizes[4], total, off, offs[4], mom;
+    int64_t lo, hi;
     int n_params, train, i;
     tfm_mem am;
     unsigned char *base, *owned = NULL;
@@ -5014,7 +5067,8 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
     TFM__TRY(tfm__config_resolve(fn, cfg, &c));
     TFM__TRY(tfm__model_layout(&c, sizes, &n_params));
     train = !c.inference_only;
-    total = tfm__model_total(sizes, train);
+    total = tfm__model_total(&c, sizes);
+    mom = tfm__moment_range(&c, sizes[0], &lo, &hi);
     if (mem) {
         if (size < total)
             return tfm__fail(TFM_E_NOMEM, "%s: %zu bytes given, the model needs %zu (tfm_model_memory_size)", fn, size, total);
@@ -5027,14 +5081,14 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
     off = (size_t)((TFM__ALIGN - ((uintptr_t)base & (TFM__ALIGN - 1))) & (TFM__ALIGN - 1));
     memset(&am, 0, sizeof am);
     am.no_grad = !train;
-    offs[0] = off; /* params, then (training) grads, adam_m, adam_v of the same size */
+    offs[0] = off; /* params, then (training) grads of the same size and the two moments of [lo, hi) */
     offs[1] = offs[2] = offs[3] = 0;
     off += sizes[0];
     if (train) {
         offs[1] = off;
         offs[2] = off + sizes[0];
-        offs[3] = off + 2 * sizes[0];
-        off += 3 * sizes[0];
+        offs[3] = off + sizes[0] + mom;
+        off += sizes[0] + 2 * mom;
     }
     tfm_arena_init(&am.params, base + offs[0], sizes[0]);
     if (train) tfm_arena_init(&am.grads, base + offs[1], sizes[1]);
@@ -5046,12 +5100,16 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
     impl->mem_base = base;
     impl->off_params = offs[0];
     impl->off_grads = offs[1];
-    impl->off_m = offs[2];
-    impl->off_v = offs[3];
+    impl->mom_m = train ? (float *)(base + offs[2]) : NULL;
+    impl->mom_v = train ? (float *)(base + offs[3]) : NULL;
+    impl->mom_lo = train ? lo : 0;
+    impl->mom_hi = train ? hi : 0;
     impl->n_param_bytes = sizes[0];
     impl->owned = owned;
     m->params = (tfm_param *)tfm_arena_alloc(&am.acts, (size_t)n_params * sizeof(tfm_param));
     if (train) impl->adam = (tfm_adamw_param *)tfm_arena_alloc(&am.acts, (size_t)n_params * sizeof(tfm_adamw_param));
+    if (train && c.moment_shards > 1)
+        impl->share = (tfm_adamw_param *)tfm_arena_alloc(&am.acts, (size_t)n_params * sizeof(tfm_adamw_param));
     tfm_rng_seed(&rng, c.seed);
     r = tfm__model_build(m, &am, &rng);
     if (r == TFM_OK && (tfm_mem_check(&am) != TFM_OK || m->n_params != n_params))
@@ -5062,13 +5120,24 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
         return r;
     }
     for (i = 0; train && i < n_params; i++) { /* the moments mirror the parameters offset for offset */
-        tfm_adamw_param *a = &impl->adam[i];
-        a->value = m->params[i].value;
-        a->grad = m->params[i].grad;
-        a->m = a->v = a->value;
-        a->m.data = (float *)(base + offs[2]) + m->params[i].offset;
-        a->v.data = (float *)(base + offs[3]) + m->params[i].offset;
-        a->decay = m->params[i].decay;
+        const tfm_param *p = &m->params[i];
+        int64_t a = TFM__MAX(p->offset, lo), b = TFM__MIN(p->offset + tfm_numel(&p->value), hi);
+        tfm_adamw_param *e = &impl->adam[i];
+        e->value = p->value;
+        e->grad = p->grad;
+        e->m = e->v = e->value;
+        e->m.data = impl->share ? NULL : impl->mom_m + p->offset;
+        e->v.data = impl->share ? NULL : impl->mom_v + p->offset;
+        e->decay = p->decay;
+        if (!impl->share || a >= b) continue;
+        e = &impl->share[impl->n_share++]; /* sharded: the part in [lo, hi), as flat views */
+        *e = impl->adam[i];
+        e->value.ndim = e->grad.ndim = e->m.ndim = e->v.ndim = 1;
+        e->value.shape[0] = e->grad.shape[0] = e->m.shape[0] = e->v.shape[0] = b - a;
+        e->value.data += a - p->offset;
+        e->grad.data += a - p->offset;
+        e->m.data = impl->mom_m + (a - lo);
+        e->v.data = impl->mom_v + (a - lo);
     }
     impl->has_grad = train;
     impl->training = train;
@@ -5522,13 +5591,53 @@ TFMDEF tfm_result tfm_optim_lr(const tfm_optim *opt, int64_t s, float *lr) {
     return TFM_OK;
 }
 
+/* The sum of squares of the gradients of ps: each parameter's, in groups of 256 on threads, then the
+   parameters summed in list order. */
+static double tfm__adamw_sumsq(const tfm_adamw_param *ps, int n) {
+    double total = 0.0, part[256];
+    int i, g0;
+    for (g0 = 0; g0 < n; g0 += 256) {
+        int gn = TFM__MIN(256, n - g0);
+        int64_t work = 0;
+        for (i = 0; i < gn; i++) work += tfm_numel(&ps[g0 + i].grad);
+        TFM__OMP(omp parallel for schedule(dynamic) if (work > 65536 && !tfm__in_parallel()))
+        for (i = 0; i < gn; i++)
+            part[i] = tfm__op_sumsq(ps[g0 + i].grad.device, ps[g0 + i].grad.data, tfm_numel(&ps[g0 + i].grad));
+        for (i = 0; i < gn; i++) total += part[i];
+    }
+    return total;
+}
+
+/* One AdamW update of ps under a resolved o, for `step`, with sumsq the squared global gradient norm:
+   clipping to o->clip_norm, then the update. TFM_E_ARG (nothing updated) for a non-finite norm. */
+static tfm_result tfm__adamw_apply(const char *fn, const tfm_optim *o, const tfm_adamw_param *ps, int n, int64_t step,
+                                   double sumsq, float *grad_norm) {
+    double total = sqrt(sumsq), bc1, bc2;
+    float scale = 1.0f, lr;
+    int i;
+    if (grad_norm) *grad_norm = (float)total;
+    if (!isfinite(total)) return tfm__fail(TFM_E_ARG, "%s: the gradient norm is %g (not finite); no update made", fn, total);
+    if (o->clip_norm > 0.0f && total > 0.0) {
+        double s = (double)o->clip_norm / (total + 1e-6);
+        if (s < 1.0) scale = (float)s;
+    }
+    lr = tfm__lr(o, step);
+    bc1 = 1.0 - pow((double)o->beta1, (double)step);
+    bc2 = 1.0 - pow((double)o->beta2, (double)step);
+    for (i = 0; i < n; i++) {
+        const tfm_adamw_param *p = &ps[i];
+        float decay = (p->decay || o->decay_all) ? 1.0f - lr * o->weight_decay : 1.0f;
+        tfm__op_adamw(p->value.device, p->value.data, p->grad.data, p->m.data, p->v.data, tfm_numel(&p->value), scale,
+                      o->beta1, o->beta2, o->eps, (float)(lr / bc1), (float)sqrt(bc2), decay);
+    }
+    return TFM_OK;
+}
+
 /* tfm_adamw_step, with errors under the name fn */
 static tfm_result tfm__adamw_step(const char *fn, const tfm_adamw_param *ps, int n, const tfm_optim *opt, int64_t step,
                                   float *grad_norm) {
     tfm_optim o;
-    double total = 0.0, part[256], bc1, bc2;
-    float scale = 1.0f, lr;
-    int i, g0;
+    int i;
     memset(&o, 0, sizeof o);
     if (grad_norm) *grad_norm = 0.0f;
     if (!ps || n < 1) return tfm__fail(TFM_E_ARG, "%s: %d parameters at %p: want a list of at least one", fn, n, (const void *)ps);
@@ -5543,34 +5652,7 @@ static tfm_result tfm__adamw_step(const char *fn, const tfm_adamw_param *ps, int
                              tfm__shp(&p->value), tfm__shp(&p->grad), tfm__shp(&p->m), tfm__shp(&p->v));
     }
     TFM__TRY(tfm__optim_resolve(fn, opt, step, &o));
-    /* the global gradient norm: each parameter's sum of squares, in groups of 256 on threads, then the
-       parameters summed in list order */
-    for (g0 = 0; g0 < n; g0 += 256) {
-        int gn = TFM__MIN(256, n - g0);
-        int64_t work = 0;
-        for (i = 0; i < gn; i++) work += tfm_numel(&ps[g0 + i].grad);
-        TFM__OMP(omp parallel for schedule(dynamic) if (work > 65536 && !tfm__in_parallel()))
-        for (i = 0; i < gn; i++)
-            part[i] = tfm__op_sumsq(ps[g0 + i].grad.device, ps[g0 + i].grad.data, tfm_numel(&ps[g0 + i].grad));
-        for (i = 0; i < gn; i++) total += part[i];
-    }
-    total = sqrt(total);
-    if (grad_norm) *grad_norm = (float)total;
-    if (!isfinite(total)) return tfm__fail(TFM_E_ARG, "%s: the gradient norm is %g (not finite); no update made", fn, total);
-    if (o.clip_norm > 0.0f && total > 0.0) {
-        double s = (double)o.clip_norm / (total + 1e-6);
-        if (s < 1.0) scale = (float)s;
-    }
-    lr = tfm__lr(&o, step);
-    bc1 = 1.0 - pow((double)o.beta1, (double)step);
-    bc2 = 1.0 - pow((double)o.beta2, (double)step);
-    for (i = 0; i < n; i++) {
-        const tfm_adamw_param *p = &ps[i];
-        float decay = (p->decay || o.decay_all) ? 1.0f - lr * o.weight_decay : 1.0f;
-        tfm__op_adamw(p->value.device, p->value.data, p->grad.data, p->m.data, p->v.data, tfm_numel(&p->value), scale,
-                      o.beta1, o.beta2, o.eps, (float)(lr / bc1), (float)sqrt(bc2), decay);
-    }
-    return TFM_OK;
+    return tfm__adamw_apply(fn, &o, ps, n, step, tfm__adamw_sumsq(ps, n), grad_norm);
 }
 
 TFMDEF tfm_result tfm_adamw_step(const tfm_adamw_param *ps, int n, const tfm_optim *opt, int64_t step,
@@ -5578,11 +5660,19 @@ TFMDEF tfm_result tfm_adamw_step(const tfm_adamw_param *ps, int n, const tfm_opt
     return tfm__adamw_step("tfm_adamw_step", ps, n, opt, step, grad_norm);
 }
 
+/* Whether a model that trains keeps only a share of the AdamW moments (cfg.moment_shards). */
+static int tfm__model_sharded(const tfm_model *m) {
+    return m->impl->has_grad && m->impl->mom_hi - m->impl->mom_lo < (int64_t)(m->impl->n_param_bytes / sizeof(float));
+}
+
 TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad_norm) {
     const char *fn = "tfm_model_step";
     if (grad_norm) *grad_norm = 0.0f;
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     if (!m->impl->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
+    if (tfm__model_sharded(m))
+        return tfm__fail(TFM_E_ARG, "%s: the model keeps a share of the moments (cfg.moment_shards %d): step it with "
+                         "tfm_dist_step", fn, m->cfg.moment_shards);
     TFM__TRY(tfm__adamw_step(fn, m->impl->adam, m->n_params, opt, m->step + 1, grad_norm));
     m->step++;
     return TFM_OK;
@@ -7109,10 +7199,18 @@ done:
 static TFM__UNUSED int tfm__model_ready(const tfm_model *m) { return m && m->impl; }
 static TFM__UNUSED int tfm__model_trains(const tfm_model *m) { return m->impl->has_grad; }
 static TFM__UNUSED tfm_rng *tfm__model_rng(tfm_model *m) { return &m->impl->rng; }
-/* The AdamW moment of p (which 1: exp_avg, 2: exp_avg_sq), or NULL when m has no optimizer state. */
+/* The AdamW moment of p (which 1: exp_avg, 2: exp_avg_sq), or NULL when m has no optimizer state (or a
+   share of it only: checkpoints refuse such models). */
 static TFM__UNUSED float *tfm__model_moment(const tfm_model *m, const tfm_param *p, int which) {
     const tfm__model_impl *im = m->impl;
-    return im->has_grad ? (float *)(im->mem_base + (which == 1 ? im->off_m : im->off_v)) + p->offset : NULL;
+    if (!im->has_grad || tfm__model_sharded(m)) return NULL;
+    return (which == 1 ? im->mom_m : im->mom_v) + p->offset;
+}
+/* TFM_E_ARG from checkpoint call fn on a model with sharded moments. */
+static TFM__UNUSED tfm_result tfm__io_unsharded(const char *fn, const tfm_model *m) {
+    if (!tfm__model_sharded(m)) return TFM_OK;
+    return tfm__fail(TFM_E_ARG, "%s: the model keeps a share of the moments (cfg.moment_shards %d): save and load it "
+                     "with tfm_dist_save and tfm_dist_load", fn, m->cfg.moment_shards);
 }
 
 #ifndef TFM_NO_STDIO
@@ -7160,6 +7258,7 @@ TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags
     tfm_result r;
     if (!tfm__model_ready(m) || !path) return tfm__fail(TFM_E_ARG, "%s: the model (initialised) and path must be given", fn);
     if (flags & ~TFM_SAVE_TRAINING_STATE) return tfm__fail(TFM_E_ARG, "%s: unknown flags 0x%x", fn, (unsigned)flags);
+    TFM__TRY(tfm__io_unsharded(fn, m));
     if (nk == 3 && !tfm__model_trains(m))
         return tfm__fail(TFM_E_ARG, "%s: TFM_SAVE_TRAINING_STATE on an inference_only model (it has no optimizer state)", fn);
     if (n_meta < 0 || n_meta > TFM__ST_MAX_ITEMS - TFM__IO_N_CFG || (n_meta && !meta))
@@ -7289,6 +7388,7 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
     size_t total = 0;
     tfm_result r;
     if (!tfm__model_ready(m) || !path) return tfm__fail(TFM_E_ARG, "%s: the model (initialised) and path must be given", fn);
+    TFM__TRY(tfm__io_unsharded(fn, m));
     r = tfm__st_open_read(&s, path, NULL, 0, &h);
     for (i = 0; r == TFM_OK && i < h.n && nk == 1; i++)
         if (!strncmp(h.entries[i].name, "optim.", 6)) nk = 3;
@@ -7404,15 +7504,39 @@ static tfm_result tfm__dist_wait(const char *fn, const tfm_dist *d, MPI_Request 
         }                                                                                              \
     } while (0)
 
-/* Rank 0's bytes to every rank, in calls of at most 1 GiB (MPI counts are int). */
-static tfm_result tfm__dist_bcast(const char *fn, const tfm_dist *d, void *buf, int64_t bytes) {
+/* Rank root's bytes to every rank, in calls of at most 1 GiB (MPI counts are int). */
+static tfm_result tfm__dist_bcast(const char *fn, const tfm_dist *d, int root, void *buf, int64_t bytes) {
     tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
     unsigned char *p = (unsigned char *)buf;
     while (bytes > 0) {
         int c = (int)TFM__MIN(bytes, (int64_t)1 << 30);
-        TFM__MPI_COLL(fn, d, MPI_Bcast, MPI_Ibcast, p, c, MPI_BYTE, 0, im->comm);
+        TFM__MPI_COLL(fn, d, MPI_Bcast, MPI_Ibcast, p, c, MPI_BYTE, root, im->comm);
         p += c;
         bytes -= c;
+    }
+    return TFM_OK;
+}
+
+/* n floats from rank `from`'s x to rank `to`'s x (the other ranks do nothing), in messages of d->bucket. */
+static tfm_result tfm__dist_move(const char *fn, const tfm_dist *d, int from, int to, float *x, int64_t n) {
+    tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
+    int64_t off;
+    if (d->rank != from && d->rank != to) return TFM_OK;
+    for (off = 0; off < n; off += d->bucket) {
+        int c = (int)TFM__MIN(d->bucket, n - off);
+        if (d->rank == from && d->timeout > 0) {
+            MPI_Request rq;
+            TFM__MPI_TRY(fn, "MPI_Isend", MPI_Isend(x + off, c, MPI_FLOAT, to, 0, im->comm, &rq));
+            TFM__TRY(tfm__dist_wait(fn, d, &rq, "MPI_Isend"));
+        } else if (d->rank == from) {
+            TFM__MPI_TRY(fn, "MPI_Send", MPI_Send(x + off, c, MPI_FLOAT, to, 0, im->comm));
+        } else if (d->timeout > 0) {
+            MPI_Request rq;
+            TFM__MPI_TRY(fn, "MPI_Irecv", MPI_Irecv(x + off, c, MPI_FLOAT, from, 0, im->comm, &rq));
+            TFM__TRY(tfm__dist_wait(fn, d, &rq, "MPI_Irecv"));
+        } else {
+            TFM__MPI_TRY(fn, "MPI_Recv", MPI_Recv(x + off, c, MPI_FLOAT, from, 0, im->comm, MPI_STATUS_IGNORE));
+        }
     }
     return TFM_OK;
 }
@@ -7443,19 +7567,24 @@ static tfm_result tfm__dist_chk(const char *fn, const tfm_dist *d) {
 static tfm_result tfm__dist_chk_model(const char *fn, const tfm_dist *d, const tfm_model *m) {
     TFM__TRY(tfm__dist_chk(fn, d));
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
+    if (m->cfg.moment_shards > 1 && (m->cfg.moment_shards != d->size || m->cfg.moment_shard != d->rank))
+        return tfm__fail(TFM_E_ARG, "%s: the model keeps moment share %d of %d (cfg.moment_shard, moment_shards), but this is "
+                         "rank %d of %d: set them to the rank and the group's size", fn, m->cfg.moment_shard,
+                         m->cfg.moment_shards, d->rank, d->size);
     return TFM_OK;
 }
 
 /* What must agree between ranks before a model's state may be copied: its parameters' names, shapes
-   and offsets, its dropout, whether it trains. */
+   and offsets, its dropout, whether it trains and how its moments are sharded. */
 static uint64_t tfm__dist_model_sig(const tfm_model *m) {
     uint64_t h = 0xCBF29CE484222325ull;
-    int64_t v[4];
+    int64_t v[5];
     int i;
     v[0] = m->n_params;
     v[1] = m->n_weights;
     v[2] = (int64_t)m->impl->n_param_bytes;
     v[3] = m->impl->has_grad;
+    v[4] = m->cfg.moment_shards;
     h = tfm__dist_hash(h, v, sizeof v);
     h = tfm__dist_hash(h, &m->cfg.dropout, sizeof(float));
     h = tfm__dist_hash(h, &m->cfg.attn_dropout, sizeof(float));
@@ -7476,7 +7605,7 @@ static tfm_result tfm__dist_agree(const char *fn, tfm_dist *d, uint64_t h, int *
         tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
         uint64_t h0 = h;
         int mine;
-        TFM__TRY(tfm__dist_bcast(fn, d, &h0, sizeof h0));
+        TFM__TRY(tfm__dist_bcast(fn, d, 0, &h0, sizeof h0));
         mine = h0 == h ? -1 : d->rank;
         TFM__MPI_COLL(fn, d, MPI_Allreduce, MPI_Iallreduce, &mine, bad, 1, MPI_INT, MPI_MAX, im->comm);
     }
@@ -7604,7 +7733,7 @@ static tfm_result tfm__dist_sum(const char *fn, tfm_dist *d, double *x, int n) {
         tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
         TFM__MPI_COLL(fn, d, MPI_Reduce, MPI_Ireduce, d->rank == 0 ? MPI_IN_PLACE : x, d->rank == 0 ? x : NULL, n,
                       MPI_DOUBLE, MPI_SUM, 0, im->comm);
-        TFM__TRY(tfm__dist_bcast(fn, d, x, (int64_t)n * (int64_t)sizeof(double)));
+        TFM__TRY(tfm__dist_bcast(fn, d, 0, x, (int64_t)n * (int64_t)sizeof(double)));
     }
 #else
     (void)fn, (void)d, (void)x, (void)n;
@@ -7632,16 +7761,45 @@ TFMDEF tfm_result tfm_dist_reduce_loss(tfm_dist *d, float loss, int64_t n_counte
     return TFM_OK;
 }
 
+TFMDEF tfm_result tfm_dist_step(tfm_dist *d, tfm_model *m, const tfm_optim *opt, float *grad_norm) {
+    const char *fn = "tfm_dist_step";
+    tfm__model_impl *mi;
+    int64_t n = 0;
+    float *g;
+    if (grad_norm) *grad_norm = 0.0f;
+    TFM__TRY(tfm__dist_chk_model(fn, d, m));
+    mi = m->impl;
+    if (!(g = tfm_model_flat(m, 1, &n))) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
+    TFM__TRY(tfm__dist_allreduce(fn, d, g, n, 1));
+    if (!mi->share) {
+        TFM__TRY(tfm__adamw_step(fn, mi->adam, m->n_params, opt, m->step + 1, grad_norm));
+    } else {
+#if defined(TFM_MPI) /* (a group of one never has sharded moments: tfm__dist_chk_model) */
+        /* the norm over every parameter's gradient as tfm_model_step sums it, AdamW on this rank's share,
+           then every share's new parameters from its rank */
+        float *w = tfm_model_flat(m, 0, NULL);
+        int64_t lo, hi;
+        tfm_optim o;
+        int r;
+        TFM__TRY(tfm__optim_resolve(fn, opt, m->step + 1, &o));
+        TFM__TRY(tfm__adamw_apply(fn, &o, mi->share, mi->n_share, m->step + 1, tfm__adamw_sumsq(mi->adam, m->n_params),
+                                  grad_norm));
+        for (r = 0; r < d->size; r++) {
+            tfm__share(n, d->size, r, &lo, &hi);
+            TFM__TRY(tfm__dist_bcast(fn, d, r, w + lo, (hi - lo) * (int64_t)sizeof(float)));
+        }
+#endif
+    }
+    m->step++;
+    return TFM_OK;
+}
+
 TFMDEF tfm_result tfm_dist_shard(const tfm_dist *d, int64_t n, int64_t *begin, int64_t *end) {
     const char *fn = "tfm_dist_shard";
-    int64_t q, r;
     TFM__TRY(tfm__dist_chk(fn, d));
     if (n < 0 || !begin || !end)
         return tfm__fail(TFM_E_ARG, "%s: n %lld (want >= 0), begin %p, end %p (want both)", fn, (long long)n, (void *)begin, (void *)end);
-    q = n / d->size;
-    r = n % d->size;
-    *begin = q * d->rank + TFM__MIN((int64_t)d->rank, r);
-    *end = *begin + q + (d->rank < r);
+    tfm__share(n, d->size, d->rank, begin, end);
     return TFM_OK;
 }
 
@@ -7656,17 +7814,19 @@ static tfm_result tfm__dist_same_model(const char *fn, tfm_dist *d, const tfm_mo
     return TFM_OK;
 }
 
-/* Rank 0's model state to every rank (models already checked alike). */
+/* Rank 0's model state to every rank (models already checked alike); sharded moments stay each rank's. */
 static tfm_result tfm__dist_broadcast_state(const char *fn, tfm_dist *d, tfm_model *m) {
 #if defined(TFM_MPI)
     if (d->size > 1) {
         tfm__model_impl *mi = m->impl;
-        TFM__TRY(tfm__dist_bcast(fn, d, mi->mem_base + mi->off_params, (int64_t)mi->n_param_bytes));
+        TFM__TRY(tfm__dist_bcast(fn, d, 0, mi->mem_base + mi->off_params, (int64_t)mi->n_param_bytes));
         if (mi->has_grad) {
-            TFM__TRY(tfm__dist_bcast(fn, d, mi->mem_base + mi->off_m, (int64_t)mi->n_param_bytes));
-            TFM__TRY(tfm__dist_bcast(fn, d, mi->mem_base + mi->off_v, (int64_t)mi->n_param_bytes));
-            TFM__TRY(tfm__dist_bcast(fn, d, &m->step, sizeof m->step));
-            TFM__TRY(tfm__dist_bcast(fn, d, &mi->rng, sizeof mi->rng));
+            if (!tfm__model_sharded(m)) {
+                TFM__TRY(tfm__dist_bcast(fn, d, 0, mi->mom_m, (int64_t)mi->n_param_bytes));
+                TFM__TRY(tfm__dist_bcast(fn, d, 0, mi->mom_v, (int64_t)mi->n_param_bytes));
+            }
+            TFM__TRY(tfm__dist_bcast(fn, d, 0, &m->step, sizeof m->step));
+            TFM__TRY(tfm__dist_bcast(fn, d, 0, &mi->rng, sizeof mi->rng));
         }
     }
 #else
@@ -7691,8 +7851,10 @@ TFMDEF tfm_result tfm_dist_check_model(tfm_dist *d, const tfm_model *m, uint64_t
     mi = m->impl;
     h = tfm__dist_hash(tfm__dist_model_sig(m), mi->mem_base + mi->off_params, (int64_t)mi->n_param_bytes);
     if (mi->has_grad) {
-        h = tfm__dist_hash(h, mi->mem_base + mi->off_m, (int64_t)mi->n_param_bytes);
-        h = tfm__dist_hash(h, mi->mem_base + mi->off_v, (int64_t)mi->n_param_bytes);
+        if (!tfm__model_sharded(m)) { /* sharded moments differ from rank to rank */
+            h = tfm__dist_hash(h, mi->mom_m, (int64_t)mi->n_param_bytes);
+            h = tfm__dist_hash(h, mi->mom_v, (int64_t)mi->n_param_bytes);
+        }
         h = tfm__dist_hash(h, &m->step, sizeof m->step);
         h = tfm__dist_hash(h, &mi->rng, sizeof mi->rng);
     }
@@ -7712,8 +7874,8 @@ static tfm_result tfm__dist_share_result(const char *fn, tfm_dist *d, tfm_result
         char msg[sizeof tfm__errbuf];
         int code = (int)r;
         memcpy(msg, tfm__errbuf, sizeof msg);
-        TFM__TRY(tfm__dist_bcast(fn, d, &code, sizeof code));
-        TFM__TRY(tfm__dist_bcast(fn, d, msg, sizeof msg));
+        TFM__TRY(tfm__dist_bcast(fn, d, 0, &code, sizeof code));
+        TFM__TRY(tfm__dist_bcast(fn, d, 0, msg, sizeof msg));
         msg[sizeof msg - 1] = 0;
         if (code != TFM_OK) return tfm__fail((tfm_result)code, "%s (on rank 0)", msg);
         return TFM_OK;
@@ -7724,21 +7886,77 @@ static tfm_result tfm__dist_share_result(const char *fn, tfm_dist *d, tfm_result
     return r;
 }
 
+#if defined(TFM_MPI)
+/* Sharded moments: every rank's share into rank 0's whole copy `full` (2n floats: exp_avg, then
+   exp_avg_sq), or with scatter the whole copy's shares back to their ranks. */
+static tfm_result tfm__dist_moments(const char *fn, tfm_dist *d, tfm_model *m, float *full, int scatter) {
+    tfm__model_impl *mi = m->impl;
+    int64_t n = (int64_t)(mi->n_param_bytes / sizeof(float)), lo, hi;
+    int r, k;
+    for (k = 0; k < 2; k++) {
+        float *mine = k ? mi->mom_v : mi->mom_m;
+        for (r = 0; r < d->size; r++) {
+            tfm__share(n, d->size, r, &lo, &hi);
+            if (r > 0)
+                TFM__TRY(tfm__dist_move(fn, d, scatter ? 0 : r, scatter ? r : 0, d->rank == 0 ? full + k * n + lo : mine, hi - lo));
+            else if (d->rank == 0 && scatter)
+                memcpy(mine, full + k * n, (size_t)hi * sizeof(float));
+            else if (d->rank == 0)
+                memcpy(full + k * n, mine, (size_t)hi * sizeof(float));
+        }
+    }
+    return TFM_OK;
+}
+#endif
+
+/* tfm_model_save (load 0) or tfm_model_load (load 1) on rank 0, every rank getting its result; a model
+   with sharded moments has them gathered whole on rank 0 for the call (and, loaded, sent back). */
+static tfm_result tfm__dist_io(const char *fn, tfm_dist *d, tfm_model *m, int load, const char *path, int flags,
+                               const tfm_kv *meta, int n_meta) {
+    tfm__model_impl *mi = m->impl;
+    int whole = !tfm__model_sharded(m) || (!load && !(flags & TFM_SAVE_TRAINING_STATE));
+    int64_t n = (int64_t)(mi->n_param_bytes / sizeof(float));
+    float *full = NULL;
+    tfm_result r = TFM_OK;
+#if defined(TFM_MPI)
+    if (!whole) {
+        if (d->rank == 0 && !(full = (float *)TFM_MALLOC((size_t)(2 * n) * sizeof(float), m->cfg.user)))
+            r = tfm__fail(TFM_E_NOMEM, "%s: could not allocate the %lld floats of the whole moments on rank 0", fn,
+                          (long long)(2 * n));
+        r = tfm__dist_share_result(fn, d, r);
+        if (r == TFM_OK) r = tfm__dist_moments(fn, d, m, full, 0);
+        if (r != TFM_OK) {
+            if (full) TFM_FREE(full, m->cfg.user);
+            return r;
+        }
+    }
+#endif
+    if (d->rank == 0) {
+        float *own_m = mi->mom_m, *own_v = mi->mom_v;
+        int64_t lo = mi->mom_lo, hi = mi->mom_hi;
+        if (!whole) mi->mom_m = full, mi->mom_v = full + n, mi->mom_lo = 0, mi->mom_hi = n;
+        r = load ? tfm_model_load(m, path) : tfm_model_save(m, path, flags, meta, n_meta);
+        mi->mom_m = own_m, mi->mom_v = own_v, mi->mom_lo = lo, mi->mom_hi = hi;
+    }
+    r = tfm__dist_share_result(fn, d, r);
+#if defined(TFM_MPI)
+    if (r == TFM_OK && load && !whole) r = tfm__dist_moments(fn, d, m, full, 1);
+#endif
+    if (full) TFM_FREE(full, m->cfg.user);
+    if (r == TFM_OK && load) r = tfm__dist_broadcast_state(fn, d, m);
+    return r;
+}
+
 TFMDEF tfm_result tfm_dist_save(tfm_dist *d, const tfm_model *m, const char *path, int flags, const tfm_kv *meta, int n_meta) {
     const char *fn = "tfm_dist_save";
-    tfm_result r = TFM_OK;
     TFM__TRY(tfm__dist_chk_model(fn, d, m));
-    if (d->rank == 0) r = tfm_model_save(m, path, flags, meta, n_meta);
-    return tfm__dist_share_result(fn, d, r);
+    return tfm__dist_io(fn, d, (tfm_model *)m, 0, path, flags, meta, n_meta);
 }
 
 TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path) {
     const char *fn = "tfm_dist_load";
-    tfm_result r = TFM_OK;
     TFM__TRY(tfm__dist_same_model(fn, d, m));
-    if (d->rank == 0) r = tfm_model_load(m, path);
-    TFM__TRY(tfm__dist_share_result(fn, d, r));
-    return tfm__dist_broadcast_state(fn, d, m);
+    return tfm__dist_io(fn, d, m, 1, path, 0, NULL, 0);
 }
 #endif
 

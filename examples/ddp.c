@@ -20,8 +20,13 @@
    process (tfm_dist_load reads the file on process 0 only). With --time, process 0's estimate of the
    steps left is the one every process uses.
 
-   Options: the common ones (--help), plus --len N (the window, default 64) and --smoke (a tiny model
-   for 20 steps). */
+   With --zero (ZeRO-1) each process keeps the AdamW moments of its own share of the parameters only
+   (cfg.moment_shards, cfg.moment_shard) and steps with tfm_dist_step: the same model, bit for bit,
+   with less memory per process; the checkpoint is the same file either way, so a run may resume with
+   or without --zero.
+
+   Options: the common ones (--help), plus --len N (the window, default 64), --zero, and --smoke (a tiny
+   model for 20 steps). */
 #define TFM_IMPLEMENTATION
 #include "common.h"
 
@@ -32,6 +37,7 @@
 typedef struct ddp_opts {
     ex_train_opts t;  /* --data, --model, --batch (global), --lr, --time, ... (common.h) */
     int len, smoke;   /* --len: the window in bytes */
+    int zero;         /* --zero: the moments sharded across the processes (ZeRO-1) */
 } ddp_opts;
 
 static void ddp_args(int argc, char **argv, ddp_opts *o) {
@@ -65,9 +71,11 @@ static void ddp_args(int argc, char **argv, ddp_opts *o) {
         if (ex_is(a, "--smoke")) continue;
         else if (ex_train_opt(&o->t, argc, argv, &i)) continue;
         else if (ex_is(a, "--len")) o->len = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--zero")) o->zero = 1;
         else if (ex_is(a, "-h") || ex_is(a, "--help")) {
             printf("usage: [mpirun -np N] ddp [options]\n"
                    "  --len N           the window in bytes (default %d)\n"
+                   "  --zero            each process keeps the optimizer moments of its share of the parameters only\n"
                    "  --smoke           a tiny model for 20 steps (seconds)\n"
                    "  (--batch is the global batch: the processes share its rows; --threads is per process, default 1)\n",
                    d.len);
@@ -135,6 +143,7 @@ int main(int argc, char **argv) {
     int local_max, i;
     double t0, t_reduce = 0, nats;
     uint64_t sum = 0;
+    size_t bytes = 0;
     float loss = 0, gloss = 0;
 #ifdef TFM_MPI
     MPI_Init(&argc, &argv);
@@ -164,14 +173,20 @@ int main(int argc, char **argv) {
     cfg.tie_output = 1;
     cfg.dropout = o.t.dropout;
     cfg.seed = o.t.seed;
+    if (o.zero) { /* ZeRO-1: this process's share of the moments only */
+        cfg.moment_shards = dist.size;
+        cfg.moment_shard = dist.rank;
+    }
+    ex_check(tfm_model_memory_size(&cfg, &bytes), "tfm_model_memory_size");
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     if (o.t.resume) ex_check(tfm_dist_load(&dist, &m, o.t.model), o.t.model);
     else ex_check(tfm_dist_broadcast_model(&dist, &m), "tfm_dist_broadcast_model");
     ex_check(tfm_model_set_batch_offset(&m, r0), "tfm_model_set_batch_offset");
     printf("ddp: %d process%s x %d thread%s, global batch %d x %d bytes (process 0: rows %lld..%lld), "
-           "%.2f M parameters, sgemm %s\n", dist.size, dist.size > 1 ? "es" : "", tfm_get_num_threads(),
-           tfm_get_num_threads() > 1 ? "s" : "", o.t.batch, o.len, (long long)r0, (long long)r1 - 1,
-           (double)m.n_weights / 1e6, tfm_sgemm_backend());
+           "%.2f M parameters, %.1f MB of model memory per process%s, sgemm %s\n", dist.size, dist.size > 1 ? "es" : "",
+           tfm_get_num_threads(), tfm_get_num_threads() > 1 ? "s" : "", o.t.batch, o.len, (long long)r0,
+           (long long)r1 - 1, (double)m.n_weights / 1e6, (double)bytes / 1e6,
+           o.zero ? " (moments sharded)" : "", tfm_sgemm_backend());
 
     steps_per_epoch = cut_val / ((int64_t)o.t.batch * o.len);
     total_steps = o.smoke ? m.step + 20 : steps_per_epoch * o.t.epochs;
@@ -208,9 +223,13 @@ int main(int argc, char **argv) {
         ex_check(tfm_dist_reduce_loss(&dist, loss, n, &gloss, &gn), "tfm_dist_reduce_loss");
         ex_check(tfm_model_backward(&m, (float)((double)dist.size * (double)n / (double)gn)), "tfm_model_backward");
         t = ex_now();
-        ex_check(tfm_dist_allreduce_grads(&dist, &m), "tfm_dist_allreduce_grads");
+        if (o.zero) { /* the all-reduce, AdamW on this process's share, the new parameters to every process */
+            ex_check(tfm_dist_step(&dist, &m, &opt, NULL), "tfm_dist_step");
+        } else {
+            ex_check(tfm_dist_allreduce_grads(&dist, &m), "tfm_dist_allreduce_grads");
+            ex_check(tfm_model_step(&m, &opt, NULL), "tfm_model_step");
+        }
         t_reduce += ex_now() - t;
-        ex_check(tfm_model_step(&m, &opt, NULL), "tfm_model_step");
         if (budget.seconds > 0 && (step + 1 - budget.first_step) % 25 == 0) {
             double x[1];
             x[0] = (double)ex_budget_fit(&budget, step, total_steps, &opt); /* process 0's estimate for all */
@@ -227,8 +246,8 @@ int main(int argc, char **argv) {
             nats = ddp_eval(&dist, &m, text.data, cut_val, cut_val + n_eval, o.len, local_max, off, tok, tgt);
             ex_progress_break(&prog);
             ex_check(tfm_dist_check_model(&dist, &m, &sum), "tfm_dist_check_model");
-            printf("step %lld: validation %.4f bits per byte; all-reduce %.1f%% of the time; every process holds the "
-                   "same model (checksum %016llx)\n", (long long)(step + 1), nats / log(2.0),
+            printf("step %lld: validation %.4f bits per byte; gradient exchange and update %.1f%% of the time; every "
+                   "process holds the same model (checksum %016llx)\n", (long long)(step + 1), nats / log(2.0),
                    100.0 * t_reduce / (ex_now() - t0), (unsigned long long)sum);
             ex_csv_row(csv, "%lld,%.4f,NaN,%.5f", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
                        nats / log(2.0));

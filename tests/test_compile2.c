@@ -77,7 +77,7 @@ static const tc2_fn tc2_functions[] = {
     TC2_FN(tfm_dist_save), TC2_FN(tfm_dist_load),
 #endif
     TC2_FN(tfm_cuda_available),
-    TC2_FN(tfm_dist_init), TC2_FN(tfm_dist_free), TC2_FN(tfm_dist_broadcast_model), TC2_FN(tfm_dist_allreduce_grads),
+    TC2_FN(tfm_dist_init), TC2_FN(tfm_dist_free), TC2_FN(tfm_dist_broadcast_model), TC2_FN(tfm_dist_allreduce_grads), TC2_FN(tfm_dist_step),
     TC2_FN(tfm_dist_allreduce), TC2_FN(tfm_dist_sum), TC2_FN(tfm_dist_reduce_loss), TC2_FN(tfm_dist_shard),
     TC2_FN(tfm_dist_check_model)
 };

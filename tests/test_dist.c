@@ -77,7 +77,33 @@ static void test_dist_single(void) {
         CHECK_OK(tfm_dist_check_model(&d, &m2, &s3));
         CHECK(s3 == s2); /* parameters, moments, step and generator all came back */
         CHECK_ERR(tfm_dist_load(&d, &m2, "build/no_such_dir/x.safetensors"), TFM_E_IO, "tfm_model_load");
+        /* tfm_dist_step is tfm_model_step here: both models take the same step, to the bit */
+        tfm_model_zero_grad(&m);
+        tfm_model_zero_grad(&m2);
+        CHECK_OK(tfm_model_forward(&m, &b, &loss, &n));
+        CHECK_OK(tfm_model_backward(&m, 1.0f));
+        CHECK_OK(tfm_model_forward(&m2, &b, &loss, &n));
+        CHECK_OK(tfm_model_backward(&m2, 1.0f));
+        CHECK_OK(tfm_model_step(&m, &o, NULL));
+        CHECK_OK(tfm_dist_step(&d, &m2, &o, NULL));
+        CHECK_OK(tfm_dist_check_model(&d, &m, &s2));
+        CHECK_OK(tfm_dist_check_model(&d, &m2, &s3));
+        CHECK(s3 == s2 && m2.step == 2);
         tfm_model_free(&m2);
+    }
+    { /* moments sharded for two ranks: a group of one is not that group */
+        tfm_model z;
+        tfm_config cz = c;
+        size_t whole = 0, half = 0;
+        cz.moment_shards = 2;
+        cz.moment_shard = 1;
+        CHECK_OK(tfm_model_memory_size(&c, &whole));
+        CHECK_OK(tfm_model_memory_size(&cz, &half));
+        CHECK(half < whole);
+        CHECK_OK(tfm_model_init(&z, &cz, NULL, 0));
+        CHECK_ERR(tfm_dist_step(&d, &z, &o, NULL), TFM_E_ARG, "rank 0 of 1");
+        CHECK_ERR(tfm_model_step(&z, &o, NULL), TFM_E_ARG, "tfm_dist_step");
+        tfm_model_free(&z);
     }
     tfm_model_free(&m);
     tfm_dist_free(&d);

@@ -10,6 +10,12 @@
      - the LM also saves a checkpoint at step 25 (tfm_dist_save): its bytes equal rank 0's own
        tfm_model_save of the same state, a fresh model on every rank resumes from it (tfm_dist_load)
        and ends bit-identical to the uninterrupted run, and a single process loads it as is.
+     - ZeRO-1 alongside: a model with its moments sharded over the ranks (cfg.moment_shards), stepped
+       with tfm_dist_step, must stay bit-identical to the unsharded run (the same all-reduce, the same
+       norm, AdamW on each share, the shares' parameters sent from their ranks); its step-25 checkpoint
+       resumes sharded to the same final bits, and one process reads it with the moments bit-identical
+       to the unsharded checkpoint's; its memory size, and its refusals (tfm_model_step, save/load,
+       a share that is not the rank's).
    Rows have different lengths (padding), so ranks count different numbers of targets: that is what
    the loss-weighted backward is for. The all-reduce runs in buckets of an odd size (4099 floats), so
    every model's gradient crosses several buckets split unevenly over the ranks.
@@ -141,7 +147,8 @@ static tfm_optim optim(void) {
     return o;
 }
 
-/* One data-parallel step s on this rank; *loss: the global batch's loss (before the update). */
+/* One data-parallel step s on this rank; *loss: the global batch's loss (before the update). A model
+   with sharded moments (ZeRO-1) steps with tfm_dist_step, the others as the manual shows step by step. */
 static void ddp_step(tfm_dist *dist, tfm_model *m, tfm_model_kind kind, int s, float *loss) {
     data d;
     int64_t r0, r1, n = 0, gn = 0;
@@ -157,8 +164,25 @@ static void ddp_step(tfm_dist *dist, tfm_model *m, tfm_model_kind kind, int s, f
     OK(tfm_dist_reduce_loss(dist, l, n, loss, &gn));
     /* ranks count different numbers of targets: weight each rank's gradient by its share */
     OK(tfm_model_backward(m, strcmp(mutate, "weight") ? (float)((double)dist->size * (double)n / (double)gn) : 1.0f));
+    if (m->cfg.moment_shards > 1) {
+        OK(tfm_dist_step(dist, m, &o, NULL));
+        return;
+    }
     if (strcmp(mutate, "allreduce")) OK(tfm_dist_allreduce_grads(dist, m));
     OK(tfm_model_step(m, &o, NULL));
+}
+
+/* The largest |a - b| over the n floats of two arrays, and how many differ at all. */
+static double max_diff(const float *a, const float *b, int64_t n, int64_t *n_diff) {
+    double mx = 0;
+    int64_t i;
+    *n_diff = 0;
+    for (i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        *n_diff += a[i] != b[i];
+        if (!(e <= mx)) mx = e;
+    }
+    return mx;
 }
 
 /* The single-process reference step s on all G rows: in one batch (parts 1), or in `parts` batches
@@ -211,8 +235,13 @@ static int same_file(const char *a, const char *b) {
 static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
     char what[256];
     const char *ckpt = "build/mpi/test_mpi_ckpt.safetensors", *ckpt1 = "build/mpi/test_mpi_ckpt_single.safetensors";
-    tfm_config cm = config(kind, G, 7 + (uint64_t)rank_), cr = config(kind, G, 7);
-    tfm_model m, ref, acc;
+    const char *ckptz = "build/mpi/test_mpi_ckpt_zero.safetensors";
+    tfm_config cm = config(kind, G, 7 + (uint64_t)rank_), cr = config(kind, G, 7), cz = cm;
+    tfm_model m, ref, acc, z;
+    uint64_t sum_z = 0;
+    int64_t nz_diff = 0;
+    double max_z = 0;
+    int identical_z = 1;
     uint64_t sum = 0, sum_end = 0;
     double max_rel = 0, max_dp = 0, max_acc = 0;
     int s, identical = 1, ckpt_step = n_steps / 2;
@@ -221,8 +250,13 @@ static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
     if (rank_ == 0) OK(tfm_model_init(&ref, &cr, NULL, 0));
     if (rank_ == 0) OK(tfm_model_init(&acc, &cr, NULL, 0));
     if (strcmp(mutate, "broadcast")) OK(tfm_dist_broadcast_model(dist, &m));
+    /* ZeRO-1: the same run with each rank keeping its share of the moments only */
+    cz.moment_shards = size_;
+    cz.moment_shard = rank_;
+    OK(tfm_model_init(&z, &cz, NULL, 0));
+    OK(tfm_dist_broadcast_model(dist, &z));
     for (s = 1; s <= n_steps; s++) {
-        float loss = 0, lref = 0;
+        float loss = 0, lref = 0, loss_z = 0;
         if (s == kill_at && rank_ == 1) kill(getpid(), SIGKILL);
         if (s == stall_at && rank_ == 1)
             for (;;) pause();
@@ -232,6 +266,17 @@ static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
             if (identical && rank_ == 0) printf("     step %d: %s\n", s, tfm_last_error());
             identical = 0;
         } else OK(rc);
+        ddp_step(dist, &z, kind, s, &loss_z);
+        rc = tfm_dist_check_model(dist, &z, &sum_z);
+        if (rc == TFM_E_COMM && strstr(tfm_last_error(), "differs")) identical_z = 0;
+        else OK(rc);
+        if (s < 3 || s == n_steps) { /* its parameters against the unsharded run's, on this rank */
+            int64_t n = 0, nd = 0;
+            const float *a = tfm_model_flat(&z, 0, &n);
+            double e = max_diff(a, tfm_model_flat(&m, 0, NULL), n, &nd);
+            if (!(e <= max_z)) max_z = e;
+            nz_diff += nd;
+        }
         if (rank_ == 0) {
             double rel;
             float lacc;
@@ -242,6 +287,7 @@ static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
         }
         if (kind == TFM_MODEL_DECODER_LM && s == ckpt_step) {
             OK(tfm_dist_save(dist, &m, ckpt, TFM_SAVE_TRAINING_STATE, NULL, 0));
+            OK(tfm_dist_save(dist, &z, ckptz, TFM_SAVE_TRAINING_STATE, NULL, 0));
             if (rank_ == 0) OK(tfm_model_save(&m, ckpt1, TFM_SAVE_TRAINING_STATE, NULL, 0));
         }
     }
@@ -264,6 +310,19 @@ static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
     snprintf(what, sizeof what, "%s: every rank's state bit-identical after every step (checksum %016llx)", name,
              (unsigned long long)sum_end);
     check(identical, what);
+    {
+        double all[2];
+        all[0] = max_z;
+        all[1] = (double)nz_diff;
+        OK(tfm_dist_sum(dist, all, 2));
+        snprintf(what, sizeof what, "%s, ZeRO-1 (moments sharded over %d ranks, tfm_dist_step): parameters bit-identical "
+                 "to the unsharded run's at steps 1, 2 and %d on every rank (%.0f differ, max abs diff %.2g)", name, size_,
+                 n_steps, all[1], all[0]);
+        check(all[1] == 0, what);
+        snprintf(what, sizeof what, "%s, ZeRO-1: every rank's parameters, step and generator bit-identical after every "
+                 "step", name);
+        check(identical_z, what);
+    }
 
     if (kind == TFM_MODEL_DECODER_LM) {
         /* resume from the step-25 checkpoint on every rank, from a model of another seed */
@@ -304,10 +363,92 @@ static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
             tfm_model_free(&one);
         }
         tfm_model_free(&m2);
+
+        /* ZeRO-1: the sharded checkpoint resumes sharded, and a single process reads it as any */
+        OK(tfm_model_init(&m2, &cz, NULL, 0));
+        OK(tfm_dist_load(dist, &m2, ckptz));
+        for (s = ckpt_step + 1; s <= n_steps; s++) {
+            float loss;
+            ddp_step(dist, &m2, kind, s, &loss);
+        }
+        OK(tfm_dist_check_model(dist, &m2, &sum));
+        snprintf(what, sizeof what, "ZeRO-1 checkpoint: resumed sharded at step %d, ends bit-identical to the "
+                 "uninterrupted sharded run (%016llx vs %016llx)", ckpt_step, (unsigned long long)sum, (unsigned long long)sum_z);
+        check(m2.step == n_steps && sum == sum_z, what);
+        tfm_model_free(&m2);
+        if (rank_ == 0) {
+            tfm_config c1 = config(kind, G, 5);
+            tfm_model a1, b1;
+            const tfm_param *p;
+            int64_t n = 0, nd = 0, k;
+            double e = 0;
+            OK(tfm_model_init(&a1, &c1, NULL, 0));
+            OK(tfm_model_init(&b1, &c1, NULL, 0));
+            OK(tfm_model_load(&a1, ckptz));
+            OK(tfm_model_load(&b1, ckpt));
+            e = max_diff(tfm_model_flat(&a1, 0, &n), tfm_model_flat(&b1, 0, NULL), n, &nd);
+            for (k = 0; k < a1.n_params; k++) { /* the moments, gathered whole, against the unsharded run's */
+                int64_t d1 = 0, d2 = 0, cnt = tfm_numel(&a1.params[k].value);
+                double e1, e2;
+                p = &a1.params[k];
+                e1 = max_diff(tfm__model_moment(&a1, p, 1), tfm__model_moment(&b1, &b1.params[k], 1), cnt, &d1);
+                e2 = max_diff(tfm__model_moment(&a1, p, 2), tfm__model_moment(&b1, &b1.params[k], 2), cnt, &d2);
+                if (e1 > e) e = e1;
+                if (e2 > e) e = e2;
+                nd += d1 + d2;
+            }
+            snprintf(what, sizeof what, "ZeRO-1 checkpoint: a single process loads it; step, parameters and whole "
+                     "moments bit-identical to the unsharded run's checkpoint (%lld floats differ, max abs diff %.2g)",
+                     (long long)nd, e);
+            check(a1.step == ckpt_step && nd == 0, what);
+            tfm_model_free(&a1);
+            tfm_model_free(&b1);
+        }
     }
     if (rank_ == 0) tfm_model_free(&ref);
     if (rank_ == 0) tfm_model_free(&acc);
+    tfm_model_free(&z);
     tfm_model_free(&m);
+}
+
+/* ZeRO-1's memory and its refusals. */
+static void run_zero_basics(tfm_dist *dist) {
+    tfm_config c = config(TFM_MODEL_DECODER_LM, G, 7), cs = c;
+    tfm_model z;
+    tfm_optim o = optim();
+    size_t whole = 0, shard = 0;
+    int64_t n = 0;
+    char what[256];
+    cs.moment_shards = size_;
+    cs.moment_shard = rank_;
+    OK(tfm_model_memory_size(&c, &whole));
+    OK(tfm_model_memory_size(&cs, &shard));
+    OK(tfm_model_init(&z, &cs, NULL, 0));
+    tfm_model_flat(&z, 0, &n);
+    /* two moment arrays of n floats each, against two of this rank's share (at most n / size + 1 floats,
+       each array rounded up to 64 bytes); the sharded model adds a list of its share's parts (a
+       tfm_adamw_param per parameter at most) */
+    snprintf(what, sizeof what, "ZeRO-1: tfm_model_memory_size is %zu bytes sharded against %zu whole: the moments of "
+             "%lld floats at 1/%d", shard, whole, (long long)n, size_);
+    check(whole - shard + (size_t)z.n_params * sizeof(tfm_adamw_param) + 64 >= (size_t)(2 * (n - (n / size_ + 1)) * 4) - 128 &&
+              whole - shard <= (size_t)(2 * n * 4), what);
+    check(tfm_model_step(&z, &o, NULL) == TFM_E_ARG && strstr(tfm_last_error(), "tfm_dist_step") != NULL,
+          "ZeRO-1: tfm_model_step refuses a sharded model, pointing to tfm_dist_step");
+    check(tfm_model_save(&z, "build/mpi/never.safetensors", TFM_SAVE_TRAINING_STATE, NULL, 0) == TFM_E_ARG &&
+              tfm_model_load(&z, "build/mpi/never.safetensors") == TFM_E_ARG && strstr(tfm_last_error(), "tfm_dist_load"),
+          "ZeRO-1: tfm_model_save (with the training state) and tfm_model_load refuse a sharded model");
+    tfm_model_free(&z);
+    cs.moment_shard = (rank_ + 1) % size_;
+    OK(tfm_model_init(&z, &cs, NULL, 0));
+    check(tfm_dist_step(dist, &z, &o, NULL) == TFM_E_ARG && strstr(tfm_last_error(), "rank") != NULL,
+          "ZeRO-1: tfm_dist_step refuses a model whose share is not this rank's");
+    tfm_model_free(&z);
+    cs.moment_shard = size_;
+    check(tfm_model_init(&z, &cs, NULL, 0) == TFM_E_ARG && strstr(tfm_last_error(), "moment_shard") != NULL,
+          "ZeRO-1: tfm_model_init refuses a share outside [0, moment_shards)");
+    cs.moment_shard = 0;
+    cs.inference_only = 1;
+    check(tfm_model_init(&z, &cs, NULL, 0) == TFM_E_ARG, "ZeRO-1: an inference_only model has no moments to shard");
 }
 
 /* The collectives on plain arrays: sums of known integers (exact in float), odd buckets, shards. */
@@ -364,6 +505,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     run_basics();
+    if (size_ > 1) run_zero_basics(&dist);
     run_kind(&dist, TFM_MODEL_ENCODER_CLASSIFIER, "encoder classifier");
     run_kind(&dist, TFM_MODEL_DECODER_LM, "decoder LM");
     run_kind(&dist, TFM_MODEL_ENCODER_DECODER, "encoder-decoder");
