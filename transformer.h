@@ -7258,7 +7258,7 @@ TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags
     tfm_result r;
     if (!tfm__model_ready(m) || !path) return tfm__fail(TFM_E_ARG, "%s: the model (initialised) and path must be given", fn);
     if (flags & ~TFM_SAVE_TRAINING_STATE) return tfm__fail(TFM_E_ARG, "%s: unknown flags 0x%x", fn, (unsigned)flags);
-    TFM__TRY(tfm__io_unsharded(fn, m));
+    if (nk == 3) TFM__TRY(tfm__io_unsharded(fn, m));
     if (nk == 3 && !tfm__model_trains(m))
         return tfm__fail(TFM_E_ARG, "%s: TFM_SAVE_TRAINING_STATE on an inference_only model (it has no optimizer state)", fn);
     if (n_meta < 0 || n_meta > TFM__ST_MAX_ITEMS - TFM__IO_N_CFG || (n_meta && !meta))

@@ -437,6 +437,17 @@ static void run_zero_basics(tfm_dist *dist) {
     check(tfm_model_save(&z, "build/mpi/never.safetensors", TFM_SAVE_TRAINING_STATE, NULL, 0) == TFM_E_ARG &&
               tfm_model_load(&z, "build/mpi/never.safetensors") == TFM_E_ARG && strstr(tfm_last_error(), "tfm_dist_load"),
           "ZeRO-1: tfm_model_save (with the training state) and tfm_model_load refuse a sharded model");
+    /* the parameters alone need no gathering: a sharded model saves them as any model does */
+    OK(tfm_dist_save(dist, &z, "build/mpi/zero_params.safetensors", 0, NULL, 0));
+    if (rank_ == 0) {
+        tfm_model one;
+        int64_t nd = 0;
+        OK(tfm_model_init(&one, &c, NULL, 0));
+        OK(tfm_model_load(&one, "build/mpi/zero_params.safetensors"));
+        max_diff(tfm_model_flat(&one, 0, NULL), tfm_model_flat(&z, 0, NULL), n, &nd);
+        check(nd == 0, "ZeRO-1: tfm_dist_save without the training state writes a sharded model's parameters as they are");
+        tfm_model_free(&one);
+    }
     tfm_model_free(&z);
     cs.moment_shard = (rank_ + 1) % size_;
     OK(tfm_model_init(&z, &cs, NULL, 0));
