@@ -982,7 +982,9 @@ TFMDEF tfm_result tfm_dist_broadcast_model(tfm_dist *d, tfm_model *m);
 /* Average the model's gradients over the ranks (the flat buffer of tfm_model_flat, in buckets). */
 TFMDEF tfm_result tfm_dist_allreduce_grads(tfm_dist *d, tfm_model *m);
 /* tfm_dist_allreduce_grads, then tfm_model_step (clipping, AdamW, step += 1) with its *grad_norm; for a
-   model with sharded moments the ZeRO-1 step (above), with the same results. */
+   model with sharded moments the ZeRO-1 step (above), with the same results. A bad opt is refused before
+   anything changes; a non-finite gradient norm (TFM_E_ARG on every rank) leaves the gradients averaged
+   and the parameters as they were. */
 TFMDEF tfm_result tfm_dist_step(tfm_dist *d, tfm_model *m, const tfm_optim *opt, float *grad_norm);
 /* x (n floats, the same n on every rank) becomes the sum over ranks, or the mean with average;
    bit-identical on every rank. */
@@ -7764,32 +7766,31 @@ TFMDEF tfm_result tfm_dist_reduce_loss(tfm_dist *d, float loss, int64_t n_counte
 TFMDEF tfm_result tfm_dist_step(tfm_dist *d, tfm_model *m, const tfm_optim *opt, float *grad_norm) {
     const char *fn = "tfm_dist_step";
     tfm__model_impl *mi;
+    tfm_optim o;
     int64_t n = 0;
     float *g;
     if (grad_norm) *grad_norm = 0.0f;
     TFM__TRY(tfm__dist_chk_model(fn, d, m));
     mi = m->impl;
     if (!(g = tfm_model_flat(m, 1, &n))) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
+    memset(&o, 0, sizeof o);
+    TFM__TRY(tfm__optim_resolve(fn, opt, m->step + 1, &o)); /* before anything changes */
     TFM__TRY(tfm__dist_allreduce(fn, d, g, n, 1));
-    if (!mi->share) {
-        TFM__TRY(tfm__adamw_step(fn, mi->adam, m->n_params, opt, m->step + 1, grad_norm));
-    } else {
+    /* the norm over every parameter's gradient as tfm_model_step sums it; AdamW on all of them, or with
+       sharded moments on this rank's share, after which every share's new parameters go from its rank */
+    TFM__TRY(tfm__adamw_apply(fn, &o, mi->share ? mi->share : mi->adam, mi->share ? mi->n_share : m->n_params,
+                              m->step + 1, tfm__adamw_sumsq(mi->adam, m->n_params), grad_norm));
 #if defined(TFM_MPI) /* (a group of one never has sharded moments: tfm__dist_chk_model) */
-        /* the norm over every parameter's gradient as tfm_model_step sums it, AdamW on this rank's share,
-           then every share's new parameters from its rank */
+    if (mi->share) {
         float *w = tfm_model_flat(m, 0, NULL);
         int64_t lo, hi;
-        tfm_optim o;
         int r;
-        TFM__TRY(tfm__optim_resolve(fn, opt, m->step + 1, &o));
-        TFM__TRY(tfm__adamw_apply(fn, &o, mi->share, mi->n_share, m->step + 1, tfm__adamw_sumsq(mi->adam, m->n_params),
-                                  grad_norm));
         for (r = 0; r < d->size; r++) {
             tfm__share(n, d->size, r, &lo, &hi);
             TFM__TRY(tfm__dist_bcast(fn, d, r, w + lo, (hi - lo) * (int64_t)sizeof(float)));
         }
-#endif
     }
+#endif
     m->step++;
     return TFM_OK;
 }

@@ -89,6 +89,14 @@ static void test_dist_single(void) {
         CHECK_OK(tfm_dist_check_model(&d, &m, &s2));
         CHECK_OK(tfm_dist_check_model(&d, &m2, &s3));
         CHECK(s3 == s2 && m2.step == 2);
+        {   /* a bad opt is refused before anything changes */
+            tfm_optim bad = o;
+            uint64_t s4 = 0;
+            bad.lr = 0.0f;
+            CHECK_ERR(tfm_dist_step(&d, &m2, &bad, NULL), TFM_E_ARG, "tfm_dist_step");
+            CHECK_OK(tfm_dist_check_model(&d, &m2, &s4));
+            CHECK(s4 == s3 && m2.step == 2);
+        }
         tfm_model_free(&m2);
     }
     { /* moments sharded for two ranks: a group of one is not that group */

@@ -232,6 +232,25 @@ static int same_file(const char *a, const char *b) {
     return ok;
 }
 
+/* A fresh model of config c on every rank resumes from the checkpoint at path (*step_at: the step it
+   loaded) and trains to step n_steps; returns the ranks' common checksum at the end. */
+static uint64_t resume(tfm_dist *dist, tfm_model_kind kind, const tfm_config *c, const char *path, int n_steps,
+                       int64_t *step_at) {
+    tfm_model m2;
+    uint64_t sum = 0;
+    int s;
+    OK(tfm_model_init(&m2, c, NULL, 0));
+    OK(tfm_dist_load(dist, &m2, path));
+    *step_at = m2.step;
+    for (s = (int)m2.step + 1; s <= n_steps; s++) {
+        float loss;
+        ddp_step(dist, &m2, kind, s, &loss);
+    }
+    OK(tfm_dist_check_model(dist, &m2, &sum));
+    tfm_model_free(&m2);
+    return sum;
+}
+
 static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
     char what[256];
     const char *ckpt = "build/mpi/test_mpi_ckpt.safetensors", *ckpt1 = "build/mpi/test_mpi_ckpt_single.safetensors";
@@ -327,15 +346,9 @@ static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
     if (kind == TFM_MODEL_DECODER_LM) {
         /* resume from the step-25 checkpoint on every rank, from a model of another seed */
         tfm_config c2 = config(kind, G, 99 + (uint64_t)rank_);
-        tfm_model m2;
-        OK(tfm_model_init(&m2, &c2, NULL, 0));
-        OK(tfm_dist_load(dist, &m2, ckpt));
-        check(m2.step == ckpt_step, "checkpoint: every rank resumes at the saved step");
-        for (s = ckpt_step + 1; s <= n_steps; s++) {
-            float loss;
-            ddp_step(dist, &m2, kind, s, &loss);
-        }
-        OK(tfm_dist_check_model(dist, &m2, &sum));
+        int64_t step_at = 0;
+        sum = resume(dist, kind, &c2, ckpt, n_steps, &step_at);
+        check(step_at == ckpt_step, "checkpoint: every rank resumes at the saved step");
         snprintf(what, sizeof what, "checkpoint: resumed at step %d on every rank, ends bit-identical to the "
                  "uninterrupted run (%016llx vs %016llx)", ckpt_step, (unsigned long long)sum, (unsigned long long)sum_end);
         check(sum == sum_end, what);
@@ -362,20 +375,12 @@ static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
             }
             tfm_model_free(&one);
         }
-        tfm_model_free(&m2);
 
         /* ZeRO-1: the sharded checkpoint resumes sharded, and a single process reads it as any */
-        OK(tfm_model_init(&m2, &cz, NULL, 0));
-        OK(tfm_dist_load(dist, &m2, ckptz));
-        for (s = ckpt_step + 1; s <= n_steps; s++) {
-            float loss;
-            ddp_step(dist, &m2, kind, s, &loss);
-        }
-        OK(tfm_dist_check_model(dist, &m2, &sum));
+        sum = resume(dist, kind, &cz, ckptz, n_steps, &step_at);
         snprintf(what, sizeof what, "ZeRO-1 checkpoint: resumed sharded at step %d, ends bit-identical to the "
                  "uninterrupted sharded run (%016llx vs %016llx)", ckpt_step, (unsigned long long)sum, (unsigned long long)sum_z);
-        check(m2.step == n_steps && sum == sum_z, what);
-        tfm_model_free(&m2);
+        check(step_at == ckpt_step && sum == sum_z, what);
         if (rank_ == 0) {
             tfm_config c1 = config(kind, G, 5);
             tfm_model a1, b1;
