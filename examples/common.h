@@ -690,6 +690,7 @@ typedef struct ex_email {
     char *text;   /* Subject, a newline, then the body; whitespace runs collapsed to one space */
     int len;
     int spam;     /* 1: from a spam-* folder */
+    int hard;     /* 1: from a hard-ham-* folder (ham that looks like spam: newsletters, offers) */
 } ex_email;
 
 /* Append s[0..n) to out, collapsing runs of whitespace into one space. */
@@ -763,6 +764,7 @@ EX_FN ex_email *ex_spamassassin_read(const char *path, int max_len, int64_t *n_o
             if (n == cap) { cap = cap ? 2 * cap : 1024; v = (ex_email *)ex_realloc(v, (size_t)cap * sizeof *v); }
             v[n] = ex_email_parse((const char *)tar.data + off, size, max_len);
             v[n].spam = strncmp(name, "spam", 4) == 0 || strstr(name, "/spam") != NULL;
+            v[n].hard = strncmp(name, "hard", 4) == 0 || strstr(name, "/hard") != NULL;
             n++;
         }
         off += (size + 511) / 512 * 512;

@@ -42,7 +42,12 @@ typedef struct split {
     int32_t *tokens;   /* (n, cap) bytes of each email, 0-padded */
     int32_t *lens;     /* (n) bytes kept, at least 1 (an empty email is one padding token) */
     int32_t *labels;   /* (n) 0 ham, 1 spam */
+    int32_t *kind;     /* (n) EASY_HAM, HARD_HAM or SPAM: the folder it came from */
 } split;
+
+/* The corpus's three kinds of email, scored apart at the end (hard ham is ham that looks like spam). */
+enum { EASY_HAM, HARD_HAM, SPAM, N_KIND };
+static const char *const kind_name[N_KIND] = {"easy ham", "hard ham", "spam"};
 
 static void split_fill(split *s, const ex_email *mail, const int32_t *idx, int64_t n, int cap) {
     int64_t i;
@@ -52,11 +57,13 @@ static void split_fill(split *s, const ex_email *mail, const int32_t *idx, int64
     s->tokens = (int32_t *)ex_malloc((size_t)(n * cap) * sizeof(int32_t));
     s->lens = (int32_t *)ex_malloc((size_t)n * sizeof(int32_t));
     s->labels = (int32_t *)ex_malloc((size_t)n * sizeof(int32_t));
+    s->kind = (int32_t *)ex_malloc((size_t)n * sizeof(int32_t));
     for (i = 0; i < n; i++) {
         const ex_email *e = &mail[idx ? idx[i] : i];
         for (t = 0; t < cap; t++) s->tokens[i * cap + t] = t < e->len ? (unsigned char)e->text[t] : 0;
         s->lens[i] = e->len > 0 ? e->len : 1;
         s->labels[i] = e->spam;
+        s->kind[i] = e->spam ? SPAM : e->hard ? HARD_HAM : EASY_HAM;
     }
 }
 
@@ -64,6 +71,7 @@ static void split_free(split *s) {
     free(s->tokens);
     free(s->lens);
     free(s->labels);
+    free(s->kind);
 }
 
 /* The window of len bytes of email `row` that starts at byte `start`, as one row of a batch. */
@@ -123,8 +131,10 @@ static void spam_probability(tfm_model *m, const split *s, int batch, int len, i
     free(count);
 }
 
-/* Loss (cross-entropy of the mean probability) and ham/spam counts of the model on a whole split. */
-static double evaluate(tfm_model *m, const split *s, int batch, int len, int max_w, ex_binary *counts) {
+/* Loss (cross-entropy of the mean probability) and ham/spam counts of the model on a whole split;
+   with right and of_kind (N_KIND each), also how many of each kind there are and how many it gets right. */
+static double evaluate(tfm_model *m, const split *s, int batch, int len, int max_w, ex_binary *counts,
+                       int64_t *right, int64_t *of_kind) {
     double *p = (double *)ex_malloc((size_t)s->n * sizeof(double)), total = 0;
     int64_t i;
     spam_probability(m, s, batch, len, max_w, p);
@@ -133,6 +143,10 @@ static double evaluate(tfm_model *m, const split *s, int batch, int len, int max
         double q = s->labels[i] ? p[i] : 1 - p[i];
         total -= log(q > 1e-12 ? q : 1e-12);
         ex_binary_add(counts, s->labels[i], p[i] > 0.5);
+        if (right) {
+            of_kind[s->kind[i]]++;
+            right[s->kind[i]] += (p[i] > 0.5) == s->labels[i];
+        }
     }
     free(p);
     return total / (double)s->n;
@@ -152,6 +166,7 @@ static void train(const options *o) {
     ex_binary c;
     FILE *csv;
     double vloss, loss_sum = 0, t0;
+    int64_t right[N_KIND] = {0}, total[N_KIND] = {0};
     int loss_n = 0;
     float loss = 0;
 
@@ -258,7 +273,7 @@ static void train(const options *o) {
             loss_n = 0;
         }
         if ((step + 1) % o->t.eval_every == 0 || step + 1 == total_steps) {
-            vloss = evaluate(&m, &va, o->t.batch, o->len, o->windows, &c);
+            vloss = evaluate(&m, &va, o->t.batch, o->len, o->windows, &c, NULL, NULL);
             ex_progress_break(&prog);
             printf("step %lld: validation loss %.4f, accuracy %.2f%%, spam F1 %.4f\n", (long long)(step + 1),
                    vloss, 100 * ex_accuracy(&c), ex_f1(&c));
@@ -281,11 +296,16 @@ static void train(const options *o) {
     }
 
     /* 4. the test split, once, with the final model */
-    vloss = evaluate(&m, &te, o->t.batch, o->len, o->windows, &c);
+    vloss = evaluate(&m, &te, o->t.batch, o->len, o->windows, &c, right, total);
     printf("test: %lld emails, loss %.4f, accuracy %.2f%%, spam F1 %.4f (precision %.4f, recall %.4f); "
            "training took %.1f min\n", (long long)te.n, vloss, 100 * ex_accuracy(&c), ex_f1(&c),
            c.tp + c.fp ? (double)c.tp / (double)(c.tp + c.fp) : 0, c.tp + c.fn ? (double)c.tp / (double)(c.tp + c.fn) : 0,
            (ex_now() - t0) / 60);
+    printf("test by kind:");
+    for (i = 0; i < N_KIND; i++)
+        printf("%s %s %lld of %lld right (%.1f%%)", i ? "," : "", kind_name[i], (long long)right[i], (long long)total[i],
+               total[i] ? 100.0 * right[i] / total[i] : 0.0);
+    printf("\n");
     printf("model saved to %s; classify an email with: spam --model %s --classify FILE\n", o->t.model, o->t.model);
 
     if (csv) fclose(csv);
