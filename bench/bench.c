@@ -973,6 +973,39 @@ static double read_bandwidth(int threads) {
     return (double)n * sizeof(float) / median(t, 7) * 1e-9;
 }
 
+/* Milliseconds to read every parameter of m once at `threads` threads (the flat array of
+   tfm_model_flat, each thread its contiguous part, with read_sum), the median of 3 passes after one
+   untimed pass: the floor of a batch-1 decoding step, on the memory the step reads. run_gen times it
+   right after each batch-1 generation: on a virtual machine the rate of memory changes by more than
+   half from minute to minute and between allocations, so only neighbours in time and in memory
+   compare. */
+static double read_weights_ms(tfm_model *m, int threads) {
+    int64_t n_all = 0;
+    const float *w = tfm_model_flat(m, 0, &n_all);
+    size_t n = (size_t)n_all;
+    double t[3];
+    volatile float sink = 0.0f;
+    int r;
+    for (r = -1; r < 3; r++) {
+        double t0 = now_s();
+        float tot = 0.0f;
+        TFM__OMP(omp parallel num_threads(threads) reduction(+ : tot))
+        {
+            int k = 0, nt = 1;
+#ifdef _OPENMP
+            k = omp_get_thread_num();
+            nt = omp_get_num_threads();
+#endif
+            size_t lo = n / (size_t)nt * (size_t)k, hi = k == nt - 1 ? n : n / (size_t)nt * (size_t)(k + 1);
+            tot += read_sum(w + lo, hi - lo);
+        }
+        sink = tot;
+        if (r >= 0) t[r] = now_s() - t0;
+    }
+    (void)sink;
+    return 1e3 * median(t, 3);
+}
+
 /* The serving formula of the README for an inference_only decoder-only LM (pre-LN), in bytes. */
 static double lm_serving_bytes(const tfm_config *c, int64_t n_weights) {
     double B = c->max_batch, T = c->max_len, C = c->d_model, F = c->d_ff ? c->d_ff : 4.0 * c->d_model;
@@ -985,10 +1018,11 @@ static double lm_serving_bytes(const tfm_config *c, int64_t n_weights) {
        GEN impl=ours name=... threads=... batch=... tok_s=... ms_tok=...
        MEM name=... model_mb=... formula_mb=... params_mb=... peak_mb=...   (peak RSS before the bandwidth buffer)
        BW threads=... gb_s=...
-       RATIO name=... threads=... ms_tok=... weights_ms=... ratio=...
+       RATIO name=... threads=... ms_tok=... read_ms=... ratio=... weights_ms=... ratio_bw=...
    ms_tok is the median time of a whole generation over the tokens of one row (GEN_NEW): at batch B one
-   step for all B rows. weights_ms = the parameters' bytes / gb_s: reading the weights once; ratio =
-   batch 1's ms_tok / weights_ms. */
+   step for all B rows. read_ms: reading the model's weights once (read_weights_ms), the median of its
+   times right after each timed batch-1 generation; ratio = batch 1's ms_tok / read_ms. weights_ms = the parameters' bytes / gb_s, the same estimated from the
+   1 GiB buffer's rate, and ratio_bw = ms_tok / weights_ms. */
 static int run_gen(const bench_cfg *bc, int threads) {
     static const int batches[3] = {1, 8, 32};
     tfm_config cfg = make_config(bc);
@@ -997,7 +1031,7 @@ static int run_gen(const bench_cfg *bc, int threads) {
     const int32_t *pp[32];
     int n_prompts[32], n_out[32], quick = quick_mode(), reps = quick ? 1 : 3, bi, i, r;
     size_t bytes = 0;
-    double bw, t[3], ms_tok1 = 0.0, wms;
+    double bw, t[3], rt[3], ms_tok1 = 0.0, wms, rms = 0.0;
     tfm_rng rng;
     tfm_result rc;
     if (bc->kind != TFM_MODEL_DECODER_LM) {
@@ -1026,6 +1060,7 @@ static int run_gen(const bench_cfg *bc, int threads) {
             if ((rc = tfm_model_generate_batch(m, B, NULL, NULL, pp, n_prompts, &go, out, GEN_NEW, n_out)) != TFM_OK)
                 die_tfm("tfm_model_generate_batch", rc);
             if (r >= 0) t[r] = now_s() - t0;
+            if (r >= 0 && B == 1) rt[r] = read_weights_ms(m, threads);
             for (i = 0; i < B; i++)
                 if (n_out[i] != GEN_NEW) {
                     fprintf(stderr, "bench: row %d gave %d tokens, not %d\n", i, n_out[i], GEN_NEW);
@@ -1033,7 +1068,10 @@ static int run_gen(const bench_cfg *bc, int threads) {
                 }
         }
         ms_tok = 1e3 * median(t, reps) / GEN_NEW;
-        if (B == 1) ms_tok1 = ms_tok;
+        if (B == 1) {
+            ms_tok1 = ms_tok;
+            rms = median(rt, reps);
+        }
         printf("GEN impl=ours name=%s threads=%d batch=%d tok_s=%.1f ms_tok=%.3f\n", bc->name, threads, B,
                B * 1e3 / ms_tok, ms_tok);
         fflush(stdout);
@@ -1044,8 +1082,8 @@ static int run_gen(const bench_cfg *bc, int threads) {
     bw = read_bandwidth(threads);
     wms = 4.0 * (double)m->n_weights / (bw * 1e9) * 1e3;
     printf("BW threads=%d gb_s=%.2f\n", threads, bw);
-    printf("RATIO name=%s threads=%d ms_tok=%.3f weights_ms=%.3f ratio=%.3f\n", bc->name, threads, ms_tok1, wms,
-           ms_tok1 / wms);
+    printf("RATIO name=%s threads=%d ms_tok=%.3f read_ms=%.3f ratio=%.3f weights_ms=%.3f ratio_bw=%.3f\n", bc->name,
+           threads, ms_tok1, rms, ms_tok1 / rms, wms, ms_tok1 / wms);
     tfm_model_free(m);
     free(m);
     free(out);

@@ -252,7 +252,8 @@ gen_table() {
               tok[kv["impl"], k, kv["batch"]] = kv["tok_s"] }
     /^MEM / { kvs(); mem[kv["name"]] = sprintf("%s %s MB (formula %s, parameters %s), peak RSS %s MB", kv["name"], kv["model_mb"], kv["formula_mb"], kv["params_mb"], kv["peak_mb"]) }
     /^BW / { kvs(); bw[kv["threads"]] = kv["gb_s"] }
-    /^RATIO / { kvs(); ratio[kv["name"] SUBSEP kv["threads"]] = kv["ms_tok"] " ms / " kv["weights_ms"] " ms = " kv["ratio"] }
+    /^RATIO / { kvs(); ratio[kv["name"] SUBSEP kv["threads"]] = kv["ms_tok"] " ms / " kv["read_ms"] " ms = " kv["ratio"] \
+                " (from the 1 GiB rate: " kv["weights_ms"] " ms, " kv["ratio_bw"] ")" }
     END {
         if (!n) exit
         printf "\n== generation, repeat %d: greedy, 1-token prompts, 127 new tokens per row, tokens/s ours/torch (ours/torch)\n", rep
