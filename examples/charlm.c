@@ -175,11 +175,9 @@ static void train(const options *o) {
     tfm_config cfg = {0};
     tfm_optim opt = {0};
     tfm_model m;
-    ex_progress prog;
-    FILE *csv;
-    ex_budget budget;
-    double t0, loss_sum = 0, bpc;
-    int loss_n = 0, b, t;
+    ex_log lg;
+    double t0, bpc;
+    int b, t;
     float loss = 0;
 
     /* 1. data: ids, and the verse boundaries at 90% and 95% */
@@ -241,11 +239,11 @@ static void train(const options *o) {
 
     tok = (int32_t *)ex_malloc((size_t)tokens_per_step * sizeof(int32_t));
     tgt = (int32_t *)ex_malloc((size_t)tokens_per_step * sizeof(int32_t));
-    csv = ex_csv_open(o->t.csv, "step,epoch,train_bpc,val_bpc", m.step > 0);
+    ex_log_start(&lg, &o->t, "step,epoch,train_bpc,val_bpc", 1, "chars", (double)tokens_per_step, m.step,
+                 total_steps, (double)steps_per_epoch);
+    lg.csv_scale = 1 / log(2.0); /* the loss curve in bits per character */
 
     /* 3. training on random windows of the training text */
-    ex_progress_start(&prog, "chars", m.step);
-    ex_budget_start(&budget, o->t.time_budget, m.step); /* --time */
     t0 = ex_now();
     for (step = m.step; step < total_steps; step++) {
         tfm_rng r;
@@ -266,24 +264,13 @@ static void train(const options *o) {
         ex_check(tfm_model_forward(&m, &bt, &loss, NULL), "forward");
         ex_check(tfm_model_backward(&m, 1.0f), "backward");
         ex_check(tfm_model_step(&m, &opt, NULL), "step");
-        loss_sum += loss;
-        loss_n++;
-        total_steps = ex_budget_fit(&budget, step, total_steps, &opt);
-        ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, loss,
-                         ex_lr(&opt, step + 1), (double)tokens_per_step, 0);
-        if ((step + 1) % 20 == 0) {
-            ex_csv_row(csv, "%lld,%.4f,%.5f,NaN", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
-                       loss_sum / loss_n / log(2.0));
-            loss_sum = 0;
-            loss_n = 0;
-        }
+        total_steps = ex_log_step(&lg, step, loss, &opt); /* progress line, loss curve, --time */
         if ((step + 1) % o->t.eval_every == 0 || step + 1 == total_steps) {
             int64_t nv = cut_test - cut_val < o->val_chars ? cut_test - cut_val : o->val_chars;
             bpc = bits_per_char(&m, ids + cut_val, nv, o->len, o->t.batch);
-            ex_progress_break(&prog);
+            ex_log_val(&lg, step + 1, &bpc);
             printf("step %lld: validation %.4f bits per character (first %lld characters)\n", (long long)(step + 1),
                    bpc, (long long)nv);
-            ex_csv_row(csv, "%lld,%.4f,NaN,%.5f", (long long)(step + 1), (double)(step + 1) / steps_per_epoch, bpc);
             {
                 tfm_kv meta[1];
                 meta[0].key = "vocab";
@@ -292,11 +279,7 @@ static void train(const options *o) {
             }
         }
     }
-    if (step > prog.first_step) { /* the last line, in full */
-        ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, ex_lr(&opt, step),
-                         (double)tokens_per_step, 1);
-        ex_progress_break(&prog);
-    }
+    ex_log_end(&lg, step, &opt); /* the last progress line, in full */
     printf("training took %.1f min\n", (ex_now() - t0) / 60);
 
     /* 4. the test split, once, with the final model */
@@ -308,7 +291,6 @@ static void train(const options *o) {
     if (o->smoke) check_cache(&m, ids + cut_test, 8, o->len - 8 < 24 ? o->len - 8 : 24);
     printf("model saved to %s; write text with: charlm --model %s --prompt \"And God said\"\n", o->t.model, o->t.model);
 
-    if (csv) fclose(csv);
     free(tok);
     free(tgt);
     free(ids);

@@ -1,5 +1,6 @@
-/* common.h - the boring code the examples share: timing, a progress line, CSV logs, data-set
-   readers (KJV Bible, CMUdict, SpamAssassin, IDX), shuffling and splits, metrics.
+/* common.h - the boring code the examples share: timing, a progress line, CSV logs, a training
+   loop's bookkeeping, data-set readers (KJV Bible, CMUdict, SpamAssassin, IDX), shuffling and
+   splits, metrics.
 
    It is not part of the library: transformer.h is the library, this file is what any program that
    trains a model needs around it. Each example includes it once, after defining TFM_IMPLEMENTATION:
@@ -387,6 +388,89 @@ EX_FN int64_t ex_budget_fit(ex_budget *b, int64_t step, int64_t total, tfm_optim
     if (total <= step + 1) total = step + 1; /* out of time: this was the last step */
     opt->total_steps = (int)total;
     return total;
+}
+
+/* ==== a training loop's bookkeeping ==== */
+
+/* What a training loop keeps beside the model: the progress line, the --time budget and the loss
+   curve. The CSV's columns are step, epoch, the training loss, then n_val validation values; every
+   `every` steps a row gives the mean training loss since the last one (times csv_scale: 1 / ln 2
+   for bits), and ex_log_val adds a row per validation. */
+typedef struct ex_log {
+    ex_progress prog;
+    ex_budget budget;
+    FILE *csv;                /* NULL: no loss curve */
+    int64_t total;            /* steps to train in all, refitted as it goes under --time */
+    double steps_per_epoch, units_per_step, csv_scale, sum;
+    int n_val, every, n;      /* n: training losses in sum */
+    float loss;               /* the last step's */
+} ex_log;
+
+/* Opens t->csv with header (appending when the run resumes at first_step > 0) and starts the clock.
+   unit: what the speed counts ("images"), units_per_step of them a step. */
+EX_FN void ex_log_start(ex_log *l, const ex_train_opts *t, const char *header, int n_val, const char *unit,
+                        double units_per_step, int64_t first_step, int64_t total, double steps_per_epoch) {
+    memset(l, 0, sizeof *l);
+    l->csv = ex_csv_open(t->csv, header, first_step > 0);
+    l->n_val = n_val;
+    l->units_per_step = units_per_step;
+    l->total = total;
+    l->steps_per_epoch = steps_per_epoch;
+    l->csv_scale = 1.0;
+    l->every = 20;
+    ex_progress_start(&l->prog, unit, first_step);
+    ex_budget_start(&l->budget, t->time_budget, first_step);
+}
+
+/* A CSV row at `done` steps: the training loss (NaN for none), then the n_val validation values
+   (val NULL: NaN). */
+EX_FN void ex_log_row(ex_log *l, int64_t done, double train, const double *val) {
+    int i;
+    if (!l->csv) return;
+    fprintf(l->csv, "%lld,%.4f", (long long)done, (double)done / l->steps_per_epoch);
+    if (!isnan(train)) fprintf(l->csv, ",%.5f", train);
+    else fprintf(l->csv, ",NaN");
+    for (i = 0; i < l->n_val; i++)
+        if (val) fprintf(l->csv, ",%.5f", val[i]);
+        else fprintf(l->csv, ",NaN");
+    fputc('\n', l->csv);
+    fflush(l->csv);
+}
+
+/* After step `step` (counted from 0) with its loss: the budget refitted (and opt->total_steps with
+   it), the progress line, the CSV. Returns the number of steps to train in all. */
+EX_FN int64_t ex_log_step(ex_log *l, int64_t step, float loss, tfm_optim *opt) {
+    int64_t done = step + 1;
+    l->loss = loss;
+    l->sum += loss;
+    l->n++;
+    l->total = ex_budget_fit(&l->budget, step, l->total, opt);
+    ex_progress_show(&l->prog, done, l->total, (double)done / l->steps_per_epoch, loss, ex_lr(opt, done),
+                     l->units_per_step, 0);
+    if (done % l->every == 0) {
+        ex_log_row(l, done, l->sum / l->n * l->csv_scale, NULL);
+        l->sum = 0;
+        l->n = 0;
+    }
+    return l->total;
+}
+
+/* A validation at `done` steps: ends the progress line (print the result after this) and writes
+   the row of its n_val values. */
+EX_FN void ex_log_val(ex_log *l, int64_t done, const double *val) {
+    ex_progress_break(&l->prog);
+    ex_log_row(l, done, NAN, val);
+}
+
+/* The end of training at `step` steps: the last progress line, in full; the CSV closed. */
+EX_FN void ex_log_end(ex_log *l, int64_t step, const tfm_optim *opt) {
+    if (step > l->prog.first_step) {
+        ex_progress_show(&l->prog, step, l->total, (double)step / l->steps_per_epoch, l->loss, ex_lr(opt, step),
+                         l->units_per_step, 1);
+        ex_progress_break(&l->prog);
+    }
+    if (l->csv) fclose(l->csv);
+    l->csv = NULL;
 }
 
 /* ==== shuffling ==== */

@@ -148,11 +148,8 @@ static void train(const options *o) {
     tfm_model m;
     float *in, loss = 0;
     int64_t steps_per_epoch, total_steps, step;
-    ex_progress prog;
-    ex_budget budget;
-    FILE *csv;
-    double t0, vl, acc, loss_sum = 0;
-    int loss_n = 0;
+    ex_log lg;
+    double t0, v[2];
 
     if (o->smoke) { n_train = 512; n_val = 128; n_test = 128; }
     printf("Fashion-MNIST: %d train, %d validation (from the training images, seed %llu), %d test\n", n_train,
@@ -182,10 +179,8 @@ static void train(const options *o) {
     order = (int32_t *)ex_malloc((size_t)n_train * sizeof(int32_t));
     in = (float *)ex_malloc((size_t)o->t.batch * PIXELS * sizeof(float));
     lab = (int32_t *)ex_malloc((size_t)o->t.batch * sizeof(int32_t));
-    csv = ex_csv_open(o->t.csv, "step,epoch,train_loss,val_loss,val_accuracy", m.step > 0);
-
-    ex_progress_start(&prog, "images", m.step);
-    ex_budget_start(&budget, o->t.time_budget, m.step);
+    ex_log_start(&lg, &o->t, "step,epoch,train_loss,val_loss,val_accuracy", 2, "images", o->t.batch, m.step,
+                 total_steps, (double)steps_per_epoch);
     t0 = ex_now();
     for (step = m.step; step < total_steps; step++) {
         int64_t epoch = step / steps_per_epoch, j = step % steps_per_epoch;
@@ -209,23 +204,11 @@ static void train(const options *o) {
         ex_check(tfm_model_forward(&m, &bt, &loss, NULL), "forward");
         ex_check(tfm_model_backward(&m, 1.0f), "backward");
         ex_check(tfm_model_step(&m, &opt, NULL), "step");
-        loss_sum += loss;
-        loss_n++;
-        total_steps = ex_budget_fit(&budget, step, total_steps, &opt); /* --time */
-        ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, loss,
-                         ex_lr(&opt, step + 1), o->t.batch, 0);
-        if ((step + 1) % 20 == 0) {
-            ex_csv_row(csv, "%lld,%.4f,%.5f,NaN,NaN", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
-                       loss_sum / loss_n);
-            loss_sum = 0;
-            loss_n = 0;
-        }
+        total_steps = ex_log_step(&lg, step, loss, &opt); /* progress line, loss curve, --time */
         if ((step + 1) % o->t.eval_every == 0 || step + 1 == total_steps) {
-            vl = evaluate(&m, &tr, perm + tr.n - 5000, n_val, o->t.batch, in, lab, &acc);
-            ex_progress_break(&prog);
-            printf("step %lld: validation loss %.4f, accuracy %.2f%%\n", (long long)(step + 1), vl, 100 * acc);
-            ex_csv_row(csv, "%lld,%.4f,NaN,%.5f,%.5f", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
-                       vl, acc);
+            v[0] = evaluate(&m, &tr, perm + tr.n - 5000, n_val, o->t.batch, in, lab, &v[1]);
+            ex_log_val(&lg, step + 1, v);
+            printf("step %lld: validation loss %.4f, accuracy %.2f%%\n", (long long)(step + 1), v[0], 100 * v[1]);
             {
                 tfm_kv meta[1];
                 meta[0].key = "classes";
@@ -234,18 +217,13 @@ static void train(const options *o) {
             }
         }
     }
-    if (step > prog.first_step) { /* the last line, in full */
-        ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, ex_lr(&opt, step),
-                         o->t.batch, 1);
-        ex_progress_break(&prog);
-    }
+    ex_log_end(&lg, step, &opt); /* the last progress line, in full */
     printf("training took %.1f min\n", (ex_now() - t0) / 60);
 
-    vl = evaluate(&m, &te, NULL, n_test, o->t.batch, in, lab, &acc);
-    printf("test: %d images, loss %.4f, accuracy %.2f%%\n", n_test, vl, 100 * acc);
+    v[0] = evaluate(&m, &te, NULL, n_test, o->t.batch, in, lab, &v[1]);
+    printf("test: %d images, loss %.4f, accuracy %.2f%%\n", n_test, v[0], 100 * v[1]);
     printf("model saved to %s; classify test images with: fashion --model %s --index 0\n", o->t.model, o->t.model);
 
-    if (csv) fclose(csv);
     free(order);
     free(in);
     free(lab);

@@ -276,11 +276,8 @@ static void train(const options *o) {
     batch_buf *bb = (batch_buf *)ex_malloc(sizeof(batch_buf));
     int32_t *order;
     int64_t steps_per_epoch, total_steps, step, n_val_words;
-    ex_progress prog;
-    FILE *csv;
-    ex_budget budget;
-    double t0, loss_sum = 0, wer, per, vl;
-    int loss_n = 0;
+    ex_log lg;
+    double t0, wer, per, v[2];
     float loss = 0;
 
     /* 1. data */
@@ -334,11 +331,10 @@ static void train(const options *o) {
     opt.min_lr = o->t.lr / 50;
 
     order = (int32_t *)ex_malloc((size_t)d.n_train_prons * sizeof(int32_t));
-    csv = ex_csv_open(o->t.csv, "step,epoch,train_loss,val_loss,val_wer", m.step > 0);
+    ex_log_start(&lg, &o->t, "step,epoch,train_loss,val_loss,val_wer", 2, "words", o->t.batch, m.step,
+                 total_steps, (double)steps_per_epoch);
 
     /* 3. training */
-    ex_progress_start(&prog, "words", m.step);
-    ex_budget_start(&budget, o->t.time_budget, m.step); /* --time (the demo) */
     t0 = ex_now();
     for (step = m.step; step < total_steps; step++) {
         int64_t epoch = step / steps_per_epoch, k = step % steps_per_epoch;
@@ -349,25 +345,14 @@ static void train(const options *o) {
         ex_check(tfm_model_forward(&m, &bt, &loss, NULL), "forward");
         ex_check(tfm_model_backward(&m, 1.0f), "backward");
         ex_check(tfm_model_step(&m, &opt, NULL), "step");
-        loss_sum += loss;
-        loss_n++;
-        total_steps = ex_budget_fit(&budget, step, total_steps, &opt);
-        ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, loss,
-                         ex_lr(&opt, step + 1), o->t.batch, 0);
-        if ((step + 1) % 20 == 0) {
-            ex_csv_row(csv, "%lld,%.4f,%.5f,NaN,NaN", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
-                       loss_sum / loss_n);
-            loss_sum = 0;
-            loss_n = 0;
-        }
+        total_steps = ex_log_step(&lg, step, loss, &opt); /* progress line, loss curve, --time (the demo) */
         if ((step + 1) % o->t.eval_every == 0 || step + 1 == total_steps) {
-            vl = val_loss(&m, &d, d.val, o->smoke ? 20 : d.n_val, o->t.batch, bb);
+            v[0] = val_loss(&m, &d, d.val, o->smoke ? 20 : d.n_val, o->t.batch, bb);
             score(&m, &d, d.val, o->smoke ? 5 : n_val_words, 0, &wer, &per, 0); /* greedy: quick */
-            ex_progress_break(&prog);
+            v[1] = wer;
+            ex_log_val(&lg, step + 1, v);
             printf("step %lld: validation loss %.4f; on %lld validation words WER %.2f%%, PER %.2f%%\n",
-                   (long long)(step + 1), vl, (long long)(o->smoke ? 5 : n_val_words), 100 * wer, 100 * per);
-            ex_csv_row(csv, "%lld,%.4f,NaN,%.5f,%.5f", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
-                       vl, wer);
+                   (long long)(step + 1), v[0], (long long)(o->smoke ? 5 : n_val_words), 100 * wer, 100 * per);
             {
                 tfm_kv meta[2];
                 meta[0].key = "letters";
@@ -378,11 +363,7 @@ static void train(const options *o) {
             }
         }
     }
-    if (step > prog.first_step) { /* the last line, in full */
-        ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, ex_lr(&opt, step),
-                         o->t.batch, 1);
-        ex_progress_break(&prog);
-    }
+    ex_log_end(&lg, step, &opt); /* the last progress line, in full */
     printf("training took %.1f min\n", (ex_now() - t0) / 60);
 
     /* 4. the test split, once, with the final model, greedy and with the beam (the demo scores 1,000
@@ -406,7 +387,6 @@ static void train(const options *o) {
     }
     printf("model saved to %s; pronounce words with: g2p --model %s WORD...\n", o->t.model, o->t.model);
 
-    if (csv) fclose(csv);
     free(order);
     free(bb);
     tfm_model_free(&m);

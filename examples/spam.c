@@ -161,13 +161,10 @@ static void train(const options *o) {
     tfm_config cfg = {0};
     tfm_optim opt = {0};
     tfm_model m;
-    ex_progress prog;
-    ex_budget budget;
+    ex_log lg;
     ex_binary c;
-    FILE *csv;
-    double vloss, loss_sum = 0, t0;
+    double vloss, v[2], t0;
     int64_t right[N_KIND] = {0}, total[N_KIND] = {0};
-    int loss_n = 0;
     float loss = 0;
 
     /* 1. data: read, shuffle with a fixed seed, split 80/10/10 */
@@ -230,12 +227,12 @@ static void train(const options *o) {
     tok = (int32_t *)ex_malloc((size_t)o->t.batch * o->len * sizeof(int32_t));
     lens = (int32_t *)ex_malloc((size_t)o->t.batch * sizeof(int32_t));
     lab = (int32_t *)ex_malloc((size_t)o->t.batch * sizeof(int32_t));
-    csv = ex_csv_open(o->t.csv, "step,epoch,train_loss,val_loss,val_accuracy", m.step > 0);
+    ex_log_start(&lg, &o->t, "step,epoch,train_loss,val_loss,val_accuracy", 2, "emails", o->t.batch, m.step,
+                 total_steps, (double)steps_per_epoch);
+    lg.every = 10; /* a row of the loss curve every 10 steps */
 
     /* 3. the training loop: each epoch visits the training emails in an order fixed by the seed and
        the epoch, so a resumed run sees the same batches as one that never stopped */
-    ex_progress_start(&prog, "emails", m.step);
-    ex_budget_start(&budget, o->t.time_budget, m.step);
     t0 = ex_now();
     for (step = m.step; step < total_steps; step++) {
         int64_t epoch = step / steps_per_epoch, k = step % steps_per_epoch;
@@ -261,24 +258,13 @@ static void train(const options *o) {
         ex_check(tfm_model_forward(&m, &b, &loss, NULL), "forward");
         ex_check(tfm_model_backward(&m, 1.0f), "backward");
         ex_check(tfm_model_step(&m, &opt, NULL), "step");
-        loss_sum += loss;
-        loss_n++;
-        total_steps = ex_budget_fit(&budget, step, total_steps, &opt); /* --time */
-        ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, loss,
-                         ex_lr(&opt, step + 1), o->t.batch, 0);
-        if ((step + 1) % 10 == 0) {
-            ex_csv_row(csv, "%lld,%.4f,%.5f,NaN,NaN", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
-                       loss_sum / loss_n);
-            loss_sum = 0;
-            loss_n = 0;
-        }
+        total_steps = ex_log_step(&lg, step, loss, &opt); /* progress line, loss curve, --time */
         if ((step + 1) % o->t.eval_every == 0 || step + 1 == total_steps) {
-            vloss = evaluate(&m, &va, o->t.batch, o->len, o->windows, &c, NULL, NULL);
-            ex_progress_break(&prog);
+            v[0] = evaluate(&m, &va, o->t.batch, o->len, o->windows, &c, NULL, NULL);
+            v[1] = ex_accuracy(&c);
+            ex_log_val(&lg, step + 1, v);
             printf("step %lld: validation loss %.4f, accuracy %.2f%%, spam F1 %.4f\n", (long long)(step + 1),
-                   vloss, 100 * ex_accuracy(&c), ex_f1(&c));
-            ex_csv_row(csv, "%lld,%.4f,NaN,%.5f,%.5f", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
-                       vloss, ex_accuracy(&c));
+                   v[0], 100 * v[1], ex_f1(&c));
             {
                 tfm_kv meta[2]; /* for whoever opens the file: what the model reads and says */
                 meta[0].key = "input";
@@ -289,11 +275,7 @@ static void train(const options *o) {
             }
         }
     }
-    if (step > prog.first_step) { /* the last line, in full */
-        ex_progress_show(&prog, step, total_steps, (double)step / steps_per_epoch, loss, ex_lr(&opt, step),
-                         o->t.batch, 1);
-        ex_progress_break(&prog);
-    }
+    ex_log_end(&lg, step, &opt); /* the last progress line, in full */
 
     /* 4. the test split, once, with the final model */
     vloss = evaluate(&m, &te, o->t.batch, o->len, o->windows, &c, right, total);
@@ -308,7 +290,6 @@ static void train(const options *o) {
     printf("\n");
     printf("model saved to %s; classify an email with: spam --model %s --classify FILE\n", o->t.model, o->t.model);
 
-    if (csv) fclose(csv);
     free(rows);
     free(tok);
     free(lens);
