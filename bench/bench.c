@@ -942,17 +942,13 @@ static float read_sum(const float *p, size_t n) {
     return s;
 }
 
-/* GB/s of `threads` threads streaming through a 1 GiB buffer (each its own contiguous part), the
-   median of 7 passes after one untimed pass. */
-static double read_bandwidth(int threads) {
-    size_t n = ((size_t)1 << 30) / sizeof(float), i;
-    float *buf = (float *)xmalloc(n * sizeof(float));
+/* Seconds for `threads` threads to read p[0..n) once (each thread its contiguous part, with
+   read_sum): the median of `passes` passes (at most 7) after one untimed pass. */
+static double read_seconds(const float *p, size_t n, int threads, int passes) {
     double t[7];
     volatile float sink = 0.0f;
     int r;
-    for (i = 0; i < n; i++) buf[i] = (float)(i & 1023) * 1e-3f;
-    (void)threads;
-    for (r = -1; r < 7; r++) {
+    for (r = -1; r < passes; r++) {
         double t0 = now_s();
         float tot = 0.0f;
         TFM__OMP(omp parallel num_threads(threads) reduction(+ : tot))
@@ -963,47 +959,35 @@ static double read_bandwidth(int threads) {
             nt = omp_get_num_threads();
 #endif
             size_t lo = n / (size_t)nt * (size_t)k, hi = k == nt - 1 ? n : n / (size_t)nt * (size_t)(k + 1);
-            tot += read_sum(buf + lo, hi - lo);
+            tot += read_sum(p + lo, hi - lo);
         }
         sink = tot;
         if (r >= 0) t[r] = now_s() - t0;
     }
     (void)sink;
-    free(buf);
-    return (double)n * sizeof(float) / median(t, 7) * 1e-9;
+    return median(t, passes);
 }
 
-/* Milliseconds to read every parameter of m once at `threads` threads (the flat array of
-   tfm_model_flat, each thread its contiguous part, with read_sum), the median of 3 passes after one
-   untimed pass: the floor of a batch-1 decoding step, on the memory the step reads. run_gen times it
+/* GB/s of `threads` threads streaming through a 1 GiB buffer, the median of 7 passes. */
+static double read_bandwidth(int threads) {
+    size_t n = ((size_t)1 << 30) / sizeof(float), i;
+    float *buf = (float *)xmalloc(n * sizeof(float));
+    double s;
+    for (i = 0; i < n; i++) buf[i] = (float)(i & 1023) * 1e-3f;
+    s = read_seconds(buf, n, threads, 7);
+    free(buf);
+    return (double)n * sizeof(float) / s * 1e-9;
+}
+
+/* Milliseconds to read every parameter of m once (the flat array of tfm_model_flat), the median of
+   3 passes: the floor of a batch-1 decoding step, on the memory the step reads. run_gen times it
    right after each batch-1 generation: on a virtual machine the rate of memory changes by more than
    half from minute to minute and between allocations, so only neighbours in time and in memory
    compare. */
 static double read_weights_ms(tfm_model *m, int threads) {
-    int64_t n_all = 0;
-    const float *w = tfm_model_flat(m, 0, &n_all);
-    size_t n = (size_t)n_all;
-    double t[3];
-    volatile float sink = 0.0f;
-    int r;
-    for (r = -1; r < 3; r++) {
-        double t0 = now_s();
-        float tot = 0.0f;
-        TFM__OMP(omp parallel num_threads(threads) reduction(+ : tot))
-        {
-            int k = 0, nt = 1;
-#ifdef _OPENMP
-            k = omp_get_thread_num();
-            nt = omp_get_num_threads();
-#endif
-            size_t lo = n / (size_t)nt * (size_t)k, hi = k == nt - 1 ? n : n / (size_t)nt * (size_t)(k + 1);
-            tot += read_sum(w + lo, hi - lo);
-        }
-        sink = tot;
-        if (r >= 0) t[r] = now_s() - t0;
-    }
-    (void)sink;
-    return 1e3 * median(t, 3);
+    int64_t n = 0;
+    const float *w = tfm_model_flat(m, 0, &n);
+    return 1e3 * read_seconds(w, (size_t)n, threads, 3);
 }
 
 /* The serving formula of the README for an inference_only decoder-only LM (pre-LN), in bytes. */
