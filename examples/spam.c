@@ -13,7 +13,8 @@
 
    Split: the emails are shuffled with --split-seed (default 1) and cut 80/10/10 into train,
    validation and test. Validation is measured during training; the test split only once, at the
-   end, with the final model.
+   end, with the final model, which is also scored on each kind of email apart (easy ham, hard ham,
+   spam).
 
    Model: an encoder classifier (pre-LN, GELU), mean pooling over the valid positions, a linear head
    with two classes. AdamW, linear warmup, cosine decay.
@@ -164,7 +165,7 @@ static void train(const options *o) {
     ex_log lg;
     ex_binary c;
     double vloss, v[2], t0;
-    int64_t right[N_KIND] = {0}, total[N_KIND] = {0};
+    int64_t right[N_KIND] = {0}, of_kind[N_KIND] = {0};
     float loss = 0;
 
     /* 1. data: read, shuffle with a fixed seed, split 80/10/10 */
@@ -278,15 +279,18 @@ static void train(const options *o) {
     ex_log_end(&lg, step, &opt); /* the last progress line, in full */
 
     /* 4. the test split, once, with the final model */
-    vloss = evaluate(&m, &te, o->t.batch, o->len, o->windows, &c, right, total);
+    vloss = evaluate(&m, &te, o->t.batch, o->len, o->windows, &c, right, of_kind);
     printf("test: %lld emails, loss %.4f, accuracy %.2f%%, spam F1 %.4f (precision %.4f, recall %.4f); "
            "training took %.1f min\n", (long long)te.n, vloss, 100 * ex_accuracy(&c), ex_f1(&c),
            c.tp + c.fp ? (double)c.tp / (double)(c.tp + c.fp) : 0, c.tp + c.fn ? (double)c.tp / (double)(c.tp + c.fn) : 0,
            (ex_now() - t0) / 60);
     printf("test by kind:");
     for (i = 0; i < N_KIND; i++)
-        printf("%s %s %lld of %lld right (%.1f%%)", i ? "," : "", kind_name[i], (long long)right[i], (long long)total[i],
-               total[i] ? 100.0 * right[i] / total[i] : 0.0);
+        if (of_kind[i])
+            printf("%s %s %lld of %lld right (%.1f%%)", i ? "," : "", kind_name[i], (long long)right[i],
+                   (long long)of_kind[i], 100.0 * right[i] / of_kind[i]);
+        else
+            printf("%s no %s", i ? "," : "", kind_name[i]);
     printf("\n");
     printf("model saved to %s; classify an email with: spam --model %s --classify FILE\n", o->t.model, o->t.model);
 
