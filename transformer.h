@@ -782,16 +782,17 @@ TFMDEF tfm_result tfm_model_set_batch_offset(tfm_model *m, int64_t row0);
 /* The keys and values a decoder has computed, kept between decoding calls so that each new position
    costs one row per layer: self-attention rows of every position decoded so far and, for an
    encoder-decoder, the projected source of the cross-attention. It has its own memory, sized by
-   max_batch rows of max_len positions. Row b of a batch lives in cache slot slot[b]; reordering rows
-   (beam search) moves slots and copies only the rows that are duplicated. Layout, per layer l and slot s:
+   max_batch rows of max_len positions. Row b of a batch lives in cache slot slot[b] and holds lens[b]
+   positions (rows may hold different numbers: uneven prompts); reordering rows (beam search) moves slots
+   and copies only the rows that are duplicated. Layout, per layer l and slot s:
    2C floats (k then v) per position t at self_kv + ((l * max_batch + s) * max_len + t) * 2C, and the
    same for cross_kv with max_src_len. */
 typedef struct tfm_kv_cache {
     int n_layers, max_batch, max_len, max_src_len, d_model;
-    int len;              /* positions cached in every row */
     int src_len;          /* encoder-decoder: source positions cached (0: none yet) */
     float *self_kv, *cross_kv;
     int32_t *slot;        /* (max_batch) the slot of each batch row */
+    int32_t *lens;        /* (max_batch) positions cached in each batch row */
     int32_t *src_lens;    /* (max_batch) valid source length of each batch row */
     int has_src_lens;
     tfm_device device;
@@ -852,8 +853,8 @@ TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_l
    seed opts->seed + b): prompts[b] (n_prompts[b] ids) and, for an encoder-decoder, srcs[b] (src_lens[b]
    ids; srcs and src_lens NULL for an LM). Row b's new ids go to out + b * out_stride (out_stride >=
    max_new), their count to n_out[b]. A row ends at a stop token, at max_new or when on_token returns
-   non-zero; rows that end stop costing work. Rows share positions: row b's prompt tokens past the
-   shortest prompt are fed one step at a time while other rows already generate. */
+   non-zero; rows that end stop costing work. The prompts are read first (rows of similar lengths in
+   one pass, padded); then each row decodes at its own positions. */
 TFMDEF tfm_result tfm_model_generate_batch(tfm_model *m, int B, const int32_t *const *srcs, const int *src_lens,
                                            const int32_t *const *prompts, const int *n_prompts,
                                            const tfm_gen_opts *opts, int32_t *out, int out_stride, int *n_out);
@@ -2849,10 +2850,9 @@ typedef struct tfm__attn_args {
     float dropout, scale;
     uint64_t seed;
     /* decoding against a cache: keys of batch b start at k + rows[b] * bsk (rows NULL: b; bsk 0: Tk * ldk),
-       and query i sits at position q_off + i (for the causal mask) */
+       and its query i sits at position q_off[b] + i (for the causal mask; q_off NULL: i) */
     int64_t bsk;
-    const int32_t *kv_rows;
-    int q_off;
+    const int32_t *kv_rows, *q_off;
     const float *mask;       /* additive (Tq,Tk) scores mask, batch b's at mask + b * mask_bs */
     int64_t mask_bs;
     uint64_t drop_i0;        /* dropout masks as if these were elements drop_i0.. of a larger batch */
@@ -2860,8 +2860,8 @@ typedef struct tfm__attn_args {
 
 /* Number of keys query i of batch b may see. */
 static int tfm__attn_visible(const tfm__attn_args *a, int b, int i) {
-    int n = a->lens ? a->lens[b] : a->Tk;
-    if (a->causal && a->q_off + i + 1 < n) n = a->q_off + i + 1;
+    int n = a->lens ? a->lens[b] : a->Tk, p = a->q_off ? a->q_off[b] + i : i;
+    if (a->causal && p + 1 < n) n = p + 1;
     return n < 0 ? 0 : n;
 }
 
@@ -3978,18 +3978,19 @@ static void tfm__mha_args(const tfm_mha *m, tfm__attn_args *a) {
     a->lse = m->lse;
 }
 
-/* Rows n of k|v (ld ldkv) of each batch row into layer `layer` of the cache (self or cross), at position p. */
-static void tfm__kv_store(tfm_kv_cache *kc, int layer, int cross, const float *kv, int64_t ldkv, int B, int n, int p) {
+/* Rows n of k|v (ld ldkv) of each batch row into layer `layer` of the cache: self-attention's after the
+   row's cached positions, cross-attention's from position 0. */
+static void tfm__kv_store(tfm_kv_cache *kc, int layer, int cross, const float *kv, int64_t ldkv, int B, int n) {
     int64_t C2 = 2 * (int64_t)kc->d_model, L = cross ? kc->max_src_len : kc->max_len;
     float *base = (cross ? kc->cross_kv : kc->self_kv) + (int64_t)layer * kc->max_batch * L * C2;
     int b;
     for (b = 0; b < B; b++)
-        tfm__op_copy_rows(kc->device, base + ((int64_t)kc->slot[b] * L + p) * C2, C2, kv + (int64_t)b * n * ldkv, ldkv,
-                          n, C2);
+        tfm__op_copy_rows(kc->device, base + ((int64_t)kc->slot[b] * L + (cross ? 0 : kc->lens[b])) * C2, C2,
+                          kv + (int64_t)b * n * ldkv, ldkv, n, C2);
 }
 
-/* The forward pass of a checked layer call. With a cache (decoding): self-attention appends the new
-   rows' keys and values at position kc->len and attends over every cached position; cross-attention
+/* The forward pass of a checked layer call. With a cache (decoding): self-attention appends each row's
+   new keys and values after its kc->lens[b] cached positions and attends over them; cross-attention
    projects xkv into the cache on the first call (kc->src_len 0) and attends over the cached source. */
 static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv, int B, int Tq, int Tk,
                          const tfm_attn_opts *opts, tfm_kv_cache *kc, int layer) {
@@ -4013,10 +4014,10 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv,
             tfm__op_linear(m->device, m->q, C, x, C, w, b, (int64_t)B * Tq, C, C);
             if (!kc || !kc->src_len)
                 tfm__op_linear(m->device, m->kv, 2 * C, xkv, C, w + C * C, b ? b + C : NULL, (int64_t)B * Tk, C, 2 * C);
-            if (kc && !kc->src_len) tfm__kv_store(kc, layer, 1, m->kv, 2 * C, B, Tk, 0);
+            if (kc && !kc->src_len) tfm__kv_store(kc, layer, 1, m->kv, 2 * C, B, Tk);
         } else {
             tfm__op_linear(m->device, m->q, 3 * C, x, C, w, b, (int64_t)B * Tq, C, 3 * C);
-            if (kc) tfm__kv_store(kc, layer, 0, m->q + C, 3 * C, B, Tq, kc->len);
+            if (kc) tfm__kv_store(kc, layer, 0, m->q + C, 3 * C, B, Tq);
         }
     }
     tfm__mha_args(m, &a);
@@ -4029,8 +4030,10 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv,
         a.bsk = L * 2 * C;
         a.kv_rows = kc->slot;
         if (!cross) {
-            a.q_off = kc->len;
-            a.Tk = kc->len + Tq;
+            int b, longest = 0;
+            for (b = 0; b < B; b++) longest = TFM__MAX(longest, kc->lens[b]);
+            a.q_off = kc->lens;
+            a.Tk = longest + Tq;
         } else if (kc->src_len) {
             a.Tk = kc->src_len;
         }
@@ -5268,9 +5271,9 @@ static void tfm__copy_ids(int32_t *dst, const int32_t *src, int64_t n, int64_t l
 
 /* The input rows x (B,Te,C), Te = T + cls: the class vector (cls_token) when cls, then each position's
    token embedding (times sqrt(C) with scale_emb) or, when inputs, its projected input; then positions
-   p0.., then dropout. */
+   0.. (p0 NULL) or, decoding, row b's from p0[b]; then dropout. */
 static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, const float *inputs, int B, int T, int cls,
-                           const tfm_tensor *emb, const tfm_tensor *pos, int p0, uint64_t site) {
+                           const tfm_tensor *emb, const tfm_tensor *pos, const int32_t *p0, uint64_t site) {
     tfm__model_impl *im = m->impl;
     int64_t C = m->cfg.d_model, I = m->cfg.input_dim, Te = T + cls, b;
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
@@ -5283,7 +5286,9 @@ static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, const flo
         else tfm__op_embedding(im->device, xb, ids + b * T, emb->data, scale, T, C);
     }
     if (cls) tfm__op_copy_rows(im->device, x, Te * C, im->cls.data, 0, B, C);
-    if (pos->data) tfm__op_pos_add(im->device, x, x, pos->data + (int64_t)p0 * C, B, Te, C);
+    if (pos->data && !p0) tfm__op_pos_add(im->device, x, x, pos->data, B, Te, C);
+    for (b = 0; pos->data && p0 && b < B; b++)
+        tfm__op_pos_add(im->device, x + b * Te * C, x + b * Te * C, pos->data + (int64_t)p0[b] * C, 1, Te, C);
     if (im->training && m->cfg.dropout > 0.0f)
         tfm__op_dropout(im->device, x, x, B * Te * C, m->cfg.dropout, tfm__seed_mix(im->fwd_seed, site),
                         (uint64_t)(im->batch_offset * Te * C), 0);
@@ -5370,20 +5375,21 @@ static float *tfm__stack_bwd(tfm_model *m, tfm_block *blks, float *buf, int n, t
 static const float *tfm__encoder_fwd(tfm_model *m, const int32_t *ids, const float *inputs, int B, int T,
                                      const int32_t *lens) {
     int Te = T + m->cfg.cls_token;
-    tfm__embed_fwd(m, m->impl->enc_x, ids, inputs, B, T, m->cfg.cls_token, &m->impl->src_emb, &m->impl->pos_emb, 0,
+    tfm__embed_fwd(m, m->impl->enc_x, ids, inputs, B, T, m->cfg.cls_token, &m->impl->src_emb, &m->impl->pos_emb, NULL,
                    TFM__SITE_SRC_EMB);
     return tfm__stack_fwd(m, m->impl->enc, m->impl->enc_buf, m->impl->n_enc, &m->impl->enc_norm, m->impl->enc_ln,
                           m->impl->enc_x, NULL, B, Te, Te, 0, lens, NULL, TFM__SITE_STACK, NULL);
 }
 
-/* The decoder (the LM's stack, or an encoder-decoder's over memory (B,S,C)) on ids (B,T), at positions
-   kc->len.. when decoding against a cache (kc NULL: from 0, no cache). Returns its output (B,T,C). */
+/* The decoder (the LM's stack, or an encoder-decoder's over memory (B,S,C)) on ids (B,T), row b at
+   positions kc->lens[b].. when decoding against a cache (kc NULL: from 0, no cache). Returns its output
+   (B,T,C). */
 static const float *tfm__decoder_fwd(tfm_model *m, const int32_t *ids, const float *inputs, int B, int T,
                                      const float *memory, int S, const int32_t *mem_lens, tfm_kv_cache *kc) {
     int encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
     float *x = encdec ? m->impl->dec_x : m->impl->enc_x;
     tfm__embed_fwd(m, x, ids, inputs, B, T, 0, encdec ? &m->impl->tgt_emb : &m->impl->src_emb,
-                   encdec ? &m->impl->tgt_pos_emb : &m->impl->pos_emb, kc ? kc->len : 0,
+                   encdec ? &m->impl->tgt_pos_emb : &m->impl->pos_emb, kc ? kc->lens : NULL,
                    encdec ? TFM__SITE_TGT_EMB : TFM__SITE_SRC_EMB);
     return tfm__stack_fwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, m->impl->dec_ln, x,
                           memory, B, T, S, 1, NULL, mem_lens, encdec ? TFM__SITE_DEC_STACK : TFM__SITE_STACK, kc);
@@ -5704,14 +5710,15 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     c->user = m->cfg.user;
     n_self = (size_t)c->n_layers * c->max_batch * c->max_len * 2 * c->d_model;
     n_cross = (size_t)c->n_layers * c->max_batch * c->max_src_len * 2 * c->d_model;
-    bytes = (n_self + n_cross) * sizeof(float) + 4 * (size_t)c->max_batch * sizeof(int32_t); /* + reorder's scratch */
+    bytes = (n_self + n_cross) * sizeof(float) + 6 * (size_t)c->max_batch * sizeof(int32_t); /* + reorder's scratch */
     p = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
     if (!p) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
     c->owned = p;
     c->self_kv = (float *)p;
     c->cross_kv = n_cross ? c->self_kv + n_self : NULL;
     c->slot = (int32_t *)(p + (n_self + n_cross) * sizeof(float));
-    c->src_lens = c->slot + c->max_batch;
+    c->lens = c->slot + c->max_batch;
+    c->src_lens = c->lens + c->max_batch;
     tfm_kv_cache_reset(c);
     return TFM_OK;
 }
@@ -5725,13 +5732,16 @@ TFMDEF void tfm_kv_cache_free(tfm_kv_cache *c) {
 TFMDEF void tfm_kv_cache_reset(tfm_kv_cache *c) {
     int b;
     if (!c || !c->slot) return;
-    c->len = c->src_len = c->has_src_lens = 0;
-    for (b = 0; b < c->max_batch; b++) c->slot[b] = b;
+    c->src_len = c->has_src_lens = 0;
+    for (b = 0; b < c->max_batch; b++) {
+        c->slot[b] = b;
+        c->lens[b] = 0;
+    }
 }
 
 TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int n) {
     const char *fn = "tfm_kv_cache_reorder";
-    int32_t *old_slot, *old_lens, *used;
+    int32_t *old_slot, *old_lens, *old_src_lens, *used;
     int i, j, L, free_slot = 0;
     if (!c || !c->slot || !from) return tfm__fail(TFM_E_ARG, "%s: cache or from is NULL", fn);
     if (n < 1 || n > c->max_batch) return tfm__fail(TFM_E_ARG, "%s: n %d must be in [1,%d] (max_batch)", fn, n, c->max_batch);
@@ -5740,8 +5750,10 @@ TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int
             return tfm__fail(TFM_E_ARG, "%s: from[%d] = %d is outside [0,%d)", fn, i, (int)from[i], c->max_batch);
     old_slot = c->src_lens + c->max_batch; /* scratch after the lengths, in the cache's own allocation */
     old_lens = old_slot + c->max_batch;
+    old_src_lens = old_lens + c->max_batch;
     memcpy(old_slot, c->slot, (size_t)c->max_batch * sizeof(int32_t));
-    memcpy(old_lens, c->src_lens, (size_t)c->max_batch * sizeof(int32_t));
+    memcpy(old_lens, c->lens, (size_t)c->max_batch * sizeof(int32_t));
+    memcpy(old_src_lens, c->src_lens, (size_t)c->max_batch * sizeof(int32_t));
     used = c->src_lens; /* reused as a flag per slot until the lengths are written back below */
     for (j = 0; j < c->max_batch; j++) used[j] = 0;
     /* the first row to take a slot keeps it; later rows copy it into a slot no new row uses */
@@ -5763,7 +5775,7 @@ TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int
         for (L = 0; L < c->n_layers; L++) {
             int64_t C2 = 2 * (int64_t)c->d_model, sz = (int64_t)c->max_len * C2, szc = (int64_t)c->max_src_len * C2;
             float *self = c->self_kv + (int64_t)L * c->max_batch * sz;
-            tfm__op_copy(c->device, self + free_slot * sz, self + s * sz, (int64_t)c->len * C2);
+            tfm__op_copy(c->device, self + free_slot * sz, self + s * sz, (int64_t)old_lens[from[i]] * C2);
             if (c->cross_kv) {
                 float *cr = c->cross_kv + (int64_t)L * c->max_batch * szc;
                 tfm__op_copy(c->device, cr + free_slot * szc, cr + s * szc, (int64_t)c->src_len * C2);
@@ -5773,40 +5785,49 @@ TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int
     /* slots no row uses (rows dropped) go after the n live rows */
     for (j = 0, i = n; i < c->max_batch; j++)
         if (!used[j]) c->slot[i++] = j;
-    for (i = 0; i < c->max_batch; i++) c->src_lens[i] = i < n ? old_lens[from[i]] : 0;
+    for (i = 0; i < c->max_batch; i++) {
+        c->lens[i] = i < n ? old_lens[from[i]] : 0;
+        c->src_lens[i] = i < n ? old_src_lens[from[i]] : 0;
+    }
     return TFM_OK;
 }
 
-/* Decode ids (B,n) at positions kc->len.. with every layer's cache: the same block code as training,
-   on the new rows only. memory (B,S,C): an encoder-decoder's source, read on the first call. Writes
-   the logits of each row's last position to logits (B,V) and advances kc->len by n. A cache of more
-   rows than cfg.max_batch (a wide beam) is decoded max_batch rows at a time, each chunk through a
-   view of the cache whose slots start at its first row; memory is then already in the cache. */
-static void tfm__decode_into(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const float *memory,
-                             int S, float *logits) {
+/* Decode ids (B,n) with every layer's cache, row b at positions kc->lens[b]..: the same block code as
+   training, on the new rows only. n_ids (NULL: n for every row): row b holds n_ids[b] ids, padded to n
+   (an uneven prompt; the padding's keys land past the row's positions, where the next ids overwrite
+   them). memory (B,S,C): an encoder-decoder's source, read on the first call. Writes the logits of
+   each row's last id to logits (B,V) and advances kc->lens[b] by its ids. A cache of more rows than
+   cfg.max_batch (a wide beam) is decoded max_batch rows at a time, each chunk through a view of the
+   cache whose slots start at its first row; memory is then already in the cache. */
+static void tfm__decode_into(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const int *n_ids,
+                             const float *memory, int S, float *logits) {
     const tfm_config *c = &m->cfg;
-    int encdec = c->kind == TFM_MODEL_ENCODER_DECODER, r0, nb;
+    int encdec = c->kind == TFM_MODEL_ENCODER_DECODER, r0, nb, b;
     int64_t C = c->d_model, V = encdec ? c->tgt_vocab_size : c->vocab_size;
     for (r0 = 0; r0 < B; r0 += nb) {
         tfm_kv_cache part = *kc;
         const float *h;
         nb = TFM__MIN(B - r0, c->max_batch);
         part.slot = kc->slot + r0;
+        part.lens = kc->lens + r0;
         part.src_lens = kc->src_lens + r0;
         h = tfm__decoder_fwd(m, ids + (int64_t)r0 * n, NULL, nb, n, memory ? memory + (int64_t)r0 * S * C : NULL,
                              kc->src_len ? kc->src_len : S,
                              kc->has_src_lens ? part.src_lens : NULL, &part);
-        /* the head on row n-1 of each sequence: rows of stride n*C */
-        tfm__op_linear(m->impl->device, logits + (int64_t)r0 * V, V, h + (n - 1) * C, n * C, m->impl->head.weight.data,
-                       NULL, nb, C, V);
+        if (!n_ids) /* the head on row n-1 of each sequence: rows of stride n*C */
+            tfm__op_linear(m->impl->device, logits + (int64_t)r0 * V, V, h + (n - 1) * C, n * C,
+                           m->impl->head.weight.data, NULL, nb, C, V);
+        for (b = r0; n_ids && b < r0 + nb; b++) /* each row's own last id */
+            tfm__op_linear(m->impl->device, logits + (int64_t)b * V, V, h + ((int64_t)(b - r0) * n + n_ids[b] - 1) * C, C,
+                           m->impl->head.weight.data, NULL, 1, C, V);
     }
-    kc->len += n;
+    for (b = 0; b < B; b++) kc->lens[b] += n_ids ? n_ids[b] : n;
     if (encdec && !kc->src_len) kc->src_len = S;
 }
 
-/* tfm__decode_into the model's own logits (B <= cfg.max_batch rows). */
+/* tfm__decode_into the model's own logits (B <= cfg.max_batch rows of n ids each). */
 static void tfm__decode(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const float *memory, int S) {
-    tfm__decode_into(m, kc, ids, B, n, memory, S, m->impl->logits);
+    tfm__decode_into(m, kc, ids, B, n, NULL, memory, S, m->impl->logits);
 }
 
 /* One sampling candidate: a token's probability and id (top-k and top-p sort these). */
@@ -5958,15 +5979,17 @@ static tfm_result tfm__chk_gen_rows(const char *fn, const tfm_model *m, int B, c
     return TFM_OK;
 }
 
-/* Encode B sources of different lengths into a cache (padded to the longest, with per-row key lengths):
-   returns the encoder's output (B,S,C), *S its length. ids (B*S) and lens (B) are work space. */
+/* Encode B sources of different lengths into a cache, row b from source order[b] (padded to the longest,
+   with per-row key lengths): returns the encoder's output (B,S,C), *S its length. ids (B*S) and lens (B)
+   are work space. */
 static const float *tfm__gen_encode(tfm_model *m, tfm_kv_cache *kc, int B, const int32_t *const *srcs,
-                                    const int *src_lens, int32_t *ids, int32_t *lens, int *S) {
+                                    const int *src_lens, const int32_t *order, int32_t *ids, int32_t *lens, int *S) {
     int b, i, s = 0;
     for (b = 0; b < B; b++) s = TFM__MAX(s, src_lens[b]);
     for (b = 0; b < B; b++) {
-        for (i = 0; i < s; i++) ids[(int64_t)b * s + i] = i < src_lens[b] ? srcs[b][i] : 0;
-        lens[b] = kc->src_lens[b] = src_lens[b];
+        int r = order[b];
+        for (i = 0; i < s; i++) ids[(int64_t)b * s + i] = i < src_lens[r] ? srcs[r][i] : 0;
+        lens[b] = kc->src_lens[b] = src_lens[r];
     }
     kc->has_src_lens = 1;
     *S = s;
@@ -5990,14 +6013,14 @@ static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32
     tfm_gen_opts o;
     tfm_kv_cache kc;
     const float *memory = NULL;
-    int encdec, b, i, S = 0, p_min, p_max = 0, nact, fed, was_training, penal;
+    int encdec, b, i, j, g0, g1, S = 0, p_max = 0, nact, was_training, penal;
     int64_t V = 0, src_max = 0;
     size_t bytes;
     unsigned char *work, *seen = NULL;
     double *p;
     tfm__cand *cand;
     tfm_rng *rng;
-    int32_t *ids, *act, *from, *tok, *lens;
+    int32_t *ids, *act, *from, *tok, *lens, *n_ids;
     tfm_result r;
     if (n_out && B > 0)
         for (b = 0; b < B; b++) n_out[b] = 0;
@@ -6012,61 +6035,71 @@ static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32
         return tfm__fail(TFM_E_ARG, "%s: out_stride %d is less than opts.max_new %d", fn, out_stride, o.max_new);
     TFM__TRY(tfm__chk_gen_rows(fn, m, B, srcs, src_lens, prompts, n_prompts, o.max_new));
     TFM__TRY(tfm__scratch_reserve(fn));
-    p_min = n_prompts[0];
     for (b = 0; b < B; b++) {
-        p_min = TFM__MIN(p_min, n_prompts[b]);
         p_max = TFM__MAX(p_max, n_prompts[b]);
         if (encdec) src_max = TFM__MAX(src_max, src_lens[b]);
     }
     penal = o.repetition_penalty > 0.0f && o.repetition_penalty != 1.0f;
     bytes = (size_t)V * (sizeof(double) + sizeof(tfm__cand)) + (size_t)B * sizeof(tfm_rng) +
-            ((size_t)B * p_min + 4 * (size_t)B + (size_t)B * src_max) * sizeof(int32_t) + (penal ? (size_t)B * V : 0);
+            ((size_t)B * TFM__MAX(p_max, src_max) + 5 * (size_t)B) * sizeof(int32_t) + (penal ? (size_t)B * V : 0);
     work = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
     if (!work) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
     p = (double *)work;
     cand = (tfm__cand *)(p + V);
     rng = (tfm_rng *)(cand + V);
     ids = (int32_t *)(rng + B);
-    act = ids + (size_t)B * TFM__MAX(p_min, src_max);
+    act = ids + (size_t)B * TFM__MAX(p_max, src_max);
     from = act + B;
     tok = from + B;
     lens = tok + B;
-    if (penal) seen = (unsigned char *)(lens + B);
+    n_ids = lens + B;
+    if (penal) seen = (unsigned char *)(n_ids + B);
     r = tfm_kv_cache_init(&kc, m, B, p_max + o.max_new - 1);
     if (r != TFM_OK) {
         TFM_FREE(work, m->cfg.user);
         return tfm__fail(r, "%s: %s", fn, tfm_last_error());
     }
     tfm__gen_begin(m, &was_training);
-    if (encdec) memory = tfm__gen_encode(m, &kc, B, srcs, src_lens, ids, lens, &S);
+    /* the cache's row i decodes the request act[i]: shortest prompt first */
     for (b = 0; b < B; b++) {
+        for (i = b; i > 0 && n_prompts[act[i - 1]] > n_prompts[b]; i--) act[i] = act[i - 1];
+        act[i] = b;
         tfm_rng_seed(&rng[b], o.seed + (uint64_t)b);
-        act[b] = b;
-        for (i = 0; i < p_min; i++) ids[(int64_t)b * p_min + i] = prompts[b][i];
         if (seen) {
             memset(seen + (size_t)b * V, 0, (size_t)V);
             for (i = 0; i < n_prompts[b]; i++) seen[(size_t)b * V + prompts[b][i]] = 1;
         }
     }
-    /* every row shares the positions: the common prefix at once, then one position per step, where a row
-       whose prompt goes on is fed its next prompt id and the others their last chosen token */
-    tfm__decode(m, &kc, ids, B, p_min, memory, S);
+    for (i = 0; i < B; i++) n_ids[i] = n_prompts[act[i]];
+    if (encdec) memory = tfm__gen_encode(m, &kc, B, srcs, src_lens, act, ids, lens, &S);
+    /* the prompts in groups of rows, each group's padded to its longest (a group grows while its padding
+       is at most its ids), then one new token per row and step, each row at its own positions */
+    for (g0 = 0; g0 < B; g0 = g1) {
+        tfm_kv_cache part = kc;
+        int64_t real = 0, n;
+        for (g1 = g0; g1 < B && (int64_t)(g1 - g0 + 1) * n_ids[g1] <= 2 * (real + n_ids[g1]); g1++) real += n_ids[g1];
+        n = n_ids[g1 - 1];
+        for (i = g0; i < g1; i++)
+            for (j = 0; j < n; j++) ids[(i - g0) * n + j] = j < n_ids[i] ? prompts[act[i]][j] : 0;
+        part.slot += g0;
+        part.lens += g0;
+        part.src_lens += g0;
+        tfm__decode_into(m, &part, ids, g1 - g0, (int)n, n_ids + g0, memory ? memory + (int64_t)g0 * S * m->cfg.d_model : NULL,
+                         S, m->impl->logits + (int64_t)g0 * V);
+    }
+    if (encdec) kc.src_len = S;
     nact = B;
-    for (fed = p_min;; fed++) {
+    for (;;) {
         int nn = 0, dropped = 0;
         for (i = 0; i < nact; i++) {
             int32_t t;
-            int stop = 0;
+            int stop;
             b = act[i];
-            if (fed < n_prompts[b]) {
-                t = prompts[b][fed];
-            } else {
-                t = tfm__pick(m->impl->logits + (int64_t)i * V, V, &o, &rng[b], seen ? seen + (size_t)b * V : NULL, p, cand);
-                out[(int64_t)b * out_stride + n_out[b]++] = t;
-                if (seen) seen[(size_t)b * V + t] = 1;
-                stop = tfm__is_stop(&o, t) || n_out[b] == o.max_new;
-                if (o.on_token && o.on_token(o.on_token_user, b, t)) stop = 1;
-            }
+            t = tfm__pick(m->impl->logits + (int64_t)i * V, V, &o, &rng[b], seen ? seen + (size_t)b * V : NULL, p, cand);
+            out[(int64_t)b * out_stride + n_out[b]++] = t;
+            if (seen) seen[(size_t)b * V + t] = 1;
+            stop = tfm__is_stop(&o, t) || n_out[b] == o.max_new;
+            if (o.on_token && o.on_token(o.on_token_user, b, t)) stop = 1;
             if (stop) {
                 dropped = 1;
                 continue;
@@ -6251,7 +6284,7 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
         memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
         S = src_len;
     }
-    tfm__decode_into(m, &kc, prompt, 1, n_prompt, memory, S, logits);
+    tfm__decode_into(m, &kc, prompt, 1, n_prompt, NULL, memory, S, logits);
     live_score[0] = 0.0;
     for (t = 0; t < max_new; t++) {
         int n_new = 0, nc = 0;
@@ -6303,7 +6336,7 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
         memcpy(live_score, new_score, (size_t)n_new * sizeof(double));
         n_live = n_new;
         tfm_kv_cache_reorder(&kc, from, n_live); /* in place: only rows taken twice are copied */
-        tfm__decode_into(m, &kc, next, n_live, 1, memory, S, logits);
+        tfm__decode_into(m, &kc, next, n_live, 1, NULL, memory, S, logits);
     }
     /* the n_best by length-penalised score, best first (a selection sort) */
     for (i = 0; i < hy.n && i < n_best; i++) {

@@ -1001,12 +1001,15 @@ static double lm_serving_bytes(const tfm_config *c, int64_t n_weights) {
    bandwidth at `threads` threads. Lines:
        GEN impl=ours name=... threads=... batch=... tok_s=... ms_tok=...
        MEM name=... model_mb=... formula_mb=... params_mb=... peak_mb=...   (peak RSS before the bandwidth buffer)
+       UNEVEN name=... threads=... prompts=A..B new=... ms=... even_ms=... ratio=...
        BW threads=... gb_s=...
        RATIO name=... threads=... ms_tok=... read_ms=... ratio=... weights_ms=... ratio_bw=...
    ms_tok is the median time of a whole generation over the tokens of one row (GEN_NEW): at batch B one
    step for all B rows. read_ms: reading the model's weights once (read_weights_ms), the median of its
    times right after each timed batch-1 generation; ratio = batch 1's ms_tok / read_ms. weights_ms = the parameters' bytes / gb_s, the same estimated from the
-   1 GiB buffer's rate, and ratio_bw = ms_tok / weights_ms. */
+   1 GiB buffer's rate, and ratio_bw = ms_tok / weights_ms. UNEVEN: batch 8 with prompts of k*T/16 ids
+   (k = 1..8, T = max_len) and T/4 new tokens each, against 8 prompts of their mean length (as many ids
+   in all); ms and even_ms the medians of whole generations, ratio = ms / even_ms. */
 static int run_gen(const bench_cfg *bc, int threads) {
     static const int batches[3] = {1, 8, 32};
     tfm_config cfg = make_config(bc);
@@ -1059,6 +1062,32 @@ static int run_gen(const bench_cfg *bc, int threads) {
         printf("GEN impl=ours name=%s threads=%d batch=%d tok_s=%.1f ms_tok=%.3f\n", bc->name, threads, B,
                B * 1e3 / ms_tok, ms_tok);
         fflush(stdout);
+    }
+    if (cfg.max_len >= 16) { /* uneven prompts against even ones of the same total */
+        int unit = cfg.max_len / 16, n_ids[2][8], e, j;
+        int32_t *ids = (int32_t *)xmalloc((size_t)8 * unit * 8 * sizeof(int32_t));
+        const int32_t *rows[8];
+        double te[2][3];
+        tfm_gen_opts go;
+        memset(&go, 0, sizeof go);
+        go.max_new = cfg.max_len / 4;
+        for (i = 0; i < 8; i++) {
+            rows[i] = ids + (size_t)i * unit * 8;
+            n_ids[0][i] = unit * (i + 1);
+            n_ids[1][i] = unit * 9 / 2;
+            for (j = 0; j < unit * 8; j++) ids[(size_t)i * unit * 8 + j] = (int32_t)(tfm_rng_u64(&rng) % (uint64_t)bc->V);
+        }
+        for (r = -1; r < reps; r++)
+            for (e = 0; e < 2; e++) {
+                double t0 = now_s();
+                if ((rc = tfm_model_generate_batch(m, 8, NULL, NULL, rows, n_ids[e], &go, out, go.max_new, n_out)) != TFM_OK)
+                    die_tfm("tfm_model_generate_batch", rc);
+                if (r >= 0) te[e][r] = now_s() - t0;
+            }
+        printf("UNEVEN name=%s threads=%d prompts=%d..%d new=%d ms=%.1f even_ms=%.1f ratio=%.3f\n", bc->name, threads,
+               unit, 8 * unit, go.max_new, 1e3 * median(te[0], reps), 1e3 * median(te[1], reps), median(te[0], reps) / median(te[1], reps));
+        fflush(stdout);
+        free(ids);
     }
     printf("MEM name=%s max_batch=%d max_len=%d model_mb=%.1f formula_mb=%.1f params_mb=%.1f peak_mb=%.1f\n", bc->name,
            cfg.max_batch, cfg.max_len, bytes / 1e6, lm_serving_bytes(&cfg, m->n_weights) / 1e6,

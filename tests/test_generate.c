@@ -21,43 +21,55 @@ static void gen_config(tfm_config *c, tfm_model_kind kind, int norm_first, tfm_p
     c->seed = 7;
 }
 
+/* Two sequences for the cache tests (n_total ids each; an encoder-decoder's targets, with src[0..9) and
+   src[9..18) their sources), and the model's logits over them from one full forward: returns them,
+   (2, n_total, V), or NULL when the model could not be made. */
+static const int32_t gen_src[18] = {1, 5, 2, 8, 3, 12, 4, 0, 7, /* row 2: */ 6, 6, 1, 9, 2, 11, 3, 3, 10};
+static const int32_t gen_seq[20] = {2, 9, 4, 1, 10, 3, 6, 0, 5, 8, /* row 2: */ 7, 1, 1, 4, 9, 2, 0, 6, 3, 5};
+static float *gen_full_logits(tfm_model *m, tfm_model_kind kind, int norm_first, tfm_pos_kind pos, int n_total) {
+    tfm_config c;
+    tfm_batch b;
+    int64_t V;
+    float *full;
+    gen_config(&c, kind, norm_first, pos);
+    CHECK_OK(tfm_model_init(m, &c, NULL, 0));
+    if (!m->impl) return NULL;
+    tfm_model_train(m, 0);
+    V = kind == TFM_MODEL_ENCODER_DECODER ? c.tgt_vocab_size : c.vocab_size;
+    memset(&b, 0, sizeof b);
+    b.batch = 2;
+    if (kind == TFM_MODEL_ENCODER_DECODER) {
+        b.len = 9;
+        b.tokens = gen_src;
+        b.tgt_len = n_total;
+        b.tgt_in = gen_seq;
+    } else {
+        b.len = n_total;
+        b.tokens = gen_seq;
+    }
+    CHECK_OK(tfm_model_forward(m, &b, NULL, NULL));
+    full = (float *)malloc((size_t)(2 * n_total * V) * sizeof(float));
+    memcpy(full, tfm_model_logits(m).data, (size_t)(2 * n_total * V) * sizeof(float));
+    return full;
+}
+
 /* Full forwards over two sequences (batch 2), then the same through the cache: the prompts at once,
    then one token per call, each call's last-row logits against the full forward's row, both rows.
    Halfway, the cache's rows are reordered so that both rows continue sequence 1 (a duplicated row, as
    beam search makes): from then on both rows must match sequence 1's full forward.
    Tolerance 1e-5 relative (max abs err / max abs logit): the same float arithmetic in another order. */
 static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind pos) {
-    tfm_config c;
     tfm_model m;
-    tfm_batch b;
     tfm_kv_cache kc;
-    int32_t src[18] = {1, 5, 2, 8, 3, 12, 4, 0, 7, /* row 2: */ 6, 6, 1, 9, 2, 11, 3, 3, 10};
-    int32_t seq[20] = {2, 9, 4, 1, 10, 3, 6, 0, 5, 8, /* row 2: */ 7, 1, 1, 4, 9, 2, 0, 6, 3, 5};
+    const int32_t *seq = gen_seq;
     int encdec = kind == TFM_MODEL_ENCODER_DECODER, n_prompt = 3, n_total = 10, t, r, swap_at = 6;
     int64_t V;
-    float *full;
+    float *full = gen_full_logits(&m, kind, norm_first, pos, n_total);
     const float *memory = NULL;
-    gen_config(&c, kind, norm_first, pos);
-    CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
-    if (!m.impl) return;
-    tfm_model_train(&m, 0);
-    V = encdec ? c.tgt_vocab_size : c.vocab_size;
-    memset(&b, 0, sizeof b);
-    b.batch = 2;
-    if (encdec) {
-        b.len = 9;
-        b.tokens = src;
-        b.tgt_len = n_total;
-        b.tgt_in = seq;
-    } else {
-        b.len = n_total;
-        b.tokens = seq;
-    }
-    CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
-    full = (float *)malloc((size_t)(2 * n_total * V) * sizeof(float));
-    memcpy(full, tfm_model_logits(&m).data, (size_t)(2 * n_total * V) * sizeof(float));
+    if (!full) return;
+    V = encdec ? m.cfg.tgt_vocab_size : m.cfg.vocab_size;
     CHECK_OK(tfm_kv_cache_init(&kc, &m, 2, 0));
-    if (encdec) memory = tfm__encoder_fwd(&m, src, NULL, 2, 9, NULL);
+    if (encdec) memory = tfm__encoder_fwd(&m, gen_src, NULL, 2, 9, NULL);
     {
         int32_t prompt[6];
         memcpy(prompt, seq, 3 * sizeof(int32_t));
@@ -88,6 +100,66 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
     tfm_model_free(&m);
 }
 
+/* Rows at different positions, as uneven prompts leave them: prompts of 3 and 7 ids read in one call
+   (the first padded), then one token per row and call, each row at its own position, every row's
+   logits against the full forward's at that position (1e-5 relative, as above). After two steps the
+   rows swap places; when sequence 1 is done, the row of sequence 0 (the shorter) is copied over it, so
+   the copy's slot still holds sequence 1's later keys, which it must not see. */
+static void gen_check_cache_uneven(tfm_model_kind kind) {
+    tfm_model m;
+    tfm_kv_cache kc;
+    int encdec = kind == TFM_MODEL_ENCODER_DECODER, n_total = 10, n_ids[2] = {3, 7}, sq[2] = {0, 1}, at[2], step, r;
+    int64_t V;
+    float *full = gen_full_logits(&m, kind, 1, TFM_POS_LEARNED, n_total);
+    const float *memory = NULL;
+    int32_t ids[14];
+    if (!full) return;
+    V = encdec ? m.cfg.tgt_vocab_size : m.cfg.vocab_size;
+    CHECK_OK(tfm_kv_cache_init(&kc, &m, 2, 0));
+    if (encdec) memory = tfm__encoder_fwd(&m, gen_src, NULL, 2, 9, NULL);
+    for (r = 0; r < 7; r++) {
+        ids[r] = r < 3 ? gen_seq[r] : 0; /* padding */
+        ids[7 + r] = gen_seq[n_total + r];
+    }
+    tfm__decode_into(&m, &kc, ids, 2, 7, n_ids, memory, 9, m.impl->logits);
+    at[0] = 3;
+    at[1] = 7;
+    for (step = 0;; step++) {
+        int32_t tok[2];
+        for (r = 0; r < 2; r++) {
+            char what[96];
+            snprintf(what, sizeof what, "kind %d uneven: step %d row %d (sequence %d) position %d", (int)kind, step, r, sq[r],
+                     at[r] - 1);
+            CHECK(kc.lens[r] == at[r]);
+            CHECK_REL(what, test_rel_err_f(m.impl->logits + r * V, full + ((int64_t)sq[r] * n_total + at[r] - 1) * V, (size_t)V),
+                      1e-5);
+        }
+        if (at[0] == n_total && at[1] == n_total) break;
+        if (step == 2) { /* swap the rows */
+            int32_t swap[2] = {1, 0}, t;
+            CHECK_OK(tfm_kv_cache_reorder(&kc, swap, 2));
+            t = sq[0], sq[0] = sq[1], sq[1] = t;
+            t = at[0], at[0] = at[1], at[1] = t;
+        }
+        if (sq[0] != sq[1] && (at[0] == n_total || at[1] == n_total)) { /* sequence 1 is done: copy sequence 0 over it */
+            int keep = at[0] == n_total ? 1 : 0;
+            int32_t from[2];
+            from[0] = from[1] = keep;
+            CHECK_OK(tfm_kv_cache_reorder(&kc, from, 2));
+            sq[0] = sq[1] = sq[keep];
+            at[0] = at[1] = at[keep];
+        }
+        for (r = 0; r < 2; r++) tok[r] = gen_seq[sq[r] * n_total + at[r]];
+        tfm__decode(&m, &kc, tok, 2, 1, memory, 9);
+        at[0]++;
+        at[1]++;
+    }
+    CHECK(sq[0] == 0 && sq[1] == 0);
+    tfm_kv_cache_free(&kc);
+    free(full);
+    tfm_model_free(&m);
+}
+
 static void gen_test_cache_lm(void) {
     gen_check_cache(TFM_MODEL_DECODER_LM, 0, TFM_POS_LEARNED);
     gen_check_cache(TFM_MODEL_DECODER_LM, 1, TFM_POS_LEARNED);
@@ -97,6 +169,11 @@ static void gen_test_cache_lm(void) {
 static void gen_test_cache_encdec(void) {
     gen_check_cache(TFM_MODEL_ENCODER_DECODER, 0, TFM_POS_LEARNED);
     gen_check_cache(TFM_MODEL_ENCODER_DECODER, 1, TFM_POS_SINUSOIDAL);
+}
+
+static void gen_test_cache_uneven(void) {
+    gen_check_cache_uneven(TFM_MODEL_DECODER_LM);
+    gen_check_cache_uneven(TFM_MODEL_ENCODER_DECODER);
 }
 
 /* Greedy generation: each new token is the argmax of a full forward over everything before it. */
@@ -433,14 +510,20 @@ static void gen_check_batch(tfm_model_kind kind) {
     tfm_gen_opts o;
     int32_t srcs[4][12] = {{3, 1, 4, 1, 5}, {9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2}, {3, 8}, {4, 6, 2, 6, 4, 3, 3}};
     int32_t prompts[4][6] = {{2, 7, 1, 8, 2, 8}, {1}, {4, 1, 4}, {3, 9}};
-    int src_lens[4] = {5, 12, 2, 7}, n_prompts[4] = {6, 1, 3, 2}, n_out[4], b, which, i;
+    int src_lens[4] = {5, 12, 2, 7}, n_prompts[4] = {6, 1, 1, 2}, n_out[4], b, which, i;
     const int32_t *sp[4], *pp[4];
     int32_t out[4 * 9], alone[9];
     int encdec = kind == TFM_MODEL_ENCODER_DECODER;
     gen_config(&c, kind, 1, TFM_POS_LEARNED);
     c.max_batch = 4;
     c.init_std = 0.15f;
-    if (encdec) n_prompts[0] = 1; /* fits max_tgt_len 10 with 7 new */
+    /* the prompts of 1, 1 and 2 ids are read together and the longest alone (padding the others to it
+       would cost more than their ids); an encoder-decoder's 1, 1, 1 and 4 (4 + 6 new fit max_tgt_len 10)
+       as well */
+    if (encdec) {
+        n_prompts[0] = 4;
+        n_prompts[3] = 1;
+    }
     CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
     if (!m.impl) return;
     tfm_model_train(&m, 0);
@@ -451,7 +534,7 @@ static void gen_check_batch(tfm_model_kind kind) {
     for (which = 0; which < 4; which++) {
         int32_t stops[1];
         gen_sampling_opts(&o, which == 0 ? 4 : which == 1 ? 0 : 3);
-        o.max_new = encdec ? 7 : 6;
+        o.max_new = 6;
         if (which == 2) { /* a stop token that ends some rows early */
             int nw;
             CHECK_OK(tfm_model_generate(&m, encdec ? sp[1] : NULL, src_lens[1], pp[1], n_prompts[1], &o, alone, &nw));
@@ -489,8 +572,9 @@ static void gen_check_batch(tfm_model_kind kind) {
             CHECK_MSG(b >= 0 && b < 4 && count[b] < n_out[b] && out[b * 9 + count[b]] == st.tok[i], "streamed token %d", i);
             if (b >= 0 && b < 4) count[b]++;
         }
-        /* rows are streamed step by step: a row of the shortest prompt (1 id) chose the first token */
-        CHECK(n_prompts[st.row[0]] == 1);
+        /* rows are streamed step by step: the prompts are read first, so every row, whatever its
+           prompt's length, chose its first token in the first step */
+        CHECK(st.n >= 4 && (1 << st.row[0] | 1 << st.row[1] | 1 << st.row[2] | 1 << st.row[3]) == 15);
     }
     tfm_model_free(&m);
 }
@@ -946,6 +1030,7 @@ static void gen_test_serving(void) {
 static void suite_generate(void) {
     RUN(gen_test_cache_lm);
     RUN(gen_test_cache_encdec);
+    RUN(gen_test_cache_uneven);
     RUN(gen_test_greedy);
     RUN(gen_test_errors);
     RUN(gen_test_pick);
