@@ -453,6 +453,18 @@ static void run_zero_basics(tfm_dist *dist) {
         check(nd == 0, "ZeRO-1: tfm_dist_save without the training state writes a sharded model's parameters as they are");
         tfm_model_free(&one);
     }
+    { /* a refused opt leaves the gradients as they were: refused before the all-reduce, which would
+         average the ranks' different values */
+        tfm_optim bad = o;
+        float *g = tfm_model_flat(&z, 1, NULL);
+        int64_t i, kept = 0;
+        bad.lr = 0.0f;
+        for (i = 0; i < n; i++) g[i] = (float)(rank_ + 1);
+        check(tfm_dist_step(dist, &z, &bad, NULL) == TFM_E_ARG && strstr(tfm_last_error(), "tfm_dist_step") != NULL,
+              "ZeRO-1: tfm_dist_step refuses opt.lr 0");
+        for (i = 0; i < n; i++) kept += g[i] == (float)(rank_ + 1);
+        check(kept == n && z.step == 0, "ZeRO-1: the refused tfm_dist_step left this rank's gradients and step as they were");
+    }
     tfm_model_free(&z);
     cs.moment_shard = (rank_ + 1) % size_;
     OK(tfm_model_init(&z, &cs, NULL, 0));
