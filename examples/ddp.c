@@ -135,13 +135,11 @@ int main(int argc, char **argv) {
     tfm_optim opt;
     tfm_batch b;
     ex_buf text;
-    ex_budget budget;
-    ex_progress prog;
-    FILE *csv = NULL;
+    ex_log lg;
     int64_t n_verses = 0, cut_val, cut_test, r0, r1, *off, step, total_steps, steps_per_epoch, n_eval;
     int32_t *tok, *tgt;
     int local_max, i;
-    double t0, t_reduce = 0, nats;
+    double t0, t_reduce = 0, nats, v[1];
     uint64_t sum = 0;
     size_t bytes = 0;
     float loss = 0, gloss = 0;
@@ -206,10 +204,10 @@ int main(int argc, char **argv) {
     b.len = o.len;
     b.tokens = tok;
     b.targets = tgt;
-    if (dist.rank == 0) csv = ex_csv_open(o.t.csv, "step,epoch,train_bpc,val_bpc", m.step > 0);
-
-    ex_progress_start(&prog, "bytes", m.step);
-    ex_budget_start(&budget, o.t.time_budget, m.step); /* --time */
+    if (dist.rank != 0) o.t.csv = ""; /* process 0 writes the loss curve */
+    ex_log_start(&lg, &o.t, "step,epoch,train_bpc,val_bpc", 1, "bytes", (double)o.t.batch * o.len, m.step, total_steps,
+                 (double)steps_per_epoch);
+    lg.csv_scale = 1 / log(2.0); /* bits */
     t0 = ex_now();
     for (step = m.step; step < total_steps; step++) {
         int64_t n = 0, gn = 0;
@@ -230,35 +228,30 @@ int main(int argc, char **argv) {
             ex_check(tfm_model_step(&m, &opt, NULL), "tfm_model_step");
         }
         t_reduce += ex_now() - t;
-        if (budget.seconds > 0 && (step + 1 - budget.first_step) % 25 == 0) {
-            double x[1];
-            x[0] = (double)ex_budget_fit(&budget, step, total_steps, &opt); /* process 0's estimate for all */
-            if (dist.rank != 0) x[0] = 0;
+        total_steps = ex_log_step(&lg, step, gloss, &opt); /* progress line, loss curve, --time */
+        if (lg.budget.seconds > 0 && (step + 1 - lg.budget.first_step) % 25 == 0) {
+            double x[1]; /* the budget was refitted: process 0's length for all */
+            x[0] = dist.rank == 0 ? (double)total_steps : 0;
             ex_check(tfm_dist_sum(&dist, x, 1), "tfm_dist_sum");
-            total_steps = (int64_t)x[0];
+            total_steps = lg.total = (int64_t)x[0];
             opt.total_steps = (int)total_steps;
         }
-        ex_progress_show(&prog, step + 1, total_steps, (double)(step + 1) / steps_per_epoch, gloss, ex_lr(&opt, step + 1),
-                         (double)o.t.batch * o.len, 0);
-        ex_csv_row(csv, "%lld,%.4f,%.5f,NaN", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
-                   gloss / log(2.0));
         if ((step + 1) % o.t.eval_every == 0 || step + 1 == total_steps) {
             nats = ddp_eval(&dist, &m, text.data, cut_val, cut_val + n_eval, o.len, local_max, off, tok, tgt);
-            ex_progress_break(&prog);
+            v[0] = nats / log(2.0); /* bits */
+            ex_log_val(&lg, step + 1, v);
             ex_check(tfm_dist_check_model(&dist, &m, &sum), "tfm_dist_check_model");
             printf("step %lld: validation %.4f bits per byte; gradient exchange and update %.1f%% of the time; every "
                    "process holds the same model (checksum %016llx)\n", (long long)(step + 1), nats / log(2.0),
                    100.0 * t_reduce / (ex_now() - t0), (unsigned long long)sum);
-            ex_csv_row(csv, "%lld,%.4f,NaN,%.5f", (long long)(step + 1), (double)(step + 1) / steps_per_epoch,
-                       nats / log(2.0));
             ex_check(tfm_dist_save(&dist, &m, o.t.model, TFM_SAVE_TRAINING_STATE, NULL, 0), o.t.model);
         }
     }
+    ex_log_end(&lg, step, &opt); /* the last progress line, in full */
     printf("training took %.1f min\n", (ex_now() - t0) / 60);
     nats = ddp_eval(&dist, &m, text.data, cut_test, cut_test + n_eval, o.len, local_max, off, tok, tgt);
     printf("test: %.4f bits per byte (the first %lld bytes of the last 5%%)\n", nats / log(2.0), (long long)n_eval);
 
-    if (csv) fclose(csv);
     free(off);
     free(tok);
     free(tgt);
