@@ -507,6 +507,37 @@ EX_FN void ex_epoch_order(int32_t *order, const int32_t *base, int64_t n, uint64
     ex_shuffle(order, n, &r);
 }
 
+/* Length buckets, for rows padded to the longest of their batch: in each run of `span` batches of an
+   epoch's order (n rows), the rows sorted by key[row] (their length), so that a batch pads little;
+   then the run's whole batches in an order shuffled with rng, so that lengths still change from step
+   to step. Which rows meet in a batch still changes with the epoch's order. */
+static int ex__cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+EX_FN void ex_bucket(int32_t *order, int64_t n, int batch, int span, const int32_t *key, tfm_rng *rng) {
+    int64_t c0, run = (int64_t)batch * span, i;
+    int64_t *k = (int64_t *)ex_malloc((size_t)run * sizeof *k);
+    int32_t *tmp = (int32_t *)ex_malloc((size_t)run * sizeof *tmp);
+    for (c0 = 0; c0 < n; c0 += run) {
+        int64_t len = n - c0 < run ? n - c0 : run, nb = len / batch, b;
+        for (i = 0; i < len; i++) k[i] = (int64_t)key[order[c0 + i]] << 32 | (uint32_t)order[c0 + i];
+        qsort(k, (size_t)len, sizeof *k, ex__cmp_i64);
+        for (i = 0; i < len; i++) tmp[i] = (int32_t)(k[i] & 0xffffffff);
+        for (b = nb - 1; b > 0; b--) { /* Fisher-Yates over whole batches */
+            int64_t j = (int64_t)(tfm_rng_u64(rng) % (uint64_t)(b + 1));
+            for (i = 0; i < batch; i++) {
+                int32_t t = tmp[b * batch + i];
+                tmp[b * batch + i] = tmp[j * batch + i];
+                tmp[j * batch + i] = t;
+            }
+        }
+        memcpy(order + c0, tmp, (size_t)len * sizeof *tmp);
+    }
+    free(k);
+    free(tmp);
+}
+
 /* ==== metrics ==== */
 
 /* Levenshtein distance between two id sequences (for phoneme and character error rates). */

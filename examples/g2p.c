@@ -274,8 +274,8 @@ static void train(const options *o) {
     tfm_optim opt = {0};
     tfm_model m;
     batch_buf *bb = (batch_buf *)ex_malloc(sizeof(batch_buf));
-    int32_t *order;
-    int64_t steps_per_epoch, total_steps, step, n_val_words;
+    int32_t *order, *len_key;
+    int64_t steps_per_epoch, total_steps, step, n_val_words, i;
     ex_log lg;
     double t0, wer, per, v[2];
     float loss = 0;
@@ -331,6 +331,8 @@ static void train(const options *o) {
     opt.min_lr = o->t.lr / 50;
 
     order = (int32_t *)ex_malloc((size_t)d.n_train_prons * sizeof(int32_t));
+    len_key = (int32_t *)ex_malloc((size_t)d.n_prons * sizeof(int32_t)); /* what a pronunciation pads to */
+    for (i = 0; i < d.n_prons; i++) len_key[i] = (int32_t)strlen(d.prons[i].word) * MAX_TGT + d.prons[i].n_phones;
     ex_log_start(&lg, &o->t, "step,epoch,train_loss,val_loss,val_wer", 2, "words", o->t.batch, m.step,
                  total_steps, (double)steps_per_epoch);
 
@@ -339,7 +341,12 @@ static void train(const options *o) {
     for (step = m.step; step < total_steps; step++) {
         int64_t epoch = step / steps_per_epoch, k = step % steps_per_epoch;
         tfm_batch bt;
-        if (k == 0 || step == m.step) ex_epoch_order(order, d.train_prons, d.n_train_prons, o->t.seed, epoch);
+        if (k == 0 || step == m.step) { /* the epoch's order, in buckets of similar lengths: less padding */
+            tfm_rng r;
+            ex_epoch_order(order, d.train_prons, d.n_train_prons, o->t.seed, epoch);
+            tfm_rng_seed(&r, o->t.seed * 7919u + (uint64_t)epoch);
+            ex_bucket(order, d.n_train_prons, o->t.batch, 50, len_key, &r);
+        }
         bt = make_batch(bb, d.prons, order + k * o->t.batch, o->t.batch);
         tfm_model_zero_grad(&m);
         ex_check(tfm_model_forward(&m, &bt, &loss, NULL), "forward");
@@ -388,6 +395,7 @@ static void train(const options *o) {
     printf("model saved to %s; pronounce words with: g2p --model %s WORD...\n", o->t.model, o->t.model);
 
     free(order);
+    free(len_key);
     free(bb);
     tfm_model_free(&m);
     dataset_free(&d);
