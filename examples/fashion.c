@@ -38,6 +38,7 @@ typedef struct options {
     ex_train_opts t;      /* --data (the directory), --model, --batch, ... (common.h) */
     int smoke, augment;   /* augment: random left-right flips of the training images... */
     int shift;            /* ...and shifts by up to this many pixels */
+    float smoothing;      /* cross-entropy label smoothing */
     int patch, cls;       /* patch: the side of a patch in pixels; cls: pool a class vector instead of the mean */
     uint64_t split_seed;
 } options;
@@ -102,6 +103,7 @@ static void make_config(const options *o, tfm_config *cfg) {
     cfg->norm_first = 1;
     cfg->act = TFM_ACT_GELU;
     cfg->dropout = o->t.dropout;
+    cfg->label_smoothing = o->smoothing;
     cfg->seed = o->t.seed;
 }
 
@@ -312,9 +314,10 @@ static void usage(const options *d) {
            "  --cls             classify a learned class vector's output instead of the patches' mean\n"
            "  --shift N         shift training images by up to N pixels at random (default %d)\n"
            "  --no-augment      no flips or shifts\n"
+           "  --smoothing X     label smoothing of the loss, in [0,1) (default %g)\n"
            "  --split-seed N    the shuffle before the validation images are set apart (default %llu)\n"
            "  --smoke           a tiny model for a few steps (seconds)\n",
-           d->patch, d->shift, (unsigned long long)d->split_seed);
+           d->patch, d->shift, (double)d->smoothing, (unsigned long long)d->split_seed);
     ex_train_usage(&d->t); /* data: the Fashion-MNIST directory; the seed also draws the augmentation */
 }
 
@@ -356,6 +359,7 @@ int main(int argc, char **argv) {
         else if (ex_is(a, "--patch")) o.patch = ex_int(argc, argv, &i);
         else if (ex_is(a, "--cls")) o.cls = 1;
         else if (ex_is(a, "--shift")) o.shift = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--smoothing")) o.smoothing = ex_float(argc, argv, &i);
         else if (ex_is(a, "--split-seed")) o.split_seed = (uint64_t)ex_int(argc, argv, &i);
         else if (ex_is(a, "--index")) { is_index[n_cls] = 1; what[n_cls++] = (char *)ex_value(argc, argv, &i); }
         else if (ex_is(a, "--classify")) { is_index[n_cls] = 0; what[n_cls++] = (char *)ex_value(argc, argv, &i); }
@@ -363,6 +367,7 @@ int main(int argc, char **argv) {
         else { usage(&defaults); ex_die("unknown option %s", a); }
     }
     if (o.shift < 0 || o.shift >= SIDE) ex_die("--shift: from 0 to %d pixels", SIDE - 1);
+    if (!(o.smoothing >= 0 && o.smoothing < 1)) ex_die("--smoothing: from 0 to less than 1");
     if (o.patch < 2 || o.patch > 14 || SIDE % o.patch) ex_die("--patch: 2, 4, 7 or 14 (it must divide %d)", SIDE);
     ex_train_opts_apply(&o.t);
     if (n_cls) classify(&o, n_cls, what, is_index);
