@@ -19,7 +19,7 @@
    (tfm_model_beam_search, --beam N, default 4) for the test split and for words on the command
    line; the test split is scored both ways, so the two can be compared.
 
-       build/g2p                                train (defaults: about 40 min on 2 cores), then test
+       build/g2p                                train (defaults: about 18 min on 2 cores), then test
        build/g2p --data cmudict-0.7b.txt.xz     the same on CMUdict 0.7b
        build/g2p --resume                       continue from the saved checkpoint
        build/g2p hello transformer              pronounce words with the saved model
