@@ -5792,6 +5792,15 @@ TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int
     return TFM_OK;
 }
 
+/* Rows r0.. of a cache as a cache of their own, over the same memory: the rows one decoding call takes. */
+static tfm_kv_cache tfm__kv_rows(const tfm_kv_cache *kc, int r0) {
+    tfm_kv_cache v = *kc;
+    v.slot += r0;
+    v.lens += r0;
+    v.src_lens += r0;
+    return v;
+}
+
 /* Decode ids (B,n) with every layer's cache, row b at positions kc->lens[b]..: the same block code as
    training, on the new rows only. n_ids (NULL: n for every row): row b holds n_ids[b] ids, padded to n
    (an uneven prompt; the padding's keys land past the row's positions, where the next ids overwrite
@@ -5805,21 +5814,20 @@ static void tfm__decode_into(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids,
     int encdec = c->kind == TFM_MODEL_ENCODER_DECODER, r0, nb, b;
     int64_t C = c->d_model, V = encdec ? c->tgt_vocab_size : c->vocab_size;
     for (r0 = 0; r0 < B; r0 += nb) {
-        tfm_kv_cache part = *kc;
-        const float *h;
+        tfm_kv_cache part = tfm__kv_rows(kc, r0);
+        float *h;
         nb = TFM__MIN(B - r0, c->max_batch);
-        part.slot = kc->slot + r0;
-        part.lens = kc->lens + r0;
-        part.src_lens = kc->src_lens + r0;
-        h = tfm__decoder_fwd(m, ids + (int64_t)r0 * n, NULL, nb, n, memory ? memory + (int64_t)r0 * S * C : NULL,
-                             kc->src_len ? kc->src_len : S,
-                             kc->has_src_lens ? part.src_lens : NULL, &part);
-        if (!n_ids) /* the head on row n-1 of each sequence: rows of stride n*C */
-            tfm__op_linear(m->impl->device, logits + (int64_t)r0 * V, V, h + (n - 1) * C, n * C,
-                           m->impl->head.weight.data, NULL, nb, C, V);
-        for (b = r0; n_ids && b < r0 + nb; b++) /* each row's own last id */
-            tfm__op_linear(m->impl->device, logits + (int64_t)b * V, V, h + ((int64_t)(b - r0) * n + n_ids[b] - 1) * C, C,
-                           m->impl->head.weight.data, NULL, 1, C, V);
+        /* the decoder's output is this call's own buffer, which nothing reads after it (see below) */
+        h = (float *)tfm__decoder_fwd(m, ids + (int64_t)r0 * n, NULL, nb, n, memory ? memory + (int64_t)r0 * S * C : NULL,
+                                      kc->src_len ? kc->src_len : S, kc->has_src_lens ? part.src_lens : NULL, &part);
+        /* the head on each row's last id, as rows of stride n*C from row n-1: a shorter row's last id is
+           first moved there, over its padding's output */
+        for (b = r0; n_ids && b < r0 + nb; b++)
+            if (n_ids[b] < n)
+                tfm__op_copy(m->impl->device, h + ((int64_t)(b - r0) * n + n - 1) * C,
+                             h + ((int64_t)(b - r0) * n + n_ids[b] - 1) * C, C);
+        tfm__op_linear(m->impl->device, logits + (int64_t)r0 * V, V, h + (n - 1) * C, n * C, m->impl->head.weight.data,
+                       NULL, nb, C, V);
     }
     for (b = 0; b < B; b++) kc->lens[b] += n_ids ? n_ids[b] : n;
     if (encdec && !kc->src_len) kc->src_len = S;
@@ -6075,15 +6083,12 @@ static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32
     /* the prompts in groups of rows, each group's padded to its longest (a group grows while its padding
        is at most its ids), then one new token per row and step, each row at its own positions */
     for (g0 = 0; g0 < B; g0 = g1) {
-        tfm_kv_cache part = kc;
+        tfm_kv_cache part = tfm__kv_rows(&kc, g0);
         int64_t real = 0, n;
         for (g1 = g0; g1 < B && (int64_t)(g1 - g0 + 1) * n_ids[g1] <= 2 * (real + n_ids[g1]); g1++) real += n_ids[g1];
         n = n_ids[g1 - 1];
         for (i = g0; i < g1; i++)
             for (j = 0; j < n; j++) ids[(i - g0) * n + j] = j < n_ids[i] ? prompts[act[i]][j] : 0;
-        part.slot += g0;
-        part.lens += g0;
-        part.src_lens += g0;
         tfm__decode_into(m, &part, ids, g1 - g0, (int)n, n_ids + g0, memory ? memory + (int64_t)g0 * S * m->cfg.d_model : NULL,
                          S, m->impl->logits + (int64_t)g0 * V);
     }
