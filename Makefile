@@ -173,6 +173,7 @@ examples-smoke: $(EXAMPLES)
 	./$(BUILD)/charlm --smoke --threads 1
 	./$(BUILD)/charlm --smoke --threads 1 --resume
 	./$(BUILD)/charlm --smoke --threads 1 --prompt "And God said" --length 40
+	./$(BUILD)/charlm --smoke --threads 1 --evaluate validation
 	@if command -v gnuplot >/dev/null 2>&1; then \
 	    echo './$(BUILD)/charlm --smoke --threads 1 --prompt "In the beginning" --attention runs/attention-smoke.png'; \
 	    ./$(BUILD)/charlm --smoke --threads 1 --prompt "In the beginning" --attention runs/attention-smoke.png; \

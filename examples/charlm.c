@@ -13,7 +13,10 @@
    The score is bits per character: the mean cross-entropy in bits of predicting each character of
    a split. Windows over a split overlap by half, and only the second half of each window (the first
    window: all of it) is scored, so every character is predicted with at least --len/2 characters of
-   context.
+   context. The test split is scored twice: by the final model as it is, and with dynamic evaluation
+   (the model takes an optimizer step on each window's characters once it has scored them, so it
+   adapts to the test text as it reads it, as an adaptive compressor such as PPMd does; every
+   character is still scored before the model has learned from it).
 
    Model: a GPT-style decoder (pre-LN, GELU, a final layernorm, output projection tied to the token
    embedding, learned positions). Generation uses the library's key/value cache, with temperature,
@@ -23,6 +26,7 @@
 
        build/charlm                                  train (about an hour on 2 cores), then test
        build/charlm --resume                         continue from the saved checkpoint
+       build/charlm --evaluate validation            score the saved model, as it is and dynamically
        build/charlm --prompt "And God said"          write text with the saved model
        build/charlm --prompt "..." --attention a.png draw the first layer's attention over a prompt
        build/charlm --smoke                          a few steps on a tiny model (seconds), for CI;
@@ -55,16 +59,23 @@ typedef struct options {
     float temperature, top_p, min_p;  /* sampling: temperature (0: greedy), nucleus and min-p (0: off) */
     int head;            /* --attention: which head (-1: the mean over heads) */
     int64_t val_chars;   /* validation during training scores the first val_chars characters */
+    const char *evaluate; /* --evaluate validation|test: score the saved model on that split */
+    float dynamic_lr;    /* dynamic evaluation's learning rate (0: off) */
 } options;
 
-/* Bits per character of the model on ids[0..n), windows of len overlapping by half. */
-static double bits_per_char(tfm_model *m, const int32_t *ids, int64_t n, int len, int batch) {
+/* Bits per character of the model on ids[0..n), windows of len overlapping by half, batch at a time.
+   With adapt (dynamic evaluation, Krause et al. 2018), the windows go one at a time, in order, and
+   after each the model takes a step of adapt on the characters it has just scored: it goes on
+   learning from the text as it reads it, as an adaptive compressor (PPMd) does, and every character
+   is still scored before the model has learned from it. That changes the model's weights. */
+static double bits_per_char(tfm_model *m, const int32_t *ids, int64_t n, int len, int batch, const tfm_optim *adapt) {
     int32_t *tok = (int32_t *)ex_malloc((size_t)batch * len * sizeof(int32_t));
     int32_t *tgt = (int32_t *)ex_malloc((size_t)batch * len * sizeof(int32_t));
     int64_t start = 0, counted_total = 0;
     double nats = 0;
     int half = len / 2;
-    tfm_model_train(m, 0);
+    if (adapt) batch = 1;
+    tfm_model_train(m, 0); /* no dropout, when adapting too */
     while (start + 1 < n) {
         int b = 0, t;
         int64_t counted = 0;
@@ -83,14 +94,30 @@ static double bits_per_char(tfm_model *m, const int32_t *ids, int64_t n, int len
         bt.len = len;
         bt.tokens = tok;
         bt.targets = tgt;
+        if (adapt) tfm_model_zero_grad(m);
         ex_check(tfm_model_forward(m, &bt, &loss, &counted), "evaluation forward");
         nats += (double)loss * (double)counted; /* the loss is the mean over the counted targets */
         counted_total += counted;
+        if (adapt && counted > 0) { /* then learn from the characters just scored */
+            ex_check(tfm_model_backward(m, 1.0f), "dynamic evaluation backward");
+            ex_check(tfm_model_step(m, adapt, NULL), "dynamic evaluation step");
+        }
     }
     tfm_model_train(m, 1);
     free(tok);
     free(tgt);
     return nats / (double)counted_total / log(2.0);
+}
+
+/* The optimizer of dynamic evaluation: AdamW as in training (its moments carried over from the
+   checkpoint), at a constant rate and without weight decay. */
+static tfm_optim adapt_optim(float lr) {
+    tfm_optim a = {0};
+    a.lr = lr;
+    a.beta2 = 0.99f;
+    a.clip_norm = 1.0f;
+    a.schedule = TFM_SCHED_CONSTANT;
+    return a;
 }
 
 /* The streaming callback: the library calls it with each character as it is chosen. */
@@ -168,10 +195,38 @@ static void check_cache(tfm_model *m, const int32_t *prompt, int n_prompt, int n
     printf("\"\n");
 }
 
-static void train(const options *o) {
-    int64_t n_verses, v, i, n_chars, cut_val, cut_test, tokens_per_step, steps_per_epoch, total_steps, step;
+/* The text as ids, and where the validation and the test splits start: the verse boundaries at 90%
+   and 95%. */
+typedef struct kjv { int32_t *ids; int64_t n, cut_val, cut_test; } kjv;
+
+static kjv load_kjv(const options *o) {
+    int64_t n_verses, v, i;
     ex_buf text = ex_kjv_read(o->t.data, &n_verses);
-    int32_t *ids, *tok, *tgt;
+    kjv k;
+    k.n = (int64_t)text.len;
+    k.ids = (int32_t *)ex_malloc((size_t)k.n * sizeof(int32_t));
+    k.cut_val = k.cut_test = 0;
+    for (i = 0, v = 0; i < k.n; i++) {
+        k.ids[i] = char_id(text.data[i]);
+        if (k.ids[i] < 0) ex_die("%s: a character outside the vocabulary (byte 0x%02x)", o->t.data, text.data[i]);
+        if (text.data[i] == '\n') {
+            v++;
+            if (v == n_verses * 90 / 100) k.cut_val = i + 1;
+            if (v == n_verses * 95 / 100) k.cut_test = i + 1;
+        }
+    }
+    ex_buf_free(&text);
+    printf("KJV: %lld verses, %lld characters: %lld train, %lld validation, %lld test (contiguous, by verse)\n",
+           (long long)n_verses, (long long)k.n, (long long)k.cut_val, (long long)(k.cut_test - k.cut_val),
+           (long long)(k.n - k.cut_test));
+    return k;
+}
+
+static void train(const options *o) {
+    int64_t tokens_per_step, steps_per_epoch, total_steps, step;
+    kjv k = load_kjv(o); /* 1. the data */
+    int32_t *ids = k.ids, *tok, *tgt;
+    int64_t n_chars = k.n, cut_val = k.cut_val, cut_test = k.cut_test;
     tfm_config cfg = {0};
     tfm_optim opt = {0};
     tfm_model m;
@@ -179,24 +234,6 @@ static void train(const options *o) {
     double t0, bpc;
     int b, t;
     float loss = 0;
-
-    /* 1. data: ids, and the verse boundaries at 90% and 95% */
-    n_chars = (int64_t)text.len;
-    ids = (int32_t *)ex_malloc((size_t)n_chars * sizeof(int32_t));
-    cut_val = cut_test = 0;
-    for (i = 0, v = 0; i < n_chars; i++) {
-        ids[i] = char_id(text.data[i]);
-        if (ids[i] < 0) ex_die("%s: a character outside the vocabulary (byte 0x%02x)", o->t.data, text.data[i]);
-        if (text.data[i] == '\n') {
-            v++;
-            if (v == n_verses * 90 / 100) cut_val = i + 1;
-            if (v == n_verses * 95 / 100) cut_test = i + 1;
-        }
-    }
-    ex_buf_free(&text);
-    printf("KJV: %lld verses, %lld characters: %lld train, %lld validation, %lld test (contiguous, by verse)\n",
-           (long long)n_verses, (long long)n_chars, (long long)cut_val, (long long)(cut_test - cut_val),
-           (long long)(n_chars - cut_test));
 
     /* 2. the model */
     cfg.kind = TFM_MODEL_DECODER_LM;
@@ -267,7 +304,7 @@ static void train(const options *o) {
         total_steps = ex_log_step(&lg, step, loss, &opt); /* progress line, loss curve, --time */
         if ((step + 1) % o->t.eval_every == 0 || step + 1 == total_steps) {
             int64_t nv = cut_test - cut_val < o->val_chars ? cut_test - cut_val : o->val_chars;
-            bpc = bits_per_char(&m, ids + cut_val, nv, o->len, o->t.batch);
+            bpc = bits_per_char(&m, ids + cut_val, nv, o->len, o->t.batch, NULL);
             ex_log_val(&lg, step + 1, &bpc);
             printf("step %lld: validation %.4f bits per character (first %lld characters)\n", (long long)(step + 1),
                    bpc, (long long)nv);
@@ -282,18 +319,51 @@ static void train(const options *o) {
     ex_log_end(&lg, step, &opt); /* the last progress line, in full */
     printf("training took %.1f min\n", (ex_now() - t0) / 60);
 
-    /* 4. the test split, once, with the final model */
+    /* 4. the test split, once, with the final model; then with dynamic evaluation, which changes it */
+    if (o->smoke) check_cache(&m, ids + cut_test, 8, o->len - 8 < 24 ? o->len - 8 : 24);
     {
         int64_t n_test = o->smoke ? 2000 : n_chars - cut_test;
-        bpc = bits_per_char(&m, ids + cut_test, n_test, o->len, o->t.batch);
+        bpc = bits_per_char(&m, ids + cut_test, n_test, o->len, o->t.batch, NULL);
         printf("test: %lld characters, %.4f bits per character\n", (long long)n_test, bpc);
+        if (o->dynamic_lr > 0) {
+            tfm_optim a = adapt_optim(o->dynamic_lr);
+            bpc = bits_per_char(&m, ids + cut_test, n_test, o->len, o->t.batch, &a);
+            printf("test: %.4f bits per character with dynamic evaluation (learning rate %g)\n", bpc, (double)o->dynamic_lr);
+        }
     }
-    if (o->smoke) check_cache(&m, ids + cut_test, 8, o->len - 8 < 24 ? o->len - 8 : 24);
     printf("model saved to %s; write text with: charlm --model %s --prompt \"And God said\"\n", o->t.model, o->t.model);
 
     free(tok);
     free(tgt);
     free(ids);
+    tfm_model_free(&m);
+}
+
+/* --evaluate: the saved model's bits per character on one whole split, as it is and with dynamic
+   evaluation. Choose --dynamic-lr on the validation split; score the test split once. */
+static void evaluate(const options *o) {
+    kjv k = load_kjv(o);
+    int test = ex_is(o->evaluate, "test");
+    int64_t from = test ? k.cut_test : k.cut_val, to = test ? k.n : k.cut_test;
+    tfm_config cfg;
+    tfm_model m;
+    double bpc;
+    if (o->smoke && to - from > 2000) to = from + 2000; /* CI's check that this mode runs */
+    ex_check_meta(o->t.model, "vocab", vocab_string());
+    ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
+    cfg.max_batch = o->t.batch;
+    ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
+    ex_check(tfm_model_load(&m, o->t.model), o->t.model); /* with the optimizer's moments, if saved */
+    bpc = bits_per_char(&m, k.ids + from, to - from, cfg.max_len, o->t.batch, NULL);
+    printf("%s: %lld characters, %.4f bits per character\n", o->evaluate, (long long)(to - from), bpc);
+    if (o->dynamic_lr > 0) {
+        tfm_optim a = adapt_optim(o->dynamic_lr);
+        double t0 = ex_now();
+        bpc = bits_per_char(&m, k.ids + from, to - from, cfg.max_len, o->t.batch, &a);
+        printf("%s: %.4f bits per character with dynamic evaluation (learning rate %g; %.0f characters/s)\n",
+               o->evaluate, bpc, (double)o->dynamic_lr, (double)(to - from) / (ex_now() - t0));
+    }
+    free(k.ids);
     tfm_model_free(&m);
 }
 
@@ -437,8 +507,10 @@ static void usage(const options *d) {
            "  --min-p X         and none less likely than X times the likeliest (default 0: off)\n"
            "  --attention PNG   with --prompt: draw the first layer's attention over it (gnuplot)\n"
            "  --head N          with --attention: one head (default -1: the mean of the heads)\n"
+           "  --evaluate SPLIT  score the saved model on the validation or the test split\n"
+           "  --dynamic-lr X    also score with dynamic evaluation at this learning rate (default %g; 0: off)\n"
            "  --smoke           a tiny model for a few steps (seconds), and the cache check\n",
-           d->len, d->n_gen, (double)d->temperature, d->top_k, (double)d->top_p);
+           d->len, d->n_gen, (double)d->temperature, d->top_k, (double)d->top_p, (double)d->dynamic_lr);
     ex_train_usage(&d->t); /* data: bible.data from Debian's bible-kjv-text; the seed also samples */
 }
 
@@ -465,6 +537,7 @@ int main(int argc, char **argv) {
     o.top_k = 20;
     o.top_p = 0.95f;
     o.head = -1;
+    o.dynamic_lr = 3e-5f; /* the best of 1e-5, 3e-5, 1e-4, 3e-4, 1e-3 on the validation split */
     defaults = o;
     for (i = 1; i < argc; i++) /* the preset first, so that other options can change it */
         if (ex_is(argv[i], "--smoke")) {
@@ -487,13 +560,19 @@ int main(int argc, char **argv) {
         else if (ex_is(a, "--min-p")) o.min_p = ex_float(argc, argv, &i);
         else if (ex_is(a, "--attention")) o.attention = ex_value(argc, argv, &i);
         else if (ex_is(a, "--head")) o.head = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--evaluate")) o.evaluate = ex_value(argc, argv, &i);
+        else if (ex_is(a, "--dynamic-lr")) o.dynamic_lr = ex_float(argc, argv, &i);
         else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(&defaults); return 0; }
         else { usage(&defaults); ex_die("unknown option %s", a); }
     }
     if (o.len < 4) ex_die("--len: at least 4");
     ex_train_opts_apply(&o.t);
     if (o.attention && !o.prompt) ex_die("--attention needs --prompt");
-    if (o.prompt) sample(&o);
+    if (o.evaluate && !ex_is(o.evaluate, "validation") && !ex_is(o.evaluate, "test"))
+        ex_die("--evaluate: validation or test");
+    if (!(o.dynamic_lr >= 0 && o.dynamic_lr < 1)) ex_die("--dynamic-lr: from 0 (off) to less than 1");
+    if (o.evaluate) evaluate(&o);
+    else if (o.prompt) sample(&o);
     else train(&o);
     return 0;
 }
