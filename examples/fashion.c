@@ -13,7 +13,8 @@
    a pre-LN encoder with GELU, Xavier-initialised, the mean of the patches' outputs (TFM_POOL_MEAN;
    with --cls, a learned class vector prepended to the patches, cfg.cls_token, and TFM_POOL_CLS)
    into a linear head over the 10 classes. Training flips images left-right at random (clothes stay
-   clothes; --shift N also moves them by up to N pixels); validation, test and classification take the
+   clothes; --shift N also moves them by up to N pixels, --erase P covers a random rectangle with noise
+   in a share P of them); validation, test and classification take the
    mean of the probabilities for an image and for its mirror image.
 
        build/fashion                           train (defaults: about 17 min on 2 cores), then test
@@ -38,6 +39,7 @@ typedef struct options {
     ex_train_opts t;      /* --data (the directory), --model, --batch, ... (common.h) */
     int smoke, augment;   /* augment: random left-right flips of the training images... */
     int shift;            /* ...and shifts by up to this many pixels */
+    float erase;          /* ...and, with this probability, a rectangle of random pixels over the image */
     float smoothing;      /* cross-entropy label smoothing */
     int patch, cls;       /* patch: the side of a patch in pixels; cls: pool a class vector instead of the mean */
     uint64_t split_seed;
@@ -75,6 +77,25 @@ static void patches(const unsigned char *img, int p, float *out, int flip, int d
                     if (sy >= 0 && sy < SIDE && sx >= 0 && sx < SIDE) v = img[sy * SIDE + sx];
                     out[((py * grid + px) * p + y) * p + x] = ((float)v / 255.0f - 0.286f) / 0.353f;
                 }
+}
+
+/* Random erasing (Zhong et al., 2017): a rectangle of 2-40% of the image, of aspect ratio 0.3 to 3.3,
+   at a random place, filled with random pixels, drawn on out (patches of side p, as patches() lays
+   them out). The model has to tell the clothes from what is left of them. */
+static void erase(float *out, int p, tfm_rng *r) {
+    int grid = SIDE / p, h, w, y0, x0, y, x;
+    for (;;) { /* draw until the rectangle fits, as the paper does */
+        float area = (0.02f + 0.38f * tfm_rng_uniform(r)) * PIXELS;
+        float aspect = expf(logf(0.3f) + (logf(3.3f) - logf(0.3f)) * tfm_rng_uniform(r));
+        h = (int)(sqrtf(area * aspect) + 0.5f);
+        w = (int)(sqrtf(area / aspect) + 0.5f);
+        if (h >= 1 && w >= 1 && h <= SIDE && w <= SIDE) break;
+    }
+    y0 = (int)(tfm_rng_u64(r) % (uint64_t)(SIDE - h + 1));
+    x0 = (int)(tfm_rng_u64(r) % (uint64_t)(SIDE - w + 1));
+    for (y = y0; y < y0 + h; y++)
+        for (x = x0; x < x0 + w; x++)
+            out[(((y / p) * grid + x / p) * p + y % p) * p + x % p] = (tfm_rng_uniform(r) - 0.286f) / 0.353f;
 }
 
 /* The patch side of a model, from its input width (p*p pixels), and its number of patches. */
@@ -213,6 +234,7 @@ static void train(const options *o) {
             int flip = o->augment ? (int)(u & 1) : 0, s = o->augment ? o->shift : 0;
             int dx = (int)((u >> 8) % (uint64_t)(2 * s + 1)) - s, dy = (int)((u >> 16) % (uint64_t)(2 * s + 1)) - s;
             patches(tr.pix + (int64_t)row * PIXELS, patch_of(&cfg), in + (int64_t)k * PIXELS, flip, dx, dy);
+            if (o->augment && o->erase > 0 && tfm_rng_uniform(&r) < o->erase) erase(in + (int64_t)k * PIXELS, patch_of(&cfg), &r);
             lab[k] = tr.labels[row];
         }
         bt.batch = o->t.batch;
@@ -313,11 +335,12 @@ static void usage(const options *d) {
            "  --patch N         patches of NxN pixels: 2, 4, 7 or 14 (default %d)\n"
            "  --cls             classify a learned class vector's output instead of the patches' mean\n"
            "  --shift N         shift training images by up to N pixels at random (default %d)\n"
-           "  --no-augment      no flips or shifts\n"
+           "  --erase P         with probability P, cover a random rectangle of a training image with noise (default %g)\n"
+           "  --no-augment      no flips, shifts or erasing\n"
            "  --smoothing X     label smoothing of the loss, in [0,1) (default %g)\n"
            "  --split-seed N    the shuffle before the validation images are set apart (default %llu)\n"
            "  --smoke           a tiny model for a few steps (seconds)\n",
-           d->patch, d->shift, (double)d->smoothing, (unsigned long long)d->split_seed);
+           d->patch, d->shift, (double)d->erase, (double)d->smoothing, (unsigned long long)d->split_seed);
     ex_train_usage(&d->t); /* data: the Fashion-MNIST directory; the seed also draws the augmentation */
 }
 
@@ -359,6 +382,7 @@ int main(int argc, char **argv) {
         else if (ex_is(a, "--patch")) o.patch = ex_int(argc, argv, &i);
         else if (ex_is(a, "--cls")) o.cls = 1;
         else if (ex_is(a, "--shift")) o.shift = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--erase")) o.erase = ex_float(argc, argv, &i);
         else if (ex_is(a, "--smoothing")) o.smoothing = ex_float(argc, argv, &i);
         else if (ex_is(a, "--split-seed")) o.split_seed = (uint64_t)ex_int(argc, argv, &i);
         else if (ex_is(a, "--index")) { is_index[n_cls] = 1; what[n_cls++] = (char *)ex_value(argc, argv, &i); }
@@ -367,6 +391,7 @@ int main(int argc, char **argv) {
         else { usage(&defaults); ex_die("unknown option %s", a); }
     }
     if (o.shift < 0 || o.shift >= SIDE) ex_die("--shift: from 0 to %d pixels", SIDE - 1);
+    if (!(o.erase >= 0 && o.erase <= 1)) ex_die("--erase: a probability from 0 to 1");
     if (!(o.smoothing >= 0 && o.smoothing < 1)) ex_die("--smoothing: from 0 to less than 1");
     if (o.patch < 2 || o.patch > 14 || SIDE % o.patch) ex_die("--patch: 2, 4, 7 or 14 (it must divide %d)", SIDE);
     ex_train_opts_apply(&o.t);
