@@ -352,6 +352,8 @@ static void evaluate(const options *o) {
     ex_check_meta(o->t.model, "vocab", vocab_string());
     ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
     cfg.max_batch = o->t.batch;
+    cfg.inference_only = 0; /* dynamic evaluation trains */
+    cfg.last_logits = 0;
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     ex_check(tfm_model_load(&m, o->t.model), o->t.model); /* with the optimizer's moments, if saved */
     bpc = bits_per_char(&m, k.ids + from, to - from, cfg.max_len, o->t.batch, NULL);

@@ -63,27 +63,30 @@ static images load(const options *o, const char *which) {
     return s;
 }
 
-/* One image as (SIDE/p)^2 patch vectors of p*p pixels (784 floats whatever p), patches row by row,
-   pixels row by row inside a patch, scaled to about zero mean and unit variance. flip, dx, dy: the
+/* Where pixel (y, x) of an image goes among its patches of side p: patches row by row, pixels row by
+   row inside a patch. And a pixel's value from its brightness in [0, 1], scaled to about zero mean
+   and unit variance over the data set. */
+static int64_t at(int p, int y, int x) { return ((int64_t)((y / p) * (SIDE / p) + x / p) * p + y % p) * p + x % p; }
+static float pixel(float v) { return (v - 0.286f) / 0.353f; }
+
+/* One image as (SIDE/p)^2 patch vectors of p*p pixels (784 floats whatever p). flip, dx, dy: the
    augmentation (0 for none). */
 static void patches(const unsigned char *img, int p, float *out, int flip, int dx, int dy) {
-    int py, px, y, x, grid = SIDE / p;
-    for (py = 0; py < grid; py++)
-        for (px = 0; px < grid; px++)
-            for (y = 0; y < p; y++)
-                for (x = 0; x < p; x++) {
-                    int sy = py * p + y - dy, sx = px * p + x - dx, v = 0;
-                    if (flip) sx = SIDE - 1 - sx;
-                    if (sy >= 0 && sy < SIDE && sx >= 0 && sx < SIDE) v = img[sy * SIDE + sx];
-                    out[((py * grid + px) * p + y) * p + x] = ((float)v / 255.0f - 0.286f) / 0.353f;
-                }
+    int y, x;
+    for (y = 0; y < SIDE; y++)
+        for (x = 0; x < SIDE; x++) {
+            int sy = y - dy, sx = x - dx, v = 0;
+            if (flip) sx = SIDE - 1 - sx;
+            if (sy >= 0 && sy < SIDE && sx >= 0 && sx < SIDE) v = img[sy * SIDE + sx];
+            out[at(p, y, x)] = pixel((float)v / 255.0f);
+        }
 }
 
 /* Random erasing (Zhong et al., 2017): a rectangle of 2-40% of the image, of aspect ratio 0.3 to 3.3,
-   at a random place, filled with random pixels, drawn on out (patches of side p, as patches() lays
-   them out). The model has to tell the clothes from what is left of them. */
+   at a random place, filled with random pixels, drawn on out (patches of side p). The model has to
+   tell the clothes from what is left of them. */
 static void erase(float *out, int p, tfm_rng *r) {
-    int grid = SIDE / p, h, w, y0, x0, y, x;
+    int h, w, y0, x0, y, x;
     for (;;) { /* draw until the rectangle fits, as the paper does */
         float area = (0.02f + 0.38f * tfm_rng_uniform(r)) * PIXELS;
         float aspect = expf(logf(0.3f) + (logf(3.3f) - logf(0.3f)) * tfm_rng_uniform(r));
@@ -95,7 +98,7 @@ static void erase(float *out, int p, tfm_rng *r) {
     x0 = (int)(tfm_rng_u64(r) % (uint64_t)(SIDE - w + 1));
     for (y = y0; y < y0 + h; y++)
         for (x = x0; x < x0 + w; x++)
-            out[(((y / p) * grid + x / p) * p + y % p) * p + x % p] = (tfm_rng_uniform(r) - 0.286f) / 0.353f;
+            out[at(p, y, x)] = pixel(tfm_rng_uniform(r));
 }
 
 /* The patch side of a model, from its input width (p*p pixels), and its number of patches. */
