@@ -181,6 +181,8 @@ examples-smoke: $(EXAMPLES)
 	./$(BUILD)/fashion --smoke --threads 1
 	./$(BUILD)/fashion --smoke --threads 1 --resume
 	./$(BUILD)/fashion --smoke --threads 1 --index 0 --index 1
+	./$(BUILD)/fashion --smoke --threads 1 --overlap 0 --model runs/fashion-smoke-o0.safetensors --csv runs/fashion-smoke-o0.csv
+	./$(BUILD)/fashion --smoke --threads 1 --model runs/fashion-smoke-o0.safetensors --index 0
 	./$(BUILD)/g2p --smoke --threads 1
 	./$(BUILD)/g2p --smoke --threads 1 --resume
 	./$(BUILD)/g2p --smoke --threads 1 --data examples/data/cmudict-0.7b.txt.gz

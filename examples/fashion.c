@@ -1,5 +1,6 @@
 /* fashion.c - an image classifier: a small vision transformer (ViT) reads a Fashion-MNIST image as
-   49 patches of 4x4 pixels and says which of 10 kinds of clothing it shows.
+   49 patches of 4x4 pixels, each seen with the pixels around it, and says which of 10 kinds of
+   clothing it shows.
 
    Data: Fashion-MNIST from Debian's dataset-fashion-mnist package
    (/usr/share/datasets/fashion-mnist/, the four *-ubyte.gz files): 60,000 training and 10,000 test images of 28x28
@@ -8,8 +9,9 @@
    Split: the 60,000 training images are shuffled with --split-seed (default 1); the last 5,000 are
    the validation split, the other 55,000 train. The 10,000 test images are scored once, at the end.
 
-   Model: continuous inputs (cfg.input_dim = 16: each patch's pixels go through a learned linear
-   projection instead of a token embedding; --patch 7 gives 16 patches of 49), learned positions,
+   Model: continuous inputs (cfg.input_dim = 64: each 4x4 patch's token is the 8x8 pixels around
+   it, which go through a learned linear projection instead of a token embedding; --overlap 0 gives
+   the 16 pixels of the patch alone, --patch 7 16 patches of 7x7), learned positions,
    a pre-LN encoder with GELU, Xavier-initialised, the mean of the patches' outputs (TFM_POOL_MEAN;
    with --cls, a learned class vector prepended to the patches, cfg.cls_token, and TFM_POOL_CLS)
    into a linear head over the 10 classes. Training flips images left-right at random (clothes stay
@@ -41,7 +43,8 @@ typedef struct options {
     int shift;            /* ...and shifts by up to this many pixels */
     float erase;          /* ...and, with this probability, a rectangle of random pixels over the image */
     float smoothing;      /* cross-entropy label smoothing */
-    int patch, cls;       /* patch: the side of a patch in pixels; cls: pool a class vector instead of the mean */
+    int patch, overlap;   /* the side of a patch in pixels; how many pixels of each neighbour its token also sees */
+    int cls;              /* pool a class vector instead of the mean */
     uint64_t split_seed;
 } options;
 
@@ -63,29 +66,27 @@ static images load(const options *o, const char *which) {
     return s;
 }
 
-/* Where pixel (y, x) of an image goes among its patches of side p: patches row by row, pixels row by
-   row inside a patch. And a pixel's value from its brightness in [0, 1], scaled to about zero mean
-   and unit variance over the data set. */
-static int64_t at(int p, int y, int x) { return ((int64_t)((y / p) * (SIDE / p) + x / p) * p + y % p) * p + x % p; }
+/* A pixel's value from its brightness in [0, 1], scaled to about zero mean and unit variance over
+   the data set. */
 static float pixel(float v) { return (v - 0.286f) / 0.353f; }
 
-/* One image as (SIDE/p)^2 patch vectors of p*p pixels (784 floats whatever p). flip, dx, dy: the
-   augmentation (0 for none). */
-static void patches(const unsigned char *img, int p, float *out, int flip, int dx, int dy) {
+/* One image as SIDE x SIDE scaled pixels, row by row. flip, dx, dy: the augmentation (0 for none);
+   what moves in from outside the image is black. */
+static void image(const unsigned char *img, float *out, int flip, int dx, int dy) {
     int y, x;
     for (y = 0; y < SIDE; y++)
         for (x = 0; x < SIDE; x++) {
             int sy = y - dy, sx = x - dx, v = 0;
             if (flip) sx = SIDE - 1 - sx;
             if (sy >= 0 && sy < SIDE && sx >= 0 && sx < SIDE) v = img[sy * SIDE + sx];
-            out[at(p, y, x)] = pixel((float)v / 255.0f);
+            out[y * SIDE + x] = pixel((float)v / 255.0f);
         }
 }
 
 /* Random erasing (Zhong et al., 2017): a rectangle of 2-40% of the image, of aspect ratio 0.3 to 3.3,
-   at a random place, filled with random pixels, drawn on out (patches of side p). The model has to
-   tell the clothes from what is left of them. */
-static void erase(float *out, int p, tfm_rng *r) {
+   at a random place, filled with random pixels. The model has to tell the clothes from what is left
+   of them. */
+static void erase(float *img, tfm_rng *r) {
     int h, w, y0, x0, y, x;
     for (;;) { /* draw until the rectangle fits, as the paper does */
         float area = (0.02f + 0.38f * tfm_rng_uniform(r)) * PIXELS;
@@ -97,24 +98,44 @@ static void erase(float *out, int p, tfm_rng *r) {
     y0 = (int)(tfm_rng_u64(r) % (uint64_t)(SIDE - h + 1));
     x0 = (int)(tfm_rng_u64(r) % (uint64_t)(SIDE - w + 1));
     for (y = y0; y < y0 + h; y++)
-        for (x = x0; x < x0 + w; x++)
-            out[at(p, y, x)] = pixel(tfm_rng_uniform(r));
+        for (x = x0; x < x0 + w; x++) img[y * SIDE + x] = pixel(tfm_rng_uniform(r));
 }
 
-/* The patch side of a model, from its input width (p*p pixels), and its number of patches. */
-static int patch_of(const tfm_config *cfg) {
-    int p = 1;
-    while ((p + 1) * (p + 1) <= cfg->input_dim) p++;
-    if (p * p != cfg->input_dim || SIDE % p) ex_die("a model of %d inputs per token: not a patch of this example", cfg->input_dim);
-    return p;
-}
+/* The tokens of an image: the image is cut into patches of p x p pixels, row by row, and patch k's
+   token is the w x w pixels (w >= p, w - p even) centred on it, row by row: with w = p the patch
+   itself, with w > p a window that also sees (w - p) / 2 pixels of each neighbour (black outside the
+   image), as a convolution of stride p would. */
 static int n_patches(int p) { return (SIDE / p) * (SIDE / p); }
+static void tokens(const float *img, int p, int w, float *out) {
+    int k, u, v, m = (w - p) / 2;
+    for (k = 0; k < n_patches(p); k++) {
+        int y0 = (k / (SIDE / p)) * p - m, x0 = (k % (SIDE / p)) * p - m;
+        for (u = 0; u < w; u++)
+            for (v = 0; v < w; v++) {
+                int y = y0 + u, x = x0 + v;
+                *out++ = y >= 0 && y < SIDE && x >= 0 && x < SIDE ? img[y * SIDE + x] : pixel(0);
+            }
+    }
+}
+
+/* A model's patch side p (from its number of tokens) and window w (from its input width, w * w). */
+static void geometry(const tfm_config *cfg, int *p, int *w) {
+    int n = 1;
+    while ((n + 1) * (n + 1) <= cfg->max_len) n++;
+    *w = 1;
+    while ((*w + 1) * (*w + 1) <= cfg->input_dim) ++*w;
+    *p = SIDE / n;
+    if (n * n != cfg->max_len || SIDE % n || *w * *w != cfg->input_dim || *w < *p || (*w - *p) % 2)
+        ex_die("a model of %d tokens of %d inputs: not patches of this example", cfg->max_len, cfg->input_dim);
+}
+static int64_t token_floats(const tfm_config *cfg) { return (int64_t)cfg->max_len * cfg->input_dim; }
 
 /* The model's config for training (resuming and inference read it from the checkpoint). */
 static void make_config(const options *o, tfm_config *cfg) {
+    int w = o->patch + 2 * o->overlap; /* each token is a patch's window of w x w pixels, projected to d_model */
     memset(cfg, 0, sizeof *cfg);
     cfg->kind = TFM_MODEL_ENCODER_CLASSIFIER;
-    cfg->input_dim = o->patch * o->patch; /* each token is a patch of pixels, projected to d_model */
+    cfg->input_dim = w * w;
     cfg->cls_token = o->cls;      /* with --cls, a learned [CLS] vector before the patches... */
     cfg->pool = o->cls ? TFM_POOL_CLS : TFM_POOL_MEAN; /* ...whose output the head reads; else the mean */
     cfg->init = TFM_INIT_XAVIER;  /* ViT's: it learns faster here than N(0, 0.02) */
@@ -134,16 +155,21 @@ static void make_config(const options *o, tfm_config *cfg) {
 /* Class probabilities (b, N_CLASS) of b images, image k at pix + rows[k] * PIXELS (rows NULL: k): the
    mean of the model's softmax over the image and over its left-right mirror. Training flips images, so
    the model knows both, and their mean is right more often than either alone (on the validation and
-   the test images of every model measured). in: space for b images' patches. */
+   the test images of every model measured). in: space for b images' tokens (token_floats each). */
 static void predict(tfm_model *m, const unsigned char *pix, const int32_t *rows, int b, float *in, float *prob) {
-    int k, c, flip, p = patch_of(&m->cfg);
+    int k, c, flip, p, w;
+    float img[PIXELS];
+    geometry(&m->cfg, &p, &w);
     for (k = 0; k < b * N_CLASS; k++) prob[k] = 0;
     for (flip = 0; flip < 2; flip++) {
         tfm_batch bt = {0};
         const float *z;
-        for (k = 0; k < b; k++) patches(pix + (int64_t)(rows ? rows[k] : k) * PIXELS, p, in + (int64_t)k * PIXELS, flip, 0, 0);
+        for (k = 0; k < b; k++) {
+            image(pix + (int64_t)(rows ? rows[k] : k) * PIXELS, img, flip, 0, 0);
+            tokens(img, p, w, in + k * token_floats(&m->cfg));
+        }
         bt.batch = b;
-        bt.len = n_patches(p);
+        bt.len = m->cfg.max_len;
         bt.inputs = in;
         ex_check(tfm_model_forward(m, &bt, NULL, NULL), "predict");
         z = tfm_model_logits(m).data; /* (b, 10) */
@@ -191,6 +217,7 @@ static void train(const options *o) {
     float *in, *prob, loss = 0;
     int64_t steps_per_epoch, total_steps, step;
     ex_log lg;
+    int p, w;
     double t0, v[2];
 
     if (o->smoke) { n_train = 512; n_val = 128; n_test = 128; }
@@ -205,8 +232,10 @@ static void train(const options *o) {
         ex_check(tfm_model_load(&m, o->t.model), o->t.model);
         printf("resumed from %s at step %lld\n", o->t.model, (long long)m.step);
     }
-    printf("model: %d patches of %dx%d pixels, %d layers, d_model %d, %d heads, %lld parameters; sgemm: %s\n",
-           n_patches(patch_of(&cfg)), patch_of(&cfg), patch_of(&cfg), cfg.n_layers, cfg.d_model, cfg.n_heads, (long long)m.n_weights, tfm_sgemm_backend());
+    geometry(&cfg, &p, &w);
+    printf("model: %d patches of %dx%d pixels (each token sees %dx%d), %d layers, d_model %d, %d heads, %lld parameters; "
+           "sgemm: %s\n", n_patches(p), p, p, w, w, cfg.n_layers, cfg.d_model, cfg.n_heads, (long long)m.n_weights,
+           tfm_sgemm_backend());
 
     steps_per_epoch = n_train / o->t.batch;
     total_steps = o->smoke ? 6 : steps_per_epoch * o->t.epochs;
@@ -219,7 +248,7 @@ static void train(const options *o) {
     opt.min_lr = o->t.lr / 100;
 
     order = (int32_t *)ex_malloc((size_t)n_train * sizeof(int32_t));
-    in = (float *)ex_malloc((size_t)o->t.batch * PIXELS * sizeof(float));
+    in = (float *)ex_malloc((size_t)(o->t.batch * token_floats(&cfg)) * sizeof(float));
     lab = (int32_t *)ex_malloc((size_t)o->t.batch * sizeof(int32_t));
     prob = (float *)ex_malloc((size_t)o->t.batch * N_CLASS * sizeof(float));
     ex_log_start(&lg, &o->t, "step,epoch,train_loss,val_loss,val_accuracy", 2, "images", o->t.batch, m.step,
@@ -236,12 +265,14 @@ static void train(const options *o) {
             uint64_t u = tfm_rng_u64(&r);
             int flip = o->augment ? (int)(u & 1) : 0, s = o->augment ? o->shift : 0;
             int dx = (int)((u >> 8) % (uint64_t)(2 * s + 1)) - s, dy = (int)((u >> 16) % (uint64_t)(2 * s + 1)) - s;
-            patches(tr.pix + (int64_t)row * PIXELS, patch_of(&cfg), in + (int64_t)k * PIXELS, flip, dx, dy);
-            if (o->augment && o->erase > 0 && tfm_rng_uniform(&r) < o->erase) erase(in + (int64_t)k * PIXELS, patch_of(&cfg), &r);
+            float img[PIXELS];
+            image(tr.pix + (int64_t)row * PIXELS, img, flip, dx, dy);
+            if (o->augment && o->erase > 0 && tfm_rng_uniform(&r) < o->erase) erase(img, &r);
+            tokens(img, p, w, in + k * token_floats(&cfg));
             lab[k] = tr.labels[row];
         }
         bt.batch = o->t.batch;
-        bt.len = n_patches(patch_of(&cfg));
+        bt.len = cfg.max_len;
         bt.inputs = in;
         bt.targets = lab;
         tfm_model_zero_grad(&m);
@@ -298,7 +329,7 @@ static void classify(const options *o, int n, char **what, const int *is_index) 
     tfm_config cfg;
     tfm_model m;
     images te = {0};
-    float in[PIXELS], p[N_CLASS];
+    float *in, p[N_CLASS];
     int i, c;
     ex_check_meta(o->t.model, "classes", CLASSES);
     ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
@@ -306,6 +337,7 @@ static void classify(const options *o, int n, char **what, const int *is_index) 
     cfg.inference_only = 1;
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     ex_check(tfm_model_load(&m, o->t.model), o->t.model);
+    in = (float *)ex_malloc((size_t)token_floats(&cfg) * sizeof(float));
     for (i = 0; i < n; i++) {
         unsigned char img[PIXELS];
         int best = 0, truth = -1;
@@ -327,6 +359,7 @@ static void classify(const options *o, int n, char **what, const int *is_index) 
         for (c = 0; c < N_CLASS; c++) printf(" %s %.3f", class_names[c], p[c]);
         printf("\n");
     }
+    free(in);
     free(te.pix);
     free(te.labels);
     tfm_model_free(&m);
@@ -336,6 +369,7 @@ static void usage(const options *d) {
     printf("usage: fashion [options]                      train, validate, test\n"
            "       fashion [options] --index N --classify F.pgm ...   classify with the saved model\n"
            "  --patch N         patches of NxN pixels: 2, 4, 7 or 14 (default %d)\n"
+           "  --overlap N       each patch's token also holds N pixels of each neighbour (default %d; 0: the patch alone)\n"
            "  --cls             classify a learned class vector's output instead of the patches' mean\n"
            "  --shift N         shift training images by up to N pixels at random (default %d)\n"
            "  --erase P         with probability P, cover a random rectangle of a training image with noise (default %g)\n"
@@ -343,7 +377,7 @@ static void usage(const options *d) {
            "  --smoothing X     label smoothing of the loss, in [0,1) (default %g)\n"
            "  --split-seed N    the shuffle before the validation images are set apart (default %llu)\n"
            "  --smoke           a tiny model for a few steps (seconds)\n",
-           d->patch, d->shift, (double)d->erase, (double)d->smoothing, (unsigned long long)d->split_seed);
+           d->patch, d->overlap, d->shift, (double)d->erase, (double)d->smoothing, (unsigned long long)d->split_seed);
     ex_train_usage(&d->t); /* data: the Fashion-MNIST directory; the seed also draws the augmentation */
 }
 
@@ -366,6 +400,7 @@ int main(int argc, char **argv) {
     o.t.eval_every = 1000;
     o.augment = 1;
     o.patch = 4;
+    o.overlap = 2;        /* each 4x4 patch's token sees the 8x8 pixels around it */
     o.shift = 0;
     o.t.seed = 1;
     o.split_seed = 1;
@@ -383,6 +418,7 @@ int main(int argc, char **argv) {
         else if (ex_train_opt(&o.t, argc, argv, &i)) continue; /* --model, --batch, ... */
         else if (ex_is(a, "--no-augment")) o.augment = 0;
         else if (ex_is(a, "--patch")) o.patch = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--overlap")) o.overlap = ex_int(argc, argv, &i);
         else if (ex_is(a, "--cls")) o.cls = 1;
         else if (ex_is(a, "--shift")) o.shift = ex_int(argc, argv, &i);
         else if (ex_is(a, "--erase")) o.erase = ex_float(argc, argv, &i);
@@ -397,6 +433,7 @@ int main(int argc, char **argv) {
     if (!(o.erase >= 0 && o.erase <= 1)) ex_die("--erase: a probability from 0 to 1");
     if (!(o.smoothing >= 0 && o.smoothing < 1)) ex_die("--smoothing: from 0 to less than 1");
     if (o.patch < 2 || o.patch > 14 || SIDE % o.patch) ex_die("--patch: 2, 4, 7 or 14 (it must divide %d)", SIDE);
+    if (o.overlap < 0 || o.overlap > o.patch) ex_die("--overlap: from 0 to the patch's side (%d) pixels", o.patch);
     ex_train_opts_apply(&o.t);
     if (n_cls) classify(&o, n_cls, what, is_index);
     else train(&o);
