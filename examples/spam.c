@@ -16,8 +16,8 @@
    end, with the final model, which is also scored on each kind of email apart (easy ham, hard ham,
    spam).
 
-   Model: an encoder classifier (pre-LN, GELU), mean pooling over the valid positions, a linear head
-   with two classes. AdamW, linear warmup, cosine decay.
+   Model: an encoder classifier (pre-LN, GELU), mean pooling over the valid positions (--cls: the
+   output of a learned class vector before the bytes instead), a linear head with two classes. AdamW, linear warmup, cosine decay.
 
        build/spam                                   train (about 15 min on 2 cores), then test
        build/spam --resume                          continue from the saved checkpoint
@@ -32,6 +32,7 @@
 typedef struct options {
     ex_train_opts t;      /* --model, --batch, --lr, ... (common.h) */
     int len, windows;     /* --len: bytes the model reads at once; --windows: how many such windows of an email */
+    int cls;              /* --cls: classify a learned class vector's output instead of the bytes' mean */
     int smoke;
     uint64_t split_seed;
 } options;
@@ -197,6 +198,8 @@ static void train(const options *o) {
     cfg.d_ff = o->t.d_ff;
     cfg.max_len = o->len;
     cfg.max_batch = o->t.batch;
+    cfg.cls_token = o->cls;      /* with --cls, a learned vector before the bytes... */
+    cfg.pool = o->cls ? TFM_POOL_CLS : TFM_POOL_MEAN; /* ...whose output the head reads; else the mean */
     cfg.norm_first = 1;
     cfg.act = TFM_ACT_GELU;
     cfg.dropout = o->t.dropout;
@@ -335,6 +338,7 @@ static void usage(const options *d) {
            "  --len N           bytes the model reads at once (default %d)\n"
            "  --windows N       windows of --len bytes per email: training reads one of them, at random; testing\n"
            "                    and --classify average the spam probability over all of them (default %d)\n"
+           "  --cls             classify a learned class vector's output (it attends to the bytes) instead of their mean\n"
            "  --split-seed N    the shuffle before the 80/10/10 split (default %llu)\n"
            "  --smoke           a tiny model for a few steps (seconds)\n",
            d->len, d->windows, (unsigned long long)d->split_seed);
@@ -373,6 +377,7 @@ int main(int argc, char **argv) {
         if (ex_train_opt(&o.t, argc, argv, &i)) continue; /* --model, --batch, ... */
         else if (ex_is(a, "--len")) o.len = ex_int(argc, argv, &i);
         else if (ex_is(a, "--windows")) o.windows = ex_int(argc, argv, &i);
+        else if (ex_is(a, "--cls")) o.cls = 1;
         else if (ex_is(a, "--split-seed")) o.split_seed = (uint64_t)ex_int(argc, argv, &i);
         else if (ex_is(a, "--smoke")) continue;
         else if (ex_is(a, "--classify")) { classify_from = i + 1; break; }
