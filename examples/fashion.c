@@ -125,7 +125,7 @@ static void geometry(const tfm_config *cfg, int *p, int *w) {
     *w = 1;
     while ((*w + 1) * (*w + 1) <= cfg->input_dim) ++*w;
     *p = SIDE / n;
-    if (n * n != cfg->max_len || SIDE % n || *w * *w != cfg->input_dim || *w < *p || (*w - *p) % 2)
+    if (n * n != cfg->max_len || SIDE % n || *w * *w != cfg->input_dim || *w < *p || *w > 3 * *p || (*w - *p) % 2)
         ex_die("a model of %d tokens of %d inputs: not patches of this example", cfg->max_len, cfg->input_dim);
 }
 static int64_t token_floats(const tfm_config *cfg) { return (int64_t)cfg->max_len * cfg->input_dim; }
@@ -330,13 +330,14 @@ static void classify(const options *o, int n, char **what, const int *is_index) 
     tfm_model m;
     images te = {0};
     float *in, p[N_CLASS];
-    int i, c;
+    int i, c, side, window;
     ex_check_meta(o->t.model, "classes", CLASSES);
     ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
     cfg.max_batch = 1;
     cfg.inference_only = 1;
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     ex_check(tfm_model_load(&m, o->t.model), o->t.model);
+    geometry(&cfg, &side, &window); /* a model of this example? */
     in = (float *)ex_malloc((size_t)token_floats(&cfg) * sizeof(float));
     for (i = 0; i < n; i++) {
         unsigned char img[PIXELS];
