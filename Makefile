@@ -171,6 +171,7 @@ examples-smoke: $(EXAMPLES)
 	./$(BUILD)/spam --smoke --threads 1 --data $(SPAM_DATA) --resume
 	./$(BUILD)/spam --smoke --threads 1 --classify examples/data/ham.eml examples/data/spam.eml
 	./$(BUILD)/spam --smoke --threads 1 --data $(SPAM_DATA) --cls --model runs/spam-smoke-cls.safetensors --csv runs/spam-smoke-cls.csv
+	./$(BUILD)/spam --smoke --threads 1 --model runs/spam-smoke-cls.safetensors --classify examples/data/spam.eml
 	./$(BUILD)/charlm --smoke --threads 1
 	./$(BUILD)/charlm --smoke --threads 1 --resume
 	./$(BUILD)/charlm --smoke --threads 1 --prompt "And God said" --length 40

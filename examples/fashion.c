@@ -11,7 +11,7 @@
 
    Model: continuous inputs (cfg.input_dim = 64: each 4x4 patch's token is the 8x8 pixels around
    it, which go through a learned linear projection instead of a token embedding; --overlap 0 gives
-   the 16 pixels of the patch alone, --patch 7 16 patches of 7x7), learned positions,
+   the 16 pixels of the patch alone, --patch 7 gives 16 patches of 7x7), learned positions,
    a pre-LN encoder with GELU, Xavier-initialised, the mean of the patches' outputs (TFM_POOL_MEAN;
    with --cls, a learned class vector prepended to the patches, cfg.cls_token, and TFM_POOL_CLS)
    into a linear head over the 10 classes. Training flips images left-right at random (clothes stay
@@ -226,13 +226,13 @@ static void train(const options *o) {
 
     make_config(o, &cfg);
     if (o->t.resume && ex_file_exists(o->t.model)) ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
+    geometry(&cfg, &p, &w); /* a checkpoint to resume: a model of this example? */
     cfg.max_batch = o->t.batch;
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     if (o->t.resume && ex_file_exists(o->t.model)) {
         ex_check(tfm_model_load(&m, o->t.model), o->t.model);
         printf("resumed from %s at step %lld\n", o->t.model, (long long)m.step);
     }
-    geometry(&cfg, &p, &w);
     printf("model: %d patches of %dx%d pixels (each token sees %dx%d), %d layers, d_model %d, %d heads, %lld parameters; "
            "sgemm: %s\n", n_patches(p), p, p, w, w, cfg.n_layers, cfg.d_model, cfg.n_heads, (long long)m.n_weights,
            tfm_sgemm_backend());
@@ -333,11 +333,11 @@ static void classify(const options *o, int n, char **what, const int *is_index) 
     int i, c, side, window;
     ex_check_meta(o->t.model, "classes", CLASSES);
     ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
+    geometry(&cfg, &side, &window); /* a model of this example? */
     cfg.max_batch = 1;
     cfg.inference_only = 1;
     ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     ex_check(tfm_model_load(&m, o->t.model), o->t.model);
-    geometry(&cfg, &side, &window); /* a model of this example? */
     in = (float *)ex_malloc((size_t)token_floats(&cfg) * sizeof(float));
     for (i = 0; i < n; i++) {
         unsigned char img[PIXELS];

@@ -17,7 +17,8 @@
    spam).
 
    Model: an encoder classifier (pre-LN, GELU), mean pooling over the valid positions (--cls: the
-   output of a learned class vector before the bytes instead), a linear head with two classes. AdamW, linear warmup, cosine decay.
+   output of a learned class vector before the bytes instead), a linear head with two classes.
+   AdamW, linear warmup, cosine decay.
 
        build/spam                                   train (about 15 min on 2 cores), then test
        build/spam --resume                          continue from the saved checkpoint
