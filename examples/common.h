@@ -301,7 +301,7 @@ typedef struct ex_train_opts {
     int batch, epochs, eval_every, threads;
     int d_model, n_heads, n_layers, d_ff;  /* d_ff 0: 4 * d_model */
     float lr, dropout;
-    double time_budget;              /* --time S: train for S seconds, whatever the epochs say */
+    double time_budget;              /* --time S: train for S seconds, whatever the epochs say (0: --epochs) */
     uint64_t seed;                   /* initialisation and batch order */
 } ex_train_opts;
 
@@ -313,7 +313,7 @@ EX_FN int ex_train_opt(ex_train_opts *t, int argc, char **argv, int *i) {
     else if (ex_is(a, "--csv")) t->csv = ex_value(argc, argv, i);
     else if (ex_is(a, "--resume")) t->resume = 1;
     else if (ex_is(a, "--batch")) t->batch = ex_int(argc, argv, i);
-    else if (ex_is(a, "--epochs")) t->epochs = ex_int(argc, argv, i);
+    else if (ex_is(a, "--epochs")) t->epochs = ex_int(argc, argv, i), t->time_budget = 0; /* the last of the two counts */
     else if (ex_is(a, "--eval-every")) t->eval_every = ex_int(argc, argv, i);
     else if (ex_is(a, "--threads")) t->threads = ex_int(argc, argv, i);
     else if (ex_is(a, "--d-model")) t->d_model = ex_int(argc, argv, i);
@@ -342,19 +342,27 @@ EX_FN void ex_train_opts_apply(const ex_train_opts *t) {
 
 /* Their lines of a usage message, with the example's defaults d. */
 EX_FN void ex_train_usage(const ex_train_opts *d) {
+    char epochs[64], budget[64] = "default: none";
+    snprintf(epochs, sizeof epochs, "default %d", d->epochs);
+    if (d->time_budget > 0) {
+        snprintf(epochs, sizeof epochs, "default: the time budget below");
+        snprintf(budget, sizeof budget, "default %g s", d->time_budget);
+    }
     printf("  --data PATH       the data set (default %s)\n"
            "  --model PATH      checkpoint to write, or to read for inference (default %s)\n"
            "  --csv PATH        loss curve, train and validation (default %s)\n"
            "  --resume          continue training from --model\n"
            "  --batch N         examples per step (default %d)\n"
-           "  --epochs N        passes over the training split (default %d)\n"
+           "  --epochs N        passes over the training split (%s)\n"
            "  --time S          train for S seconds instead: the schedule's length is refitted as it goes\n"
+           "                    (%s; the last of --epochs and --time counts)\n"
            "  --lr X            peak learning rate (default %g); --dropout X (default %g)\n"
            "  --d-model N --heads N --layers N --d-ff N   the model (default %d, %d, %d, %d; d-ff 0: 4 x d-model)\n"
            "  --eval-every N    validate every N steps (default %d)\n"
            "  --seed N          initialisation and batch order (default %llu)\n"
            "  --threads N       threads (default: OpenMP's)\n",
-           d->data, d->model, d->csv, d->batch, d->epochs, (double)d->lr, (double)d->dropout, d->d_model, d->n_heads,
+           d->data, d->model, d->csv, d->batch, epochs, budget,
+           (double)d->lr, (double)d->dropout, d->d_model, d->n_heads,
            d->n_layers, d->d_ff, d->eval_every, (unsigned long long)d->seed);
 }
 
