@@ -14,7 +14,7 @@ initial weights), so expect the two to agree within one run's noise, not to the 
 TASK is fashion or charlm; each finished setting appends a JSON line (its scores and its curve) to
 TASK.jsonl in $SWEEP_OUT (default DIR); SWEEP_ONLY=name,name runs those settings alone. Start N
 processes (K = 0..N-1) to run settings side by side; on one GPU without MPS, sixteen at once ran
-about six times slower each than four did. The copies use the layer of transformer.h's pre-LN block
+about 3.6 times slower each than four did. The copies use the layer of transformer.h's pre-LN block
 (tfm_block, as torch.nn.TransformerEncoderLayer with norm_first) written with
 scaled_dot_product_attention so that many small models run fast; tools/torch_models.py is the
 layer-by-layer mirror the tests use.
