@@ -313,8 +313,10 @@ EX_FN int ex_train_opt(ex_train_opts *t, int argc, char **argv, int *i) {
     else if (ex_is(a, "--csv")) t->csv = ex_value(argc, argv, i);
     else if (ex_is(a, "--resume")) t->resume = 1;
     else if (ex_is(a, "--batch")) t->batch = ex_int(argc, argv, i);
-    else if (ex_is(a, "--epochs")) t->epochs = ex_int(argc, argv, i), t->time_budget = 0; /* the last of the two counts */
-    else if (ex_is(a, "--eval-every")) t->eval_every = ex_int(argc, argv, i);
+    else if (ex_is(a, "--epochs")) {
+        t->epochs = ex_int(argc, argv, i);
+        t->time_budget = 0; /* of --epochs and --time, the last one given counts */
+    } else if (ex_is(a, "--eval-every")) t->eval_every = ex_int(argc, argv, i);
     else if (ex_is(a, "--threads")) t->threads = ex_int(argc, argv, i);
     else if (ex_is(a, "--d-model")) t->d_model = ex_int(argc, argv, i);
     else if (ex_is(a, "--heads")) t->n_heads = ex_int(argc, argv, i);
