@@ -392,7 +392,7 @@ int main(int argc, char **argv) {
     o.t.model = "runs/fashion.safetensors";
     o.t.csv = "runs/fashion.csv";
     o.t.batch = 64;
-    o.t.epochs = 20;          /* the schedule's first estimate of the budget's length */
+    o.t.epochs = 12;          /* with the time budget, the first estimate of its length (warmup: 5% of it) */
     o.t.time_budget = 1740;   /* 29 minutes: about 20 epochs at two threads on a 2-core machine */
     o.t.d_model = 128;
     o.t.n_heads = 4;
