@@ -12,7 +12,9 @@
 #   make examples        build/<example> for every examples/*.c, with -Werror
 #   make examples-smoke  run every example's --smoke mode (seconds each; CI runs it)
 #   make plots           draw every runs/*.csv (the examples' loss curves) as a PNG (needs gnuplot)
-#   make cuda            build tests/test_cuda.cu with nvcc (skipped without nvcc); test-cuda runs it
+#   make test-cuda-emu   tests/test_cuda.cu on the CPU emulation of CUDA (g++ only; also under ASan)
+#   make cuda            with nvcc: build/test_cuda (-Werror all-warnings) and the TFM_CUDA compile checks;
+#                        test-cuda runs build/test_cuda on a GPU (skipped without nvcc)
 #   make test-mpi        data-parallel training under mpirun (skipped without mpicc); build/ddp-mpi
 #   make clean
 #
@@ -142,7 +144,7 @@ $(BUILD)/.flags-%: FORCE
 
 FLAGS_main := $(CC) $(CFLAGS) $(USE_CFLAGS) $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
 
-.PHONY: all test unit test-gnu test-portable test-compile asan valgrind bench cuda test-cuda clean FORCE
+.PHONY: all test unit test-gnu test-portable test-compile asan valgrind bench cuda test-cuda test-cuda-emu clean FORCE
 FORCE:
 
 all: $(BUILD)/test $(EXAMPLES) $(BENCH) $(BENCH_BUILTIN)
@@ -298,11 +300,13 @@ test-compile: $(COMPILE_BINS)
 	    printf 'test-compile %-10s ' "$$v:"; ./$(CDIR)/$$v || { echo "test-compile: $$v failed"; exit 1; }; \
 	done
 	@echo "test-compile: all $(words $(COMPILE_VARIANTS)) variants built without warnings and ran"
-	@# A CUDA build of this version must stop at the header's own #error, not at a syntax error.
-	@out=$$($(CC) $(STRICT_C) -DTFM_CUDA -fsyntax-only tests/test_compile2.c 2>&1); \
-	if echo "$$out" | grep -q 'TFM_CUDA is not available in this version' && \
-	   [ "$$(echo "$$out" | grep -c 'error:')" -eq 1 ]; then echo "test-compile -DTFM_CUDA: stops with the header's message"; \
-	else echo "test-compile: -DTFM_CUDA did not stop with the header's #error alone:"; echo "$$out"; exit 1; fi
+	@# TFM_CUDA: a C file that only includes the header compiles as plain C; an implementation file that a C
+	@# compiler (not nvcc) builds stops at the header's own #error, not at a syntax error.
+	@$(CC) $(STRICT_C) -DTFM_CUDA -fsyntax-only tests/test_compile2.c || { echo "test-compile: -DTFM_CUDA broke a plain C TU"; exit 1; }
+	@out=$$($(CC) $(STRICT_C) -DTFM_CUDA -fsyntax-only tests/test_compile.c 2>&1); \
+	if echo "$$out" | grep -q 'must be a .cu compiled by nvcc' && \
+	   [ "$$(echo "$$out" | grep -c 'error:')" -eq 1 ]; then echo "test-compile -DTFM_CUDA: a C TU includes it; a C implementation TU stops with the header's message"; \
+	else echo "test-compile: -DTFM_CUDA in a C implementation TU did not stop with the header's #error alone:"; echo "$$out"; exit 1; fi
 
 # AddressSanitizer + UndefinedBehaviorSanitizer: any report stops the run with a non-zero status.
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all \
@@ -345,22 +349,61 @@ bench:
 	@echo "no benchmark yet (bench/bench.c does not exist)"
 endif
 
-# CUDA: the implementation TU is a .cu built by nvcc with TFM_CUDA; it links cuBLAS.
+# CUDA. The implementation TU is a .cu built by nvcc with TFM_CUDA; it links cuBLAS.
+#   make test-cuda-emu  no GPU and no nvcc needed: tests/test_cuda.cu compiled by g++ against tests/cuda_emu.h,
+#                       the CPU emulation of the CUDA runtime and cuBLAS (each block's threads as fibers), run
+#                       plainly and under AddressSanitizer + UBSan, after the emulation's own self-test
+#   make cuda           with nvcc (skipped without): build/test_cuda for $(NVCC_ARCH) with every warning an error,
+#                       and the compile checks with TFM_CUDA: test_compile.c and .cpp as the .cu implementation
+#                       TU, linked with test_compile2.c compiled as plain C (they run on the CPU: no GPU needed)
+#   make test-cuda      build/test_cuda on a GPU (tools/gpu_check.sh runs it, with compute-sanitizer and the bench)
 NVCC_FOUND := $(shell command -v $(NVCC) 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
-NVCCFLAGS  ?= -O3 -std=c++14 -Xcompiler -fopenmp
-CUDA_SRC   := $(wildcard tests/test_cuda.cu)
+NVCC_ARCH  ?= sm_90
+NVCCFLAGS  ?= -O3 -std=c++17 -arch=$(NVCC_ARCH) -Werror all-warnings -Xcompiler -fopenmp
+CUDA_SRC   := tests/test_cuda.cu
+CUDA_DEPS  := $(CUDA_SRC) tests/test.h $(HEADER)
+
+EMU_FLAGS  := -std=c++17 -O1 -g $(MARCH) -fopenmp -Wall -Wextra -Werror -DTFM_CUDA -DTFM_CUDA_EMULATION
+EMU_ASAN   := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+FLAGS_emu  := $(CXX) $(EMU_FLAGS) $(EMU_ASAN)
+EMU_DEPS   := $(CUDA_DEPS) tests/cuda_emu.h $(BUILD)/.flags-emu
+
+.PHONY: test-cuda-emu
+$(BUILD)/test_cuda_emu_self: tests/test_cuda_emu.cpp tests/cuda_emu.h $(HEADER) $(BUILD)/.flags-emu
+	$(CXX) $(EMU_FLAGS) -o $@ tests/test_cuda_emu.cpp -lm
+$(BUILD)/test_cuda_emu: $(EMU_DEPS)
+	$(CXX) $(EMU_FLAGS) -x c++ -o $@ $(CUDA_SRC) -lm
+$(BUILD)/test_cuda_emu_asan: $(EMU_DEPS)
+	$(CXX) $(EMU_FLAGS) $(EMU_ASAN) -x c++ -o $@ $(CUDA_SRC) -lm
+test-cuda-emu: $(BUILD)/test_cuda_emu_self $(BUILD)/test_cuda_emu $(BUILD)/test_cuda_emu_asan
+	./$(BUILD)/test_cuda_emu_self
+	./$(BUILD)/test_cuda_emu
+	ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    ./$(BUILD)/test_cuda_emu_asan --small
 
 ifeq ($(NVCC_FOUND),)
 cuda test-cuda:
 	@echo "skipping CUDA: nvcc not found"
-else ifeq ($(CUDA_SRC),)
-cuda test-cuda:
-	@echo "no CUDA tests yet (tests/test_cuda.cu does not exist)"
 else
-cuda: $(BUILD)/test_cuda
-$(BUILD)/test_cuda: $(CUDA_SRC) $(HEADER)
+CUDA_CDIR := $(BUILD)/compile-cuda
+cuda: $(BUILD)/test_cuda $(CUDA_CDIR)/c $(CUDA_CDIR)/cpp
+	@for v in c cpp; do printf 'cuda compile check %-4s ' "$$v:"; ./$(CUDA_CDIR)/$$v || { echo "cuda: compile check $$v failed"; exit 1; }; done
+	@echo "cuda: build/test_cuda and the TFM_CUDA compile checks built with nvcc -Werror all-warnings ($(NVCC_ARCH))"
+$(BUILD)/test_cuda: $(CUDA_DEPS)
 	@mkdir -p $(BUILD)
 	$(NVCC_FOUND) $(NVCCFLAGS) -DTFM_CUDA -o $@ $(CUDA_SRC) -lcublas -lm
+# The implementation TU through nvcc (-x cu) with TFM_CUDA; the second TU stays plain C99 with -pedantic.
+$(CUDA_CDIR)/tc2.o: $(CDEPS)
+	@mkdir -p $(CUDA_CDIR)
+	$(CC) $(STRICT_C) -DTFM_CUDA -c -o $@ tests/test_compile2.c
+$(CUDA_CDIR)/c.o: $(CDEPS)
+	@mkdir -p $(CUDA_CDIR)
+	$(NVCC_FOUND) $(NVCCFLAGS) -DTFM_CUDA -x cu -c -o $@ tests/test_compile.c
+$(CUDA_CDIR)/cpp.o: $(CDEPS)
+	@mkdir -p $(CUDA_CDIR)
+	$(NVCC_FOUND) $(NVCCFLAGS) -DTFM_CUDA -x cu -c -o $@ tests/test_compile.cpp
+$(CUDA_CDIR)/c $(CUDA_CDIR)/cpp: $(CUDA_CDIR)/%: $(CUDA_CDIR)/%.o $(CUDA_CDIR)/tc2.o
+	$(NVCC_FOUND) $(NVCCFLAGS) -o $@ $^ -lcublas -lm
 test-cuda: $(BUILD)/test_cuda
 	./$(BUILD)/test_cuda
 endif

@@ -68,6 +68,14 @@
    Build: cc -O3 -march=native -fopenmp prog.c -lm            (built-in sgemm)
           cc -O3 -march=native -fopenmp prog.c -lopenblas -lm (with TFM_BLAS)
 
+   On an NVIDIA GPU the same program runs with cfg.device = TFM_DEVICE_CUDA (batches, prompts and outputs
+   stay in host memory; copies are the library's business). The implementation file becomes a .cu:
+
+       tfm_impl.cu:  #define TFM_IMPLEMENTATION
+                     #define TFM_CUDA
+                     #include "transformer.h"
+       nvcc -O3 -arch=sm_90 -c tfm_impl.cu && cc -O3 prog.c tfm_impl.o -lcublas -lcudart -lstdc++ -lm
+
    CONFIG MACROS (define before the include, in the implementation file)
    -------------
    TFM_BLAS            matrix products go through cblas_sgemm. Prefer an OpenMP build of OpenBLAS
@@ -86,7 +94,9 @@
                        picks its intrinsics micro-kernel from the target ISA either way).
    TFM_STATIC          every function static, for a private copy in one translation unit.
    TFMDEF              storage class of every public function (default extern).
-   TFM_CUDA            reserved for the CUDA kernels; this version stops the build with a message.
+   TFM_CUDA            CUDA kernels and cuBLAS products (>>api-cuda): the implementation file must then be a
+                       .cu built by nvcc (or nvcc -x cu), linked with -lcublas; every other file of the
+                       program stays plain C. Without it the CUDA calls exist and return TFM_E_NO_CUDA.
    TFM_MPI             the data-parallel calls (>>api-dist) run over MPI: include <mpi.h>, build with
                        mpicc. Without it they serve a single process and the header needs no MPI.
 
@@ -109,6 +119,11 @@
    the first four laid out alike, so tfm_model_flat hands out the parameters and the gradients as one
    float array each (for your own optimizer, or an all-reduce across processes). Decoding keeps its
    keys and values in a tfm_kv_cache of its own (max_batch rows of max_len positions per layer).
+   On the GPU (cfg.device, or tfm_mem.device for layers) the block has a device twin of the same size
+   and layout, one cudaMalloc: every float (tensors) lives there at the offset it has on the host, while
+   the host block keeps what the CPU reads (the layers' structs, the batch's ids and lengths) and serves
+   as the staging area of checkpoints. tfm_model_flat, tfm_model_param and tfm_model_logits then hand
+   out device memory (tensor.device says so; tfm_tensor_copy brings it to the host).
 
    ERRORS
    ------
@@ -128,13 +143,17 @@
    Results are deterministic for a given thread count; dropout masks do not depend on it at all.
    Each thread that runs products or attention keeps a scratch on the heap, so no call needs a large
    stack; a thread of yours frees its own with tfm_scratch_release before it exits.
+   On the GPU every call queues its work on CUDA's default stream and returns when the results it hands
+   back (a loss, a gradient norm, generated ids) are on the host; each thread that runs CUDA work keeps a
+   cuBLAS handle and small device buffers, which tfm_scratch_release frees too. Products are exact fp32
+   unless tfm_cuda_set_tf32 turns tensor-core TF32 on (for the calling thread).
 
    CONTENTS (grep for the tags)
    --------
    >>api-types >>api-tensor >>api-rng >>api-sgemm >>api-ops >>api-attention >>api-block >>api-model
    >>api-io >>api-cuda >>api-dist
-   >>impl-config >>impl-util >>impl-sgemm >>impl-cpu >>impl-attention >>impl-dispatch >>impl-api
-   >>impl-safetensors >>impl-io >>impl-cuda >>impl-dist >>license
+   >>impl-config >>impl-util >>impl-sgemm >>impl-cpu >>impl-attention >>impl-cuda >>impl-dispatch
+   >>impl-api >>impl-safetensors >>impl-io >>impl-dist >>license
 */
 #ifndef TFM_INCLUDE_TRANSFORMER_H
 #define TFM_INCLUDE_TRANSFORMER_H
@@ -145,10 +164,6 @@
 #define TFM_VERSION_MAJOR 0
 #define TFM_VERSION_MINOR 1
 #define TFM_VERSION_PATCH 0
-
-#if defined(TFM_CUDA)
-#error "transformer.h: TFM_CUDA is not available in this version; build without it"
-#endif
 
 #ifndef TFMDEF
 #if defined(TFM_STATIC) && (defined(__GNUC__) || defined(__clang__))
@@ -221,6 +236,9 @@ TFMDEF const char *tfm_shape_str(const tfm_tensor *t, char *buf, size_t n);
 TFMDEF tfm_result tfm_fill(tfm_tensor *t, float v);
 TFMDEF tfm_result tfm_fill_normal(tfm_tensor *t, tfm_rng *rng, float mean, float std);
 TFMDEF tfm_result tfm_fill_uniform(tfm_tensor *t, tfm_rng *rng, float lo, float hi);
+/* dst = src element by element (equal element counts, shapes may differ), between any two devices.
+   TFM_E_NO_CUDA for a CUDA tensor without CUDA; TFM_E_CUDA if the copy fails. */
+TFMDEF tfm_result tfm_tensor_copy(tfm_tensor *dst, const tfm_tensor *src);
 
 /* An arena hands out 64-byte aligned blocks from one buffer. A zeroed arena has no buffer and only
    counts: allocations return NULL, and `peak` grows to the bytes a real arena would need. */
@@ -231,6 +249,9 @@ typedef struct tfm_arena {
     size_t peak;          /* the most `used` has been: the size to allocate */
     int owned;            /* base came from TFM_MALLOC and tfm_arena_free releases it */
     int overflow;         /* an allocation did not fit (a real arena smaller than its count) */
+    unsigned char *dev;   /* NULL, or a CUDA twin of base's `size` bytes: then tfm_arena_tensor hands out its
+                             tensors there (at the offset they would have at base), tfm_arena_alloc its
+                             raw blocks at base (tfm_mem_alloc sets it for device mems) */
 } tfm_arena;
 
 /* Back an arena with `size` bytes at mem (yours, kept alive by you) or, when mem is NULL, with a new
@@ -240,7 +261,8 @@ TFMDEF tfm_result tfm_arena_init(tfm_arena *a, void *mem, size_t size);
 TFMDEF void tfm_arena_free(tfm_arena *a);
 /* `bytes` bytes, 64-byte aligned. NULL when counting or when the arena is full (overflow is set). */
 TFMDEF void *tfm_arena_alloc(tfm_arena *a, size_t bytes);
-/* A tensor of the given shape carved from the arena (data NULL when counting). */
+/* A tensor of the given shape carved from the arena (data NULL when counting); in the device twin when
+   the arena has one (then tensor.device is TFM_DEVICE_CUDA). */
 TFMDEF tfm_tensor tfm_arena_tensor(tfm_arena *a, int ndim, const int64_t *shape);
 
 /* The four regions a layer or model draws on. Set no_grad before the first init for inference:
@@ -248,11 +270,13 @@ TFMDEF tfm_tensor tfm_arena_tensor(tfm_arena *a, int ndim, const int64_t *shape)
 typedef struct tfm_mem {
     tfm_arena params, grads, acts, scratch;
     int no_grad;
-    tfm_device device;  /* where the arenas' memory lives (layers run there) */
+    tfm_device device;  /* where the layers' tensors live and run: TFM_DEVICE_CUDA gives each arena a device
+                           twin at tfm_mem_alloc (the layers' own structs stay on the host) */
 } tfm_mem;
 
-/* Allocate each arena of a counted tfm_mem at its peak size and rewind it for the real init.
-   TFM_E_NOMEM if an allocation fails (nothing is left allocated then). */
+/* Allocate each arena of a counted tfm_mem at its peak size (and, for a CUDA mem, its device twin) and
+   rewind it for the real init. TFM_E_NOMEM if an allocation fails (nothing is left allocated then);
+   TFM_E_NO_CUDA for a CUDA mem in a build or on a machine without CUDA. */
 TFMDEF tfm_result tfm_mem_alloc(tfm_mem *m);
 /* Rewind the arenas (keep their buffers) so a second init carves the same blocks again. */
 TFMDEF void tfm_mem_rewind(tfm_mem *m);
@@ -664,6 +688,9 @@ typedef struct tfm_config {
     int moment_shard;        /* which share: the rank, in [0, moment_shards) */
     void *user;              /* passed to TFM_MALLOC / TFM_FREE for the model's memory, its caches and its
                                 checkpoint buffers; not saved in checkpoints */
+    tfm_device device;       /* 0 -> TFM_DEVICE_CPU; TFM_DEVICE_CUDA: the model lives and runs on the GPU
+                                (parameters initialised on the host from seed, so both devices start alike);
+                                not saved in checkpoints (tfm_model_to_device moves a built model) */
 } tfm_config;
 
 /* A batch: B rows of T positions, padding at the end of each row. Row b of tokens starts at
@@ -918,10 +945,29 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path);
 TFMDEF tfm_result tfm_checkpoint_meta(const char *path, const char *key, char *buf, size_t size, size_t *len);
 #endif
 
-/* ==== >>api-cuda ==== */
+/* ==== >>api-cuda ====
+   Built with TFM_CUDA, models (cfg.device), layers (tfm_mem.device) and tensors (tensor.device with
+   device memory) run on the current CUDA device; every other call is the same as on the CPU. Without
+   TFM_CUDA these calls return TFM_E_NO_CUDA (tfm_cuda_free does nothing). A failing CUDA call makes the
+   public call that ran it return TFM_E_CUDA with CUDA's own message; no call exits or aborts. */
 
-/* TFM_OK when this build has CUDA and a device is present; TFM_E_NO_CUDA otherwise. */
+/* TFM_OK when this build has CUDA and a device is present; TFM_E_NO_CUDA otherwise, saying which. */
 TFMDEF tfm_result tfm_cuda_available(void);
+/* One line about the current device into buf (NUL-terminated): "NVIDIA H100 80GB HBM3, 79.1 GiB, sm_90". */
+TFMDEF tfm_result tfm_cuda_device_info(char *buf, size_t size);
+/* Device memory for tensors of your own (tensor.device = TFM_DEVICE_CUDA). TFM_E_NOMEM when it fails. */
+TFMDEF tfm_result tfm_cuda_malloc(void **ptr, size_t bytes);
+TFMDEF void tfm_cuda_free(void *ptr);
+/* Wait until the device has done all work queued so far (before reading a clock, say). */
+TFMDEF tfm_result tfm_cuda_synchronize(void);
+/* on != 0: this thread's fp32 products on the GPU may use TF32 tensor cores (10-bit mantissas in the
+   products, fp32 sums: faster, about 1e-3 relative). Off by default, so results match the CPU's. */
+TFMDEF tfm_result tfm_cuda_set_tf32(int on);
+/* Move a built model to `device` with everything it holds: parameters, gradients, AdamW moments, the
+   step, the generator, training mode. The model is rebuilt in new memory (the library's own, also when
+   the old one was yours) and the old memory freed; on failure (TFM_E_NOMEM, TFM_E_NO_CUDA) the model is
+   as it was. Caches made for it before (tfm_kv_cache) must be made again. */
+TFMDEF tfm_result tfm_model_to_device(tfm_model *m, tfm_device device);
 
 /* ==== >>api-dist ====
    Data-parallel training. Every process (a rank) holds the whole model and runs forward and backward on
@@ -1057,6 +1103,32 @@ TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path);
 #include TFM_BLAS_HEADER
 #endif
 
+/* TFM_CUDA: nvcc compiles this file (kernels and host code alike); TFM__LAUNCH, TFM__SHARED and
+   TFM__SHARED_DYN are the kernels' only spellings that differ from the CPU emulation of CUDA in the tests
+   (tests/cuda_emu.h, included first, which defines TFM_CUDA_EMULATION and serves the runtime and cuBLAS
+   on the CPU), so both read the same kernel source. TFM__HD marks the math both devices share. */
+#if defined(TFM_CUDA)
+#if defined(TFM_CUDA_EMULATION)
+#define TFM__LAUNCH(k, grid, block, smem, ...) tfm_emu_launch(k, (grid), (block), (smem), __VA_ARGS__)
+#define TFM__SHARED(T, name, n) T *name = (T *)tfm_emu_shared(sizeof(T) * (size_t)(n))
+#define TFM__SHARED_DYN(T, name) T *name = (T *)tfm_emu_dyn_shared()
+#define TFM__HD __host__ __device__
+#elif defined(__CUDACC__)
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#define TFM__LAUNCH(k, grid, block, smem, ...) k<<<(grid), (block), (smem), 0>>>(__VA_ARGS__)
+#define TFM__SHARED(T, name, n) __shared__ T name[n]
+#define TFM__SHARED_DYN(T, name) extern __shared__ T name[]
+#define TFM__HD __host__ __device__
+#else
+#error "transformer.h: TFM_CUDA: the file that defines TFM_IMPLEMENTATION must be a .cu compiled by nvcc (or nvcc -x cu)"
+#undef TFM_CUDA /* the rest compiles as a CPU build, so the message above is the only error */
+#endif
+#endif
+#ifndef TFM__HD
+#define TFM__HD
+#endif
+
 #if defined(__AVX__)
 #include <immintrin.h>
 #elif defined(__SSE2__)
@@ -1136,6 +1208,11 @@ static tfm_result tfm__fail(tfm_result r, const char *fmt, ...) {
 #endif
     return r;
 }
+
+/* TFM_E_CUDA naming fn when a CUDA call failed since the last check (>>impl-cuda; TFM_OK without CUDA), and
+   the calling thread's CUDA resources given back. */
+static tfm_result tfm__cuda_check(const char *fn);
+static void tfm__cuda_release(void);
 
 TFMDEF const char *tfm_result_string(tfm_result r) {
     switch (r) {
@@ -1277,10 +1354,32 @@ static tfm_result tfm__chk(const char *fn, const char *name, const tfm_tensor *t
         }
     }
     if (!t->data) return tfm__fail(TFM_E_ARG, "%s: %s %s has no data (NULL)", fn, name, tfm__shp(t));
+#if defined(TFM_CUDA)
+    if (t->device != TFM_DEVICE_CPU && t->device != TFM_DEVICE_CUDA)
+        return tfm__fail(TFM_E_ARG, "%s: %s has device %d, not a tfm_device", fn, name, (int)t->device);
+#else
     if (t->device != TFM_DEVICE_CPU)
         return tfm__fail(TFM_E_NO_CUDA, "%s: %s lives on a CUDA device, but this build has no TFM_CUDA",
                          fn, name);
+#endif
     return TFM_OK;
+}
+/* The n tensors of one call (NULL ones skipped) all live on one device: dev, or (dev -1) the first's. */
+static tfm_result tfm__same_device(const char *fn, int dev, int n, ...) {
+    va_list ap;
+    const tfm_tensor *t;
+    int other = -1, i;
+    va_start(ap, n);
+    for (i = 0; i < n; i++)
+        if ((t = va_arg(ap, const tfm_tensor *)) != NULL) {
+            if (dev < 0) dev = (int)t->device;
+            if ((int)t->device != dev) other = (int)t->device;
+        }
+    va_end(ap);
+    if (other < 0) return TFM_OK;
+    return tfm__fail(TFM_E_ARG, "%s: one tensor is on the %s, another (or the layer) on the %s: a call's tensors and "
+                     "layer must share a device", fn, dev == TFM_DEVICE_CUDA ? "GPU" : "CPU",
+                     other == TFM_DEVICE_CUDA ? "GPU" : "CPU");
 }
 /* Same, but NULL is allowed (an optional gradient). */
 static tfm_result tfm__chk_opt(const char *fn, const char *name, const tfm_tensor *t) {
@@ -1314,27 +1413,49 @@ static tfm_result tfm__chk_int(const char *fn, const char *name, const tfm_tenso
     return TFM_OK;
 }
 
+static void tfm__op_transfer(tfm_device ddev, float *dst, tfm_device sdev, const float *src, int64_t n);
+
+/* The floats a tfm_fill* call writes: t's own, or for a CUDA tensor a host buffer that tfm__fill_end copies
+   to it (NULL, with TFM_E_NOMEM, when it cannot be had). */
+static float *tfm__fill_begin(const char *fn, const tfm_tensor *t) {
+    float *p;
+    if (t->device == TFM_DEVICE_CPU) return t->data;
+    p = (float *)TFM_MALLOC((size_t)tfm_numel(t) * sizeof(float), NULL);
+    if (!p) tfm__fail(TFM_E_NOMEM, "%s: could not allocate a host buffer of %lld floats", fn, (long long)tfm_numel(t));
+    return p;
+}
+static tfm_result tfm__fill_end(const char *fn, tfm_tensor *t, float *p) {
+    if (p == t->data) return TFM_OK;
+    tfm__op_transfer(t->device, t->data, TFM_DEVICE_CPU, p, tfm_numel(t));
+    TFM_FREE(p, NULL);
+    return tfm__cuda_check(fn);
+}
+
 TFMDEF tfm_result tfm_fill(tfm_tensor *t, float v) {
     int64_t i, n;
+    float *p;
     TFM__TRY(tfm__chk("tfm_fill", "t", t));
+    if (!(p = tfm__fill_begin("tfm_fill", t))) return TFM_E_NOMEM;
     n = tfm_numel(t);
-    for (i = 0; i < n; i++) t->data[i] = v;
-    return TFM_OK;
+    for (i = 0; i < n; i++) p[i] = v;
+    return tfm__fill_end("tfm_fill", t, p);
 }
 
 static double tfm__box_muller(tfm_rng *rng, double *other);
 #define TFM__NORMAL_CHUNK 65536
 TFMDEF tfm_result tfm_fill_normal(tfm_tensor *t, tfm_rng *rng, float mean, float std) {
     int64_t i, n;
+    float *p;
     TFM__TRY(tfm__chk("tfm_fill_normal", "t", t));
     if (!rng) return tfm__fail(TFM_E_ARG, "tfm_fill_normal: rng is NULL");
     if (!(std >= 0) || !isfinite(mean) || !isfinite(std))
         return tfm__fail(TFM_E_ARG, "tfm_fill_normal: mean %g, std %g: want finite, std >= 0",
                          (double)mean, (double)std);
+    if (!(p = tfm__fill_begin("tfm_fill_normal", t))) return TFM_E_NOMEM;
     n = tfm_numel(t);
     if (n <= TFM__NORMAL_CHUNK) { /* small tensors: the stream of tfm_rng_normal itself */
-        for (i = 0; i < n; i++) t->data[i] = mean + std * tfm_rng_normal(rng);
-        return TFM_OK;
+        for (i = 0; i < n; i++) p[i] = mean + std * tfm_rng_normal(rng);
+        return tfm__fill_end("tfm_fill_normal", t, p);
     }
     {
         /* large ones in fixed chunks, each from its own generator seeded by one draw and the chunk
@@ -1348,25 +1469,27 @@ TFMDEF tfm_result tfm_fill_normal(tfm_tensor *t, tfm_rng *rng, float mean, float
             tfm_rng_seed(&r, base ^ ((uint64_t)(c + 1) * 0xD1B54A32D192ED03ull));
             for (; j + 1 < end; j += 2) { /* both normals of each Box-Muller pair */
                 double z1, z0 = tfm__box_muller(&r, &z1);
-                t->data[j] = (float)(mean + std * z0);
-                t->data[j + 1] = (float)(mean + std * z1);
+                p[j] = (float)(mean + std * z0);
+                p[j + 1] = (float)(mean + std * z1);
             }
-            if (j < end) t->data[j] = (float)(mean + std * tfm__box_muller(&r, NULL));
+            if (j < end) p[j] = (float)(mean + std * tfm__box_muller(&r, NULL));
         }
     }
-    return TFM_OK;
+    return tfm__fill_end("tfm_fill_normal", t, p);
 }
 
 TFMDEF tfm_result tfm_fill_uniform(tfm_tensor *t, tfm_rng *rng, float lo, float hi) {
     int64_t i, n;
+    float *p;
     TFM__TRY(tfm__chk("tfm_fill_uniform", "t", t));
     if (!rng) return tfm__fail(TFM_E_ARG, "tfm_fill_uniform: rng is NULL");
     if (!(lo <= hi) || !isfinite(lo) || !isfinite(hi))
         return tfm__fail(TFM_E_ARG, "tfm_fill_uniform: range [%g, %g) is not a finite interval",
                          (double)lo, (double)hi);
+    if (!(p = tfm__fill_begin("tfm_fill_uniform", t))) return TFM_E_NOMEM;
     n = tfm_numel(t);
-    for (i = 0; i < n; i++) t->data[i] = lo + (hi - lo) * tfm_rng_uniform(rng);
-    return TFM_OK;
+    for (i = 0; i < n; i++) p[i] = lo + (hi - lo) * tfm_rng_uniform(rng);
+    return tfm__fill_end("tfm_fill_uniform", t, p);
 }
 
 /* -- arenas -- */
@@ -1434,6 +1557,12 @@ TFMDEF void *tfm_arena_alloc(tfm_arena *a, size_t bytes) {
     return p;
 }
 
+/* n floats from the arena: at base, or at the same offset of its device twin. */
+static float *tfm__carve(tfm_arena *a, size_t n) {
+    unsigned char *p = (unsigned char *)tfm_arena_alloc(a, n * sizeof(float));
+    return (float *)(p && a->dev ? a->dev + (p - a->base) : p);
+}
+
 TFMDEF tfm_tensor tfm_arena_tensor(tfm_arena *a, int ndim, const int64_t *shape) {
     tfm_tensor t;
     int i;
@@ -1445,7 +1574,8 @@ TFMDEF tfm_tensor tfm_arena_tensor(tfm_arena *a, int ndim, const int64_t *shape)
         t.shape[i] = shape[i];
         n *= (size_t)(shape[i] > 0 ? shape[i] : 0);
     }
-    t.data = (float *)tfm_arena_alloc(a, n * sizeof(float));
+    t.data = tfm__carve(a, n);
+    t.device = a && a->dev ? TFM_DEVICE_CUDA : TFM_DEVICE_CPU;
     return t;
 }
 
@@ -1456,22 +1586,32 @@ static const char *tfm__mem_name(int i) {
     return i == 0 ? "params" : i == 1 ? "grads" : i == 2 ? "acts" : "scratch";
 }
 
+/* Device memory for the twins of arenas, models and caches (>>impl-cuda): TFM_E_NOMEM, or TFM_E_NO_CUDA
+   without a device or without TFM_CUDA. */
+static tfm_result tfm__dev_alloc(const char *fn, void **p, size_t bytes);
+static void tfm__dev_free(void *p);
+
 TFMDEF tfm_result tfm_mem_alloc(tfm_mem *m) {
+    const char *fn = "tfm_mem_alloc";
+    tfm_result r = TFM_OK;
     int i;
-    if (!m) return tfm__fail(TFM_E_ARG, "tfm_mem_alloc: mem is NULL");
-    for (i = 0; i < 4; i++) {
+    if (!m) return tfm__fail(TFM_E_ARG, "%s: mem is NULL", fn);
+    if (m->device != TFM_DEVICE_CPU && m->device != TFM_DEVICE_CUDA)
+        return tfm__fail(TFM_E_ARG, "%s: mem.device %d is not a tfm_device", fn, (int)m->device);
+    for (i = 0; i < 4; i++)
+        if (tfm__mem_arena(m, i)->base)
+            return tfm__fail(TFM_E_ARG, "%s: the %s arena already has memory", fn, tfm__mem_name(i));
+    for (i = 0; i < 4 && r == TFM_OK; i++) {
         tfm_arena *a = tfm__mem_arena(m, i);
         size_t need = a->peak;
-        if (a->base) return tfm__fail(TFM_E_ARG, "tfm_mem_alloc: the %s arena already has memory", tfm__mem_name(i));
         if (need == 0) continue;
-        if (tfm_arena_init(a, NULL, need) != TFM_OK) {
-            int j;
-            for (j = 0; j < i; j++) tfm_arena_free(tfm__mem_arena(m, j));
-            return tfm__fail(TFM_E_NOMEM, "tfm_mem_alloc: could not allocate %zu bytes for %s", need,
-                             tfm__mem_name(i));
-        }
+        if (tfm_arena_init(a, NULL, need) != TFM_OK)
+            r = tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes for %s", fn, need, tfm__mem_name(i));
+        else if (m->device == TFM_DEVICE_CUDA)
+            r = tfm__dev_alloc(fn, (void **)&a->dev, need);
     }
-    return TFM_OK;
+    if (r != TFM_OK) tfm_mem_free(m); /* nothing stays allocated */
+    return r;
 }
 
 TFMDEF void tfm_mem_rewind(tfm_mem *m) {
@@ -1485,10 +1625,17 @@ TFMDEF void tfm_mem_rewind(tfm_mem *m) {
 
 TFMDEF void tfm_mem_free(tfm_mem *m) {
     int i, no_grad;
+    tfm_device dev;
     if (!m) return;
     no_grad = m->no_grad;
-    for (i = 0; i < 4; i++) tfm_arena_free(tfm__mem_arena(m, i));
+    dev = m->device;
+    for (i = 0; i < 4; i++) {
+        tfm_arena *a = tfm__mem_arena(m, i);
+        if (a->dev) tfm__dev_free(a->dev);
+        tfm_arena_free(a);
+    }
     m->no_grad = no_grad;
+    m->device = dev;
 }
 
 TFMDEF tfm_result tfm_mem_check(const tfm_mem *m) {
@@ -1545,7 +1692,7 @@ static double tfm__box_muller(tfm_rng *rng, double *other) {
 TFMDEF float tfm_rng_normal(tfm_rng *rng) { return (float)tfm__box_muller(rng, NULL); }
 
 /* Stateless hash of (seed, index) -> 24 uniform bits: the dropout mask. Independent of threads. */
-static uint32_t tfm__hash24(uint64_t seed, uint64_t i) {
+static TFM__HD uint32_t tfm__hash24(uint64_t seed, uint64_t i) {
     uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -1553,7 +1700,7 @@ static uint32_t tfm__hash24(uint64_t seed, uint64_t i) {
     return (uint32_t)(z >> 40);
 }
 /* Elements whose hash is below this are dropped. */
-static uint32_t tfm__drop_threshold(float p) {
+static TFM__HD uint32_t tfm__drop_threshold(float p) {
     double t = (double)p * 16777216.0;
     return t >= 16777216.0 ? 16777216u : (uint32_t)t;
 }
@@ -1563,7 +1710,7 @@ static uint32_t tfm__drop_threshold(float p) {
    polynomial (error < 1e-8 relative), 2^n put in the exponent bits: about 1 ulp over [-87, 88].
    tanh(u) = 1 - 2 / (1 + e^(2u)): absolute error ~1e-7. erf: Abramowitz & Stegun 7.1.26 with this exp,
    absolute error < 2e-7. */
-static inline float tfm__exp(float x) {
+static TFM__HD inline float tfm__exp(float x) {
     float kf, r, p, s;
     int32_t bits;
     x = x < -87.0f ? -87.0f : x;
@@ -1577,8 +1724,8 @@ static inline float tfm__exp(float x) {
     memcpy(&s, &bits, sizeof s);
     return p * s;
 }
-static inline float tfm__tanh(float u) { return 1.0f - 2.0f / (1.0f + tfm__exp(2.0f * u)); }
-static inline float tfm__erf(float x) {
+static TFM__HD inline float tfm__tanh(float u) { return 1.0f - 2.0f / (1.0f + tfm__exp(2.0f * u)); }
+static TFM__HD inline float tfm__erf(float x) {
     float ax = x < 0.0f ? -x : x, t = 1.0f / (1.0f + 0.3275911f * ax), y;
     y = 1.0f - t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f)))) *
                    tfm__exp(-ax * ax);
@@ -2036,8 +2183,10 @@ static tfm_result tfm__scratch_reserve(const char *fn) {
     return TFM_OK;
 }
 
-/* TFM_E_NOMEM naming fn when an attention since tfm__scratch_reserve ran without scratch. */
+/* TFM_E_NOMEM naming fn when an attention since tfm__scratch_reserve ran without scratch; TFM_E_CUDA when
+   a CUDA call failed (>>impl-cuda). The end of every layer and model call. */
 static tfm_result tfm__scratch_check(const char *fn) {
+    TFM__TRY(tfm__cuda_check(fn));
     if (!tfm__scratch_failed) return TFM_OK;
     tfm__scratch_failed = 0;
     return tfm__fail(TFM_E_NOMEM, "%s: a thread could not allocate its scratch (%zu bytes); the attention did not run", fn,
@@ -2046,6 +2195,7 @@ static tfm_result tfm__scratch_check(const char *fn) {
 
 TFMDEF void tfm_scratch_release(void) {
     tfm__scratch_free();
+    tfm__cuda_release();
 #ifdef _OPENMP
     if (!tfm__in_parallel()) { /* a team as large as any this file starts, so every pooled thread runs */
         int t, n = TFM__MAX(tfm_get_num_threads(), omp_get_num_procs());
@@ -2576,26 +2726,28 @@ static void tfm__layernorm_backward_cpu(float *dx, const float *res, float *dg, 
 #define TFM__INV_SQRT_2 0.7071067811865476f
 #define TFM__INV_SQRT_2PI 0.3989422804014327f
 
+static TFM__HD inline float tfm__gelu_tanh(float v) {
+    return 0.5f * v * (1.0f + tfm__tanh(TFM__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v)));
+}
+static TFM__HD inline float tfm__gelu_erf(float v) { return 0.5f * v * (1.0f + tfm__erf(v * TFM__INV_SQRT_2)); }
+
 /* The kind is tested outside the loops, so each vectorized loop evaluates one form only. */
 static void tfm__gelu_forward_cpu(float *y, const float *x, int64_t n, int kind) {
     int64_t i;
     if (kind == TFM_GELU_TANH) {
         TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
-        for (i = 0; i < n; i++) {
-            float v = x[i];
-            y[i] = 0.5f * v * (1.0f + tfm__tanh(TFM__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v)));
-        }
+        for (i = 0; i < n; i++) y[i] = tfm__gelu_tanh(x[i]);
     } else {
         TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(n)))
-        for (i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + tfm__erf(x[i] * TFM__INV_SQRT_2));
+        for (i = 0; i < n; i++) y[i] = tfm__gelu_erf(x[i]);
     }
 }
 
-static inline float tfm__gelu_tanh_grad(float v) {
+static TFM__HD inline float tfm__gelu_tanh_grad(float v) {
     float th = tfm__tanh(TFM__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v));
     return 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * TFM__SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v);
 }
-static inline float tfm__gelu_erf_grad(float v) {
+static TFM__HD inline float tfm__gelu_erf_grad(float v) {
     return 0.5f * (1.0f + tfm__erf(v * TFM__INV_SQRT_2)) + v * TFM__INV_SQRT_2PI * tfm__exp(-0.5f * v * v);
 }
 
@@ -2701,7 +2853,7 @@ static void tfm__pos_embedding_backward_cpu(float *dw, const float *dy, int64_t 
 }
 
 /* pe[t, 2i] = sin(t * 10000^(-2i/C)), pe[t, 2i+1] = cos(same), computed in double */
-static float tfm__sinusoid(int64_t t, int64_t c, int64_t C) {
+static TFM__HD float tfm__sinusoid(int64_t t, int64_t c, int64_t C) {
     double freq = exp(-(double)(c & ~(int64_t)1) / (double)C * 9.210340371976184); /* ln 10000 */
     double a = (double)t * freq;
     return (float)((c & 1) ? cos(a) : sin(a));
@@ -2776,6 +2928,13 @@ static void tfm__mean_pool_backward_cpu(float *dx, const float *dy, const int32_
    same order, the square root by intrinsic. The spans the optimizer hands to threads are fixed (not
    per thread count), so results never depend on threads. */
 #define TFM__ADAMW_SPAN 2048
+/* The update of one element (the scalar form of the loop below; the GPU's kernel too). */
+static TFM__HD inline void tfm__adamw_one(float *w, float g, float *m, float *v, float b1, float b2, float eps,
+                                          float step_size, float bc2s, float decay) {
+    *m = b1 * *m + (1.0f - b1) * g;
+    *v = b2 * *v + (1.0f - b2) * g * g;
+    *w = *w * decay - step_size * *m / (sqrtf(*v) / bc2s + eps);
+}
 static void tfm__adamw_span(float *w, const float *gr, float *mm, float *vv, int64_t n, float scale, float b1,
                             float b2, float eps, float step_size, float bc2s, float decay) {
     int64_t j = 0;
@@ -2790,12 +2949,7 @@ static void tfm__adamw_span(float *w, const float *gr, float *mm, float *vv, int
         tfm__vstore(w + j, w1);
     }
 #endif
-    for (; j < n; j++) {
-        float g = gr[j] * scale;
-        mm[j] = b1 * mm[j] + (1.0f - b1) * g;
-        vv[j] = b2 * vv[j] + (1.0f - b2) * g * g;
-        w[j] = w[j] * decay - step_size * mm[j] / (sqrtf(vv[j]) / bc2s + eps);
-    }
+    for (; j < n; j++) tfm__adamw_one(w + j, gr[j] * scale, mm + j, vv + j, b1, b2, eps, step_size, bc2s, decay);
 }
 
 /* AdamW over n floats in the fixed spans above, spread over threads. */
@@ -2859,7 +3013,7 @@ typedef struct tfm__attn_args {
 } tfm__attn_args;
 
 /* Number of keys query i of batch b may see. */
-static int tfm__attn_visible(const tfm__attn_args *a, int b, int i) {
+static TFM__HD int tfm__attn_visible(const tfm__attn_args *a, int b, int i) {
     int n = a->lens ? a->lens[b] : a->Tk, p = a->q_off ? a->q_off[b] + i : i;
     if (a->causal && p + 1 < n) n = p + 1;
     return n < 0 ? 0 : n;
@@ -2887,7 +3041,7 @@ static void tfm__attn_drop_row(float *dst, const float *src, const tfm__attn_arg
 }
 
 /* Index of the dropout element of (batch-head bh, query i, key j): the place it had in (B,H,Tq,Tk). */
-static int64_t tfm__attn_drop_index(const tfm__attn_args *a, int bh, int i, int j) {
+static TFM__HD int64_t tfm__attn_drop_index(const tfm__attn_args *a, int bh, int i, int j) {
     return (int64_t)a->drop_i0 + ((int64_t)bh * a->Tq + i) * a->Tk + j;
 }
 
@@ -3063,155 +3217,1136 @@ static int tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int l
     return !failed;
 }
 
+/* ==== >>impl-cuda ====
+   The same ops as >>impl-cpu, as CUDA kernels, with cuBLAS for the products; the dispatch entries below
+   call the tfm__<op>_cuda launchers. Everything runs on CUDA's legacy default stream, so kernels, copies
+   and cuBLAS calls run in the order they are issued and a host read of a result (cudaMemcpy to the host)
+   waits for what came before. Floats live in device memory; the integer arrays the ops take (ids,
+   targets, lengths, cache slots) and additive masks stay on the host and are copied into the calling
+   thread's device work space when an op needs them (the stream order keeps a later op from overwriting
+   them before the kernel that reads them has run). These kernels are the simple correct first version:
+   one block per row for row-wise ops, grid-stride loops for element-wise ones, one block per query row
+   (forward) or per query and per key row (backward) for attention, sums in a fixed order (no atomics),
+   so results are deterministic. Errors: the first failing CUDA or cuBLAS call of a public call is kept
+   (tfm__cu.err) and reported by that call's tfm__scratch_check as TFM_E_CUDA. */
+
+#if defined(TFM_CUDA)
+
+/* What a thread keeps for its CUDA work: its cuBLAS handle, its device work space and the first error. */
+typedef struct tfm__cuda_ctx {
+    cublasHandle_t blas;
+    int has_blas, tf32, blas_tf32;
+    unsigned char *ws;  /* device work space: staged host arrays, partial sums */
+    size_t ws_size;
+    float *host;        /* pinned host buffer for results read back (the rows' losses) */
+    size_t host_size;
+    int failed;
+    char err[320];
+} tfm__cuda_ctx;
+static TFM__THREAD_LOCAL tfm__cuda_ctx tfm__cu;
+
+/* Record the first failure (what: the call) and say whether e was a success. */
+static int tfm__cuda_ok(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return 1;
+    if (!tfm__cu.failed) {
+        tfm__cu.failed = 1;
+        snprintf(tfm__cu.err, sizeof tfm__cu.err, "%s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    return 0;
+}
+static int tfm__cublas_ok(cublasStatus_t st, const char *what) {
+    if (st == CUBLAS_STATUS_SUCCESS) return 1;
+    if (!tfm__cu.failed) {
+        tfm__cu.failed = 1;
+        snprintf(tfm__cu.err, sizeof tfm__cu.err, "%s failed: %s (%s)", what, cublasGetStatusString(st),
+                 cublasGetStatusName(st));
+    }
+    return 0;
+}
+/* After a kernel launch: a bad configuration or a failure before it shows here. */
+#define TFM__CU_LAUNCHED(name) (void)tfm__cuda_ok(cudaGetLastError(), "kernel " name)
+
+static tfm_result tfm__cuda_check(const char *fn) {
+    if (!tfm__cu.failed) return TFM_OK;
+    tfm__cu.failed = 0;
+    return tfm__fail(TFM_E_CUDA, "%s: %s", fn, tfm__cu.err);
+}
+
+/* A failed allocation or device query as a result: TFM_E_NOMEM for out of memory, TFM_E_NO_CUDA when
+   there is no device or driver, TFM_E_CUDA else. The runtime's last error is cleared. */
+static tfm_result tfm__cuda_result(const char *fn, cudaError_t e, const char *what) {
+    (void)cudaGetLastError();
+    if (e == cudaErrorMemoryAllocation) return tfm__fail(TFM_E_NOMEM, "%s: %s: out of device memory", fn, what);
+    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
+        return tfm__fail(TFM_E_NO_CUDA, "%s: %s: %s (no usable CUDA device)", fn, what, cudaGetErrorString(e));
+    return tfm__fail(TFM_E_CUDA, "%s: %s failed: %s (%s)", fn, what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static tfm_result tfm__dev_alloc(const char *fn, void **p, size_t bytes) {
+    cudaError_t e;
+    *p = NULL;
+    e = cudaMalloc(p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        *p = NULL;
+        return tfm__cuda_result(fn, e, "cudaMalloc");
+    }
+    return TFM_OK;
+}
+static void tfm__dev_free(void *p) {
+    if (p) (void)cudaFree(p);
+}
+
+static void tfm__cuda_release(void) {
+    if (tfm__cu.has_blas) cublasDestroy(tfm__cu.blas);
+    if (tfm__cu.ws) cudaFree(tfm__cu.ws);
+    if (tfm__cu.host) cudaFreeHost(tfm__cu.host);
+    memset(&tfm__cu, 0, sizeof tfm__cu);
+}
+
+/* The thread's cuBLAS handle in the math mode asked for (NULL when it cannot be made: error kept). */
+static cublasHandle_t tfm__cuda_blas(void) {
+    if (!tfm__cu.has_blas) {
+        if (!tfm__cublas_ok(cublasCreate(&tfm__cu.blas), "cublasCreate")) return NULL;
+        tfm__cu.has_blas = 1;
+        tfm__cu.blas_tf32 = -1;
+    }
+    if (tfm__cu.blas_tf32 != tfm__cu.tf32) {
+        if (!tfm__cublas_ok(cublasSetMathMode(tfm__cu.blas, tfm__cu.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                            "cublasSetMathMode"))
+            return NULL;
+        tfm__cu.blas_tf32 = tfm__cu.tf32;
+    }
+    return tfm__cu.blas;
+}
+
+/* The thread's device work space, at least `bytes` (grown when short: cudaFree waits for the work queued
+   on the old one); NULL when it cannot be had (error kept). */
+static unsigned char *tfm__cuda_ws(size_t bytes) {
+    if (tfm__cu.ws_size < bytes) {
+        void *p = NULL;
+        size_t n = TFM__MAX(bytes, (size_t)1 << 20);
+        if (tfm__cu.ws) {
+            (void)cudaDeviceSynchronize(); /* the work queued on the old one is done */
+            cudaFree(tfm__cu.ws);
+        }
+        tfm__cu.ws = NULL;
+        tfm__cu.ws_size = 0;
+        if (!tfm__cuda_ok(cudaMalloc(&p, n), "cudaMalloc (work space)")) return NULL;
+        tfm__cu.ws = (unsigned char *)p;
+        tfm__cu.ws_size = n;
+    }
+    return tfm__cu.ws;
+}
+
+/* The thread's pinned host buffer of at least n floats (grown when short); NULL when it cannot be had. */
+static float *tfm__cuda_host(size_t n) {
+    if (tfm__cu.host_size < n) {
+        void *p = NULL;
+        if (tfm__cu.host) cudaFreeHost(tfm__cu.host);
+        tfm__cu.host = NULL;
+        tfm__cu.host_size = 0;
+        if (!tfm__cuda_ok(cudaMallocHost(&p, n * sizeof(float)), "cudaMallocHost")) return NULL;
+        tfm__cu.host = (float *)p;
+        tfm__cu.host_size = n;
+    }
+    return tfm__cu.host;
+}
+
+/* n bytes from host memory src into the work space at *off (advanced by n rounded up to 256): the device
+   copy, or NULL when src is NULL. */
+static void *tfm__cuda_put(unsigned char *ws, size_t *off, const void *src, size_t n) {
+    unsigned char *d = ws + *off;
+    if (!src) return NULL;
+    *off += (n + 255) & ~(size_t)255;
+    if (n) (void)tfm__cuda_ok(cudaMemcpyAsync(d, src, n, cudaMemcpyHostToDevice, 0), "cudaMemcpyAsync (host to device)");
+    return d;
+}
+#define TFM__CU_ROUND(n) (((size_t)(n) + 255) & ~(size_t)255)
+
+/* n bytes between any two places (cudaMemcpyDefault: the runtime knows which pointer is where) */
+static void tfm__cuda_copy(void *dst, const void *src, size_t n) {
+    if (n && dst != src) (void)tfm__cuda_ok(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy");
+}
+
+static int tfm__cuda_is_device(const void *p) {
+    cudaPointerAttributes at;
+    memset(&at, 0, sizeof at);
+    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged;
+}
+
+/* -- kernels -- */
+
+#define TFM__CU_THREADS 256
+/* Blocks for a grid-stride loop over n items. */
+static unsigned tfm__cu_grid(int64_t n) {
+    int64_t g = (n + TFM__CU_THREADS - 1) / TFM__CU_THREADS;
+    return (unsigned)(g < 1 ? 1 : g > 4096 ? 4096 : g);
+}
+/* Threads for one block per row of C: a multiple of 32 in [32, 512]. */
+static unsigned tfm__cu_row_threads(int64_t C) {
+    int64_t t = (C + 31) / 32 * 32;
+    return (unsigned)(t < 32 ? 32 : t > 512 ? 512 : t);
+}
+#define TFM__CU_LOOP(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+/* The sum (or, with is_max, the maximum) of v over the block, in every thread. blockDim.x is a multiple
+   of 32; sh holds 32 values of shared memory. Lanes combine by shuffles, then the warps' results. */
+template <typename T> static __device__ T tfm__cu_reduce(T v, T *sh, int is_max) {
+    int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x >> 5), nw = (int)(blockDim.x >> 5), o;
+    for (o = 16; o > 0; o >>= 1) {
+        T u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = is_max ? (u > v ? u : v) : v + u;
+    }
+    __syncthreads(); /* sh may still be read by the previous reduction */
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : (is_max ? (T)-INFINITY : (T)0);
+    for (o = 16; o > 0; o >>= 1) {
+        T u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = is_max ? (u > v ? u : v) : v + u;
+    }
+    return v;
+}
+
+static __global__ void tfm__k_copy_rows(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n, int64_t C,
+                                        int add) {
+    TFM__CU_LOOP(i, n * C) {
+        int64_t r = i / C, c = i % C;
+        float v = src[r * lds + c];
+        if (add) dst[r * ldd + c] += v;
+        else dst[r * ldd + c] = v;
+    }
+}
+
+/* dst[c] += sum over r < N of src[r * lds + c] (bias gradients, positions' gradients) */
+static __global__ void tfm__k_colsum(float *dst, const float *src, int64_t lds, int64_t N, int64_t C) {
+    TFM__CU_LOOP(c, C) {
+        float acc = 0.0f;
+        int64_t r;
+        for (r = 0; r < N; r++) acc += src[r * lds + c];
+        dst[c] += acc;
+    }
+}
+
+/* One block per row: softmax (log 0) or log-softmax (log 1) */
+static __global__ void tfm__k_softmax(float *y, const float *x, int64_t C, int log) {
+    TFM__SHARED(float, sh, 32);
+    const float *xr = x + (int64_t)blockIdx.x * C;
+    float *yr = y + (int64_t)blockIdx.x * C, m = -INFINITY, s = 0.0f, lse;
+    int64_t j;
+    for (j = threadIdx.x; j < C; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+    m = tfm__cu_reduce(m, sh, 1);
+    for (j = threadIdx.x; j < C; j += blockDim.x) s += tfm__exp(xr[j] - m);
+    s = tfm__cu_reduce(s, sh, 0);
+    lse = m + logf(s);
+    for (j = threadIdx.x; j < C; j += blockDim.x) yr[j] = log ? xr[j] - lse : tfm__exp(xr[j] - m) * (1.0f / s);
+}
+
+/* softmax: dx += y (dy - sum(y dy)); log-softmax: dx += dy - exp(y) sum(dy) */
+static __global__ void tfm__k_softmax_bwd(float *dx, const float *dy, const float *y, int64_t C, int log) {
+    TFM__SHARED(float, sh, 32);
+    int64_t o = (int64_t)blockIdx.x * C, j;
+    float s = 0.0f;
+    for (j = threadIdx.x; j < C; j += blockDim.x) s += log ? dy[o + j] : y[o + j] * dy[o + j];
+    s = tfm__cu_reduce(s, sh, 0);
+    for (j = threadIdx.x; j < C; j += blockDim.x)
+        dx[o + j] += log ? dy[o + j] - tfm__exp(y[o + j]) * s : y[o + j] * (dy[o + j] - s);
+}
+
+/* One block per row: lse[r], and the row's loss (0 for an ignored row) into rowloss[r] */
+static __global__ void tfm__k_xent(float *rowloss, float *lse, const float *x, const int32_t *t, int ignore, float s,
+                                   int64_t V) {
+    TFM__SHARED(float, sh, 32);
+    TFM__SHARED(double, shd, 32);
+    int64_t r = blockIdx.x, j;
+    const float *xr = x + r * V;
+    float m = -INFINITY, sum = 0.0f, l;
+    double mean = 0.0;
+    for (j = threadIdx.x; j < V; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+    m = tfm__cu_reduce(m, sh, 1);
+    for (j = threadIdx.x; j < V; j += blockDim.x) sum += tfm__exp(xr[j] - m);
+    sum = tfm__cu_reduce(sum, sh, 0);
+    if (s != 0.0f) {
+        for (j = threadIdx.x; j < V; j += blockDim.x) mean += xr[j];
+        mean = tfm__cu_reduce(mean, shd, 0);
+    }
+    l = m + logf(sum);
+    if (threadIdx.x == 0) {
+        float loss = 0.0f;
+        lse[r] = l;
+        if (t[r] != ignore) {
+            loss = (1.0f - s) * (l - xr[t[r]]);
+            if (s != 0.0f) loss += s * (l - (float)(mean / (double)V));
+        }
+        rowloss[r] = loss;
+    }
+}
+
+/* dx += g (softmax(x) - (1-s) onehot(t) - s/V) on rows whose target is not ignored */
+static __global__ void tfm__k_xent_bwd(float *dx, float g, const float *x, const float *lse, const int32_t *t, int ignore,
+                                       float s, int64_t V) {
+    int64_t r = blockIdx.x, j;
+    float l = lse[r], sv = s / (float)V;
+    if (t[r] == ignore) return;
+    for (j = threadIdx.x; j < V; j += blockDim.x) dx[r * V + j] += g * (tfm__exp(x[r * V + j] - l) - sv);
+    __syncthreads();
+    if (threadIdx.x == 0) dx[r * V + t[r]] -= g * (1.0f - s);
+}
+
+/* One block per row; y may alias x (each thread reads only the elements it writes) */
+static __global__ void tfm__k_layernorm(float *y, float *mean, float *rstd, const float *x, const float *g,
+                                        const float *b, float eps, int64_t C) {
+    TFM__SHARED(float, sh, 32);
+    int64_t o = (int64_t)blockIdx.x * C, j;
+    float m = 0.0f, v = 0.0f, rs;
+    for (j = threadIdx.x; j < C; j += blockDim.x) m += x[o + j];
+    m = tfm__cu_reduce(m, sh, 0) / (float)C;
+    for (j = threadIdx.x; j < C; j += blockDim.x) v += (x[o + j] - m) * (x[o + j] - m);
+    v = tfm__cu_reduce(v, sh, 0) / (float)C;
+    rs = 1.0f / sqrtf(v + eps);
+    for (j = threadIdx.x; j < C; j += blockDim.x) y[o + j] = (x[o + j] - m) * rs * (g ? g[j] : 1.0f) + (b ? b[j] : 0.0f);
+    if (threadIdx.x == 0 && mean) mean[blockIdx.x] = m;
+    if (threadIdx.x == 0 && rstd) rstd[blockIdx.x] = rs;
+}
+
+/* One block per row: dx = res + rstd (dn - mean(dn) - xhat mean(dn xhat)), dn = dy g (res may be dx, or NULL) */
+static __global__ void tfm__k_layernorm_bwd(float *dx, const float *res, const float *dy, const float *x, const float *g,
+                                            const float *mean, const float *rstd, int64_t C) {
+    TFM__SHARED(float, sh, 32);
+    int64_t r = blockIdx.x, o = r * C, j;
+    float m = mean[r], rs = rstd[r], a = 0.0f, bs = 0.0f;
+    for (j = threadIdx.x; j < C; j += blockDim.x) {
+        float dn = dy[o + j] * (g ? g[j] : 1.0f);
+        a += dn;
+        bs += dn * (x[o + j] - m) * rs;
+    }
+    a = tfm__cu_reduce(a, sh, 0) / (float)C;
+    bs = tfm__cu_reduce(bs, sh, 0) / (float)C;
+    for (j = threadIdx.x; j < C; j += blockDim.x) {
+        float d = rs * (dy[o + j] * (g ? g[j] : 1.0f) - a - (x[o + j] - m) * rs * bs);
+        dx[o + j] = res ? res[o + j] + d : d;
+    }
+}
+
+/* dg[c] += sum_r dy xhat; db[c] += sum_r dy (either may be NULL) */
+static __global__ void tfm__k_layernorm_dgb(float *dg, float *db, const float *dy, const float *x, const float *mean,
+                                            const float *rstd, int64_t N, int64_t C) {
+    TFM__CU_LOOP(c, C) {
+        float ag = 0.0f, ab = 0.0f;
+        int64_t r;
+        for (r = 0; r < N; r++) {
+            ag += dy[r * C + c] * (x[r * C + c] - mean[r]) * rstd[r];
+            ab += dy[r * C + c];
+        }
+        if (dg) dg[c] += ag;
+        if (db) db[c] += ab;
+    }
+}
+
+/* act: a tfm_activation. Backward: dx = acc * dx + dy act'(x) (acc 0: dx not read) */
+static __global__ void tfm__k_act(int act, float *y, const float *x, int64_t n) {
+    TFM__CU_LOOP(i, n) {
+        float v = x[i];
+        y[i] = act == TFM_ACT_RELU ? (v > 0.0f ? v : 0.0f) : act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh(v) : tfm__gelu_erf(v);
+    }
+}
+static __global__ void tfm__k_act_bwd(int act, float *dx, const float *dy, const float *x, int64_t n, float acc) {
+    TFM__CU_LOOP(i, n) {
+        float v = x[i], d;
+        d = act == TFM_ACT_RELU ? (v > 0.0f ? dy[i] : 0.0f)
+                                : dy[i] * (act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh_grad(v) : tfm__gelu_erf_grad(v));
+        dx[i] = acc != 0.0f ? dx[i] + d : d;
+    }
+}
+
+/* The CPU's mask: element i kept when hash(seed, i0 + i) >= thr, scaled by 1/(1-p) */
+static __global__ void tfm__k_dropout(float *y, const float *x, int64_t n, uint32_t thr, float scale, uint64_t seed,
+                                      uint64_t i0, int acc) {
+    TFM__CU_LOOP(i, n) {
+        float v = tfm__hash24(seed, i0 + (uint64_t)i) >= thr ? x[i] * scale : 0.0f;
+        y[i] = acc ? y[i] + v : v;
+    }
+}
+
+static __global__ void tfm__k_embedding(float *y, const int32_t *ids, const float *w, float scale, int64_t N, int64_t C) {
+    TFM__CU_LOOP(i, N * C) y[i] = w[(int64_t)ids[i / C] * C + i % C] * scale;
+}
+/* dw[ids[r]] += scale dy[r]: a thread per column, rows in order (rows sharing an id never race) */
+static __global__ void tfm__k_embedding_bwd(float *dw, const float *dy, const int32_t *ids, float scale, int64_t N,
+                                            int64_t C) {
+    TFM__CU_LOOP(c, C) {
+        int64_t r;
+        for (r = 0; r < N; r++) dw[(int64_t)ids[r] * C + c] += scale * dy[r * C + c];
+    }
+}
+
+/* y[b,t] = x[b,t] + w[t] (w NULL: the sinusoidal table; x NULL: zeros) */
+static __global__ void tfm__k_pos_add(float *y, const float *x, const float *w, int64_t B, int64_t T, int64_t C) {
+    TFM__CU_LOOP(i, B * T * C) {
+        int64_t t = (i / C) % T, c = i % C;
+        y[i] = (x ? x[i] : 0.0f) + (w ? w[t * C + c] : tfm__sinusoid(t, c, C));
+    }
+}
+
+static __global__ void tfm__k_add(float *y, const float *a, const float *b, int64_t n) {
+    TFM__CU_LOOP(i, n) y[i] = a[i] + b[i];
+}
+
+/* Mean over the first lens[b] positions: a thread per (b, c); backward a thread per element */
+static __global__ void tfm__k_mean_pool(float *y, const float *x, const int32_t *lens, int64_t B, int64_t T, int64_t C) {
+    TFM__CU_LOOP(i, B * C) {
+        int64_t b = i / C, c = i % C, L = lens ? lens[b] : T, t;
+        float acc = 0.0f;
+        for (t = 0; t < L; t++) acc += x[(b * T + t) * C + c];
+        y[i] = L > 0 ? acc / (float)L : 0.0f;
+    }
+}
+static __global__ void tfm__k_mean_pool_bwd(float *dx, const float *dy, const int32_t *lens, int64_t B, int64_t T,
+                                            int64_t C) {
+    TFM__CU_LOOP(i, B * T * C) {
+        int64_t b = i / (T * C), t = (i / C) % T, L = lens ? lens[b] : T;
+        if (t < L) dx[i] += dy[b * C + i % C] * (1.0f / (float)L);
+    }
+}
+
+static __global__ void tfm__k_adamw(float *w, const float *g, float *m, float *v, int64_t n, float scale, float b1,
+                                    float b2, float eps, float step_size, float bc2s, float decay) {
+    TFM__CU_LOOP(i, n) tfm__adamw_one(w + i, g[i] * scale, m + i, v + i, b1, b2, eps, step_size, bc2s, decay);
+}
+
+/* part[block] = sum of g^2 over the block's share, in double */
+static __global__ void tfm__k_sumsq(double *part, const float *g, int64_t n) {
+    TFM__SHARED(double, sh, 32);
+    double s = 0.0;
+    TFM__CU_LOOP(i, n) s += (double)g[i] * (double)g[i];
+    s = tfm__cu_reduce(s, sh, 0);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+/* -- attention: the CPU's tfm__attn_args with device pointers; one block of TFM__CU_ATT threads per
+   (query row, batch-head) in forward and for dq, per (key row, batch-head) for dk and dv. Forward runs
+   the keys in tiles of TFM__CU_ATT with an online softmax, as the CPU's blocks do; backward recomputes
+   the probabilities from lse. Shared memory: the head's rows (D floats each) and a tile of weights. -- */
+#define TFM__CU_ATT 128
+#define TFM__CU_ATT_MAX_D 2048
+
+/* The args with the device copies of its pointers (kernel arguments, so the emulation can check them) */
+static __device__ void tfm__cu_attn_ptrs(tfm__attn_args *a, const float *q, const float *k, const float *v, float *out,
+                                         float *lse, const int32_t *lens, const int32_t *rows, const int32_t *qoff,
+                                         const float *mask) {
+    a->q = q;
+    a->k = k;
+    a->v = v;
+    a->out = out;
+    a->lse = lse;
+    a->lens = lens;
+    a->kv_rows = rows;
+    a->q_off = qoff;
+    a->mask = mask;
+}
+
+static __device__ float tfm__cu_dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    int d;
+    for (d = 0; d < n; d++) s += a[d] * b[d];
+    return s;
+}
+
+static __global__ void tfm__k_attn_fwd(tfm__attn_args a, const float *q, const float *k, const float *v, float *out,
+                                       float *lse, const int32_t *lens, const int32_t *rows, const int32_t *qoff,
+                                       const float *mask) {
+    TFM__SHARED_DYN(float, sm);
+    TFM__SHARED(float, sh, 32);
+    int i = (int)blockIdx.x, bh = (int)blockIdx.y, b = bh / a.H, h = bh % a.H, D = a.D, t = (int)threadIdx.x, n, j0, d;
+    float *sq = sm, *so = sm + D, *sp = sm + 2 * D, m = -INFINITY, l = 0.0f, inv;
+    int64_t kb;
+    const float *kh, *vh;
+    tfm__cu_attn_ptrs(&a, q, k, v, out, lse, lens, rows, qoff, mask);
+    kb = rows ? rows[b] : b;
+    kh = k + kb * (a.bsk ? a.bsk : (int64_t)a.Tk * a.ldk) + h * D;
+    vh = v + kb * (a.bsk ? a.bsk : (int64_t)a.Tk * a.ldv) + h * D;
+    n = tfm__attn_visible(&a, b, i);
+    for (d = t; d < D; d += blockDim.x) {
+        sq[d] = q[((int64_t)b * a.Tq + i) * a.ldq + h * D + d];
+        so[d] = 0.0f;
+    }
+    __syncthreads();
+    for (j0 = 0; j0 < n; j0 += (int)blockDim.x) {
+        int nk = TFM__MIN((int)blockDim.x, n - j0), jj;
+        float s = -INFINITY, p = 0.0f, bm, mn, alpha;
+        if (t < nk) {
+            s = a.scale * tfm__cu_dot(sq, kh + (int64_t)(j0 + t) * a.ldk, D);
+            if (mask) s += mask[b * a.mask_bs + (int64_t)i * a.Tk + j0 + t];
+        }
+        bm = tfm__cu_reduce(s, sh, 1);
+        if (bm == -INFINITY) continue; /* every key of the tile hidden (the same in every thread) */
+        mn = bm > m ? bm : m;
+        alpha = m == -INFINITY ? 0.0f : tfm__exp(m - mn);
+        if (t < nk) p = tfm__exp(s - mn);
+        l = l * alpha + tfm__cu_reduce(p, sh, 0);
+        if (t < nk && a.dropout > 0.0f)
+            p = tfm__hash24(a.seed, (uint64_t)tfm__attn_drop_index(&a, bh, i, j0 + t)) >= tfm__drop_threshold(a.dropout)
+                    ? p * (1.0f / (1.0f - a.dropout))
+                    : 0.0f;
+        sp[t] = p;
+        __syncthreads();
+        for (d = t; d < D; d += blockDim.x) {
+            float acc = so[d] * alpha;
+            for (jj = 0; jj < nk; jj++) acc += sp[jj] * vh[(int64_t)(j0 + jj) * a.ldv + d];
+            so[d] = acc;
+        }
+        m = mn;
+        __syncthreads();
+    }
+    inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (d = t; d < D; d += blockDim.x) out[((int64_t)b * a.Tq + i) * a.ldo + h * D + d] = so[d] * inv;
+    if (t == 0) lse[(int64_t)bh * a.Tq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
+}
+
+/* Dr[bh, i] = dout_i . out_i over the head's channels */
+static __global__ void tfm__k_attn_dr(float *Dr, tfm__attn_args a, const float *out, const float *dout, int lddo) {
+    TFM__CU_LOOP(r, (int64_t)a.B * a.H * a.Tq) {
+        int64_t bh = r / a.Tq, i = r % a.Tq, b = bh / a.H, h = bh % a.H;
+        Dr[r] = tfm__cu_dot(dout + (b * a.Tq + i) * lddo + h * a.D, out + (b * a.Tq + i) * a.ldo + h * a.D, a.D);
+    }
+}
+
+/* The probability, dropout factor and score gradient of query i, key j (both visible): P = e^(S - L),
+   keep = the dropout factor, ds = P (keep dout_i.v_j - Dr_i). */
+static __device__ void tfm__cu_attn_grad(const tfm__attn_args *a, int b, int bh, int i, int j, const float *qi,
+                                         const float *kj, const float *vj, const float *doi, float L, float Dri,
+                                         float *pd, float *ds) {
+    int D = a->D;
+    float s = a->scale * tfm__cu_dot(qi, kj, D), p, keep = 1.0f;
+    if (a->mask) s += a->mask[b * a->mask_bs + (int64_t)i * a->Tk + j];
+    p = tfm__exp(s - L);
+    if (a->dropout > 0.0f)
+        keep = tfm__hash24(a->seed, (uint64_t)tfm__attn_drop_index(a, bh, i, j)) >= tfm__drop_threshold(a->dropout)
+                   ? 1.0f / (1.0f - a->dropout)
+                   : 0.0f;
+    *pd = p * keep;
+    *ds = p * (keep * tfm__cu_dot(doi, vj, D) - Dri);
+}
+
+/* dq_i += scale sum_j ds_ij k_j: one block per (query i, batch-head) */
+static __global__ void tfm__k_attn_dq(tfm__attn_args a, const float *q, const float *k, const float *v, const float *lse, const int32_t *lens, const float *mask, const float *Dr,
+                                      float *dq, int lddq, const float *dout, int lddo) {
+    TFM__SHARED_DYN(float, sm);
+    int i = (int)blockIdx.x, bh = (int)blockIdx.y, b = bh / a.H, h = bh % a.H, D = a.D, t = (int)threadIdx.x, n, j0, d;
+    float *sq = sm, *sdo = sm + D, *acc = sm + 2 * D, *sds = sm + 3 * D, L;
+    const float *kh = k + (int64_t)b * a.Tk * a.ldk + h * D, *vh = v + (int64_t)b * a.Tk * a.ldv + h * D;
+    tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
+    L = lse[(int64_t)bh * a.Tq + i];
+    n = L == -INFINITY ? 0 : tfm__attn_visible(&a, b, i);
+    for (d = t; d < D; d += blockDim.x) {
+        sq[d] = q[((int64_t)b * a.Tq + i) * a.ldq + h * D + d];
+        sdo[d] = dout[((int64_t)b * a.Tq + i) * lddo + h * D + d];
+        acc[d] = 0.0f;
+    }
+    __syncthreads();
+    for (j0 = 0; j0 < n; j0 += (int)blockDim.x) {
+        int nk = TFM__MIN((int)blockDim.x, n - j0), jj;
+        float pd = 0.0f, ds = 0.0f;
+        if (t < nk)
+            tfm__cu_attn_grad(&a, b, bh, i, j0 + t, sq, kh + (int64_t)(j0 + t) * a.ldk, vh + (int64_t)(j0 + t) * a.ldv,
+                              sdo, L, Dr[(int64_t)bh * a.Tq + i], &pd, &ds);
+        sds[t] = ds;
+        __syncthreads();
+        for (d = t; d < D; d += blockDim.x) {
+            float s = acc[d];
+            for (jj = 0; jj < nk; jj++) s += sds[jj] * kh[(int64_t)(j0 + jj) * a.ldk + d];
+            acc[d] = s;
+        }
+        __syncthreads();
+    }
+    for (d = t; d < D; d += blockDim.x) dq[((int64_t)b * a.Tq + i) * lddq + h * D + d] += a.scale * acc[d];
+}
+
+/* dv_j += sum_i pd_ij dout_i; dk_j += scale sum_i ds_ij q_i: one block per (key j, batch-head), over the
+   queries that see key j (dk or dv may be NULL) */
+static __global__ void tfm__k_attn_dkv(tfm__attn_args a, const float *q, const float *k, const float *v, const float *lse,
+                                       const int32_t *lens, const float *mask, const float *Dr, float *dk, int lddk,
+                                       float *dv, int lddv, const float *dout, int lddo) {
+    TFM__SHARED_DYN(float, sm);
+    int j = (int)blockIdx.x, bh = (int)blockIdx.y, b = bh / a.H, h = bh % a.H, D = a.D, t = (int)threadIdx.x, i0, d;
+    float *sk = sm, *sv = sm + D, *adk = sm + 2 * D, *adv = sm + 3 * D, *spd = sm + 4 * D, *sds = spd + blockDim.x;
+    const float *qh = q + (int64_t)b * a.Tq * a.ldq + h * D, *doh = dout + (int64_t)b * a.Tq * lddo + h * D;
+    tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
+    for (d = t; d < D; d += blockDim.x) {
+        sk[d] = k[((int64_t)b * a.Tk + j) * a.ldk + h * D + d];
+        sv[d] = v[((int64_t)b * a.Tk + j) * a.ldv + h * D + d];
+        adk[d] = adv[d] = 0.0f;
+    }
+    __syncthreads();
+    for (i0 = 0; i0 < a.Tq; i0 += (int)blockDim.x) {
+        int ni = TFM__MIN((int)blockDim.x, a.Tq - i0), i = i0 + t, ii;
+        float pd = 0.0f, ds = 0.0f;
+        if (t < ni) {
+            float L = lse[(int64_t)bh * a.Tq + i];
+            if (L != -INFINITY && j < tfm__attn_visible(&a, b, i))
+                tfm__cu_attn_grad(&a, b, bh, i, j, qh + (int64_t)i * a.ldq, sk, sv, doh + (int64_t)i * lddo, L,
+                                  Dr[(int64_t)bh * a.Tq + i], &pd, &ds);
+        }
+        spd[t] = pd;
+        sds[t] = ds;
+        __syncthreads();
+        for (d = t; d < D; d += blockDim.x) {
+            float sdv = adv[d], sdk = adk[d];
+            for (ii = 0; ii < ni; ii++) {
+                sdv += spd[ii] * doh[(int64_t)(i0 + ii) * lddo + d];
+                sdk += sds[ii] * qh[(int64_t)(i0 + ii) * a.ldq + d];
+            }
+            adv[d] = sdv;
+            adk[d] = sdk;
+        }
+        __syncthreads();
+    }
+    for (d = t; d < D; d += blockDim.x) {
+        if (dv) dv[((int64_t)b * a.Tk + j) * lddv + h * D + d] += adv[d];
+        if (dk) dk[((int64_t)b * a.Tk + j) * lddk + h * D + d] += a.scale * adk[d];
+    }
+}
+
+/* -- launchers: the dispatch entries' CUDA side (arguments checked by the public functions) -- */
+
+static void tfm__zero_cuda(float *x, int64_t n) {
+    if (n > 0) (void)tfm__cuda_ok(cudaMemsetAsync(x, 0, (size_t)n * sizeof(float), 0), "cudaMemsetAsync");
+}
+
+/* Either side may be host memory (a batch's inputs, a tensor copy); a broadcast row (lds 0) or an add is
+   a kernel on device memory. */
+static void tfm__copy_rows_cuda(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n, int64_t C, int add) {
+    if (n <= 0 || C <= 0) return;
+    if (!add && lds >= C && ldd >= C) {
+        (void)tfm__cuda_ok(cudaMemcpy2DAsync(dst, (size_t)ldd * sizeof(float), src, (size_t)lds * sizeof(float),
+                                             (size_t)C * sizeof(float), (size_t)n, cudaMemcpyDefault, 0),
+                           "cudaMemcpy2DAsync");
+        return;
+    }
+    TFM__LAUNCH(tfm__k_copy_rows, tfm__cu_grid(n * C), TFM__CU_THREADS, 0, dst, ldd, src, lds, n, C, add);
+    TFM__CU_LAUNCHED("tfm__k_copy_rows");
+}
+
+/* Row-major C = alpha op(A) op(B) + beta C (batch of them, strided) is column-major C^T = op(B)^T op(A)^T:
+   cuBLAS gets B first. */
+static void tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, int64_t sA,
+                           const float *B, int ldb, int64_t sB, float beta, float *C, int ldc, int64_t sC, int batch) {
+    cublasHandle_t h;
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (M <= 0 || N <= 0 || batch <= 0 || !(h = tfm__cuda_blas())) return;
+    if (batch == 1)
+        (void)tfm__cublas_ok(cublasSgemm(h, ob, oa, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc), "cublasSgemm");
+    else
+        (void)tfm__cublas_ok(cublasSgemmStridedBatched(h, ob, oa, N, M, K, &alpha, B, ldb, (long long)sB, A, lda,
+                                                       (long long)sA, &beta, C, ldc, (long long)sC, batch),
+                             "cublasSgemmStridedBatched");
+}
+
+static void tfm__linear_forward_cuda(float *y, int64_t ldy, const float *x, int64_t ldx, const float *w, const float *b,
+                                     int64_t N, int64_t I, int64_t O) {
+    if (b) tfm__copy_rows_cuda(y, ldy, b, 0, N, O, 0);
+    tfm__gemm_cuda(0, 1, (int)N, (int)O, (int)I, 1.0f, x, (int)ldx, 0, w, (int)I, 0, b ? 1.0f : 0.0f, y, (int)ldy, 0, 1);
+}
+
+static void tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, float *dw, float *db, const float *dy,
+                                      int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N, int64_t I,
+                                      int64_t O) {
+    if (dx) tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, dy, (int)lddy, 0, w, (int)I, 0, dx_beta, dx, (int)lddx, 0, 1);
+    if (dw) tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, dy, (int)lddy, 0, x, (int)ldx, 0, 1.0f, dw, (int)I, 0, 1);
+    if (db) {
+        TFM__LAUNCH(tfm__k_colsum, tfm__cu_grid(O), TFM__CU_THREADS, 0, db, dy, lddy, N, O);
+        TFM__CU_LAUNCHED("tfm__k_colsum");
+    }
+}
+
+static void tfm__softmax_cuda(float *y, const float *x, int64_t N, int64_t C, int log) {
+    if (N <= 0) return;
+    TFM__LAUNCH(tfm__k_softmax, (unsigned)N, tfm__cu_row_threads(C), 0, y, x, C, log);
+    TFM__CU_LAUNCHED("tfm__k_softmax");
+}
+static void tfm__softmax_bwd_cuda(float *dx, const float *dy, const float *y, int64_t N, int64_t C, int log) {
+    if (N <= 0) return;
+    TFM__LAUNCH(tfm__k_softmax_bwd, (unsigned)N, tfm__cu_row_threads(C), 0, dx, dy, y, C, log);
+    TFM__CU_LAUNCHED("tfm__k_softmax_bwd");
+}
+
+/* The mean loss over the counted rows, summed on the host in row order in double. */
+static float tfm__cross_entropy_cuda(float *lse, const float *x, const int32_t *t, int ignore, float s, int64_t N,
+                                     int64_t V, int64_t *counted) {
+    size_t off = 0;
+    unsigned char *ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t)) + TFM__CU_ROUND(N * sizeof(float)));
+    float *rowloss, *host;
+    int32_t *dt;
+    double total = 0.0;
+    int64_t r, nvalid = 0;
+    if (counted) *counted = 0;
+    if (!ws || N <= 0) return 0.0f;
+    dt = (int32_t *)tfm__cuda_put(ws, &off, t, (size_t)N * sizeof(int32_t));
+    rowloss = (float *)(ws + off);
+    TFM__LAUNCH(tfm__k_xent, (unsigned)N, tfm__cu_row_threads(V), 0, rowloss, lse, x, dt, ignore, s, V);
+    TFM__CU_LAUNCHED("tfm__k_xent");
+    if (!(host = tfm__cuda_host((size_t)N))) return 0.0f;
+    if (tfm__cuda_ok(cudaMemcpy(host, rowloss, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (loss)"))
+        for (r = 0; r < N; r++)
+            if (t[r] != ignore) {
+                total += host[r];
+                nvalid++;
+            }
+    if (counted) *counted = nvalid;
+    return nvalid ? (float)(total / (double)nvalid) : 0.0f;
+}
+
+static void tfm__cross_entropy_bwd_cuda(float *dx, float dloss, const float *x, const float *lse, const int32_t *t,
+                                        int ignore, float s, int64_t N, int64_t V) {
+    size_t off = 0;
+    int64_t r, nvalid = 0;
+    unsigned char *ws;
+    int32_t *dt;
+    for (r = 0; r < N; r++) nvalid += t[r] != ignore;
+    if (!nvalid || !(ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t))))) return;
+    dt = (int32_t *)tfm__cuda_put(ws, &off, t, (size_t)N * sizeof(int32_t));
+    TFM__LAUNCH(tfm__k_xent_bwd, (unsigned)N, tfm__cu_row_threads(V), 0, dx, dloss / (float)nvalid, x, lse, dt, ignore, s, V);
+    TFM__CU_LAUNCHED("tfm__k_xent_bwd");
+}
+
+static void tfm__layernorm_cuda(float *y, float *mean, float *rstd, const float *x, const float *g, const float *b,
+                                float eps, int64_t N, int64_t C) {
+    if (N <= 0) return;
+    TFM__LAUNCH(tfm__k_layernorm, (unsigned)N, tfm__cu_row_threads(C), 0, y, mean, rstd, x, g, b, eps, C);
+    TFM__CU_LAUNCHED("tfm__k_layernorm");
+}
+
+static void tfm__layernorm_bwd_cuda(float *dx, const float *res, float *dg, float *db, const float *dy, const float *x,
+                                    const float *g, const float *mean, const float *rstd, int64_t N, int64_t C) {
+    if (N <= 0) return;
+    if (dx) {
+        TFM__LAUNCH(tfm__k_layernorm_bwd, (unsigned)N, tfm__cu_row_threads(C), 0, dx, res, dy, x, g, mean, rstd, C);
+        TFM__CU_LAUNCHED("tfm__k_layernorm_bwd");
+    }
+    if (dg || db) {
+        TFM__LAUNCH(tfm__k_layernorm_dgb, tfm__cu_grid(C), TFM__CU_THREADS, 0, dg, db, dy, x, mean, rstd, N, C);
+        TFM__CU_LAUNCHED("tfm__k_layernorm_dgb");
+    }
+}
+
+static void tfm__act_cuda(int act, float *y, const float *x, int64_t n) {
+    if (n <= 0) return;
+    TFM__LAUNCH(tfm__k_act, tfm__cu_grid(n), TFM__CU_THREADS, 0, act, y, x, n);
+    TFM__CU_LAUNCHED("tfm__k_act");
+}
+static void tfm__act_bwd_cuda(int act, float *dx, const float *dy, const float *x, int64_t n, float acc) {
+    if (n <= 0) return;
+    TFM__LAUNCH(tfm__k_act_bwd, tfm__cu_grid(n), TFM__CU_THREADS, 0, act, dx, dy, x, n, acc);
+    TFM__CU_LAUNCHED("tfm__k_act_bwd");
+}
+
+static void tfm__dropout_cuda(float *y, const float *x, int64_t n, float p, uint64_t seed, uint64_t i0, int acc) {
+    if (n <= 0) return;
+    TFM__LAUNCH(tfm__k_dropout, tfm__cu_grid(n), TFM__CU_THREADS, 0, y, x, n, tfm__drop_threshold(p),
+                p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, seed, i0, acc);
+    TFM__CU_LAUNCHED("tfm__k_dropout");
+}
+
+static void tfm__embedding_cuda(float *y, const int32_t *ids, const float *w, float scale, int64_t N, int64_t C, int bwd) {
+    size_t off = 0;
+    unsigned char *ws;
+    int32_t *d;
+    if (N <= 0 || !(ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t))))) return;
+    d = (int32_t *)tfm__cuda_put(ws, &off, ids, (size_t)N * sizeof(int32_t));
+    if (bwd) { /* y is dw (V,C), w is dy (N,C) */
+        TFM__LAUNCH(tfm__k_embedding_bwd, tfm__cu_grid(C), TFM__CU_THREADS, 0, y, w, d, scale, N, C);
+        TFM__CU_LAUNCHED("tfm__k_embedding_bwd");
+    } else {
+        TFM__LAUNCH(tfm__k_embedding, tfm__cu_grid(N * C), TFM__CU_THREADS, 0, y, d, w, scale, N, C);
+        TFM__CU_LAUNCHED("tfm__k_embedding");
+    }
+}
+
+static void tfm__pos_add_cuda(float *y, const float *x, const float *w, int64_t B, int64_t T, int64_t C) {
+    if (B * T * C <= 0) return;
+    TFM__LAUNCH(tfm__k_pos_add, tfm__cu_grid(B * T * C), TFM__CU_THREADS, 0, y, x, w, B, T, C);
+    TFM__CU_LAUNCHED("tfm__k_pos_add");
+}
+
+static void tfm__colsum_cuda(float *dst, const float *src, int64_t lds, int64_t N, int64_t C) {
+    if (C <= 0) return;
+    TFM__LAUNCH(tfm__k_colsum, tfm__cu_grid(C), TFM__CU_THREADS, 0, dst, src, lds, N, C);
+    TFM__CU_LAUNCHED("tfm__k_colsum");
+}
+
+static void tfm__add_cuda(float *y, const float *a, const float *b, int64_t n) {
+    if (n <= 0) return;
+    TFM__LAUNCH(tfm__k_add, tfm__cu_grid(n), TFM__CU_THREADS, 0, y, a, b, n);
+    TFM__CU_LAUNCHED("tfm__k_add");
+}
+
+static void tfm__mean_pool_cuda(float *y, const float *x, const int32_t *lens, int64_t B, int64_t T, int64_t C, int bwd) {
+    size_t off = 0;
+    unsigned char *ws = tfm__cuda_ws(TFM__CU_ROUND(B * sizeof(int32_t)));
+    int32_t *d;
+    if (!ws) return;
+    d = (int32_t *)tfm__cuda_put(ws, &off, lens, (size_t)B * sizeof(int32_t));
+    if (bwd) { /* y is dx (B,T,C), x is dy (B,C) */
+        TFM__LAUNCH(tfm__k_mean_pool_bwd, tfm__cu_grid(B * T * C), TFM__CU_THREADS, 0, y, x, d, B, T, C);
+        TFM__CU_LAUNCHED("tfm__k_mean_pool_bwd");
+    } else {
+        TFM__LAUNCH(tfm__k_mean_pool, tfm__cu_grid(B * C), TFM__CU_THREADS, 0, y, x, d, B, T, C);
+        TFM__CU_LAUNCHED("tfm__k_mean_pool");
+    }
+}
+
+static void tfm__adamw_cuda(float *w, const float *g, float *mm, float *vv, int64_t n, float scale, float b1, float b2,
+                            float eps, float step_size, float bc2s, float decay) {
+    if (n <= 0) return;
+    TFM__LAUNCH(tfm__k_adamw, tfm__cu_grid(n), TFM__CU_THREADS, 0, w, g, mm, vv, n, scale, b1, b2, eps, step_size, bc2s,
+                decay);
+    TFM__CU_LAUNCHED("tfm__k_adamw");
+}
+
+/* partial sums per block on the device, summed on the host in block order */
+static double tfm__sumsq_cuda(const float *g, int64_t n) {
+    unsigned nb = tfm__cu_grid(n), i;
+    double part[4096], total = 0.0;
+    unsigned char *ws;
+    if (n <= 0 || !(ws = tfm__cuda_ws(nb * sizeof(double)))) return 0.0;
+    TFM__LAUNCH(tfm__k_sumsq, nb, TFM__CU_THREADS, 0, (double *)(void *)ws, g, n);
+    TFM__CU_LAUNCHED("tfm__k_sumsq");
+    if (!tfm__cuda_ok(cudaMemcpy(part, ws, nb * sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy (norm)")) return 0.0;
+    for (i = 0; i < nb; i++) total += part[i];
+    return total;
+}
+
+/* The host arrays of an attention call (lengths, cache slots and offsets, mask) staged on the device. */
+typedef struct tfm__cu_attn_io { const int32_t *lens, *rows, *qoff; const float *mask; float *Dr; } tfm__cu_attn_io;
+static int tfm__cu_attn_stage(const tfm__attn_args *a, tfm__cu_attn_io *io, size_t extra) {
+    size_t B = (size_t)a->B, nmask = a->mask ? (a->mask_bs ? B : 1) * (size_t)a->Tq * (size_t)a->Tk : 0, off = 0;
+    unsigned char *ws;
+    memset(io, 0, sizeof *io);
+    if (a->D > TFM__CU_ATT_MAX_D) {
+        (void)tfm__cuda_ok(cudaErrorInvalidValue, "attention (head dimension above 2048)");
+        return 0;
+    }
+    ws = tfm__cuda_ws(3 * TFM__CU_ROUND(B * sizeof(int32_t)) + TFM__CU_ROUND(nmask * sizeof(float)) + TFM__CU_ROUND(extra));
+    if (!ws) return 0;
+    io->lens = (const int32_t *)tfm__cuda_put(ws, &off, a->lens, B * sizeof(int32_t));
+    io->rows = (const int32_t *)tfm__cuda_put(ws, &off, a->kv_rows, B * sizeof(int32_t));
+    io->qoff = (const int32_t *)tfm__cuda_put(ws, &off, a->q_off, B * sizeof(int32_t));
+    io->mask = (const float *)tfm__cuda_put(ws, &off, a->mask, nmask * sizeof(float));
+    io->Dr = (float *)(ws + off);
+    return 1;
+}
+
+static int tfm__attention_forward_cuda(const tfm__attn_args *a) {
+    tfm__cu_attn_io io;
+    dim3 grid((unsigned)a->Tq, (unsigned)(a->B * a->H));
+    if (a->Tq <= 0 || a->B * a->H <= 0 || !tfm__cu_attn_stage(a, &io, 0)) return 1;
+    TFM__LAUNCH(tfm__k_attn_fwd, grid, TFM__CU_ATT, (2 * (size_t)a->D + TFM__CU_ATT) * sizeof(float), *a, a->q, a->k, a->v,
+                a->out, a->lse, io.lens, io.rows, io.qoff, io.mask);
+    TFM__CU_LAUNCHED("tfm__k_attn_fwd");
+    return 1;
+}
+
+static int tfm__attention_backward_cuda(const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk, float *dv,
+                                        int lddv, const float *dout, int lddo) {
+    tfm__cu_attn_io io;
+    int64_t nrow = (int64_t)a->B * a->H * a->Tq;
+    if (nrow <= 0 || a->Tk <= 0 || !tfm__cu_attn_stage(a, &io, (size_t)nrow * sizeof(float))) return 1;
+    TFM__LAUNCH(tfm__k_attn_dr, tfm__cu_grid(nrow), TFM__CU_THREADS, 0, io.Dr, *a, a->out, dout, lddo);
+    TFM__CU_LAUNCHED("tfm__k_attn_dr");
+    if (dq) {
+        dim3 grid((unsigned)a->Tq, (unsigned)(a->B * a->H));
+        TFM__LAUNCH(tfm__k_attn_dq, grid, TFM__CU_ATT, (3 * (size_t)a->D + TFM__CU_ATT) * sizeof(float), *a, a->q, a->k,
+                    a->v, a->lse, io.lens, io.mask, io.Dr, dq, lddq, dout, lddo);
+        TFM__CU_LAUNCHED("tfm__k_attn_dq");
+    }
+    if (dk || dv) {
+        dim3 grid((unsigned)a->Tk, (unsigned)(a->B * a->H));
+        TFM__LAUNCH(tfm__k_attn_dkv, grid, TFM__CU_ATT, (4 * (size_t)a->D + 2 * TFM__CU_ATT) * sizeof(float), *a, a->q,
+                    a->k, a->v, a->lse, io.lens, io.mask, io.Dr, dk, lddk, dv, lddv, dout, lddo);
+        TFM__CU_LAUNCHED("tfm__k_attn_dkv");
+    }
+    return 1;
+}
+
+/* -- the public CUDA calls -- */
+
+TFMDEF tfm_result tfm_cuda_available(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) return tfm__cuda_result("tfm_cuda_available", e, "cudaGetDeviceCount");
+    if (n < 1) return tfm__fail(TFM_E_NO_CUDA, "tfm_cuda_available: no CUDA device is present");
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_cuda_device_info(char *buf, size_t size) {
+    const char *fn = "tfm_cuda_device_info";
+    cudaDeviceProp p;
+    cudaError_t e;
+    int dev = 0;
+    if (!buf || !size) return tfm__fail(TFM_E_ARG, "%s: buf is NULL or size 0", fn);
+    buf[0] = 0;
+    TFM__TRY(tfm_cuda_available());
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess) return tfm__cuda_result(fn, e, "cudaGetDevice");
+    memset(&p, 0, sizeof p);
+    if ((e = cudaGetDeviceProperties(&p, dev)) != cudaSuccess) return tfm__cuda_result(fn, e, "cudaGetDeviceProperties");
+    snprintf(buf, size, "%s, %.1f GiB, sm_%d%d, %d SMs", p.name, (double)p.totalGlobalMem / 1073741824.0, p.major, p.minor,
+             p.multiProcessorCount);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_cuda_malloc(void **ptr, size_t bytes) {
+    if (!ptr) return tfm__fail(TFM_E_ARG, "tfm_cuda_malloc: ptr is NULL");
+    return tfm__dev_alloc("tfm_cuda_malloc", ptr, bytes);
+}
+
+TFMDEF void tfm_cuda_free(void *ptr) { tfm__dev_free(ptr); }
+
+TFMDEF tfm_result tfm_cuda_synchronize(void) {
+    (void)tfm__cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_cuda_set_tf32(int on) {
+    tfm__cu.tf32 = on != 0;
+    return TFM_OK;
+}
+
+#else /* no TFM_CUDA: the calls exist and say so */
+
+static tfm_result tfm__cuda_check(const char *fn) {
+    (void)fn;
+    return TFM_OK;
+}
+static void tfm__cuda_release(void) {}
+static tfm_result tfm__dev_alloc(const char *fn, void **p, size_t bytes) {
+    (void)bytes;
+    *p = NULL;
+    return tfm__fail(TFM_E_NO_CUDA, "%s: CUDA memory asked for, but this build has no TFM_CUDA", fn);
+}
+static void tfm__dev_free(void *p) { (void)p; }
+
+TFMDEF tfm_result tfm_cuda_available(void) {
+    return tfm__fail(TFM_E_NO_CUDA, "tfm_cuda_available: this build has no TFM_CUDA");
+}
+TFMDEF tfm_result tfm_cuda_device_info(char *buf, size_t size) {
+    if (buf && size) buf[0] = 0;
+    return tfm__fail(TFM_E_NO_CUDA, "tfm_cuda_device_info: this build has no TFM_CUDA");
+}
+TFMDEF tfm_result tfm_cuda_malloc(void **ptr, size_t bytes) {
+    (void)bytes;
+    if (ptr) *ptr = NULL;
+    return tfm__fail(TFM_E_NO_CUDA, "tfm_cuda_malloc: this build has no TFM_CUDA");
+}
+TFMDEF void tfm_cuda_free(void *ptr) { (void)ptr; }
+TFMDEF tfm_result tfm_cuda_synchronize(void) {
+    return tfm__fail(TFM_E_NO_CUDA, "tfm_cuda_synchronize: this build has no TFM_CUDA");
+}
+TFMDEF tfm_result tfm_cuda_set_tf32(int on) {
+    (void)on;
+    return tfm__fail(TFM_E_NO_CUDA, "tfm_cuda_set_tf32: this build has no TFM_CUDA");
+}
+
+#endif /* TFM_CUDA */
+
 /* ==== >>impl-dispatch ====
    One entry per op between the layers and the kernels: tfm__op_<op>(device, ...) picks the kernel for
-   the device the data lives on. Layers, blocks, models and generation call only these (never a _cpu
-   kernel, never memset or memcpy on activations), so a device is added by adding kernels here. This
-   build has the CPU kernels only; a model or tensor on another device is refused at the public
-   boundary, so reaching here with one is an internal error. */
+   the device the data lives on. Layers, blocks, models and generation call only these (never a _cpu or
+   _cuda kernel, never memset or memcpy on activations), so a device is added by adding kernels here.
+   Floats are on `dev`; integer arrays (ids, targets, lengths) are host memory on either device. A build
+   without TFM_CUDA refuses CUDA tensors and models at the public boundary, so reaching here with one is
+   an internal error. */
 
-#define TFM__ON_CPU(dev) TFM_ASSERT((dev) == TFM_DEVICE_CPU)
+#if defined(TFM_CUDA)
+/* the CUDA launcher when the data lives on the GPU: TFM__CUDA(dev, launcher(...); return) */
+#define TFM__CUDA(dev, stmt)           \
+    if ((dev) == TFM_DEVICE_CUDA) {    \
+        stmt;                          \
+    }
+#else
+#define TFM__CUDA(dev, stmt) TFM_ASSERT((dev) == TFM_DEVICE_CPU)
+#endif
 
 static void tfm__op_zero(tfm_device dev, float *x, int64_t n) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__zero_cuda(x, n); return);
     if (n > 0) memset(x, 0, (size_t)n * sizeof(float));
 }
-/* n rows of C floats: dst row r at dst + r*ldd, src row r at src + r*lds */
+/* n rows of C floats: dst row r at dst + r*ldd, src row r at src + r*lds (lds 0: one row to every row).
+   On CUDA, src or dst may be host memory (a batch's inputs) when lds, ldd >= C. */
 static void tfm__op_copy_rows(tfm_device dev, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n,
                               int64_t C) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__copy_rows_cuda(dst, ldd, src, lds, n, C, 0); return);
     tfm__copy_rows_cpu(dst, ldd, src, lds, n, C);
 }
 static void tfm__op_copy(tfm_device dev, float *dst, const float *src, int64_t n) {
     tfm__op_copy_rows(dev, dst, n, src, n, 1, n);
 }
+/* dst row r (stride ldd) += src row r (stride lds) */
+static void tfm__op_add_rows(tfm_device dev, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n,
+                             int64_t C) {
+    TFM__CUDA(dev, tfm__copy_rows_cuda(dst, ldd, src, lds, n, C, 1); return);
+    tfm__add_rows_cpu(dst, ldd, src, lds, n, C);
+}
 static void tfm__op_gemm_batched(tfm_device dev, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                                  int lda, int64_t sA, const float *B, int ldb, int64_t sB, float beta, float *C, int ldc,
                                  int64_t sC, int batch) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__gemm_cuda(ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch); return);
     tfm__sgemm_batched(ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
 }
 static void tfm__op_linear(tfm_device dev, float *y, int64_t ldy, const float *x, int64_t ldx, const float *w,
                            const float *b, int64_t N, int64_t I, int64_t O) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__linear_forward_cuda(y, ldy, x, ldx, w, b, N, I, O); return);
     tfm__linear_forward_cpu(y, ldy, x, ldx, w, b, N, I, O);
 }
 static void tfm__op_linear_bwd(tfm_device dev, float *dx, int64_t lddx, float dx_beta, float *dw, float *db,
                                const float *dy, int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N,
                                int64_t I, int64_t O) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__linear_backward_cuda(dx, lddx, dx_beta, dw, db, dy, lddy, x, ldx, w, N, I, O); return);
     tfm__linear_backward_cpu(dx, lddx, dx_beta, dw, db, dy, lddy, x, ldx, w, N, I, O);
 }
 static void tfm__op_softmax(tfm_device dev, float *y, const float *x, int64_t N, int64_t C, int log) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__softmax_cuda(y, x, N, C, log); return);
     if (log) tfm__log_softmax_forward_cpu(y, x, N, C);
     else tfm__softmax_forward_cpu(y, x, N, C);
 }
 static void tfm__op_softmax_bwd(tfm_device dev, float *dx, const float *dy, const float *y, int64_t N, int64_t C,
                                 int log) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__softmax_bwd_cuda(dx, dy, y, N, C, log); return);
     if (log) tfm__log_softmax_backward_cpu(dx, dy, y, N, C);
     else tfm__softmax_backward_cpu(dx, dy, y, N, C);
 }
 static float tfm__op_cross_entropy(tfm_device dev, float *lse, const float *x, const int32_t *t, int ignore, float s,
                                    int64_t N, int64_t V, int64_t *counted) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, return tfm__cross_entropy_cuda(lse, x, t, ignore, s, N, V, counted));
     return tfm__cross_entropy_forward_cpu(lse, x, t, ignore, s, N, V, counted);
 }
 static void tfm__op_cross_entropy_bwd(tfm_device dev, float *dx, float dloss, const float *x, const float *lse,
                                       const int32_t *t, int ignore, float s, int64_t N, int64_t V) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__cross_entropy_bwd_cuda(dx, dloss, x, lse, t, ignore, s, N, V); return);
     tfm__cross_entropy_backward_cpu(dx, dloss, x, lse, t, ignore, s, N, V);
 }
 static void tfm__op_layernorm(tfm_device dev, float *y, float *mean, float *rstd, const float *x, const float *g,
                               const float *b, float eps, int64_t N, int64_t C) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__layernorm_cuda(y, mean, rstd, x, g, b, eps, N, C); return);
     tfm__layernorm_forward_cpu(y, mean, rstd, x, g, b, eps, N, C);
 }
 /* dx = res + the layernorm's input gradient; res may be dx (accumulate) or NULL (dx only written) */
 static void tfm__op_layernorm_bwd(tfm_device dev, float *dx, const float *res, float *dg, float *db, const float *dy,
                                   const float *x, const float *g, const float *mean, const float *rstd, int64_t N,
                                   int64_t C) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__layernorm_bwd_cuda(dx, res, dg, db, dy, x, g, mean, rstd, N, C); return);
     tfm__layernorm_backward_cpu(dx, res, dg, db, dy, x, g, mean, rstd, N, C);
 }
 /* act: a tfm_activation */
 static void tfm__op_act(tfm_device dev, int act, float *y, const float *x, int64_t n) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__act_cuda(act, y, x, n); return);
     if (act == TFM_ACT_RELU) tfm__relu_forward_cpu(y, x, n);
     else tfm__gelu_forward_cpu(y, x, n, act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF);
 }
 /* dx = acc * dx + dy * act'(x) (acc 0: dx is not read) */
 static void tfm__op_act_bwd(tfm_device dev, int act, float *dx, const float *dy, const float *x, int64_t n, float acc) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__act_bwd_cuda(act, dx, dy, x, n, acc); return);
     if (act == TFM_ACT_RELU) tfm__relu_backward_cpu(dx, dy, x, n, acc);
     else tfm__gelu_backward_cpu(dx, dy, x, n, act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF, acc);
 }
 /* element i's mask is hash(seed, i0 + i) */
 static void tfm__op_dropout(tfm_device dev, float *y, const float *x, int64_t n, float p, uint64_t seed, uint64_t i0,
                             int acc) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__dropout_cuda(y, x, n, p, seed, i0, acc); return);
     tfm__dropout_cpu(y, x, n, p, seed, i0, acc);
 }
 static void tfm__op_embedding(tfm_device dev, float *y, const int32_t *ids, const float *w, float scale, int64_t N,
                               int64_t C) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__embedding_cuda(y, ids, w, scale, N, C, 0); return);
     tfm__embedding_forward_cpu(y, ids, w, scale, N, C);
 }
 static void tfm__op_embedding_bwd(tfm_device dev, float *dw, const float *dy, const int32_t *ids, float scale,
                                   int64_t N, int64_t C) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__embedding_cuda(dw, ids, dy, scale, N, C, 1); return);
     tfm__embedding_backward_cpu(dw, dy, ids, scale, N, C);
 }
 /* y[b,t] = x[b,t] + w[t] */
 static void tfm__op_pos_add(tfm_device dev, float *y, const float *x, const float *w, int64_t B, int64_t T, int64_t C) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__pos_add_cuda(y, x, w, B, T, C); return);
     tfm__pos_add_cpu(y, x, w, B, T, C);
 }
 static void tfm__op_pos_bwd(tfm_device dev, float *dw, const float *dy, int64_t B, int64_t T, int64_t C) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__colsum_cuda(dw, dy, T * C, B, T * C); return);
     tfm__pos_embedding_backward_cpu(dw, dy, B, T, C);
 }
+/* y = x + the sinusoidal table (x NULL: the table itself) */
 static void tfm__op_sinusoid_add(tfm_device dev, float *y, const float *x, int64_t B, int64_t T, int64_t C) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__pos_add_cuda(y, x, NULL, B, T, C); return);
     tfm__sinusoidal_add_cpu(y, x, B, T, C);
 }
 /* y = a + b; y may alias a or b (y += x is add(y, y, x)) */
 static void tfm__op_add(tfm_device dev, float *y, const float *a, const float *b, int64_t n) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__add_cuda(y, a, b, n); return);
     tfm__add_cpu(y, a, b, n);
 }
 /* pool: a tfm_pool_kind. x (B,T,C) -> y (B,C) */
 static void tfm__op_pool(tfm_device dev, int pool, float *y, const float *x, const int32_t *lens, int64_t B, int64_t T,
                          int64_t C) {
-    TFM__ON_CPU(dev);
-    if (pool == TFM_POOL_CLS) tfm__op_copy_rows(dev, y, C, x, T * C, B, C);
-    else tfm__mean_pool_forward_cpu(y, x, lens, B, T, C);
+    if (pool == TFM_POOL_CLS) {
+        tfm__op_copy_rows(dev, y, C, x, T * C, B, C);
+        return;
+    }
+    TFM__CUDA(dev, tfm__mean_pool_cuda(y, x, lens, B, T, C, 0); return);
+    tfm__mean_pool_forward_cpu(y, x, lens, B, T, C);
 }
 static void tfm__op_pool_bwd(tfm_device dev, int pool, float *dx, const float *dy, const int32_t *lens, int64_t B,
                              int64_t T, int64_t C) {
-    TFM__ON_CPU(dev);
-    if (pool == TFM_POOL_CLS) tfm__add_rows_cpu(dx, T * C, dy, C, B, C);
-    else tfm__mean_pool_backward_cpu(dx, dy, lens, B, T, C);
+    if (pool == TFM_POOL_CLS) {
+        tfm__op_add_rows(dev, dx, T * C, dy, C, B, C);
+        return;
+    }
+    TFM__CUDA(dev, tfm__mean_pool_cuda(dx, dy, lens, B, T, C, 1); return);
+    tfm__mean_pool_backward_cpu(dx, dy, lens, B, T, C);
 }
 static void tfm__op_adamw(tfm_device dev, float *w, const float *g, float *mm, float *vv, int64_t n, float scale,
                           float b1, float b2, float eps, float step_size, float bc2s, float decay) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, tfm__adamw_cuda(w, g, mm, vv, n, scale, b1, b2, eps, step_size, bc2s, decay); return);
     tfm__adamw_cpu(w, g, mm, vv, n, scale, b1, b2, eps, step_size, bc2s, decay);
 }
 static double tfm__op_sumsq(tfm_device dev, const float *g, int64_t n) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, return tfm__sumsq_cuda(g, n));
     return tfm__sumsq_cpu(g, n);
 }
 /* The attention kernels return 0 when a thread had no scratch (then nothing was written). */
 static int tfm__op_attention(tfm_device dev, const tfm__attn_args *a) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, return tfm__attention_forward_cuda(a));
     return tfm__attention_forward_cpu(a);
 }
 static int tfm__op_attention_bwd(tfm_device dev, const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk,
                                  float *dv, int lddv, const float *dout, int lddo) {
-    TFM__ON_CPU(dev);
+    TFM__CUDA(dev, return tfm__attention_backward_cuda(a, dq, lddq, dk, lddk, dv, lddv, dout, lddo));
     return tfm__attention_backward_cpu(a, dq, lddq, dk, lddk, dv, lddv, dout, lddo);
+}
+/* n floats from src on device sdev to dst on device ddev (the two may differ) */
+static void tfm__op_transfer(tfm_device ddev, float *dst, tfm_device sdev, const float *src, int64_t n) {
+    if (n <= 0 || dst == src) return;
+#if defined(TFM_CUDA)
+    if (ddev == TFM_DEVICE_CUDA || sdev == TFM_DEVICE_CUDA) {
+        tfm__cuda_copy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+#endif
+    (void)ddev, (void)sdev;
+    memmove(dst, src, (size_t)n * sizeof(float));
+}
+
+TFMDEF tfm_result tfm_tensor_copy(tfm_tensor *dst, const tfm_tensor *src) {
+    const char *fn = "tfm_tensor_copy";
+    TFM__TRY(tfm__chk(fn, "dst", dst));
+    TFM__TRY(tfm__chk(fn, "src", src));
+    if (tfm_numel(dst) != tfm_numel(src))
+        return tfm__fail(TFM_E_SHAPE, "%s: dst is %s but src is %s: element counts differ", fn, tfm__shp(dst), tfm__shp(src));
+    tfm__op_transfer(dst->device, dst->data, src->device, src->data, tfm_numel(src));
+    return tfm__cuda_check(fn);
 }
 
 /* ==== >>impl-api ==== */
@@ -3262,9 +4397,10 @@ TFMDEF tfm_result tfm_matmul_forward(tfm_tensor *c, const tfm_tensor *a, const t
     TFM__TRY(tfm__chk(fn, "b", b));
     TFM__TRY(tfm__mm_dims(fn, a, b, ta, tb, &L, &M, &N, &K));
     TFM__TRY(tfm__chk_c(fn, "c", c, a->ndim, L, M, N));
+    TFM__TRY(tfm__same_device("tfm_matmul_forward", -1, 3, c, a, b));
     if (c->data == a->data || c->data == b->data) return tfm__fail(TFM_E_ARG, "%s: c must not alias a or b", fn);
     tfm__op_gemm_batched(a->device, ta, tb, (int)M, (int)N, (int)K, 1.0f, a->data, (int)(ta ? M : K), M * K, b->data, (int)(tb ? K : N), K * N, 0.0f, c->data, (int)N, M * N, (int)L);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_matmul_forward");
 }
 
 TFMDEF tfm_result tfm_matmul_backward(tfm_tensor *da, tfm_tensor *db, const tfm_tensor *dc, const tfm_tensor *a,
@@ -3281,6 +4417,7 @@ TFMDEF tfm_result tfm_matmul_backward(tfm_tensor *da, tfm_tensor *db, const tfm_
     TFM__TRY(tfm__chk_c(fn, "dc", dc, a->ndim, L, M, N));
     TFM__TRY(tfm__chk_same(fn, "a", a, "da", da));
     TFM__TRY(tfm__chk_same(fn, "b", b, "db", db));
+    TFM__TRY(tfm__same_device("tfm_matmul_backward", -1, 5, da, db, dc, a, b));
     lda = (int)(ta ? M : K);
     ldb = (int)(tb ? K : N);
     if (da) {
@@ -3295,7 +4432,7 @@ TFMDEF tfm_result tfm_matmul_backward(tfm_tensor *da, tfm_tensor *db, const tfm_
         else /* db (N,K) += dc^T op(a) */
             tfm__op_gemm_batched(dc->device, 1, ta, (int)N, (int)K, (int)M, 1.0f, dc->data, (int)N, M * N, a->data, lda, M * K, 1.0f, db->data, (int)K, K * N, (int)L);
     }
-    return TFM_OK;
+    return tfm__cuda_check("tfm_matmul_backward");
 }
 
 /* -- linear -- */
@@ -3333,9 +4470,10 @@ TFMDEF tfm_result tfm_linear_forward(tfm_tensor *y, const tfm_tensor *x, const t
     TFM__TRY(tfm__chk_linear(fn, x, w, b));
     TFM__TRY(tfm__chk_rows_as(fn, "y", y, "x", x, w->shape[0]));
     TFM__TRY(tfm__chk_int(fn, "y", y));
+    TFM__TRY(tfm__same_device("tfm_linear_forward", -1, 4, y, x, w, b));
     if (y->data == x->data) return tfm__fail(TFM_E_ARG, "%s: y must not alias x", fn);
     tfm__op_linear(y->device, y->data, w->shape[0], x->data, w->shape[1], w->data, b ? b->data : NULL, tfm__rows(x), w->shape[1], w->shape[0]);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_linear_forward");
 }
 
 TFMDEF tfm_result tfm_linear_backward(tfm_tensor *dx, tfm_tensor *dw, tfm_tensor *db, const tfm_tensor *dy,
@@ -3351,11 +4489,12 @@ TFMDEF tfm_result tfm_linear_backward(tfm_tensor *dx, tfm_tensor *dw, tfm_tensor
     TFM__TRY(tfm__chk_rows_as(fn, "dy", dy, "x", x, w->shape[0]));
     TFM__TRY(tfm__chk_same(fn, "x", x, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "weight", w, "dweight", dw));
+    TFM__TRY(tfm__same_device("tfm_linear_backward", -1, 6, dx, dw, db, dy, x, w));
     if (db && (db->ndim != 1 || db->shape[0] != w->shape[0]))
         return tfm__fail(TFM_E_SHAPE, "%s: dbias is %s but weight is %s: want (%lld)", fn, tfm__shp(db), tfm__shp(w),
                          (long long)w->shape[0]);
     tfm__op_linear_bwd(dy->device, dx ? dx->data : NULL, w->shape[1], 1.0f, dw ? dw->data : NULL, db ? db->data : NULL, dy->data, w->shape[0], x->data, w->shape[1], w->data, tfm__rows(x), w->shape[1], w->shape[0]);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_linear_backward");
 }
 
 /* -- row-wise ops -- */
@@ -3369,8 +4508,9 @@ static tfm_result tfm__chk_pair(const char *fn, const char *yn, const tfm_tensor
 
 TFMDEF tfm_result tfm_softmax_forward(tfm_tensor *y, const tfm_tensor *x) {
     TFM__TRY(tfm__chk_pair("tfm_softmax_forward", "y", y, "x", x));
+    TFM__TRY(tfm__same_device("tfm_softmax_forward", -1, 2, y, x));
     tfm__op_softmax(y->device, y->data, x->data, tfm__rows(x), tfm__cols(x), 0);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_softmax_forward");
 }
 
 TFMDEF tfm_result tfm_softmax_backward(tfm_tensor *dx, const tfm_tensor *dy, const tfm_tensor *y) {
@@ -3378,14 +4518,16 @@ TFMDEF tfm_result tfm_softmax_backward(tfm_tensor *dx, const tfm_tensor *dy, con
     TFM__TRY(tfm__chk_pair(fn, "dy", dy, "y", y));
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "y", y, "dx", dx));
+    TFM__TRY(tfm__same_device("tfm_softmax_backward", -1, 3, dx, dy, y));
     if (dx) tfm__op_softmax_bwd(dx->device, dx->data, dy->data, y->data, tfm__rows(y), tfm__cols(y), 0);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_softmax_backward");
 }
 
 TFMDEF tfm_result tfm_log_softmax_forward(tfm_tensor *y, const tfm_tensor *x) {
     TFM__TRY(tfm__chk_pair("tfm_log_softmax_forward", "y", y, "x", x));
+    TFM__TRY(tfm__same_device("tfm_log_softmax_forward", -1, 2, y, x));
     tfm__op_softmax(y->device, y->data, x->data, tfm__rows(x), tfm__cols(x), 1);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_log_softmax_forward");
 }
 
 TFMDEF tfm_result tfm_log_softmax_backward(tfm_tensor *dx, const tfm_tensor *dy, const tfm_tensor *y) {
@@ -3393,8 +4535,9 @@ TFMDEF tfm_result tfm_log_softmax_backward(tfm_tensor *dx, const tfm_tensor *dy,
     TFM__TRY(tfm__chk_pair(fn, "dy", dy, "y", y));
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "y", y, "dx", dx));
+    TFM__TRY(tfm__same_device("tfm_log_softmax_backward", -1, 3, dx, dy, y));
     if (dx) tfm__op_softmax_bwd(dx->device, dx->data, dy->data, y->data, tfm__rows(y), tfm__cols(y), 1);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_log_softmax_backward");
 }
 
 static tfm_result tfm__chk_ce(const char *fn, const tfm_tensor *lse, const tfm_tensor *logits, const int32_t *targets,
@@ -3422,8 +4565,9 @@ TFMDEF tfm_result tfm_cross_entropy_forward(float *loss, tfm_tensor *lse, const 
     const char *fn = "tfm_cross_entropy_forward";
     if (!loss) return tfm__fail(TFM_E_ARG, "%s: loss is NULL", fn);
     TFM__TRY(tfm__chk_ce(fn, lse, logits, targets, ignore_index, label_smoothing));
+    TFM__TRY(tfm__same_device("tfm_cross_entropy_forward", -1, 2, lse, logits));
     *loss = tfm__op_cross_entropy(lse->device, lse->data, logits->data, targets, ignore_index, label_smoothing, tfm__rows(logits), tfm__cols(logits), NULL);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_cross_entropy_forward");
 }
 
 TFMDEF tfm_result tfm_cross_entropy_backward(tfm_tensor *dlogits, float dloss, const tfm_tensor *logits,
@@ -3433,10 +4577,11 @@ TFMDEF tfm_result tfm_cross_entropy_backward(tfm_tensor *dlogits, float dloss, c
     TFM__TRY(tfm__chk_ce(fn, lse, logits, targets, ignore_index, label_smoothing));
     TFM__TRY(tfm__chk_opt(fn, "dlogits", dlogits));
     TFM__TRY(tfm__chk_same(fn, "logits", logits, "dlogits", dlogits));
+    TFM__TRY(tfm__same_device("tfm_cross_entropy_backward", -1, 3, dlogits, logits, lse));
     if (!isfinite(dloss)) return tfm__fail(TFM_E_ARG, "%s: dloss %g is not finite", fn, (double)dloss);
     if (dlogits)
         tfm__op_cross_entropy_bwd(dlogits->device, dlogits->data, dloss, logits->data, lse->data, targets, ignore_index, label_smoothing, tfm__rows(logits), tfm__cols(logits));
-    return TFM_OK;
+    return tfm__cuda_check("tfm_cross_entropy_backward");
 }
 
 static tfm_result tfm__chk_vec(const char *fn, const char *vn, const tfm_tensor *v, const char *xn,
@@ -3459,9 +4604,10 @@ TFMDEF tfm_result tfm_layernorm_forward(tfm_tensor *y, tfm_tensor *mean, tfm_ten
     TFM__TRY(tfm__chk_vec(fn, "bias", b, "x", x, tfm__cols(x)));
     TFM__TRY(tfm__chk_vec(fn, "mean", mean, "x", x, tfm__rows(x)));
     TFM__TRY(tfm__chk_vec(fn, "rstd", rstd, "x", x, tfm__rows(x)));
+    TFM__TRY(tfm__same_device("tfm_layernorm_forward", -1, 6, y, mean, rstd, x, g, b));
     if (!(eps >= 0.0f) || !isfinite(eps)) return tfm__fail(TFM_E_ARG, "%s: eps %g must be finite and >= 0", fn, (double)eps);
     tfm__op_layernorm(y->device, y->data, mean ? mean->data : NULL, rstd ? rstd->data : NULL, x->data, g ? g->data : NULL, b ? b->data : NULL, eps, tfm__rows(x), tfm__cols(x));
-    return TFM_OK;
+    return tfm__cuda_check("tfm_layernorm_forward");
 }
 
 TFMDEF tfm_result tfm_layernorm_backward(tfm_tensor *dx, tfm_tensor *dg, tfm_tensor *db, const tfm_tensor *dy,
@@ -3481,8 +4627,9 @@ TFMDEF tfm_result tfm_layernorm_backward(tfm_tensor *dx, tfm_tensor *dg, tfm_ten
     TFM__TRY(tfm__chk_vec(fn, "dbias", db, "x", x, tfm__cols(x)));
     TFM__TRY(tfm__chk_vec(fn, "mean", mean, "x", x, tfm__rows(x)));
     TFM__TRY(tfm__chk_vec(fn, "rstd", rstd, "x", x, tfm__rows(x)));
+    TFM__TRY(tfm__same_device("tfm_layernorm_backward", -1, 8, dx, dg, db, dy, x, g, mean, rstd));
     tfm__op_layernorm_bwd(dy->device, dx ? dx->data : NULL, dx ? dx->data : NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data, g ? g->data : NULL, mean->data, rstd->data, tfm__rows(x), tfm__cols(x));
-    return TFM_OK;
+    return tfm__cuda_check("tfm_layernorm_backward");
 }
 
 /* -- element-wise -- */
@@ -3496,8 +4643,9 @@ static tfm_result tfm__chk_gelu_kind(const char *fn, tfm_gelu_kind kind) {
 TFMDEF tfm_result tfm_gelu_forward(tfm_tensor *y, const tfm_tensor *x, tfm_gelu_kind kind) {
     TFM__TRY(tfm__chk_pair("tfm_gelu_forward", "y", y, "x", x));
     TFM__TRY(tfm__chk_gelu_kind("tfm_gelu_forward", kind));
+    TFM__TRY(tfm__same_device("tfm_gelu_forward", -1, 2, y, x));
     tfm__op_act(y->device, ((int)kind) == TFM_GELU_TANH ? TFM_ACT_GELU_TANH : TFM_ACT_GELU, y->data, x->data, tfm_numel(x));
-    return TFM_OK;
+    return tfm__cuda_check("tfm_gelu_forward");
 }
 
 TFMDEF tfm_result tfm_gelu_backward(tfm_tensor *dx, const tfm_tensor *dy, const tfm_tensor *x, tfm_gelu_kind kind) {
@@ -3506,14 +4654,16 @@ TFMDEF tfm_result tfm_gelu_backward(tfm_tensor *dx, const tfm_tensor *dy, const 
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "x", x, "dx", dx));
     TFM__TRY(tfm__chk_gelu_kind(fn, kind));
+    TFM__TRY(tfm__same_device("tfm_gelu_backward", -1, 3, dx, dy, x));
     if (dx) tfm__op_act_bwd(dx->device, ((int)kind) == TFM_GELU_TANH ? TFM_ACT_GELU_TANH : TFM_ACT_GELU, dx->data, dy->data, x->data, tfm_numel(x), 1.0f);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_gelu_backward");
 }
 
 TFMDEF tfm_result tfm_relu_forward(tfm_tensor *y, const tfm_tensor *x) {
     TFM__TRY(tfm__chk_pair("tfm_relu_forward", "y", y, "x", x));
+    TFM__TRY(tfm__same_device("tfm_relu_forward", -1, 2, y, x));
     tfm__op_act(y->device, TFM_ACT_RELU, y->data, x->data, tfm_numel(x));
-    return TFM_OK;
+    return tfm__cuda_check("tfm_relu_forward");
 }
 
 TFMDEF tfm_result tfm_relu_backward(tfm_tensor *dx, const tfm_tensor *dy, const tfm_tensor *x) {
@@ -3521,8 +4671,9 @@ TFMDEF tfm_result tfm_relu_backward(tfm_tensor *dx, const tfm_tensor *dy, const 
     TFM__TRY(tfm__chk_pair(fn, "dy", dy, "x", x));
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "x", x, "dx", dx));
+    TFM__TRY(tfm__same_device("tfm_relu_backward", -1, 3, dx, dy, x));
     if (dx) tfm__op_act_bwd(dx->device, TFM_ACT_RELU, dx->data, dy->data, x->data, tfm_numel(x), 1.0f);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_relu_backward");
 }
 
 static tfm_result tfm__chk_p(const char *fn, float p) {
@@ -3534,12 +4685,13 @@ TFMDEF tfm_result tfm_dropout_forward(tfm_tensor *y, const tfm_tensor *x, float 
     const char *fn = "tfm_dropout_forward";
     TFM__TRY(tfm__chk_pair(fn, "y", y, "x", x));
     TFM__TRY(tfm__chk_p(fn, p));
+    TFM__TRY(tfm__same_device("tfm_dropout_forward", -1, 2, y, x));
     if (!training || p == 0.0f) {
         if (y->data != x->data) tfm__op_copy(y->device, y->data, x->data, tfm_numel(x));
     } else {
         tfm__op_dropout(y->device, y->data, x->data, tfm_numel(x), p, seed, 0, 0);
     }
-    return TFM_OK;
+    return tfm__cuda_check("tfm_dropout_forward");
 }
 
 TFMDEF tfm_result tfm_dropout_backward(tfm_tensor *dx, const tfm_tensor *dy, float p, uint64_t seed, int training) {
@@ -3548,10 +4700,11 @@ TFMDEF tfm_result tfm_dropout_backward(tfm_tensor *dx, const tfm_tensor *dy, flo
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_same(fn, "dy", dy, "dx", dx));
     TFM__TRY(tfm__chk_p(fn, p));
+    TFM__TRY(tfm__same_device("tfm_dropout_backward", -1, 2, dx, dy));
     if (!dx) return TFM_OK;
     if (!training || p == 0.0f) tfm__op_add(dx->device, dx->data, dx->data, dy->data, tfm_numel(dy));
     else tfm__op_dropout(dx->device, dx->data, dy->data, tfm_numel(dy), p, seed, 0, 1);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_dropout_backward");
 }
 
 /* -- embeddings and positions -- */
@@ -3582,8 +4735,9 @@ TFMDEF tfm_result tfm_embedding_forward(tfm_tensor *y, const int32_t *ids, const
     TFM__TRY(tfm__chk(fn, "weight", w));
     TFM__TRY(tfm__chk_emb(fn, "y", y, "weight", w, scale));
     TFM__TRY(tfm__chk_ids(fn, ids, tfm__rows(y), w->shape[0]));
+    TFM__TRY(tfm__same_device("tfm_embedding_forward", -1, 2, y, w));
     tfm__op_embedding(y->device, y->data, ids, w->data, scale, tfm__rows(y), w->shape[1]);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_embedding_forward");
 }
 
 TFMDEF tfm_result tfm_embedding_backward(tfm_tensor *dw, const tfm_tensor *dy, const int32_t *ids, float scale) {
@@ -3592,8 +4746,9 @@ TFMDEF tfm_result tfm_embedding_backward(tfm_tensor *dw, const tfm_tensor *dy, c
     TFM__TRY(tfm__chk(fn, "dy", dy));
     TFM__TRY(tfm__chk_emb(fn, "dy", dy, "dweight", dw, scale));
     TFM__TRY(tfm__chk_ids(fn, ids, tfm__rows(dy), dw->shape[0]));
+    TFM__TRY(tfm__same_device("tfm_embedding_backward", -1, 2, dw, dy));
     tfm__op_embedding_bwd(dw->device, dw->data, dy->data, ids, scale, tfm__rows(dy), dw->shape[1]);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_embedding_backward");
 }
 
 /* x is (B,T,C) or (T,C) (B = 1) */
@@ -3621,8 +4776,9 @@ TFMDEF tfm_result tfm_pos_embedding_forward(tfm_tensor *y, const tfm_tensor *x, 
     TFM__TRY(tfm__chk(fn, "weight", w));
     TFM__TRY(tfm__btc(fn, "x", x, &B, &T, &C));
     TFM__TRY(tfm__chk_table(fn, "weight", w, x, T, C));
+    TFM__TRY(tfm__same_device("tfm_pos_embedding_forward", -1, 3, y, x, w));
     tfm__op_pos_add(y->device, y->data, x->data, w->data, B, T, C);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_pos_embedding_forward");
 }
 
 TFMDEF tfm_result tfm_pos_embedding_backward(tfm_tensor *dx, tfm_tensor *dw, const tfm_tensor *dy) {
@@ -3633,10 +4789,11 @@ TFMDEF tfm_result tfm_pos_embedding_backward(tfm_tensor *dx, tfm_tensor *dw, con
     TFM__TRY(tfm__chk_opt(fn, "dweight", dw));
     TFM__TRY(tfm__btc(fn, "dy", dy, &B, &T, &C));
     TFM__TRY(tfm__chk_same(fn, "dy", dy, "dx", dx));
+    TFM__TRY(tfm__same_device("tfm_pos_embedding_backward", -1, 3, dx, dw, dy));
     if (dw) TFM__TRY(tfm__chk_table(fn, "dweight", dw, dy, T, C));
     if (dx) tfm__op_add(dx->device, dx->data, dx->data, dy->data, tfm_numel(dy));
     if (dw) tfm__op_pos_bwd(dw->device, dw->data, dy->data, B, T, C);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_pos_embedding_backward");
 }
 
 TFMDEF tfm_result tfm_sinusoidal_table(tfm_tensor *pe) {
@@ -3644,16 +4801,17 @@ TFMDEF tfm_result tfm_sinusoidal_table(tfm_tensor *pe) {
     TFM__TRY(tfm__chk(fn, "pe", pe));
     if (pe->ndim != 2) return tfm__fail(TFM_E_SHAPE, "%s: pe is %s, want (P,C)", fn, tfm__shp(pe));
     tfm__op_sinusoid_add(pe->device, pe->data, NULL, 1, pe->shape[0], pe->shape[1]);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_sinusoidal_table");
 }
 
 TFMDEF tfm_result tfm_sinusoidal_forward(tfm_tensor *y, const tfm_tensor *x) {
     const char *fn = "tfm_sinusoidal_forward";
     int64_t B = 0, T = 0, C = 0;
     TFM__TRY(tfm__chk_pair(fn, "y", y, "x", x));
+    TFM__TRY(tfm__same_device("tfm_sinusoidal_forward", -1, 2, y, x));
     TFM__TRY(tfm__btc(fn, "x", x, &B, &T, &C));
     tfm__op_sinusoid_add(y->device, y->data, x->data, B, T, C);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_sinusoidal_forward");
 }
 
 TFMDEF tfm_result tfm_sinusoidal_backward(tfm_tensor *dx, const tfm_tensor *dy) {
@@ -3663,8 +4821,9 @@ TFMDEF tfm_result tfm_sinusoidal_backward(tfm_tensor *dx, const tfm_tensor *dy) 
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__btc(fn, "dy", dy, &B, &T, &C));
     TFM__TRY(tfm__chk_same(fn, "dy", dy, "dx", dx));
+    TFM__TRY(tfm__same_device("tfm_sinusoidal_backward", -1, 2, dx, dy));
     if (dx) tfm__op_add(dx->device, dx->data, dx->data, dy->data, tfm_numel(dy));
-    return TFM_OK;
+    return tfm__cuda_check("tfm_sinusoidal_backward");
 }
 
 TFMDEF tfm_result tfm_add_forward(tfm_tensor *y, const tfm_tensor *a, const tfm_tensor *b) {
@@ -3672,8 +4831,9 @@ TFMDEF tfm_result tfm_add_forward(tfm_tensor *y, const tfm_tensor *a, const tfm_
     TFM__TRY(tfm__chk_pair(fn, "y", y, "a", a));
     TFM__TRY(tfm__chk(fn, "b", b));
     TFM__TRY(tfm__chk_same(fn, "a", a, "b", b));
+    TFM__TRY(tfm__same_device("tfm_add_forward", -1, 3, y, a, b));
     tfm__op_add(y->device, y->data, a->data, b->data, tfm_numel(a));
-    return TFM_OK;
+    return tfm__cuda_check("tfm_add_forward");
 }
 
 TFMDEF tfm_result tfm_add_backward(tfm_tensor *da, tfm_tensor *db, const tfm_tensor *dy) {
@@ -3683,9 +4843,10 @@ TFMDEF tfm_result tfm_add_backward(tfm_tensor *da, tfm_tensor *db, const tfm_ten
     TFM__TRY(tfm__chk_opt(fn, "db", db));
     TFM__TRY(tfm__chk_same(fn, "dy", dy, "da", da));
     TFM__TRY(tfm__chk_same(fn, "dy", dy, "db", db));
+    TFM__TRY(tfm__same_device("tfm_add_backward", -1, 3, da, db, dy));
     if (da) tfm__op_add(da->device, da->data, da->data, dy->data, tfm_numel(dy));
     if (db) tfm__op_add(db->device, db->data, db->data, dy->data, tfm_numel(dy));
-    return TFM_OK;
+    return tfm__cuda_check("tfm_add_backward");
 }
 
 /* -- pooling -- */
@@ -3715,8 +4876,9 @@ TFMDEF tfm_result tfm_mean_pool_forward(tfm_tensor *y, const tfm_tensor *x, cons
     TFM__TRY(tfm__chk(fn, "x", x));
     TFM__TRY(tfm__chk_pool(fn, "x", x, "y", y));
     TFM__TRY(tfm__chk_lens(fn, "lens", lens, x->shape[0], x->shape[1]));
+    TFM__TRY(tfm__same_device("tfm_mean_pool_forward", -1, 2, y, x));
     tfm__op_pool(y->device, TFM_POOL_MEAN, y->data, x->data, lens, x->shape[0], x->shape[1], x->shape[2]);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_mean_pool_forward");
 }
 
 TFMDEF tfm_result tfm_mean_pool_backward(tfm_tensor *dx, const tfm_tensor *dy, const int32_t *lens) {
@@ -3725,8 +4887,9 @@ TFMDEF tfm_result tfm_mean_pool_backward(tfm_tensor *dx, const tfm_tensor *dy, c
     TFM__TRY(tfm__chk(fn, "dy", dy));
     TFM__TRY(tfm__chk_pool(fn, "dx", dx, "dy", dy));
     TFM__TRY(tfm__chk_lens(fn, "lens", lens, dx->shape[0], dx->shape[1]));
+    TFM__TRY(tfm__same_device("tfm_mean_pool_backward", -1, 2, dx, dy));
     tfm__op_pool_bwd(dx->device, TFM_POOL_MEAN, dx->data, dy->data, lens, dx->shape[0], dx->shape[1], dx->shape[2]);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_mean_pool_backward");
 }
 
 TFMDEF tfm_result tfm_cls_pool_forward(tfm_tensor *y, const tfm_tensor *x) {
@@ -3734,8 +4897,9 @@ TFMDEF tfm_result tfm_cls_pool_forward(tfm_tensor *y, const tfm_tensor *x) {
     TFM__TRY(tfm__chk(fn, "y", y));
     TFM__TRY(tfm__chk(fn, "x", x));
     TFM__TRY(tfm__chk_pool(fn, "x", x, "y", y));
+    TFM__TRY(tfm__same_device("tfm_cls_pool_forward", -1, 2, y, x));
     tfm__op_pool(y->device, TFM_POOL_CLS, y->data, x->data, NULL, x->shape[0], x->shape[1], x->shape[2]);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_cls_pool_forward");
 }
 
 TFMDEF tfm_result tfm_cls_pool_backward(tfm_tensor *dx, const tfm_tensor *dy) {
@@ -3743,8 +4907,9 @@ TFMDEF tfm_result tfm_cls_pool_backward(tfm_tensor *dx, const tfm_tensor *dy) {
     TFM__TRY(tfm__chk(fn, "dx", dx));
     TFM__TRY(tfm__chk(fn, "dy", dy));
     TFM__TRY(tfm__chk_pool(fn, "dx", dx, "dy", dy));
+    TFM__TRY(tfm__same_device("tfm_cls_pool_backward", -1, 2, dx, dy));
     tfm__op_pool_bwd(dx->device, TFM_POOL_CLS, dx->data, dy->data, NULL, dx->shape[0], dx->shape[1], dx->shape[2]);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_cls_pool_backward");
 }
 
 /* -- attention -- */
@@ -3821,6 +4986,7 @@ TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *lse, const 
     TFM__TRY(tfm__chk_attn(fn, q, k, v, lse, n_heads));
     TFM__TRY(tfm__chk_same(fn, "q", q, "out", out));
     TFM__TRY(tfm__chk_attn_opts(fn, opts, q->shape[0], q->shape[1], k->shape[1]));
+    TFM__TRY(tfm__same_device("tfm_attention_forward", -1, 5, out, lse, q, k, v));
     if (out->data == q->data || out->data == k->data || out->data == v->data)
         return tfm__fail(TFM_E_ARG, "%s: out must not alias q, k or v", fn);
     tfm__attn_setup(&a, (int)q->shape[0], n_heads, (int)q->shape[1], (int)k->shape[1], (int)q->shape[2], opts);
@@ -3832,7 +4998,7 @@ TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *lse, const 
     a.lse = lse->data;
     tfm__scratch_failed = 0;
     if (!tfm__op_attention(out->device, &a)) return tfm__scratch_check(fn);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_attention_forward");
 }
 
 TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_tensor *dv, const tfm_tensor *dout,
@@ -3858,6 +5024,7 @@ TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_ten
     TFM__TRY(tfm__chk_same(fn, "k", k, "dk", dk));
     TFM__TRY(tfm__chk_same(fn, "v", v, "dv", dv));
     TFM__TRY(tfm__chk_attn_opts(fn, opts, q->shape[0], q->shape[1], k->shape[1]));
+    TFM__TRY(tfm__same_device("tfm_attention_backward", -1, 9, dq, dk, dv, dout, q, k, v, out, lse));
     C = (int)q->shape[2];
     tfm__attn_setup(&a, (int)q->shape[0], n_heads, (int)q->shape[1], (int)k->shape[1], C, opts);
     a.q = q->data;
@@ -3870,12 +5037,11 @@ TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_ten
     if (!tfm__op_attention_bwd(dout->device, &a, dq ? dq->data : NULL, C, dk ? dk->data : NULL, C,
                                dv ? dv->data : NULL, C, dout->data, C))
         return tfm__scratch_check(fn);
-    return TFM_OK;
+    return tfm__cuda_check("tfm_attention_backward");
 }
 
 /* -- multi-head attention layer -- */
 
-static float *tfm__carve(tfm_arena *a, size_t n) { return (float *)tfm_arena_alloc(a, n * sizeof(float)); }
 
 TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *mem) {
     const char *fn = "tfm_mha_init";
@@ -4083,6 +5249,7 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
     TFM__TRY(tfm__chk(fn, "y", y));
     TFM__TRY(tfm__chk(fn, "x", x));
     TFM__TRY(tfm__chk_opt(fn, "xkv", xkv));
+    TFM__TRY(tfm__same_device(fn, (int)m->device, 3, y, x, xkv));
     C = m->desc.d_model;
     if (x->ndim != 3 || x->shape[2] != C)
         return tfm__fail(TFM_E_SHAPE, "%s: x is %s, want (B,T,%lld)", fn, tfm__shp(x), (long long)C);
@@ -4126,6 +5293,7 @@ TFMDEF tfm_result tfm_mha_backward(tfm_mha *m, tfm_tensor *dx, tfm_tensor *dxkv,
     TFM__TRY(tfm__chk(fn, "dy", dy));
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_opt(fn, "dxkv", dxkv));
+    TFM__TRY(tfm__same_device(fn, (int)m->device, 3, dy, dx, dxkv));
     B = m->B;
     Tq = m->Tq;
     Tk = m->Tk;
@@ -4214,7 +5382,8 @@ static void tfm__linear_reset(tfm_linear *l, tfm_rng *rng) {
 
 TFMDEF void tfm_mem_zero_grad(tfm_mem *m) {
     if (m && m->grads.base && m->grads.used)
-        tfm__op_zero(m->device, (float *)m->grads.base, (int64_t)(TFM__MIN(m->grads.used, m->grads.size) / sizeof(float)));
+        tfm__op_zero(m->grads.dev ? TFM_DEVICE_CUDA : TFM_DEVICE_CPU, (float *)(m->grads.dev ? m->grads.dev : m->grads.base),
+                     (int64_t)(TFM__MIN(m->grads.used, m->grads.size) / sizeof(float)));
 }
 
 TFMDEF tfm_result tfm_linear_init(tfm_linear *l, int in_features, int out_features, int no_bias, tfm_mem *mem) {
@@ -4594,6 +5763,7 @@ TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_ten
     TFM__TRY(tfm__chk(fn, "y", y));
     TFM__TRY(tfm__chk(fn, "x", x));
     TFM__TRY(tfm__chk_opt(fn, "xkv", xkv));
+    TFM__TRY(tfm__same_device(fn, (int)blk->device, 3, y, x, xkv));
     if (x->ndim != 3 || x->shape[2] != d->d_model)
         return tfm__fail(TFM_E_SHAPE, "%s: x is %s, want (B,T,%d)", fn, tfm__shp(x), d->d_model);
     B = x->shape[0];
@@ -4641,6 +5811,7 @@ TFMDEF tfm_result tfm_block_backward(tfm_block *blk, tfm_tensor *dx, tfm_tensor 
     TFM__TRY(tfm__chk(fn, "dy", dy));
     TFM__TRY(tfm__chk_opt(fn, "dx", dx));
     TFM__TRY(tfm__chk_opt(fn, "dxkv", dxkv));
+    TFM__TRY(tfm__same_device(fn, (int)blk->device, 3, dy, dx, dxkv));
     B = blk->B;
     T = blk->T;
     C = blk->desc.d_model;
@@ -4665,6 +5836,9 @@ TFMDEF tfm_result tfm_block_backward(tfm_block *blk, tfm_tensor *dx, tfm_tensor 
    [mom_lo, mom_hi): all of them, or with cfg.moment_shards one share. */
 struct tfm__model_impl {
     unsigned char *mem_base;        /* the whole block (64-byte aligned) */
+    unsigned char *dev_mem;         /* a CUDA model: the block's device twin, whose byte k is the host block's byte
+                                       off_params + k; every float the model computes with lives there */
+    size_t dev_size;                /* its bytes */
     size_t off_params, off_grads, n_param_bytes;
     float *mom_m, *mom_v;           /* the moments of flat floats mom_lo.. (exp_avg, exp_avg_sq) */
     int64_t mom_lo, mom_hi;
@@ -4740,6 +5914,11 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
     if ((int)c.pos < 0 || (int)c.pos > 2) return tfm__fail(TFM_E_ARG, "%s: cfg.pos %d is not a tfm_pos_kind", fn, (int)c.pos);
     if ((int)c.pool < 0 || (int)c.pool > 1) return tfm__fail(TFM_E_ARG, "%s: cfg.pool %d is not a tfm_pool_kind", fn, (int)c.pool);
     if ((int)c.init < 0 || (int)c.init > 1) return tfm__fail(TFM_E_ARG, "%s: cfg.init %d is not a tfm_init_kind", fn, (int)c.init);
+    if (c.device != TFM_DEVICE_CPU && c.device != TFM_DEVICE_CUDA)
+        return tfm__fail(TFM_E_ARG, "%s: cfg.device %d is not a tfm_device", fn, (int)c.device);
+    if (c.device == TFM_DEVICE_CUDA && c.d_model / c.n_heads > 2048)
+        return tfm__fail(TFM_E_ARG, "%s: cfg.d_model / cfg.n_heads is %d: the CUDA attention takes heads of at most 2048 "
+                         "channels", fn, c.d_model / c.n_heads);
     if (!(c.dropout >= 0.0f && c.dropout < 1.0f) || !(c.attn_dropout >= 0.0f && c.attn_dropout < 1.0f))
         return tfm__fail(TFM_E_ARG, "%s: cfg.dropout %g and cfg.attn_dropout %g must be in [0,1)", fn, (double)c.dropout,
                          (double)c.attn_dropout);
@@ -4798,11 +5977,42 @@ TFMDEF tfm_result tfm_config_resolve(const tfm_config *cfg, tfm_config *out) {
     return tfm__config_resolve("tfm_config_resolve", cfg, out);
 }
 
+/* A CUDA model's device address of host block address p, and back; a CPU model's p itself. The host block
+   holds the layers' structs and the batch's integers, and is the staging place of the device's floats. */
+static void *tfm__model_dev(const tfm__model_impl *im, const void *p) {
+    const unsigned char *h0 = im->mem_base + im->off_params, *q = (const unsigned char *)p;
+    return im->dev_mem && q >= h0 && q < h0 + im->dev_size ? im->dev_mem + (q - h0) : (void *)p;
+}
+static void *tfm__model_host(const tfm__model_impl *im, const void *p) {
+    const unsigned char *q = (const unsigned char *)p;
+    return im->dev_mem && q >= im->dev_mem && q < im->dev_mem + im->dev_size ? im->mem_base + im->off_params + (q - im->dev_mem)
+                                                                             : (void *)p;
+}
+/* n floats of the device twin at device address p to (down) or from its host staging place (nothing for a
+   CPU model, or for p outside the twin). */
+static void tfm__model_stage(const tfm__model_impl *im, const float *p, int64_t n, int down) {
+    float *h = (float *)tfm__model_host(im, p);
+    if (!im->dev_mem || h == p) return;
+    if (down) tfm__op_transfer(TFM_DEVICE_CPU, h, TFM_DEVICE_CUDA, p, n);
+    else tfm__op_transfer(TFM_DEVICE_CUDA, (float *)p, TFM_DEVICE_CPU, h, n);
+}
+/* A CUDA model's parameters (and, with moments, the AdamW moments it holds) to their host staging places
+   (down) or back. */
+static void tfm__model_stage_state(const tfm__model_impl *im, int moments, int down) {
+    int64_t nm = im->mom_hi - im->mom_lo;
+    tfm__model_stage(im, (const float *)(void *)im->dev_mem, (int64_t)(im->n_param_bytes / sizeof(float)), down);
+    if (moments && im->has_grad) {
+        tfm__model_stage(im, im->mom_m, nm, down);
+        tfm__model_stage(im, im->mom_v, nm, down);
+    }
+}
+
 /* Record a parameter (and, in a real build, initialise it). Counting builds only count. */
 static void tfm__reg(tfm_model *m, tfm_rng *rng, const tfm_tensor *value, const tfm_tensor *grad, int init, int decay,
                      const char *fmt, ...) {
     va_list ap;
     tfm_param *p;
+    tfm_tensor hv;
     if (!value->data && m->params) return; /* an optional parameter that is absent (no bias) */
     if (!m->params) {
         if (value->ndim) m->n_params++;
@@ -4814,23 +6024,25 @@ static void tfm__reg(tfm_model *m, tfm_rng *rng, const tfm_tensor *value, const 
     vsnprintf(p->name, sizeof p->name, fmt, ap);
     va_end(ap);
     p->value = *value;
-    p->offset = (int64_t)((unsigned char *)value->data - (m->impl->mem_base + m->impl->off_params)) / (int64_t)sizeof(float);
+    hv = *value; /* initialised on the host (a CUDA model's block is copied to the device after the build) */
+    hv.data = (float *)tfm__model_host(m->impl, value->data);
+    hv.device = TFM_DEVICE_CPU;
+    p->offset = (int64_t)((unsigned char *)hv.data - (m->impl->mem_base + m->impl->off_params)) / (int64_t)sizeof(float);
     if (grad) p->grad = *grad;
     p->decay = decay;
     m->n_weights += tfm_numel(value);
     switch (init) {
-    case TFM__INIT_ZERO: tfm_fill(&p->value, 0.0f); break;
-    case TFM__INIT_ONE: tfm_fill(&p->value, 1.0f); break;
+    case TFM__INIT_ZERO: tfm_fill(&hv, 0.0f); break;
+    case TFM__INIT_ONE: tfm_fill(&hv, 1.0f); break;
     case TFM__INIT_EMB:
-        tfm_fill_normal(&p->value, rng, 0.0f,
-                        m->cfg.init == TFM_INIT_XAVIER ? 1.0f / sqrtf((float)m->cfg.d_model) : m->cfg.init_std);
+        tfm_fill_normal(&hv, rng, 0.0f, m->cfg.init == TFM_INIT_XAVIER ? 1.0f / sqrtf((float)m->cfg.d_model) : m->cfg.init_std);
         break;
     default:
         if (m->cfg.init == TFM_INIT_XAVIER) {
             float bound = sqrtf(6.0f / (float)(value->shape[0] + value->shape[1]));
-            tfm_fill_uniform(&p->value, rng, -bound, bound);
+            tfm_fill_uniform(&hv, rng, -bound, bound);
         } else {
-            tfm_fill_normal(&p->value, rng, 0.0f, m->cfg.init_std);
+            tfm_fill_normal(&hv, rng, 0.0f, m->cfg.init_std);
         }
     }
 }
@@ -5064,7 +6276,7 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
     int64_t lo, hi;
     int n_params, train, i;
     tfm_mem am;
-    unsigned char *base, *owned = NULL;
+    unsigned char *base, *owned = NULL, *dev = NULL;
     tfm__model_impl *impl;
     tfm_rng rng;
     tfm_result r;
@@ -5074,13 +6286,17 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
     train = !c.inference_only;
     total = tfm__model_total(&c, sizes);
     mom = tfm__moment_range(&c, sizes[0], &lo, &hi);
+    if (mem && size < total)
+        return tfm__fail(TFM_E_NOMEM, "%s: %zu bytes given, the model needs %zu (tfm_model_memory_size)", fn, size, total);
+    if (c.device == TFM_DEVICE_CUDA) TFM__TRY(tfm__dev_alloc(fn, (void **)&dev, total)); /* the block's device twin */
     if (mem) {
-        if (size < total)
-            return tfm__fail(TFM_E_NOMEM, "%s: %zu bytes given, the model needs %zu (tfm_model_memory_size)", fn, size, total);
         base = (unsigned char *)mem;
     } else {
         base = owned = (unsigned char *)TFM_MALLOC(total, c.user);
-        if (!base) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, total);
+        if (!base) {
+            tfm__dev_free(dev);
+            return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, total);
+        }
     }
     memset(base, 0, total);
     off = (size_t)((TFM__ALIGN - ((uintptr_t)base & (TFM__ALIGN - 1))) & (TFM__ALIGN - 1));
@@ -5099,14 +6315,23 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
     if (train) tfm_arena_init(&am.grads, base + offs[1], sizes[1]);
     tfm_arena_init(&am.acts, base + off, sizes[2]);
     tfm_arena_init(&am.scratch, base + off + sizes[2], sizes[3]);
+    if (dev) { /* the twin mirrors the block from its params on: tensors are carved there */
+        tfm__op_zero(TFM_DEVICE_CUDA, (float *)(void *)dev, (int64_t)((total - offs[0]) / sizeof(float)));
+        for (i = 0; i < 4; i++)
+            if (tfm__mem_arena(&am, i)->base) tfm__mem_arena(&am, i)->dev = dev + (tfm__mem_arena(&am, i)->base - (base + offs[0]));
+        am.device = TFM_DEVICE_CUDA;
+    }
     memset(m, 0, sizeof *m);
     m->cfg = c;
     impl = m->impl = (tfm__model_impl *)tfm_arena_alloc(&am.acts, sizeof(tfm__model_impl));
     impl->mem_base = base;
+    impl->dev_mem = dev;
+    impl->dev_size = dev ? total - offs[0] : 0;
+    impl->device = c.device;
     impl->off_params = offs[0];
     impl->off_grads = offs[1];
-    impl->mom_m = train ? (float *)(base + offs[2]) : NULL;
-    impl->mom_v = train ? (float *)(base + offs[3]) : NULL;
+    impl->mom_m = train ? (float *)tfm__model_dev(impl, base + offs[2]) : NULL;
+    impl->mom_v = train ? (float *)tfm__model_dev(impl, base + offs[3]) : NULL;
     impl->mom_lo = train ? lo : 0;
     impl->mom_hi = train ? hi : 0;
     impl->n_param_bytes = sizes[0];
@@ -5119,8 +6344,13 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
     r = tfm__model_build(m, &am, &rng);
     if (r == TFM_OK && (tfm_mem_check(&am) != TFM_OK || m->n_params != n_params))
         r = tfm__fail(TFM_E_NOMEM, "%s: internal layout mismatch", fn);
+    if (r == TFM_OK && dev) { /* the parameters, initialised on the host, to the device */
+        tfm__model_stage(impl, (const float *)(void *)dev, (int64_t)(sizes[0] / sizeof(float)), 0);
+        r = tfm__cuda_check(fn);
+    }
     if (r != TFM_OK) {
         if (owned) TFM_FREE(owned, c.user);
+        tfm__dev_free(dev);
         memset(m, 0, sizeof *m);
         return r;
     }
@@ -5151,13 +6381,49 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
 }
 
 TFMDEF void tfm_model_free(tfm_model *m) {
-    void *owned, *user;
+    void *owned, *dev;
     if (!m || !m->impl) return;
-    owned = m->impl->owned;
-    user = m->cfg.user;
+    owned = m->impl->owned; /* the impl lives in the block freed here */
+    dev = m->impl->dev_mem;
+    if (owned) TFM_FREE(owned, m->cfg.user);
+    tfm__dev_free(dev);
     memset(m, 0, sizeof *m);
-    if (owned) TFM_FREE(owned, user);
-    (void)user; /* unused when TFM_FREE ignores it */
+}
+
+TFMDEF tfm_result tfm_model_to_device(tfm_model *m, tfm_device device) {
+    const char *fn = "tfm_model_to_device";
+    tfm_config c;
+    tfm_model n;
+    tfm__model_impl *a, *b;
+    int64_t nf = 0;
+    tfm_result r;
+    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
+    if (device != TFM_DEVICE_CPU && device != TFM_DEVICE_CUDA)
+        return tfm__fail(TFM_E_ARG, "%s: device %d is not a tfm_device", fn, (int)device);
+    if (device == m->impl->device) return TFM_OK;
+    c = m->cfg;
+    c.device = device;
+    if ((r = tfm_model_init(&n, &c, NULL, 0)) != TFM_OK) return tfm__fail(r, "%s: %s", fn, tfm_last_error());
+    a = m->impl;
+    b = n.impl;
+    tfm__op_transfer(device, tfm_model_flat(&n, 0, &nf), a->device, tfm_model_flat(m, 0, NULL), nf);
+    if (a->has_grad) {
+        int64_t nm = a->mom_hi - a->mom_lo;
+        tfm__op_transfer(device, tfm_model_flat(&n, 1, NULL), a->device, tfm_model_flat(m, 1, NULL), nf);
+        tfm__op_transfer(device, b->mom_m, a->device, a->mom_m, nm);
+        tfm__op_transfer(device, b->mom_v, a->device, a->mom_v, nm);
+    }
+    if ((r = tfm__cuda_check(fn)) != TFM_OK) {
+        tfm_model_free(&n);
+        return r;
+    }
+    n.step = m->step;
+    b->rng = a->rng;
+    b->training = a->training;
+    b->batch_offset = a->batch_offset;
+    tfm_model_free(m);
+    *m = n;
+    return TFM_OK;
 }
 
 TFMDEF void tfm_model_train(tfm_model *m, int training) {
@@ -5165,7 +6431,9 @@ TFMDEF void tfm_model_train(tfm_model *m, int training) {
 }
 
 TFMDEF void tfm_model_zero_grad(tfm_model *m) {
-    if (m && m->impl && m->impl->has_grad) tfm__op_zero(m->impl->device, (float *)(m->impl->mem_base + m->impl->off_grads), (int64_t)(m->impl->n_param_bytes / sizeof(float)));
+    if (m && m->impl && m->impl->has_grad)
+        tfm__op_zero(m->impl->device, (float *)tfm__model_dev(m->impl, m->impl->mem_base + m->impl->off_grads),
+                     (int64_t)(m->impl->n_param_bytes / sizeof(float)));
 }
 
 TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name) {
@@ -5180,7 +6448,7 @@ TFMDEF float *tfm_model_flat(tfm_model *m, int grads, int64_t *n) {
     if (n) *n = 0;
     if (!m || !m->impl || (grads && !m->impl->has_grad)) return NULL;
     if (n) *n = (int64_t)(m->impl->n_param_bytes / sizeof(float));
-    return (float *)(m->impl->mem_base + (grads ? m->impl->off_grads : m->impl->off_params));
+    return (float *)tfm__model_dev(m->impl, m->impl->mem_base + (grads ? m->impl->off_grads : m->impl->off_params));
 }
 
 TFMDEF tfm_result tfm_model_set_batch_offset(tfm_model *m, int64_t row0) {
@@ -5194,10 +6462,12 @@ TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m) {
     tfm_tensor t;
     memset(&t, 0, sizeof t);
     if (!m || !m->impl || !m->impl->B) return t;
-    if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm_tensor2(m->impl->logits, m->impl->B, m->cfg.n_classes);
-    if (m->cfg.kind == TFM_MODEL_DECODER_LM)
-        return tfm_tensor3(m->impl->logits, m->impl->B, m->cfg.last_logits ? 1 : m->impl->T, m->cfg.vocab_size);
-    return tfm_tensor3(m->impl->logits, m->impl->B, m->cfg.last_logits ? 1 : m->impl->Tt, m->cfg.tgt_vocab_size);
+    if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) t = tfm_tensor2(m->impl->logits, m->impl->B, m->cfg.n_classes);
+    else if (m->cfg.kind == TFM_MODEL_DECODER_LM)
+        t = tfm_tensor3(m->impl->logits, m->impl->B, m->cfg.last_logits ? 1 : m->impl->T, m->cfg.vocab_size);
+    else t = tfm_tensor3(m->impl->logits, m->impl->B, m->cfg.last_logits ? 1 : m->impl->Tt, m->cfg.tgt_vocab_size);
+    t.device = m->impl->device;
+    return t;
 }
 
 /* B rows of n ids, row stride ld, each in [0,V) (or ignore when allow_ignore). */
@@ -5608,7 +6878,8 @@ static double tfm__adamw_sumsq(const tfm_adamw_param *ps, int n) {
         int gn = TFM__MIN(256, n - g0);
         int64_t work = 0;
         for (i = 0; i < gn; i++) work += tfm_numel(&ps[g0 + i].grad);
-        TFM__OMP(omp parallel for schedule(dynamic) if (work > 65536 && !tfm__in_parallel()))
+        /* (on the GPU one thread issues them all: CUDA's errors and buffers are the calling thread's) */
+        TFM__OMP(omp parallel for schedule(dynamic) if (work > 65536 && ps[g0].grad.device == TFM_DEVICE_CPU && !tfm__in_parallel()))
         for (i = 0; i < gn; i++)
             part[i] = tfm__op_sumsq(ps[g0 + i].grad.device, ps[g0 + i].grad.data, tfm_numel(&ps[g0 + i].grad));
         for (i = 0; i < gn; i++) total += part[i];
@@ -5654,6 +6925,7 @@ static tfm_result tfm__adamw_step(const char *fn, const tfm_adamw_param *ps, int
         if (tfm__chk(fn, "ps[i].value", &p->value) != TFM_OK || tfm__chk(fn, "ps[i].grad", &p->grad) != TFM_OK ||
             tfm__chk(fn, "ps[i].m", &p->m) != TFM_OK || tfm__chk(fn, "ps[i].v", &p->v) != TFM_OK)
             return tfm__fail(TFM_E_ARG, "%s: parameter %d: %s", fn, i, tfm_last_error());
+        TFM__TRY(tfm__same_device(fn, (int)ps[0].value.device, 4, &p->value, &p->grad, &p->m, &p->v));
         if (tfm_numel(&p->grad) != tfm_numel(&p->value) || tfm_numel(&p->m) != tfm_numel(&p->value) ||
             tfm_numel(&p->v) != tfm_numel(&p->value))
             return tfm__fail(TFM_E_SHAPE, "%s: parameter %d: value %s, grad %s, m %s and v %s differ in size", fn, i,
@@ -5691,8 +6963,9 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
 TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len) {
     const char *fn = "tfm_kv_cache_init";
     int encdec, limit;
-    size_t n_self, n_cross, bytes;
+    size_t n_self, n_cross, bytes, fbytes;
     unsigned char *p;
+    void *dev = NULL;
     if (!c || !m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: cache or model is NULL, or the model is not initialised", fn);
     if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier has no decoder", fn);
     encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
@@ -5710,13 +6983,27 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     c->user = m->cfg.user;
     n_self = (size_t)c->n_layers * c->max_batch * c->max_len * 2 * c->d_model;
     n_cross = (size_t)c->n_layers * c->max_batch * c->max_src_len * 2 * c->d_model;
-    bytes = (n_self + n_cross) * sizeof(float) + 6 * (size_t)c->max_batch * sizeof(int32_t); /* + reorder's scratch */
+    /* the keys and values, then the rows' slots and lengths (+ reorder's scratch); on a GPU the floats are
+       a device allocation of their own */
+    fbytes = c->device == TFM_DEVICE_CUDA ? 0 : (n_self + n_cross) * sizeof(float);
+    bytes = fbytes + 6 * (size_t)c->max_batch * sizeof(int32_t);
+    if (c->device == TFM_DEVICE_CUDA) {
+        tfm_result r = tfm__dev_alloc(fn, &dev, (n_self + n_cross) * sizeof(float));
+        if (r != TFM_OK) {
+            memset(c, 0, sizeof *c);
+            return r;
+        }
+    }
     p = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
-    if (!p) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
+    if (!p) {
+        tfm__dev_free(dev);
+        memset(c, 0, sizeof *c);
+        return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
+    }
     c->owned = p;
-    c->self_kv = (float *)p;
+    c->self_kv = dev ? (float *)dev : (float *)p;
     c->cross_kv = n_cross ? c->self_kv + n_self : NULL;
-    c->slot = (int32_t *)(p + (n_self + n_cross) * sizeof(float));
+    c->slot = (int32_t *)(p + fbytes);
     c->lens = c->slot + c->max_batch;
     c->src_lens = c->lens + c->max_batch;
     tfm_kv_cache_reset(c);
@@ -5726,6 +7013,7 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
 TFMDEF void tfm_kv_cache_free(tfm_kv_cache *c) {
     if (!c) return;
     if (c->owned) TFM_FREE(c->owned, c->user);
+    if (c->device == TFM_DEVICE_CUDA) tfm__dev_free(c->self_kv);
     memset(c, 0, sizeof *c);
 }
 
@@ -5831,6 +7119,12 @@ static void tfm__decode_into(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids,
     }
     for (b = 0; b < B; b++) kc->lens[b] += n_ids ? n_ids[b] : n;
     if (encdec && !kc->src_len) kc->src_len = S;
+}
+
+/* The model's first n logits where the host reads them: its own (CPU) or their staging copy (CUDA). */
+static float *tfm__host_logits(tfm_model *m, int64_t n) {
+    tfm__model_stage(m->impl, m->impl->logits, n, 1);
+    return (float *)tfm__model_host(m->impl, m->impl->logits);
 }
 
 /* tfm__decode_into the model's own logits (B <= cfg.max_batch rows of n ids each). */
@@ -6096,11 +7390,12 @@ static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32
     nact = B;
     for (;;) {
         int nn = 0, dropped = 0;
+        float *lg = tfm__host_logits(m, (int64_t)nact * V);
         for (i = 0; i < nact; i++) {
             int32_t t;
             int stop;
             b = act[i];
-            t = tfm__pick(m->impl->logits + (int64_t)i * V, V, &o, &rng[b], seen ? seen + (size_t)b * V : NULL, p, cand);
+            t = tfm__pick(lg + (int64_t)i * V, V, &o, &rng[b], seen ? seen + (size_t)b * V : NULL, p, cand);
             out[(int64_t)b * out_stride + n_out[b]++] = t;
             if (seen) seen[(size_t)b * V + t] = 1;
             stop = tfm__is_stop(&o, t) || n_out[b] == o.max_new;
@@ -6155,7 +7450,7 @@ static double tfm__logp(const float *x, int64_t V, int64_t t) {
 TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
                                   const int32_t *target, int n_target, float *logp, float *total) {
     const char *fn = "tfm_model_score";
-    const float *memory = NULL, *h;
+    const float *memory = NULL, *h, *lg;
     int encdec, was_training, T, i, i0, nr, S = 0;
     int64_t V, C;
     int32_t *seq;
@@ -6190,8 +7485,9 @@ TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len,
         nr = m->cfg.last_logits ? TFM__MIN(n_target - i0, m->cfg.max_batch) : n_target;
         tfm__op_linear(m->impl->device, m->impl->logits, V, h + (int64_t)(n_prompt - 1 + i0) * C, C,
                        m->impl->head.weight.data, NULL, nr, C, V);
+        lg = tfm__host_logits(m, (int64_t)nr * V);
         for (i = i0; i < i0 + nr; i++) {
-            double lp = tfm__logp(m->impl->logits + (int64_t)(i - i0) * V, V, target[i]);
+            double lp = tfm__logp(lg + (int64_t)(i - i0) * V, V, target[i]);
             if (logp) logp[i] = (float)lp;
             sum += lp;
         }
@@ -6242,7 +7538,7 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
     size_t bytes;
     unsigned char *work;
     double *live_score, *new_score, *cs;
-    float *logits;
+    float *logits, *dlog; /* the beams' logits on the host, and where the model writes them (the same on a CPU) */
     int32_t *live_tok, *new_tok, *cpar, *ctok, *from, *next, *sw;
     tfm_result r;
     if (n_found) *n_found = 0;
@@ -6279,8 +7575,11 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
     hy.max_new = max_new;
     hy.n = hy.n_ended = 0;
     hy.alpha = opts->length_penalty;
-    r = tfm_kv_cache_init(&kc, m, K, n_prompt + max_new - 1);
+    dlog = logits;
+    r = m->impl->device == TFM_DEVICE_CUDA ? tfm__dev_alloc(fn, (void **)&dlog, (size_t)K * V * sizeof(float)) : TFM_OK;
+    if (r == TFM_OK) r = tfm_kv_cache_init(&kc, m, K, n_prompt + max_new - 1);
     if (r != TFM_OK) {
+        if (dlog != logits) tfm__dev_free(dlog);
         TFM_FREE(work, m->cfg.user);
         return tfm__fail(r, "%s: %s", fn, tfm_last_error());
     }
@@ -6289,7 +7588,8 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
         memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
         S = src_len;
     }
-    tfm__decode_into(m, &kc, prompt, 1, n_prompt, NULL, memory, S, logits);
+    tfm__decode_into(m, &kc, prompt, 1, n_prompt, NULL, memory, S, dlog);
+    tfm__op_transfer(TFM_DEVICE_CPU, logits, m->impl->device, dlog, V);
     live_score[0] = 0.0;
     for (t = 0; t < max_new; t++) {
         int n_new = 0, nc = 0;
@@ -6341,7 +7641,8 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
         memcpy(live_score, new_score, (size_t)n_new * sizeof(double));
         n_live = n_new;
         tfm_kv_cache_reorder(&kc, from, n_live); /* in place: only rows taken twice are copied */
-        tfm__decode_into(m, &kc, next, n_live, 1, NULL, memory, S, logits);
+        tfm__decode_into(m, &kc, next, n_live, 1, NULL, memory, S, dlog);
+        tfm__op_transfer(TFM_DEVICE_CPU, logits, m->impl->device, dlog, (int64_t)n_live * V);
     }
     /* the n_best by length-penalised score, best first (a selection sort) */
     for (i = 0; i < hy.n && i < n_best; i++) {
@@ -6369,6 +7670,7 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
     }
     if (n_found) *n_found = i;
     tfm_kv_cache_free(&kc);
+    if (dlog != logits) tfm__dev_free(dlog);
     TFM_FREE(work, m->cfg.user);
     tfm__gen_end(m, was_training);
     return tfm__scratch_check(fn);
@@ -7277,7 +8579,7 @@ static void tfm__io_tensor(const tfm_model *m, int k, int nk, char *name, tfm__s
     t->name = name;
     t->ndim = p->value.ndim;
     memcpy(t->shape, p->value.shape, sizeof t->shape);
-    t->data = k % nk ? tfm__model_moment(m, p, k % nk) : p->value.data;
+    t->data = (float *)tfm__model_host(m->impl, k % nk ? tfm__model_moment(m, p, k % nk) : p->value.data);
 }
 
 /* A user metadata key (non-empty UTF-8 of at most TFM__IO_MAX_KEY bytes) and its value (UTF-8). */
@@ -7330,8 +8632,10 @@ TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags
         kv[2 * nm] = uk;
         kv[2 * nm + 1] = meta[i].value;
     }
+    tfm__model_stage_state(m->impl, nk == 3, 1); /* a CUDA model's floats to their host places */
+    r = tfm__cuda_check(fn);
     for (i = 0; i < n; i++) tfm__io_tensor(m, i, nk, names + 96 * (size_t)i, &items[i]);
-    r = tfm__io_prefix(tfm__st_save(path, items, n, kv, nm), fn);
+    if (r == TFM_OK) r = tfm__io_prefix(tfm__st_save(path, items, n, kv, nm), fn);
     TFM_FREE((void *)kv, m->cfg.user);
     return r;
 }
@@ -7449,6 +8753,10 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
         tfm__io_tensor(m, i, nk, names + 96 * (size_t)i, &t);
         if (t.data) memcpy(t.data, want[i].data, (size_t)tfm_numel(&m->params[i / nk].value) * sizeof(float));
     }
+    if (r == TFM_OK) { /* a CUDA model's new floats from their host places to the device */
+        tfm__model_stage_state(m->impl, nk == 3, 0);
+        r = tfm__cuda_check(fn);
+    }
     if (r == TFM_OK && nk == 3 && tfm__model_trains(m)) {
         m->step = step;
         memcpy(tfm__model_rng(m)->s, rng, sizeof rng);
@@ -7482,12 +8790,6 @@ TFMDEF tfm_result tfm_checkpoint_meta(const char *path, const char *key, char *b
 }
 
 #endif /* TFM_NO_STDIO */
-
-/* ==== >>impl-cuda ==== (kernels arrive with TFM_CUDA; this build has none) */
-
-TFMDEF tfm_result tfm_cuda_available(void) {
-    return tfm__fail(TFM_E_NO_CUDA, "tfm_cuda_available: this build has no TFM_CUDA");
-}
 
 /* ==== >>impl-dist ==== data-parallel collectives: MPI with TFM_MPI, a group of one without */
 
@@ -7757,13 +9059,24 @@ TFMDEF tfm_result tfm_dist_allreduce(tfm_dist *d, float *x, int64_t n, int avera
     return tfm__dist_allreduce(fn, d, x, n, average);
 }
 
+/* The mean over the ranks of n floats of model m at x, staged through the host for a CUDA model. */
+static tfm_result tfm__dist_allreduce_model(const char *fn, tfm_dist *d, tfm_model *m, float *x, int64_t n) {
+    float *h = (float *)tfm__model_host(m->impl, x);
+    if (d->size == 1) return TFM_OK;
+    tfm__model_stage(m->impl, x, n, 1);
+    TFM__TRY(tfm__cuda_check(fn));
+    TFM__TRY(tfm__dist_allreduce(fn, d, h, n, 1));
+    tfm__model_stage(m->impl, x, n, 0);
+    return tfm__cuda_check(fn);
+}
+
 TFMDEF tfm_result tfm_dist_allreduce_grads(tfm_dist *d, tfm_model *m) {
     const char *fn = "tfm_dist_allreduce_grads";
     int64_t n = 0;
     float *g;
     TFM__TRY(tfm__dist_chk_model(fn, d, m));
     if (!(g = tfm_model_flat(m, 1, &n))) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
-    return tfm__dist_allreduce(fn, d, g, n, 1);
+    return tfm__dist_allreduce_model(fn, d, m, g, n);
 }
 
 /* Doubles summed on rank 0, in rank order, and sent back: the same bits on every rank. */
@@ -7813,20 +9126,24 @@ TFMDEF tfm_result tfm_dist_step(tfm_dist *d, tfm_model *m, const tfm_optim *opt,
     if (!(g = tfm_model_flat(m, 1, &n))) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
     memset(&o, 0, sizeof o);
     TFM__TRY(tfm__optim_resolve(fn, opt, m->step + 1, &o)); /* before anything changes */
-    TFM__TRY(tfm__dist_allreduce(fn, d, g, n, 1));
+    TFM__TRY(tfm__dist_allreduce_model(fn, d, m, g, n));
     /* the norm over every parameter's gradient as tfm_model_step sums it; AdamW on all of them, or with
        sharded moments on this rank's share, after which every share's new parameters go from its rank */
     TFM__TRY(tfm__adamw_apply(fn, &o, mi->share ? mi->share : mi->adam, mi->share ? mi->n_share : m->n_params,
                               m->step + 1, tfm__adamw_sumsq(mi->adam, m->n_params), grad_norm));
+    TFM__TRY(tfm__cuda_check(fn));
 #if defined(TFM_MPI) /* (a group of one never has sharded moments: tfm__dist_chk_model) */
     if (mi->share) {
-        float *w = tfm_model_flat(m, 0, NULL);
+        float *w = tfm_model_flat(m, 0, NULL), *wh = (float *)tfm__model_host(mi, w);
         int64_t lo, hi;
         int r;
+        tfm__model_stage(mi, w, n, 1);
         for (r = 0; r < d->size; r++) {
             tfm__share(n, d->size, r, &lo, &hi);
-            TFM__TRY(tfm__dist_bcast(fn, d, r, w + lo, (hi - lo) * (int64_t)sizeof(float)));
+            TFM__TRY(tfm__dist_bcast(fn, d, r, wh + lo, (hi - lo) * (int64_t)sizeof(float)));
         }
+        tfm__model_stage(mi, w, n, 0);
+        TFM__TRY(tfm__cuda_check(fn));
     }
 #endif
     m->step++;
@@ -7858,15 +9175,20 @@ static tfm_result tfm__dist_broadcast_state(const char *fn, tfm_dist *d, tfm_mod
 #if defined(TFM_MPI)
     if (d->size > 1) {
         tfm__model_impl *mi = m->impl;
+        int whole = !tfm__model_sharded(m);
+        tfm__model_stage_state(mi, whole, 1); /* a CUDA model's through the host */
+        TFM__TRY(tfm__cuda_check(fn));
         TFM__TRY(tfm__dist_bcast(fn, d, 0, mi->mem_base + mi->off_params, (int64_t)mi->n_param_bytes));
         if (mi->has_grad) {
-            if (!tfm__model_sharded(m)) {
-                TFM__TRY(tfm__dist_bcast(fn, d, 0, mi->mom_m, (int64_t)mi->n_param_bytes));
-                TFM__TRY(tfm__dist_bcast(fn, d, 0, mi->mom_v, (int64_t)mi->n_param_bytes));
+            if (whole) {
+                TFM__TRY(tfm__dist_bcast(fn, d, 0, tfm__model_host(mi, mi->mom_m), (int64_t)mi->n_param_bytes));
+                TFM__TRY(tfm__dist_bcast(fn, d, 0, tfm__model_host(mi, mi->mom_v), (int64_t)mi->n_param_bytes));
             }
             TFM__TRY(tfm__dist_bcast(fn, d, 0, &m->step, sizeof m->step));
             TFM__TRY(tfm__dist_bcast(fn, d, 0, &mi->rng, sizeof mi->rng));
         }
+        tfm__model_stage_state(mi, whole, 0);
+        TFM__TRY(tfm__cuda_check(fn));
     }
 #else
     (void)fn, (void)d, (void)m;
@@ -7888,11 +9210,13 @@ TFMDEF tfm_result tfm_dist_check_model(tfm_dist *d, const tfm_model *m, uint64_t
     if (sum) *sum = 0;
     TFM__TRY(tfm__dist_chk_model(fn, d, m));
     mi = m->impl;
+    tfm__model_stage_state(mi, !tfm__model_sharded(m), 1); /* a CUDA model's through the host */
+    TFM__TRY(tfm__cuda_check(fn));
     h = tfm__dist_hash(tfm__dist_model_sig(m), mi->mem_base + mi->off_params, (int64_t)mi->n_param_bytes);
     if (mi->has_grad) {
         if (!tfm__model_sharded(m)) { /* sharded moments differ from rank to rank */
-            h = tfm__dist_hash(h, mi->mom_m, (int64_t)mi->n_param_bytes);
-            h = tfm__dist_hash(h, mi->mom_v, (int64_t)mi->n_param_bytes);
+            h = tfm__dist_hash(h, tfm__model_host(mi, mi->mom_m), (int64_t)mi->n_param_bytes);
+            h = tfm__dist_hash(h, tfm__model_host(mi, mi->mom_v), (int64_t)mi->n_param_bytes);
         }
         h = tfm__dist_hash(h, &m->step, sizeof m->step);
         h = tfm__dist_hash(h, &mi->rng, sizeof mi->rng);
@@ -7932,8 +9256,10 @@ static tfm_result tfm__dist_moments(const char *fn, tfm_dist *d, tfm_model *m, f
     tfm__model_impl *mi = m->impl;
     int64_t n = (int64_t)(mi->n_param_bytes / sizeof(float)), lo, hi;
     int r, k;
+    tfm__model_stage_state(mi, 1, 1); /* a CUDA model's through the host (scatter: back by the caller) */
+    TFM__TRY(tfm__cuda_check(fn));
     for (k = 0; k < 2; k++) {
-        float *mine = k ? mi->mom_v : mi->mom_m;
+        float *mine = (float *)tfm__model_host(mi, k ? mi->mom_v : mi->mom_m);
         for (r = 0; r < d->size; r++) {
             tfm__share(n, d->size, r, &lo, &hi);
             if (r > 0)
@@ -7979,7 +9305,11 @@ static tfm_result tfm__dist_io(const char *fn, tfm_dist *d, tfm_model *m, int lo
     }
     r = tfm__dist_share_result(fn, d, r);
 #if defined(TFM_MPI)
-    if (r == TFM_OK && load && !whole) r = tfm__dist_moments(fn, d, m, full, 1);
+    if (r == TFM_OK && load && !whole) {
+        r = tfm__dist_moments(fn, d, m, full, 1);
+        tfm__model_stage_state(mi, 1, 0);
+        if (r == TFM_OK) r = tfm__cuda_check(fn);
+    }
 #endif
     if (full) TFM_FREE(full, m->cfg.user);
     if (r == TFM_OK && load) r = tfm__dist_broadcast_state(fn, d, m);

@@ -55,6 +55,9 @@ static void tc_sgemm(int ta, int tb, int M, int N, int K, float alpha, const flo
 /* The private copy has no external definitions: the second TU's code joins this one. */
 #include "test_compile2.c"
 #else
+#ifdef __cplusplus /* nvcc compiles this file as the .cu implementation TU (make cuda) */
+extern "C"
+#endif
 int tc2_run(void);
 #endif
 

@@ -32,7 +32,7 @@ static const tc2_fn tc2_functions[] = {
     TC2_FN(tfm_set_num_threads), TC2_FN(tfm_get_num_threads),
     TC2_FN(tfm_tensor1), TC2_FN(tfm_tensor2), TC2_FN(tfm_tensor3), TC2_FN(tfm_tensor4),
     TC2_FN(tfm_numel), TC2_FN(tfm_shape_str),
-    TC2_FN(tfm_fill), TC2_FN(tfm_fill_normal), TC2_FN(tfm_fill_uniform),
+    TC2_FN(tfm_fill), TC2_FN(tfm_fill_normal), TC2_FN(tfm_fill_uniform), TC2_FN(tfm_tensor_copy),
     TC2_FN(tfm_arena_init), TC2_FN(tfm_arena_free), TC2_FN(tfm_arena_alloc), TC2_FN(tfm_arena_tensor),
     TC2_FN(tfm_mem_alloc), TC2_FN(tfm_mem_rewind), TC2_FN(tfm_mem_free), TC2_FN(tfm_mem_check),
     TC2_FN(tfm_mem_zero_grad),
@@ -76,7 +76,8 @@ static const tc2_fn tc2_functions[] = {
     TC2_FN(tfm_checkpoint_meta),
     TC2_FN(tfm_dist_save), TC2_FN(tfm_dist_load),
 #endif
-    TC2_FN(tfm_cuda_available),
+    TC2_FN(tfm_cuda_available), TC2_FN(tfm_cuda_device_info), TC2_FN(tfm_cuda_malloc), TC2_FN(tfm_cuda_free),
+    TC2_FN(tfm_cuda_synchronize), TC2_FN(tfm_cuda_set_tf32), TC2_FN(tfm_model_to_device),
     TC2_FN(tfm_dist_init), TC2_FN(tfm_dist_free), TC2_FN(tfm_dist_broadcast_model), TC2_FN(tfm_dist_allreduce_grads), TC2_FN(tfm_dist_step),
     TC2_FN(tfm_dist_allreduce), TC2_FN(tfm_dist_sum), TC2_FN(tfm_dist_reduce_loss), TC2_FN(tfm_dist_shard),
     TC2_FN(tfm_dist_check_model)
