@@ -3662,7 +3662,8 @@ static __global__ void tfm__k_attn_fwd(tfm__attn_args a, const float *q, const f
                                        const float *mask) {
     TFM__SHARED_DYN(float, sm);
     TFM__SHARED(float, sh, 32);
-    int i = (int)blockIdx.x, bh = (int)blockIdx.y, b = bh / a.H, h = bh % a.H, D = a.D, t = (int)threadIdx.x, n, j0, d;
+    int i = (int)(blockIdx.x % (unsigned)a.Tq), bh = (int)(blockIdx.x / (unsigned)a.Tq), b = bh / a.H, h = bh % a.H, D = a.D;
+    int t = (int)threadIdx.x, n, j0, d;
     float *sq = sm, *so = sm + D, *sp = sm + 2 * D, m = -INFINITY, l = 0.0f, inv;
     int64_t kb;
     const float *kh, *vh;
@@ -3737,7 +3738,8 @@ static __device__ void tfm__cu_attn_grad(const tfm__attn_args *a, int b, int bh,
 static __global__ void tfm__k_attn_dq(tfm__attn_args a, const float *q, const float *k, const float *v, const float *lse, const int32_t *lens, const float *mask, const float *Dr,
                                       float *dq, int lddq, const float *dout, int lddo) {
     TFM__SHARED_DYN(float, sm);
-    int i = (int)blockIdx.x, bh = (int)blockIdx.y, b = bh / a.H, h = bh % a.H, D = a.D, t = (int)threadIdx.x, n, j0, d;
+    int i = (int)(blockIdx.x % (unsigned)a.Tq), bh = (int)(blockIdx.x / (unsigned)a.Tq), b = bh / a.H, h = bh % a.H, D = a.D;
+    int t = (int)threadIdx.x, n, j0, d;
     float *sq = sm, *sdo = sm + D, *acc = sm + 2 * D, *sds = sm + 3 * D, L;
     const float *kh = k + (int64_t)b * a.Tk * a.ldk + h * D, *vh = v + (int64_t)b * a.Tk * a.ldv + h * D;
     tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
@@ -3773,7 +3775,8 @@ static __global__ void tfm__k_attn_dkv(tfm__attn_args a, const float *q, const f
                                        const int32_t *lens, const float *mask, const float *Dr, float *dk, int lddk,
                                        float *dv, int lddv, const float *dout, int lddo) {
     TFM__SHARED_DYN(float, sm);
-    int j = (int)blockIdx.x, bh = (int)blockIdx.y, b = bh / a.H, h = bh % a.H, D = a.D, t = (int)threadIdx.x, i0, d;
+    int j = (int)(blockIdx.x % (unsigned)a.Tk), bh = (int)(blockIdx.x / (unsigned)a.Tk), b = bh / a.H, h = bh % a.H, D = a.D;
+    int t = (int)threadIdx.x, i0, d;
     float *sk = sm, *sv = sm + D, *adk = sm + 2 * D, *adv = sm + 3 * D, *spd = sm + 4 * D, *sds = spd + blockDim.x;
     const float *qh = q + (int64_t)b * a.Tq * a.ldq + h * D, *doh = dout + (int64_t)b * a.Tq * lddo + h * D;
     tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
@@ -3822,6 +3825,10 @@ static void tfm__zero_cuda(float *x, int64_t n) {
    a kernel on device memory. */
 static void tfm__copy_rows_cuda(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n, int64_t C, int add) {
     if (n <= 0 || C <= 0) return;
+    if (!add && lds == C && ldd == C) {
+        (void)tfm__cuda_ok(cudaMemcpyAsync(dst, src, (size_t)(n * C) * sizeof(float), cudaMemcpyDefault, 0), "cudaMemcpyAsync");
+        return;
+    }
     if (!add && lds >= C && ldd >= C) {
         (void)tfm__cuda_ok(cudaMemcpy2DAsync(dst, (size_t)ldd * sizeof(float), src, (size_t)lds * sizeof(float),
                                              (size_t)C * sizeof(float), (size_t)n, cudaMemcpyDefault, 0),
@@ -4043,7 +4050,7 @@ static int tfm__cu_attn_stage(const tfm__attn_args *a, tfm__cu_attn_io *io, size
 
 static int tfm__attention_forward_cuda(const tfm__attn_args *a) {
     tfm__cu_attn_io io;
-    dim3 grid((unsigned)a->Tq, (unsigned)(a->B * a->H));
+    unsigned grid = (unsigned)a->Tq * (unsigned)(a->B * a->H); /* block: query row i of batch-head bh at bh * Tq + i */
     if (a->Tq <= 0 || a->B * a->H <= 0 || !tfm__cu_attn_stage(a, &io, 0)) return 1;
     TFM__LAUNCH(tfm__k_attn_fwd, grid, TFM__CU_ATT, (2 * (size_t)a->D + TFM__CU_ATT) * sizeof(float), *a, a->q, a->k, a->v,
                 a->out, a->lse, io.lens, io.rows, io.qoff, io.mask);
@@ -4059,13 +4066,13 @@ static int tfm__attention_backward_cuda(const tfm__attn_args *a, float *dq, int 
     TFM__LAUNCH(tfm__k_attn_dr, tfm__cu_grid(nrow), TFM__CU_THREADS, 0, io.Dr, *a, a->out, dout, lddo);
     TFM__CU_LAUNCHED("tfm__k_attn_dr");
     if (dq) {
-        dim3 grid((unsigned)a->Tq, (unsigned)(a->B * a->H));
+        unsigned grid = (unsigned)a->Tq * (unsigned)(a->B * a->H);
         TFM__LAUNCH(tfm__k_attn_dq, grid, TFM__CU_ATT, (3 * (size_t)a->D + TFM__CU_ATT) * sizeof(float), *a, a->q, a->k,
                     a->v, a->lse, io.lens, io.mask, io.Dr, dq, lddq, dout, lddo);
         TFM__CU_LAUNCHED("tfm__k_attn_dq");
     }
     if (dk || dv) {
-        dim3 grid((unsigned)a->Tk, (unsigned)(a->B * a->H));
+        unsigned grid = (unsigned)a->Tk * (unsigned)(a->B * a->H); /* key row j of batch-head bh at bh * Tk + j */
         TFM__LAUNCH(tfm__k_attn_dkv, grid, TFM__CU_ATT, (4 * (size_t)a->D + 2 * TFM__CU_ATT) * sizeof(float), *a, a->q,
                     a->k, a->v, a->lse, io.lens, io.mask, io.Dr, dk, lddk, dv, lddv, dout, lddo);
         TFM__CU_LAUNCHED("tfm__k_attn_dkv");
@@ -6395,7 +6402,7 @@ TFMDEF tfm_result tfm_model_to_device(tfm_model *m, tfm_device device) {
     tfm_config c;
     tfm_model n;
     tfm__model_impl *a, *b;
-    int64_t nf = 0;
+    int64_t nf;
     tfm_result r;
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     if (device != TFM_DEVICE_CPU && device != TFM_DEVICE_CUDA)
@@ -6406,7 +6413,8 @@ TFMDEF tfm_result tfm_model_to_device(tfm_model *m, tfm_device device) {
     if ((r = tfm_model_init(&n, &c, NULL, 0)) != TFM_OK) return tfm__fail(r, "%s: %s", fn, tfm_last_error());
     a = m->impl;
     b = n.impl;
-    tfm__op_transfer(device, tfm_model_flat(&n, 0, &nf), a->device, tfm_model_flat(m, 0, NULL), nf);
+    nf = (int64_t)(a->n_param_bytes / sizeof(float));
+    tfm__op_transfer(device, tfm_model_flat(&n, 0, NULL), a->device, tfm_model_flat(m, 0, NULL), nf);
     if (a->has_grad) {
         int64_t nm = a->mom_hi - a->mom_lo;
         tfm__op_transfer(device, tfm_model_flat(&n, 1, NULL), a->device, tfm_model_flat(m, 1, NULL), nf);
@@ -6932,7 +6940,8 @@ static tfm_result tfm__adamw_step(const char *fn, const tfm_adamw_param *ps, int
                              tfm__shp(&p->value), tfm__shp(&p->grad), tfm__shp(&p->m), tfm__shp(&p->v));
     }
     TFM__TRY(tfm__optim_resolve(fn, opt, step, &o));
-    return tfm__adamw_apply(fn, &o, ps, n, step, tfm__adamw_sumsq(ps, n), grad_norm);
+    TFM__TRY(tfm__adamw_apply(fn, &o, ps, n, step, tfm__adamw_sumsq(ps, n), grad_norm));
+    return tfm__cuda_check(fn);
 }
 
 TFMDEF tfm_result tfm_adamw_step(const tfm_adamw_param *ps, int n, const tfm_optim *opt, int64_t step,
@@ -7027,7 +7036,8 @@ TFMDEF void tfm_kv_cache_reset(tfm_kv_cache *c) {
     }
 }
 
-TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int n) {
+/* tfm_kv_cache_reorder, leaving a CUDA failure for the caller's check (generation's calls). */
+static tfm_result tfm__kv_reorder(tfm_kv_cache *c, const int32_t *from, int n) {
     const char *fn = "tfm_kv_cache_reorder";
     int32_t *old_slot, *old_lens, *old_src_lens, *used;
     int i, j, L, free_slot = 0;
@@ -7078,6 +7088,11 @@ TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int
         c->src_lens[i] = i < n ? old_src_lens[from[i]] : 0;
     }
     return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_kv_cache_reorder(tfm_kv_cache *c, const int32_t *from, int n) {
+    TFM__TRY(tfm__kv_reorder(c, from, n));
+    return tfm__cuda_check("tfm_kv_cache_reorder");
 }
 
 /* Rows r0.. of a cache as a cache of their own, over the same memory: the rows one decoding call takes. */
@@ -7409,7 +7424,7 @@ static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32
             act[nn++] = b;
         }
         if (nn == 0) break;
-        if (dropped) tfm_kv_cache_reorder(&kc, from, nn); /* the rows that go on, in place */
+        if (dropped) tfm__kv_reorder(&kc, from, nn); /* the rows that go on, in place */
         nact = nn;
         tfm__decode(m, &kc, tok, nact, 1, memory, S);
     }
@@ -7640,7 +7655,7 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
         new_tok = sw;
         memcpy(live_score, new_score, (size_t)n_new * sizeof(double));
         n_live = n_new;
-        tfm_kv_cache_reorder(&kc, from, n_live); /* in place: only rows taken twice are copied */
+        tfm__kv_reorder(&kc, from, n_live); /* in place: only rows taken twice are copied */
         tfm__decode_into(m, &kc, next, n_live, 1, NULL, memory, S, dlog);
         tfm__op_transfer(TFM_DEVICE_CPU, logits, m->impl->device, dlog, (int64_t)n_live * V);
     }
