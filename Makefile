@@ -375,8 +375,15 @@ $(BUILD)/test_cuda_emu: $(EMU_DEPS)
 	$(CXX) $(EMU_FLAGS) -x c++ -o $@ $(CUDA_SRC) -lm
 $(BUILD)/test_cuda_emu_asan: $(EMU_DEPS)
 	$(CXX) $(EMU_FLAGS) $(EMU_ASAN) -x c++ -o $@ $(CUDA_SRC) -lm
-test-cuda-emu: $(BUILD)/test_cuda_emu_self $(BUILD)/test_cuda_emu $(BUILD)/test_cuda_emu_asan
+# The GPU bench as a user's program: bench/bench_gpu.c plain C, bench/tfm_cuda.cu the one CUDA file (here
+# built by g++ against the emulation); a smoke run of its tiny config keeps the pair building and linking.
+$(BUILD)/bench_gpu_emu: bench/bench_gpu.c bench/tfm_cuda.cu tests/cuda_emu.h $(HEADER) $(BUILD)/.flags-emu
+	$(CXX) $(EMU_FLAGS) -x c++ -c -o $(BUILD)/tfm_cuda_emu.o bench/tfm_cuda.cu
+	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -pedantic -c -o $(BUILD)/bench_gpu_emu.o bench/bench_gpu.c
+	$(CXX) -fopenmp -o $@ $(BUILD)/bench_gpu_emu.o $(BUILD)/tfm_cuda_emu.o -lm
+test-cuda-emu: $(BUILD)/test_cuda_emu_self $(BUILD)/test_cuda_emu $(BUILD)/test_cuda_emu_asan $(BUILD)/bench_gpu_emu
 	./$(BUILD)/test_cuda_emu_self
+	./$(BUILD)/bench_gpu_emu --quick --tf32 gpu-emu-tiny
 	./$(BUILD)/test_cuda_emu
 	ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    ./$(BUILD)/test_cuda_emu_asan --small

@@ -3368,16 +3368,6 @@ static void tfm__cuda_copy(void *dst, const void *src, size_t n) {
     if (n && dst != src) (void)tfm__cuda_ok(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy");
 }
 
-static int tfm__cuda_is_device(const void *p) {
-    cudaPointerAttributes at;
-    memset(&at, 0, sizeof at);
-    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged;
-}
-
 /* -- kernels -- */
 
 #define TFM__CU_THREADS 256
@@ -5122,11 +5112,11 @@ TFMDEF tfm_result tfm_mha_init_params(tfm_mha *m, tfm_rng *rng) {
         return tfm__fail(TFM_E_ARG, "tfm_mha_init_params: the layer has no memory (run tfm_mha_init after tfm_mem_alloc)");
     C = (float)m->desc.d_model;
     /* xavier_uniform over (3C, C): bound sqrt(6 / (fan_in + fan_out)) */
-    tfm_fill_uniform(&m->in_proj_weight, rng, -sqrtf(6.0f / (4.0f * C)), sqrtf(6.0f / (4.0f * C)));
+    TFM__TRY(tfm_fill_uniform(&m->in_proj_weight, rng, -sqrtf(6.0f / (4.0f * C)), sqrtf(6.0f / (4.0f * C))));
     /* nn.Linear's kaiming_uniform(a=sqrt(5)) is U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
-    tfm_fill_uniform(&m->out_proj_weight, rng, -1.0f / sqrtf(C), 1.0f / sqrtf(C));
-    if (m->in_proj_bias.data) tfm_fill(&m->in_proj_bias, 0.0f);
-    if (m->out_proj_bias.data) tfm_fill(&m->out_proj_bias, 0.0f);
+    TFM__TRY(tfm_fill_uniform(&m->out_proj_weight, rng, -1.0f / sqrtf(C), 1.0f / sqrtf(C)));
+    if (m->in_proj_bias.data) TFM__TRY(tfm_fill(&m->in_proj_bias, 0.0f));
+    if (m->out_proj_bias.data) TFM__TRY(tfm_fill(&m->out_proj_bias, 0.0f));
     return TFM_OK;
 }
 
@@ -5373,18 +5363,20 @@ static void tfm__layernorm_carve(tfm_layernorm *ln, int64_t C, int bias, size_t 
     ln->max_rows = (int64_t)rows;
 }
 
-static void tfm__layernorm_reset(tfm_layernorm *ln) {
-    if (ln->weight.data) tfm_fill(&ln->weight, 1.0f);
-    if (ln->bias.data) tfm_fill(&ln->bias, 0.0f);
+static tfm_result tfm__layernorm_reset(tfm_layernorm *ln) {
+    if (ln->weight.data) TFM__TRY(tfm_fill(&ln->weight, 1.0f));
+    if (ln->bias.data) TFM__TRY(tfm_fill(&ln->bias, 0.0f));
+    return TFM_OK;
 }
 
 /* nn.Linear's default: U(+-1/sqrt(fan_in)) for weight and bias */
-static void tfm__linear_reset(tfm_linear *l, tfm_rng *rng) {
+static tfm_result tfm__linear_reset(tfm_linear *l, tfm_rng *rng) {
     float bound;
-    if (!l->weight.data) return;
+    if (!l->weight.data) return TFM_OK;
     bound = 1.0f / sqrtf((float)l->weight.shape[1]);
-    tfm_fill_uniform(&l->weight, rng, -bound, bound);
-    if (l->bias.data) tfm_fill_uniform(&l->bias, rng, -bound, bound);
+    TFM__TRY(tfm_fill_uniform(&l->weight, rng, -bound, bound));
+    if (l->bias.data) TFM__TRY(tfm_fill_uniform(&l->bias, rng, -bound, bound));
+    return TFM_OK;
 }
 
 TFMDEF void tfm_mem_zero_grad(tfm_mem *m) {
@@ -5406,8 +5398,7 @@ TFMDEF tfm_result tfm_linear_init(tfm_linear *l, int in_features, int out_featur
 TFMDEF tfm_result tfm_linear_init_params(tfm_linear *l, tfm_rng *rng) {
     if (!l || !rng || !l->weight.data)
         return tfm__fail(TFM_E_ARG, "tfm_linear_init_params: layer or rng is NULL, or the layer has no memory");
-    tfm__linear_reset(l, rng);
-    return TFM_OK;
+    return tfm__linear_reset(l, rng);
 }
 
 TFMDEF tfm_result tfm_linear_layer_forward(const tfm_linear *l, tfm_tensor *y, const tfm_tensor *x) {
@@ -5434,8 +5425,7 @@ TFMDEF tfm_result tfm_layernorm_init(tfm_layernorm *ln, int C, int no_bias, floa
 
 TFMDEF tfm_result tfm_layernorm_init_params(tfm_layernorm *ln) {
     if (!ln || !ln->weight.data) return tfm__fail(TFM_E_ARG, "tfm_layernorm_init_params: layer is NULL or has no memory");
-    tfm__layernorm_reset(ln);
-    return TFM_OK;
+    return tfm__layernorm_reset(ln);
 }
 
 TFMDEF tfm_result tfm_layernorm_layer_forward(tfm_layernorm *ln, tfm_tensor *y, const tfm_tensor *x) {
@@ -5556,11 +5546,11 @@ TFMDEF tfm_result tfm_block_init_params(tfm_block *blk, tfm_rng *rng) {
     if (!blk || !rng) return tfm__fail(TFM_E_ARG, "tfm_block_init_params: block or rng is NULL");
     if (!blk->linear1.weight.data)
         return tfm__fail(TFM_E_ARG, "tfm_block_init_params: the block has no memory (run tfm_block_init after tfm_mem_alloc)");
-    tfm_mha_init_params(&blk->self_attn, rng);
-    if (blk->desc.cross) tfm_mha_init_params(&blk->cross_attn, rng);
-    tfm__linear_reset(&blk->linear1, rng);
-    tfm__linear_reset(&blk->linear2, rng);
-    for (s = 0; s < blk->n_sub; s++) tfm__layernorm_reset(&blk->norm[s]);
+    TFM__TRY(tfm_mha_init_params(&blk->self_attn, rng));
+    if (blk->desc.cross) TFM__TRY(tfm_mha_init_params(&blk->cross_attn, rng));
+    TFM__TRY(tfm__linear_reset(&blk->linear1, rng));
+    TFM__TRY(tfm__linear_reset(&blk->linear2, rng));
+    for (s = 0; s < blk->n_sub; s++) TFM__TRY(tfm__layernorm_reset(&blk->norm[s]));
     return TFM_OK;
 }
 

@@ -1,0 +1,487 @@
+/* bench/bench_gpu.c - transformer.h on an NVIDIA GPU: training step and batched generation of the
+   decoder-only LMs of bench/bench.c, next to PyTorch on the same GPU (bench/torch_gpu.py).
+
+   This file is plain C99 and includes transformer.h without its implementation: the implementation
+   is bench/tfm_cuda.cu, the one .cu file of the program, built by nvcc with TFM_CUDA. That is what a
+   user's program looks like (tools/gpu_check.sh builds it so):
+       nvcc -O2 -arch=sm_90 -Xcompiler -fopenmp -c bench/tfm_cuda.cu -o build/tfm_cuda.o
+       cc -std=c99 -O2 -c bench/bench_gpu.c -o build/bench_gpu.o
+       nvcc -arch=sm_90 -Xcompiler -fopenmp -o build/bench_gpu build/bench_gpu.o build/tfm_cuda.o -lcublas -lm
+   Under the CPU emulation of CUDA (no GPU; a smoke run of this program with gpu-emu-tiny):
+       g++ -std=c++17 -O1 -x c++ -DTFM_CUDA -DTFM_CUDA_EMULATION -fopenmp -c bench/tfm_cuda.cu -o build/tfm_cuda_emu.o
+       cc -std=c99 -O2 -c bench/bench_gpu.c -o build/bench_gpu.o
+       g++ -fopenmp -o build/bench_gpu_emu build/bench_gpu.o build/tfm_cuda_emu.o -lm
+       build/bench_gpu_emu --quick gpu-emu-tiny
+
+   Usage: bench_gpu [--quick] [--tf32] [--no-train] [--no-gen] [--no-check] [--budget SECONDS] [CONFIG...]
+          bench_gpu --list
+   CONFIG defaults to $CONFIGS (names separated by spaces or commas), else char-gpt-tiny gpt-small
+   gpt2-124M-shape. QUICK=1 in the environment is --quick: few steps, numbers not meant to be read.
+
+   For each config, on the GPU (cfg.device = TFM_DEVICE_CUDA), TF32 off unless said otherwise:
+     check  the same weights on both devices: an inference_only model built on the CPU gives its loss on
+            the benchmark batch there, then moves to the GPU (tfm_model_to_device) and gives it again.
+     train  zero_grad + forward with loss + backward + AdamW step (lr 1e-4, weight decay 0.01) on a
+            random batch (ids from seed 42, model from seed 1234, dropout 0: bench.c's conventions);
+            warm-up steps, then timed steps (up to the config's count, or fewer when the time budget
+            of the measurement is spent; at least 3), tfm_cuda_synchronize before each timer read. The
+            median is step_ms. With --tf32, the same again with tfm_cuda_set_tf32(1): tf32=1.
+     gen    greedy tfm_model_generate_batch of GEN_NEW new tokens from 1-token prompts (ids from seed
+            42) at batch 1, 8 and 32, on an inference_only model with max_batch 32: one untimed run,
+            then up to gen_reps timed runs (the budget again); tok_s = batch * GEN_NEW / median time.
+   Lines (one per measurement; a script reads the key=value pairs):
+       INFO impl=ours device="..." transformer.h=X.Y.Z
+       RESULT impl=ours device=cuda mode=check name=... loss_cpu=... loss_gpu=... rel_err=... ok=yes|NO
+       RESULT impl=ours device=cuda mode=train name=... tf32=0|1 params=... batch=... seq=... step_ms=...
+              step_min_ms=... tok_s=... gflop_step=... tflops=... loss0=... loss=... steps=... first_step_ms=...
+              model_mb=...   (loss0: the first step's loss, the check's loss_cpu when the GPU model starts from
+              the same weights; loss: the last step's; model_mb: tfm_model_memory_size, the model's one block,
+              which the GPU holds a twin of)
+       RESULT impl=ours device=cuda mode=gen name=... tf32=0 batch=... new=... tok_s=... ms_tok=... reps=...
+   then a table of the same numbers. tokens per step: batch * seq. FLOPs per step: bench.c's model_flops
+   for an LM (bench/README.md): 6*B*T*(L*(4C^2 + 2CF) + V*C) + 12*B*L*T^2*C. Exit status 0 when every
+   measurement ran and every check agreed, 1 otherwise, 2 for bad arguments, 3 without a CUDA device. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c99 */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../transformer.h"
+
+/* The three LM rows of bench/bench.c's CONFIGS (same shapes; keep them in sync by hand), with step
+   counts for a GPU, and gpu-emu-tiny: a model small enough for the CPU emulation of CUDA, for a smoke
+   run only (never part of the default list). */
+typedef struct gpu_cfg {
+    const char *name;
+    int d_model, n_layers, n_heads, T, B, V; /* d_ff = 4 * d_model */
+    int warmup, steps, gen_reps;
+    int is_default;
+} gpu_cfg;
+
+static const gpu_cfg CONFIGS[] = {
+    /* name              C    L   H   T    B   V      warm-up steps gen_reps default */
+    {"char-gpt-tiny",    128, 4,  4,  128, 16, 96,    5,      30,   3,       1},
+    {"gpt-small",        384, 6,  6,  256, 8,  8192,  5,      30,   3,       1},
+    {"gpt2-124M-shape",  768, 12, 12, 128, 2,  50257, 5,      30,   3,       1},
+    {"gpu-emu-tiny",     32,  2,  2,  16,  2,  64,    1,      3,    1,       0},
+};
+#define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
+#define GEN_NEW 127 /* as bench.c; fewer when the model's length is shorter (1 + new <= T) */
+#define MAX_STEPS 1000
+
+static int g_quick = 0;
+static double g_budget = 8.0; /* seconds of timed runs per measurement (training, one generation batch) */
+static int g_failed = 0;
+static char g_device[256] = "?";
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* Median of v[0..n) (sorts v). */
+static double median(double *v, int n) {
+    if (n <= 0) return -1.0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "bench_gpu: out of memory (%lu bytes)\n", (unsigned long)n);
+        exit(1);
+    }
+    return p;
+}
+
+/* Report a failed call; the caller skips the rest of that measurement. */
+static int fail(const char *name, const char *what, tfm_result r) {
+    fprintf(stderr, "bench_gpu: %s: %s failed: %s: %s\n", name, what, tfm_result_string(r), tfm_last_error());
+    printf("FAIL impl=ours name=%s call=%s result=%d\n", name, what, (int)r);
+    fflush(stdout);
+    g_failed = 1;
+    return 1;
+}
+
+/* Wait for the GPU; a failure here is a failure of the work queued before it. */
+static int sync_gpu(const char *name) {
+    tfm_result r = tfm_cuda_synchronize();
+    return r == TFM_OK ? 0 : fail(name, "tfm_cuda_synchronize", r);
+}
+
+static const gpu_cfg *find_config(const char *name) {
+    int i;
+    for (i = 0; i < N_CONFIGS; i++)
+        if (strcmp(CONFIGS[i].name, name) == 0) return &CONFIGS[i];
+    return NULL;
+}
+
+/* bench.c's model_flops for a decoder-only LM. */
+static double model_flops(const gpu_cfg *b) {
+    double B = b->B, C = b->d_model, F = 4.0 * b->d_model, L = b->n_layers, T = b->T;
+    double Wenc = 4.0 * C * C + 2.0 * C * F;
+    return 6.0 * B * T * (L * Wenc + (double)b->V * C) + 12.0 * B * L * T * T * C;
+}
+
+/* bench.c's make_config for an LM: pre-LN, GELU (tanh), learned positions, tied output, dropout 0. */
+static tfm_config make_config(const gpu_cfg *b, tfm_device dev) {
+    tfm_config c;
+    memset(&c, 0, sizeof c);
+    c.kind = TFM_MODEL_DECODER_LM;
+    c.vocab_size = b->V;
+    c.d_model = b->d_model;
+    c.n_heads = b->n_heads;
+    c.n_layers = b->n_layers;
+    c.max_len = b->T;
+    c.max_batch = b->B;
+    c.pos = TFM_POS_LEARNED;
+    c.seed = 1234;
+    c.norm_first = 1;
+    c.act = TFM_ACT_GELU_TANH;
+    c.tie_output = 1;
+    c.device = dev;
+    return c;
+}
+
+/* The benchmark batch: B full rows of T random ids and targets, from seed 42 (bench.c's data_make). */
+typedef struct gpu_data {
+    int32_t *tokens, *targets;
+    tfm_batch batch;
+    tfm_optim opt;
+} gpu_data;
+
+static void data_make(const gpu_cfg *b, gpu_data *d) {
+    size_t n = (size_t)b->B * (size_t)b->T, i;
+    tfm_rng rng;
+    memset(d, 0, sizeof *d);
+    tfm_rng_seed(&rng, 42);
+    d->tokens = (int32_t *)xmalloc(n * sizeof(int32_t));
+    d->targets = (int32_t *)xmalloc(n * sizeof(int32_t));
+    for (i = 0; i < n; i++) d->tokens[i] = (int32_t)(tfm_rng_u64(&rng) % (uint64_t)b->V);
+    for (i = 0; i < n; i++) d->targets[i] = (int32_t)(tfm_rng_u64(&rng) % (uint64_t)b->V);
+    d->batch.batch = b->B;
+    d->batch.len = b->T;
+    d->batch.tokens = d->tokens;
+    d->batch.targets = d->targets;
+    d->opt.lr = 1e-4f;
+    d->opt.weight_decay = 0.01f;
+}
+
+static void data_free(gpu_data *d) {
+    free(d->tokens);
+    free(d->targets);
+}
+
+/* ---- check: the same weights give the same loss on the CPU and on the GPU ------------------------ */
+
+static void run_check(const gpu_cfg *b, const gpu_data *d) {
+    tfm_config cfg = make_config(b, TFM_DEVICE_CPU);
+    tfm_model m;
+    tfm_result r;
+    float loss_cpu = 0.0f, loss_gpu = 0.0f;
+    double rel;
+    int ok;
+    cfg.inference_only = 1;
+    if ((r = tfm_model_init(&m, &cfg, NULL, 0)) != TFM_OK) {
+        fail(b->name, "tfm_model_init (check, CPU)", r);
+        return;
+    }
+    if ((r = tfm_model_forward(&m, &d->batch, &loss_cpu, NULL)) != TFM_OK) {
+        fail(b->name, "tfm_model_forward (check, CPU)", r);
+    } else if ((r = tfm_model_to_device(&m, TFM_DEVICE_CUDA)) != TFM_OK) {
+        fail(b->name, "tfm_model_to_device (check)", r);
+    } else if ((r = tfm_model_forward(&m, &d->batch, &loss_gpu, NULL)) != TFM_OK) {
+        fail(b->name, "tfm_model_forward (check, GPU)", r);
+    } else {
+        rel = fabs((double)loss_gpu - (double)loss_cpu) / fmax(fabs((double)loss_cpu), 1e-12);
+        ok = isfinite(loss_gpu) && rel < 1e-4;
+        if (!ok) g_failed = 1;
+        printf("RESULT impl=ours device=cuda mode=check name=%s loss_cpu=%.6f loss_gpu=%.6f rel_err=%.3g ok=%s\n",
+               b->name, (double)loss_cpu, (double)loss_gpu, rel, ok ? "yes" : "NO");
+        fflush(stdout);
+    }
+    tfm_model_free(&m);
+}
+
+/* ---- train --------------------------------------------------------------------------------------- */
+
+/* One timed training step: seconds from a synchronized start to a synchronized end; < 0 on failure. */
+static double train_step(tfm_model *m, const gpu_data *d, float *loss, const char *name) {
+    double t0;
+    tfm_result r;
+    if (sync_gpu(name)) return -1.0;
+    t0 = now_s();
+    tfm_model_zero_grad(m);
+    if ((r = tfm_model_forward(m, &d->batch, loss, NULL)) != TFM_OK) {
+        fail(name, "tfm_model_forward", r);
+        return -1.0;
+    }
+    if ((r = tfm_model_backward(m, 1.0f)) != TFM_OK) {
+        fail(name, "tfm_model_backward", r);
+        return -1.0;
+    }
+    if ((r = tfm_model_step(m, &d->opt, NULL)) != TFM_OK) {
+        fail(name, "tfm_model_step", r);
+        return -1.0;
+    }
+    if (sync_gpu(name)) return -1.0;
+    return now_s() - t0;
+}
+
+typedef struct row {
+    char name[32];
+    int mode; /* 0 train, 1 gen */
+    int tf32, batch;
+    double ms, tok_s, tflops;
+} row;
+
+static row g_rows[64];
+static int g_nrows = 0;
+
+static void add_row(const char *name, int mode, int tf32, int batch, double ms, double tok_s, double tflops) {
+    row *r;
+    if (g_nrows >= (int)(sizeof g_rows / sizeof g_rows[0])) return;
+    r = &g_rows[g_nrows++];
+    strncpy(r->name, name, sizeof r->name - 1);
+    r->name[sizeof r->name - 1] = '\0';
+    r->mode = mode, r->tf32 = tf32, r->batch = batch, r->ms = ms, r->tok_s = tok_s, r->tflops = tflops;
+}
+
+static void run_train(const gpu_cfg *b, const gpu_data *d, int tf32) {
+    tfm_config cfg = make_config(b, TFM_DEVICE_CUDA);
+    tfm_model m;
+    tfm_result r;
+    double times[MAX_STEPS], first, spent = 0.0, step_ms, step_min_ms, flops = model_flops(b), t0;
+    int warmup = g_quick ? 1 : b->warmup, steps = g_quick ? 3 : b->steps, n = 0, i;
+    float loss = 0.0f, loss0 = 0.0f;
+    size_t bytes = 0;
+    if ((r = tfm_cuda_set_tf32(tf32)) != TFM_OK) {
+        fail(b->name, tf32 ? "tfm_cuda_set_tf32(1)" : "tfm_cuda_set_tf32(0)", r);
+        return;
+    }
+    if ((r = tfm_model_memory_size(&cfg, &bytes)) != TFM_OK) {
+        fail(b->name, "tfm_model_memory_size", r);
+        return;
+    }
+    t0 = now_s();
+    if ((r = tfm_model_init(&m, &cfg, NULL, 0)) != TFM_OK) {
+        fail(b->name, "tfm_model_init (train)", r);
+        return;
+    }
+    if (sync_gpu(b->name)) goto done;
+    printf("MODEL impl=ours device=cuda name=%s tf32=%d params=%lld init_ms=%.1f\n", b->name, tf32,
+           (long long)m.n_weights, 1e3 * (now_s() - t0));
+    fflush(stdout);
+    tfm_model_train(&m, 1);
+    if ((first = train_step(&m, d, &loss, b->name)) < 0) goto done;
+    loss0 = loss;
+    for (i = 1; i < warmup; i++)
+        if (train_step(&m, d, &loss, b->name) < 0) goto done;
+    if (steps > MAX_STEPS) steps = MAX_STEPS;
+    while (n < steps && (n < 3 || spent < g_budget)) {
+        double dt = train_step(&m, d, &loss, b->name);
+        if (dt < 0) goto done;
+        times[n++] = dt;
+        spent += dt;
+    }
+    if (!isfinite(loss)) {
+        fprintf(stderr, "bench_gpu: %s: the loss is not finite (%g)\n", b->name, (double)loss);
+        printf("FAIL impl=ours name=%s call=train reason=loss_not_finite\n", b->name);
+        g_failed = 1;
+        goto done;
+    }
+    step_ms = 1e3 * median(times, n); /* sorted now */
+    step_min_ms = 1e3 * times[0];
+    printf("RESULT impl=ours device=cuda mode=train name=%s tf32=%d params=%lld batch=%d seq=%d step_ms=%.3f "
+           "step_min_ms=%.3f tok_s=%.1f gflop_step=%.4f tflops=%.3f loss0=%.6f loss=%.5f steps=%d first_step_ms=%.1f "
+           "model_mb=%.1f\n",
+           b->name, tf32, (long long)m.n_weights, b->B, b->T, step_ms, step_min_ms,
+           (double)b->B * b->T / (step_ms * 1e-3), flops * 1e-9, flops * 1e-12 / (step_ms * 1e-3), (double)loss0,
+           (double)loss, n, 1e3 * first, bytes / 1e6);
+    fflush(stdout);
+    add_row(b->name, 0, tf32, b->B, step_ms, (double)b->B * b->T / (step_ms * 1e-3), flops * 1e-12 / (step_ms * 1e-3));
+done:
+    tfm_model_free(&m);
+    tfm_cuda_set_tf32(0);
+}
+
+/* ---- gen ----------------------------------------------------------------------------------------- */
+
+static void run_gen(const gpu_cfg *b) {
+    static const int batches[3] = {1, 8, 32};
+    tfm_config cfg = make_config(b, TFM_DEVICE_CUDA);
+    tfm_model m;
+    tfm_result r;
+    int32_t prompts[32], *out;
+    const int32_t *pp[32];
+    int n_prompts[32], n_out[32], n_new = GEN_NEW < b->T - 1 ? GEN_NEW : b->T - 1;
+    int reps = g_quick ? 1 : b->gen_reps, bi, i;
+    double t[16];
+    tfm_rng rng;
+    cfg.max_batch = 32;
+    cfg.inference_only = 1;
+    if ((r = tfm_model_init(&m, &cfg, NULL, 0)) != TFM_OK) {
+        fail(b->name, "tfm_model_init (gen)", r);
+        return;
+    }
+    out = (int32_t *)xmalloc((size_t)32 * (size_t)n_new * sizeof(int32_t));
+    tfm_rng_seed(&rng, 42);
+    for (i = 0; i < 32; i++) {
+        prompts[i] = (int32_t)(tfm_rng_u64(&rng) % (uint64_t)b->V);
+        pp[i] = &prompts[i];
+        n_prompts[i] = 1;
+    }
+    if (reps > 16) reps = 16;
+    for (bi = 0; bi < 3; bi++) {
+        int B = batches[bi], n = 0, k;
+        double spent = 0.0, ms_tok;
+        tfm_gen_opts go;
+        memset(&go, 0, sizeof go);
+        go.max_new = n_new;
+        for (k = -1; k < reps && (k < 1 || spent < g_budget); k++) { /* one untimed run first */
+            double t0;
+            if (sync_gpu(b->name)) goto done;
+            t0 = now_s();
+            if ((r = tfm_model_generate_batch(&m, B, NULL, NULL, pp, n_prompts, &go, out, n_new, n_out)) != TFM_OK) {
+                fail(b->name, "tfm_model_generate_batch", r);
+                goto done;
+            }
+            if (sync_gpu(b->name)) goto done;
+            if (k >= 0) {
+                t[n++] = now_s() - t0;
+                spent += t[n - 1];
+            }
+            for (i = 0; i < B; i++)
+                if (n_out[i] != n_new || out[(size_t)i * n_new] < 0 || out[(size_t)i * n_new] >= b->V) {
+                    fprintf(stderr, "bench_gpu: %s: batch %d row %d gave %d tokens (want %d), first id %d\n", b->name,
+                            B, i, n_out[i], n_new, (int)out[(size_t)i * n_new]);
+                    printf("FAIL impl=ours name=%s call=generate batch=%d reason=bad_output\n", b->name, B);
+                    g_failed = 1;
+                    goto done;
+                }
+        }
+        ms_tok = 1e3 * median(t, n) / n_new;
+        printf("RESULT impl=ours device=cuda mode=gen name=%s tf32=0 batch=%d new=%d tok_s=%.1f ms_tok=%.4f reps=%d\n",
+               b->name, B, n_new, B * 1e3 / ms_tok, ms_tok, n);
+        fflush(stdout);
+        add_row(b->name, 1, 0, B, ms_tok, B * 1e3 / ms_tok, -1.0);
+    }
+done:
+    free(out);
+    tfm_model_free(&m);
+}
+
+/* ---- main ---------------------------------------------------------------------------------------- */
+
+static void print_table(void) {
+    int i;
+    if (!g_nrows) return;
+    printf("\n== transformer.h on %s (fp32; tf32=1: TF32 tensor-core products)\n", g_device);
+    printf("%-18s %-6s %4s %5s %12s %12s %8s\n", "config", "mode", "tf32", "batch", "ms", "tokens/s", "TFLOP/s");
+    for (i = 0; i < g_nrows; i++) {
+        const row *r = &g_rows[i];
+        char tf[16] = "-";
+        if (r->tflops >= 0) sprintf(tf, "%.2f", r->tflops);
+        printf("%-18s %-6s %4d %5d %12.3f %12.0f %8s\n", r->name, r->mode ? "gen" : "train", r->tf32, r->batch, r->ms,
+               r->tok_s, tf);
+    }
+    printf("ms: train = median step (zero_grad, forward, backward, AdamW); gen = ms per new token of the whole batch\n");
+}
+
+static void usage(FILE *f) {
+    int i;
+    fprintf(f, "usage: bench_gpu [--quick] [--tf32] [--no-train] [--no-gen] [--no-check] [--budget SECONDS] [CONFIG...]\n"
+               "       bench_gpu --list\n"
+               "CONFIG defaults to $CONFIGS, else the default configs. QUICK=1: --quick. configs:");
+    for (i = 0; i < N_CONFIGS; i++) fprintf(f, " %s%s", CONFIGS[i].name, CONFIGS[i].is_default ? "" : "(smoke)");
+    fprintf(f, "\n");
+}
+
+int main(int argc, char **argv) {
+    const gpu_cfg *sel[64];
+    int n_sel = 0, do_train = 1, do_gen = 1, do_check = 1, do_tf32 = 0, i;
+    const char *q = getenv("QUICK"), *env_cfgs = getenv("CONFIGS"), *bud = getenv("BENCH_GPU_BUDGET");
+    char cfgbuf[1024];
+    tfm_result r;
+    g_quick = q && *q && strcmp(q, "0") != 0;
+    if (bud && *bud) g_budget = atof(bud);
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--quick") == 0) g_quick = 1;
+        else if (strcmp(a, "--tf32") == 0) do_tf32 = 1;
+        else if (strcmp(a, "--no-train") == 0) do_train = 0;
+        else if (strcmp(a, "--no-gen") == 0) do_gen = 0;
+        else if (strcmp(a, "--no-check") == 0) do_check = 0;
+        else if (strcmp(a, "--budget") == 0 && i + 1 < argc) g_budget = atof(argv[++i]);
+        else if (strcmp(a, "--list") == 0) {
+            for (i = 0; i < N_CONFIGS; i++) printf("%s\n", CONFIGS[i].name);
+            return 0;
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "bench_gpu: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        } else if (!find_config(a)) {
+            fprintf(stderr, "bench_gpu: unknown config '%s'\n", a);
+            usage(stderr);
+            return 2;
+        } else if (n_sel < 64) {
+            sel[n_sel++] = find_config(a);
+        }
+    }
+    if (!(g_budget > 0)) g_budget = 8.0;
+    if (!n_sel && env_cfgs && *env_cfgs) {
+        char *tok;
+        strncpy(cfgbuf, env_cfgs, sizeof cfgbuf - 1);
+        cfgbuf[sizeof cfgbuf - 1] = '\0';
+        for (tok = strtok(cfgbuf, " ,\t\n"); tok; tok = strtok(NULL, " ,\t\n")) {
+            if (!find_config(tok)) {
+                fprintf(stderr, "bench_gpu: unknown config '%s' in CONFIGS\n", tok);
+                usage(stderr);
+                return 2;
+            }
+            if (n_sel < 64) sel[n_sel++] = find_config(tok);
+        }
+    }
+    if (!n_sel)
+        for (i = 0; i < N_CONFIGS; i++)
+            if (CONFIGS[i].is_default) sel[n_sel++] = &CONFIGS[i];
+
+    if ((r = tfm_cuda_available()) != TFM_OK) {
+        fprintf(stderr, "bench_gpu: no CUDA device: %s: %s\n", tfm_result_string(r), tfm_last_error());
+        printf("FAIL impl=ours call=tfm_cuda_available result=%d\n", (int)r);
+        return 3;
+    }
+    if (tfm_cuda_device_info(g_device, sizeof g_device) != TFM_OK) strcpy(g_device, "?");
+    for (i = 0; g_device[i]; i++)
+        if (g_device[i] == '"' || g_device[i] == '\n') g_device[i] = '\'';
+    printf("INFO impl=ours device=\"%s\" transformer.h=%d.%d.%d quick=%d budget_s=%.1f\n", g_device, TFM_VERSION_MAJOR,
+           TFM_VERSION_MINOR, TFM_VERSION_PATCH, g_quick, g_budget);
+    fflush(stdout);
+    if ((r = tfm_cuda_set_tf32(0)) != TFM_OK) fail("-", "tfm_cuda_set_tf32(0)", r);
+
+    for (i = 0; i < n_sel; i++) {
+        const gpu_cfg *b = sel[i];
+        gpu_data d;
+        data_make(b, &d);
+        if (do_check) run_check(b, &d);
+        if (do_train) run_train(b, &d, 0);
+        if (do_train && do_tf32) run_train(b, &d, 1);
+        if (do_gen) run_gen(b);
+        data_free(&d);
+    }
+    print_table();
+    return g_failed ? 1 : 0;
+}

@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# tools/gpu_check.sh - the one prepared command that checks transformer.h's CUDA backend on a machine
+# with an NVIDIA GPU. Run it from anywhere; it works in the repository root. About 4 minutes on an
+# H100 (each step has its own time limit, and the whole run a deadline of 6 minutes).
+#
+#   (a) the device (nvidia-smi) and the compiler (nvcc --version)
+#   (b) tests/test_cuda.cu built with nvcc for the GPU's architecture (make build/test_cuda, else nvcc
+#       directly) and run: it ends with "N passed, N failed"
+#   (c) compute-sanitizer memcheck, racecheck and (time allowing) synccheck over `test_cuda --small`
+#   (d) the GPU benchmark: bench/tfm_cuda.cu by nvcc, bench/bench_gpu.c by cc (plain C), linked; run for
+#       char-gpt-tiny, gpt-small and gpt2-124M-shape; then bench/torch_gpu.py, PyTorch eager on the same
+#       GPU (fp32 with TF32 off, and TF32 on as a second peer). Its build runs beside (b)'s.
+#   (e) a summary: device, test counts, sanitizer error counts, the bench rows (ours, torch, ratio)
+# Every step runs even when an earlier one failed; the exit status is 1 when any step failed.
+#
+# Everything goes to one log: $GPU_CHECK_LOG, else $OUT/gpu_check.log when OUT is set (the device tool's
+# folder of returned files), else ./gpu_check.log; the summary also goes to stdout. Environment:
+#   GPU_CHECK_SKIP_BENCH=1   no benchmark (a quick rerun after a fix)
+#   GPU_CHECK_ONLY_TESTS=1   build and run the tests only (no sanitizers, no benchmark)
+#   GPU_CHECK_DEADLINE=S     seconds for the whole run (default 350)
+#   GPU_CHECK_ARCH=sm_NN     target (default: the GPU's compute capability, else sm_90)
+#   GPU_CHECK_CONFIGS="..."  bench configs (default: char-gpt-tiny gpt-small gpt2-124M-shape)
+#   GPU_CHECK_LEAKS=1        memcheck with --leak-check full (cuBLAS's own allocations may show)
+#   NVCC, CC, PYTHON         the tools (default nvcc, cc, python3)
+set -u
+cd "$(dirname "$0")/.." || exit 2
+
+LOG=${GPU_CHECK_LOG:-}
+if [ -z "$LOG" ]; then
+    if [ -n "${OUT:-}" ]; then LOG="$OUT/gpu_check.log"; else LOG=gpu_check.log; fi
+fi
+DEADLINE=${GPU_CHECK_DEADLINE:-350}
+SKIP_BENCH=${GPU_CHECK_SKIP_BENCH:-0}
+ONLY_TESTS=${GPU_CHECK_ONLY_TESTS:-0}
+if [ "$ONLY_TESTS" = 1 ]; then SKIP_BENCH=1; fi
+BENCH_CONFIGS=${GPU_CHECK_CONFIGS:-char-gpt-tiny gpt-small gpt2-124M-shape}
+CC=${CC:-cc}
+PYTHON=${PYTHON:-python3}
+NVCC=${NVCC:-nvcc}
+if ! command -v "$NVCC" >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then NVCC=/usr/local/cuda/bin/nvcc; fi
+SANITIZER=$(command -v compute-sanitizer 2>/dev/null)
+for s in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer \
+    /usr/local/cuda-*/bin/compute-sanitizer /opt/nvidia/compute-sanitizer/compute-sanitizer; do
+    if [ -z "$SANITIZER" ] && [ -x "$s" ]; then SANITIZER=$s; fi
+done
+B=build/gpu_check
+mkdir -p "$B" "$(dirname "$LOG")" || exit 2
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX") || exit 2
+: > "$LOG" || exit 2
+
+START=$(date +%s.%N)
+elapsed() { awk -v s="$START" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }'; }
+left() { awk -v s="$START" -v n="$(date +%s.%N)" -v d="$DEADLINE" 'BEGIN { printf "%d", d - (n - s) }'; }
+log() { printf '%s\n' "$*" | tee -a "$LOG"; }
+
+STEPS=()     # "name|status|seconds" per step, for the summary
+FAILED=0
+record() { # name rc seconds [optional]
+    local st=ok
+    case $2 in
+    0) st=ok ;;
+    124 | 137) st="TIMEOUT" ;;
+    skip) st="skipped (no time left)" ;;
+    off) st="not run" ;;
+    *) st="FAILED (exit $2)" ;;
+    esac
+    if [ "$2" != 0 ] && [ "$2" != off ] && [ "${4:-}" != optional ]; then FAILED=1; fi
+    STEPS+=("$1|$st|$3")
+}
+
+# run_step NAME BUDGET RESERVE OUTFILE [optional] -- CMD...: CMD under `timeout`, for at most BUDGET
+# seconds and never into the last RESERVE seconds before the deadline (which later steps need); its
+# output to OUTFILE and the log. A step left with under 5 seconds is skipped.
+run_step() {
+    local name=$1 budget=$2 reserve=$3 out=$4 opt="" t rc t0 secs
+    shift 4
+    if [ "${1:-}" = optional ]; then opt=optional; shift; fi
+    if [ "${1:-}" = -- ]; then shift; fi
+    t=$(($(left) - reserve))
+    if [ "$t" -gt "$budget" ]; then t=$budget; fi
+    log ""
+    log "== [$(elapsed) s] $name (limit ${t} s): $*"
+    if [ "$t" -lt 5 ]; then
+        log "== $name: skipped, $(left) s left before the deadline"
+        record "$name" skip 0 $opt
+        : > "$out"
+        return 0
+    fi
+    t0=$(date +%s.%N)
+    timeout -k 5 "$t" "$@" 2>&1 | tee "$out" >> "$LOG" # the log grows as the step runs
+    rc=${PIPESTATUS[0]}
+    secs=$(awk -v s="$t0" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }')
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then log "== $name: TIMEOUT after ${t} s"; fi
+    log "== [$(elapsed) s] $name: exit $rc, ${secs} s"
+    record "$name" "$rc" "$secs" $opt
+    return "$rc"
+}
+
+# ---- (a) device and compiler -------------------------------------------------------------------------
+log "== tools/gpu_check.sh  $(date '+%F %T')  host $(hostname)  deadline ${DEADLINE} s  log $LOG"
+log "== git: $(git log -1 --format='%h %s' 2>/dev/null | cut -c1-100)$(git status --porcelain 2>/dev/null | grep -q . && echo ' (+ uncommitted changes)')"
+# shellcheck disable=SC2016  # $1 expands in the inner shell
+run_step "device" 15 0 "$TMP/device.txt" -- bash -c \
+    'nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version --format=csv,noheader &&
+     "$1" --version' _ "$NVCC"
+cat "$TMP/device.txt"
+DEVICE=$(grep -m1 '^GPU 0' "$TMP/device.txt" | sed 's/ (UUID.*//')
+CAP=$(grep -m1 -Eo ', [0-9]+\.[0-9]+, ' "$TMP/device.txt" | tr -dc '0-9')
+ARCH=${GPU_CHECK_ARCH:-sm_${CAP:-90}}
+NVCCFLAGS="-O2 -std=c++17 -arch=$ARCH -Xcompiler -fopenmp"
+log "== target $ARCH; NVCCFLAGS=$NVCCFLAGS; compute-sanitizer: ${SANITIZER:-not found}"
+
+# ---- the bench build, in the background beside the tests' build ------------------------------------
+BENCH_BUILD_PID=
+if [ "$SKIP_BENCH" != 1 ]; then
+    log "== [$(elapsed) s] bench build started in the background (its output follows in step bench-build)"
+    (
+        t0=$(date +%s.%N)
+        # shellcheck disable=SC2016  # the inner shell expands its own arguments ($2: the flags, split)
+        timeout -k 5 240 bash -c '
+            set -x
+            "$1" $2 -c bench/tfm_cuda.cu -o "$3/tfm_cuda.o" &&
+            "$4" -std=c99 -O2 -Wall -Wextra -c bench/bench_gpu.c -o "$3/bench_gpu.o" &&
+            "$1" -arch="$5" -Xcompiler -fopenmp -o "$3/bench_gpu" "$3/bench_gpu.o" "$3/tfm_cuda.o" -lcublas -lm
+        ' _ "$NVCC" "$NVCCFLAGS" "$B" "$CC" "$ARCH" > "$TMP/bench_build.txt" 2>&1
+        echo "$? $(awk -v s="$t0" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }')" > "$TMP/bench_build.rc"
+    ) &
+    BENCH_BUILD_PID=$!
+fi
+
+# The test's closing "N passed, N failed" line, else what it printed last (a suite line: "ops  12 passed, ...").
+final_counts() {
+    local c
+    c=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$1" | tail -1)
+    if [ -n "$c" ]; then echo "$c"; else echo "no closing 'N passed, N failed' line; last line: $(grep -v '^==' "$1" | tail -1 | cut -c1-100)"; fi
+}
+
+# ---- (b) tests/test_cuda.cu ---------------------------------------------------------------------
+rm -f build/test_cuda
+BUILD_RESERVE=100 # for the test run and the sanitizers after the build
+TEST_RESERVE=90   # for the sanitizers and the bench after the test
+if [ "$ONLY_TESTS" = 1 ]; then BUILD_RESERVE=30 TEST_RESERVE=3; fi
+# The Makefile's rule for build/test_cuda alone (`make cuda` also builds the TFM_CUDA compile checks, which
+# need no GPU: they run where nvcc is), with these flags: no -Werror, so a new warning costs no GPU session.
+if [ -f tests/test_cuda.cu ] && make -B -n build/test_cuda NVCCFLAGS="$NVCCFLAGS" 2>/dev/null | grep -q 'tests/test_cuda.cu'; then
+    run_step "test-build" 240 "$BUILD_RESERVE" "$TMP/test_build.txt" -- \
+        make --no-print-directory build/test_cuda NVCC="$NVCC" NVCC_ARCH="$ARCH" NVCCFLAGS="$NVCCFLAGS"
+else
+    mkdir -p build
+    # shellcheck disable=SC2086  # NVCCFLAGS is a list of flags
+    run_step "test-build" 240 "$BUILD_RESERVE" "$TMP/test_build.txt" -- \
+        "$NVCC" $NVCCFLAGS -DTFM_CUDA -o build/test_cuda tests/test_cuda.cu -lcublas -lm
+fi
+TEST_COUNTS="not run"
+if [ -x build/test_cuda ]; then
+    run_step "test" 60 "$TEST_RESERVE" "$TMP/test.txt" -- build/test_cuda
+    TEST_COUNTS=$(final_counts "$TMP/test.txt")
+    if ! grep -qE '^[0-9]+ passed, [0-9]+ failed' "$TMP/test.txt"; then # e.g. "no CUDA device: skipped"
+        FAILED=1
+        STEPS[${#STEPS[@]} - 1]="test|FAILED (no 'N passed' line)|$(echo "${STEPS[${#STEPS[@]} - 1]}" | cut -d'|' -f3)"
+    fi
+else
+    log "== test: build/test_cuda was not built"
+    record "test" 1 0
+fi
+
+# ---- (c) compute-sanitizer over the small shapes --------------------------------------------------
+SAN_SUMMARY=()
+# shellcheck disable=SC2086  # $opt and $extra: absent when empty, else one word each
+sanitize() { # tool budget [optional] [test name filter]
+    local tool=$1 budget=$2 opt=${3:-} filter=${4:-} extra="" errs
+    # memcheck: memory errors of kernels only; the test's own out-of-memory cases are API errors on purpose
+    if [ "$tool" = memcheck ]; then extra="--report-api-errors no"; fi
+    if [ "$tool" = memcheck ] && [ "${GPU_CHECK_LEAKS:-0}" = 1 ]; then extra="$extra --leak-check full"; fi
+    if [ -z "$SANITIZER" ] || [ ! -x build/test_cuda ]; then
+        log "== $tool: not run (compute-sanitizer or build/test_cuda missing)"
+        record "$tool" 1 0 $opt
+        SAN_SUMMARY+=("$tool: not run")
+        return
+    fi
+    # keep 150 s for the benchmark after it (about 100 s on an H100; none when it is skipped)
+    run_step "$tool" "$budget" "$([ "$SKIP_BENCH" = 1 ] && echo 5 || echo 150)" "$TMP/$tool.txt" $opt -- \
+        "$SANITIZER" --tool "$tool" $extra --error-exitcode 99 build/test_cuda --small $filter
+    errs=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$TMP/$tool.txt" | tail -1 | grep -Eo '[0-9]+')
+    if [ -s "$TMP/$tool.txt" ]; then
+        SAN_SUMMARY+=("$tool: ${errs:-?} errors; test: $(final_counts "$TMP/$tool.txt")")
+    else
+        SAN_SUMMARY+=("$tool: skipped (time)")
+    fi
+}
+if [ "$ONLY_TESTS" != 1 ]; then
+    sanitize memcheck 60
+    # racecheck is the slowest: over the ops' and the attention's tests (cu_op_*), which run every kernel
+    # that shares memory between threads; the models' steps only call those kernels again
+    sanitize racecheck 90 "" cu_op_
+    sanitize synccheck 40 optional
+fi
+
+# ---- (d) the benchmark: ours (plain C program + the .cu implementation) and PyTorch ---------------
+: > "$TMP/results.txt"
+if [ "$SKIP_BENCH" != 1 ]; then
+    log ""
+    log "== [$(elapsed) s] bench-build: waiting for the background build"
+    wait "$BENCH_BUILD_PID"
+    read -r brc bsecs < "$TMP/bench_build.rc" || { brc=1; bsecs=0; }
+    cat "$TMP/bench_build.txt" >> "$LOG"
+    log "== [$(elapsed) s] bench-build: exit $brc, ${bsecs} s (in parallel with test-build)"
+    record "bench-build" "$brc" "$bsecs"
+    if [ "$brc" = 0 ] && [ -x "$B/bench_gpu" ]; then
+        for c in $BENCH_CONFIGS; do
+            run_step "bench $c" 45 50 "$TMP/bench_$c.txt" -- env BENCH_GPU_BUDGET=3 "$B/bench_gpu" --tf32 "$c"
+            grep -E '^(RESULT|INFO|FAIL)' "$TMP/bench_$c.txt" >> "$TMP/results.txt"
+        done
+    else
+        record "bench (ours)" 1 0
+    fi
+    # shellcheck disable=SC2086  # the config names are words
+    run_step "torch" 100 3 "$TMP/torch.txt" -- env PYTHONUNBUFFERED=1 BENCH_GPU_BUDGET=3 "$PYTHON" bench/torch_gpu.py $BENCH_CONFIGS
+    grep -E '^(RESULT|INFO|FAIL)' "$TMP/torch.txt" >> "$TMP/results.txt"
+fi
+
+# ---- (e) summary --------------------------------------------------------------------------------------
+{
+    echo ""
+    echo "================================ summary ================================"
+    echo "device:  ${DEVICE:-?} ($ARCH)"
+    echo "commit:  $(git log -1 --format='%h' 2>/dev/null)$(git status --porcelain 2>/dev/null | grep -q . && echo ' + uncommitted changes')"
+    echo "tests:   ${TEST_COUNTS}"
+    for s in ${SAN_SUMMARY[@]+"${SAN_SUMMARY[@]}"}; do echo "sanitizer ${s}"; done
+    echo "steps:"
+    for s in "${STEPS[@]}"; do
+        IFS='|' read -r n st secs <<< "$s"
+        printf '  %-28s %-28s %7s s\n' "$n" "$st" "$secs"
+    done
+    if [ -s "$TMP/results.txt" ]; then
+        awk '
+        function kvs(   i, p) { delete kv; for (i = 2; i <= NF; i++) { p = index($i, "="); if (p) kv[substr($i, 1, p - 1)] = substr($i, p + 1) } }
+        function num(x) { return x != "" && x + 0 > 0 }
+        function f(x, fmt) { return num(x) ? sprintf(fmt, x) : "-" }
+        function ratio(a, b) { return (num(a) && num(b)) ? sprintf("%.2f", a / b) : "-" }
+        /^RESULT / {
+            kvs()
+            n = kv["name"]; if (!(n in seen)) { seen[n] = 1; order[++nn] = n }
+            if (kv["mode"] == "train") {
+                ms[kv["impl"], n, kv["tf32"]] = kv["step_ms"]; tf[kv["impl"], n, kv["tf32"]] = kv["tflops"]
+                if (kv["tf32"] == 0) mb[kv["impl"], n] = (kv["impl"] == "ours") ? kv["model_mb"] : kv["peak_mb"]
+            }
+            if (kv["mode"] == "gen") tok[kv["impl"], n, kv["batch"]] = kv["tok_s"]
+            if (kv["mode"] == "check") check[n] = kv["ok"] " (loss cpu " kv["loss_cpu"] ", gpu " kv["loss_gpu"] ", rel " kv["rel_err"] ")"
+        }
+        /^FAIL / { fails = fails "\n  " $0 }
+        END {
+            if (nn == 0) { print "\nbench: no RESULT lines" (fails != "" ? "; failures:" fails : ""); exit }
+            print "\ntraining step, ms (median; zero_grad + forward + backward + AdamW), TFLOP/s by bench.c'"'"'s formula"
+            printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s\n", "config", "ours", "torch", "torch/", "ours", "torch",
+                   "ours", "torch", "torch/", "MB"
+            printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s\n", "", "fp32", "fp32", "ours", "TFLOPs", "TFLOPs", "tf32",
+                   "tf32", "ours", "ours/torch"
+            for (i = 1; i <= nn; i++) {
+                n = order[i]
+                printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s\n", n, f(ms["ours", n, 0], "%.2f"), f(ms["torch", n, 0], "%.2f"),
+                       ratio(ms["torch", n, 0], ms["ours", n, 0]), f(tf["ours", n, 0], "%.2f"), f(tf["torch", n, 0], "%.2f"),
+                       f(ms["ours", n, 1], "%.2f"), f(ms["torch", n, 1], "%.2f"), ratio(ms["torch", n, 1], ms["ours", n, 1]),
+                       f(mb["ours", n], "%.0f") "/" f(mb["torch", n], "%.0f")
+            }
+            print "\ngreedy generation, tokens/s (1-token prompts, up to 127 new tokens per row, fp32)"
+            printf "%-18s %5s %11s %11s %11s\n", "config", "batch", "ours", "torch", "ours/torch"
+            for (i = 1; i <= nn; i++) for (b = 1; b <= 32; b *= (b == 1 ? 8 : 4)) {
+                n = order[i]
+                printf "%-18s %5d %11s %11s %11s\n", n, b, f(tok["ours", n, b], "%.0f"), f(tok["torch", n, b], "%.0f"),
+                       ratio(tok["ours", n, b], tok["torch", n, b])
+            }
+            print "\nsame weights on CPU and GPU (our loss on the bench batch):"
+            for (i = 1; i <= nn; i++) printf "  %-18s %s\n", order[i], (order[i] in check) ? check[order[i]] : "-"
+            if (fails != "") print "\nfailures:" fails
+            print "\nratios above 1: ours is faster. torch: eager PyTorch; tf32 columns: TF32 tensor cores on, both sides."
+            print "MB: ours = the model'"'"'s block (tfm_model_memory_size; the GPU holds a twin), torch = max_memory_allocated."
+        }' "$TMP/results.txt"
+    elif [ "$SKIP_BENCH" = 1 ]; then
+        echo "bench:   skipped (GPU_CHECK_SKIP_BENCH or GPU_CHECK_ONLY_TESTS)"
+    fi
+    echo ""
+    echo "total: $(elapsed) s; $([ "$FAILED" = 0 ] && echo 'every step passed' || echo 'SOME STEPS FAILED'); log: $LOG"
+} | tee -a "$LOG"
+rm -rf "$TMP"
+exit "$FAILED"
