@@ -1177,6 +1177,12 @@ TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path);
         tfm_result tfm__r_ = (x);            \
         if (tfm__r_ != TFM_OK) return tfm__r_; \
     } while (0)
+/* The same, the failure's message put under the name of public call fn. */
+#define TFM__TRY_AS(fn, x)                                                           \
+    do {                                                                             \
+        tfm_result tfm__r_ = (x);                                                    \
+        if (tfm__r_ != TFM_OK) return tfm__fail(tfm__r_, "%s: %s", fn, tfm_last_error()); \
+    } while (0)
 
 /* GCC treats a float compare as an operation that may trap (-ftrapping-math, its default), so it will
    not turn the clamps in exp, tanh and erf below into selects, and every element-wise loop that uses
@@ -1720,7 +1726,7 @@ static TFM__HD inline float tfm__exp(float x) {
     r = r - kf * 1.428606765330187e-06f;
     p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * (8.3333338e-3f +
         r * (1.3888889e-3f + r * 1.9841270e-4f))))));
-    bits = ((int32_t)kf + 127) << 23;
+    bits = (int32_t)((uint32_t)((int32_t)kf + 127) << 23); /* (unsigned: no shift of a negative for a NaN x) */
     memcpy(&s, &bits, sizeof s);
     return p * s;
 }
@@ -4105,7 +4111,7 @@ TFMDEF void tfm_cuda_free(void *ptr) { tfm__dev_free(ptr); }
 
 TFMDEF tfm_result tfm_cuda_synchronize(void) {
     (void)tfm__cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    return TFM_OK;
+    return tfm__cuda_check("tfm_cuda_synchronize");
 }
 
 TFMDEF tfm_result tfm_cuda_set_tf32(int on) {
@@ -5106,17 +5112,18 @@ TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *me
 }
 
 TFMDEF tfm_result tfm_mha_init_params(tfm_mha *m, tfm_rng *rng) {
+    const char *fn = "tfm_mha_init_params";
     float C;
     if (!m || !rng) return tfm__fail(TFM_E_ARG, "tfm_mha_init_params: layer or rng is NULL");
     if (!m->in_proj_weight.data || !m->out_proj_weight.data)
         return tfm__fail(TFM_E_ARG, "tfm_mha_init_params: the layer has no memory (run tfm_mha_init after tfm_mem_alloc)");
     C = (float)m->desc.d_model;
     /* xavier_uniform over (3C, C): bound sqrt(6 / (fan_in + fan_out)) */
-    TFM__TRY(tfm_fill_uniform(&m->in_proj_weight, rng, -sqrtf(6.0f / (4.0f * C)), sqrtf(6.0f / (4.0f * C))));
+    TFM__TRY_AS(fn, tfm_fill_uniform(&m->in_proj_weight, rng, -sqrtf(6.0f / (4.0f * C)), sqrtf(6.0f / (4.0f * C))));
     /* nn.Linear's kaiming_uniform(a=sqrt(5)) is U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
-    TFM__TRY(tfm_fill_uniform(&m->out_proj_weight, rng, -1.0f / sqrtf(C), 1.0f / sqrtf(C)));
-    if (m->in_proj_bias.data) TFM__TRY(tfm_fill(&m->in_proj_bias, 0.0f));
-    if (m->out_proj_bias.data) TFM__TRY(tfm_fill(&m->out_proj_bias, 0.0f));
+    TFM__TRY_AS(fn, tfm_fill_uniform(&m->out_proj_weight, rng, -1.0f / sqrtf(C), 1.0f / sqrtf(C)));
+    if (m->in_proj_bias.data) TFM__TRY_AS(fn, tfm_fill(&m->in_proj_bias, 0.0f));
+    if (m->out_proj_bias.data) TFM__TRY_AS(fn, tfm_fill(&m->out_proj_bias, 0.0f));
     return TFM_OK;
 }
 
@@ -5398,7 +5405,8 @@ TFMDEF tfm_result tfm_linear_init(tfm_linear *l, int in_features, int out_featur
 TFMDEF tfm_result tfm_linear_init_params(tfm_linear *l, tfm_rng *rng) {
     if (!l || !rng || !l->weight.data)
         return tfm__fail(TFM_E_ARG, "tfm_linear_init_params: layer or rng is NULL, or the layer has no memory");
-    return tfm__linear_reset(l, rng);
+    TFM__TRY_AS("tfm_linear_init_params", tfm__linear_reset(l, rng));
+    return TFM_OK;
 }
 
 TFMDEF tfm_result tfm_linear_layer_forward(const tfm_linear *l, tfm_tensor *y, const tfm_tensor *x) {
@@ -5425,7 +5433,8 @@ TFMDEF tfm_result tfm_layernorm_init(tfm_layernorm *ln, int C, int no_bias, floa
 
 TFMDEF tfm_result tfm_layernorm_init_params(tfm_layernorm *ln) {
     if (!ln || !ln->weight.data) return tfm__fail(TFM_E_ARG, "tfm_layernorm_init_params: layer is NULL or has no memory");
-    return tfm__layernorm_reset(ln);
+    TFM__TRY_AS("tfm_layernorm_init_params", tfm__layernorm_reset(ln));
+    return TFM_OK;
 }
 
 TFMDEF tfm_result tfm_layernorm_layer_forward(tfm_layernorm *ln, tfm_tensor *y, const tfm_tensor *x) {
@@ -5546,11 +5555,11 @@ TFMDEF tfm_result tfm_block_init_params(tfm_block *blk, tfm_rng *rng) {
     if (!blk || !rng) return tfm__fail(TFM_E_ARG, "tfm_block_init_params: block or rng is NULL");
     if (!blk->linear1.weight.data)
         return tfm__fail(TFM_E_ARG, "tfm_block_init_params: the block has no memory (run tfm_block_init after tfm_mem_alloc)");
-    TFM__TRY(tfm_mha_init_params(&blk->self_attn, rng));
-    if (blk->desc.cross) TFM__TRY(tfm_mha_init_params(&blk->cross_attn, rng));
-    TFM__TRY(tfm__linear_reset(&blk->linear1, rng));
-    TFM__TRY(tfm__linear_reset(&blk->linear2, rng));
-    for (s = 0; s < blk->n_sub; s++) TFM__TRY(tfm__layernorm_reset(&blk->norm[s]));
+    TFM__TRY_AS("tfm_block_init_params", tfm_mha_init_params(&blk->self_attn, rng));
+    if (blk->desc.cross) TFM__TRY_AS("tfm_block_init_params", tfm_mha_init_params(&blk->cross_attn, rng));
+    TFM__TRY_AS("tfm_block_init_params", tfm__linear_reset(&blk->linear1, rng));
+    TFM__TRY_AS("tfm_block_init_params", tfm__linear_reset(&blk->linear2, rng));
+    for (s = 0; s < blk->n_sub; s++) TFM__TRY_AS("tfm_block_init_params", tfm__layernorm_reset(&blk->norm[s]));
     return TFM_OK;
 }
 
