@@ -1,0 +1,1415 @@
+/* tests/cuda_emu.h - a CPU emulation of the CUDA runtime and cuBLAS, for tests only (C++14 or later).
+
+   It lets the kernels of transformer.h's >>impl-cuda section compile with g++ or clang++ and run on the
+   CPU, so a machine without a GPU (CI) runs every kernel. Include it first, in one C++ file:
+
+       #include "cuda_emu.h"               defines TFM_CUDA_EMULATION; declares tfm_sgemm
+       #define TFM_IMPLEMENTATION          gives tfm_sgemm, which cublasSgemm computes with
+       #define TFM_CUDA
+       #include "../transformer.h"
+
+       g++ -std=c++17 -x c++ -DTFM_CUDA -DTFM_CUDA_EMULATION -fopenmp -O1 -g tests/test_cuda.cu -lm
+
+   HOW KERNELS RUN
+   A launch (TFM__LAUNCH -> tfm_emu_launch) validates the configuration, checks the pointer arguments,
+   then runs the blocks one after another (x fastest, then y, then z) on the calling thread. A block's
+   threads are fibers (ucontext): thread 0 runs until it blocks (a barrier, a warp op) or returns, then
+   thread 1, and so on round robin, so results are deterministic. A thread that starts after one that
+   returned takes over its stack, so a kernel without barriers costs no switch per thread; each wait
+   at a barrier or warp op costs one swapcontext (a system call: ~0.1-0.5 us). threadIdx, blockIdx,
+   blockDim and gridDim are read-only references to the running thread's coordinates (a local of the
+   same name shadows them, as with nvcc's built-ins); warpSize is 32. A warp is the threads tid/32 of
+   the block, tid = x + y*bx + z*bx*by. The emulated device: compute capability 9.0, 4 SMs (so that
+   grid-stride loops run several rounds), 48 KiB of shared memory per block, 227 KiB by opt-in.
+
+   WHAT IT CHECKS (an abort prints "tfm_emu: ..." with the kernel, block and thread)
+   - configuration: threads per block in [1,1024], block.x,y <= 1024, block.z <= 64, grid.x in
+     [1,2^31-1], grid.y,z in [1,65535], dynamic shared memory <= 48 KiB or what cudaFuncSetAttribute
+     allowed. A bad one does not run and sets cudaErrorInvalidConfiguration.
+   - every pointer-typed kernel argument: non-NULL and not inside (or one past the end of) a live
+     cudaMalloc block aborts, naming the argument and the address (a GPU would fault). A literal 0 or
+     NULL passes for a pointer, as in a call.
+   - __syncthreads: released when every thread that has not returned waits at one (returned threads
+     count as arrived); threads waiting at different __syncthreads sites at once abort (divergence).
+   - warp ops (__syncwarp, shuffles, __ballot/__any/__all_sync): released when every lane of the mask
+     that exists and has not returned waits at one; lanes of one group waiting at different ops, masks
+     or widths, or a lane of the mask waiting at a __syncthreads, abort. A lane missing from its own
+     mask, or a width that is not a power of two in [1,32], aborts. A shuffle whose source lane does not
+     exist, has returned or is outside the mask yields all bits 1 (NaN for floats, -1 for ints).
+   - shared memory: a TFM__SHARED array belongs to its declaration site (function and line), so all
+     threads, in loops and helpers too, get the same array, as with __shared__. Each is a malloc of its
+     exact size (AddressSanitizer sees overruns) filled with 0xFF bytes (NaN) in every block; so is the
+     dynamic region. Static shared memory over 48 KiB, or static + dynamic over the limit, aborts.
+   - device memory: cudaMalloc blocks are malloc'd at their exact size (ASan sees overruns) and filled
+     with 0xFF bytes, so a read of device memory nobody wrote shows up (a GPU gives no such guarantee
+     either). Copies and memsets check the kind against the pointers and the ranges against the block.
+     cuBLAS checks its arguments as cuBLAS does and aborts on a matrix not wholly in device memory.
+   - no thread can go on while some have not returned: abort (deadlock).
+   Under ASan the fiber switches are annotated (no false positives; stack overruns in kernels are found;
+   ASan prints one "doesn't fully support makecontext/swapcontext" warning); under valgrind the fiber
+   stacks are registered when <valgrind/valgrind.h> is there.
+
+   WHAT IT DOES NOT
+   - no memory model: blocks run one at a time, so races between blocks, a missing __threadfence or a
+     non-atomic update that a GPU would lose go unseen; atomics are plain read-modify-writes.
+   - warp lanes do not run in lockstep: code that relies on implicit warp synchrony (no __syncwarp) is
+     not modelled; __activemask() gives the lanes that have not returned.
+   - a host pointer inside a struct argument, or an access outside what a pointer argument points at but
+     inside its cudaMalloc block, is not caught. cudaMallocHost memory is not mapped for kernels: a
+     pinned pointer as a kernel argument aborts.
+   - template kernels must be named with their template arguments (nvcc would deduce them), in
+     parentheses inside TFM__LAUNCH: TFM__LAUNCH((k<float, 4>), grid, block, 0, ...).
+   - __CUDA_ARCH__ is not defined; no __constant__, textures, cooperative groups, graphs, device-side
+     launches. Streams and events are synchronous: the work happens at the call.
+   - one host thread at a time may call the runtime. A fiber stack is TFM_EMU_STACK bytes (default 64
+     KiB, 256 KiB under ASan); overflowing it hits a guard page: SIGSEGV.
+
+   ERRORS AND FAULT INJECTION
+   Runtime calls return CUDA's codes and set the last error (cudaGetLastError returns and clears it,
+   cudaPeekAtLastError returns it). tfm_emu_fail_next(api, code, skip) makes the (skip+1)-th next call
+   of `api` fail with `code`: a runtime function's name ("cudaMalloc", "cudaMemcpyAsync", ...), "launch"
+   (the kernel does not run, the last error is set) or a cuBLAS function's name (which returns the
+   cublasStatus_t `code`). A sticky code (cudaErrorIllegalAddress 700, cudaErrorLaunchFailure 719, and
+   214, 702, 710, 714-718) stays, as on a GPU: every later runtime call but cudaGetDeviceCount returns
+   it, kernels do not run and cuBLAS products return CUBLAS_STATUS_EXECUTION_FAILED, until tfm_emu_reset()
+   (which frees nothing and clears the last and the sticky error). cudaFree, cudaFreeHost and the destroy
+   calls still release under a sticky error (and return it), so leak checks work after a fault.
+   tfm_emu_set_device_count(0) makes the process look like a machine without a GPU.
+
+   STATE: everything the emulation keeps is in the one object tfm_emu__g (section "state"). */
+#ifndef TFM_CUDA_EMU_H
+#define TFM_CUDA_EMU_H
+
+#ifndef __cplusplus
+#error "cuda_emu.h is C++: compile the file that includes it with g++ -x c++ (C++14 or later)"
+#endif
+#ifndef TFM_CUDA_EMULATION
+#define TFM_CUDA_EMULATION
+#endif
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <memory> /* before __noinline__ is defined: libstdc++ spells __attribute__((__noinline__)) */
+#include <set>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../transformer.h" /* tfm_sgemm's declaration, for cuBLAS */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TFM_EMU__ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TFM_EMU__ASAN 1
+#endif
+#endif
+#ifdef TFM_EMU__ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h> /* fiber stacks are registered, so that memcheck follows the switches */
+#endif
+#endif
+#ifndef VALGRIND_STACK_REGISTER
+#define VALGRIND_STACK_REGISTER(lo, hi) 0
+#endif
+
+#ifndef TFM_EMU_STACK
+#ifdef TFM_EMU__ASAN
+#define TFM_EMU_STACK (256 * 1024)
+#else
+#define TFM_EMU_STACK (64 * 1024)
+#endif
+#endif
+
+/* ==== qualifiers and built-in types ==== (no __shared__: use TFM__SHARED) */
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+
+struct uint3 {
+    unsigned x, y, z;
+};
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+    dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+};
+
+/* ==== error codes: CUDA's names, values and texts ==== */
+
+#define TFM_EMU__ERRORS(X)                                                                            \
+    X(cudaSuccess, 0, "no error")                                                                     \
+    X(cudaErrorInvalidValue, 1, "invalid argument")                                                   \
+    X(cudaErrorMemoryAllocation, 2, "out of memory")                                                  \
+    X(cudaErrorInitializationError, 3, "initialization error")                                        \
+    X(cudaErrorCudartUnloading, 4, "driver shutting down")                                            \
+    X(cudaErrorInvalidConfiguration, 9, "invalid configuration argument")                             \
+    X(cudaErrorInvalidPitchValue, 12, "invalid pitch argument")                                       \
+    X(cudaErrorInvalidSymbol, 13, "invalid device symbol")                                            \
+    X(cudaErrorInvalidDevicePointer, 17, "invalid device pointer")                                    \
+    X(cudaErrorInvalidMemcpyDirection, 21, "invalid copy direction for memcpy")                       \
+    X(cudaErrorInsufficientDriver, 35, "CUDA driver version is insufficient for CUDA runtime version") \
+    X(cudaErrorInvalidDeviceFunction, 98, "invalid device function")                                  \
+    X(cudaErrorNoDevice, 100, "no CUDA-capable device is detected")                                   \
+    X(cudaErrorInvalidDevice, 101, "invalid device ordinal")                                          \
+    X(cudaErrorECCUncorrectable, 214, "uncorrectable ECC error encountered")                          \
+    X(cudaErrorInvalidResourceHandle, 400, "invalid resource handle")                                 \
+    X(cudaErrorNotReady, 600, "device not ready")                                                     \
+    X(cudaErrorIllegalAddress, 700, "an illegal memory access was encountered")                       \
+    X(cudaErrorLaunchOutOfResources, 701, "too many resources requested for launch")                  \
+    X(cudaErrorLaunchTimeout, 702, "the launch timed out and was terminated")                         \
+    X(cudaErrorAssert, 710, "device-side assert triggered")                                           \
+    X(cudaErrorHardwareStackError, 714, "hardware stack error")                                       \
+    X(cudaErrorIllegalInstruction, 715, "an illegal instruction was encountered")                     \
+    X(cudaErrorMisalignedAddress, 716, "misaligned address")                                          \
+    X(cudaErrorInvalidAddressSpace, 717, "operation not supported on global/shared address space")    \
+    X(cudaErrorInvalidPc, 718, "invalid program counter")                                             \
+    X(cudaErrorLaunchFailure, 719, "unspecified launch failure")                                      \
+    X(cudaErrorNotSupported, 801, "operation not supported")                                          \
+    X(cudaErrorUnknown, 999, "unknown error")
+
+/* the tables' rows as enum values, and as the texts and names of a value e; enums have int underneath
+   (here and below), so any value a caller passes is valid to read */
+#define TFM_EMU__ENUM(name, value, text) name = value,
+#define TFM_EMU__TEXT(name, value, text) if ((int)e == value) return text;
+#define TFM_EMU__NAME(name, value, text) if ((int)e == value) return #name;
+typedef enum cudaError : int { TFM_EMU__ERRORS(TFM_EMU__ENUM) } cudaError_t;
+static inline const char *cudaGetErrorString(cudaError_t e) {
+    TFM_EMU__ERRORS(TFM_EMU__TEXT)
+    return "unrecognized error code";
+}
+static inline const char *cudaGetErrorName(cudaError_t e) {
+    TFM_EMU__ERRORS(TFM_EMU__NAME)
+    return "unrecognized error code";
+}
+/* errors after which the context is unusable on a GPU */
+static inline bool tfm_emu__is_sticky(int e) {
+    return e == 214 || e == 700 || e == 702 || e == 710 || (e >= 714 && e <= 719);
+}
+
+/* ==== runtime types and constants ==== */
+
+typedef struct CUstream_st *cudaStream_t;
+typedef struct CUevent_st *cudaEvent_t;
+#define cudaStreamLegacy ((cudaStream_t)0x1)
+#define cudaStreamPerThread ((cudaStream_t)0x2)
+#define cudaStreamDefault 0x00
+#define cudaStreamNonBlocking 0x01
+#define cudaEventDefault 0x00
+#define cudaEventBlockingSync 0x01
+#define cudaEventDisableTiming 0x02
+#define cudaInvalidDeviceId ((int)-2)
+
+enum cudaMemcpyKind : int {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4
+};
+enum cudaMemoryType : int {
+    cudaMemoryTypeUnregistered = 0,
+    cudaMemoryTypeHost = 1,
+    cudaMemoryTypeDevice = 2,
+    cudaMemoryTypeManaged = 3
+};
+struct cudaPointerAttributes {
+    enum cudaMemoryType type;
+    int device;
+    void *devicePointer;
+    void *hostPointer;
+};
+enum cudaFuncAttribute : int {
+    cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+    cudaFuncAttributePreferredSharedMemoryCarveout = 9
+};
+enum cudaDeviceAttr : int {
+    cudaDevAttrMaxThreadsPerBlock = 1,
+    cudaDevAttrMaxBlockDimX = 2,
+    cudaDevAttrMaxBlockDimY = 3,
+    cudaDevAttrMaxBlockDimZ = 4,
+    cudaDevAttrMaxGridDimX = 5,
+    cudaDevAttrMaxGridDimY = 6,
+    cudaDevAttrMaxGridDimZ = 7,
+    cudaDevAttrMaxSharedMemoryPerBlock = 8,
+    cudaDevAttrWarpSize = 10,
+    cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrComputeCapabilityMinor = 76,
+    cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
+    cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
+};
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem, sharedMemPerBlock, sharedMemPerBlockOptin, sharedMemPerMultiprocessor, totalConstMem;
+    int regsPerBlock, warpSize, maxThreadsPerBlock, maxThreadsDim[3], maxGridSize[3];
+    int major, minor, multiProcessorCount, maxThreadsPerMultiProcessor, l2CacheSize, unifiedAddressing;
+};
+
+/* the emulated device */
+#define TFM_EMU__SMEM_STATIC (48 * 1024)  /* static shared memory per block; default dynamic limit */
+#define TFM_EMU__SMEM_OPTIN (227 * 1024)  /* what cudaFuncSetAttribute may allow */
+#define TFM_EMU__SMS 4                    /* few SMs: grid-stride loops run several rounds */
+
+/* ==== state ==== everything the emulation keeps, in one object */
+
+enum { TFM_EMU__RUN, TFM_EMU__SYNC, TFM_EMU__WARP, TFM_EMU__DONE };               /* fiber states */
+enum { TFM_EMU__B_SYNC, TFM_EMU__B_COUNT, TFM_EMU__B_AND, TFM_EMU__B_OR };          /* __syncthreads kinds */
+enum { TFM_EMU__W_SYNC, TFM_EMU__W_IDX, TFM_EMU__W_UP, TFM_EMU__W_DOWN, TFM_EMU__W_XOR, /* warp ops */
+       TFM_EMU__W_BALLOT, TFM_EMU__W_ANY, TFM_EMU__W_ALL };
+static const char *const tfm_emu__wname[] = {"__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
+                                             "__shfl_xor_sync", "__ballot_sync", "__any_sync", "__all_sync"};
+
+struct tfm_emu__fiber {   /* one thread of the running block */
+    ucontext_t uc;
+    char *stack;          /* its own TFM_EMU_STACK bytes above a guard page, mapped at first use, kept */
+    char *run_stack;      /* the stack it runs on: its own, or that of the thread it followed */
+    bool started;
+    int state;
+    uint3 tid;
+    const char *file;     /* where it waits (__syncthreads or a warp op) */
+    int line, op, width;
+    unsigned mask, arg;   /* warp op: mask; lane, delta or lane mask */
+    uint64_t val, res;    /* the value it contributes, the value it gets back */
+    void *fake;           /* ASan's fake stack while switched out */
+};
+struct tfm_emu__alloc { size_t size; bool pinned; };          /* cudaMalloc / cudaMallocHost block */
+struct tfm_emu__fault { std::string api; int code, skip; };
+struct tfm_emu__piece { const char *fn; int line; size_t bytes; void *p; };  /* a TFM__SHARED array */
+struct CUstream_st { unsigned flags; };
+struct CUevent_st { unsigned flags; bool recorded; double ms; };
+struct cublasContext { cudaStream_t stream; int math; };
+
+struct tfm_emu__state {
+    /* what threadIdx, blockIdx, blockDim, gridDim read */
+    uint3 tid, bid;
+    dim3 bdim, gdim;
+    /* device, memory and errors */
+    int ndev = 1, dev = 0;
+    size_t capacity = (size_t)16 << 30, in_use = 0;
+    int last = 0, sticky = 0;                         /* last error; sticky error (0: none) */
+    unsigned long long launches = 0;                  /* kernels that ran */
+    std::vector<tfm_emu__fault> faults;
+    std::map<uintptr_t, tfm_emu__alloc> allocs;       /* by base address */
+    std::set<const void *> streams, events, handles;  /* live CUstream_st, CUevent_st, cublasContext */
+    std::map<uintptr_t, int> dyn_limit;               /* kernel -> cudaFuncAttributeMaxDynamicSharedMemorySize */
+    /* the running launch and block */
+    bool in_kernel = false;
+    const char *kernel = "";
+    void (*invoke)(void *) = nullptr;                 /* runs the kernel with the launch's arguments */
+    void *args = nullptr;
+    tfm_emu__fiber *fibers = nullptr;                 /* 1024, allocated at the first launch; never move */
+    int nthreads = 0, cur = -1, n_live = 0, n_sync = 0, sync_first = -1;
+    ucontext_t host;                                  /* the launching host thread, while a block runs */
+    bool from_host = false;                           /* the next fiber entered comes from it */
+    void *host_fake = nullptr;                        /* ASan: its fake stack, its stack */
+    const void *host_lo = nullptr;
+    size_t host_size = 0;
+    std::vector<tfm_emu__piece> pieces;               /* this block's static shared arrays */
+    size_t static_bytes = 0, dyn_bytes = 0, smem_limit = 0;
+    void *dyn = nullptr;                              /* this block's dynamic shared memory */
+    ~tfm_emu__state() {
+        if (in_kernel) return; /* exit() from a kernel: the stacks stay, it runs on one */
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        for (int i = 0; fibers && i < 1024; i++)
+            if (fibers[i].stack) munmap(fibers[i].stack - page, TFM_EMU_STACK + page);
+        free(fibers);
+    }
+};
+static tfm_emu__state tfm_emu__g;
+
+/* the kernels' built-in variables */
+static const uint3 &threadIdx __attribute__((unused)) = tfm_emu__g.tid;
+static const uint3 &blockIdx __attribute__((unused)) = tfm_emu__g.bid;
+static const dim3 &blockDim __attribute__((unused)) = tfm_emu__g.bdim;
+static const dim3 &gridDim __attribute__((unused)) = tfm_emu__g.gdim;
+static const int warpSize __attribute__((unused)) = 32;
+
+__attribute__((format(printf, 1, 2), noreturn)) static inline void tfm_emu__fatal(const char *fmt, ...) {
+    tfm_emu__state &g = tfm_emu__g;
+    va_list ap;
+    fflush(stdout);
+    fprintf(stderr, "tfm_emu: ");
+    if (g.in_kernel) {
+        fprintf(stderr, "kernel %s, block (%u,%u,%u)", g.kernel, g.bid.x, g.bid.y, g.bid.z);
+        if (g.cur >= 0) fprintf(stderr, ", thread (%u,%u,%u)", g.tid.x, g.tid.y, g.tid.z);
+        fprintf(stderr, ": ");
+    }
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    fflush(stderr);
+    abort();
+}
+
+/* ==== the emulation's own controls ==== */
+
+/* Device memory that cudaMalloc may hand out in all (default 16 GiB). */
+static inline void tfm_emu_set_device_memory(size_t bytes) { tfm_emu__g.capacity = bytes; }
+/* Number of devices (default 1); 0: cudaGetDeviceCount and every other runtime call fail with
+   cudaErrorNoDevice, cublasCreate with CUBLAS_STATUS_NOT_INITIALIZED. */
+static inline void tfm_emu_set_device_count(int n) { tfm_emu__g.ndev = n < 0 ? 0 : n; tfm_emu__g.dev = 0; }
+/* Bytes of device memory allocated and not freed. */
+static inline size_t tfm_emu_bytes_in_use(void) { return tfm_emu__g.in_use; }
+/* cudaMallocHost blocks, streams, events and cuBLAS handles not yet freed or destroyed. */
+static inline size_t tfm_emu_objects_in_use(void) {
+    const tfm_emu__state &g = tfm_emu__g;
+    size_t pinned = 0;
+    for (const auto &a : g.allocs) pinned += a.second.pinned;
+    return pinned + g.streams.size() + g.events.size() + g.handles.size();
+}
+/* Kernels run so far (launches that failed are not counted). */
+static inline unsigned long long tfm_emu_launches(void) { return tfm_emu__g.launches; }
+/* The (skip+1)-th next call of `api` fails with `code` (see the top). */
+static inline void tfm_emu_fail_next(const char *api, int code, int skip) {
+    tfm_emu__fault f;
+    f.api = api ? api : "";
+    f.code = code;
+    f.skip = skip < 0 ? 0 : skip;
+    tfm_emu__g.faults.push_back(f);
+}
+static inline void tfm_emu_fail_clear(void) { tfm_emu__g.faults.clear(); }
+/* Faults armed and not yet reached. */
+static inline size_t tfm_emu_fail_pending(void) { return tfm_emu__g.faults.size(); }
+/* Clear the last and the sticky error. Frees nothing. */
+static inline void tfm_emu_reset(void) { tfm_emu__g.last = tfm_emu__g.sticky = 0; }
+
+/* ==== runtime bookkeeping: errors, faults, pointer classification ==== */
+
+static inline cudaError_t tfm_emu__err(int e) {
+    if (e) tfm_emu__g.last = e;
+    if (tfm_emu__is_sticky(e)) tfm_emu__g.sticky = e;
+    return (cudaError_t)e;
+}
+/* an injected fault for this call of `api`, or 0 */
+static inline int tfm_emu__take_fault(const char *api) {
+    std::vector<tfm_emu__fault> &fs = tfm_emu__g.faults;
+    int code = 0;
+    for (size_t i = 0; i < fs.size(); i++) {
+        if (fs[i].api != api) continue;
+        if (fs[i].skip > 0) {
+            fs[i].skip--;
+        } else if (!code) {
+            code = fs[i].code;
+            fs.erase(fs.begin() + (long)i--);
+        }
+    }
+    return code;
+}
+/* the prologue of every runtime call: no device, an injected fault, a sticky error (release calls go
+   on under a sticky error: they return it at the end) */
+static inline cudaError_t tfm_emu__enter(const char *api, bool release = false) {
+    if (tfm_emu__g.ndev == 0) return tfm_emu__err(cudaErrorNoDevice);
+    if (int code = tfm_emu__take_fault(api)) return tfm_emu__err(code);
+    if (!release && tfm_emu__g.sticky) return (cudaError_t)tfm_emu__g.sticky;
+    return cudaSuccess;
+}
+static inline cudaError_t tfm_emu__done(void) { return (cudaError_t)tfm_emu__g.sticky; }
+
+/* the live block containing [p, p+n) (n == 0: p may be one past its end), or NULL */
+static inline const tfm_emu__alloc *tfm_emu__find(const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = tfm_emu__g.allocs.upper_bound(a);
+    if (!p || it == tfm_emu__g.allocs.begin()) return nullptr;
+    --it;
+    uintptr_t end = it->first + it->second.size;
+    if (a > end || (n > 0 && (a == end || n > end - a))) return nullptr;
+    return &it->second;
+}
+static inline bool tfm_emu__is_device(const void *p) {
+    const tfm_emu__alloc *a = tfm_emu__find(p, 1);
+    return a && !a->pinned;
+}
+static inline bool tfm_emu__device_range(const void *p, size_t n) {
+    const tfm_emu__alloc *a = tfm_emu__find(p, n);
+    return a && !a->pinned;
+}
+static inline bool tfm_emu__stream_ok(cudaStream_t s) {
+    return !s || s == cudaStreamLegacy || s == cudaStreamPerThread || tfm_emu__g.streams.count(s);
+}
+
+/* ==== fibers and the scheduler ==== */
+
+#ifdef TFM_EMU__ASAN
+#define TFM_EMU__SWITCH_START(save, lo, size) __sanitizer_start_switch_fiber(save, lo, size)
+#define TFM_EMU__SWITCH_FINISH(save, lo, size) __sanitizer_finish_switch_fiber(save, lo, size)
+#else
+#define TFM_EMU__SWITCH_START(save, lo, size) ((void)(lo), (void)(size))
+#define TFM_EMU__SWITCH_FINISH(save, lo, size) ((void)(save))
+#endif
+
+/* Release the waiting groups of the warp starting at thread w0 whose lanes have all arrived. A group
+   is the lanes of a mask that exist and have not returned; they all wait with that mask (checked on
+   arrival). */
+static inline void tfm_emu__release_warp(int w0) {
+    tfm_emu__state &g = tfm_emu__g;
+    int n = g.nthreads - w0 < 32 ? g.nthreads - w0 : 32;
+    unsigned live = 0, waiting = 0, seen = 0;
+    for (int l = 0; l < n; l++) {
+        if (g.fibers[w0 + l].state != TFM_EMU__DONE) live |= 1u << l;
+        if (g.fibers[w0 + l].state == TFM_EMU__WARP) waiting |= 1u << l;
+    }
+    for (int l = 0; l < n; l++) {
+        if (!(waiting >> l & 1) || (seen >> l & 1)) continue;
+        const tfm_emu__fiber &f0 = g.fibers[w0 + l];
+        unsigned grp = f0.mask & live, votes = 0;
+        seen |= grp;
+        if ((grp & waiting) != grp) continue;
+        for (int j = 0; j < n; j++)
+            if ((grp >> j & 1) && g.fibers[w0 + j].val) votes |= 1u << j;
+        for (int j = 0; j < n; j++) {
+            if (!(grp >> j & 1)) continue;
+            tfm_emu__fiber &f = g.fibers[w0 + j];
+            unsigned w = (unsigned)f.width, seg = (unsigned)j & ~(w - 1), src = (unsigned)j;
+            switch (f.op) {
+            case TFM_EMU__W_SYNC: f.res = 0; continue;
+            case TFM_EMU__W_BALLOT: f.res = votes; continue;
+            case TFM_EMU__W_ANY: f.res = votes != 0; continue;
+            case TFM_EMU__W_ALL: f.res = votes == grp; continue;
+            case TFM_EMU__W_IDX: src = seg + (f.arg & (w - 1)); break;
+            case TFM_EMU__W_UP: src = (unsigned)j - seg >= f.arg ? (unsigned)j - f.arg : (unsigned)j; break;
+            case TFM_EMU__W_DOWN: src = (uint64_t)j - seg + f.arg < w ? (unsigned)j + f.arg : (unsigned)j; break;
+            case TFM_EMU__W_XOR: /* a later segment gives the lane's own value, an earlier one is read */
+                src = (unsigned)j ^ (f.arg & 31u);
+                if (src > seg + w - 1) src = (unsigned)j;
+                break;
+            }
+            f.res = (grp >> src & 1) ? g.fibers[w0 + (int)src].val : ~(uint64_t)0; /* poison: no such lane */
+        }
+        for (int j = 0; j < n; j++)
+            if (grp >> j & 1) g.fibers[w0 + j].state = TFM_EMU__RUN;
+    }
+}
+/* Release __syncthreads when every thread that has not returned waits at it. */
+static inline void tfm_emu__release_block(void) {
+    tfm_emu__state &g = tfm_emu__g;
+    if (!g.n_sync || g.n_sync != g.n_live) return;
+    uint64_t count = 0;
+    for (int i = 0; i < g.nthreads; i++)
+        if (g.fibers[i].state == TFM_EMU__SYNC) count += g.fibers[i].val;
+    for (int i = 0; i < g.nthreads; i++) {
+        tfm_emu__fiber &f = g.fibers[i];
+        if (f.state != TFM_EMU__SYNC) continue;
+        f.res = f.op == TFM_EMU__B_COUNT ? count : f.op == TFM_EMU__B_AND ? count == (uint64_t)g.n_sync : count > 0;
+        f.state = TFM_EMU__RUN;
+    }
+    g.n_sync = 0;
+    g.sync_first = -1;
+}
+static inline void tfm_emu__describe(char *buf, size_t size, int i) {
+    const tfm_emu__fiber &f = tfm_emu__g.fibers[i];
+    const char *what = f.state == TFM_EMU__SYNC ? "__syncthreads" : tfm_emu__wname[f.op];
+    snprintf(buf, size, "thread (%u,%u,%u) waits at %s at %s:%d", f.tid.x, f.tid.y, f.tid.z, what, f.file, f.line);
+}
+
+/* the running fiber (`what` names the device call made outside a kernel) */
+static inline tfm_emu__fiber &tfm_emu__self(const char *what) {
+    if (tfm_emu__g.cur < 0) tfm_emu__fatal("%s called outside a kernel", what);
+    return tfm_emu__g.fibers[tfm_emu__g.cur];
+}
+/* Threads switch to one another directly, in round-robin order, and back to the launching host
+   thread when the block is done. A fresh thread gets a fiber on its own stack; one that follows a
+   thread that returned runs on that stack, without a switch (so a kernel without barriers costs one
+   switch in and one out per block). */
+static inline void tfm_emu__fiber_main(void);
+/* the thread to run after thread i blocked or returned (i itself if it may go on), -1 if none may */
+static inline int tfm_emu__next(int i) {
+    tfm_emu__state &g = tfm_emu__g;
+    for (int k = 1; k <= g.nthreads; k++) {
+        int j = (i + k) % g.nthreads;
+        if (g.fibers[j].state == TFM_EMU__RUN) return j;
+    }
+    return -1;
+}
+/* make thread i current; a fresh fiber on its own stack unless it starts on `stack` */
+static inline void tfm_emu__enter_thread(int i, char *stack) {
+    tfm_emu__state &g = tfm_emu__g;
+    tfm_emu__fiber &f = g.fibers[i];
+    g.cur = i;
+    g.tid = f.tid;
+    if (f.started) return;
+    f.started = true;
+    if ((f.run_stack = stack) != nullptr) return;
+    if (!f.stack) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        void *m = mmap(nullptr, TFM_EMU_STACK + page, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) tfm_emu__fatal("cannot map a fiber stack of %d bytes", (int)TFM_EMU_STACK);
+        mprotect(m, page, PROT_NONE); /* guard page: an overflowing fiber stack faults */
+        f.stack = (char *)m + page;
+        (void)VALGRIND_STACK_REGISTER(f.stack, f.stack + TFM_EMU_STACK);
+        getcontext(&f.uc); /* once: makecontext needs a context to start from */
+    }
+    f.uc.uc_stack.ss_sp = f.run_stack = f.stack;
+    f.uc.uc_stack.ss_size = TFM_EMU_STACK;
+    f.uc.uc_link = nullptr;
+    makecontext(&f.uc, tfm_emu__fiber_main, 0);
+#ifdef TFM_EMU__ASAN
+    f.uc.uc_stack.ss_sp = nullptr; /* keep ASan's swapcontext interceptor off the stack's shadow */
+    f.uc.uc_stack.ss_size = 0;
+#endif
+}
+__attribute__((noreturn)) static inline void tfm_emu__deadlock(void) {
+    tfm_emu__state &g = tfm_emu__g;
+    char a[256] = "", b[256] = "";
+    int first = -1;
+    for (int i = 0; i < g.nthreads; i++) {
+        if (g.fibers[i].state == TFM_EMU__DONE) continue;
+        if (first < 0) tfm_emu__describe(a, sizeof a, first = i);
+        else if (!b[0] && g.fibers[i].op != g.fibers[first].op) tfm_emu__describe(b, sizeof b, i);
+    }
+    tfm_emu__fatal("deadlock: no thread can go on (%d have not returned); %s%s%s", g.n_live, a, b[0] ? "; " : "", b);
+}
+/* the running thread waits (its state says at what): release what its arrival completes, run others */
+static inline void tfm_emu__yield(void) {
+    tfm_emu__state &g = tfm_emu__g;
+    int me = g.cur;
+    tfm_emu__fiber &f = g.fibers[me];
+    if (f.state == TFM_EMU__WARP) tfm_emu__release_warp(me & ~31);
+    else tfm_emu__release_block();
+    int nx = tfm_emu__next(me);
+    if (nx == me) return;
+    if (nx < 0) tfm_emu__deadlock();
+    tfm_emu__enter_thread(nx, nullptr);
+    TFM_EMU__SWITCH_START(&f.fake, g.fibers[nx].run_stack, TFM_EMU_STACK);
+    swapcontext(&f.uc, &g.fibers[nx].uc);
+    TFM_EMU__SWITCH_FINISH(f.fake, nullptr, nullptr);
+}
+static inline void tfm_emu__fiber_main(void) {
+    tfm_emu__state &g = tfm_emu__g;
+    TFM_EMU__SWITCH_FINISH(nullptr, g.from_host ? &g.host_lo : nullptr, g.from_host ? &g.host_size : nullptr);
+    g.from_host = false;
+    for (;;) {
+        g.invoke(g.args);
+        tfm_emu__fiber &f = g.fibers[g.cur];
+        f.state = TFM_EMU__DONE;
+        g.n_live--;
+        tfm_emu__release_warp(g.cur & ~31);
+        tfm_emu__release_block();
+        int nx = tfm_emu__next(g.cur);
+        if (nx >= 0 && !g.fibers[nx].started) { /* it runs here, on this stack */
+            tfm_emu__enter_thread(nx, f.run_stack);
+            continue;
+        }
+        if (nx < 0 && g.n_live > 0) tfm_emu__deadlock();
+        ucontext_t *to = nx < 0 ? &g.host : &g.fibers[nx].uc;
+        if (nx >= 0) tfm_emu__enter_thread(nx, nullptr);
+        TFM_EMU__SWITCH_START(nullptr, nx < 0 ? g.host_lo : g.fibers[nx].run_stack,
+                              nx < 0 ? g.host_size : TFM_EMU_STACK);
+        setcontext(to); /* this fiber is done: its fake stack dies with it */
+    }
+}
+
+static inline void tfm_emu__run_block(void) {
+    tfm_emu__state &g = tfm_emu__g;
+    if (g.dyn_bytes) {
+        g.dyn = malloc(g.dyn_bytes);
+        if (!g.dyn) tfm_emu__fatal("out of host memory for %zu bytes of dynamic shared memory", g.dyn_bytes);
+        memset(g.dyn, 0xFF, g.dyn_bytes);
+    }
+    for (int i = 0; i < g.nthreads; i++) {
+        tfm_emu__fiber &f = g.fibers[i];
+        f.state = TFM_EMU__RUN;
+        f.started = false;
+        f.tid.x = (unsigned)i % g.bdim.x;
+        f.tid.y = (unsigned)i / g.bdim.x % g.bdim.y;
+        f.tid.z = (unsigned)i / (g.bdim.x * g.bdim.y);
+    }
+    g.n_live = g.nthreads;
+    g.n_sync = 0;
+    g.sync_first = -1;
+    tfm_emu__enter_thread(0, nullptr);
+    g.from_host = true;
+    TFM_EMU__SWITCH_START(&g.host_fake, g.fibers[0].run_stack, TFM_EMU_STACK);
+    swapcontext(&g.host, &g.fibers[0].uc); /* back when every thread has returned */
+    TFM_EMU__SWITCH_FINISH(g.host_fake, nullptr, nullptr);
+    g.cur = -1;
+    for (size_t i = 0; i < g.pieces.size(); i++) free(g.pieces[i].p);
+    g.pieces.clear();
+    g.static_bytes = 0;
+    free(g.dyn);
+    g.dyn = nullptr;
+}
+
+/* Run every block of the launch set up in g. */
+static inline void tfm_emu__run_grid(void) {
+    tfm_emu__state &g = tfm_emu__g;
+    if (!g.fibers) {
+        g.fibers = (tfm_emu__fiber *)calloc(1024, sizeof(tfm_emu__fiber));
+        if (!g.fibers) tfm_emu__fatal("out of host memory for fibers");
+    }
+    g.in_kernel = true;
+    for (unsigned z = 0; z < g.gdim.z; z++)
+        for (unsigned y = 0; y < g.gdim.y; y++)
+            for (unsigned x = 0; x < g.gdim.x; x++) {
+                g.bid.x = x;
+                g.bid.y = y;
+                g.bid.z = z;
+                tfm_emu__run_block();
+            }
+    g.in_kernel = false;
+    g.launches++;
+}
+
+/* ==== device built-ins: barriers, warp ops, shared memory ==== */
+
+static inline int tfm_emu__barrier(const char *file, int line, int kind, int pred) {
+    tfm_emu__state &g = tfm_emu__g;
+    tfm_emu__fiber &f = tfm_emu__self("__syncthreads");
+    int i = g.cur, w0 = i & ~31, lane = i & 31;
+    char a[256], b[256];
+    f.file = file;
+    f.line = line;
+    f.op = kind;
+    f.state = TFM_EMU__SYNC;
+    if (g.n_sync > 0) {
+        const tfm_emu__fiber &o = g.fibers[g.sync_first];
+        if (o.line != line || o.op != kind || strcmp(o.file, file) != 0) {
+            tfm_emu__describe(a, sizeof a, g.sync_first);
+            tfm_emu__describe(b, sizeof b, i);
+            tfm_emu__fatal("divergent __syncthreads: %s, while %s", a, b);
+        }
+    }
+    for (int j = w0; j < w0 + 32 && j < g.nthreads; j++) {
+        const tfm_emu__fiber &o = g.fibers[j];
+        if (o.state == TFM_EMU__WARP && (o.mask >> lane & 1)) {
+            tfm_emu__describe(a, sizeof a, j);
+            tfm_emu__describe(b, sizeof b, i);
+            tfm_emu__fatal("divergent warp: %s (its mask names lane %d), while %s", a, lane, b);
+        }
+    }
+    f.val = pred != 0;
+    if (g.n_sync++ == 0) g.sync_first = i;
+    tfm_emu__yield();
+    return (int)f.res;
+}
+
+static inline uint64_t tfm_emu__warp(const char *file, int line, int op, unsigned mask, uint64_t val, unsigned arg,
+                                     int width) {
+    tfm_emu__state &g = tfm_emu__g;
+    tfm_emu__fiber &f = tfm_emu__self(tfm_emu__wname[op]);
+    int i = g.cur, w0 = i & ~31, lane = i & 31;
+    char a[256], b[256];
+    if (!(mask >> lane & 1))
+        tfm_emu__fatal("%s:%d: %s with mask 0x%08x, which leaves out the calling lane %d", file, line,
+                       tfm_emu__wname[op], mask, lane);
+    if (width < 1 || width > 32 || (width & (width - 1)))
+        tfm_emu__fatal("%s:%d: %s width %d is not a power of two in [1, 32]", file, line, tfm_emu__wname[op], width);
+    f.file = file;
+    f.line = line;
+    f.op = op;
+    f.mask = mask;
+    f.width = width;
+    f.arg = arg;
+    f.val = val;
+    f.state = TFM_EMU__WARP;
+    for (int j = w0; j < w0 + 32 && j < g.nthreads; j++) {
+        const tfm_emu__fiber &o = g.fibers[j];
+        bool shared = (mask >> (j & 31) & 1) || (o.mask >> lane & 1);
+        if (j == i || !shared) continue;
+        if ((o.state == TFM_EMU__SYNC && (mask >> (j & 31) & 1)) ||
+            (o.state == TFM_EMU__WARP && (o.op != op || o.mask != mask || o.width != width))) {
+            tfm_emu__describe(a, sizeof a, j);
+            tfm_emu__describe(b, sizeof b, i);
+            tfm_emu__fatal("divergent warp: %s (mask 0x%08x, width %d), while %s (mask 0x%08x, width %d)", a,
+                           o.state == TFM_EMU__WARP ? o.mask : 0u, o.state == TFM_EMU__WARP ? o.width : 0, b, mask,
+                           width);
+        }
+    }
+    tfm_emu__yield();
+    return f.res;
+}
+
+/* a call site, so that divergence messages can name it */
+struct tfm_emu__at {
+    const char *file;
+    int line;
+    template <class T> T op(int kind, unsigned mask, T v, unsigned arg, int width) const {
+        static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffles move 1 to 8 bytes");
+        uint64_t bits = 0, r;
+        T out;
+        memcpy(&bits, &v, sizeof v);
+        r = tfm_emu__warp(file, line, kind, mask, bits, arg, width);
+        memcpy(&out, &r, sizeof out);
+        return out;
+    }
+    template <class T> T shfl(unsigned mask, T v, int src, int width = 32) const {
+        return op(TFM_EMU__W_IDX, mask, v, (unsigned)src, width);
+    }
+    template <class T> T shfl_up(unsigned mask, T v, unsigned d, int width = 32) const {
+        return op(TFM_EMU__W_UP, mask, v, d, width);
+    }
+    template <class T> T shfl_down(unsigned mask, T v, unsigned d, int width = 32) const {
+        return op(TFM_EMU__W_DOWN, mask, v, d, width);
+    }
+    template <class T> T shfl_xor(unsigned mask, T v, int m, int width = 32) const {
+        return op(TFM_EMU__W_XOR, mask, v, (unsigned)m, width);
+    }
+    void syncwarp(unsigned mask = 0xffffffffu) const { tfm_emu__warp(file, line, TFM_EMU__W_SYNC, mask, 0, 0, 32); }
+    unsigned ballot(unsigned mask, int p) const {
+        return (unsigned)tfm_emu__warp(file, line, TFM_EMU__W_BALLOT, mask, p != 0, 0, 32);
+    }
+    int any(unsigned mask, int p) const { return (int)tfm_emu__warp(file, line, TFM_EMU__W_ANY, mask, p != 0, 0, 32); }
+    int all(unsigned mask, int p) const { return (int)tfm_emu__warp(file, line, TFM_EMU__W_ALL, mask, p != 0, 0, 32); }
+};
+#define __syncthreads() tfm_emu__barrier(__FILE__, __LINE__, TFM_EMU__B_SYNC, 0)
+#define __syncthreads_count(p) tfm_emu__barrier(__FILE__, __LINE__, TFM_EMU__B_COUNT, (p) != 0)
+#define __syncthreads_and(p) tfm_emu__barrier(__FILE__, __LINE__, TFM_EMU__B_AND, (p) != 0)
+#define __syncthreads_or(p) tfm_emu__barrier(__FILE__, __LINE__, TFM_EMU__B_OR, (p) != 0)
+#define __syncwarp(...) (tfm_emu__at{__FILE__, __LINE__}.syncwarp(__VA_ARGS__))
+#define __shfl_sync(...) (tfm_emu__at{__FILE__, __LINE__}.shfl(__VA_ARGS__))
+#define __shfl_up_sync(...) (tfm_emu__at{__FILE__, __LINE__}.shfl_up(__VA_ARGS__))
+#define __shfl_down_sync(...) (tfm_emu__at{__FILE__, __LINE__}.shfl_down(__VA_ARGS__))
+#define __shfl_xor_sync(...) (tfm_emu__at{__FILE__, __LINE__}.shfl_xor(__VA_ARGS__))
+#define __ballot_sync(...) (tfm_emu__at{__FILE__, __LINE__}.ballot(__VA_ARGS__))
+#define __any_sync(...) (tfm_emu__at{__FILE__, __LINE__}.any(__VA_ARGS__))
+#define __all_sync(...) (tfm_emu__at{__FILE__, __LINE__}.all(__VA_ARGS__))
+static inline unsigned __activemask(void) {
+    tfm_emu__state &g = tfm_emu__g;
+    int w0 = tfm_emu__g.cur & ~31;
+    unsigned m = 0;
+    (void)tfm_emu__self("__activemask");
+    for (int j = w0; j < w0 + 32 && j < g.nthreads; j++)
+        if (g.fibers[j].state != TFM_EMU__DONE) m |= 1u << (j - w0);
+    return m;
+}
+
+/* Static shared memory (TFM__SHARED): the array of this declaration site in this block. */
+static inline void *tfm_emu__shared(size_t bytes, const char *fn, int line) {
+    tfm_emu__state &g = tfm_emu__g;
+    (void)tfm_emu__self("TFM__SHARED");
+    for (size_t i = 0; i < g.pieces.size(); i++) {
+        const tfm_emu__piece &p = g.pieces[i];
+        if (p.line != line || (p.fn != fn && strcmp(p.fn, fn) != 0)) continue;
+        if (p.bytes != bytes)
+            tfm_emu__fatal("%s, line %d: a shared array of %zu bytes was %zu bytes for another thread", fn, line, bytes,
+                           p.bytes);
+        return p.p;
+    }
+    g.static_bytes += (bytes + 15) & ~(size_t)15;
+    if (g.static_bytes > TFM_EMU__SMEM_STATIC)
+        tfm_emu__fatal("%s, line %d: static shared memory reaches %zu bytes, over the %d bytes a block may have", fn,
+                       line, g.static_bytes, TFM_EMU__SMEM_STATIC);
+    if (g.static_bytes + g.dyn_bytes > g.smem_limit)
+        tfm_emu__fatal("%s, line %d: static (%zu) + dynamic (%zu) shared memory exceed the kernel's limit of %zu bytes",
+                       fn, line, g.static_bytes, g.dyn_bytes, g.smem_limit);
+    tfm_emu__piece p = {fn, line, bytes, malloc(bytes ? bytes : 1)};
+    if (!p.p) tfm_emu__fatal("out of host memory for shared memory");
+    memset(p.p, 0xFF, bytes);
+    g.pieces.push_back(p);
+    return p.p;
+}
+#define tfm_emu_shared(bytes) tfm_emu__shared((bytes), __PRETTY_FUNCTION__, __LINE__)
+/* Dynamic shared memory (TFM__SHARED_DYN): the launch's smem bytes, NULL when 0. */
+static inline void *tfm_emu_dyn_shared(void) {
+    (void)tfm_emu__self("TFM__SHARED_DYN");
+    return tfm_emu__g.dyn;
+}
+
+/* ==== device built-ins: atomics, math, bit tricks ==== (blocks run one at a time: plain updates) */
+
+#define TFM_EMU__ATOMICS(T)                                                                      \
+    static inline T atomicAdd(T *p, T v) { T o = *p; *p = (T)(o + v); return o; }               \
+    static inline T atomicExch(T *p, T v) { T o = *p; *p = v; return o; }                        \
+    static inline T atomicMax(T *p, T v) { T o = *p; *p = o > v ? o : v; return o; }             \
+    static inline T atomicMin(T *p, T v) { T o = *p; *p = o < v ? o : v; return o; }
+TFM_EMU__ATOMICS(int)
+TFM_EMU__ATOMICS(unsigned)
+TFM_EMU__ATOMICS(unsigned long long)
+TFM_EMU__ATOMICS(long long)
+TFM_EMU__ATOMICS(float)
+TFM_EMU__ATOMICS(double)
+#define TFM_EMU__CAS(T) \
+    static inline T atomicCAS(T *p, T cmp, T v) { T o = *p; if (o == cmp) *p = v; return o; }
+TFM_EMU__CAS(int)
+TFM_EMU__CAS(unsigned)
+TFM_EMU__CAS(unsigned long long)
+static inline int atomicSub(int *p, int v) { int o = *p; *p = o - v; return o; }
+static inline unsigned atomicSub(unsigned *p, unsigned v) { unsigned o = *p; *p = o - v; return o; }
+
+static inline void __threadfence(void) {}
+static inline void __threadfence_block(void) {}
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+#define __expf(x) expf(x) /* glibc declares these names for itself: macros, not functions */
+#define __logf(x) logf(x)
+#define __sinf(x) sinf(x)
+#define __cosf(x) cosf(x)
+#define __powf(x, y) powf(x, y)
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float __frcp_rn(float x) { return 1.0f / x; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline float __saturatef(float x) { return x > 0.0f ? (x < 1.0f ? x : 1.0f) : 0.0f; } /* NaN -> 0 */
+static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
+static inline int __float_as_int(float x) { int i; memcpy(&i, &x, 4); return i; }
+static inline unsigned __float_as_uint(float x) { unsigned i; memcpy(&i, &x, 4); return i; }
+static inline float __int_as_float(int i) { float x; memcpy(&x, &i, 4); return x; }
+static inline float __uint_as_float(unsigned i) { float x; memcpy(&x, &i, 4); return x; }
+static inline long long __double_as_longlong(double x) { long long i; memcpy(&i, &x, 8); return i; }
+static inline double __longlong_as_double(long long i) { double x; memcpy(&x, &i, 8); return x; }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+static inline int __ffs(int x) { return __builtin_ffs(x); }
+template <class T> static inline T __ldg(const T *p) { return *p; }
+/* min/max of device code, for any two arithmetic types (CUDA's overloads: the usual conversions) */
+template <class A, class B>
+using tfm_emu__common = typename std::enable_if<std::is_arithmetic<A>::value && std::is_arithmetic<B>::value,
+                                                typename std::common_type<A, B>::type>::type;
+template <class A, class B, class R = tfm_emu__common<A, B>> static inline R min(A a, B b) {
+    return (R)a < (R)b ? (R)a : (R)b;
+}
+template <class A, class B, class R = tfm_emu__common<A, B>> static inline R max(A a, B b) {
+    return (R)a > (R)b ? (R)a : (R)b;
+}
+
+/* ==== kernel launch ==== */
+
+template <class... P> struct tfm_emu__call {
+    void (*k)(P...);
+    std::tuple<P...> args;
+};
+template <class... P, size_t... I> static void tfm_emu__invoke_seq(tfm_emu__call<P...> *c, std::index_sequence<I...>) {
+    c->k(std::get<I>(c->args)...); /* each thread gets its own copies */
+}
+template <class... P> static void tfm_emu__invoke(void *c) {
+    tfm_emu__invoke_seq((tfm_emu__call<P...> *)c, std::index_sequence_for<P...>());
+}
+/* an argument becomes the parameter's type as in a call; a literal 0 or NULL may stand for a pointer */
+template <class P, class A> static inline P tfm_emu__convert(A &&a, std::false_type) { return std::forward<A>(a); }
+template <class P, class A> static inline P tfm_emu__convert(A &&a, std::true_type) {
+    if (a != 0) tfm_emu__fatal("an integer other than 0 passed for a kernel's pointer parameter");
+    return nullptr;
+}
+template <class P, class A>
+using tfm_emu__int_for_ptr =
+    std::integral_constant<bool, std::is_pointer<P>::value && std::is_integral<typename std::decay<A>::type>::value>;
+
+/* the address a kernel argument would be dereferenced at (0 for non-pointers and function pointers) */
+template <class T> static inline uintptr_t tfm_emu__addr(T *p) { return (uintptr_t)p; }
+template <class R, class... A> static inline uintptr_t tfm_emu__addr(R (*)(A...)) { return 0; }
+template <class T> static inline uintptr_t tfm_emu__addr(const T &) { return 0; }
+
+static inline void tfm_emu__check_arg(const char *kernel, int i, int n, uintptr_t a) {
+    const tfm_emu__alloc *al = tfm_emu__find((const void *)a, 0); /* inside a block or one past its end */
+    if (!a || (al && !al->pinned)) return;
+    fprintf(stderr,
+            "tfm_emu: kernel %s, argument %d of %d: %p is not device memory (%s); on a GPU the kernel would fault\n",
+            kernel, i + 1, n, (const void *)a,
+            al ? "it is cudaMallocHost memory" : "not inside any live cudaMalloc block: a host pointer or a freed one");
+    fflush(stderr);
+    abort();
+}
+template <class... P, size_t... I>
+static inline void tfm_emu__check_args(const char *kernel, const std::tuple<P...> &t, std::index_sequence<I...>) {
+    int dummy[] = {0, (tfm_emu__check_arg(kernel, (int)I, (int)sizeof...(P), tfm_emu__addr(std::get<I>(t))), 0)...};
+    (void)dummy;
+}
+
+/* validate the launch; false: it does not run (the last error says why) */
+static inline bool tfm_emu__launch_ok(const char *kernel, uintptr_t k, dim3 grid, dim3 block, size_t smem) {
+    tfm_emu__state &g = tfm_emu__g;
+    if (g.in_kernel)
+        tfm_emu__fatal("kernel %s launched from inside a kernel (dynamic parallelism is not emulated)", kernel);
+    if (tfm_emu__enter("launch") != cudaSuccess) return false;
+    auto lim = g.dyn_limit.find(k);
+    size_t limit = lim != g.dyn_limit.end() && (size_t)lim->second > TFM_EMU__SMEM_STATIC ? (size_t)lim->second
+                                                                                          : TFM_EMU__SMEM_STATIC;
+    unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+    if (threads < 1 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 || grid.x < 1 ||
+        grid.x > 0x7fffffffu || grid.y < 1 || grid.y > 65535 || grid.z < 1 || grid.z > 65535 || smem > limit) {
+        tfm_emu__err(cudaErrorInvalidConfiguration);
+        return false;
+    }
+    g.kernel = kernel;
+    g.gdim = grid;
+    g.bdim = block;
+    g.nthreads = (int)threads;
+    g.dyn_bytes = smem;
+    g.smem_limit = limit;
+    return true;
+}
+
+template <class... P, class... A>
+static inline void tfm_emu__launch(const char *kernel, void (*k)(P...), dim3 grid, dim3 block, size_t smem, A &&...a) {
+    tfm_emu__call<P...> c = {
+        k, std::tuple<P...>(tfm_emu__convert<P>(std::forward<A>(a), tfm_emu__int_for_ptr<P, A>())...)};
+    if (!tfm_emu__launch_ok(kernel, (uintptr_t)k, grid, block, smem)) return;
+    tfm_emu__check_args(kernel, c.args, std::index_sequence_for<P...>());
+    tfm_emu__g.invoke = &tfm_emu__invoke<P...>;
+    tfm_emu__g.args = &c;
+    tfm_emu__run_grid();
+}
+/* tfm_emu_launch(kernel, grid, block, smem_bytes, args...): what TFM__LAUNCH expands to */
+#define tfm_emu_launch(k, ...) tfm_emu__launch(#k, k, __VA_ARGS__)
+
+/* ==== runtime: errors, devices, attributes ==== */
+
+static inline cudaError_t cudaGetLastError(void) {
+    tfm_emu__state &g = tfm_emu__g;
+    if (g.ndev == 0) return tfm_emu__err(cudaErrorNoDevice);
+    if (g.sticky) return (cudaError_t)g.sticky;
+    int e = g.last;
+    g.last = 0;
+    return (cudaError_t)e;
+}
+static inline cudaError_t cudaPeekAtLastError(void) {
+    if (tfm_emu__g.ndev == 0) return tfm_emu__err(cudaErrorNoDevice);
+    return (cudaError_t)(tfm_emu__g.sticky ? tfm_emu__g.sticky : tfm_emu__g.last);
+}
+static inline cudaError_t cudaGetDeviceCount(int *count) {
+    int code = tfm_emu__g.ndev == 0 ? (int)cudaErrorNoDevice : tfm_emu__take_fault("cudaGetDeviceCount");
+    if (!count) return tfm_emu__err(cudaErrorInvalidValue);
+    *count = code ? 0 : tfm_emu__g.ndev;
+    return tfm_emu__err(code);
+}
+static inline cudaError_t cudaGetDevice(int *d) {
+    if (cudaError_t e = tfm_emu__enter("cudaGetDevice")) return e;
+    if (!d) return tfm_emu__err(cudaErrorInvalidValue);
+    *d = tfm_emu__g.dev;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaSetDevice(int d) {
+    if (cudaError_t e = tfm_emu__enter("cudaSetDevice")) return e;
+    if (d < 0 || d >= tfm_emu__g.ndev) return tfm_emu__err(cudaErrorInvalidDevice);
+    tfm_emu__g.dev = d;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaDeviceSynchronize(void) {
+    if (cudaError_t e = tfm_emu__enter("cudaDeviceSynchronize")) return e;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaRuntimeGetVersion(int *v) {
+    if (!v) return tfm_emu__err(cudaErrorInvalidValue);
+    *v = 12040;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaDriverGetVersion(int *v) { return cudaRuntimeGetVersion(v); }
+static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
+    if (cudaError_t e = tfm_emu__enter("cudaGetDeviceProperties")) return e;
+    if (!p) return tfm_emu__err(cudaErrorInvalidValue);
+    if (d < 0 || d >= tfm_emu__g.ndev) return tfm_emu__err(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "CPU emulation of CUDA");
+    p->totalGlobalMem = tfm_emu__g.capacity;
+    p->sharedMemPerBlock = TFM_EMU__SMEM_STATIC;
+    p->sharedMemPerBlockOptin = TFM_EMU__SMEM_OPTIN;
+    p->sharedMemPerMultiprocessor = 228 * 1024;
+    p->totalConstMem = 64 * 1024;
+    p->regsPerBlock = 65536;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
+    p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 0x7fffffff;
+    p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = TFM_EMU__SMS;
+    p->maxThreadsPerMultiProcessor = 2048;
+    p->l2CacheSize = 50 << 20;
+    p->unifiedAddressing = 1;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int d) {
+    cudaDeviceProp p;
+    if (cudaError_t e = tfm_emu__enter("cudaDeviceGetAttribute")) return e;
+    if (!v) return tfm_emu__err(cudaErrorInvalidValue);
+    if (cudaError_t e = cudaGetDeviceProperties(&p, d)) return e;
+    switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *v = p.maxThreadsPerBlock; break;
+    case cudaDevAttrMaxBlockDimX: *v = p.maxThreadsDim[0]; break;
+    case cudaDevAttrMaxBlockDimY: *v = p.maxThreadsDim[1]; break;
+    case cudaDevAttrMaxBlockDimZ: *v = p.maxThreadsDim[2]; break;
+    case cudaDevAttrMaxGridDimX: *v = p.maxGridSize[0]; break;
+    case cudaDevAttrMaxGridDimY: *v = p.maxGridSize[1]; break;
+    case cudaDevAttrMaxGridDimZ: *v = p.maxGridSize[2]; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *v = (int)p.sharedMemPerBlock; break;
+    case cudaDevAttrWarpSize: *v = p.warpSize; break;
+    case cudaDevAttrMultiProcessorCount: *v = p.multiProcessorCount; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = p.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = p.minor; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *v = (int)p.sharedMemPerMultiprocessor; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (int)p.sharedMemPerBlockOptin; break;
+    default: return tfm_emu__err(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+static inline cudaError_t tfm_emu__func_set(uintptr_t k, cudaFuncAttribute attr, int value) {
+    if (cudaError_t e = tfm_emu__enter("cudaFuncSetAttribute")) return e;
+    if (!k) return tfm_emu__err(cudaErrorInvalidDeviceFunction);
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || value > TFM_EMU__SMEM_OPTIN) return tfm_emu__err(cudaErrorInvalidValue);
+        tfm_emu__g.dyn_limit[k] = value;
+    } else if (attr != cudaFuncAttributePreferredSharedMemoryCarveout || value < -1 || value > 100) {
+        return tfm_emu__err(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+template <class F> static inline cudaError_t cudaFuncSetAttribute(F *kernel, cudaFuncAttribute attr, int value) {
+    return tfm_emu__func_set((uintptr_t)kernel, attr, value);
+}
+
+/* ==== runtime: memory ==== */
+
+static inline cudaError_t cudaMalloc(void **p, size_t n) {
+    tfm_emu__state &g = tfm_emu__g;
+    void *q = nullptr;
+    if (cudaError_t e = tfm_emu__enter("cudaMalloc")) return e;
+    if (!p) return tfm_emu__err(cudaErrorInvalidValue);
+    *p = nullptr;
+    if (n == 0) return cudaSuccess;
+    if (n > g.capacity - (g.in_use < g.capacity ? g.in_use : g.capacity) || posix_memalign(&q, 256, n) != 0)
+        return tfm_emu__err(cudaErrorMemoryAllocation);
+    memset(q, 0xFF, n); /* poison: a read of device memory nobody wrote gives NaN */
+    g.allocs[(uintptr_t)q] = tfm_emu__alloc{n, false};
+    g.in_use += n;
+    *p = q;
+    return cudaSuccess;
+}
+template <class T> static inline cudaError_t cudaMalloc(T **p, size_t n) { return cudaMalloc((void **)p, n); }
+static inline cudaError_t cudaMallocHost(void **p, size_t n) {
+    void *q = nullptr;
+    if (cudaError_t e = tfm_emu__enter("cudaMallocHost")) return e;
+    if (!p) return tfm_emu__err(cudaErrorInvalidValue);
+    *p = nullptr;
+    if (n == 0) return cudaSuccess;
+    if (posix_memalign(&q, 256, n) != 0) return tfm_emu__err(cudaErrorMemoryAllocation);
+    tfm_emu__g.allocs[(uintptr_t)q] = tfm_emu__alloc{n, true};
+    *p = q;
+    return cudaSuccess;
+}
+template <class T> static inline cudaError_t cudaMallocHost(T **p, size_t n) { return cudaMallocHost((void **)p, n); }
+static inline cudaError_t tfm_emu__free(const char *api, void *p, bool pinned) {
+    if (cudaError_t e = tfm_emu__enter(api, true)) return e;
+    if (!p) return tfm_emu__done();
+    auto it = tfm_emu__g.allocs.find((uintptr_t)p);
+    if (it == tfm_emu__g.allocs.end() || it->second.pinned != pinned) return tfm_emu__err(cudaErrorInvalidValue);
+    if (!pinned) tfm_emu__g.in_use -= it->second.size;
+    free((void *)it->first); /* == p */
+    tfm_emu__g.allocs.erase(it);
+    return tfm_emu__done();
+}
+static inline cudaError_t cudaFree(void *p) { return tfm_emu__free("cudaFree", p, false); }
+static inline cudaError_t cudaFreeHost(void *p) { return tfm_emu__free("cudaFreeHost", p, true); }
+static inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+    tfm_emu__state &g = tfm_emu__g;
+    if (cudaError_t e = tfm_emu__enter("cudaMemGetInfo")) return e;
+    if (!free_bytes || !total) return tfm_emu__err(cudaErrorInvalidValue);
+    *total = g.capacity;
+    *free_bytes = g.in_use < g.capacity ? g.capacity - g.in_use : 0;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *at, const void *p) {
+    if (cudaError_t e = tfm_emu__enter("cudaPointerGetAttributes")) return e;
+    if (!at) return tfm_emu__err(cudaErrorInvalidValue);
+    const tfm_emu__alloc *a = tfm_emu__find(p, 1);
+    at->type = !a ? cudaMemoryTypeUnregistered : a->pinned ? cudaMemoryTypeHost : cudaMemoryTypeDevice;
+    at->device = a ? tfm_emu__g.dev : cudaInvalidDeviceId;
+    at->devicePointer = a ? (void *)p : nullptr;
+    at->hostPointer = a && a->pinned ? (void *)p : nullptr;
+    return cudaSuccess;
+}
+
+/* every copy: height rows of width bytes, checked as the runtime does */
+static inline cudaError_t tfm_emu__copy(const char *api, void *dst, size_t dpitch, const void *src, size_t spitch,
+                                        size_t width, size_t height, cudaMemcpyKind kind, cudaStream_t s) {
+    if (cudaError_t e = tfm_emu__enter(api)) return e;
+    if (!tfm_emu__stream_ok(s)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
+    if ((unsigned)kind > (unsigned)cudaMemcpyDefault) return tfm_emu__err(cudaErrorInvalidMemcpyDirection);
+    if (dpitch < width || spitch < width) return tfm_emu__err(cudaErrorInvalidPitchValue);
+    if (width == 0 || height == 0) return cudaSuccess;
+    if (!dst || !src) return tfm_emu__err(cudaErrorInvalidValue);
+    bool dd = tfm_emu__is_device(dst), sd = tfm_emu__is_device(src);
+    bool want_dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool want_sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind != cudaMemcpyDefault && (dd != want_dd || sd != want_sd)) return tfm_emu__err(cudaErrorInvalidValue);
+    if ((dd && !tfm_emu__device_range(dst, (height - 1) * dpitch + width)) ||
+        (sd && !tfm_emu__device_range(src, (height - 1) * spitch + width)))
+        return tfm_emu__err(cudaErrorInvalidValue);
+    for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+    return tfm_emu__copy("cudaMemcpy", dst, n, src, n, n, 1, kind, nullptr);
+}
+static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
+                                          cudaStream_t s = 0) {
+    return tfm_emu__copy("cudaMemcpyAsync", dst, n, src, n, n, 1, kind, s);
+}
+static inline cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                       size_t height, cudaMemcpyKind kind) {
+    return tfm_emu__copy("cudaMemcpy2D", dst, dpitch, src, spitch, width, height, kind, nullptr);
+}
+static inline cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                            size_t height, cudaMemcpyKind kind, cudaStream_t s = 0) {
+    return tfm_emu__copy("cudaMemcpy2DAsync", dst, dpitch, src, spitch, width, height, kind, s);
+}
+static inline cudaError_t tfm_emu__memset(const char *api, void *p, int value, size_t n, cudaStream_t s) {
+    if (cudaError_t e = tfm_emu__enter(api)) return e;
+    if (!tfm_emu__stream_ok(s)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
+    if (n == 0) return cudaSuccess;
+    if (!tfm_emu__device_range(p, n)) return tfm_emu__err(cudaErrorInvalidValue);
+    memset(p, value, n);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemset(void *p, int value, size_t n) {
+    return tfm_emu__memset("cudaMemset", p, value, n, nullptr);
+}
+static inline cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s = 0) {
+    return tfm_emu__memset("cudaMemsetAsync", p, value, n, s);
+}
+
+/* ==== runtime: streams and events (synchronous: the work happened at the call) ==== */
+
+static inline cudaError_t tfm_emu__stream_create(const char *api, cudaStream_t *s, unsigned flags) {
+    if (cudaError_t e = tfm_emu__enter(api)) return e;
+    if (!s || flags > 1) return tfm_emu__err(cudaErrorInvalidValue);
+    *s = new CUstream_st{flags};
+    tfm_emu__g.streams.insert(*s);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaStreamCreate(cudaStream_t *s) { return tfm_emu__stream_create("cudaStreamCreate", s, 0); }
+static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    return tfm_emu__stream_create("cudaStreamCreateWithFlags", s, flags);
+}
+static inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (cudaError_t e = tfm_emu__enter("cudaStreamDestroy", true)) return e;
+    if (!tfm_emu__g.streams.erase(s)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
+    delete s;
+    return tfm_emu__done();
+}
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    if (cudaError_t e = tfm_emu__enter("cudaStreamSynchronize")) return e;
+    return tfm_emu__stream_ok(s) ? cudaSuccess : tfm_emu__err(cudaErrorInvalidResourceHandle);
+}
+static inline cudaError_t cudaStreamQuery(cudaStream_t s) {
+    if (cudaError_t e = tfm_emu__enter("cudaStreamQuery")) return e;
+    return tfm_emu__stream_ok(s) ? cudaSuccess : tfm_emu__err(cudaErrorInvalidResourceHandle);
+}
+static inline cudaError_t tfm_emu__event_create(const char *api, cudaEvent_t *ev, unsigned flags) {
+    if (cudaError_t e = tfm_emu__enter(api)) return e;
+    if (!ev || flags > 3) return tfm_emu__err(cudaErrorInvalidValue);
+    *ev = new CUevent_st{flags, false, 0.0};
+    tfm_emu__g.events.insert(*ev);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventCreate(cudaEvent_t *ev) { return tfm_emu__event_create("cudaEventCreate", ev, 0); }
+static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags) {
+    return tfm_emu__event_create("cudaEventCreateWithFlags", ev, flags);
+}
+static inline cudaError_t cudaEventDestroy(cudaEvent_t ev) {
+    if (cudaError_t e = tfm_emu__enter("cudaEventDestroy", true)) return e;
+    if (!tfm_emu__g.events.erase(ev)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
+    delete ev;
+    return tfm_emu__done();
+}
+static inline cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s = 0) {
+    if (cudaError_t e = tfm_emu__enter("cudaEventRecord")) return e;
+    if (!tfm_emu__g.events.count(ev) || !tfm_emu__stream_ok(s)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
+    ev->recorded = true;
+    ev->ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
+    if (cudaError_t e = tfm_emu__enter("cudaEventSynchronize")) return e;
+    return tfm_emu__g.events.count(ev) ? cudaSuccess : tfm_emu__err(cudaErrorInvalidResourceHandle);
+}
+static inline cudaError_t cudaEventQuery(cudaEvent_t ev) {
+    if (cudaError_t e = tfm_emu__enter("cudaEventQuery")) return e;
+    return tfm_emu__g.events.count(ev) ? cudaSuccess : tfm_emu__err(cudaErrorInvalidResourceHandle);
+}
+static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    if (cudaError_t e = tfm_emu__enter("cudaEventElapsedTime")) return e;
+    if (!ms) return tfm_emu__err(cudaErrorInvalidValue);
+    if (!tfm_emu__g.events.count(a) || !tfm_emu__g.events.count(b) || !a->recorded || !b->recorded ||
+        ((a->flags | b->flags) & cudaEventDisableTiming))
+        return tfm_emu__err(cudaErrorInvalidResourceHandle);
+    *ms = (float)(b->ms - a->ms);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned flags = 0) {
+    if (cudaError_t e = tfm_emu__enter("cudaStreamWaitEvent")) return e;
+    if (!tfm_emu__stream_ok(s) || !tfm_emu__g.events.count(ev)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
+    return flags ? tfm_emu__err(cudaErrorInvalidValue) : cudaSuccess;
+}
+
+/* ==== cuBLAS: column-major products through tfm_sgemm ==== */
+
+#define TFM_EMU__BLAS_STATUS(X)                                                                      \
+    X(CUBLAS_STATUS_SUCCESS, 0, "success")                                                           \
+    X(CUBLAS_STATUS_NOT_INITIALIZED, 1, "the library was not initialized")                           \
+    X(CUBLAS_STATUS_ALLOC_FAILED, 3, "the resource allocation failed")                               \
+    X(CUBLAS_STATUS_INVALID_VALUE, 7, "an invalid numeric value was used as an argument")            \
+    X(CUBLAS_STATUS_ARCH_MISMATCH, 8, "an absent device architectural feature is required")          \
+    X(CUBLAS_STATUS_MAPPING_ERROR, 11, "an access to GPU memory space failed")                       \
+    X(CUBLAS_STATUS_EXECUTION_FAILED, 13, "the GPU program failed to execute")                       \
+    X(CUBLAS_STATUS_INTERNAL_ERROR, 14, "an internal operation failed")                              \
+    X(CUBLAS_STATUS_NOT_SUPPORTED, 15, "the functionality requested is not supported")               \
+    X(CUBLAS_STATUS_LICENSE_ERROR, 16, "the functionality requested requires some license and an "   \
+                                       "error was detected when trying to check the current licensing")
+typedef enum cublasStatus_t : int { TFM_EMU__BLAS_STATUS(TFM_EMU__ENUM) } cublasStatus_t;
+typedef enum cublasOperation_t : int { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
+typedef enum cublasMath_t : int {
+    CUBLAS_DEFAULT_MATH = 0,
+    CUBLAS_TENSOR_OP_MATH = 1,
+    CUBLAS_PEDANTIC_MATH = 2,
+    CUBLAS_TF32_TENSOR_OP_MATH = 3,
+    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16
+} cublasMath_t;
+typedef struct cublasContext *cublasHandle_t;
+
+static inline const char *cublasGetStatusString(cublasStatus_t e) {
+    TFM_EMU__BLAS_STATUS(TFM_EMU__TEXT)
+    return "unknown error";
+}
+static inline const char *cublasGetStatusName(cublasStatus_t e) {
+    TFM_EMU__BLAS_STATUS(TFM_EMU__NAME)
+    return "<unknown>";
+}
+
+/* the prologue of every cuBLAS call on a handle */
+static inline cublasStatus_t tfm_emu__blas_enter(const char *api, cublasHandle_t h) {
+    if (tfm_emu__g.ndev == 0 || !tfm_emu__g.handles.count(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (int code = tfm_emu__take_fault(api)) return (cublasStatus_t)code;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasCreate(cublasHandle_t *h) {
+    if (!h) return CUBLAS_STATUS_INVALID_VALUE;
+    if (tfm_emu__g.ndev == 0 || tfm_emu__g.sticky) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (int code = tfm_emu__take_fault("cublasCreate")) return (cublasStatus_t)code;
+    *h = new cublasContext{nullptr, CUBLAS_DEFAULT_MATH};
+    tfm_emu__g.handles.insert(*h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasDestroy(cublasHandle_t h) {
+    if (cublasStatus_t s = tfm_emu__blas_enter("cublasDestroy", h)) return s;
+    tfm_emu__g.handles.erase(h);
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+    if (cublasStatus_t st = tfm_emu__blas_enter("cublasSetStream", h)) return st;
+    if (!tfm_emu__stream_ok(s)) return CUBLAS_STATUS_INVALID_VALUE;
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t *s) {
+    if (cublasStatus_t st = tfm_emu__blas_enter("cublasGetStream", h)) return st;
+    if (!s) return CUBLAS_STATUS_INVALID_VALUE;
+    *s = h->stream;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {
+    if (cublasStatus_t st = tfm_emu__blas_enter("cublasSetMathMode", h)) return st;
+    if ((mode & ~CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION) > CUBLAS_TF32_TENSOR_OP_MATH)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    h->math = mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasGetMathMode(cublasHandle_t h, cublasMath_t *mode) {
+    if (cublasStatus_t st = tfm_emu__blas_enter("cublasGetMathMode", h)) return st;
+    if (!mode) return CUBLAS_STATUS_INVALID_VALUE;
+    *mode = (cublasMath_t)h->math;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* float -> TF32: keep 10 mantissa bits, round to nearest even */
+static inline float tfm_emu__tf32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+/* a column-major rows x cols matrix with leading dimension ld must lie inside one device block */
+static inline void tfm_emu__check_matrix(const char *api, const char *name, const float *p, int rows, int cols,
+                                         int ld) {
+    size_t bytes = ((size_t)(cols - 1) * (size_t)ld + (size_t)rows) * sizeof(float);
+    if (rows <= 0 || cols <= 0 || tfm_emu__device_range(p, bytes)) return;
+    tfm_emu__fatal("%s: %s = %p (%d x %d, leading dimension %d, %zu bytes) is %s", api, name, (const void *)p, rows,
+                   cols, ld, bytes,
+                   tfm_emu__is_device(p) ? "not inside its cudaMalloc block: it runs past the end"
+                                         : "not device memory: a GPU would fault");
+}
+/* C = alpha op(A) op(B) + beta C, column-major, `batch` times with the strides */
+static inline cublasStatus_t tfm_emu__gemm(const char *api, cublasHandle_t h, cublasOperation_t ta,
+                                           cublasOperation_t tb, int m, int n, int k, const float *alpha,
+                                           const float *A, int lda, long long sA, const float *B, int ldb, long long sB,
+                                           const float *beta, float *C, int ldc, long long sC, int batch) {
+    if (cublasStatus_t st = tfm_emu__blas_enter(api, h)) return st;
+    if (tfm_emu__g.sticky) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if ((unsigned)ta > CUBLAS_OP_C || (unsigned)tb > CUBLAS_OP_C || m < 0 || n < 0 || k < 0 || batch < 0)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    int ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m; /* A and B as stored */
+    int br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
+    if (lda < (ar > 1 ? ar : 1) || ldb < (br > 1 ? br : 1) || ldc < (m > 1 ? m : 1) || !alpha || !beta)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (tfm_emu__is_device(alpha) || tfm_emu__is_device(beta))
+        tfm_emu__fatal("%s: alpha or beta is device memory, but the pointer mode is host", api);
+    if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+    bool scale_only = *alpha == 0.0f || k == 0; /* cuBLAS reads neither A nor B then */
+    for (int i = 0; i < batch; i++) {
+        tfm_emu__check_matrix(api, "C", C + i * sC, m, n, ldc);
+        if (scale_only) continue;
+        tfm_emu__check_matrix(api, "A", A + i * sA, ar, ac, lda);
+        tfm_emu__check_matrix(api, "B", B + i * sB, br, bc, ldb);
+    }
+    bool tf32 = (h->math & 15) == CUBLAS_TF32_TENSOR_OP_MATH;
+    std::vector<float> ta32, tb32;
+    for (int i = 0; i < batch; i++) {
+        const float *a = A + i * sA, *b = B + i * sB;
+        float *c = C + i * sC;
+        if (scale_only) {
+            for (int j = 0; j < n; j++)
+                for (int r = 0; r < m; r++)
+                    c[(size_t)j * ldc + r] = *beta == 0.0f ? 0.0f : *beta * c[(size_t)j * ldc + r];
+            continue;
+        }
+        if (tf32) {
+            ta32.assign(a, a + ((size_t)(ac - 1) * lda + ar));
+            tb32.assign(b, b + ((size_t)(bc - 1) * ldb + br));
+            for (float &x : ta32) x = tfm_emu__tf32(x);
+            for (float &x : tb32) x = tfm_emu__tf32(x);
+            a = ta32.data();
+            b = tb32.data();
+        }
+        /* column-major C = op(A) op(B) is row-major C^T = op(B)^T op(A)^T */
+        if (tfm_sgemm(tb != CUBLAS_OP_N, ta != CUBLAS_OP_N, n, m, k, *alpha, b, ldb, a, lda, *beta, c, ldc) != TFM_OK)
+            return CUBLAS_STATUS_INTERNAL_ERROR;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                         int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
+                                         const float *beta, float *C, int ldc) {
+    return tfm_emu__gemm("cublasSgemm", h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+static inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                                       int m, int n, int k, const float *alpha, const float *A, int lda,
+                                                       long long sA, const float *B, int ldb, long long sB,
+                                                       const float *beta, float *C, int ldc, long long sC, int batch) {
+    return tfm_emu__gemm("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc,
+                         sC, batch);
+}
+
+#endif /* TFM_CUDA_EMU_H */

@@ -1,0 +1,3127 @@
+#ifdef TFM_CUDA_EMULATION
+#include "cuda_emu.h"
+#endif
+#define TFM_IMPLEMENTATION
+#define TFM__TESTING
+#ifndef TFM_CUDA /* also given on the command line */
+#define TFM_CUDA
+#endif
+#include "../transformer.h"
+#include "test.h"
+
+/* tests/test_cuda.cu - the CUDA backend against the CPU: every dispatch entry (tfm__op_*), every public op
+   on device tensors, layers on a CUDA tfm_mem, whole models trained, decoded, saved, loaded and moved, and
+   the error paths.
+
+   One source, two builds:
+     nvcc -O3 -std=c++14 -arch=sm_90 -Xcompiler -fopenmp -DTFM_CUDA -o build/test_cuda tests/test_cuda.cu -lcublas -lm
+         on a GPU ("no CUDA device: skipped", exit 0, on a machine without one);
+     g++ -std=c++17 -x c++ -DTFM_CUDA -DTFM_CUDA_EMULATION -fopenmp -O1 -g -o build/test_cuda_emu tests/test_cuda.cu -lm
+         the same CUDA source on the CPU through tests/cuda_emu.h (CI has no GPU), also under
+         -fsanitize=address,undefined; the emulation also serves the error tests that need a machine without
+         a device or a CUDA call that fails (tfm_emu_*), which a GPU build skips.
+   Arguments: -v (each test, its time and the worst relative error it measured), --small (short shape lists
+   and 20 training steps, for compute-sanitizer: every kernel path still runs; the emulation's default, as
+   it runs each GPU thread as a fiber), --full (the full lists, the GPU's default), and a filter (the tests
+   whose name holds it). Output: one line per suite, then "N passed, N failed"; exit status 1 on a failure.
+
+   Method. Every input is made once on the host and copied to the device, so both devices read the same
+   bits; the op runs on each, and the device's output, copied back, is compared with the CPU's: test_rel_err_f,
+   max |gpu - cpu| / max |cpu|, over the finite elements, while non-finite ones (NaN-prefilled gaps a kernel
+   must not touch, -inf log-sum-exps of fully masked rows) must be the same on both. Outputs start as NaN,
+   so an element a kernel forgets shows; gradients start from random values, so a backward that overwrites
+   instead of adding shows. TF32 is off (the default), so the device's products are fp32.
+
+   Tolerances, from fp32's unit roundoff u = 2^-24 ~ 6e-8:
+   - CU_TOL 1e-5 for one op. Both devices compute the same formula; the order of the sums differs (a block
+     tree on the GPU, 16 strided lanes on the CPU), and the GPU fuses multiply-adds. A sum of n terms in two
+     orders differs by about sqrt(n) u of its terms' magnitude, ~1.4e-5 at n = 50257 in a worst case that is
+     not met (a softmax's terms are positive: the bound is relative to the sum, ~1e-6). A wrong index, a
+     missing term or a race shows at 1e-3 or more. Where an output cancels to ~0 from larger terms (a
+     layernorm's input gradient), the error is taken relative to those terms (cu_check_scaled).
+   - CU_TOL_LAYER 1e-4 for a whole block or model call: a chain of a dozen ops (two layernorms whose
+     1/sigma amplifies what came before, products of up to 64 terms, a softmax), each adding its 1e-6.
+   - CU_TOL_LOSS: the losses of the training runs within 1e-4 * max(1, |loss|) at every one of the 200
+     forwards (the brief's bound); CU_TOL_TRAINED 5e-3 for what 100 AdamW steps leave (parameters, gradient
+     norms, an evaluation's logits): AdamW divides each gradient by its own running size, so a component that
+     hovers at zero turns a rounding-level difference into one of up to lr per step (3e-3 here) on parameters
+     of size ~0.1-1. Measured on an H100: 4.6e-4. A wrong gradient moves them by O(lr * steps) ~ 0.3.
+   - Where both devices run the very same float operations on the same inputs, equality is bitwise: dropout
+     masks (the same hash), copies, zeroing, adds, CLS pooling, initialisation, checkpoints, moves. */
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CU_TOL 1e-5
+#define CU_TOL_LAYER 1e-4
+#define CU_TOL_LOSS 1e-4
+#define CU_TOL_TRAINED 5e-3
+#define CU_VOCAB 50257
+
+/* ---- harness ------------------------------------------------------------------------------------ */
+
+int test__failed_checks = 0;
+int test__verbose = 0;
+static int test__passed = 0, test__failed = 0;
+static const char *test__filter = NULL;
+/* --small: short shape lists and 20 training steps instead of 100. The emulation's default: it runs
+   every GPU thread as a fiber, with a context switch at each barrier or shuffle, so the full lists take
+   about 15 minutes there (3 small); --full asks for them anyway. */
+#ifdef TFM_CUDA_EMULATION
+static int cu_small = 1;
+#else
+static int cu_small = 0;
+#endif
+static double cu_worst = 0;  /* the largest relative error the running test measured */
+
+static double cu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void test__run(const char *name, test_fn fn) {
+    double t0;
+    if (test__filter && !strstr(name, test__filter)) return;
+    test__failed_checks = 0;
+    cu_worst = 0.0;
+    tfm_clear_error();
+    t0 = cu_now();
+    fn();
+    if (test__failed_checks) {
+        test__failed++;
+        printf("FAIL %s\n", name);
+    } else {
+        test__passed++;
+        if (test__verbose) printf("ok   %-28s %6.2f s, worst relative error %.2g\n", name, cu_now() - t0, cu_worst);
+    }
+    fflush(stdout);
+}
+
+/* Runs a suite and prints its line (nothing when the filter left none of its tests). */
+static void cu_suite(const char *name, void (*fn)(void)) {
+    int p0 = test__passed, f0 = test__failed;
+    double t0 = cu_now();
+    fn();
+    if (test__passed + test__failed > p0 + f0)
+        printf("%-10s %3d passed, %d failed (%.1f s)\n", name, test__passed - p0, test__failed - f0, cu_now() - t0);
+    fflush(stdout);
+}
+
+/* A name for a check message, in one of 8 rotating buffers. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+static const char *cu_fmt(const char *fmt, ...) {
+    static char bufs[8][256];
+    static int next;
+    char *b = bufs[next++ & 7];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b, sizeof bufs[0], fmt, ap);
+    va_end(ap);
+    return b;
+}
+
+/* The test harness itself could not get memory: nothing sensible can follow. */
+static void cu_fatal(const char *what) {
+    printf("FATAL %s: %s\n", what, tfm_last_error());
+    exit(2);
+}
+
+/* ---- random numbers (splitmix64: the test's own, independent of tfm_rng) ----------------------- */
+
+typedef struct cu_rng { uint64_t s; } cu_rng;
+
+static uint64_t cu_next(cu_rng *g) {
+    uint64_t z = (g->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double cu_unif(cu_rng *g) { return (double)(cu_next(g) >> 11) * (1.0 / 9007199254740992.0); }
+static int cu_int(cu_rng *g, int n) { return (int)(cu_next(g) % (uint64_t)n); }
+static float cu_gauss(cu_rng *g) {
+    double u1 = 1.0 - cu_unif(g), u2 = cu_unif(g);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* ---- buffers on both devices -------------------------------------------------------------------- */
+
+/* n floats held twice: h for the CPU's kernels, d (device memory) for the GPU's, with equal values until
+   the ops run. */
+typedef struct cu_buf {
+    float *h, *d;
+    int64_t n;
+} cu_buf;
+
+static tfm_tensor cu_vec(float *p, int64_t n, tfm_device dev) {
+    tfm_tensor t = tfm_tensor1(p, n);
+    t.device = dev;
+    return t;
+}
+
+/* n floats between host and device memory, through tfm_tensor_copy */
+static void cu_copy(float *dst, tfm_device ddev, const float *src, tfm_device sdev, int64_t n) {
+    tfm_tensor d = cu_vec(dst, n, ddev), s = cu_vec((float *)src, n, sdev);
+    if (n > 0 && tfm_tensor_copy(&d, &s) != TFM_OK) cu_fatal("tfm_tensor_copy");
+}
+
+static float *cu_host(int64_t n) {
+    float *p = (float *)calloc((size_t)(n > 0 ? n : 1), sizeof(float));
+    if (!p) cu_fatal("calloc");
+    return p;
+}
+static float *cu_dev(int64_t n) {
+    void *p = NULL;
+    if (tfm_cuda_malloc(&p, (size_t)(n > 0 ? n : 1) * sizeof(float)) != TFM_OK) cu_fatal("tfm_cuda_malloc");
+    return (float *)p;
+}
+
+/* A host copy (malloc'ed) of n floats at p on dev. A CUDA failure of a dispatch entry called before (the
+   entries return nothing; the public calls report it) fails the running test here. */
+static float *cu_fetch(const float *p, int64_t n, tfm_device dev) {
+    float *h = cu_host(n);
+    CHECK_MSG(tfm__cuda_check("an earlier dispatch entry") == TFM_OK, "%s", tfm_last_error());
+    cu_copy(h, TFM_DEVICE_CPU, p, dev, n);
+    return h;
+}
+
+/* the device copy takes the host copy's values (after the test changed them) */
+static void cu_push(cu_buf *b) { cu_copy(b->d, TFM_DEVICE_CUDA, b->h, TFM_DEVICE_CPU, b->n); }
+
+/* both copies allocated, the host one zeroed, the device one not yet written */
+static cu_buf cu_alloc(int64_t n) {
+    cu_buf b;
+    b.n = n;
+    b.h = cu_host(n);
+    b.d = cu_dev(n);
+    return b;
+}
+static cu_buf cu_zeros(int64_t n) {
+    cu_buf b = cu_alloc(n);
+    cu_push(&b);
+    return b;
+}
+/* N(0, scale^2) + shift, the same on both */
+static cu_buf cu_normal(int64_t n, cu_rng *g, double scale, double shift) {
+    cu_buf b = cu_alloc(n);
+    for (int64_t i = 0; i < n; i++) b.h[i] = (float)(shift + scale * cu_gauss(g));
+    cu_push(&b);
+    return b;
+}
+/* NaN on both: an output every element of which a kernel must write (or a gap it must leave alone) */
+static cu_buf cu_nan(int64_t n) {
+    cu_buf b = cu_alloc(n);
+    for (int64_t i = 0; i < n; i++) b.h[i] = NAN;
+    cu_push(&b);
+    return b;
+}
+static void cu_free(cu_buf *b) {
+    free(b->h);
+    tfm_cuda_free(b->d);
+    b->h = NULL;
+    b->d = NULL;
+}
+/* cu_free of every buffer listed, up to CU_END */
+#define CU_END ((cu_buf *)0)
+static void cu_release(cu_buf *b, ...) {
+    va_list ap;
+    va_start(ap, b);
+    for (; b; b = va_arg(ap, cu_buf *)) cu_free(b);
+    va_end(ap);
+}
+
+/* Tensors over a buffer: the host copy (dv 0) or the device copy (dv 1); dims <= 0 are left out. */
+static tfm_tensor cu_t(const cu_buf *b, int dv, int64_t d0, int64_t d1, int64_t d2) {
+    float *p = dv ? b->d : b->h;
+    tfm_tensor t = d2 > 0 ? tfm_tensor3(p, d0, d1, d2) : d1 > 0 ? tfm_tensor2(p, d0, d1) : tfm_tensor1(p, d0);
+    t.device = dv ? TFM_DEVICE_CUDA : TFM_DEVICE_CPU;
+    return t;
+}
+
+/* ---- comparison --------------------------------------------------------------------------------- */
+
+static int cu_same_class(float a, float b) {
+    if (a != a || b != b) return a != a && b != b; /* NaN and NaN */
+    return a == b;                                 /* +-inf only equal themselves */
+}
+
+/* test_rel_err_f of got against want over the pairs where both are finite, with a floor under its
+   denominator: max |got - want| / max(max |want|, scale) (scale 0: test_rel_err_f itself). The floor is
+   for outputs that cancel to (nearly) zero from terms of size `scale` (a layernorm's input gradient over
+   a single column is exactly 0 from terms of size rstd |dy|). INFINITY when a non-finite element differs;
+   *at (may be NULL) receives the element of the largest difference. */
+static double cu_rel(const float *got, const float *want, int64_t n, double scale, int64_t *at) {
+    float *g = cu_host(n), *w = cu_host(n);
+    int64_t m = 0, worst = -1;
+    double e, big = -1.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isfinite(got[i]) && isfinite(want[i])) {
+            double d = fabs((double)got[i] - (double)want[i]);
+            if (d > big) {
+                big = d;
+                worst = i;
+            }
+            if (fabs((double)want[i]) > den) den = fabs((double)want[i]);
+            g[m] = got[i];
+            w[m++] = want[i];
+        } else if (!cu_same_class(got[i], want[i])) {
+            free(g);
+            free(w);
+            if (at) *at = i;
+            return INFINITY;
+        }
+    }
+    e = test_rel_err_f(g, w, (size_t)m);
+    if (scale > den) e = (den > 0 ? e * den : e) / scale;
+    free(g);
+    free(w);
+    if (at) *at = worst;
+    return e;
+}
+
+/* got (host) against want (host), n floats, to tol (relative, with the floor scale as cu_rel's) */
+static void cu_check_scaled_arrays(const char *what, const float *got, const float *want, int64_t n, double tol, double scale) {
+    int64_t at = -1;
+    double e = cu_rel(got, want, n, scale, &at);
+    if (e == e && e > cu_worst && e != INFINITY) cu_worst = e;
+    if (!(e <= tol)) {
+        if (at >= 0)
+            TEST__FAIL("%s: relative error %.3g > %.3g (element %lld of %lld: device %.9g, CPU %.9g)", what, e, tol,
+                       (long long)at, (long long)n, (double)got[at], (double)want[at]);
+        else
+            TEST__FAIL("%s: relative error %.3g > %.3g", what, e, tol);
+    }
+}
+static void cu_check_arrays(const char *what, const float *got, const float *want, int64_t n, double tol) {
+    cu_check_scaled_arrays(what, got, want, n, tol, 0.0);
+}
+
+/* the device copy of b against its host copy */
+static void cu_check(const char *what, const cu_buf *b, double tol) {
+    float *got = cu_fetch(b->d, b->n, TFM_DEVICE_CUDA);
+    cu_check_arrays(what, got, b->h, b->n, tol);
+    free(got);
+}
+static void cu_check_scaled(const char *what, const cu_buf *b, double tol, double scale) {
+    float *got = cu_fetch(b->d, b->n, TFM_DEVICE_CUDA);
+    cu_check_scaled_arrays(what, got, b->h, b->n, tol, scale);
+    free(got);
+}
+
+/* bit for bit (NaN payloads included) */
+static int64_t cu_count_ne_bits(const float *a, const float *b, int64_t n, int64_t *first) {
+    int64_t c = 0;
+    *first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(a + i, b + i, sizeof(float)) != 0) {
+            if (!c) *first = i;
+            c++;
+        }
+    return c;
+}
+static void cu_check_bits_arrays(const char *what, const float *got, const float *want, int64_t n) {
+    int64_t first, c = cu_count_ne_bits(got, want, n, &first);
+    if (c)
+        TEST__FAIL("%s: %lld of %lld elements differ bitwise (first %lld: device %.9g, CPU %.9g)", what, (long long)c,
+                   (long long)n, (long long)first, (double)got[first], (double)want[first]);
+}
+static void cu_check_bits(const char *what, const cu_buf *b) {
+    float *got = cu_fetch(b->d, b->n, TFM_DEVICE_CUDA);
+    cu_check_bits_arrays(what, got, b->h, b->n);
+    free(got);
+}
+
+/* No NaN or inf in the device copy of b (fully masked attention rows are zeros, never NaN). */
+static void cu_check_finite(const char *what, const cu_buf *b) {
+    float *got = cu_fetch(b->d, b->n, TFM_DEVICE_CUDA);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < b->n; i++)
+        if (!isfinite(got[i])) {
+            if (!bad) first = i;
+            bad++;
+        }
+    CHECK_MSG(!bad, "%s: %lld non-finite elements (first %lld: %g)", what, (long long)bad, (long long)first,
+              bad ? (double)got[first] : 0.0);
+    free(got);
+}
+
+/* a scalar pair: |got - want| <= tol * max(|want|, floor) */
+static void cu_check_scalar(const char *what, double got, double want, double tol, double floor_) {
+    double den = fabs(want) > floor_ ? fabs(want) : floor_, e = fabs(got - want) / den;
+    if (e == e && e > cu_worst) cu_worst = e;
+    CHECK_MSG(e <= tol, "%s: device %.9g, CPU %.9g: relative error %.3g > %.3g", what, got, want, e, tol);
+}
+
+/* ---- shapes ------------------------------------------------------------------------------------- */
+
+/* Rows and columns on both sides of every power-of-two edge a kernel may tile by (a warp of 32, blocks of
+   128, 256 and 1024 threads, 4 floats per vector load). */
+static const int64_t cu_rows_full[] = {1, 2, 31, 32, 33, 255, 256, 257, 1000};
+static const int64_t cu_cols_full[] = {1, 3, 31, 32, 33, 127, 128, 129, 1024, 1025, 4097};
+static const int64_t cu_rows_small[] = {1, 2, 33};
+static const int64_t cu_cols_small[] = {1, 3, 32, 33, 129, 1025};
+#define CU_LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+typedef struct cu_nc { int64_t N, C; } cu_nc;
+
+static int cu_add_shape(cu_nc *s, int n, int64_t N, int64_t C) {
+    for (int i = 0; i < n; i++)
+        if (s[i].N == N && s[i].C == C) return n;
+    s[n].N = N;
+    s[n].C = C;
+    return n + 1;
+}
+
+/* (rows, columns) pairs: every row count with a few column counts, every column count with a few row
+   counts, and the largest of both; --small: a handful, with one row of 4097 columns (the looping paths). */
+static int cu_shapes(cu_nc *s) {
+    int n = 0, i, j;
+    if (cu_small) {
+        for (i = 0; i < CU_LEN(cu_rows_small); i++)
+            for (j = 0; j < CU_LEN(cu_cols_small); j++) n = cu_add_shape(s, n, cu_rows_small[i], cu_cols_small[j]);
+        return cu_add_shape(s, n, 2, 4097);
+    }
+    {
+        static const int64_t some_cols[] = {3, 33, 129, 1025}, some_rows[] = {1, 2, 33, 257};
+        for (i = 0; i < CU_LEN(cu_rows_full); i++)
+            for (j = 0; j < CU_LEN(some_cols); j++) n = cu_add_shape(s, n, cu_rows_full[i], some_cols[j]);
+        for (i = 0; i < CU_LEN(cu_cols_full); i++)
+            for (j = 0; j < CU_LEN(some_rows); j++) n = cu_add_shape(s, n, some_rows[j], cu_cols_full[i]);
+        return cu_add_shape(s, n, 1000, 4097);
+    }
+}
+#define CU_MAX_SHAPES 128
+
+/* Element counts for element-wise ops. */
+static int cu_counts(int64_t *c) {
+    static const int64_t full[] = {1, 3, 31, 32, 33, 127, 128, 129, 1024, 1025, 4097, 65536 + 3, 1000 * 1025 + 7};
+    static const int64_t small[] = {1, 33, 1025, 4097};
+    int n = cu_small ? CU_LEN(small) : CU_LEN(full);
+    memcpy(c, cu_small ? small : full, (size_t)n * sizeof(int64_t));
+    return n;
+}
+
+/* (M, N, K) of the products: each of M, N and K crosses the edges of 32, 128 and 1024. */
+typedef struct cu_mnk { int M, N, K; } cu_mnk;
+static int cu_products(cu_mnk *p) {
+    static const cu_mnk full[] = {{1, 1, 1},      {1, 3, 31},      {2, 32, 33},    {31, 33, 32},  {33, 31, 129},
+                                  {32, 128, 127}, {255, 129, 33},  {256, 1, 1024}, {257, 1025, 3}, {1000, 33, 128},
+                                  {3, 4097, 33},  {33, 3, 1025},   {128, 256, 257}};
+    static const cu_mnk small[] = {{1, 1, 1}, {2, 3, 33}, {33, 31, 129}, {3, 129, 1025}};
+    int n = cu_small ? CU_LEN(small) : CU_LEN(full);
+    memcpy(p, cu_small ? small : full, (size_t)n * sizeof(cu_mnk));
+    return n;
+}
+
+/* The loop over both devices: dv 0 runs the CPU's kernel on the host copies, dv 1 the GPU's on the device
+   copies, with the same arguments otherwise. */
+#define CU_DEVS for (int dv = 0; dv < 2; dv++)
+#define CU_DEV (dv ? TFM_DEVICE_CUDA : TFM_DEVICE_CPU)
+#define CU_P(b) (dv ? (b).d : (b).h)
+
+/* ==== 1. dispatch entries (tfm__op_*), each against the CPU's ======================================== */
+
+/* zero, copy, copy_rows (strided rows: the gaps between rows must stay as they were; lds 0: one row to every
+   row; on the GPU one side may be host memory, as a batch's inputs are), add_rows, and transfer between any
+   two devices. */
+static void cu_op_copy(void) {
+    static const int pads[4][2] = {{0, 0}, {1, 3}, {33, 0}, {0, 32}};
+    cu_rng g = {11};
+    int64_t counts[16];
+    cu_nc sh[CU_MAX_SHAPES];
+    int nc = cu_counts(counts), ns = cu_shapes(sh), i, p, k;
+    for (i = 0; i < nc; i++) {
+        int64_t n = counts[i];
+        cu_buf x = cu_normal(n + 2, &g, 1, 0), y = cu_normal(n, &g, 1, 0);
+        float *h = cu_host(n), *d = cu_dev(n);
+        CU_DEVS tfm__op_zero(CU_DEV, CU_P(x), 0); /* nothing */
+        CU_DEVS tfm__op_zero(CU_DEV, CU_P(x), n); /* the last two stay */
+        cu_check_bits(cu_fmt("zero n=%lld", (long long)n), &x);
+        CU_DEVS tfm__op_copy(CU_DEV, CU_P(x), CU_P(y), n);
+        cu_check_bits(cu_fmt("copy n=%lld", (long long)n), &x);
+        for (k = 0; k < 4; k++) { /* transfer: host to host, host to device, device to device, device to host */
+            tfm_device sd = k >= 2 ? TFM_DEVICE_CUDA : TFM_DEVICE_CPU, dd = (k == 1 || k == 2) ? TFM_DEVICE_CUDA : TFM_DEVICE_CPU;
+            float *dst = dd == TFM_DEVICE_CUDA ? d : h, *got;
+            memset(h, 0, (size_t)n * sizeof(float));
+            tfm__op_zero(TFM_DEVICE_CUDA, d, n);
+            tfm__op_transfer(dd, dst, sd, sd == TFM_DEVICE_CUDA ? y.d : y.h, n);
+            got = cu_fetch(dst, n, dd);
+            cu_check_bits_arrays(cu_fmt("transfer n=%lld from device %d to device %d", (long long)n, (int)sd, (int)dd), got, y.h, n);
+            free(got);
+        }
+        cu_release(&x, &y, CU_END);
+        free(h);
+        tfm_cuda_free(d);
+    }
+    for (i = 0; i < ns; i++)
+        for (p = 0; p < 4; p++) {
+            int64_t N = sh[i].N, C = sh[i].C, ldd = C + pads[p][0], lds = C + pads[p][1];
+            char name[120];
+            cu_buf src = cu_normal(N * lds, &g, 1, 0), dst = cu_normal(N * ldd, &g, 1, 0), row = cu_normal(C, &g, 1, 0);
+            float *hd;
+            snprintf(name, sizeof name, "N=%lld C=%lld ldd=%lld lds=%lld", (long long)N, (long long)C, (long long)ldd, (long long)lds);
+            CU_DEVS tfm__op_copy_rows(CU_DEV, CU_P(dst), ldd, CU_P(src), lds, N, C);
+            cu_check_bits(cu_fmt("copy_rows %s", name), &dst);
+            CU_DEVS tfm__op_add_rows(CU_DEV, CU_P(dst), ldd, CU_P(src), lds, N, C);
+            cu_check_bits(cu_fmt("add_rows %s", name), &dst);
+            CU_DEVS tfm__op_copy_rows(CU_DEV, CU_P(dst), ldd, CU_P(row), 0, N, C);
+            cu_check_bits(cu_fmt("copy_rows %s, one row to all (lds 0)", name), &dst);
+            /* the GPU's copy with host memory on one side: from the host copy of src, then into a host buffer */
+            tfm__op_copy_rows(TFM_DEVICE_CPU, dst.h, ldd, src.h, lds, N, C);
+            tfm__op_copy_rows(TFM_DEVICE_CUDA, dst.d, ldd, src.h, lds, N, C);
+            cu_check_bits(cu_fmt("copy_rows %s, host to device", name), &dst);
+            hd = cu_host(N * ldd); /* dst's host copy with its rows cleared: copy_rows fills them, keeps the gaps */
+            memcpy(hd, dst.h, (size_t)(N * ldd) * sizeof(float));
+            for (k = 0; k < N; k++) memset(hd + k * ldd, 0, (size_t)C * sizeof(float));
+            tfm__op_copy_rows(TFM_DEVICE_CUDA, hd, ldd, src.d, lds, N, C);
+            cu_check_bits_arrays(cu_fmt("copy_rows %s, device to host", name), hd, dst.h, N * ldd);
+            free(hd);
+            cu_release(&src, &dst, &row, CU_END);
+        }
+}
+
+/* gemm_batched: every transpose, padded leading dimensions, gaps between the matrices of a batch (which
+   must stay untouched), alpha and beta; with beta 0, C starts as NaN and must not be read. */
+static void cu_op_gemm(void) {
+    cu_mnk pr[16];
+    cu_rng g = {12};
+    int np = cu_products(pr), i, t, v;
+    for (i = 0; i < np; i++)
+        for (t = 0; t < 4; t++)
+            for (v = 0; v < 2; v++) {
+                int M = pr[i].M, N = pr[i].N, K = pr[i].K, ta = t & 1, tb = t >> 1, batch = v ? 3 : 1;
+                int lda = (ta ? M : K) + (v ? 5 : 0), ldb = (tb ? K : N) + (v ? 0 : 2), ldc = N + (v ? 3 : 0);
+                int64_t sA = (int64_t)(ta ? K : M) * lda + 7, sB = (int64_t)(tb ? N : K) * ldb + (v ? 1 : 0);
+                int64_t sC = (int64_t)M * ldc + 5;
+                float alpha = v ? 0.75f : 1.0f, beta = v ? 1.25f : 0.0f;
+                cu_buf A = cu_normal(sA * batch, &g, 1, 0), B = cu_normal(sB * batch, &g, 1, 0);
+                cu_buf Cm = beta == 0.0f ? cu_nan(sC * batch) : cu_normal(sC * batch, &g, 1, 0);
+                CU_DEVS tfm__op_gemm_batched(CU_DEV, ta, tb, M, N, K, alpha, CU_P(A), lda, sA, CU_P(B), ldb, sB, beta, CU_P(Cm), ldc,
+                                             sC, batch);
+                cu_check(cu_fmt("gemm_batched ta=%d tb=%d M=%d N=%d K=%d batch=%d beta=%g", ta, tb, M, N, K, batch, (double)beta),
+                         &Cm, CU_TOL);
+                cu_free(&A);
+                cu_free(&B);
+                cu_free(&Cm);
+            }
+}
+
+/* linear and linear_bwd: bias or none, row strides (ldx, ldy: a sub-matrix of a wider buffer), dx_beta 0
+   (dx NaN: written, not read), 1 and 0.5, and dx, dw or db left out. */
+static void cu_op_linear(void) {
+    static const float betas[4] = {0.0f, 1.0f, 0.5f, 1.0f};
+    cu_mnk pr[16];
+    cu_rng g = {13};
+    int np = cu_products(pr), i, v;
+    for (i = 0; i < np; i++)
+        for (v = 0; v < 4; v++) {
+            int64_t N = pr[i].M, I = pr[i].K, O = pr[i].N, pad = v >> 1;
+            int64_t ldx = I + 3 * pad, ldy = O + 2 * pad;
+            int bias = v & 1, with_dx = v != 3, with_dw = v != 1;
+            float beta = betas[v];
+            char name[200];
+            cu_buf x = cu_normal(N * ldx, &g, 1, 0), w = cu_normal(O * I, &g, 1.0 / sqrt((double)I), 0);
+            cu_buf b = cu_normal(O, &g, 1, 0), y = cu_nan(N * ldy);
+            cu_buf dy = cu_normal(N * ldy, &g, 1, 0), dx = beta == 0.0f ? cu_nan(N * ldx) : cu_normal(N * ldx, &g, 1, 0);
+            cu_buf dw = cu_normal(O * I, &g, 1, 0), db = cu_normal(O, &g, 1, 0);
+            snprintf(name, sizeof name, "linear N=%lld I=%lld O=%lld bias=%d ldx=%lld ldy=%lld", (long long)N, (long long)I, (long long)O, bias, (long long)ldx, (long long)ldy);
+            CU_DEVS tfm__op_linear(CU_DEV, CU_P(y), ldy, CU_P(x), ldx, CU_P(w), bias ? CU_P(b) : NULL, N, I, O);
+            cu_check(cu_fmt("%s: y", name), &y, CU_TOL);
+            CU_DEVS tfm__op_linear_bwd(CU_DEV, with_dx ? CU_P(dx) : NULL, ldx, beta, with_dw ? CU_P(dw) : NULL, bias ? CU_P(db) : NULL,
+                                       CU_P(dy), ldy, CU_P(x), ldx, CU_P(w), N, I, O);
+            cu_check(cu_fmt("%s: dx (dx_beta %g)", name, (double)beta), &dx, CU_TOL);
+            cu_check(cu_fmt("%s: dw", name), &dw, CU_TOL);
+            cu_check(cu_fmt("%s: db", name), &db, CU_TOL);
+            cu_release(&x, &w, &b, &y, &dy, &dx, &dw, &db, CU_END);
+        }
+}
+
+/* The row shapes plus rows of a GPT-2 vocabulary (softmax, cross-entropy). */
+static int cu_vocab_shapes(cu_nc *s) {
+    int n = cu_shapes(s);
+    n = cu_add_shape(s, n, 1, CU_VOCAB);
+    if (!cu_small) {
+        n = cu_add_shape(s, n, 3, CU_VOCAB);
+        n = cu_add_shape(s, n, 33, CU_VOCAB);
+    }
+    return n;
+}
+
+/* softmax and log-softmax, forward and backward: logits of spread 3, one row shifted by +80 (exp
+   overflows without the max subtracted); the backward reads the CPU's forward output on both devices.
+   And once per kind in place (y == x). */
+static void cu_op_softmax(void) {
+    cu_nc sh[CU_MAX_SHAPES];
+    cu_rng g = {14};
+    int ns = cu_vocab_shapes(sh), i, lg;
+    for (i = 0; i < ns; i++)
+        for (lg = 0; lg < 2; lg++) {
+            int64_t N = sh[i].N, C = sh[i].C, j;
+            cu_buf x = cu_normal(N * C, &g, 3, 0), y = cu_nan(N * C), dy = cu_normal(N * C, &g, 1, 0), dx = cu_normal(N * C, &g, 1, 0);
+            if (N > 1) {
+                for (j = 0; j < C; j++) x.h[C + j] += 80.0f;
+                cu_push(&x);
+            }
+            CU_DEVS tfm__op_softmax(CU_DEV, CU_P(y), CU_P(x), N, C, lg);
+            cu_check(cu_fmt("%s N=%lld C=%lld: y", lg ? "log_softmax" : "softmax", (long long)N, (long long)C), &y, CU_TOL);
+            cu_push(&y); /* backward from the CPU's y on both */
+            CU_DEVS tfm__op_softmax_bwd(CU_DEV, CU_P(dx), CU_P(dy), CU_P(y), N, C, lg);
+            cu_check(cu_fmt("%s N=%lld C=%lld: dx", lg ? "log_softmax" : "softmax", (long long)N, (long long)C), &dx, CU_TOL);
+            if (i == 2) {
+                CU_DEVS tfm__op_softmax(CU_DEV, CU_P(x), CU_P(x), N, C, lg);
+                cu_check(cu_fmt("%s N=%lld C=%lld in place", lg ? "log_softmax" : "softmax", (long long)N, (long long)C), &x, CU_TOL);
+            }
+            cu_release(&x, &y, &dy, &dx, CU_END);
+        }
+}
+
+/* cross_entropy and its backward: targets with ignore_index rows (-100), an ignore_index that is a real
+   class (1), label smoothing 0 and 0.1, and a batch whose every row is ignored (loss 0, no gradient). */
+static void cu_op_cross_entropy(void) {
+    cu_nc sh[CU_MAX_SHAPES];
+    cu_rng g = {15};
+    int ns = cu_vocab_shapes(sh), i, v;
+    for (i = 0; i < ns; i++)
+        for (v = 0; v < 3; v++) {
+            int64_t N = sh[i].N, V = sh[i].C, cnt[2] = {-1, -2}, r;
+            int ignore = v == 1 ? 1 : -100;
+            float s = v == 1 ? 0.1f : v == 2 ? 0.2f : 0.0f, loss[2];
+            int32_t *t;
+            char name[160];
+            cu_buf x, lse, dx;
+            if (v == 2 && N * V > 200000) continue; /* the all-ignored batch: small ones suffice */
+            t = (int32_t *)malloc((size_t)N * sizeof(int32_t));
+            x = cu_normal(N * V, &g, 2, 0);
+            lse = cu_nan(N);
+            dx = cu_normal(N * V, &g, 1, 0);
+            for (r = 0; r < N; r++) t[r] = v == 2 ? -100 : (v == 0 && r % 3 == 2) ? -100 : (int32_t)cu_int(&g, (int)V);
+            snprintf(name, sizeof name, "cross_entropy N=%lld V=%lld ignore=%d smoothing=%g", (long long)N, (long long)V, ignore, (double)s);
+            CU_DEVS loss[dv] = tfm__op_cross_entropy(CU_DEV, CU_P(lse), CU_P(x), t, ignore, s, N, V, &cnt[dv]);
+            CHECK_MSG(cnt[0] == cnt[1], "%s: %lld rows counted on the device, %lld on the CPU", name, (long long)cnt[1], (long long)cnt[0]);
+            cu_check_scalar(cu_fmt("%s: loss", name), loss[1], loss[0], CU_TOL, 1e-30);
+            cu_check(cu_fmt("%s: lse", name), &lse, CU_TOL);
+            cu_push(&lse);
+            CU_DEVS tfm__op_cross_entropy_bwd(CU_DEV, CU_P(dx), 0.7f, CU_P(x), CU_P(lse), t, ignore, s, N, V);
+            cu_check(cu_fmt("%s: dlogits", name), &dx, CU_TOL);
+            cu_release(&x, &lse, &dx, CU_END);
+            free(t);
+        }
+}
+
+/* layernorm forward (with and without gain, bias and saved statistics; rows with a mean of 10, where
+   the variance cancels) and backward, with the residual NULL (dx written), dx itself (accumulate), a
+   separate buffer, and dx left out; dg and db accumulate, or are left out. */
+static void cu_op_layernorm(void) {
+    cu_nc sh[CU_MAX_SHAPES];
+    cu_rng g = {16};
+    int ns = cu_shapes(sh), i, v;
+    for (i = 0; i < ns; i++)
+        for (v = 0; v < 4; v++) {
+            int64_t N = sh[i].N, C = sh[i].C;
+            int has_g = v != 2, has_b = v == 0 || v == 3, has_dg = v != 2;
+            char name[160];
+            /* rows of mean 10 (odd variants) only when C >= 32: with fewer samples a row's spread may be tiny, and
+               then 1/sigma amplifies the one-ulp difference the two devices' sums give the mean (the problem's
+               conditioning |mean|/sigma, not a kernel's error) */
+            cu_buf x = cu_normal(N * C, &g, 2, C >= 32 ? 10.0 * (v & 1) : 0.0), gn = cu_normal(C, &g, 0.5, 1), bb = cu_normal(C, &g, 0.5, 0);
+            cu_buf y = cu_nan(N * C), mean = cu_nan(N), rstd = cu_nan(N), dy = cu_normal(N * C, &g, 1, 0);
+            cu_buf dx = v == 0 ? cu_nan(N * C) : cu_normal(N * C, &g, 1, 0), res = cu_normal(N * C, &g, 1, 0);
+            cu_buf dg = cu_normal(C, &g, 1, 0), db = cu_normal(C, &g, 1, 0);
+            snprintf(name, sizeof name, "layernorm N=%lld C=%lld gain=%d bias=%d", (long long)N, (long long)C, has_g, has_b);
+            CU_DEVS tfm__op_layernorm(CU_DEV, CU_P(y), CU_P(mean), CU_P(rstd), CU_P(x), has_g ? CU_P(gn) : NULL, has_b ? CU_P(bb) : NULL,
+                                      1e-5f, N, C);
+            cu_check(cu_fmt("%s: y", name), &y, CU_TOL);
+            cu_check(cu_fmt("%s: mean", name), &mean, CU_TOL);
+            cu_check(cu_fmt("%s: rstd", name), &rstd, CU_TOL);
+            if (v == 3) { /* without the statistics */
+                cu_buf y2 = cu_nan(N * C);
+                CU_DEVS tfm__op_layernorm(CU_DEV, CU_P(y2), NULL, NULL, CU_P(x), CU_P(gn), CU_P(bb), 1e-5f, N, C);
+                cu_check(cu_fmt("%s: y without statistics", name), &y2, CU_TOL);
+                cu_free(&y2);
+            }
+            cu_push(&mean); /* backward from the CPU's statistics on both */
+            cu_push(&rstd);
+            CU_DEVS {
+                float *pdx = v == 3 ? NULL : CU_P(dx);
+                const float *pres = v == 0 ? NULL : v == 1 ? CU_P(dx) : CU_P(res);
+                tfm__op_layernorm_bwd(CU_DEV, pdx, pres, has_dg ? CU_P(dg) : NULL, has_b ? CU_P(db) : NULL, CU_P(dy), CU_P(x),
+                                      has_g ? CU_P(gn) : NULL, CU_P(mean), CU_P(rstd), N, C);
+            }
+            {
+                /* dx = rstd (dn - mean(dn) - xhat mean(dn xhat)) cancels (exactly, over one column) from terms of size
+                   rstd |dy g|: that size floors the relative error (a fused multiply-add leaves a rounding residue) */
+                double scale = 0.0, mdy = 0.0, mg = 1.0;
+                int64_t j;
+                for (j = 0; j < N; j++) scale = fmax(scale, (double)rstd.h[j]);
+                for (j = 0; j < N * C; j++) mdy = fmax(mdy, fabs((double)dy.h[j]));
+                for (j = 0; has_g && j < C; j++) mg = fmax(mg, fabs((double)gn.h[j]));
+                cu_check_scaled(cu_fmt("%s: dx (residual %s)", name, v == 0 ? "none" : v == 1 ? "dx" : v == 2 ? "separate" : "-, no dx"), &dx,
+                                CU_TOL, scale * mdy * mg);
+            }
+            cu_check(cu_fmt("%s: dgain", name), &dg, CU_TOL);
+            cu_check(cu_fmt("%s: dbias", name), &db, CU_TOL);
+            cu_release(&x, &gn, &bb, &y, &mean, &rstd, &dy, &dx, &res, &dg, &db, CU_END);
+        }
+}
+
+/* ReLU, GELU and tanh-GELU forward and backward (dx overwritten with acc 0, accumulated with acc 1), on
+   values of spread 3 with an exact 0 and +-30 (the clamps of exp and tanh). */
+static void cu_op_act(void) {
+    static const int acts[3] = {TFM_ACT_RELU, TFM_ACT_GELU, TFM_ACT_GELU_TANH};
+    static const char *const names[3] = {"relu", "gelu", "gelu_tanh"};
+    cu_rng g = {17};
+    int64_t counts[16];
+    int nc = cu_counts(counts), i, a, acc;
+    for (i = 0; i < nc; i++)
+        for (a = 0; a < 3; a++) {
+            int64_t n = counts[i];
+            cu_buf x = cu_normal(n, &g, 3, 0), y = cu_nan(n), dy = cu_normal(n, &g, 1, 0);
+            x.h[0] = 0.0f;
+            if (n > 4) {
+                x.h[1] = 30.0f;
+                x.h[2] = -30.0f;
+                x.h[3] = 9.5f;
+            }
+            cu_push(&x);
+            CU_DEVS tfm__op_act(CU_DEV, acts[a], CU_P(y), CU_P(x), n);
+            cu_check(cu_fmt("%s n=%lld: y", names[a], (long long)n), &y, CU_TOL);
+            for (acc = 0; acc < 2; acc++) {
+                cu_buf dx = acc ? cu_normal(n, &g, 1, 0) : cu_nan(n);
+                CU_DEVS tfm__op_act_bwd(CU_DEV, acts[a], CU_P(dx), CU_P(dy), CU_P(x), n, (float)acc);
+                cu_check(cu_fmt("%s n=%lld: dx (acc %d)", names[a], (long long)n, acc), &dx, CU_TOL);
+                cu_free(&dx);
+            }
+            cu_release(&x, &y, &dy, CU_END);
+        }
+}
+
+/* dropout: the mask is a hash of (seed, i0 + i) on both devices, so outputs are equal bit for bit, with
+   i0 past 2^32 too, written (acc 0) or added (acc 1). */
+static void cu_op_dropout(void) {
+    static const float ps[3] = {0.0f, 0.1f, 0.5f};
+    static const uint64_t seeds[2] = {1, 0xDEADBEEF12345ull}, i0s[2] = {0, ((uint64_t)1 << 33) + 5};
+    cu_rng g = {18};
+    int64_t counts[16];
+    int nc = cu_counts(counts), i, p, k, acc;
+    for (i = 0; i < nc; i++)
+        for (p = 0; p < 3; p++)
+            for (k = 0; k < 2; k++)
+                for (acc = 0; acc < 2; acc++) {
+                    int64_t n = counts[i];
+                    cu_buf x = cu_normal(n, &g, 1, 0), y = acc ? cu_normal(n, &g, 1, 0) : cu_nan(n);
+                    CU_DEVS tfm__op_dropout(CU_DEV, CU_P(y), CU_P(x), n, ps[p], seeds[k], i0s[k], acc);
+                    cu_check_bits(cu_fmt("dropout n=%lld p=%g i0=%llu acc=%d", (long long)n, (double)ps[p], (unsigned long long)i0s[k], acc), &y);
+                    cu_release(&x, &y, CU_END);
+                }
+}
+
+/* embedding lookups and their gradient: ids into a vocabulary of 7 (every id repeated: colliding adds)
+   and into a large one, scale 1 and sqrt(C). */
+static void cu_op_embedding(void) {
+    cu_nc sh[CU_MAX_SHAPES];
+    cu_rng g = {19};
+    int ns = cu_shapes(sh), i, v;
+    for (i = 0; i < ns; i++)
+        for (v = 0; v < 2; v++) {
+            int64_t N = sh[i].N, C = sh[i].C, V = v ? 7 : C <= 129 ? CU_VOCAB : 1000, r;
+            float scale = v ? sqrtf((float)C) : 1.0f;
+            int32_t *ids = (int32_t *)malloc((size_t)N * sizeof(int32_t));
+            char name[160];
+            cu_buf w = cu_normal(V * C, &g, 1, 0), y = cu_nan(N * C), dy = cu_normal(N * C, &g, 1, 0), dw = cu_normal(V * C, &g, 1, 0);
+            snprintf(name, sizeof name, "embedding N=%lld C=%lld V=%lld", (long long)N, (long long)C, (long long)V);
+            for (r = 0; r < N; r++) ids[r] = (int32_t)cu_int(&g, (int)V);
+            ids[0] = (int32_t)(V - 1);
+            CU_DEVS tfm__op_embedding(CU_DEV, CU_P(y), ids, CU_P(w), scale, N, C);
+            cu_check(cu_fmt("%s: y", name), &y, CU_TOL);
+            CU_DEVS tfm__op_embedding_bwd(CU_DEV, CU_P(dw), CU_P(dy), ids, scale, N, C);
+            cu_check(cu_fmt("%s: dw", name), &dw, CU_TOL);
+            cu_release(&w, &y, &dy, &dw, CU_END);
+            free(ids);
+        }
+}
+
+/* (B, T, C) of the position and pooling ops */
+typedef struct cu_btc { int64_t B, T, C; } cu_btc;
+static int cu_btcs(cu_btc *s) {
+    static const cu_btc full[] = {{1, 1, 1}, {2, 31, 33}, {3, 33, 129}, {2, 257, 32}, {4, 1000, 3}, {1, 2, 4097}, {2, 64, 1025}};
+    static const cu_btc small[] = {{1, 1, 1}, {2, 33, 33}, {1, 2, 4097}, {2, 1000, 3}};
+    int n = cu_small ? CU_LEN(small) : CU_LEN(full);
+    memcpy(s, cu_small ? small : full, (size_t)n * sizeof(cu_btc));
+    return n;
+}
+
+/* learned positions (y = x + w[t], in place too; dw[t] += sum over b of dy[b,t]) and sinusoidal ones (the
+   table alone, and added), up to position 999 (where a float argument of sin would be off by 6e-5). */
+static void cu_op_positions(void) {
+    cu_btc s[16];
+    cu_rng g = {20};
+    int n = cu_btcs(s), i;
+    for (i = 0; i < n; i++) {
+        int64_t B = s[i].B, T = s[i].T, C = s[i].C, P = T + 3;
+        char name[160];
+        cu_buf x = cu_normal(B * T * C, &g, 1, 0), w = cu_normal(P * C, &g, 1, 0), y = cu_nan(B * T * C);
+        cu_buf dy = cu_normal(B * T * C, &g, 1, 0), dw = cu_normal(P * C, &g, 1, 0), pe = cu_nan(T * C);
+        snprintf(name, sizeof name, "positions B=%lld T=%lld C=%lld", (long long)B, (long long)T, (long long)C);
+        CU_DEVS tfm__op_pos_add(CU_DEV, CU_P(y), CU_P(x), CU_P(w), B, T, C);
+        cu_check(cu_fmt("%s: pos_add", name), &y, CU_TOL);
+        CU_DEVS tfm__op_pos_bwd(CU_DEV, CU_P(dw), CU_P(dy), B, T, C);
+        cu_check(cu_fmt("%s: pos_bwd", name), &dw, CU_TOL);
+        CU_DEVS tfm__op_sinusoid_add(CU_DEV, CU_P(pe), NULL, 1, T, C);
+        cu_check(cu_fmt("%s: sinusoid table", name), &pe, CU_TOL);
+        CU_DEVS tfm__op_sinusoid_add(CU_DEV, CU_P(y), CU_P(x), B, T, C);
+        cu_check(cu_fmt("%s: sinusoid_add", name), &y, CU_TOL);
+        CU_DEVS tfm__op_pos_add(CU_DEV, CU_P(x), CU_P(x), CU_P(w), B, T, C);
+        cu_check(cu_fmt("%s: pos_add in place", name), &x, CU_TOL);
+        cu_release(&x, &w, &y, &dy, &dw, &pe, CU_END);
+    }
+}
+
+/* y = a + b, also with y aliasing a or b: one float add each, bit for bit. */
+static void cu_op_add(void) {
+    cu_rng g = {21};
+    int64_t counts[16];
+    int nc = cu_counts(counts), i;
+    for (i = 0; i < nc; i++) {
+        int64_t n = counts[i];
+        cu_buf a = cu_normal(n, &g, 1, 0), b = cu_normal(n, &g, 1, 0), y = cu_nan(n);
+        CU_DEVS tfm__op_add(CU_DEV, CU_P(y), CU_P(a), CU_P(b), n);
+        cu_check_bits(cu_fmt("add n=%lld", (long long)n), &y);
+        CU_DEVS tfm__op_add(CU_DEV, CU_P(a), CU_P(a), CU_P(b), n);
+        cu_check_bits(cu_fmt("add n=%lld, y = a", (long long)n), &a);
+        CU_DEVS tfm__op_add(CU_DEV, CU_P(b), CU_P(a), CU_P(b), n);
+        cu_check_bits(cu_fmt("add n=%lld, y = b", (long long)n), &b);
+        cu_release(&a, &b, &y, CU_END);
+    }
+}
+
+/* mean pooling over lens[b] positions (lengths 0, 1, T and between; or all T) and first-token pooling,
+   forward and backward (which adds into dx, leaving the other positions as they were). */
+static void cu_op_pool(void) {
+    cu_btc s[16];
+    cu_rng g = {22};
+    int n = cu_btcs(s), i, lm;
+    for (i = 0; i < n; i++)
+        for (lm = 0; lm < 2; lm++) {
+            int64_t B = s[i].B, T = s[i].T, C = s[i].C, b;
+            int32_t lens[8];
+            char name[160];
+            cu_buf x = cu_normal(B * T * C, &g, 1, 0), y = cu_nan(B * C), dy = cu_normal(B * C, &g, 1, 0), dx = cu_normal(B * T * C, &g, 1, 0);
+            snprintf(name, sizeof name, "pool B=%lld T=%lld C=%lld lens=%d", (long long)B, (long long)T, (long long)C, lm);
+            for (b = 0; b < B; b++) lens[b] = (int32_t)(b % 4 == 0 ? T : b % 4 == 1 ? 0 : b % 4 == 2 ? 1 : T / 2 + 1);
+            CU_DEVS tfm__op_pool(CU_DEV, TFM_POOL_MEAN, CU_P(y), CU_P(x), lm ? lens : NULL, B, T, C);
+            cu_check(cu_fmt("%s: mean", name), &y, CU_TOL);
+            CU_DEVS tfm__op_pool_bwd(CU_DEV, TFM_POOL_MEAN, CU_P(dx), CU_P(dy), lm ? lens : NULL, B, T, C);
+            cu_check(cu_fmt("%s: mean backward", name), &dx, CU_TOL);
+            if (!lm) { /* fresh outputs: the mean pooling's may differ in their last bits */
+                cu_buf yc = cu_nan(B * C), dxc = cu_normal(B * T * C, &g, 1, 0);
+                CU_DEVS tfm__op_pool(CU_DEV, TFM_POOL_CLS, CU_P(yc), CU_P(x), NULL, B, T, C);
+                cu_check_bits(cu_fmt("%s: cls", name), &yc);
+                CU_DEVS tfm__op_pool_bwd(CU_DEV, TFM_POOL_CLS, CU_P(dxc), CU_P(dy), NULL, B, T, C);
+                cu_check_bits(cu_fmt("%s: cls backward", name), &dxc);
+                cu_release(&yc, &dxc, CU_END);
+            }
+            cu_release(&x, &y, &dy, &dx, CU_END);
+        }
+}
+
+/* AdamW's element update (across the CPU's spans of 2048) and the sum of squares behind clipping. */
+static void cu_op_adamw(void) {
+    static const int64_t full[] = {1, 7, 2047, 2048, 2049, 3 * 4097 + 5, 1000 * 1025};
+    static const int64_t small[] = {1, 2049, 4097};
+    const int64_t *ns = cu_small ? small : full;
+    int nn = cu_small ? CU_LEN(small) : CU_LEN(full), i, k;
+    cu_rng g = {23};
+    for (i = 0; i < nn; i++) {
+        int64_t n = ns[i], j;
+        cu_buf w = cu_normal(n, &g, 1, 0), gr = cu_normal(n, &g, 0.1, 0), m = cu_normal(n, &g, 0.01, 0), v = cu_normal(n, &g, 0.001, 0);
+        double ss[2];
+        for (j = 0; j < n; j++) v.h[j] = fabsf(v.h[j]);
+        cu_push(&v);
+        for (k = 1; k <= 3; k++) { /* steps 1..3: bias corrections, clipping scale, decay */
+            double lr = 1e-3, bc1 = 1.0 - pow(0.9, k), bc2 = 1.0 - pow(0.999, k);
+            float scale = k == 2 ? 1.0f : 0.37f, decay = k == 3 ? 1.0f : (float)(1.0 - lr * 0.01);
+            CU_DEVS tfm__op_adamw(CU_DEV, CU_P(w), CU_P(gr), CU_P(m), CU_P(v), n, scale, 0.9f, 0.999f, 1e-8f, (float)(lr / bc1),
+                                  (float)sqrt(bc2), decay);
+        }
+        cu_check(cu_fmt("adamw n=%lld: w", (long long)n), &w, CU_TOL);
+        cu_check(cu_fmt("adamw n=%lld: m", (long long)n), &m, CU_TOL);
+        cu_check(cu_fmt("adamw n=%lld: v", (long long)n), &v, CU_TOL);
+        CU_DEVS ss[dv] = tfm__op_sumsq(CU_DEV, CU_P(gr), n);
+        cu_check_scalar(cu_fmt("sumsq n=%lld", (long long)n), ss[1], ss[0], CU_TOL, 1e-30);
+        cu_release(&w, &gr, &m, &v, CU_END);
+    }
+    {
+        int64_t counts[16];
+        int nc = cu_counts(counts);
+        for (i = 0; i < nc; i++) {
+            cu_buf x = cu_normal(counts[i], &g, 1, 0);
+            double ss[2];
+            CU_DEVS ss[dv] = tfm__op_sumsq(CU_DEV, CU_P(x), counts[i]);
+            cu_check_scalar(cu_fmt("sumsq n=%lld", (long long)counts[i]), ss[1], ss[0], CU_TOL, 1e-30);
+            cu_free(&x);
+        }
+    }
+}
+
+/* ---- attention entries ---- */
+
+/* One case of the fused attention, forward and backward on both devices. */
+typedef struct cu_att {
+    int B, H, D, Tq, Tk;
+    int causal;
+    int lens;      /* 1: key lengths Tk, 0, 1, Tk/2+1 (repeating over the batch rows); 0: none */
+    int mask;      /* 1: one additive (Tq,Tk) mask; 2: one per batch row; 0: none. -inf entries, and one
+                      query row hidden entirely */
+    float dropout;
+    int fused;     /* q|k|v in one (B,T,3C) buffer and their gradients likewise (a self-attention layer's) */
+    int grads;     /* which gradients backward gets: bit 0 dq, 1 dk, 2 dv */
+} cu_att;
+
+static cu_att cu_att_make(int B, int H, int D, int Tq, int Tk, int causal) {
+    cu_att c;
+    memset(&c, 0, sizeof c);
+    c.B = B;
+    c.H = H;
+    c.D = D;
+    c.Tq = Tq;
+    c.Tk = Tk;
+    c.causal = causal;
+    c.grads = 7;
+    return c;
+}
+
+static void cu_att_run(const cu_att *c) {
+    int B = c->B, H = c->H, D = c->D, Tq = c->Tq, Tk = c->Tk, C = H * D, ld = c->fused ? 3 * C : C, b;
+    int64_t nmask = (int64_t)(c->mask == 2 ? B : 1) * Tq * Tk, j;
+    int32_t lens[64];
+    char name[200];
+    cu_rng g = {(uint64_t)(1000 + B * 7 + H * 13 + D * 17 + Tq * 19 + Tk * 23 + c->causal * 29 + c->lens * 31 + c->mask * 37)};
+    float *mask = cu_host(nmask); /* host memory for both devices, as the integer arrays */
+    cu_buf q, k, v, gq, gk, gv, out, lse, dout;
+    tfm__attn_args a[2];
+    snprintf(name, sizeof name, "attention B=%d H=%d D=%d Tq=%d Tk=%d causal=%d lens=%d mask=%d dropout=%g fused=%d grads=%d", B, H, D,
+             Tq, Tk, c->causal, c->lens, c->mask, (double)c->dropout, c->fused, c->grads);
+    if (c->fused) { /* q, k, v and their gradients inside one (B,T,3C) buffer each */
+        q = cu_normal((int64_t)B * Tq * 3 * C, &g, 1, 0);
+        gq = cu_normal((int64_t)B * Tq * 3 * C, &g, 1, 0);
+        k = v = gk = gv = q;
+        k.n = v.n = gk.n = gv.n = 0;
+    } else {
+        q = cu_normal((int64_t)B * Tq * C, &g, 1, 0);
+        k = cu_normal((int64_t)B * Tk * C, &g, 1, 0);
+        v = cu_normal((int64_t)B * Tk * C, &g, 1, 0);
+        gq = cu_normal((int64_t)B * Tq * C, &g, 1, 0);
+        gk = cu_normal((int64_t)B * Tk * C, &g, 1, 0);
+        gv = cu_normal((int64_t)B * Tk * C, &g, 1, 0);
+    }
+    for (b = 0; b < B; b++) lens[b] = b % 4 == 0 ? Tk : b % 4 == 1 ? 0 : b % 4 == 2 ? 1 : Tk / 2 + 1;
+    for (j = 0; j < nmask; j++) mask[j] = j % 5 == 3 ? -INFINITY : cu_gauss(&g);
+    for (j = 0; j < Tk; j++) mask[(int64_t)(Tq / 2) * Tk + j] = -INFINITY; /* query Tq/2 (of batch row 0) sees no key */
+    out = cu_nan((int64_t)B * Tq * C);
+    lse = cu_nan((int64_t)B * H * Tq);
+    dout = cu_normal((int64_t)B * Tq * C, &g, 1, 0);
+    CU_DEVS {
+        tfm__attn_args *A = &a[dv];
+        memset(A, 0, sizeof *A);
+        A->B = B;
+        A->H = H;
+        A->Tq = Tq;
+        A->Tk = Tk;
+        A->D = D;
+        A->q = CU_P(q);
+        A->k = c->fused ? CU_P(q) + C : CU_P(k);
+        A->v = c->fused ? CU_P(q) + 2 * C : CU_P(v);
+        A->ldq = A->ldk = A->ldv = ld;
+        A->out = CU_P(out);
+        A->ldo = C;
+        A->lse = CU_P(lse);
+        A->causal = c->causal;
+        A->lens = c->lens ? lens : NULL;
+        A->dropout = c->dropout;
+        A->scale = 1.0f / sqrtf((float)D);
+        A->seed = 4321;
+        A->mask = c->mask ? mask : NULL;
+        A->mask_bs = c->mask == 2 ? (int64_t)Tq * Tk : 0;
+        A->drop_i0 = c->dropout > 0.0f ? 777 : 0;
+        CHECK_MSG(tfm__op_attention(CU_DEV, A), "%s: forward on device %d returned 0", name, dv);
+    }
+    cu_check(cu_fmt("%s: out", name), &out, CU_TOL);
+    cu_check(cu_fmt("%s: lse", name), &lse, CU_TOL);
+    cu_check_finite(cu_fmt("%s: out", name), &out);
+    /* backward from the CPU's out and lse on both */
+    cu_push(&out);
+    cu_push(&lse);
+    CU_DEVS {
+        float *pq = CU_P(gq), *pk = c->fused ? CU_P(gq) + C : CU_P(gk), *pv = c->fused ? CU_P(gq) + 2 * C : CU_P(gv);
+        CHECK_MSG(tfm__op_attention_bwd(CU_DEV, &a[dv], (c->grads & 1) ? pq : NULL, ld, (c->grads & 2) ? pk : NULL, ld,
+                                        (c->grads & 4) ? pv : NULL, ld, CU_P(dout), C),
+                  "%s: backward on device %d returned 0", name, dv);
+    }
+    cu_check(cu_fmt("%s: dq%s", name, c->fused ? "|dk|dv" : ""), &gq, CU_TOL);
+    cu_check_finite(cu_fmt("%s: dq", name), &gq);
+    if (!c->fused) {
+        cu_check(cu_fmt("%s: dk", name), &gk, CU_TOL);
+        cu_check(cu_fmt("%s: dv", name), &gv, CU_TOL);
+        cu_check_finite(cu_fmt("%s: dk", name), &gk);
+        cu_check_finite(cu_fmt("%s: dv", name), &gv);
+        cu_release(&k, &v, &gk, &gv, CU_END);
+    }
+    cu_release(&q, &gq, &out, &lse, &dout, CU_END);
+    free(mask);
+}
+
+/* Head dims 1..160 and lengths 1..300 (query and key blocks, their edges, several key tiles with the online
+   softmax's rescaling, and Tq != Tk: cross-attention, top-left aligned when causal). */
+static void cu_op_attention_sizes(void) {
+    static const int Ds_full[] = {1, 8, 32, 64, 96, 128, 160}, Ds_small[] = {1, 8, 96, 160};
+    static const int Ts_full[] = {1, 2, 31, 33, 64, 65, 130, 300}, Ts_small[] = {1, 2, 33, 130};
+    const int *Ds = cu_small ? Ds_small : Ds_full, *Ts = cu_small ? Ts_small : Ts_full;
+    int nD = cu_small ? CU_LEN(Ds_small) : CU_LEN(Ds_full), nT = cu_small ? CU_LEN(Ts_small) : CU_LEN(Ts_full), i, causal;
+    for (i = 0; i < nD; i++)
+        for (causal = 0; causal < 2; causal++) {
+            cu_att c = cu_att_make(2, 2, Ds[i], 33, 33, causal);
+            cu_att_run(&c);
+        }
+    for (i = 0; i < nT; i++)
+        for (causal = 0; causal < 2; causal++) {
+            cu_att self = cu_att_make(2, 2, cu_small ? 8 : 32, Ts[i], Ts[i], causal);
+            cu_att cross = cu_att_make(2, 3, 16, Ts[i], Ts[(i + 3) % nT], causal);
+            cu_att_run(&self);
+            cu_att_run(&cross);
+        }
+}
+
+/* Key lengths (0: a row sees nothing; full), additive masks (shared and per batch row, -inf entries, a
+   query with every key hidden), the causal mask over all of them, the fused layout, dropout, and
+   backward with only some gradients. */
+static void cu_op_attention_masks(void) {
+    int T = cu_small ? 33 : 65, causal, lens, mask, fused;
+    for (causal = 0; causal < 2; causal++)
+        for (lens = 0; lens < 2; lens++)
+            for (mask = 0; mask < 3; mask++)
+                for (fused = 0; fused < 2; fused++) {
+                    cu_att c = cu_att_make(4, 2, 16, T, T, causal);
+                    c.lens = lens;
+                    c.mask = mask;
+                    c.fused = fused;
+                    cu_att_run(&c);
+                }
+    for (mask = 0; mask < 3; mask++) { /* cross with masks and lengths */
+        cu_att c = cu_att_make(4, 2, 8, 17, 40, 0);
+        c.lens = 1;
+        c.mask = mask;
+        cu_att_run(&c);
+    }
+    for (causal = 0; causal < 2; causal++) { /* dropout on the attention weights */
+        cu_att c = cu_att_make(4, 2, 16, T, T, causal), x = cu_att_make(3, 2, 32, 20, 70, 0);
+        c.dropout = 0.1f;
+        c.lens = 1;
+        c.mask = causal ? 2 : 0;
+        x.dropout = 0.2f;
+        x.lens = causal;
+        cu_att_run(&c);
+        cu_att_run(&x);
+    }
+    {
+        static const int subsets[4] = {1, 2, 4, 6}; /* dq alone, dk, dv, dk and dv */
+        int s;
+        for (s = 0; s < 4; s++) {
+            cu_att c = cu_att_make(2, 2, 16, 33, 40, 0);
+            c.grads = subsets[s];
+            c.lens = 1;
+            c.dropout = 0.1f;
+            cu_att_run(&c);
+        }
+    }
+}
+
+/* Decoding against a cache: the keys and values of batch row b at k + kv_rows[b] * bsk (slots out of
+   order), rows of a fused (k|v) cache layout (ld 2C); self-attention with each row's queries at its own
+   offset (q_off, causal), cross-attention over cached sources of uneven lengths. Forward only, as the
+   library decodes. */
+static void cu_op_attention_decode(void) {
+    static const int shapes[4][3] = {{1, 2, 8}, {4, 2, 64}, {3, 4, 32}, {1, 1, 128}}; /* Tq, H, D */
+    int s, cross;
+    for (s = 0; s < 4; s++)
+        for (cross = 0; cross < 2; cross++) {
+            int Tq = shapes[s][0], H = shapes[s][1], D = shapes[s][2], C = H * D, B = 3, MB = 4, L = 40, b;
+            int32_t slot[3] = {2, 0, 3}, cached[3] = {5, 0, 17}, src_lens[3] = {13, 4, 9};
+            int ldq = cross ? C : 3 * C;
+            char name[160];
+            cu_rng g = {(uint64_t)(77 + s * 2 + cross)};
+            cu_buf cache = cu_normal((int64_t)MB * L * 2 * C, &g, 1, 0), q = cu_normal((int64_t)B * Tq * ldq, &g, 1, 0);
+            cu_buf out = cu_nan((int64_t)B * Tq * C), lse = cu_nan((int64_t)B * H * Tq);
+            int longest = 0;
+            for (b = 0; b < B; b++) longest = cached[b] > longest ? cached[b] : longest;
+            snprintf(name, sizeof name, "attention decode %s Tq=%d H=%d D=%d", cross ? "cross" : "self", Tq, H, D);
+            CU_DEVS {
+                tfm__attn_args a;
+                memset(&a, 0, sizeof a);
+                a.B = B;
+                a.H = H;
+                a.Tq = Tq;
+                a.D = D;
+                a.Tk = cross ? 13 : longest + Tq;
+                a.q = CU_P(q);
+                a.ldq = ldq;
+                a.k = CU_P(cache);
+                a.v = CU_P(cache) + C;
+                a.ldk = a.ldv = 2 * C;
+                a.bsk = (int64_t)L * 2 * C;
+                a.kv_rows = slot;
+                a.q_off = cross ? NULL : cached;
+                a.causal = !cross;
+                a.lens = cross ? src_lens : NULL;
+                a.out = CU_P(out);
+                a.ldo = C;
+                a.lse = CU_P(lse);
+                a.scale = 1.0f / sqrtf((float)D);
+                CHECK_MSG(tfm__op_attention(CU_DEV, &a), "%s: returned 0 on device %d", name, dv);
+            }
+            cu_check(cu_fmt("%s: out", name), &out, CU_TOL);
+            cu_check(cu_fmt("%s: lse", name), &lse, CU_TOL);
+            cu_release(&cache, &q, &out, &lse, CU_END);
+        }
+}
+
+/* The attention's dropout mask, bit for bit: with D = Tk and v the identity in each head, out[b,i,h*D+j]
+   is p_ij * keep_ij / (1-p), zero exactly where element (b,h,i,j) was dropped (or is not visible). The
+   zeros must be the same on both devices and where the hash says (drop_i0 0 and past 2^32). */
+static void cu_op_attention_dropout_mask(void) {
+    int causal, k;
+    for (causal = 0; causal < 2; causal++)
+        for (k = 0; k < 2; k++) {
+            int B = 2, H = 2, T = 33, D = 33, C = H * D, b, h, i, j;
+            uint64_t i0 = k ? ((uint64_t)1 << 32) + 12345 : 0, seed = 99;
+            float p = 0.3f;
+            int64_t bad_dev = 0, bad_cpu = 0, dropped = 0;
+            uint32_t thr = tfm__drop_threshold(p);
+            cu_rng g = {(uint64_t)(5 + causal * 2 + k)};
+            cu_buf q = cu_normal((int64_t)B * T * C, &g, 0.5, 0), kk = cu_normal((int64_t)B * T * C, &g, 0.5, 0);
+            cu_buf v = cu_zeros((int64_t)B * T * C), out = cu_nan((int64_t)B * T * C), lse = cu_nan((int64_t)B * H * T);
+            float *got;
+            for (b = 0; b < B; b++)
+                for (j = 0; j < T; j++)
+                    for (h = 0; h < H; h++) v.h[((int64_t)b * T + j) * C + h * D + j] = 1.0f;
+            cu_push(&v);
+            CU_DEVS {
+                tfm__attn_args a;
+                memset(&a, 0, sizeof a);
+                a.B = B;
+                a.H = H;
+                a.Tq = T;
+                a.Tk = T;
+                a.D = D;
+                a.q = CU_P(q);
+                a.k = CU_P(kk);
+                a.v = CU_P(v);
+                a.ldq = a.ldk = a.ldv = C;
+                a.out = CU_P(out);
+                a.ldo = C;
+                a.lse = CU_P(lse);
+                a.causal = causal;
+                a.dropout = p;
+                a.seed = seed;
+                a.drop_i0 = i0;
+                a.scale = 1.0f / sqrtf((float)D);
+                CHECK(tfm__op_attention(CU_DEV, &a));
+            }
+            got = cu_fetch(out.d, out.n, TFM_DEVICE_CUDA);
+            for (b = 0; b < B; b++)
+                for (h = 0; h < H; h++)
+                    for (i = 0; i < T; i++)
+                        for (j = 0; j < T; j++) {
+                            int64_t at = ((int64_t)b * T + i) * C + h * D + j;
+                            uint64_t idx = i0 + ((uint64_t)(b * H + h) * T + (uint64_t)i) * T + (uint64_t)j;
+                            int zero = (causal && j > i) || tfm__hash24(seed, idx) < thr;
+                            dropped += zero;
+                            bad_cpu += (out.h[at] == 0.0f) != zero;
+                            bad_dev += (got[at] == 0.0f) != zero;
+                        }
+            CHECK_MSG(bad_dev == 0, "attention dropout mask causal=%d i0=%llu: %lld of %d weights dropped where the hash keeps them or kept where it drops them on the device",
+                      causal, (unsigned long long)i0, (long long)bad_dev, B * H * T * T);
+            CHECK_MSG(bad_cpu == 0, "attention dropout mask causal=%d: %lld weights differ from the hash on the CPU", causal, (long long)bad_cpu);
+            CHECK(dropped > 0);
+            cu_check(cu_fmt("attention dropout mask causal=%d i0=%llu: out", causal, (unsigned long long)i0), &out, CU_TOL);
+            free(got);
+            cu_release(&q, &kk, &v, &out, &lse, CU_END);
+        }
+}
+
+/* ==== 2. public ops on device tensors (validation, dispatch, copies of host masks and ids) ============= */
+
+/* a 2-D tensor, or 3-D with a leading L when three */
+static tfm_tensor cu_t23(const cu_buf *b, int dv, int three, int64_t L, int64_t r, int64_t c) {
+    return three ? cu_t(b, dv, L, r, c) : cu_t(b, dv, r, c, 0);
+}
+
+static void cu_pub_matmul(void) {
+    cu_rng g = {31};
+    int ta, tb, three;
+    for (three = 0; three < 2; three++)
+        for (ta = 0; ta < 2; ta++)
+            for (tb = 0; tb < 2; tb++) {
+                int64_t L = three ? 3 : 1, M = 33, N = 31, K = 65;
+                int64_t ra = ta ? K : M, ca = ta ? M : K, rb = tb ? N : K, cb = tb ? K : N;
+                char name[100];
+                cu_buf A = cu_normal(L * ra * ca, &g, 1, 0), Bm = cu_normal(L * rb * cb, &g, 1, 0), Cm = cu_nan(L * M * N);
+                cu_buf dA = cu_normal(L * ra * ca, &g, 1, 0), dB = cu_normal(L * rb * cb, &g, 1, 0), dC = cu_normal(L * M * N, &g, 1, 0);
+                snprintf(name, sizeof name, "tfm_matmul %s ta=%d tb=%d", three ? "3-D" : "2-D", ta, tb);
+                CU_DEVS {
+                    tfm_tensor a = cu_t23(&A, dv, three, L, ra, ca), b = cu_t23(&Bm, dv, three, L, rb, cb), c = cu_t23(&Cm, dv, three, L, M, N);
+                    tfm_tensor da = cu_t23(&dA, dv, three, L, ra, ca), db = cu_t23(&dB, dv, three, L, rb, cb), dc = cu_t23(&dC, dv, three, L, M, N);
+                    CHECK_OK(tfm_matmul_forward(&c, &a, &b, ta, tb));
+                    CHECK_OK(tfm_matmul_backward(&da, &db, &dc, &a, &b, ta, tb));
+                }
+                cu_check(cu_fmt("%s: c", name), &Cm, CU_TOL);
+                cu_check(cu_fmt("%s: da", name), &dA, CU_TOL);
+                cu_check(cu_fmt("%s: db", name), &dB, CU_TOL);
+                cu_release(&A, &Bm, &Cm, &dA, &dB, &dC, CU_END);
+            }
+}
+
+static void cu_pub_linear(void) {
+    cu_rng g = {32};
+    int bias;
+    for (bias = 0; bias < 2; bias++) {
+        int64_t B = 2, T = 33, I = 65, O = 31;
+        cu_buf x = cu_normal(B * T * I, &g, 1, 0), w = cu_normal(O * I, &g, 0.1, 0), b = cu_normal(O, &g, 1, 0), y = cu_nan(B * T * O);
+        cu_buf dx = cu_normal(B * T * I, &g, 1, 0), dw = cu_normal(O * I, &g, 1, 0), db = cu_normal(O, &g, 1, 0), dy = cu_normal(B * T * O, &g, 1, 0);
+        CU_DEVS {
+            tfm_tensor tx = cu_t(&x, dv, B, T, I), tw = cu_t(&w, dv, O, I, 0), tb = cu_t(&b, dv, O, 0, 0), ty = cu_t(&y, dv, B, T, O);
+            tfm_tensor tdx = cu_t(&dx, dv, B, T, I), tdw = cu_t(&dw, dv, O, I, 0), tdb = cu_t(&db, dv, O, 0, 0), tdy = cu_t(&dy, dv, B, T, O);
+            CHECK_OK(tfm_linear_forward(&ty, &tx, &tw, bias ? &tb : NULL));
+            CHECK_OK(tfm_linear_backward(&tdx, &tdw, bias ? &tdb : NULL, &tdy, &tx, &tw));
+        }
+        cu_check(cu_fmt("tfm_linear bias=%d: y", bias), &y, CU_TOL);
+        cu_check(cu_fmt("tfm_linear bias=%d: dx", bias), &dx, CU_TOL);
+        cu_check(cu_fmt("tfm_linear bias=%d: dw", bias), &dw, CU_TOL);
+        cu_check(cu_fmt("tfm_linear bias=%d: db", bias), &db, CU_TOL);
+        cu_release(&x, &w, &b, &y, &dx, &dw, &db, &dy, CU_END);
+    }
+}
+
+/* softmax, log-softmax (y separate and in place) and the fused cross-entropy, through the public calls */
+static void cu_pub_softmax(void) {
+    cu_rng g = {33};
+    int lg;
+    for (lg = 0; lg < 2; lg++) {
+        int64_t B = 2, T = 17, C = 1025;
+        cu_buf x = cu_normal(B * T * C, &g, 3, 0), y = cu_nan(B * T * C), dy = cu_normal(B * T * C, &g, 1, 0), dx = cu_normal(B * T * C, &g, 1, 0);
+        cu_buf x2 = cu_zeros(B * T * C);
+        memcpy(x2.h, x.h, (size_t)(B * T * C) * sizeof(float));
+        cu_push(&x2);
+        CU_DEVS {
+            tfm_tensor tx = cu_t(&x, dv, B, T, C), ty = cu_t(&y, dv, B, T, C), tx2 = cu_t(&x2, dv, B, T, C);
+            CHECK_OK(lg ? tfm_log_softmax_forward(&ty, &tx) : tfm_softmax_forward(&ty, &tx));
+            CHECK_OK(lg ? tfm_log_softmax_forward(&tx2, &tx2) : tfm_softmax_forward(&tx2, &tx2));
+        }
+        cu_check(cu_fmt("tfm_%ssoftmax_forward", lg ? "log_" : ""), &y, CU_TOL);
+        cu_check(cu_fmt("tfm_%ssoftmax_forward in place", lg ? "log_" : ""), &x2, CU_TOL);
+        cu_push(&y);
+        CU_DEVS {
+            tfm_tensor ty = cu_t(&y, dv, B, T, C), tdy = cu_t(&dy, dv, B, T, C), tdx = cu_t(&dx, dv, B, T, C);
+            CHECK_OK(lg ? tfm_log_softmax_backward(&tdx, &tdy, &ty) : tfm_softmax_backward(&tdx, &tdy, &ty));
+        }
+        cu_check(cu_fmt("tfm_%ssoftmax_backward", lg ? "log_" : ""), &dx, CU_TOL);
+        cu_release(&x, &y, &dy, &dx, &x2, CU_END);
+    }
+    {
+        int64_t N = 37, V = 1031, r;
+        int32_t t[37];
+        float loss[2];
+        cu_rng g2 = {34};
+        cu_buf x = cu_normal(N * V, &g2, 2, 0), lse = cu_nan(N), dx = cu_normal(N * V, &g2, 1, 0);
+        for (r = 0; r < N; r++) t[r] = r % 5 == 4 ? -100 : (int32_t)cu_int(&g2, (int)V);
+        CU_DEVS {
+            tfm_tensor tx = cu_t(&x, dv, N, V, 0), tl = cu_t(&lse, dv, N, 0, 0);
+            CHECK_OK(tfm_cross_entropy_forward(&loss[dv], &tl, &tx, t, -100, 0.1f));
+        }
+        cu_check_scalar("tfm_cross_entropy_forward: loss", loss[1], loss[0], CU_TOL, 1e-30);
+        cu_check("tfm_cross_entropy_forward: lse", &lse, CU_TOL);
+        cu_push(&lse);
+        CU_DEVS {
+            tfm_tensor tx = cu_t(&x, dv, N, V, 0), tl = cu_t(&lse, dv, N, 0, 0), tdx = cu_t(&dx, dv, N, V, 0);
+            CHECK_OK(tfm_cross_entropy_backward(&tdx, 1.5f, &tx, &tl, t, -100, 0.1f));
+        }
+        cu_check("tfm_cross_entropy_backward", &dx, CU_TOL);
+        cu_release(&x, &lse, &dx, CU_END);
+    }
+}
+
+static void cu_pub_layernorm(void) {
+    int64_t B = 3, T = 33, C = 129, N = B * T;
+    cu_rng g = {35};
+    cu_buf x = cu_normal(N * C, &g, 2, 3), gn = cu_normal(C, &g, 0.5, 1), bb = cu_normal(C, &g, 0.5, 0), y = cu_nan(N * C);
+    cu_buf mean = cu_nan(N), rstd = cu_nan(N), dy = cu_normal(N * C, &g, 1, 0), dx = cu_normal(N * C, &g, 1, 0);
+    cu_buf dg = cu_normal(C, &g, 1, 0), db = cu_normal(C, &g, 1, 0);
+    CU_DEVS {
+        tfm_tensor tx = cu_t(&x, dv, B, T, C), tg = cu_t(&gn, dv, C, 0, 0), tb = cu_t(&bb, dv, C, 0, 0), ty = cu_t(&y, dv, B, T, C);
+        tfm_tensor tm = cu_t(&mean, dv, N, 0, 0), tr = cu_t(&rstd, dv, N, 0, 0);
+        CHECK_OK(tfm_layernorm_forward(&ty, &tm, &tr, &tx, &tg, &tb, 1e-5f));
+    }
+    cu_check("tfm_layernorm_forward: y", &y, CU_TOL);
+    cu_check("tfm_layernorm_forward: mean", &mean, CU_TOL);
+    cu_check("tfm_layernorm_forward: rstd", &rstd, CU_TOL);
+    cu_push(&mean);
+    cu_push(&rstd);
+    CU_DEVS {
+        tfm_tensor tx = cu_t(&x, dv, B, T, C), tg = cu_t(&gn, dv, C, 0, 0), tm = cu_t(&mean, dv, N, 0, 0), tr = cu_t(&rstd, dv, N, 0, 0);
+        tfm_tensor tdx = cu_t(&dx, dv, B, T, C), tdg = cu_t(&dg, dv, C, 0, 0), tdb = cu_t(&db, dv, C, 0, 0), tdy = cu_t(&dy, dv, B, T, C);
+        CHECK_OK(tfm_layernorm_backward(&tdx, &tdg, &tdb, &tdy, &tx, &tg, &tm, &tr));
+    }
+    cu_check("tfm_layernorm_backward: dx", &dx, CU_TOL);
+    cu_check("tfm_layernorm_backward: dg", &dg, CU_TOL);
+    cu_check("tfm_layernorm_backward: db", &db, CU_TOL);
+    cu_release(&x, &gn, &bb, &y, &mean, &rstd, &dy, &dx, &dg, &db, CU_END);
+}
+
+/* GELU (both kinds), ReLU and dropout through the public calls */
+static void cu_pub_elementwise(void) {
+    int64_t R = 3, C = 1025, n = R * C;
+    cu_rng g = {36};
+    int kind;
+    for (kind = 0; kind < 3; kind++) {
+        cu_buf x = cu_normal(n, &g, 3, 0), y = cu_nan(n), dy = cu_normal(n, &g, 1, 0), dx = cu_normal(n, &g, 1, 0);
+        const char *nm = kind == 2 ? "relu" : kind ? "gelu tanh" : "gelu erf";
+        CU_DEVS {
+            tfm_tensor tx = cu_t(&x, dv, R, C, 0), ty = cu_t(&y, dv, R, C, 0), tdy = cu_t(&dy, dv, R, C, 0), tdx = cu_t(&dx, dv, R, C, 0);
+            if (kind == 2) {
+                CHECK_OK(tfm_relu_forward(&ty, &tx));
+                CHECK_OK(tfm_relu_backward(&tdx, &tdy, &tx));
+            } else {
+                CHECK_OK(tfm_gelu_forward(&ty, &tx, kind ? TFM_GELU_TANH : TFM_GELU_ERF));
+                CHECK_OK(tfm_gelu_backward(&tdx, &tdy, &tx, kind ? TFM_GELU_TANH : TFM_GELU_ERF));
+            }
+        }
+        cu_check(cu_fmt("public %s: y", nm), &y, CU_TOL);
+        cu_check(cu_fmt("public %s: dx", nm), &dx, CU_TOL);
+        cu_release(&x, &y, &dy, &dx, CU_END);
+    }
+    for (kind = 0; kind < 3; kind++) { /* dropout: training with p 0.1, p 0, and not training */
+        float p = kind == 1 ? 0.0f : 0.1f;
+        int training = kind != 2;
+        cu_buf x = cu_normal(n, &g, 1, 0), y = cu_nan(n), dy = cu_normal(n, &g, 1, 0), dx = cu_normal(n, &g, 1, 0);
+        CU_DEVS {
+            tfm_tensor tx = cu_t(&x, dv, R, C, 0), ty = cu_t(&y, dv, R, C, 0), tdy = cu_t(&dy, dv, R, C, 0), tdx = cu_t(&dx, dv, R, C, 0);
+            CHECK_OK(tfm_dropout_forward(&ty, &tx, p, 1234, training));
+            CHECK_OK(tfm_dropout_backward(&tdx, &tdy, p, 1234, training));
+        }
+        cu_check_bits(cu_fmt("tfm_dropout_forward p=%g training=%d", (double)p, training), &y);
+        cu_check_bits(cu_fmt("tfm_dropout_backward p=%g training=%d", (double)p, training), &dx);
+        cu_release(&x, &y, &dy, &dx, CU_END);
+    }
+}
+
+/* embeddings (host ids), learned and sinusoidal positions */
+static void cu_pub_embedding(void) {
+    int64_t B = 3, T = 20, C = 33, V = 50, P = 24, i;
+    int32_t ids[60];
+    cu_rng g = {37};
+    cu_buf w = cu_normal(V * C, &g, 1, 0), y = cu_nan(B * T * C), dy = cu_normal(B * T * C, &g, 1, 0), dw = cu_normal(V * C, &g, 1, 0);
+    cu_buf pw = cu_normal(P * C, &g, 1, 0), y2 = cu_nan(B * T * C), dx = cu_normal(B * T * C, &g, 1, 0), dpw = cu_normal(P * C, &g, 1, 0);
+    cu_buf pe = cu_nan(P * C), y3 = cu_nan(B * T * C), dx3 = cu_normal(B * T * C, &g, 1, 0);
+    for (i = 0; i < B * T; i++) ids[i] = (int32_t)cu_int(&g, (int)V);
+    CU_DEVS {
+        tfm_tensor tw = cu_t(&w, dv, V, C, 0), ty = cu_t(&y, dv, B, T, C), tdy = cu_t(&dy, dv, B, T, C), tdw = cu_t(&dw, dv, V, C, 0);
+        tfm_tensor tpw = cu_t(&pw, dv, P, C, 0), ty2 = cu_t(&y2, dv, B, T, C), tdx = cu_t(&dx, dv, B, T, C), tdpw = cu_t(&dpw, dv, P, C, 0);
+        tfm_tensor tpe = cu_t(&pe, dv, P, C, 0), ty3 = cu_t(&y3, dv, B, T, C), tdx3 = cu_t(&dx3, dv, B, T, C);
+        CHECK_OK(tfm_embedding_forward(&ty, ids, &tw, 2.5f));
+        CHECK_OK(tfm_embedding_backward(&tdw, &tdy, ids, 2.5f));
+        CHECK_OK(tfm_pos_embedding_forward(&ty2, &ty, &tpw));
+        CHECK_OK(tfm_pos_embedding_backward(&tdx, &tdpw, &tdy));
+        CHECK_OK(tfm_sinusoidal_table(&tpe));
+        CHECK_OK(tfm_sinusoidal_forward(&ty3, &ty));
+        CHECK_OK(tfm_sinusoidal_backward(&tdx3, &tdy));
+    }
+    cu_check("tfm_embedding_forward", &y, CU_TOL);
+    cu_check("tfm_embedding_backward", &dw, CU_TOL);
+    cu_check("tfm_pos_embedding_forward", &y2, CU_TOL);
+    cu_check("tfm_pos_embedding_backward: dx", &dx, CU_TOL);
+    cu_check("tfm_pos_embedding_backward: dw", &dpw, CU_TOL);
+    cu_check("tfm_sinusoidal_table", &pe, CU_TOL);
+    cu_check("tfm_sinusoidal_forward", &y3, CU_TOL);
+    cu_check("tfm_sinusoidal_backward", &dx3, CU_TOL);
+    cu_release(&w, &y, &dy, &dw, &pw, &y2, &dx, &dpw, &pe, &y3, &dx3, CU_END);
+}
+
+/* residual adds and both poolings (host lengths, one of them 0) */
+static void cu_pub_add_pool(void) {
+    int64_t B = 4, T = 9, C = 129;
+    int32_t lens[4] = {9, 0, 3, 1};
+    cu_rng g = {38};
+    cu_buf a = cu_normal(B * T * C, &g, 1, 0), b = cu_normal(B * T * C, &g, 1, 0), y = cu_nan(B * T * C), dy = cu_normal(B * T * C, &g, 1, 0);
+    cu_buf da = cu_normal(B * T * C, &g, 1, 0), db = cu_normal(B * T * C, &g, 1, 0);
+    cu_buf pm = cu_nan(B * C), pc = cu_nan(B * C), dp = cu_normal(B * C, &g, 1, 0), dxm = cu_normal(B * T * C, &g, 1, 0), dxc = cu_normal(B * T * C, &g, 1, 0);
+    CU_DEVS {
+        tfm_tensor ta = cu_t(&a, dv, B, T, C), tb = cu_t(&b, dv, B, T, C), ty = cu_t(&y, dv, B, T, C), tdy = cu_t(&dy, dv, B, T, C);
+        tfm_tensor tda = cu_t(&da, dv, B, T, C), tdb = cu_t(&db, dv, B, T, C);
+        tfm_tensor tpm = cu_t(&pm, dv, B, C, 0), tpc = cu_t(&pc, dv, B, C, 0), tdp = cu_t(&dp, dv, B, C, 0);
+        tfm_tensor tdxm = cu_t(&dxm, dv, B, T, C), tdxc = cu_t(&dxc, dv, B, T, C);
+        CHECK_OK(tfm_add_forward(&ty, &ta, &tb));
+        CHECK_OK(tfm_add_backward(&tda, &tdb, &tdy));
+        CHECK_OK(tfm_mean_pool_forward(&tpm, &ta, lens));
+        CHECK_OK(tfm_mean_pool_backward(&tdxm, &tdp, lens));
+        CHECK_OK(tfm_cls_pool_forward(&tpc, &ta));
+        CHECK_OK(tfm_cls_pool_backward(&tdxc, &tdp));
+    }
+    cu_check_bits("tfm_add_forward", &y);
+    cu_check_bits("tfm_add_backward: da", &da);
+    cu_check_bits("tfm_add_backward: db", &db);
+    cu_check("tfm_mean_pool_forward", &pm, CU_TOL);
+    cu_check("tfm_mean_pool_backward", &dxm, CU_TOL);
+    cu_check_bits("tfm_cls_pool_forward", &pc);
+    cu_check_bits("tfm_cls_pool_backward", &dxc);
+    cu_release(&a, &b, &y, &dy, &da, &db, &pm, &pc, &dp, &dxm, &dxc, CU_END);
+}
+
+/* tfm_attention_*: opts' key lengths and additive masks are host memory (the library copies them) */
+static void cu_pub_attention(void) {
+    int per_batch;
+    for (per_batch = 0; per_batch < 2; per_batch++) {
+        int64_t B = 3, Tq = 33, Tk = 40, C = 64, H = 4, j, nm = (per_batch ? B : 1) * Tq * Tk;
+        int32_t lens[3] = {40, 0, 17};
+        float *mask = (float *)malloc((size_t)nm * sizeof(float));
+        tfm_attn_opts o;
+        cu_rng g = {(uint64_t)(39 + per_batch)};
+        cu_buf q = cu_normal(B * Tq * C, &g, 1, 0), k = cu_normal(B * Tk * C, &g, 1, 0), v = cu_normal(B * Tk * C, &g, 1, 0);
+        cu_buf out = cu_nan(B * Tq * C), lse = cu_nan(B * H * Tq), dout = cu_normal(B * Tq * C, &g, 1, 0);
+        cu_buf dq = cu_normal(B * Tq * C, &g, 1, 0), dk = cu_normal(B * Tk * C, &g, 1, 0), dvv = cu_normal(B * Tk * C, &g, 1, 0);
+        for (j = 0; j < nm; j++) mask[j] = j % 7 == 2 ? -INFINITY : cu_gauss(&g);
+        for (j = 0; j < Tk; j++) mask[5 * Tk + j] = -INFINITY;
+        memset(&o, 0, sizeof o);
+        o.causal = 1;
+        o.key_lens = lens;
+        o.mask = mask;
+        o.mask_per_batch = per_batch;
+        o.dropout = 0.1f;
+        o.dropout_seed = 8;
+        CU_DEVS {
+            tfm_tensor tq = cu_t(&q, dv, B, Tq, C), tk = cu_t(&k, dv, B, Tk, C), tv = cu_t(&v, dv, B, Tk, C);
+            tfm_tensor to = cu_t(&out, dv, B, Tq, C), tl = cu_t(&lse, dv, B, H, Tq);
+            CHECK_OK(tfm_attention_forward(&to, &tl, &tq, &tk, &tv, (int)H, &o));
+        }
+        cu_check(cu_fmt("tfm_attention_forward mask_per_batch=%d: out", per_batch), &out, CU_TOL);
+        cu_check(cu_fmt("tfm_attention_forward mask_per_batch=%d: lse", per_batch), &lse, CU_TOL);
+        cu_check_finite("tfm_attention_forward: out", &out);
+        cu_push(&out);
+        cu_push(&lse);
+        CU_DEVS {
+            tfm_tensor tq = cu_t(&q, dv, B, Tq, C), tk = cu_t(&k, dv, B, Tk, C), tv = cu_t(&v, dv, B, Tk, C);
+            tfm_tensor to = cu_t(&out, dv, B, Tq, C), tl = cu_t(&lse, dv, B, H, Tq), tdo = cu_t(&dout, dv, B, Tq, C);
+            tfm_tensor tdq = cu_t(&dq, dv, B, Tq, C), tdk = cu_t(&dk, dv, B, Tk, C), tdv = cu_t(&dvv, dv, B, Tk, C);
+            CHECK_OK(tfm_attention_backward(&tdq, &tdk, &tdv, &tdo, &tq, &tk, &tv, &to, &tl, (int)H, &o));
+        }
+        cu_check(cu_fmt("tfm_attention_backward mask_per_batch=%d: dq", per_batch), &dq, CU_TOL);
+        cu_check(cu_fmt("tfm_attention_backward mask_per_batch=%d: dk", per_batch), &dk, CU_TOL);
+        cu_check(cu_fmt("tfm_attention_backward mask_per_batch=%d: dv", per_batch), &dvv, CU_TOL);
+        free(mask);
+        cu_release(&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dvv, CU_END);
+    }
+}
+
+/* tfm_adamw_step over parameters in device memory: the global norm (a reduction over every parameter),
+   clipping, decay on some, three steps */
+static void cu_pub_adamw(void) {
+    static const int64_t sizes[3] = {33 * 65, 65, 1025};
+    cu_buf w[3], gr[3], m[3], v[3];
+    tfm_adamw_param ps[2][3];
+    tfm_optim o;
+    cu_rng g = {41};
+    int i, step;
+    memset(&o, 0, sizeof o);
+    o.lr = 1e-2f;
+    o.weight_decay = 0.1f;
+    o.clip_norm = 0.5f;
+    for (i = 0; i < 3; i++) {
+        w[i] = cu_normal(sizes[i], &g, 1, 0);
+        gr[i] = cu_zeros(sizes[i]);
+        m[i] = cu_zeros(sizes[i]);
+        v[i] = cu_zeros(sizes[i]);
+        CU_DEVS {
+            ps[dv][i].value = cu_t(&w[i], dv, sizes[i], 0, 0);
+            ps[dv][i].grad = cu_t(&gr[i], dv, sizes[i], 0, 0);
+            ps[dv][i].m = cu_t(&m[i], dv, sizes[i], 0, 0);
+            ps[dv][i].v = cu_t(&v[i], dv, sizes[i], 0, 0);
+            ps[dv][i].decay = i != 1;
+        }
+    }
+    for (step = 1; step <= 3; step++) {
+        float norm[2];
+        for (i = 0; i < 3; i++) {
+            int64_t j;
+            for (j = 0; j < sizes[i]; j++) gr[i].h[j] = 0.1f * cu_gauss(&g);
+            cu_push(&gr[i]);
+        }
+        CU_DEVS CHECK_OK(tfm_adamw_step(ps[dv], 3, &o, step, &norm[dv]));
+        cu_check_scalar(cu_fmt("tfm_adamw_step %d: gradient norm", step), norm[1], norm[0], CU_TOL, 1e-30);
+    }
+    for (i = 0; i < 3; i++) {
+        cu_check(cu_fmt("tfm_adamw_step: parameter %d", i), &w[i], CU_TOL);
+        cu_check(cu_fmt("tfm_adamw_step: m of %d", i), &m[i], CU_TOL);
+        cu_check(cu_fmt("tfm_adamw_step: v of %d", i), &v[i], CU_TOL);
+        cu_release(&w[i], &gr[i], &m[i], &v[i], CU_END);
+    }
+}
+
+/* tfm_fill*, on the device the same values as on the host (drawn on the host, the generator advanced
+   alike), and tfm_tensor_copy between every pair of devices. */
+static void cu_pub_fill_copy(void) {
+    static const int64_t sizes[2] = {1000, 200003}; /* tfm_fill_normal's direct and chunked paths */
+    int s, kind;
+    for (s = 0; s < 2; s++)
+        for (kind = 0; kind < 3; kind++) {
+            int64_t n = sizes[s];
+            cu_buf x = cu_zeros(n);
+            tfm_rng r[2];
+            CU_DEVS {
+                tfm_tensor t = cu_t(&x, dv, n, 0, 0);
+                tfm_rng_seed(&r[dv], 5);
+                if (kind == 0) CHECK_OK(tfm_fill(&t, 0.25f));
+                else if (kind == 1) CHECK_OK(tfm_fill_normal(&t, &r[dv], 0.5f, 2.0f));
+                else CHECK_OK(tfm_fill_uniform(&t, &r[dv], -1.0f, 3.0f));
+            }
+            cu_check_bits(cu_fmt("%s n=%lld", kind == 0 ? "tfm_fill" : kind == 1 ? "tfm_fill_normal" : "tfm_fill_uniform", (long long)n), &x);
+            CHECK_MSG(tfm_rng_u64(&r[0]) == tfm_rng_u64(&r[1]), "fill kind %d n=%lld: the generator advanced differently", kind, (long long)n);
+            cu_free(&x);
+        }
+    {
+        /* host -> device -> device (another shape, same count) -> host */
+        float src[6] = {1, -2, 3.5f, NAN, -INFINITY, 6}, back[6] = {0, 0, 0, 0, 0, 0};
+        float *d1 = cu_dev(6), *d2 = cu_dev(6);
+        tfm_tensor hs = tfm_tensor1(src, 6), hb = tfm_tensor2(back, 3, 2), t1 = tfm_tensor2(d1, 2, 3), t2 = tfm_tensor3(d2, 1, 6, 1);
+        tfm_tensor t7 = tfm_tensor1(d2, 7), h5 = tfm_tensor1(back, 5);
+        t1.device = t2.device = t7.device = TFM_DEVICE_CUDA;
+        CHECK_OK(tfm_tensor_copy(&t1, &hs));
+        CHECK_OK(tfm_tensor_copy(&t2, &t1));
+        CHECK_OK(tfm_tensor_copy(&hb, &t2));
+        cu_check_bits_arrays("tfm_tensor_copy host -> device -> device -> host", back, src, 6);
+        CHECK_OK(tfm_tensor_copy(&hb, &hs)); /* host to host */
+        cu_check_bits_arrays("tfm_tensor_copy host -> host", back, src, 6);
+        /* element counts that differ are refused */
+        CHECK(tfm_tensor_copy(&t7, &hs) != TFM_OK);
+        CHECK(tfm_tensor_copy(&h5, &t1) != TFM_OK);
+        CHECK(tfm_tensor_copy(&t1, NULL) != TFM_OK);
+        tfm_cuda_free(d1);
+        tfm_cuda_free(d2);
+        tfm_cuda_free(NULL); /* nothing */
+    }
+}
+
+/* ==== 3. layers: a transformer block on a CUDA tfm_mem against the same block on the CPU ================ */
+
+static const char *const cu_block_names[20] = {
+    "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight", "self_attn.out_proj.bias",
+    "linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias", "norm1.weight", "norm1.bias", "norm2.weight",
+    "norm2.bias", "multihead_attn.in_proj_weight", "multihead_attn.in_proj_bias", "multihead_attn.out_proj.weight",
+    "multihead_attn.out_proj.bias", "norm3.weight", "norm3.bias"};
+#define CU_BLOCK_NAMES(cross) ((cross) ? 18 : 12)
+
+/* Count, allocate, carve (the tfm_mem recipe) on device dev. */
+static int cu_block_build(tfm_block *blk, tfm_mem *mem, const tfm_block_desc *d, tfm_device dev) {
+    memset(mem, 0, sizeof *mem);
+    mem->device = dev;
+    if (tfm_block_init(blk, d, mem) != TFM_OK || tfm_mem_alloc(mem) != TFM_OK) {
+        TEST__FAIL("building a block on device %d: %s", (int)dev, tfm_last_error());
+        tfm_mem_free(mem);
+        return 0;
+    }
+    tfm_mem_rewind(mem);
+    if (tfm_block_init(blk, d, mem) != TFM_OK) {
+        TEST__FAIL("carving a block on device %d: %s", (int)dev, tfm_last_error());
+        tfm_mem_free(mem);
+        return 0;
+    }
+    return 1;
+}
+
+/* A parameter or gradient of a block, copied to the host (malloc'ed); *n its length. */
+static float *cu_block_get(tfm_block *blk, const char *name, int grad, int64_t *n) {
+    tfm_tensor v, g;
+    if (tfm_block_param(blk, name, &v, &g) != TFM_OK) cu_fatal(name);
+    *n = tfm_numel(grad ? &g : &v);
+    return cu_fetch((grad ? g : v).data, *n, (grad ? g : v).device);
+}
+
+/* self-attention or cross-attention block, post-LN or pre-LN, each activation: the same parameters
+   (initialised from one seed on both: bitwise equal), forward with every mask and dropout, backward into
+   dx, dxkv and every parameter's gradient. */
+static void cu_block_case(int cross, int norm_first, tfm_activation act) {
+    tfm_block_desc d;
+    tfm_block blk[2];
+    tfm_mem mem[2];
+    tfm_attn_opts o;
+    int B = 3, T = 17, Tk = 23, C = 32, i, built = 0;
+    int32_t lens[3] = {17, 9, 1}, kv_lens[3] = {23, 5, 12};
+    float mask[17 * 17];
+    char name[100];
+    cu_rng g = {(uint64_t)(51 + cross * 4 + norm_first * 2 + (int)act)};
+    cu_buf x, xkv, y, dy, dx, dxkv;
+    snprintf(name, sizeof name, "block cross=%d norm_first=%d act=%d", cross, norm_first, (int)act);
+    memset(&d, 0, sizeof d);
+    d.d_model = C;
+    d.n_heads = 4;
+    d.d_ff = 48;
+    d.cross = cross;
+    d.norm_first = norm_first;
+    d.act = act;
+    d.dropout = 0.1f;
+    d.attn_dropout = 0.1f;
+    d.max_batch = B;
+    d.max_len = 20;
+    d.max_kv_len = cross ? 24 : 0;
+    CU_DEVS built += cu_block_build(&blk[dv], &mem[dv], &d, CU_DEV);
+    if (built < 2) {
+        if (built) tfm_mem_free(&mem[0]);
+        return;
+    }
+    CHECK(blk[1].self_attn.in_proj_weight.device == TFM_DEVICE_CUDA);
+    CU_DEVS {
+        tfm_rng r;
+        tfm_rng_seed(&r, 2024);
+        CHECK_OK(tfm_block_init_params(&blk[dv], &r));
+    }
+    for (i = 0; i < CU_BLOCK_NAMES(cross); i++) {
+        int64_t n0, n1;
+        float *p0 = cu_block_get(&blk[0], cu_block_names[i], 0, &n0), *p1 = cu_block_get(&blk[1], cu_block_names[i], 0, &n1);
+        CHECK(n0 == n1);
+        cu_check_bits_arrays(cu_fmt("%s: tfm_block_init_params %s", name, cu_block_names[i]), p1, p0, n0);
+        free(p0);
+        free(p1);
+    }
+    x = cu_normal((int64_t)B * T * C, &g, 1, 0);
+    xkv = cu_normal((int64_t)B * Tk * C, &g, 1, 0);
+    y = cu_nan((int64_t)B * T * C);
+    dy = cu_normal((int64_t)B * T * C, &g, 1, 0);
+    dx = cu_normal((int64_t)B * T * C, &g, 1, 0);
+    dxkv = cu_normal((int64_t)B * Tk * C, &g, 1, 0);
+    for (i = 0; i < T * T; i++) mask[i] = i % 7 == 3 ? -INFINITY : 0.5f * cu_gauss(&g);
+    memset(&o, 0, sizeof o);
+    o.causal = 1;
+    o.key_lens = lens;
+    o.kv_lens = cross ? kv_lens : NULL;
+    o.mask = mask;
+    o.training = 1;
+    o.seed = 777;
+    CU_DEVS {
+        tfm_tensor tx = cu_t(&x, dv, B, T, C), txkv = cu_t(&xkv, dv, B, Tk, C), ty = cu_t(&y, dv, B, T, C);
+        CHECK_OK(tfm_block_forward(&blk[dv], &ty, &tx, cross ? &txkv : NULL, &o));
+    }
+    cu_check(cu_fmt("%s: y", name), &y, CU_TOL_LAYER);
+    CU_DEVS {
+        tfm_tensor tdy = cu_t(&dy, dv, B, T, C), tdx = cu_t(&dx, dv, B, T, C), tdxkv = cu_t(&dxkv, dv, B, Tk, C);
+        tfm_mem_zero_grad(&mem[dv]);
+        CHECK_OK(tfm_block_backward(&blk[dv], &tdx, cross ? &tdxkv : NULL, &tdy));
+    }
+    cu_check(cu_fmt("%s: dx", name), &dx, CU_TOL_LAYER);
+    if (cross) cu_check(cu_fmt("%s: dxkv", name), &dxkv, CU_TOL_LAYER);
+    for (i = 0; i < CU_BLOCK_NAMES(cross); i++) {
+        int64_t n0, n1;
+        float *g0 = cu_block_get(&blk[0], cu_block_names[i], 1, &n0), *g1 = cu_block_get(&blk[1], cu_block_names[i], 1, &n1);
+        cu_check_arrays(cu_fmt("%s: gradient of %s", name, cu_block_names[i]), g1, g0, n0, CU_TOL_LAYER);
+        free(g0);
+        free(g1);
+    }
+    cu_release(&x, &xkv, &y, &dy, &dx, &dxkv, CU_END);
+    CU_DEVS tfm_mem_free(&mem[dv]);
+}
+
+static void cu_block_self(void) {
+    cu_block_case(0, 0, TFM_ACT_RELU);
+    cu_block_case(0, 1, TFM_ACT_GELU);
+}
+static void cu_block_cross(void) {
+    cu_block_case(1, 0, TFM_ACT_GELU_TANH);
+    cu_block_case(1, 1, TFM_ACT_RELU);
+}
+
+/* The smaller layers on a CUDA tfm_mem against the CPU's: a cross-attention layer (tfm_mha, with key
+   lengths of both sequences and attention dropout), a linear map and a layernorm, forward and backward
+   (into every gradient), from the same initialisation. */
+typedef struct cu_small_layers {
+    tfm_mem mem;
+    tfm_mha mha;
+    tfm_linear lin;
+    tfm_layernorm ln;
+} cu_small_layers;
+
+static int cu_small_layers_build(cu_small_layers *l, const tfm_mha_desc *d, tfm_device dev) {
+    int pass;
+    memset(l, 0, sizeof *l);
+    l->mem.device = dev;
+    for (pass = 0; pass < 2; pass++) {
+        if (pass) {
+            CHECK_OK(tfm_mem_alloc(&l->mem));
+            tfm_mem_rewind(&l->mem);
+        }
+        if (tfm_mha_init(&l->mha, d, &l->mem) != TFM_OK || tfm_linear_init(&l->lin, d->d_model, 24, 0, &l->mem) != TFM_OK ||
+            tfm_layernorm_init(&l->ln, 24, 0, 0.0f, 64, &l->mem) != TFM_OK) {
+            TEST__FAIL("building the layers on device %d: %s", (int)dev, tfm_last_error());
+            tfm_mem_free(&l->mem);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void cu_layers_small(void) {
+    static const char *const names[4] = {"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"};
+    cu_small_layers *l = (cu_small_layers *)calloc(2, sizeof(cu_small_layers));
+    tfm_mha_desc d;
+    tfm_attn_opts o;
+    int B = 2, Tq = 9, Tk = 13, C = 32, built = 0, i;
+    int32_t kv_lens[2] = {13, 6};
+    cu_rng g = {57};
+    cu_buf x, xkv, y, dy, dx, dxkv, h, dh, z, dz;
+    memset(&d, 0, sizeof d);
+    d.d_model = C;
+    d.n_heads = 4;
+    d.cross = 1;
+    d.max_batch = B;
+    d.max_len = Tq;
+    d.max_kv_len = Tk;
+    CU_DEVS built += cu_small_layers_build(&l[dv], &d, CU_DEV);
+    if (built < 2) {
+        if (built) tfm_mem_free(&l[0].mem);
+        free(l);
+        return;
+    }
+    CU_DEVS {
+        tfm_rng r;
+        tfm_rng_seed(&r, 31);
+        CHECK_OK(tfm_mha_init_params(&l[dv].mha, &r));
+        CHECK_OK(tfm_linear_init_params(&l[dv].lin, &r));
+        CHECK_OK(tfm_layernorm_init_params(&l[dv].ln));
+    }
+    x = cu_normal((int64_t)B * Tq * C, &g, 1, 0);
+    xkv = cu_normal((int64_t)B * Tk * C, &g, 1, 0);
+    y = cu_nan((int64_t)B * Tq * C);
+    h = cu_nan((int64_t)B * Tq * 24);
+    z = cu_nan((int64_t)B * Tq * 24);
+    dz = cu_normal((int64_t)B * Tq * 24, &g, 1, 0);
+    dh = cu_normal((int64_t)B * Tq * 24, &g, 1, 0);
+    dy = cu_normal((int64_t)B * Tq * C, &g, 1, 0);
+    dx = cu_normal((int64_t)B * Tq * C, &g, 1, 0);
+    dxkv = cu_normal((int64_t)B * Tk * C, &g, 1, 0);
+    memset(&o, 0, sizeof o);
+    o.key_lens = kv_lens; /* an attention layer's key_lens are the keys' (xkv's) lengths */
+    o.dropout = 0.1f;
+    o.dropout_seed = 21;
+    CU_DEVS {
+        tfm_tensor tx = cu_t(&x, dv, B, Tq, C), txkv = cu_t(&xkv, dv, B, Tk, C), ty = cu_t(&y, dv, B, Tq, C);
+        tfm_tensor th = cu_t(&h, dv, B, Tq, 24), tz = cu_t(&z, dv, B, Tq, 24);
+        CHECK_OK(tfm_mha_forward(&l[dv].mha, &ty, &tx, &txkv, &o));
+        CHECK_OK(tfm_linear_layer_forward(&l[dv].lin, &th, &ty));
+        CHECK_OK(tfm_layernorm_layer_forward(&l[dv].ln, &tz, &th));
+    }
+    cu_check("tfm_mha_forward (cross)", &y, CU_TOL_LAYER);
+    cu_check("tfm_linear_layer_forward", &h, CU_TOL_LAYER);
+    cu_check("tfm_layernorm_layer_forward", &z, CU_TOL_LAYER);
+    CU_DEVS {
+        tfm_tensor tdz = cu_t(&dz, dv, B, Tq, 24), tdh = cu_t(&dh, dv, B, Tq, 24), th = cu_t(&h, dv, B, Tq, 24);
+        tfm_tensor ty = cu_t(&y, dv, B, Tq, C), tdy = cu_t(&dy, dv, B, Tq, C), tdx = cu_t(&dx, dv, B, Tq, C);
+        tfm_tensor tdxkv = cu_t(&dxkv, dv, B, Tk, C);
+        tfm_mem_zero_grad(&l[dv].mem);
+        CHECK_OK(tfm_layernorm_layer_backward(&l[dv].ln, &tdh, &tdz, &th));
+        CHECK_OK(tfm_linear_layer_backward(&l[dv].lin, &tdy, &tdh, &ty));
+        CHECK_OK(tfm_mha_backward(&l[dv].mha, &tdx, &tdxkv, &tdy));
+    }
+    cu_check("tfm_layernorm_layer_backward: dx", &dh, CU_TOL_LAYER);
+    cu_check("tfm_linear_layer_backward: dx", &dy, CU_TOL_LAYER);
+    cu_check("tfm_mha_backward: dx", &dx, CU_TOL_LAYER);
+    cu_check("tfm_mha_backward: dxkv", &dxkv, CU_TOL_LAYER);
+    for (i = 0; i < 8; i++) { /* the parameters' gradients */
+        tfm_tensor t[2];
+        float *p[2];
+        const char *what;
+        CU_DEVS {
+            if (i < 4) CHECK_OK(tfm_mha_param(&l[dv].mha, names[i], NULL, &t[dv]));
+            else if (i < 6) t[dv] = i == 4 ? l[dv].lin.d_weight : l[dv].lin.d_bias;
+            else t[dv] = i == 6 ? l[dv].ln.d_weight : l[dv].ln.d_bias;
+            p[dv] = cu_fetch(t[dv].data, tfm_numel(&t[dv]), t[dv].device);
+        }
+        what = i < 4 ? names[i] : i == 4 ? "linear weight" : i == 5 ? "linear bias" : i == 6 ? "layernorm weight" : "layernorm bias";
+        cu_check_arrays(cu_fmt("small layers: gradient of %s", what), p[1], p[0], tfm_numel(&t[0]), CU_TOL_LAYER);
+        free(p[0]);
+        free(p[1]);
+    }
+    cu_release(&x, &xkv, &y, &dy, &dx, &dxkv, &h, &dh, &z, &dz, CU_END);
+    CU_DEVS tfm_mem_free(&l[dv].mem);
+    free(l);
+}
+
+/* ==== 4. models: trained on both devices from the same config and the same batches ====================== */
+
+#define CU_B 2  /* batch rows */
+#define CU_T 8  /* longest sequence */
+#define CU_IN 6
+#define CU_N_MODELS 5
+
+typedef struct cu_data {
+    int32_t tokens[CU_B * CU_T], lens[CU_B], tgt_in[CU_B * CU_T], targets[CU_B * CU_T];
+    float inputs[CU_B * CU_T * CU_IN];
+    tfm_batch b;
+} cu_data;
+
+static const char *const cu_model_names[CU_N_MODELS] = {"classifier", "classifier cls_token input_dim", "lm", "encdec",
+                                                        "encdec shared"};
+
+/* Five tiny models that cover the configuration's switches between them: post-LN and pre-LN, ReLU, GELU
+   and tanh-GELU, learned and sinusoidal positions, mean and [CLS] pooling, token and continuous inputs,
+   tied and shared embeddings, biases or none, label smoothing, ignore_index (-100 and 0) with padded rows,
+   dropout 0.1 on the residual branches and the attention weights. */
+static tfm_config cu_model_cfg(int which, tfm_device dev) {
+    tfm_config c;
+    memset(&c, 0, sizeof c);
+    c.d_model = 16;
+    c.n_heads = 2;
+    c.n_layers = 2;
+    c.d_ff = 32;
+    c.max_batch = CU_B;
+    c.dropout = 0.1f;
+    c.attn_dropout = 0.1f;
+    c.seed = (uint64_t)(500 + which);
+    c.device = dev;
+    switch (which) {
+    case 0:
+        c.kind = TFM_MODEL_ENCODER_CLASSIFIER;
+        c.vocab_size = 11;
+        c.n_classes = 3;
+        c.max_len = 8;
+        c.d_model = 24;
+        break;
+    case 1:
+        c.kind = TFM_MODEL_ENCODER_CLASSIFIER;
+        c.input_dim = CU_IN;
+        c.cls_token = 1;
+        c.pool = TFM_POOL_CLS;
+        c.n_classes = 4;
+        c.max_len = 7;
+        c.norm_first = 1;
+        c.act = TFM_ACT_GELU;
+        c.pos = TFM_POS_SINUSOIDAL;
+        break;
+    case 2:
+        c.kind = TFM_MODEL_DECODER_LM;
+        c.vocab_size = 13;
+        c.max_len = CU_T;
+        c.norm_first = 1;
+        c.act = TFM_ACT_GELU_TANH;
+        c.tie_output = 1;
+        c.label_smoothing = 0.1f;
+        c.scale_emb = 1;
+        c.d_model = 32;
+        c.n_heads = 4;
+        c.d_ff = 48;
+        break;
+    case 3:
+        c.kind = TFM_MODEL_ENCODER_DECODER;
+        c.vocab_size = 12;
+        c.tgt_vocab_size = 10;
+        c.n_dec_layers = 1;
+        c.max_len = 7;
+        c.max_tgt_len = 8;
+        c.pos = TFM_POS_SINUSOIDAL;
+        c.label_smoothing = 0.1f;
+        c.has_ignore_index = 1;
+        c.ignore_index = 0;
+        c.tie_output = 1;
+        break;
+    default:
+        c.kind = TFM_MODEL_ENCODER_DECODER;
+        c.vocab_size = 12;
+        c.share_emb = 1;
+        c.tie_output = 1;
+        c.norm_first = 1;
+        c.act = TFM_ACT_GELU;
+        c.init = TFM_INIT_XAVIER;
+        c.no_bias = 1;
+        c.max_len = 6;
+        c.max_tgt_len = 7;
+        break;
+    }
+    return c;
+}
+
+/* AdamW with weight decay, clipping, warmup and cosine decay over 100 steps */
+static tfm_optim cu_optim(void) {
+    tfm_optim o;
+    memset(&o, 0, sizeof o);
+    o.lr = 3e-3f;
+    o.weight_decay = 0.01f;
+    o.clip_norm = 0.5f;
+    o.schedule = TFM_SCHED_COSINE;
+    o.warmup_steps = 10;
+    o.total_steps = 100;
+    o.min_lr = 1e-4f;
+    return o;
+}
+
+/* Batch number `seed` for config c: random ids (or inputs), lengths and labels, some targets ignored,
+   rows padded past their lengths. */
+static void cu_batch(cu_data *d, const tfm_config *c, uint64_t seed) {
+    cu_rng g = {seed * 7919 + 17};
+    int B = CU_B, T = c->max_len, ign = c->has_ignore_index ? c->ignore_index : -100, b, t, i;
+    int Vt = c->tgt_vocab_size ? c->tgt_vocab_size : c->vocab_size;
+    memset(d, 0, sizeof *d);
+    d->b.batch = B;
+    d->b.len = T;
+    d->b.lens = d->lens;
+    d->b.targets = d->targets;
+    if (c->input_dim) {
+        d->b.inputs = d->inputs;
+        for (i = 0; i < B * T * c->input_dim; i++) d->inputs[i] = cu_gauss(&g);
+    } else {
+        d->b.tokens = d->tokens;
+        for (i = 0; i < B * T; i++) d->tokens[i] = cu_int(&g, c->vocab_size);
+    }
+    for (b = 0; b < B; b++) d->lens[b] = (int32_t)(b == 0 ? T : 1 + cu_int(&g, T));
+    if (c->kind == TFM_MODEL_ENCODER_CLASSIFIER) {
+        for (b = 0; b < B; b++) d->targets[b] = cu_int(&g, c->n_classes);
+    } else if (c->kind == TFM_MODEL_DECODER_LM) {
+        for (b = 0; b < B; b++)
+            for (t = 0; t < T; t++) d->targets[b * T + t] = t >= d->lens[b] || cu_int(&g, 5) == 0 ? ign : cu_int(&g, c->vocab_size);
+    } else {
+        int Tt = c->max_tgt_len;
+        d->b.tgt_len = Tt;
+        d->b.tgt_in = d->tgt_in;
+        for (b = 0; b < B; b++) {
+            int n = b == 0 ? Tt : 1 + cu_int(&g, Tt);
+            for (t = 0; t < Tt; t++) {
+                d->tgt_in[b * Tt + t] = t < n ? cu_int(&g, Vt) : 0;
+                d->targets[b * Tt + t] = t < n ? cu_int(&g, Vt) : ign;
+            }
+        }
+    }
+}
+
+/* tfm_model_init; on failure a test failure and 0 */
+static int cu_init(tfm_model *m, const tfm_config *c, const char *what) {
+    tfm_result r = tfm_model_init(m, c, NULL, 0);
+    if (r != TFM_OK) {
+        TEST__FAIL("%s: tfm_model_init on device %d returned %d: %s", what, (int)c->device, (int)r, tfm_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+/* Steps first .. first+steps-1: zero the gradients, two micro-batches (batches 2s and 2s+1) each with
+   loss_scale 0.5, one AdamW step. losses[2i + k] and norms[i] (either may be NULL). 0 on an error. */
+static int cu_train(tfm_model *m, const tfm_optim *o, int first, int steps, float *losses, float *norms) {
+    cu_data *d = (cu_data *)malloc(sizeof(cu_data));
+    int i, k, ok = 1;
+    for (i = 0; i < steps && ok; i++) {
+        float norm = 0.0f;
+        tfm_model_zero_grad(m);
+        for (k = 0; k < 2 && ok; k++) {
+            float loss = 0.0f;
+            cu_batch(d, &m->cfg, (uint64_t)(2 * (first + i) + k));
+            if (tfm_model_forward(m, &d->b, &loss, NULL) != TFM_OK || tfm_model_backward(m, 0.5f) != TFM_OK) ok = 0;
+            if (losses) losses[2 * i + k] = loss;
+        }
+        if (ok && tfm_model_step(m, o, &norm) != TFM_OK) ok = 0;
+        if (norms) norms[i] = norm;
+        if (!ok) TEST__FAIL("training step %d on device %d: %s", first + i, (int)m->params[0].value.device, tfm_last_error());
+    }
+    free(d);
+    return ok;
+}
+
+/* losses of two runs: |got - want| <= CU_TOL_LOSS * max(1, |want|) at each */
+static void cu_check_losses(const char *what, const float *got, const float *want, int n) {
+    int bad = 0, first = -1, i;
+    double worst = 0.0;
+    for (i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - (double)want[i]) / fmax(1.0, fabs((double)want[i]));
+        if (!(e <= CU_TOL_LOSS)) {
+            if (!bad) first = i;
+            bad++;
+        }
+        if (e > worst || e != e) worst = e;
+    }
+    if (worst == worst && worst > cu_worst) cu_worst = worst;
+    CHECK_MSG(!bad, "%s: %d of %d losses differ by more than %g relative (first: forward %d, device %.8g, CPU %.8g); worst %.3g", what, bad,
+              n, CU_TOL_LOSS, first, bad ? (double)got[first] : 0.0, bad ? (double)want[first] : 0.0, worst);
+}
+
+/* The flat parameters (grads 0) or gradients (1) of m, copied to the host (malloc'ed); *n their count. */
+static float *cu_model_flat(tfm_model *m, int grads, int64_t *n) {
+    float *p = tfm_model_flat(m, grads, n);
+    if (!p) cu_fatal("tfm_model_flat");
+    return cu_fetch(p, *n, m->params[0].value.device);
+}
+
+/* AdamW's first (which 0) or second moments of m, on the host (malloc'ed); *n their count. */
+static float *cu_model_moments(tfm_model *m, int which, int64_t *n) {
+    *n = m->impl->mom_hi - m->impl->mom_lo;
+    return cu_fetch(which ? m->impl->mom_v : m->impl->mom_m, *n, m->params[0].value.device);
+}
+
+/* every parameter of m in two flat copies: to tol (0: bit for bit), naming the parameter at fault */
+static void cu_check_params(const char *what_, const tfm_model *m, const float *got, const float *want, double tol) {
+    char what[200];
+    snprintf(what, sizeof what, "%s", what_); /* cu_fmt's buffers rotate */
+    for (int i = 0; i < m->n_params; i++) {
+        const tfm_param *p = &m->params[i];
+        int64_t n = tfm_numel(&p->value);
+        if (tol == 0.0) cu_check_bits_arrays(cu_fmt("%s: %s", what, p->name), got + p->offset, want + p->offset, n);
+        else cu_check_arrays(cu_fmt("%s: %s", what, p->name), got + p->offset, want + p->offset, n, tol);
+    }
+}
+
+/* Both models' whole state the same, bit for bit: parameters, gradients, moments, step, generator. */
+static void cu_check_state(const char *what_, tfm_model *a, tfm_model *b, int grads) {
+    char what[200];
+    int64_t na, nb;
+    float *pa, *pb;
+    int k;
+    snprintf(what, sizeof what, "%s", what_);
+    pa = cu_model_flat(a, 0, &na);
+    pb = cu_model_flat(b, 0, &nb);
+    CHECK(na == nb);
+    cu_check_params(cu_fmt("%s: parameter", what), a, pa, pb, 0.0);
+    free(pa);
+    free(pb);
+    if (grads) {
+        pa = cu_model_flat(a, 1, &na);
+        pb = cu_model_flat(b, 1, &nb);
+        cu_check_params(cu_fmt("%s: gradient", what), a, pa, pb, 0.0);
+        free(pa);
+        free(pb);
+    }
+    for (k = 0; k < 2; k++) {
+        pa = cu_model_moments(a, k, &na);
+        pb = cu_model_moments(b, k, &nb);
+        CHECK(na == nb);
+        cu_check_bits_arrays(cu_fmt("%s: %s moments", what, k ? "second" : "first"), pa, pb, na);
+        free(pa);
+        free(pb);
+    }
+    CHECK_MSG(a->step == b->step, "%s: step %lld against %lld", what, (long long)a->step, (long long)b->step);
+    CHECK_MSG(!memcmp(&a->impl->rng, &b->impl->rng, sizeof(tfm_rng)), "%s: the generators differ", what);
+    CHECK_MSG(a->impl->training == b->impl->training, "%s: training mode %d against %d", what, a->impl->training, b->impl->training);
+}
+
+/* Model `which`, built on both devices from one config (bitwise the same parameters), trained 100 steps
+   (--small: 20) on the same batches: every loss within CU_TOL_LOSS, the gradient norms and the final
+   parameters close, and an evaluation forward's logits too. */
+static void cu_model_case(int which) {
+    tfm_config cc = cu_model_cfg(which, TFM_DEVICE_CPU), cg = cu_model_cfg(which, TFM_DEVICE_CUDA);
+    tfm_model mc, mg;
+    tfm_optim o = cu_optim();
+    int steps = cu_small ? 20 : 100, i;
+    const char *nm = cu_model_names[which];
+    float *lc = (float *)calloc((size_t)(4 * steps), sizeof(float)), *lg = lc + 2 * steps;
+    float *nc = (float *)calloc((size_t)(2 * steps), sizeof(float)), *ng = nc + steps;
+    int64_t n0, n1;
+    float *p0, *p1;
+    if (!cu_init(&mc, &cc, nm)) goto out;
+    if (!cu_init(&mg, &cg, nm)) {
+        tfm_model_free(&mc);
+        goto out;
+    }
+    CHECK(mg.params[0].value.device == TFM_DEVICE_CUDA && mc.params[0].value.device == TFM_DEVICE_CPU);
+    CHECK(tfm_model_param(&mg, mg.params[0].name)->value.device == TFM_DEVICE_CUDA);
+    p0 = cu_model_flat(&mc, 0, &n0);
+    p1 = cu_model_flat(&mg, 0, &n1);
+    CHECK(n0 == n1);
+    cu_check_params(cu_fmt("%s: initial", nm), &mc, p1, p0, 0.0);
+    free(p0);
+    free(p1);
+    if (cu_train(&mc, &o, 0, steps, lc, nc) && cu_train(&mg, &o, 0, steps, lg, ng)) {
+        cu_check_losses(cu_fmt("%s: training losses", nm), lg, lc, 2 * steps);
+        for (i = 0; i < steps; i++) cu_check_scalar(cu_fmt("%s: gradient norm of step %d", nm, i), ng[i], nc[i], CU_TOL_TRAINED, 1e-6);
+        if (test__verbose)
+            printf("    %s: loss %.4f -> %.4f (CPU), %.4f -> %.4f (GPU)\n", nm, lc[0], lc[2 * steps - 1], lg[0], lg[2 * steps - 1]);
+        p0 = cu_model_flat(&mc, 0, &n0);
+        p1 = cu_model_flat(&mg, 0, &n1);
+        cu_check_params(cu_fmt("%s: trained", nm), &mc, p1, p0, CU_TOL_TRAINED);
+        free(p0);
+        free(p1);
+        { /* an evaluation forward: the loss and the logits */
+            cu_data *d = (cu_data *)malloc(sizeof(cu_data));
+            float loss[2];
+            tfm_tensor lt[2];
+            float *l0, *l1;
+            tfm_model_train(&mc, 0);
+            tfm_model_train(&mg, 0);
+            cu_batch(d, &cc, 99999);
+            CHECK_OK(tfm_model_forward(&mc, &d->b, &loss[0], NULL));
+            CHECK_OK(tfm_model_forward(&mg, &d->b, &loss[1], NULL));
+            cu_check_scalar(cu_fmt("%s: evaluation loss", nm), loss[1], loss[0], CU_TOL_TRAINED, 1.0);
+            lt[0] = tfm_model_logits(&mc);
+            lt[1] = tfm_model_logits(&mg);
+            CHECK(lt[1].device == TFM_DEVICE_CUDA && tfm_numel(&lt[0]) == tfm_numel(&lt[1]));
+            l0 = cu_fetch(lt[0].data, tfm_numel(&lt[0]), lt[0].device);
+            l1 = cu_fetch(lt[1].data, tfm_numel(&lt[1]), lt[1].device);
+            cu_check_arrays(cu_fmt("%s: evaluation logits", nm), l1, l0, tfm_numel(&lt[0]), CU_TOL_TRAINED);
+            free(l0);
+            free(l1);
+            free(d);
+        }
+    }
+    tfm_model_free(&mc);
+    tfm_model_free(&mg);
+out:
+    free(lc);
+    free(nc);
+}
+
+static void cu_model_classifier(void) { cu_model_case(0); }
+static void cu_model_classifier_cls(void) { cu_model_case(1); }
+static void cu_model_lm(void) { cu_model_case(2); }
+static void cu_model_encdec(void) { cu_model_case(3); }
+static void cu_model_encdec_shared(void) { cu_model_case(4); }
+
+/* ==== 5. generation: the same tokens and scores as on the CPU ========================================== */
+
+static void cu_gen_cfg(tfm_config *c, int encdec, int max_batch, tfm_device dev) {
+    memset(c, 0, sizeof *c);
+    c->kind = encdec ? TFM_MODEL_ENCODER_DECODER : TFM_MODEL_DECODER_LM;
+    c->vocab_size = 13;
+    c->tgt_vocab_size = encdec ? 11 : 0;
+    c->d_model = 16;
+    c->n_heads = 4;
+    c->n_layers = 2;
+    c->d_ff = 24;
+    c->max_len = 12;
+    c->max_tgt_len = encdec ? 10 : 0;
+    c->max_batch = max_batch;
+    c->norm_first = !encdec;
+    c->act = encdec ? TFM_ACT_RELU : TFM_ACT_GELU_TANH;
+    c->pos = encdec ? TFM_POS_SINUSOIDAL : TFM_POS_LEARNED;
+    c->init_std = 0.3f; /* logits far from uniform: no near-ties for the argmax */
+    c->seed = 7;
+    c->device = dev;
+}
+
+/* the CPU model and its GPU twin; 0 (and nothing left) on failure */
+static int cu_gen_pair(tfm_model *m, int encdec, int max_batch) {
+    tfm_config c[2];
+    CU_DEVS cu_gen_cfg(&c[dv], encdec, max_batch, CU_DEV);
+    if (!cu_init(&m[0], &c[0], "generation")) return 0;
+    if (!cu_init(&m[1], &c[1], "generation")) {
+        tfm_model_free(&m[0]);
+        return 0;
+    }
+    return 1;
+}
+
+static void cu_check_ids(const char *what, const int32_t *got, int ngot, const int32_t *want, int nwant) {
+    CHECK_MSG(ngot == nwant && !memcmp(got, want, (size_t)(nwant > 0 ? nwant : 0) * sizeof(int32_t)),
+              "%s: the device made %d ids, the CPU %d (first ids %d %d / %d %d)", what, ngot, nwant, ngot > 0 ? got[0] : -1,
+              ngot > 1 ? got[1] : -1, nwant > 0 ? want[0] : -1, nwant > 1 ? want[1] : -1);
+}
+
+/* greedy decoding, a batch of uneven prompts (and sources) with a stop token, beam search (width 3,
+   n_best 2) and scoring, for an LM (encdec 0) and an encoder-decoder */
+static void cu_gen_case(int encdec) {
+    tfm_model m[2];
+    tfm_gen_opts o;
+    int32_t src[6] = {4, 9, 1, 12, 3, 7}, prompt[3] = {2, 7, 5};
+    int32_t srcs[3][8] = {{3, 1, 4, 1, 5}, {9, 2, 6, 5, 3, 5, 8, 9}, {3, 8}}, prompts[3][4] = {{2, 7, 1, 8}, {1}, {4, 1}};
+    int src_lens[3] = {5, 8, 2}, n_prompts[3] = {4, 1, 2}, n_prompt = encdec ? 1 : 3, max_new = encdec ? 8 : 9, b, k;
+    const int32_t *sp[3], *pp[3];
+    int32_t out[2][3 * 9], stop;
+    int n_out[2][3], lens[2][2], found[2];
+    float scores[2][2], logp[2][12], total[2];
+    const char *kind = encdec ? "encdec" : "lm";
+    if (!cu_gen_pair(m, encdec, 3)) return;
+    for (b = 0; b < 3; b++) sp[b] = srcs[b], pp[b] = prompts[b];
+    if (encdec) n_prompts[0] = 2;
+    CU_DEVS tfm_model_train(&m[dv], 0);
+    /* greedy */
+    memset(&o, 0, sizeof o);
+    o.max_new = max_new;
+    CU_DEVS CHECK_OK(tfm_model_generate(&m[dv], encdec ? src : NULL, 6, prompt, n_prompt, &o, out[dv], &n_out[dv][0]));
+    cu_check_ids(cu_fmt("%s: tfm_model_generate", kind), out[1], n_out[1][0], out[0], n_out[0][0]);
+    if (test__verbose) printf("    %s greedy: %d ids, first %d %d %d\n", kind, n_out[0][0], out[0][0], out[0][1], out[0][2]);
+    /* the score of the greedy continuation */
+    CU_DEVS CHECK_OK(tfm_model_score(&m[dv], encdec ? src : NULL, 6, prompt, n_prompt, out[0], n_out[0][0], logp[dv], &total[dv]));
+    for (k = 0; k < n_out[0][0]; k++) cu_check_scalar(cu_fmt("%s: tfm_model_score logp[%d]", kind, k), logp[1][k], logp[0][k], 1e-4, 1.0);
+    cu_check_scalar(cu_fmt("%s: tfm_model_score total", kind), total[1], total[0], 1e-4, 1.0);
+    /* a batch of uneven rows ending at a stop token (the CPU's third greedy id: it ends the first row early) */
+    stop = out[0][2];
+    o.max_new = 6;
+    o.has_stop = 1;
+    o.stop_token = stop;
+    CU_DEVS CHECK_OK(tfm_model_generate_batch(&m[dv], 3, encdec ? sp : NULL, encdec ? src_lens : NULL, pp, n_prompts, &o, out[dv], 9,
+                                              n_out[dv]));
+    for (b = 0; b < 3; b++)
+        cu_check_ids(cu_fmt("%s: tfm_model_generate_batch row %d", kind, b), out[1] + 9 * b, n_out[1][b], out[0] + 9 * b, n_out[0][b]);
+    /* beam search */
+    o.beam_width = 3;
+    CU_DEVS CHECK_OK(tfm_model_beam_search(&m[dv], encdec ? src : NULL, 6, prompt, n_prompt, &o, 2, out[dv], 9, lens[dv], scores[dv],
+                                           &found[dv]));
+    CHECK_MSG(found[0] == found[1], "%s: beam search found %d on the device, %d on the CPU", kind, found[1], found[0]);
+    for (k = 0; k < found[0] && k < 2; k++) {
+        cu_check_ids(cu_fmt("%s: tfm_model_beam_search hypothesis %d", kind, k), out[1] + 9 * k, lens[1][k], out[0] + 9 * k, lens[0][k]);
+        cu_check_scalar(cu_fmt("%s: tfm_model_beam_search score %d", kind, k), scores[1][k], scores[0][k], 1e-4, 1.0);
+    }
+    { /* a key/value cache of the GPU model lives on the GPU; reorder and reset run there */
+        tfm_kv_cache kc;
+        int32_t from[2] = {1, 1};
+        CHECK_OK(tfm_kv_cache_init(&kc, &m[1], 2, 0));
+        CHECK(kc.device == TFM_DEVICE_CUDA);
+        CHECK_OK(tfm_kv_cache_reorder(&kc, from, 2));
+        tfm_kv_cache_reset(&kc);
+        tfm_kv_cache_free(&kc);
+    }
+    CU_DEVS tfm_model_free(&m[dv]);
+}
+
+static void cu_gen_lm(void) { cu_gen_case(0); }
+static void cu_gen_encdec(void) { cu_gen_case(1); }
+
+/* beam_width 5 over a model of max_batch 2: the beams run two rows at a time */
+static void cu_gen_wide_beam(void) {
+    int encdec;
+    for (encdec = 0; encdec < 2; encdec++) {
+        tfm_model m[2];
+        tfm_gen_opts o;
+        int32_t src[4] = {2, 0, 3, 1}, prompt[2] = {3, 4}, out[2][3 * 8];
+        int lens[2][3], found[2], k;
+        float scores[2][3];
+        if (!cu_gen_pair(m, encdec, 2)) return;
+        memset(&o, 0, sizeof o);
+        o.max_new = 7;
+        o.beam_width = 5;
+        o.length_penalty = 0.6f;
+        CU_DEVS CHECK_OK(tfm_model_beam_search(&m[dv], encdec ? src : NULL, 4, prompt, encdec ? 1 : 2, &o, 3, out[dv], 8, lens[dv],
+                                               scores[dv], &found[dv]));
+        CHECK(found[0] == found[1]);
+        for (k = 0; k < found[0] && k < 3; k++) {
+            cu_check_ids(cu_fmt("wide beam encdec=%d hypothesis %d", encdec, k), out[1] + 8 * k, lens[1][k], out[0] + 8 * k, lens[0][k]);
+            cu_check_scalar(cu_fmt("wide beam encdec=%d score %d", encdec, k), scores[1][k], scores[0][k], 1e-4, 1.0);
+        }
+        CU_DEVS tfm_model_free(&m[dv]);
+    }
+}
+
+/* ==== 6. checkpoints and moves between devices ========================================================= */
+
+static char cu_dir[256]; /* this process's scratch directory under build/ */
+
+static const char *cu_path(const char *name) {
+    static char bufs[4][512];
+    static int next;
+    char *b = bufs[next++ & 3];
+    if (!cu_dir[0]) {
+        snprintf(cu_dir, sizeof cu_dir, "build/test_cuda.%ld", (long)getpid());
+        if ((mkdir("build", 0777) != 0 && errno != EEXIST) || (mkdir(cu_dir, 0700) != 0 && errno != EEXIST))
+            snprintf(cu_dir, sizeof cu_dir, ".");
+    }
+    snprintf(b, sizeof bufs[0], "%s/test_cuda_%s", cu_dir, name);
+    return b;
+}
+
+static void cu_cleanup_files(void) {
+    static const char *const names[3] = {"gpu.safetensors", "cpu.safetensors", "dist.safetensors"};
+    int i;
+    if (!cu_dir[0]) return;
+    for (i = 0; i < 3; i++) remove(cu_path(names[i]));
+    if (strcmp(cu_dir, ".")) rmdir(cu_dir);
+    cu_dir[0] = 0;
+}
+
+/* A GPU model trained 3 steps and saved with its training state, loaded into a CPU model and into a GPU
+   model: the same state bit for bit; 5 more steps on all three agree. */
+static void cu_io_gpu_checkpoint(void) {
+    tfm_config cg = cu_model_cfg(2, TFM_DEVICE_CUDA), cc = cu_model_cfg(2, TFM_DEVICE_CPU);
+    tfm_model g, c2, g2;
+    tfm_optim o = cu_optim();
+    float l[3][10];
+    const char *path = cu_path("gpu.safetensors");
+    cc.seed = cg.seed = 99; /* other initial values than the models that load: the load replaces them */
+    if (!cu_init(&g, &cg, "checkpoint")) return;
+    cg.seed = cc.seed = 1;
+    if (cu_train(&g, &o, 0, 3, NULL, NULL) && cu_init(&c2, &cc, "checkpoint")) {
+        if (cu_init(&g2, &cg, "checkpoint")) {
+            CHECK_OK(tfm_model_save(&g, path, TFM_SAVE_TRAINING_STATE, NULL, 0));
+            CHECK_OK(tfm_model_load(&c2, path));
+            CHECK_OK(tfm_model_load(&g2, path));
+            cu_check_state("GPU checkpoint loaded on the CPU", &c2, &g, 0);
+            cu_check_state("GPU checkpoint loaded on the GPU", &g2, &g, 0);
+            if (cu_train(&g, &o, 3, 5, l[0], NULL) && cu_train(&c2, &o, 3, 5, l[1], NULL) && cu_train(&g2, &o, 3, 5, l[2], NULL)) {
+                cu_check_losses("resumed from a GPU checkpoint on the GPU", l[2], l[0], 10);
+                cu_check_losses("resumed from a GPU checkpoint on the CPU", l[0], l[1], 10);
+            }
+            tfm_model_free(&g2);
+        }
+        tfm_model_free(&c2);
+    }
+    tfm_model_free(&g);
+}
+
+/* A CPU checkpoint loaded on the GPU: the same state; training goes on alike. */
+static void cu_io_cpu_checkpoint(void) {
+    tfm_config cc = cu_model_cfg(3, TFM_DEVICE_CPU), cg = cu_model_cfg(3, TFM_DEVICE_CUDA);
+    tfm_model c, g;
+    tfm_optim o = cu_optim();
+    float l[2][10];
+    const char *path = cu_path("cpu.safetensors");
+    if (!cu_init(&c, &cc, "checkpoint")) return;
+    cg.seed = 3;
+    if (cu_train(&c, &o, 0, 3, NULL, NULL) && cu_init(&g, &cg, "checkpoint")) {
+        CHECK_OK(tfm_model_save(&c, path, TFM_SAVE_TRAINING_STATE, NULL, 0));
+        CHECK_OK(tfm_model_load(&g, path));
+        cu_check_state("CPU checkpoint loaded on the GPU", &g, &c, 0);
+        if (cu_train(&c, &o, 3, 5, l[0], NULL) && cu_train(&g, &o, 3, 5, l[1], NULL))
+            cu_check_losses("resumed from a CPU checkpoint on the GPU", l[1], l[0], 10);
+        tfm_model_free(&g);
+    }
+    tfm_model_free(&c);
+}
+
+/* tfm_model_to_device there and back: the whole state bit for bit each way (gradients too, and the
+   training mode); back on the CPU the model trains exactly as its twin that never moved; trained on the GPU
+   meanwhile, it stays close to the twin trained on the CPU. */
+static void cu_io_to_device(void) {
+    int which;
+    for (which = 0; which < CU_N_MODELS; which += 2) {
+        tfm_config cc = cu_model_cfg(which, TFM_DEVICE_CPU);
+        tfm_model m, twin;
+        tfm_optim o = cu_optim();
+        float l[2][6];
+        cu_data *d = (cu_data *)malloc(sizeof(cu_data));
+        const char *nm = cu_model_names[which];
+        if (!cu_init(&m, &cc, nm)) {
+            free(d);
+            return;
+        }
+        if (!cu_init(&twin, &cc, nm)) {
+            tfm_model_free(&m);
+            free(d);
+            return;
+        }
+        if (cu_train(&m, &o, 0, 3, NULL, NULL) && cu_train(&twin, &o, 0, 3, NULL, NULL)) {
+            /* gradients of one more batch, not yet applied, and evaluation mode: all of it moves */
+            cu_batch(d, &cc, 1000);
+            CU_DEVS {
+                tfm_model *p = dv ? &twin : &m;
+                tfm_model_zero_grad(p);
+                CHECK_OK(tfm_model_forward(p, &d->b, NULL, NULL));
+                CHECK_OK(tfm_model_backward(p, 1.0f));
+                tfm_model_train(p, 0);
+            }
+            CHECK_OK(tfm_model_to_device(&m, TFM_DEVICE_CUDA));
+            CHECK(m.params[0].value.device == TFM_DEVICE_CUDA && tfm_model_param(&m, m.params[1].name)->value.device == TFM_DEVICE_CUDA);
+            cu_check_state(cu_fmt("%s moved to the GPU", nm), &m, &twin, 1);
+            CHECK_OK(tfm_model_to_device(&m, TFM_DEVICE_CUDA)); /* already there: nothing changes */
+            CHECK_OK(tfm_model_to_device(&m, TFM_DEVICE_CPU));
+            CHECK(m.params[0].value.device == TFM_DEVICE_CPU);
+            cu_check_state(cu_fmt("%s moved to the GPU and back", nm), &m, &twin, 1);
+            tfm_model_train(&m, 1);
+            tfm_model_train(&twin, 1);
+            CHECK_OK(tfm_model_step(&m, &o, NULL));
+            CHECK_OK(tfm_model_step(&twin, &o, NULL));
+            if (cu_train(&m, &o, 4, 3, l[0], NULL) && cu_train(&twin, &o, 4, 3, l[1], NULL)) {
+                cu_check_bits_arrays(cu_fmt("%s: losses after the round trip", nm), l[0], l[1], 6);
+                cu_check_state(cu_fmt("%s: trained after the round trip", nm), &m, &twin, 0);
+            }
+            /* on the GPU for 3 steps, against the twin on the CPU */
+            CHECK_OK(tfm_model_to_device(&m, TFM_DEVICE_CUDA));
+            if (cu_train(&m, &o, 7, 3, l[0], NULL) && cu_train(&twin, &o, 7, 3, l[1], NULL))
+                cu_check_losses(cu_fmt("%s: trained on the GPU after the move", nm), l[0], l[1], 6);
+        }
+        tfm_model_free(&m);
+        tfm_model_free(&twin);
+        free(d);
+    }
+}
+
+/* The data-parallel calls with a GPU model in a group of one: tfm_dist_step on both devices alike,
+   the model checksum, broadcast, and dist save/load. */
+static void cu_dist(void) {
+    tfm_dist dd;
+    tfm_model m[2], g2;
+    tfm_optim o = cu_optim();
+    cu_data *d = (cu_data *)malloc(sizeof(cu_data));
+    float loss[2][3], norm[2];
+    uint64_t sum = 0;
+    int s;
+    tfm_config c[2];
+    CU_DEVS c[dv] = cu_model_cfg(0, CU_DEV);
+    CHECK_OK(tfm_dist_init(&dd, NULL, 0));
+    if (!cu_init(&m[0], &c[0], "dist")) goto out;
+    if (!cu_init(&m[1], &c[1], "dist")) {
+        tfm_model_free(&m[0]);
+        goto out;
+    }
+    for (s = 0; s < 3; s++) {
+        cu_batch(d, &c[0], (uint64_t)(300 + s));
+        CU_DEVS {
+            tfm_model_zero_grad(&m[dv]);
+            CHECK_OK(tfm_model_forward(&m[dv], &d->b, &loss[dv][s], NULL));
+            CHECK_OK(tfm_model_backward(&m[dv], 1.0f));
+            CHECK_OK(tfm_dist_step(&dd, &m[dv], &o, &norm[dv]));
+        }
+        cu_check_scalar(cu_fmt("tfm_dist_step %d: gradient norm", s), norm[1], norm[0], CU_TOL_LAYER, 1e-6);
+    }
+    cu_check_losses("tfm_dist_step", loss[1], loss[0], 3);
+    CHECK_OK(tfm_dist_allreduce_grads(&dd, &m[1]));
+    CHECK_OK(tfm_dist_broadcast_model(&dd, &m[1]));
+    CHECK_OK(tfm_dist_check_model(&dd, &m[1], &sum));
+    CHECK_OK(tfm_dist_save(&dd, &m[1], cu_path("dist.safetensors"), TFM_SAVE_TRAINING_STATE, NULL, 0));
+    if (cu_init(&g2, &c[1], "dist")) {
+        CHECK_OK(tfm_dist_load(&dd, &g2, cu_path("dist.safetensors")));
+        cu_check_state("tfm_dist_load on the GPU", &g2, &m[1], 0);
+        tfm_model_free(&g2);
+    }
+    CU_DEVS tfm_model_free(&m[dv]);
+out:
+    tfm_dist_free(&dd);
+    free(d);
+}
+
+/* ==== 7. errors ======================================================================================== */
+
+/* Tensors of one call on two devices are refused (TFM_E_ARG naming the call), and nothing is written. */
+static void cu_err_mixed(void) {
+    cu_rng g = {61};
+    cu_buf a = cu_normal(12, &g, 1, 0), b = cu_normal(12, &g, 1, 0), y = cu_zeros(12), w = cu_normal(12, &g, 1, 0);
+    cu_buf lse = cu_zeros(3), gr = cu_zeros(12), mm = cu_zeros(12), vv = cu_zeros(12);
+    int32_t t[3] = {0, 1, 2};
+    float loss = 0.0f;
+    tfm_tensor ah = cu_t(&a, 0, 12, 0, 0), ad = cu_t(&a, 1, 12, 0, 0), bd = cu_t(&b, 1, 12, 0, 0), yh = cu_t(&y, 0, 12, 0, 0);
+    tfm_tensor yd = cu_t(&y, 1, 12, 0, 0), x34 = cu_t(&a, 1, 3, 4, 0), w34h = cu_t(&w, 0, 3, 4, 0), y33 = cu_t(&y, 1, 3, 3, 0);
+    tfm_tensor lseh = cu_t(&lse, 0, 3, 0, 0), q = cu_t(&a, 1, 1, 3, 4), kh = cu_t(&b, 0, 1, 3, 4), vd = cu_t(&b, 1, 1, 3, 4);
+    tfm_tensor od = cu_t(&y, 1, 1, 3, 4), ld = cu_t(&lse, 1, 1, 1, 3), w4h = cu_t(&w, 0, 4, 0, 0);
+    tfm_adamw_param p;
+    tfm_optim o;
+    CHECK_ERR(tfm_add_forward(&yh, &ad, &bd), TFM_E_ARG, "tfm_add_forward");
+    CHECK_ERR(tfm_add_forward(&yd, &ah, &bd), TFM_E_ARG, "tfm_add_forward");
+    CHECK_ERR(tfm_softmax_forward(&yh, &ad), TFM_E_ARG, "tfm_softmax_forward");
+    CHECK_ERR(tfm_linear_forward(&y33, &x34, &w34h, NULL), TFM_E_ARG, "tfm_linear_forward");
+    CHECK_ERR(tfm_matmul_forward(&y33, &x34, &w34h, 0, 1), TFM_E_ARG, "tfm_matmul_forward");
+    CHECK_ERR(tfm_cross_entropy_forward(&loss, &lseh, &x34, t, -100, 0.0f), TFM_E_ARG, "tfm_cross_entropy_forward");
+    CHECK_ERR(tfm_layernorm_forward(&x34, NULL, NULL, &x34, &w4h, NULL, 1e-5f), TFM_E_ARG, "tfm_layernorm_forward");
+    CHECK_ERR(tfm_attention_forward(&od, &ld, &q, &kh, &vd, 1, NULL), TFM_E_ARG, "tfm_attention_forward");
+    memset(&p, 0, sizeof p);
+    p.value = ad;
+    p.grad = cu_t(&gr, 0, 12, 0, 0);
+    p.m = cu_t(&mm, 1, 12, 0, 0);
+    p.v = cu_t(&vv, 1, 12, 0, 0);
+    memset(&o, 0, sizeof o);
+    o.lr = 0.1f;
+    CHECK_ERR(tfm_adamw_step(&p, 1, &o, 1, NULL), TFM_E_ARG, "tfm_adamw_step");
+    cu_check_bits("mixed devices: y unchanged", &y);
+    cu_check_bits("mixed devices: a unchanged", &a);
+    {
+        /* a layer on a CUDA tfm_mem refuses host tensors */
+        tfm_mem mem;
+        tfm_linear l;
+        float xh[8] = {0}, yh2[6] = {0};
+        tfm_tensor tx = tfm_tensor2(xh, 2, 4), ty = tfm_tensor2(yh2, 2, 3);
+        memset(&mem, 0, sizeof mem);
+        mem.device = TFM_DEVICE_CUDA;
+        CHECK_OK(tfm_linear_init(&l, 4, 3, 0, &mem));
+        CHECK_OK(tfm_mem_alloc(&mem));
+        tfm_mem_rewind(&mem);
+        CHECK_OK(tfm_linear_init(&l, 4, 3, 0, &mem));
+        CHECK(l.weight.device == TFM_DEVICE_CUDA);
+        CHECK_ERR(tfm_linear_layer_forward(&l, &ty, &tx), TFM_E_ARG, "tfm_linear");
+        tfm_mem_free(&mem);
+    }
+    cu_release(&a, &b, &y, &w, &lse, &gr, &mm, &vv, CU_END);
+}
+
+#ifdef TFM_CUDA_EMULATION
+
+/* A machine without a GPU: every entry point says so (TFM_E_NO_CUDA), a CPU model is untouched by a
+   refused move and trains on. */
+static void cu_err_no_cuda(void) {
+    tfm_config cg = cu_model_cfg(0, TFM_DEVICE_CUDA), cc = cu_model_cfg(0, TFM_DEVICE_CPU);
+    tfm_model m;
+    tfm_mem mem;
+    tfm_linear l;
+    void *p = NULL;
+    char info[128];
+    size_t before = tfm_emu_bytes_in_use();
+    tfm_optim o = cu_optim();
+    int ok = cu_init(&m, &cc, "no device");
+    tfm_emu_set_device_count(0);
+    CHECK_ERR(tfm_cuda_available(), TFM_E_NO_CUDA, "tfm_cuda_available");
+    if (test__verbose) printf("    tfm_cuda_available: %s\n", tfm_last_error());
+    CHECK_ERR(tfm_cuda_device_info(info, sizeof info), TFM_E_NO_CUDA, "CUDA");
+    CHECK_ERR(tfm_cuda_malloc(&p, 1024), TFM_E_NO_CUDA, "tfm_cuda_malloc");
+    CHECK(p == NULL);
+    {
+        tfm_model g;
+        CHECK_ERR(tfm_model_init(&g, &cg, NULL, 0), TFM_E_NO_CUDA, "tfm_model_init");
+        if (test__verbose) printf("    tfm_model_init: %s\n", tfm_last_error());
+    }
+    memset(&mem, 0, sizeof mem);
+    mem.device = TFM_DEVICE_CUDA;
+    CHECK_OK(tfm_linear_init(&l, 4, 3, 0, &mem));
+    CHECK_ERR(tfm_mem_alloc(&mem), TFM_E_NO_CUDA, "CUDA");
+    tfm_mem_free(&mem);
+    if (ok) {
+        int64_t n0, n1;
+        float *before_move = cu_model_flat(&m, 0, &n0), *after;
+        CHECK_ERR(tfm_model_to_device(&m, TFM_DEVICE_CUDA), TFM_E_NO_CUDA, "tfm_model_to_device");
+        after = cu_model_flat(&m, 0, &n1);
+        CHECK(m.params[0].value.device == TFM_DEVICE_CPU && n0 == n1);
+        cu_check_bits_arrays("model after a refused move", after, before_move, n0);
+        free(before_move);
+        free(after);
+        cu_train(&m, &o, 0, 1, NULL, NULL);
+    }
+    CHECK(tfm_emu_bytes_in_use() == before);
+    tfm_emu_set_device_count(1);
+    tfm_emu_reset();
+    CHECK_OK(tfm_cuda_available());
+    if (ok) tfm_model_free(&m);
+}
+
+/* Arm a failure of the (skip+1)-th next call of api (a runtime function, "launch" or a cuBLAS function). */
+static void cu_arm(const char *api, int code, int skip) {
+    /* a CUDA error no public call has reported yet would be blamed on the next one */
+    CHECK_MSG(!tfm__cu.failed, "before arming %s: a CUDA failure of an earlier call is still pending, unreported: %s", api, tfm__cu.err);
+    tfm__cu.failed = 0;
+    tfm_emu_fail_clear();
+    tfm_emu_reset();
+    tfm_emu_fail_next(api, code, skip);
+    tfm_clear_error();
+}
+
+/* The call that ran armed returned r: TFM_E_CUDA, with a message naming fn and holding CUDA's text. Then
+   the fault and any sticky error are cleared (a real GPU would need a new process after a sticky one). */
+static void cu_expect_cuda(const char *what, tfm_result r, const char *fn, const char *text) {
+    int armed_left = !tfm_emu__g.faults.empty();
+    tfm_emu_fail_clear();
+    tfm_emu_reset();
+    CHECK_MSG(!armed_left, "%s: the armed fault was never reached (the call made fewer such calls)", what);
+    CHECK_MSG(r == TFM_E_CUDA, "%s: returned %d (%s), want TFM_E_CUDA; message: %s", what, (int)r, tfm_result_string(r), tfm_last_error());
+    CHECK_MSG(strstr(tfm_last_error(), fn) != NULL, "%s: message \"%s\" does not name %s", what, tfm_last_error(), fn);
+    CHECK_MSG(strstr(tfm_last_error(), text) != NULL, "%s: message \"%s\" lacks CUDA's text \"%s\"", what, tfm_last_error(), text);
+    if (test__verbose) printf("    %s: %s\n", what, tfm_last_error());
+}
+
+/* Injected CUDA failures (a kernel launch, a copy, a cuBLAS product) inside public calls: TFM_E_CUDA naming
+   the call, with CUDA's text; afterwards the same calls work and agree with the CPU again. */
+static void cu_err_injected(void) {
+    const char *launch = cudaGetErrorString(cudaErrorLaunchOutOfResources), *sticky = cudaGetErrorString(cudaErrorLaunchFailure);
+    const char *inval = cudaGetErrorString(cudaErrorInvalidValue);
+    const char *blas = cublasGetStatusString(CUBLAS_STATUS_EXECUTION_FAILED);
+    cu_rng g = {71};
+    int64_t N = 5, C = 33;
+    int32_t t[5] = {1, 2, 3, 4, 5};
+    float loss[2];
+    cu_buf x = cu_normal(N * C, &g, 1, 0), y = cu_nan(N * C), lse = cu_nan(N), wq = cu_normal(C * C, &g, 1, 0);
+    tfm_tensor xd = cu_t(&x, 1, N, C, 0), yd = cu_t(&y, 1, N, C, 0), ld = cu_t(&lse, 1, N, 0, 0), wd = cu_t(&wq, 1, C, C, 0);
+    tfm_result r;
+    /* ops */
+    cu_arm("launch", cudaErrorLaunchOutOfResources, 0);
+    r = tfm_softmax_forward(&yd, &xd);
+    cu_expect_cuda("tfm_softmax_forward, launch failing", r, "tfm_softmax_forward", launch);
+    CU_DEVS {
+        tfm_tensor tx = cu_t(&x, dv, N, C, 0), ty = cu_t(&y, dv, N, C, 0);
+        CHECK_OK(tfm_softmax_forward(&ty, &tx));
+    }
+    cu_check("tfm_softmax_forward after the failure", &y, CU_TOL);
+    cu_arm("cudaMemcpy", cudaErrorInvalidValue, 0);
+    r = tfm_cross_entropy_forward(&loss[1], &ld, &xd, t, -100, 0.0f);
+    cu_expect_cuda("tfm_cross_entropy_forward, cudaMemcpy failing", r, "tfm_cross_entropy_forward", inval);
+    CU_DEVS {
+        tfm_tensor tx = cu_t(&x, dv, N, C, 0), tl = cu_t(&lse, dv, N, 0, 0);
+        CHECK_OK(tfm_cross_entropy_forward(&loss[dv], &tl, &tx, t, -100, 0.0f));
+    }
+    cu_check_scalar("tfm_cross_entropy_forward after the failure", loss[1], loss[0], CU_TOL, 1e-30);
+    cu_arm("cublasSgemm", CUBLAS_STATUS_EXECUTION_FAILED, 0);
+    r = tfm_matmul_forward(&yd, &xd, &wd, 0, 0);
+    cu_expect_cuda("tfm_matmul_forward, cublasSgemm failing", r, "tfm_matmul_forward", blas);
+    cu_arm("cublasSgemm", CUBLAS_STATUS_EXECUTION_FAILED, 0);
+    r = tfm_linear_forward(&yd, &xd, &wd, NULL);
+    cu_expect_cuda("tfm_linear_forward, cublasSgemm failing", r, "tfm_linear_forward", blas);
+    cu_arm("cudaMemcpyAsync", cudaErrorInvalidValue, 0);
+    {
+        tfm_attn_opts o;
+        int32_t lens[1] = {3};
+        tfm_tensor q = cu_t(&x, 1, 1, N, C), out = cu_t(&y, 1, 1, N, C), l = cu_t(&lse, 1, 1, 1, N);
+        memset(&o, 0, sizeof o);
+        o.key_lens = lens;
+        r = tfm_attention_forward(&out, &l, &q, &q, &q, 1, &o);
+        cu_expect_cuda("tfm_attention_forward, cudaMemcpyAsync failing", r, "tfm_attention_forward", inval);
+    }
+    cu_release(&x, &y, &lse, &wq, CU_END);
+    /* a model: forward, backward, step, generation, saving */
+    {
+        tfm_config cc = cu_model_cfg(2, TFM_DEVICE_CPU), cg = cu_model_cfg(2, TFM_DEVICE_CUDA);
+        tfm_model mc, mg;
+        tfm_optim o = cu_optim();
+        cu_data *d = (cu_data *)malloc(sizeof(cu_data));
+        float l[2];
+        int32_t prompt[2] = {1, 2}, out[4];
+        int n_out = 0;
+        if (cu_init(&mc, &cc, "injected") && cu_init(&mg, &cg, "injected")) {
+            /* evaluation mode: no dropout, so the failed forwards (which drew their dropout seeds) leave the
+               next forward's result as it would have been */
+            tfm_model_train(&mc, 0);
+            tfm_model_train(&mg, 0);
+            cu_batch(d, &cg, 5);
+            cu_arm("launch", cudaErrorLaunchFailure, 3); /* sticky: every later call fails too */
+            r = tfm_model_forward(&mg, &d->b, &l[1], NULL);
+            cu_expect_cuda("tfm_model_forward, a sticky launch failure", r, "tfm_model_forward", sticky);
+            cu_arm("cudaMemcpy", cudaErrorInvalidValue, 0);
+            r = tfm_model_forward(&mg, &d->b, &l[1], NULL);
+            cu_expect_cuda("tfm_model_forward, cudaMemcpy failing", r, "tfm_model_forward", inval);
+            cu_arm("cudaMemcpyAsync", cudaErrorInvalidValue, 0);
+            r = tfm_model_forward(&mg, &d->b, &l[1], NULL);
+            cu_expect_cuda("tfm_model_forward, cudaMemcpyAsync failing", r, "tfm_model_forward", inval);
+            cu_arm("cublasSgemm", CUBLAS_STATUS_EXECUTION_FAILED, 2);
+            r = tfm_model_forward(&mg, &d->b, &l[1], NULL);
+            cu_expect_cuda("tfm_model_forward, cublasSgemm failing", r, "tfm_model_forward", blas);
+            /* after the failures: the same losses as the CPU */
+            CHECK_OK(tfm_model_forward(&mc, &d->b, &l[0], NULL));
+            CHECK_OK(tfm_model_forward(&mg, &d->b, &l[1], NULL));
+            cu_check_scalar("tfm_model_forward after the failures", l[1], l[0], CU_TOL_LAYER, 1.0);
+            cu_arm("launch", cudaErrorLaunchOutOfResources, 4);
+            r = tfm_model_backward(&mg, 1.0f);
+            cu_expect_cuda("tfm_model_backward, launch failing", r, "tfm_model_backward", launch);
+            CHECK_OK(tfm_model_backward(&mg, 1.0f));
+            cu_arm("launch", cudaErrorLaunchOutOfResources, 1);
+            r = tfm_model_step(&mg, &o, NULL);
+            cu_expect_cuda("tfm_model_step, launch failing", r, "tfm_model_step", launch);
+            {
+                tfm_gen_opts go;
+                memset(&go, 0, sizeof go);
+                go.max_new = 4;
+                cu_arm("launch", cudaErrorLaunchOutOfResources, 6);
+                r = tfm_model_generate(&mg, NULL, 0, prompt, 2, &go, out, &n_out);
+                cu_expect_cuda("tfm_model_generate, launch failing", r, "tfm_model_generate", launch);
+            }
+            cu_arm("cudaMemcpy", cudaErrorInvalidValue, 0);
+            r = tfm_model_save(&mg, cu_path("gpu.safetensors"), TFM_SAVE_TRAINING_STATE, NULL, 0);
+            cu_expect_cuda("tfm_model_save, cudaMemcpy failing", r, "tfm_model_save", inval);
+            tfm_model_free(&mg);
+        }
+        if (mc.impl) tfm_model_free(&mc);
+        free(d);
+    }
+    {
+        void *p = NULL;
+        cu_arm("cudaMalloc", cudaErrorMemoryAllocation, 0);
+        CHECK_ERR(tfm_cuda_malloc(&p, 256), TFM_E_NOMEM, "tfm_cuda_malloc");
+        tfm_emu_fail_clear();
+        CHECK(p == NULL);
+    }
+}
+
+
+/* ---- every public call against every CUDA call it makes, failing ----
+   Each public call that runs on the device is made once cleanly (counting its kernel launches), then again
+   with each runtime or cuBLAS function failing in turn: the first launch, the last launch, the first copy of
+   each kind, the first product. A call that makes the failing CUDA call must return TFM_E_CUDA (TFM_E_NOMEM
+   for a failed cudaMalloc) naming itself, and leave no error behind for the next call; a call that never
+   makes it is left alone. */
+
+#define SW_N 4   /* rows */
+#define SW_C 32  /* columns (and the vocabulary of the embeddings) */
+
+typedef struct cu_sweep {
+    tfm_model m;
+    tfm_dist dist;
+    tfm_optim o;
+    cu_data data;
+    tfm_mem mem;
+    tfm_block blk;
+    tfm_kv_cache kc;
+    cu_buf a, b, c, da, db, dc, g, gb, lse, mean, rstd, pm, pv;
+    int32_t ids[SW_N], lens[1];
+    tfm_rng rng;
+} cu_sweep;
+
+static const char *const cu_sweep_names[] = {
+    "tfm_fill", "tfm_fill_normal", "tfm_fill_uniform", "tfm_tensor_copy", "tfm_matmul_forward", "tfm_matmul_backward",
+    "tfm_linear_forward", "tfm_linear_backward", "tfm_softmax_forward", "tfm_softmax_backward", "tfm_log_softmax_forward",
+    "tfm_log_softmax_backward", "tfm_cross_entropy_forward", "tfm_cross_entropy_backward", "tfm_layernorm_forward",
+    "tfm_layernorm_backward", "tfm_gelu_forward", "tfm_gelu_backward", "tfm_relu_forward", "tfm_relu_backward",
+    "tfm_dropout_forward", "tfm_dropout_backward", "tfm_embedding_forward", "tfm_embedding_backward",
+    "tfm_pos_embedding_forward", "tfm_pos_embedding_backward", "tfm_sinusoidal_table", "tfm_sinusoidal_forward",
+    "tfm_sinusoidal_backward", "tfm_add_forward", "tfm_add_backward", "tfm_mean_pool_forward", "tfm_mean_pool_backward",
+    "tfm_cls_pool_forward", "tfm_cls_pool_backward", "tfm_attention_forward", "tfm_attention_backward", "tfm_adamw_step",
+    "tfm_block_init_params", "tfm_block_forward", "tfm_block_backward", "tfm_model_forward", "tfm_model_backward",
+    "tfm_model_step", "tfm_dist_step", "tfm_dist_allreduce_grads", "tfm_dist_broadcast_model", "tfm_dist_check_model",
+    "tfm_model_generate", "tfm_model_generate_batch", "tfm_model_beam_search", "tfm_model_score", "tfm_kv_cache_init",
+    "tfm_kv_cache_reorder", "tfm_model_save", "tfm_model_load", "tfm_dist_save", "tfm_dist_load", "tfm_model_to_device",
+    "tfm_cuda_synchronize"};
+#define CU_SWEEP_CALLS ((int)(sizeof cu_sweep_names / sizeof cu_sweep_names[0]))
+
+static tfm_result cu_sweep_call(cu_sweep *s, int i) {
+    tfm_tensor A = cu_t(&s->a, 1, SW_N, SW_C, 0), B = cu_t(&s->b, 1, SW_C, SW_C, 0), C = cu_t(&s->c, 1, SW_N, SW_C, 0);
+    tfm_tensor dA = cu_t(&s->da, 1, SW_N, SW_C, 0), dB = cu_t(&s->db, 1, SW_C, SW_C, 0), dC = cu_t(&s->dc, 1, SW_N, SW_C, 0);
+    tfm_tensor A3 = cu_t(&s->a, 1, 1, SW_N, SW_C), C3 = cu_t(&s->c, 1, 1, SW_N, SW_C), dA3 = cu_t(&s->da, 1, 1, SW_N, SW_C);
+    tfm_tensor dC3 = cu_t(&s->dc, 1, 1, SW_N, SW_C), G = cu_t(&s->g, 1, SW_C, 0, 0), Gb = cu_t(&s->gb, 1, SW_C, 0, 0);
+    tfm_tensor G2 = cu_t(&s->g, 1, 1, SW_C, 0), Gb2 = cu_t(&s->gb, 1, 1, SW_C, 0), L = cu_t(&s->lse, 1, SW_N, 0, 0);
+    tfm_tensor L3 = cu_t(&s->lse, 1, 1, 2, SW_N), Mn = cu_t(&s->mean, 1, SW_N, 0, 0);
+    tfm_tensor Rs = cu_t(&s->rstd, 1, SW_N, 0, 0), Ah = cu_t(&s->a, 0, SW_N, SW_C, 0);
+    tfm_attn_opts ao;
+    tfm_adamw_param p;
+    tfm_gen_opts go;
+    int32_t prompt[2] = {1, 2}, out[12], from[2] = {1, 1};
+    const int32_t *pp[2];
+    int np[2] = {2, 1}, n_out[2], lens[2];
+    float f = 0.0f, scores[2], logp[4];
+    uint64_t sum = 0;
+    memset(&ao, 0, sizeof ao);
+    ao.causal = 1;
+    ao.key_lens = s->lens;
+    memset(&p, 0, sizeof p);
+    p.value = B;
+    p.grad = dB;
+    p.m = cu_t(&s->pm, 1, SW_C, SW_C, 0);
+    p.v = cu_t(&s->pv, 1, SW_C, SW_C, 0);
+    memset(&go, 0, sizeof go);
+    go.max_new = 3;
+    go.beam_width = 2;
+    pp[0] = prompt;
+    pp[1] = prompt + 1;
+    switch (i) {
+    case 0: return tfm_fill(&C, 0.5f);
+    case 1: return tfm_fill_normal(&C, &s->rng, 0.0f, 1.0f);
+    case 2: return tfm_fill_uniform(&C, &s->rng, -1.0f, 1.0f);
+    case 3: return tfm_tensor_copy(&C, &Ah);
+    case 4: return tfm_matmul_forward(&C, &A, &B, 0, 1);
+    case 5: return tfm_matmul_backward(&dA, &dB, &dC, &A, &B, 0, 1);
+    case 6: return tfm_linear_forward(&C, &A, &B, &G);
+    case 7: return tfm_linear_backward(&dA, &dB, &Gb, &dC, &A, &B);
+    case 8: return tfm_softmax_forward(&C, &A);
+    case 9: return tfm_softmax_backward(&dA, &dC, &C);
+    case 10: return tfm_log_softmax_forward(&C, &A);
+    case 11: return tfm_log_softmax_backward(&dA, &dC, &C);
+    case 12: return tfm_cross_entropy_forward(&f, &L, &A, s->ids, -100, 0.1f);
+    case 13: return tfm_cross_entropy_backward(&dA, 1.0f, &A, &L, s->ids, -100, 0.1f);
+    case 14: return tfm_layernorm_forward(&C, &Mn, &Rs, &A, &G, &Gb, 1e-5f);
+    case 15: return tfm_layernorm_backward(&dA, &G, &Gb, &dC, &A, &G, &Mn, &Rs);
+    case 16: return tfm_gelu_forward(&C, &A, TFM_GELU_ERF);
+    case 17: return tfm_gelu_backward(&dA, &dC, &A, TFM_GELU_TANH);
+    case 18: return tfm_relu_forward(&C, &A);
+    case 19: return tfm_relu_backward(&dA, &dC, &A);
+    case 20: return tfm_dropout_forward(&C, &A, 0.1f, 3, 1);
+    case 21: return tfm_dropout_backward(&dA, &dC, 0.1f, 3, 1);
+    case 22: return tfm_embedding_forward(&C, s->ids, &B, 1.0f);
+    case 23: return tfm_embedding_backward(&dB, &dC, s->ids, 1.0f);
+    case 24: return tfm_pos_embedding_forward(&C3, &A3, &B);
+    case 25: return tfm_pos_embedding_backward(&dA3, &dB, &dC3);
+    case 26: return tfm_sinusoidal_table(&B);
+    case 27: return tfm_sinusoidal_forward(&C3, &A3);
+    case 28: return tfm_sinusoidal_backward(&dA3, &dC3);
+    case 29: return tfm_add_forward(&C, &A, &dA);
+    case 30: return tfm_add_backward(&dA, &C, &dC);
+    case 31: return tfm_mean_pool_forward(&G2, &A3, s->lens);
+    case 32: return tfm_mean_pool_backward(&dA3, &Gb2, s->lens);
+    case 33: return tfm_cls_pool_forward(&G2, &A3);
+    case 34: return tfm_cls_pool_backward(&dA3, &Gb2);
+    case 35: return tfm_attention_forward(&C3, &L3, &A3, &A3, &A3, 2, &ao);
+    case 36: return tfm_attention_backward(&dA3, NULL, NULL, &dC3, &A3, &A3, &A3, &C3, &L3, 2, &ao);
+    case 37: return tfm_adamw_step(&p, 1, &s->o, 1, NULL);
+    case 38: return tfm_block_init_params(&s->blk, &s->rng);
+    case 39: return tfm_block_forward(&s->blk, &C3, &A3, NULL, &ao);
+    case 40: return tfm_block_backward(&s->blk, &dA3, NULL, &dC3);
+    case 41: return tfm_model_forward(&s->m, &s->data.b, &f, NULL);
+    case 42: return tfm_model_backward(&s->m, 1.0f);
+    case 43: return tfm_model_step(&s->m, &s->o, NULL);
+    case 44: return tfm_dist_step(&s->dist, &s->m, &s->o, NULL);
+    case 45: return tfm_dist_allreduce_grads(&s->dist, &s->m);
+    case 46: return tfm_dist_broadcast_model(&s->dist, &s->m);
+    case 47: return tfm_dist_check_model(&s->dist, &s->m, &sum);
+    case 48: return tfm_model_generate(&s->m, NULL, 0, prompt, 2, &go, out, n_out);
+    case 49: return tfm_model_generate_batch(&s->m, 2, NULL, NULL, pp, np, &go, out, 4, n_out);
+    case 50: return tfm_model_beam_search(&s->m, NULL, 0, prompt, 2, &go, 2, out, 4, lens, scores, NULL);
+    case 51: return tfm_model_score(&s->m, NULL, 0, prompt, 1, prompt + 1, 1, logp, &f);
+    case 52: {
+        tfm_kv_cache kc;
+        tfm_result r = tfm_kv_cache_init(&kc, &s->m, 2, 0);
+        if (r == TFM_OK) tfm_kv_cache_free(&kc);
+        return r;
+    }
+    case 53: return tfm_kv_cache_reorder(&s->kc, from, 2);
+    case 54: return tfm_model_save(&s->m, cu_path("gpu.safetensors"), TFM_SAVE_TRAINING_STATE, NULL, 0);
+    case 55: return tfm_model_load(&s->m, cu_path("gpu.safetensors"));
+    case 56: return tfm_dist_save(&s->dist, &s->m, cu_path("dist.safetensors"), TFM_SAVE_TRAINING_STATE, NULL, 0);
+    case 57: return tfm_dist_load(&s->dist, &s->m, cu_path("dist.safetensors"));
+    case 58: { /* there and back: the model ends where it started */
+        tfm_result r = tfm_model_to_device(&s->m, TFM_DEVICE_CPU);
+        if (r == TFM_OK) r = tfm_model_to_device(&s->m, TFM_DEVICE_CUDA);
+        return r;
+    }
+    default: return tfm_cuda_synchronize();
+    }
+}
+
+/* The code a failing `api` returns in the sweep: out of memory for cudaMalloc, a cuBLAS execution failure,
+   a launch that asks too much (not sticky), an invalid argument for the other runtime calls. */
+static int cu_fail_code(const char *api) {
+    if (!strcmp(api, "launch")) return (int)cudaErrorLaunchOutOfResources;
+    if (!strncmp(api, "cublas", 6)) return (int)CUBLAS_STATUS_EXECUTION_FAILED;
+    if (!strcmp(api, "cudaMalloc")) return (int)cudaErrorMemoryAllocation;
+    return (int)cudaErrorInvalidValue;
+}
+
+static void cu_err_sweep(void) {
+    static const char *const apis[] = {"cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpy2DAsync", "cudaMemsetAsync", "cudaMalloc",
+                                       "cudaMallocHost", "cudaDeviceSynchronize", "cublasSgemm", "cublasSgemmStridedBatched"};
+    cu_sweep *s = (cu_sweep *)calloc(1, sizeof(cu_sweep));
+    tfm_config cg = cu_model_cfg(2, TFM_DEVICE_CUDA);
+    tfm_block_desc bd;
+    cu_rng g = {91};
+    int i, k, defects = 0;
+    memset(&bd, 0, sizeof bd);
+    bd.d_model = SW_C;
+    bd.n_heads = 2;
+    bd.max_batch = 1;
+    bd.max_len = SW_N;
+    cg.max_len = 8;
+    if (!cu_block_build(&s->blk, &s->mem, &bd, TFM_DEVICE_CUDA)) {
+        free(s);
+        return;
+    }
+    if (!cu_init(&s->m, &cg, "sweep")) {
+        tfm_mem_free(&s->mem);
+        free(s);
+        return;
+    }
+    CHECK_OK(tfm_dist_init(&s->dist, NULL, 0));
+    CHECK_OK(tfm_kv_cache_init(&s->kc, &s->m, 2, 0));
+    s->o = cu_optim();
+    s->o.schedule = TFM_SCHED_CONSTANT; /* as many steps as the sweep takes */
+    cu_batch(&s->data, &cg, 1);
+    s->a = cu_normal(SW_N * SW_C, &g, 1, 0);
+    s->b = cu_normal(SW_C * SW_C, &g, 0.2, 0);
+    s->c = cu_normal(SW_N * SW_C, &g, 1, 0);
+    s->da = cu_zeros(SW_N * SW_C);
+    s->db = cu_zeros(SW_C * SW_C);
+    s->dc = cu_normal(SW_N * SW_C, &g, 1, 0);
+    s->g = cu_normal(SW_C, &g, 1, 1);
+    s->gb = cu_normal(SW_C, &g, 1, 0);
+    s->lse = cu_zeros(2 * SW_N); /* (N) for the cross-entropy, (1,2,N) for the attention */
+    s->mean = cu_zeros(SW_N);
+    s->rstd = cu_zeros(SW_N);
+    s->pm = cu_zeros(SW_C * SW_C);
+    s->pv = cu_zeros(SW_C * SW_C);
+    for (i = 0; i < SW_N; i++) s->ids[i] = i * 5 % SW_C;
+    s->lens[0] = SW_N - 1;
+    tfm_rng_seed(&s->rng, 4);
+    for (i = 0; i < CU_SWEEP_CALLS; i++) {
+        const char *fn = cu_sweep_names[i];
+        unsigned long long n0 = tfm_emu_launches(), n;
+        tfm_result r = cu_sweep_call(s, i);
+        n = tfm_emu_launches() - n0;
+        CHECK_MSG(r == TFM_OK, "sweep: %s failed without a fault: %s", fn, tfm_last_error());
+        CHECK_MSG(!tfm__cu.failed, "sweep: %s left a CUDA error pending: %s", fn, tfm__cu.err);
+        tfm__cu.failed = 0;
+        for (k = -2; k < (int)(sizeof apis / sizeof apis[0]); k++) {
+            const char *api = k < 0 ? "launch" : apis[k];
+            int skip = k == -1 ? (int)n - 1 : 0, code = cu_fail_code(api);
+            int reached, ok;
+            if (k < 0 && (n == 0 || (k == -1 && n == 1))) continue;
+            tfm_emu_fail_clear();
+            tfm_emu_reset();
+            tfm_emu_fail_next(api, code, skip);
+            tfm_clear_error();
+            r = cu_sweep_call(s, i);
+            reached = tfm_emu__g.faults.empty();
+            tfm_emu_fail_clear();
+            tfm_emu_reset();
+            if (!reached) {
+                CHECK_MSG(r == TFM_OK, "sweep: %s failed with %s armed but not reached: %s", fn, api, tfm_last_error());
+                continue;
+            }
+            /* the dist calls that run tfm_model_save/_load on rank 0 return its message */
+            ok = (r == TFM_E_CUDA || (r == TFM_E_NOMEM && !strcmp(api, "cudaMalloc"))) &&
+                 (strstr(tfm_last_error(), fn) != NULL ||
+                  (!strcmp(fn, "tfm_dist_save") && strstr(tfm_last_error(), "tfm_model_save")) ||
+                  (!strcmp(fn, "tfm_dist_load") && strstr(tfm_last_error(), "tfm_model_load")));
+            if (!ok) defects++;
+            CHECK_MSG(ok, "sweep: %s with %s failing (%s): returned %d (%s), message \"%s\"%s%s", fn, api,
+                      k == -1 ? cu_fmt("the last of %llu launches", n) : k == -2 ? "the first launch" : "its first call", (int)r,
+                      tfm_result_string(r), tfm_last_error(),
+                      tfm__cu.failed ? "; the error was left pending: " : "", tfm__cu.failed ? tfm__cu.err : "");
+            if (test__verbose && ok) printf("    %s, %s failing: %s\n", fn, api, tfm_last_error());
+            tfm__cu.failed = 0;
+        }
+    }
+    if (defects) printf("    sweep: %d (public call, failing CUDA call) pairs not reported as they should be\n", defects);
+    tfm_kv_cache_free(&s->kc);
+    tfm_dist_free(&s->dist);
+    tfm_model_free(&s->m);
+    tfm_mem_free(&s->mem);
+    cu_release(&s->a, &s->b, &s->c, &s->da, &s->db, &s->dc, &s->g, &s->gb, &s->lse, &s->mean, &s->rstd, &s->pm, &s->pv, CU_END);
+    free(s);
+}
+
+#endif /* TFM_CUDA_EMULATION */
+
+/* Device memory too small: tfm_model_init is TFM_E_NOMEM and leaves nothing allocated on the device; a
+   move of a CPU model the same, and the model stays usable on the CPU; layers' memories and caches too.
+   The emulation shrinks its device; a GPU gets a config far larger than itself for init, and ballast
+   (most of its free memory, held by the test) for the others. */
+#ifndef TFM_CUDA_EMULATION
+/* Device memory held until at most `leave` bytes stay free: one large block, then ever smaller ones (a
+   GPU does not hand out all of its free memory in one block). The number of blocks put in b. */
+static int cu_ballast(void **b, int max, size_t leave) {
+    size_t fr = 0, tot = 0, chunk;
+    int n = 0;
+    cudaMemGetInfo(&fr, &tot);
+    chunk = fr > ((size_t)1 << 30) ? fr - ((size_t)1 << 30) : fr / 2;
+    while (n < max) {
+        cudaMemGetInfo(&fr, &tot);
+        if (fr <= leave) break;
+        if (chunk > fr - leave) chunk = fr - leave;
+        if (chunk < ((size_t)1 << 20)) break;
+        if (tfm_cuda_malloc(&b[n], chunk) == TFM_OK) n++;
+        else chunk /= 2;
+    }
+    return n;
+}
+#endif
+
+static void cu_err_nomem(void) {
+    tfm_config cc = cu_model_cfg(2, TFM_DEVICE_CPU), cg = cu_model_cfg(2, TFM_DEVICE_CUDA);
+    tfm_model m, g;
+    tfm_optim o = cu_optim();
+    size_t need = 0, used0, used1;
+#ifndef TFM_CUDA_EMULATION
+    void *ballast[64];
+    int n_ballast = 0, i;
+#endif
+    cc.max_batch = cg.max_batch = 512; /* about 25 MB: far more than what the GPU's ballast leaves free */
+    CHECK_OK(tfm_model_memory_size(&cg, &need));
+#ifdef TFM_CUDA_EMULATION
+    used0 = tfm_emu_bytes_in_use();
+    tfm_emu_set_device_memory(used0 + need / 2);
+    CHECK_ERR(tfm_model_init(&g, &cg, NULL, 0), TFM_E_NOMEM, "tfm_model_init");
+    used1 = tfm_emu_bytes_in_use();
+    CHECK_MSG(used1 == used0, "a failed tfm_model_init left %lld bytes of device memory allocated", (long long)(used1 - used0));
+#else
+    {
+        /* a config far larger than the device (2.4 TB, most of it parameters: 48 layers of d_model 16384): the
+           device twin is asked for first, so nothing is allocated on the host either */
+        tfm_config big = cg;
+        size_t free0 = 0, free1 = 0, total = 0, bytes = 0;
+        big.max_batch = 1;
+        big.max_len = 8;
+        big.d_model = 16384;
+        big.n_heads = 16;
+        big.n_layers = 48;
+        big.d_ff = 0;
+        CHECK_OK(tfm_model_memory_size(&big, &bytes));
+        cudaMemGetInfo(&free0, &total);
+        CHECK_MSG(bytes > 2 * total, "the big config needs %zu bytes, the device has %zu", bytes, total);
+        CHECK_ERR(tfm_model_init(&g, &big, NULL, 0), TFM_E_NOMEM, "tfm_model_init");
+        cudaMemGetInfo(&free1, &total);
+        CHECK_MSG(free1 + ((size_t)4 << 20) >= free0, "a failed tfm_model_init left %lld bytes of device memory in use",
+                  (long long)free0 - (long long)free1);
+        /* ballast: all but a quarter of the model's need stays free */
+        n_ballast = cu_ballast(ballast, 64, need / 4);
+        cudaMemGetInfo(&free0, &total);
+        if (free0 > need / 2) {
+            printf("    (%zu bytes stay free after the ballast: the move and layer checks are skipped)\n", free0);
+            for (i = 0; i < n_ballast; i++) tfm_cuda_free(ballast[i]);
+            return;
+        }
+        used0 = total - free0;
+    }
+#endif
+    if (cu_init(&m, &cc, "nomem")) {
+        int64_t n0, n1;
+        float *p0 = cu_model_flat(&m, 0, &n0), *p1;
+        CHECK_ERR(tfm_model_to_device(&m, TFM_DEVICE_CUDA), TFM_E_NOMEM, "tfm_model_to_device");
+        CHECK(m.params[0].value.device == TFM_DEVICE_CPU);
+        p1 = cu_model_flat(&m, 0, &n1);
+        cu_check_bits_arrays("a CPU model after a failed move", p1, p0, n0);
+        free(p0);
+        free(p1);
+        cu_train(&m, &o, 0, 1, NULL, NULL); /* still usable */
+        tfm_model_free(&m);
+    }
+    {
+        /* a layer's device memory */
+        tfm_mem mem;
+        tfm_block blk;
+        tfm_block_desc d;
+        memset(&d, 0, sizeof d);
+        d.d_model = 64;
+        d.n_heads = 4;
+        d.max_batch = 64;
+        d.max_len = 512;
+        memset(&mem, 0, sizeof mem);
+        mem.device = TFM_DEVICE_CUDA;
+        CHECK_OK(tfm_block_init(&blk, &d, &mem));
+        CHECK_ERR(tfm_mem_alloc(&mem), TFM_E_NOMEM, "tfm_mem_alloc");
+        tfm_mem_free(&mem);
+    }
+    {
+        void *p = NULL;
+        CHECK_ERR(tfm_cuda_malloc(&p, (size_t)1 << 50), TFM_E_NOMEM, "tfm_cuda_malloc");
+        CHECK(p == NULL);
+    }
+#ifdef TFM_CUDA_EMULATION
+    used1 = tfm_emu_bytes_in_use();
+    tfm_emu_set_device_memory((size_t)16 << 30);
+#else
+    {
+        size_t free1 = 0, total = 0;
+        cudaMemGetInfo(&free1, &total);
+        used1 = total - free1;
+        for (i = 0; i < n_ballast; i++) tfm_cuda_free(ballast[i]);
+    }
+#endif
+    CHECK_MSG(used1 <= used0 + ((size_t)4 << 20) && used1 + ((size_t)4 << 20) >= used0,
+              "the failed allocations changed the device memory in use from %zu to %zu bytes", used0, used1);
+}
+
+/* ==== the device, TF32, synchronisation ================================================================ */
+
+static void cu_device(void) {
+    char info[256];
+    cu_rng g = {81};
+    int M = 64, N = 64, K = 1024;
+    cu_buf A = cu_normal((int64_t)M * K, &g, 1, 0), B = cu_normal((int64_t)K * N, &g, 1, 0), Cm = cu_nan((int64_t)M * N);
+    CHECK_OK(tfm_cuda_available());
+    CHECK_OK(tfm_cuda_device_info(info, sizeof info));
+    CHECK(strlen(info) > 0);
+    CHECK_ERR(tfm_cuda_device_info(NULL, 10), TFM_E_ARG, "tfm_cuda_device_info");
+    CHECK_OK(tfm_cuda_synchronize());
+    /* TF32 on: the products round their inputs to 10-bit mantissas (about 1e-3 relative), off again: fp32 */
+    CHECK_OK(tfm_cuda_set_tf32(1));
+    CU_DEVS tfm__op_gemm_batched(CU_DEV, 0, 0, M, N, K, 1.0f, CU_P(A), K, 0, CU_P(B), N, 0, 0.0f, CU_P(Cm), N, 0, 1);
+    cu_check("gemm with TF32 on", &Cm, 1e-2);
+    CHECK_OK(tfm_cuda_set_tf32(0));
+    CU_DEVS tfm__op_gemm_batched(CU_DEV, 0, 0, M, N, K, 1.0f, CU_P(A), K, 0, CU_P(B), N, 0, 0.0f, CU_P(Cm), N, 0, 1);
+    cu_check("gemm with TF32 off", &Cm, CU_TOL);
+    CHECK_OK(tfm_cuda_synchronize());
+    cu_release(&A, &B, &Cm, CU_END);
+}
+
+/* ==== main ============================================================================================== */
+
+static void suite_device(void) { RUN(cu_device); }
+
+static void suite_ops(void) {
+    RUN(cu_op_copy);
+    RUN(cu_op_gemm);
+    RUN(cu_op_linear);
+    RUN(cu_op_softmax);
+    RUN(cu_op_cross_entropy);
+    RUN(cu_op_layernorm);
+    RUN(cu_op_act);
+    RUN(cu_op_dropout);
+    RUN(cu_op_embedding);
+    RUN(cu_op_positions);
+    RUN(cu_op_add);
+    RUN(cu_op_pool);
+    RUN(cu_op_adamw);
+}
+
+static void suite_attention(void) {
+    RUN(cu_op_attention_sizes);
+    RUN(cu_op_attention_masks);
+    RUN(cu_op_attention_decode);
+    RUN(cu_op_attention_dropout_mask);
+}
+
+static void suite_public(void) {
+    RUN(cu_pub_matmul);
+    RUN(cu_pub_linear);
+    RUN(cu_pub_softmax);
+    RUN(cu_pub_layernorm);
+    RUN(cu_pub_elementwise);
+    RUN(cu_pub_embedding);
+    RUN(cu_pub_add_pool);
+    RUN(cu_pub_attention);
+    RUN(cu_pub_adamw);
+    RUN(cu_pub_fill_copy);
+}
+
+static void suite_layers(void) {
+    RUN(cu_block_self);
+    RUN(cu_block_cross);
+    RUN(cu_layers_small);
+}
+
+static void suite_models(void) {
+    RUN(cu_model_classifier);
+    RUN(cu_model_classifier_cls);
+    RUN(cu_model_lm);
+    RUN(cu_model_encdec);
+    RUN(cu_model_encdec_shared);
+}
+
+static void suite_generate(void) {
+    RUN(cu_gen_lm);
+    RUN(cu_gen_encdec);
+    RUN(cu_gen_wide_beam);
+}
+
+static void suite_io(void) {
+    RUN(cu_io_gpu_checkpoint);
+    RUN(cu_io_cpu_checkpoint);
+    RUN(cu_io_to_device);
+    RUN(cu_dist);
+}
+
+static void suite_errors(void) {
+    RUN(cu_err_mixed);
+#ifdef TFM_CUDA_EMULATION
+    RUN(cu_err_no_cuda);
+    RUN(cu_err_injected);
+    RUN(cu_err_sweep);
+#endif
+    RUN(cu_err_nomem);
+}
+
+int main(int argc, char **argv) {
+    char info[256];
+    int i;
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-v")) test__verbose = 1;
+        else if (!strcmp(argv[i], "--small")) cu_small = 1;
+        else if (!strcmp(argv[i], "--full")) cu_small = 0;
+        else test__filter = argv[i];
+    }
+    if (tfm_cuda_available() != TFM_OK) {
+#ifdef TFM_CUDA_EMULATION
+        printf("the emulated device is not available: %s\n", tfm_last_error());
+        return 1;
+#else
+        printf("no CUDA device: skipped (%s)\n", tfm_last_error());
+        return 0;
+#endif
+    }
+    if (tfm_cuda_device_info(info, sizeof info) != TFM_OK) {
+        printf("tfm_cuda_device_info failed: %s\n", tfm_last_error());
+        info[0] = 0;
+    }
+#ifdef TFM_CUDA_EMULATION
+    printf("transformer.h CUDA tests on the CPU emulation (tests/cuda_emu.h): %s%s\n", info, cu_small ? ", small shapes" : "");
+#else
+    printf("transformer.h CUDA tests on %s%s\n", info, cu_small ? ", small shapes" : "");
+#endif
+    cu_suite("device", suite_device);
+    cu_suite("ops", suite_ops);
+    cu_suite("attention", suite_attention);
+    cu_suite("public", suite_public);
+    cu_suite("layers", suite_layers);
+    cu_suite("models", suite_models);
+    cu_suite("generate", suite_generate);
+    cu_suite("io", suite_io);
+    cu_suite("errors", suite_errors);
+    cu_cleanup_files();
+#ifndef TFM_CUDA_EMULATION
+    printf("(errors: the no-device and injected-failure tests need the emulation, skipped on a GPU)\n");
+#endif
+    tfm_scratch_release();
+    printf("%d passed, %d failed\n", test__passed, test__failed);
+    return test__failed ? 1 : 0;
+}
