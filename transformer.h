@@ -3359,7 +3359,8 @@ static float *tfm__cuda_host(size_t n) {
 }
 
 /* n bytes from host memory src into the work space at *off (advanced by n rounded up to 256): the device
-   copy, or NULL when src is NULL. */
+   copy, or NULL when src is NULL. A launcher checks tfm__cu.failed after its copies: a kernel never runs on
+   ids or lengths that did not arrive (stale ones could index out of bounds). */
 static void *tfm__cuda_put(unsigned char *ws, size_t *off, const void *src, size_t n) {
     unsigned char *d = ws + *off;
     if (!src) return NULL;
@@ -3891,6 +3892,7 @@ static float tfm__cross_entropy_cuda(float *lse, const float *x, const int32_t *
     if (!ws || N <= 0) return 0.0f;
     dt = (int32_t *)tfm__cuda_put(ws, &off, t, (size_t)N * sizeof(int32_t));
     rowloss = (float *)(ws + off);
+    if (tfm__cu.failed) return 0.0f; /* never index with ids that did not arrive */
     TFM__LAUNCH(tfm__k_xent, (unsigned)N, tfm__cu_row_threads(V), 0, rowloss, lse, x, dt, ignore, s, V);
     TFM__CU_LAUNCHED("tfm__k_xent");
     if (!(host = tfm__cuda_host((size_t)N))) return 0.0f;
@@ -3913,6 +3915,7 @@ static void tfm__cross_entropy_bwd_cuda(float *dx, float dloss, const float *x, 
     for (r = 0; r < N; r++) nvalid += t[r] != ignore;
     if (!nvalid || !(ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t))))) return;
     dt = (int32_t *)tfm__cuda_put(ws, &off, t, (size_t)N * sizeof(int32_t));
+    if (tfm__cu.failed) return;
     TFM__LAUNCH(tfm__k_xent_bwd, (unsigned)N, tfm__cu_row_threads(V), 0, dx, dloss / (float)nvalid, x, lse, dt, ignore, s, V);
     TFM__CU_LAUNCHED("tfm__k_xent_bwd");
 }
@@ -3961,6 +3964,7 @@ static void tfm__embedding_cuda(float *y, const int32_t *ids, const float *w, fl
     int32_t *d;
     if (N <= 0 || !(ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t))))) return;
     d = (int32_t *)tfm__cuda_put(ws, &off, ids, (size_t)N * sizeof(int32_t));
+    if (tfm__cu.failed) return;
     if (bwd) { /* y is dw (V,C), w is dy (N,C) */
         TFM__LAUNCH(tfm__k_embedding_bwd, tfm__cu_grid(C), TFM__CU_THREADS, 0, y, w, d, scale, N, C);
         TFM__CU_LAUNCHED("tfm__k_embedding_bwd");
@@ -3994,6 +3998,7 @@ static void tfm__mean_pool_cuda(float *y, const float *x, const int32_t *lens, i
     int32_t *d;
     if (!ws) return;
     d = (int32_t *)tfm__cuda_put(ws, &off, lens, (size_t)B * sizeof(int32_t));
+    if (tfm__cu.failed) return;
     if (bwd) { /* y is dx (B,T,C), x is dy (B,C) */
         TFM__LAUNCH(tfm__k_mean_pool_bwd, tfm__cu_grid(B * T * C), TFM__CU_THREADS, 0, y, x, d, B, T, C);
         TFM__CU_LAUNCHED("tfm__k_mean_pool_bwd");
@@ -4041,7 +4046,7 @@ static int tfm__cu_attn_stage(const tfm__attn_args *a, tfm__cu_attn_io *io, size
     io->qoff = (const int32_t *)tfm__cuda_put(ws, &off, a->q_off, B * sizeof(int32_t));
     io->mask = (const float *)tfm__cuda_put(ws, &off, a->mask, nmask * sizeof(float));
     io->Dr = (float *)(ws + off);
-    return 1;
+    return !tfm__cu.failed;
 }
 
 static int tfm__attention_forward_cuda(const tfm__attn_args *a) {

@@ -14,8 +14,11 @@
    A launch (TFM__LAUNCH -> tfm_emu_launch) validates the configuration, checks the pointer arguments,
    then runs the blocks one after another (x fastest, then y, then z) on the calling thread. A block's
    threads are fibers (ucontext): thread 0 runs until it blocks (a barrier, a warp op) or returns, then
-   thread 1, and so on round robin, so results are deterministic. A thread that starts after one that
-   returned takes over its stack, so a kernel without barriers costs no switch per thread; each wait
+   the next thread of its warp, so a warp runs ahead of the others until all its threads wait at a
+   __syncthreads (then the next warp runs): a missing barrier between warps shows. Blocks whose
+   x + y + z is odd take the threads the other way round (the last first), so it shows whichever side of
+   it the early warps are on. The order is fixed, so results are deterministic. A thread that starts
+   after one that returned takes over its stack, so a kernel without barriers costs no switch per thread; each wait
    at a barrier or warp op costs one swapcontext (a system call: ~0.1-0.5 us). threadIdx, blockIdx,
    blockDim and gridDim are read-only references to the running thread's coordinates (a local of the
    same name shadows them, as with nvcc's built-ins); warpSize is 32. A warp is the threads tid/32 of
@@ -319,6 +322,7 @@ struct tfm_emu__state {
     void *args = nullptr;
     tfm_emu__fiber *fibers = nullptr;                 /* 1024, allocated at the first launch; never move */
     int nthreads = 0, cur = -1, n_live = 0, n_sync = 0, sync_first = -1;
+    int order = 1;                                    /* +1: threads run 0, 1, 2...; -1: from the last down */
     ucontext_t host;                                  /* the launching host thread, while a block runs */
     bool from_host = false;                           /* the next fiber entered comes from it */
     void *host_fake = nullptr;                        /* ASan: its fake stack, its stack */
@@ -535,8 +539,13 @@ static inline void tfm_emu__fiber_main(void);
 /* the thread to run after thread i blocked or returned (i itself if it may go on), -1 if none may */
 static inline int tfm_emu__next(int i) {
     tfm_emu__state &g = tfm_emu__g;
+    int w0 = i & ~31, wn = g.nthreads - w0 < 32 ? g.nthreads - w0 : 32;
+    for (int k = 1; k <= wn; k++) { /* i's warp first: it runs ahead until the whole warp waits at a barrier */
+        int j = w0 + ((i - w0 + k * g.order) % wn + wn) % wn;
+        if (g.fibers[j].state == TFM_EMU__RUN) return j;
+    }
     for (int k = 1; k <= g.nthreads; k++) {
-        int j = (i + k) % g.nthreads;
+        int j = ((i + k * g.order) % g.nthreads + g.nthreads) % g.nthreads;
         if (g.fibers[j].state == TFM_EMU__RUN) return j;
     }
     return -1;
@@ -638,10 +647,11 @@ static inline void tfm_emu__run_block(void) {
     g.n_live = g.nthreads;
     g.n_sync = 0;
     g.sync_first = -1;
-    tfm_emu__enter_thread(0, nullptr);
+    int first = g.order > 0 ? 0 : g.nthreads - 1;
+    tfm_emu__enter_thread(first, nullptr);
     g.from_host = true;
-    TFM_EMU__SWITCH_START(&g.host_fake, g.fibers[0].run_stack, TFM_EMU_STACK);
-    swapcontext(&g.host, &g.fibers[0].uc); /* back when every thread has returned */
+    TFM_EMU__SWITCH_START(&g.host_fake, g.fibers[first].run_stack, TFM_EMU_STACK);
+    swapcontext(&g.host, &g.fibers[first].uc); /* back when every thread has returned */
     TFM_EMU__SWITCH_FINISH(g.host_fake, nullptr, nullptr);
     g.cur = -1;
     for (size_t i = 0; i < g.pieces.size(); i++) free(g.pieces[i].p);
@@ -665,6 +675,9 @@ static inline void tfm_emu__run_grid(void) {
                 g.bid.x = x;
                 g.bid.y = y;
                 g.bid.z = z;
+                /* even blocks run their threads upwards, odd ones downwards: a missing barrier shows whichever
+                   side of it the threads that run first are on */
+                g.order = ((x + y + z) & 1) ? -1 : 1;
                 tfm_emu__run_block();
             }
     g.in_kernel = false;

@@ -181,7 +181,8 @@ sanitize() { # tool budget [optional] [test name filter]
     # keep 150 s for the benchmark after it (about 100 s on an H100; none when it is skipped)
     run_step "$tool" "$budget" "$([ "$SKIP_BENCH" = 1 ] && echo 5 || echo 150)" "$TMP/$tool.txt" $opt -- \
         "$SANITIZER" --tool "$tool" $extra --error-exitcode 99 build/test_cuda --small $filter
-    errs=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$TMP/$tool.txt" | tail -1 | grep -Eo '[0-9]+')
+    errs=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error|RACECHECK SUMMARY: .*\([0-9]+ error' "$TMP/$tool.txt" | tail -1 |
+        grep -Eo '[0-9]+ error' | grep -Eo '[0-9]+')
     if [ -s "$TMP/$tool.txt" ]; then
         SAN_SUMMARY+=("$tool: ${errs:-?} errors; test: $(final_counts "$TMP/$tool.txt")")
     else
