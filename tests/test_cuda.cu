@@ -2123,7 +2123,7 @@ static void cu_check_ids(const char *what, const int32_t *got, int ngot, const i
 }
 
 /* greedy decoding, a batch of uneven prompts (and sources) with a stop token, beam search (width 3,
-   n_best 2) and scoring, for an LM (encdec 0) and an encoder-decoder */
+   n_best 2), scoring and sampling, for an LM (encdec 0) and an encoder-decoder */
 static void cu_gen_case(int encdec) {
     tfm_model m[2];
     tfm_gen_opts o;
@@ -2167,6 +2167,21 @@ static void cu_gen_case(int encdec) {
         cu_check_ids(cu_fmt("%s: tfm_model_beam_search hypothesis %d", kind, k), out[1] + 9 * k, lens[1][k], out[0] + 9 * k, lens[0][k]);
         cu_check_scalar(cu_fmt("%s: tfm_model_beam_search score %d", kind, k), scores[1][k], scores[0][k], 1e-4, 1.0);
     }
+    /* sampling (the same batch): every filter, the rows' own seeds; the host draws from the same logits on
+       both devices, so the ids agree unless a draw falls within the logits' ~1e-6 of a boundary */
+    memset(&o, 0, sizeof o);
+    o.max_new = 6;
+    o.temperature = 0.9f;
+    o.top_k = 8;
+    o.top_p = 0.95f;
+    o.min_p = 0.01f;
+    o.repetition_penalty = 1.2f;
+    o.seed = 11;
+    CU_DEVS CHECK_OK(tfm_model_generate_batch(&m[dv], 3, encdec ? sp : NULL, encdec ? src_lens : NULL, pp, n_prompts, &o, out[dv], 9,
+                                              n_out[dv]));
+    for (b = 0; b < 3; b++)
+        cu_check_ids(cu_fmt("%s: sampled tfm_model_generate_batch row %d", kind, b), out[1] + 9 * b, n_out[1][b], out[0] + 9 * b,
+                     n_out[0][b]);
     { /* a key/value cache of the GPU model lives on the GPU; reorder and reset run there */
         tfm_kv_cache kc;
         int32_t from[2] = {1, 1};
