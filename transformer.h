@@ -949,7 +949,9 @@ TFMDEF tfm_result tfm_checkpoint_meta(const char *path, const char *key, char *b
    Built with TFM_CUDA, models (cfg.device), layers (tfm_mem.device) and tensors (tensor.device with
    device memory) run on the current CUDA device; every other call is the same as on the CPU. Without
    TFM_CUDA these calls return TFM_E_NO_CUDA (tfm_cuda_free does nothing). A failing CUDA call makes the
-   public call that ran it return TFM_E_CUDA with CUDA's own message; no call exits or aborts. */
+   public call that ran it return TFM_E_CUDA with CUDA's own message (a call that returns nothing, like
+   tfm_model_zero_grad, leaves it to the next call to report); no call exits or aborts. After an error that
+   CUDA keeps (an illegal address, say) every later call fails too: the process must start again. */
 
 /* TFM_OK when this build has CUDA and a device is present; TFM_E_NO_CUDA otherwise, saying which. */
 TFMDEF tfm_result tfm_cuda_available(void);
@@ -7596,11 +7598,12 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
     hy.alpha = opts->length_penalty;
     dlog = logits;
     r = m->impl->device == TFM_DEVICE_CUDA ? tfm__dev_alloc(fn, (void **)&dlog, (size_t)K * V * sizeof(float)) : TFM_OK;
-    if (r == TFM_OK) r = tfm_kv_cache_init(&kc, m, K, n_prompt + max_new - 1);
+    if (r == TFM_OK && (r = tfm_kv_cache_init(&kc, m, K, n_prompt + max_new - 1)) != TFM_OK)
+        r = tfm__fail(r, "%s: %s", fn, tfm_last_error());
     if (r != TFM_OK) {
         if (dlog != logits) tfm__dev_free(dlog);
         TFM_FREE(work, m->cfg.user);
-        return tfm__fail(r, "%s: %s", fn, tfm_last_error());
+        return r;
     }
     tfm__gen_begin(m, &was_training);
     if (encdec) {

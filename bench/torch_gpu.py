@@ -24,7 +24,7 @@ Measurements (each prints one RESULT line with the keys of bench_gpu.c's, impl=t
   gen    greedy decoding of GEN_NEW tokens from 1-token prompts (seed 42) at batch 1, 8 and 32, TF32 off:
          an eager loop that keeps each layer's keys and values in preallocated (B,H,T,D) tensors on the
          device and runs the new row of every sequence through the layers, as a user would write it
-         (torch_ref.py's generate_batch, with every tensor on the device and the chosen ids kept there).
+         (torch_ref.py's generate_ids, with every tensor on the device and the chosen ids kept there).
          One untimed run, then up to 3 timed; tok_s = batch * new / median time.
 Lines:
     INFO impl=torch torch=... device="..." cuda=... tf32_api=...
@@ -43,7 +43,6 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 import torch_ref  # noqa: E402  (bench/torch_ref.py: the model code of the CPU benchmark)
 
@@ -182,40 +181,9 @@ class Bench:
 
     @torch.no_grad()
     def generate(self, model, prompts, n_new):
-        """Greedy decoding of n_new tokens after prompts (B,P) on the device, with a per-layer cache of keys
-        and values (B,H,P+n_new,D): each step runs the B new rows through the layers; the chosen ids stay on
-        the device until the end. Returns (B, n_new) ids."""
-        c = model.c
-        C, H = c["C"], c["H"]
-        D = C // H
-        B, P = prompts.shape
-        tmax = P + n_new
-        dev = prompts.device
-        layers = model.decoder.layers
-        kc = [torch.empty(B, H, tmax, D, device=dev) for _ in layers]
-        vc = [torch.empty(B, H, tmax, D, device=dev) for _ in layers]
-        scale = 1.0 / math.sqrt(D)
-        out = []
-        tok = prompts[:, 0]
-        for t in range(P + n_new - 1):
-            x = model.tok_emb.weight[tok] + model.pos_emb.weight[t]  # (B,C)
-            for i, layer in enumerate(layers):
-                att = layer.self_attn
-                h = layer.norm1(x)
-                qkv = F.linear(h, att.in_proj_weight, att.in_proj_bias).view(B, 3, H, D)
-                kc[i][:, :, t] = qkv[:, 1]
-                vc[i][:, :, t] = qkv[:, 2]
-                s = torch.matmul(qkv[:, 0].unsqueeze(2), kc[i][:, :, : t + 1].transpose(2, 3)) * scale  # (B,H,1,t+1)
-                ctx = torch.matmul(torch.softmax(s, dim=-1), vc[i][:, :, : t + 1])  # (B,H,1,D)
-                x = x + att.out_proj(ctx.reshape(B, C))
-                x = x + layer.linear2(layer.activation(layer.linear1(layer.norm2(x))))
-            if t + 1 < P:
-                tok = prompts[:, t + 1]
-                continue
-            logits = F.linear(model.decoder.norm(x), model.tok_emb.weight)
-            tok = torch.argmax(logits, dim=-1)
-            out.append(tok)
-        return torch.stack(out, dim=1)
+        """Greedy decoding of n_new tokens after prompts (B,P) on the device: torch_ref.py's cache loop
+        (generate_ids), the chosen ids kept on the device until the end. Returns (B, n_new) ids."""
+        return model.generate_ids(prompts, n_new)
 
     def gen(self, name, c, check=False):
         set_tf32(False)

@@ -182,18 +182,25 @@ class DecoderLM(nn.Module):
 
     @torch.no_grad()
     def generate_batch(self, prompts, n_new):
-        """generate() for B prompts of one length at once: the cache holds (B,H,t,D) per layer and each
-        step runs the B new rows through the layers together. Returns B lists of n_new ids."""
+        """generate() for B prompts of one length at once (generate_ids). Returns B lists of n_new ids."""
+        return self.generate_ids(torch.tensor(prompts), n_new).tolist()
+
+    @torch.no_grad()
+    def generate_ids(self, prompts, n_new):
+        """Greedy decoding after prompts (B,P), a tensor on the model's device: the cache holds (B,H,t,D) per
+        layer, each step runs the B new rows through the layers together, and the chosen ids stay on the
+        device (torch_gpu.py times it on a GPU). Returns (B, n_new) ids there."""
         C, H = self.c["C"], self.c["H"]
         D = C // H
-        B, P = len(prompts), len(prompts[0])
+        B, P = prompts.shape
         tmax = P + n_new
+        dev = prompts.device
         layers = self.decoder.layers
-        kc = [torch.empty(B, H, tmax, D) for _ in layers]
-        vc = [torch.empty(B, H, tmax, D) for _ in layers]
+        kc = [torch.empty(B, H, tmax, D, device=dev) for _ in layers]
+        vc = [torch.empty(B, H, tmax, D, device=dev) for _ in layers]
         scale = 1.0 / math.sqrt(D)
-        out = [[] for _ in range(B)]
-        tok = torch.tensor([p[0] for p in prompts])
+        out = []
+        tok = prompts[:, 0]
         for t in range(P + n_new - 1):
             x = self.tok_emb.weight[tok] + self.pos_emb.weight[t]  # (B,C)
             for i, layer in enumerate(layers):
@@ -207,13 +214,12 @@ class DecoderLM(nn.Module):
                 x = x + att.out_proj(ctx.reshape(B, C))
                 x = x + layer.linear2(layer.activation(layer.linear1(layer.norm2(x))))
             if t + 1 < P:
-                tok = torch.tensor([p[t + 1] for p in prompts])
+                tok = prompts[:, t + 1]
                 continue
             logits = F.linear(self.decoder.norm(x), self.tok_emb.weight)
             tok = torch.argmax(logits, dim=-1)
-            for b in range(B):
-                out[b].append(int(tok[b]))
-        return out
+            out.append(tok)
+        return torch.stack(out, dim=1)
 
     @torch.no_grad()
     def generate_full(self, prompt, n_new):
