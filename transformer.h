@@ -754,10 +754,13 @@ typedef struct tfm_model {
 
 /* Apply defaults to cfg and check it: the config a model built from cfg would use. */
 TFMDEF tfm_result tfm_config_resolve(const tfm_config *cfg, tfm_config *out);
-/* Bytes a model of this config needs (one block; nothing else is allocated). */
+/* Bytes a model of this config needs (one block; nothing else is allocated). A CUDA model (cfg.device)
+   takes as many again on the device: the block's twin. */
 TFMDEF tfm_result tfm_model_memory_size(const tfm_config *cfg, size_t *bytes);
 /* Build a model in mem (size bytes, from tfm_model_memory_size) or, when mem is NULL, in memory
-   allocated here. Parameters are initialised from cfg.seed. TFM_E_ARG names a bad field. */
+   allocated here. Parameters are initialised from cfg.seed. TFM_E_ARG names a bad field. With
+   cfg.device TFM_DEVICE_CUDA the block gets its device twin (one cudaMalloc): TFM_E_NOMEM when the device
+   is short of memory, TFM_E_NO_CUDA without a device or TFM_CUDA; nothing stays allocated then. */
 TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem, size_t size);
 /* Free what tfm_model_init allocated. */
 TFMDEF void tfm_model_free(tfm_model *m);
