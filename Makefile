@@ -2,6 +2,7 @@
 #
 #   make                 build/test, plus build/<example> for examples/*.c and build/bench
 #   make test            the compile checks (test-compile), then build/test: the unit tests
+#   make test-noomp      the unit tests built without OpenMP (also: make CC=clang test-noomp)
 #   make unit            build/test only
 #   make test-compile    the header as C99 and C++11 with -Wall -Wextra -Werror -pedantic
 #   make asan            build/test_asan: the tests under AddressSanitizer + UBSan
@@ -144,7 +145,7 @@ $(BUILD)/.flags-%: FORCE
 
 FLAGS_main := $(CC) $(CFLAGS) $(USE_CFLAGS) $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
 
-.PHONY: all test unit test-gnu test-portable test-compile asan valgrind bench cuda test-cuda test-cuda-emu clean FORCE
+.PHONY: all test unit test-gnu test-portable test-noomp test-compile asan valgrind bench cuda test-cuda test-cuda-emu clean FORCE
 FORCE:
 
 all: $(BUILD)/test $(EXAMPLES) $(BENCH) $(BENCH_BUILTIN)
@@ -239,6 +240,12 @@ test-gnu:
 # The unit tests without -march=native: the code a portable x86-64 (SSE2) or distribution build runs.
 test-portable:
 	$(MAKE) --no-print-directory BUILD=$(BUILD)/portable NATIVE=0 unit
+
+# The unit tests without OpenMP (no -fopenmp: one thread, every TFM__OMP pragma gone), as Apple's clang
+# builds them: make test-noomp, make CC=clang test-noomp. Warnings are errors.
+NOOMP_CFLAGS := -O3 $(MARCH) -Wall -Wextra -Werror -std=c99
+test-noomp:
+	$(MAKE) --no-print-directory BUILD=$(BUILD)/noomp-$(notdir $(CC)) CFLAGS="$(NOOMP_CFLAGS)" unit
 
 # Compile checks (stb/sokol style). Each variant is a program that must build without a warning
 # and run; test_compile.c/.cpp hold the implementation, test_compile2.c is a second C TU that only

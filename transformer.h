@@ -2628,7 +2628,9 @@ static float tfm__cross_entropy_forward_cpu(float *lse, const float *x, const in
     return nvalid ? (float)(total / (double)nvalid) : 0.0f;
 }
 
-/* dx += dloss/nvalid * (softmax(x) - (1-s) onehot(t) - s/V) on valid rows */
+/* dx += dloss/nvalid * (softmax(x) - (1-s) onehot(t) - s/V) on valid rows; the target's element in one
+   expression, so a gradient that is exactly 0 (V = 1) comes out 0 under any contraction into fused
+   multiply-adds */
 static void tfm__cross_entropy_backward_cpu(float *dx, float dloss, const float *x, const float *lse,
                                             const int32_t *t, int ignore, float s, int64_t N, int64_t V) {
     int64_t r, nvalid = 0;
@@ -2640,10 +2642,9 @@ static void tfm__cross_entropy_backward_cpu(float *dx, float dloss, const float 
     for (r = 0; r < N; r++) {
         const float *xr = x + r * V;
         float *dr = dx + r * V, l = lse[r];
-        int64_t j;
-        if (t[r] == ignore) continue;
-        for (j = 0; j < V; j++) dr[j] += g * (tfm__exp(xr[j] - l) - sv);
-        dr[t[r]] -= g * (1.0f - s);
+        int64_t j, tr = t[r];
+        if (tr == ignore) continue;
+        for (j = 0; j < V; j++) dr[j] += g * (tfm__exp(xr[j] - l) - sv - (j == tr ? 1.0f - s : 0.0f));
     }
 }
 
@@ -3489,15 +3490,14 @@ static __global__ void tfm__k_xent(float *rowloss, float *lse, const float *x, c
     }
 }
 
-/* dx += g (softmax(x) - (1-s) onehot(t) - s/V) on rows whose target is not ignored */
+/* dx += g (softmax(x) - (1-s) onehot(t) - s/V) on rows whose target is not ignored (as the CPU's) */
 static __global__ void tfm__k_xent_bwd(float *dx, float g, const float *x, const float *lse, const int32_t *t, int ignore,
                                        float s, int64_t V) {
     int64_t r = blockIdx.x, j;
     float l = lse[r], sv = s / (float)V;
     if (t[r] == ignore) return;
-    for (j = threadIdx.x; j < V; j += blockDim.x) dx[r * V + j] += g * (tfm__exp(x[r * V + j] - l) - sv);
-    __syncthreads();
-    if (threadIdx.x == 0) dx[r * V + t[r]] -= g * (1.0f - s);
+    for (j = threadIdx.x; j < V; j += blockDim.x)
+        dx[r * V + j] += g * (tfm__exp(x[r * V + j] - l) - sv - (j == t[r] ? 1.0f - s : 0.0f));
 }
 
 /* One block per row; y may alias x (each thread reads only the elements it writes) */
@@ -6893,8 +6893,10 @@ static double tfm__adamw_sumsq(const tfm_adamw_param *ps, int n) {
     int i, g0;
     for (g0 = 0; g0 < n; g0 += 256) {
         int gn = TFM__MIN(256, n - g0);
+#ifdef _OPENMP
         int64_t work = 0;
         for (i = 0; i < gn; i++) work += tfm_numel(&ps[g0 + i].grad);
+#endif
         /* (on the GPU one thread issues them all: CUDA's errors and buffers are the calling thread's) */
         TFM__OMP(omp parallel for schedule(dynamic) if (work > 65536 && ps[g0].grad.device == TFM_DEVICE_CPU && !tfm__in_parallel()))
         for (i = 0; i < gn; i++)
