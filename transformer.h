@@ -259,7 +259,8 @@ typedef struct tfm_arena {
 TFMDEF tfm_result tfm_arena_init(tfm_arena *a, void *mem, size_t size);
 /* Release what tfm_arena_init allocated; leaves a zeroed (counting) arena. */
 TFMDEF void tfm_arena_free(tfm_arena *a);
-/* `bytes` bytes, 64-byte aligned. NULL when counting or when the arena is full (overflow is set). */
+/* `bytes` bytes, 64-byte aligned. NULL when counting or when the arena is full (overflow is set). Zeroed
+   in an arena with a device twin. */
 TFMDEF void *tfm_arena_alloc(tfm_arena *a, size_t bytes);
 /* A tensor of the given shape carved from the arena (data NULL when counting); in the device twin when
    the arena has one (then tensor.device is TFM_DEVICE_CUDA). */
@@ -1546,7 +1547,8 @@ TFMDEF void tfm_arena_free(tfm_arena *a) {
     memset(a, 0, sizeof *a);
 }
 
-TFMDEF void *tfm_arena_alloc(tfm_arena *a, size_t bytes) {
+/* tfm_arena_alloc without its zeroing (tensors in a twin arena: their host bytes are never touched). */
+static void *tfm__arena_take(tfm_arena *a, size_t bytes) {
     size_t start, need;
     void *p = NULL;
     if (!a) return NULL;
@@ -1568,9 +1570,15 @@ TFMDEF void *tfm_arena_alloc(tfm_arena *a, size_t bytes) {
     return p;
 }
 
+TFMDEF void *tfm_arena_alloc(tfm_arena *a, size_t bytes) {
+    void *p = tfm__arena_take(a, bytes);
+    if (p && a->dev) memset(p, 0, bytes); /* a twin arena's host bytes start untouched (see tfm_model_init) */
+    return p;
+}
+
 /* n floats from the arena: at base, or at the same offset of its device twin. */
 static float *tfm__carve(tfm_arena *a, size_t n) {
-    unsigned char *p = (unsigned char *)tfm_arena_alloc(a, n * sizeof(float));
+    unsigned char *p = (unsigned char *)tfm__arena_take(a, n * sizeof(float));
     return (float *)(p && a->dev ? a->dev + (p - a->base) : p);
 }
 
@@ -6314,8 +6322,14 @@ TFMDEF tfm_result tfm_model_init(tfm_model *m, const tfm_config *cfg, void *mem,
             return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, total);
         }
     }
-    memset(base, 0, total);
     off = (size_t)((TFM__ALIGN - ((uintptr_t)base & (TFM__ALIGN - 1))) & (TFM__ALIGN - 1));
+    /* a CUDA model's host block is read for its parameters and moments (initialised here, staged for
+       checkpoints) and for what tfm_arena_alloc carves (zeroed then); its activations live on the device,
+       so their host bytes are never touched (no memory is committed for them) */
+    memset(base, 0, dev ? off + sizes[0] + (train ? sizes[0] + 2 * mom : 0) : total);
+#ifdef TFM__TESTING
+    if (dev) memset(base + off + sizes[0] + (train ? sizes[0] + 2 * mom : 0), 0xFF, sizes[2] + sizes[3]); /* must not matter */
+#endif
     memset(&am, 0, sizeof am);
     am.no_grad = !train;
     offs[0] = off; /* params, then (training) grads of the same size and the two moments of [lo, hi) */
