@@ -122,7 +122,8 @@
    On the GPU (cfg.device, or tfm_mem.device for layers) the block has a device twin of the same size
    and layout, one cudaMalloc: every float (tensors) lives there at the offset it has on the host, while
    the host block keeps what the CPU reads (the layers' structs, the batch's ids and lengths) and serves
-   as the staging area of checkpoints. tfm_model_flat, tfm_model_param and tfm_model_logits then hand
+   as the staging area of checkpoints (its activations' bytes are never written: no host memory is
+   committed for them). tfm_model_flat, tfm_model_param and tfm_model_logits then hand
    out device memory (tensor.device says so; tfm_tensor_copy brings it to the host).
 
    ERRORS
