@@ -127,7 +127,7 @@ endif
 # ---- sources ----------------------------------------------------------------------------------
 
 HEADER       := transformer.h
-TEST_SRCS    := $(filter-out tests/test_compile%,$(wildcard tests/*.c tests/*.h))
+TEST_SRCS    := $(filter-out tests/test_compile%,$(wildcard tests/*.c tests/*.h)) examples/wordpiece.h
 EXAMPLE_SRCS := $(wildcard examples/*.c)
 EXAMPLES     := $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRC    := $(wildcard bench/bench.c)
@@ -300,7 +300,17 @@ $(CDIR)/cpp-static: $(CDEPS)
 # Every function the header declares must appear in test_compile2.c's table (so each is linked).
 API_NAMES = sed -n '1,/^$(HASH)if defined(TFM_IMPLEMENTATION)/s/^TFMDEF[^(]*[ *]\([a-z_0-9]*\)(.*/\1/p' $(HEADER)
 
-test-compile: $(COMPILE_BINS)
+# examples/wordpiece.h (the examples' WordPiece tokenizer): C99 and C++11, plain and WP_STATIC
+WP_COMPILE_BINS := $(addprefix $(CDIR)/wordpiece-,c c-static cpp cpp-static)
+$(CDIR)/wordpiece-c $(CDIR)/wordpiece-c-static: tests/test_compile_wordpiece.c examples/wordpiece.h $(BUILD)/.flags-compile
+	@mkdir -p $(CDIR)
+	$(CC) $(STRICT_C) $(if $(filter %-static,$@),-DWP_STATIC) -o $@ $<
+$(CDIR)/wordpiece-cpp $(CDIR)/wordpiece-cpp-static: tests/test_compile_wordpiece.c examples/wordpiece.h $(BUILD)/.flags-compile
+	@mkdir -p $(CDIR)
+	$(CXX) $(STRICT_CXX) $(if $(filter %-static,$@),-DWP_STATIC) -x c++ -o $@ $<
+
+test-compile: $(COMPILE_BINS) $(WP_COMPILE_BINS)
+	@for b in $(WP_COMPILE_BINS); do printf '%s: ' "$$b"; $$b || { echo "test-compile: $$b failed"; exit 1; }; done
 	@missing=$$(for f in $$($(API_NAMES)); do grep -q "TC2_FN($$f)" tests/test_compile2.c || echo $$f; done); \
 	if [ -n "$$missing" ]; then echo "test-compile: not in tests/test_compile2.c's table:" $$missing; exit 1; fi
 	@for v in $(COMPILE_VARIANTS); do \

@@ -39,6 +39,7 @@ void test__run(const char *name, test_fn fn) {
 #include "test_safetensors.c"
 #include "test_io.c"
 #include "test_dist.c"
+#include "test_wordpiece.c"
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -59,6 +60,7 @@ int main(int argc, char **argv) {
     suite_safetensors();
     suite_io();
     suite_dist();
+    suite_wordpiece();
     printf("%d passed, %d failed\n", test__passed, test__failed);
     return test__failed ? 1 : 0;
 }
