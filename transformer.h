@@ -461,7 +461,9 @@ TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *lse, const 
                                         const tfm_tensor *k, const tfm_tensor *v, int n_heads,
                                         const tfm_attn_opts *opts);
 /* Adds into dq, dk, dv (any may be NULL), recomputing the probabilities block by block from lse:
-   dS = P * (dP - rowsum(dout * out)). out and lse as the forward with the same opts left them. */
+   dS = P * (dP - rowsum(dout * out)). out and lse as the forward with the same opts left them. A query
+   that sees exactly one key (Tk 1, a key length of 1, the first causal query, or a mask leaving one key)
+   has a one-hot softmax and adds exactly zero to dq and dk, as torch's unfused attention does. */
 TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_tensor *dv,
                                          const tfm_tensor *dout, const tfm_tensor *q,
                                          const tfm_tensor *k, const tfm_tensor *v,
@@ -3159,12 +3161,28 @@ static int tfm__attention_forward_cpu(const tfm__attn_args *a) {
     return !failed;
 }
 
+/* Whether query i of batch b sees exactly one key: one visible, or one that the additive mask leaves
+   finite. Its softmax row is then one-hot whatever the scores. */
+static TFM__HD int tfm__attn_one_key(const tfm__attn_args *a, int b, int i) {
+    int n = tfm__attn_visible(a, b, i), j, c = 0;
+    const float *mr;
+    if (!a->mask || n <= 1) return n == 1;
+    mr = a->mask + b * a->mask_bs + (int64_t)i * a->Tk;
+    for (j = 0; j < n && c < 2; j++) c += mr[j] != -INFINITY;
+    return c == 1;
+}
+
 /* Per block, with P = e^(S - lse), M the dropout mask and Pd = P*M:
    dv += Pd^T dout;  dP = (dout v^T) * M;  dS = P * (dP - D), D = rowsum(dout * out);
-   dq += scale * dS k;  dk += scale * dS^T q.  All O(T^2 D) per head, over the visible keys only. */
-/* Batch-head bh of the backward, with the block buffers P and G (QB x KB each) and Dr (QB). */
-static void tfm__attn_bwd_head(const tfm__attn_args *a, int bh, float *P, float *G, float *Dr, float *dq, int lddq,
-                               float *dk, int lddk, float *dv, int lddv, const float *dout, int lddo) {
+   dq += scale * dS k;  dk += scale * dS^T q.  All O(T^2 D) per head, over the visible keys only.
+   D is rowsum(P * dP) by another route: the two agree but for rounding, as dP comes from a product and
+   D from a dot product. Where it matters, a query that sees one key (tfm__attn_one_key: cross-attention
+   to a one-token source, a key length of 1, the first causal query), P is one-hot, D is that key's dP
+   exactly and dS exactly zero, as in the unfused softmax: the row's dS is written as those zeros, so no
+   rounding residue reaches dq or dk. */
+/* Batch-head bh of the backward, with the block buffers P and G (QB x KB each), Dr and one (QB each). */
+static void tfm__attn_bwd_head(const tfm__attn_args *a, int bh, float *P, float *G, float *Dr, float *one, float *dq,
+                               int lddq, float *dk, int lddk, float *dv, int lddv, const float *dout, int lddo) {
     int Tq = a->Tq, Tk = a->Tk, D = a->D;
     int b = bh / a->H, h = bh % a->H, i, j, i0, j0;
     const float *q = a->q + (int64_t)b * Tq * a->ldq + h * D;
@@ -3178,7 +3196,10 @@ static void tfm__attn_bwd_head(const tfm__attn_args *a, int bh, float *P, float 
     for (i0 = 0; i0 < Tq; i0 += TFM__ATT_QB) {
         int nq = TFM__MIN(TFM__ATT_QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1);
         const float *gob = go + (int64_t)i0 * lddo;
-        for (i = 0; i < nq; i++) Dr[i] = tfm__dot(gob + (int64_t)i * lddo, o + (int64_t)(i0 + i) * a->ldo, D);
+        for (i = 0; i < nq; i++) {
+            Dr[i] = tfm__dot(gob + (int64_t)i * lddo, o + (int64_t)(i0 + i) * a->ldo, D);
+            one[i] = (float)tfm__attn_one_key(a, b, i0 + i);
+        }
         for (j0 = 0; j0 < kn; j0 += TFM__ATT_KB) {
             int nk = TFM__MIN(TFM__ATT_KB, kn - j0);
             const float *Pd = P;
@@ -3205,6 +3226,10 @@ static void tfm__attn_bwd_head(const tfm__attn_args *a, int bh, float *P, float 
             for (i = 0; i < nq; i++) {
                 float *g = G + (int64_t)i * TFM__ATT_KB;
                 const float *p = P + (int64_t)i * TFM__ATT_KB;
+                if (one[i] != 0.0f) {
+                    for (j = 0; j < nk; j++) g[j] = 0.0f;
+                    continue;
+                }
                 if (a->dropout > 0.0f) tfm__attn_drop_row(g, g, a, tfm__attn_drop_index(a, bh, i0 + i, j0), nk);
                 for (j = 0; j < nk; j++) g[j] = p[j] * (g[j] - Dr[i]);
             }
@@ -3229,8 +3254,9 @@ static int tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int l
             P = tfm__align64(buf);
             TFM__OMP(omp for schedule(static))
             for (bh = 0; bh < nbh; bh++)
-                tfm__attn_bwd_head(a, bh, P, P + TFM__ATT_QB * TFM__ATT_KB, P + 2 * TFM__ATT_QB * TFM__ATT_KB, dq,
-                                   lddq, dk, lddk, dv, lddv, dout, lddo);
+                tfm__attn_bwd_head(a, bh, P, P + TFM__ATT_QB * TFM__ATT_KB, P + 2 * TFM__ATT_QB * TFM__ATT_KB,
+                                   P + 2 * TFM__ATT_QB * TFM__ATT_KB + TFM__ATT_QB, dq, lddq, dk, lddk, dv, lddv,
+                                   dout, lddo);
         }
         tfm__scratch_done(buf);
     }
@@ -3720,19 +3746,23 @@ static __global__ void tfm__k_attn_fwd(tfm__attn_args a, const float *q, const f
     if (t == 0) lse[(int64_t)bh * a.Tq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
 }
 
-/* Dr[bh, i] = dout_i . out_i over the head's channels */
-static __global__ void tfm__k_attn_dr(float *Dr, tfm__attn_args a, const float *out, const float *dout, int lddo) {
+/* Dr[bh, i] = dout_i . out_i over the head's channels; one[bh, i] = 1 where query i sees one key
+   (tfm__attn_one_key: its dS is exactly zero, as on the CPU) */
+static __global__ void tfm__k_attn_dr(float *Dr, float *one, tfm__attn_args a, const float *out, const float *dout,
+                                      int lddo, const int32_t *lens, const float *mask) {
+    tfm__cu_attn_ptrs(&a, NULL, NULL, NULL, NULL, NULL, lens, NULL, NULL, mask);
     TFM__CU_LOOP(r, (int64_t)a.B * a.H * a.Tq) {
         int64_t bh = r / a.Tq, i = r % a.Tq, b = bh / a.H, h = bh % a.H;
         Dr[r] = tfm__cu_dot(dout + (b * a.Tq + i) * lddo + h * a.D, out + (b * a.Tq + i) * a.ldo + h * a.D, a.D);
+        one[r] = (float)tfm__attn_one_key(&a, (int)b, (int)i);
     }
 }
 
 /* The probability, dropout factor and score gradient of query i, key j (both visible): P = e^(S - L),
-   keep = the dropout factor, ds = P (keep dout_i.v_j - Dr_i). */
+   keep = the dropout factor, ds = P (keep dout_i.v_j - Dr_i), or exactly 0 where the query sees one key. */
 static __device__ void tfm__cu_attn_grad(const tfm__attn_args *a, int b, int bh, int i, int j, const float *qi,
                                          const float *kj, const float *vj, const float *doi, float L, float Dri,
-                                         float *pd, float *ds) {
+                                         float onei, float *pd, float *ds) {
     int D = a->D;
     float s = a->scale * tfm__cu_dot(qi, kj, D), p, keep = 1.0f;
     if (a->mask) s += a->mask[b * a->mask_bs + (int64_t)i * a->Tk + j];
@@ -3742,12 +3772,12 @@ static __device__ void tfm__cu_attn_grad(const tfm__attn_args *a, int b, int bh,
                    ? 1.0f / (1.0f - a->dropout)
                    : 0.0f;
     *pd = p * keep;
-    *ds = p * (keep * tfm__cu_dot(doi, vj, D) - Dri);
+    *ds = onei != 0.0f ? 0.0f : p * (keep * tfm__cu_dot(doi, vj, D) - Dri);
 }
 
 /* dq_i += scale sum_j ds_ij k_j: one block per (query i, batch-head) */
 static __global__ void tfm__k_attn_dq(tfm__attn_args a, const float *q, const float *k, const float *v, const float *lse, const int32_t *lens, const float *mask, const float *Dr,
-                                      float *dq, int lddq, const float *dout, int lddo) {
+                                      const float *one, float *dq, int lddq, const float *dout, int lddo) {
     TFM__SHARED_DYN(float, sm);
     int i = (int)(blockIdx.x % (unsigned)a.Tq), bh = (int)(blockIdx.x / (unsigned)a.Tq), b = bh / a.H, h = bh % a.H, D = a.D;
     int t = (int)threadIdx.x, n, j0, d;
@@ -3767,7 +3797,7 @@ static __global__ void tfm__k_attn_dq(tfm__attn_args a, const float *q, const fl
         float pd = 0.0f, ds = 0.0f;
         if (t < nk)
             tfm__cu_attn_grad(&a, b, bh, i, j0 + t, sq, kh + (int64_t)(j0 + t) * a.ldk, vh + (int64_t)(j0 + t) * a.ldv,
-                              sdo, L, Dr[(int64_t)bh * a.Tq + i], &pd, &ds);
+                              sdo, L, Dr[(int64_t)bh * a.Tq + i], one[(int64_t)bh * a.Tq + i], &pd, &ds);
         sds[t] = ds;
         __syncthreads();
         for (d = t; d < D; d += blockDim.x) {
@@ -3783,7 +3813,8 @@ static __global__ void tfm__k_attn_dq(tfm__attn_args a, const float *q, const fl
 /* dv_j += sum_i pd_ij dout_i; dk_j += scale sum_i ds_ij q_i: one block per (key j, batch-head), over the
    queries that see key j (dk or dv may be NULL) */
 static __global__ void tfm__k_attn_dkv(tfm__attn_args a, const float *q, const float *k, const float *v, const float *lse,
-                                       const int32_t *lens, const float *mask, const float *Dr, float *dk, int lddk,
+                                       const int32_t *lens, const float *mask, const float *Dr, const float *one,
+                                       float *dk, int lddk,
                                        float *dv, int lddv, const float *dout, int lddo) {
     TFM__SHARED_DYN(float, sm);
     int j = (int)(blockIdx.x % (unsigned)a.Tk), bh = (int)(blockIdx.x / (unsigned)a.Tk), b = bh / a.H, h = bh % a.H, D = a.D;
@@ -3804,7 +3835,7 @@ static __global__ void tfm__k_attn_dkv(tfm__attn_args a, const float *q, const f
             float L = lse[(int64_t)bh * a.Tq + i];
             if (L != -INFINITY && j < tfm__attn_visible(&a, b, i))
                 tfm__cu_attn_grad(&a, b, bh, i, j, qh + (int64_t)i * a.ldq, sk, sv, doh + (int64_t)i * lddo, L,
-                                  Dr[(int64_t)bh * a.Tq + i], &pd, &ds);
+                                  Dr[(int64_t)bh * a.Tq + i], one[(int64_t)bh * a.Tq + i], &pd, &ds);
         }
         spd[t] = pd;
         sds[t] = ds;
@@ -4077,19 +4108,22 @@ static int tfm__attention_backward_cuda(const tfm__attn_args *a, float *dq, int 
                                         int lddv, const float *dout, int lddo) {
     tfm__cu_attn_io io;
     int64_t nrow = (int64_t)a->B * a->H * a->Tq;
-    if (nrow <= 0 || a->Tk <= 0 || !tfm__cu_attn_stage(a, &io, (size_t)nrow * sizeof(float))) return 1;
-    TFM__LAUNCH(tfm__k_attn_dr, tfm__cu_grid(nrow), TFM__CU_THREADS, 0, io.Dr, *a, a->out, dout, lddo);
+    float *one;
+    if (nrow <= 0 || a->Tk <= 0 || !tfm__cu_attn_stage(a, &io, 2 * (size_t)nrow * sizeof(float))) return 1;
+    one = io.Dr + nrow;
+    TFM__LAUNCH(tfm__k_attn_dr, tfm__cu_grid(nrow), TFM__CU_THREADS, 0, io.Dr, one, *a, a->out, dout, lddo, io.lens,
+                io.mask);
     TFM__CU_LAUNCHED("tfm__k_attn_dr");
     if (dq) {
         unsigned grid = (unsigned)a->Tq * (unsigned)(a->B * a->H);
         TFM__LAUNCH(tfm__k_attn_dq, grid, TFM__CU_ATT, (3 * (size_t)a->D + TFM__CU_ATT) * sizeof(float), *a, a->q, a->k,
-                    a->v, a->lse, io.lens, io.mask, io.Dr, dq, lddq, dout, lddo);
+                    a->v, a->lse, io.lens, io.mask, io.Dr, one, dq, lddq, dout, lddo);
         TFM__CU_LAUNCHED("tfm__k_attn_dq");
     }
     if (dk || dv) {
         unsigned grid = (unsigned)a->Tk * (unsigned)(a->B * a->H); /* key row j of batch-head bh at bh * Tk + j */
         TFM__LAUNCH(tfm__k_attn_dkv, grid, TFM__CU_ATT, (4 * (size_t)a->D + 2 * TFM__CU_ATT) * sizeof(float), *a, a->q,
-                    a->k, a->v, a->lse, io.lens, io.mask, io.Dr, dk, lddk, dv, lddv, dout, lddo);
+                    a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dk, lddk, dv, lddv, dout, lddo);
         TFM__CU_LAUNCHED("tfm__k_attn_dkv");
     }
     return 1;

@@ -762,6 +762,65 @@ static void att_test_fused_additive(void) {
     free(mask);
 }
 
+/* A query that sees exactly one key has a one-hot softmax row, whose gradient with respect to the scores
+   is exactly zero: nothing may reach dq from that row, nor dk from it (torch's math path gives exact
+   zeros). The sources of one visible key: a one-key source (Tk = 1), a key length of 1, the first
+   query of causal attention, and an additive mask that leaves one key (here in the second key block).
+   Head dimension 64, so that differently rounded dot products would show; dropout too. */
+static void att_one_key_case(const char *name, int B, int H, int D, int Tq, int Tk, const tfm_attn_opts *o,
+                             int zero_dk, int row_i) {
+    const int C = H * D;
+    const size_t nq = (size_t)B * Tq * C, nk = (size_t)B * Tk * C;
+    float *q = att_falloc(nq), *k = att_falloc(nk), *v = att_falloc(nk), *dout = att_falloc(nq);
+    float *out = att_falloc(nq), *lse = att_falloc((size_t)B * H * Tq);
+    float *dq = att_falloc(nq), *dk = att_falloc(nk), *dv = att_falloc(nk);
+    tfm_tensor tq = tfm_tensor3(q, B, Tq, C), tk = tfm_tensor3(k, B, Tk, C), tv = tfm_tensor3(v, B, Tk, C);
+    tfm_tensor to = tfm_tensor3(out, B, Tq, C), tdo = tfm_tensor3(dout, B, Tq, C), tl = tfm_tensor3(lse, B, H, Tq);
+    tfm_tensor tdq = tfm_tensor3(dq, B, Tq, C), tdk = tfm_tensor3(dk, B, Tk, C), tdv = tfm_tensor3(dv, B, Tk, C);
+    size_t nz = 0, ndv = 0, n;
+    att_fill(q, nq, -1.5f, 1.5f);
+    att_fill(k, nk, -1.5f, 1.5f);
+    att_fill(v, nk, -1, 1);
+    att_fill(dout, nq, -1, 1);
+    CHECK_OK(tfm_attention_forward(&to, &tl, &tq, &tk, &tv, H, o));
+    CHECK_OK(tfm_attention_backward(&tdq, &tdk, &tdv, &tdo, &tq, &tk, &tv, &to, &tl, H, o));
+    if (row_i < 0) { /* every query sees one key: all of dq, and all of dk when zero_dk */
+        for (n = 0; n < nq; n++) nz += dq[n] != 0.0f;
+        if (zero_dk)
+            for (n = 0; n < nk; n++) nz += dk[n] != 0.0f;
+    } else { /* query row_i of every batch */
+        for (int b = 0; b < B; b++)
+            for (int c = 0; c < C; c++) nz += dq[((size_t)b * Tq + row_i) * C + c] != 0.0f;
+    }
+    for (n = 0; n < nk; n++) ndv += dv[n] != 0.0f;
+    CHECK_MSG(nz == 0, "one key %s: %zu score-gradient entries not exactly zero", name, nz);
+    CHECK_MSG(ndv > 0, "one key %s: dv is all zero", name);
+    free(q); free(k); free(v); free(dout); free(out); free(lse); free(dq); free(dk); free(dv);
+}
+
+static void att_test_fused_one_key(void) {
+    static const int32_t lens1[] = {1, 1};
+    const int B = 2, Tq = 70, Tk = 300;
+    float *mask = att_falloc((size_t)Tq * Tk);
+    tfm_attn_opts o;
+    memset(&o, 0, sizeof o);
+    att_one_key_case("Tk 1", B, 2, 64, Tq, 1, &o, 1, -1);
+    o.key_lens = lens1;
+    att_one_key_case("key_lens 1", B, 2, 64, Tq, Tk, &o, 1, -1);
+    o.key_lens = NULL;
+    o.causal = 1;
+    att_one_key_case("causal, first query", B, 2, 64, Tq, Tq, &o, 0, 0);
+    o.causal = 0;
+    for (int i = 0; i < Tq * Tk; i++) mask[i] = (i / Tk == 5 && i % Tk != 260) ? -INFINITY : 0.0f;
+    o.mask = mask;
+    att_one_key_case("mask leaves key 260", B, 2, 64, Tq, Tk, &o, 0, 5);
+    o.mask = NULL;
+    o.dropout = 0.3f;
+    o.dropout_seed = 77;
+    att_one_key_case("Tk 1, dropout", B, 2, 64, Tq, 1, &o, 1, -1);
+    free(mask);
+}
+
 /* dropout: the same hashed masks as the unfused attention, batch offset included */
 static void att_test_fused_dropout(void) {
     static const int32_t lens[] = {300, 199};
@@ -1376,6 +1435,7 @@ static void suite_attention(void) {
     RUN(att_test_fused_masks);
     RUN(att_test_fused_additive);
     RUN(att_test_fused_dropout);
+    RUN(att_test_fused_one_key);
     RUN(att_test_fused_decode);
     RUN(att_test_mha_self);
     RUN(att_test_mha_causal);

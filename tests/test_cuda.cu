@@ -884,6 +884,7 @@ typedef struct cu_att {
     float dropout;
     int fused;     /* q|k|v in one (B,T,3C) buffer and their gradients likewise (a self-attention layer's) */
     int grads;     /* which gradients backward gets: bit 0 dq, 1 dk, 2 dv */
+    int one_key;   /* every query sees one key: backward adds exactly nothing to dq and dk on either device */
 } cu_att;
 
 static cu_att cu_att_make(int B, int H, int D, int Tq, int Tk, int causal) {
@@ -960,11 +961,23 @@ static void cu_att_run(const cu_att *c) {
     /* backward from the CPU's out and lse on both */
     cu_push(&out);
     cu_push(&lse);
+    float *gq0 = c->one_key ? cu_fetch(gq.h, gq.n, TFM_DEVICE_CPU) : NULL, *gk0 = c->one_key ? cu_fetch(gk.h, gk.n, TFM_DEVICE_CPU) : NULL;
     CU_DEVS {
         float *pq = CU_P(gq), *pk = c->fused ? CU_P(gq) + C : CU_P(gk), *pv = c->fused ? CU_P(gq) + 2 * C : CU_P(gv);
         CHECK_MSG(tfm__op_attention_bwd(CU_DEV, &a[dv], (c->grads & 1) ? pq : NULL, ld, (c->grads & 2) ? pk : NULL, ld,
                                         (c->grads & 4) ? pv : NULL, ld, CU_P(dout), C),
                   "%s: backward on device %d returned 0", name, dv);
+    }
+    if (c->one_key) { /* dq and dk as they were, bit for bit */
+        CU_DEVS {
+            float *hq = cu_fetch(CU_P(gq), gq.n, CU_DEV), *hk = cu_fetch(CU_P(gk), gk.n, CU_DEV);
+            CHECK_MSG(!memcmp(hq, gq0, (size_t)gq.n * sizeof(float)) && !memcmp(hk, gk0, (size_t)gk.n * sizeof(float)),
+                      "%s: backward added to dq or dk on device %d", name, dv);
+            free(hq);
+            free(hk);
+        }
+        free(gq0);
+        free(gk0);
     }
     cu_check(cu_fmt("%s: dq%s", name, c->fused ? "|dk|dv" : ""), &gq, CU_TOL);
     cu_check_finite(cu_fmt("%s: dq", name), &gq);
@@ -998,6 +1011,23 @@ static void cu_op_attention_sizes(void) {
             cu_att_run(&self);
             cu_att_run(&cross);
         }
+}
+
+/* Queries that see one key (a one-key source, with dropout too; every key length 1): their softmax rows are
+   one-hot, so dq and dk get exactly nothing, on the CPU and the device alike. */
+static void cu_op_attention_one_key(void) {
+    int drop;
+    for (drop = 0; drop < 2; drop++) {
+        cu_att c = cu_att_make(2, 2, 64, 40, 1, 0);
+        c.one_key = 1;
+        c.dropout = drop ? 0.3f : 0.0f;
+        cu_att_run(&c);
+    }
+    {
+        cu_att c = cu_att_make(2, 2, 64, 40, 1, 1); /* causal over one key */
+        c.one_key = 1;
+        cu_att_run(&c);
+    }
 }
 
 /* Key lengths (0: a row sees nothing; full), additive masks (shared and per batch row, -inf entries, a
@@ -3042,6 +3072,7 @@ static void suite_ops(void) {
 static void suite_attention(void) {
     RUN(cu_op_attention_sizes);
     RUN(cu_op_attention_masks);
+    RUN(cu_op_attention_one_key);
     RUN(cu_op_attention_decode);
     RUN(cu_op_attention_dropout_mask);
 }
