@@ -378,6 +378,13 @@ TFMDEF tfm_result tfm_layernorm_backward(tfm_tensor *dx, tfm_tensor *dg, tfm_ten
                                          const tfm_tensor *dy, const tfm_tensor *x,
                                          const tfm_tensor *g, const tfm_tensor *mean,
                                          const tfm_tensor *rstd);
+/* RMSNorm (LLaMA's, torch.nn.RMSNorm's): y = x * rstd * g over the last dim, rstd = 1 / sqrt(mean(x^2) +
+   eps); no centering, no bias. x, y (N,C); g (C) or NULL (1); rstd (N) saved for backward. y may alias x. */
+TFMDEF tfm_result tfm_rmsnorm_forward(tfm_tensor *y, tfm_tensor *rstd, const tfm_tensor *x, const tfm_tensor *g,
+                                      float eps);
+/* Adds into dx and dg (either may be NULL); x, g and rstd as the forward had them. */
+TFMDEF tfm_result tfm_rmsnorm_backward(tfm_tensor *dx, tfm_tensor *dg, const tfm_tensor *dy, const tfm_tensor *x,
+                                       const tfm_tensor *g, const tfm_tensor *rstd);
 
 typedef enum tfm_gelu_kind {
     TFM_GELU_ERF = 0,  /* exact: x * Phi(x), torch's default */
@@ -2659,8 +2666,10 @@ static void tfm__cross_entropy_backward_cpu(float *dx, float dloss, const float 
     }
 }
 
+/* rms: RMSNorm, the layernorm without centering (the mean taken as 0): y = x * rstd * g, rstd from the mean
+   of the squares. */
 static void tfm__layernorm_forward_cpu(float *y, float *mean, float *rstd, const float *x, const float *g,
-                                       const float *b, float eps, int64_t N, int64_t C) {
+                                       const float *b, float eps, int64_t N, int64_t C, int rms) {
     int64_t r;
     TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
     for (r = 0; r < N; r++) {
@@ -2668,7 +2677,7 @@ static void tfm__layernorm_forward_cpu(float *y, float *mean, float *rstd, const
         float *yr = y + r * C, m, v, rs, acc[16] = {0};
         int64_t j = 0;
         int k;
-        m = tfm__sum(xr, C) / (float)C;
+        m = rms ? 0.0f : tfm__sum(xr, C) / (float)C;
         v = 0.0f;
         for (; j + 16 <= C; j += 16)
             for (k = 0; k < 16; k++) acc[k] += (xr[j + k] - m) * (xr[j + k] - m);
@@ -2685,16 +2694,17 @@ static void tfm__layernorm_forward_cpu(float *y, float *mean, float *rstd, const
 /* With xhat = (x - mean) * rstd and dn = dy * g:
    dx = res + rstd * (dn - mean(dn) - xhat * mean(dn * xhat));  dg += sum_rows dy * xhat;  db += sum_rows dy.
    res: a residual gradient added in the same pass; it may be dx itself (accumulate), or NULL (dx is
-   overwritten, not read). */
+   overwritten, not read). rms: RMSNorm's (mean NULL, taken as 0, and no mean(dn) term). */
 static void tfm__layernorm_backward_cpu(float *dx, const float *res, float *dg, float *db, const float *dy,
                                         const float *x, const float *g, const float *mean, const float *rstd,
-                                        int64_t N, int64_t C) {
+                                        int64_t N, int64_t C, int rms) {
     int64_t r;
     if (dx) {
         TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * C)))
         for (r = 0; r < N; r++) {
             const float *xr = x + r * C, *gr = dy + r * C, *rr = res ? res + r * C : NULL;
-            float *dr = dx + r * C, m = mean[r], rs = rstd[r], a = 0.0f, bsum = 0.0f, aa[16] = {0}, bb[16] = {0};
+            float *dr = dx + r * C, m = rms ? 0.0f : mean[r], rs = rstd[r], a = 0.0f, bsum = 0.0f, aa[16] = {0},
+                  bb[16] = {0};
             int64_t j = 0;
             int k;
             for (; j + 16 <= C; j += 16)
@@ -2712,7 +2722,7 @@ static void tfm__layernorm_backward_cpu(float *dx, const float *res, float *dg, 
                 a += dn;
                 bsum += dn * (xr[j] - m) * rs;
             }
-            a /= (float)C;
+            a = rms ? 0.0f : a / (float)C;
             bsum /= (float)C;
             if (rr) {
                 for (j = 0; j < C; j++) dr[j] = rr[j] + rs * (gr[j] * (g ? g[j] : 1.0f) - a - (xr[j] - m) * rs * bsum);
@@ -2731,7 +2741,7 @@ static void tfm__layernorm_backward_cpu(float *dx, const float *res, float *dg, 
             for (c = c0; c < c1; c++) ag[c - c0] = ab[c - c0] = 0.0f;
             for (rr = 0; rr < N; rr++) {
                 const float *xr = x + rr * C, *gr = dy + rr * C;
-                float m = mean[rr], rs = rstd[rr];
+                float m = rms ? 0.0f : mean[rr], rs = rstd[rr];
                 for (c = c0; c < c1; c++) {
                     ag[c - c0] += gr[c] * (xr[c] - m) * rs;
                     ab[c - c0] += gr[c];
@@ -3537,12 +3547,14 @@ static __global__ void tfm__k_xent_bwd(float *dx, float g, const float *x, const
 
 /* One block per row; y may alias x (each thread reads only the elements it writes) */
 static __global__ void tfm__k_layernorm(float *y, float *mean, float *rstd, const float *x, const float *g,
-                                        const float *b, float eps, int64_t C) {
+                                        const float *b, float eps, int64_t C, int rms) {
     TFM__SHARED(float, sh, 32);
     int64_t o = (int64_t)blockIdx.x * C, j;
     float m = 0.0f, v = 0.0f, rs;
-    for (j = threadIdx.x; j < C; j += blockDim.x) m += x[o + j];
-    m = tfm__cu_reduce(m, sh, 0) / (float)C;
+    if (!rms) {
+        for (j = threadIdx.x; j < C; j += blockDim.x) m += x[o + j];
+        m = tfm__cu_reduce(m, sh, 0) / (float)C;
+    }
     for (j = threadIdx.x; j < C; j += blockDim.x) v += (x[o + j] - m) * (x[o + j] - m);
     v = tfm__cu_reduce(v, sh, 0) / (float)C;
     rs = 1.0f / sqrtf(v + eps);
@@ -3553,16 +3565,17 @@ static __global__ void tfm__k_layernorm(float *y, float *mean, float *rstd, cons
 
 /* One block per row: dx = res + rstd (dn - mean(dn) - xhat mean(dn xhat)), dn = dy g (res may be dx, or NULL) */
 static __global__ void tfm__k_layernorm_bwd(float *dx, const float *res, const float *dy, const float *x, const float *g,
-                                            const float *mean, const float *rstd, int64_t C) {
+                                            const float *mean, const float *rstd, int64_t C, int rms) {
     TFM__SHARED(float, sh, 32);
     int64_t r = blockIdx.x, o = r * C, j;
-    float m = mean[r], rs = rstd[r], a = 0.0f, bs = 0.0f;
+    float m = rms ? 0.0f : mean[r], rs = rstd[r], a = 0.0f, bs = 0.0f;
     for (j = threadIdx.x; j < C; j += blockDim.x) {
         float dn = dy[o + j] * (g ? g[j] : 1.0f);
         a += dn;
         bs += dn * (x[o + j] - m) * rs;
     }
     a = tfm__cu_reduce(a, sh, 0) / (float)C;
+    if (rms) a = 0.0f;
     bs = tfm__cu_reduce(bs, sh, 0) / (float)C;
     for (j = threadIdx.x; j < C; j += blockDim.x) {
         float d = rs * (dy[o + j] * (g ? g[j] : 1.0f) - a - (x[o + j] - m) * rs * bs);
@@ -3572,12 +3585,12 @@ static __global__ void tfm__k_layernorm_bwd(float *dx, const float *res, const f
 
 /* dg[c] += sum_r dy xhat; db[c] += sum_r dy (either may be NULL) */
 static __global__ void tfm__k_layernorm_dgb(float *dg, float *db, const float *dy, const float *x, const float *mean,
-                                            const float *rstd, int64_t N, int64_t C) {
+                                            const float *rstd, int64_t N, int64_t C, int rms) {
     TFM__CU_LOOP(c, C) {
         float ag = 0.0f, ab = 0.0f;
         int64_t r;
         for (r = 0; r < N; r++) {
-            ag += dy[r * C + c] * (x[r * C + c] - mean[r]) * rstd[r];
+            ag += dy[r * C + c] * (x[r * C + c] - (rms ? 0.0f : mean[r])) * rstd[r];
             ab += dy[r * C + c];
         }
         if (dg) dg[c] += ag;
@@ -3966,21 +3979,21 @@ static void tfm__cross_entropy_bwd_cuda(float *dx, float dloss, const float *x, 
 }
 
 static void tfm__layernorm_cuda(float *y, float *mean, float *rstd, const float *x, const float *g, const float *b,
-                                float eps, int64_t N, int64_t C) {
+                                float eps, int64_t N, int64_t C, int rms) {
     if (N <= 0) return;
-    TFM__LAUNCH(tfm__k_layernorm, (unsigned)N, tfm__cu_row_threads(C), 0, y, mean, rstd, x, g, b, eps, C);
+    TFM__LAUNCH(tfm__k_layernorm, (unsigned)N, tfm__cu_row_threads(C), 0, y, mean, rstd, x, g, b, eps, C, rms);
     TFM__CU_LAUNCHED("tfm__k_layernorm");
 }
 
 static void tfm__layernorm_bwd_cuda(float *dx, const float *res, float *dg, float *db, const float *dy, const float *x,
-                                    const float *g, const float *mean, const float *rstd, int64_t N, int64_t C) {
+                                    const float *g, const float *mean, const float *rstd, int64_t N, int64_t C, int rms) {
     if (N <= 0) return;
     if (dx) {
-        TFM__LAUNCH(tfm__k_layernorm_bwd, (unsigned)N, tfm__cu_row_threads(C), 0, dx, res, dy, x, g, mean, rstd, C);
+        TFM__LAUNCH(tfm__k_layernorm_bwd, (unsigned)N, tfm__cu_row_threads(C), 0, dx, res, dy, x, g, mean, rstd, C, rms);
         TFM__CU_LAUNCHED("tfm__k_layernorm_bwd");
     }
     if (dg || db) {
-        TFM__LAUNCH(tfm__k_layernorm_dgb, tfm__cu_grid(C), TFM__CU_THREADS, 0, dg, db, dy, x, mean, rstd, N, C);
+        TFM__LAUNCH(tfm__k_layernorm_dgb, tfm__cu_grid(C), TFM__CU_THREADS, 0, dg, db, dy, x, mean, rstd, N, C, rms);
         TFM__CU_LAUNCHED("tfm__k_layernorm_dgb");
     }
 }
@@ -4285,17 +4298,18 @@ static void tfm__op_cross_entropy_bwd(tfm_device dev, float *dx, float dloss, co
     TFM__CUDA(dev, tfm__cross_entropy_bwd_cuda(dx, dloss, x, lse, t, ignore, s, N, V); return);
     tfm__cross_entropy_backward_cpu(dx, dloss, x, lse, t, ignore, s, N, V);
 }
+/* rms: RMSNorm (no centering, mean unused) */
 static void tfm__op_layernorm(tfm_device dev, float *y, float *mean, float *rstd, const float *x, const float *g,
-                              const float *b, float eps, int64_t N, int64_t C) {
-    TFM__CUDA(dev, tfm__layernorm_cuda(y, mean, rstd, x, g, b, eps, N, C); return);
-    tfm__layernorm_forward_cpu(y, mean, rstd, x, g, b, eps, N, C);
+                              const float *b, float eps, int64_t N, int64_t C, int rms) {
+    TFM__CUDA(dev, tfm__layernorm_cuda(y, mean, rstd, x, g, b, eps, N, C, rms); return);
+    tfm__layernorm_forward_cpu(y, mean, rstd, x, g, b, eps, N, C, rms);
 }
 /* dx = res + the layernorm's input gradient; res may be dx (accumulate) or NULL (dx only written) */
 static void tfm__op_layernorm_bwd(tfm_device dev, float *dx, const float *res, float *dg, float *db, const float *dy,
                                   const float *x, const float *g, const float *mean, const float *rstd, int64_t N,
-                                  int64_t C) {
-    TFM__CUDA(dev, tfm__layernorm_bwd_cuda(dx, res, dg, db, dy, x, g, mean, rstd, N, C); return);
-    tfm__layernorm_backward_cpu(dx, res, dg, db, dy, x, g, mean, rstd, N, C);
+                                  int64_t C, int rms) {
+    TFM__CUDA(dev, tfm__layernorm_bwd_cuda(dx, res, dg, db, dy, x, g, mean, rstd, N, C, rms); return);
+    tfm__layernorm_backward_cpu(dx, res, dg, db, dy, x, g, mean, rstd, N, C, rms);
 }
 /* act: a tfm_activation */
 static void tfm__op_act(tfm_device dev, int act, float *y, const float *x, int64_t n) {
@@ -4662,7 +4676,7 @@ TFMDEF tfm_result tfm_layernorm_forward(tfm_tensor *y, tfm_tensor *mean, tfm_ten
     TFM__TRY(tfm__chk_vec(fn, "rstd", rstd, "x", x, tfm__rows(x)));
     TFM__TRY(tfm__same_device("tfm_layernorm_forward", -1, 6, y, mean, rstd, x, g, b));
     if (!(eps >= 0.0f) || !isfinite(eps)) return tfm__fail(TFM_E_ARG, "%s: eps %g must be finite and >= 0", fn, (double)eps);
-    tfm__op_layernorm(y->device, y->data, mean ? mean->data : NULL, rstd ? rstd->data : NULL, x->data, g ? g->data : NULL, b ? b->data : NULL, eps, tfm__rows(x), tfm__cols(x));
+    tfm__op_layernorm(y->device, y->data, mean ? mean->data : NULL, rstd ? rstd->data : NULL, x->data, g ? g->data : NULL, b ? b->data : NULL, eps, tfm__rows(x), tfm__cols(x), 0);
     return tfm__cuda_check("tfm_layernorm_forward");
 }
 
@@ -4684,8 +4698,42 @@ TFMDEF tfm_result tfm_layernorm_backward(tfm_tensor *dx, tfm_tensor *dg, tfm_ten
     TFM__TRY(tfm__chk_vec(fn, "mean", mean, "x", x, tfm__rows(x)));
     TFM__TRY(tfm__chk_vec(fn, "rstd", rstd, "x", x, tfm__rows(x)));
     TFM__TRY(tfm__same_device("tfm_layernorm_backward", -1, 8, dx, dg, db, dy, x, g, mean, rstd));
-    tfm__op_layernorm_bwd(dy->device, dx ? dx->data : NULL, dx ? dx->data : NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data, g ? g->data : NULL, mean->data, rstd->data, tfm__rows(x), tfm__cols(x));
+    tfm__op_layernorm_bwd(dy->device, dx ? dx->data : NULL, dx ? dx->data : NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data, g ? g->data : NULL, mean->data, rstd->data, tfm__rows(x), tfm__cols(x), 0);
     return tfm__cuda_check("tfm_layernorm_backward");
+}
+
+/* RMSNorm runs on the layernorm's kernels, without the centering (their rms flag). */
+TFMDEF tfm_result tfm_rmsnorm_forward(tfm_tensor *y, tfm_tensor *rstd, const tfm_tensor *x, const tfm_tensor *g,
+                                      float eps) {
+    const char *fn = "tfm_rmsnorm_forward";
+    TFM__TRY(tfm__chk_pair(fn, "y", y, "x", x));
+    TFM__TRY(tfm__chk_opt(fn, "rstd", rstd));
+    TFM__TRY(tfm__chk_opt(fn, "weight", g));
+    TFM__TRY(tfm__chk_vec(fn, "weight", g, "x", x, tfm__cols(x)));
+    TFM__TRY(tfm__chk_vec(fn, "rstd", rstd, "x", x, tfm__rows(x)));
+    TFM__TRY(tfm__same_device(fn, -1, 4, y, rstd, x, g));
+    if (!(eps >= 0.0f) || !isfinite(eps)) return tfm__fail(TFM_E_ARG, "%s: eps %g must be finite and >= 0", fn, (double)eps);
+    tfm__op_layernorm(y->device, y->data, NULL, rstd ? rstd->data : NULL, x->data, g ? g->data : NULL, NULL, eps,
+                      tfm__rows(x), tfm__cols(x), 1);
+    return tfm__cuda_check(fn);
+}
+
+TFMDEF tfm_result tfm_rmsnorm_backward(tfm_tensor *dx, tfm_tensor *dg, const tfm_tensor *dy, const tfm_tensor *x,
+                                       const tfm_tensor *g, const tfm_tensor *rstd) {
+    const char *fn = "tfm_rmsnorm_backward";
+    TFM__TRY(tfm__chk_pair(fn, "dy", dy, "x", x));
+    TFM__TRY(tfm__chk(fn, "rstd", rstd));
+    TFM__TRY(tfm__chk_opt(fn, "weight", g));
+    TFM__TRY(tfm__chk_opt(fn, "dx", dx));
+    TFM__TRY(tfm__chk_opt(fn, "dweight", dg));
+    TFM__TRY(tfm__chk_same(fn, "x", x, "dx", dx));
+    TFM__TRY(tfm__chk_vec(fn, "weight", g, "x", x, tfm__cols(x)));
+    TFM__TRY(tfm__chk_vec(fn, "dweight", dg, "x", x, tfm__cols(x)));
+    TFM__TRY(tfm__chk_vec(fn, "rstd", rstd, "x", x, tfm__rows(x)));
+    TFM__TRY(tfm__same_device(fn, -1, 6, dx, dg, dy, x, g, rstd));
+    tfm__op_layernorm_bwd(dy->device, dx ? dx->data : NULL, dx ? dx->data : NULL, dg ? dg->data : NULL, NULL, dy->data,
+                          x->data, g ? g->data : NULL, NULL, rstd->data, tfm__rows(x), tfm__cols(x), 1);
+    return tfm__cuda_check(fn);
 }
 
 /* -- element-wise -- */
@@ -5748,7 +5796,7 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
         float *v = blk->sub_out;
         tfm_layernorm *ln = &blk->norm[s];
         if (d->norm_first) {
-            tfm__op_layernorm(blk->device, blk->ln_io[s], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data, d->ln_eps, N, C);
+            tfm__op_layernorm(blk->device, blk->ln_io[s], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data, d->ln_eps, N, C, 0);
             tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], kc, layer);
         } else {
             tfm__block_sub_fwd(blk, s, v, xs, kc, layer);
@@ -5760,7 +5808,7 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
             tfm__op_add(blk->device, out, xs, v, N * C);
         } else {
             tfm__op_add(blk->device, blk->ln_io[s], xs, v, N * C);
-            tfm__op_layernorm(blk->device, out, ln->mean, ln->rstd, blk->ln_io[s], ln->weight.data, ln->bias.data, d->ln_eps, N, C);
+            tfm__op_layernorm(blk->device, out, ln->mean, ln->rstd, blk->ln_io[s], ln->weight.data, ln->bias.data, d->ln_eps, N, C, 0);
         }
         if (s + 1 < blk->n_sub) blk->stream[s + 1] = out;
     }
@@ -5793,9 +5841,9 @@ static void tfm__block_bwd(tfm_block *blk, float *dx, float dx_beta, float *dxkv
             }
             tfm__block_sub_bwd(blk, s, blk->d_u, 0.0f, dv, dxkv);
             /* dprev = g (residual) + LN's gradient */
-            tfm__op_layernorm_bwd(blk->device, dprev, g, ln->d_weight.data, ln->d_bias.data, blk->d_u, blk->stream[s], ln->weight.data, ln->mean, ln->rstd, N, C);
+            tfm__op_layernorm_bwd(blk->device, dprev, g, ln->d_weight.data, ln->d_bias.data, blk->d_u, blk->stream[s], ln->weight.data, ln->mean, ln->rstd, N, C, 0);
         } else {
-            tfm__op_layernorm_bwd(blk->device, blk->d_u, NULL, ln->d_weight.data, ln->d_bias.data, g, blk->ln_io[s], ln->weight.data, ln->mean, ln->rstd, N, C);
+            tfm__op_layernorm_bwd(blk->device, blk->d_u, NULL, ln->d_weight.data, ln->d_bias.data, g, blk->ln_io[s], ln->weight.data, ln->mean, ln->rstd, N, C, 0);
             tfm__op_copy(blk->device, dprev, blk->d_u, N * C); /* residual */
             dv = blk->d_u;
             if (drop) {
@@ -6677,7 +6725,7 @@ static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, in
         cur = out;
     }
     if (m->cfg.norm_first) {
-        tfm__op_layernorm(m->impl->device, ln_out, norm->mean, norm->rstd, cur, norm->weight.data, norm->bias.data, m->cfg.ln_eps, (int64_t)B * T, m->cfg.d_model);
+        tfm__op_layernorm(m->impl->device, ln_out, norm->mean, norm->rstd, cur, norm->weight.data, norm->bias.data, m->cfg.ln_eps, (int64_t)B * T, m->cfg.d_model, 0);
         cur = ln_out;
     }
     return cur;
@@ -6693,7 +6741,7 @@ static float *tfm__stack_bwd(tfm_model *m, tfm_block *blks, float *buf, int n, t
     bufs[1] = m->impl->d_dec_x;
     if (m->cfg.norm_first) {
         const float *top = buf + (n - 1) * BTC;
-        tfm__op_layernorm_bwd(m->impl->device, bufs[which], NULL, norm->d_weight.data, norm->d_bias.data, g, top, norm->weight.data, norm->mean, norm->rstd, (int64_t)B * T, C);
+        tfm__op_layernorm_bwd(m->impl->device, bufs[which], NULL, norm->d_weight.data, norm->d_bias.data, g, top, norm->weight.data, norm->mean, norm->rstd, (int64_t)B * T, C, 0);
         g = bufs[which];
         which ^= 1;
     }

@@ -619,58 +619,61 @@ static void cu_op_cross_entropy(void) {
 
 /* layernorm forward (with and without gain, bias and saved statistics; rows with a mean of 10, where
    the variance cancels) and backward, with the residual NULL (dx written), dx itself (accumulate), a
-   separate buffer, and dx left out; dg and db accumulate, or are left out. */
+   separate buffer, and dx left out; dg and db accumulate, or are left out. The same for RMSNorm (rms: no
+   mean, no bias). */
 static void cu_op_layernorm(void) {
     cu_nc sh[CU_MAX_SHAPES];
     cu_rng g = {16};
-    int ns = cu_shapes(sh), i, v;
-    for (i = 0; i < ns; i++)
-        for (v = 0; v < 4; v++) {
-            int64_t N = sh[i].N, C = sh[i].C;
-            int has_g = v != 2, has_b = v == 0 || v == 3, has_dg = v != 2;
-            char name[160];
-            /* rows of mean 10 (odd variants) only when C >= 32: with fewer samples a row's spread may be tiny, and
-               then 1/sigma amplifies the one-ulp difference the two devices' sums give the mean (the problem's
-               conditioning |mean|/sigma, not a kernel's error) */
-            cu_buf x = cu_normal(N * C, &g, 2, C >= 32 ? 10.0 * (v & 1) : 0.0), gn = cu_normal(C, &g, 0.5, 1), bb = cu_normal(C, &g, 0.5, 0);
-            cu_buf y = cu_nan(N * C), mean = cu_nan(N), rstd = cu_nan(N), dy = cu_normal(N * C, &g, 1, 0);
-            cu_buf dx = v == 0 ? cu_nan(N * C) : cu_normal(N * C, &g, 1, 0), res = cu_normal(N * C, &g, 1, 0);
-            cu_buf dg = cu_normal(C, &g, 1, 0), db = cu_normal(C, &g, 1, 0);
-            snprintf(name, sizeof name, "layernorm N=%lld C=%lld gain=%d bias=%d", (long long)N, (long long)C, has_g, has_b);
-            CU_DEVS tfm__op_layernorm(CU_DEV, CU_P(y), CU_P(mean), CU_P(rstd), CU_P(x), has_g ? CU_P(gn) : NULL, has_b ? CU_P(bb) : NULL,
-                                      1e-5f, N, C);
-            cu_check(cu_fmt("%s: y", name), &y, CU_TOL);
-            cu_check(cu_fmt("%s: mean", name), &mean, CU_TOL);
-            cu_check(cu_fmt("%s: rstd", name), &rstd, CU_TOL);
-            if (v == 3) { /* without the statistics */
-                cu_buf y2 = cu_nan(N * C);
-                CU_DEVS tfm__op_layernorm(CU_DEV, CU_P(y2), NULL, NULL, CU_P(x), CU_P(gn), CU_P(bb), 1e-5f, N, C);
-                cu_check(cu_fmt("%s: y without statistics", name), &y2, CU_TOL);
-                cu_free(&y2);
+    int ns = cu_shapes(sh), i, v, rms;
+    for (rms = 0; rms < 2; rms++)
+        for (i = 0; i < ns; i++)
+            for (v = 0; v < 4; v++) {
+                int64_t N = sh[i].N, C = sh[i].C;
+                int has_g = v != 2, has_b = !rms && (v == 0 || v == 3), has_dg = v != 2;
+                char name[160];
+                /* rows of mean 10 (odd variants) only when C >= 32: with fewer samples a row's spread may be tiny, and
+                   then 1/sigma amplifies the one-ulp difference the two devices' sums give the mean (the problem's
+                   conditioning |mean|/sigma, not a kernel's error) */
+                cu_buf x = cu_normal(N * C, &g, 2, C >= 32 ? 10.0 * (v & 1) : 0.0), gn = cu_normal(C, &g, 0.5, 1), bb = cu_normal(C, &g, 0.5, 0);
+                cu_buf y = cu_nan(N * C), mean = cu_nan(N), rstd = cu_nan(N), dy = cu_normal(N * C, &g, 1, 0);
+                cu_buf dx = v == 0 ? cu_nan(N * C) : cu_normal(N * C, &g, 1, 0), res = cu_normal(N * C, &g, 1, 0);
+                cu_buf dg = cu_normal(C, &g, 1, 0), db = cu_normal(C, &g, 1, 0);
+                snprintf(name, sizeof name, "%s N=%lld C=%lld gain=%d bias=%d", rms ? "rmsnorm" : "layernorm", (long long)N,
+                         (long long)C, has_g, has_b);
+                CU_DEVS tfm__op_layernorm(CU_DEV, CU_P(y), rms ? NULL : CU_P(mean), CU_P(rstd), CU_P(x), has_g ? CU_P(gn) : NULL,
+                                          has_b ? CU_P(bb) : NULL, 1e-5f, N, C, rms);
+                cu_check(cu_fmt("%s: y", name), &y, CU_TOL);
+                if (!rms) cu_check(cu_fmt("%s: mean", name), &mean, CU_TOL);
+                cu_check(cu_fmt("%s: rstd", name), &rstd, CU_TOL);
+                if (v == 3) { /* without the statistics */
+                    cu_buf y2 = cu_nan(N * C);
+                    CU_DEVS tfm__op_layernorm(CU_DEV, CU_P(y2), NULL, NULL, CU_P(x), CU_P(gn), has_b ? CU_P(bb) : NULL, 1e-5f, N, C, rms);
+                    cu_check(cu_fmt("%s: y without statistics", name), &y2, CU_TOL);
+                    cu_free(&y2);
+                }
+                if (!rms) cu_push(&mean); /* backward from the CPU's statistics on both */
+                cu_push(&rstd);
+                CU_DEVS {
+                    float *pdx = v == 3 ? NULL : CU_P(dx);
+                    const float *pres = v == 0 ? NULL : v == 1 ? CU_P(dx) : CU_P(res);
+                    tfm__op_layernorm_bwd(CU_DEV, pdx, pres, has_dg ? CU_P(dg) : NULL, has_b ? CU_P(db) : NULL, CU_P(dy), CU_P(x),
+                                          has_g ? CU_P(gn) : NULL, rms ? NULL : CU_P(mean), CU_P(rstd), N, C, rms);
+                }
+                {
+                    /* dx = rstd (dn - mean(dn) - xhat mean(dn xhat)) cancels (exactly, over one column) from terms of size
+                       rstd |dy g|: that size floors the relative error (a fused multiply-add leaves a rounding residue) */
+                    double scale = 0.0, mdy = 0.0, mg = 1.0;
+                    int64_t j;
+                    for (j = 0; j < N; j++) scale = fmax(scale, (double)rstd.h[j]);
+                    for (j = 0; j < N * C; j++) mdy = fmax(mdy, fabs((double)dy.h[j]));
+                    for (j = 0; has_g && j < C; j++) mg = fmax(mg, fabs((double)gn.h[j]));
+                    cu_check_scaled(cu_fmt("%s: dx (residual %s)", name, v == 0 ? "none" : v == 1 ? "dx" : v == 2 ? "separate" : "-, no dx"), &dx,
+                                    CU_TOL, scale * mdy * mg);
+                }
+                cu_check(cu_fmt("%s: dgain", name), &dg, CU_TOL);
+                cu_check(cu_fmt("%s: dbias", name), &db, CU_TOL);
+                cu_release(&x, &gn, &bb, &y, &mean, &rstd, &dy, &dx, &res, &dg, &db, CU_END);
             }
-            cu_push(&mean); /* backward from the CPU's statistics on both */
-            cu_push(&rstd);
-            CU_DEVS {
-                float *pdx = v == 3 ? NULL : CU_P(dx);
-                const float *pres = v == 0 ? NULL : v == 1 ? CU_P(dx) : CU_P(res);
-                tfm__op_layernorm_bwd(CU_DEV, pdx, pres, has_dg ? CU_P(dg) : NULL, has_b ? CU_P(db) : NULL, CU_P(dy), CU_P(x),
-                                      has_g ? CU_P(gn) : NULL, CU_P(mean), CU_P(rstd), N, C);
-            }
-            {
-                /* dx = rstd (dn - mean(dn) - xhat mean(dn xhat)) cancels (exactly, over one column) from terms of size
-                   rstd |dy g|: that size floors the relative error (a fused multiply-add leaves a rounding residue) */
-                double scale = 0.0, mdy = 0.0, mg = 1.0;
-                int64_t j;
-                for (j = 0; j < N; j++) scale = fmax(scale, (double)rstd.h[j]);
-                for (j = 0; j < N * C; j++) mdy = fmax(mdy, fabs((double)dy.h[j]));
-                for (j = 0; has_g && j < C; j++) mg = fmax(mg, fabs((double)gn.h[j]));
-                cu_check_scaled(cu_fmt("%s: dx (residual %s)", name, v == 0 ? "none" : v == 1 ? "dx" : v == 2 ? "separate" : "-, no dx"), &dx,
-                                CU_TOL, scale * mdy * mg);
-            }
-            cu_check(cu_fmt("%s: dgain", name), &dg, CU_TOL);
-            cu_check(cu_fmt("%s: dbias", name), &db, CU_TOL);
-            cu_release(&x, &gn, &bb, &y, &mean, &rstd, &dy, &dx, &res, &dg, &db, CU_END);
-        }
 }
 
 /* ReLU, GELU and tanh-GELU forward and backward (dx overwritten with acc 0, accumulated with acc 1), on

@@ -868,6 +868,102 @@ static void ops_test_layernorm(void) {
     ops_layernorm_case(2, s464, 0.01, &g);
 }
 
+/* ---- RMSNorm ---------------------------------------------------------------------------- */
+
+/* y = x / sqrt(mean(x^2) + eps) * g; in = {x, g} */
+static double ops_rms_rstd(const double *x, int64_t C, double eps) {
+    double v = 0;
+    for (int64_t i = 0; i < C; i++) v += x[i] * x[i];
+    return 1.0 / sqrt(v / (double)C + eps);
+}
+
+static void ops_rms_ref(const void *ctx, double *const *in, double *y) {
+    const ops_ln *c = (const ops_ln *)ctx;
+    for (int64_t n = 0; n < c->N; n++) {
+        const double *x = in[0] + n * c->C;
+        double rs = ops_rms_rstd(x, c->C, c->eps);
+        for (int64_t i = 0; i < c->C; i++) y[n * c->C + i] = x[i] * rs * in[1][i];
+    }
+}
+
+/* x ~ N(0.4 xscale, xscale^2); with xscale 0.01 the mean square (~1.2e-4) is near eps = 1e-5 * 10, so where
+   eps goes matters at the percent level */
+static void ops_rmsnorm_case(int nd, const int64_t *sh, double xscale, float eps, ops_rng *g) {
+    ops_ln c;
+    char nm[128], wb[192];
+    int64_t n = ops_prod(nd, sh), C = sh[nd - 1], N = n / C;
+    float *x = ops_falloc(n), *y = ops_falloc(n), *z = ops_falloc(n), *gm = ops_falloc(C), *rstd = ops_falloc(N);
+    float *dy = ops_falloc(n), *dx = ops_falloc(n), *dg = ops_falloc(C), *dx1 = ops_falloc(n), *dg1 = ops_falloc(C);
+    double *in[2], *r, *rrstd = ops_dalloc(N);
+    tfm_tensor tx = ops_t(x, nd, sh), ty = ops_t(y, nd, sh), tz = ops_t(z, nd, sh);
+    tfm_tensor tdy = ops_t(dy, nd, sh), tdx = ops_t(dx, nd, sh);
+    tfm_tensor tg = tfm_tensor1(gm, C), tdg = tfm_tensor1(dg, C), tr = tfm_tensor1(rstd, N);
+
+    c.N = N; c.C = C; c.eps = (double)eps;
+    snprintf(nm, sizeof nm, "rmsnorm N=%d C=%d %dd x scale %g eps %g", (int)N, (int)C, nd, xscale, (double)eps);
+    ops_fill_normal(x, n, g, xscale, 0.4 * xscale);
+    ops_fill_normal(gm, C, g, 0.5, 1.0);
+    ops_fill_normal(dy, n, g, 1, 0);
+    ops_fill_nan(y, n);
+    ops_fill_nan(rstd, N);
+    in[0] = ops_to_double(x, n);
+    in[1] = ops_to_double(gm, C);
+    r = ops_to_double(dy, n);
+    for (int64_t i = 0; i < N; i++) rrstd[i] = ops_rms_rstd(in[0] + i * C, C, c.eps);
+
+    CHECK_OK(tfm_rmsnorm_forward(&ty, &tr, &tx, &tg, eps));
+    ops_check_fwd(OPS_W("forward"), y, ops_rms_ref, &c, in, n);
+    CHECK_REL(OPS_W("rstd"), test_rel_err(rstd, rrstd, (size_t)N), OPS_TOL_FWD);
+
+    CHECK_OK(tfm_rmsnorm_backward(&tdx, &tdg, &tdy, &tx, &tg, &tr));
+    if (n <= OPS_FULL_FD_MAX) {
+        ops_check_grad(OPS_W("dx"), dx, ops_rms_ref, &c, in, 0, n, r, n);
+    } else {
+        ops_ln c1 = c;
+        int64_t st[2];
+        c1.N = 1;
+        st[0] = C; st[1] = 0;
+        ops_check_grad_rows(OPS_W("dx"), dx, ops_rms_ref, &c1, NULL, in, 2, st, 0, N, r, C, C);
+    }
+    ops_check_grad(OPS_W("dg"), dg, ops_rms_ref, &c, in, 1, C, r, n);
+
+    memcpy(dx1, dx, (size_t)n * sizeof(float));
+    memcpy(dg1, dg, (size_t)C * sizeof(float));
+    CHECK_OK(tfm_rmsnorm_backward(&tdx, &tdg, &tdy, &tx, &tg, &tr));
+    ops_check_twice(OPS_W("dx accumulates"), dx, dx1, n);
+    ops_check_twice(OPS_W("dg accumulates"), dg, dg1, C);
+    memset(dx, 0, (size_t)n * sizeof(float));
+    CHECK_OK(tfm_rmsnorm_backward(&tdx, NULL, &tdy, &tx, &tg, &tr));
+    CHECK_REL(OPS_W("dx with dg NULL"), test_rel_err_f(dx, dx1, (size_t)n), OPS_TOL_ACC);
+    memset(dg, 0, (size_t)C * sizeof(float));
+    CHECK_OK(tfm_rmsnorm_backward(NULL, &tdg, &tdy, &tx, &tg, &tr));
+    CHECK_REL(OPS_W("dg with dx NULL"), test_rel_err_f(dg, dg1, (size_t)C), OPS_TOL_ACC);
+
+    /* in place: y aliases x */
+    memcpy(z, x, (size_t)n * sizeof(float));
+    CHECK_OK(tfm_rmsnorm_forward(&tz, NULL, &tz, &tg, eps));
+    ops_check_fwd(OPS_W("forward in place"), z, ops_rms_ref, &c, in, n);
+
+    free(x); free(y); free(z); free(gm); free(rstd); free(dy); free(dx); free(dg); free(dx1); free(dg1);
+    free(in[0]); free(in[1]); free(r); free(rrstd);
+}
+
+/* (C = 1 is left out: there dx = g dy eps / (x^2 + eps)^1.5 is the cancellation of two terms ~1e5 times
+   larger, so float32 keeps few of its digits, as in torch) */
+static void ops_test_rmsnorm(void) {
+    static const int64_t s32[2] = {3, 2}, s317[2] = {3, 17}, s464[2] = {4, 64}, s235[3] = {2, 3, 5};
+    static const int64_t s40x130[2] = {40, 130}, s2x33x65[3] = {2, 33, 65};
+    ops_rng g = {606};
+    ops_rmsnorm_case(2, s32, 1.3, 1e-5f, &g);
+    ops_rmsnorm_case(2, s317, 1.3, 1e-5f, &g);
+    ops_rmsnorm_case(2, s464, 1.3, 1e-6f, &g);
+    ops_rmsnorm_case(3, s235, 1.3, 1e-5f, &g);
+    ops_rmsnorm_case(2, s40x130, 1.3, 1e-5f, &g);
+    ops_rmsnorm_case(3, s2x33x65, 1.3, 1e-5f, &g);
+    ops_rmsnorm_case(2, s317, 0.01, 1e-4f, &g);
+    ops_rmsnorm_case(2, s464, 0.01, 1e-4f, &g);
+}
+
 /* ---- GELU, ReLU ------------------------------------------------------------------------- */
 
 typedef struct ops_ew { int64_t n; int kind; } ops_ew;
@@ -1640,6 +1736,7 @@ static void suite_ops(void) {
     RUN(ops_test_log_softmax);
     RUN(ops_test_cross_entropy);
     RUN(ops_test_layernorm);
+    RUN(ops_test_rmsnorm);
     RUN(ops_test_gelu);
     RUN(ops_test_relu);
     RUN(ops_test_dropout);
