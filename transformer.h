@@ -535,25 +535,32 @@ TFMDEF tfm_result tfm_mha_backward(tfm_mha *m, tfm_tensor *dx, tfm_tensor *dxkv,
    One transformer layer: self-attention, optional cross-attention over a second sequence, and a
    feed-forward network, each a sub-layer with a residual connection and a layernorm, placed after
    the residual sum (post-LN, the original paper and torch's default) or before the sub-layer
-   (pre-LN, norm_first). Names and layouts follow torch.nn.TransformerEncoderLayer (cross == 0:
+   (pre-LN, norm_first); desc.norm makes every norm an RMSNorm and act TFM_ACT_SWIGLU the feed-forward a
+   SwiGLU (LLaMA's). Names and layouts follow torch.nn.TransformerEncoderLayer (cross == 0:
    self_attn, linear1, linear2, norm1, norm2) and torch.nn.TransformerDecoderLayer (cross == 1:
    self_attn, multihead_attn, linear1, linear2, norm1, norm2, norm3). */
 
 typedef enum tfm_activation {
     TFM_ACT_RELU = 0,     /* torch's default */
     TFM_ACT_GELU = 1,     /* exact (erf) GELU */
-    TFM_ACT_GELU_TANH = 2 /* tanh approximation */
+    TFM_ACT_GELU_TANH = 2, /* tanh approximation */
+    TFM_ACT_SWIGLU = 3     /* the feed-forward is linear2(silu(x W1^T) * (x W3^T)) (LLaMA's): linear1 holds
+                              W1 (gate) and W3 (up) stacked, (2F,C) like in_proj_weight's q|k|v */
 } tfm_activation;
+
+/* The norm of a block and of a stack's end: torch's LayerNorm, or RMSNorm (weight only, no centering) */
+typedef enum tfm_norm_kind { TFM_NORM_LAYER = 0, TFM_NORM_RMS = 1 } tfm_norm_kind;
 
 /* A linear map (torch.nn.Linear): weight (O,I), bias (O) (data NULL without bias), and gradients. */
 typedef struct tfm_linear { tfm_tensor weight, bias, d_weight, d_bias; } tfm_linear;
 /* A layernorm (torch.nn.LayerNorm): weight (C), bias (C), gradients, and the per-row statistics of the
-   last forward (up to max_rows rows). */
+   last forward (up to max_rows rows). With rms, an RMSNorm (tfm_rmsnorm_forward): no bias, mean NULL. */
 typedef struct tfm_layernorm {
     tfm_tensor weight, bias, d_weight, d_bias;
     float *mean, *rstd;
     float eps;
     int64_t max_rows, rows;
+    int rms;
 } tfm_layernorm;
 
 /* Layers to build models of your own from, with tfm_mem as the other layers (count, tfm_mem_alloc, init
@@ -568,6 +575,8 @@ TFMDEF tfm_result tfm_linear_layer_backward(tfm_linear *l, tfm_tensor *dx, const
 /* A layernorm over C channels (weight and bias, or weight only with no_bias) for up to max_rows rows per
    call; eps 0 -> 1e-5. */
 TFMDEF tfm_result tfm_layernorm_init(tfm_layernorm *ln, int C, int no_bias, float eps, int64_t max_rows, tfm_mem *mem);
+/* An RMSNorm over C channels (weight only) in the same struct; the layernorm's calls below run it. */
+TFMDEF tfm_result tfm_rmsnorm_init(tfm_layernorm *ln, int C, float eps, int64_t max_rows, tfm_mem *mem);
 /* weight 1, bias 0 (torch's). */
 TFMDEF tfm_result tfm_layernorm_init_params(tfm_layernorm *ln);
 /* y = layernorm(x), x (N,C) (leading dims flattened, N <= max_rows); keeps the row statistics for backward.
@@ -587,8 +596,9 @@ typedef struct tfm_block_desc {
     tfm_activation act;  /* feed-forward activation, default ReLU */
     float dropout;       /* on each sub-layer's output before the residual sum (training only) */
     float attn_dropout;  /* on the attention weights (training only) */
-    float ln_eps;        /* 0 -> 1e-5 */
+    float ln_eps;        /* 0 -> 1e-5 (the eps of RMSNorm too) */
     int no_bias;         /* 0: every linear map has a bias */
+    tfm_norm_kind norm;  /* 0: layernorm; TFM_NORM_RMS: every norm is an RMSNorm (weight only) */
     int max_batch;       /* 0 -> 1 */
     int max_len;         /* required: longest input sequence */
     int max_kv_len;      /* cross: longest sequence attended over; 0 -> max_len */
@@ -601,13 +611,13 @@ typedef struct tfm_block {
     tfm_block_desc desc;                   /* with defaults applied */
     int n_sub;                             /* 2, or 3 with cross-attention */
     tfm_mha self_attn, cross_attn;
-    tfm_linear linear1, linear2;           /* (F,C) and (C,F) */
+    tfm_linear linear1, linear2;           /* (F,C) ((2F,C) with SwiGLU) and (C,F) */
     tfm_layernorm norm[TFM__MAX_SUB];      /* norm1, norm2 (, norm3) */
     /* saved by forward */
     const float *stream[TFM__MAX_SUB];     /* input of each sub-layer */
     float *buf_stream[TFM__MAX_SUB];       /* internal streams 1..n_sub-1 */
     float *ln_io[TFM__MAX_SUB];            /* pre-LN: the layernorm's output; post-LN: its input */
-    float *ff_pre, *ff_act;                /* (B,T,F) before and after the activation */
+    float *ff_pre, *ff_act;                /* (B,T,F) before and after the activation ((B,T,2F) before SwiGLU) */
     const float *xkv;
     tfm_attn_opts opts;                    /* the last call's options */
     /* scratch */
@@ -668,7 +678,7 @@ typedef struct tfm_config {
     int max_len;         /* required: longest input (source) sequence */
     int max_tgt_len;         /* enc-dec: longest target sequence; 0 -> max_len */
     int max_batch;           /* 0 -> 1 */
-    tfm_activation act;      /* 0 -> ReLU */
+    tfm_activation act;      /* 0 -> ReLU; TFM_ACT_SWIGLU: LLaMA's gated feed-forward of hidden size d_ff */
     int norm_first;          /* 0: post-LN (the paper); 1: pre-LN, with a final layernorm per stack */
     tfm_pos_kind pos;        /* 0 -> learned positions */
     int scale_emb;           /* 1: token embeddings times sqrt(d_model) */
@@ -697,6 +707,9 @@ typedef struct tfm_config {
                                 with tfm_dist_step and is saved and loaded with tfm_dist_save/_load (not the
                                 tfm_model_ calls). 0 or 1: all the moments */
     int moment_shard;        /* which share: the rank, in [0, moment_shards) */
+    /* The LLaMA-style decoder's options; 0 keeps the model as above. */
+    tfm_norm_kind norm;      /* TFM_NORM_RMS: every norm, the blocks' and the stacks' final ones, is an RMSNorm
+                                (weight only; eps ln_eps); saved in checkpoints */
     void *user;              /* passed to TFM_MALLOC / TFM_FREE for the model's memory, its caches and its
                                 checkpoint buffers; not saved in checkpoints */
     tfm_device device;       /* 0 -> TFM_DEVICE_CPU; TFM_DEVICE_CUDA: the model lives and runs on the GPU
@@ -2821,6 +2834,34 @@ static void tfm__relu_backward_cpu(float *dx, const float *dy, const float *x, i
     }
 }
 
+/* SwiGLU over rows of 2F: y[r,j] = silu(h[r,j]) * h[r,F+j], silu(g) = g sigmoid(g); h (N,2F), y (N,F).
+   Backward: dh[r,j] = dy u silu'(g), silu'(g) = s (1 + g (1 - s)); dh[r,F+j] = dy silu(g) (dh written). */
+static TFM__HD inline float tfm__sigmoid(float g) { return 1.0f / (1.0f + tfm__exp(-g)); }
+static void tfm__swiglu_forward_cpu(float *y, const float *h, int64_t N, int64_t F) {
+    int64_t r;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * F)))
+    for (r = 0; r < N; r++) {
+        const float *g = h + r * 2 * F, *u = g + F;
+        float *yr = y + r * F;
+        int64_t j;
+        for (j = 0; j < F; j++) yr[j] = g[j] * tfm__sigmoid(g[j]) * u[j];
+    }
+}
+static void tfm__swiglu_backward_cpu(float *dh, const float *dy, const float *h, int64_t N, int64_t F) {
+    int64_t r;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * F)))
+    for (r = 0; r < N; r++) {
+        const float *g = h + r * 2 * F, *u = g + F, *dyr = dy + r * F;
+        float *dg = dh + r * 2 * F, *du = dg + F;
+        int64_t j;
+        for (j = 0; j < F; j++) {
+            float sg = tfm__sigmoid(g[j]);
+            du[j] = dyr[j] * g[j] * sg;
+            dg[j] = dyr[j] * u[j] * sg * (1.0f + g[j] * (1.0f - sg));
+        }
+    }
+}
+
 /* y = x * keep / (1-p), keep = hash(seed, i0 + i) >= p * 2^24. backward: the same with dy, added to dx. */
 static void tfm__dropout_cpu(float *y, const float *x, int64_t n, float p, uint64_t seed, uint64_t i0, int accumulate) {
     uint32_t thr = tfm__drop_threshold(p);
@@ -3613,6 +3654,22 @@ static __global__ void tfm__k_act_bwd(int act, float *dx, const float *dy, const
         dx[i] = acc != 0.0f ? dx[i] + d : d;
     }
 }
+/* SwiGLU, as the CPU's: one thread per output element */
+static __global__ void tfm__k_swiglu(float *y, const float *h, int64_t N, int64_t F) {
+    TFM__CU_LOOP(i, N * F) {
+        int64_t r = i / F, j = i % F;
+        float g = h[r * 2 * F + j];
+        y[i] = g * tfm__sigmoid(g) * h[r * 2 * F + F + j];
+    }
+}
+static __global__ void tfm__k_swiglu_bwd(float *dh, const float *dy, const float *h, int64_t N, int64_t F) {
+    TFM__CU_LOOP(i, N * F) {
+        int64_t r = i / F, j = i % F;
+        float g = h[r * 2 * F + j], u = h[r * 2 * F + F + j], sg = tfm__sigmoid(g);
+        dh[r * 2 * F + F + j] = dy[i] * g * sg;
+        dh[r * 2 * F + j] = dy[i] * u * sg * (1.0f + g * (1.0f - sg));
+    }
+}
 
 /* The CPU's mask: element i kept when hash(seed, i0 + i) >= thr, scaled by 1/(1-p) */
 static __global__ void tfm__k_dropout(float *y, const float *x, int64_t n, uint32_t thr, float scale, uint64_t seed,
@@ -4008,6 +4065,16 @@ static void tfm__act_bwd_cuda(int act, float *dx, const float *dy, const float *
     TFM__LAUNCH(tfm__k_act_bwd, tfm__cu_grid(n), TFM__CU_THREADS, 0, act, dx, dy, x, n, acc);
     TFM__CU_LAUNCHED("tfm__k_act_bwd");
 }
+static void tfm__swiglu_cuda(float *y, const float *h, int64_t N, int64_t F, int bwd, const float *dy) {
+    if (N * F <= 0) return;
+    if (bwd) { /* y is dh */
+        TFM__LAUNCH(tfm__k_swiglu_bwd, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, y, dy, h, N, F);
+        TFM__CU_LAUNCHED("tfm__k_swiglu_bwd");
+    } else {
+        TFM__LAUNCH(tfm__k_swiglu, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, y, h, N, F);
+        TFM__CU_LAUNCHED("tfm__k_swiglu");
+    }
+}
 
 static void tfm__dropout_cuda(float *y, const float *x, int64_t n, float p, uint64_t seed, uint64_t i0, int acc) {
     if (n <= 0) return;
@@ -4322,6 +4389,15 @@ static void tfm__op_act_bwd(tfm_device dev, int act, float *dx, const float *dy,
     TFM__CUDA(dev, tfm__act_bwd_cuda(act, dx, dy, x, n, acc); return);
     if (act == TFM_ACT_RELU) tfm__relu_backward_cpu(dx, dy, x, n, acc);
     else tfm__gelu_backward_cpu(dx, dy, x, n, act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF, acc);
+}
+/* SwiGLU: y (N,F) from h (N,2F); backward writes dh (N,2F) */
+static void tfm__op_swiglu(tfm_device dev, float *y, const float *h, int64_t N, int64_t F) {
+    TFM__CUDA(dev, tfm__swiglu_cuda(y, h, N, F, 0, NULL); return);
+    tfm__swiglu_forward_cpu(y, h, N, F);
+}
+static void tfm__op_swiglu_bwd(tfm_device dev, float *dh, const float *dy, const float *h, int64_t N, int64_t F) {
+    TFM__CUDA(dev, tfm__swiglu_cuda(dh, h, N, F, 1, dy); return);
+    tfm__swiglu_backward_cpu(dh, dy, h, N, F);
 }
 /* element i's mask is hash(seed, i0 + i) */
 static void tfm__op_dropout(tfm_device dev, float *y, const float *x, int64_t n, float p, uint64_t seed, uint64_t i0,
@@ -5458,15 +5534,18 @@ static void tfm__linear_carve(tfm_linear *l, int64_t out, int64_t in, int bias, 
     }
 }
 
-static void tfm__layernorm_carve(tfm_layernorm *ln, int64_t C, int bias, size_t rows, tfm_mem *mem) {
+/* rms: an RMSNorm (no bias, no mean) */
+static void tfm__layernorm_carve(tfm_layernorm *ln, int64_t C, int bias, size_t rows, tfm_mem *mem, int rms) {
     memset(ln, 0, sizeof *ln);
+    bias = bias && !rms;
+    ln->rms = rms;
     ln->weight = tfm_arena_tensor(&mem->params, 1, &C);
     if (bias) ln->bias = tfm_arena_tensor(&mem->params, 1, &C);
     if (!mem->no_grad) {
         ln->d_weight = tfm_arena_tensor(&mem->grads, 1, &C);
         if (bias) ln->d_bias = tfm_arena_tensor(&mem->grads, 1, &C);
     }
-    ln->mean = tfm__carve(&mem->acts, rows);
+    if (!rms) ln->mean = tfm__carve(&mem->acts, rows);
     ln->rstd = tfm__carve(&mem->acts, rows);
     ln->max_rows = (int64_t)rows;
 }
@@ -5527,7 +5606,18 @@ TFMDEF tfm_result tfm_layernorm_init(tfm_layernorm *ln, int C, int no_bias, floa
     if (C < 1 || max_rows < 1 || max_rows > ((int64_t)1 << 31) || !(eps >= 0.0f) || !isfinite(eps))
         return tfm__fail(TFM_E_ARG, "%s: C %d and max_rows %lld must be >= 1 (max_rows < 2^31), eps %g finite and >= 0", fn,
                          C, (long long)max_rows, (double)eps);
-    tfm__layernorm_carve(ln, C, !no_bias, (size_t)max_rows, mem);
+    tfm__layernorm_carve(ln, C, !no_bias, (size_t)max_rows, mem, 0);
+    ln->eps = eps == 0.0f ? 1e-5f : eps;
+    return tfm_mem_check(mem) == TFM_OK ? TFM_OK : tfm__fail(TFM_E_NOMEM, "%s: %s", fn, tfm_last_error());
+}
+
+TFMDEF tfm_result tfm_rmsnorm_init(tfm_layernorm *ln, int C, float eps, int64_t max_rows, tfm_mem *mem) {
+    const char *fn = "tfm_rmsnorm_init";
+    if (!ln || !mem) return tfm__fail(TFM_E_ARG, "%s: layer or mem is NULL", fn);
+    if (C < 1 || max_rows < 1 || max_rows > ((int64_t)1 << 31) || !(eps >= 0.0f) || !isfinite(eps))
+        return tfm__fail(TFM_E_ARG, "%s: C %d and max_rows %lld must be >= 1 (max_rows < 2^31), eps %g finite and >= 0", fn,
+                         C, (long long)max_rows, (double)eps);
+    tfm__layernorm_carve(ln, C, 0, (size_t)max_rows, mem, 1);
     ln->eps = eps == 0.0f ? 1e-5f : eps;
     return tfm_mem_check(mem) == TFM_OK ? TFM_OK : tfm__fail(TFM_E_NOMEM, "%s: %s", fn, tfm_last_error());
 }
@@ -5542,7 +5632,7 @@ TFMDEF tfm_result tfm_layernorm_layer_forward(tfm_layernorm *ln, tfm_tensor *y, 
     const char *fn = "tfm_layernorm_layer_forward";
     tfm_tensor mean, rstd;
     int64_t rows;
-    if (!ln || !ln->weight.data || !ln->mean) return tfm__fail(TFM_E_ARG, "%s: layer is NULL or has no memory", fn);
+    if (!ln || !ln->weight.data || !ln->rstd) return tfm__fail(TFM_E_ARG, "%s: layer is NULL or has no memory", fn);
     TFM__TRY(tfm__chk(fn, "x", x));
     rows = tfm__rows(x);
     if (rows > ln->max_rows)
@@ -5551,7 +5641,8 @@ TFMDEF tfm_result tfm_layernorm_layer_forward(tfm_layernorm *ln, tfm_tensor *y, 
     mean = tfm_tensor1(ln->mean, rows);
     rstd = tfm_tensor1(ln->rstd, rows);
     mean.device = rstd.device = ln->weight.device;
-    TFM__TRY(tfm_layernorm_forward(y, &mean, &rstd, x, &ln->weight, ln->bias.data ? &ln->bias : NULL, ln->eps));
+    if (ln->rms) TFM__TRY(tfm_rmsnorm_forward(y, &rstd, x, &ln->weight, ln->eps));
+    else TFM__TRY(tfm_layernorm_forward(y, &mean, &rstd, x, &ln->weight, ln->bias.data ? &ln->bias : NULL, ln->eps));
     ln->rows = rows;
     return TFM_OK;
 }
@@ -5568,6 +5659,7 @@ TFMDEF tfm_result tfm_layernorm_layer_backward(tfm_layernorm *ln, tfm_tensor *dx
     mean = tfm_tensor1(ln->mean, ln->rows);
     rstd = tfm_tensor1(ln->rstd, ln->rows);
     mean.device = rstd.device = ln->weight.device;
+    if (ln->rms) return tfm_rmsnorm_backward(dx, &ln->d_weight, dy, x, &ln->weight, &rstd);
     return tfm_layernorm_backward(dx, &ln->d_weight, ln->d_bias.data ? &ln->d_bias : NULL, dy, x, &ln->weight, &mean,
                                   &rstd);
 }
@@ -5582,12 +5674,13 @@ static tfm_result tfm__block_desc_resolve(const char *fn, const tfm_block_desc *
     if (d->max_len <= 0) return tfm__fail(TFM_E_ARG, "%s: desc.max_len is %d: required, > 0", fn, d->max_len);
     if (d->max_batch < 0 || d->max_kv_len < 0)
         return tfm__fail(TFM_E_ARG, "%s: desc.max_batch %d and desc.max_kv_len %d must be >= 0", fn, d->max_batch, d->max_kv_len);
-    if ((int)d->act < 0 || (int)d->act > 2) return tfm__fail(TFM_E_ARG, "%s: desc.act %d is not a tfm_activation", fn, (int)d->act);
+    if ((int)d->act < 0 || (int)d->act > 3) return tfm__fail(TFM_E_ARG, "%s: desc.act %d is not a tfm_activation", fn, (int)d->act);
     if (!(d->dropout >= 0.0f && d->dropout < 1.0f) || !(d->attn_dropout >= 0.0f && d->attn_dropout < 1.0f))
         return tfm__fail(TFM_E_ARG, "%s: desc.dropout %g and desc.attn_dropout %g must be in [0,1)", fn,
                          (double)d->dropout, (double)d->attn_dropout);
     if (!(d->ln_eps >= 0.0f) || !isfinite(d->ln_eps))
         return tfm__fail(TFM_E_ARG, "%s: desc.ln_eps %g must be finite and >= 0", fn, (double)d->ln_eps);
+    if ((int)d->norm < 0 || (int)d->norm > 1) return tfm__fail(TFM_E_ARG, "%s: desc.norm %d is not a tfm_norm_kind", fn, (int)d->norm);
     if (d->d_ff == 0) d->d_ff = 4 * d->d_model;
     if (d->max_batch == 0) d->max_batch = 1;
     if (d->max_kv_len == 0) d->max_kv_len = d->max_len;
@@ -5595,7 +5688,7 @@ static tfm_result tfm__block_desc_resolve(const char *fn, const tfm_block_desc *
     d->cross = d->cross != 0;
     d->norm_first = d->norm_first != 0;
     d->no_bias = d->no_bias != 0;
-    if ((double)d->max_batch * d->max_len * d->d_ff > 2147483647.0)
+    if ((double)d->max_batch * d->max_len * d->d_ff * (d->act == TFM_ACT_SWIGLU ? 2 : 1) > 2147483647.0)
         return tfm__fail(TFM_E_ARG, "%s: max_batch %d x max_len %d x d_ff %d is beyond 2^31 elements", fn, d->max_batch,
                          d->max_len, d->d_ff);
     return TFM_OK;
@@ -5605,7 +5698,7 @@ TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm
     const char *fn = "tfm_block_init";
     tfm_block_desc d;
     tfm_mha_desc md;
-    size_t BT, BTF, mark;
+    size_t BT, BTF, BTF1, mark;
     int s;
     if (!blk || !desc || !mem) return tfm__fail(TFM_E_ARG, "%s: block, desc or mem is NULL", fn);
     TFM__TRY(tfm__block_desc_resolve(fn, desc, &d));
@@ -5616,6 +5709,7 @@ TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm
     blk->device = mem->device;
     BT = (size_t)d.max_batch * d.max_len * d.d_model;
     BTF = (size_t)d.max_batch * d.max_len * d.d_ff;
+    BTF1 = d.act == TFM_ACT_SWIGLU ? 2 * BTF : BTF; /* linear1's outputs: gate and up with SwiGLU */
     /* this layer's scratch first: it stays live while the attention layers use theirs */
     mark = mem->scratch.used;
     blk->sub_out = tfm__carve(&mem->scratch, BT);
@@ -5623,7 +5717,7 @@ TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm
         blk->d_a = tfm__carve(&mem->scratch, BT);
         blk->d_b = tfm__carve(&mem->scratch, BT);
         blk->d_u = tfm__carve(&mem->scratch, BT);
-        blk->d_ff1 = tfm__carve(&mem->scratch, BTF);
+        blk->d_ff1 = tfm__carve(&mem->scratch, BTF1);
         blk->d_ff2 = tfm__carve(&mem->scratch, BTF);
     }
     memset(&md, 0, sizeof md);
@@ -5638,13 +5732,13 @@ TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm
         md.max_kv_len = d.max_kv_len;
         TFM__TRY(tfm_mha_init(&blk->cross_attn, &md, mem));
     }
-    tfm__linear_carve(&blk->linear1, d.d_ff, d.d_model, !d.no_bias, mem);
+    tfm__linear_carve(&blk->linear1, d.act == TFM_ACT_SWIGLU ? 2 * d.d_ff : d.d_ff, d.d_model, !d.no_bias, mem);
     tfm__linear_carve(&blk->linear2, d.d_model, d.d_ff, !d.no_bias, mem);
     for (s = 0; s < blk->n_sub; s++)
-        tfm__layernorm_carve(&blk->norm[s], d.d_model, !d.no_bias, (size_t)d.max_batch * d.max_len, mem);
+        tfm__layernorm_carve(&blk->norm[s], d.d_model, !d.no_bias, (size_t)d.max_batch * d.max_len, mem, d.norm == TFM_NORM_RMS);
     for (s = 1; s < blk->n_sub; s++) blk->buf_stream[s] = tfm__carve(&mem->acts, BT);
     for (s = 0; s < blk->n_sub; s++) blk->ln_io[s] = tfm__carve(&mem->acts, BT);
-    blk->ff_pre = tfm__carve(&mem->acts, BTF);
+    blk->ff_pre = tfm__carve(&mem->acts, BTF1);
     blk->ff_act = tfm__carve(&mem->acts, BTF);
     mem->scratch.used = mark;
     if (tfm_mem_check(mem) != TFM_OK) return tfm__fail(TFM_E_NOMEM, "%s: %s", fn, tfm_last_error());
@@ -5754,8 +5848,10 @@ static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, 
         o.batch_offset = bo->batch_offset;
         tfm__mha_fwd(&blk->cross_attn, v, u, blk->xkv, blk->B, blk->T, blk->Tk, &o, kc, layer);
     } else {
-        tfm__op_linear(blk->device, blk->ff_pre, F, u, C, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F);
-        tfm__op_act(blk->device, d->act, blk->ff_act, blk->ff_pre, N * F);
+        int64_t F1 = d->act == TFM_ACT_SWIGLU ? 2 * F : F;
+        tfm__op_linear(blk->device, blk->ff_pre, F1, u, C, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F1);
+        if (d->act == TFM_ACT_SWIGLU) tfm__op_swiglu(blk->device, blk->ff_act, blk->ff_pre, N, F);
+        else tfm__op_act(blk->device, d->act, blk->ff_act, blk->ff_pre, N * F);
         tfm__op_linear(blk->device, v, C, blk->ff_act, F, blk->linear2.weight.data, blk->linear2.bias.data, N, F, C);
     }
 }
@@ -5771,9 +5867,11 @@ static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, float du_beta, 
         tfm__mha_bwd(&blk->cross_attn, du, du_beta, dxkv, dv);
     } else {
         const float *u = d->norm_first ? blk->ln_io[s] : blk->stream[s];
+        int64_t F1 = d->act == TFM_ACT_SWIGLU ? 2 * F : F;
         tfm__op_linear_bwd(blk->device, blk->d_ff2, F, 0.0f, blk->linear2.d_weight.data, blk->linear2.d_bias.data, dv, C, blk->ff_act, F, blk->linear2.weight.data, N, F, C);
-        tfm__op_act_bwd(blk->device, d->act, blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, 0.0f);
-        tfm__op_linear_bwd(blk->device, du, C, du_beta, blk->linear1.d_weight.data, blk->linear1.d_bias.data, blk->d_ff1, F, u, C, blk->linear1.weight.data, N, C, F);
+        if (d->act == TFM_ACT_SWIGLU) tfm__op_swiglu_bwd(blk->device, blk->d_ff1, blk->d_ff2, blk->ff_pre, N, F);
+        else tfm__op_act_bwd(blk->device, d->act, blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, 0.0f);
+        tfm__op_linear_bwd(blk->device, du, C, du_beta, blk->linear1.d_weight.data, blk->linear1.d_bias.data, blk->d_ff1, F1, u, C, blk->linear1.weight.data, N, C, F1);
     }
 }
 
@@ -5796,7 +5894,7 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
         float *v = blk->sub_out;
         tfm_layernorm *ln = &blk->norm[s];
         if (d->norm_first) {
-            tfm__op_layernorm(blk->device, blk->ln_io[s], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data, d->ln_eps, N, C, 0);
+            tfm__op_layernorm(blk->device, blk->ln_io[s], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data, d->ln_eps, N, C, ln->rms);
             tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], kc, layer);
         } else {
             tfm__block_sub_fwd(blk, s, v, xs, kc, layer);
@@ -5808,7 +5906,7 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
             tfm__op_add(blk->device, out, xs, v, N * C);
         } else {
             tfm__op_add(blk->device, blk->ln_io[s], xs, v, N * C);
-            tfm__op_layernorm(blk->device, out, ln->mean, ln->rstd, blk->ln_io[s], ln->weight.data, ln->bias.data, d->ln_eps, N, C, 0);
+            tfm__op_layernorm(blk->device, out, ln->mean, ln->rstd, blk->ln_io[s], ln->weight.data, ln->bias.data, d->ln_eps, N, C, ln->rms);
         }
         if (s + 1 < blk->n_sub) blk->stream[s + 1] = out;
     }
@@ -5841,9 +5939,9 @@ static void tfm__block_bwd(tfm_block *blk, float *dx, float dx_beta, float *dxkv
             }
             tfm__block_sub_bwd(blk, s, blk->d_u, 0.0f, dv, dxkv);
             /* dprev = g (residual) + LN's gradient */
-            tfm__op_layernorm_bwd(blk->device, dprev, g, ln->d_weight.data, ln->d_bias.data, blk->d_u, blk->stream[s], ln->weight.data, ln->mean, ln->rstd, N, C, 0);
+            tfm__op_layernorm_bwd(blk->device, dprev, g, ln->d_weight.data, ln->d_bias.data, blk->d_u, blk->stream[s], ln->weight.data, ln->mean, ln->rstd, N, C, ln->rms);
         } else {
-            tfm__op_layernorm_bwd(blk->device, blk->d_u, NULL, ln->d_weight.data, ln->d_bias.data, g, blk->ln_io[s], ln->weight.data, ln->mean, ln->rstd, N, C, 0);
+            tfm__op_layernorm_bwd(blk->device, blk->d_u, NULL, ln->d_weight.data, ln->d_bias.data, g, blk->ln_io[s], ln->weight.data, ln->mean, ln->rstd, N, C, ln->rms);
             tfm__op_copy(blk->device, dprev, blk->d_u, N * C); /* residual */
             dv = blk->d_u;
             if (drop) {
@@ -6017,7 +6115,7 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
         return tfm__fail(TFM_E_ARG, "%s: a size field of cfg is negative (tgt_vocab_size %d, n_layers %d, n_dec_layers %d, d_ff %d, "
                          "max_tgt_len %d, max_batch %d, n_classes %d)", fn, c.tgt_vocab_size, c.n_layers, c.n_dec_layers,
                          c.d_ff, c.max_tgt_len, c.max_batch, c.n_classes);
-    if ((int)c.act < 0 || (int)c.act > 2) return tfm__fail(TFM_E_ARG, "%s: cfg.act %d is not a tfm_activation", fn, (int)c.act);
+    if ((int)c.act < 0 || (int)c.act > 3) return tfm__fail(TFM_E_ARG, "%s: cfg.act %d is not a tfm_activation", fn, (int)c.act);
     if ((int)c.pos < 0 || (int)c.pos > 2) return tfm__fail(TFM_E_ARG, "%s: cfg.pos %d is not a tfm_pos_kind", fn, (int)c.pos);
     if ((int)c.pool < 0 || (int)c.pool > 1) return tfm__fail(TFM_E_ARG, "%s: cfg.pool %d is not a tfm_pool_kind", fn, (int)c.pool);
     if ((int)c.init < 0 || (int)c.init > 1) return tfm__fail(TFM_E_ARG, "%s: cfg.init %d is not a tfm_init_kind", fn, (int)c.init);
@@ -6034,6 +6132,7 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
     if (!(c.ln_eps >= 0.0f) || !isfinite(c.ln_eps) || !(c.init_std >= 0.0f) || !isfinite(c.init_std))
         return tfm__fail(TFM_E_ARG, "%s: cfg.ln_eps %g and cfg.init_std %g must be finite and >= 0", fn, (double)c.ln_eps,
                          (double)c.init_std);
+    if ((int)c.norm < 0 || (int)c.norm > 1) return tfm__fail(TFM_E_ARG, "%s: cfg.norm %d is not a tfm_norm_kind", fn, (int)c.norm);
     if (c.tie_output && c.kind == TFM_MODEL_ENCODER_CLASSIFIER)
         return tfm__fail(TFM_E_ARG, "%s: cfg.tie_output needs an LM or encoder-decoder (a classifier's head is not a vocabulary)", fn);
     if (c.share_emb && c.kind != TFM_MODEL_ENCODER_DECODER)
@@ -6276,6 +6375,7 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     d.attn_dropout = c->attn_dropout;
     d.ln_eps = c->ln_eps;
     d.no_bias = c->no_bias;
+    d.norm = c->norm;
     d.max_batch = c->max_batch;
     m->impl->n_enc = enc ? c->n_layers : 0;
     m->impl->n_dec = kind == TFM_MODEL_DECODER_LM ? c->n_layers : encdec ? c->n_dec_layers : 0;
@@ -6283,7 +6383,7 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
         d.max_len = (int)Te;
         TFM__TRY(tfm__build_stack(m, rng, mem, &m->impl->enc, &m->impl->enc_buf, m->impl->n_enc, &d, "encoder"));
         if (c->norm_first) {
-            tfm__layernorm_carve(&m->impl->enc_norm, C, !c->no_bias, (size_t)(B * Te), mem);
+            tfm__layernorm_carve(&m->impl->enc_norm, C, !c->no_bias, (size_t)(B * Te), mem, c->norm == TFM_NORM_RMS);
             tfm__reg_norm(m, rng, &m->impl->enc_norm, "encoder.", "norm");
             m->impl->enc_ln = tfm__carve(&mem->acts, (size_t)(B * Te * C));
         }
@@ -6294,7 +6394,7 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
         d.max_kv_len = (int)Te;
         TFM__TRY(tfm__build_stack(m, rng, mem, &m->impl->dec, &m->impl->dec_buf, m->impl->n_dec, &d, "decoder"));
         if (c->norm_first) {
-            tfm__layernorm_carve(&m->impl->dec_norm, C, !c->no_bias, (size_t)(B * d.max_len), mem);
+            tfm__layernorm_carve(&m->impl->dec_norm, C, !c->no_bias, (size_t)(B * d.max_len), mem, c->norm == TFM_NORM_RMS);
             tfm__reg_norm(m, rng, &m->impl->dec_norm, "decoder.", "norm");
             m->impl->dec_ln = tfm__carve(&mem->acts, (size_t)(B * d.max_len * C));
         }
@@ -6725,7 +6825,7 @@ static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, in
         cur = out;
     }
     if (m->cfg.norm_first) {
-        tfm__op_layernorm(m->impl->device, ln_out, norm->mean, norm->rstd, cur, norm->weight.data, norm->bias.data, m->cfg.ln_eps, (int64_t)B * T, m->cfg.d_model, 0);
+        tfm__op_layernorm(m->impl->device, ln_out, norm->mean, norm->rstd, cur, norm->weight.data, norm->bias.data, m->cfg.ln_eps, (int64_t)B * T, m->cfg.d_model, norm->rms);
         cur = ln_out;
     }
     return cur;
@@ -6741,7 +6841,7 @@ static float *tfm__stack_bwd(tfm_model *m, tfm_block *blks, float *buf, int n, t
     bufs[1] = m->impl->d_dec_x;
     if (m->cfg.norm_first) {
         const float *top = buf + (n - 1) * BTC;
-        tfm__op_layernorm_bwd(m->impl->device, bufs[which], NULL, norm->d_weight.data, norm->d_bias.data, g, top, norm->weight.data, norm->mean, norm->rstd, (int64_t)B * T, C, 0);
+        tfm__op_layernorm_bwd(m->impl->device, bufs[which], NULL, norm->d_weight.data, norm->d_bias.data, g, top, norm->weight.data, norm->mean, norm->rstd, (int64_t)B * T, C, norm->rms);
         g = bufs[which];
         which ^= 1;
     }
@@ -8689,8 +8789,11 @@ static TFM__UNUSED tfm_result tfm__io_unsharded(const char *fn, const tfm_model 
     X(act, tfm_activation, 1) X(norm_first, int, 1) X(pos, tfm_pos_kind, 1) X(scale_emb, int, 1)  \
     X(pool, tfm_pool_kind, 1) X(tie_output, int, 1) X(share_emb, int, 1) X(no_bias, int, 1)        \
     X(ignore_index, int, 0) X(init, tfm_init_kind, 0) X(input_dim, int, 1) X(cls_token, int, 1)
+/* Fields written only where they are not 0 (a model without them saves the same file as before they came);
+   a file without one reads 0. */
+#define TFM__CFG_OPT_INT_FIELDS(X) X(norm, tfm_norm_kind, 1)
 #define TFM__CFG_FLOAT_FIELDS(X) X(dropout, 0) X(attn_dropout, 0) X(ln_eps, 1) X(label_smoothing, 0) X(init_std, 0)
-#define TFM__IO_N_CFG 33    /* "format", 29 config fields, the seed, the step and the generator */
+#define TFM__IO_N_CFG 34    /* "format", 29 config fields and 1 optional one, the seed, the step and the generator */
 #define TFM__IO_MAX_KEY 256 /* longest user metadata key, in bytes */
 
 /* Tensor k of m's checkpoint (nk per parameter: the value, then with the training state exp_avg and exp_avg_sq)
@@ -8741,9 +8844,11 @@ TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags
 #define TFM__PUT(key, ...) (kv[2 * nm] = (key), kv[2 * nm + 1] = vals + 72 * nm, snprintf(vals + 72 * nm, 72, __VA_ARGS__), nm++)
 #define TFM__PUT_INT(f, type, arch) TFM__PUT("tfm." #f, "%d", (int)m->cfg.f);
 #define TFM__PUT_FLOAT(f, arch) TFM__PUT("tfm." #f, "%.9g", (double)m->cfg.f);
+#define TFM__PUT_OPT_INT(f, type, arch) if (m->cfg.f) TFM__PUT("tfm." #f, "%d", (int)m->cfg.f);
     TFM__PUT("format", "transformer.h");
     TFM__CFG_INT_FIELDS(TFM__PUT_INT)
     TFM__CFG_FLOAT_FIELDS(TFM__PUT_FLOAT)
+    TFM__CFG_OPT_INT_FIELDS(TFM__PUT_OPT_INT)
     TFM__PUT("tfm.seed", "%llu", (unsigned long long)m->cfg.seed);
     if (nk == 3) TFM__PUT("tfm.step", "%lld", (long long)m->step);
     if (nk == 3) TFM__PUT("tfm.rng", "%016llx%016llx%016llx%016llx", (unsigned long long)s[0], (unsigned long long)s[1],
@@ -8751,6 +8856,7 @@ TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags
 #undef TFM__PUT
 #undef TFM__PUT_INT
 #undef TFM__PUT_FLOAT
+#undef TFM__PUT_OPT_INT
     for (i = 0; i < n_meta; uk += strlen(uk) + 1, i++, nm++) {
         sprintf(uk, "user.%s", meta[i].key);
         kv[2 * nm] = uk;
@@ -8786,6 +8892,7 @@ static tfm_result tfm__io_config(const char *fn, const char *path, const tfm__st
 #define TFM__GET_FLOAT(f, arch) TFM__GET("tfm." #f, 0, cfg->f = (float)x)
     TFM__CFG_INT_FIELDS(TFM__GET_INT)
     TFM__CFG_FLOAT_FIELDS(TFM__GET_FLOAT)
+    TFM__CFG_OPT_INT_FIELDS(TFM__GET_INT)
     /* files from before cfg.max_seq_len was renamed max_len */
     if (!tfm__st_meta_get(h, "tfm.max_len")) TFM__GET("tfm.max_seq_len", 1, cfg->max_len = (int)x)
 #undef TFM__GET
@@ -8827,6 +8934,7 @@ static tfm_result tfm__io_check(const char *fn, const char *path, const tfm__st_
         return tfm__fail(TFM_E_FORMAT, "%s: %s has " #f " %g but the model has %g", fn, path, (double)rc.f, (double)m->cfg.f);
         TFM__CFG_INT_FIELDS(TFM__CMP_INT)
         TFM__CFG_FLOAT_FIELDS(TFM__CMP_FLOAT)
+        TFM__CFG_OPT_INT_FIELDS(TFM__CMP_INT)
 #undef TFM__CMP_INT
 #undef TFM__CMP_FLOAT
     }

@@ -58,7 +58,7 @@ static const tc2_fn tc2_functions[] = {
     TC2_FN(tfm_mha_init), TC2_FN(tfm_mha_init_params), TC2_FN(tfm_mha_param), TC2_FN(tfm_mha_forward),
     TC2_FN(tfm_mha_backward),
     TC2_FN(tfm_linear_init), TC2_FN(tfm_linear_init_params), TC2_FN(tfm_linear_layer_forward),
-    TC2_FN(tfm_linear_layer_backward), TC2_FN(tfm_layernorm_init), TC2_FN(tfm_layernorm_init_params),
+    TC2_FN(tfm_linear_layer_backward), TC2_FN(tfm_layernorm_init), TC2_FN(tfm_rmsnorm_init), TC2_FN(tfm_layernorm_init_params),
     TC2_FN(tfm_layernorm_layer_forward), TC2_FN(tfm_layernorm_layer_backward),
     TC2_FN(tfm_block_init), TC2_FN(tfm_block_init_params), TC2_FN(tfm_block_param), TC2_FN(tfm_block_forward),
     TC2_FN(tfm_block_backward),

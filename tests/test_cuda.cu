@@ -707,6 +707,28 @@ static void cu_op_act(void) {
         }
 }
 
+/* SwiGLU forward and backward (dh written whole) over rows of 2F, with gates of 0 and +-30 */
+static void cu_op_swiglu(void) {
+    cu_nc sh[CU_MAX_SHAPES];
+    cu_rng g = {18};
+    int ns = cu_shapes(sh), i;
+    for (i = 0; i < ns; i++) {
+        int64_t N = sh[i].N, F = sh[i].C;
+        cu_buf h = cu_normal(N * 2 * F, &g, 3, 0), y = cu_nan(N * F), dy = cu_normal(N * F, &g, 1, 0), dh = cu_nan(N * 2 * F);
+        h.h[0] = 0.0f;
+        if (F > 3) {
+            h.h[1] = 30.0f;
+            h.h[2] = -30.0f;
+        }
+        cu_push(&h);
+        CU_DEVS tfm__op_swiglu(CU_DEV, CU_P(y), CU_P(h), N, F);
+        cu_check(cu_fmt("swiglu N=%lld F=%lld: y", (long long)N, (long long)F), &y, CU_TOL);
+        CU_DEVS tfm__op_swiglu_bwd(CU_DEV, CU_P(dh), CU_P(dy), CU_P(h), N, F);
+        cu_check(cu_fmt("swiglu N=%lld F=%lld: dh", (long long)N, (long long)F), &dh, CU_TOL);
+        cu_release(&h, &y, &dy, &dh, CU_END);
+    }
+}
+
 /* dropout: the mask is a hash of (seed, i0 + i) on both devices, so outputs are equal bit for bit, with
    i0 past 2^32 too, written (acc 0) or added (acc 1). */
 static void cu_op_dropout(void) {
@@ -1875,9 +1897,10 @@ static tfm_config cu_model_cfg(int which, tfm_device dev) {
         c.share_emb = 1;
         c.tie_output = 1;
         c.norm_first = 1;
-        c.act = TFM_ACT_GELU;
+        c.act = TFM_ACT_SWIGLU;
         c.init = TFM_INIT_XAVIER;
         c.no_bias = 1;
+        c.norm = TFM_NORM_RMS;
         c.max_len = 6;
         c.max_tgt_len = 7;
         break;
@@ -3064,6 +3087,7 @@ static void suite_ops(void) {
     RUN(cu_op_cross_entropy);
     RUN(cu_op_layernorm);
     RUN(cu_op_act);
+    RUN(cu_op_swiglu);
     RUN(cu_op_dropout);
     RUN(cu_op_embedding);
     RUN(cu_op_positions);

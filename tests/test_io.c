@@ -501,7 +501,7 @@ static const char *io_snapshot_diff(const tfm_model *m, const float *s) {
     X(n_dec_layers) X(d_ff) X(max_len) X(max_tgt_len) X(max_batch) X(act) X(norm_first) X(pos)  \
     X(scale_emb) X(pool) X(tie_output) X(share_emb) X(no_bias) X(dropout) X(attn_dropout) X(ln_eps) \
     X(label_smoothing) X(ignore_index) X(has_ignore_index) X(init) X(init_std) X(seed)               \
-    X(inference_only) X(last_logits)
+    X(inference_only) X(last_logits) X(norm)
 static const char *io_cfg_diff(const tfm_config *a, const tfm_config *b) {
 #define IO_CMP(f) \
     if (a->f != b->f) return #f;
@@ -904,7 +904,7 @@ static void io_errors_arch(void) {
     struct {
         const char *field;
         int change;
-    } cases[6];
+    } cases[7];
     int i, n = 0;
     c = io_cfg(1);
     c.d_model = 16;
@@ -916,6 +916,7 @@ static void io_errors_arch(void) {
     cases[n].field = "norm_first 1 but the model has 0", cases[n++].change = 3;
     cases[n].field = "tie_output 1 but the model has 0", cases[n++].change = 4;
     cases[n].field = "vocab_size 13 but the model has 14", cases[n++].change = 5;
+    cases[n].field = "norm 0 but the model has 1", cases[n++].change = 6;
     for (i = 0; i < n; i++) {
         c2 = c;
         switch (cases[i].change) {
@@ -924,11 +925,30 @@ static void io_errors_arch(void) {
         case 2: c2.act = TFM_ACT_GELU; break;
         case 3: c2.norm_first = 0; break;
         case 4: c2.tie_output = 0; break;
-        default: c2.vocab_size = 14; break;
+        case 5: c2.vocab_size = 14; break;
+        default: c2.norm = TFM_NORM_RMS; break;
         }
         if (!io_init(&m2, &c2, cases[i].field)) continue;
         CHECK_ERR(tfm_model_load(&m2, path), TFM_E_FORMAT, cases[i].field);
         CHECK(strstr(tfm_last_error(), path) != NULL);
+        tfm_model_free(&m2);
+    }
+    /* an RMSNorm model: its config loads with the norm, and its weights load into a model built from it */
+    c2 = c;
+    c2.norm = TFM_NORM_RMS;
+    if (io_init(&m2, &c2, "rmsnorm")) {
+        const char *rpath = io_path("arch_rms.safetensors");
+        tfm_config lc;
+        tfm_model m3;
+        CHECK_OK(tfm_model_save(&m2, rpath, 0, NULL, 0));
+        CHECK_OK(tfm_config_load(rpath, &lc));
+        CHECK(lc.norm == TFM_NORM_RMS);
+        lc.seed += 1;
+        if (io_init(&m3, &lc, "rmsnorm from its config")) {
+            CHECK_OK(tfm_model_load(&m3, rpath));
+            tfm_model_free(&m3);
+        }
+        CHECK_ERR(tfm_model_load(&m, rpath), TFM_E_FORMAT, "norm 1 but the model has 0");
         tfm_model_free(&m2);
     }
     /* another kind */

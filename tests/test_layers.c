@@ -231,7 +231,46 @@ out:
     free(m);
 }
 
+/* An RMSNorm layer (tfm_rmsnorm_init): no bias, and its layer calls give what the RMSNorm ops give. */
+static void ly_rmsnorm_layer(void) {
+    enum { N = 5, C = 7 };
+    tfm_mem mem;
+    tfm_layernorm ln;
+    float x[N * C], y[N * C], y2[N * C], dy[N * C], dx[N * C], dx2[N * C], g[C], dg[C], rstd[N];
+    tfm_tensor tx = tfm_tensor2(x, N, C), ty = tfm_tensor2(y, N, C), ty2 = tfm_tensor2(y2, N, C);
+    tfm_tensor tdy = tfm_tensor2(dy, N, C), tdx = tfm_tensor2(dx, N, C), tdx2 = tfm_tensor2(dx2, N, C);
+    tfm_tensor tg = tfm_tensor1(g, C), tdg = tfm_tensor1(dg, C), tr = tfm_tensor1(rstd, N);
+    int pass, i;
+    memset(&mem, 0, sizeof mem);
+    for (pass = 0; pass < 2; pass++) {
+        if (pass) {
+            CHECK_OK(tfm_mem_alloc(&mem));
+            tfm_mem_rewind(&mem);
+        }
+        CHECK_OK(tfm_rmsnorm_init(&ln, C, 1e-6f, N, &mem));
+    }
+    CHECK_OK(tfm_layernorm_init_params(&ln));
+    CHECK(ln.rms && ln.bias.data == NULL && ln.d_bias.data == NULL && ln.mean == NULL && ln.eps == 1e-6f);
+    for (i = 0; i < N * C; i++) {
+        x[i] = (float)((i * 37) % 23) / 7.0f - 1.5f;
+        dy[i] = (float)((i * 11) % 13) / 6.0f - 1.0f;
+    }
+    for (i = 0; i < C; i++) ln.weight.data[i] = g[i] = 0.5f + 0.1f * (float)i;
+    memset(dx, 0, sizeof dx);
+    memset(dx2, 0, sizeof dx2);
+    memset(dg, 0, sizeof dg);
+    tfm_mem_zero_grad(&mem);
+    CHECK_OK(tfm_layernorm_layer_forward(&ln, &ty, &tx));
+    CHECK_OK(tfm_layernorm_layer_backward(&ln, &tdx, &tdy, &tx));
+    CHECK_OK(tfm_rmsnorm_forward(&ty2, &tr, &tx, &tg, 1e-6f));
+    CHECK_OK(tfm_rmsnorm_backward(&tdx2, &tdg, &tdy, &tx, &tg, &tr));
+    CHECK(!memcmp(y, y2, sizeof y) && !memcmp(dx, dx2, sizeof dx) && !memcmp(ln.d_weight.data, dg, sizeof dg));
+    CHECK_ERR(tfm_rmsnorm_init(&ln, 0, 0.0f, N, &mem), TFM_E_ARG, "tfm_rmsnorm_init");
+    tfm_mem_free(&mem);
+}
+
 static void suite_layers(void) {
     RUN(ly_gradients);
     RUN(ly_training);
+    RUN(ly_rmsnorm_layer);
 }

@@ -389,6 +389,11 @@ static int mt_config(const fx_file *fx, tfm_config *cfg, const int32_t **c_out) 
         cfg->input_dim = in->i32[0];
         cfg->cls_token = in->i32[1];
     }
+    if (fx_get(fx, "norm")) { /* the norm kind, where not layernorm */
+        const fx_array *nk = mt_need_i32(fx, "norm", 1);
+        if (!nk) return 0;
+        cfg->norm = (tfm_norm_kind)nk->i32[0];
+    }
     *c_out = c;
     return 1;
 }
@@ -547,6 +552,13 @@ static void mt_model_encdec_pre_shared(void) { mt_model_case("model_encdec_pre_s
 static void mt_model_encdec_post_separate(void) { mt_model_case("model_encdec_post_separate"); }
 static void mt_model_vit_pre_cls(void) { mt_model_case("model_vit_pre_cls"); }
 static void mt_model_vit_post_mean(void) { mt_model_case("model_vit_post_mean"); }
+/* RMSNorm at every norm: pre-norm LM (final norm too, eps 1e-6), post-norm encoder-decoder */
+static void mt_model_lm_pre_rms(void) { mt_model_case("model_lm_pre_rms"); }
+static void mt_model_encdec_post_rms(void) { mt_model_case("model_encdec_post_rms"); }
+/* SwiGLU feed-forward (linear1 (2F,C): gate rows, up rows): with RMSNorm in a pre-norm LM, and alone in a
+   post-norm encoder-decoder */
+static void mt_model_lm_llama_norm_mlp(void) { mt_model_case("model_lm_llama_norm_mlp"); }
+static void mt_model_encdec_post_swiglu(void) { mt_model_case("model_encdec_post_swiglu"); }
 
 /* ---- AdamW: clip_grad_norm_ then torch.optim.AdamW (no decay on biases, norms, embeddings) ---- */
 static void mt_adamw_step(void) {
@@ -624,5 +636,9 @@ static void suite_models_torch(void) {
     RUN(mt_model_encdec_post_separate);
     RUN(mt_model_vit_pre_cls);
     RUN(mt_model_vit_post_mean);
+    RUN(mt_model_lm_pre_rms);
+    RUN(mt_model_encdec_post_rms);
+    RUN(mt_model_lm_llama_norm_mlp);
+    RUN(mt_model_encdec_post_swiglu);
     RUN(mt_adamw_step);
 }

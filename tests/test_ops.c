@@ -964,6 +964,59 @@ static void ops_test_rmsnorm(void) {
     ops_rmsnorm_case(2, s464, 0.01, 1e-4f, &g);
 }
 
+/* ---- SwiGLU (the feed-forward's gate, an internal op: tfm__op_swiglu) ------------------------ */
+
+typedef struct ops_sw { int64_t N, F; } ops_sw;
+
+/* y[r,j] = silu(h[r,j]) h[r,F+j], silu(g) = g / (1 + e^-g); in = {h (N,2F)} */
+static void ops_swiglu_ref(const void *ctx, double *const *in, double *y) {
+    const ops_sw *c = (const ops_sw *)ctx;
+    for (int64_t r = 0; r < c->N; r++)
+        for (int64_t j = 0; j < c->F; j++) {
+            double g = in[0][r * 2 * c->F + j], u = in[0][r * 2 * c->F + c->F + j];
+            y[r * c->F + j] = g / (1.0 + exp(-g)) * u;
+        }
+}
+
+static void ops_swiglu_case(int64_t N, int64_t F, ops_rng *g) {
+    static const float special[] = {0.0f, 1e-3f, -1e-3f, 1.0f, -1.0f, 4.0f, -4.0f, 9.0f, -9.0f, 20.0f, -20.0f};
+    ops_sw c;
+    char nm[128], wb[192];
+    int64_t nh = N * 2 * F, ny = N * F;
+    float *h = ops_falloc(nh), *y = ops_falloc(ny), *dy = ops_falloc(ny), *dh = ops_falloc(nh);
+    double *in[1], *r;
+    c.N = N; c.F = F;
+    snprintf(nm, sizeof nm, "swiglu N=%d F=%d", (int)N, (int)F);
+    for (int64_t i = 0; i < nh; i++) h[i] = (float)(-5.0 + 10.0 * ops_unif(g));
+    for (int64_t i = 0; i < F && i < (int64_t)(sizeof special / sizeof special[0]); i++) h[i] = special[i];
+    ops_fill_normal(dy, ny, g, 1, 0);
+    ops_fill_nan(y, ny);
+    ops_fill_nan(dh, nh); /* backward writes every element */
+    in[0] = ops_to_double(h, nh);
+    r = ops_to_double(dy, ny);
+    tfm__op_swiglu(TFM_DEVICE_CPU, y, h, N, F);
+    ops_check_fwd(OPS_W("forward"), y, ops_swiglu_ref, &c, in, ny);
+    tfm__op_swiglu_bwd(TFM_DEVICE_CPU, dh, dy, h, N, F);
+    if (nh <= OPS_FULL_FD_MAX) {
+        ops_check_grad(OPS_W("dh"), dh, ops_swiglu_ref, &c, in, 0, nh, r, ny);
+    } else {
+        ops_sw c1 = c;
+        int64_t st[1];
+        c1.N = 1;
+        st[0] = 2 * F;
+        ops_check_grad_rows(OPS_W("dh"), dh, ops_swiglu_ref, &c1, NULL, in, 1, st, 0, N, r, F, F);
+    }
+    free(h); free(y); free(dy); free(dh); free(in[0]); free(r);
+}
+
+static void ops_test_swiglu(void) {
+    ops_rng g = {707};
+    ops_swiglu_case(1, 1, &g);
+    ops_swiglu_case(3, 11, &g);
+    ops_swiglu_case(2, 64, &g);
+    ops_swiglu_case(40, 96, &g);
+}
+
 /* ---- GELU, ReLU ------------------------------------------------------------------------- */
 
 typedef struct ops_ew { int64_t n; int kind; } ops_ew;
@@ -1737,6 +1790,7 @@ static void suite_ops(void) {
     RUN(ops_test_cross_entropy);
     RUN(ops_test_layernorm);
     RUN(ops_test_rmsnorm);
+    RUN(ops_test_swiglu);
     RUN(ops_test_gelu);
     RUN(ops_test_relu);
     RUN(ops_test_dropout);

@@ -122,11 +122,17 @@ def act_explicit(act, x):
         return torch.where(x > 0, x, torch.zeros_like(x))
     if act == tm.ACT_GELU:
         return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+    if act == tm.ACT_SWIGLU:  # gate half, up half
+        g, u = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+        return g / (1.0 + torch.exp(-g)) * u
     c = math.sqrt(2.0 / math.pi)
     return 0.5 * x * (1.0 + torch.tanh(c * (x + 0.044715 * x ** 3)))
 
 
 def layernorm_explicit(x, w, b, eps):
+    """LayerNorm; with b None, RMSNorm (no centering, no bias)."""
+    if b is None:
+        return x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + eps) * w
     mu = x.mean(-1, keepdim=True)
     var = ((x - mu) ** 2).mean(-1, keepdim=True)
     return (x - mu) / torch.sqrt(var + eps) * w + b
@@ -155,7 +161,7 @@ def block_explicit(layer, act, norm_first, x, xkv=None, lens=None, xkv_lens=None
     l1, l2 = layer.linear1, layer.linear2
     subs.append(lambda h: act_explicit(act, h @ l1.weight.T + l1.bias) @ l2.weight.T + l2.bias)
     for f, n in zip(subs, norms):
-        ln = lambda z, n=n: layernorm_explicit(z, n.weight, n.bias, n.eps)  # noqa: E731
+        ln = lambda z, n=n: layernorm_explicit(z, n.weight, getattr(n, "bias", None), n.eps)  # noqa: E731
         x = x + f(ln(x)) if norm_first else ln(x + f(x))
     return x
 
@@ -190,7 +196,7 @@ def model_explicit(model, batch):
         for layer in layers:
             x = block_explicit(layer, c.act, c.norm_first, x, memory, lens, mlens, causal)
         if c.norm_first:
-            x = layernorm_explicit(x, P[prefix + ".norm.weight"], P[prefix + ".norm.bias"], c.ln_eps)
+            x = layernorm_explicit(x, P[prefix + ".norm.weight"], P.get(prefix + ".norm.bias"), c.ln_eps)
         return x
 
     if c.kind == tm.ENCODER_CLASSIFIER:
@@ -352,6 +358,8 @@ def model_case(name, cfg, B, T, Tt=0, lens=None, ignore=()):
     cs.i32("config", config_array(c, B, T, Tt))
     cs.f32("label_smoothing", torch.tensor(c.label_smoothing, dtype=torch.float64))
     cs.f32("ln_eps", torch.tensor(c.ln_eps, dtype=torch.float64))
+    if c.norm:
+        cs.i32("norm", [c.norm])
     store_batch(cs, c, batch)
     store_params(cs, model)
     cs.f64("logits", logits)
@@ -520,6 +528,28 @@ def main():
                      d_ff=24, max_len=5, max_batch=2, act=R, norm_first=0, pos=tm.POS_SINUSOIDAL,
                      pool=tm.POOL_MEAN, input_dim=7, ln_eps=LN_EPS),
                    B=2, T=5),
+        model_case("model_lm_pre_rms",
+                   C(kind=tm.DECODER_LM, vocab_size=13, d_model=16, n_heads=2, n_layers=2, d_ff=32,
+                     max_len=7, max_batch=2, act=G, norm_first=1, pos=tm.POS_LEARNED,
+                     norm=tm.NORM_RMS, ln_eps=f32(1e-6)),
+                   B=2, T=7, ignore=[(1, 5)]),
+        model_case("model_lm_llama_norm_mlp",
+                   C(kind=tm.DECODER_LM, vocab_size=13, d_model=16, n_heads=2, n_layers=2, d_ff=24,
+                     max_len=7, max_batch=2, act=tm.ACT_SWIGLU, norm_first=1, pos=tm.POS_LEARNED,
+                     norm=tm.NORM_RMS, ln_eps=f32(1e-6)),
+                   B=2, T=7),
+        model_case("model_encdec_post_swiglu",
+                   C(kind=tm.ENCODER_DECODER, vocab_size=11, tgt_vocab_size=13, d_model=12,
+                     n_heads=2, n_layers=1, n_dec_layers=1, d_ff=20, max_len=6, max_tgt_len=5,
+                     max_batch=2, act=tm.ACT_SWIGLU, norm_first=0, pos=tm.POS_SINUSOIDAL,
+                     ln_eps=LN_EPS),
+                   B=2, T=6, Tt=5, lens=[6, 3]),
+        model_case("model_encdec_post_rms",
+                   C(kind=tm.ENCODER_DECODER, vocab_size=11, tgt_vocab_size=13, d_model=12,
+                     n_heads=2, n_layers=1, n_dec_layers=2, d_ff=24, max_len=6, max_tgt_len=5,
+                     max_batch=2, act=R, norm_first=0, pos=tm.POS_SINUSOIDAL, norm=tm.NORM_RMS,
+                     ln_eps=LN_EPS),
+                   B=2, T=6, Tt=5, lens=[6, 2]),
         adamw_case("adamw_step"),
     ]
     total = sum(c.save(outdir) for c in cases)

@@ -48,9 +48,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # enums of transformer.h, same values
-ACT_RELU, ACT_GELU, ACT_GELU_TANH = 0, 1, 2
+ACT_RELU, ACT_GELU, ACT_GELU_TANH, ACT_SWIGLU = 0, 1, 2, 3
 ENCODER_CLASSIFIER, DECODER_LM, ENCODER_DECODER = 1, 2, 3
 POS_LEARNED, POS_SINUSOIDAL, POS_NONE = 0, 1, 2
+NORM_LAYER, NORM_RMS = 0, 1
 POOL_MEAN, POOL_CLS = 0, 1
 
 # parameters that AdamW decays (unless decay_all): the weight matrices of linear and attention maps
@@ -62,6 +63,12 @@ def gelu_tanh(x):
     return F.gelu(x, approximate="tanh")
 
 
+def swiglu(h):
+    """SwiGLU over linear1's stacked outputs: silu(gate) * up, gate the first half of the last dim."""
+    g, u = h.chunk(2, dim=-1)
+    return F.silu(g) * u
+
+
 def activation_fn(act):
     if act == ACT_RELU:
         return F.relu
@@ -69,6 +76,8 @@ def activation_fn(act):
         return F.gelu
     if act == ACT_GELU_TANH:
         return gelu_tanh
+    if act == ACT_SWIGLU:
+        return swiglu
     raise ValueError("unknown activation %r" % (act,))
 
 
@@ -96,13 +105,38 @@ def sinusoidal_table(P, C, dtype=torch.float64):
     return pe.to(dtype)
 
 
+class RMSNorm(nn.Module):
+    """RMSNorm as LLaMA's (torch 1.13 has none): x / sqrt(mean(x^2) + eps) * weight; no bias."""
+
+    def __init__(self, d, eps, dtype):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d, dtype=dtype))
+
+    def forward(self, x):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def make_norm(norm, d_model, eps, dtype):
+    return RMSNorm(d_model, eps, dtype) if norm == NORM_RMS else nn.LayerNorm(d_model, eps=eps, dtype=dtype)
+
+
 def make_layer(d_model, n_heads, d_ff=0, act=ACT_RELU, norm_first=False, cross=False, ln_eps=1e-5,
-               dropout=0.0, dtype=torch.float64):
-    """The torch layer a tfm_block with these settings mirrors (d_ff 0 -> 4 * d_model)."""
+               dropout=0.0, dtype=torch.float64, norm=NORM_LAYER):
+    """The torch layer a tfm_block with these settings mirrors (d_ff 0 -> 4 * d_model; ACT_SWIGLU: linear1
+    is (2 d_ff, d_model), gate rows then up rows, and linear2 reads silu(gate) * up); norm NORM_RMS
+    puts an RMSNorm at each of its norms (training mode only: torch's inference fast path assumes
+    LayerNorm)."""
     d_ff = d_ff or 4 * d_model
     cls = nn.TransformerDecoderLayer if cross else nn.TransformerEncoderLayer
-    return cls(d_model, n_heads, dim_feedforward=d_ff, dropout=dropout, activation=activation_fn(act),
-               layer_norm_eps=ln_eps, batch_first=True, norm_first=bool(norm_first), dtype=dtype)
+    layer = cls(d_model, n_heads, dim_feedforward=d_ff, dropout=dropout, activation=activation_fn(act),
+                layer_norm_eps=ln_eps, batch_first=True, norm_first=bool(norm_first), dtype=dtype)
+    if norm == NORM_RMS:
+        for n in ("norm1", "norm2", "norm3") if cross else ("norm1", "norm2"):
+            setattr(layer, n, RMSNorm(d_model, ln_eps, dtype))
+    if act == ACT_SWIGLU:  # linear1 makes gate and up: (2 d_ff, d_model)
+        layer.linear1 = nn.Linear(d_model, 2 * d_ff, dtype=dtype)
+    return layer
 
 
 def block_forward(layer, x, xkv=None, lens=None, xkv_lens=None, causal=False):
@@ -127,9 +161,9 @@ class Stack(nn.Module):
         self.cross, self.causal = cross, causal
         self.layers = nn.ModuleList([
             make_layer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.act, cfg.norm_first, cross, cfg.ln_eps,
-                       cfg.dropout, dtype) for _ in range(n)])
+                       cfg.dropout, dtype, cfg.norm) for _ in range(n)])
         if cfg.norm_first:
-            self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps, dtype=dtype)
+            self.norm = make_norm(cfg.norm, cfg.d_model, cfg.ln_eps, dtype)
         else:
             self.norm = None
 
@@ -151,7 +185,7 @@ class Config:
                   n_layers=0, n_dec_layers=0, d_ff=0, max_len=0, max_tgt_len=0, max_batch=0,
                   act=0, norm_first=0, pos=0, scale_emb=0, pool=0, tie_output=0, share_emb=0,
                   no_bias=0, dropout=0.0, attn_dropout=0.0, ln_eps=0.0, label_smoothing=0.0,
-                  ignore_index=0, has_ignore_index=0, input_dim=0, cls_token=0)
+                  ignore_index=0, has_ignore_index=0, input_dim=0, cls_token=0, norm=0)
 
     def __init__(self, **kw):
         for k, v in self.FIELDS.items():
