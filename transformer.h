@@ -386,6 +386,18 @@ TFMDEF tfm_result tfm_rmsnorm_forward(tfm_tensor *y, tfm_tensor *rstd, const tfm
 TFMDEF tfm_result tfm_rmsnorm_backward(tfm_tensor *dx, tfm_tensor *dg, const tfm_tensor *dy, const tfm_tensor *x,
                                        const tfm_tensor *g, const tfm_tensor *rstd);
 
+/* Rotary position embedding (RoFormer; the half-split layout of GPT-NeoX and LLaMA) on x (B,T,C) as
+   n_heads heads of D = C / n_heads channels: in each head, channels j and j + rot/2 (j < rot/2; rot =
+   rot_dims, even, <= D; channels from rot on pass through) turn by the angle p * base^(-2j/rot) at position
+   p = pos0[b] + t (pos0: B integers in host memory, or NULL: t): (a, b) -> (a cos - b sin, b cos + a sin). Angles and their sines are
+   formed in double, so long positions keep their accuracy. y may alias x. An op of its own for now: the
+   attention layers do not apply it yet. */
+TFMDEF tfm_result tfm_rope_forward(tfm_tensor *y, const tfm_tensor *x, int n_heads, int rot_dims, float base,
+                                   const int32_t *pos0);
+/* Adds the rotation's transpose (the turn by -angle) of dy into dx; dx must not alias dy. */
+TFMDEF tfm_result tfm_rope_backward(tfm_tensor *dx, const tfm_tensor *dy, int n_heads, int rot_dims, float base,
+                                    const int32_t *pos0);
+
 typedef enum tfm_gelu_kind {
     TFM_GELU_ERF = 0,  /* exact: x * Phi(x), torch's default */
     TFM_GELU_TANH = 1  /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), torch approximate='tanh' */
@@ -2862,6 +2874,42 @@ static void tfm__swiglu_backward_cpu(float *dh, const float *dy, const float *h,
     }
 }
 
+/* Rotary embedding of rows r = b*T + t (row stride ld) of H heads of D: y = R(p) x, or with inverse
+   R(p)^T x; acc: y += instead of y = (y not aliasing x then). */
+static TFM__HD inline void tfm__rope_angle(double p, int j, int rot, double base, int inverse, float *c, float *sn) {
+    double a = p * pow(base, -2.0 * (double)j / (double)rot);
+    *c = (float)cos(a);
+    *sn = (float)(inverse ? -sin(a) : sin(a));
+}
+static void tfm__rope_cpu(float *y, const float *x, int64_t ld, int64_t B, int64_t T, int H, int D, int rot, float base,
+                          const int32_t *pos0, int inverse, int acc) {
+    int64_t r;
+    int half = rot / 2;
+    TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(B * T * H * D)))
+    for (r = 0; r < B * T; r++) {
+        const float *xr = x + r * ld;
+        float *yr = y + r * ld;
+        double p = (double)(r % T) + (pos0 ? (double)pos0[r / T] : 0.0);
+        int h, j;
+        for (j = 0; j < half; j++) {
+            float c, sn;
+            tfm__rope_angle(p, j, rot, (double)base, inverse, &c, &sn);
+            for (h = 0; h < H; h++) {
+                float a = xr[h * D + j], b = xr[h * D + j + half], ya = a * c - b * sn, yb = b * c + a * sn;
+                if (acc) {
+                    yr[h * D + j] += ya;
+                    yr[h * D + j + half] += yb;
+                } else {
+                    yr[h * D + j] = ya;
+                    yr[h * D + j + half] = yb;
+                }
+            }
+        }
+        for (h = 0; h < H; h++)
+            for (j = rot; j < D; j++) yr[h * D + j] = acc ? yr[h * D + j] + xr[h * D + j] : xr[h * D + j];
+    }
+}
+
 /* y = x * keep / (1-p), keep = hash(seed, i0 + i) >= p * 2^24. backward: the same with dy, added to dx. */
 static void tfm__dropout_cpu(float *y, const float *x, int64_t n, float p, uint64_t seed, uint64_t i0, int accumulate) {
     uint32_t thr = tfm__drop_threshold(p);
@@ -3670,6 +3718,28 @@ static __global__ void tfm__k_swiglu_bwd(float *dh, const float *dy, const float
         dh[r * 2 * F + j] = dy[i] * u * sg * (1.0f + g * (1.0f - sg));
     }
 }
+/* rotary embedding, as the CPU's: one thread per (row, head, channel of the first half or a pass-through one) */
+static __global__ void tfm__k_rope(float *y, const float *x, int64_t ld, int64_t T, int H, int D, int rot, float base,
+                                   const int32_t *pos0, int inverse, int acc, int64_t n) {
+    int half = rot / 2, w = D - half; /* per head: half pairs, then D - rot pass-through channels */
+    TFM__CU_LOOP(i, n) {
+        int64_t r = i / ((int64_t)H * w);
+        int h = (int)(i / w % H), j = (int)(i % w);
+        const float *xh = x + r * ld + (int64_t)h * D;
+        float *yh = y + r * ld + (int64_t)h * D;
+        if (j < half) {
+            float c, sn, a = xh[j], b = xh[j + half], ya, yb;
+            tfm__rope_angle((double)(r % T) + (pos0 ? (double)pos0[r / T] : 0.0), j, rot, (double)base, inverse, &c, &sn);
+            ya = a * c - b * sn;
+            yb = b * c + a * sn;
+            yh[j] = acc ? yh[j] + ya : ya;
+            yh[j + half] = acc ? yh[j + half] + yb : yb;
+        } else {
+            int k = j + half; /* rot <= k < D */
+            yh[k] = acc ? yh[k] + xh[k] : xh[k];
+        }
+    }
+}
 
 /* The CPU's mask: element i kept when hash(seed, i0 + i) >= thr, scaled by 1/(1-p) */
 static __global__ void tfm__k_dropout(float *y, const float *x, int64_t n, uint32_t thr, float scale, uint64_t seed,
@@ -4075,6 +4145,21 @@ static void tfm__swiglu_cuda(float *y, const float *h, int64_t N, int64_t F, int
         TFM__CU_LAUNCHED("tfm__k_swiglu");
     }
 }
+static void tfm__rope_cuda(float *y, const float *x, int64_t ld, int64_t B, int64_t T, int H, int D, int rot, float base,
+                           const int32_t *pos0, int inverse, int acc) {
+    size_t off = 0;
+    unsigned char *ws;
+    const int32_t *d = NULL;
+    int64_t n = B * T * H * (D - rot / 2);
+    if (n <= 0) return;
+    if (pos0) {
+        if (!(ws = tfm__cuda_ws(TFM__CU_ROUND(B * sizeof(int32_t))))) return;
+        d = (const int32_t *)tfm__cuda_put(ws, &off, pos0, (size_t)B * sizeof(int32_t));
+        if (tfm__cu.failed) return;
+    }
+    TFM__LAUNCH(tfm__k_rope, tfm__cu_grid(n), TFM__CU_THREADS, 0, y, x, ld, T, H, D, rot, base, d, inverse, acc, n);
+    TFM__CU_LAUNCHED("tfm__k_rope");
+}
 
 static void tfm__dropout_cuda(float *y, const float *x, int64_t n, float p, uint64_t seed, uint64_t i0, int acc) {
     if (n <= 0) return;
@@ -4398,6 +4483,12 @@ static void tfm__op_swiglu(tfm_device dev, float *y, const float *h, int64_t N, 
 static void tfm__op_swiglu_bwd(tfm_device dev, float *dh, const float *dy, const float *h, int64_t N, int64_t F) {
     TFM__CUDA(dev, tfm__swiglu_cuda(dh, h, N, F, 1, dy); return);
     tfm__swiglu_backward_cpu(dh, dy, h, N, F);
+}
+/* rotary embedding (pos0: B host integers or NULL); inverse: the transpose; acc: y += */
+static void tfm__op_rope(tfm_device dev, float *y, const float *x, int64_t ld, int64_t B, int64_t T, int H, int D, int rot,
+                         float base, const int32_t *pos0, int inverse, int acc) {
+    TFM__CUDA(dev, tfm__rope_cuda(y, x, ld, B, T, H, D, rot, base, pos0, inverse, acc); return);
+    tfm__rope_cpu(y, x, ld, B, T, H, D, rot, base, pos0, inverse, acc);
 }
 /* element i's mask is hash(seed, i0 + i) */
 static void tfm__op_dropout(tfm_device dev, float *y, const float *x, int64_t n, float p, uint64_t seed, uint64_t i0,
@@ -4776,6 +4867,42 @@ TFMDEF tfm_result tfm_layernorm_backward(tfm_tensor *dx, tfm_tensor *dg, tfm_ten
     TFM__TRY(tfm__same_device("tfm_layernorm_backward", -1, 8, dx, dg, db, dy, x, g, mean, rstd));
     tfm__op_layernorm_bwd(dy->device, dx ? dx->data : NULL, dx ? dx->data : NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data, g ? g->data : NULL, mean->data, rstd->data, tfm__rows(x), tfm__cols(x), 0);
     return tfm__cuda_check("tfm_layernorm_backward");
+}
+
+/* The checks of tfm_rope_forward/backward: y and x (B,T,C) alike, heads and rotated channels. */
+static tfm_result tfm__rope_check(const char *fn, const tfm_tensor *y, const char *yn, const tfm_tensor *x, const char *xn,
+                                  int n_heads, int rot_dims, float base) {
+    int64_t C;
+    TFM__TRY(tfm__chk_pair(fn, yn, y, xn, x));
+    TFM__TRY(tfm__same_device(fn, -1, 2, y, x));
+    if (x->ndim != 3) return tfm__fail(TFM_E_SHAPE, "%s: %s is %s: want (B,T,C)", fn, xn, tfm__shp(x));
+    C = x->shape[2];
+    if (n_heads < 1 || C % n_heads)
+        return tfm__fail(TFM_E_ARG, "%s: n_heads %d must be >= 1 and divide C %lld", fn, n_heads, (long long)C);
+    if (rot_dims < 2 || rot_dims % 2 || rot_dims > C / n_heads)
+        return tfm__fail(TFM_E_ARG, "%s: rot_dims %d must be even, >= 2 and at most the head size %lld", fn, rot_dims,
+                         (long long)(C / n_heads));
+    if (!(base > 1.0f) || !isfinite(base)) return tfm__fail(TFM_E_ARG, "%s: base %g must be finite and > 1", fn, (double)base);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_rope_forward(tfm_tensor *y, const tfm_tensor *x, int n_heads, int rot_dims, float base,
+                                   const int32_t *pos0) {
+    const char *fn = "tfm_rope_forward";
+    TFM__TRY(tfm__rope_check(fn, y, "y", x, "x", n_heads, rot_dims, base));
+    tfm__op_rope(y->device, y->data, x->data, x->shape[2], x->shape[0], x->shape[1], n_heads, (int)(x->shape[2] / n_heads),
+                 rot_dims, base, pos0, 0, 0);
+    return tfm__cuda_check(fn);
+}
+
+TFMDEF tfm_result tfm_rope_backward(tfm_tensor *dx, const tfm_tensor *dy, int n_heads, int rot_dims, float base,
+                                    const int32_t *pos0) {
+    const char *fn = "tfm_rope_backward";
+    TFM__TRY(tfm__rope_check(fn, dx, "dx", dy, "dy", n_heads, rot_dims, base));
+    if (dx->data == dy->data) return tfm__fail(TFM_E_ARG, "%s: dx must not alias dy (backward adds into dx)", fn);
+    tfm__op_rope(dy->device, dx->data, dy->data, dy->shape[2], dy->shape[0], dy->shape[1], n_heads,
+                 (int)(dy->shape[2] / n_heads), rot_dims, base, pos0, 1, 1);
+    return tfm__cuda_check(fn);
 }
 
 /* RMSNorm runs on the layernorm's kernels, without the centering (their rms flag). */

@@ -45,6 +45,7 @@ static const tc2_fn tc2_functions[] = {
     TC2_FN(tfm_cross_entropy_forward), TC2_FN(tfm_cross_entropy_backward),
     TC2_FN(tfm_layernorm_forward), TC2_FN(tfm_layernorm_backward),
     TC2_FN(tfm_rmsnorm_forward), TC2_FN(tfm_rmsnorm_backward),
+    TC2_FN(tfm_rope_forward), TC2_FN(tfm_rope_backward),
     TC2_FN(tfm_gelu_forward), TC2_FN(tfm_gelu_backward),
     TC2_FN(tfm_relu_forward), TC2_FN(tfm_relu_backward),
     TC2_FN(tfm_dropout_forward), TC2_FN(tfm_dropout_backward),

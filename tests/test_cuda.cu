@@ -729,6 +729,27 @@ static void cu_op_swiglu(void) {
     }
 }
 
+/* rotary embedding: forward written, backward (the transpose) added, rows at offsets (host integers), part
+   of each head turned; angles up to ~1e4 rad, where float angles would drift */
+static void cu_op_rope(void) {
+    static const int shapes[4][4] = {{1, 2, 2, 2}, {3, 2, 16, 16}, {5, 3, 24, 8}, {33, 4, 64, 64}}; /* T, H, D, rot */
+    static const int32_t pos0[2] = {0, 9000};
+    cu_rng g = {19};
+    int i, off;
+    for (i = 0; i < 4; i++)
+        for (off = 0; off < 2; off++) {
+            int T = shapes[i][0], H = shapes[i][1], D = shapes[i][2], rot = shapes[i][3];
+            int64_t n = (int64_t)2 * T * H * D;
+            cu_buf x = cu_normal(n, &g, 1, 0), y = cu_nan(n), dx = cu_normal(n, &g, 1, 0);
+            const int32_t *p0 = off ? pos0 : NULL;
+            CU_DEVS tfm__op_rope(CU_DEV, CU_P(y), CU_P(x), (int64_t)H * D, 2, T, H, D, rot, 10000.0f, p0, 0, 0);
+            cu_check(cu_fmt("rope T=%d H=%d D=%d rot=%d offsets %d: y", T, H, D, rot, off), &y, CU_TOL);
+            CU_DEVS tfm__op_rope(CU_DEV, CU_P(dx), CU_P(y), (int64_t)H * D, 2, T, H, D, rot, 10000.0f, p0, 1, 1);
+            cu_check(cu_fmt("rope T=%d H=%d D=%d rot=%d offsets %d: dx", T, H, D, rot, off), &dx, CU_TOL);
+            cu_release(&x, &y, &dx, CU_END);
+        }
+}
+
 /* dropout: the mask is a hash of (seed, i0 + i) on both devices, so outputs are equal bit for bit, with
    i0 past 2^32 too, written (acc 0) or added (acc 1). */
 static void cu_op_dropout(void) {
@@ -3088,6 +3109,7 @@ static void suite_ops(void) {
     RUN(cu_op_layernorm);
     RUN(cu_op_act);
     RUN(cu_op_swiglu);
+    RUN(cu_op_rope);
     RUN(cu_op_dropout);
     RUN(cu_op_embedding);
     RUN(cu_op_positions);

@@ -1017,6 +1017,78 @@ static void ops_test_swiglu(void) {
     ops_swiglu_case(40, 96, &g);
 }
 
+/* ---- rotary position embedding ------------------------------------------------------------ */
+
+typedef struct ops_rope { int64_t B, T; int H, D, rot; double base; const int32_t *pos0; } ops_rope;
+
+/* y = R(p) x per head, in double (the angle p base^(-2j/rot) exactly as written); in = {x (B,T,H*D)} */
+static void ops_rope_ref(const void *ctx, double *const *in, double *y) {
+    const ops_rope *c = (const ops_rope *)ctx;
+    int64_t C = (int64_t)c->H * c->D;
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t t = 0; t < c->T; t++) {
+            const double *x = in[0] + (b * c->T + t) * C;
+            double *yr = y + (b * c->T + t) * C, p = (double)t + (c->pos0 ? c->pos0[b] : 0);
+            for (int h = 0; h < c->H; h++) {
+                for (int j = 0; j < c->D; j++) yr[h * c->D + j] = x[h * c->D + j];
+                for (int j = 0; j < c->rot / 2; j++) {
+                    double a = p / pow(c->base, 2.0 * j / c->rot), u = x[h * c->D + j], v = x[h * c->D + j + c->rot / 2];
+                    yr[h * c->D + j] = u * cos(a) - v * sin(a);
+                    yr[h * c->D + j + c->rot / 2] = v * cos(a) + u * sin(a);
+                }
+            }
+        }
+}
+
+static void ops_rope_case(int64_t B, int64_t T, int H, int D, int rot, float base, const int32_t *pos0, ops_rng *g) {
+    ops_rope c;
+    char nm[160], wb[256];
+    int64_t n = B * T * H * D;
+    int64_t sh[3] = {B, T, (int64_t)H * D};
+    float *x = ops_falloc(n), *y = ops_falloc(n), *z = ops_falloc(n), *dy = ops_falloc(n), *dx = ops_falloc(n);
+    float *dx1 = ops_falloc(n);
+    tfm_tensor tx = ops_t(x, 3, sh), ty = ops_t(y, 3, sh), tz = ops_t(z, 3, sh), tdy = ops_t(dy, 3, sh), tdx = ops_t(dx, 3, sh);
+    double *in[1], *r;
+    c.B = B; c.T = T; c.H = H; c.D = D; c.rot = rot; c.base = (double)base; c.pos0 = pos0;
+    snprintf(nm, sizeof nm, "rope B=%d T=%d H=%d D=%d rot=%d base %g pos0 %s", (int)B, (int)T, H, D, rot, (double)base,
+             pos0 ? "given" : "none");
+    ops_fill_normal(x, n, g, 1, 0);
+    ops_fill_normal(dy, n, g, 1, 0);
+    ops_fill_nan(y, n);
+    in[0] = ops_to_double(x, n);
+    r = ops_to_double(dy, n);
+    CHECK_OK(tfm_rope_forward(&ty, &tx, H, rot, base, pos0));
+    ops_check_fwd(OPS_W("forward"), y, ops_rope_ref, &c, in, n);
+    memset(dx, 0, (size_t)n * sizeof(float));
+    CHECK_OK(tfm_rope_backward(&tdx, &tdy, H, rot, base, pos0));
+    ops_check_grad(OPS_W("dx"), dx, ops_rope_ref, &c, in, 0, n, r, n);
+    memcpy(dx1, dx, (size_t)n * sizeof(float));
+    CHECK_OK(tfm_rope_backward(&tdx, &tdy, H, rot, base, pos0));
+    ops_check_twice(OPS_W("dx accumulates"), dx, dx1, n);
+    memcpy(z, x, (size_t)n * sizeof(float));
+    CHECK_OK(tfm_rope_forward(&tz, &tz, H, rot, base, pos0));
+    ops_check_fwd(OPS_W("forward in place"), z, ops_rope_ref, &c, in, n);
+    free(x); free(y); free(z); free(dy); free(dx); free(dx1); free(in[0]); free(r);
+}
+
+static void ops_test_rope(void) {
+    static const int32_t pos0[2] = {5, 4093}; /* a row far along: angles up to ~4e3 rad */
+    ops_rng g = {808};
+    float x[12], y[12];
+    int64_t sh[3] = {1, 2, 6};
+    tfm_tensor tx = ops_t(x, 3, sh), ty = ops_t(y, 3, sh);
+    ops_rope_case(1, 1, 1, 2, 2, 10000.0f, NULL, &g);
+    ops_rope_case(2, 5, 2, 8, 8, 10000.0f, NULL, &g);
+    ops_rope_case(2, 4, 3, 8, 4, 10000.0f, pos0, &g);      /* a quarter of each head turns, the rest passes */
+    ops_rope_case(2, 3, 2, 16, 16, 500000.0f, pos0, &g);   /* LLaMA 3's base */
+    memset(x, 0, sizeof x);
+    CHECK_ERR(tfm_rope_forward(&ty, &tx, 4, 2, 10000.0f, NULL), TFM_E_ARG, "n_heads 4");
+    CHECK_ERR(tfm_rope_forward(&ty, &tx, 2, 3, 10000.0f, NULL), TFM_E_ARG, "rot_dims 3");
+    CHECK_ERR(tfm_rope_forward(&ty, &tx, 2, 4, 10000.0f, NULL), TFM_E_ARG, "rot_dims 4");
+    CHECK_ERR(tfm_rope_forward(&ty, &tx, 2, 2, 1.0f, NULL), TFM_E_ARG, "base 1");
+    CHECK_ERR(tfm_rope_backward(&tx, &tx, 2, 2, 10000.0f, NULL), TFM_E_ARG, "alias");
+}
+
 /* ---- GELU, ReLU ------------------------------------------------------------------------- */
 
 typedef struct ops_ew { int64_t n; int kind; } ops_ew;
@@ -1791,6 +1863,7 @@ static void suite_ops(void) {
     RUN(ops_test_layernorm);
     RUN(ops_test_rmsnorm);
     RUN(ops_test_swiglu);
+    RUN(ops_test_rope);
     RUN(ops_test_gelu);
     RUN(ops_test_relu);
     RUN(ops_test_dropout);

@@ -407,6 +407,34 @@ done:
     torch_end(fx);
 }
 
+/* ---- rotary embedding, against Hugging Face LLaMA's formulation (rotate_half), rows at offsets ---- */
+static void torch_rope(void) {
+    fx_file *fx = torch_begin("rope");
+    if (!fx) return;
+    int ok = 1;
+    float base = torch_float(fx, "base", &ok);
+    const fx_array *shape = torch_need(fx, "shape", FX_I32, 1), *pos0 = torch_need(fx, "pos0", FX_I32, 1);
+    const fx_array *x = torch_need(fx, "x", FX_F32, 3), *dy = torch_need(fx, "dy", FX_F32, 3);
+    if (!ok || !shape || !pos0 || !x || !dy || shape->numel != 2 || pos0->numel != x->dims[0]) goto done;
+    {
+        int64_t n = x->numel;
+        float *ybuf = torch_buf(n, 1), *dx = torch_buf(n, 0);
+        if (!ybuf || !dx) goto done;
+        tfm_tensor xt = torch_in(x), dyt = torch_in(dy);
+        tfm_tensor yt = torch_view(ybuf, 3, x->dims), dxt = torch_view(dx, 3, x->dims);
+        tfm_result r = tfm_rope_forward(&yt, &xt, shape->i32[0], shape->i32[1], base, pos0->i32);
+        CHECK_OK(r);
+        if (r != TFM_OK) goto done;
+        torch_cmp(fx, "y", ybuf, n);
+        r = tfm_rope_backward(&dxt, &dyt, shape->i32[0], shape->i32[1], base, pos0->i32);
+        CHECK_OK(r);
+        if (r != TFM_OK) goto done;
+        torch_cmp(fx, "grad.x", dx, n);
+    }
+done:
+    torch_end(fx);
+}
+
 /* ---- element-wise and row-wise ops: y = f(x), dx from dy ---- */
 enum { TORCH_GELU_ERF, TORCH_GELU_TANH, TORCH_SOFTMAX, TORCH_LOG_SOFTMAX };
 
@@ -636,6 +664,7 @@ static void suite_torch(void) {
     RUN(torch_linear);
     RUN(torch_linear_nobias);
     RUN(torch_layernorm);
+    RUN(torch_rope);
     RUN(torch_gelu_erf);
     RUN(torch_gelu_tanh);
     RUN(torch_softmax);

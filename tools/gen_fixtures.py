@@ -329,6 +329,32 @@ def layernorm_case(name, shape, eps=1e-5):
     return cs
 
 
+def rope_case(name, B, T, H, D, rot, base, pos0):
+    """Rotary embedding as Hugging Face's LLaMA writes it (inv_freq, cat(freqs, freqs), rotate_half), on
+    the first rot channels of each head, in float64."""
+    cs = Case(name)
+    x = leaf(cs.randn(B, T, H * D).to(torch.float32).to(torch.float64))
+    dy = cs.randn(B, T, H * D)
+    inv_freq = 1.0 / (base ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot))
+    pos = torch.arange(T, dtype=torch.float64)[None, :] + torch.tensor(pos0, dtype=torch.float64)[:, None]
+    emb = torch.cat([pos[..., None] * inv_freq, pos[..., None] * inv_freq], dim=-1)  # (B,T,rot)
+    cos, sin = emb.cos()[:, :, None, :], emb.sin()[:, :, None, :]
+    xh = x.view(B, T, H, D)
+    xr, xp = xh[..., :rot], xh[..., rot:]
+    x1, x2 = xr[..., : rot // 2], xr[..., rot // 2:]
+    rotated = xr * cos + torch.cat([-x2, x1], dim=-1) * sin
+    y = torch.cat([rotated, xp], dim=-1).reshape(B, T, H * D)
+    (y * dy).sum().backward()
+    cs.i32("shape", [H, rot])
+    cs.f32("base", torch.tensor(base, dtype=torch.float64))
+    cs.i32("pos0", pos0)
+    cs.f32("x", x)
+    cs.f32("dy", dy.to(torch.float32).to(torch.float64))
+    cs.f64("y", y)
+    cs.f64("grad.x", x.grad)
+    return cs
+
+
 def gelu_case(name, approximate):
     cs = Case(name)
     # a spread of values, including the tails and a few exact points
@@ -422,6 +448,7 @@ def main():
         linear_case("linear", (2, 3, 5), 4, bias=True),
         linear_case("linear_nobias", (7, 6), 3, bias=False),
         layernorm_case("layernorm", (2, 4, 10)),
+        rope_case("rope", B=2, T=5, H=2, D=12, rot=8, base=10000.0, pos0=[0, 2041]),
         gelu_case("gelu_erf", "none"),
         gelu_case("gelu_tanh", "tanh"),
         softmax_case("softmax", log=False),
