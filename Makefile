@@ -17,6 +17,7 @@
 #   make cuda            with nvcc: build/test_cuda (-Werror all-warnings) and the TFM_CUDA compile checks;
 #                        test-cuda runs build/test_cuda on a GPU (skipped without nvcc)
 #   make test-mpi        data-parallel training under mpirun (skipped without mpicc); build/ddp-mpi
+#   make check-docs      every link, make target and file named in README.md and docs/ exists; their C programs compile
 #   make clean
 #
 # Variables:
@@ -479,6 +480,14 @@ PYTHON ?= /usr/bin/python3
 .PHONY: torch-check
 torch-check: unit
 	$(PYTHON) tools/torch_roundtrip.py check $(BUILD)/io_export
+
+# ---- documentation ---------------------------------------------------------------------------
+# Each relative link (and its #anchor) in README.md, docs/, examples/README.md and bench/*.md resolves,
+# each make target and repository file their ```sh commands name exists, and each whole C program in
+# them compiles (tools/check_docs.py: python3's standard library and $(CC) only).
+.PHONY: check-docs
+check-docs:
+	python3 tools/check_docs.py
 
 # ---- fuzzing ---------------------------------------------------------------------------------
 # The safetensors loader under libFuzzer + ASan/UBSan for FUZZ_SECONDS (needs clang and
