@@ -41,7 +41,9 @@
 
    Classifiers (TFM_MODEL_ENCODER_CLASSIFIER: labels per sequence, cfg.input_dim for continuous
    inputs such as image patches, cfg.cls_token for ViT's class vector) and encoder-decoders
-   (TFM_MODEL_ENCODER_DECODER: batch.tgt_in and per-position targets) use the same calls.
+   (TFM_MODEL_ENCODER_DECODER: batch.tgt_in and per-position targets) use the same calls. BERT's
+   layout is config too: cfg.type_vocab_size (a token-type table, batch.token_types), cfg.emb_norm (a
+   layernorm over the embedding sum), exact GELU, post-LN, cfg.ln_eps 1e-12.
 
    Models of your own come from layers: linear maps, layernorms, multi-head attention and whole
    transformer blocks, each counted, allocated and carved from a tfm_mem, each a forward/backward pair,
@@ -649,6 +651,11 @@ typedef struct tfm_config {
     int cls_token;           /* classifier: 1 prepends a learned vector cls_token (d_model) to every sequence,
                                 as ViT's [CLS]: the encoder runs on T+1 positions (max_len + 1 learned
                                 positions), lens count inputs only, and TFM_POOL_CLS pools it */
+    int type_vocab_size;     /* classifier or LM of tokens, no cls_token: > 0 adds a token-type table type_emb
+                                (type_vocab_size, d_model), BERT's segment embedding: position t of row b adds
+                                row batch.token_types[b,t] (0 everywhere when token_types is NULL) */
+    int emb_norm;            /* classifier or LM: 1 normalises the embedding sum (tokens, positions, types) with a
+                                layernorm emb_norm (eps ln_eps) before its dropout and the first block, as BERT */
     int tgt_vocab_size;      /* enc-dec: target tokens; 0 -> vocab_size */
     int n_classes;           /* classifier: required */
     int d_model;             /* required */
@@ -705,6 +712,8 @@ typedef struct tfm_batch {
     const int32_t *tokens;   /* (B,T) input ids (classifier, LM) or source ids (enc-dec); NULL with input_dim */
     const float *inputs;     /* cfg.input_dim: (B,T,input_dim) continuous inputs, row b at b*stride*input_dim */
     const int32_t *lens;     /* (B) valid lengths of tokens; NULL: all T */
+    const int32_t *token_types; /* cfg.type_vocab_size: (B,T) token-type ids in [0, type_vocab_size), row stride
+                                stride as tokens; NULL: type 0 everywhere */
     int tgt_len;             /* enc-dec: Tt */
     int tgt_stride;          /* enc-dec: row stride of tgt_in and targets; 0 -> tgt_len */
     const int32_t *tgt_in;   /* enc-dec: (B,Tt) decoder inputs (shifted right: start token first) */
@@ -5878,6 +5887,10 @@ struct tfm__model_impl {
     tfm_linear head;                /* classifier (n_classes,C) or output (V,C); weight aliases an embedding when tied */
     tfm_linear input_proj;          /* input_dim: (C, input_dim) */
     tfm_tensor cls, d_cls;          /* cls_token: (C) */
+    tfm_tensor type_emb, d_type_emb; /* type_vocab_size: (type_vocab_size, C) */
+    tfm_layernorm emb_norm;         /* emb_norm: over the embedding sum */
+    float *emb_sum, *type_x;        /* emb_norm: the sum before the norm (B,Te,C); types: their rows (B,T,C) */
+    int32_t *type_ids;              /* types: the batch's token types (NULL in the batch: none copied) */
     float *inputs;                  /* input_dim: the batch's inputs, packed (B,T,input_dim) */
     /* activations: embedded inputs, per-layer outputs, final norms, pooling, logits */
     float *enc_x, *dec_x, *enc_buf, *dec_buf, *enc_ln, *dec_ln, *pooled, *logits, *lse;
@@ -5891,7 +5904,7 @@ struct tfm__model_impl {
     /* the last forward */
     const float *memory, *top;      /* the encoder's output (enc-dec) and the top stack's output */
     const int32_t *tokens, *tgt_in; /* its inputs (read by backward) */
-    int B, T, Tt, has_lens, has_targets, gen_replaced;
+    int B, T, Tt, has_lens, has_types, has_targets, gen_replaced;
     float last_loss;
     uint64_t fwd_seed;
     /* state */
@@ -5920,6 +5933,12 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
                          "with tgt_vocab_size, with input_dim needs none)", fn);
     if (c.cls_token && c.kind != TFM_MODEL_ENCODER_CLASSIFIER)
         return tfm__fail(TFM_E_ARG, "%s: cfg.cls_token is for classifiers", fn);
+    if (c.type_vocab_size < 0 || (c.type_vocab_size && (c.kind == TFM_MODEL_ENCODER_DECODER || c.input_dim || c.cls_token)))
+        return tfm__fail(TFM_E_ARG, "%s: cfg.type_vocab_size %d: want >= 0, and a token type needs a classifier or LM "
+                         "of tokens (no input_dim, no cls_token)", fn, c.type_vocab_size);
+    if (c.emb_norm && c.kind == TFM_MODEL_ENCODER_DECODER)
+        return tfm__fail(TFM_E_ARG, "%s: cfg.emb_norm is for classifiers and LMs", fn);
+    c.emb_norm = c.emb_norm != 0;
     if (c.input_dim > 0 && (c.share_emb || (c.tie_output && c.kind == TFM_MODEL_DECODER_LM)))
         return tfm__fail(TFM_E_ARG, "%s: cfg.input_dim: the input has no token embedding to share or tie", fn);
     c.cls_token = c.cls_token != 0;
@@ -6167,6 +6186,11 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
             tfm__reg(m, rng, &m->impl->tgt_emb, &m->impl->d_tgt_emb, TFM__INIT_EMB, 0, "tgt_tok_emb.weight");
         }
     }
+    if (c->type_vocab_size) {
+        m->impl->type_emb = tfm__carve_t2(&mem->params, c->type_vocab_size, C);
+        if (grad) m->impl->d_type_emb = tfm__carve_t2(&mem->grads, c->type_vocab_size, C);
+        tfm__reg(m, rng, &m->impl->type_emb, &m->impl->d_type_emb, TFM__INIT_EMB, 0, "type_emb.weight");
+    }
     memset(&m->impl->pos_emb, 0, sizeof m->impl->pos_emb);
     memset(&m->impl->tgt_pos_emb, 0, sizeof m->impl->tgt_pos_emb);
     if (c->pos == TFM_POS_LEARNED) {
@@ -6182,6 +6206,11 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
         m->impl->pos_emb = tfm__carve_t2(&mem->acts, Tm, C); /* a fixed table, not a parameter */
         if (m->impl->pos_emb.data) tfm__op_sinusoid_add(m->impl->device, m->impl->pos_emb.data, NULL, 1, Tm, C);
         m->impl->tgt_pos_emb = m->impl->pos_emb;
+    }
+    if (c->emb_norm) {
+        tfm__layernorm_carve(&m->impl->emb_norm, C, !c->no_bias, (size_t)(B * Te), mem);
+        tfm__reg_norm(m, rng, &m->impl->emb_norm, "", "emb_norm");
+        m->impl->emb_sum = tfm__carve(&mem->acts, (size_t)(B * Te * C));
     }
     /* layers */
     memset(&d, 0, sizeof d);
@@ -6235,6 +6264,10 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     m->impl->lse = tfm__carve(&mem->acts, (size_t)rows_out);
     m->impl->targets = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)rows_out * sizeof(int32_t));
     m->impl->ids = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)(B * T) * sizeof(int32_t));
+    if (c->type_vocab_size) {
+        m->impl->type_x = tfm__carve(&mem->acts, (size_t)(B * T * C));
+        m->impl->type_ids = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)(B * T) * sizeof(int32_t));
+    }
     if (encdec) m->impl->tgt_ids = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)(B * Tt) * sizeof(int32_t));
     m->impl->lens = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)B * sizeof(int32_t));
     mem->scratch.used = mark;
@@ -6542,6 +6575,11 @@ static tfm_result tfm__chk_batch(const char *fn, const tfm_model *m, const tfm_b
                                c->vocab_size, 0, 0));
     }
     TFM__TRY(tfm__chk_lens(fn, "batch.lens", b->lens, b->batch, b->len));
+    if (b->token_types && !c->type_vocab_size)
+        return tfm__fail(TFM_E_ARG, "%s: batch.token_types given to a model without a type table (cfg.type_vocab_size 0)", fn);
+    if (b->token_types)
+        TFM__TRY(tfm__chk_rows(fn, "batch.token_types", b->token_types, b->batch, b->len, b->stride ? b->stride : b->len,
+                               c->type_vocab_size, 0, 0));
     if (kind == TFM_MODEL_ENCODER_DECODER) {
         if (b->tgt_len < 1 || b->tgt_len > c->max_tgt_len)
             return tfm__fail(TFM_E_SHAPE, "%s: batch.tgt_len %d is outside [1,%d] (cfg.max_tgt_len)", fn, b->tgt_len,
@@ -6573,33 +6611,44 @@ static void tfm__copy_ids(int32_t *dst, const int32_t *src, int64_t n, int64_t l
 
 /* The input rows x (B,Te,C), Te = T + cls: the class vector (cls_token) when cls, then each position's
    token embedding (times sqrt(C) with scale_emb) or, when inputs, its projected input; then positions
-   0.. (p0 NULL) or, decoding, row b's from p0[b]; then dropout. */
-static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, const float *inputs, int B, int T, int cls,
-                           const tfm_tensor *emb, const tfm_tensor *pos, const int32_t *p0, uint64_t site) {
+   0.. (p0 NULL) or, decoding, row b's from p0[b]; then, with a type table, the rows of types (B,T) (NULL:
+   type 0); then emb_norm over the sum (kept in emb_sum for backward); then dropout. */
+static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, const float *inputs, const int32_t *types, int B,
+                           int T, int cls, const tfm_tensor *emb, const tfm_tensor *pos, const int32_t *p0, uint64_t site) {
     tfm__model_impl *im = m->impl;
     int64_t C = m->cfg.d_model, I = m->cfg.input_dim, Te = T + cls, b;
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
+    float *s = m->cfg.emb_norm ? im->emb_sum : x; /* the sum */
     tfm_linear *ip = &im->input_proj;
-    if (!cls && inputs) tfm__op_linear(im->device, x, C, inputs, I, ip->weight.data, ip->bias.data, (int64_t)B * T, I, C);
-    else if (!cls) tfm__op_embedding(im->device, x, ids, emb->data, scale, (int64_t)B * T, C);
+    if (!cls && inputs) tfm__op_linear(im->device, s, C, inputs, I, ip->weight.data, ip->bias.data, (int64_t)B * T, I, C);
+    else if (!cls) tfm__op_embedding(im->device, s, ids, emb->data, scale, (int64_t)B * T, C);
     for (b = 0; cls && b < B; b++) { /* one call per row: the class vector sits between the rows */
-        float *xb = x + (b * Te + 1) * C;
-        if (inputs) tfm__op_linear(im->device, xb, C, inputs + b * T * I, I, ip->weight.data, ip->bias.data, T, I, C);
-        else tfm__op_embedding(im->device, xb, ids + b * T, emb->data, scale, T, C);
+        float *sb = s + (b * Te + 1) * C;
+        if (inputs) tfm__op_linear(im->device, sb, C, inputs + b * T * I, I, ip->weight.data, ip->bias.data, T, I, C);
+        else tfm__op_embedding(im->device, sb, ids + b * T, emb->data, scale, T, C);
     }
-    if (cls) tfm__op_copy_rows(im->device, x, Te * C, im->cls.data, 0, B, C);
-    if (pos->data && !p0) tfm__op_pos_add(im->device, x, x, pos->data, B, Te, C);
+    if (cls) tfm__op_copy_rows(im->device, s, Te * C, im->cls.data, 0, B, C);
+    if (pos->data && !p0) tfm__op_pos_add(im->device, s, s, pos->data, B, Te, C);
     for (b = 0; pos->data && p0 && b < B; b++)
-        tfm__op_pos_add(im->device, x + b * Te * C, x + b * Te * C, pos->data + (int64_t)p0[b] * C, 1, Te, C);
+        tfm__op_pos_add(im->device, s + b * Te * C, s + b * Te * C, pos->data + (int64_t)p0[b] * C, 1, Te, C);
+    if (im->type_emb.data && types) { /* no class vector with types: Te == T */
+        tfm__op_embedding(im->device, im->type_x, types, im->type_emb.data, 1.0f, (int64_t)B * T, C);
+        tfm__op_add(im->device, s, s, im->type_x, (int64_t)B * T * C);
+    } else if (im->type_emb.data) { /* type 0's row added to every position */
+        tfm__op_pos_add(im->device, s, s, im->type_emb.data, (int64_t)B * T, 1, C);
+    }
+    if (m->cfg.emb_norm)
+        tfm__op_layernorm(im->device, x, im->emb_norm.mean, im->emb_norm.rstd, s, im->emb_norm.weight.data,
+                          im->emb_norm.bias.data, m->cfg.ln_eps, (int64_t)B * Te, C);
     if (im->training && m->cfg.dropout > 0.0f)
         tfm__op_dropout(im->device, x, x, B * Te * C, m->cfg.dropout, tfm__seed_mix(im->fwd_seed, site),
                         (uint64_t)(im->batch_offset * Te * C), 0);
 }
 
 /* Backward of tfm__embed_fwd from g (B,Te,C), which it clobbers: the gradients of the embedding (or of
-   input_proj), the positions and the class vector. */
-static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, const float *inputs, int B, int T, int cls,
-                           const tfm_tensor *demb, const tfm_tensor *dpos, uint64_t site) {
+   input_proj), the positions, the token types, emb_norm and the class vector. */
+static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, const float *inputs, const int32_t *types, int B,
+                           int T, int cls, const tfm_tensor *demb, const tfm_tensor *dpos, uint64_t site) {
     tfm__model_impl *im = m->impl;
     int64_t C = m->cfg.d_model, I = m->cfg.input_dim, Te = T + cls, b;
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
@@ -6607,6 +6656,14 @@ static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, const flo
     if (im->training && m->cfg.dropout > 0.0f)
         tfm__op_dropout(im->device, g, g, B * Te * C, m->cfg.dropout, tfm__seed_mix(im->fwd_seed, site),
                         (uint64_t)(im->batch_offset * Te * C), 0);
+    if (m->cfg.emb_norm) { /* into a backward buffer that g is not (each holds B * max(Te, Tt) * C) */
+        float *gs = g == im->d_enc_y ? im->d_dec_x : im->d_enc_y;
+        tfm__op_layernorm_bwd(im->device, gs, NULL, im->emb_norm.d_weight.data, im->emb_norm.d_bias.data, g, im->emb_sum,
+                              im->emb_norm.weight.data, im->emb_norm.mean, im->emb_norm.rstd, (int64_t)B * Te, C);
+        g = gs;
+    }
+    if (im->d_type_emb.data && types) tfm__op_embedding_bwd(im->device, im->d_type_emb.data, g, types, 1.0f, (int64_t)B * T, C);
+    else if (im->d_type_emb.data) tfm__op_pos_bwd(im->device, im->d_type_emb.data, g, (int64_t)B * T, 1, C);
     if (dpos && dpos->data) tfm__op_pos_bwd(im->device, dpos->data, g, B, Te, C);
     if (!cls && inputs)
         tfm__op_linear_bwd(im->device, NULL, 0, 0.0f, ip->d_weight.data, ip->d_bias.data, g, C, inputs, I, ip->weight.data,
@@ -6672,25 +6729,25 @@ static float *tfm__stack_bwd(tfm_model *m, tfm_block *blks, float *buf, int n, t
     return g;
 }
 
-/* The encoder over ids or inputs (B,T): embedding, the stack; returns its output (B,Te,C), Te = T +
+/* The encoder over ids or inputs (B,T) (and token types, NULL: none): embedding, the stack; returns its output (B,Te,C), Te = T +
    cfg.cls_token. lens: valid lengths of the Te positions. */
-static const float *tfm__encoder_fwd(tfm_model *m, const int32_t *ids, const float *inputs, int B, int T,
-                                     const int32_t *lens) {
+static const float *tfm__encoder_fwd(tfm_model *m, const int32_t *ids, const float *inputs, const int32_t *types,
+                                     int B, int T, const int32_t *lens) {
     int Te = T + m->cfg.cls_token;
-    tfm__embed_fwd(m, m->impl->enc_x, ids, inputs, B, T, m->cfg.cls_token, &m->impl->src_emb, &m->impl->pos_emb, NULL,
+    tfm__embed_fwd(m, m->impl->enc_x, ids, inputs, types, B, T, m->cfg.cls_token, &m->impl->src_emb, &m->impl->pos_emb, NULL,
                    TFM__SITE_SRC_EMB);
     return tfm__stack_fwd(m, m->impl->enc, m->impl->enc_buf, m->impl->n_enc, &m->impl->enc_norm, m->impl->enc_ln,
                           m->impl->enc_x, NULL, B, Te, Te, 0, lens, NULL, TFM__SITE_STACK, NULL);
 }
 
 /* The decoder (the LM's stack, or an encoder-decoder's over memory (B,S,C)) on ids (B,T), row b at
-   positions kc->lens[b].. when decoding against a cache (kc NULL: from 0, no cache). Returns its output
-   (B,T,C). */
-static const float *tfm__decoder_fwd(tfm_model *m, const int32_t *ids, const float *inputs, int B, int T,
-                                     const float *memory, int S, const int32_t *mem_lens, tfm_kv_cache *kc) {
+   positions kc->lens[b].. when decoding against a cache (kc NULL: from 0, no cache), with token types
+   (NULL: none). Returns its output (B,T,C). */
+static const float *tfm__decoder_fwd(tfm_model *m, const int32_t *ids, const float *inputs, const int32_t *types, int B,
+                                     int T, const float *memory, int S, const int32_t *mem_lens, tfm_kv_cache *kc) {
     int encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
     float *x = encdec ? m->impl->dec_x : m->impl->enc_x;
-    tfm__embed_fwd(m, x, ids, inputs, B, T, 0, encdec ? &m->impl->tgt_emb : &m->impl->src_emb,
+    tfm__embed_fwd(m, x, ids, inputs, types, B, T, 0, encdec ? &m->impl->tgt_emb : &m->impl->src_emb,
                    encdec ? &m->impl->tgt_pos_emb : &m->impl->pos_emb, kc ? kc->lens : NULL,
                    encdec ? TFM__SITE_TGT_EMB : TFM__SITE_SRC_EMB);
     return tfm__stack_fwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, m->impl->dec_ln, x,
@@ -6702,7 +6759,7 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     int B, T, Te, Tt = 0, kind;
     int64_t C, i, rows, n_out, counted = 0;
     const float *h, *inputs;
-    const int32_t *lens;
+    const int32_t *lens, *types;
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "tfm_model_forward: model is NULL or not initialised");
     c = &m->cfg;
     TFM__TRY(tfm__chk_batch("tfm_model_forward", m, b));
@@ -6730,6 +6787,9 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     }
     m->impl->tokens = c->input_dim ? NULL : m->impl->ids;
     inputs = c->input_dim ? m->impl->inputs : NULL;
+    if (b->token_types) tfm__copy_ids(m->impl->type_ids, b->token_types, B, T, b->stride ? b->stride : T);
+    m->impl->has_types = b->token_types != NULL;
+    types = b->token_types ? m->impl->type_ids : NULL;
     if (kind == TFM_MODEL_ENCODER_DECODER) {
         tfm__copy_ids(m->impl->tgt_ids, b->tgt_in, B, Tt, b->tgt_stride ? b->tgt_stride : Tt);
         m->impl->tgt_in = m->impl->tgt_ids;
@@ -6738,12 +6798,12 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     if (m->impl->training) m->impl->fwd_seed = tfm_rng_u64(&m->impl->rng);
 
     if (kind == TFM_MODEL_DECODER_LM) {
-        h = tfm__decoder_fwd(m, m->impl->tokens, inputs, B, T, NULL, 0, NULL, NULL);
+        h = tfm__decoder_fwd(m, m->impl->tokens, inputs, types, B, T, NULL, 0, NULL, NULL);
     } else {
-        h = tfm__encoder_fwd(m, m->impl->tokens, inputs, B, T, lens);
+        h = tfm__encoder_fwd(m, m->impl->tokens, inputs, types, B, T, lens);
         if (kind == TFM_MODEL_ENCODER_DECODER) {
             m->impl->memory = h;
-            h = tfm__decoder_fwd(m, m->impl->tgt_in, NULL, B, Tt, m->impl->memory, Te, lens, NULL);
+            h = tfm__decoder_fwd(m, m->impl->tgt_in, NULL, NULL, B, Tt, m->impl->memory, Te, lens, NULL);
         }
     }
     m->impl->top = h;
@@ -6790,6 +6850,7 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     int64_t C, rows, n_out;
     float *g;
     const float *inputs;
+    const int32_t *types;
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     if (!m->impl->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
     if (m->impl->gen_replaced)
@@ -6806,6 +6867,7 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     Te = T + c->cls_token;
     C = c->d_model;
     inputs = c->input_dim ? m->impl->inputs : NULL;
+    types = m->impl->has_types ? m->impl->type_ids : NULL;
     rows = kind == TFM_MODEL_ENCODER_CLASSIFIER ? B : (int64_t)B * (kind == TFM_MODEL_DECODER_LM ? T : Tt);
     n_out = kind == TFM_MODEL_ENCODER_CLASSIFIER ? c->n_classes : kind == TFM_MODEL_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
     tfm__op_zero(m->impl->device, m->impl->d_logits, rows * n_out);
@@ -6821,19 +6883,20 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     }
     if (kind == TFM_MODEL_DECODER_LM) {
         g = tfm__stack_bwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, g, NULL, B, T);
-        tfm__embed_bwd(m, g, m->impl->tokens, inputs, B, T, 0, &m->impl->d_src_emb, &m->impl->d_pos_emb, TFM__SITE_SRC_EMB);
+        tfm__embed_bwd(m, g, m->impl->tokens, inputs, types, B, T, 0, &m->impl->d_src_emb, &m->impl->d_pos_emb,
+                       TFM__SITE_SRC_EMB);
         return tfm__scratch_check(fn);
     }
     if (kind == TFM_MODEL_ENCODER_DECODER) {
         tfm__op_zero(m->impl->device, m->impl->d_dec_y, (int64_t)B * T * C);
         g = tfm__stack_bwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, g, m->impl->d_dec_y, B, Tt);
-        tfm__embed_bwd(m, g, m->impl->tgt_in, NULL, B, Tt, 0, &m->impl->d_tgt_emb,
+        tfm__embed_bwd(m, g, m->impl->tgt_in, NULL, NULL, B, Tt, 0, &m->impl->d_tgt_emb,
                        c->pos == TFM_POS_LEARNED ? &m->impl->d_tgt_pos_emb : NULL, TFM__SITE_TGT_EMB);
         g = m->impl->d_enc_x;
         tfm__op_copy(m->impl->device, g, m->impl->d_dec_y, (int64_t)B * T * C);
     }
     g = tfm__stack_bwd(m, m->impl->enc, m->impl->enc_buf, m->impl->n_enc, &m->impl->enc_norm, g, NULL, B, Te);
-    tfm__embed_bwd(m, g, m->impl->tokens, inputs, B, T, c->cls_token, &m->impl->d_src_emb, &m->impl->d_pos_emb,
+    tfm__embed_bwd(m, g, m->impl->tokens, inputs, types, B, T, c->cls_token, &m->impl->d_src_emb, &m->impl->d_pos_emb,
                    TFM__SITE_SRC_EMB);
     return tfm__scratch_check(fn);
 }
@@ -7147,7 +7210,7 @@ static void tfm__decode_into(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids,
         float *h;
         nb = TFM__MIN(B - r0, c->max_batch);
         /* the decoder's output is this call's own buffer, which nothing reads after it (see below) */
-        h = (float *)tfm__decoder_fwd(m, ids + (int64_t)r0 * n, NULL, nb, n, memory ? memory + (int64_t)r0 * S * C : NULL,
+        h = (float *)tfm__decoder_fwd(m, ids + (int64_t)r0 * n, NULL, NULL, nb, n, memory ? memory + (int64_t)r0 * S * C : NULL,
                                       kc->src_len ? kc->src_len : S, kc->has_src_lens ? part.src_lens : NULL, &part);
         /* the head on each row's last id, as rows of stride n*C from row n-1: a shorter row's last id is
            first moved there, over its padding's output */
@@ -7336,7 +7399,7 @@ static const float *tfm__gen_encode(tfm_model *m, tfm_kv_cache *kc, int B, const
     }
     kc->has_src_lens = 1;
     *S = s;
-    return tfm__encoder_fwd(m, ids, NULL, B, s, lens);
+    return tfm__encoder_fwd(m, ids, NULL, NULL, B, s, lens);
 }
 
 static void tfm__gen_begin(tfm_model *m, int *was_training) {
@@ -7516,10 +7579,10 @@ TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len,
     if (n_target > 1) memcpy(seq + n_prompt, target, (size_t)(n_target - 1) * sizeof(int32_t));
     tfm__gen_begin(m, &was_training);
     if (encdec) {
-        memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
+        memory = tfm__encoder_fwd(m, src, NULL, NULL, 1, src_len, NULL);
         S = src_len;
     }
-    h = tfm__decoder_fwd(m, seq, NULL, 1, T, memory, S, NULL, NULL);
+    h = tfm__decoder_fwd(m, seq, NULL, NULL, 1, T, memory, S, NULL, NULL);
     /* the head on the rows that predict the target: n_prompt-1 .. T-1, max_batch rows at a time when the
        model holds only that many (cfg.last_logits) */
     for (i0 = 0; i0 < n_target; i0 += nr) {
@@ -7627,7 +7690,7 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
     }
     tfm__gen_begin(m, &was_training);
     if (encdec) {
-        memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
+        memory = tfm__encoder_fwd(m, src, NULL, NULL, 1, src_len, NULL);
         S = src_len;
     }
     tfm__decode_into(m, &kc, prompt, 1, n_prompt, NULL, memory, S, dlog);
@@ -8606,9 +8669,10 @@ static TFM__UNUSED tfm_result tfm__io_unsharded(const char *fn, const tfm_model 
     X(d_ff, int, 1) X(max_len, int, 0) X(max_tgt_len, int, 0) X(max_batch, int, 0)            \
     X(act, tfm_activation, 1) X(norm_first, int, 1) X(pos, tfm_pos_kind, 1) X(scale_emb, int, 1)  \
     X(pool, tfm_pool_kind, 1) X(tie_output, int, 1) X(share_emb, int, 1) X(no_bias, int, 1)        \
-    X(ignore_index, int, 0) X(init, tfm_init_kind, 0) X(input_dim, int, 1) X(cls_token, int, 1)
+    X(ignore_index, int, 0) X(init, tfm_init_kind, 0) X(input_dim, int, 1) X(cls_token, int, 1)    \
+    X(type_vocab_size, int, 1) X(emb_norm, int, 1)
 #define TFM__CFG_FLOAT_FIELDS(X) X(dropout, 0) X(attn_dropout, 0) X(ln_eps, 1) X(label_smoothing, 0) X(init_std, 0)
-#define TFM__IO_N_CFG 33    /* "format", 29 config fields, the seed, the step and the generator */
+#define TFM__IO_N_CFG 35    /* "format", 31 config fields, the seed, the step and the generator */
 #define TFM__IO_MAX_KEY 256 /* longest user metadata key, in bytes */
 
 /* Tensor k of m's checkpoint (nk per parameter: the value, then with the training state exp_avg and exp_avg_sq)

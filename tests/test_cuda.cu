@@ -1764,21 +1764,22 @@ static void cu_layers_small(void) {
 #define CU_B 2  /* batch rows */
 #define CU_T 8  /* longest sequence */
 #define CU_IN 6
-#define CU_N_MODELS 5
+#define CU_N_MODELS 6
 
 typedef struct cu_data {
-    int32_t tokens[CU_B * CU_T], lens[CU_B], tgt_in[CU_B * CU_T], targets[CU_B * CU_T];
+    int32_t tokens[CU_B * CU_T], lens[CU_B], tgt_in[CU_B * CU_T], targets[CU_B * CU_T], types[CU_B * CU_T];
     float inputs[CU_B * CU_T * CU_IN];
     tfm_batch b;
 } cu_data;
 
 static const char *const cu_model_names[CU_N_MODELS] = {"classifier", "classifier cls_token input_dim", "lm", "encdec",
-                                                        "encdec shared"};
+                                                        "encdec shared", "bert classifier"};
 
-/* Five tiny models that cover the configuration's switches between them: post-LN and pre-LN, ReLU, GELU
+/* Six tiny models that cover the configuration's switches between them: post-LN and pre-LN, ReLU, GELU
    and tanh-GELU, learned and sinusoidal positions, mean and [CLS] pooling, token and continuous inputs,
    tied and shared embeddings, biases or none, label smoothing, ignore_index (-100 and 0) with padded rows,
-   dropout 0.1 on the residual branches and the attention weights. */
+   dropout 0.1 on the residual branches and the attention weights, BERT's token types and embedding
+   layernorm. */
 static tfm_config cu_model_cfg(int which, tfm_device dev) {
     tfm_config c;
     memset(&c, 0, sizeof c);
@@ -1836,6 +1837,16 @@ static tfm_config cu_model_cfg(int which, tfm_device dev) {
         c.ignore_index = 0;
         c.tie_output = 1;
         break;
+    case 5:
+        c.kind = TFM_MODEL_ENCODER_CLASSIFIER;
+        c.vocab_size = 11;
+        c.n_classes = 2;
+        c.max_len = CU_T;
+        c.act = TFM_ACT_GELU;
+        c.type_vocab_size = 2;
+        c.emb_norm = 1;
+        c.ln_eps = 1e-12f;
+        break;
     default:
         c.kind = TFM_MODEL_ENCODER_DECODER;
         c.vocab_size = 12;
@@ -1885,6 +1896,10 @@ static void cu_batch(cu_data *d, const tfm_config *c, uint64_t seed) {
         for (i = 0; i < B * T; i++) d->tokens[i] = cu_int(&g, c->vocab_size);
     }
     for (b = 0; b < B; b++) d->lens[b] = (int32_t)(b == 0 ? T : 1 + cu_int(&g, T));
+    if (c->type_vocab_size) { /* token types: every other batch has none (type 0 everywhere) */
+        d->b.token_types = seed % 2 ? NULL : d->types;
+        for (i = 0; i < B * T; i++) d->types[i] = cu_int(&g, c->type_vocab_size);
+    }
     if (c->kind == TFM_MODEL_ENCODER_CLASSIFIER) {
         for (b = 0; b < B; b++) d->targets[b] = cu_int(&g, c->n_classes);
     } else if (c->kind == TFM_MODEL_DECODER_LM) {
@@ -2081,6 +2096,7 @@ static void cu_model_classifier_cls(void) { cu_model_case(1); }
 static void cu_model_lm(void) { cu_model_case(2); }
 static void cu_model_encdec(void) { cu_model_case(3); }
 static void cu_model_encdec_shared(void) { cu_model_case(4); }
+static void cu_model_bert(void) { cu_model_case(5); }
 
 /* ==== 5. generation: the same tokens and scores as on the CPU ========================================== */
 
@@ -3071,6 +3087,7 @@ static void suite_models(void) {
     RUN(cu_model_lm);
     RUN(cu_model_encdec);
     RUN(cu_model_encdec_shared);
+    RUN(cu_model_bert);
 }
 
 static void suite_generate(void) {
