@@ -951,6 +951,25 @@ TFMDEF tfm_result tfm_config_load(const char *path, tfm_config *cfg);
    The whole file is checked and read before anything is written to the model: on failure the model
    is exactly as it was. */
 TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path);
+
+/* One entry of a name map, for checkpoints named another way (Hugging Face's BERT, ...): the file's F32
+   tensor `file` is part `part` of n_parts equal row blocks of the model's parameter `model` (n_parts 0 or
+   1: all of it; 3 with parts 0, 1, 2 puts a separate query, key and value into in_proj_weight or
+   in_proj_bias). file NULL: the model's parameter keeps its values (a fresh head). */
+typedef struct tfm_name_map {
+    const char *file;
+    const char *model;
+    int part, n_parts;
+} tfm_name_map;
+/* Load the parameters of a checkpoint in another naming convention (no config needed in the file)
+   through map[0..n_map): every model parameter must be covered, wholly, by the map (its parts each
+   once, or file NULL); every tensor of the file must be in the map, with the shape of its part, or be
+   one of the n_skip names in skip, which are checked like the rest but not read and may have any of
+   safetensors' dtypes (an I64 position_ids); anything else, a tensor the map names that the file lacks
+   or a misshapen one is TFM_E_FORMAT naming it. All or nothing, as tfm_model_load; moments and step are
+   left as they are. */
+TFMDEF tfm_result tfm_model_load_mapped(tfm_model *m, const char *path, const tfm_name_map *map, int n_map,
+                                        const char *const *skip, int n_skip);
 /* The value of user metadata `key` (as given to tfm_model_save) in the checkpoint at path: with buf,
    the value and a NUL into buf (size bytes); with buf NULL, nothing is written (a size query). *len (len
    may be NULL) gets the value's length in bytes, without the NUL, whenever the key is there. TFM_E_ARG
@@ -7828,6 +7847,8 @@ typedef struct tfm__st_entry {
     int ndim;
     int64_t shape[TFM_MAX_DIMS];
     uint64_t begin, end; /* bytes in the data buffer */
+    int skipped;         /* named in the reader's skip list: checked, matched to nothing, never read (its dtype
+                            may then be any of safetensors', not only F32) */
 } tfm__st_entry;
 /* A parsed, checked header: entries in data order, contiguous from data byte 0; meta_kv: key, value, ...
    in header order; strings: the storage behind them all. tfm__st_header_free frees it. */
@@ -7909,10 +7930,10 @@ static int tfm__st_utf8_valid(const char *s) {
     return i == n;
 }
 
-/* Bytes of F32 data of a shape (dims >= 0) into *bytes: 0, or -1 past 2^64 - 1. */
-static int tfm__st_nbytes(int ndim, const int64_t *shape, uint64_t *bytes) {
+/* Bytes of data of a shape (dims >= 0) of esize-byte elements into *bytes: 0, or -1 past 2^64 - 1. */
+static int tfm__st_nbytes(int ndim, const int64_t *shape, uint64_t esize, uint64_t *bytes) {
     int i;
-    for (*bytes = 4, i = 0; i < ndim; i++) *bytes = shape[i] ? *bytes : 0;
+    for (*bytes = esize, i = 0; i < ndim; i++) *bytes = shape[i] ? *bytes : 0;
     for (i = 0; i < ndim && *bytes; *bytes *= (uint64_t)shape[i++])
         if (*bytes > UINT64_MAX / (uint64_t)shape[i]) return -1;
     return 0;
@@ -7953,6 +7974,8 @@ typedef struct tfm__st_json {
     int cap[2];
     uint64_t data_size;
     tfm__st_header *h;
+    const char *const *skip; /* tensors the reader skips: n_skip names */
+    int n_skip;
 } tfm__st_json;
 
 #define TFM__ST_DIGIT(j) ((j)->i < (j)->n && (j)->p[(j)->i] >= '0' && (j)->p[(j)->i] <= '9')
@@ -8133,14 +8156,20 @@ static tfm_result tfm__st_no_nul(const char *s, size_t len, const char *what) {
                              : TFM_OK;
 }
 
-/* A tensor's object into e (e->name set), checked against the size of the data buffer. */
+/* A tensor's object into e (e->name set), checked against the size of the data buffer. Its dtype must be
+   F32, or, for a tensor in the skip list, one of safetensors' dtypes (its size then sized from it). */
 static tfm_result tfm__st_jentry(tfm__st_json *j, tfm__st_entry *e) {
     static const char *const keys[3] = {"dtype", "shape", "data_offsets"};
+    static const char *const dtypes[15] = {"F32", "F64", "F16", "BF16", "I64", "I32", "I16", "I8", "U64", "U32",
+                                           "U16", "U8", "BOOL", "F8_E4M3", "F8_E5M2"};
+    static const unsigned char dsize[15] = {4, 8, 2, 2, 8, 4, 2, 1, 8, 4, 2, 1, 1, 1, 1};
     char ctx[72], fld[96], *key, *val = NULL;
     uint64_t dims[TFM_MAX_DIMS], off[2] = {0, 0}, bytes = 0;
-    int have[3] = {0, 0, 0}, ndim = 0, noff = 0, k, f, more;
+    int have[3] = {0, 0, 0}, ndim = 0, noff = 0, k, f, more, dt = 0;
     size_t mark = j->used, klen, vlen = 0;
     snprintf(ctx, sizeof ctx, "tensor %s", tfm__st_q(e->name));
+    for (k = 0; k < j->n_skip && strcmp(j->skip[k], e->name); k++) {}
+    e->skipped = k < j->n_skip;
     for (k = 0;; k++, j->used = mark) { /* keys and the dtype are not kept */
         TFM__TRY(tfm__st_jnext(j, '{', k, ctx, "an object {\"dtype\", \"shape\", \"data_offsets\"}", &key, &klen, &more));
         if (!more) break;
@@ -8149,7 +8178,9 @@ static tfm_result tfm__st_jentry(tfm__st_json *j, tfm__st_entry *e) {
         snprintf(fld, sizeof fld, "%s: %s", ctx, f < 3 ? keys[f] : "");
         if (f == 0 && !tfm__st_at(j, '"')) return tfm__st_jerr(j, fld, "a string");
         if (f == 0) TFM__TRY(tfm__st_jstring(j, &val, &vlen));
-        if (f == 0 && (vlen != 3 || memcmp(val, "F32", 3)))
+        if (f == 0)
+            for (dt = 0; dt < 15 && (vlen != strlen(dtypes[dt]) || memcmp(val, dtypes[dt], vlen)); dt++) {}
+        if (f == 0 && dt != 0 && !(e->skipped && dt < 15))
             return tfm__fail(TFM_E_FORMAT, "%s: dtype %s is not supported (only F32 is)", ctx, tfm__st_qn(val, vlen));
         if (f == 1) TFM__TRY(tfm__st_juints(j, fld, dims, TFM_MAX_DIMS, &ndim));
         if (f == 1 && ndim > TFM_MAX_DIMS)
@@ -8166,14 +8197,14 @@ static tfm_result tfm__st_jentry(tfm__st_json *j, tfm__st_entry *e) {
     for (e->ndim = ndim, k = 0; k < ndim; e->shape[k] = (int64_t)dims[k], k++)
         if (dims[k] > (uint64_t)INT64_MAX)
             return tfm__fail(TFM_E_FORMAT, "%s: shape dim %d is %llu, more than 2^63 - 1", ctx, k, (unsigned long long)dims[k]);
-    if (tfm__st_nbytes(ndim, e->shape, &bytes))
-        return tfm__fail(TFM_E_FORMAT, "%s: shape %s F32 needs more than 2^64 - 1 bytes (overflow)", ctx,
-                         tfm__st_shape(ndim, e->shape));
+    if (tfm__st_nbytes(ndim, e->shape, dsize[dt], &bytes))
+        return tfm__fail(TFM_E_FORMAT, "%s: shape %s %s needs more than 2^64 - 1 bytes (overflow)", ctx,
+                         tfm__st_shape(ndim, e->shape), dtypes[dt]);
     e->begin = off[0], e->end = off[1];
     if (off[0] > off[1] || off[1] - off[0] != bytes)
-        return tfm__fail(TFM_E_FORMAT, "%s: data_offsets [%llu, %llu]%s but shape %s F32 needs %llu bytes", ctx,
+        return tfm__fail(TFM_E_FORMAT, "%s: data_offsets [%llu, %llu]%s but shape %s %s needs %llu bytes", ctx,
                          (unsigned long long)off[0], (unsigned long long)off[1], off[0] > off[1] ? ": begin is after end," : "",
-                         tfm__st_shape(ndim, e->shape), (unsigned long long)bytes);
+                         tfm__st_shape(ndim, e->shape), dtypes[dt], (unsigned long long)bytes);
     if (off[1] > j->data_size)
         return tfm__fail(TFM_E_FORMAT, "%s: data_offsets [%llu, %llu] go past the end of the data buffer (%llu bytes): "
                          "truncated file?", ctx, (unsigned long long)off[0], (unsigned long long)off[1],
@@ -8280,14 +8311,16 @@ static void tfm__st_header_free(tfm__st_header *h) {
 }
 
 /* Parse and check the len header bytes at buf of a file_size-byte file into *h (zeroed on failure); the
-   caller checked len against TFM__ST_MAX_HEADER and file_size. */
-static tfm_result tfm__st_parse(const unsigned char *buf, size_t len, uint64_t file_size, tfm__st_header *h) {
+   caller checked len against TFM__ST_MAX_HEADER and file_size. The n_skip tensors named in skip are
+   marked skipped (and may have any of safetensors' dtypes); tfm__st_parse skips none. */
+static tfm_result tfm__st_parse_skip(const unsigned char *buf, size_t len, uint64_t file_size, const char *const *skip,
+                                     int n_skip, tfm__st_header *h) {
     tfm__st_json j;
     tfm_result r;
     memset(h, 0, sizeof *h);
     if (len == 0) return tfm__fail(TFM_E_FORMAT, "the header is empty (length 0): expected a JSON object");
     memset(&j, 0, sizeof j);
-    j.p = buf, j.n = len, j.h = h;
+    j.p = buf, j.n = len, j.h = h, j.skip = skip, j.n_skip = n_skip;
     j.data_size = h->data_size = file_size - 8 - (uint64_t)len;
     h->data_start = 8 + (uint64_t)len;
     if (!(j.str = h->strings = (char *)TFM_MALLOC(len + 1, NULL)))
@@ -8295,6 +8328,10 @@ static tfm_result tfm__st_parse(const unsigned char *buf, size_t len, uint64_t f
     if ((r = tfm__st_jroot(&j)) == TFM_OK) r = tfm__st_check(h);
     if (r != TFM_OK) tfm__st_header_free(h);
     return r;
+}
+
+static TFM__UNUSED tfm_result tfm__st_parse(const unsigned char *buf, size_t len, uint64_t file_size, tfm__st_header *h) {
+    return tfm__st_parse_skip(buf, len, file_size, NULL, 0, h);
 }
 
 /* The value of metadata key in h, or NULL. */
@@ -8341,7 +8378,7 @@ static void tfm__st_put_header(tfm__st_out *o, const tfm__st_tensor *items, int 
     }
     tfm__st_put(o, n_meta ? "}" : "{", 1);
     for (i = 0; i < n; i++, at += bytes) {
-        tfm__st_nbytes(items[i].ndim, items[i].shape, &bytes); /* checked by the caller */
+        tfm__st_nbytes(items[i].ndim, items[i].shape, 4, &bytes); /* checked by the caller */
         tfm__st_put(o, ",", i || n_meta ? 1 : 0);
         tfm__st_put_jstr(o, items[i].name);
         tfm__st_put(o, ":{\"dtype\":\"F32\",\"shape\":[", 25);
@@ -8401,7 +8438,7 @@ static tfm_result tfm__st_read(tfm__st_file *s, void *dst, uint64_t n, const cha
    header into *h; s is then at the data buffer. Errors: TFM_E_IO naming the path and the reason, or the
    header's. */
 static tfm_result tfm__st_open_read(tfm__st_file *s, const char *path, const unsigned char *mem, size_t size,
-                                    tfm__st_header *h) {
+                                    const char *const *skip, int n_skip, tfm__st_header *h) {
     unsigned char len8[8], *buf = NULL;
     uint64_t hlen = 0;
     tfm_result r;
@@ -8438,7 +8475,7 @@ static tfm_result tfm__st_open_read(tfm__st_file *s, const char *path, const uns
     if (path && !(buf = (unsigned char *)TFM_MALLOC((size_t)hlen + 1, NULL)))
         return tfm__fail(TFM_E_NOMEM, "%s: out of memory for a %llu-byte header", s->name, (unsigned long long)hlen);
     r = buf ? tfm__st_read(s, buf, hlen, "the header") : (s->pos += hlen, TFM_OK);
-    if (r == TFM_OK) r = tfm__io_prefix(tfm__st_parse(buf ? buf : s->mem + 8, (size_t)hlen, s->size, h), s->name);
+    if (r == TFM_OK) r = tfm__io_prefix(tfm__st_parse_skip(buf ? buf : s->mem + 8, (size_t)hlen, s->size, skip, n_skip, h), s->name);
     if (buf) TFM_FREE(buf, NULL);
     return r;
 }
@@ -8471,18 +8508,20 @@ static tfm_result tfm__st_read_wanted(tfm__st_file *s, const tfm__st_header *h, 
             map[*at - h->entries] = i;
     }
     for (i = 0; i < h->n && r == TFM_OK; i++)
-        if (map[i] < 0)
+        if (map[i] < 0 && !h->entries[i].skipped)
             r = tfm__fail(TFM_E_FORMAT, "%s: unexpected tensor %s in the file (it has %d tensors, %d are wanted)", s->name,
                           tfm__st_q(h->entries[i].name), h->n, n_want);
+        else if (map[i] >= 0 && h->entries[i].skipped)
+            r = tfm__fail(TFM_E_FORMAT, "%s: tensor %s is both wanted and skipped", s->name, tfm__st_q(h->entries[i].name));
     for (i = 0; i < h->n && r == TFM_OK; i++) { /* contiguous from data byte 0 */
-        const tfm__st_tensor *w = &want[map[i]];
+        const tfm__st_tensor *w = map[i] >= 0 ? &want[map[i]] : NULL;
         uint64_t left = h->entries[i].end - h->entries[i].begin, piece;
         unsigned char sink[4096];
         char what[80];
-        snprintf(what, sizeof what, "tensor %s", tfm__st_q(w->name));
-        if (w->data && (r = tfm__st_read(s, w->data, left, what)) == TFM_OK && !tfm__st_little_endian())
+        snprintf(what, sizeof what, "tensor %s", tfm__st_q(h->entries[i].name));
+        if (w && w->data && (r = tfm__st_read(s, w->data, left, what)) == TFM_OK && !tfm__st_little_endian())
             tfm__st_bswap32((unsigned char *)w->data, (size_t)(left / 4));
-        for (; !w->data && left && r == TFM_OK; left -= piece)
+        for (; !(w && w->data) && left && r == TFM_OK; left -= piece)
             r = tfm__st_read(s, sink, piece = left < sizeof sink ? left : sizeof sink, what);
     }
     TFM_FREE((void *)byname, NULL);
@@ -8496,7 +8535,7 @@ static tfm_result tfm__st_load(const char *path, const unsigned char *mem, size_
                                int n_want, int header_only, tfm__st_header *h_out) {
     tfm__st_file s;
     tfm__st_header h;
-    tfm_result r = tfm__st_open_read(&s, path, mem, size, &h);
+    tfm_result r = tfm__st_open_read(&s, path, mem, size, NULL, 0, &h);
     if (r == TFM_OK && !header_only) r = tfm__st_read_wanted(&s, &h, want, n_want);
     if (s.fp) fclose(s.fp);
     if (r != TFM_OK || !h_out) tfm__st_header_free(&h);
@@ -8612,7 +8651,7 @@ static tfm_result tfm__st_save(const char *path, const tfm__st_tensor *items, in
     TFM__ST_STEP(WRITE, "writing the header length", tfm__st_write(&f, len8, 8, 0));
     TFM__ST_STEP(WRITE, "writing the header", tfm__st_write(&f, json, json_len, 0));
     for (i = 0; i < n; i++) {
-        tfm__st_nbytes(items[i].ndim, items[i].shape, &bytes);
+        tfm__st_nbytes(items[i].ndim, items[i].shape, 4, &bytes);
         snprintf(what, sizeof what, "writing tensor %s", tfm__st_q(items[i].name));
         TFM__ST_STEP(WRITE, what, bytes ? tfm__st_write(&f, items[i].data, (size_t)bytes, 1) : 0);
     }
@@ -8839,7 +8878,7 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
     tfm_result r;
     if (!tfm__model_ready(m) || !path) return tfm__fail(TFM_E_ARG, "%s: the model (initialised) and path must be given", fn);
     TFM__TRY(tfm__io_unsharded(fn, m));
-    r = tfm__st_open_read(&s, path, NULL, 0, &h);
+    r = tfm__st_open_read(&s, path, NULL, 0, NULL, 0, &h);
     for (i = 0; r == TFM_OK && i < h.n && nk == 1; i++)
         if (!strncmp(h.entries[i].name, "optim.", 6)) nk = 3;
     if (r == TFM_OK) r = tfm__io_check(fn, path, &h, m, nk == 3, &step, rng);
@@ -8868,6 +8907,96 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
         memcpy(tfm__model_rng(m)->s, rng, sizeof rng);
     }
     if (want) TFM_FREE(want, m->cfg.user);
+    return tfm__io_prefix(r, fn);
+}
+
+TFMDEF tfm_result tfm_model_load_mapped(tfm_model *m, const char *path, const tfm_name_map *map, int n_map,
+                                        const char *const *skip, int n_skip) {
+    const char *fn = "tfm_model_load_mapped";
+    tfm__st_file s;
+    tfm__st_header h;
+    tfm__st_tensor *want = NULL; /* the file's tensors the map names, packed */
+    float **dst = NULL;          /* where each goes in the model (host places) */
+    int *parts = NULL;           /* per model parameter: n_parts of its first entry (0: not mapped yet) */
+    uint32_t *cover = NULL;      /* per model parameter: the parts mapped */
+    float *stage = NULL;
+    size_t total = 0;
+    int i, k, n_file = 0;
+    tfm_result r = TFM_OK;
+    memset(&s, 0, sizeof s);
+    memset(&h, 0, sizeof h);
+    if (!tfm__model_ready(m) || !path || !map || n_map <= 0 || n_skip < 0 || (n_skip && !skip))
+        return tfm__fail(TFM_E_ARG, "%s: the model (initialised), path and map (n_map > 0) must be given, and skip when "
+                         "n_skip > 0 (n_map %d, n_skip %d)", fn, n_map, n_skip);
+    want = (tfm__st_tensor *)TFM_MALLOC((size_t)n_map * (sizeof *want + sizeof *dst) +
+                                        (size_t)m->n_params * (sizeof *parts + sizeof *cover), m->cfg.user);
+    if (!want) return tfm__fail(TFM_E_NOMEM, "%s: out of memory", fn);
+    dst = (float **)(void *)(want + n_map);
+    cover = (uint32_t *)(void *)(dst + n_map);
+    parts = (int *)(void *)(cover + m->n_params);
+    memset(cover, 0, (size_t)m->n_params * (sizeof *parts + sizeof *cover));
+    for (k = 0; r == TFM_OK && k < n_skip; k++)
+        if (!skip[k]) r = tfm__fail(TFM_E_ARG, "%s: skip[%d] is NULL", fn, k);
+    for (i = 0; r == TFM_OK && i < n_map; i++) { /* the map against the model: each part once */
+        const tfm_name_map *e = &map[i];
+        const tfm_param *p = e->model ? tfm_model_param(m, e->model) : NULL;
+        int np = e->n_parts ? e->n_parts : 1, pi = p ? (int)(p - m->params) : 0;
+        int64_t n;
+        for (k = 0; e->file && k < n_skip && strcmp(skip[k], e->file); k++) {}
+        if (e->file && k < n_skip) {
+            r = tfm__fail(TFM_E_ARG, "%s: map[%d]: file tensor %s is also in skip", fn, i, tfm__st_q(e->file));
+        } else if (!p) {
+            r = tfm__fail(TFM_E_ARG, "%s: map[%d] (file %s) names model parameter %s, which the model does not have", fn, i,
+                          e->file ? tfm__st_q(e->file) : "NULL", e->model ? tfm__st_q(e->model) : "NULL");
+        } else if (np < 1 || np > 31 || e->part < 0 || e->part >= np || p->value.shape[0] % np || (!e->file && np != 1) ||
+                   (parts[pi] && parts[pi] != np)) {
+            r = tfm__fail(TFM_E_ARG, "%s: map[%d]: part %d of %d of %s (%lld rows): want 0 <= part < n_parts <= 31, n_parts "
+                          "dividing the rows, 1 with file NULL, the same for every entry of the parameter", fn, i, e->part,
+                          e->n_parts, p->name, (long long)p->value.shape[0]);
+        } else if (cover[pi] & (1u << e->part)) {
+            r = tfm__fail(TFM_E_ARG, "%s: map[%d]: %s part %d is mapped twice", fn, i, p->name, e->part);
+        }
+        if (r != TFM_OK) break;
+        parts[pi] = np;
+        cover[pi] |= 1u << e->part;
+        if (!e->file) continue;
+        n = tfm_numel(&p->value) / np;
+        memset(&want[n_file], 0, sizeof want[n_file]);
+        want[n_file].name = e->file;
+        want[n_file].ndim = p->value.ndim;
+        memcpy(want[n_file].shape, p->value.shape, sizeof want[n_file].shape);
+        want[n_file].shape[0] /= np;
+        dst[n_file++] = (float *)tfm__model_host(m->impl, p->value.data) + (int64_t)e->part * n;
+        total += (size_t)n;
+    }
+    for (i = 0; r == TFM_OK && i < m->n_params; i++)
+        if (!parts[i] || cover[i] != (1u << parts[i]) - 1u)
+            r = tfm__fail(TFM_E_ARG, "%s: model parameter %s is not %s by the map", fn, m->params[i].name,
+                          parts[i] ? "wholly covered (a part is missing)" : "covered");
+    if (r == TFM_OK && !(stage = (float *)TFM_MALLOC(total * sizeof(float) + sizeof(float), m->cfg.user)))
+        r = tfm__fail(TFM_E_NOMEM, "%s: out of memory for the %llu floats of the file", fn, (unsigned long long)total);
+    for (i = 0, total = 0; r == TFM_OK && i < n_file; i++) {
+        uint64_t bytes;
+        want[i].data = stage + total;
+        tfm__st_nbytes(want[i].ndim, want[i].shape, 1, &bytes); /* the element count: a part of a parameter */
+        total += (size_t)bytes;
+    }
+    if (r == TFM_OK) r = tfm__st_open_read(&s, path, NULL, 0, skip, n_skip, &h);
+    if (r == TFM_OK) r = tfm__st_read_wanted(&s, &h, want, n_file);
+    if (s.fp) fclose(s.fp);
+    tfm__st_header_free(&h);
+    if (r == TFM_OK) { /* commit (a CUDA model's floats through their host places, kept ones included) */
+        tfm__model_stage_state(m->impl, 0, 1);
+        for (i = 0; i < n_file; i++) {
+            uint64_t bytes;
+            tfm__st_nbytes(want[i].ndim, want[i].shape, sizeof(float), &bytes);
+            memcpy(dst[i], want[i].data, (size_t)bytes);
+        }
+        tfm__model_stage_state(m->impl, 0, 0);
+        r = tfm__cuda_check(fn);
+    }
+    if (stage) TFM_FREE(stage, m->cfg.user);
+    TFM_FREE(want, m->cfg.user);
     return tfm__io_prefix(r, fn);
 }
 
