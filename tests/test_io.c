@@ -1879,30 +1879,30 @@ static void io_mapped(void) {
                                   "encoder.layer.0.output.dense.bias", "encoder.layer.0.output.LayerNorm.weight",
                                   "encoder.layer.0.output.LayerNorm.bias", "pooler.dense.weight"};
     tfm_name_map map[24] = {
-        {"embeddings.word_embeddings.weight", "tok_emb.weight", 0, 0},
-        {"embeddings.position_embeddings.weight", "pos_emb.weight", 0, 0},
-        {"embeddings.token_type_embeddings.weight", "type_emb.weight", 0, 0},
-        {"embeddings.LayerNorm.weight", "emb_norm.weight", 0, 0},
-        {"embeddings.LayerNorm.bias", "emb_norm.bias", 0, 0},
-        {"encoder.layer.0.attention.self.query.weight", "encoder.layers.0.self_attn.in_proj_weight", 0, 3},
-        {"encoder.layer.0.attention.self.key.weight", "encoder.layers.0.self_attn.in_proj_weight", 1, 3},
-        {"encoder.layer.0.attention.self.value.weight", "encoder.layers.0.self_attn.in_proj_weight", 2, 3},
-        {"encoder.layer.0.attention.self.query.bias", "encoder.layers.0.self_attn.in_proj_bias", 0, 3},
-        {"encoder.layer.0.attention.self.key.bias", "encoder.layers.0.self_attn.in_proj_bias", 1, 3},
-        {"encoder.layer.0.attention.self.value.bias", "encoder.layers.0.self_attn.in_proj_bias", 2, 3},
-        {"encoder.layer.0.attention.output.dense.weight", "encoder.layers.0.self_attn.out_proj.weight", 0, 0},
-        {"encoder.layer.0.attention.output.dense.bias", "encoder.layers.0.self_attn.out_proj.bias", 0, 0},
-        {"encoder.layer.0.attention.output.LayerNorm.weight", "encoder.layers.0.norm1.weight", 0, 0},
-        {"encoder.layer.0.attention.output.LayerNorm.bias", "encoder.layers.0.norm1.bias", 0, 0},
-        {"encoder.layer.0.intermediate.dense.weight", "encoder.layers.0.linear1.weight", 0, 0},
-        {"encoder.layer.0.intermediate.dense.bias", "encoder.layers.0.linear1.bias", 0, 0},
-        {"encoder.layer.0.output.dense.weight", "encoder.layers.0.linear2.weight", 0, 0},
-        {"encoder.layer.0.output.dense.bias", "encoder.layers.0.linear2.bias", 0, 0},
-        {"encoder.layer.0.output.LayerNorm.weight", "encoder.layers.0.norm2.weight", 0, 0},
-        {"encoder.layer.0.output.LayerNorm.bias", "encoder.layers.0.norm2.bias", 0, 0},
-        {NULL, "head.weight", 0, 0},
-        {NULL, "head.bias", 0, 0},
-        {NULL, NULL, 0, 0}};
+        {"embeddings.word_embeddings.weight", "tok_emb.weight", 0, 0, 0},
+        {"embeddings.position_embeddings.weight", "pos_emb.weight", 0, 0, P + 3}, /* 3 rows more than max_len */
+        {"embeddings.token_type_embeddings.weight", "type_emb.weight", 0, 0, 0},
+        {"embeddings.LayerNorm.weight", "emb_norm.weight", 0, 0, 0},
+        {"embeddings.LayerNorm.bias", "emb_norm.bias", 0, 0, 0},
+        {"encoder.layer.0.attention.self.query.weight", "encoder.layers.0.self_attn.in_proj_weight", 0, 3, 0},
+        {"encoder.layer.0.attention.self.key.weight", "encoder.layers.0.self_attn.in_proj_weight", 1, 3, 0},
+        {"encoder.layer.0.attention.self.value.weight", "encoder.layers.0.self_attn.in_proj_weight", 2, 3, 0},
+        {"encoder.layer.0.attention.self.query.bias", "encoder.layers.0.self_attn.in_proj_bias", 0, 3, 0},
+        {"encoder.layer.0.attention.self.key.bias", "encoder.layers.0.self_attn.in_proj_bias", 1, 3, 0},
+        {"encoder.layer.0.attention.self.value.bias", "encoder.layers.0.self_attn.in_proj_bias", 2, 3, 0},
+        {"encoder.layer.0.attention.output.dense.weight", "encoder.layers.0.self_attn.out_proj.weight", 0, 0, 0},
+        {"encoder.layer.0.attention.output.dense.bias", "encoder.layers.0.self_attn.out_proj.bias", 0, 0, 0},
+        {"encoder.layer.0.attention.output.LayerNorm.weight", "encoder.layers.0.norm1.weight", 0, 0, 0},
+        {"encoder.layer.0.attention.output.LayerNorm.bias", "encoder.layers.0.norm1.bias", 0, 0, 0},
+        {"encoder.layer.0.intermediate.dense.weight", "encoder.layers.0.linear1.weight", 0, 0, 0},
+        {"encoder.layer.0.intermediate.dense.bias", "encoder.layers.0.linear1.bias", 0, 0, 0},
+        {"encoder.layer.0.output.dense.weight", "encoder.layers.0.linear2.weight", 0, 0, 0},
+        {"encoder.layer.0.output.dense.bias", "encoder.layers.0.linear2.bias", 0, 0, 0},
+        {"encoder.layer.0.output.LayerNorm.weight", "encoder.layers.0.norm2.weight", 0, 0, 0},
+        {"encoder.layer.0.output.LayerNorm.bias", "encoder.layers.0.norm2.bias", 0, 0, 0},
+        {NULL, "head.weight", 0, 0, 0},
+        {NULL, "head.bias", 0, 0, 0},
+        {NULL, NULL, 0, 0, 0}};
     const char *skip[2] = {"embeddings.position_ids", "pooler.dense.weight"};
     io_ht t[24];
     int64_t pos_ids[P];
@@ -1943,10 +1943,10 @@ static void io_mapped(void) {
         e.name = i < 16 ? hf[i] : rest[i - 16];
         e.dtype = "F32";
         e.ndim = q->value.ndim;
-        e.shape[0] = q->value.shape[0] / np;
+        e.shape[0] = map[i].file_rows ? map[i].file_rows : q->value.shape[0] / np;
         e.shape[1] = q->value.ndim > 1 ? q->value.shape[1] : 0;
         e.data = at;
-        e.bytes = (size_t)(tfm_numel(&q->value) / np) * sizeof(float);
+        e.bytes = (size_t)(e.shape[0] * (e.ndim > 1 ? e.shape[1] : 1)) * sizeof(float);
         at += e.bytes / sizeof(float);
         t[n++] = e;
     }
@@ -1961,6 +1961,8 @@ static void io_mapped(void) {
     CHECK(p && !memcmp(p->value.data + C, t[10].data, t[10].bytes));
     p = tfm_model_param(&m, "tok_emb.weight");
     CHECK(p && !memcmp(p->value.data, t[1].data, t[1].bytes));
+    p = tfm_model_param(&m, "pos_emb.weight"); /* the first P of the file's P + 3 rows */
+    CHECK(p && t[2].bytes == (P + 3) * C * sizeof(float) && !memcmp(p->value.data, t[2].data, (size_t)P * C * sizeof(float)));
     p = tfm_model_param(&m, "head.weight");
     {
         int64_t off = 0;
@@ -1976,18 +1978,19 @@ static void io_mapped(void) {
     {
         tfm_name_map m2[23];
         memcpy(m2, map, sizeof m2);
-        m2[22] = (tfm_name_map){"embeddings.extra", "head.bias", 0, 0};
+        m2[22] = (tfm_name_map){"embeddings.extra", "head.bias", 0, 0, 0};
         CHECK_ERR(tfm_model_load_mapped(&m, path, m2, 23, skip, 2), TFM_E_FORMAT, "tensor 'embeddings.extra' not found");
         memcpy(m2, map, sizeof m2);
-        m2[22] = (tfm_name_map){NULL, "head.bias", 0, 0};
+        m2[22] = (tfm_name_map){NULL, "head.bias", 0, 0, 0};
         m2[7].part = 1; /* value into the key's rows: key twice, value's rows uncovered */
         CHECK_ERR(tfm_model_load_mapped(&m, path, m2, 23, skip, 2), TFM_E_ARG, "in_proj_weight part 1 is mapped twice");
         memcpy(m2, map, sizeof m2);
-        m2[22] = (tfm_name_map){NULL, "head.bias", 0, 0};
-        m2[1] = (tfm_name_map){"embeddings.word_embeddings.weight", "pos_emb.weight", 0, 0};
-        m2[0] = (tfm_name_map){"embeddings.position_embeddings.weight", "tok_emb.weight", 0, 0};
+        m2[22] = (tfm_name_map){NULL, "head.bias", 0, 0, 0};
+        m2[1].file_rows = 0;
         CHECK_ERR(tfm_model_load_mapped(&m, path, m2, 23, skip, 2), TFM_E_FORMAT,
-                  "tensor 'embeddings.position_embeddings.weight' is (5,8) in the file but (7,8) is wanted");
+                  "tensor 'embeddings.position_embeddings.weight' is (8,8) in the file but (5,8) is wanted");
+        m2[1].file_rows = P - 1;
+        CHECK_ERR(tfm_model_load_mapped(&m, path, m2, 23, skip, 2), TFM_E_ARG, "file_rows 4");
     }
     t[5].dtype = "F16"; /* a parameter in another dtype: refused even when skipped elsewhere */
     t[5].bytes /= 2;

@@ -1913,6 +1913,18 @@ static void md_bert_layout(void) {
         }
     }
     CHECK(checked == 60);
+    { /* tfm_model_pooled: what the head read (logits = pooled W^T + b, recomputed here) */
+        tfm_tensor pl = tfm_model_pooled(&m), lg = tfm_model_logits(&m);
+        const tfm_param *w = tfm_model_param(&m, "head.weight"), *hb = tfm_model_param(&m, "head.bias");
+        double worst = 0.0;
+        CHECK(pl.data && pl.ndim == 2 && pl.shape[0] == B && pl.shape[1] == 8 && w && hb);
+        for (i = 0; pl.data && w && hb && i < B * 2; i++) {
+            double acc = hb->value.data[i % 2];
+            for (k = 0; k < 8; k++) acc += (double)pl.data[(i / 2) * 8 + k] * w->value.data[(i % 2) * 8 + k];
+            worst = fmax(worst, fabs(acc - lg.data[i]));
+        }
+        CHECK_MSG(worst < 1e-5, "pooled W^T + b differs from the logits by %g", worst);
+    }
     /* errors */
     types[4] = 3;
     b.token_types = types;
