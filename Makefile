@@ -194,6 +194,8 @@ examples-smoke: $(EXAMPLES)
 	./$(BUILD)/g2p --smoke --threads 1 hello transformer
 	./$(BUILD)/ddp --smoke --threads 1
 	./$(BUILD)/ddp --smoke --threads 1 --resume
+	@if [ -f $(MINILM_DIR)/model.safetensors ]; then echo './$(BUILD)/search --smoke --threads 1'; ./$(BUILD)/search --smoke --threads 1; \
+	else echo "skipping search --smoke: no all-MiniLM-L6-v2 in $(MINILM_DIR) (make minilm)"; fi
 	@echo "examples-smoke: every example trained, resumed and answered"
 
 # The README's first command: a pronouncer trained from scratch for 2 minutes on the CMUdict 0.7b
@@ -369,7 +371,7 @@ test-minilm: minilm $(BUILD)/test
 
 valgrind: $(BUILD)/test_valgrind
 	@command -v valgrind >/dev/null || { echo "valgrind not found (apt-get install valgrind)"; exit 1; }
-	OMP_NUM_THREADS=1 valgrind --leak-check=full --show-leak-kinds=definite,indirect \
+	TFM_MINILM_DIR=none OMP_NUM_THREADS=1 valgrind --leak-check=full --show-leak-kinds=definite,indirect \
 	    --errors-for-leak-kinds=definite,indirect --error-exitcode=1 ./$(BUILD)/test_valgrind
 
 # ---- bench, CUDA ------------------------------------------------------------------------------

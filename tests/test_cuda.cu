@@ -2294,6 +2294,57 @@ static void cu_io_gpu_checkpoint(void) {
 }
 
 /* A CPU checkpoint loaded on the GPU: the same state; training goes on alike. */
+/* tfm_model_load_mapped on a GPU model: a CPU model's file under its own names through a map that keeps
+   the head (the file's head skipped): every mapped parameter arrives, and the kept head still has the GPU
+   model's values. */
+static void cu_io_mapped(void) {
+    tfm_config cc = cu_model_cfg(5, TFM_DEVICE_CPU), cg = cu_model_cfg(5, TFM_DEVICE_CUDA);
+    tfm_model c, g;
+    tfm_name_map *map;
+    const char *path = cu_path("mapped.safetensors");
+    int i, n = 0;
+    int64_t nc, ng;
+    float *pc, *pg, *before;
+    if (!cu_init(&c, &cc, "mapped")) return;
+    cg.seed = 77;
+    if (!cu_init(&g, &cg, "mapped")) {
+        tfm_model_free(&c);
+        return;
+    }
+    map = (tfm_name_map *)calloc((size_t)c.n_params + 2, sizeof *map);
+    for (i = 0; i < c.n_params; i++) {
+        const char *nm = c.params[i].name;
+        map[n].file = strncmp(nm, "head.", 5) ? nm : NULL;
+        map[n++].model = nm;
+    }
+    CHECK_OK(tfm_model_save(&c, path, 0, NULL, 0));
+    {
+        tfm_optim o = cu_optim(); /* a step on the GPU first: its head then differs from the host's staging copy */
+        cu_train(&g, &o, 0, 1, NULL, NULL);
+    }
+    before = cu_model_flat(&g, 0, &ng);
+    {
+        const char *skip[2] = {"head.weight", "head.bias"}; /* in the file, not read */
+        CHECK_OK(tfm_model_load_mapped(&g, path, map, n, skip, 2));
+    }
+    pc = cu_model_flat(&c, 0, &nc);
+    pg = cu_model_flat(&g, 0, &ng);
+    CHECK(nc == ng);
+    for (i = 0; i < c.n_params; i++) {
+        const tfm_param *p = &c.params[i];
+        int head = !strncmp(p->name, "head.", 5);
+        const float *want = (head ? before : pc) + p->offset;
+        CHECK_MSG(!memcmp(pg + p->offset, want, (size_t)tfm_numel(&p->value) * sizeof(float)), "mapped load on the GPU: %s is "
+                  "not %s", p->name, head ? "the GPU model's own" : "the file's");
+    }
+    free(pc);
+    free(pg);
+    free(before);
+    free(map);
+    tfm_model_free(&g);
+    tfm_model_free(&c);
+}
+
 static void cu_io_cpu_checkpoint(void) {
     tfm_config cc = cu_model_cfg(3, TFM_DEVICE_CPU), cg = cu_model_cfg(3, TFM_DEVICE_CUDA);
     tfm_model c, g;
@@ -3099,6 +3150,7 @@ static void suite_generate(void) {
 static void suite_io(void) {
     RUN(cu_io_gpu_checkpoint);
     RUN(cu_io_cpu_checkpoint);
+    RUN(cu_io_mapped);
     RUN(cu_io_to_device);
     RUN(cu_dist);
 }

