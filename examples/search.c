@@ -9,7 +9,8 @@
        build/search --smoke                          the first 512 verses and one query, for CI
 
    Options: --model DIR, --bible PATH (Debian's bible-kjv-text: /usr/lib/bible.data), --emb PATH (the
-   saved embeddings), --batch N (verses per forward, 32), --top K (5), --threads N.
+   saved embeddings), --batch N (verses per forward, 32), --top K (5), --threads N, --export PATH (write
+   the verses embedded, one per line, for bench/minilm_peer.py to embed the same).
    Verses are embedded in batches of similar length (sorted by token count), so little padding is
    computed; each embedding is the mean of the encoder's outputs over the verse's tokens, L2-normalised,
    exactly as SentenceTransformer.encode gives it (tests/test_minilm.c), so a dot product is the cosine. */
@@ -20,7 +21,7 @@
 #include "bert.h"
 
 typedef struct so {
-    const char *model, *bible, *emb;
+    const char *model, *bible, *emb, *export_path;
     int batch, top, smoke, threads;
 } so;
 
@@ -116,6 +117,7 @@ int main(int argc, char **argv) {
         else if (ex_is(argv[i], "--top")) o.top = ex_int(argc, argv, &i);
         else if (ex_is(argv[i], "--threads")) o.threads = ex_int(argc, argv, &i);
         else if (ex_is(argv[i], "--smoke")) o.smoke = 1;
+        else if (ex_is(argv[i], "--export")) o.export_path = ex_value(argc, argv, &i);
         else if (argv[i][0] == '-' && argv[i][1] == '-') ex_die("unknown option %s (see the comment at the top of examples/search.c)", argv[i]);
         else queries[n_q++] = argv[i];
     }
@@ -139,6 +141,12 @@ int main(int argc, char **argv) {
             verse[i] = p, vlen[i] = (size_t)(nl - p), ref[i] = r;
             p = nl + 1, r = rl + 1;
         }
+    }
+    if (o.export_path) {
+        FILE *f = fopen(o.export_path, "w");
+        if (!f) ex_die("%s: %s", o.export_path, strerror(errno));
+        for (i = 0; i < n; i++) fprintf(f, "%s\n", verse[i]);
+        if (fclose(f) != 0) ex_die("%s: write failed", o.export_path);
     }
     emb = (float *)ex_malloc((size_t)n * C * sizeof *emb);
     if (load_emb(o.emb, emb, n, C)) {
