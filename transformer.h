@@ -7820,7 +7820,8 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
 
 /* safetensors: a u64 little-endian N, N bytes of UTF-8 JSON header, the data. The header maps each tensor
    name to {"dtype": "F32", "shape": [d0, ...], "data_offsets": [begin, end]} (bytes into the data, end
-   exclusive); "__metadata__" (optional) maps strings to strings. Only F32 is written and read here.
+   exclusive); "__metadata__" (optional) maps strings to strings. Only F32 is written and read here
+   (a tensor of another dtype passes only when the reader was told to skip it by name).
    Reading trusts nothing: lengths and offsets are checked against the bytes that exist before use, the
    JSON is parsed strictly (RFC 8259, UTF-8 checked, nesting at most TFM__ST_MAX_DEPTH), the tensors must
    cover the data exactly, and allocation is bounded by the header's size, never by a number in the file.
