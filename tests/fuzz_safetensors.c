@@ -76,7 +76,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FZ_CHECK(e->name && tfm__st_utf8_valid(e->name) && strcmp(e->name, "__metadata__") != 0);
         FZ_CHECK(e->ndim >= 0 && e->ndim <= TFM_MAX_DIMS);
         for (k = 0; k < e->ndim; k++) FZ_CHECK(e->shape[k] >= 0);
-        FZ_CHECK(tfm__st_nbytes(e->ndim, e->shape, &bytes) == 0);
+        FZ_CHECK(tfm__st_nbytes(e->ndim, e->shape, 4, &bytes) == 0);
         FZ_CHECK(e->begin == at && e->end - e->begin == bytes);
         at = e->end;
         for (k = 0; k < i && h.n <= 2000; k++) FZ_CHECK(strcmp(h.entries[k].name, e->name) != 0);

@@ -1840,21 +1840,22 @@ static void cu_layers_small(void) {
 #define CU_B 2  /* batch rows */
 #define CU_T 8  /* longest sequence */
 #define CU_IN 6
-#define CU_N_MODELS 5
+#define CU_N_MODELS 6
 
 typedef struct cu_data {
-    int32_t tokens[CU_B * CU_T], lens[CU_B], tgt_in[CU_B * CU_T], targets[CU_B * CU_T];
+    int32_t tokens[CU_B * CU_T], lens[CU_B], tgt_in[CU_B * CU_T], targets[CU_B * CU_T], types[CU_B * CU_T];
     float inputs[CU_B * CU_T * CU_IN];
     tfm_batch b;
 } cu_data;
 
 static const char *const cu_model_names[CU_N_MODELS] = {"classifier", "classifier cls_token input_dim", "lm", "encdec",
-                                                        "encdec shared"};
+                                                        "encdec shared", "bert classifier"};
 
-/* Five tiny models that cover the configuration's switches between them: post-LN and pre-LN, ReLU, GELU
+/* Six tiny models that cover the configuration's switches between them: post-LN and pre-LN, ReLU, GELU
    and tanh-GELU, learned and sinusoidal positions, mean and [CLS] pooling, token and continuous inputs,
    tied and shared embeddings, biases or none, label smoothing, ignore_index (-100 and 0) with padded rows,
-   dropout 0.1 on the residual branches and the attention weights. */
+   dropout 0.1 on the residual branches and the attention weights, BERT's token types and embedding
+   layernorm. */
 static tfm_config cu_model_cfg(int which, tfm_device dev) {
     tfm_config c;
     memset(&c, 0, sizeof c);
@@ -1912,6 +1913,16 @@ static tfm_config cu_model_cfg(int which, tfm_device dev) {
         c.ignore_index = 0;
         c.tie_output = 1;
         break;
+    case 5:
+        c.kind = TFM_MODEL_ENCODER_CLASSIFIER;
+        c.vocab_size = 11;
+        c.n_classes = 2;
+        c.max_len = CU_T;
+        c.act = TFM_ACT_GELU;
+        c.type_vocab_size = 2;
+        c.emb_norm = 1;
+        c.ln_eps = 1e-12f;
+        break;
     default:
         c.kind = TFM_MODEL_ENCODER_DECODER;
         c.vocab_size = 12;
@@ -1962,6 +1973,10 @@ static void cu_batch(cu_data *d, const tfm_config *c, uint64_t seed) {
         for (i = 0; i < B * T; i++) d->tokens[i] = cu_int(&g, c->vocab_size);
     }
     for (b = 0; b < B; b++) d->lens[b] = (int32_t)(b == 0 ? T : 1 + cu_int(&g, T));
+    if (c->type_vocab_size) { /* token types: every other batch has none (type 0 everywhere) */
+        d->b.token_types = seed % 2 ? NULL : d->types;
+        for (i = 0; i < B * T; i++) d->types[i] = cu_int(&g, c->type_vocab_size);
+    }
     if (c->kind == TFM_MODEL_ENCODER_CLASSIFIER) {
         for (b = 0; b < B; b++) d->targets[b] = cu_int(&g, c->n_classes);
     } else if (c->kind == TFM_MODEL_DECODER_LM) {
@@ -2158,6 +2173,7 @@ static void cu_model_classifier_cls(void) { cu_model_case(1); }
 static void cu_model_lm(void) { cu_model_case(2); }
 static void cu_model_encdec(void) { cu_model_case(3); }
 static void cu_model_encdec_shared(void) { cu_model_case(4); }
+static void cu_model_bert(void) { cu_model_case(5); }
 
 /* ==== 5. generation: the same tokens and scores as on the CPU ========================================== */
 
@@ -2355,6 +2371,57 @@ static void cu_io_gpu_checkpoint(void) {
 }
 
 /* A CPU checkpoint loaded on the GPU: the same state; training goes on alike. */
+/* tfm_model_load_mapped on a GPU model: a CPU model's file under its own names through a map that keeps
+   the head (the file's head skipped): every mapped parameter arrives, and the kept head still has the GPU
+   model's values. */
+static void cu_io_mapped(void) {
+    tfm_config cc = cu_model_cfg(5, TFM_DEVICE_CPU), cg = cu_model_cfg(5, TFM_DEVICE_CUDA);
+    tfm_model c, g;
+    tfm_name_map *map;
+    const char *path = cu_path("mapped.safetensors");
+    int i, n = 0;
+    int64_t nc, ng;
+    float *pc, *pg, *before;
+    if (!cu_init(&c, &cc, "mapped")) return;
+    cg.seed = 77;
+    if (!cu_init(&g, &cg, "mapped")) {
+        tfm_model_free(&c);
+        return;
+    }
+    map = (tfm_name_map *)calloc((size_t)c.n_params + 2, sizeof *map);
+    for (i = 0; i < c.n_params; i++) {
+        const char *nm = c.params[i].name;
+        map[n].file = strncmp(nm, "head.", 5) ? nm : NULL;
+        map[n++].model = nm;
+    }
+    CHECK_OK(tfm_model_save(&c, path, 0, NULL, 0));
+    {
+        tfm_optim o = cu_optim(); /* a step on the GPU first: its head then differs from the host's staging copy */
+        cu_train(&g, &o, 0, 1, NULL, NULL);
+    }
+    before = cu_model_flat(&g, 0, &ng);
+    {
+        const char *skip[2] = {"head.weight", "head.bias"}; /* in the file, not read */
+        CHECK_OK(tfm_model_load_mapped(&g, path, map, n, skip, 2));
+    }
+    pc = cu_model_flat(&c, 0, &nc);
+    pg = cu_model_flat(&g, 0, &ng);
+    CHECK(nc == ng);
+    for (i = 0; i < c.n_params; i++) {
+        const tfm_param *p = &c.params[i];
+        int head = !strncmp(p->name, "head.", 5);
+        const float *want = (head ? before : pc) + p->offset;
+        CHECK_MSG(!memcmp(pg + p->offset, want, (size_t)tfm_numel(&p->value) * sizeof(float)), "mapped load on the GPU: %s is "
+                  "not %s", p->name, head ? "the GPU model's own" : "the file's");
+    }
+    free(pc);
+    free(pg);
+    free(before);
+    free(map);
+    tfm_model_free(&g);
+    tfm_model_free(&c);
+}
+
 static void cu_io_cpu_checkpoint(void) {
     tfm_config cc = cu_model_cfg(3, TFM_DEVICE_CPU), cg = cu_model_cfg(3, TFM_DEVICE_CUDA);
     tfm_model c, g;
@@ -3151,6 +3218,7 @@ static void suite_models(void) {
     RUN(cu_model_lm);
     RUN(cu_model_encdec);
     RUN(cu_model_encdec_shared);
+    RUN(cu_model_bert);
 }
 
 static void suite_generate(void) {
@@ -3162,6 +3230,7 @@ static void suite_generate(void) {
 static void suite_io(void) {
     RUN(cu_io_gpu_checkpoint);
     RUN(cu_io_cpu_checkpoint);
+    RUN(cu_io_mapped);
     RUN(cu_io_to_device);
     RUN(cu_dist);
 }

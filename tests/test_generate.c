@@ -69,7 +69,7 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
     if (!full) return;
     V = encdec ? m.cfg.tgt_vocab_size : m.cfg.vocab_size;
     CHECK_OK(tfm_kv_cache_init(&kc, &m, 2, 0));
-    if (encdec) memory = tfm__encoder_fwd(&m, gen_src, NULL, 2, 9, NULL);
+    if (encdec) memory = tfm__encoder_fwd(&m, gen_src, NULL, NULL, 2, 9, NULL);
     {
         int32_t prompt[6];
         memcpy(prompt, seq, 3 * sizeof(int32_t));
@@ -116,7 +116,7 @@ static void gen_check_cache_uneven(tfm_model_kind kind) {
     if (!full) return;
     V = encdec ? m.cfg.tgt_vocab_size : m.cfg.vocab_size;
     CHECK_OK(tfm_kv_cache_init(&kc, &m, 2, 0));
-    if (encdec) memory = tfm__encoder_fwd(&m, gen_src, NULL, 2, 9, NULL);
+    if (encdec) memory = tfm__encoder_fwd(&m, gen_src, NULL, NULL, 2, 9, NULL);
     for (r = 0; r < 7; r++) {
         ids[r] = r < 3 ? gen_seq[r] : 0; /* padding */
         ids[7 + r] = gen_seq[n_total + r];

@@ -1847,6 +1847,183 @@ static void io_config_old_key(void) {
     remove(path);
 }
 
+/* ---- checkpoints named another way: tfm_model_load_mapped ---- */
+
+/* A safetensors file of n tensors by hand (names, dtypes, shapes of up to 2 dims, data bytes), as other
+   writers make them: an I64 tensor among F32 ones, in the order given. 0 on an I/O failure. */
+typedef struct io_ht {
+    const char *name, *dtype;
+    int ndim;
+    int64_t shape[2];
+    const void *data;
+    size_t bytes;
+} io_ht;
+static int io_write_foreign(const char *path, const io_ht *t, int n) {
+    char hdr[8192];
+    size_t len = 0, off = 0;
+    unsigned char len8[8];
+    FILE *f;
+    int i, k;
+    len += (size_t)snprintf(hdr + len, sizeof hdr - len, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (i = 0; i < n; off += t[i].bytes, i++) {
+        len += (size_t)snprintf(hdr + len, sizeof hdr - len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", t[i].name, t[i].dtype);
+        for (k = 0; k < t[i].ndim; k++) len += (size_t)snprintf(hdr + len, sizeof hdr - len, "%s%lld", k ? "," : "", (long long)t[i].shape[k]);
+        len += (size_t)snprintf(hdr + len, sizeof hdr - len, "],\"data_offsets\":[%zu,%zu]}", off, off + t[i].bytes);
+    }
+    len += (size_t)snprintf(hdr + len, sizeof hdr - len, "}");
+    for (k = 0; k < 8; k++) len8[k] = (unsigned char)(len >> (8 * k));
+    if (!(f = fopen(path, "wb"))) return 0;
+    fwrite(len8, 1, 8, f);
+    fwrite(hdr, 1, len, f);
+    for (i = 0; i < n; i++) fwrite(t[i].data, 1, t[i].bytes, f);
+    return fclose(f) == 0;
+}
+
+/* A BERT-layout classifier from a file in Hugging Face's names: q, k and v into in_proj_* as parts 0-2,
+   the head kept, the I64 position_ids and the pooler skipped; the loaded values land where the map says
+   (the query rows first), and each defect (an unskipped I64, an unskipped tensor, one the map names that
+   the file lacks, a misshapen one, an uncovered parameter, a part mapped twice) fails naming it, with the
+   model untouched. */
+static void io_mapped(void) {
+    enum { V = 7, C = 8, F = 16, P = 5 };
+    static const char *hf[16] = {
+        "embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight",
+        "embeddings.token_type_embeddings.weight", "embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias",
+        "encoder.layer.0.attention.self.query.weight", "encoder.layer.0.attention.self.key.weight",
+        "encoder.layer.0.attention.self.value.weight", "encoder.layer.0.attention.self.query.bias",
+        "encoder.layer.0.attention.self.key.bias", "encoder.layer.0.attention.self.value.bias",
+        "encoder.layer.0.attention.output.dense.weight", "encoder.layer.0.attention.output.dense.bias",
+        "encoder.layer.0.attention.output.LayerNorm.weight", "encoder.layer.0.attention.output.LayerNorm.bias",
+        "encoder.layer.0.intermediate.dense.weight"};
+    static const char *rest[6] = {"encoder.layer.0.intermediate.dense.bias", "encoder.layer.0.output.dense.weight",
+                                  "encoder.layer.0.output.dense.bias", "encoder.layer.0.output.LayerNorm.weight",
+                                  "encoder.layer.0.output.LayerNorm.bias", "pooler.dense.weight"};
+    tfm_name_map map[24] = {
+        {"embeddings.word_embeddings.weight", "tok_emb.weight", 0, 0, 0},
+        {"embeddings.position_embeddings.weight", "pos_emb.weight", 0, 0, P + 3}, /* 3 rows more than max_len */
+        {"embeddings.token_type_embeddings.weight", "type_emb.weight", 0, 0, 0},
+        {"embeddings.LayerNorm.weight", "emb_norm.weight", 0, 0, 0},
+        {"embeddings.LayerNorm.bias", "emb_norm.bias", 0, 0, 0},
+        {"encoder.layer.0.attention.self.query.weight", "encoder.layers.0.self_attn.in_proj_weight", 0, 3, 0},
+        {"encoder.layer.0.attention.self.key.weight", "encoder.layers.0.self_attn.in_proj_weight", 1, 3, 0},
+        {"encoder.layer.0.attention.self.value.weight", "encoder.layers.0.self_attn.in_proj_weight", 2, 3, 0},
+        {"encoder.layer.0.attention.self.query.bias", "encoder.layers.0.self_attn.in_proj_bias", 0, 3, 0},
+        {"encoder.layer.0.attention.self.key.bias", "encoder.layers.0.self_attn.in_proj_bias", 1, 3, 0},
+        {"encoder.layer.0.attention.self.value.bias", "encoder.layers.0.self_attn.in_proj_bias", 2, 3, 0},
+        {"encoder.layer.0.attention.output.dense.weight", "encoder.layers.0.self_attn.out_proj.weight", 0, 0, 0},
+        {"encoder.layer.0.attention.output.dense.bias", "encoder.layers.0.self_attn.out_proj.bias", 0, 0, 0},
+        {"encoder.layer.0.attention.output.LayerNorm.weight", "encoder.layers.0.norm1.weight", 0, 0, 0},
+        {"encoder.layer.0.attention.output.LayerNorm.bias", "encoder.layers.0.norm1.bias", 0, 0, 0},
+        {"encoder.layer.0.intermediate.dense.weight", "encoder.layers.0.linear1.weight", 0, 0, 0},
+        {"encoder.layer.0.intermediate.dense.bias", "encoder.layers.0.linear1.bias", 0, 0, 0},
+        {"encoder.layer.0.output.dense.weight", "encoder.layers.0.linear2.weight", 0, 0, 0},
+        {"encoder.layer.0.output.dense.bias", "encoder.layers.0.linear2.bias", 0, 0, 0},
+        {"encoder.layer.0.output.LayerNorm.weight", "encoder.layers.0.norm2.weight", 0, 0, 0},
+        {"encoder.layer.0.output.LayerNorm.bias", "encoder.layers.0.norm2.bias", 0, 0, 0},
+        {NULL, "head.weight", 0, 0, 0},
+        {NULL, "head.bias", 0, 0, 0},
+        {NULL, NULL, 0, 0, 0}};
+    const char *skip[2] = {"embeddings.position_ids", "pooler.dense.weight"};
+    io_ht t[24];
+    int64_t pos_ids[P];
+    float *data, *snap, *at;
+    const tfm_param *p;
+    tfm_config c;
+    tfm_model m;
+    int i, n = 0;
+    const char *path = io_path("mapped.safetensors"), *bad = io_path("mapped_bad.safetensors");
+    memset(&c, 0, sizeof c);
+    c.kind = TFM_MODEL_ENCODER_CLASSIFIER;
+    c.vocab_size = V;
+    c.n_classes = 2;
+    c.d_model = C;
+    c.n_heads = 2;
+    c.n_layers = 1;
+    c.d_ff = F;
+    c.max_len = P;
+    c.act = TFM_ACT_GELU;
+    c.type_vocab_size = 2;
+    c.emb_norm = 1;
+    c.ln_eps = 1e-12f;
+    c.seed = 3;
+    if (tfm_model_init(&m, &c, NULL, 0) != TFM_OK) {
+        TEST__FAIL("io_mapped: %s", tfm_last_error());
+        return;
+    }
+    data = (float *)malloc(20000 * sizeof(float));
+    for (i = 0; i < 20000; i++) data[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    for (i = 0; i < P; i++) pos_ids[i] = i;
+    /* the tensors in the file: position_ids first, as Hugging Face writes it */
+    t[n++] = (io_ht){"embeddings.position_ids", "I64", 2, {1, P}, pos_ids, sizeof pos_ids};
+    for (i = 0, at = data; i < 21; i++) {
+        const tfm_param *q = tfm_model_param(&m, map[i].model);
+        int np = map[i].n_parts ? map[i].n_parts : 1;
+        io_ht e;
+        memset(&e, 0, sizeof e);
+        e.name = i < 16 ? hf[i] : rest[i - 16];
+        e.dtype = "F32";
+        e.ndim = q->value.ndim;
+        e.shape[0] = map[i].file_rows ? map[i].file_rows : q->value.shape[0] / np;
+        e.shape[1] = q->value.ndim > 1 ? q->value.shape[1] : 0;
+        e.data = at;
+        e.bytes = (size_t)(e.shape[0] * (e.ndim > 1 ? e.shape[1] : 1)) * sizeof(float);
+        at += e.bytes / sizeof(float);
+        t[n++] = e;
+    }
+    t[n++] = (io_ht){rest[5], "F32", 2, {C, C}, at, (size_t)C * C * sizeof(float)};
+    CHECK(io_write_foreign(path, t, n));
+    snap = io_snapshot(&m);
+    CHECK_OK(tfm_model_load_mapped(&m, path, map, 23, skip, 2));
+    p = tfm_model_param(&m, "encoder.layers.0.self_attn.in_proj_weight");
+    CHECK(p && !memcmp(p->value.data, t[6].data, t[6].bytes) && !memcmp(p->value.data + C * C, t[7].data, t[7].bytes) &&
+          !memcmp(p->value.data + 2 * C * C, t[8].data, t[8].bytes));
+    p = tfm_model_param(&m, "encoder.layers.0.self_attn.in_proj_bias");
+    CHECK(p && !memcmp(p->value.data + C, t[10].data, t[10].bytes));
+    p = tfm_model_param(&m, "tok_emb.weight");
+    CHECK(p && !memcmp(p->value.data, t[1].data, t[1].bytes));
+    p = tfm_model_param(&m, "pos_emb.weight"); /* the first P of the file's P + 3 rows */
+    CHECK(p && t[2].bytes == (P + 3) * C * sizeof(float) && !memcmp(p->value.data, t[2].data, (size_t)P * C * sizeof(float)));
+    p = tfm_model_param(&m, "head.weight");
+    {
+        int64_t off = 0;
+        for (i = 0; &m.params[i] != p; i++) off += tfm_numel(&m.params[i].value);
+        CHECK_MSG(!memcmp(p->value.data, snap + off, (size_t)tfm_numel(&p->value) * sizeof(float)), "the kept head changed");
+    }
+    free(snap);
+    /* defects, each naming what is wrong, the model untouched */
+    snap = io_snapshot(&m);
+    CHECK_ERR(tfm_model_load_mapped(&m, path, map, 23, skip + 1, 1), TFM_E_FORMAT, "dtype 'I64' is not supported");
+    CHECK_ERR(tfm_model_load_mapped(&m, path, map, 23, skip, 1), TFM_E_FORMAT, "unexpected tensor 'pooler.dense.weight'");
+    CHECK_ERR(tfm_model_load_mapped(&m, path, map, 22, skip, 2), TFM_E_ARG, "head.bias is not covered");
+    {
+        tfm_name_map m2[23];
+        memcpy(m2, map, sizeof m2);
+        m2[22] = (tfm_name_map){"embeddings.extra", "head.bias", 0, 0, 0};
+        CHECK_ERR(tfm_model_load_mapped(&m, path, m2, 23, skip, 2), TFM_E_FORMAT, "tensor 'embeddings.extra' not found");
+        memcpy(m2, map, sizeof m2);
+        m2[22] = (tfm_name_map){NULL, "head.bias", 0, 0, 0};
+        m2[7].part = 1; /* value into the key's rows: key twice, value's rows uncovered */
+        CHECK_ERR(tfm_model_load_mapped(&m, path, m2, 23, skip, 2), TFM_E_ARG, "in_proj_weight part 1 is mapped twice");
+        memcpy(m2, map, sizeof m2);
+        m2[22] = (tfm_name_map){NULL, "head.bias", 0, 0, 0};
+        m2[1].file_rows = 0;
+        CHECK_ERR(tfm_model_load_mapped(&m, path, m2, 23, skip, 2), TFM_E_FORMAT,
+                  "tensor 'embeddings.position_embeddings.weight' is (8,8) in the file but (5,8) is wanted");
+        m2[1].file_rows = P - 1;
+        CHECK_ERR(tfm_model_load_mapped(&m, path, m2, 23, skip, 2), TFM_E_ARG, "file_rows 4");
+    }
+    t[5].dtype = "F16"; /* a parameter in another dtype: refused even when skipped elsewhere */
+    t[5].bytes /= 2;
+    CHECK(io_write_foreign(bad, t, n));
+    CHECK_ERR(tfm_model_load_mapped(&m, bad, map, 23, skip, 2), TFM_E_FORMAT, "dtype 'F16' is not supported");
+    CHECK_ERR(tfm_model_load_mapped(&m, path, map, 23, NULL, 2), TFM_E_ARG, "tfm_model_load_mapped");
+    CHECK_ERR(tfm_model_load(&m, path), TFM_E_FORMAT, "dtype 'I64' is not supported");
+    CHECK_MSG(io_snapshot_diff(&m, snap) == NULL, "a failed mapped load changed %s", io_snapshot_diff(&m, snap));
+    free(snap);
+    free(data);
+    tfm_model_free(&m);
+}
+
 static void suite_io(void) {
     int threads = tfm_get_num_threads();
     tfm_set_num_threads(1);
@@ -1863,6 +2040,7 @@ static void suite_io(void) {
     RUN(io_user_meta);
     RUN(io_args);
     RUN(io_torch_fixtures);
+    RUN(io_mapped);
     RUN(io_export);
     tfm__st_write_hook = NULL;
     io_cleanup();

@@ -40,6 +40,7 @@ void test__run(const char *name, test_fn fn) {
 #include "test_io.c"
 #include "test_dist.c"
 #include "test_wordpiece.c"
+#include "test_minilm.c"
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -61,6 +62,7 @@ int main(int argc, char **argv) {
     suite_io();
     suite_dist();
     suite_wordpiece();
+    suite_minilm();
     printf("%d passed, %d failed\n", test__passed, test__failed);
     return test__failed ? 1 : 0;
 }

@@ -1834,6 +1834,141 @@ static void md_last_logits(void) {
     free(d);
 }
 
+/* BERT's layout (token types, the embedding layernorm, eps 1e-12, exact GELU, post-LN): the gradients
+   of the embedding parts against central differences of the float loss (h = 2e-3, the bound of
+   test_layers.c: rounding ~1e-7 / h and truncation ~h^2 stay below it; a missing term does not), with
+   and without batch.token_types; then the errors of the new fields and a checkpoint that records them. */
+static void md_bert_layout(void) {
+    enum { B = 3, T = 5 };
+    tfm_config c;
+    tfm_model m;
+    tfm_batch b;
+    int32_t tokens[B * T], types[B * T], lens[B] = {5, 2, 4}, labels[B] = {0, 1, 1};
+    const char *names[5] = {"tok_emb.weight", "pos_emb.weight", "type_emb.weight", "emb_norm.weight", "emb_norm.bias"};
+    tfm_rng r;
+    int i, k, pass, checked = 0;
+    memset(&c, 0, sizeof c);
+    c.kind = TFM_MODEL_ENCODER_CLASSIFIER;
+    c.vocab_size = 7;
+    c.n_classes = 2;
+    c.d_model = 8;
+    c.n_heads = 2;
+    c.n_layers = 1;
+    c.d_ff = 16;
+    c.max_len = T;
+    c.max_batch = B;
+    c.act = TFM_ACT_GELU;
+    c.type_vocab_size = 3;
+    c.emb_norm = 1;
+    c.ln_eps = 1e-12f;
+    c.init_std = 0.5f;
+    c.seed = 5;
+    if (!md_init(&m, &c, "bert layout")) return;
+    tfm_rng_seed(&r, 8);
+    for (i = 0; i < B * T; i++) tokens[i] = md_randint(&r, 7), types[i] = md_randint(&r, 3);
+    for (i = 0; i < m.n_params; i++) /* layernorm parameters off 1 and 0, so their gradients mean something */
+        if (strstr(m.params[i].name, "norm"))
+            for (k = 0; k < tfm_numel(&m.params[i].value); k++)
+                m.params[i].value.data[k] += 0.3f * ((float)md_randint(&r, 1000) / 1000.0f - 0.5f);
+    memset(&b, 0, sizeof b);
+    b.batch = B;
+    b.len = T;
+    b.tokens = tokens;
+    b.lens = lens;
+    b.targets = labels;
+    tfm_model_train(&m, 0);
+    for (pass = 0; pass < 2; pass++) {
+        b.token_types = pass ? NULL : types;
+        tfm_model_zero_grad(&m);
+        CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
+        CHECK_OK(tfm_model_backward(&m, 1.0f));
+        for (i = 0; i < 5; i++) {
+            const tfm_param *p = tfm_model_param(&m, names[i]);
+            CHECK_MSG(p != NULL, "bert layout: no parameter %s", names[i]);
+            if (!p) continue;
+            for (k = 0; k < 6; k++) {
+                int64_t j = (int64_t)(tfm_rng_u64(&r) % (uint64_t)tfm_numel(&p->value));
+                float keep, h = 2e-3f, lp = 0.0f, lm = 0.0f;
+                double fd, an, err;
+                if (i == 2 && pass) j = k; /* type 0's row: the only one used without types */
+                keep = p->value.data[j];
+                an = p->grad.data[j];
+                p->value.data[j] = keep + h;
+                CHECK_OK(tfm_model_forward(&m, &b, &lp, NULL));
+                p->value.data[j] = keep - h;
+                CHECK_OK(tfm_model_forward(&m, &b, &lm, NULL));
+                p->value.data[j] = keep;
+                fd = ((double)lp - (double)lm) / (2.0 * h);
+                err = fabs(fd - an) / (2e-3 + 2e-2 * fabs(an));
+                CHECK_MSG(err <= 1.0, "bert layout (types %s): %s[%lld]: backward %.6g, finite differences %.6g",
+                          pass ? "NULL" : "given", names[i], (long long)j, an, fd);
+                checked++;
+            }
+        }
+        if (pass) { /* without types, rows 1 and 2 of the type table get no gradient */
+            const tfm_param *p = tfm_model_param(&m, "type_emb.weight");
+            double sum = 0.0;
+            for (k = 8; p && k < 24; k++) sum += fabs(p->grad.data[k]);
+            CHECK_MSG(p && sum == 0.0, "bert layout: type rows 1-2 have gradient %g without types", sum);
+        }
+    }
+    CHECK(checked == 60);
+    { /* tfm_model_pooled: what the head read (logits = pooled W^T + b, recomputed here) */
+        tfm_tensor pl = tfm_model_pooled(&m), lg = tfm_model_logits(&m);
+        const tfm_param *w = tfm_model_param(&m, "head.weight"), *hb = tfm_model_param(&m, "head.bias");
+        double worst = 0.0;
+        CHECK(pl.data && pl.ndim == 2 && pl.shape[0] == B && pl.shape[1] == 8 && w && hb);
+        for (i = 0; pl.data && w && hb && i < B * 2; i++) {
+            double acc = hb->value.data[i % 2];
+            for (k = 0; k < 8; k++) acc += (double)pl.data[(i / 2) * 8 + k] * w->value.data[(i % 2) * 8 + k];
+            worst = fmax(worst, fabs(acc - lg.data[i]));
+        }
+        CHECK_MSG(worst < 1e-5, "pooled W^T + b differs from the logits by %g", worst);
+    }
+    /* errors */
+    types[4] = 3;
+    b.token_types = types;
+    CHECK_ERR(tfm_model_forward(&m, &b, NULL, NULL), TFM_E_ARG, "batch.token_types");
+    types[4] = 0;
+    {
+        tfm_model m2;
+        tfm_config c2 = c;
+        c2.type_vocab_size = 0;
+        CHECK_OK(tfm_model_init(&m2, &c2, NULL, 0));
+        CHECK_ERR(tfm_model_forward(&m2, &b, NULL, NULL), TFM_E_ARG, "cfg.type_vocab_size 0");
+        tfm_model_free(&m2);
+        c2 = c;
+        c2.cls_token = 1;
+        md_init_err("types with cls_token", &c2, TFM_E_ARG, "cfg.type_vocab_size");
+        c2 = md_cfg(TFM_MODEL_ENCODER_DECODER);
+        c2.emb_norm = 1;
+        md_init_err("emb_norm in an encoder-decoder", &c2, TFM_E_ARG, "cfg.emb_norm");
+        c2 = md_cfg(TFM_MODEL_ENCODER_DECODER);
+        c2.type_vocab_size = 2;
+        md_init_err("types in an encoder-decoder", &c2, TFM_E_ARG, "cfg.type_vocab_size");
+        c2 = c;
+        c2.type_vocab_size = -1;
+        md_init_err("negative type_vocab_size", &c2, TFM_E_ARG, "cfg.type_vocab_size -1");
+    }
+#ifndef TFM_NO_STDIO
+    { /* a checkpoint records both fields: the loaded config has them, a model without them refuses it */
+        const char *path = "build/test_bert_layout.safetensors";
+        tfm_config lc;
+        tfm_model m2;
+        tfm_config c2 = c;
+        CHECK_OK(tfm_model_save(&m, path, 0, NULL, 0));
+        CHECK_OK(tfm_config_load(path, &lc));
+        CHECK(lc.type_vocab_size == 3 && lc.emb_norm == 1);
+        c2.emb_norm = 0;
+        CHECK_OK(tfm_model_init(&m2, &c2, NULL, 0));
+        CHECK_ERR(tfm_model_load(&m2, path), TFM_E_FORMAT, "emb_norm");
+        tfm_model_free(&m2);
+        remove(path);
+    }
+#endif
+    tfm_model_free(&m);
+}
+
 static void suite_models(void) {
     int threads = tfm_get_num_threads();
     tfm_set_num_threads(1);
@@ -1866,5 +2001,6 @@ static void suite_models(void) {
     RUN(md_batch_offset);
     RUN(md_continuous_errors);
     RUN(md_continuous_checkpoint);
+    RUN(md_bert_layout);
     tfm_set_num_threads(threads);
 }

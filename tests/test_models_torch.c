@@ -394,6 +394,12 @@ static int mt_config(const fx_file *fx, tfm_config *cfg, const int32_t **c_out) 
         if (!nk) return 0;
         cfg->norm = (tfm_norm_kind)nk->i32[0];
     }
+    if (fx_get(fx, "bert")) { /* BERT's layout: type_vocab_size, emb_norm */
+        const fx_array *bt = mt_need_i32(fx, "bert", 2);
+        if (!bt) return 0;
+        cfg->type_vocab_size = bt->i32[0];
+        cfg->emb_norm = bt->i32[1];
+    }
     *c_out = c;
     return 1;
 }
@@ -421,6 +427,12 @@ static int mt_batch(const fx_file *fx, const int32_t *c, const char *suffix, tfm
         const fx_array *lens = mt_need_i32(fx, nm, B);
         if (!lens) return 0;
         b->lens = lens->i32;
+    }
+    snprintf(nm, sizeof nm, "types%s", suffix);
+    if (fx_get(fx, nm)) { /* token types (B,T) */
+        const fx_array *ty = mt_need_i32(fx, nm, (int64_t)B * T);
+        if (!ty) return 0;
+        b->token_types = ty->i32;
     }
     if (kind == TFM_MODEL_ENCODER_DECODER) {
         snprintf(nm, sizeof nm, "tgt_in%s", suffix);
@@ -548,6 +560,8 @@ static void mt_model_cls_post_mean(void) { mt_model_case("model_cls_post_mean");
 static void mt_model_cls_pre_cls(void) { mt_model_case("model_cls_pre_cls"); }
 static void mt_model_lm_pre_tied(void) { mt_model_case("model_lm_pre_tied"); }
 static void mt_model_lm_post_untied(void) { mt_model_case("model_lm_post_untied"); }
+static void mt_model_bert_cls_post_mean(void) { mt_model_case("model_bert_cls_post_mean"); }
+static void mt_model_bert_lm_pre(void) { mt_model_case("model_bert_lm_pre"); }
 static void mt_model_encdec_pre_shared(void) { mt_model_case("model_encdec_pre_shared"); }
 static void mt_model_encdec_post_separate(void) { mt_model_case("model_encdec_post_separate"); }
 static void mt_model_vit_pre_cls(void) { mt_model_case("model_vit_pre_cls"); }
@@ -629,6 +643,8 @@ static void suite_models_torch(void) {
     RUN(mt_blk_dec_post);
     RUN(mt_blk_dec_pre);
     RUN(mt_model_cls_post_mean);
+    RUN(mt_model_bert_cls_post_mean);
+    RUN(mt_model_bert_lm_pre);
     RUN(mt_model_cls_pre_cls);
     RUN(mt_model_lm_pre_tied);
     RUN(mt_model_lm_post_untied);

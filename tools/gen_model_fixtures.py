@@ -40,8 +40,10 @@ Model fixtures (model_*)
                         17 tie_output, 18 share_emb, 19 B, 20 T, 21 Tt (0 unless enc-dec),
                         22 ignore_index (-100)
                         (every field as in tfm_config; each is given explicitly, no zero defaults)
+    bert       i32[2]   optional: type_vocab_size, emb_norm (BERT's layout; absent: both 0)
     label_smoothing, ln_eps   f32 scalars
     tokens     i32 (B,T)     lens i32 (B) (classifier, enc-dec; absent for the LM: no key padding)
+    types      i32 (B,T)     optional: token types (batch.token_types; absent: type 0 everywhere)
     tgt_in     i32 (B,Tt)    enc-dec decoder inputs
     labels     i32 (B)       classifier targets    targets i32 (B,T) LM / (B,Tt) enc-dec
     <param>    f32, every parameter by its state_dict name (tools/torch_models.py lists them)
@@ -182,6 +184,15 @@ def model_explicit(model, batch):
     P = dict(model.named_parameters())
     scale = math.sqrt(c.d_model) if c.scale_emb else 1.0
 
+    def bert(x):  # token types (type 0 without types) and the embedding layernorm
+        if c.type_vocab_size:
+            types = batch.get("types")
+            types = np.zeros(x.shape[:2], np.int64) if types is None else np.asarray(types)
+            x = x + torch.stack([torch.stack([P["type_emb.weight"][int(i)] for i in row]) for row in types])
+        if c.emb_norm:
+            x = layernorm_explicit(x, P["emb_norm.weight"], P["emb_norm.bias"], c.ln_eps)
+        return x
+
     def embed(tok, emb, pos):
         tok = np.asarray(tok)
         T = tok.shape[1]
@@ -190,7 +201,7 @@ def model_explicit(model, batch):
             x = x + pos[:T]
         elif c.pos == tm.POS_SINUSOIDAL:
             x = x + sinusoidal_explicit(T, c.d_model)
-        return x
+        return bert(x)
 
     def stack(prefix, layers, x, memory=None, lens=None, mlens=None, causal=False):
         for layer in layers:
@@ -214,7 +225,7 @@ def model_explicit(model, batch):
             x = x + P["pos_emb.weight"][:Te]
         elif c.pos == tm.POS_SINUSOIDAL:
             x = x + sinusoidal_explicit(Te, c.d_model)
-        h = stack("encoder", model.encoder.layers, x, lens=lens)
+        h = stack("encoder", model.encoder.layers, bert(x), lens=lens)
         if c.pool == tm.POOL_CLS:
             pooled = h[:, 0]
         else:
@@ -300,12 +311,14 @@ def store_batch(cs, c, batch, suffix=""):
         cs.i32("tokens" + suffix, batch["tokens"])
     if batch.get("lens") is not None:
         cs.i32("lens" + suffix, batch["lens"])
+    if batch.get("types") is not None:
+        cs.i32("types" + suffix, batch["types"])
     if batch.get("tgt_in") is not None:
         cs.i32("tgt_in" + suffix, batch["tgt_in"])
     cs.i32(("labels" if c.kind == tm.ENCODER_CLASSIFIER else "targets") + suffix, batch["targets"])
 
 
-def make_batch(cs, c, B, T, Tt=0, lens=None, ignore=()):
+def make_batch(cs, c, B, T, Tt=0, lens=None, ignore=(), types=False):
     """Random ids; `ignore` lists (row, first column) from which targets are ignore_index
     (classifier: rows whose label is ignored). Padded source positions hold token 0."""
     V = c.vocab_size
@@ -316,6 +329,8 @@ def make_batch(cs, c, B, T, Tt=0, lens=None, ignore=()):
     batch = dict(tokens=tokens, lens=None if lens is None else np.asarray(lens, np.int32))
     if c.input_dim:  # continuous inputs instead of tokens (float32 values)
         batch = dict(inputs=cs.randn(B, T, c.input_dim).numpy(), lens=batch["lens"])
+    if types:  # token types (drawn after the rest, so the other cases' draws are unchanged)
+        batch["types"] = rand_ids(cs, (B, T), c.type_vocab_size)
     if c.kind == tm.ENCODER_CLASSIFIER:
         labels = rand_ids(cs, (B,), c.n_classes)
         for b, _ in ignore:
@@ -337,13 +352,13 @@ def make_batch(cs, c, B, T, Tt=0, lens=None, ignore=()):
     return batch
 
 
-def model_case(name, cfg, B, T, Tt=0, lens=None, ignore=()):
+def model_case(name, cfg, B, T, Tt=0, lens=None, ignore=(), types=False):
     cs = Case(name)
     model = tm.build_model(cfg)
     model.train()  # dropout 0
     c = model.cfg
     fill_params(cs, model)
-    batch = make_batch(cs, c, B, T, Tt, lens, ignore)
+    batch = make_batch(cs, c, B, T, Tt, lens, ignore, types)
     logits, loss = tm.run_batch(model, batch)
     loss.backward()
     with torch.no_grad():
@@ -356,6 +371,8 @@ def model_case(name, cfg, B, T, Tt=0, lens=None, ignore=()):
         assert p.grad is not None, name + ": no gradient for " + n
 
     cs.i32("config", config_array(c, B, T, Tt))
+    if c.type_vocab_size or c.emb_norm:
+        cs.i32("bert", [c.type_vocab_size, int(c.emb_norm)])
     cs.f32("label_smoothing", torch.tensor(c.label_smoothing, dtype=torch.float64))
     cs.f32("ln_eps", torch.tensor(c.ln_eps, dtype=torch.float64))
     if c.norm:
@@ -550,6 +567,19 @@ def main():
                      max_batch=2, act=R, norm_first=0, pos=tm.POS_SINUSOIDAL, norm=tm.NORM_RMS,
                      ln_eps=LN_EPS),
                    B=2, T=6, Tt=5, lens=[6, 2]),
+        # BERT's layout: token types, the embedding layernorm, exact GELU, post-LN, eps 1e-12 (the
+        # classifier with a types tensor, the LM without: type 0 everywhere)
+        model_case("model_bert_cls_post_mean",
+                   C(kind=tm.ENCODER_CLASSIFIER, vocab_size=13, n_classes=3, d_model=12, n_heads=3,
+                     n_layers=2, d_ff=24, max_len=7, max_batch=3, act=G, norm_first=0,
+                     pos=tm.POS_LEARNED, pool=tm.POOL_MEAN, type_vocab_size=2, emb_norm=1,
+                     ln_eps=float(np.float32(1e-12))),
+                   B=3, T=6, lens=[6, 2, 4], types=True),
+        model_case("model_bert_lm_pre",
+                   C(kind=tm.DECODER_LM, vocab_size=11, d_model=8, n_heads=2, n_layers=2, d_ff=16,
+                     max_len=6, max_batch=2, act=G, norm_first=1, pos=tm.POS_SINUSOIDAL,
+                     type_vocab_size=3, emb_norm=1, ln_eps=LN_EPS),
+                   B=2, T=5, ignore=[(0, 4)]),
         adamw_case("adamw_step"),
     ]
     total = sum(c.save(outdir) for c in cases)

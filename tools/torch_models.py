@@ -34,10 +34,14 @@ Parameter names (exactly the state_dict keys):
               (pre-LN only); decoder.layers.N.<TransformerDecoderLayer names>; decoder.norm.*
               (pre-LN only); head.weight (Vt,C), no bias, absent when tie_output (the output
               projection is then the target embedding: tgt_tok_emb, or src_tok_emb when shared)
+  classifier and LM, BERT's layout: type_emb.weight (type_vocab_size,C) with type_vocab_size;
+              emb_norm.weight/bias (C) with emb_norm
 Sinusoidal position tables are non-persistent buffers: they are not in the state_dict.
 
 Embedding input: x[b,t] = emb[tokens[b,t]] * (sqrt(C) if scale_emb else 1) + pos[t], where the
-sinusoidal table is pe[t,2i] = sin(t / 10000^(2i/C)), pe[t,2i+1] = cos(t / 10000^(2i/C)).
+sinusoidal table is pe[t,2i] = sin(t / 10000^(2i/C)), pe[t,2i+1] = cos(t / 10000^(2i/C));
+then + type_emb[types[b,t]] (type 0 without types) with type_vocab_size, and LayerNorm(eps ln_eps)
+of the sum with emb_norm, before the dropout.
 """
 
 import math
@@ -185,7 +189,8 @@ class Config:
                   n_layers=0, n_dec_layers=0, d_ff=0, max_len=0, max_tgt_len=0, max_batch=0,
                   act=0, norm_first=0, pos=0, scale_emb=0, pool=0, tie_output=0, share_emb=0,
                   no_bias=0, dropout=0.0, attn_dropout=0.0, ln_eps=0.0, label_smoothing=0.0,
-                  ignore_index=0, has_ignore_index=0, input_dim=0, cls_token=0, norm=0)
+                  ignore_index=0, has_ignore_index=0, input_dim=0, cls_token=0, type_vocab_size=0,
+                  emb_norm=0, norm=0)
 
     def __init__(self, **kw):
         for k, v in self.FIELDS.items():
@@ -203,6 +208,10 @@ class Config:
         for req in ("vocab_size", "d_model", "n_heads", "max_len"):
             if getattr(c, req) <= 0 and not (req == "vocab_size" and c.input_dim and c.kind == ENCODER_CLASSIFIER):
                 raise ValueError(req + " is required")
+        if (c.type_vocab_size or c.emb_norm) and c.kind == ENCODER_DECODER:
+            raise ValueError("token types and the embedding norm are for classifiers and LMs")
+        if c.type_vocab_size and (c.input_dim or c.cls_token):
+            raise ValueError("token types need token ids and no class vector")
         if (c.input_dim or c.cls_token) and c.kind != ENCODER_CLASSIFIER:
             raise NotImplementedError("continuous inputs and the class vector are mirrored for classifiers")
         if c.kind == ENCODER_CLASSIFIER and c.n_classes <= 0:
@@ -241,22 +250,37 @@ class _Model(nn.Module):
             self.register_buffer(name, sinusoidal_table(P, self.cfg.d_model, self.dtype),
                                  persistent=False)
 
-    def embed(self, tokens, emb, pos_emb, pe):
-        """emb[tokens] * scale + positions; tokens (B,T) int64."""
+    def embed(self, tokens, emb, pos_emb, pe, types=None):
+        """emb[tokens] * scale + positions (and types); tokens (B,T) int64."""
         c = self.cfg
         x = F.embedding(tokens, emb)
         if c.scale_emb:
             x = x * math.sqrt(c.d_model)
-        return self.position(x, pos_emb, pe)
+        return self.position(x, pos_emb, pe, types)
 
-    def position(self, x, pos_emb, pe):
-        """x (B,T,C) + positions, then dropout."""
+    def _bert_parts(self):
+        """BERT's token-type table and embedding layernorm, when the config asks for them."""
         c = self.cfg
-        T = x.shape[1]
+        if c.type_vocab_size:
+            self.type_emb = self._emb(c.type_vocab_size, c.d_model)
+        if c.emb_norm:
+            self.emb_norm = nn.LayerNorm(c.d_model, eps=c.ln_eps, dtype=self.dtype)
+
+    def position(self, x, pos_emb, pe, types=None):
+        """x (B,T,C) + positions (+ the rows of token types (B,T), None: type 0; the embedding
+        layernorm), then dropout."""
+        c = self.cfg
+        B, T = x.shape[0], x.shape[1]
         if c.pos == POS_LEARNED:
             x = x + pos_emb[:T]
         elif c.pos == POS_SINUSOIDAL:
             x = x + pe[:T]
+        if c.type_vocab_size:
+            t = torch.zeros((B, T), dtype=torch.int64) if types is None else \
+                torch.as_tensor(np.asarray(types, dtype=np.int64))
+            x = x + F.embedding(t, self.type_emb.weight)
+        if c.emb_norm:
+            x = self.emb_norm(x)
         return F.dropout(x, c.dropout, self.training)
 
     def loss(self, logits, targets):
@@ -283,10 +307,11 @@ class EncoderClassifier(_Model):
         if c.pos == POS_LEARNED:
             self.pos_emb = self._emb(Te, c.d_model)
         self._sinusoidal("pe", Te)
+        self._bert_parts()
         self.encoder = Stack(c.n_layers, c, cross=False, causal=False, dtype=dtype)
         self.head = nn.Linear(c.d_model, c.n_classes, dtype=dtype)
 
-    def forward(self, tokens, lens=None, labels=None, inputs=None):
+    def forward(self, tokens, lens=None, labels=None, inputs=None, types=None):
         c = self.cfg
         pos = self.pos_emb.weight if c.pos == POS_LEARNED else None
         if c.input_dim:
@@ -299,7 +324,7 @@ class EncoderClassifier(_Model):
             x = torch.cat([self.cls_token.expand(x.shape[0], 1, c.d_model), x], dim=1)
             if lens is not None:
                 lens = [int(n) + 1 for n in lens]
-        x = self.position(x, pos, getattr(self, "pe", None))
+        x = self.position(x, pos, getattr(self, "pe", None), types)
         B, T = x.shape[0], x.shape[1]
         h = self.encoder(x, lens=lens)
         if c.pool == POOL_CLS:
@@ -327,6 +352,7 @@ class DecoderLM(_Model):
         if c.pos == POS_LEARNED:
             self.pos_emb = self._emb(c.max_len, c.d_model)
         self._sinusoidal("pe", c.max_len)
+        self._bert_parts()
         self.decoder = Stack(c.n_layers, c, cross=False, causal=True, dtype=dtype)
         if not c.tie_output:
             self.head = nn.Linear(c.d_model, c.vocab_size, bias=False, dtype=dtype)
@@ -334,11 +360,11 @@ class DecoderLM(_Model):
     def output_weight(self):
         return self.tok_emb.weight if self.cfg.tie_output else self.head.weight
 
-    def forward(self, tokens, targets=None):
+    def forward(self, tokens, targets=None, types=None):
         c = self.cfg
         tokens = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
         x = self.embed(tokens, self.tok_emb.weight,
-                       self.pos_emb.weight if c.pos == POS_LEARNED else None, getattr(self, "pe", None))
+                       self.pos_emb.weight if c.pos == POS_LEARNED else None, getattr(self, "pe", None), types)
         h = self.decoder(x)
         logits = F.linear(h, self.output_weight())
         loss = None
@@ -403,12 +429,13 @@ def build_model(cfg, dtype=torch.float64):
 
 
 def run_batch(model, batch):
-    """Forward a batch given as a dict with the fields of tfm_batch (tokens, lens, tgt_in, targets;
-    numpy or lists). Returns (logits, loss); loss is None without targets."""
+    """Forward a batch given as a dict with the fields of tfm_batch (tokens, lens, tgt_in, targets,
+    types for token_types; numpy or lists). Returns (logits, loss); loss is None without targets."""
     if isinstance(model, EncoderClassifier):
-        return model(batch.get("tokens"), batch.get("lens"), batch.get("targets"), batch.get("inputs"))
+        return model(batch.get("tokens"), batch.get("lens"), batch.get("targets"), batch.get("inputs"),
+                     batch.get("types"))
     if isinstance(model, DecoderLM):
-        return model(batch["tokens"], batch.get("targets"))
+        return model(batch["tokens"], batch.get("targets"), batch.get("types"))
     return model(batch["tokens"], batch.get("lens"), batch["tgt_in"], batch.get("targets"))
 
 

@@ -56,7 +56,7 @@ KINDS = {"classifier": tm.ENCODER_CLASSIFIER, "lm": tm.DECODER_LM, "encdec": tm.
 INT_FIELDS = ("kind", "vocab_size", "tgt_vocab_size", "n_classes", "d_model", "n_heads", "n_layers",
               "n_dec_layers", "d_ff", "max_len", "max_tgt_len", "max_batch", "act", "norm_first",
               "pos", "scale_emb", "pool", "tie_output", "share_emb", "no_bias", "ignore_index", "init",
-              "input_dim", "cls_token")
+              "input_dim", "cls_token", "type_vocab_size", "emb_norm")
 FLOAT_FIELDS = ("dropout", "attn_dropout", "ln_eps", "label_smoothing", "init_std")
 
 
