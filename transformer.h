@@ -727,8 +727,8 @@ typedef struct tfm_config {
                                 tfm_model_ calls). 0 or 1: all the moments */
     int moment_shard;        /* which share: the rank, in [0, moment_shards) */
     /* The LLaMA-style decoder's options; 0 keeps the model as above. */
-    tfm_norm_kind norm;      /* TFM_NORM_RMS: every norm, the blocks' and the stacks' final ones, is an RMSNorm
-                                (weight only; eps ln_eps); saved in checkpoints */
+    tfm_norm_kind norm;      /* TFM_NORM_RMS: every norm, the blocks', the stacks' final ones and emb_norm, is an
+                                RMSNorm (weight only; eps ln_eps); saved in checkpoints */
     void *user;              /* passed to TFM_MALLOC / TFM_FREE for the model's memory, its caches and its
                                 checkpoint buffers; not saved in checkpoints */
     tfm_device device;       /* 0 -> TFM_DEVICE_CPU; TFM_DEVICE_CUDA: the model lives and runs on the GPU
@@ -6542,7 +6542,7 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
         m->impl->tgt_pos_emb = m->impl->pos_emb;
     }
     if (c->emb_norm) {
-        tfm__layernorm_carve(&m->impl->emb_norm, C, !c->no_bias, (size_t)(B * Te), mem);
+        tfm__layernorm_carve(&m->impl->emb_norm, C, !c->no_bias, (size_t)(B * Te), mem, c->norm == TFM_NORM_RMS);
         tfm__reg_norm(m, rng, &m->impl->emb_norm, "", "emb_norm");
         m->impl->emb_sum = tfm__carve(&mem->acts, (size_t)(B * Te * C));
     }
@@ -6983,7 +6983,7 @@ static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, const flo
     }
     if (m->cfg.emb_norm)
         tfm__op_layernorm(im->device, x, im->emb_norm.mean, im->emb_norm.rstd, s, im->emb_norm.weight.data,
-                          im->emb_norm.bias.data, m->cfg.ln_eps, (int64_t)B * Te, C);
+                          im->emb_norm.bias.data, m->cfg.ln_eps, (int64_t)B * Te, C, im->emb_norm.rms);
     if (im->training && m->cfg.dropout > 0.0f)
         tfm__op_dropout(im->device, x, x, B * Te * C, m->cfg.dropout, tfm__seed_mix(im->fwd_seed, site),
                         (uint64_t)(im->batch_offset * Te * C), 0);
@@ -7003,7 +7003,8 @@ static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, const flo
     if (m->cfg.emb_norm) { /* into a backward buffer that g is not (each holds B * max(Te, Tt) * C) */
         float *gs = g == im->d_enc_y ? im->d_dec_x : im->d_enc_y;
         tfm__op_layernorm_bwd(im->device, gs, NULL, im->emb_norm.d_weight.data, im->emb_norm.d_bias.data, g, im->emb_sum,
-                              im->emb_norm.weight.data, im->emb_norm.mean, im->emb_norm.rstd, (int64_t)B * Te, C);
+                              im->emb_norm.weight.data, im->emb_norm.mean, im->emb_norm.rstd, (int64_t)B * Te, C,
+                              im->emb_norm.rms);
         g = gs;
     }
     if (im->d_type_emb.data && types) tfm__op_embedding_bwd(im->device, im->d_type_emb.data, g, types, 1.0f, (int64_t)B * T, C);

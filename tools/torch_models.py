@@ -264,7 +264,7 @@ class _Model(nn.Module):
         if c.type_vocab_size:
             self.type_emb = self._emb(c.type_vocab_size, c.d_model)
         if c.emb_norm:
-            self.emb_norm = nn.LayerNorm(c.d_model, eps=c.ln_eps, dtype=self.dtype)
+            self.emb_norm = make_norm(c.norm, c.d_model, c.ln_eps, self.dtype)
 
     def position(self, x, pos_emb, pe, types=None):
         """x (B,T,C) + positions (+ the rows of token types (B,T), None: type 0; the embedding
