@@ -1150,6 +1150,8 @@ TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path);
 #include <immintrin.h>
 #elif defined(__SSE2__)
 #include <emmintrin.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON) && !defined(TFM_NO_NEON)
+#include <arm_neon.h>
 #endif
 
 #ifdef _OPENMP
@@ -1867,12 +1869,12 @@ static TFM__UNUSED void tfm__kernel_avx512(int kc, const float *TFM_RESTRICT a, 
     ai = _mm256_broadcast_ss(a + (o));           \
     r0 = _mm256_fmadd_ps(ai, b0, r0);            \
     r1 = _mm256_fmadd_ps(ai, b1, r1);
-#define TFM__K256_STEP                                                                                    \
+#define TFM__K256_STEP(s1, cs)                                                                            \
     b0 = _mm256_loadu_ps(b);                                                                              \
     b1 = _mm256_loadu_ps(b + 8);                                                                          \
-    TFM__K256_ROW(0, c00, c01) TFM__K256_ROW(o1, c10, c11) TFM__K256_ROW(o2, c20, c21)                    \
-    TFM__K256_ROW(o3, c30, c31) TFM__K256_ROW(o4, c40, c41) TFM__K256_ROW(o5, c50, c51)                   \
-    a += csa;                                                                                             \
+    TFM__K256_ROW(0, c00, c01) TFM__K256_ROW(s1, c10, c11) TFM__K256_ROW(2 * (s1), c20, c21)              \
+    TFM__K256_ROW(3 * (s1), c30, c31) TFM__K256_ROW(4 * (s1), c40, c41) TFM__K256_ROW(5 * (s1), c50, c51) \
+    a += cs;                                                                                              \
     b += rsb;
 #define TFM__K256_STORE(i, r0, r1)                                                                        \
     {                                                                                                     \
@@ -1885,11 +1887,15 @@ static TFM__UNUSED void tfm__kernel_avx512(int kc, const float *TFM_RESTRICT a, 
         _mm256_storeu_ps(ci, v0);                                                                         \
         _mm256_storeu_ps(ci + 8, v1);                                                                     \
     }
-/* AVX2 + FMA: 6 x 16, 12 of the 16 ymm registers accumulate. */
+/* AVX2 + FMA: 6 x 16, 12 of the 16 ymm registers accumulate. A packed A sliver (rsa = 1, csa = 6) gets a
+   loop of its own whose broadcasts have constant offsets: with the strides as variables, GCC kept the 24
+   offsets of its four-step unrolled loop in spare vector registers and on the stack and moved them back
+   into address registers inside the loop (about 20 extra moves and loads per 48 multiply-adds), and the
+   AVX2 GEMM ran at 0.8 of OpenBLAS's Haswell kernel. */
 static TFM__UNUSED void tfm__kernel_avx2(int kc, const float *TFM_RESTRICT a, int rsa, int csa,
                                         const float *TFM_RESTRICT b, int rsb, float *c, int ldc, float alpha,
                                         float beta) {
-    const size_t o1 = (size_t)rsa, o2 = 2 * o1, o3 = 3 * o1, o4 = 4 * o1, o5 = 5 * o1;
+    const size_t o1 = (size_t)rsa;
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     __m256 b0, b1, ai, va, vb;
@@ -1898,16 +1904,90 @@ static TFM__UNUSED void tfm__kernel_avx2(int kc, const float *TFM_RESTRICT a, in
         _mm_prefetch((const char *)(c + (size_t)p * ldc), _MM_HINT_T0);
         _mm_prefetch((const char *)(c + (size_t)p * ldc + 15), _MM_HINT_T0);
     }
-    for (p = 0; p + 4 <= kc; p += 4) {
-        TFM__K256_STEP TFM__K256_STEP TFM__K256_STEP TFM__K256_STEP
-    }
-    for (; p < kc; p++) {
-        TFM__K256_STEP
+    if (rsa == 1 && csa == TFM__MR_AVX2) {
+        for (p = 0; p + 4 <= kc; p += 4) {
+            TFM__K256_STEP(1, TFM__MR_AVX2) TFM__K256_STEP(1, TFM__MR_AVX2)
+            TFM__K256_STEP(1, TFM__MR_AVX2) TFM__K256_STEP(1, TFM__MR_AVX2)
+        }
+        for (; p < kc; p++) {
+            TFM__K256_STEP(1, TFM__MR_AVX2)
+        }
+    } else {
+        for (p = 0; p < kc; p++) {
+            TFM__K256_STEP(o1, csa)
+        }
     }
     va = _mm256_set1_ps(alpha);
     vb = _mm256_set1_ps(beta);
     TFM__K256_STORE(0, c00, c01) TFM__K256_STORE(1, c10, c11) TFM__K256_STORE(2, c20, c21)
     TFM__K256_STORE(3, c30, c31) TFM__K256_STORE(4, c40, c41) TFM__K256_STORE(5, c50, c51)
+}
+#endif
+
+#if defined(__aarch64__) && defined(__ARM_NEON) && !defined(TFM_NO_NEON)
+#define TFM__HAVE_KERNEL_NEON 1
+#define TFM__MR_NEON 8
+#define TFM__NR_NEON 12
+/* One k step: rows 0-3 of the A column in a0's lanes, rows 4-7 in a1's, each row one fused multiply-add
+   per B vector (fmla by element: no broadcast instruction). */
+#define TFM__KN_ROW(r0, r1, r2, av, l)           \
+    r0 = vfmaq_laneq_f32(r0, b0, av, l);         \
+    r1 = vfmaq_laneq_f32(r1, b1, av, l);         \
+    r2 = vfmaq_laneq_f32(r2, b2, av, l);
+#define TFM__KN_FMAS                                                                                      \
+    b0 = vld1q_f32(b);                                                                                    \
+    b1 = vld1q_f32(b + 4);                                                                                \
+    b2 = vld1q_f32(b + 8);                                                                                \
+    TFM__KN_ROW(c00, c01, c02, a0, 0) TFM__KN_ROW(c10, c11, c12, a0, 1) TFM__KN_ROW(c20, c21, c22, a0, 2)   \
+    TFM__KN_ROW(c30, c31, c32, a0, 3) TFM__KN_ROW(c40, c41, c42, a1, 0) TFM__KN_ROW(c50, c51, c52, a1, 1)   \
+    TFM__KN_ROW(c60, c61, c62, a1, 2) TFM__KN_ROW(c70, c71, c72, a1, 3)                                   \
+    a += csa;                                                                                             \
+    b += rsb;
+#define TFM__KN_STORE(i, r0, r1, r2)                                                                      \
+    {                                                                                                     \
+        float *ci = c + (size_t)(i) * ldc;                                                                \
+        float32x4_t v0 = vmulq_n_f32(r0, alpha), v1 = vmulq_n_f32(r1, alpha), v2 = vmulq_n_f32(r2, alpha); \
+        if (beta != 0.0f) {                                                                               \
+            v0 = vfmaq_n_f32(v0, vld1q_f32(ci), beta);                                                    \
+            v1 = vfmaq_n_f32(v1, vld1q_f32(ci + 4), beta);                                                \
+            v2 = vfmaq_n_f32(v2, vld1q_f32(ci + 8), beta);                                                \
+        }                                                                                                 \
+        vst1q_f32(ci, v0);                                                                                \
+        vst1q_f32(ci + 4, v1);                                                                            \
+        vst1q_f32(ci + 8, v2);                                                                            \
+    }
+/* AdvSIMD (every ARM64 CPU): 8 x 12, 24 of the 32 q registers accumulate; a k step loads 2 A and 3 B
+   vectors for 24 fused multiply-adds. A packed A sliver (rsa = 1) loads its column as two vectors; one
+   read in place gathers it lane by lane (the same multiply-adds, so the same bits). */
+static TFM__UNUSED void tfm__kernel_neon(int kc, const float *TFM_RESTRICT a, int rsa, int csa,
+                                        const float *TFM_RESTRICT b, int rsb, float *c, int ldc, float alpha,
+                                        float beta) {
+    const size_t o1 = (size_t)rsa;
+    float32x4_t c00 = vdupq_n_f32(0.0f), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00;
+    float32x4_t c20 = c00, c21 = c00, c22 = c00, c30 = c00, c31 = c00, c32 = c00;
+    float32x4_t c40 = c00, c41 = c00, c42 = c00, c50 = c00, c51 = c00, c52 = c00;
+    float32x4_t c60 = c00, c61 = c00, c62 = c00, c70 = c00, c71 = c00, c72 = c00;
+    float32x4_t a0, a1, b0, b1, b2;
+    int p;
+    if (rsa == 1) {
+        for (p = 0; p < kc; p++) {
+            a0 = vld1q_f32(a);
+            a1 = vld1q_f32(a + 4);
+            TFM__KN_FMAS
+        }
+    } else {
+        for (p = 0; p < kc; p++) {
+            float col[8];
+            int i;
+            for (i = 0; i < 8; i++) col[i] = a[i * o1];
+            a0 = vld1q_f32(col);
+            a1 = vld1q_f32(col + 4);
+            TFM__KN_FMAS
+        }
+    }
+    TFM__KN_STORE(0, c00, c01, c02) TFM__KN_STORE(1, c10, c11, c12) TFM__KN_STORE(2, c20, c21, c22)
+    TFM__KN_STORE(3, c30, c31, c32) TFM__KN_STORE(4, c40, c41, c42) TFM__KN_STORE(5, c50, c51, c52)
+    TFM__KN_STORE(6, c60, c61, c62) TFM__KN_STORE(7, c70, c71, c72)
 }
 #endif
 
@@ -2055,12 +2135,23 @@ TFMDEF tfm_result tfm_sgemm_set_kernel(const char *name) {
    a copy, where the source already runs along the sliver's width (op(A) = A^T, op(B) = B), and a
    transpose, where it runs along k (op(A) = A, op(B) = B^T). Widths past w are zero. */
 
-/* dst[p*W + i] = src[p*ld + i] for i < w, 0 for w <= i < W; p < kc. */
+/* dst[p*W + i] = src[p*ld + i] for i < w, 0 for w <= i < W; p < kc. A full sliver is copied with W a
+   constant of each kernel's widths, so that a row becomes a few vector moves (with W a variable, GCC
+   copied a 6-float row of the AVX2 kernel's A element by element). */
+#define TFM__PACK_ROWS(WC)                                                                                \
+    for (p = 0; p < kc; p++)                                                                              \
+        for (i = 0; i < (WC); i++) dst[(size_t)p * (WC) + i] = src[(size_t)p * ld + i];
 static void tfm__pack_copy(const float *src, int ld, int w, int kc, float *dst, int W) {
     int i, p;
     if (w == W) {
-        for (p = 0; p < kc; p++)
-            for (i = 0; i < W; i++) dst[(size_t)p * W + i] = src[(size_t)p * ld + i];
+        switch (W) {
+        case 6: TFM__PACK_ROWS(6) break;
+        case 8: TFM__PACK_ROWS(8) break;
+        case 12: TFM__PACK_ROWS(12) break;
+        case 16: TFM__PACK_ROWS(16) break;
+        case 32: TFM__PACK_ROWS(32) break;
+        default: TFM__PACK_ROWS(W) break;
+        }
     } else {
         memset(dst, 0, (size_t)kc * W * sizeof(float)); /* once, not a call per row */
         for (p = 0; p < kc; p++)
@@ -2124,6 +2215,23 @@ static void tfm__pack_transpose(const float *src, int ld, int w, int kc, float *
         for (; p < kc; p++) {
             int r;
             for (r = 0; r < 4; r++) d[(size_t)p * W + r] = s[(size_t)r * ld + p];
+        }
+    }
+    for (; i + 2 <= w; i += 2) { /* a pair of rows (the AVX2 kernel's 6 = 4 + 2) */
+        const float *s = src + (size_t)i * ld;
+        float *d = dst + i;
+        for (p = 0; p + 4 <= kc; p += 4) {
+            __m128 r0 = _mm_loadu_ps(s + p), r1 = _mm_loadu_ps(s + ld + p);
+            __m128 t0 = _mm_unpacklo_ps(r0, r1), t1 = _mm_unpackhi_ps(r0, r1);
+            float *q = d + (size_t)p * W;
+            _mm_storel_pi((__m64 *)q, t0);
+            _mm_storeh_pi((__m64 *)(q + W), t0);
+            _mm_storel_pi((__m64 *)(q + 2 * W), t1);
+            _mm_storeh_pi((__m64 *)(q + 3 * W), t1);
+        }
+        for (; p < kc; p++) {
+            d[(size_t)p * W] = s[p];
+            d[(size_t)p * W + 1] = s[(size_t)ld + p];
         }
     }
 #endif
