@@ -1767,8 +1767,9 @@ static TFM__HD inline float tfm__erf(float x) {
 /* ==== >>impl-sgemm ====
    The built-in sgemm, a GEMM in the Goto/BLIS sense: op(B) is packed one KC x NC panel at a time (in
    slivers of NR columns, k-major) and op(A) one MC x KC block at a time (slivers of MR rows, k-major),
-   each once per panel; a register-blocked MR x NR micro-kernel (AVX-512, AVX2+FMA or
-   portable, whichever the compiler targets) multiplies a sliver pair. Every element of C is summed over
+   each once per panel; a register-blocked MR x NR micro-kernel (AVX-512, AVX2+FMA, NEON or portable:
+   the widest the compiler targets, or another of them chosen at run time, tfm_sgemm_set_kernel)
+   multiplies a sliver pair. Every element of C is summed over
    K in the same order whatever the thread count, so results are bit-identical across thread counts. */
 
 #if defined(__GNUC__) && !defined(TFM_NO_VECTOR_EXT)
