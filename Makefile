@@ -3,6 +3,8 @@
 #   make                 build/test, plus build/<example> for examples/*.c and build/bench
 #   make test            the compile checks (test-compile), then build/test: the unit tests
 #   make test-noomp      the unit tests built without OpenMP (also: make CC=clang test-noomp)
+#   make test-aarch64    the unit tests cross-compiled for ARM64 (NEON kernel, then the portable one), run
+#                        under qemu-aarch64 (Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 #   make unit            build/test only
 #   make test-compile    the header as C99 and C++11 with -Wall -Wextra -Werror -pedantic
 #   make asan            build/test_asan: the tests under AddressSanitizer + UBSan
@@ -146,7 +148,7 @@ $(BUILD)/.flags-%: FORCE
 
 FLAGS_main := $(CC) $(CFLAGS) $(USE_CFLAGS) $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
 
-.PHONY: all test unit test-gnu test-portable test-noomp test-compile asan valgrind bench cuda test-cuda test-cuda-emu clean FORCE
+.PHONY: all test unit test-gnu test-portable test-noomp test-aarch64 test-compile asan valgrind bench cuda test-cuda test-cuda-emu clean FORCE
 FORCE:
 
 all: $(BUILD)/test $(EXAMPLES) $(BENCH) $(BENCH_BUILTIN)
@@ -243,6 +245,24 @@ test-gnu:
 # The unit tests without -march=native: the code a portable x86-64 (SSE2) or distribution build runs.
 test-portable:
 	$(MAKE) --no-print-directory BUILD=$(BUILD)/portable NATIVE=0 unit
+
+# The unit tests cross-compiled for ARM64 and run under qemu-aarch64 (user mode): the built-in sgemm on
+# its NEON kernel, then the same binary with every product on the portable kernel
+# (TFM_SGEMM_KERNEL=portable). Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user. Warnings
+# are errors. Speed means nothing under emulation.
+AARCH64_CC      ?= aarch64-linux-gnu-gcc
+AARCH64_SYSROOT ?= /usr/aarch64-linux-gnu
+AARCH64_RUN     ?= qemu-aarch64 -L $(AARCH64_SYSROOT)
+AARCH64_CFLAGS  := -O3 -fopenmp -Wall -Wextra -Werror -std=c99
+FLAGS_aarch64   := $(AARCH64_CC) $(AARCH64_CFLAGS) $(LDLIBS)
+$(BUILD)/aarch64/test: tests/test_main.c $(TEST_SRCS) $(HEADER) $(BUILD)/.flags-aarch64
+	@command -v $(AARCH64_CC) >/dev/null || { echo "test-aarch64: $(AARCH64_CC) not found (Debian: apt-get install" \
+	    "gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)" >&2; exit 1; }
+	@mkdir -p $(dir $@)
+	$(AARCH64_CC) $(AARCH64_CFLAGS) -o $@ tests/test_main.c $(LDLIBS)
+test-aarch64: $(BUILD)/aarch64/test
+	$(AARCH64_RUN) ./$(BUILD)/aarch64/test
+	TFM_SGEMM_KERNEL=portable $(AARCH64_RUN) ./$(BUILD)/aarch64/test
 
 # The unit tests without OpenMP (no -fopenmp: one thread, every TFM__OMP pragma gone), as Apple's clang
 # builds them: make test-noomp, make CC=clang test-noomp. Warnings are errors.

@@ -331,6 +331,16 @@ TFMDEF void tfm_scratch_release(void);
 #define tfm_sgemm_release tfm_scratch_release
 /* Which sgemm this build uses: "built-in", "cblas" or "TFM_SGEMM". */
 TFMDEF const char *tfm_sgemm_backend(void);
+/* The built-in sgemm's micro-kernel (compiled beside BLAS or TFM_SGEMM too): the widest this build
+   targets ("avx512 8x32", "avx2+fma 6x16", "neon 8x12" or "portable ..."), unless the environment
+   variable TFM_SGEMM_KERNEL names another one of this build (avx512, avx2, neon, portable) when the
+   first product runs; an unknown name there is reported on stderr once and the widest kept.
+   tfm_sgemm_set_kernel(name) chooses one by that short name (NULL: the widest again); an unknown
+   name is TFM_E_ARG, listing this build's kernels, and changes nothing. Not while products run on
+   other threads. Each kernel gives the same bits at any thread count; different kernels may differ
+   in the last bits. */
+TFMDEF const char *tfm_sgemm_kernel(void);
+TFMDEF tfm_result tfm_sgemm_set_kernel(const char *name);
 
 /* ==== >>api-ops ====
    Letters: B batch, T time, C channels, H heads, D head dim (C/H), V vocabulary, N rows (B*T).
@@ -1209,6 +1219,8 @@ TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path);
 #include <immintrin.h>
 #elif defined(__SSE2__)
 #include <emmintrin.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON) && !defined(TFM_NO_NEON)
+#include <arm_neon.h>
 #endif
 
 #ifdef _OPENMP
@@ -1824,8 +1836,9 @@ static TFM__HD inline float tfm__erf(float x) {
 /* ==== >>impl-sgemm ====
    The built-in sgemm, a GEMM in the Goto/BLIS sense: op(B) is packed one KC x NC panel at a time (in
    slivers of NR columns, k-major) and op(A) one MC x KC block at a time (slivers of MR rows, k-major),
-   each once per panel; a register-blocked MR x NR micro-kernel (AVX-512, AVX2+FMA or
-   portable, whichever the compiler targets) multiplies a sliver pair. Every element of C is summed over
+   each once per panel; a register-blocked MR x NR micro-kernel (AVX-512, AVX2+FMA, NEON or portable:
+   the widest the compiler targets, or another of them chosen at run time, tfm_sgemm_set_kernel)
+   multiplies a sliver pair. Every element of C is summed over
    K in the same order whatever the thread count, so results are bit-identical across thread counts. */
 
 #if defined(__GNUC__) && !defined(TFM_NO_VECTOR_EXT)
@@ -1926,12 +1939,12 @@ static TFM__UNUSED void tfm__kernel_avx512(int kc, const float *TFM_RESTRICT a, 
     ai = _mm256_broadcast_ss(a + (o));           \
     r0 = _mm256_fmadd_ps(ai, b0, r0);            \
     r1 = _mm256_fmadd_ps(ai, b1, r1);
-#define TFM__K256_STEP                                                                                    \
+#define TFM__K256_STEP(s1, cs)                                                                            \
     b0 = _mm256_loadu_ps(b);                                                                              \
     b1 = _mm256_loadu_ps(b + 8);                                                                          \
-    TFM__K256_ROW(0, c00, c01) TFM__K256_ROW(o1, c10, c11) TFM__K256_ROW(o2, c20, c21)                    \
-    TFM__K256_ROW(o3, c30, c31) TFM__K256_ROW(o4, c40, c41) TFM__K256_ROW(o5, c50, c51)                   \
-    a += csa;                                                                                             \
+    TFM__K256_ROW(0, c00, c01) TFM__K256_ROW(s1, c10, c11) TFM__K256_ROW(2 * (s1), c20, c21)              \
+    TFM__K256_ROW(3 * (s1), c30, c31) TFM__K256_ROW(4 * (s1), c40, c41) TFM__K256_ROW(5 * (s1), c50, c51) \
+    a += cs;                                                                                              \
     b += rsb;
 #define TFM__K256_STORE(i, r0, r1)                                                                        \
     {                                                                                                     \
@@ -1944,11 +1957,15 @@ static TFM__UNUSED void tfm__kernel_avx512(int kc, const float *TFM_RESTRICT a, 
         _mm256_storeu_ps(ci, v0);                                                                         \
         _mm256_storeu_ps(ci + 8, v1);                                                                     \
     }
-/* AVX2 + FMA: 6 x 16, 12 of the 16 ymm registers accumulate. */
+/* AVX2 + FMA: 6 x 16, 12 of the 16 ymm registers accumulate. A packed A sliver (rsa = 1, csa = 6) gets a
+   loop of its own whose broadcasts have constant offsets: with the strides as variables, GCC kept the 24
+   offsets of its four-step unrolled loop in spare vector registers and on the stack and moved them back
+   into address registers inside the loop (about 20 extra moves and loads per 48 multiply-adds), and the
+   AVX2 GEMM ran at 0.8 of OpenBLAS's Haswell kernel. */
 static TFM__UNUSED void tfm__kernel_avx2(int kc, const float *TFM_RESTRICT a, int rsa, int csa,
                                         const float *TFM_RESTRICT b, int rsb, float *c, int ldc, float alpha,
                                         float beta) {
-    const size_t o1 = (size_t)rsa, o2 = 2 * o1, o3 = 3 * o1, o4 = 4 * o1, o5 = 5 * o1;
+    const size_t o1 = (size_t)rsa;
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     __m256 b0, b1, ai, va, vb;
@@ -1957,16 +1974,90 @@ static TFM__UNUSED void tfm__kernel_avx2(int kc, const float *TFM_RESTRICT a, in
         _mm_prefetch((const char *)(c + (size_t)p * ldc), _MM_HINT_T0);
         _mm_prefetch((const char *)(c + (size_t)p * ldc + 15), _MM_HINT_T0);
     }
-    for (p = 0; p + 4 <= kc; p += 4) {
-        TFM__K256_STEP TFM__K256_STEP TFM__K256_STEP TFM__K256_STEP
-    }
-    for (; p < kc; p++) {
-        TFM__K256_STEP
+    if (rsa == 1 && csa == TFM__MR_AVX2) {
+        for (p = 0; p + 4 <= kc; p += 4) {
+            TFM__K256_STEP(1, TFM__MR_AVX2) TFM__K256_STEP(1, TFM__MR_AVX2)
+            TFM__K256_STEP(1, TFM__MR_AVX2) TFM__K256_STEP(1, TFM__MR_AVX2)
+        }
+        for (; p < kc; p++) {
+            TFM__K256_STEP(1, TFM__MR_AVX2)
+        }
+    } else {
+        for (p = 0; p < kc; p++) {
+            TFM__K256_STEP(o1, csa)
+        }
     }
     va = _mm256_set1_ps(alpha);
     vb = _mm256_set1_ps(beta);
     TFM__K256_STORE(0, c00, c01) TFM__K256_STORE(1, c10, c11) TFM__K256_STORE(2, c20, c21)
     TFM__K256_STORE(3, c30, c31) TFM__K256_STORE(4, c40, c41) TFM__K256_STORE(5, c50, c51)
+}
+#endif
+
+#if defined(__aarch64__) && defined(__ARM_NEON) && !defined(TFM_NO_NEON)
+#define TFM__HAVE_KERNEL_NEON 1
+#define TFM__MR_NEON 8
+#define TFM__NR_NEON 12
+/* One k step: rows 0-3 of the A column in a0's lanes, rows 4-7 in a1's, each row one fused multiply-add
+   per B vector (fmla by element: no broadcast instruction). */
+#define TFM__KN_ROW(r0, r1, r2, av, l)           \
+    r0 = vfmaq_laneq_f32(r0, b0, av, l);         \
+    r1 = vfmaq_laneq_f32(r1, b1, av, l);         \
+    r2 = vfmaq_laneq_f32(r2, b2, av, l);
+#define TFM__KN_FMAS                                                                                      \
+    b0 = vld1q_f32(b);                                                                                    \
+    b1 = vld1q_f32(b + 4);                                                                                \
+    b2 = vld1q_f32(b + 8);                                                                                \
+    TFM__KN_ROW(c00, c01, c02, a0, 0) TFM__KN_ROW(c10, c11, c12, a0, 1) TFM__KN_ROW(c20, c21, c22, a0, 2)   \
+    TFM__KN_ROW(c30, c31, c32, a0, 3) TFM__KN_ROW(c40, c41, c42, a1, 0) TFM__KN_ROW(c50, c51, c52, a1, 1)   \
+    TFM__KN_ROW(c60, c61, c62, a1, 2) TFM__KN_ROW(c70, c71, c72, a1, 3)                                   \
+    a += csa;                                                                                             \
+    b += rsb;
+#define TFM__KN_STORE(i, r0, r1, r2)                                                                      \
+    {                                                                                                     \
+        float *ci = c + (size_t)(i) * ldc;                                                                \
+        float32x4_t v0 = vmulq_n_f32(r0, alpha), v1 = vmulq_n_f32(r1, alpha), v2 = vmulq_n_f32(r2, alpha); \
+        if (beta != 0.0f) {                                                                               \
+            v0 = vfmaq_n_f32(v0, vld1q_f32(ci), beta);                                                    \
+            v1 = vfmaq_n_f32(v1, vld1q_f32(ci + 4), beta);                                                \
+            v2 = vfmaq_n_f32(v2, vld1q_f32(ci + 8), beta);                                                \
+        }                                                                                                 \
+        vst1q_f32(ci, v0);                                                                                \
+        vst1q_f32(ci + 4, v1);                                                                            \
+        vst1q_f32(ci + 8, v2);                                                                            \
+    }
+/* AdvSIMD (every ARM64 CPU): 8 x 12, 24 of the 32 q registers accumulate; a k step loads 2 A and 3 B
+   vectors for 24 fused multiply-adds. A packed A sliver (rsa = 1) loads its column as two vectors; one
+   read in place gathers it lane by lane (the same multiply-adds, so the same bits). */
+static TFM__UNUSED void tfm__kernel_neon(int kc, const float *TFM_RESTRICT a, int rsa, int csa,
+                                        const float *TFM_RESTRICT b, int rsb, float *c, int ldc, float alpha,
+                                        float beta) {
+    const size_t o1 = (size_t)rsa;
+    float32x4_t c00 = vdupq_n_f32(0.0f), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00;
+    float32x4_t c20 = c00, c21 = c00, c22 = c00, c30 = c00, c31 = c00, c32 = c00;
+    float32x4_t c40 = c00, c41 = c00, c42 = c00, c50 = c00, c51 = c00, c52 = c00;
+    float32x4_t c60 = c00, c61 = c00, c62 = c00, c70 = c00, c71 = c00, c72 = c00;
+    float32x4_t a0, a1, b0, b1, b2;
+    int p;
+    if (rsa == 1) {
+        for (p = 0; p < kc; p++) {
+            a0 = vld1q_f32(a);
+            a1 = vld1q_f32(a + 4);
+            TFM__KN_FMAS
+        }
+    } else {
+        for (p = 0; p < kc; p++) {
+            float col[8];
+            int i;
+            for (i = 0; i < 8; i++) col[i] = a[i * o1];
+            a0 = vld1q_f32(col);
+            a1 = vld1q_f32(col + 4);
+            TFM__KN_FMAS
+        }
+    }
+    TFM__KN_STORE(0, c00, c01, c02) TFM__KN_STORE(1, c10, c11, c12) TFM__KN_STORE(2, c20, c21, c22)
+    TFM__KN_STORE(3, c30, c31, c32) TFM__KN_STORE(4, c40, c41, c42) TFM__KN_STORE(5, c50, c51, c52)
+    TFM__KN_STORE(6, c60, c61, c62) TFM__KN_STORE(7, c70, c71, c72)
 }
 #endif
 
@@ -2025,41 +2116,112 @@ static TFM__UNUSED void tfm__kernel_port(int kc, const float *TFM_RESTRICT a, in
 #endif
 }
 
-/* The kernel this build uses: the widest the compiler targets. */
-#if defined(TFM__HAVE_KERNEL_AVX512)
-#define TFM__MR TFM__MR_AVX512
-#define TFM__NR TFM__NR_AVX512
-#define tfm__kernel tfm__kernel_avx512
-#define TFM__KERNEL_NAME "avx512 8x32"
-#elif defined(TFM__HAVE_KERNEL_AVX2)
-#define TFM__MR TFM__MR_AVX2
-#define TFM__NR TFM__NR_AVX2
-#define tfm__kernel tfm__kernel_avx2
-#define TFM__KERNEL_NAME "avx2+fma 6x16"
-#else
-#define TFM__MR TFM__MR_PORT
-#define TFM__NR TFM__NR_PORT
-#define tfm__kernel tfm__kernel_port
-#define TFM__KERNEL_NAME "portable"
-#endif
-
-/* Blocking (Goto & van de Geijn): a B panel of KC x NC (in L3) is packed once per K block and swept by
-   every A block of MC x KC (in L2) packed against it; a B sliver (KC x NR) stays in L1 while the A
-   slivers stream past it. None of these depends on the thread count. */
+/* The kernels this build compiles, widest first (the default), each with its blocking (Goto & van de
+   Geijn): a B panel of kc x nc (in L3) is packed once per K block and swept by every A block of mc x kc
+   (in L2) packed against it; a B sliver (kc x NR) stays in L1 while the A slivers stream past it. None
+   of these depends on the thread count. fused: the kernel sums with fused multiply-adds. */
+typedef void (*tfm__kernel_fn)(int kc, const float *a, int rsa, int csa, const float *b, int rsb, float *c, int ldc,
+                               float alpha, float beta);
+typedef struct tfm__gemm_kernel {
+    const char *key, *name;
+    tfm__kernel_fn fn;
+    int mr, nr, kc, mc, nc, fused;
+} tfm__gemm_kernel;
 #define TFM__KC 256
 #define TFM__MC 144
 #define TFM__NC 512
+#define TFM__TILE_MAX 256 /* the largest MR x NR */
+static const tfm__gemm_kernel tfm__gemm_kernels[] = {
+#if defined(TFM__HAVE_KERNEL_AVX512)
+    {"avx512", "avx512 8x32", tfm__kernel_avx512, TFM__MR_AVX512, TFM__NR_AVX512, TFM__KC, TFM__MC, TFM__NC, 1},
+#endif
+#if defined(TFM__HAVE_KERNEL_AVX2)
+    {"avx2", "avx2+fma 6x16", tfm__kernel_avx2, TFM__MR_AVX2, TFM__NR_AVX2, TFM__KC, TFM__MC, TFM__NC, 1},
+#endif
+#if defined(TFM__HAVE_KERNEL_NEON)
+    {"neon", "neon 8x12", tfm__kernel_neon, TFM__MR_NEON, TFM__NR_NEON, TFM__KC, TFM__MC, TFM__NC, 1},
+#endif
+#if TFM__VEC
+    {"portable", TFM__VW == 16 ? "portable 6x32" : TFM__VW == 8 ? "portable 6x16" : "portable 6x8", tfm__kernel_port,
+     TFM__MR_PORT, TFM__NR_PORT, TFM__KC, TFM__MC, TFM__NC, 0},
+#else
+    {"portable", "portable 6x16 (scalar)", tfm__kernel_port, TFM__MR_PORT, TFM__NR_PORT, TFM__KC, TFM__MC, TFM__NC, 0},
+#endif
+};
+#define TFM__N_KERNELS ((int)(sizeof tfm__gemm_kernels / sizeof tfm__gemm_kernels[0]))
+
+static const tfm__gemm_kernel *tfm__gemm_kernel_by_key(const char *key) {
+    int i;
+    for (i = 0; i < TFM__N_KERNELS; i++)
+        if (strcmp(tfm__gemm_kernels[i].key, key) == 0) return &tfm__gemm_kernels[i];
+    return NULL;
+}
+
+/* "avx512, avx2, portable": the keys of this build's kernels, into buf. */
+static const char *tfm__gemm_kernel_keys(char *buf, size_t n) {
+    int i;
+    buf[0] = '\0';
+    for (i = 0; i < TFM__N_KERNELS; i++)
+        snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", i ? ", " : "", tfm__gemm_kernels[i].key);
+    return buf;
+}
+
+static const tfm__gemm_kernel *tfm__gemm_kernel_chosen; /* NULL until the first product or a choice */
+
+/* The kernel in use: on first use the one TFM_SGEMM_KERNEL names, else the widest. */
+static const tfm__gemm_kernel *tfm__gemm_kernel_get(void) {
+    const tfm__gemm_kernel *k = tfm__gemm_kernel_chosen;
+    if (k) return k;
+    TFM__OMP(omp critical(tfm__gemm_kernel_init))
+    {
+        if (!tfm__gemm_kernel_chosen) {
+            const char *env = getenv("TFM_SGEMM_KERNEL");
+            k = env && *env ? tfm__gemm_kernel_by_key(env) : NULL;
+            if (env && *env && !k) {
+                char keys[64];
+                fprintf(stderr, "transformer.h: TFM_SGEMM_KERNEL=%s is not a kernel of this build (%s); using %s\n", env,
+                        tfm__gemm_kernel_keys(keys, sizeof keys), tfm__gemm_kernels[0].key);
+            }
+            tfm__gemm_kernel_chosen = k ? k : &tfm__gemm_kernels[0];
+        }
+        k = tfm__gemm_kernel_chosen;
+    }
+    return k;
+}
+
+TFMDEF const char *tfm_sgemm_kernel(void) { return tfm__gemm_kernel_get()->name; }
+
+TFMDEF tfm_result tfm_sgemm_set_kernel(const char *name) {
+    const tfm__gemm_kernel *k = name ? tfm__gemm_kernel_by_key(name) : &tfm__gemm_kernels[0];
+    char keys[64];
+    if (!k)
+        return tfm__fail(TFM_E_ARG, "tfm_sgemm_set_kernel: '%s' is not a kernel of this build (%s)", name,
+                         tfm__gemm_kernel_keys(keys, sizeof keys));
+    tfm__gemm_kernel_chosen = k;
+    return TFM_OK;
+}
 
 /* Packing. Both operands reduce to two moves into a k-major sliver of width W (MR for A, NR for B):
    a copy, where the source already runs along the sliver's width (op(A) = A^T, op(B) = B), and a
    transpose, where it runs along k (op(A) = A, op(B) = B^T). Widths past w are zero. */
 
-/* dst[p*W + i] = src[p*ld + i] for i < w, 0 for w <= i < W; p < kc. */
+/* dst[p*W + i] = src[p*ld + i] for i < w, 0 for w <= i < W; p < kc. A full sliver is copied with W a
+   constant of each kernel's widths, so that a row becomes a few vector moves (with W a variable, GCC
+   copied a 6-float row of the AVX2 kernel's A element by element). */
+#define TFM__PACK_ROWS(WC)                                                                                \
+    for (p = 0; p < kc; p++)                                                                              \
+        for (i = 0; i < (WC); i++) dst[(size_t)p * (WC) + i] = src[(size_t)p * ld + i];
 static void tfm__pack_copy(const float *src, int ld, int w, int kc, float *dst, int W) {
     int i, p;
     if (w == W) {
-        for (p = 0; p < kc; p++)
-            for (i = 0; i < W; i++) dst[(size_t)p * W + i] = src[(size_t)p * ld + i];
+        switch (W) {
+        case 6: TFM__PACK_ROWS(6) break;
+        case 8: TFM__PACK_ROWS(8) break;
+        case 12: TFM__PACK_ROWS(12) break;
+        case 16: TFM__PACK_ROWS(16) break;
+        case 32: TFM__PACK_ROWS(32) break;
+        default: TFM__PACK_ROWS(W) break;
+        }
     } else {
         memset(dst, 0, (size_t)kc * W * sizeof(float)); /* once, not a call per row */
         for (p = 0; p < kc; p++)
@@ -2125,6 +2287,23 @@ static void tfm__pack_transpose(const float *src, int ld, int w, int kc, float *
             for (r = 0; r < 4; r++) d[(size_t)p * W + r] = s[(size_t)r * ld + p];
         }
     }
+    for (; i + 2 <= w; i += 2) { /* a pair of rows (the AVX2 kernel's 6 = 4 + 2) */
+        const float *s = src + (size_t)i * ld;
+        float *d = dst + i;
+        for (p = 0; p + 4 <= kc; p += 4) {
+            __m128 r0 = _mm_loadu_ps(s + p), r1 = _mm_loadu_ps(s + ld + p);
+            __m128 t0 = _mm_unpacklo_ps(r0, r1), t1 = _mm_unpackhi_ps(r0, r1);
+            float *q = d + (size_t)p * W;
+            _mm_storel_pi((__m64 *)q, t0);
+            _mm_storeh_pi((__m64 *)(q + W), t0);
+            _mm_storel_pi((__m64 *)(q + 2 * W), t1);
+            _mm_storeh_pi((__m64 *)(q + 3 * W), t1);
+        }
+        for (; p < kc; p++) {
+            d[(size_t)p * W] = s[p];
+            d[(size_t)p * W + 1] = s[(size_t)ld + p];
+        }
+    }
 #endif
     if (i < w) {
         const float *s = src + (size_t)i * ld;
@@ -2135,37 +2314,51 @@ static void tfm__pack_transpose(const float *src, int ld, int w, int kc, float *
 }
 
 /* One MR-row sliver of op(A): rows i0..i0+mr-1, columns p0..p0+kc-1, into dst (kc x MR, k-major). */
-static void tfm__pack_a(int mr, int kc, const float *A, int lda, int transA, int i0, int p0, float *dst) {
+static void tfm__pack_a(int MR, int mr, int kc, const float *A, int lda, int transA, int i0, int p0, float *dst) {
     if (transA)
-        tfm__pack_copy(A + (size_t)p0 * lda + i0, lda, mr, kc, dst, TFM__MR);
+        tfm__pack_copy(A + (size_t)p0 * lda + i0, lda, mr, kc, dst, MR);
     else
-        tfm__pack_transpose(A + (size_t)i0 * lda + p0, lda, mr, kc, dst, TFM__MR);
+        tfm__pack_transpose(A + (size_t)i0 * lda + p0, lda, mr, kc, dst, MR);
 }
 
 /* One NR-column sliver of op(B): rows p0..p0+kc-1, columns j0..j0+nr-1, into dst (kc x NR, k-major). */
-static void tfm__pack_b(int kc, int nr, const float *B, int ldb, int transB, int p0, int j0, float *dst) {
+static void tfm__pack_b(int NR, int kc, int nr, const float *B, int ldb, int transB, int p0, int j0, float *dst) {
     if (transB)
-        tfm__pack_transpose(B + (size_t)j0 * ldb + p0, ldb, nr, kc, dst, TFM__NR);
+        tfm__pack_transpose(B + (size_t)j0 * ldb + p0, ldb, nr, kc, dst, NR);
     else
-        tfm__pack_copy(B + (size_t)p0 * ldb + j0, ldb, nr, kc, dst, TFM__NR);
+        tfm__pack_copy(B + (size_t)p0 * ldb + j0, ldb, nr, kc, dst, NR);
 }
 
-/* One tile: the kernel straight into C, or, for an edge tile (mr < MR or nr < NR), into a full tile on
+/* The full NR-column slivers of a B panel copied from op(B) = B (columns j0..j0+n-1, n a multiple of
+   NR), row by row: each row of B is read once and in order. Sliver by sliver, the rows were read 64
+   bytes at a time at a stride of ldb, and the copy ran at memory latency where K is large and M small
+   (128 x 512 x 8192, TN: packing was 16% of the time). The same values as tfm__pack_b. */
+static void tfm__pack_b_rows(int NR, int kc, int n, const float *B, int ldb, int p0, int j0, float *dst) {
+    int p, jr, j;
+    for (p = 0; p < kc; p++) {
+        const float *s = B + (size_t)(p0 + p) * ldb + j0;
+        float *d = dst + (size_t)p * NR;
+        for (jr = 0; jr < n; jr += NR, d += (size_t)kc * NR)
+            for (j = 0; j < NR; j++) d[j] = s[jr + j];
+    }
+}
+
+/* One tile: kernel k straight into C, or, for an edge tile (mr < MR or nr < NR), into a full tile on
    the stack that is copied in and out, so edge elements go through the same instructions. */
-static void tfm__gemm_tile(int kc, const float *a, int rsa, int csa, const float *b, int rsb, float *c, int ldc,
-                           int mr, int nr, float alpha, float beta) {
-    float tile[TFM__MR * TFM__NR];
-    int i, j;
-    if (mr == TFM__MR && nr == TFM__NR) {
-        tfm__kernel(kc, a, rsa, csa, b, rsb, c, ldc, alpha, beta);
+static void tfm__gemm_tile(const tfm__gemm_kernel *k, int kc, const float *a, int rsa, int csa, const float *b,
+                           int rsb, float *c, int ldc, int mr, int nr, float alpha, float beta) {
+    float tile[TFM__TILE_MAX];
+    int i, j, MR = k->mr, NR = k->nr;
+    if (mr == MR && nr == NR) {
+        k->fn(kc, a, rsa, csa, b, rsb, c, ldc, alpha, beta);
         return;
     }
     if (beta != 0.0f)
-        for (i = 0; i < TFM__MR; i++)
-            for (j = 0; j < TFM__NR; j++) tile[i * TFM__NR + j] = i < mr && j < nr ? c[(size_t)i * ldc + j] : 0.0f;
-    tfm__kernel(kc, a, rsa, csa, b, rsb, tile, TFM__NR, alpha, beta);
+        for (i = 0; i < MR; i++)
+            for (j = 0; j < NR; j++) tile[i * NR + j] = i < mr && j < nr ? c[(size_t)i * ldc + j] : 0.0f;
+    k->fn(kc, a, rsa, csa, b, rsb, tile, NR, alpha, beta);
     for (i = 0; i < mr; i++)
-        for (j = 0; j < nr; j++) c[(size_t)i * ldc + j] = tile[i * TFM__NR + j];
+        for (j = 0; j < nr; j++) c[(size_t)i * ldc + j] = tile[i * NR + j];
 }
 
 /* C = beta * C (beta == 0 writes zeros without reading C). */
@@ -2179,7 +2372,7 @@ static int tfm__ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 /* The depth of the K blocks: K cut into balanced blocks of at most KC (300 is two blocks of 150, not
    256 + 44). Where they end is where a partial sum is rounded into C, so it alone depends on K. */
-static int tfm__kc_step(int K) { return tfm__ceil_div(K, tfm__ceil_div(K, TFM__KC)); }
+static int tfm__kc_step(int K, int KC) { return tfm__ceil_div(K, tfm__ceil_div(K, KC)); }
 
 /* The scratch of one thread, heap memory (a thread with a small stack runs products and attention)
    allocated by the thread's first use and kept in a thread-local pointer for the next ones, so a
@@ -2193,7 +2386,7 @@ static int tfm__kc_step(int K) { return tfm__ceil_div(K, tfm__ceil_div(K, TFM__K
 #define TFM__ATT_QB 64
 #define TFM__ATT_KB 256
 #define TFM__ATT_FLOATS ((size_t)2 * TFM__ATT_QB * TFM__ATT_KB + 2 * TFM__ATT_QB + 16)
-#define TFM__PACK_FLOATS ((size_t)TFM__KC * TFM__NC + (size_t)TFM__MC * TFM__KC + 32)
+#define TFM__PACK_FLOATS ((size_t)TFM__KC * TFM__NC + (size_t)TFM__MC * TFM__KC + 32) /* any kernel's blocks */
 #if defined(TFM_SGEMM) || defined(TFM_BLAS)
 #define TFM__ATT_SCRATCH TFM__ATT_FLOATS
 #else
@@ -2297,14 +2490,10 @@ TFMDEF void tfm_scratch_release(void) {
 /* The sums of the kernels without their packing space (its allocation failed): element by element,
    each K block of kc_step summed p = 0, 1, ... with the kernel's multiply-adds (fused where the kernel
    fuses them), then alpha * sum + beta * C, so the result has the same bits as the packed path's. */
-#if defined(TFM__HAVE_KERNEL_AVX512) || defined(TFM__HAVE_KERNEL_AVX2)
-#define TFM__KERNEL_MADD(x, y, z) fmaf(x, y, z)
-#else
-#define TFM__KERNEL_MADD(x, y, z) ((x) * (y) + (z))
-#endif
-static void tfm__sgemm_nopack(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
-                              const float *B, int ldb, float beta, float *C, int ldc) {
-    int i, j, p, pc, kc_step = tfm__kc_step(K);
+static float tfm__kernel_madd(int fused, float x, float y, float z) { return fused ? fmaf(x, y, z) : x * y + z; }
+static void tfm__sgemm_nopack(const tfm__gemm_kernel *k, int transA, int transB, int M, int N, int K, float alpha,
+                              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    int i, j, p, pc, kc_step = tfm__kc_step(K, k->kc), fused = k->fused;
     for (pc = 0; pc < K; pc += kc_step) {
         int kc = TFM__MIN(kc_step, K - pc);
         float b_eff = pc == 0 ? beta : 1.0f;
@@ -2314,10 +2503,10 @@ static void tfm__sgemm_nopack(int transA, int transB, int M, int N, int K, float
                 for (p = pc; p < pc + kc; p++) {
                     float a = transA ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
                     float b = transB ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j];
-                    acc = TFM__KERNEL_MADD(a, b, acc);
+                    acc = tfm__kernel_madd(fused, a, b, acc);
                 }
                 v = alpha * acc;
-                *c = b_eff != 0.0f ? TFM__KERNEL_MADD(b_eff, *c, v) : v;
+                *c = b_eff != 0.0f ? tfm__kernel_madd(fused, b_eff, *c, v) : v;
             }
     }
 }
@@ -2325,46 +2514,53 @@ static void tfm__sgemm_nopack(int transA, int transB, int M, int N, int K, float
 /* The Goto loops on one thread: column panels jc (NC wide), K blocks pc (KC deep: the B panel is packed
    here), row blocks ic (MC high: the A block is packed here), then B slivers jr and A slivers ir around
    the kernel. Blocks are balanced (like the K blocks, tfm__kc_step) and depend only on the shape. */
-static void tfm__sgemm_serial(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
-                              const float *B, int ldb, float beta, float *C, int ldc) {
+static void tfm__sgemm_serial(const tfm__gemm_kernel *k, int transA, int transB, int M, int N, int K, float alpha,
+                              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     float *buf = tfm__scratch_acquire(TFM__ATT_FLOATS + TFM__PACK_FLOATS), *Bp, *Ap;
-    int kc_step = tfm__kc_step(K);
-    int n_jc = tfm__ceil_div(N, TFM__NC), nc_step = tfm__ceil_div(tfm__ceil_div(N, n_jc), TFM__NR) * TFM__NR;
-    int n_ic = tfm__ceil_div(M, TFM__MC), mc_step = tfm__ceil_div(tfm__ceil_div(M, n_ic), TFM__MR) * TFM__MR;
+    const int MR = k->mr, NR = k->nr;
+    int kc_step = tfm__kc_step(K, k->kc);
+    int n_jc = tfm__ceil_div(N, k->nc), nc_step = tfm__ceil_div(tfm__ceil_div(N, n_jc), NR) * NR;
+    int n_ic = tfm__ceil_div(M, k->mc), mc_step = tfm__ceil_div(tfm__ceil_div(M, n_ic), MR) * MR;
     /* Small products read an operand in place when packing it would not pay: op(A) when each A sliver
        meets at most two B slivers, op(B) = B (rows already run along NR) when each B sliver meets at
        most four A slivers. Edge slivers are always packed (they are zero-padded). */
-    int direct_a = N <= 2 * TFM__NR, direct_b = !transB && M <= 4 * TFM__MR;
+    int direct_a = N <= 2 * NR, direct_b = !transB && M <= 4 * MR;
     int jc, pc, ic, jr, ir;
     if (!buf) {
-        tfm__sgemm_nopack(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        tfm__sgemm_nopack(k, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     Bp = tfm__align64(buf + TFM__ATT_FLOATS); /* after the attention's region (it may be in use) */
-    Ap = tfm__align64(Bp + (size_t)TFM__KC * TFM__NC);
+    Ap = tfm__align64(Bp + (size_t)k->kc * k->nc);
     for (jc = 0; jc < N; jc += nc_step) {
         int nc = TFM__MIN(nc_step, N - jc);
         for (pc = 0; pc < K; pc += kc_step) {
             int kc = TFM__MIN(kc_step, K - pc);
             float b_eff = pc == 0 ? beta : 1.0f;
-            for (jr = 0; jr < nc; jr += TFM__NR)
-                if (!(direct_b && nc - jr >= TFM__NR))
-                    tfm__pack_b(kc, TFM__MIN(TFM__NR, nc - jr), B, ldb, transB, pc, jc + jr, Bp + (size_t)jr * kc);
+            if (!transB && !direct_b) { /* the full slivers row by row, then the edge sliver */
+                int full = nc / NR * NR;
+                tfm__pack_b_rows(NR, kc, full, B, ldb, pc, jc, Bp);
+                if (full < nc) tfm__pack_b(NR, kc, nc - full, B, ldb, transB, pc, jc + full, Bp + (size_t)full * kc);
+            } else {
+                for (jr = 0; jr < nc; jr += NR)
+                    if (!(direct_b && nc - jr >= NR))
+                        tfm__pack_b(NR, kc, TFM__MIN(NR, nc - jr), B, ldb, transB, pc, jc + jr, Bp + (size_t)jr * kc);
+            }
             for (ic = 0; ic < M; ic += mc_step) {
                 int mc = TFM__MIN(mc_step, M - ic);
-                for (ir = 0; ir < mc; ir += TFM__MR)
-                    if (!(direct_a && mc - ir >= TFM__MR))
-                        tfm__pack_a(TFM__MIN(TFM__MR, mc - ir), kc, A, lda, transA, ic + ir, pc, Ap + (size_t)ir * kc);
-                for (jr = 0; jr < nc; jr += TFM__NR) {
-                    int db = direct_b && nc - jr >= TFM__NR;
+                for (ir = 0; ir < mc; ir += MR)
+                    if (!(direct_a && mc - ir >= MR))
+                        tfm__pack_a(MR, TFM__MIN(MR, mc - ir), kc, A, lda, transA, ic + ir, pc, Ap + (size_t)ir * kc);
+                for (jr = 0; jr < nc; jr += NR) {
+                    int db = direct_b && nc - jr >= NR;
                     const float *b = db ? B + (size_t)pc * ldb + jc + jr : Bp + (size_t)jr * kc;
-                    for (ir = 0; ir < mc; ir += TFM__MR) {
-                        int da = direct_a && mc - ir >= TFM__MR;
+                    for (ir = 0; ir < mc; ir += MR) {
+                        int da = direct_a && mc - ir >= MR;
                         const float *a = !da ? Ap + (size_t)ir * kc
                                              : transA ? A + (size_t)pc * lda + ic + ir : A + (size_t)(ic + ir) * lda + pc;
-                        tfm__gemm_tile(kc, a, !da || transA ? 1 : lda, !da ? TFM__MR : transA ? lda : 1, b,
-                                       db ? ldb : TFM__NR, C + (size_t)(ic + ir) * ldc + jc + jr, ldc,
-                                       TFM__MIN(TFM__MR, mc - ir), TFM__MIN(TFM__NR, nc - jr), alpha, b_eff);
+                        tfm__gemm_tile(k, kc, a, !da || transA ? 1 : lda, !da ? MR : transA ? lda : 1, b,
+                                       db ? ldb : NR, C + (size_t)(ic + ir) * ldc + jc + jr, ldc,
+                                       TFM__MIN(MR, mc - ir), TFM__MIN(NR, nc - jr), alpha, b_eff);
                     }
                 }
             }
@@ -2383,6 +2579,7 @@ static void tfm__sgemm_serial(int transA, int transB, int M, int N, int K, float
 static TFM__UNUSED void tfm__sgemm_builtin(int transA, int transB, int M, int N, int K, float alpha,
                                           const float *A, int lda, const float *B, int ldb, float beta,
                                           float *C, int ldc) {
+    const tfm__gemm_kernel *k = tfm__gemm_kernel_get();
     int nth = 1, t;
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) {
@@ -2393,23 +2590,23 @@ static TFM__UNUSED void tfm__sgemm_builtin(int transA, int transB, int M, int N,
     if (!tfm__in_parallel() && (double)M * N * K > 2e5) nth = tfm_get_num_threads();
 #endif
     {
-        int s_m = tfm__ceil_div(M, TFM__MR), s_n = tfm__ceil_div(N, TFM__NR), by_cols = s_n >= s_m;
+        int s_m = tfm__ceil_div(M, k->mr), s_n = tfm__ceil_div(N, k->nr), by_cols = s_n >= s_m;
         int units = by_cols ? s_n : s_m;
         if (nth > units) nth = units;
         if (nth <= 1) {
-            tfm__sgemm_serial(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            tfm__sgemm_serial(k, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
             return;
         }
         TFM__OMP(omp parallel for num_threads(nth) schedule(static, 1))
         for (t = 0; t < nth; t++) {
             int u0 = (int)((int64_t)units * t / nth), u1 = (int)((int64_t)units * (t + 1) / nth);
             if (by_cols) {
-                int j0 = u0 * TFM__NR, j1 = TFM__MIN(N, u1 * TFM__NR);
-                tfm__sgemm_serial(transA, transB, M, j1 - j0, K, alpha, A, lda,
+                int j0 = u0 * k->nr, j1 = TFM__MIN(N, u1 * k->nr);
+                tfm__sgemm_serial(k, transA, transB, M, j1 - j0, K, alpha, A, lda,
                                   transB ? B + (size_t)j0 * ldb : B + j0, ldb, beta, C + j0, ldc);
             } else {
-                int i0 = u0 * TFM__MR, i1 = TFM__MIN(M, u1 * TFM__MR);
-                tfm__sgemm_serial(transA, transB, i1 - i0, N, K, alpha, transA ? A + i0 : A + (size_t)i0 * lda, lda,
+                int i0 = u0 * k->mr, i1 = TFM__MIN(M, u1 * k->mr);
+                tfm__sgemm_serial(k, transA, transB, i1 - i0, N, K, alpha, transA ? A + i0 : A + (size_t)i0 * lda, lda,
                                   B, ldb, beta, C + (size_t)i0 * ldc, ldc);
             }
         }

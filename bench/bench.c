@@ -579,7 +579,7 @@ static void engines_info(void) {
     load_engines(e);
     if (openblas_core_p) printf(" openblas_dl_core=%s", openblas_core_p());
     if (blis_arch_string_p && blis_arch_query_p) printf(" blis_dl_arch=%s", blis_arch_string_p(blis_arch_query_p()));
-    printf(" builtin_kernel=\"%s\"", TFM__KERNEL_NAME);
+    printf(" builtin_kernel=\"%s\"", tfm_sgemm_kernel());
 }
 
 /* The FMA peak of `threads` cores, measured now: each thread runs 12 independent chains of vector
@@ -794,7 +794,7 @@ static int run_sgemm(int threads, const char *only) {
     const char *worst_shape = "";
     engines_threads(threads);
     peak = fma_peak(threads);
-    printf("PEAK threads=%d fma_gflops=%.2f builtin_kernel=\"%s\"\n", threads, peak, TFM__KERNEL_NAME);
+    printf("PEAK threads=%d fma_gflops=%.2f builtin_kernel=\"%s\"\n", threads, peak, tfm_sgemm_kernel());
     fflush(stdout);
     n = add_shape(s, n, "", "square2048", 0, 0, 2048, 2048, 2048, 1);
     for (i = 0; i < N_CONFIGS; i++)
@@ -820,7 +820,7 @@ static int run_sgemm(int threads, const char *only) {
 
     printf("\n== sgemm, %d thread%s: GFLOP/s (median of %d rounds, the engines interleaved); FMA peak %.1f "
            "GFLOP/s measured in this run; built-in kernel %s\n",
-           threads, threads > 1 ? "s" : "", reps, peak, TFM__KERNEL_NAME);
+           threads, threads > 1 ? "s" : "", reps, peak, tfm_sgemm_kernel());
     printf("%-38s %2s %5s %5s %5s %4s", "shape", "op", "M", "N", "K", "bat");
     for (k = 0; k < ne; k++) printf(" %9s", e[k].name);
     printf(" %8s\n", ne > 1 ? "b-in/OB" : "");
@@ -879,20 +879,13 @@ static int run_kernel(void) {
     printf("KERNEL fma_peak_1thread=%.2f (GFLOP/s, measured now)\n", peak);
     for (i = 0; i < 4; i++) {
         int kc = kcs[i];
-        double g;
-#if defined(TFM__HAVE_KERNEL_AVX512)
-        g = time_kernel(tfm__kernel_avx512, TFM__MR_AVX512, TFM__NR_AVX512, kc);
-        printf("KERNEL name=avx512 mr=%d nr=%d kc=%d gflops=%.2f pct_peak=%.1f\n", TFM__MR_AVX512, TFM__NR_AVX512, kc, g,
-               100.0 * g / peak);
-#endif
-#if defined(TFM__HAVE_KERNEL_AVX2)
-        g = time_kernel(tfm__kernel_avx2, TFM__MR_AVX2, TFM__NR_AVX2, kc);
-        printf("KERNEL name=avx2 mr=%d nr=%d kc=%d gflops=%.2f pct_peak=%.1f\n", TFM__MR_AVX2, TFM__NR_AVX2, kc, g,
-               100.0 * g / peak);
-#endif
-        g = time_kernel(tfm__kernel_port, TFM__MR_PORT, TFM__NR_PORT, kc);
-        printf("KERNEL name=portable mr=%d nr=%d kc=%d gflops=%.2f pct_peak=%.1f\n", TFM__MR_PORT, TFM__NR_PORT, kc, g,
-               100.0 * g / peak);
+        int k;
+        for (k = 0; k < TFM__N_KERNELS; k++) {
+            const tfm__gemm_kernel *gk = &tfm__gemm_kernels[k];
+            double g = time_kernel(gk->fn, gk->mr, gk->nr, kc);
+            printf("KERNEL name=%s mr=%d nr=%d kc=%d gflops=%.2f pct_peak=%.1f\n", gk->key, gk->mr, gk->nr, kc, g,
+                   100.0 * g / peak);
+        }
         fflush(stdout);
     }
     return 0;
@@ -1131,6 +1124,12 @@ static int parse_threads(const char *s) {
 }
 
 int main(int argc, char **argv) {
+    /* TFM_SGEMM_KERNEL=avx2 (etc.) chooses the built-in kernel; a name this build lacks stops here */
+    const char *kern = getenv("TFM_SGEMM_KERNEL");
+    if (kern && *kern && tfm_sgemm_set_kernel(kern) != TFM_OK) {
+        fprintf(stderr, "bench: TFM_SGEMM_KERNEL: %s\n", tfm_last_error());
+        return 2;
+    }
     if (argc >= 2 && strcmp(argv[1], "info") == 0) return run_info();
     if (argc >= 2 && strcmp(argv[1], "list") == 0) {
         int i;

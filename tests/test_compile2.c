@@ -38,6 +38,7 @@ static const tc2_fn tc2_functions[] = {
     TC2_FN(tfm_mem_zero_grad),
     TC2_FN(tfm_rng_seed), TC2_FN(tfm_rng_u64), TC2_FN(tfm_rng_uniform), TC2_FN(tfm_rng_normal),
     TC2_FN(tfm_sgemm), TC2_FN(tfm_sgemm_batched), TC2_FN(tfm_scratch_release), TC2_FN(tfm_sgemm_release), TC2_FN(tfm_sgemm_backend),
+    TC2_FN(tfm_sgemm_kernel), TC2_FN(tfm_sgemm_set_kernel),
     TC2_FN(tfm_matmul_forward), TC2_FN(tfm_matmul_backward),
     TC2_FN(tfm_linear_forward), TC2_FN(tfm_linear_backward),
     TC2_FN(tfm_softmax_forward), TC2_FN(tfm_softmax_backward),

@@ -47,8 +47,8 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "-v")) test__verbose = 1;
         else test__filter = argv[i];
     }
-    printf("transformer.h tests (sgemm: %s, threads: %d)\n", tfm_sgemm_backend(),
-           tfm_get_num_threads());
+    printf("transformer.h tests (sgemm: %s, built-in kernel: %s, threads: %d)\n", tfm_sgemm_backend(),
+           tfm_sgemm_kernel(), tfm_get_num_threads());
     suite_sgemm();
     suite_ops();
     suite_attention();

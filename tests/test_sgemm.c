@@ -393,11 +393,11 @@ static void sg_builtin_case(int M, int N, int K, int idx) {
     tfm_set_num_threads(saved);
 }
 
-/* Sizes around every blocking factor of the kernel this build uses: MR and NR (edge tiles in each
-   direction), KC (one K block more or less), MC (row blocks, and how the threads split them), NC (column
-   panels); K = 1; few rows and many columns (the threads then split the columns). */
-static void sg_test_blocking(void) {
-    const int mr = TFM__MR, nr = TFM__NR;
+/* Sizes around every blocking factor of kernel k: MR and NR (edge tiles in each direction), KC (one K
+   block more or less), MC (row blocks, and how the threads split them), NC (column panels); K = 1; few
+   rows and many columns (the threads then split the columns). */
+static void sg_blocking_kernel(const tfm__gemm_kernel *k) {
+    const int mr = k->mr, nr = k->nr, KC = k->kc, MC = k->mc, NC = k->nc;
     const int ms[] = {1, mr - 1, mr, mr + 1, 2 * mr + 1};
     const int ns[] = {1, nr - 1, nr, nr + 1, 2 * nr + 1};
     const int ks[] = {1, 2, 17};
@@ -406,29 +406,67 @@ static void sg_test_blocking(void) {
         for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
             for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++)
                 if (ms[i] > 0 && ns[j] > 0) sg_builtin_case(ms[i], ns[j], ks[k], idx++);
-    sg_builtin_case(mr + 1, nr + 1, TFM__KC - 1, idx++);
-    sg_builtin_case(mr + 1, nr + 1, TFM__KC, idx++);
-    sg_builtin_case(mr + 1, nr + 1, TFM__KC + 1, idx++);
-    sg_builtin_case(mr - 1, nr - 1, 2 * TFM__KC + 1, idx++);
-    sg_builtin_case(TFM__MC - 1, 2 * nr + 3, 33, idx++);
-    sg_builtin_case(TFM__MC, 2 * nr + 3, 33, idx++);
-    sg_builtin_case(TFM__MC + 1, 2 * nr + 3, 33, idx++);
-    sg_builtin_case(2 * TFM__MC + mr + 1, nr + 2, 40, idx++);
-    sg_builtin_case(mr + 2, TFM__NC - 1, 9, idx++);
-    sg_builtin_case(mr + 2, TFM__NC, 9, idx++);
-    sg_builtin_case(mr + 2, TFM__NC + 1, 9, idx++);
+    sg_builtin_case(mr + 1, nr + 1, KC - 1, idx++);
+    sg_builtin_case(mr + 1, nr + 1, KC, idx++);
+    sg_builtin_case(mr + 1, nr + 1, KC + 1, idx++);
+    sg_builtin_case(mr - 1, nr - 1, 2 * KC + 1, idx++);
+    sg_builtin_case(MC - 1, 2 * nr + 3, 33, idx++);
+    sg_builtin_case(MC, 2 * nr + 3, 33, idx++);
+    sg_builtin_case(MC + 1, 2 * nr + 3, 33, idx++);
+    sg_builtin_case(2 * MC + mr + 1, nr + 2, 40, idx++);
+    sg_builtin_case(mr + 2, NC - 1, 9, idx++);
+    sg_builtin_case(mr + 2, NC, 9, idx++);
+    sg_builtin_case(mr + 2, NC + 1, 9, idx++);
     sg_builtin_case(13, 700, 40, idx++);  /* few rows: the threads split the columns */
     sg_builtin_case(300, 100, 20, idx++); /* the threads split the rows */
-    sg_builtin_case(TFM__MC + 5, TFM__NC + nr + 3, TFM__KC + 7, idx++); /* every block edge at once */
+    sg_builtin_case(MC + 5, NC + nr + 3, KC + 7, idx++); /* every block edge at once */
+}
+
+/* The blocking cases on every kernel of this build, each chosen as a user would (tfm_sgemm_set_kernel). */
+static void sg_test_blocking(void) {
+    const tfm__gemm_kernel *saved = tfm__gemm_kernel_get();
+    for (int i = 0; i < TFM__N_KERNELS; i++) {
+        const tfm__gemm_kernel *k = &tfm__gemm_kernels[i];
+        CHECK_OK(tfm_sgemm_set_kernel(k->key));
+        CHECK_MSG(!strcmp(tfm_sgemm_kernel(), k->name), "set %s: tfm_sgemm_kernel() says %s", k->key, tfm_sgemm_kernel());
+        /* the scratch and the edge tile hold any kernel's blocks */
+        CHECK_MSG((size_t)k->kc * k->nc + (size_t)k->mc * k->kc + 32 <= TFM__PACK_FLOATS && k->mr * k->nr <= TFM__TILE_MAX,
+                  "kernel %s: blocks larger than the packing space", k->name);
+        sg_blocking_kernel(k);
+    }
+    tfm__gemm_kernel_chosen = saved;
+}
+
+/* tfm_sgemm_set_kernel: an unknown name is an error naming the function and this build's kernels, and
+   leaves the choice as it was; NULL is the widest kernel. */
+static void sg_test_kernel_select(void) {
+    const tfm__gemm_kernel *saved = tfm__gemm_kernel_get();
+    const char *before = tfm_sgemm_kernel();
+    CHECK_ERR(tfm_sgemm_set_kernel("avx1024"), TFM_E_ARG, "tfm_sgemm_set_kernel: 'avx1024' is not a kernel");
+    CHECK_MSG(strstr(tfm_last_error(), "portable") != NULL, "the message lists the kernels: %s", tfm_last_error());
+    CHECK_ERR(tfm_sgemm_set_kernel(""), TFM_E_ARG, "tfm_sgemm_set_kernel");
+    CHECK_MSG(tfm_sgemm_kernel() == before, "a failed tfm_sgemm_set_kernel changed the kernel");
+    CHECK_OK(tfm_sgemm_set_kernel("portable"));
+    CHECK_MSG(!strncmp(tfm_sgemm_kernel(), "portable", 8), "portable: got %s", tfm_sgemm_kernel());
+    CHECK_OK(tfm_sgemm_set_kernel(NULL));
+    CHECK_MSG(!strcmp(tfm_sgemm_kernel(), tfm__gemm_kernels[0].name), "NULL: got %s", tfm_sgemm_kernel());
+    tfm__gemm_kernel_chosen = saved;
 }
 
 /* Without its packing space (an allocation that failed) the built-in computes element by element: the
    same bits as the packed path at 1 and 2 threads, on shapes that cross every blocking factor, K blocks
-   included, in all four transposes, with beta 0 on a NaN-filled C. */
-static void sg_test_nopack(void) {
-    static const sg_dims dims[] = {{1, 1, 1}, {TFM__MR + 1, TFM__NR - 1, 1}, {TFM__MR - 1, 2 * TFM__NR + 1, 17},
-                                   {TFM__MC + 3, TFM__NR + 5, TFM__KC + 1}, {9, TFM__NC + 7, 2 * TFM__KC + 3},
-                                   {37, 45, 300}};
+   included, in all four transposes, with beta 0 on a NaN-filled C. One exception: GCC in GNU C mode
+   (no -std=c99: make test-gnu) fuses multiply-adds across statements, and may fuse the portable
+   kernel's alpha * acc + beta * C either way round, so there the portable kernel and the fallback each
+   stay within the error bound of the exact product but need not agree bit for bit. */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__STRICT_ANSI__)
+#define SG_UNFUSED_BITWISE 0
+#else
+#define SG_UNFUSED_BITWISE 1
+#endif
+static void sg_nopack_kernel(const tfm__gemm_kernel *k) {
+    const sg_dims dims[] = {{1, 1, 1}, {k->mr + 1, k->nr - 1, 1}, {k->mr - 1, 2 * k->nr + 1, 17},
+                            {k->mc + 3, k->nr + 5, k->kc + 1}, {9, k->nc + 7, 2 * k->kc + 3}, {37, 45, 300}};
     int saved = tfm_get_num_threads();
     for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
         for (int ta = 0; ta < 2; ta++)
@@ -446,14 +484,36 @@ static void sg_test_nopack(void) {
                     sg_prepare_c(Cp, C0, M, N, ldc, beta == 0.0f);
                     sg_prepare_c(Cn, C0, M, N, ldc, beta == 0.0f);
                     tfm__sgemm_builtin(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, Cp, ldc);
-                    tfm__sgemm_nopack(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, Cn, ldc);
-                    CHECK_MSG(memcmp(Cp, Cn, nC * sizeof(float)) == 0,
-                              "unpacked ta=%d tb=%d M=%d N=%d K=%d alpha=%g beta=%g threads=%d: differs from packed",
-                              ta, tb, M, N, K, alpha, beta, nt);
+                    tfm__sgemm_nopack(k, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, Cn, ldc);
+                    if (k->fused || SG_UNFUSED_BITWISE) {
+                        CHECK_MSG(memcmp(Cp, Cn, nC * sizeof(float)) == 0,
+                                  "%s unpacked ta=%d tb=%d M=%d N=%d K=%d alpha=%g beta=%g threads=%d: differs from packed",
+                                  k->name, ta, tb, M, N, K, alpha, beta, nt);
+                    } else {
+                        double *ref = (double *)malloc((size_t)M * N * sizeof(double));
+                        double *scale = (double *)malloc((size_t)M * N * sizeof(double));
+                        char what[160];
+                        snprintf(what, sizeof what, "%s unpacked ta=%d tb=%d M=%d N=%d K=%d threads=%d", k->name, ta, tb,
+                                 M, N, K, nt);
+                        sg_reference(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, ldc, ref, scale);
+                        CHECK_REL(what, sg_err(Cn, ldc, ref, scale, M, N), sg_tol(K));
+                        CHECK_REL(what, sg_err(Cp, ldc, ref, scale, M, N), sg_tol(K));
+                        free(ref);
+                        free(scale);
+                    }
                 }
                 free(A); free(B); free(C0); free(Cp); free(Cn);
             }
     tfm_set_num_threads(saved);
+}
+
+static void sg_test_nopack(void) {
+    const tfm__gemm_kernel *saved = tfm__gemm_kernel_get();
+    for (int i = 0; i < TFM__N_KERNELS; i++) {
+        tfm__gemm_kernel_chosen = &tfm__gemm_kernels[i];
+        sg_nopack_kernel(&tfm__gemm_kernels[i]);
+    }
+    tfm__gemm_kernel_chosen = saved;
 }
 
 /* tfm_scratch_release frees the packing space, and the next product allocates it again: same bits. */
@@ -573,6 +633,7 @@ static void suite_sgemm(void) {
     RUN(sg_test_threads);
     RUN(sg_test_kernels);
     RUN(sg_test_blocking);
+    RUN(sg_test_kernel_select);
     RUN(sg_test_nopack);
     RUN(sg_test_release);
     RUN(sg_test_small_stack);
