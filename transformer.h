@@ -156,7 +156,8 @@
    >>api-types >>api-tensor >>api-rng >>api-sgemm >>api-ops >>api-attention >>api-block >>api-model
    >>api-io >>api-cuda >>api-dist
    >>impl-config >>impl-util >>impl-sgemm >>impl-cpu >>impl-attention >>impl-cuda >>impl-dispatch
-   >>impl-api >>impl-safetensors >>impl-io >>impl-dist >>license
+   >>impl-ops >>impl-mha >>impl-layers >>impl-block >>impl-model >>impl-optim >>impl-kv >>impl-generate
+   >>impl-safetensors >>impl-io >>impl-dist >>license
 */
 #ifndef TFM_INCLUDE_TRANSFORMER_H
 #define TFM_INCLUDE_TRANSFORMER_H
@@ -4818,7 +4819,7 @@ TFMDEF tfm_result tfm_tensor_copy(tfm_tensor *dst, const tfm_tensor *src) {
     return tfm__cuda_check(fn);
 }
 
-/* ==== >>impl-api ==== */
+/* ==== >>impl-ops ==== the ops' public entry points: each checks its arguments, then calls the dispatch above */
 
 /* -- matmul -- */
 
@@ -5451,6 +5452,8 @@ TFMDEF tfm_result tfm_cls_pool_backward(tfm_tensor *dx, const tfm_tensor *dy) {
     return tfm__cuda_check("tfm_cls_pool_backward");
 }
 
+/* ==== >>impl-mha ==== attention's entry points and the multi-head attention layer */
+
 /* -- attention -- */
 
 static tfm_result tfm__chk_attn_opts(const char *fn, const tfm_attn_opts *o, int64_t B, int64_t Tq, int64_t Tk) {
@@ -5855,7 +5858,7 @@ TFMDEF tfm_result tfm_mha_backward(tfm_mha *m, tfm_tensor *dx, tfm_tensor *dxkv,
     return tfm__scratch_check(fn);
 }
 
-/* -- layers: linear, layernorm, transformer block -- */
+/* ==== >>impl-layers ==== the linear and layernorm layers: carved from a tfm_mem, a forward/backward pair each */
 
 /* Dropout sites. Every dropout mask is a hash of (seed_mix(pass seed, site), element index), so a mask
    depends only on the seed of the forward pass and where it is drawn; exact resume from a checkpoint
@@ -6022,6 +6025,8 @@ TFMDEF tfm_result tfm_layernorm_layer_backward(tfm_layernorm *ln, tfm_tensor *dx
     return tfm_layernorm_backward(dx, &ln->d_weight, ln->d_bias.data ? &ln->d_bias : NULL, dy, x, &ln->weight, &mean,
                                   &rstd);
 }
+
+/* ==== >>impl-block ==== the transformer block: attention and MLP sublayers, pre- or post-norm */
 
 static tfm_result tfm__block_desc_resolve(const char *fn, const tfm_block_desc *in, tfm_block_desc *d) {
     *d = *in;
@@ -6392,7 +6397,7 @@ TFMDEF tfm_result tfm_block_backward(tfm_block *blk, tfm_tensor *dx, tfm_tensor 
     return tfm__scratch_check(fn);
 }
 
-/* -- models -- */
+/* ==== >>impl-model ==== models: config, one memory block, embeddings, the stacks, forward and backward */
 
 /* A model's internals, carved at the start of its activations region. The memory block is
    params | grads | adam_m | adam_v | acts | scratch; grads mirror params offset for offset, so the flat
@@ -7443,6 +7448,8 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     return tfm__scratch_check(fn);
 }
 
+/* ==== >>impl-optim ==== AdamW, the learning-rate schedule, clipping and tfm_model_step */
+
 /* opt with defaults applied and checked (*out), for step s; the one check of tfm_model_step and
    tfm_optim_lr. */
 static tfm_result tfm__optim_resolve(const char *fn, const tfm_optim *opt, int64_t s, tfm_optim *out) {
@@ -7598,7 +7605,7 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
     return TFM_OK;
 }
 
-/* -- generation -- */
+/* ==== >>impl-kv ==== the KV cache: sized per model, reset, reordered for beams */
 
 TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len) {
     const char *fn = "tfm_kv_cache_init";
@@ -7734,6 +7741,8 @@ static tfm_kv_cache tfm__kv_rows(const tfm_kv_cache *kc, int r0) {
     v.src_lens += r0;
     return v;
 }
+
+/* ==== >>impl-generate ==== decoding with the cache: sampling, batched generation, scoring and beam search */
 
 /* Decode ids (B,n) with every layer's cache, row b at positions kc->lens[b]..: the same block code as
    training, on the new rows only. n_ids (NULL: n for every row): row b holds n_ids[b] ids, padded to n
