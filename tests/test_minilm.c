@@ -76,8 +76,8 @@ static void mlt_embeddings(void) {
     }
     got = (float *)malloc((size_t)n * D * sizeof(float));
     {
-        const char **texts = (const char **)malloc((size_t)n * sizeof *texts);
-        size_t *lens = (size_t *)malloc((size_t)n * sizeof *lens);
+        const char **texts = (const char **)calloc((size_t)n, sizeof *texts); /* calloc: never read unset */
+        size_t *lens = (size_t *)calloc((size_t)n, sizeof *lens);
         for (i = 0; texts && lens && i < n; i++) texts[i] = fx.cases[idx[i]].text, lens[i] = fx.cases[idx[i]].len;
         CHECK_MSG(texts && lens && bert_embed(&e, texts, lens, n, got) == 0, "bert_embed: %s", bert_last_error());
         free(texts);
