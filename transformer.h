@@ -403,8 +403,8 @@ TFMDEF tfm_result tfm_rmsnorm_backward(tfm_tensor *dx, tfm_tensor *dg, const tfm
    n_heads heads of D = C / n_heads channels: in each head, channels j and j + rot/2 (j < rot/2; rot =
    rot_dims, even, <= D; channels from rot on pass through) turn by the angle p * base^(-2j/rot) at position
    p = pos0[b] + t (pos0: B integers in host memory, or NULL: t): (a, b) -> (a cos - b sin, b cos + a sin). Angles and their sines are
-   formed in double, so long positions keep their accuracy. y may alias x. An op of its own for now: the
-   attention layers do not apply it yet. */
+   formed in double, so long positions keep their accuracy. y may alias x. Self-attention applies it to
+   its queries and keys when asked (tfm_mha_desc.rope_dims, cfg.pos TFM_POS_ROPE). */
 TFMDEF tfm_result tfm_rope_forward(tfm_tensor *y, const tfm_tensor *x, int n_heads, int rot_dims, float base,
                                    const int32_t *pos0);
 /* Adds the rotation's transpose (the turn by -angle) of dy into dx; dx must not alias dy. */
@@ -514,6 +514,10 @@ typedef struct tfm_mha_desc {
     int max_batch;   /* 0 -> 1 */
     int max_len;     /* required: longest query sequence */
     int max_kv_len;  /* 0 -> max_len; the longest key sequence (cross) */
+    int rope_dims;   /* self-attention: > 0 turns the first rope_dims channels of each query and key head by
+                        their position (tfm_rope_forward, positions from 0 or, decoding, after the cached
+                        ones) after the projection; even, at most the head size. 0: none */
+    float rope_base; /* with rope_dims: the rotary base, > 1; 0 -> 10000 */
 } tfm_mha_desc;
 
 typedef struct tfm_mha {
@@ -627,6 +631,8 @@ typedef struct tfm_block_desc {
     int max_batch;       /* 0 -> 1 */
     int max_len;         /* required: longest input sequence */
     int max_kv_len;      /* cross: longest sequence attended over; 0 -> max_len */
+    int rope_dims;       /* rotary positions in the self-attention (tfm_mha_desc.rope_dims); 0: none */
+    float rope_base;     /* with rope_dims: 0 -> 10000 */
 } tfm_block_desc;
 
 /* Sub-layer s (0 self-attention, then cross-attention, then feed-forward) reads stream[s] and writes
@@ -677,7 +683,10 @@ typedef enum tfm_model_kind {
     TFM_MODEL_ENCODER_DECODER = 3     /* encoder over the source, decoder over the target (teacher forcing) */
 } tfm_model_kind;
 
-typedef enum tfm_pos_kind { TFM_POS_LEARNED = 0, TFM_POS_SINUSOIDAL = 1, TFM_POS_NONE = 2 } tfm_pos_kind;
+/* Positions: a learned table or the sinusoidal one added to the embeddings, none, or rotary (RoFormer's, in
+   GPT-NeoX's and LLaMA's half-split layout): no table, every self-attention turns its queries and keys by
+   their positions (cfg.rope_dims, cfg.rope_base) */
+typedef enum tfm_pos_kind { TFM_POS_LEARNED = 0, TFM_POS_SINUSOIDAL = 1, TFM_POS_NONE = 2, TFM_POS_ROPE = 3 } tfm_pos_kind;
 typedef enum tfm_pool_kind { TFM_POOL_MEAN = 0, TFM_POOL_CLS = 1 } tfm_pool_kind;
 typedef enum tfm_init_kind { TFM_INIT_NORMAL = 0, TFM_INIT_XAVIER = 1 } tfm_init_kind;
 
@@ -710,7 +719,7 @@ typedef struct tfm_config {
     int max_batch;           /* 0 -> 1 */
     tfm_activation act;      /* 0 -> ReLU; TFM_ACT_SWIGLU: LLaMA's gated feed-forward of hidden size d_ff */
     int norm_first;          /* 0: post-LN (the paper); 1: pre-LN, with a final layernorm per stack */
-    tfm_pos_kind pos;        /* 0 -> learned positions */
+    tfm_pos_kind pos;        /* 0 -> learned positions; TFM_POS_ROPE: rotary, below */
     int scale_emb;           /* 1: token embeddings times sqrt(d_model) */
     tfm_pool_kind pool;      /* classifier: 0 -> mean over valid positions; or first token */
     int tie_output;          /* LM, enc-dec: the output projection is the (target) token embedding */
@@ -740,6 +749,8 @@ typedef struct tfm_config {
     /* The LLaMA-style decoder's options; 0 keeps the model as above. */
     tfm_norm_kind norm;      /* TFM_NORM_RMS: every norm, the blocks', the stacks' final ones and emb_norm, is an
                                 RMSNorm (weight only; eps ln_eps); saved in checkpoints */
+    int rope_dims;           /* pos TFM_POS_ROPE: channels turned in each head, even; 0 -> the head size. Saved */
+    float rope_base;         /* pos TFM_POS_ROPE: the rotary base, > 1; 0 -> 10000. Saved */
     void *user;              /* passed to TFM_MALLOC / TFM_FREE for the model's memory, its caches and its
                                 checkpoint buffers; not saved in checkpoints */
     tfm_device device;       /* 0 -> TFM_DEVICE_CPU; TFM_DEVICE_CUDA: the model lives and runs on the GPU
@@ -5584,6 +5595,18 @@ TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_ten
 
 /* -- multi-head attention layer -- */
 
+/* The rotary fields of a desc or config (pre names them: "desc." or "cfg."): *dims 0 (then base must be 0 too)
+   or even in [2, head]; *base 0 -> 10000, else finite and > 1. */
+static tfm_result tfm__rope_fields(const char *fn, const char *pre, int dims, float *base, int head) {
+    if (!dims && *base == 0.0f) return TFM_OK;
+    if (dims < 2 || dims % 2 || dims > head)
+        return tfm__fail(TFM_E_ARG, "%s: %srope_dims %d must be even, >= 2 and at most the head size %d (with %srope_base %g)",
+                         fn, pre, dims, head, pre, (double)*base);
+    if (*base == 0.0f) *base = 10000.0f;
+    if (!(*base > 1.0f) || !isfinite(*base))
+        return tfm__fail(TFM_E_ARG, "%s: %srope_base %g must be finite and > 1", fn, pre, (double)*base);
+    return TFM_OK;
+}
 
 TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *mem) {
     const char *fn = "tfm_mha_init";
@@ -5606,6 +5629,9 @@ TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *me
     if (d.max_kv_len == 0) d.max_kv_len = d.max_len;
     d.cross = d.cross != 0;
     d.no_bias = d.no_bias != 0;
+    if (d.cross && (d.rope_dims || d.rope_base != 0.0f))
+        return tfm__fail(TFM_E_ARG, "%s: desc.rope_dims %d: rotary positions are for self-attention, not cross", fn, d.rope_dims);
+    TFM__TRY(tfm__rope_fields(fn, "desc.", d.rope_dims, &d.rope_base, d.d_model / d.n_heads));
     B = (size_t)d.max_batch;
     Tq = (size_t)d.max_len;
     Tk = (size_t)d.max_kv_len;
@@ -5726,6 +5752,9 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv,
             if (kc && !kc->src_len) tfm__kv_store(kc, layer, 1, m->kv, 2 * C, B, Tk);
         } else {
             tfm__op_linear(m->device, m->q, 3 * C, x, C, w, b, (int64_t)B * Tq, C, 3 * C);
+            if (m->desc.rope_dims) /* q and k, side by side: 2H heads of each row; cached rows at their positions */
+                tfm__op_rope(m->device, m->q, m->q, 3 * C, B, Tq, 2 * m->desc.n_heads, (int)C / m->desc.n_heads,
+                             m->desc.rope_dims, m->desc.rope_base, kc ? kc->lens : NULL, 0, 0);
             if (kc) tfm__kv_store(kc, layer, 0, m->q + C, 3 * C, B, Tq);
         }
     }
@@ -5768,6 +5797,9 @@ static void tfm__mha_bwd(tfm_mha *m, float *dx, float dx_beta, float *dxkv, cons
         (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)C, m->dkv, (int)(2 * C), m->dkv + C, (int)(2 * C), m->dctx, (int)C);
     } else {
         (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)(3 * C), m->dq + C, (int)(3 * C), m->dq + 2 * C, (int)(3 * C), m->dctx, (int)C);
+        if (m->desc.rope_dims) /* back through the rotation of q and k: its transpose, in place */
+            tfm__op_rope(m->device, m->dq, m->dq, 3 * C, B, Tq, 2 * m->desc.n_heads, (int)C / m->desc.n_heads,
+                         m->desc.rope_dims, m->desc.rope_base, NULL, 1, 0);
     }
     /* in_proj */
     {
@@ -6045,6 +6077,7 @@ static tfm_result tfm__block_desc_resolve(const char *fn, const tfm_block_desc *
     if (!(d->ln_eps >= 0.0f) || !isfinite(d->ln_eps))
         return tfm__fail(TFM_E_ARG, "%s: desc.ln_eps %g must be finite and >= 0", fn, (double)d->ln_eps);
     if ((int)d->norm < 0 || (int)d->norm > 1) return tfm__fail(TFM_E_ARG, "%s: desc.norm %d is not a tfm_norm_kind", fn, (int)d->norm);
+    TFM__TRY(tfm__rope_fields(fn, "desc.", d->rope_dims, &d->rope_base, d->d_model / d->n_heads));
     if (d->d_ff == 0) d->d_ff = 4 * d->d_model;
     if (d->max_batch == 0) d->max_batch = 1;
     if (d->max_kv_len == 0) d->max_kv_len = d->max_len;
@@ -6090,9 +6123,13 @@ TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm
     md.no_bias = d.no_bias;
     md.max_batch = d.max_batch;
     md.max_len = d.max_len;
+    md.rope_dims = d.rope_dims;
+    md.rope_base = d.rope_base;
     TFM__TRY(tfm_mha_init(&blk->self_attn, &md, mem));
     if (d.cross) {
         md.cross = 1;
+        md.rope_dims = 0;
+        md.rope_base = 0.0f;
         md.max_kv_len = d.max_kv_len;
         TFM__TRY(tfm_mha_init(&blk->cross_attn, &md, mem));
     }
@@ -6490,7 +6527,7 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
                          "max_tgt_len %d, max_batch %d, n_classes %d)", fn, c.tgt_vocab_size, c.n_layers, c.n_dec_layers,
                          c.d_ff, c.max_tgt_len, c.max_batch, c.n_classes);
     if ((int)c.act < 0 || (int)c.act > 3) return tfm__fail(TFM_E_ARG, "%s: cfg.act %d is not a tfm_activation", fn, (int)c.act);
-    if ((int)c.pos < 0 || (int)c.pos > 2) return tfm__fail(TFM_E_ARG, "%s: cfg.pos %d is not a tfm_pos_kind", fn, (int)c.pos);
+    if ((int)c.pos < 0 || (int)c.pos > 3) return tfm__fail(TFM_E_ARG, "%s: cfg.pos %d is not a tfm_pos_kind", fn, (int)c.pos);
     if ((int)c.pool < 0 || (int)c.pool > 1) return tfm__fail(TFM_E_ARG, "%s: cfg.pool %d is not a tfm_pool_kind", fn, (int)c.pool);
     if ((int)c.init < 0 || (int)c.init > 1) return tfm__fail(TFM_E_ARG, "%s: cfg.init %d is not a tfm_init_kind", fn, (int)c.init);
     if (c.device != TFM_DEVICE_CPU && c.device != TFM_DEVICE_CUDA)
@@ -6507,6 +6544,14 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
         return tfm__fail(TFM_E_ARG, "%s: cfg.ln_eps %g and cfg.init_std %g must be finite and >= 0", fn, (double)c.ln_eps,
                          (double)c.init_std);
     if ((int)c.norm < 0 || (int)c.norm > 1) return tfm__fail(TFM_E_ARG, "%s: cfg.norm %d is not a tfm_norm_kind", fn, (int)c.norm);
+    if (c.pos != TFM_POS_ROPE && (c.rope_dims || c.rope_base != 0.0f))
+        return tfm__fail(TFM_E_ARG, "%s: cfg.rope_dims %d and cfg.rope_base %g are for cfg.pos TFM_POS_ROPE", fn, c.rope_dims,
+                         (double)c.rope_base);
+    if (c.pos == TFM_POS_ROPE) {
+        if (c.rope_dims < 0) return tfm__fail(TFM_E_ARG, "%s: cfg.rope_dims %d must be >= 0", fn, c.rope_dims);
+        if (c.rope_dims == 0) c.rope_dims = c.d_model / c.n_heads;
+        TFM__TRY(tfm__rope_fields(fn, "cfg.", c.rope_dims, &c.rope_base, c.d_model / c.n_heads));
+    }
     if (c.tie_output && c.kind == TFM_MODEL_ENCODER_CLASSIFIER)
         return tfm__fail(TFM_E_ARG, "%s: cfg.tie_output needs an LM or encoder-decoder (a classifier's head is not a vocabulary)", fn);
     if (c.share_emb && c.kind != TFM_MODEL_ENCODER_DECODER)
@@ -6760,6 +6805,8 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     d.ln_eps = c->ln_eps;
     d.no_bias = c->no_bias;
     d.norm = c->norm;
+    d.rope_dims = c->rope_dims;
+    d.rope_base = c->rope_base;
     d.max_batch = c->max_batch;
     m->impl->n_enc = enc ? c->n_layers : 0;
     m->impl->n_dec = kind == TFM_MODEL_DECODER_LM ? c->n_layers : encdec ? c->n_dec_layers : 0;
@@ -9245,9 +9292,10 @@ static TFM__UNUSED tfm_result tfm__io_unsharded(const char *fn, const tfm_model 
     X(type_vocab_size, int, 1) X(emb_norm, int, 1)
 /* Fields written only where they are not 0 (a model without them saves the same file as before they came);
    a file without one reads 0. */
-#define TFM__CFG_OPT_INT_FIELDS(X) X(norm, tfm_norm_kind, 1)
+#define TFM__CFG_OPT_INT_FIELDS(X) X(norm, tfm_norm_kind, 1) X(rope_dims, int, 1)
+#define TFM__CFG_OPT_FLOAT_FIELDS(X) X(rope_base, 1)
 #define TFM__CFG_FLOAT_FIELDS(X) X(dropout, 0) X(attn_dropout, 0) X(ln_eps, 1) X(label_smoothing, 0) X(init_std, 0)
-#define TFM__IO_N_CFG 36    /* "format", 31 config fields and 1 optional one, the seed, the step and the generator */
+#define TFM__IO_N_CFG 38    /* "format", 31 config fields and 3 optional ones, the seed, the step and the generator */
 #define TFM__IO_MAX_KEY 256 /* longest user metadata key, in bytes */
 
 /* Tensor k of m's checkpoint (nk per parameter: the value, then with the training state exp_avg and exp_avg_sq)
@@ -9299,10 +9347,12 @@ TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags
 #define TFM__PUT_INT(f, type, arch) TFM__PUT("tfm." #f, "%d", (int)m->cfg.f);
 #define TFM__PUT_FLOAT(f, arch) TFM__PUT("tfm." #f, "%.9g", (double)m->cfg.f);
 #define TFM__PUT_OPT_INT(f, type, arch) if (m->cfg.f) TFM__PUT("tfm." #f, "%d", (int)m->cfg.f);
+#define TFM__PUT_OPT_FLOAT(f, arch) if (m->cfg.f != 0.0f) TFM__PUT("tfm." #f, "%.9g", (double)m->cfg.f);
     TFM__PUT("format", "transformer.h");
     TFM__CFG_INT_FIELDS(TFM__PUT_INT)
     TFM__CFG_FLOAT_FIELDS(TFM__PUT_FLOAT)
     TFM__CFG_OPT_INT_FIELDS(TFM__PUT_OPT_INT)
+    TFM__CFG_OPT_FLOAT_FIELDS(TFM__PUT_OPT_FLOAT)
     TFM__PUT("tfm.seed", "%llu", (unsigned long long)m->cfg.seed);
     if (nk == 3) TFM__PUT("tfm.step", "%lld", (long long)m->step);
     if (nk == 3) TFM__PUT("tfm.rng", "%016llx%016llx%016llx%016llx", (unsigned long long)s[0], (unsigned long long)s[1],
@@ -9311,6 +9361,7 @@ TFMDEF tfm_result tfm_model_save(const tfm_model *m, const char *path, int flags
 #undef TFM__PUT_INT
 #undef TFM__PUT_FLOAT
 #undef TFM__PUT_OPT_INT
+#undef TFM__PUT_OPT_FLOAT
     for (i = 0; i < n_meta; uk += strlen(uk) + 1, i++, nm++) {
         sprintf(uk, "user.%s", meta[i].key);
         kv[2 * nm] = uk;
@@ -9347,6 +9398,7 @@ static tfm_result tfm__io_config(const char *fn, const char *path, const tfm__st
     TFM__CFG_INT_FIELDS(TFM__GET_INT)
     TFM__CFG_FLOAT_FIELDS(TFM__GET_FLOAT)
     TFM__CFG_OPT_INT_FIELDS(TFM__GET_INT)
+    TFM__CFG_OPT_FLOAT_FIELDS(TFM__GET_FLOAT)
     /* files from before cfg.max_seq_len was renamed max_len */
     if (!tfm__st_meta_get(h, "tfm.max_len")) TFM__GET("tfm.max_seq_len", 1, cfg->max_len = (int)x)
 #undef TFM__GET
@@ -9389,6 +9441,7 @@ static tfm_result tfm__io_check(const char *fn, const char *path, const tfm__st_
         TFM__CFG_INT_FIELDS(TFM__CMP_INT)
         TFM__CFG_FLOAT_FIELDS(TFM__CMP_FLOAT)
         TFM__CFG_OPT_INT_FIELDS(TFM__CMP_INT)
+        TFM__CFG_OPT_FLOAT_FIELDS(TFM__CMP_FLOAT)
 #undef TFM__CMP_INT
 #undef TFM__CMP_FLOAT
     }

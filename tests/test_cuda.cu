@@ -1840,7 +1840,7 @@ static void cu_layers_small(void) {
 #define CU_B 2  /* batch rows */
 #define CU_T 8  /* longest sequence */
 #define CU_IN 6
-#define CU_N_MODELS 6
+#define CU_N_MODELS 7
 
 typedef struct cu_data {
     int32_t tokens[CU_B * CU_T], lens[CU_B], tgt_in[CU_B * CU_T], targets[CU_B * CU_T], types[CU_B * CU_T];
@@ -1849,7 +1849,7 @@ typedef struct cu_data {
 } cu_data;
 
 static const char *const cu_model_names[CU_N_MODELS] = {"classifier", "classifier cls_token input_dim", "lm", "encdec",
-                                                        "encdec shared", "bert classifier"};
+                                                        "encdec shared", "bert classifier", "lm rope"};
 
 /* Six tiny models that cover the configuration's switches between them: post-LN and pre-LN, ReLU, GELU
    and tanh-GELU, learned and sinusoidal positions, mean and [CLS] pooling, token and continuous inputs,
@@ -1922,6 +1922,17 @@ static tfm_config cu_model_cfg(int which, tfm_device dev) {
         c.type_vocab_size = 2;
         c.emb_norm = 1;
         c.ln_eps = 1e-12f;
+        break;
+    case 6: /* rotary positions (6 of 8 channels, base 100) in LLaMA's block */
+        c.kind = TFM_MODEL_DECODER_LM;
+        c.vocab_size = 13;
+        c.max_len = CU_T;
+        c.norm_first = 1;
+        c.act = TFM_ACT_SWIGLU;
+        c.norm = TFM_NORM_RMS;
+        c.pos = TFM_POS_ROPE;
+        c.rope_dims = 6;
+        c.rope_base = 100.0f;
         break;
     default:
         c.kind = TFM_MODEL_ENCODER_DECODER;
@@ -2174,10 +2185,13 @@ static void cu_model_lm(void) { cu_model_case(2); }
 static void cu_model_encdec(void) { cu_model_case(3); }
 static void cu_model_encdec_shared(void) { cu_model_case(4); }
 static void cu_model_bert(void) { cu_model_case(5); }
+static void cu_model_rope(void) { cu_model_case(6); }
 
 /* ==== 5. generation: the same tokens and scores as on the CPU ========================================== */
 
-static void cu_gen_cfg(tfm_config *c, int encdec, int max_batch, tfm_device dev) {
+/* which: 0 an LM, 1 an encoder-decoder, 2 an LM with rotary positions (the cache's keys turned at their positions) */
+static void cu_gen_cfg(tfm_config *c, int which, int max_batch, tfm_device dev) {
+    int encdec = which == 1;
     memset(c, 0, sizeof *c);
     c->kind = encdec ? TFM_MODEL_ENCODER_DECODER : TFM_MODEL_DECODER_LM;
     c->vocab_size = 13;
@@ -2191,16 +2205,17 @@ static void cu_gen_cfg(tfm_config *c, int encdec, int max_batch, tfm_device dev)
     c->max_batch = max_batch;
     c->norm_first = !encdec;
     c->act = encdec ? TFM_ACT_RELU : TFM_ACT_GELU_TANH;
-    c->pos = encdec ? TFM_POS_SINUSOIDAL : TFM_POS_LEARNED;
+    c->pos = encdec ? TFM_POS_SINUSOIDAL : which == 2 ? TFM_POS_ROPE : TFM_POS_LEARNED;
+    c->rope_base = which == 2 ? 100.0f : 0.0f;
     c->init_std = 0.3f; /* logits far from uniform: no near-ties for the argmax */
     c->seed = 7;
     c->device = dev;
 }
 
 /* the CPU model and its GPU twin; 0 (and nothing left) on failure */
-static int cu_gen_pair(tfm_model *m, int encdec, int max_batch) {
+static int cu_gen_pair(tfm_model *m, int which, int max_batch) {
     tfm_config c[2];
-    CU_DEVS cu_gen_cfg(&c[dv], encdec, max_batch, CU_DEV);
+    CU_DEVS cu_gen_cfg(&c[dv], which, max_batch, CU_DEV);
     if (!cu_init(&m[0], &c[0], "generation")) return 0;
     if (!cu_init(&m[1], &c[1], "generation")) {
         tfm_model_free(&m[0]);
@@ -2216,19 +2231,19 @@ static void cu_check_ids(const char *what, const int32_t *got, int ngot, const i
 }
 
 /* greedy decoding, a batch of uneven prompts (and sources) with a stop token, beam search (width 3,
-   n_best 2), scoring and sampling, for an LM (encdec 0) and an encoder-decoder */
-static void cu_gen_case(int encdec) {
+   n_best 2), scoring and sampling, for each model of cu_gen_cfg */
+static void cu_gen_case(int which) {
     tfm_model m[2];
     tfm_gen_opts o;
     int32_t src[6] = {4, 9, 1, 12, 3, 7}, prompt[3] = {2, 7, 5};
     int32_t srcs[3][8] = {{3, 1, 4, 1, 5}, {9, 2, 6, 5, 3, 5, 8, 9}, {3, 8}}, prompts[3][4] = {{2, 7, 1, 8}, {1}, {4, 1}};
-    int src_lens[3] = {5, 8, 2}, n_prompts[3] = {4, 1, 2}, n_prompt = encdec ? 1 : 3, max_new = encdec ? 8 : 9, b, k;
+    int encdec = which == 1, src_lens[3] = {5, 8, 2}, n_prompts[3] = {4, 1, 2}, n_prompt = encdec ? 1 : 3, max_new = encdec ? 8 : 9, b, k;
     const int32_t *sp[3], *pp[3];
     int32_t out[2][3 * 9], stop;
     int n_out[2][3], lens[2][2], found[2];
     float scores[2][2], logp[2][12], total[2];
-    const char *kind = encdec ? "encdec" : "lm";
-    if (!cu_gen_pair(m, encdec, 3)) return;
+    const char *kind = encdec ? "encdec" : which ? "lm rope" : "lm";
+    if (!cu_gen_pair(m, which, 3)) return;
     for (b = 0; b < 3; b++) sp[b] = srcs[b], pp[b] = prompts[b];
     if (encdec) n_prompts[0] = 2;
     CU_DEVS tfm_model_train(&m[dv], 0);
@@ -2289,6 +2304,7 @@ static void cu_gen_case(int encdec) {
 
 static void cu_gen_lm(void) { cu_gen_case(0); }
 static void cu_gen_encdec(void) { cu_gen_case(1); }
+static void cu_gen_rope(void) { cu_gen_case(2); }
 
 /* beam_width 5 over a model of max_batch 2: the beams run two rows at a time */
 static void cu_gen_wide_beam(void) {
@@ -3219,11 +3235,13 @@ static void suite_models(void) {
     RUN(cu_model_encdec);
     RUN(cu_model_encdec_shared);
     RUN(cu_model_bert);
+    RUN(cu_model_rope);
 }
 
 static void suite_generate(void) {
     RUN(cu_gen_lm);
     RUN(cu_gen_encdec);
+    RUN(cu_gen_rope);
     RUN(cu_gen_wide_beam);
 }
 

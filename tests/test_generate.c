@@ -17,6 +17,7 @@ static void gen_config(tfm_config *c, tfm_model_kind kind, int norm_first, tfm_p
     c->pos = pos;
     c->act = norm_first ? TFM_ACT_GELU_TANH : TFM_ACT_RELU;
     c->scale_emb = pos == TFM_POS_SINUSOIDAL;
+    c->rope_base = pos == TFM_POS_ROPE ? 100.0f : 0.0f; /* rotary: every pair turns visibly over a few positions */
     c->init_std = 0.3f; /* large weights: logits far from uniform, so a wrong cache shows */
     c->seed = 7;
 }
@@ -105,12 +106,12 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
    logits against the full forward's at that position (1e-5 relative, as above). After two steps the
    rows swap places; when sequence 1 is done, the row of sequence 0 (the shorter) is copied over it, so
    the copy's slot still holds sequence 1's later keys, which it must not see. */
-static void gen_check_cache_uneven(tfm_model_kind kind) {
+static void gen_check_cache_uneven(tfm_model_kind kind, tfm_pos_kind pos) {
     tfm_model m;
     tfm_kv_cache kc;
     int encdec = kind == TFM_MODEL_ENCODER_DECODER, n_total = 10, n_ids[2] = {3, 7}, sq[2] = {0, 1}, at[2], step, r;
     int64_t V;
-    float *full = gen_full_logits(&m, kind, 1, TFM_POS_LEARNED, n_total);
+    float *full = gen_full_logits(&m, kind, 1, pos, n_total);
     const float *memory = NULL;
     int32_t ids[14];
     if (!full) return;
@@ -128,8 +129,8 @@ static void gen_check_cache_uneven(tfm_model_kind kind) {
         int32_t tok[2];
         for (r = 0; r < 2; r++) {
             char what[96];
-            snprintf(what, sizeof what, "kind %d uneven: step %d row %d (sequence %d) position %d", (int)kind, step, r, sq[r],
-                     at[r] - 1);
+            snprintf(what, sizeof what, "kind %d pos %d uneven: step %d row %d (sequence %d) position %d", (int)kind, (int)pos,
+                     step, r, sq[r], at[r] - 1);
             CHECK(kc.lens[r] == at[r]);
             CHECK_REL(what, test_rel_err_f(m.impl->logits + r * V, full + ((int64_t)sq[r] * n_total + at[r] - 1) * V, (size_t)V),
                       1e-5);
@@ -164,27 +165,32 @@ static void gen_test_cache_lm(void) {
     gen_check_cache(TFM_MODEL_DECODER_LM, 0, TFM_POS_LEARNED);
     gen_check_cache(TFM_MODEL_DECODER_LM, 1, TFM_POS_LEARNED);
     gen_check_cache(TFM_MODEL_DECODER_LM, 1, TFM_POS_SINUSOIDAL);
+    gen_check_cache(TFM_MODEL_DECODER_LM, 0, TFM_POS_ROPE); /* cached keys turned at their positions */
+    gen_check_cache(TFM_MODEL_DECODER_LM, 1, TFM_POS_ROPE);
 }
 
 static void gen_test_cache_encdec(void) {
     gen_check_cache(TFM_MODEL_ENCODER_DECODER, 0, TFM_POS_LEARNED);
     gen_check_cache(TFM_MODEL_ENCODER_DECODER, 1, TFM_POS_SINUSOIDAL);
+    gen_check_cache(TFM_MODEL_ENCODER_DECODER, 0, TFM_POS_ROPE);
 }
 
 static void gen_test_cache_uneven(void) {
-    gen_check_cache_uneven(TFM_MODEL_DECODER_LM);
-    gen_check_cache_uneven(TFM_MODEL_ENCODER_DECODER);
+    gen_check_cache_uneven(TFM_MODEL_DECODER_LM, TFM_POS_LEARNED);
+    gen_check_cache_uneven(TFM_MODEL_ENCODER_DECODER, TFM_POS_LEARNED);
+    gen_check_cache_uneven(TFM_MODEL_DECODER_LM, TFM_POS_ROPE); /* each row turned at its own positions */
+    gen_check_cache_uneven(TFM_MODEL_ENCODER_DECODER, TFM_POS_ROPE);
 }
 
 /* Greedy generation: each new token is the argmax of a full forward over everything before it. */
-static void gen_test_greedy(void) {
+static void gen_check_greedy(tfm_pos_kind pos) {
     tfm_config c;
     tfm_model m;
     tfm_gen_opts o;
     tfm_batch b;
     int32_t seq[12] = {3, 1, 4}, out[9];
     int n = 0, i, t;
-    gen_config(&c, TFM_MODEL_DECODER_LM, 1, TFM_POS_LEARNED);
+    gen_config(&c, TFM_MODEL_DECODER_LM, 1, pos);
     CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
     if (!m.impl) return;
     memset(&o, 0, sizeof o);
@@ -203,7 +209,8 @@ static void gen_test_greedy(void) {
         int best = 0, j;
         for (j = 1; j < c.vocab_size; j++)
             if (row[j] > row[best]) best = j;
-        CHECK_MSG(best == seq[t + 1], "position %d: generated %d, argmax of the full forward %d", t + 1, seq[t + 1], best);
+        CHECK_MSG(best == seq[t + 1], "pos %d position %d: generated %d, argmax of the full forward %d", (int)pos, t + 1,
+                  seq[t + 1], best);
     }
     /* a stop token ends generation right after it is emitted */
     o.has_stop = 1;
@@ -227,6 +234,10 @@ static void gen_test_greedy(void) {
         CHECK(na == ng && !memcmp(a, g, sizeof a));
     }
     tfm_model_free(&m);
+}
+static void gen_test_greedy(void) {
+    gen_check_greedy(TFM_POS_LEARNED);
+    gen_check_greedy(TFM_POS_ROPE);
 }
 
 static void gen_test_errors(void) {
@@ -691,7 +702,7 @@ static void gen_test_beam_greedy(void) {
 /* On a model of 5 tokens, beam width 5 over 2 new tokens with a stop token: the n-best list equals an
    exhaustive search (every sequence scored by full forwards), with and without a length penalty. The
    model runs max_batch rows at once: fewer than the beams, they are decoded in chunks. */
-static void gen_check_beam_exhaustive(int encdec, float alpha, int max_batch) {
+static void gen_check_beam_exhaustive(int encdec, float alpha, int max_batch, tfm_pos_kind pos) {
     tfm_config c;
     tfm_model m;
     tfm_gen_opts o;
@@ -701,7 +712,7 @@ static void gen_check_beam_exhaustive(int encdec, float alpha, int max_batch) {
     int all_len[30];
     double all_score[30], all_norm[30];
     float scores[5], lg[8];
-    gen_config(&c, encdec ? TFM_MODEL_ENCODER_DECODER : TFM_MODEL_DECODER_LM, 1, TFM_POS_LEARNED);
+    gen_config(&c, encdec ? TFM_MODEL_ENCODER_DECODER : TFM_MODEL_DECODER_LM, 1, pos);
     c.vocab_size = V;
     c.tgt_vocab_size = encdec ? V : 0;
     c.max_batch = max_batch;
@@ -751,8 +762,8 @@ static void gen_check_beam_exhaustive(int encdec, float alpha, int max_batch) {
         for (j = 0; j < n_all; j++) /* the i-th best of the exhaustive list */
             if (all_len[j] > 0 && (best < 0 || all_norm[j] > all_norm[best])) best = j;
         CHECK_MSG(lens[i] == all_len[best] && out[i * 2] == all_tok[best][0] && (lens[i] == 1 || out[i * 2 + 1] == all_tok[best][1]),
-                  "encdec %d alpha %g: hypothesis %d is (%d,%d) of length %d, exhaustive (%d,%d) of length %d", encdec,
-                  (double)alpha, i, out[i * 2], lens[i] > 1 ? out[i * 2 + 1] : -1, lens[i], all_tok[best][0],
+                  "encdec %d alpha %g pos %d: hypothesis %d is (%d,%d) of length %d, exhaustive (%d,%d) of length %d", encdec,
+                  (double)alpha, (int)pos, i, out[i * 2], lens[i] > 1 ? out[i * 2 + 1] : -1, lens[i], all_tok[best][0],
                   all_len[best] > 1 ? all_tok[best][1] : -1, all_len[best]);
         CHECK_NEAR(scores[i], all_score[best], 1e-5 * (1.0 + fabs(all_score[best])));
         all_len[best] = 0; /* taken */
@@ -761,15 +772,18 @@ static void gen_check_beam_exhaustive(int encdec, float alpha, int max_batch) {
 }
 
 static void gen_test_beam_exhaustive(void) {
-    gen_check_beam_exhaustive(0, 0.0f, 5);
-    gen_check_beam_exhaustive(0, 1.0f, 5);
-    gen_check_beam_exhaustive(1, 0.0f, 5);
-    gen_check_beam_exhaustive(1, 2.0f, 5);
+    gen_check_beam_exhaustive(0, 0.0f, 5, TFM_POS_LEARNED);
+    gen_check_beam_exhaustive(0, 1.0f, 5, TFM_POS_LEARNED);
+    gen_check_beam_exhaustive(1, 0.0f, 5, TFM_POS_LEARNED);
+    gen_check_beam_exhaustive(1, 2.0f, 5, TFM_POS_LEARNED);
     /* five beams on models that run two rows, or one, at once */
-    gen_check_beam_exhaustive(0, 1.0f, 2);
-    gen_check_beam_exhaustive(1, 2.0f, 2);
-    gen_check_beam_exhaustive(0, 0.0f, 1);
-    gen_check_beam_exhaustive(1, 0.0f, 1);
+    gen_check_beam_exhaustive(0, 1.0f, 2, TFM_POS_LEARNED);
+    gen_check_beam_exhaustive(1, 2.0f, 2, TFM_POS_LEARNED);
+    gen_check_beam_exhaustive(0, 0.0f, 1, TFM_POS_LEARNED);
+    gen_check_beam_exhaustive(1, 0.0f, 1, TFM_POS_LEARNED);
+    /* rotary positions: beams reordered in the cache keep keys turned at their positions */
+    gen_check_beam_exhaustive(0, 1.0f, 2, TFM_POS_ROPE);
+    gen_check_beam_exhaustive(1, 0.0f, 5, TFM_POS_ROPE);
 }
 
 /* A wider beam over longer outputs: every hypothesis's score is its log-probability under

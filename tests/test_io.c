@@ -951,6 +951,51 @@ static void io_errors_arch(void) {
         CHECK_ERR(tfm_model_load(&m, rpath), TFM_E_FORMAT, "norm 1 but the model has 0");
         tfm_model_free(&m2);
     }
+    /* rotary positions: a model without them writes no tfm.rope_* key (its file is what it was); a rotary
+       model's config loads with both fields and builds a model its weights load into; each field is
+       architecture */
+    {
+        io_meta mt;
+        tfm__st_header h;
+        int k, named = 0;
+        if (io_meta_from(&mt, path, &h)) {
+            for (k = 0; k < mt.n; k++) named |= !strncmp(mt.kv[2 * k], "tfm.rope", 8);
+            tfm__st_header_free(&h);
+        }
+        CHECK_MSG(!named, "a model without rotary positions saved a tfm.rope_* key");
+    }
+    c2 = c;
+    c2.pos = TFM_POS_ROPE;
+    c2.rope_dims = 2;
+    c2.rope_base = 500.0f;
+    if (io_init(&m2, &c2, "rope")) {
+        const char *rpath = io_path("arch_rope.safetensors");
+        tfm_config lc;
+        tfm_model m3;
+        CHECK_OK(tfm_model_save(&m2, rpath, 0, NULL, 0));
+        CHECK_OK(tfm_config_load(rpath, &lc));
+        CHECK(lc.pos == TFM_POS_ROPE && lc.rope_dims == 2 && lc.rope_base == 500.0f);
+        lc.seed += 1;
+        if (io_init(&m3, &lc, "rope from its config")) {
+            CHECK_OK(tfm_model_load(&m3, rpath));
+            CHECK(io_params_diff(&m2, &m3) == NULL);
+            tfm_model_free(&m3);
+        }
+        lc.rope_base = 10000.0f;
+        if (io_init(&m3, &lc, "rope, another base")) {
+            CHECK_ERR(tfm_model_load(&m3, rpath), TFM_E_FORMAT, "rope_base 500 but the model has 10000");
+            tfm_model_free(&m3);
+        }
+        lc.rope_base = 500.0f;
+        lc.rope_dims = 0; /* the head size, 8 */
+        if (io_init(&m3, &lc, "rope, all channels")) {
+            CHECK_ERR(tfm_model_load(&m3, rpath), TFM_E_FORMAT, "rope_dims 2 but the model has 8");
+            tfm_model_free(&m3);
+        }
+        CHECK_ERR(tfm_model_load(&m, rpath), TFM_E_FORMAT, "pos 3 but the model has 0");
+        tfm_model_free(&m2);
+        remove(rpath);
+    }
     /* another kind */
     c2 = io_cfg(0);
     c2.vocab_size = c.vocab_size;

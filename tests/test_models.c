@@ -2056,6 +2056,128 @@ static void md_bert_layout_rms(void) {
     tfm_model_free(&m);
 }
 
+/* Rotary positions: the gradients of the query and key rows of every in_proj (they reach the loss only
+   through the rotation and its backward) and of the token embedding against central finite differences of
+   the loss, in a causal LM turning 4 of 6 channels and in a classifier over padded rows turning all of them;
+   the config's rotary fields are checked. */
+static void md_rope(void) {
+    enum { B = 3, T = 6 };
+    int32_t tokens[B * T], targets[B * T], lens[B] = {6, 2, 5}, labels[B] = {0, 2, 1};
+    tfm_rng r;
+    int kind, i, k, checked = 0;
+    tfm_rng_seed(&r, 12);
+    for (i = 0; i < B * T; i++) tokens[i] = md_randint(&r, 9), targets[i] = md_randint(&r, 9);
+    for (kind = 0; kind < 2; kind++) {
+        tfm_config c;
+        tfm_model m;
+        tfm_batch b;
+        char what[64];
+        memset(&c, 0, sizeof c);
+        c.kind = kind ? TFM_MODEL_ENCODER_CLASSIFIER : TFM_MODEL_DECODER_LM;
+        c.vocab_size = 9;
+        c.n_classes = kind ? 3 : 0;
+        c.d_model = 12;
+        c.n_heads = 2;
+        c.n_layers = 2;
+        c.d_ff = 16;
+        c.max_len = T;
+        c.max_batch = B;
+        c.norm_first = kind;
+        c.act = TFM_ACT_GELU;
+        c.pos = TFM_POS_ROPE;
+        c.rope_dims = kind ? 0 : 4;
+        c.rope_base = kind ? 0.0f : 100.0f;
+        c.init_std = 0.4f;
+        c.seed = 9;
+        snprintf(what, sizeof what, "rope %s", kind ? "classifier" : "LM");
+        if (!md_init(&m, &c, what)) return;
+        CHECK(m.cfg.rope_dims == (kind ? 6 : 4) && m.cfg.rope_base == (kind ? 10000.0f : 100.0f));
+        CHECK(tfm_model_param(&m, "pos_emb.weight") == NULL);
+        memset(&b, 0, sizeof b);
+        b.batch = B;
+        b.len = T;
+        b.tokens = tokens;
+        b.lens = kind ? lens : NULL;
+        b.targets = kind ? labels : targets;
+        tfm_model_train(&m, 0);
+        tfm_model_zero_grad(&m);
+        CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
+        CHECK_OK(tfm_model_backward(&m, 1.0f));
+        for (i = 0; i < m.n_params; i++) {
+            tfm_param *p = &m.params[i];
+            int qk = strstr(p->name, "in_proj") != NULL, n = qk ? 8 : 4;
+            if (!qk && strcmp(p->name, "tok_emb.weight")) continue;
+            for (k = 0; k < n; k++) {
+                /* in_proj: an element of the query or key rows (the first 2C of 3C) */
+                int64_t span = qk ? tfm_numel(&p->value) * 2 / 3 : tfm_numel(&p->value);
+                int64_t j = (int64_t)(tfm_rng_u64(&r) % (uint64_t)span);
+                float keep = p->value.data[j], h = 2e-3f, lp = 0.0f, lm = 0.0f;
+                double fd, an = p->grad.data[j], err;
+                p->value.data[j] = keep + h;
+                CHECK_OK(tfm_model_forward(&m, &b, &lp, NULL));
+                p->value.data[j] = keep - h;
+                CHECK_OK(tfm_model_forward(&m, &b, &lm, NULL));
+                p->value.data[j] = keep;
+                fd = ((double)lp - (double)lm) / (2.0 * h);
+                err = fabs(fd - an) / (2e-3 + 2e-2 * fabs(an));
+                CHECK_MSG(err <= 1.0, "%s: %s[%lld]: backward %.6g, finite differences %.6g", what, p->name, (long long)j, an, fd);
+                checked++;
+            }
+        }
+        tfm_model_free(&m);
+    }
+    CHECK(checked == 2 * (4 + 4 * 8));
+    { /* the config's fields */
+        tfm_config c = md_cfg(TFM_MODEL_DECODER_LM), c2; /* d_model 32, n_heads 4: heads of 8 */
+        c2 = c;
+        c2.rope_dims = 4;
+        md_init_err("rope_dims without rotary positions", &c2, TFM_E_ARG, "cfg.rope_dims 4 and cfg.rope_base 0 are for cfg.pos");
+        c2 = c;
+        c2.rope_base = 100.0f;
+        md_init_err("rope_base without rotary positions", &c2, TFM_E_ARG, "are for cfg.pos TFM_POS_ROPE");
+        c.pos = TFM_POS_ROPE;
+        c2 = c;
+        c2.rope_dims = 3;
+        md_init_err("odd rope_dims", &c2, TFM_E_ARG, "cfg.rope_dims 3 must be even, >= 2 and at most the head size 8");
+        c2.rope_dims = 10;
+        md_init_err("rope_dims past the head", &c2, TFM_E_ARG, "cfg.rope_dims 10 must be even");
+        c2.rope_dims = -2;
+        md_init_err("negative rope_dims", &c2, TFM_E_ARG, "cfg.rope_dims -2 must be >= 0");
+        c2 = c;
+        c2.rope_base = 1.0f;
+        md_init_err("rope_base 1", &c2, TFM_E_ARG, "cfg.rope_base 1 must be finite and > 1");
+        c2.rope_base = INFINITY;
+        md_init_err("rope_base inf", &c2, TFM_E_ARG, "cfg.rope_base inf must be finite");
+        c2 = c;
+        c2.pos = (tfm_pos_kind)4;
+        md_init_err("pos 4", &c2, TFM_E_ARG, "cfg.pos 4 is not a tfm_pos_kind");
+    }
+    { /* the layers': a block's desc, and cross-attention refuses rotation */
+        tfm_block_desc d;
+        tfm_mha_desc md;
+        tfm_block blk;
+        tfm_mha a;
+        tfm_mem mem;
+        memset(&d, 0, sizeof d);
+        d.d_model = 8;
+        d.n_heads = 2;
+        d.max_len = 4;
+        d.rope_dims = 6;
+        memset(&mem, 0, sizeof mem); /* counting */
+        CHECK_ERR(tfm_block_init(&blk, &d, &mem), TFM_E_ARG, "tfm_block_init: desc.rope_dims 6 must be even, >= 2 and at most the head size 4");
+        memset(&md, 0, sizeof md);
+        md.d_model = 8;
+        md.n_heads = 2;
+        md.max_len = 4;
+        md.cross = 1;
+        md.rope_dims = 2;
+        CHECK_ERR(tfm_mha_init(&a, &md, &mem), TFM_E_ARG, "tfm_mha_init: desc.rope_dims 2: rotary positions are for self-attention");
+        md.cross = 0;
+        md.rope_base = -3.0f;
+        CHECK_ERR(tfm_mha_init(&a, &md, &mem), TFM_E_ARG, "desc.rope_base -3 must be finite and > 1");
+    }
+}
+
 static void suite_models(void) {
     int threads = tfm_get_num_threads();
     tfm_set_num_threads(1);
@@ -2090,5 +2212,6 @@ static void suite_models(void) {
     RUN(md_continuous_checkpoint);
     RUN(md_bert_layout);
     RUN(md_bert_layout_rms);
+    RUN(md_rope);
     tfm_set_num_threads(threads);
 }

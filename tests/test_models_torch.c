@@ -394,6 +394,12 @@ static int mt_config(const fx_file *fx, tfm_config *cfg, const int32_t **c_out) 
         if (!nk) return 0;
         cfg->norm = (tfm_norm_kind)nk->i32[0];
     }
+    if (fx_get(fx, "rope")) { /* rotary positions: rope_dims, and the base */
+        const fx_array *rd = mt_need_i32(fx, "rope", 1);
+        cfg->rope_base = mt_float(fx, "rope_base", &ok);
+        if (!rd || !ok) return 0;
+        cfg->rope_dims = rd->i32[0];
+    }
     if (fx_get(fx, "bert")) { /* BERT's layout: type_vocab_size, emb_norm */
         const fx_array *bt = mt_need_i32(fx, "bert", 2);
         if (!bt) return 0;
@@ -573,6 +579,13 @@ static void mt_model_encdec_post_rms(void) { mt_model_case("model_encdec_post_rm
    post-norm encoder-decoder */
 static void mt_model_lm_llama_norm_mlp(void) { mt_model_case("model_lm_llama_norm_mlp"); }
 static void mt_model_encdec_post_swiglu(void) { mt_model_case("model_encdec_post_swiglu"); }
+/* Rotary positions (torch: RopeSelfAttention, Hugging Face LLaMA's rotate_half): LLaMA's block in an LM (every
+   channel, base 10000), a post-LN LM turning 4 of 6 channels at base 100, an encoder-decoder (base 500) over a
+   padded source, a classifier over padded rows turning 2 of 4 channels */
+static void mt_model_lm_rope_llama(void) { mt_model_case("model_lm_rope_llama"); }
+static void mt_model_lm_rope_partial(void) { mt_model_case("model_lm_rope_partial"); }
+static void mt_model_encdec_rope(void) { mt_model_case("model_encdec_rope"); }
+static void mt_model_cls_rope(void) { mt_model_case("model_cls_rope"); }
 
 /* ---- AdamW: clip_grad_norm_ then torch.optim.AdamW (no decay on biases, norms, embeddings) ---- */
 static void mt_adamw_step(void) {
@@ -656,5 +669,9 @@ static void suite_models_torch(void) {
     RUN(mt_model_encdec_post_rms);
     RUN(mt_model_lm_llama_norm_mlp);
     RUN(mt_model_encdec_post_swiglu);
+    RUN(mt_model_lm_rope_llama);
+    RUN(mt_model_lm_rope_partial);
+    RUN(mt_model_encdec_rope);
+    RUN(mt_model_cls_rope);
     RUN(mt_adamw_step);
 }

@@ -36,11 +36,13 @@ Model fixtures (model_*)
     config     i32[23]  0 kind (1 classifier, 2 LM, 3 enc-dec), 1 vocab_size, 2 tgt_vocab_size,
                         3 n_classes, 4 d_model, 5 n_heads, 6 n_layers, 7 n_dec_layers, 8 d_ff,
                         9 max_len, 10 max_tgt_len, 11 max_batch, 12 act, 13 norm_first,
-                        14 pos (0 learned, 1 sinusoidal), 15 scale_emb, 16 pool (0 mean, 1 first),
+                        14 pos (0 learned, 1 sinusoidal, 3 rotary), 15 scale_emb, 16 pool (0 mean, 1 first),
                         17 tie_output, 18 share_emb, 19 B, 20 T, 21 Tt (0 unless enc-dec),
                         22 ignore_index (-100)
                         (every field as in tfm_config; each is given explicitly, no zero defaults)
     bert       i32[2]   optional: type_vocab_size, emb_norm (BERT's layout; absent: both 0)
+    norm       i32[1]   optional: the norm kind (absent: layernorm)
+    rope       i32[1]   with pos 3 (rotary): rope_dims;  rope_base f32 scalar
     label_smoothing, ln_eps   f32 scalars
     tokens     i32 (B,T)     lens i32 (B) (classifier, enc-dec; absent for the LM: no key padding)
     types      i32 (B,T)     optional: token types (batch.token_types; absent: type 0 everywhere)
@@ -140,12 +142,26 @@ def layernorm_explicit(x, w, b, eps):
     return (x - mu) / torch.sqrt(var + eps) * w + b
 
 
+def rope_explicit(x, H, rot, base):
+    """x (B,T,C): in each head, channel pair (j, j + rot/2) as the complex number a + ib times
+    exp(i t base^(-2j/rot)) at position t."""
+    B, T, C = x.shape
+    D, half = C // H, rot // 2
+    xh = x.reshape(B, T, H, D)
+    z = torch.complex(xh[..., :half], xh[..., half:rot])
+    ang = torch.tensor([[t * base ** (-2.0 * j / rot) for j in range(half)] for t in range(T)], dtype=torch.float64)
+    z = z * torch.polar(torch.ones_like(ang), ang)[None, :, None, :]
+    return torch.cat([z.real, z.imag, xh[..., rot:]], dim=-1).reshape(B, T, C)
+
+
 def mha_explicit(mha, x, src, vis):
     C = x.shape[-1]
     W, bW = mha.in_proj_weight, mha.in_proj_bias
     q = x @ W[:C].T + bW[:C]
     k = src @ W[C:2 * C].T + bW[C:2 * C]
     v = src @ W[2 * C:].T + bW[2 * C:]
+    if isinstance(mha, tm.RopeSelfAttention):
+        q, k = rope_explicit(q, mha.num_heads, mha.rot, mha.base), rope_explicit(k, mha.num_heads, mha.rot, mha.base)
     o, _ = attention_math(q, k, v, mha.num_heads, vis, 1.0 / math.sqrt(C // mha.num_heads))
     return o @ mha.out_proj.weight.T + mha.out_proj.bias
 
@@ -377,6 +393,9 @@ def model_case(name, cfg, B, T, Tt=0, lens=None, ignore=(), types=False):
     cs.f32("ln_eps", torch.tensor(c.ln_eps, dtype=torch.float64))
     if c.norm:
         cs.i32("norm", [c.norm])
+    if c.pos == tm.POS_ROPE:
+        cs.i32("rope", [c.rope_dims])
+        cs.f32("rope_base", torch.tensor(c.rope_base, dtype=torch.float64))
     store_batch(cs, c, batch)
     store_params(cs, model)
     cs.f64("logits", logits)
@@ -580,6 +599,30 @@ def main():
                      max_len=6, max_batch=2, act=G, norm_first=1, pos=tm.POS_SINUSOIDAL,
                      type_vocab_size=3, emb_norm=1, ln_eps=LN_EPS),
                    B=2, T=5, ignore=[(0, 4)]),
+        # rotary positions: LLaMA's block (RMSNorm, SwiGLU, every channel turned, base 10000) in an LM;
+        # a post-LN LM turning 4 of 6 channels at base 100; an encoder-decoder (encoder and decoder
+        # self-attention turn, padded source) and a classifier over padded rows
+        model_case("model_lm_rope_llama",
+                   C(kind=tm.DECODER_LM, vocab_size=13, d_model=16, n_heads=2, n_layers=2, d_ff=24,
+                     max_len=9, max_batch=2, act=tm.ACT_SWIGLU, norm_first=1, pos=tm.POS_ROPE,
+                     norm=tm.NORM_RMS, ln_eps=f32(1e-6)),
+                   B=2, T=9, ignore=[(1, 6)]),
+        model_case("model_lm_rope_partial",
+                   C(kind=tm.DECODER_LM, vocab_size=11, d_model=12, n_heads=2, n_layers=2, d_ff=24,
+                     max_len=8, max_batch=3, act=G, norm_first=0, pos=tm.POS_ROPE, rope_dims=4,
+                     rope_base=100.0, ln_eps=LN_EPS),
+                   B=3, T=8),
+        model_case("model_encdec_rope",
+                   C(kind=tm.ENCODER_DECODER, vocab_size=11, tgt_vocab_size=13, d_model=16,
+                     n_heads=2, n_layers=1, n_dec_layers=2, d_ff=32, max_len=7, max_tgt_len=6,
+                     max_batch=2, act=R, norm_first=1, pos=tm.POS_ROPE, rope_base=500.0,
+                     ln_eps=LN_EPS),
+                   B=2, T=7, Tt=6, lens=[7, 3]),
+        model_case("model_cls_rope",
+                   C(kind=tm.ENCODER_CLASSIFIER, vocab_size=11, n_classes=3, d_model=12, n_heads=3,
+                     n_layers=2, d_ff=24, max_len=6, max_batch=3, act=G, norm_first=1,
+                     pos=tm.POS_ROPE, rope_dims=2, pool=tm.POOL_MEAN, ln_eps=LN_EPS),
+                   B=3, T=6, lens=[6, 2, 5]),
         adamw_case("adamw_step"),
     ]
     total = sum(c.save(outdir) for c in cases)

@@ -19,7 +19,9 @@ What mirrors what
                           param_groups() (make_adamw()).
 
 Activations: 0 relu, 1 exact (erf) GELU, 2 GELU with the tanh approximation. norm_first selects
-pre-LN; post-LN is torch's default. Dropout is a constructor argument (0 for reference values).
+pre-LN; post-LN is torch's default. pos POS_ROPE (rotary positions, no table) replaces every layer's
+self_attn by RopeSelfAttention: nn.MultiheadAttention's parameters and math with Hugging Face LLaMA's
+rotate_half rotation of the projected queries and keys (cross-attention is left as it is). Dropout is a constructor argument (0 for reference values).
 
 Parameter names (exactly the state_dict keys):
   classifier  tok_emb.weight (V,C); pos_emb.weight (max_len,C) with learned positions;
@@ -54,7 +56,7 @@ import torch.nn.functional as F
 # enums of transformer.h, same values
 ACT_RELU, ACT_GELU, ACT_GELU_TANH, ACT_SWIGLU = 0, 1, 2, 3
 ENCODER_CLASSIFIER, DECODER_LM, ENCODER_DECODER = 1, 2, 3
-POS_LEARNED, POS_SINUSOIDAL, POS_NONE = 0, 1, 2
+POS_LEARNED, POS_SINUSOIDAL, POS_NONE, POS_ROPE = 0, 1, 2, 3
 NORM_LAYER, NORM_RMS = 0, 1
 POOL_MEAN, POOL_CLS = 0, 1
 
@@ -121,16 +123,68 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
+def rope_cos_sin(T, rot, base, dtype, offset=0):
+    """cos and sin (T,rot) of positions offset.. as Hugging Face's LLaMA forms them: inv_freq =
+    base^(-arange(0, rot, 2) / rot), emb = cat(freqs, freqs)."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot))
+    freqs = (torch.arange(T, dtype=torch.float64) + offset)[:, None] * inv_freq[None, :]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rope(x, rot, base):
+    """x (B,H,T,D): its first rot channels turned by position (apply_rotary_pos_emb), the rest as they are."""
+    cos, sin = rope_cos_sin(x.shape[2], rot, base, x.dtype)
+    xr, xp = x[..., :rot], x[..., rot:]
+    return torch.cat([xr * cos + rotate_half(xr) * sin, xp], dim=-1)
+
+
+class RopeSelfAttention(nn.Module):
+    """Self-attention with nn.MultiheadAttention's parameters (in_proj_weight (3C,C) q|k|v rows,
+    in_proj_bias, out_proj) and rotary positions on the projected queries and keys; called as the
+    layers call self_attn (query = key = value, bool attn_mask and key_padding_mask, True = hidden).
+    _qkv_same_embed_dim False keeps torch's encoder layer off its fused inference path."""
+
+    def __init__(self, d_model, n_heads, rot, base, dropout, dtype):
+        super().__init__()
+        self.embed_dim, self.num_heads, self.rot, self.base, self.dropout = d_model, n_heads, rot, base, dropout
+        self.batch_first, self._qkv_same_embed_dim = True, False
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * d_model, d_model, dtype=dtype))
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * d_model, dtype=dtype))
+        self.out_proj = nn.Linear(d_model, d_model, dtype=dtype)
+        nn.init.xavier_uniform_(self.in_proj_weight)
+
+    def forward(self, query, key, value, attn_mask=None, key_padding_mask=None, need_weights=False, **kw):
+        B, T, C = query.shape
+        H = self.num_heads
+        q, k, v = F.linear(query, self.in_proj_weight, self.in_proj_bias).split(C, dim=-1)
+        q, k, v = (z.reshape(B, T, H, C // H).transpose(1, 2) for z in (q, k, v))
+        q, k = apply_rope(q, self.rot, self.base), apply_rope(k, self.rot, self.base)
+        s = q @ k.transpose(-1, -2) / math.sqrt(C // H)
+        if attn_mask is not None:
+            s = s.masked_fill(attn_mask, float("-inf"))
+        if key_padding_mask is not None:
+            s = s.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+        p = F.dropout(torch.softmax(s, dim=-1), self.dropout, self.training)
+        o = (p @ v).transpose(1, 2).reshape(B, T, C)
+        return self.out_proj(o), None
+
+
 def make_norm(norm, d_model, eps, dtype):
     return RMSNorm(d_model, eps, dtype) if norm == NORM_RMS else nn.LayerNorm(d_model, eps=eps, dtype=dtype)
 
 
 def make_layer(d_model, n_heads, d_ff=0, act=ACT_RELU, norm_first=False, cross=False, ln_eps=1e-5,
-               dropout=0.0, dtype=torch.float64, norm=NORM_LAYER):
+               dropout=0.0, dtype=torch.float64, norm=NORM_LAYER, rope_dims=0, rope_base=10000.0):
     """The torch layer a tfm_block with these settings mirrors (d_ff 0 -> 4 * d_model; ACT_SWIGLU: linear1
     is (2 d_ff, d_model), gate rows then up rows, and linear2 reads silu(gate) * up); norm NORM_RMS
     puts an RMSNorm at each of its norms (training mode only: torch's inference fast path assumes
-    LayerNorm)."""
+    LayerNorm); rope_dims > 0 makes self_attn a RopeSelfAttention turning that many channels per head."""
     d_ff = d_ff or 4 * d_model
     cls = nn.TransformerDecoderLayer if cross else nn.TransformerEncoderLayer
     layer = cls(d_model, n_heads, dim_feedforward=d_ff, dropout=dropout, activation=activation_fn(act),
@@ -140,6 +194,8 @@ def make_layer(d_model, n_heads, d_ff=0, act=ACT_RELU, norm_first=False, cross=F
             setattr(layer, n, RMSNorm(d_model, ln_eps, dtype))
     if act == ACT_SWIGLU:  # linear1 makes gate and up: (2 d_ff, d_model)
         layer.linear1 = nn.Linear(d_model, 2 * d_ff, dtype=dtype)
+    if rope_dims:
+        layer.self_attn = RopeSelfAttention(d_model, n_heads, rope_dims, rope_base, dropout, dtype)
     return layer
 
 
@@ -163,9 +219,10 @@ class Stack(nn.Module):
     def __init__(self, n, cfg, cross, causal, dtype):
         super().__init__()
         self.cross, self.causal = cross, causal
+        rope = cfg.rope_dims if cfg.pos == POS_ROPE else 0
         self.layers = nn.ModuleList([
             make_layer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.act, cfg.norm_first, cross, cfg.ln_eps,
-                       cfg.dropout, dtype, cfg.norm) for _ in range(n)])
+                       cfg.dropout, dtype, cfg.norm, rope, cfg.rope_base) for _ in range(n)])
         if cfg.norm_first:
             self.norm = make_norm(cfg.norm, cfg.d_model, cfg.ln_eps, dtype)
         else:
@@ -190,7 +247,7 @@ class Config:
                   act=0, norm_first=0, pos=0, scale_emb=0, pool=0, tie_output=0, share_emb=0,
                   no_bias=0, dropout=0.0, attn_dropout=0.0, ln_eps=0.0, label_smoothing=0.0,
                   ignore_index=0, has_ignore_index=0, input_dim=0, cls_token=0, type_vocab_size=0,
-                  emb_norm=0, norm=0)
+                  emb_norm=0, norm=0, rope_dims=0, rope_base=0.0)
 
     def __init__(self, **kw):
         for k, v in self.FIELDS.items():
@@ -229,6 +286,11 @@ class Config:
         c.max_tgt_len = c.max_tgt_len or c.max_len
         c.max_batch = c.max_batch or 1
         c.ln_eps = c.ln_eps or 1e-5
+        if c.pos == POS_ROPE:
+            c.rope_dims = c.rope_dims or c.d_model // c.n_heads
+            c.rope_base = c.rope_base or 10000.0
+        elif c.rope_dims or c.rope_base:
+            raise ValueError("rope_dims and rope_base are for pos POS_ROPE")
         if not c.has_ignore_index and c.ignore_index == 0:
             c.ignore_index = -100
         if c.share_emb and c.kind == ENCODER_DECODER and c.tgt_vocab_size != c.vocab_size:
