@@ -43,7 +43,10 @@
    inputs such as image patches, cfg.cls_token for ViT's class vector) and encoder-decoders
    (TFM_MODEL_ENCODER_DECODER: batch.tgt_in and per-position targets) use the same calls. BERT's
    layout is config too: cfg.type_vocab_size (a token-type table, batch.token_types), cfg.emb_norm (a
-   layernorm over the embedding sum), exact GELU, post-LN, cfg.ln_eps 1e-12.
+   layernorm over the embedding sum), exact GELU, post-LN, cfg.ln_eps 1e-12. So is LLaMA's decoder
+   block: cfg.norm = TFM_NORM_RMS (every norm an RMSNorm), cfg.act = TFM_ACT_SWIGLU (the gated
+   feed-forward), cfg.pos = TFM_POS_ROPE (rotary positions inside attention and the cache),
+   cfg.no_bias = 1, cfg.norm_first = 1.
 
    Models of your own come from layers: linear maps, layernorms, multi-head attention and whole
    transformer blocks, each counted, allocated and carved from a tfm_mem, each a forward/backward pair,

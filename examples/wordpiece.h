@@ -1009,13 +1009,29 @@ static int wp__json_added(wp__json *j, wp__settings *s) {
     }
 }
 
+/* The next "token": id entry of the vocabulary object (j->p after its '{' or after an entry, which the
+   first reading checked): 1 with the entry's start, its string's decoded length and the id; 0 at the
+   closing '}'; -1 (j->err set) when the entry does not parse. */
+static int wp__vocab_next(wp__json *j, int *first, const unsigned char **start, size_t *len, long long *id) {
+    if (wp__jpeek(j) == '}') return 0;
+    if (!*first) j->p++; /* the ',' */
+    *first = 0;
+    *start = j->p;
+    if (!wp__jstr(j, NULL, 0, len) || !wp__jexpect(j, ':', "':'") ||
+        !wp__jint(j, 0, WP_MAX_TOKENS - 1, id, "a token's id"))
+        return -1;
+    return 1;
+}
+
 static wp_result wp__load_json(const unsigned char *data, size_t n, const char *name, wp_tokenizer **out) {
     wp__json j;
     wp__settings s;
     wp__jdoc d;
     char key[40];
     int first = 1, got, seen_model = 0, seen_norm = 0, seen_pre = 0, seen_added = 0;
-    size_t count = 0, pool = 0, i;
+    size_t count = 0, pool = 0, i, len;
+    long long id;
+    const unsigned char *start;
     wp_tokenizer *wp;
     wp_result r;
     memset(&j, 0, sizeof j);
@@ -1059,18 +1075,11 @@ static wp_result wp__load_json(const unsigned char *data, size_t n, const char *
     /* the vocabulary, pass 1: count the tokens and their bytes */
     j.p = d.vocab + 1;
     first = 1;
-    for (;;) {
-        size_t len;
-        long long id;
-        int c = wp__jpeek(&j);
-        if (c == '}') break;
-        if (!first) j.p++; /* the ',' (checked by the first reading) */
-        first = 0;
-        if (!wp__jstr(&j, NULL, 0, &len) || !wp__jexpect(&j, ':', "':'")) goto bad;
-        if (!wp__jint(&j, 0, WP_MAX_TOKENS - 1, &id, "a token's id")) goto bad;
+    while ((got = wp__vocab_next(&j, &first, &start, &len, &id)) > 0) {
         count++;
         pool += len + 1;
     }
+    if (got < 0) goto bad;
     if (count == 0) return wp__fail(WP_E_FORMAT, "wp_load: %s: \"model.vocab\" is empty", name);
     if (pool > 0xFFFFFFF0u) return wp__fail(WP_E_FORMAT, "wp_load: %s: \"model.vocab\" is too large", name);
     wp = wp__alloc(count, pool);
@@ -1078,22 +1087,10 @@ static wp_result wp__load_json(const unsigned char *data, size_t n, const char *
     /* pass 2: token strings go to the pool in id order; ids must be 0..count-1, each once */
     {
         /* first the lengths by id (in off[id + 1]), then the offsets, then the strings */
-        const unsigned char *start;
         for (i = 0; i <= count; i++) wp->off[i] = 0xFFFFFFFFu;
         j.p = d.vocab + 1;
         first = 1;
-        for (;;) {
-            size_t len;
-            long long id;
-            if (wp__jpeek(&j) == '}') break;
-            if (!first) j.p++;
-            first = 0;
-            start = j.p;
-            if (!wp__jstr(&j, NULL, 0, &len) || !wp__jexpect(&j, ':', "':'") ||
-                !wp__jint(&j, 0, WP_MAX_TOKENS - 1, &id, "a token's id")) {
-                WP_FREE(wp);
-                goto bad;
-            }
+        while ((got = wp__vocab_next(&j, &first, &start, &len, &id)) > 0) {
             if ((size_t)id >= count) {
                 j.p = start;
                 wp__jfail(&j, "a token has id %lld, but the vocabulary has %lu tokens (ids 0..%lu)", id,
@@ -1109,23 +1106,16 @@ static wp_result wp__load_json(const unsigned char *data, size_t n, const char *
             }
             wp->off[id + 1] = (uint32_t)len + 1;
         }
+        if (got < 0) {
+            WP_FREE(wp);
+            goto bad;
+        }
         wp->off[0] = 0;
         for (i = 0; i < count; i++) wp->off[i + 1] += wp->off[i];
         j.p = d.vocab + 1;
         first = 1;
-        for (;;) {
-            size_t len;
-            long long id;
-            if (wp__jpeek(&j) == '}') break;
-            if (!first) j.p++;
-            first = 0;
-            start = j.p;
-            /* the id follows the string: read it first, then decode the string into its place */
-            if (!wp__jstr(&j, NULL, 0, &len) || !wp__jexpect(&j, ':', "':'") ||
-                !wp__jint(&j, 0, WP_MAX_TOKENS - 1, &id, "a token's id")) {
-                WP_FREE(wp);
-                goto bad;
-            }
+        /* the id follows the string: read it first, then decode the string into its place */
+        while ((got = wp__vocab_next(&j, &first, &start, &len, &id)) > 0) {
             {
                 const unsigned char *after = j.p;
                 int32_t dup;
@@ -1142,6 +1132,10 @@ static wp_result wp__load_json(const unsigned char *data, size_t n, const char *
                     goto bad;
                 }
             }
+        }
+        if (got < 0) {
+            WP_FREE(wp);
+            goto bad;
         }
     }
     r = wp__finish(wp, &s, name, 0);

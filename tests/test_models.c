@@ -1873,6 +1873,48 @@ static int md_bert_fd(tfm_model *m, const tfm_batch *b, const char *const *names
 /* BERT's layout (token types, the embedding layernorm, eps 1e-12, exact GELU, post-LN): the gradients
    of the embedding parts against central differences (md_bert_fd), with and without
    batch.token_types; then the errors of the new fields and a checkpoint that records them. */
+/* The setup md_bert_layout and md_bert_layout_rms share: a 1-layer BERT-layout classifier (token types,
+   emb_norm, exact GELU, eps 1e-12) with layernorms (rms 0) or RMSNorms (rms 1), its norm weights moved off
+   1 and 0 so their gradients mean something, and a padded batch with types, in inference mode (no
+   dropout). 0 when the model could not be built (already reported). */
+static int md_bert_setup(tfm_model *m, tfm_config *c, tfm_batch *b, int32_t *tokens, int32_t *types,
+                         const int32_t *lens, const int32_t *labels, int B, int T, int rms, tfm_rng *r,
+                         const char *what) {
+    int i, k;
+    memset(c, 0, sizeof *c);
+    c->kind = TFM_MODEL_ENCODER_CLASSIFIER;
+    c->vocab_size = 7;
+    c->n_classes = 2;
+    c->d_model = 8;
+    c->n_heads = 2;
+    c->n_layers = 1;
+    c->d_ff = 16;
+    c->max_len = T;
+    c->max_batch = B;
+    c->act = TFM_ACT_GELU;
+    c->norm = rms ? TFM_NORM_RMS : TFM_NORM_LAYER;
+    c->type_vocab_size = 3;
+    c->emb_norm = 1;
+    c->ln_eps = 1e-12f;
+    c->init_std = 0.5f;
+    c->seed = 5 + (uint64_t)rms;
+    if (!md_init(m, c, what)) return 0;
+    tfm_rng_seed(r, 8 + (uint64_t)rms);
+    for (i = 0; i < B * T; i++) tokens[i] = md_randint(r, 7), types[i] = md_randint(r, 3);
+    for (i = 0; i < m->n_params; i++)
+        if (strstr(m->params[i].name, "norm"))
+            for (k = 0; k < tfm_numel(&m->params[i].value); k++)
+                m->params[i].value.data[k] += 0.3f * ((float)md_randint(r, 1000) / 1000.0f - 0.5f);
+    memset(b, 0, sizeof *b);
+    b->batch = B;
+    b->len = T;
+    b->tokens = tokens;
+    b->lens = lens;
+    b->targets = labels;
+    tfm_model_train(m, 0);
+    return 1;
+}
+
 static void md_bert_layout(void) {
     enum { B = 3, T = 5 };
     tfm_config c;
@@ -1882,36 +1924,7 @@ static void md_bert_layout(void) {
     const char *names[5] = {"tok_emb.weight", "pos_emb.weight", "type_emb.weight", "emb_norm.weight", "emb_norm.bias"};
     tfm_rng r;
     int i, k, pass, checked = 0;
-    memset(&c, 0, sizeof c);
-    c.kind = TFM_MODEL_ENCODER_CLASSIFIER;
-    c.vocab_size = 7;
-    c.n_classes = 2;
-    c.d_model = 8;
-    c.n_heads = 2;
-    c.n_layers = 1;
-    c.d_ff = 16;
-    c.max_len = T;
-    c.max_batch = B;
-    c.act = TFM_ACT_GELU;
-    c.type_vocab_size = 3;
-    c.emb_norm = 1;
-    c.ln_eps = 1e-12f;
-    c.init_std = 0.5f;
-    c.seed = 5;
-    if (!md_init(&m, &c, "bert layout")) return;
-    tfm_rng_seed(&r, 8);
-    for (i = 0; i < B * T; i++) tokens[i] = md_randint(&r, 7), types[i] = md_randint(&r, 3);
-    for (i = 0; i < m.n_params; i++) /* layernorm parameters off 1 and 0, so their gradients mean something */
-        if (strstr(m.params[i].name, "norm"))
-            for (k = 0; k < tfm_numel(&m.params[i].value); k++)
-                m.params[i].value.data[k] += 0.3f * ((float)md_randint(&r, 1000) / 1000.0f - 0.5f);
-    memset(&b, 0, sizeof b);
-    b.batch = B;
-    b.len = T;
-    b.tokens = tokens;
-    b.lens = lens;
-    b.targets = labels;
-    tfm_model_train(&m, 0);
+    if (!md_bert_setup(&m, &c, &b, tokens, types, lens, labels, B, T, 0, &r, "bert layout")) return;
     for (pass = 0; pass < 2; pass++) {
         b.token_types = pass ? NULL : types;
         checked += md_bert_fd(&m, &b, names, 5, &r, "bert layout");
@@ -1986,7 +1999,7 @@ static void md_bert_layout(void) {
    (logits as before), while adding 0.5 to every token vector shifts the sum, which only a layernorm
    would undo (logits move). */
 static void md_bert_layout_rms(void) {
-    enum { B = 3, T = 5, C = 8 };
+    enum { B = 3, T = 5 };
     tfm_config c;
     tfm_model m;
     tfm_batch b;
@@ -1997,38 +2010,8 @@ static void md_bert_layout_rms(void) {
     float base[B * 2];
     tfm_rng r;
     int i, k, pass, checked = 0;
-    memset(&c, 0, sizeof c);
-    c.kind = TFM_MODEL_ENCODER_CLASSIFIER;
-    c.vocab_size = 7;
-    c.n_classes = 2;
-    c.d_model = C;
-    c.n_heads = 2;
-    c.n_layers = 1;
-    c.d_ff = 16;
-    c.max_len = T;
-    c.max_batch = B;
-    c.act = TFM_ACT_GELU;
-    c.norm = TFM_NORM_RMS;
-    c.type_vocab_size = 3;
-    c.emb_norm = 1;
-    c.ln_eps = 1e-12f;
-    c.init_std = 0.5f;
-    c.seed = 6;
-    if (!md_init(&m, &c, "bert layout rms")) return;
+    if (!md_bert_setup(&m, &c, &b, tokens, types, lens, labels, B, T, 1, &r, "bert layout rms")) return;
     CHECK_MSG(tfm_model_param(&m, "emb_norm.bias") == NULL, "an RMS emb_norm has no bias");
-    tfm_rng_seed(&r, 9);
-    for (i = 0; i < B * T; i++) tokens[i] = md_randint(&r, 7), types[i] = md_randint(&r, 3);
-    for (i = 0; i < m.n_params; i++) /* norm weights off 1, so their gradients mean something */
-        if (strstr(m.params[i].name, "norm"))
-            for (k = 0; k < tfm_numel(&m.params[i].value); k++)
-                m.params[i].value.data[k] += 0.3f * ((float)md_randint(&r, 1000) / 1000.0f - 0.5f);
-    memset(&b, 0, sizeof b);
-    b.batch = B;
-    b.len = T;
-    b.tokens = tokens;
-    b.lens = lens;
-    b.targets = labels;
-    tfm_model_train(&m, 0);
     for (pass = 0; pass < 2; pass++) {
         b.token_types = pass ? NULL : types;
         checked += md_bert_fd(&m, &b, names, 6, &r, "bert layout rms");
