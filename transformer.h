@@ -7353,6 +7353,8 @@ static const float *tfm__decoder_fwd(tfm_model *m, const int32_t *ids, const flo
 
 TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *loss, int64_t *n_counted) {
     const tfm_config *c;
+    tfm_rng rng0;
+    tfm_result r;
     int B, T, Te, Tt = 0, kind;
     int64_t C, i, rows, n_out, counted = 0;
     const float *h, *inputs;
@@ -7392,6 +7394,7 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
         m->impl->tgt_in = m->impl->tgt_ids;
     }
     m->impl->gen_replaced = 0;
+    rng0 = m->impl->rng;
     if (m->impl->training) m->impl->fwd_seed = tfm_rng_u64(&m->impl->rng);
 
     if (kind == TFM_MODEL_DECODER_LM) {
@@ -7437,7 +7440,13 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     }
     if (loss) *loss = m->impl->last_loss;
     if (n_counted) *n_counted = counted;
-    return tfm__scratch_check("tfm_model_forward");
+    r = tfm__scratch_check("tfm_model_forward");
+    if (r != TFM_OK) { /* the random stream as it was, and no forward for backward to use */
+        m->impl->rng = rng0;
+        m->impl->B = 0;
+        m->impl->has_targets = 0;
+    }
+    return r;
 }
 
 TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {

@@ -1741,6 +1741,26 @@ static void md_scratch_nomem(void) {
         free(g1);
         free(g2);
     }
+    { /* with dropout: a refused forward leaves the random stream as it was (the next forward draws the
+         masks a twin model's first forward draws) and no state for backward */
+        tfm_model m2;
+        tfm_config c2 = c;
+        c2.dropout = 0.2f;
+        tfm_model_free(&m);
+        if (md_init(&m, &c2, "scratch dropout") && md_init(&m2, &c2, "scratch dropout twin")) {
+            tfm_model_train(&m, 1);
+            tfm_model_train(&m2, 1);
+            CHECK_OK(tfm_model_forward(&m2, &d->b, &loss, NULL));
+            tfm_scratch_release();
+            tfm__scratch_refuse = 1;
+            CHECK_ERR(tfm_model_forward(&m, &d->b, &loss2, NULL), TFM_E_NOMEM, "tfm_model_forward");
+            tfm__scratch_refuse = 0;
+            CHECK_ERR(tfm_model_backward(&m, 1.0f), TFM_E_ARG, "no loss");
+            CHECK_OK(tfm_model_forward(&m, &d->b, &loss2, NULL));
+            CHECK_MSG(loss2 == loss, "the loss after a refused forward with dropout is %g, its twin's %g", loss2, loss);
+            tfm_model_free(&m2);
+        }
+    }
     tfm_set_num_threads(saved);
     tfm_model_free(&m);
     free(d);
