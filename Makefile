@@ -227,9 +227,9 @@ BENCH_CFLAGS := -DBENCH_OPENBLAS_SO='"$(BENCH_OPENBLAS_SO)"' -DBENCH_BLIS_SO='"$
                 $(if $(filter blis,$(BLAS)),-DBENCH_CBLAS_NAME='"BLIS"')
 FLAGS_bench  := $(FLAGS_main) $(BENCH_CFLAGS)
 
-$(BUILD)/bench: bench/bench.c $(HEADER) $(BUILD)/.flags-bench
+$(BUILD)/bench: bench/bench.c bench/bench_util.h $(HEADER) $(BUILD)/.flags-bench
 	$(CC) $(CFLAGS) $(USE_CFLAGS) $(BENCH_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS) -ldl
-$(BUILD)/bench-builtin: bench/bench.c $(HEADER) $(BUILD)/.flags-bench
+$(BUILD)/bench-builtin: bench/bench.c bench/bench_util.h $(HEADER) $(BUILD)/.flags-bench
 	$(CC) $(CFLAGS) $(BENCH_CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS) -ldl
 
 # ---- tests ------------------------------------------------------------------------------------
@@ -441,7 +441,7 @@ $(BUILD)/test_cuda_emu_asan: $(EMU_DEPS)
 	$(CXX) $(EMU_FLAGS) $(EMU_ASAN) -x c++ -o $@ $(CUDA_SRC) -lm
 # The GPU bench as a user's program: bench/bench_gpu.c plain C, bench/tfm_cuda.cu the one CUDA file (here
 # built by g++ against the emulation); a smoke run of its tiny config keeps the pair building and linking.
-$(BUILD)/bench_gpu_emu: bench/bench_gpu.c bench/tfm_cuda.cu tests/cuda_emu.h $(HEADER) $(BUILD)/.flags-emu
+$(BUILD)/bench_gpu_emu: bench/bench_gpu.c bench/bench_util.h bench/tfm_cuda.cu tests/cuda_emu.h $(HEADER) $(BUILD)/.flags-emu
 	$(CXX) $(EMU_FLAGS) -x c++ -c -o $(BUILD)/tfm_cuda_emu.o bench/tfm_cuda.cu
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -pedantic -c -o $(BUILD)/bench_gpu_emu.o bench/bench_gpu.c
 	$(CXX) -fopenmp -o $@ $(BUILD)/bench_gpu_emu.o $(BUILD)/tfm_cuda_emu.o -lm
@@ -508,7 +508,7 @@ $(BUILD)/ddp-mpi: examples/ddp.c examples/common.h $(HEADER) $(BUILD)/.flags-mpi
 	@mkdir -p $(BUILD)
 	$(MPICC) $(CFLAGS) -Werror -DTFM_MPI $(USE_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
 # bench/bench_ddp.c: 1 process x 2 threads against 2 processes x 1 thread (bench/ddp.sh runs it)
-$(BUILD)/bench-ddp: bench/bench_ddp.c $(HEADER) $(BUILD)/.flags-mpi
+$(BUILD)/bench-ddp: bench/bench_ddp.c bench/bench_util.h $(HEADER) $(BUILD)/.flags-mpi
 	@mkdir -p $(BUILD)
 	$(MPICC) $(CFLAGS) -Werror -DTFM_MPI $(USE_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
 test-mpi: $(MPI_BUILD)/c-mpi $(MPI_BUILD)/cpp-mpi $(MPI_BUILD)/test_mpi $(BUILD)/ddp-mpi

@@ -52,6 +52,7 @@
 
 #define TFM_IMPLEMENTATION
 #include "../transformer.h"
+#include "bench_util.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -84,37 +85,10 @@ static int quick_mode(void) {
     return q && *q && strcmp(q, "0") != 0;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y ? 1 : 0;
-}
-
-/* Median of v[0..n) (sorts v). */
-static double median(double *v, int n) {
-    if (n <= 0) return -1.0;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static double peak_rss_mb(void) {
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) != 0) return -1.0;
     return (double)ru.ru_maxrss / 1024.0; /* Linux: kilobytes */
-}
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "bench: out of memory (%zu bytes)\n", n);
-        exit(1);
-    }
-    return p;
 }
 
 static const bench_cfg *find_config(const char *name) {

@@ -21,20 +21,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define BENCH_NAME "bench-ddp"
+#include "bench_util.h"
+
 typedef struct bd_cfg { const char *name; int C, L, H, T, B, V; } bd_cfg;
 static const bd_cfg BD_CONFIGS[] = {
     {"char-gpt-tiny", 128, 4, 4, 128, 16, 96},
     {"gpt-small", 384, 6, 6, 256, 8, 8192},
 };
-
-static int bd_cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double bd_median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, bd_cmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 #define BD_TRY(x)                                                                                      \
     do {                                                                                               \
@@ -135,7 +129,7 @@ int main(int argc, char **argv) {
     }
     BD_TRY(tfm_dist_check_model(&d, &m, NULL));
     if (d.rank == 0) {
-        double st = bd_median(step_t, steps), ar = bd_median(ar_t, steps), pu = bd_median(pure, 5);
+        double st = median(step_t, steps), ar = median(ar_t, steps), pu = median(pure, 5);
         printf("RESULT name=%s procs=%d threads=%d step_ms=%.1f tok_s=%.0f allreduce_ms=%.1f pure_ms=%.1f grad_mb=%.1f\n",
                bc->name, d.size, tfm_get_num_threads(), 1e3 * st, (double)bc->B * bc->T / st, 1e3 * ar, 1e3 * pu,
                (double)n_grad * 4.0 / 1048576.0);

@@ -50,6 +50,8 @@
 #include <time.h>
 
 #include "../transformer.h"
+#define BENCH_NAME "bench_gpu"
+#include "bench_util.h"
 
 /* The three LM rows of bench/bench.c's CONFIGS (same shapes; keep them in sync by hand), with step
    counts for a GPU, and gpu-emu-tiny: a model small enough for the CPU emulation of CUDA, for a smoke
@@ -76,33 +78,6 @@ static int g_quick = 0;
 static double g_budget = 8.0; /* seconds of timed runs per measurement (training, one generation batch) */
 static int g_failed = 0;
 static char g_device[256] = "?";
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y ? 1 : 0;
-}
-
-/* Median of v[0..n) (sorts v). */
-static double median(double *v, int n) {
-    if (n <= 0) return -1.0;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "bench_gpu: out of memory (%lu bytes)\n", (unsigned long)n);
-        exit(1);
-    }
-    return p;
-}
 
 /* Report a failed call; the caller skips the rest of that measurement. */
 static int fail(const char *name, const char *what, tfm_result r) {
