@@ -19,12 +19,15 @@
    character is still scored before the model has learned from it).
 
    Model: a GPT-style decoder (pre-LN, GELU, a final layernorm, output projection tied to the token
-   embedding, learned positions). Generation uses the library's key/value cache, with temperature,
+   embedding, learned positions), or with --arch llama the LLaMA-style block: RMSNorm, a SwiGLU
+   feed-forward (hidden size 8/3 d_model rounded up to a multiple of 64 unless --d-ff says, so the
+   parameters stay those of the GELU MLP), rotary positions, no biases. Generation uses the library's key/value cache, with temperature,
    top-k, top-p (nucleus) and min-p sampling, and prints each character as it is chosen (the
    streaming callback); text longer than the context window is written in chunks, each prompted
    with the last half window.
 
        build/charlm                                  train (about an hour on 2 cores), then test
+       build/charlm --arch llama                     the same with the LLaMA-style block
        build/charlm --resume                         continue from the saved checkpoint
        build/charlm --evaluate validation            score the saved model, as it is and dynamically
        build/charlm --prompt "And God said"          write text with the saved model
@@ -61,6 +64,7 @@ typedef struct options {
     int64_t val_chars;   /* validation during training scores the first val_chars characters */
     const char *evaluate; /* --evaluate validation|test: score the saved model on that split */
     float dynamic_lr;    /* dynamic evaluation's learning rate (0: off) */
+    int llama;           /* --arch llama: RMSNorm, SwiGLU, rotary positions, no biases */
 } options;
 
 /* Bits per character of the model on ids[0..n), windows of len overlapping by half, batch at a time.
@@ -249,6 +253,13 @@ static void train(const options *o) {
     cfg.tie_output = 1;
     cfg.dropout = o->t.dropout;
     cfg.seed = o->t.seed;
+    if (o->llama) {
+        cfg.norm = TFM_NORM_RMS;
+        cfg.act = TFM_ACT_SWIGLU;
+        cfg.pos = TFM_POS_ROPE;
+        cfg.no_bias = 1;
+        if (!o->t.d_ff) cfg.d_ff = (8 * cfg.d_model / 3 + 63) / 64 * 64;
+    }
     if (o->t.resume && ex_file_exists(o->t.model)) {
         ex_check_meta(o->t.model, "vocab", vocab_string());
         ex_check(tfm_config_load(o->t.model, &cfg), o->t.model);
@@ -259,7 +270,8 @@ static void train(const options *o) {
     } else {
         ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     }
-    printf("model: %d layers, d_model %d, %d heads, context %d, %lld parameters; sgemm: %s\n", cfg.n_layers,
+    printf("model: %s, %d layers, d_model %d, %d heads, context %d, %lld parameters; sgemm: %s\n",
+           cfg.pos == TFM_POS_ROPE ? "LLaMA-style (RMSNorm, SwiGLU, rotary)" : "GPT-style", cfg.n_layers,
            cfg.d_model, cfg.n_heads, cfg.max_len, (long long)m.n_weights, tfm_sgemm_backend());
 
     tokens_per_step = (int64_t)o->t.batch * o->len;
@@ -501,6 +513,8 @@ static void sample(const options *o) {
 static void usage(const options *d) {
     printf("usage: charlm [options]                  train, validate, test\n"
            "       charlm [options] --prompt TEXT    write text with the saved model\n"
+           "  --arch gpt|llama  the block: GPT's (layernorm, GELU, learned positions; default) or LLaMA's\n"
+           "                    (RMSNorm, SwiGLU, rotary positions, no biases); a saved model keeps its own\n"
            "  --len N           context in characters (default %d)\n"
            "  --length N        characters to write (default %d)\n"
            "  --temperature X   sampling temperature (default %g; 0: greedy)\n"
@@ -564,6 +578,11 @@ int main(int argc, char **argv) {
         else if (ex_is(a, "--head")) o.head = ex_int(argc, argv, &i);
         else if (ex_is(a, "--evaluate")) o.evaluate = ex_value(argc, argv, &i);
         else if (ex_is(a, "--dynamic-lr")) o.dynamic_lr = ex_float(argc, argv, &i);
+        else if (ex_is(a, "--arch")) {
+            const char *v = ex_value(argc, argv, &i);
+            if (strcmp(v, "gpt") && strcmp(v, "llama")) ex_die("--arch: gpt or llama, not %s", v);
+            o.llama = !strcmp(v, "llama");
+        }
         else if (ex_is(a, "-h") || ex_is(a, "--help")) { usage(&defaults); return 0; }
         else { usage(&defaults); ex_die("unknown option %s", a); }
     }
