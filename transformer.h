@@ -484,11 +484,15 @@ typedef struct tfm_attn_opts {
     uint64_t seed;            /* blocks: every dropout site of the call derives its mask from this */
     int64_t batch_offset;     /* draw dropout masks as if these B rows were rows batch_offset.. of a larger
                                  batch of the same length (data parallel: masks then match one process) */
+    int n_kv_heads;           /* tfm_attention_forward/_backward: key and value heads, dividing n_heads (grouped-
+                                 query attention; 1: multi-query); 0 -> n_heads. Attention layers and blocks
+                                 take theirs from their desc and refuse another value here */
 } tfm_attn_opts;
 
 /* Scaled dot-product attention over H heads of a (B,T,C) layout (head h owns channels h*D..h*D+D):
    out = softmax(scale * q k^T + mask) v per batch and head. q (B,Tq,C), k and v (B,Tk,C), out
-   (B,Tq,C). Fused: the probabilities are never stored; lse (B,H,Tq) receives each query's log-sum-exp
+   (B,Tq,C). With opts.n_kv_heads = Hkv < H (grouped-query attention), k and v are (B,Tk,Hkv*D) and query
+   head h reads key/value head h / (H/Hkv), in place (LLaMA's repeat_kv order). Fused: the probabilities are never stored; lse (B,H,Tq) receives each query's log-sum-exp
    of its masked scores (-inf for a query with no visible key, whose output row is zeros, never NaN),
    which backward reads with out. Memory O(B H Tq) besides the inputs; each thread's stack holds the
    block buffers (128 KB in backward). */
@@ -508,7 +512,10 @@ TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_ten
 /* Multi-head attention as torch.nn.MultiheadAttention (batch_first): in_proj_weight (3C,C) holds the
    query rows, then key, then value; in_proj_bias (3C); out_proj.weight (C,C); out_proj.bias (C).
    Self-attention projects one input with all of in_proj (one fused product); cross-attention projects
-   the queries from x with the query rows and keys and values from xkv with the key and value rows. */
+   the queries from x with the query rows and keys and values from xkv with the key and value rows.
+   Grouped-query attention (n_kv_heads = Hkv < H, head size D = C/H): in_proj_weight is (C + 2*Ckv, C),
+   Ckv = Hkv*D: the C query rows, then Ckv key rows, then Ckv value rows (in_proj_bias likewise), and query
+   head h attends with key/value head h / (H/Hkv), as LLaMA's repeat_kv. */
 typedef struct tfm_mha_desc {
     int d_model;     /* C, required */
     int n_heads;     /* H, required, divides C */
@@ -521,6 +528,7 @@ typedef struct tfm_mha_desc {
                         their position (tfm_rope_forward, positions from 0 or, decoding, after the cached
                         ones) after the projection; even, at most the head size. 0: none */
     float rope_base; /* with rope_dims: the rotary base, > 1; 0 -> 10000 */
+    int n_kv_heads;  /* key/value heads, dividing n_heads (1: multi-query); 0 -> n_heads */
 } tfm_mha_desc;
 
 typedef struct tfm_mha {
@@ -530,8 +538,8 @@ typedef struct tfm_mha {
     /* their gradients, same shapes; data NULL when the tfm_mem had no_grad */
     tfm_tensor d_in_proj_weight, d_in_proj_bias, d_out_proj_weight, d_out_proj_bias;
     /* saved by forward for backward (acts) */
-    float *q;          /* self: (B,Tq,3C) fused q|k|v; cross: (B,Tq,C) */
-    float *kv;         /* cross: (B,Tk,2C) fused k|v; self: NULL */
+    float *q;          /* self: (B,Tq,C+2Ckv) fused q|k|v; cross: (B,Tq,C) (Ckv = C with n_kv_heads = H) */
+    float *kv;         /* cross: (B,Tk,2Ckv) fused k|v; self: NULL */
     float *lse;        /* (B,H,Tq) log-sum-exp of each query's attention scores */
     float *ctx;        /* (B,Tq,C) attention output before out_proj */
     int32_t *key_lens; /* (max_batch) copy of the forward's lengths */
@@ -636,6 +644,7 @@ typedef struct tfm_block_desc {
     int max_kv_len;      /* cross: longest sequence attended over; 0 -> max_len */
     int rope_dims;       /* rotary positions in the self-attention (tfm_mha_desc.rope_dims); 0: none */
     float rope_base;     /* with rope_dims: 0 -> 10000 */
+    int n_kv_heads;      /* key/value heads of both attentions (tfm_mha_desc.n_kv_heads); 0 -> n_heads */
 } tfm_block_desc;
 
 /* Sub-layer s (0 self-attention, then cross-attention, then feed-forward) reads stream[s] and writes
@@ -754,6 +763,9 @@ typedef struct tfm_config {
                                 RMSNorm (weight only; eps ln_eps); saved in checkpoints */
     int rope_dims;           /* pos TFM_POS_ROPE: channels turned in each head, even; 0 -> the head size. Saved */
     float rope_base;         /* pos TFM_POS_ROPE: the rotary base, > 1; 0 -> 10000. Saved */
+    int n_kv_heads;          /* grouped-query attention: key/value heads of every attention layer, dividing n_heads
+                                (1: multi-query); the KV cache holds these only. 0 (or n_heads, kept as 0) -> n_heads.
+                                Saved */
     void *user;              /* passed to TFM_MALLOC / TFM_FREE for the model's memory, its caches and its
                                 checkpoint buffers; not saved in checkpoints */
     tfm_device device;       /* 0 -> TFM_DEVICE_CPU; TFM_DEVICE_CUDA: the model lives and runs on the GPU
@@ -889,10 +901,13 @@ TFMDEF tfm_result tfm_model_set_batch_offset(tfm_model *m, int64_t row0);
    max_batch rows of max_len positions. Row b of a batch lives in cache slot slot[b] and holds lens[b]
    positions (rows may hold different numbers: uneven prompts); reordering rows (beam search) moves slots
    and copies only the rows that are duplicated. Layout, per layer l and slot s:
-   2C floats (k then v) per position t at self_kv + ((l * max_batch + s) * max_len + t) * 2C, and the
-   same for cross_kv with max_src_len. */
+   2E floats (k then v) per position t at self_kv + ((l * max_batch + s) * max_len + t) * 2E, and the
+   same for cross_kv with max_src_len; E = kv_dim, the key/value heads' channels (d_model, or
+   d_model / n_heads * n_kv_heads with grouped-query attention). Its floats: n_layers * max_batch *
+   (max_len + max_src_len) * 2E. */
 typedef struct tfm_kv_cache {
     int n_layers, max_batch, max_len, max_src_len, d_model;
+    int kv_dim;           /* E: channels of the keys (and of the values) per position */
     int src_len;          /* encoder-decoder: source positions cached (0: none yet) */
     float *self_kv, *cross_kv;
     int32_t *slot;        /* (max_batch) the slot of each batch row */
@@ -3347,7 +3362,9 @@ static double tfm__sumsq_cpu(const float *g, int64_t n) {
    Heads live in a (B,T,C) layout: head h of batch b is the (T,D) sub-matrix starting at
    base + b*T*ld + h*D with row stride ld, so the fused q|k|v projection is read in place, with no
    transposing copies. Each (batch, head) pair is one task on one thread; its products are single
-   sgemm calls (run serially inside the parallel loop). With the causal and padding masks, the keys
+   sgemm calls (run serially inside the parallel loop). With grouped-query attention (Hkv key/value
+   heads), query head h reads key/value head h / (H/Hkv) in place; backward takes one task per (batch,
+   key/value head), whose group of query heads adds into that head's dk and dv in turn. With the causal and padding masks, the keys
    visible to query i are the prefix j < min(len_b, i+1), so the mask is a per-row count.
 
    The attention is fused: queries run in blocks of TFM__ATT_QB rows against keys in blocks of
@@ -3363,6 +3380,7 @@ static double tfm__sumsq_cpu(const float *g, int64_t n) {
 
 typedef struct tfm__attn_args {
     int B, H, Tq, Tk, D;
+    int Hkv;                 /* key/value heads (grouped-query), dividing H; 0: H */
     const float *q, *k, *v;  /* head 0 of batch 0 */
     int ldq, ldk, ldv;
     float *out;              /* (B,Tq,*) with row stride ldo; backward reads it */
@@ -3380,6 +3398,11 @@ typedef struct tfm__attn_args {
     int64_t mask_bs;
     uint64_t drop_i0;        /* dropout masks as if these were elements drop_i0.. of a larger batch */
 } tfm__attn_args;
+
+/* The key/value head of query head h: heads come in H/Hkv groups of consecutive query heads (repeat_kv). */
+static TFM__HD int tfm__attn_kv_head(const tfm__attn_args *a, int h) {
+    return a->Hkv ? h / (a->H / a->Hkv) : h;
+}
 
 /* Number of keys query i of batch b may see. */
 static TFM__HD int tfm__attn_visible(const tfm__attn_args *a, int b, int i) {
@@ -3432,11 +3455,11 @@ static int tfm__attn_scratch(float **buf, int *failed) {
 /* Batch-head bh of the forward, with the block buffers S (QB x KB), m and l (QB each). */
 static void tfm__attn_fwd_head(const tfm__attn_args *a, int bh, float *S, float *m, float *l) {
     int Tq = a->Tq, D = a->D;
-    int b = bh / a->H, h = bh % a->H, i, j, d, i0, j0;
+    int b = bh / a->H, h = bh % a->H, kh = tfm__attn_kv_head(a, h), i, j, d, i0, j0;
     const float *q = a->q + (int64_t)b * Tq * a->ldq + h * D;
     int64_t kb = a->kv_rows ? a->kv_rows[b] : b;
-    const float *k = a->k + kb * (a->bsk ? a->bsk : (int64_t)a->Tk * a->ldk) + h * D;
-    const float *v = a->v + kb * (a->bsk ? a->bsk : (int64_t)a->Tk * a->ldv) + h * D;
+    const float *k = a->k + kb * (a->bsk ? a->bsk : (int64_t)a->Tk * a->ldk) + kh * D;
+    const float *v = a->v + kb * (a->bsk ? a->bsk : (int64_t)a->Tk * a->ldv) + kh * D;
     float *o = a->out + (int64_t)b * Tq * a->ldo + h * D, *lse = a->lse + (int64_t)bh * Tq;
     for (i0 = 0; i0 < Tq; i0 += TFM__ATT_QB) {
         int nq = TFM__MIN(TFM__ATT_QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1);
@@ -3530,15 +3553,15 @@ static TFM__HD int tfm__attn_one_key(const tfm__attn_args *a, int b, int i) {
 static void tfm__attn_bwd_head(const tfm__attn_args *a, int bh, float *P, float *G, float *Dr, float *one, float *dq,
                                int lddq, float *dk, int lddk, float *dv, int lddv, const float *dout, int lddo) {
     int Tq = a->Tq, Tk = a->Tk, D = a->D;
-    int b = bh / a->H, h = bh % a->H, i, j, i0, j0;
+    int b = bh / a->H, h = bh % a->H, kh = tfm__attn_kv_head(a, h), i, j, i0, j0;
     const float *q = a->q + (int64_t)b * Tq * a->ldq + h * D;
-    const float *k = a->k + (int64_t)b * Tk * a->ldk + h * D;
-    const float *v = a->v + (int64_t)b * Tk * a->ldv + h * D;
+    const float *k = a->k + (int64_t)b * Tk * a->ldk + kh * D;
+    const float *v = a->v + (int64_t)b * Tk * a->ldv + kh * D;
     const float *o = a->out + (int64_t)b * Tq * a->ldo + h * D;
     const float *go = dout + (int64_t)b * Tq * lddo + h * D, *lse = a->lse + (int64_t)bh * Tq;
-    float *dvb = dv ? dv + (int64_t)b * Tk * lddv + h * D : NULL;
+    float *dvb = dv ? dv + (int64_t)b * Tk * lddv + kh * D : NULL;
     float *dqb = dq ? dq + (int64_t)b * Tq * lddq + h * D : NULL;
-    float *dkb = dk ? dk + (int64_t)b * Tk * lddk + h * D : NULL;
+    float *dkb = dk ? dk + (int64_t)b * Tk * lddk + kh * D : NULL;
     for (i0 = 0; i0 < Tq; i0 += TFM__ATT_QB) {
         int nq = TFM__MIN(TFM__ATT_QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1);
         const float *gob = go + (int64_t)i0 * lddo;
@@ -3589,20 +3612,23 @@ static void tfm__attn_bwd_head(const tfm__attn_args *a, int bh, float *P, float 
     }
 }
 
+/* One task per (batch, key/value head): the query heads of its group run in turn, so the dk and dv they
+   share are summed in one order by one thread. */
 static int tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk,
                                        float *dv, int lddv, const float *dout, int lddo) {
-    int nbh = a->B * a->H, failed = 0;
-    TFM__OMP(omp parallel if (nbh > 1 && !tfm__in_parallel()))
+    int G = a->Hkv ? a->H / a->Hkv : 1, ntask = a->B * a->H / G, failed = 0;
+    TFM__OMP(omp parallel if (ntask > 1 && !tfm__in_parallel()))
     {
         float *buf, *P;
-        int bh;
+        int t, bh;
         if (tfm__attn_scratch(&buf, &failed)) {
             P = tfm__align64(buf);
             TFM__OMP(omp for schedule(static))
-            for (bh = 0; bh < nbh; bh++)
-                tfm__attn_bwd_head(a, bh, P, P + TFM__ATT_QB * TFM__ATT_KB, P + 2 * TFM__ATT_QB * TFM__ATT_KB,
-                                   P + 2 * TFM__ATT_QB * TFM__ATT_KB + TFM__ATT_QB, dq, lddq, dk, lddk, dv, lddv,
-                                   dout, lddo);
+            for (t = 0; t < ntask; t++)
+                for (bh = t * G; bh < t * G + G; bh++)
+                    tfm__attn_bwd_head(a, bh, P, P + TFM__ATT_QB * TFM__ATT_KB, P + 2 * TFM__ATT_QB * TFM__ATT_KB,
+                                       P + 2 * TFM__ATT_QB * TFM__ATT_KB + TFM__ATT_QB, dq, lddq, dk, lddk, dv, lddv,
+                                       dout, lddo);
         }
         tfm__scratch_done(buf);
     }
@@ -4093,8 +4119,8 @@ static __global__ void tfm__k_attn_fwd(tfm__attn_args a, const float *q, const f
     const float *kh, *vh;
     tfm__cu_attn_ptrs(&a, q, k, v, out, lse, lens, rows, qoff, mask);
     kb = rows ? rows[b] : b;
-    kh = k + kb * (a.bsk ? a.bsk : (int64_t)a.Tk * a.ldk) + h * D;
-    vh = v + kb * (a.bsk ? a.bsk : (int64_t)a.Tk * a.ldv) + h * D;
+    kh = k + kb * (a.bsk ? a.bsk : (int64_t)a.Tk * a.ldk) + tfm__attn_kv_head(&a, h) * D;
+    vh = v + kb * (a.bsk ? a.bsk : (int64_t)a.Tk * a.ldv) + tfm__attn_kv_head(&a, h) * D;
     n = tfm__attn_visible(&a, b, i);
     for (d = t; d < D; d += blockDim.x) {
         sq[d] = q[((int64_t)b * a.Tq + i) * a.ldq + h * D + d];
@@ -4169,7 +4195,8 @@ static __global__ void tfm__k_attn_dq(tfm__attn_args a, const float *q, const fl
     int i = (int)(blockIdx.x % (unsigned)a.Tq), bh = (int)(blockIdx.x / (unsigned)a.Tq), b = bh / a.H, h = bh % a.H, D = a.D;
     int t = (int)threadIdx.x, n, j0, d;
     float *sq = sm, *sdo = sm + D, *acc = sm + 2 * D, *sds = sm + 3 * D, L;
-    const float *kh = k + (int64_t)b * a.Tk * a.ldk + h * D, *vh = v + (int64_t)b * a.Tk * a.ldv + h * D;
+    const float *kh = k + (int64_t)b * a.Tk * a.ldk + tfm__attn_kv_head(&a, h) * D;
+    const float *vh = v + (int64_t)b * a.Tk * a.ldv + tfm__attn_kv_head(&a, h) * D;
     tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
     L = lse[(int64_t)bh * a.Tq + i];
     n = L == -INFINITY ? 0 : tfm__attn_visible(&a, b, i);
@@ -4197,50 +4224,56 @@ static __global__ void tfm__k_attn_dq(tfm__attn_args a, const float *q, const fl
     for (d = t; d < D; d += blockDim.x) dq[((int64_t)b * a.Tq + i) * lddq + h * D + d] += a.scale * acc[d];
 }
 
-/* dv_j += sum_i pd_ij dout_i; dk_j += scale sum_i ds_ij q_i: one block per (key j, batch-head), over the
-   queries that see key j (dk or dv may be NULL) */
+/* dv_j += sum_i pd_ij dout_i; dk_j += scale sum_i ds_ij q_i: one block per (key j, batch and key/value
+   head g), over the queries that see key j of each query head of g's group in turn (dk or dv may be NULL) */
 static __global__ void tfm__k_attn_dkv(tfm__attn_args a, const float *q, const float *k, const float *v, const float *lse,
                                        const int32_t *lens, const float *mask, const float *Dr, const float *one,
                                        float *dk, int lddk,
                                        float *dv, int lddv, const float *dout, int lddo) {
     TFM__SHARED_DYN(float, sm);
-    int j = (int)(blockIdx.x % (unsigned)a.Tk), bh = (int)(blockIdx.x / (unsigned)a.Tk), b = bh / a.H, h = bh % a.H, D = a.D;
-    int t = (int)threadIdx.x, i0, d;
+    int Hkv = a.Hkv ? a.Hkv : a.H, G = a.H / Hkv;
+    int j = (int)(blockIdx.x % (unsigned)a.Tk), bg = (int)(blockIdx.x / (unsigned)a.Tk), b = bg / Hkv, g = bg % Hkv, D = a.D;
+    int t = (int)threadIdx.x, i0, d, h, bh;
     float *sk = sm, *sv = sm + D, *adk = sm + 2 * D, *adv = sm + 3 * D, *spd = sm + 4 * D, *sds = spd + blockDim.x;
-    const float *qh = q + (int64_t)b * a.Tq * a.ldq + h * D, *doh = dout + (int64_t)b * a.Tq * lddo + h * D;
+    const float *qh, *doh;
     tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
     for (d = t; d < D; d += blockDim.x) {
-        sk[d] = k[((int64_t)b * a.Tk + j) * a.ldk + h * D + d];
-        sv[d] = v[((int64_t)b * a.Tk + j) * a.ldv + h * D + d];
+        sk[d] = k[((int64_t)b * a.Tk + j) * a.ldk + g * D + d];
+        sv[d] = v[((int64_t)b * a.Tk + j) * a.ldv + g * D + d];
         adk[d] = adv[d] = 0.0f;
     }
     __syncthreads();
-    for (i0 = 0; i0 < a.Tq; i0 += (int)blockDim.x) {
-        int ni = TFM__MIN((int)blockDim.x, a.Tq - i0), i = i0 + t, ii;
-        float pd = 0.0f, ds = 0.0f;
-        if (t < ni) {
-            float L = lse[(int64_t)bh * a.Tq + i];
-            if (L != -INFINITY && j < tfm__attn_visible(&a, b, i))
-                tfm__cu_attn_grad(&a, b, bh, i, j, qh + (int64_t)i * a.ldq, sk, sv, doh + (int64_t)i * lddo, L,
-                                  Dr[(int64_t)bh * a.Tq + i], one[(int64_t)bh * a.Tq + i], &pd, &ds);
-        }
-        spd[t] = pd;
-        sds[t] = ds;
-        __syncthreads();
-        for (d = t; d < D; d += blockDim.x) {
-            float sdv = adv[d], sdk = adk[d];
-            for (ii = 0; ii < ni; ii++) {
-                sdv += spd[ii] * doh[(int64_t)(i0 + ii) * lddo + d];
-                sdk += sds[ii] * qh[(int64_t)(i0 + ii) * a.ldq + d];
+    for (h = g * G; h < g * G + G; h++) {
+        bh = b * a.H + h;
+        qh = q + (int64_t)b * a.Tq * a.ldq + h * D;
+        doh = dout + (int64_t)b * a.Tq * lddo + h * D;
+        for (i0 = 0; i0 < a.Tq; i0 += (int)blockDim.x) {
+            int ni = TFM__MIN((int)blockDim.x, a.Tq - i0), i = i0 + t, ii;
+            float pd = 0.0f, ds = 0.0f;
+            if (t < ni) {
+                float L = lse[(int64_t)bh * a.Tq + i];
+                if (L != -INFINITY && j < tfm__attn_visible(&a, b, i))
+                    tfm__cu_attn_grad(&a, b, bh, i, j, qh + (int64_t)i * a.ldq, sk, sv, doh + (int64_t)i * lddo, L,
+                                      Dr[(int64_t)bh * a.Tq + i], one[(int64_t)bh * a.Tq + i], &pd, &ds);
             }
-            adv[d] = sdv;
-            adk[d] = sdk;
+            spd[t] = pd;
+            sds[t] = ds;
+            __syncthreads();
+            for (d = t; d < D; d += blockDim.x) {
+                float sdv = adv[d], sdk = adk[d];
+                for (ii = 0; ii < ni; ii++) {
+                    sdv += spd[ii] * doh[(int64_t)(i0 + ii) * lddo + d];
+                    sdk += sds[ii] * qh[(int64_t)(i0 + ii) * a.ldq + d];
+                }
+                adv[d] = sdv;
+                adk[d] = sdk;
+            }
+            __syncthreads();
         }
-        __syncthreads();
     }
     for (d = t; d < D; d += blockDim.x) {
-        if (dv) dv[((int64_t)b * a.Tk + j) * lddv + h * D + d] += adv[d];
-        if (dk) dk[((int64_t)b * a.Tk + j) * lddk + h * D + d] += a.scale * adk[d];
+        if (dv) dv[((int64_t)b * a.Tk + j) * lddv + g * D + d] += adv[d];
+        if (dk) dk[((int64_t)b * a.Tk + j) * lddk + g * D + d] += a.scale * adk[d];
     }
 }
 
@@ -4533,7 +4566,8 @@ static int tfm__attention_backward_cuda(const tfm__attn_args *a, float *dq, int 
         TFM__CU_LAUNCHED("tfm__k_attn_dq");
     }
     if (dk || dv) {
-        unsigned grid = (unsigned)a->Tk * (unsigned)(a->B * a->H); /* key row j of batch-head bh at bh * Tk + j */
+        /* key row j of batch b, key/value head g at (b * Hkv + g) * Tk + j */
+        unsigned grid = (unsigned)a->Tk * (unsigned)(a->B * (a->Hkv ? a->Hkv : a->H));
         TFM__LAUNCH(tfm__k_attn_dkv, grid, TFM__CU_ATT, (4 * (size_t)a->D + 2 * TFM__CU_ATT) * sizeof(float), *a, a->q,
                     a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dk, lddk, dv, lddv, dout, lddo);
         TFM__CU_LAUNCHED("tfm__k_attn_dkv");
@@ -5494,6 +5528,7 @@ static void tfm__attn_setup(tfm__attn_args *a, int B, int H, int Tq, int Tk, int
     a->Tq = Tq;
     a->Tk = Tk;
     a->D = C / H;
+    a->Hkv = o && o->n_kv_heads ? o->n_kv_heads : H;
     if (o) {
         a->causal = o->causal != 0;
         a->lens = o->key_lens;
@@ -5507,20 +5542,24 @@ static void tfm__attn_setup(tfm__attn_args *a, int B, int H, int Tq, int Tk, int
     if (a->scale == 0.0f) a->scale = 1.0f / sqrtf((float)a->D);
 }
 
-/* q (B,Tq,C), k and v (B,Tk,C), heads dividing C, lse (B,H,Tq) */
+/* q (B,Tq,C), k and v (B,Tk,Ckv), heads dividing C, lse (B,H,Tq); Ckv = C / H * opts.n_kv_heads (C without) */
 static tfm_result tfm__chk_attn(const char *fn, const tfm_tensor *q, const tfm_tensor *k, const tfm_tensor *v,
-                                const tfm_tensor *lse, int n_heads) {
-    int64_t B, C;
+                                const tfm_tensor *lse, int n_heads, const tfm_attn_opts *opts) {
+    int64_t B, C, Ckv;
+    int n_kv = opts ? opts->n_kv_heads : 0;
     if (q->ndim != 3) return tfm__fail(TFM_E_SHAPE, "%s: q is %s, want (B,Tq,C)", fn, tfm__shp(q));
     B = q->shape[0];
     C = q->shape[2];
-    if (k->ndim != 3 || k->shape[0] != B || k->shape[2] != C)
-        return tfm__fail(TFM_E_SHAPE, "%s: q is %s but k is %s: want (%lld,Tk,%lld)", fn, tfm__shp(q), tfm__shp(k),
-                         (long long)B, (long long)C);
-    TFM__TRY(tfm__chk_same(fn, "k", k, "v", v));
     if (n_heads < 1 || C % n_heads)
         return tfm__fail(TFM_E_ARG, "%s: n_heads %d does not divide the %lld channels of q %s", fn, n_heads,
                          (long long)C, tfm__shp(q));
+    if (n_kv < 0 || (n_kv && n_heads % n_kv))
+        return tfm__fail(TFM_E_ARG, "%s: opts.n_kv_heads %d must be 0 or divide n_heads %d", fn, n_kv, n_heads);
+    Ckv = n_kv ? C / n_heads * n_kv : C;
+    if (k->ndim != 3 || k->shape[0] != B || k->shape[2] != Ckv)
+        return tfm__fail(TFM_E_SHAPE, "%s: q is %s but k is %s: want (%lld,Tk,%lld) for %d key/value heads", fn, tfm__shp(q),
+                         tfm__shp(k), (long long)B, (long long)Ckv, n_kv ? n_kv : n_heads);
+    TFM__TRY(tfm__chk_same(fn, "k", k, "v", v));
     if (lse->ndim != 3 || lse->shape[0] != B || lse->shape[1] != n_heads || lse->shape[2] != q->shape[1])
         return tfm__fail(TFM_E_SHAPE, "%s: lse is %s, want (%lld,%d,%lld) for q %s", fn, tfm__shp(lse),
                          (long long)B, n_heads, (long long)q->shape[1], tfm__shp(q));
@@ -5539,7 +5578,7 @@ TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *lse, const 
     TFM__TRY(tfm__chk(fn, "q", q));
     TFM__TRY(tfm__chk(fn, "k", k));
     TFM__TRY(tfm__chk(fn, "v", v));
-    TFM__TRY(tfm__chk_attn(fn, q, k, v, lse, n_heads));
+    TFM__TRY(tfm__chk_attn(fn, q, k, v, lse, n_heads, opts));
     TFM__TRY(tfm__chk_same(fn, "q", q, "out", out));
     TFM__TRY(tfm__chk_attn_opts(fn, opts, q->shape[0], q->shape[1], k->shape[1]));
     TFM__TRY(tfm__same_device("tfm_attention_forward", -1, 5, out, lse, q, k, v));
@@ -5549,7 +5588,8 @@ TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *lse, const 
     a.q = q->data;
     a.k = k->data;
     a.v = v->data;
-    a.ldq = a.ldk = a.ldv = a.ldo = (int)q->shape[2];
+    a.ldq = a.ldo = (int)q->shape[2];
+    a.ldk = a.ldv = (int)k->shape[2];
     a.out = out->data;
     a.lse = lse->data;
     tfm__scratch_failed = 0;
@@ -5573,7 +5613,7 @@ TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_ten
     TFM__TRY(tfm__chk_opt(fn, "dq", dq));
     TFM__TRY(tfm__chk_opt(fn, "dk", dk));
     TFM__TRY(tfm__chk_opt(fn, "dv", dv));
-    TFM__TRY(tfm__chk_attn(fn, q, k, v, lse, n_heads));
+    TFM__TRY(tfm__chk_attn(fn, q, k, v, lse, n_heads, opts));
     TFM__TRY(tfm__chk_same(fn, "q", q, "dout", dout));
     TFM__TRY(tfm__chk_same(fn, "q", q, "out", out));
     TFM__TRY(tfm__chk_same(fn, "q", q, "dq", dq));
@@ -5586,12 +5626,13 @@ TFMDEF tfm_result tfm_attention_backward(tfm_tensor *dq, tfm_tensor *dk, tfm_ten
     a.q = q->data;
     a.k = k->data;
     a.v = v->data;
-    a.ldq = a.ldk = a.ldv = a.ldo = C;
+    a.ldq = a.ldo = C;
+    a.ldk = a.ldv = (int)k->shape[2];
     a.out = out->data;
     a.lse = lse->data;
     tfm__scratch_failed = 0;
-    if (!tfm__op_attention_bwd(dout->device, &a, dq ? dq->data : NULL, C, dk ? dk->data : NULL, C,
-                               dv ? dv->data : NULL, C, dout->data, C))
+    if (!tfm__op_attention_bwd(dout->device, &a, dq ? dq->data : NULL, C, dk ? dk->data : NULL, a.ldk,
+                               dv ? dv->data : NULL, a.ldv, dout->data, C))
         return tfm__scratch_check(fn);
     return tfm__cuda_check("tfm_attention_backward");
 }
@@ -5611,10 +5652,22 @@ static tfm_result tfm__rope_fields(const char *fn, const char *pre, int dims, fl
     return TFM_OK;
 }
 
+/* The key/value heads of a desc or config (pre: "desc." or "cfg."): 0, or >= 1 and dividing n_heads. */
+static tfm_result tfm__kv_heads_field(const char *fn, const char *pre, int n_kv_heads, int n_heads) {
+    if (n_kv_heads < 0 || (n_kv_heads && n_heads % n_kv_heads))
+        return tfm__fail(TFM_E_ARG, "%s: %sn_kv_heads %d must be 0 or divide %sn_heads %d", fn, pre, n_kv_heads, pre, n_heads);
+    return TFM_OK;
+}
+
+/* Channels of the keys (and of the values) of an attention layer: n_kv_heads heads of d_model / n_heads. */
+static int64_t tfm__mha_kv_dim(const tfm_mha *m) {
+    return (int64_t)m->desc.d_model / m->desc.n_heads * m->desc.n_kv_heads;
+}
+
 TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *mem) {
     const char *fn = "tfm_mha_init";
     tfm_mha_desc d;
-    size_t B, Tq, Tk, C, H, mark;
+    size_t B, Tq, Tk, C, H, E, mark;
     int64_t sh[2];
     if (!m || !desc || !mem) return tfm__fail(TFM_E_ARG, "%s: layer, desc or mem is NULL", fn);
     d = *desc;
@@ -5635,18 +5688,21 @@ TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *me
     if (d.cross && (d.rope_dims || d.rope_base != 0.0f))
         return tfm__fail(TFM_E_ARG, "%s: desc.rope_dims %d: rotary positions are for self-attention, not cross", fn, d.rope_dims);
     TFM__TRY(tfm__rope_fields(fn, "desc.", d.rope_dims, &d.rope_base, d.d_model / d.n_heads));
+    TFM__TRY(tfm__kv_heads_field(fn, "desc.", d.n_kv_heads, d.n_heads));
+    if (d.n_kv_heads == 0) d.n_kv_heads = d.n_heads;
     B = (size_t)d.max_batch;
     Tq = (size_t)d.max_len;
     Tk = (size_t)d.max_kv_len;
     C = (size_t)d.d_model;
     H = (size_t)d.n_heads;
+    E = C / H * (size_t)d.n_kv_heads;
     if ((double)B * Tq * 3 * C > 2147483647.0 ||
         (double)B * Tk * 3 * C > 2147483647.0 || 3.0 * C * C > 2147483647.0)
         return tfm__fail(TFM_E_ARG, "%s: max_batch %d, max_len %d, max_kv_len %d, d_model %d, n_heads %d: buffers beyond 2^31 elements",
                          fn, d.max_batch, d.max_len, d.max_kv_len, d.d_model, d.n_heads);
     memset(m, 0, sizeof *m);
     m->desc = d;
-    sh[0] = (int64_t)(3 * C);
+    sh[0] = (int64_t)(C + 2 * E);
     sh[1] = (int64_t)C;
     m->in_proj_weight = tfm_arena_tensor(&mem->params, 2, sh);
     if (!d.no_bias) m->in_proj_bias = tfm_arena_tensor(&mem->params, 1, sh);
@@ -5654,23 +5710,23 @@ TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *me
     m->out_proj_weight = tfm_arena_tensor(&mem->params, 2, sh);
     if (!d.no_bias) m->out_proj_bias = tfm_arena_tensor(&mem->params, 1, sh);
     if (!mem->no_grad) {
-        sh[0] = (int64_t)(3 * C);
+        sh[0] = (int64_t)(C + 2 * E);
         m->d_in_proj_weight = tfm_arena_tensor(&mem->grads, 2, sh);
         if (!d.no_bias) m->d_in_proj_bias = tfm_arena_tensor(&mem->grads, 1, sh);
         sh[0] = (int64_t)C;
         m->d_out_proj_weight = tfm_arena_tensor(&mem->grads, 2, sh);
         if (!d.no_bias) m->d_out_proj_bias = tfm_arena_tensor(&mem->grads, 1, sh);
     }
-    m->q = tfm__carve(&mem->acts, B * Tq * (d.cross ? C : 3 * C));
-    if (d.cross) m->kv = tfm__carve(&mem->acts, B * Tk * 2 * C);
+    m->q = tfm__carve(&mem->acts, B * Tq * (d.cross ? C : C + 2 * E));
+    if (d.cross) m->kv = tfm__carve(&mem->acts, B * Tk * 2 * E);
     m->lse = tfm__carve(&mem->acts, B * H * Tq);
     m->ctx = tfm__carve(&mem->acts, B * Tq * C);
     m->key_lens = (int32_t *)tfm_arena_alloc(&mem->acts, B * sizeof(int32_t));
     mark = mem->scratch.used;
     if (!mem->no_grad) {
         m->dctx = tfm__carve(&mem->scratch, B * Tq * C);
-        m->dq = tfm__carve(&mem->scratch, B * Tq * (d.cross ? C : 3 * C));
-        if (d.cross) m->dkv = tfm__carve(&mem->scratch, B * Tk * 2 * C);
+        m->dq = tfm__carve(&mem->scratch, B * Tq * (d.cross ? C : C + 2 * E));
+        if (d.cross) m->dkv = tfm__carve(&mem->scratch, B * Tk * 2 * E);
     }
     mem->scratch.used = mark;
     m->has_grad = !mem->no_grad;
@@ -5681,13 +5737,14 @@ TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *me
 
 TFMDEF tfm_result tfm_mha_init_params(tfm_mha *m, tfm_rng *rng) {
     const char *fn = "tfm_mha_init_params";
-    float C;
+    float C, E;
     if (!m || !rng) return tfm__fail(TFM_E_ARG, "tfm_mha_init_params: layer or rng is NULL");
     if (!m->in_proj_weight.data || !m->out_proj_weight.data)
         return tfm__fail(TFM_E_ARG, "tfm_mha_init_params: the layer has no memory (run tfm_mha_init after tfm_mem_alloc)");
     C = (float)m->desc.d_model;
-    /* xavier_uniform over (3C, C): bound sqrt(6 / (fan_in + fan_out)) */
-    TFM__TRY_AS(fn, tfm_fill_uniform(&m->in_proj_weight, rng, -sqrtf(6.0f / (4.0f * C)), sqrtf(6.0f / (4.0f * C))));
+    E = (float)tfm__mha_kv_dim(m);
+    /* xavier_uniform over (C + 2E, C): bound sqrt(6 / (fan_in + fan_out)) */
+    TFM__TRY_AS(fn, tfm_fill_uniform(&m->in_proj_weight, rng, -sqrtf(6.0f / (2.0f * C + 2.0f * E)), sqrtf(6.0f / (2.0f * C + 2.0f * E))));
     /* nn.Linear's kaiming_uniform(a=sqrt(5)) is U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
     TFM__TRY_AS(fn, tfm_fill_uniform(&m->out_proj_weight, rng, -1.0f / sqrtf(C), 1.0f / sqrtf(C)));
     if (m->in_proj_bias.data) TFM__TRY_AS(fn, tfm_fill(&m->in_proj_bias, 0.0f));
@@ -5697,19 +5754,20 @@ TFMDEF tfm_result tfm_mha_init_params(tfm_mha *m, tfm_rng *rng) {
 
 /* The attention arguments over the layer's saved projections. */
 static void tfm__mha_args(const tfm_mha *m, tfm__attn_args *a) {
-    int C = m->desc.d_model;
+    int C = m->desc.d_model, E = (int)tfm__mha_kv_dim(m);
     tfm__attn_setup(a, m->B, m->desc.n_heads, m->Tq, m->Tk, C, &m->opts);
+    a->Hkv = m->desc.n_kv_heads;
     if (m->desc.cross) {
         a->q = m->q;
         a->ldq = C;
         a->k = m->kv;
-        a->v = m->kv + C;
-        a->ldk = a->ldv = 2 * C;
+        a->v = m->kv + E;
+        a->ldk = a->ldv = 2 * E;
     } else {
         a->q = m->q;
         a->k = m->q + C;
-        a->v = m->q + 2 * C;
-        a->ldq = a->ldk = a->ldv = 3 * C;
+        a->v = m->q + C + E;
+        a->ldq = a->ldk = a->ldv = C + 2 * E;
     }
     a->out = m->ctx;
     a->ldo = C;
@@ -5719,7 +5777,7 @@ static void tfm__mha_args(const tfm_mha *m, tfm__attn_args *a) {
 /* Rows n of k|v (ld ldkv) of each batch row into layer `layer` of the cache: self-attention's after the
    row's cached positions, cross-attention's from position 0. */
 static void tfm__kv_store(tfm_kv_cache *kc, int layer, int cross, const float *kv, int64_t ldkv, int B, int n) {
-    int64_t C2 = 2 * (int64_t)kc->d_model, L = cross ? kc->max_src_len : kc->max_len;
+    int64_t C2 = 2 * (int64_t)kc->kv_dim, L = cross ? kc->max_src_len : kc->max_len;
     float *base = (cross ? kc->cross_kv : kc->self_kv) + (int64_t)layer * kc->max_batch * L * C2;
     int b;
     for (b = 0; b < B; b++)
@@ -5733,7 +5791,7 @@ static void tfm__kv_store(tfm_kv_cache *kc, int layer, int cross, const float *k
 static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv, int B, int Tq, int Tk,
                          const tfm_attn_opts *opts, tfm_kv_cache *kc, int layer) {
     tfm__attn_args a;
-    int64_t C = m->desc.d_model;
+    int64_t C = m->desc.d_model, E = tfm__mha_kv_dim(m);
     m->B = B;
     m->Tq = Tq;
     m->Tk = Tk;
@@ -5751,24 +5809,24 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv,
         if (m->desc.cross) {
             tfm__op_linear(m->device, m->q, C, x, C, w, b, (int64_t)B * Tq, C, C);
             if (!kc || !kc->src_len)
-                tfm__op_linear(m->device, m->kv, 2 * C, xkv, C, w + C * C, b ? b + C : NULL, (int64_t)B * Tk, C, 2 * C);
-            if (kc && !kc->src_len) tfm__kv_store(kc, layer, 1, m->kv, 2 * C, B, Tk);
+                tfm__op_linear(m->device, m->kv, 2 * E, xkv, C, w + C * C, b ? b + C : NULL, (int64_t)B * Tk, C, 2 * E);
+            if (kc && !kc->src_len) tfm__kv_store(kc, layer, 1, m->kv, 2 * E, B, Tk);
         } else {
-            tfm__op_linear(m->device, m->q, 3 * C, x, C, w, b, (int64_t)B * Tq, C, 3 * C);
-            if (m->desc.rope_dims) /* q and k, side by side: 2H heads of each row; cached rows at their positions */
-                tfm__op_rope(m->device, m->q, m->q, 3 * C, B, Tq, 2 * m->desc.n_heads, (int)C / m->desc.n_heads,
-                             m->desc.rope_dims, m->desc.rope_base, kc ? kc->lens : NULL, 0, 0);
-            if (kc) tfm__kv_store(kc, layer, 0, m->q + C, 3 * C, B, Tq);
+            tfm__op_linear(m->device, m->q, C + 2 * E, x, C, w, b, (int64_t)B * Tq, C, C + 2 * E);
+            if (m->desc.rope_dims) /* q and k, side by side: H + Hkv heads of each row; cached rows at their positions */
+                tfm__op_rope(m->device, m->q, m->q, C + 2 * E, B, Tq, m->desc.n_heads + m->desc.n_kv_heads,
+                             (int)C / m->desc.n_heads, m->desc.rope_dims, m->desc.rope_base, kc ? kc->lens : NULL, 0, 0);
+            if (kc) tfm__kv_store(kc, layer, 0, m->q + C, C + 2 * E, B, Tq);
         }
     }
     tfm__mha_args(m, &a);
     if (kc) { /* keys and values from the cache */
         int cross = m->desc.cross;
         int64_t L = cross ? kc->max_src_len : kc->max_len;
-        a.k = (cross ? kc->cross_kv : kc->self_kv) + (int64_t)layer * kc->max_batch * L * 2 * C;
-        a.v = a.k + C;
-        a.ldk = a.ldv = (int)(2 * C);
-        a.bsk = L * 2 * C;
+        a.k = (cross ? kc->cross_kv : kc->self_kv) + (int64_t)layer * kc->max_batch * L * 2 * E;
+        a.v = a.k + E;
+        a.ldk = a.ldv = (int)(2 * E);
+        a.bsk = L * 2 * E;
         a.kv_rows = kc->slot;
         if (!cross) {
             int b, longest = 0;
@@ -5788,21 +5846,22 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv,
    only written); adds into dxkv (may be NULL) and the gradients. */
 static void tfm__mha_bwd(tfm_mha *m, float *dx, float dx_beta, float *dxkv, const float *dy) {
     tfm__attn_args a;
-    int64_t B = m->B, Tq = m->Tq, Tk = m->Tk, C = m->desc.d_model;
+    int64_t B = m->B, Tq = m->Tq, Tk = m->Tk, C = m->desc.d_model, E = tfm__mha_kv_dim(m);
     int cross = m->desc.cross;
     /* out_proj: dW += dy^T ctx, db += colsum(dy), dctx = dy W */
     tfm__op_linear_bwd(m->device, m->dctx, C, 0.0f, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx, C, m->out_proj_weight.data, B * Tq, C, C);
     /* attention: gradients of the projected q, k, v */
     tfm__mha_args(m, &a);
-    tfm__op_zero(m->device, m->dq, B * Tq * (cross ? C : 3 * C));
+    tfm__op_zero(m->device, m->dq, B * Tq * (cross ? C : C + 2 * E));
     if (cross) {
-        tfm__op_zero(m->device, m->dkv, B * Tk * 2 * C);
-        (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)C, m->dkv, (int)(2 * C), m->dkv + C, (int)(2 * C), m->dctx, (int)C);
+        tfm__op_zero(m->device, m->dkv, B * Tk * 2 * E);
+        (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)C, m->dkv, (int)(2 * E), m->dkv + E, (int)(2 * E), m->dctx, (int)C);
     } else {
-        (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)(3 * C), m->dq + C, (int)(3 * C), m->dq + 2 * C, (int)(3 * C), m->dctx, (int)C);
+        (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)(C + 2 * E), m->dq + C, (int)(C + 2 * E), m->dq + C + E,
+                                    (int)(C + 2 * E), m->dctx, (int)C);
         if (m->desc.rope_dims) /* back through the rotation of q and k: its transpose, in place */
-            tfm__op_rope(m->device, m->dq, m->dq, 3 * C, B, Tq, 2 * m->desc.n_heads, (int)C / m->desc.n_heads,
-                         m->desc.rope_dims, m->desc.rope_base, NULL, 1, 0);
+            tfm__op_rope(m->device, m->dq, m->dq, C + 2 * E, B, Tq, m->desc.n_heads + m->desc.n_kv_heads,
+                         (int)C / m->desc.n_heads, m->desc.rope_dims, m->desc.rope_base, NULL, 1, 0);
     }
     /* in_proj */
     {
@@ -5810,9 +5869,9 @@ static void tfm__mha_bwd(tfm_mha *m, float *dx, float dx_beta, float *dxkv, cons
         float *dw = m->d_in_proj_weight.data, *db = m->d_in_proj_bias.data;
         if (cross) {
             tfm__op_linear_bwd(m->device, dx, C, dx_beta, dw, db, m->dq, C, m->x, C, w, B * Tq, C, C);
-            tfm__op_linear_bwd(m->device, dxkv, C, 1.0f, dw + C * C, db ? db + C : NULL, m->dkv, 2 * C, m->xkv, C, w + C * C, B * Tk, C, 2 * C);
+            tfm__op_linear_bwd(m->device, dxkv, C, 1.0f, dw + C * C, db ? db + C : NULL, m->dkv, 2 * E, m->xkv, C, w + C * C, B * Tk, C, 2 * E);
         } else {
-            tfm__op_linear_bwd(m->device, dx, C, dx_beta, dw, db, m->dq, 3 * C, m->x, C, w, B * Tq, C, 3 * C);
+            tfm__op_linear_bwd(m->device, dx, C, dx_beta, dw, db, m->dq, C + 2 * E, m->x, C, w, B * Tq, C, C + 2 * E);
         }
     }
 }
@@ -5854,6 +5913,9 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
     TFM__TRY(tfm__chk_attn_opts(fn, opts, B, Tq, Tk));
     if (opts && opts->dropout > 0.0f && !m->has_grad)
         return tfm__fail(TFM_E_ARG, "%s: opts.dropout > 0 in a layer built with no_grad", fn);
+    if (opts && opts->n_kv_heads && opts->n_kv_heads != m->desc.n_kv_heads)
+        return tfm__fail(TFM_E_ARG, "%s: opts.n_kv_heads %d differs from the layer's desc.n_kv_heads %d", fn, opts->n_kv_heads,
+                         m->desc.n_kv_heads);
 
     TFM__TRY(tfm__scratch_reserve(fn));
     tfm__mha_fwd(m, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)Tq, (int)Tk, opts, NULL, 0);
@@ -6081,6 +6143,8 @@ static tfm_result tfm__block_desc_resolve(const char *fn, const tfm_block_desc *
         return tfm__fail(TFM_E_ARG, "%s: desc.ln_eps %g must be finite and >= 0", fn, (double)d->ln_eps);
     if ((int)d->norm < 0 || (int)d->norm > 1) return tfm__fail(TFM_E_ARG, "%s: desc.norm %d is not a tfm_norm_kind", fn, (int)d->norm);
     TFM__TRY(tfm__rope_fields(fn, "desc.", d->rope_dims, &d->rope_base, d->d_model / d->n_heads));
+    TFM__TRY(tfm__kv_heads_field(fn, "desc.", d->n_kv_heads, d->n_heads));
+    if (d->n_kv_heads == 0) d->n_kv_heads = d->n_heads;
     if (d->d_ff == 0) d->d_ff = 4 * d->d_model;
     if (d->max_batch == 0) d->max_batch = 1;
     if (d->max_kv_len == 0) d->max_kv_len = d->max_len;
@@ -6128,6 +6192,7 @@ TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm
     md.max_len = d.max_len;
     md.rope_dims = d.rope_dims;
     md.rope_base = d.rope_base;
+    md.n_kv_heads = d.n_kv_heads;
     TFM__TRY(tfm_mha_init(&blk->self_attn, &md, mem));
     if (d.cross) {
         md.cross = 1;
@@ -6403,6 +6468,9 @@ TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_ten
     if (o.dropout != 0.0f || o.dropout_seed != 0 || o.scale != 0.0f)
         return tfm__fail(TFM_E_ARG, "%s: opts.dropout, dropout_seed and scale are attention options; a block takes its "
                          "rates from its desc and its masks from opts.seed", fn);
+    if (o.n_kv_heads && o.n_kv_heads != d->n_kv_heads)
+        return tfm__fail(TFM_E_ARG, "%s: opts.n_kv_heads %d differs from the block's desc.n_kv_heads %d", fn, o.n_kv_heads,
+                         d->n_kv_heads);
     o.training = o.training != 0;
     if (o.training && (d->dropout > 0.0f || d->attn_dropout > 0.0f) && !blk->has_grad)
         return tfm__fail(TFM_E_ARG, "%s: dropout while training needs a block built with gradients", fn);
@@ -6555,6 +6623,8 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
         if (c.rope_dims == 0) c.rope_dims = c.d_model / c.n_heads;
         TFM__TRY(tfm__rope_fields(fn, "cfg.", c.rope_dims, &c.rope_base, c.d_model / c.n_heads));
     }
+    TFM__TRY(tfm__kv_heads_field(fn, "cfg.", c.n_kv_heads, c.n_heads));
+    if (c.n_kv_heads == c.n_heads) c.n_kv_heads = 0; /* one key/value head per query head: the plain model */
     if (c.tie_output && c.kind == TFM_MODEL_ENCODER_CLASSIFIER)
         return tfm__fail(TFM_E_ARG, "%s: cfg.tie_output needs an LM or encoder-decoder (a classifier's head is not a vocabulary)", fn);
     if (c.share_emb && c.kind != TFM_MODEL_ENCODER_DECODER)
@@ -6810,6 +6880,7 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     d.norm = c->norm;
     d.rope_dims = c->rope_dims;
     d.rope_base = c->rope_base;
+    d.n_kv_heads = c->n_kv_heads;
     d.max_batch = c->max_batch;
     m->impl->n_enc = enc ? c->n_layers : 0;
     m->impl->n_dec = kind == TFM_MODEL_DECODER_LM ? c->n_layers : encdec ? c->n_dec_layers : 0;
@@ -7685,10 +7756,11 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     c->max_len = max_len ? max_len : limit;
     c->max_src_len = encdec ? m->cfg.max_len : 0;
     c->d_model = m->cfg.d_model;
+    c->kv_dim = m->cfg.n_kv_heads ? m->cfg.d_model / m->cfg.n_heads * m->cfg.n_kv_heads : m->cfg.d_model;
     c->device = m->impl->device;
     c->user = m->cfg.user;
-    n_self = (size_t)c->n_layers * c->max_batch * c->max_len * 2 * c->d_model;
-    n_cross = (size_t)c->n_layers * c->max_batch * c->max_src_len * 2 * c->d_model;
+    n_self = (size_t)c->n_layers * c->max_batch * c->max_len * 2 * c->kv_dim;
+    n_cross = (size_t)c->n_layers * c->max_batch * c->max_src_len * 2 * c->kv_dim;
     /* the keys and values, then the rows' slots and lengths (+ reorder's scratch); on a GPU the floats are
        a device allocation of their own */
     fbytes = c->device == TFM_DEVICE_CUDA ? 0 : (n_self + n_cross) * sizeof(float);
@@ -7768,7 +7840,7 @@ static tfm_result tfm__kv_reorder(tfm_kv_cache *c, const int32_t *from, int n) {
         used[free_slot] = 1;
         c->slot[i] = free_slot;
         for (L = 0; L < c->n_layers; L++) {
-            int64_t C2 = 2 * (int64_t)c->d_model, sz = (int64_t)c->max_len * C2, szc = (int64_t)c->max_src_len * C2;
+            int64_t C2 = 2 * (int64_t)c->kv_dim, sz = (int64_t)c->max_len * C2, szc = (int64_t)c->max_src_len * C2;
             float *self = c->self_kv + (int64_t)L * c->max_batch * sz;
             tfm__op_copy(c->device, self + free_slot * sz, self + s * sz, (int64_t)old_lens[from[i]] * C2);
             if (c->cross_kv) {
@@ -9304,10 +9376,10 @@ static TFM__UNUSED tfm_result tfm__io_unsharded(const char *fn, const tfm_model 
     X(type_vocab_size, int, 1) X(emb_norm, int, 1)
 /* Fields written only where they are not 0 (a model without them saves the same file as before they came);
    a file without one reads 0. */
-#define TFM__CFG_OPT_INT_FIELDS(X) X(norm, tfm_norm_kind, 1) X(rope_dims, int, 1)
+#define TFM__CFG_OPT_INT_FIELDS(X) X(norm, tfm_norm_kind, 1) X(rope_dims, int, 1) X(n_kv_heads, int, 1)
 #define TFM__CFG_OPT_FLOAT_FIELDS(X) X(rope_base, 1)
 #define TFM__CFG_FLOAT_FIELDS(X) X(dropout, 0) X(attn_dropout, 0) X(ln_eps, 1) X(label_smoothing, 0) X(init_std, 0)
-#define TFM__IO_N_CFG 38    /* "format", 31 config fields and 3 optional ones, the seed, the step and the generator */
+#define TFM__IO_N_CFG 39    /* "format", 31 config fields and 4 optional ones, the seed, the step and the generator */
 #define TFM__IO_MAX_KEY 256 /* longest user metadata key, in bytes */
 
 /* Tensor k of m's checkpoint (nk per parameter: the value, then with the training state exp_avg and exp_avg_sq)

@@ -11,6 +11,8 @@
        build/bench gen NAME THREADS      an LM's greedy generation at batch 1, 8 and 32 (inference_only,
                                          max_batch 32), its memory against the README's formula, and the
                                          machine's read bandwidth (a 1 GiB buffer summed with vector loads)
+       build/bench gqa THREADS           batch-32 generation of a LLaMA-style LM with grouped-query attention
+                                         (n_kv_heads = n_heads / 4) against the same model with full heads
        build/bench dump NAME FILE        weights, batch, logits, loss and gradient norm of one model, for
                                          `bench/torch_ref.py verify NAME FILE` (same function on both sides)
 
@@ -1070,6 +1072,95 @@ static int run_gen(const bench_cfg *bc, int threads) {
     return 0;
 }
 
+/* ---- gqa: batch-32 generation with grouped-query attention against full heads ------------------ */
+
+/* A LLaMA-style LM (C 384, 6 layers, 8 heads of 48, RMSNorm, SwiGLU of 1024, rotary positions, no biases,
+   V 8192, max_len 512), inference_only at max_batch 32, with n_kv_heads key/value heads (0: 8). */
+static tfm_config gqa_config(int n_kv_heads) {
+    tfm_config c;
+    memset(&c, 0, sizeof c);
+    c.kind = TFM_MODEL_DECODER_LM;
+    c.vocab_size = 8192;
+    c.d_model = 384;
+    c.n_heads = 8;
+    c.n_kv_heads = n_kv_heads;
+    c.n_layers = 6;
+    c.d_ff = 1024;
+    c.max_len = 512;
+    c.max_batch = 32;
+    c.norm_first = 1;
+    c.norm = TFM_NORM_RMS;
+    c.act = TFM_ACT_SWIGLU;
+    c.pos = TFM_POS_ROPE;
+    c.no_bias = 1;
+    c.inference_only = 1;
+    c.seed = 1234;
+    return c;
+}
+
+/* Greedy generation of 511 tokens from 1-token prompts, 32 rows in one batch (the cache fills to 512
+   positions, 256 on average), once for the model with 2 key/value heads and once for the same model with
+   8, in the same process, alternating, each after one untimed run of 64 tokens. Lines:
+       GQA impl=ours threads=... n_kv_heads=... batch=32 new=511 ms=... tok_s=... cache_mb=... params_mb=...
+       GQA_RATIO threads=... tok_s_gqa=... tok_s_full=... ratio=...
+   tok_s counts every row's tokens (32 x 511 / seconds); cache_mb is the KV cache the generation holds
+   (n_layers x 32 rows x 512 positions x 2 kv_dim floats). */
+static int run_gqa(int threads) {
+    enum { B = 32, NEW = 511 };
+    static const int kv[2] = {2, 0};
+    tfm_model *m = (tfm_model *)xmalloc(2 * sizeof *m);
+    int32_t *out = (int32_t *)xmalloc((size_t)B * NEW * sizeof(int32_t)), prompts[B];
+    const int32_t *pp[B];
+    int n_prompts[B], n_out[B], i, k;
+    double tok_s[2];
+    tfm_rng rng;
+    tfm_result rc;
+    tfm_set_num_threads(threads);
+    for (k = 0; k < 2; k++) {
+        tfm_config c = gqa_config(kv[k]);
+        if ((rc = tfm_model_init(&m[k], &c, NULL, 0)) != TFM_OK) die_tfm("tfm_model_init", rc);
+    }
+    tfm_rng_seed(&rng, 42);
+    for (i = 0; i < B; i++) {
+        prompts[i] = (int32_t)(tfm_rng_u64(&rng) % 8192u);
+        pp[i] = &prompts[i];
+        n_prompts[i] = 1;
+    }
+    for (k = 0; k < 2; k++) { /* untimed */
+        tfm_gen_opts go;
+        memset(&go, 0, sizeof go);
+        go.max_new = 64;
+        if ((rc = tfm_model_generate_batch(&m[k], B, NULL, NULL, pp, n_prompts, &go, out, NEW, n_out)) != TFM_OK)
+            die_tfm("tfm_model_generate_batch", rc);
+    }
+    for (k = 0; k < 2; k++) {
+        tfm_gen_opts go;
+        double t0, ms;
+        int64_t kv_dim = (int64_t)m[k].cfg.d_model / m[k].cfg.n_heads * (m[k].cfg.n_kv_heads ? m[k].cfg.n_kv_heads : m[k].cfg.n_heads);
+        memset(&go, 0, sizeof go);
+        go.max_new = NEW;
+        t0 = now_s();
+        if ((rc = tfm_model_generate_batch(&m[k], B, NULL, NULL, pp, n_prompts, &go, out, NEW, n_out)) != TFM_OK)
+            die_tfm("tfm_model_generate_batch", rc);
+        ms = 1e3 * (now_s() - t0);
+        for (i = 0; i < B; i++)
+            if (n_out[i] != NEW) {
+                fprintf(stderr, "bench: row %d gave %d tokens, not %d\n", i, n_out[i], NEW);
+                return 1;
+            }
+        tok_s[k] = (double)B * NEW * 1e3 / ms;
+        printf("GQA impl=ours threads=%d n_kv_heads=%d batch=%d new=%d ms=%.1f tok_s=%.1f cache_mb=%.1f params_mb=%.1f\n", threads,
+               m[k].cfg.n_kv_heads ? m[k].cfg.n_kv_heads : m[k].cfg.n_heads, B, NEW, ms, tok_s[k],
+               4.0 * m[k].cfg.n_layers * B * m[k].cfg.max_len * 2.0 * (double)kv_dim / 1e6, 4.0 * (double)m[k].n_weights / 1e6);
+        fflush(stdout);
+    }
+    printf("GQA_RATIO threads=%d tok_s_gqa=%.1f tok_s_full=%.1f ratio=%.3f\n", threads, tok_s[0], tok_s[1], tok_s[0] / tok_s[1]);
+    for (k = 0; k < 2; k++) tfm_model_free(&m[k]);
+    free(m);
+    free(out);
+    return 0;
+}
+
 static void usage(FILE *f) {
     int i;
     fprintf(f,
@@ -1081,6 +1172,7 @@ static void usage(FILE *f) {
             "       build/bench list\n"
             "       build/bench dump NAME FILE      weights, data and results for bench/torch_ref.py verify\n"
             "       build/bench gen NAME THREADS    batched generation (1, 8, 32 rows), serving memory, read bandwidth\n"
+            "       build/bench gqa THREADS         batch-32 generation, grouped-query attention against full heads\n"
             "QUICK=1: fewer repetitions. bench/run.sh runs everything next to PyTorch and prints the table.\n"
             "models:");
     for (i = 0; i < N_CONFIGS; i++) fprintf(f, " %s", CONFIGS[i].name);
@@ -1126,6 +1218,7 @@ int main(int argc, char **argv) {
         }
         return run_dump(b, argv[3]);
     }
+    if (argc == 3 && strcmp(argv[1], "gqa") == 0) return run_gqa(parse_threads(argv[2]));
     if (argc == 4 && strcmp(argv[1], "gen") == 0) {
         const bench_cfg *b = find_config(argv[2]);
         if (!b) {

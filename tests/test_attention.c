@@ -1423,6 +1423,100 @@ static void att_test_scratch_nomem(void) {
     att_stack_free(&in, 1);
 }
 
+/* Grouped-query attention in tfm_attention_forward/_backward (opts.n_kv_heads): against the same call with
+   every key/value head repeated for its group of query heads (LLaMA's repeat_kv, written out here), whose dk
+   and dv summed over each group are the grouped call's; causal with key lengths and attention dropout, 2 and 1
+   key/value heads (multi-query). At 1 and 2 threads the grouped call gives the same bits (one task per batch
+   and key/value head). Bad n_kv_heads and k of the wrong width are refused. */
+static void att_test_gqa(void) {
+    enum { B = 2, H = 4, D = 8, C = H * D, T = 70 };
+    int32_t lens[B] = {70, 33};
+    int saved = tfm_get_num_threads();
+    for (int Hkv = 2; Hkv >= 1; Hkv--) {
+        const int G = H / Hkv, E = Hkv * D;
+        const size_t nq = (size_t)B * T * C, nkv = (size_t)B * T * E, nl = (size_t)B * H * T;
+        float *q = att_falloc(nq), *k = att_falloc(nkv), *v = att_falloc(nkv), *dout = att_falloc(nq);
+        float *kf = att_falloc(nq), *vf = att_falloc(nq), *of = att_falloc(nq), *lf = att_falloc(nl);
+        float *dqf = att_falloc(nq), *dkf = att_falloc(nq), *dvf = att_falloc(nq);
+        float *dkr = att_falloc(nkv), *dvr = att_falloc(nkv);
+        float *o[2], *l[2], *dq[2], *dk[2], *dv[2];
+        tfm_attn_opts opts;
+        char what[96];
+        memset(&opts, 0, sizeof opts);
+        opts.causal = 1;
+        opts.key_lens = lens;
+        opts.dropout = 0.1f;
+        opts.dropout_seed = 77;
+        att_fill(q, nq, -1, 1);
+        att_fill(k, nkv, -1, 1);
+        att_fill(v, nkv, -1, 1);
+        att_fill(dout, nq, -1, 1);
+        for (size_t r = 0; r < (size_t)B * T; r++) /* repeat_kv: query head h's copy of key/value head h / G */
+            for (int h = 0; h < H; h++)
+                for (int d = 0; d < D; d++) {
+                    kf[r * C + h * D + d] = k[r * E + (h / G) * D + d];
+                    vf[r * C + h * D + d] = v[r * E + (h / G) * D + d];
+                }
+        {
+            tfm_tensor tq = tfm_tensor3(q, B, T, C), tk = tfm_tensor3(kf, B, T, C), tv = tfm_tensor3(vf, B, T, C);
+            tfm_tensor to = tfm_tensor3(of, B, T, C), tl = tfm_tensor3(lf, B, H, T), tdo = tfm_tensor3(dout, B, T, C);
+            tfm_tensor tdq = tfm_tensor3(dqf, B, T, C), tdk = tfm_tensor3(dkf, B, T, C), tdv = tfm_tensor3(dvf, B, T, C);
+            CHECK_OK(tfm_attention_forward(&to, &tl, &tq, &tk, &tv, H, &opts));
+            CHECK_OK(tfm_attention_backward(&tdq, &tdk, &tdv, &tdo, &tq, &tk, &tv, &to, &tl, H, &opts));
+        }
+        for (size_t r = 0; r < (size_t)B * T; r++) /* each key/value head's gradient: its group's sum */
+            for (int g = 0; g < Hkv; g++)
+                for (int d = 0; d < D; d++) {
+                    double sk = 0.0, sv = 0.0;
+                    for (int h = g * G; h < g * G + G; h++) sk += dkf[r * C + h * D + d], sv += dvf[r * C + h * D + d];
+                    dkr[r * E + g * D + d] = (float)sk;
+                    dvr[r * E + g * D + d] = (float)sv;
+                }
+        opts.n_kv_heads = Hkv;
+        for (int t = 0; t < 2; t++) {
+            o[t] = att_falloc(nq); l[t] = att_falloc(nl); dq[t] = att_falloc(nq); dk[t] = att_falloc(nkv); dv[t] = att_falloc(nkv);
+            tfm_tensor tq = tfm_tensor3(q, B, T, C), tk = tfm_tensor3(k, B, T, E), tv = tfm_tensor3(v, B, T, E);
+            tfm_tensor to = tfm_tensor3(o[t], B, T, C), tl = tfm_tensor3(l[t], B, H, T), tdo = tfm_tensor3(dout, B, T, C);
+            tfm_tensor tdq = tfm_tensor3(dq[t], B, T, C), tdk = tfm_tensor3(dk[t], B, T, E), tdv = tfm_tensor3(dv[t], B, T, E);
+            tfm_set_num_threads(t + 1);
+            CHECK_OK(tfm_attention_forward(&to, &tl, &tq, &tk, &tv, H, &opts));
+            CHECK_OK(tfm_attention_backward(&tdq, &tdk, &tdv, &tdo, &tq, &tk, &tv, &to, &tl, H, &opts));
+            tfm_set_num_threads(saved);
+        }
+        snprintf(what, sizeof what, "gqa %d kv heads: out", Hkv);
+        CHECK_REL(what, test_rel_err_f(o[0], of, nq), 1e-6);
+        snprintf(what, sizeof what, "gqa %d kv heads: lse", Hkv);
+        CHECK_REL(what, test_rel_err_f(l[0], lf, nl), 1e-6);
+        snprintf(what, sizeof what, "gqa %d kv heads: dq", Hkv);
+        CHECK_REL(what, test_rel_err_f(dq[0], dqf, nq), 1e-6);
+        snprintf(what, sizeof what, "gqa %d kv heads: dk", Hkv);
+        CHECK_REL(what, test_rel_err_f(dk[0], dkr, nkv), 1e-5);
+        snprintf(what, sizeof what, "gqa %d kv heads: dv", Hkv);
+        CHECK_REL(what, test_rel_err_f(dv[0], dvr, nkv), 1e-5);
+        CHECK_MSG(memcmp(o[0], o[1], nq * sizeof(float)) == 0 && memcmp(l[0], l[1], nl * sizeof(float)) == 0 &&
+                      memcmp(dq[0], dq[1], nq * sizeof(float)) == 0 && memcmp(dk[0], dk[1], nkv * sizeof(float)) == 0 &&
+                      memcmp(dv[0], dv[1], nkv * sizeof(float)) == 0,
+                  "gqa %d kv heads: 1 and 2 threads differ", Hkv);
+        if (Hkv == 2) { /* refusals */
+            tfm_tensor tq = tfm_tensor3(q, B, T, C), tk = tfm_tensor3(k, B, T, E), tv = tfm_tensor3(v, B, T, E);
+            tfm_tensor to = tfm_tensor3(o[0], B, T, C), tl = tfm_tensor3(l[0], B, H, T), tdo = tfm_tensor3(dout, B, T, C);
+            tfm_tensor tkw = tfm_tensor3(kf, B, T, C);
+            opts.n_kv_heads = 3;
+            CHECK_ERR(tfm_attention_forward(&to, &tl, &tq, &tk, &tv, H, &opts), TFM_E_ARG,
+                      "tfm_attention_forward: opts.n_kv_heads 3 must be 0 or divide n_heads 4");
+            opts.n_kv_heads = -2;
+            CHECK_ERR(tfm_attention_backward(NULL, NULL, NULL, &tdo, &tq, &tk, &tv, &to, &tl, H, &opts), TFM_E_ARG,
+                      "tfm_attention_backward: opts.n_kv_heads -2 must be 0 or divide n_heads 4");
+            opts.n_kv_heads = 2;
+            CHECK_ERR(tfm_attention_forward(&to, &tl, &tq, &tkw, &tv, H, &opts), TFM_E_SHAPE,
+                      "want (2,Tk,16) for 2 key/value heads");
+        }
+        for (int t = 0; t < 2; t++) free(o[t]), free(l[t]), free(dq[t]), free(dk[t]), free(dv[t]);
+        free(q), free(k), free(v), free(dout), free(kf), free(vf), free(of), free(lf);
+        free(dqf), free(dkf), free(dvf), free(dkr), free(dvr);
+    }
+}
+
 static void suite_attention(void) {
     RUN(att_test_op_nomask);
     RUN(att_test_op_causal);
@@ -1442,6 +1536,7 @@ static void suite_attention(void) {
     RUN(att_test_mha_padding);
     RUN(att_test_mha_cross);
     RUN(att_test_mha_threads);
+    RUN(att_test_gqa);
     RUN(att_test_small_stack);
     RUN(att_test_scratch_nomem);
 }

@@ -1460,18 +1460,21 @@ static void cu_pub_add_pool(void) {
     cu_release(&a, &b, &y, &dy, &da, &db, &pm, &pc, &dp, &dxm, &dxc, CU_END);
 }
 
-/* tfm_attention_*: opts' key lengths and additive masks are host memory (the library copies them) */
+/* tfm_attention_*: opts' key lengths and additive masks are host memory (the library copies them); cases 2
+   and 3 are grouped-query (opts.n_kv_heads 2 and 1 of 4 heads: k and v of fewer channels) */
 static void cu_pub_attention(void) {
-    int per_batch;
-    for (per_batch = 0; per_batch < 2; per_batch++) {
+    int which;
+    for (which = 0; which < 4; which++) {
+        int per_batch = which & 1;
         int64_t B = 3, Tq = 33, Tk = 40, C = 64, H = 4, j, nm = (per_batch ? B : 1) * Tq * Tk;
+        int64_t Hkv = which == 2 ? 2 : which == 3 ? 1 : H, E = C / H * Hkv;
         int32_t lens[3] = {40, 0, 17};
         float *mask = (float *)malloc((size_t)nm * sizeof(float));
         tfm_attn_opts o;
-        cu_rng g = {(uint64_t)(39 + per_batch)};
-        cu_buf q = cu_normal(B * Tq * C, &g, 1, 0), k = cu_normal(B * Tk * C, &g, 1, 0), v = cu_normal(B * Tk * C, &g, 1, 0);
+        cu_rng g = {(uint64_t)(39 + which)};
+        cu_buf q = cu_normal(B * Tq * C, &g, 1, 0), k = cu_normal(B * Tk * E, &g, 1, 0), v = cu_normal(B * Tk * E, &g, 1, 0);
         cu_buf out = cu_nan(B * Tq * C), lse = cu_nan(B * H * Tq), dout = cu_normal(B * Tq * C, &g, 1, 0);
-        cu_buf dq = cu_normal(B * Tq * C, &g, 1, 0), dk = cu_normal(B * Tk * C, &g, 1, 0), dvv = cu_normal(B * Tk * C, &g, 1, 0);
+        cu_buf dq = cu_normal(B * Tq * C, &g, 1, 0), dk = cu_normal(B * Tk * E, &g, 1, 0), dvv = cu_normal(B * Tk * E, &g, 1, 0);
         for (j = 0; j < nm; j++) mask[j] = j % 7 == 2 ? -INFINITY : cu_gauss(&g);
         for (j = 0; j < Tk; j++) mask[5 * Tk + j] = -INFINITY;
         memset(&o, 0, sizeof o);
@@ -1481,25 +1484,26 @@ static void cu_pub_attention(void) {
         o.mask_per_batch = per_batch;
         o.dropout = 0.1f;
         o.dropout_seed = 8;
+        o.n_kv_heads = which >= 2 ? (int)Hkv : 0;
         CU_DEVS {
-            tfm_tensor tq = cu_t(&q, dv, B, Tq, C), tk = cu_t(&k, dv, B, Tk, C), tv = cu_t(&v, dv, B, Tk, C);
+            tfm_tensor tq = cu_t(&q, dv, B, Tq, C), tk = cu_t(&k, dv, B, Tk, E), tv = cu_t(&v, dv, B, Tk, E);
             tfm_tensor to = cu_t(&out, dv, B, Tq, C), tl = cu_t(&lse, dv, B, H, Tq);
             CHECK_OK(tfm_attention_forward(&to, &tl, &tq, &tk, &tv, (int)H, &o));
         }
-        cu_check(cu_fmt("tfm_attention_forward mask_per_batch=%d: out", per_batch), &out, CU_TOL);
-        cu_check(cu_fmt("tfm_attention_forward mask_per_batch=%d: lse", per_batch), &lse, CU_TOL);
+        cu_check(cu_fmt("tfm_attention_forward case %d: out", which), &out, CU_TOL);
+        cu_check(cu_fmt("tfm_attention_forward case %d: lse", which), &lse, CU_TOL);
         cu_check_finite("tfm_attention_forward: out", &out);
         cu_push(&out);
         cu_push(&lse);
         CU_DEVS {
-            tfm_tensor tq = cu_t(&q, dv, B, Tq, C), tk = cu_t(&k, dv, B, Tk, C), tv = cu_t(&v, dv, B, Tk, C);
+            tfm_tensor tq = cu_t(&q, dv, B, Tq, C), tk = cu_t(&k, dv, B, Tk, E), tv = cu_t(&v, dv, B, Tk, E);
             tfm_tensor to = cu_t(&out, dv, B, Tq, C), tl = cu_t(&lse, dv, B, H, Tq), tdo = cu_t(&dout, dv, B, Tq, C);
-            tfm_tensor tdq = cu_t(&dq, dv, B, Tq, C), tdk = cu_t(&dk, dv, B, Tk, C), tdv = cu_t(&dvv, dv, B, Tk, C);
+            tfm_tensor tdq = cu_t(&dq, dv, B, Tq, C), tdk = cu_t(&dk, dv, B, Tk, E), tdv = cu_t(&dvv, dv, B, Tk, E);
             CHECK_OK(tfm_attention_backward(&tdq, &tdk, &tdv, &tdo, &tq, &tk, &tv, &to, &tl, (int)H, &o));
         }
-        cu_check(cu_fmt("tfm_attention_backward mask_per_batch=%d: dq", per_batch), &dq, CU_TOL);
-        cu_check(cu_fmt("tfm_attention_backward mask_per_batch=%d: dk", per_batch), &dk, CU_TOL);
-        cu_check(cu_fmt("tfm_attention_backward mask_per_batch=%d: dv", per_batch), &dvv, CU_TOL);
+        cu_check(cu_fmt("tfm_attention_backward case %d: dq", which), &dq, CU_TOL);
+        cu_check(cu_fmt("tfm_attention_backward case %d: dk", which), &dk, CU_TOL);
+        cu_check(cu_fmt("tfm_attention_backward case %d: dv", which), &dvv, CU_TOL);
         free(mask);
         cu_release(&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dvv, CU_END);
     }
@@ -1840,7 +1844,7 @@ static void cu_layers_small(void) {
 #define CU_B 2  /* batch rows */
 #define CU_T 8  /* longest sequence */
 #define CU_IN 6
-#define CU_N_MODELS 7
+#define CU_N_MODELS 8
 
 typedef struct cu_data {
     int32_t tokens[CU_B * CU_T], lens[CU_B], tgt_in[CU_B * CU_T], targets[CU_B * CU_T], types[CU_B * CU_T];
@@ -1849,7 +1853,7 @@ typedef struct cu_data {
 } cu_data;
 
 static const char *const cu_model_names[CU_N_MODELS] = {"classifier", "classifier cls_token input_dim", "lm", "encdec",
-                                                        "encdec shared", "bert classifier", "lm rope"};
+                                                        "encdec shared", "bert classifier", "lm rope", "encdec gqa"};
 
 /* Six tiny models that cover the configuration's switches between them: post-LN and pre-LN, ReLU, GELU
    and tanh-GELU, learned and sinusoidal positions, mean and [CLS] pooling, token and continuous inputs,
@@ -1933,6 +1937,16 @@ static tfm_config cu_model_cfg(int which, tfm_device dev) {
         c.pos = TFM_POS_ROPE;
         c.rope_dims = 6;
         c.rope_base = 100.0f;
+        break;
+    case 7: /* grouped-query attention: 4 query heads over 2 key/value heads, rotary positions, cross-attention too */
+        c.kind = TFM_MODEL_ENCODER_DECODER;
+        c.vocab_size = 12;
+        c.max_len = CU_T;
+        c.max_tgt_len = CU_T - 1;
+        c.n_heads = 4;
+        c.n_kv_heads = 2;
+        c.norm_first = 1;
+        c.pos = TFM_POS_ROPE;
         break;
     default:
         c.kind = TFM_MODEL_ENCODER_DECODER;
@@ -2186,10 +2200,12 @@ static void cu_model_encdec(void) { cu_model_case(3); }
 static void cu_model_encdec_shared(void) { cu_model_case(4); }
 static void cu_model_bert(void) { cu_model_case(5); }
 static void cu_model_rope(void) { cu_model_case(6); }
+static void cu_model_gqa(void) { cu_model_case(7); }
 
 /* ==== 5. generation: the same tokens and scores as on the CPU ========================================== */
 
-/* which: 0 an LM, 1 an encoder-decoder, 2 an LM with rotary positions (the cache's keys turned at their positions) */
+/* which: 0 an LM, 1 an encoder-decoder, 2 an LM with rotary positions (the cache's keys turned at their positions),
+   3 that LM with grouped-query attention (4 query heads over 1 key/value head: the cache holds that one) */
 static void cu_gen_cfg(tfm_config *c, int which, int max_batch, tfm_device dev) {
     int encdec = which == 1;
     memset(c, 0, sizeof *c);
@@ -2205,8 +2221,9 @@ static void cu_gen_cfg(tfm_config *c, int which, int max_batch, tfm_device dev) 
     c->max_batch = max_batch;
     c->norm_first = !encdec;
     c->act = encdec ? TFM_ACT_RELU : TFM_ACT_GELU_TANH;
-    c->pos = encdec ? TFM_POS_SINUSOIDAL : which == 2 ? TFM_POS_ROPE : TFM_POS_LEARNED;
-    c->rope_base = which == 2 ? 100.0f : 0.0f;
+    c->pos = encdec ? TFM_POS_SINUSOIDAL : which >= 2 ? TFM_POS_ROPE : TFM_POS_LEARNED;
+    c->rope_base = which >= 2 ? 100.0f : 0.0f;
+    c->n_kv_heads = which == 3 ? 1 : 0;
     c->init_std = 0.3f; /* logits far from uniform: no near-ties for the argmax */
     c->seed = 7;
     c->device = dev;
@@ -2242,7 +2259,7 @@ static void cu_gen_case(int which) {
     int32_t out[2][3 * 9], stop;
     int n_out[2][3], lens[2][2], found[2];
     float scores[2][2], logp[2][12], total[2];
-    const char *kind = encdec ? "encdec" : which ? "lm rope" : "lm";
+    const char *kind = encdec ? "encdec" : which == 3 ? "lm gqa" : which ? "lm rope" : "lm";
     if (!cu_gen_pair(m, which, 3)) return;
     for (b = 0; b < 3; b++) sp[b] = srcs[b], pp[b] = prompts[b];
     if (encdec) n_prompts[0] = 2;
@@ -2305,6 +2322,7 @@ static void cu_gen_case(int which) {
 static void cu_gen_lm(void) { cu_gen_case(0); }
 static void cu_gen_encdec(void) { cu_gen_case(1); }
 static void cu_gen_rope(void) { cu_gen_case(2); }
+static void cu_gen_gqa(void) { cu_gen_case(3); }
 
 /* beam_width 5 over a model of max_batch 2: the beams run two rows at a time */
 static void cu_gen_wide_beam(void) {
@@ -3236,12 +3254,14 @@ static void suite_models(void) {
     RUN(cu_model_encdec_shared);
     RUN(cu_model_bert);
     RUN(cu_model_rope);
+    RUN(cu_model_gqa);
 }
 
 static void suite_generate(void) {
     RUN(cu_gen_lm);
     RUN(cu_gen_encdec);
     RUN(cu_gen_rope);
+    RUN(cu_gen_gqa);
     RUN(cu_gen_wide_beam);
 }
 

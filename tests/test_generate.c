@@ -1,8 +1,13 @@
 /* tests/test_generate.c - generation with the key/value cache: every cached step's logits equal a
    full forward over the whole sequence, greedy decoding picks their argmax, and bad requests fail. */
 
+/* Key/value heads of gen_config's models (of 4 query heads); 0: one per query head. The grouped-query tests
+   set it around the checks they reuse. */
+static int gen_kv_heads = 0;
+
 static void gen_config(tfm_config *c, tfm_model_kind kind, int norm_first, tfm_pos_kind pos) {
     memset(c, 0, sizeof *c);
+    c->n_kv_heads = gen_kv_heads;
     c->kind = kind;
     c->vocab_size = 13;
     c->tgt_vocab_size = kind == TFM_MODEL_ENCODER_DECODER ? 11 : 0;
@@ -1041,6 +1046,49 @@ static void gen_test_serving(void) {
     gen_check_serving_memory(TFM_MODEL_ENCODER_DECODER);
 }
 
+/* Grouped-query attention (2 key/value heads of 4, and multi-query): the cache holds only the key/value heads
+   (kv_dim, and a smaller allocation by the factor); cached decoding equals full recomputation with rotary
+   positions across beam reorders and uneven rows, greedy generation, beam search against an exhaustive
+   search, batched generation, scoring. */
+static void gen_test_gqa(void) {
+    int kv;
+    for (kv = 2; kv >= 1; kv--) {
+        tfm_config c;
+        tfm_model m, full;
+        tfm_kv_cache kc, kf;
+        gen_kv_heads = kv;
+        gen_config(&c, TFM_MODEL_ENCODER_DECODER, 1, TFM_POS_ROPE);
+        CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+        c.n_kv_heads = 0;
+        CHECK_OK(tfm_model_init(&full, &c, NULL, 0));
+        if (m.impl && full.impl) {
+            CHECK_OK(tfm_kv_cache_init(&kc, &m, 2, 0));
+            CHECK_OK(tfm_kv_cache_init(&kf, &full, 2, 0));
+            CHECK(kc.kv_dim == 16 / 4 * kv && kf.kv_dim == 16);
+            /* self and cross floats, one block after the other: the grouped cache's end is the factor nearer */
+            CHECK((kc.cross_kv - kc.self_kv) * (4 / kv) == kf.cross_kv - kf.self_kv);
+            CHECK((int64_t)kc.n_layers * kc.max_batch * (kc.max_len + kc.max_src_len) * 2 * kc.kv_dim * (4 / kv) ==
+                  (int64_t)kf.n_layers * kf.max_batch * (kf.max_len + kf.max_src_len) * 2 * kf.kv_dim);
+            tfm_kv_cache_free(&kc);
+            tfm_kv_cache_free(&kf);
+        }
+        if (m.impl) tfm_model_free(&m);
+        if (full.impl) tfm_model_free(&full);
+        gen_check_cache(TFM_MODEL_DECODER_LM, 1, TFM_POS_ROPE);
+        gen_check_cache(TFM_MODEL_DECODER_LM, 0, TFM_POS_LEARNED);
+        gen_check_cache(TFM_MODEL_ENCODER_DECODER, 0, TFM_POS_ROPE);
+        gen_check_cache_uneven(TFM_MODEL_DECODER_LM, TFM_POS_ROPE);
+        gen_check_cache_uneven(TFM_MODEL_ENCODER_DECODER, TFM_POS_ROPE);
+        gen_check_greedy(TFM_POS_ROPE);
+        gen_check_beam_exhaustive(0, 1.0f, 2, TFM_POS_ROPE);
+        gen_check_beam_exhaustive(1, 0.0f, 5, TFM_POS_ROPE);
+        gen_check_batch(TFM_MODEL_DECODER_LM);
+        gen_check_batch(TFM_MODEL_ENCODER_DECODER);
+        gen_test_score();
+    }
+    gen_kv_heads = 0;
+}
+
 static void suite_generate(void) {
     RUN(gen_test_cache_lm);
     RUN(gen_test_cache_encdec);
@@ -1057,4 +1105,5 @@ static void suite_generate(void) {
     RUN(gen_test_beam_scores);
     RUN(gen_test_errors_new);
     RUN(gen_test_serving);
+    RUN(gen_test_gqa);
 }

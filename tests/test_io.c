@@ -996,6 +996,37 @@ static void io_errors_arch(void) {
         tfm_model_free(&m2);
         remove(rpath);
     }
+    /* grouped-query attention: no tfm.n_kv_heads key without it; a multi-query model's config loads with the
+       field and builds a model its weights load into; the field is architecture */
+    {
+        io_meta mt;
+        tfm__st_header h;
+        int k, named = 0;
+        if (io_meta_from(&mt, path, &h)) {
+            for (k = 0; k < mt.n; k++) named |= !strcmp(mt.kv[2 * k], "tfm.n_kv_heads");
+            tfm__st_header_free(&h);
+        }
+        CHECK_MSG(!named, "a model without grouped-query attention saved tfm.n_kv_heads");
+    }
+    c2 = c;
+    c2.n_kv_heads = 1;
+    if (io_init(&m2, &c2, "multi-query")) {
+        const char *gpath = io_path("arch_gqa.safetensors");
+        tfm_config lc;
+        tfm_model m3;
+        CHECK_OK(tfm_model_save(&m2, gpath, 0, NULL, 0));
+        CHECK_OK(tfm_config_load(gpath, &lc));
+        CHECK(lc.n_kv_heads == 1);
+        lc.seed += 1;
+        if (io_init(&m3, &lc, "multi-query from its config")) {
+            CHECK_OK(tfm_model_load(&m3, gpath));
+            CHECK(io_params_diff(&m2, &m3) == NULL);
+            tfm_model_free(&m3);
+        }
+        CHECK_ERR(tfm_model_load(&m, gpath), TFM_E_FORMAT, "n_kv_heads 1 but the model has 0");
+        tfm_model_free(&m2);
+        remove(gpath);
+    }
     /* another kind */
     c2 = io_cfg(0);
     c2.vocab_size = c.vocab_size;
@@ -1114,12 +1145,16 @@ static void io_errors_file(void) {
         struct {
             const char *key, *value, *msg;
             int state;
-        } bad[7];
+        } bad[10];
         int nb = 0;
         bad[nb].key = "tfm.d_model", bad[nb].value = "abc", bad[nb].msg = "tfm.d_model", bad[nb++].state = 0;
         bad[nb].key = "tfm.d_model", bad[nb].value = "8.5", bad[nb].msg = "want an integer", bad[nb++].state = 0;
         bad[nb].key = "tfm.n_heads", bad[nb].value = "3", bad[nb].msg = "stored config is invalid", bad[nb++].state = 0;
         bad[nb].key = "tfm.ln_eps", bad[nb].value = "inf", bad[nb].msg = "tfm.ln_eps", bad[nb++].state = 0;
+        /* key/value heads that do not divide the 2 query heads */
+        bad[nb].key = "tfm.n_kv_heads", bad[nb].value = "3", bad[nb].msg = "n_kv_heads 3 must be 0 or divide", bad[nb++].state = 0;
+        bad[nb].key = "tfm.n_kv_heads", bad[nb].value = "-2", bad[nb].msg = "n_kv_heads -2 must be 0 or divide", bad[nb++].state = 0;
+        bad[nb].key = "tfm.n_kv_heads", bad[nb].value = "2147483647", bad[nb].msg = "stored config is invalid", bad[nb++].state = 0;
         bad[nb].key = "tfm.step", bad[nb].value = NULL, bad[nb].msg = "tfm.step", bad[nb++].state = 1;
         bad[nb].key = "tfm.rng", bad[nb].value = "0123", bad[nb].msg = "tfm.rng", bad[nb++].state = 1;
         bad[nb].key = "tfm.step", bad[nb].value = "-1", bad[nb].msg = "tfm.step", bad[nb++].state = 1;

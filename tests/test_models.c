@@ -2181,6 +2181,127 @@ static void md_rope(void) {
     }
 }
 
+/* Grouped-query attention: the gradients of the key and value rows of every in_proj (C + 2E rows: queries,
+   then E key rows, then E value rows) against central finite differences of the loss, in a causal LM with
+   rotary positions (4 query heads over 2 key/value heads) and in an encoder-decoder with one key/value head
+   (multi-query self- and cross-attention over a padded source); in_proj's shape, the config's field and its
+   refusals, a block's and a layer's desc. */
+static void md_gqa(void) {
+    enum { B = 3, T = 6 };
+    int32_t tokens[B * T], targets[B * T], tgt_in[B * T], lens[B] = {6, 2, 5};
+    tfm_rng r;
+    int kind, i, k, checked = 0;
+    tfm_rng_seed(&r, 21);
+    for (i = 0; i < B * T; i++)
+        tokens[i] = md_randint(&r, 9), targets[i] = md_randint(&r, 9), tgt_in[i] = md_randint(&r, 9);
+    for (kind = 0; kind < 2; kind++) {
+        tfm_config c;
+        tfm_model m;
+        tfm_batch b;
+        char what[64];
+        int E;
+        memset(&c, 0, sizeof c);
+        c.kind = kind ? TFM_MODEL_ENCODER_DECODER : TFM_MODEL_DECODER_LM;
+        c.vocab_size = 9;
+        c.d_model = 16;
+        c.n_heads = 4;
+        c.n_kv_heads = kind ? 1 : 2;
+        c.n_layers = kind ? 1 : 2;
+        c.d_ff = 16;
+        c.max_len = T;
+        c.max_batch = B;
+        c.norm_first = 1;
+        c.act = kind ? TFM_ACT_GELU : TFM_ACT_SWIGLU;
+        c.norm = kind ? TFM_NORM_LAYER : TFM_NORM_RMS;
+        c.pos = kind ? TFM_POS_LEARNED : TFM_POS_ROPE;
+        c.init_std = 0.4f;
+        c.seed = 5;
+        E = 16 / 4 * c.n_kv_heads;
+        snprintf(what, sizeof what, "gqa %s", kind ? "encoder-decoder" : "LM");
+        if (!md_init(&m, &c, what)) return;
+        CHECK(m.cfg.n_kv_heads == c.n_kv_heads);
+        memset(&b, 0, sizeof b);
+        b.batch = B;
+        b.len = T;
+        b.tokens = tokens;
+        b.lens = kind ? lens : NULL;
+        b.tgt_len = kind ? T : 0;
+        b.tgt_in = kind ? tgt_in : NULL;
+        b.targets = targets;
+        tfm_model_train(&m, 0);
+        tfm_model_zero_grad(&m);
+        CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
+        CHECK_OK(tfm_model_backward(&m, 1.0f));
+        for (i = 0; i < m.n_params; i++) {
+            tfm_param *p = &m.params[i];
+            if (!strstr(p->name, "in_proj")) continue;
+            if (strstr(p->name, "in_proj_weight"))
+                CHECK_MSG(p->value.ndim == 2 && p->value.shape[0] == 16 + 2 * E && p->value.shape[1] == 16,
+                          "%s: %s is %s", what, p->name, tfm__shp(&p->value));
+            for (k = 0; k < 8; k++) {
+                /* an element of the key or value rows: the last 2E of C + 2E */
+                int64_t per = tfm_numel(&p->value) / (16 + 2 * E), span = per * 2 * E;
+                int64_t j = per * 16 + (int64_t)(tfm_rng_u64(&r) % (uint64_t)span);
+                float keep = p->value.data[j], h = 2e-3f, lp = 0.0f, lm = 0.0f;
+                double fd, an = p->grad.data[j], err;
+                p->value.data[j] = keep + h;
+                CHECK_OK(tfm_model_forward(&m, &b, &lp, NULL));
+                p->value.data[j] = keep - h;
+                CHECK_OK(tfm_model_forward(&m, &b, &lm, NULL));
+                p->value.data[j] = keep;
+                fd = ((double)lp - (double)lm) / (2.0 * h);
+                err = fabs(fd - an) / (2e-3 + 2e-2 * fabs(an));
+                CHECK_MSG(err <= 1.0, "%s: %s[%lld]: backward %.6g, finite differences %.6g", what, p->name, (long long)j, an, fd);
+                checked++;
+            }
+        }
+        tfm_model_free(&m);
+    }
+    /* LM: 2 layers x (weight, bias); encoder-decoder: encoder self, decoder self and cross x (weight, bias) */
+    CHECK(checked == 8 * (4 + 6));
+    { /* the config's field */
+        tfm_config c = md_cfg(TFM_MODEL_DECODER_LM), c2; /* n_heads 4 */
+        tfm_model m;
+        c2 = c;
+        c2.n_kv_heads = 3;
+        md_init_err("n_kv_heads 3 of 4", &c2, TFM_E_ARG, "cfg.n_kv_heads 3 must be 0 or divide cfg.n_heads 4");
+        c2.n_kv_heads = -1;
+        md_init_err("negative n_kv_heads", &c2, TFM_E_ARG, "cfg.n_kv_heads -1 must be 0 or divide cfg.n_heads 4");
+        c2.n_kv_heads = 8;
+        md_init_err("n_kv_heads past n_heads", &c2, TFM_E_ARG, "cfg.n_kv_heads 8 must be 0 or divide");
+        c2.n_kv_heads = 4; /* one per query head: the plain model, kept as 0 */
+        if (md_init(&m, &c2, "n_kv_heads = n_heads")) {
+            CHECK(m.cfg.n_kv_heads == 0);
+            CHECK(tfm_model_param(&m, "decoder.layers.0.self_attn.in_proj_weight")->value.shape[0] == 3 * 32);
+            tfm_model_free(&m);
+        }
+    }
+    { /* the layers' */
+        tfm_block_desc d;
+        tfm_mha_desc md;
+        tfm_block blk;
+        tfm_mha a;
+        tfm_mem mem;
+        memset(&d, 0, sizeof d);
+        d.d_model = 8;
+        d.n_heads = 4;
+        d.max_len = 4;
+        d.n_kv_heads = 3;
+        memset(&mem, 0, sizeof mem); /* counting */
+        CHECK_ERR(tfm_block_init(&blk, &d, &mem), TFM_E_ARG, "tfm_block_init: desc.n_kv_heads 3 must be 0 or divide desc.n_heads 4");
+        memset(&md, 0, sizeof md);
+        md.d_model = 8;
+        md.n_heads = 4;
+        md.max_len = 4;
+        md.n_kv_heads = -4;
+        CHECK_ERR(tfm_mha_init(&a, &md, &mem), TFM_E_ARG, "tfm_mha_init: desc.n_kv_heads -4 must be 0 or divide desc.n_heads 4");
+        md.n_kv_heads = 2;
+        md.cross = 1;
+        CHECK_OK(tfm_mha_init(&a, &md, &mem));
+        CHECK(a.desc.n_kv_heads == 2 && a.in_proj_weight.shape[0] == 8 + 2 * 4);
+    }
+}
+
 static void suite_models(void) {
     int threads = tfm_get_num_threads();
     tfm_set_num_threads(1);
@@ -2216,5 +2337,6 @@ static void suite_models(void) {
     RUN(md_bert_layout);
     RUN(md_bert_layout_rms);
     RUN(md_rope);
+    RUN(md_gqa);
     tfm_set_num_threads(threads);
 }

@@ -400,6 +400,11 @@ static int mt_config(const fx_file *fx, tfm_config *cfg, const int32_t **c_out) 
         if (!rd || !ok) return 0;
         cfg->rope_dims = rd->i32[0];
     }
+    if (fx_get(fx, "n_kv_heads")) { /* grouped-query attention */
+        const fx_array *kv = mt_need_i32(fx, "n_kv_heads", 1);
+        if (!kv) return 0;
+        cfg->n_kv_heads = kv->i32[0];
+    }
     if (fx_get(fx, "bert")) { /* BERT's layout: type_vocab_size, emb_norm */
         const fx_array *bt = mt_need_i32(fx, "bert", 2);
         if (!bt) return 0;
@@ -586,6 +591,10 @@ static void mt_model_lm_rope_llama(void) { mt_model_case("model_lm_rope_llama");
 static void mt_model_lm_rope_partial(void) { mt_model_case("model_lm_rope_partial"); }
 static void mt_model_encdec_rope(void) { mt_model_case("model_encdec_rope"); }
 static void mt_model_cls_rope(void) { mt_model_case("model_cls_rope"); }
+/* Grouped-query attention (torch: RopeSelfAttention with LLaMA's repeat_kv) in LLaMA's block: 4 query heads over
+   2 key/value heads, and multi-query (3 query heads over 1, half of each head turned) */
+static void mt_model_lm_gqa_llama(void) { mt_model_case("model_lm_gqa_llama"); }
+static void mt_model_lm_mqa_llama(void) { mt_model_case("model_lm_mqa_llama"); }
 
 /* ---- AdamW: clip_grad_norm_ then torch.optim.AdamW (no decay on biases, norms, embeddings) ---- */
 static void mt_adamw_step(void) {
@@ -671,6 +680,8 @@ static void suite_models_torch(void) {
     RUN(mt_model_encdec_post_swiglu);
     RUN(mt_model_lm_rope_llama);
     RUN(mt_model_lm_rope_partial);
+    RUN(mt_model_lm_gqa_llama);
+    RUN(mt_model_lm_mqa_llama);
     RUN(mt_model_encdec_rope);
     RUN(mt_model_cls_rope);
     RUN(mt_adamw_step);

@@ -157,11 +157,18 @@ def rope_explicit(x, H, rot, base):
 def mha_explicit(mha, x, src, vis):
     C = x.shape[-1]
     W, bW = mha.in_proj_weight, mha.in_proj_bias
+    E = (W.shape[0] - C) // 2  # the key/value channels: C, or fewer with grouped-query attention
     q = x @ W[:C].T + bW[:C]
-    k = src @ W[C:2 * C].T + bW[C:2 * C]
-    v = src @ W[2 * C:].T + bW[2 * C:]
-    if isinstance(mha, tm.RopeSelfAttention):
-        q, k = rope_explicit(q, mha.num_heads, mha.rot, mha.base), rope_explicit(k, mha.num_heads, mha.rot, mha.base)
+    k = src @ W[C:C + E].T + bW[C:C + E]
+    v = src @ W[C + E:].T + bW[C + E:]
+    if isinstance(mha, tm.RopeSelfAttention) and mha.rot:
+        Hkv = E // (C // mha.num_heads)
+        q, k = rope_explicit(q, mha.num_heads, mha.rot, mha.base), rope_explicit(k, Hkv, mha.rot, mha.base)
+    if E != C:  # query head h reads key/value head h // (H / Hkv): gather its channels for every query head
+        D = C // mha.num_heads
+        grp = mha.num_heads // (E // D)
+        idx = torch.tensor([(h // grp) * D + d for h in range(mha.num_heads) for d in range(D)])
+        k, v = k[..., idx], v[..., idx]
     o, _ = attention_math(q, k, v, mha.num_heads, vis, 1.0 / math.sqrt(C // mha.num_heads))
     return o @ mha.out_proj.weight.T + mha.out_proj.bias
 
@@ -396,6 +403,8 @@ def model_case(name, cfg, B, T, Tt=0, lens=None, ignore=(), types=False):
     if c.pos == tm.POS_ROPE:
         cs.i32("rope", [c.rope_dims])
         cs.f32("rope_base", torch.tensor(c.rope_base, dtype=torch.float64))
+    if c.n_kv_heads:
+        cs.i32("n_kv_heads", [c.n_kv_heads])
     store_batch(cs, c, batch)
     store_params(cs, model)
     cs.f64("logits", logits)
@@ -607,6 +616,18 @@ def main():
                      max_len=9, max_batch=2, act=tm.ACT_SWIGLU, norm_first=1, pos=tm.POS_ROPE,
                      norm=tm.NORM_RMS, ln_eps=f32(1e-6)),
                    B=2, T=9, ignore=[(1, 6)]),
+        # grouped-query attention in the LLaMA-style LM: 4 query heads over 2 key/value heads, and
+        # multi-query (1 key/value head) with half the channels turned
+        model_case("model_lm_gqa_llama",
+                   C(kind=tm.DECODER_LM, vocab_size=13, d_model=16, n_heads=4, n_kv_heads=2, n_layers=2,
+                     d_ff=24, max_len=9, max_batch=2, act=tm.ACT_SWIGLU, norm_first=1, pos=tm.POS_ROPE,
+                     norm=tm.NORM_RMS, ln_eps=f32(1e-6)),
+                   B=2, T=9, ignore=[(1, 6)]),
+        model_case("model_lm_mqa_llama",
+                   C(kind=tm.DECODER_LM, vocab_size=11, d_model=12, n_heads=3, n_kv_heads=1, n_layers=2,
+                     d_ff=20, max_len=8, max_batch=3, act=tm.ACT_SWIGLU, norm_first=1, pos=tm.POS_ROPE,
+                     rope_dims=2, norm=tm.NORM_RMS, ln_eps=f32(1e-6)),
+                   B=3, T=8),
         model_case("model_lm_rope_partial",
                    C(kind=tm.DECODER_LM, vocab_size=11, d_model=12, n_heads=2, n_layers=2, d_ff=24,
                      max_len=8, max_batch=3, act=G, norm_first=0, pos=tm.POS_ROPE, rope_dims=4,

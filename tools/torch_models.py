@@ -144,27 +144,44 @@ def apply_rope(x, rot, base):
     return torch.cat([xr * cos + rotate_half(xr) * sin, xp], dim=-1)
 
 
+def repeat_kv(x, n_rep):
+    """Hugging Face LLaMA's repeat_kv: (B,Hkv,T,D) -> (B,Hkv*n_rep,T,D), each key/value head repeated for
+    the n_rep consecutive query heads of its group."""
+    B, Hkv, T, D = x.shape
+    if n_rep == 1:
+        return x
+    return x[:, :, None, :, :].expand(B, Hkv, n_rep, T, D).reshape(B, Hkv * n_rep, T, D)
+
+
 class RopeSelfAttention(nn.Module):
     """Self-attention with nn.MultiheadAttention's parameters (in_proj_weight (3C,C) q|k|v rows,
-    in_proj_bias, out_proj) and rotary positions on the projected queries and keys; called as the
-    layers call self_attn (query = key = value, bool attn_mask and key_padding_mask, True = hidden).
+    in_proj_bias, out_proj) and rotary positions on the projected queries and keys (rot 0: none); called
+    as the layers call self_attn (query = key = value, bool attn_mask and key_padding_mask, True = hidden).
+    n_kv_heads < n_heads is grouped-query attention as LLaMA's: in_proj_weight is (C + 2 Ckv, C), Ckv =
+    n_kv_heads * head size (q rows, k rows, v rows), and the key/value heads are repeated with repeat_kv.
     _qkv_same_embed_dim False keeps torch's encoder layer off its fused inference path."""
 
-    def __init__(self, d_model, n_heads, rot, base, dropout, dtype):
+    def __init__(self, d_model, n_heads, rot, base, dropout, dtype, n_kv_heads=0):
         super().__init__()
         self.embed_dim, self.num_heads, self.rot, self.base, self.dropout = d_model, n_heads, rot, base, dropout
+        self.n_kv_heads = n_kv_heads or n_heads
+        kv_dim = d_model // n_heads * self.n_kv_heads
         self.batch_first, self._qkv_same_embed_dim = True, False
-        self.in_proj_weight = nn.Parameter(torch.empty(3 * d_model, d_model, dtype=dtype))
-        self.in_proj_bias = nn.Parameter(torch.zeros(3 * d_model, dtype=dtype))
+        self.in_proj_weight = nn.Parameter(torch.empty(d_model + 2 * kv_dim, d_model, dtype=dtype))
+        self.in_proj_bias = nn.Parameter(torch.zeros(d_model + 2 * kv_dim, dtype=dtype))
         self.out_proj = nn.Linear(d_model, d_model, dtype=dtype)
         nn.init.xavier_uniform_(self.in_proj_weight)
 
     def forward(self, query, key, value, attn_mask=None, key_padding_mask=None, need_weights=False, **kw):
         B, T, C = query.shape
-        H = self.num_heads
-        q, k, v = F.linear(query, self.in_proj_weight, self.in_proj_bias).split(C, dim=-1)
-        q, k, v = (z.reshape(B, T, H, C // H).transpose(1, 2) for z in (q, k, v))
-        q, k = apply_rope(q, self.rot, self.base), apply_rope(k, self.rot, self.base)
+        H, Hkv = self.num_heads, self.n_kv_heads
+        D = C // H
+        q, k, v = F.linear(query, self.in_proj_weight, self.in_proj_bias).split([C, Hkv * D, Hkv * D], dim=-1)
+        q = q.reshape(B, T, H, D).transpose(1, 2)
+        k, v = (z.reshape(B, T, Hkv, D).transpose(1, 2) for z in (k, v))
+        if self.rot:
+            q, k = apply_rope(q, self.rot, self.base), apply_rope(k, self.rot, self.base)
+        k, v = repeat_kv(k, H // Hkv), repeat_kv(v, H // Hkv)
         s = q @ k.transpose(-1, -2) / math.sqrt(C // H)
         if attn_mask is not None:
             s = s.masked_fill(attn_mask, float("-inf"))
@@ -180,11 +197,12 @@ def make_norm(norm, d_model, eps, dtype):
 
 
 def make_layer(d_model, n_heads, d_ff=0, act=ACT_RELU, norm_first=False, cross=False, ln_eps=1e-5,
-               dropout=0.0, dtype=torch.float64, norm=NORM_LAYER, rope_dims=0, rope_base=10000.0):
+               dropout=0.0, dtype=torch.float64, norm=NORM_LAYER, rope_dims=0, rope_base=10000.0, n_kv_heads=0):
     """The torch layer a tfm_block with these settings mirrors (d_ff 0 -> 4 * d_model; ACT_SWIGLU: linear1
     is (2 d_ff, d_model), gate rows then up rows, and linear2 reads silu(gate) * up); norm NORM_RMS
     puts an RMSNorm at each of its norms (training mode only: torch's inference fast path assumes
-    LayerNorm); rope_dims > 0 makes self_attn a RopeSelfAttention turning that many channels per head."""
+    LayerNorm); rope_dims > 0 makes self_attn a RopeSelfAttention turning that many channels per head, and
+    n_kv_heads (0: n_heads) one with that many key/value heads (self-attention layers only)."""
     d_ff = d_ff or 4 * d_model
     cls = nn.TransformerDecoderLayer if cross else nn.TransformerEncoderLayer
     layer = cls(d_model, n_heads, dim_feedforward=d_ff, dropout=dropout, activation=activation_fn(act),
@@ -194,8 +212,10 @@ def make_layer(d_model, n_heads, d_ff=0, act=ACT_RELU, norm_first=False, cross=F
             setattr(layer, n, RMSNorm(d_model, ln_eps, dtype))
     if act == ACT_SWIGLU:  # linear1 makes gate and up: (2 d_ff, d_model)
         layer.linear1 = nn.Linear(d_model, 2 * d_ff, dtype=dtype)
-    if rope_dims:
-        layer.self_attn = RopeSelfAttention(d_model, n_heads, rope_dims, rope_base, dropout, dtype)
+    if n_kv_heads and cross:
+        raise NotImplementedError("grouped-query cross-attention is not mirrored here")
+    if rope_dims or n_kv_heads:
+        layer.self_attn = RopeSelfAttention(d_model, n_heads, rope_dims, rope_base, dropout, dtype, n_kv_heads)
     return layer
 
 
@@ -222,7 +242,7 @@ class Stack(nn.Module):
         rope = cfg.rope_dims if cfg.pos == POS_ROPE else 0
         self.layers = nn.ModuleList([
             make_layer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.act, cfg.norm_first, cross, cfg.ln_eps,
-                       cfg.dropout, dtype, cfg.norm, rope, cfg.rope_base) for _ in range(n)])
+                       cfg.dropout, dtype, cfg.norm, rope, cfg.rope_base, cfg.n_kv_heads) for _ in range(n)])
         if cfg.norm_first:
             self.norm = make_norm(cfg.norm, cfg.d_model, cfg.ln_eps, dtype)
         else:
@@ -247,7 +267,7 @@ class Config:
                   act=0, norm_first=0, pos=0, scale_emb=0, pool=0, tie_output=0, share_emb=0,
                   no_bias=0, dropout=0.0, attn_dropout=0.0, ln_eps=0.0, label_smoothing=0.0,
                   ignore_index=0, has_ignore_index=0, input_dim=0, cls_token=0, type_vocab_size=0,
-                  emb_norm=0, norm=0, rope_dims=0, rope_base=0.0)
+                  emb_norm=0, norm=0, rope_dims=0, rope_base=0.0, n_kv_heads=0)
 
     def __init__(self, **kw):
         for k, v in self.FIELDS.items():
@@ -291,6 +311,10 @@ class Config:
             c.rope_base = c.rope_base or 10000.0
         elif c.rope_dims or c.rope_base:
             raise ValueError("rope_dims and rope_base are for pos POS_ROPE")
+        if c.n_kv_heads < 0 or (c.n_kv_heads and c.n_heads % c.n_kv_heads):
+            raise ValueError("n_kv_heads must divide n_heads")
+        if c.n_kv_heads == c.n_heads:
+            c.n_kv_heads = 0
         if not c.has_ignore_index and c.ignore_index == 0:
             c.ignore_index = -100
         if c.share_emb and c.kind == ENCODER_DECODER and c.tgt_vocab_size != c.vocab_size:
