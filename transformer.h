@@ -120,7 +120,8 @@
        params | grads | adam_m | adam_v | acts | scratch
    the first four laid out alike, so tfm_model_flat hands out the parameters and the gradients as one
    float array each (for your own optimizer, or an all-reduce across processes). Decoding keeps its
-   keys and values in a tfm_kv_cache of its own (max_batch rows of max_len positions per layer).
+   keys and values in a tfm_kv_cache of its own (max_batch rows of max_len positions per layer; with a
+   sliding window, attn_sinks + attn_window rows in ring order).
    On the GPU (cfg.device, or tfm_mem.device for layers) the block has a device twin of the same size
    and layout, one cudaMalloc: every float (tensors) lives there at the offset it has on the host, while
    the host block keeps what the CPU reads (the layers' structs, the batch's ids and lengths) and serves
@@ -966,7 +967,9 @@ typedef struct tfm_gen_opts {
 /* Autoregressive decoding with a key/value cache, batch 1. Decoder-only LM: continue prompt
    (n_prompt >= 1 ids; src NULL). Encoder-decoder: encode src (src_len ids), then decode from prompt
    (decoder start ids, e.g. a BOS token). out receives the new ids, *n_out how many (may be NULL).
-   n_prompt + max_new must fit max_len (LM) or max_tgt_len (enc-dec). Dropout is off meanwhile;
+   n_prompt + max_new must fit max_len (LM) or max_tgt_len (enc-dec), but for a model with a sliding
+   window and rotary positions (cfg.attn_window, TFM_POS_ROPE), whose cache rolls: only n_prompt must
+   fit, and the new ids go on past it in constant memory. Dropout is off meanwhile;
    the model's last forward state is replaced, so backward is not possible until the next forward.
    The same as tfm_model_generate_batch with one row. */
 TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,

@@ -941,6 +941,70 @@ static void att_test_window_one_key(void) {
     att_one_key_case("window 1", 2, 2, 16, 300, 300, &o, 0, -1);
 }
 
+/* The window's refusals: negative sizes, sinks without a window, a window on a call that is not causal,
+   on cross-attention, on a classifier; a layer's own window against a call of another or no causal. */
+static void att_test_window_errors(void) {
+    const int B = 1, T = 4, C = 4;
+    float q[16] = {0}, out[16], lse[8];
+    tfm_tensor tq = tfm_tensor3(q, B, T, C), to = tfm_tensor3(out, B, T, C), tl = tfm_tensor3(lse, B, 2, T);
+    tfm_attn_opts o;
+    tfm_mha_desc d;
+    tfm_mha m;
+    tfm_mem mem;
+    tfm_config c;
+    tfm_model model;
+    memset(&o, 0, sizeof o);
+    o.window = 2;
+    CHECK_ERR(tfm_attention_forward(&to, &tl, &tq, &tq, &tq, 2, &o), TFM_E_ARG, "opts.causal");
+    o.causal = 1;
+    o.window = -1;
+    CHECK_ERR(tfm_attention_forward(&to, &tl, &tq, &tq, &tq, 2, &o), TFM_E_ARG, "opts.window -1");
+    o.window = 0;
+    o.sinks = 1;
+    CHECK_ERR(tfm_attention_forward(&to, &tl, &tq, &tq, &tq, 2, &o), TFM_E_ARG, "opts.sinks only with opts.window");
+    memset(&d, 0, sizeof d);
+    memset(&mem, 0, sizeof mem);
+    d.d_model = C;
+    d.n_heads = 2;
+    d.max_len = T;
+    d.cross = 1;
+    d.attn_window = 2;
+    CHECK_ERR(tfm_mha_init(&m, &d, &mem), TFM_E_ARG, "not cross");
+    d.cross = 0;
+    d.attn_sinks = -1;
+    CHECK_ERR(tfm_mha_init(&m, &d, &mem), TFM_E_ARG, "desc.attn_sinks -1");
+    d.attn_sinks = 1;
+    CHECK_OK(tfm_mha_init(&m, &d, &mem));
+    CHECK_OK(tfm_mem_alloc(&mem));
+    CHECK_OK(tfm_mha_init(&m, &d, &mem));
+    if (m.in_proj_weight.data) {
+        tfm_tensor tx = tfm_tensor3(q, B, T, C), ty = tfm_tensor3(out, B, T, C);
+        memset(&o, 0, sizeof o);
+        CHECK_ERR(tfm_mha_forward(&m, &ty, &tx, NULL, &o), TFM_E_ARG, "needs causal calls");
+        CHECK_ERR(tfm_mha_forward(&m, &ty, &tx, NULL, NULL), TFM_E_ARG, "needs causal calls");
+        o.causal = 1;
+        o.window = 3;
+        CHECK_ERR(tfm_mha_forward(&m, &ty, &tx, NULL, &o), TFM_E_ARG, "differs");
+        o.window = 0;
+        CHECK_OK(tfm_mha_forward(&m, &ty, &tx, NULL, &o));
+    }
+    tfm_mem_free(&mem);
+    memset(&c, 0, sizeof c);
+    c.kind = TFM_MODEL_ENCODER_CLASSIFIER;
+    c.vocab_size = 5;
+    c.n_classes = 2;
+    c.d_model = 4;
+    c.n_heads = 2;
+    c.max_len = 6;
+    c.attn_window = 2;
+    CHECK_ERR(tfm_model_init(&model, &c, NULL, 0), TFM_E_ARG, "classifier");
+    c.kind = TFM_MODEL_DECODER_LM;
+    c.n_classes = 0;
+    c.attn_window = 0;
+    c.attn_sinks = 2;
+    CHECK_ERR(tfm_model_init(&model, &c, NULL, 0), TFM_E_ARG, "cfg.attn_sinks only with cfg.attn_window");
+}
+
 /* dropout: the same hashed masks as the unfused attention, batch offset included */
 static void att_test_fused_dropout(void) {
     static const int32_t lens[] = {300, 199};
@@ -1560,6 +1624,7 @@ static void suite_attention(void) {
     RUN(att_test_op_window);
     RUN(att_test_fused_window);
     RUN(att_test_window_one_key);
+    RUN(att_test_window_errors);
     RUN(att_test_mha_self);
     RUN(att_test_mha_causal);
     RUN(att_test_mha_padding);
