@@ -123,7 +123,8 @@
        params | grads | adam_m | adam_v | acts | scratch
    the first four laid out alike, so tfm_model_flat hands out the parameters and the gradients as one
    float array each (for your own optimizer, or an all-reduce across processes). Decoding keeps its
-   keys and values in a tfm_kv_cache of its own (max_batch rows of max_len positions per layer).
+   keys and values in a tfm_kv_cache of its own (max_batch rows of max_len positions per layer; with a
+   sliding window, attn_sinks + attn_window rows in ring order).
    On the GPU (cfg.device, or tfm_mem.device for layers) the block has a device twin of the same size
    and layout, one cudaMalloc: every float (tensors) lives there at the offset it has on the host, while
    the host block keeps what the CPU reads (the layers' structs, the batch's ids and lengths) and serves
@@ -470,6 +471,10 @@ TFMDEF tfm_result tfm_cls_pool_backward(tfm_tensor *dx, const tfm_tensor *dy);
    allows it; a query that sees no key gets a zero row. */
 typedef struct tfm_attn_opts {
     int causal;               /* query i sees keys j <= i (top-left aligned when Tq != Tk) */
+    int window;               /* causal only: > 0 lets query i see keys i - window < j <= i (a sliding window;
+                                 the keys outside it cost nothing); 0: every key j <= i. A layer's own
+                                 attn_window (tfm_mha_desc, tfm_block_desc) applies without it */
+    int sinks;                /* with window: keys j < sinks are visible to every query too (attention sinks) */
     const int32_t *key_lens;  /* B lengths in [0,Tk]: keys j >= key_lens[b] are masked; NULL: none. A block
                                  applies them to its self-attention: the valid lengths of x */
     const int32_t *kv_lens;   /* blocks: B lengths of xkv for the cross-attention; NULL: none */
@@ -529,6 +534,9 @@ typedef struct tfm_mha_desc {
                         ones) after the projection; even, at most the head size. 0: none */
     float rope_base; /* with rope_dims: the rotary base, > 1; 0 -> 10000 */
     int n_kv_heads;  /* key/value heads, dividing n_heads (1: multi-query); 0 -> n_heads */
+    int attn_window; /* self-attention: > 0 makes every causal call a sliding window of this many keys
+                        (tfm_attn_opts.window); a call that is not causal is refused. 0: none */
+    int attn_sinks;  /* with attn_window: the first attn_sinks keys stay visible (tfm_attn_opts.sinks) */
 } tfm_mha_desc;
 
 typedef struct tfm_mha {
@@ -645,6 +653,8 @@ typedef struct tfm_block_desc {
     int rope_dims;       /* rotary positions in the self-attention (tfm_mha_desc.rope_dims); 0: none */
     float rope_base;     /* with rope_dims: 0 -> 10000 */
     int n_kv_heads;      /* key/value heads of both attentions (tfm_mha_desc.n_kv_heads); 0 -> n_heads */
+    int attn_window;     /* sliding-window self-attention (tfm_mha_desc.attn_window); 0: none */
+    int attn_sinks;      /* with attn_window: attention sinks (tfm_mha_desc.attn_sinks) */
 } tfm_block_desc;
 
 /* Sub-layer s (0 self-attention, then cross-attention, then feed-forward) reads stream[s] and writes
@@ -766,6 +776,13 @@ typedef struct tfm_config {
     int n_kv_heads;          /* grouped-query attention: key/value heads of every attention layer, dividing n_heads
                                 (1: multi-query); the KV cache holds these only. 0 (or n_heads, kept as 0) -> n_heads.
                                 Saved */
+    int attn_window;         /* > 0: the decoder's self-attention is a sliding window: position p sees positions
+                                p - attn_window < j <= p (training and scoring cost O(T attn_window)); the
+                                cache then keeps attn_sinks + attn_window rows a row, rolling, and with
+                                pos TFM_POS_ROPE generation goes on past max_len (max_tgt_len) in constant
+                                memory. LMs and an encoder-decoder's decoder. 0: full causal. Saved */
+    int attn_sinks;          /* with attn_window: positions j < attn_sinks stay visible to every position
+                                (attention sinks, kept in the cache ahead of the ring). Saved */
     void *user;              /* passed to TFM_MALLOC / TFM_FREE for the model's memory, its caches and its
                                 checkpoint buffers; not saved in checkpoints */
     tfm_device device;       /* 0 -> TFM_DEVICE_CPU; TFM_DEVICE_CUDA: the model lives and runs on the GPU
@@ -904,10 +921,14 @@ TFMDEF tfm_result tfm_model_set_batch_offset(tfm_model *m, int64_t row0);
    2E floats (k then v) per position t at self_kv + ((l * max_batch + s) * max_len + t) * 2E, and the
    same for cross_kv with max_src_len; E = kv_dim, the key/value heads' channels (d_model, or
    d_model / n_heads * n_kv_heads with grouped-query attention). Its floats: n_layers * max_batch *
-   (max_len + max_src_len) * 2E. */
+   (max_len + max_src_len) * 2E. A model with a sliding window (cfg.attn_window W, cfg.attn_sinks S)
+   gets a rolling cache: max_len is at most S + W rows, position t < max_len sits in row t and a later one
+   in row S + (t - S) % W (ring order after the sinks, overwriting the position that has left the
+   window), so lens may pass max_len. */
 typedef struct tfm_kv_cache {
     int n_layers, max_batch, max_len, max_src_len, d_model;
     int kv_dim;           /* E: channels of the keys (and of the values) per position */
+    int window, sinks;    /* the model's cfg.attn_window and attn_sinks: the ring (0: positions in order) */
     int src_len;          /* encoder-decoder: source positions cached (0: none yet) */
     float *self_kv, *cross_kv;
     int32_t *slot;        /* (max_batch) the slot of each batch row */
@@ -920,7 +941,8 @@ typedef struct tfm_kv_cache {
 
 /* A cache for model m's decoder: max_batch rows (0: cfg.max_batch; more rows than cfg.max_batch are
    decoded cfg.max_batch at a time) of up to max_len positions (0: the model's decoder length, cfg.max_len
-   or cfg.max_tgt_len, which is also the most it may be).
+   or cfg.max_tgt_len, which is also the most it may be, but for a windowed model with rotary positions:
+   any). A windowed model's cache holds min(max_len, attn_sinks + attn_window) rows.
    TFM_E_NOMEM if the allocation fails. */
 TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len);
 TFMDEF void tfm_kv_cache_free(tfm_kv_cache *c);
@@ -963,7 +985,9 @@ typedef struct tfm_gen_opts {
 /* Autoregressive decoding with a key/value cache, batch 1. Decoder-only LM: continue prompt
    (n_prompt >= 1 ids; src NULL). Encoder-decoder: encode src (src_len ids), then decode from prompt
    (decoder start ids, e.g. a BOS token). out receives the new ids, *n_out how many (may be NULL).
-   n_prompt + max_new must fit max_len (LM) or max_tgt_len (enc-dec). Dropout is off meanwhile;
+   n_prompt + max_new must fit max_len (LM) or max_tgt_len (enc-dec), but for a model with a sliding
+   window and rotary positions (cfg.attn_window, TFM_POS_ROPE), whose cache rolls: only n_prompt must
+   fit, and the new ids go on past it in constant memory. Dropout is off meanwhile;
    the model's last forward state is replaced, so backward is not possible until the next forward.
    The same as tfm_model_generate_batch with one row. */
 TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
@@ -3387,6 +3411,10 @@ typedef struct tfm__attn_args {
     int ldo;
     float *lse;              /* (B,H,Tq) log-sum-exp of each query's scores; backward reads it */
     int causal;
+    int window, sinks;       /* causal: query at position p sees keys p - window < j <= p, and j < sinks (the
+                                attention sinks); window 0: every earlier key */
+    int ring;                /* decoding against a rolling cache of this many rows (tfm_kv_cache): a query at
+                                position >= ring sees every row (the ring holds its window); 0: none */
     const int32_t *lens;     /* B key lengths or NULL */
     float dropout, scale;
     uint64_t seed;
@@ -3411,10 +3439,34 @@ static TFM__HD int tfm__attn_visible(const tfm__attn_args *a, int b, int i) {
     return n < 0 ? 0 : n;
 }
 
-/* Keys of query i of batch b visible inside the key block [j0, j0 + nk). */
-static int tfm__attn_block_visible(const tfm__attn_args *a, int b, int i, int j0, int nk) {
-    int n = tfm__attn_visible(a, b, i) - j0;
-    return n < 0 ? 0 : n > nk ? nk : n;
+/* With a window, the keys [sinks, lo) of the visible prefix are hidden from query i of batch b: lo is
+   the window's first key (0: none hidden). */
+static TFM__HD int tfm__attn_window_lo(const tfm__attn_args *a, int b, int i) {
+    int p = a->q_off ? a->q_off[b] + i : i;
+    if (!a->window || (a->ring && p >= a->ring)) return 0;
+    return p - a->window + 1;
+}
+
+/* The first key at or after j that a query of window start lo may see: j itself, or lo past the gap
+   between the sinks and the window. */
+static TFM__HD int tfm__attn_skip(const tfm__attn_args *a, int j, int lo) {
+    return j >= a->sinks && j < lo ? lo : j;
+}
+
+/* The length of a key block starting at j0, at most nk: one that starts among the sinks ends with them
+   when a gap follows (lo, the window start of the block's first query, is past the sinks). */
+static TFM__HD int tfm__attn_block_len(const tfm__attn_args *a, int j0, int nk, int lo) {
+    return j0 < a->sinks && lo > a->sinks && a->sinks - j0 < nk ? a->sinks - j0 : nk;
+}
+
+/* Keys of query i of batch b visible inside the key block [j0, j0 + nk): a prefix of the block, but for
+   the window's gap, whose scores s (when given) are set to -inf. */
+static int tfm__attn_block_visible(const tfm__attn_args *a, int b, int i, int j0, int nk, float *s) {
+    int n = tfm__attn_visible(a, b, i) - j0, lo, j;
+    n = n < 0 ? 0 : n > nk ? nk : n;
+    if (s && a->window && (lo = tfm__attn_window_lo(a, b, i)) > a->sinks)
+        for (j = TFM__MAX(a->sinks - j0, 0); j < n && j0 + j < lo; j++) s[j] = -INFINITY;
+    return n;
 }
 
 /* s[0..n) += the additive mask of query i of batch b at keys j0.. */
@@ -3462,21 +3514,22 @@ static void tfm__attn_fwd_head(const tfm__attn_args *a, int bh, float *S, float 
     const float *v = a->v + kb * (a->bsk ? a->bsk : (int64_t)a->Tk * a->ldv) + kh * D;
     float *o = a->out + (int64_t)b * Tq * a->ldo + h * D, *lse = a->lse + (int64_t)bh * Tq;
     for (i0 = 0; i0 < Tq; i0 += TFM__ATT_QB) {
-        int nq = TFM__MIN(TFM__ATT_QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1);
+        int nq = TFM__MIN(TFM__ATT_QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1), nk;
+        int lo = tfm__attn_window_lo(a, b, i0); /* the block's first query starts the earliest window */
         float *ob = o + (int64_t)i0 * a->ldo;
         for (i = 0; i < nq; i++) {
             m[i] = -INFINITY;
             l[i] = 0.0f;
             for (d = 0; d < D; d++) ob[(int64_t)i * a->ldo + d] = 0.0f;
         }
-        for (j0 = 0; j0 < kn; j0 += TFM__ATT_KB) {
-            int nk = TFM__MIN(TFM__ATT_KB, kn - j0);
+        for (j0 = tfm__attn_skip(a, 0, lo); j0 < kn; j0 = tfm__attn_skip(a, j0 + nk, lo)) {
+            nk = tfm__attn_block_len(a, j0, TFM__MIN(TFM__ATT_KB, kn - j0), lo);
             /* S = scale * q k^T over the block, then each row's exponentials against its running max */
             tfm__sgemm(0, 1, nq, nk, D, a->scale, q + (int64_t)i0 * a->ldq, a->ldq, k + (int64_t)j0 * a->ldk,
                        a->ldk, 0.0f, S, TFM__ATT_KB);
             for (i = 0; i < nq; i++) {
                 float *s = S + (int64_t)i * TFM__ATT_KB, *orow = ob + (int64_t)i * a->ldo, bm, mn, alpha;
-                int n = tfm__attn_block_visible(a, b, i0 + i, j0, nk);
+                int n = tfm__attn_block_visible(a, b, i0 + i, j0, nk, s);
                 if (n > 0 && a->mask) tfm__attn_add_mask(s, a, b, i0 + i, j0, n);
                 bm = n > 0 ? tfm__max(s, n) : -INFINITY;
                 if (bm == -INFINITY) n = 0; /* nothing visible here (an additive mask may hide it all) */
@@ -3533,11 +3586,13 @@ static int tfm__attention_forward_cpu(const tfm__attn_args *a) {
 /* Whether query i of batch b sees exactly one key: one visible, or one that the additive mask leaves
    finite. Its softmax row is then one-hot whatever the scores. */
 static TFM__HD int tfm__attn_one_key(const tfm__attn_args *a, int b, int i) {
-    int n = tfm__attn_visible(a, b, i), j, c = 0;
+    int n = tfm__attn_visible(a, b, i), lo = tfm__attn_window_lo(a, b, i), j, c = 0;
     const float *mr;
+    if (lo > a->sinks) n -= TFM__MIN(lo, n) - TFM__MIN(a->sinks, n); /* the window's gap */
     if (!a->mask || n <= 1) return n == 1;
+    n = tfm__attn_visible(a, b, i);
     mr = a->mask + b * a->mask_bs + (int64_t)i * a->Tk;
-    for (j = 0; j < n && c < 2; j++) c += mr[j] != -INFINITY;
+    for (j = 0; j < n && c < 2; j++) c += mr[j] != -INFINITY && tfm__attn_skip(a, j, lo) == j;
     return c == 1;
 }
 
@@ -3563,20 +3618,21 @@ static void tfm__attn_bwd_head(const tfm__attn_args *a, int bh, float *P, float 
     float *dqb = dq ? dq + (int64_t)b * Tq * lddq + h * D : NULL;
     float *dkb = dk ? dk + (int64_t)b * Tk * lddk + kh * D : NULL;
     for (i0 = 0; i0 < Tq; i0 += TFM__ATT_QB) {
-        int nq = TFM__MIN(TFM__ATT_QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1);
+        int nq = TFM__MIN(TFM__ATT_QB, Tq - i0), kn = tfm__attn_visible(a, b, i0 + nq - 1), nk;
+        int lo = tfm__attn_window_lo(a, b, i0);
         const float *gob = go + (int64_t)i0 * lddo;
         for (i = 0; i < nq; i++) {
             Dr[i] = tfm__dot(gob + (int64_t)i * lddo, o + (int64_t)(i0 + i) * a->ldo, D);
             one[i] = (float)tfm__attn_one_key(a, b, i0 + i);
         }
-        for (j0 = 0; j0 < kn; j0 += TFM__ATT_KB) {
-            int nk = TFM__MIN(TFM__ATT_KB, kn - j0);
+        for (j0 = tfm__attn_skip(a, 0, lo); j0 < kn; j0 = tfm__attn_skip(a, j0 + nk, lo)) {
             const float *Pd = P;
+            nk = tfm__attn_block_len(a, j0, TFM__MIN(TFM__ATT_KB, kn - j0), lo);
             tfm__sgemm(0, 1, nq, nk, D, a->scale, q + (int64_t)i0 * a->ldq, a->ldq, k + (int64_t)j0 * a->ldk,
                        a->ldk, 0.0f, P, TFM__ATT_KB);
             for (i = 0; i < nq; i++) {
                 float *p = P + (int64_t)i * TFM__ATT_KB, L = lse[i0 + i];
-                int n = L == -INFINITY ? 0 : tfm__attn_block_visible(a, b, i0 + i, j0, nk);
+                int n = L == -INFINITY ? 0 : tfm__attn_block_visible(a, b, i0 + i, j0, nk, p);
                 if (n > 0 && a->mask) tfm__attn_add_mask(p, a, b, i0 + i, j0, n);
                 for (j = 0; j < n; j++) p[j] = tfm__exp(p[j] - L);
                 for (j = n; j < nk; j++) p[j] = 0.0f;
@@ -4113,7 +4169,7 @@ static __global__ void tfm__k_attn_fwd(tfm__attn_args a, const float *q, const f
     TFM__SHARED_DYN(float, sm);
     TFM__SHARED(float, sh, 32);
     int i = (int)(blockIdx.x % (unsigned)a.Tq), bh = (int)(blockIdx.x / (unsigned)a.Tq), b = bh / a.H, h = bh % a.H, D = a.D;
-    int t = (int)threadIdx.x, n, j0, d;
+    int t = (int)threadIdx.x, n, lo, nk, j0, d;
     float *sq = sm, *so = sm + D, *sp = sm + 2 * D, m = -INFINITY, l = 0.0f, inv;
     int64_t kb;
     const float *kh, *vh;
@@ -4122,14 +4178,17 @@ static __global__ void tfm__k_attn_fwd(tfm__attn_args a, const float *q, const f
     kh = k + kb * (a.bsk ? a.bsk : (int64_t)a.Tk * a.ldk) + tfm__attn_kv_head(&a, h) * D;
     vh = v + kb * (a.bsk ? a.bsk : (int64_t)a.Tk * a.ldv) + tfm__attn_kv_head(&a, h) * D;
     n = tfm__attn_visible(&a, b, i);
+    lo = tfm__attn_window_lo(&a, b, i);
     for (d = t; d < D; d += blockDim.x) {
         sq[d] = q[((int64_t)b * a.Tq + i) * a.ldq + h * D + d];
         so[d] = 0.0f;
     }
     __syncthreads();
-    for (j0 = 0; j0 < n; j0 += (int)blockDim.x) {
-        int nk = TFM__MIN((int)blockDim.x, n - j0), jj;
+    /* the tiles of the sinks and the window (no tile spans the gap between them) */
+    for (j0 = tfm__attn_skip(&a, 0, lo); j0 < n; j0 = tfm__attn_skip(&a, j0 + nk, lo)) {
+        int jj;
         float s = -INFINITY, p = 0.0f, bm, mn, alpha;
+        nk = tfm__attn_block_len(&a, j0, TFM__MIN((int)blockDim.x, n - j0), lo);
         if (t < nk) {
             s = a.scale * tfm__cu_dot(sq, kh + (int64_t)(j0 + t) * a.ldk, D);
             if (mask) s += mask[b * a.mask_bs + (int64_t)i * a.Tk + j0 + t];
@@ -4193,22 +4252,24 @@ static __global__ void tfm__k_attn_dq(tfm__attn_args a, const float *q, const fl
                                       const float *one, float *dq, int lddq, const float *dout, int lddo) {
     TFM__SHARED_DYN(float, sm);
     int i = (int)(blockIdx.x % (unsigned)a.Tq), bh = (int)(blockIdx.x / (unsigned)a.Tq), b = bh / a.H, h = bh % a.H, D = a.D;
-    int t = (int)threadIdx.x, n, j0, d;
+    int t = (int)threadIdx.x, n, lo, nk, j0, d;
     float *sq = sm, *sdo = sm + D, *acc = sm + 2 * D, *sds = sm + 3 * D, L;
     const float *kh = k + (int64_t)b * a.Tk * a.ldk + tfm__attn_kv_head(&a, h) * D;
     const float *vh = v + (int64_t)b * a.Tk * a.ldv + tfm__attn_kv_head(&a, h) * D;
     tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
     L = lse[(int64_t)bh * a.Tq + i];
     n = L == -INFINITY ? 0 : tfm__attn_visible(&a, b, i);
+    lo = tfm__attn_window_lo(&a, b, i);
     for (d = t; d < D; d += blockDim.x) {
         sq[d] = q[((int64_t)b * a.Tq + i) * a.ldq + h * D + d];
         sdo[d] = dout[((int64_t)b * a.Tq + i) * lddo + h * D + d];
         acc[d] = 0.0f;
     }
     __syncthreads();
-    for (j0 = 0; j0 < n; j0 += (int)blockDim.x) {
-        int nk = TFM__MIN((int)blockDim.x, n - j0), jj;
+    for (j0 = tfm__attn_skip(&a, 0, lo); j0 < n; j0 = tfm__attn_skip(&a, j0 + nk, lo)) {
+        int jj;
         float pd = 0.0f, ds = 0.0f;
+        nk = tfm__attn_block_len(&a, j0, TFM__MIN((int)blockDim.x, n - j0), lo);
         if (t < nk)
             tfm__cu_attn_grad(&a, b, bh, i, j0 + t, sq, kh + (int64_t)(j0 + t) * a.ldk, vh + (int64_t)(j0 + t) * a.ldv,
                               sdo, L, Dr[(int64_t)bh * a.Tq + i], one[(int64_t)bh * a.Tq + i], &pd, &ds);
@@ -4233,7 +4294,7 @@ static __global__ void tfm__k_attn_dkv(tfm__attn_args a, const float *q, const f
     TFM__SHARED_DYN(float, sm);
     int Hkv = a.Hkv ? a.Hkv : a.H, G = a.H / Hkv;
     int j = (int)(blockIdx.x % (unsigned)a.Tk), bg = (int)(blockIdx.x / (unsigned)a.Tk), b = bg / Hkv, g = bg % Hkv, D = a.D;
-    int t = (int)threadIdx.x, i0, d, h, bh;
+    int t = (int)threadIdx.x, i0, i_lo = 0, i1 = a.Tq, d, h, bh;
     float *sk = sm, *sv = sm + D, *adk = sm + 2 * D, *adv = sm + 3 * D, *spd = sm + 4 * D, *sds = spd + blockDim.x;
     const float *qh, *doh;
     tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
@@ -4243,16 +4304,19 @@ static __global__ void tfm__k_attn_dkv(tfm__attn_args a, const float *q, const f
         adk[d] = adv[d] = 0.0f;
     }
     __syncthreads();
+    /* with a window, only the queries at j..j+window-1 see key j (a sink: every query from j) */
+    i_lo = a.window && a.causal && !a.q_off ? TFM__MIN(j, a.Tq) : 0;
+    if (a.window && a.causal && !a.q_off && j >= a.sinks) i1 = j < a.Tq ? j + TFM__MIN(a.window, a.Tq - j) : 0;
     for (h = g * G; h < g * G + G; h++) {
         bh = b * a.H + h;
         qh = q + (int64_t)b * a.Tq * a.ldq + h * D;
         doh = dout + (int64_t)b * a.Tq * lddo + h * D;
-        for (i0 = 0; i0 < a.Tq; i0 += (int)blockDim.x) {
-            int ni = TFM__MIN((int)blockDim.x, a.Tq - i0), i = i0 + t, ii;
+        for (i0 = i_lo; i0 < i1; i0 += (int)blockDim.x) {
+            int ni = TFM__MIN((int)blockDim.x, i1 - i0), i = i0 + t, ii;
             float pd = 0.0f, ds = 0.0f;
             if (t < ni) {
                 float L = lse[(int64_t)bh * a.Tq + i];
-                if (L != -INFINITY && j < tfm__attn_visible(&a, b, i))
+                if (L != -INFINITY && j < tfm__attn_visible(&a, b, i) && tfm__attn_skip(&a, j, tfm__attn_window_lo(&a, b, i)) == j)
                     tfm__cu_attn_grad(&a, b, bh, i, j, qh + (int64_t)i * a.ldq, sk, sv, doh + (int64_t)i * lddo, L,
                                       Dr[(int64_t)bh * a.Tq + i], one[(int64_t)bh * a.Tq + i], &pd, &ds);
             }
@@ -5504,6 +5568,14 @@ TFMDEF tfm_result tfm_cls_pool_backward(tfm_tensor *dx, const tfm_tensor *dy) {
 
 /* -- attention -- */
 
+/* A window and its sinks (named wname and sname): both >= 0, sinks only with a window. */
+static tfm_result tfm__window_fields(const char *fn, const char *wname, const char *sname, int window, int sinks) {
+    if (window < 0 || sinks < 0 || (sinks && !window))
+        return tfm__fail(TFM_E_ARG, "%s: %s %d and %s %d must be >= 0, %s only with %s", fn, wname, window, sname, sinks,
+                         sname, wname);
+    return TFM_OK;
+}
+
 static tfm_result tfm__chk_attn_opts(const char *fn, const tfm_attn_opts *o, int64_t B, int64_t Tq, int64_t Tk) {
     if (!o) return TFM_OK;
     TFM__TRY(tfm__chk_lens(fn, "opts.key_lens", o->key_lens, B, Tk));
@@ -5518,6 +5590,10 @@ static tfm_result tfm__chk_attn_opts(const char *fn, const tfm_attn_opts *o, int
     if (!(o->dropout >= 0.0f && o->dropout < 1.0f))
         return tfm__fail(TFM_E_ARG, "%s: opts.dropout %g is outside [0,1)", fn, (double)o->dropout);
     if (!isfinite(o->scale)) return tfm__fail(TFM_E_ARG, "%s: opts.scale %g is not finite", fn, (double)o->scale);
+    TFM__TRY(tfm__window_fields(fn, "opts.window", "opts.sinks", o->window, o->sinks));
+    if (o->window && !o->causal)
+        return tfm__fail(TFM_E_ARG, "%s: opts.window %d needs opts.causal (the window looks back from each query)", fn,
+                         o->window);
     return TFM_OK;
 }
 
@@ -5531,6 +5607,8 @@ static void tfm__attn_setup(tfm__attn_args *a, int B, int H, int Tq, int Tk, int
     a->Hkv = o && o->n_kv_heads ? o->n_kv_heads : H;
     if (o) {
         a->causal = o->causal != 0;
+        a->window = o->window;
+        a->sinks = o->sinks;
         a->lens = o->key_lens;
         a->dropout = o->dropout;
         a->seed = o->dropout_seed;
@@ -5690,6 +5768,10 @@ TFMDEF tfm_result tfm_mha_init(tfm_mha *m, const tfm_mha_desc *desc, tfm_mem *me
     TFM__TRY(tfm__rope_fields(fn, "desc.", d.rope_dims, &d.rope_base, d.d_model / d.n_heads));
     TFM__TRY(tfm__kv_heads_field(fn, "desc.", d.n_kv_heads, d.n_heads));
     if (d.n_kv_heads == 0) d.n_kv_heads = d.n_heads;
+    TFM__TRY(tfm__window_fields(fn, "desc.attn_window", "desc.attn_sinks", d.attn_window, d.attn_sinks));
+    if (d.cross && d.attn_window)
+        return tfm__fail(TFM_E_ARG, "%s: desc.attn_window %d: a sliding window is for causal self-attention, not cross", fn,
+                         d.attn_window);
     B = (size_t)d.max_batch;
     Tq = (size_t)d.max_len;
     Tk = (size_t)d.max_kv_len;
@@ -5752,11 +5834,25 @@ TFMDEF tfm_result tfm_mha_init_params(tfm_mha *m, tfm_rng *rng) {
     return TFM_OK;
 }
 
+/* A layer's own window (pre names its desc) asks for causal calls; a call's window, if any, must be it. */
+static tfm_result tfm__chk_layer_window(const char *fn, const char *pre, int window, const tfm_attn_opts *o) {
+    if (!window) return TFM_OK;
+    if (!o || !o->causal)
+        return tfm__fail(TFM_E_ARG, "%s: %sattn_window %d needs causal calls (opts.causal)", fn, pre, window);
+    if (o->window && o->window != window)
+        return tfm__fail(TFM_E_ARG, "%s: opts.window %d differs from the layer's %sattn_window %d", fn, o->window, pre, window);
+    return TFM_OK;
+}
+
 /* The attention arguments over the layer's saved projections. */
 static void tfm__mha_args(const tfm_mha *m, tfm__attn_args *a) {
     int C = m->desc.d_model, E = (int)tfm__mha_kv_dim(m);
     tfm__attn_setup(a, m->B, m->desc.n_heads, m->Tq, m->Tk, C, &m->opts);
     a->Hkv = m->desc.n_kv_heads;
+    if (m->desc.attn_window) { /* the layer's own window (its calls are causal: checked) */
+        a->window = m->desc.attn_window;
+        a->sinks = m->desc.attn_sinks;
+    }
     if (m->desc.cross) {
         a->q = m->q;
         a->ldq = C;
@@ -5774,15 +5870,23 @@ static void tfm__mha_args(const tfm_mha *m, tfm__attn_args *a) {
     a->lse = m->lse;
 }
 
+/* The cache row of position t: t itself, or past a rolling cache's rows its place in the ring. */
+static int64_t tfm__kv_row(const tfm_kv_cache *kc, int t) {
+    return t < kc->max_len ? t : kc->sinks + (t - kc->sinks) % kc->window;
+}
+
 /* Rows n of k|v (ld ldkv) of each batch row into layer `layer` of the cache: self-attention's after the
-   row's cached positions, cross-attention's from position 0. */
+   row's cached positions (a rolling cache's ring takes one at a time once full: tfm__decode_into),
+   cross-attention's from position 0. */
 static void tfm__kv_store(tfm_kv_cache *kc, int layer, int cross, const float *kv, int64_t ldkv, int B, int n) {
     int64_t C2 = 2 * (int64_t)kc->kv_dim, L = cross ? kc->max_src_len : kc->max_len;
     float *base = (cross ? kc->cross_kv : kc->self_kv) + (int64_t)layer * kc->max_batch * L * C2;
     int b;
-    for (b = 0; b < B; b++)
-        tfm__op_copy_rows(kc->device, base + ((int64_t)kc->slot[b] * L + (cross ? 0 : kc->lens[b])) * C2, C2,
-                          kv + (int64_t)b * n * ldkv, ldkv, n, C2);
+    for (b = 0; b < B; b++) {
+        TFM_ASSERT(cross || n == 1 || kc->lens[b] + n <= kc->max_len);
+        tfm__op_copy_rows(kc->device, base + ((int64_t)kc->slot[b] * L + (cross ? 0 : tfm__kv_row(kc, kc->lens[b]))) * C2,
+                          C2, kv + (int64_t)b * n * ldkv, ldkv, n, C2);
+    }
 }
 
 /* The forward pass of a checked layer call. With a cache (decoding): self-attention appends each row's
@@ -5832,7 +5936,8 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv,
             int b, longest = 0;
             for (b = 0; b < B; b++) longest = TFM__MAX(longest, kc->lens[b]);
             a.q_off = kc->lens;
-            a.Tk = longest + Tq;
+            a.Tk = TFM__MIN(longest + Tq, kc->max_len); /* less only in a rolling cache */
+            a.ring = kc->window ? kc->max_len : 0;
         } else if (kc->src_len) {
             a.Tk = kc->src_len;
         }
@@ -5911,6 +6016,7 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
     if (y->data == x->data || (xkv && y->data == xkv->data))
         return tfm__fail(TFM_E_ARG, "%s: y must not alias x or xkv (backward reads them)", fn);
     TFM__TRY(tfm__chk_attn_opts(fn, opts, B, Tq, Tk));
+    TFM__TRY(tfm__chk_layer_window(fn, "desc.", m->desc.attn_window, opts));
     if (opts && opts->dropout > 0.0f && !m->has_grad)
         return tfm__fail(TFM_E_ARG, "%s: opts.dropout > 0 in a layer built with no_grad", fn);
     if (opts && opts->n_kv_heads && opts->n_kv_heads != m->desc.n_kv_heads)
@@ -6145,6 +6251,7 @@ static tfm_result tfm__block_desc_resolve(const char *fn, const tfm_block_desc *
     TFM__TRY(tfm__rope_fields(fn, "desc.", d->rope_dims, &d->rope_base, d->d_model / d->n_heads));
     TFM__TRY(tfm__kv_heads_field(fn, "desc.", d->n_kv_heads, d->n_heads));
     if (d->n_kv_heads == 0) d->n_kv_heads = d->n_heads;
+    TFM__TRY(tfm__window_fields(fn, "desc.attn_window", "desc.attn_sinks", d->attn_window, d->attn_sinks));
     if (d->d_ff == 0) d->d_ff = 4 * d->d_model;
     if (d->max_batch == 0) d->max_batch = 1;
     if (d->max_kv_len == 0) d->max_kv_len = d->max_len;
@@ -6193,11 +6300,14 @@ TFMDEF tfm_result tfm_block_init(tfm_block *blk, const tfm_block_desc *desc, tfm
     md.rope_dims = d.rope_dims;
     md.rope_base = d.rope_base;
     md.n_kv_heads = d.n_kv_heads;
+    md.attn_window = d.attn_window;
+    md.attn_sinks = d.attn_sinks;
     TFM__TRY(tfm_mha_init(&blk->self_attn, &md, mem));
     if (d.cross) {
         md.cross = 1;
         md.rope_dims = 0;
         md.rope_base = 0.0f;
+        md.attn_window = md.attn_sinks = 0;
         md.max_kv_len = d.max_kv_len;
         TFM__TRY(tfm_mha_init(&blk->cross_attn, &md, mem));
     }
@@ -6307,6 +6417,8 @@ static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, 
     }
     if (s == 0) {
         o.causal = bo->causal;
+        o.window = bo->window;
+        o.sinks = bo->sinks;
         o.key_lens = bo->key_lens;
         o.mask = bo->mask;
         o.batch_offset = bo->batch_offset;
@@ -6463,6 +6575,7 @@ TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_ten
     memset(&o, 0, sizeof o);
     if (opts) o = *opts;
     TFM__TRY(tfm__chk_attn_opts(fn, &o, B, T, T));
+    TFM__TRY(tfm__chk_layer_window(fn, "desc.", d->attn_window, &o));
     TFM__TRY(tfm__chk_lens(fn, "opts.kv_lens", o.kv_lens, B, Tk));
     if (o.kv_lens && !d->cross) return tfm__fail(TFM_E_ARG, "%s: opts.kv_lens given to a block without cross-attention", fn);
     if (o.dropout != 0.0f || o.dropout_seed != 0 || o.scale != 0.0f)
@@ -6625,6 +6738,10 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
     }
     TFM__TRY(tfm__kv_heads_field(fn, "cfg.", c.n_kv_heads, c.n_heads));
     if (c.n_kv_heads == c.n_heads) c.n_kv_heads = 0; /* one key/value head per query head: the plain model */
+    TFM__TRY(tfm__window_fields(fn, "cfg.attn_window", "cfg.attn_sinks", c.attn_window, c.attn_sinks));
+    if (c.attn_window && c.kind == TFM_MODEL_ENCODER_CLASSIFIER)
+        return tfm__fail(TFM_E_ARG, "%s: cfg.attn_window %d: a sliding window is for causal self-attention (an LM's, or an "
+                         "encoder-decoder's decoder), not a classifier's encoder", fn, c.attn_window);
     if (c.tie_output && c.kind == TFM_MODEL_ENCODER_CLASSIFIER)
         return tfm__fail(TFM_E_ARG, "%s: cfg.tie_output needs an LM or encoder-decoder (a classifier's head is not a vocabulary)", fn);
     if (c.share_emb && c.kind != TFM_MODEL_ENCODER_DECODER)
@@ -6895,6 +7012,8 @@ static tfm_result tfm__model_build(tfm_model *m, tfm_mem *mem, tfm_rng *rng) {
     }
     if (m->impl->n_dec) {
         d.cross = encdec;
+        d.attn_window = c->attn_window; /* causal self-attention: the decoder's only */
+        d.attn_sinks = c->attn_sinks;
         d.max_len = (int)(encdec ? Tt : T);
         d.max_kv_len = (int)Te;
         TFM__TRY(tfm__build_stack(m, rng, mem, &m->impl->dec, &m->impl->dec_buf, m->impl->n_dec, &d, "decoder"));
@@ -7737,6 +7856,12 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
 
 /* ==== >>impl-kv ==== the KV cache: sized per model, reset, reordered for beams */
 
+/* Whether a model's decoder may go past its length when generating: a window keeps its cache's rows, and
+   rotary positions need no table. */
+static int tfm__rolls(const tfm_config *c) {
+    return c->attn_window > 0 && c->pos == TFM_POS_ROPE;
+}
+
 TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len) {
     const char *fn = "tfm_kv_cache_init";
     int encdec, limit;
@@ -7747,13 +7872,18 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier has no decoder", fn);
     encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
     limit = encdec ? m->cfg.max_tgt_len : m->cfg.max_len;
-    if (max_batch < 0 || max_len < 0 || max_len > limit)
-        return tfm__fail(TFM_E_ARG, "%s: max_batch %d must be >= 0 and max_len %d in [0,%d] (the model's limit)", fn,
-                         max_batch, max_len, limit);
+    if (max_batch < 0 || max_len < 0 || (max_len > limit && !tfm__rolls(&m->cfg)))
+        return tfm__fail(TFM_E_ARG, "%s: max_batch %d must be >= 0 and max_len %d in [0,%d] (the model's limit; past it "
+                         "only with cfg.attn_window and cfg.pos TFM_POS_ROPE)", fn, max_batch, max_len, limit);
     memset(c, 0, sizeof *c);
     c->n_layers = m->impl->n_dec;
     c->max_batch = max_batch ? max_batch : m->cfg.max_batch;
     c->max_len = max_len ? max_len : limit;
+    if (m->cfg.attn_window) { /* the rolling cache: the sinks, then a ring of the window's rows */
+        c->window = m->cfg.attn_window;
+        c->sinks = m->cfg.attn_sinks;
+        if ((int64_t)c->max_len > (int64_t)c->sinks + c->window) c->max_len = c->sinks + c->window;
+    }
     c->max_src_len = encdec ? m->cfg.max_len : 0;
     c->d_model = m->cfg.d_model;
     c->kv_dim = m->cfg.n_kv_heads ? m->cfg.d_model / m->cfg.n_heads * m->cfg.n_kv_heads : m->cfg.d_model;
@@ -7842,7 +7972,7 @@ static tfm_result tfm__kv_reorder(tfm_kv_cache *c, const int32_t *from, int n) {
         for (L = 0; L < c->n_layers; L++) {
             int64_t C2 = 2 * (int64_t)c->kv_dim, sz = (int64_t)c->max_len * C2, szc = (int64_t)c->max_src_len * C2;
             float *self = c->self_kv + (int64_t)L * c->max_batch * sz;
-            tfm__op_copy(c->device, self + free_slot * sz, self + s * sz, (int64_t)old_lens[from[i]] * C2);
+            tfm__op_copy(c->device, self + free_slot * sz, self + s * sz, TFM__MIN(old_lens[from[i]], c->max_len) * C2);
             if (c->cross_kv) {
                 float *cr = c->cross_kv + (int64_t)L * c->max_batch * szc;
                 tfm__op_copy(c->device, cr + free_slot * szc, cr + s * szc, (int64_t)c->src_len * C2);
@@ -7881,12 +8011,29 @@ static tfm_kv_cache tfm__kv_rows(const tfm_kv_cache *kc, int r0) {
    them). memory (B,S,C): an encoder-decoder's source, read on the first call. Writes the logits of
    each row's last id to logits (B,V) and advances kc->lens[b] by its ids. A cache of more rows than
    cfg.max_batch (a wide beam) is decoded max_batch rows at a time, each chunk through a view of the
-   cache whose slots start at its first row; memory is then already in the cache. */
+   cache whose slots start at its first row; memory is then already in the cache.
+   A rolling cache's ring holds one window: several new positions at once must fit its rows, else each
+   query would find keys of the window of later ones in their place. So when some row would pass them,
+   the rows go one by one, the ids that fill the rows in one call, then the rest one call each. */
 static void tfm__decode_into(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const int *n_ids,
                              const float *memory, int S, float *logits) {
     const tfm_config *c = &m->cfg;
     int encdec = c->kind == TFM_MODEL_ENCODER_DECODER, r0, nb, b;
     int64_t C = c->d_model, V = encdec ? c->tgt_vocab_size : c->vocab_size;
+    for (b = 0; kc->window && n > 1 && b < B && kc->lens[b] + n <= kc->max_len; b++) {}
+    if (b < B && kc->window && n > 1) {
+        for (b = 0; b < B; b++) {
+            tfm_kv_cache one = tfm__kv_rows(kc, b);
+            int nb_ids = n_ids ? n_ids[b] : n, c0, np;
+            for (c0 = 0; c0 < nb_ids; c0 += np) {
+                np = one.lens[0] < one.max_len ? TFM__MIN(nb_ids - c0, one.max_len - one.lens[0]) : 1;
+                tfm__decode_into(m, &one, ids + (int64_t)b * n + c0, 1, np, NULL, memory ? memory + (int64_t)b * S * C : NULL,
+                                 S, logits + (int64_t)b * V);
+            }
+        }
+        if (encdec && !kc->src_len) kc->src_len = S;
+        return;
+    }
     for (r0 = 0; r0 < B; r0 += nb) {
         tfm_kv_cache part = tfm__kv_rows(kc, r0);
         float *h;
@@ -8043,19 +8190,24 @@ static tfm_result tfm__chk_gen(const char *fn, const tfm_model *m, const tfm_gen
 }
 
 /* Checks B rows of decoder prompts (and, for an encoder-decoder, sources) as generation takes them; each
-   prompt plus `extra` positions must fit the decoder. */
+   prompt plus `extra` positions must fit the decoder, or with `cached` (decoding with a cache) a model
+   that rolls (tfm__rolls) may pass its length: the prompt itself still fits it. */
 static tfm_result tfm__chk_gen_rows(const char *fn, const tfm_model *m, int B, const int32_t *const *srcs,
-                                    const int *src_lens, const int32_t *const *prompts, const int *n_prompts, int extra) {
+                                    const int *src_lens, const int32_t *const *prompts, const int *n_prompts, int extra,
+                                    int cached) {
     const tfm_config *c = &m->cfg;
     int encdec = c->kind == TFM_MODEL_ENCODER_DECODER, limit = encdec ? c->max_tgt_len : c->max_len, b;
-    int64_t V = encdec ? c->tgt_vocab_size : c->vocab_size;
+    int64_t V = encdec ? c->tgt_vocab_size : c->vocab_size, most = cached && tfm__rolls(c) ? 2147483647 : limit;
     if (!prompts || !n_prompts) return tfm__fail(TFM_E_ARG, "%s: prompt is NULL", fn);
     if (encdec && (!srcs || !src_lens)) return tfm__fail(TFM_E_ARG, "%s: an encoder-decoder needs src", fn);
     if (!encdec && srcs) return tfm__fail(TFM_E_ARG, "%s: src given to a decoder-only model", fn);
     for (b = 0; b < B; b++) {
-        if (n_prompts[b] < 1 || (int64_t)n_prompts[b] + extra > limit)
-            return tfm__fail(TFM_E_ARG, "%s: row %d: %d prompt ids + %d new must be in [1,%d] (cfg.%s)", fn, b, n_prompts[b],
-                             extra, limit, encdec ? "max_tgt_len" : "max_len");
+        if (n_prompts[b] < 1 || n_prompts[b] > limit || (int64_t)n_prompts[b] + extra > most)
+            return tfm__fail(TFM_E_ARG, "%s: row %d: %d prompt ids + %d new must be in [1,%lld] (cfg.%s%s)", fn, b,
+                             n_prompts[b], extra, (long long)most, encdec ? "max_tgt_len" : "max_len",
+                             most > limit ? ": a rolling window cache; the prompt within the length"
+                             : cached && c->attn_window ? "; a windowed model generates past it only with cfg.pos "
+                               "TFM_POS_ROPE, not a learned position table" : "");
         TFM__TRY(tfm__chk_rows(fn, "prompt", prompts[b], 1, n_prompts[b], n_prompts[b], V, 0, 0));
         if (encdec) {
             if (src_lens[b] < 1 || src_lens[b] > c->max_len)
@@ -8121,7 +8273,7 @@ static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32
     if (!out || !n_out) return tfm__fail(TFM_E_ARG, "%s: out or n_out is NULL", fn);
     if (out_stride < o.max_new)
         return tfm__fail(TFM_E_ARG, "%s: out_stride %d is less than opts.max_new %d", fn, out_stride, o.max_new);
-    TFM__TRY(tfm__chk_gen_rows(fn, m, B, srcs, src_lens, prompts, n_prompts, o.max_new));
+    TFM__TRY(tfm__chk_gen_rows(fn, m, B, srcs, src_lens, prompts, n_prompts, o.max_new, 1));
     TFM__TRY(tfm__scratch_reserve(fn));
     for (b = 0; b < B; b++) {
         p_max = TFM__MAX(p_max, n_prompts[b]);
@@ -8251,7 +8403,7 @@ TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len,
     C = m->cfg.d_model;
     if (!target || n_target < 1) return tfm__fail(TFM_E_ARG, "%s: target is NULL or n_target %d < 1", fn, n_target);
     TFM__TRY(tfm__chk_gen_rows(fn, m, 1, src ? &src : NULL, src ? &src_len : NULL, prompt ? &prompt : NULL, &n_prompt,
-                               n_target - 1));
+                               n_target - 1, 0));
     TFM__TRY(tfm__chk_rows(fn, "target", target, 1, n_target, n_target, V, 0, 0));
     TFM__TRY(tfm__scratch_reserve(fn));
     T = n_prompt + n_target - 1;
@@ -8338,7 +8490,7 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
     if (!out) return tfm__fail(TFM_E_ARG, "%s: out is NULL", fn);
     if (out_stride < max_new) return tfm__fail(TFM_E_ARG, "%s: out_stride %d is less than opts.max_new %d", fn, out_stride, max_new);
     TFM__TRY(tfm__chk_gen_rows(fn, m, 1, src ? &src : NULL, src ? &src_len : NULL, prompt ? &prompt : NULL, &n_prompt,
-                               max_new));
+                               max_new, 1));
     TFM__TRY(tfm__scratch_reserve(fn));
     bytes = (size_t)K * (3 * max_new + 7) * sizeof(int32_t) + (size_t)K * 6 * sizeof(double) + (size_t)K * V * sizeof(float);
     work = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
@@ -9376,10 +9528,11 @@ static TFM__UNUSED tfm_result tfm__io_unsharded(const char *fn, const tfm_model 
     X(type_vocab_size, int, 1) X(emb_norm, int, 1)
 /* Fields written only where they are not 0 (a model without them saves the same file as before they came);
    a file without one reads 0. */
-#define TFM__CFG_OPT_INT_FIELDS(X) X(norm, tfm_norm_kind, 1) X(rope_dims, int, 1) X(n_kv_heads, int, 1)
+#define TFM__CFG_OPT_INT_FIELDS(X) X(norm, tfm_norm_kind, 1) X(rope_dims, int, 1) X(n_kv_heads, int, 1) X(attn_window, int, 1) \
+    X(attn_sinks, int, 1)
 #define TFM__CFG_OPT_FLOAT_FIELDS(X) X(rope_base, 1)
 #define TFM__CFG_FLOAT_FIELDS(X) X(dropout, 0) X(attn_dropout, 0) X(ln_eps, 1) X(label_smoothing, 0) X(init_std, 0)
-#define TFM__IO_N_CFG 39    /* "format", 31 config fields and 4 optional ones, the seed, the step and the generator */
+#define TFM__IO_N_CFG 41    /* "format", 31 config fields and 6 optional ones, the seed, the step and the generator */
 #define TFM__IO_MAX_KEY 256 /* longest user metadata key, in bytes */
 
 /* Tensor k of m's checkpoint (nk per parameter: the value, then with the training state exp_avg and exp_avg_sq)

@@ -1156,6 +1156,69 @@ static int run_gqa(int threads) {
     }
     printf("GQA_RATIO threads=%d tok_s_gqa=%.1f tok_s_full=%.1f ratio=%.3f\n", threads, tok_s[0], tok_s[1], tok_s[0] / tok_s[1]);
     for (k = 0; k < 2; k++) tfm_model_free(&m[k]);
+/* Sliding-window attention (cfg.attn_window). Training: char-gpt-4k (T 4096, B 2) with full causal
+   attention and with a window of 256, the same data, 1 warm-up and 3 timed steps each (median): tokens/s
+   and their ratio. Generation: char-gpt-tiny's shape with rotary positions, max_len 256, a window of 256
+   and 4 sinks, generating greedily from one id to 10,000 positions past max_len (batch 1): tokens/s,
+   the rolling cache's bytes (layers x (sinks + window) rows x 2C floats) against a full cache's for as
+   many positions, and the peak RSS after 1,000 and after 10,256 new ids (constant memory: equal; the
+   generation runs first, so nothing larger has set the peak before it). */
+static int run_window(int threads) {
+    const bench_cfg *bc = find_config("char-gpt-4k");
+    tfm_model *m = (tfm_model *)xmalloc(sizeof *m);
+    int steps = quick_mode() ? 1 : 3, w, s, n_gen = 10000 + 256, n_out = 0;
+    double tok_s[2], t[3], rss1, rss2, tg;
+    int32_t *out = (int32_t *)xmalloc((size_t)n_gen * sizeof(int32_t)), prompt = 7;
+    tfm_rng rng;
+    bench_data d;
+    tfm_result rc;
+    tfm_gen_opts go;
+    tfm_config cfg;
+    tfm_kv_cache kc;
+    tfm_set_num_threads(threads);
+    tfm_rng_seed(&rng, 4242);
+    data_make(bc, &rng, &d);
+    cfg = make_config(find_config("char-gpt-tiny"));
+    cfg.max_len = 256;
+    cfg.max_batch = 1;
+    cfg.pos = TFM_POS_ROPE;
+    cfg.attn_window = 256;
+    cfg.attn_sinks = 4;
+    cfg.inference_only = 1;
+    if ((rc = tfm_model_init(m, &cfg, NULL, 0)) != TFM_OK) die_tfm("tfm_model_init", rc);
+    if ((rc = tfm_kv_cache_init(&kc, m, 1, n_gen + 1)) != TFM_OK) die_tfm("tfm_kv_cache_init", rc);
+    memset(&go, 0, sizeof go);
+    go.max_new = 1000;
+    if ((rc = tfm_model_generate(m, NULL, 0, &prompt, 1, &go, out, &n_out)) != TFM_OK) die_tfm("tfm_model_generate", rc);
+    rss1 = peak_rss_mb();
+    go.max_new = n_gen;
+    tg = now_s();
+    if ((rc = tfm_model_generate(m, NULL, 0, &prompt, 1, &go, out, &n_out)) != TFM_OK) die_tfm("tfm_model_generate", rc);
+    tg = now_s() - tg;
+    rss2 = peak_rss_mb();
+    printf("WINDOW gen max_len=%d window=%d sinks=%d threads=%d new=%d past_max_len=%d tok_s=%.1f cache_rows=%d "
+           "cache_bytes=%.0f full_cache_bytes=%.0f peak_mb_1000=%.1f peak_mb_%d=%.1f\n",
+           cfg.max_len, cfg.attn_window, cfg.attn_sinks, threads, n_out, 1 + n_out - cfg.max_len, n_out / tg, kc.max_len,
+           4.0 * kc.n_layers * kc.max_len * 2 * kc.d_model, 4.0 * kc.n_layers * (double)(1 + n_gen) * 2 * kc.d_model, rss1,
+           n_gen, rss2);
+    fflush(stdout);
+    tfm_kv_cache_free(&kc);
+    tfm_model_free(m);
+    for (w = 0; w < 2; w++) {
+        float loss = 0.0f;
+        cfg = make_config(bc);
+        cfg.attn_window = w ? 256 : 0;
+        if ((rc = tfm_model_init(m, &cfg, NULL, 0)) != TFM_OK) die_tfm("tfm_model_init", rc);
+        train_step(m, &d.batch, &d.opt, &loss);
+        for (s = 0; s < steps; s++) t[s] = train_step(m, &d.batch, &d.opt, &loss);
+        tok_s[w] = (double)bc->B * bc->T / median(t, steps);
+        printf("WINDOW train name=%s T=%d B=%d window=%d threads=%d step_ms=%.1f tok_s=%.1f loss=%.4f\n", bc->name, bc->T,
+               bc->B, cfg.attn_window, threads, 1e3 * median(t, steps), tok_s[w], (double)loss);
+        fflush(stdout);
+        tfm_model_free(m);
+    }
+    printf("WINDOW train ratio=%.2f (window 256 over full causal, tokens/s)\n", tok_s[1] / tok_s[0]);
+    data_free(&d);
     free(m);
     free(out);
     return 0;
@@ -1173,6 +1236,8 @@ static void usage(FILE *f) {
             "       build/bench dump NAME FILE      weights, data and results for bench/torch_ref.py verify\n"
             "       build/bench gen NAME THREADS    batched generation (1, 8, 32 rows), serving memory, read bandwidth\n"
             "       build/bench gqa THREADS         batch-32 generation, grouped-query attention against full heads\n"
+            "       build/bench window THREADS      sliding-window attention: training at T 4096 against full causal,\n"
+            "                                       generation of 10,000 ids past max_len (cache bytes, peak RSS)\n"
             "QUICK=1: fewer repetitions. bench/run.sh runs everything next to PyTorch and prints the table.\n"
             "models:");
     for (i = 0; i < N_CONFIGS; i++) fprintf(f, " %s", CONFIGS[i].name);
@@ -1219,6 +1284,7 @@ int main(int argc, char **argv) {
         return run_dump(b, argv[3]);
     }
     if (argc == 3 && strcmp(argv[1], "gqa") == 0) return run_gqa(parse_threads(argv[2]));
+    if (argc == 3 && strcmp(argv[1], "window") == 0) return run_window(parse_threads(argv[2]));
     if (argc == 4 && strcmp(argv[1], "gen") == 0) {
         const bench_cfg *b = find_config(argv[2]);
         if (!b) {

@@ -65,6 +65,7 @@ static size_t att_count_nonfinite(const float *p, size_t n) {
 typedef struct att_ref {
     int B, H, D, Tq, Tk;
     int causal;               /* query i sees keys j <= i */
+    int window, sinks;        /* causal: and only keys j > i - window, or j < sinks (window 0: all) */
     const int32_t *key_lens;  /* keys j >= key_lens[b] are masked; NULL: none */
     double scale;
     const double *drop;       /* (B,H,Tq,Tk) factors applied to the probabilities, or NULL */
@@ -72,6 +73,7 @@ typedef struct att_ref {
 
 static int att_visible(const att_ref *r, int b, int i, int j) {
     if (r->causal && j > i) return 0;
+    if (r->causal && r->window && j <= i - r->window && j >= r->sinks) return 0;
     if (r->key_lens && j >= r->key_lens[b]) return 0;
     return 1;
 }
@@ -196,6 +198,7 @@ typedef struct att_case {
     const char *name;
     int B, H, D, Tq, Tk;
     int causal;
+    int window, sinks;
     const int32_t *key_lens;
     float scale;      /* 0: default 1/sqrt(D) */
     float dropout;
@@ -205,6 +208,8 @@ typedef struct att_case {
 static void att_opts_of(tfm_attn_opts *o, const att_case *c) {
     memset(o, 0, sizeof *o);
     o->causal = c->causal;
+    o->window = c->window;
+    o->sinks = c->sinks;
     o->key_lens = c->key_lens;
     o->scale = c->scale;
     o->dropout = c->dropout;
@@ -214,6 +219,8 @@ static void att_opts_of(tfm_attn_opts *o, const att_case *c) {
 static void att_ref_of(att_ref *r, const att_case *c) {
     r->B = c->B; r->H = c->H; r->D = c->D; r->Tq = c->Tq; r->Tk = c->Tk;
     r->causal = c->causal;
+    r->window = c->window;
+    r->sinks = c->sinks;
     r->key_lens = c->key_lens;
     r->scale = c->scale != 0 ? (double)c->scale : 1.0 / sqrt((double)c->D);
     r->drop = NULL;
@@ -819,6 +826,183 @@ static void att_test_fused_one_key(void) {
     o.dropout_seed = 77;
     att_one_key_case("Tk 1, dropout", B, 2, 64, Tq, 1, &o, 1, -1);
     free(mask);
+}
+
+/* A sliding window (with sinks, key lengths and dropout) against the double reference and central finite
+   differences, at the tolerances above; the windows leave gaps inside one key block. */
+static void att_test_op_window(void) {
+    static const int32_t lens[] = {23, 9, 30};
+    att_case c = att_case_make("op window 4 B2 H2 D3 T30", 2, 2, 3, 30, 30);
+    c.causal = 1;
+    c.window = 4;
+    att_run_op_case(&c);
+    c = att_case_make("op window 6 sinks 2, key_lens B3 H2 D4 T30", 3, 2, 4, 30, 30);
+    c.causal = 1;
+    c.window = 6;
+    c.sinks = 2;
+    c.key_lens = lens;
+    att_run_op_case(&c);
+    c = att_case_make("op window 1 sinks 3 B1 H1 D5 T12", 1, 1, 5, 12, 12);
+    c.causal = 1;
+    c.window = 1;
+    c.sinks = 3;
+    att_run_op_case(&c);
+    c = att_case_make("op window 5 sinks 1, dropout B2 H2 D3 T25", 2, 2, 3, 25, 25);
+    c.causal = 1;
+    c.window = 5;
+    c.sinks = 1;
+    c.dropout = 0.2f;
+    c.seed = 99;
+    att_run_op_case(&c);
+}
+
+/* The window against the same attention through the additive mask (-inf outside the window, 0 inside,
+   plus a random finite part on both sides) and key lengths, on sequences of several query and key
+   blocks (QB 64, KB 256), where the window's kernel skips whole blocks and starts others mid-way: the
+   same keys in other blocks, so the sums differ by float rounding alone (online-softmax rescalings at
+   other places, dq and dk summed over other partitions): ATT_TOL_FWD and ATT_TOL_GRAD. */
+static void att_window_vs_mask(int T, int W, int S, int with_lens) {
+    const int B = 2, H = 2, D = 16, C = H * D;
+    const size_t nq = (size_t)B * T * C, nl = (size_t)B * H * T;
+    static const int32_t lens[] = {600, 411};
+    float *q = att_falloc(nq), *k = att_falloc(nq), *v = att_falloc(nq), *dout = att_falloc(nq);
+    float *mask = att_falloc((size_t)T * T), *mwin = att_falloc((size_t)T * T);
+    float *out[2], *lse[2], *g[2][3];
+    tfm_tensor tq = tfm_tensor3(q, B, T, C), tk = tfm_tensor3(k, B, T, C), tv = tfm_tensor3(v, B, T, C);
+    tfm_tensor tdo = tfm_tensor3(dout, B, T, C);
+    tfm_attn_opts o[2];
+    char what[160];
+    int r, i, j, x;
+    att_fill(q, nq, -1.5f, 1.5f);
+    att_fill(k, nq, -1.5f, 1.5f);
+    att_fill(v, nq, -1, 1);
+    att_fill(dout, nq, -1, 1);
+    att_fill(mask, (size_t)T * T, -1, 1);
+    for (i = 0; i < T; i++)
+        for (j = 0; j < T; j++) mwin[(size_t)i * T + j] = j <= i - W && j >= S ? -INFINITY : mask[(size_t)i * T + j];
+    for (r = 0; r < 2; r++) { /* 0: the window; 1: the mask */
+        memset(&o[r], 0, sizeof o[r]);
+        o[r].causal = 1;
+        o[r].key_lens = with_lens ? lens : NULL;
+        o[r].window = r ? 0 : W;
+        o[r].sinks = r ? 0 : S;
+        o[r].mask = r ? mwin : mask;
+        out[r] = att_falloc(nq);
+        lse[r] = att_falloc(nl);
+        for (x = 0; x < 3; x++) g[r][x] = att_falloc(nq);
+        {
+            tfm_tensor to = tfm_tensor3(out[r], B, T, C), tl = tfm_tensor3(lse[r], B, H, T);
+            tfm_tensor t0 = tfm_tensor3(g[r][0], B, T, C), t1 = tfm_tensor3(g[r][1], B, T, C), t2 = tfm_tensor3(g[r][2], B, T, C);
+            CHECK_OK(tfm_attention_forward(&to, &tl, &tq, &tk, &tv, H, &o[r]));
+            CHECK_OK(tfm_attention_backward(&t0, &t1, &t2, &tdo, &tq, &tk, &tv, &to, &tl, H, &o[r]));
+        }
+    }
+    {
+        double *want = att_to_double(out[1], nq);
+        snprintf(what, sizeof what, "window %d sinks %d T %d lens %d: out", W, S, T, with_lens);
+        CHECK_REL(what, test_rel_err(out[0], want, nq), ATT_TOL_FWD);
+        free(want);
+        want = att_to_double(lse[1], nl);
+        for (i = 0; i < (int)nl; i++) { /* rows of no key (past a key length of 0): -inf in both */
+            CHECK(isinf(want[i]) == isinf(lse[0][i]));
+            if (isinf(want[i])) want[i] = lse[0][i] = 0.0f;
+        }
+        snprintf(what, sizeof what, "window %d sinks %d T %d lens %d: lse", W, S, T, with_lens);
+        CHECK_REL(what, test_rel_err(lse[0], want, nl), ATT_TOL_FWD);
+        free(want);
+        for (x = 0; x < 3; x++) {
+            want = att_to_double(g[1][x], nq);
+            snprintf(what, sizeof what, "window %d sinks %d T %d lens %d: d%c", W, S, T, with_lens, "qkv"[x]);
+            CHECK_REL(what, test_rel_err(g[0][x], want, nq), ATT_TOL_GRAD);
+            free(want);
+        }
+    }
+    for (r = 0; r < 2; r++) {
+        free(out[r]);
+        free(lse[r]);
+        for (x = 0; x < 3; x++) free(g[r][x]);
+    }
+    free(q); free(k); free(v); free(dout); free(mask); free(mwin);
+}
+
+static void att_test_fused_window(void) {
+    att_window_vs_mask(600, 256, 0, 0);
+    att_window_vs_mask(600, 70, 4, 1);
+    att_window_vs_mask(600, 300, 260, 1); /* sinks past a key block */
+    att_window_vs_mask(130, 1000, 0, 0);  /* a window wider than the sequence: full causal */
+}
+
+/* A window of 1 key: every query sees itself only, so its softmax is one-hot and dq is exactly zero. */
+static void att_test_window_one_key(void) {
+    tfm_attn_opts o;
+    memset(&o, 0, sizeof o);
+    o.causal = 1;
+    o.window = 1;
+    att_one_key_case("window 1", 2, 2, 16, 300, 300, &o, 0, -1);
+}
+
+/* The window's refusals: negative sizes, sinks without a window, a window on a call that is not causal,
+   on cross-attention, on a classifier; a layer's own window against a call of another or no causal. */
+static void att_test_window_errors(void) {
+    const int B = 1, T = 4, C = 4;
+    float q[16] = {0}, out[16], lse[8];
+    tfm_tensor tq = tfm_tensor3(q, B, T, C), to = tfm_tensor3(out, B, T, C), tl = tfm_tensor3(lse, B, 2, T);
+    tfm_attn_opts o;
+    tfm_mha_desc d;
+    tfm_mha m;
+    tfm_mem mem;
+    tfm_config c;
+    tfm_model model;
+    memset(&o, 0, sizeof o);
+    o.window = 2;
+    CHECK_ERR(tfm_attention_forward(&to, &tl, &tq, &tq, &tq, 2, &o), TFM_E_ARG, "opts.causal");
+    o.causal = 1;
+    o.window = -1;
+    CHECK_ERR(tfm_attention_forward(&to, &tl, &tq, &tq, &tq, 2, &o), TFM_E_ARG, "opts.window -1");
+    o.window = 0;
+    o.sinks = 1;
+    CHECK_ERR(tfm_attention_forward(&to, &tl, &tq, &tq, &tq, 2, &o), TFM_E_ARG, "opts.sinks only with opts.window");
+    memset(&d, 0, sizeof d);
+    memset(&mem, 0, sizeof mem);
+    d.d_model = C;
+    d.n_heads = 2;
+    d.max_len = T;
+    d.cross = 1;
+    d.attn_window = 2;
+    CHECK_ERR(tfm_mha_init(&m, &d, &mem), TFM_E_ARG, "not cross");
+    d.cross = 0;
+    d.attn_sinks = -1;
+    CHECK_ERR(tfm_mha_init(&m, &d, &mem), TFM_E_ARG, "desc.attn_sinks -1");
+    d.attn_sinks = 1;
+    CHECK_OK(tfm_mha_init(&m, &d, &mem));
+    CHECK_OK(tfm_mem_alloc(&mem));
+    CHECK_OK(tfm_mha_init(&m, &d, &mem));
+    if (m.in_proj_weight.data) {
+        tfm_tensor tx = tfm_tensor3(q, B, T, C), ty = tfm_tensor3(out, B, T, C);
+        memset(&o, 0, sizeof o);
+        CHECK_ERR(tfm_mha_forward(&m, &ty, &tx, NULL, &o), TFM_E_ARG, "needs causal calls");
+        CHECK_ERR(tfm_mha_forward(&m, &ty, &tx, NULL, NULL), TFM_E_ARG, "needs causal calls");
+        o.causal = 1;
+        o.window = 3;
+        CHECK_ERR(tfm_mha_forward(&m, &ty, &tx, NULL, &o), TFM_E_ARG, "differs");
+        o.window = 0;
+        CHECK_OK(tfm_mha_forward(&m, &ty, &tx, NULL, &o));
+    }
+    tfm_mem_free(&mem);
+    memset(&c, 0, sizeof c);
+    c.kind = TFM_MODEL_ENCODER_CLASSIFIER;
+    c.vocab_size = 5;
+    c.n_classes = 2;
+    c.d_model = 4;
+    c.n_heads = 2;
+    c.max_len = 6;
+    c.attn_window = 2;
+    CHECK_ERR(tfm_model_init(&model, &c, NULL, 0), TFM_E_ARG, "classifier");
+    c.kind = TFM_MODEL_DECODER_LM;
+    c.n_classes = 0;
+    c.attn_window = 0;
+    c.attn_sinks = 2;
+    CHECK_ERR(tfm_model_init(&model, &c, NULL, 0), TFM_E_ARG, "cfg.attn_sinks only with cfg.attn_window");
 }
 
 /* dropout: the same hashed masks as the unfused attention, batch offset included */
@@ -1531,6 +1715,10 @@ static void suite_attention(void) {
     RUN(att_test_fused_dropout);
     RUN(att_test_fused_one_key);
     RUN(att_test_fused_decode);
+    RUN(att_test_op_window);
+    RUN(att_test_fused_window);
+    RUN(att_test_window_one_key);
+    RUN(att_test_window_errors);
     RUN(att_test_mha_self);
     RUN(att_test_mha_causal);
     RUN(att_test_mha_padding);

@@ -931,6 +931,7 @@ typedef struct cu_att {
     int fused;     /* q|k|v in one (B,T,3C) buffer and their gradients likewise (a self-attention layer's) */
     int grads;     /* which gradients backward gets: bit 0 dq, 1 dk, 2 dv */
     int one_key;   /* every query sees one key: backward adds exactly nothing to dq and dk on either device */
+    int window, sinks; /* causal: a sliding window and its sinks (tfm_attn_opts.window, .sinks) */
 } cu_att;
 
 static cu_att cu_att_make(int B, int H, int D, int Tq, int Tk, int causal) {
@@ -955,8 +956,8 @@ static void cu_att_run(const cu_att *c) {
     float *mask = cu_host(nmask); /* host memory for both devices, as the integer arrays */
     cu_buf q, k, v, gq, gk, gv, out, lse, dout;
     tfm__attn_args a[2];
-    snprintf(name, sizeof name, "attention B=%d H=%d D=%d Tq=%d Tk=%d causal=%d lens=%d mask=%d dropout=%g fused=%d grads=%d", B, H, D,
-             Tq, Tk, c->causal, c->lens, c->mask, (double)c->dropout, c->fused, c->grads);
+    snprintf(name, sizeof name, "attention B=%d H=%d D=%d Tq=%d Tk=%d causal=%d lens=%d mask=%d dropout=%g fused=%d grads=%d window=%d sinks=%d",
+             B, H, D, Tq, Tk, c->causal, c->lens, c->mask, (double)c->dropout, c->fused, c->grads, c->window, c->sinks);
     if (c->fused) { /* q, k, v and their gradients inside one (B,T,3C) buffer each */
         q = cu_normal((int64_t)B * Tq * 3 * C, &g, 1, 0);
         gq = cu_normal((int64_t)B * Tq * 3 * C, &g, 1, 0);
@@ -992,6 +993,8 @@ static void cu_att_run(const cu_att *c) {
         A->ldo = C;
         A->lse = CU_P(lse);
         A->causal = c->causal;
+        A->window = c->window;
+        A->sinks = c->sinks;
         A->lens = c->lens ? lens : NULL;
         A->dropout = c->dropout;
         A->scale = 1.0f / sqrtf((float)D);
@@ -1091,6 +1094,21 @@ static void cu_op_attention_masks(void) {
                     c.fused = fused;
                     cu_att_run(&c);
                 }
+    { /* sliding windows (with sinks, and the masks, lengths and dropout with them) across key tiles */
+        static const int wins[4][2] = {{5, 0}, {20, 3}, {1, 0}, {150, 2}};
+        int w;
+        for (w = 0; w < 4; w++)
+            for (mask = 0; mask < 2; mask++) {
+                cu_att c = cu_att_make(2, 2, 8, cu_small ? 140 : 300, cu_small ? 140 : 300, 1);
+                c.window = wins[w][0];
+                c.sinks = wins[w][1];
+                c.lens = mask;
+                c.mask = mask;
+                c.fused = !mask;
+                c.dropout = mask ? 0.1f : 0.0f;
+                cu_att_run(&c);
+            }
+    }
     for (mask = 0; mask < 3; mask++) { /* cross with masks and lengths */
         cu_att c = cu_att_make(4, 2, 8, 17, 40, 0);
         c.lens = 1;
@@ -1854,6 +1872,8 @@ typedef struct cu_data {
 
 static const char *const cu_model_names[CU_N_MODELS] = {"classifier", "classifier cls_token input_dim", "lm", "encdec",
                                                         "encdec shared", "bert classifier", "lm rope", "encdec gqa"};
+                                                        "encdec shared", "bert classifier", "lm rope",
+                                                        "lm rope window"};
 
 /* Six tiny models that cover the configuration's switches between them: post-LN and pre-LN, ReLU, GELU
    and tanh-GELU, learned and sinusoidal positions, mean and [CLS] pooling, token and continuous inputs,
@@ -1947,6 +1967,18 @@ static tfm_config cu_model_cfg(int which, tfm_device dev) {
         c.n_kv_heads = 2;
         c.norm_first = 1;
         c.pos = TFM_POS_ROPE;
+        break;
+    case 8: /* a sliding window of 3 positions and 1 sink over rotary positions */
+        c.kind = TFM_MODEL_DECODER_LM;
+        c.vocab_size = 13;
+        c.max_len = CU_T;
+        c.norm_first = 1;
+        c.act = TFM_ACT_SWIGLU;
+        c.norm = TFM_NORM_RMS;
+        c.pos = TFM_POS_ROPE;
+        c.rope_base = 100.0f;
+        c.attn_window = 3;
+        c.attn_sinks = 1;
         break;
     default:
         c.kind = TFM_MODEL_ENCODER_DECODER;
@@ -2201,6 +2233,7 @@ static void cu_model_encdec_shared(void) { cu_model_case(4); }
 static void cu_model_bert(void) { cu_model_case(5); }
 static void cu_model_rope(void) { cu_model_case(6); }
 static void cu_model_gqa(void) { cu_model_case(7); }
+static void cu_model_window(void) { cu_model_case(8); }
 
 /* ==== 5. generation: the same tokens and scores as on the CPU ========================================== */
 
@@ -2224,6 +2257,8 @@ static void cu_gen_cfg(tfm_config *c, int which, int max_batch, tfm_device dev) 
     c->pos = encdec ? TFM_POS_SINUSOIDAL : which >= 2 ? TFM_POS_ROPE : TFM_POS_LEARNED;
     c->rope_base = which >= 2 ? 100.0f : 0.0f;
     c->n_kv_heads = which == 3 ? 1 : 0;
+    c->attn_window = which == 4 ? 3 : 0; /* a rolling cache of 4 rows: generation wraps its ring */
+    c->attn_sinks = which == 4;
     c->init_std = 0.3f; /* logits far from uniform: no near-ties for the argmax */
     c->seed = 7;
     c->device = dev;
@@ -2259,7 +2294,7 @@ static void cu_gen_case(int which) {
     int32_t out[2][3 * 9], stop;
     int n_out[2][3], lens[2][2], found[2];
     float scores[2][2], logp[2][12], total[2];
-    const char *kind = encdec ? "encdec" : which == 3 ? "lm gqa" : which ? "lm rope" : "lm";
+    const char *kind = encdec ? "encdec" : which == 3 ? "lm gqa" : which == 4 ? "lm rope window" : which ? "lm rope" : "lm";
     if (!cu_gen_pair(m, which, 3)) return;
     for (b = 0; b < 3; b++) sp[b] = srcs[b], pp[b] = prompts[b];
     if (encdec) n_prompts[0] = 2;
@@ -2323,6 +2358,7 @@ static void cu_gen_lm(void) { cu_gen_case(0); }
 static void cu_gen_encdec(void) { cu_gen_case(1); }
 static void cu_gen_rope(void) { cu_gen_case(2); }
 static void cu_gen_gqa(void) { cu_gen_case(3); }
+static void cu_gen_window(void) { cu_gen_case(4); }
 
 /* beam_width 5 over a model of max_batch 2: the beams run two rows at a time */
 static void cu_gen_wide_beam(void) {
@@ -3255,6 +3291,7 @@ static void suite_models(void) {
     RUN(cu_model_bert);
     RUN(cu_model_rope);
     RUN(cu_model_gqa);
+    RUN(cu_model_window);
 }
 
 static void suite_generate(void) {
@@ -3262,6 +3299,7 @@ static void suite_generate(void) {
     RUN(cu_gen_encdec);
     RUN(cu_gen_rope);
     RUN(cu_gen_gqa);
+    RUN(cu_gen_window);
     RUN(cu_gen_wide_beam);
 }
 

@@ -4,6 +4,7 @@
 /* Key/value heads of gen_config's models (of 4 query heads); 0: one per query head. The grouped-query tests
    set it around the checks they reuse. */
 static int gen_kv_heads = 0;
+static int gen_window = 0, gen_sinks = 0; /* the sliding window of gen_config's models (cfg.attn_window) */
 
 static void gen_config(tfm_config *c, tfm_model_kind kind, int norm_first, tfm_pos_kind pos) {
     memset(c, 0, sizeof *c);
@@ -25,6 +26,8 @@ static void gen_config(tfm_config *c, tfm_model_kind kind, int norm_first, tfm_p
     c->rope_base = pos == TFM_POS_ROPE ? 100.0f : 0.0f; /* rotary: every pair turns visibly over a few positions */
     c->init_std = 0.3f; /* large weights: logits far from uniform, so a wrong cache shows */
     c->seed = 7;
+    c->attn_window = gen_window;
+    c->attn_sinks = gen_sinks;
 }
 
 /* Two sequences for the cache tests (n_total ids each; an encoder-decoder's targets, with src[0..9) and
@@ -185,6 +188,158 @@ static void gen_test_cache_uneven(void) {
     gen_check_cache_uneven(TFM_MODEL_ENCODER_DECODER, TFM_POS_LEARNED);
     gen_check_cache_uneven(TFM_MODEL_DECODER_LM, TFM_POS_ROPE); /* each row turned at its own positions */
     gen_check_cache_uneven(TFM_MODEL_ENCODER_DECODER, TFM_POS_ROPE);
+}
+
+/* A sliding window: the rolling cache (sinks + window rows, in ring order) against the full windowed
+   forward, the checks above unchanged (1e-5 relative: the ring only reorders the same sums). A window of
+   3 and 1 sink keep 4 rows, so the prompts of 3 and 7 ids and the 7 steps after them wrap the ring,
+   through a beam reorder, a copied row, rows at uneven positions and a prompt longer than the ring. */
+static void gen_test_window_cache(void) {
+    static const int wins[2][2] = {{3, 1}, {2, 0}};
+    int w;
+    for (w = 0; w < 2; w++) {
+        tfm_config c;
+        tfm_model m;
+        tfm_kv_cache kc;
+        gen_window = wins[w][0];
+        gen_sinks = wins[w][1];
+        gen_config(&c, TFM_MODEL_DECODER_LM, 1, TFM_POS_ROPE);
+        CHECK_OK(tfm_model_init(&m, &c, NULL, 0));
+        if (m.impl) {
+            CHECK_OK(tfm_kv_cache_init(&kc, &m, 2, 0));
+            CHECK(kc.max_len == gen_window + gen_sinks && kc.window == gen_window && kc.sinks == gen_sinks);
+            tfm_kv_cache_free(&kc);
+            tfm_model_free(&m);
+        }
+        gen_check_cache(TFM_MODEL_DECODER_LM, 1, TFM_POS_ROPE);
+        gen_check_cache(TFM_MODEL_DECODER_LM, 0, TFM_POS_LEARNED);
+        gen_check_cache(TFM_MODEL_ENCODER_DECODER, 1, TFM_POS_SINUSOIDAL);
+        gen_check_cache(TFM_MODEL_ENCODER_DECODER, 0, TFM_POS_ROPE);
+        gen_check_cache_uneven(TFM_MODEL_DECODER_LM, TFM_POS_ROPE);
+        gen_check_cache_uneven(TFM_MODEL_DECODER_LM, TFM_POS_LEARNED);
+        gen_check_cache_uneven(TFM_MODEL_ENCODER_DECODER, TFM_POS_ROPE);
+    }
+    gen_window = gen_sinks = 0;
+}
+
+/* Generation past max_len: a rotary windowed model of max_len 12 decodes 60 positions through its cache
+   of 4 rows, every step's logits against the full windowed forward of the same parameters in a model of
+   max_len 64 (1e-5 relative, as above); greedy generation, a batch of uneven rows and beam search past
+   max_len against that model's full forwards and scores; a learned position table is refused. */
+static void gen_test_window_past_max_len(void) {
+    enum { N = 60 };
+    tfm_config cs, cb;
+    tfm_model ms, mb;
+    tfm_kv_cache kc;
+    tfm_batch b;
+    tfm_gen_opts o;
+    int32_t seq[N], out[3 * N], prompts[2][7] = {{4, 2, 9}, {1, 7, 7, 3, 12, 0, 5}};
+    const int32_t *pp[2] = {prompts[0], prompts[1]};
+    int n_prompts[2] = {3, 7}, n_out[2], t, i, ok = 1;
+    int64_t ns = 0, nb = 0, V;
+    float *full;
+    gen_window = 3;
+    gen_sinks = 1;
+    gen_config(&cs, TFM_MODEL_DECODER_LM, 1, TFM_POS_ROPE);
+    gen_window = gen_sinks = 0;
+    cs.max_batch = 3;
+    cb = cs;
+    cb.max_len = 64;
+    CHECK_OK(tfm_model_init(&ms, &cs, NULL, 0));
+    if (!ms.impl) return;
+    CHECK_OK(tfm_model_init(&mb, &cb, NULL, 0));
+    if (!mb.impl) {
+        tfm_model_free(&ms);
+        return;
+    }
+    V = cs.vocab_size;
+    {
+        float *ps = tfm_model_flat(&ms, 0, &ns), *pb = tfm_model_flat(&mb, 0, &nb);
+        CHECK(ns == nb && ns > 0);
+        if (ns == nb) memcpy(pb, ps, (size_t)ns * sizeof(float));
+    }
+    tfm_model_train(&ms, 0);
+    tfm_model_train(&mb, 0);
+    for (t = 0; t < N; t++) seq[t] = (int32_t)((t * 7 + t / 5) % V);
+    memset(&b, 0, sizeof b);
+    b.batch = 1;
+    b.len = N;
+    b.tokens = seq;
+    CHECK_OK(tfm_model_forward(&mb, &b, NULL, NULL));
+    full = (float *)malloc((size_t)N * V * sizeof(float));
+    memcpy(full, tfm_model_logits(&mb).data, (size_t)N * V * sizeof(float));
+    /* the cache: 4 rows whatever length is asked for */
+    CHECK_OK(tfm_kv_cache_init(&kc, &ms, 1, 100000));
+    CHECK(kc.max_len == 4);
+    tfm__decode(&ms, &kc, seq, 1, 3, NULL, 0);
+    for (t = 3; ok; t++) {
+        char what[64];
+        snprintf(what, sizeof what, "past max_len: position %d", t - 1);
+        CHECK_REL(what, test_rel_err_f(ms.impl->logits, full + (int64_t)(t - 1) * V, (size_t)V), 1e-5);
+        ok = test_rel_err_f(ms.impl->logits, full + (int64_t)(t - 1) * V, (size_t)V) <= 1e-5;
+        if (t == N) break;
+        tfm__decode(&ms, &kc, seq + t, 1, 1, NULL, 0);
+    }
+    CHECK(kc.lens[0] == N && kc.max_len == 4);
+    tfm_kv_cache_free(&kc);
+    /* greedy generation of 50 ids after 3: each the argmax of the big model's full forward */
+    memset(&o, 0, sizeof o);
+    o.max_new = 50;
+    CHECK_OK(tfm_model_generate(&ms, NULL, 0, seq, 3, &o, out, &n_out[0]));
+    CHECK(n_out[0] == 50);
+    memcpy(seq + 3, out, 50 * sizeof(int32_t));
+    b.len = 53;
+    CHECK_OK(tfm_model_forward(&mb, &b, NULL, NULL));
+    for (t = 2; t < 52; t++) {
+        const float *row = tfm_model_logits(&mb).data + (int64_t)t * V;
+        int best = 0;
+        for (i = 1; i < V; i++)
+            if (row[i] > row[best]) best = i;
+        CHECK_MSG(best == seq[t + 1], "past max_len: position %d generated %d, argmax of the full forward %d", t + 1, seq[t + 1],
+                  best);
+    }
+    /* a batch of uneven rows (a prompt longer than the ring) equals each row alone */
+    o.max_new = 40;
+    CHECK_OK(tfm_model_generate_batch(&ms, 2, NULL, NULL, pp, n_prompts, &o, out, N, n_out));
+    for (i = 0; i < 2; i++) {
+        int32_t one[N];
+        int n1 = 0;
+        CHECK_OK(tfm_model_generate(&ms, NULL, 0, prompts[i], n_prompts[i], &o, one, &n1));
+        CHECK_MSG(n1 == n_out[i] && !memcmp(one, out + i * N, (size_t)n1 * sizeof(int32_t)),
+                  "past max_len: batch row %d differs from its generation alone", i);
+    }
+    /* beam search past max_len: each hypothesis's score is the big model's full score of it */
+    {
+        int lens[3], found = 0;
+        float scores[3], total;
+        o.max_new = 30;
+        o.beam_width = 3;
+        CHECK_OK(tfm_model_beam_search(&ms, NULL, 0, prompts[1], 7, &o, 3, out, N, lens, scores, &found));
+        CHECK(found == 3);
+        for (i = 0; i < found; i++) {
+            CHECK_OK(tfm_model_score(&mb, NULL, 0, prompts[1], 7, out + i * N, lens[i], NULL, &total));
+            CHECK_NEAR(scores[i], total, 1e-4);
+        }
+        /* scoring is a full forward: it stays within max_len */
+        CHECK_ERR(tfm_model_score(&ms, NULL, 0, prompts[1], 7, out, 30, NULL, &total), TFM_E_ARG, "max_len");
+    }
+    free(full);
+    tfm_model_free(&ms);
+    tfm_model_free(&mb);
+    /* a learned position table ends at max_len, window or not; so does a model without a window */
+    memset(&o, 0, sizeof o);
+    o.max_new = 20;
+    for (i = 0; i < 2; i++) {
+        cs.pos = i ? TFM_POS_ROPE : TFM_POS_LEARNED;
+        cs.rope_base = i ? 100.0f : 0.0f;
+        cs.attn_window = i ? 0 : 3;
+        cs.attn_sinks = 0;
+        CHECK_OK(tfm_model_init(&ms, &cs, NULL, 0));
+        if (!ms.impl) continue;
+        CHECK_ERR(tfm_model_generate(&ms, NULL, 0, seq, 3, &o, out, &n_out[0]), TFM_E_ARG, i ? "max_len" : "TFM_POS_ROPE");
+        CHECK_ERR(tfm_kv_cache_init(&kc, &ms, 1, 13), TFM_E_ARG, "max_len");
+        tfm_model_free(&ms);
+    }
 }
 
 /* Greedy generation: each new token is the argmax of a full forward over everything before it. */
@@ -1093,6 +1248,8 @@ static void suite_generate(void) {
     RUN(gen_test_cache_lm);
     RUN(gen_test_cache_encdec);
     RUN(gen_test_cache_uneven);
+    RUN(gen_test_window_cache);
+    RUN(gen_test_window_past_max_len);
     RUN(gen_test_greedy);
     RUN(gen_test_errors);
     RUN(gen_test_pick);

@@ -1027,6 +1027,47 @@ static void io_errors_arch(void) {
         tfm_model_free(&m2);
         remove(gpath);
     }
+    /* a sliding window: no tfm.attn_window or attn_sinks key without one; with one, both fields load and are architecture */
+    {
+        io_meta mt;
+        tfm__st_header h;
+        int k, named = 0;
+        if (io_meta_from(&mt, path, &h)) {
+            for (k = 0; k < mt.n; k++)
+                named |= !strcmp(mt.kv[2 * k], "tfm.attn_window") || !strcmp(mt.kv[2 * k], "tfm.attn_sinks");
+            tfm__st_header_free(&h);
+        }
+        CHECK_MSG(!named, "a model without a window saved tfm.attn_window or tfm.attn_sinks");
+    }
+    c2 = c; /* an LM */
+    c2.attn_window = 3;
+    c2.attn_sinks = 1;
+    if (io_init(&m2, &c2, "window")) {
+        const char *wpath = io_path("arch_window.safetensors");
+        tfm_config lc;
+        tfm_model m3;
+        CHECK_OK(tfm_model_save(&m2, wpath, 0, NULL, 0));
+        CHECK_OK(tfm_config_load(wpath, &lc));
+        CHECK(lc.attn_window == 3 && lc.attn_sinks == 1);
+        lc.seed += 1;
+        if (io_init(&m3, &lc, "window from its config")) {
+            CHECK_OK(tfm_model_load(&m3, wpath));
+            CHECK(io_params_diff(&m2, &m3) == NULL);
+            tfm_model_free(&m3);
+        }
+        lc.attn_sinks = 0;
+        if (io_init(&m3, &lc, "window, no sinks")) {
+            CHECK_ERR(tfm_model_load(&m3, wpath), TFM_E_FORMAT, "attn_sinks 1 but the model has 0");
+            tfm_model_free(&m3);
+        }
+        lc.attn_window = lc.attn_sinks = 0;
+        if (io_init(&m3, &lc, "no window")) {
+            CHECK_ERR(tfm_model_load(&m3, wpath), TFM_E_FORMAT, "attn_window 3 but the model has 0");
+            tfm_model_free(&m3);
+        }
+        tfm_model_free(&m2);
+        remove(wpath);
+    }
     /* another kind */
     c2 = io_cfg(0);
     c2.vocab_size = c.vocab_size;
@@ -1145,7 +1186,7 @@ static void io_errors_file(void) {
         struct {
             const char *key, *value, *msg;
             int state;
-        } bad[10];
+        } bad[16];
         int nb = 0;
         bad[nb].key = "tfm.d_model", bad[nb].value = "abc", bad[nb].msg = "tfm.d_model", bad[nb++].state = 0;
         bad[nb].key = "tfm.d_model", bad[nb].value = "8.5", bad[nb].msg = "want an integer", bad[nb++].state = 0;
@@ -1158,6 +1199,9 @@ static void io_errors_file(void) {
         bad[nb].key = "tfm.step", bad[nb].value = NULL, bad[nb].msg = "tfm.step", bad[nb++].state = 1;
         bad[nb].key = "tfm.rng", bad[nb].value = "0123", bad[nb].msg = "tfm.rng", bad[nb++].state = 1;
         bad[nb].key = "tfm.step", bad[nb].value = "-1", bad[nb].msg = "tfm.step", bad[nb++].state = 1;
+        bad[nb].key = "tfm.attn_window", bad[nb].value = "-3", bad[nb].msg = "stored config is invalid", bad[nb++].state = 0;
+        bad[nb].key = "tfm.attn_sinks", bad[nb].value = "2", bad[nb].msg = "stored config is invalid", bad[nb++].state = 0;
+        bad[nb].key = "tfm.attn_window", bad[nb].value = "1e12", bad[nb].msg = "want an integer", bad[nb++].state = 0;
         for (i = 0; i < nb; i++) {
             io_meta e = mt;
             int j;

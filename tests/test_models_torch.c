@@ -405,6 +405,12 @@ static int mt_config(const fx_file *fx, tfm_config *cfg, const int32_t **c_out) 
         if (!kv) return 0;
         cfg->n_kv_heads = kv->i32[0];
     }
+    if (fx_get(fx, "window")) { /* a sliding window: attn_window, attn_sinks */
+        const fx_array *w = mt_need_i32(fx, "window", 2);
+        if (!w) return 0;
+        cfg->attn_window = w->i32[0];
+        cfg->attn_sinks = w->i32[1];
+    }
     if (fx_get(fx, "bert")) { /* BERT's layout: type_vocab_size, emb_norm */
         const fx_array *bt = mt_need_i32(fx, "bert", 2);
         if (!bt) return 0;
@@ -595,6 +601,8 @@ static void mt_model_cls_rope(void) { mt_model_case("model_cls_rope"); }
    2 key/value heads, and multi-query (3 query heads over 1, half of each head turned) */
 static void mt_model_lm_gqa_llama(void) { mt_model_case("model_lm_gqa_llama"); }
 static void mt_model_lm_mqa_llama(void) { mt_model_case("model_lm_mqa_llama"); }
+static void mt_model_lm_window_llama(void) { mt_model_case("model_lm_window_llama"); }
+static void mt_model_encdec_window(void) { mt_model_case("model_encdec_window"); }
 
 /* ---- AdamW: clip_grad_norm_ then torch.optim.AdamW (no decay on biases, norms, embeddings) ---- */
 static void mt_adamw_step(void) {
@@ -684,5 +692,7 @@ static void suite_models_torch(void) {
     RUN(mt_model_lm_mqa_llama);
     RUN(mt_model_encdec_rope);
     RUN(mt_model_cls_rope);
+    RUN(mt_model_lm_window_llama);
+    RUN(mt_model_encdec_window);
     RUN(mt_adamw_step);
 }

@@ -43,6 +43,7 @@ Model fixtures (model_*)
     bert       i32[2]   optional: type_vocab_size, emb_norm (BERT's layout; absent: both 0)
     norm       i32[1]   optional: the norm kind (absent: layernorm)
     rope       i32[1]   with pos 3 (rotary): rope_dims;  rope_base f32 scalar
+    window     i32[2]   optional: attn_window, attn_sinks (a sliding window; absent: none)
     label_smoothing, ln_eps   f32 scalars
     tokens     i32 (B,T)     lens i32 (B) (classifier, enc-dec; absent for the LM: no key padding)
     types      i32 (B,T)     optional: token types (batch.token_types; absent: type 0 everywhere)
@@ -173,10 +174,14 @@ def mha_explicit(mha, x, src, vis):
     return o @ mha.out_proj.weight.T + mha.out_proj.bias
 
 
-def block_explicit(layer, act, norm_first, x, xkv=None, lens=None, xkv_lens=None, causal=False):
+def block_explicit(layer, act, norm_first, x, xkv=None, lens=None, xkv_lens=None, causal=False, window=0, sinks=0):
     B, T, C = x.shape
     cross = isinstance(layer, nn.TransformerDecoderLayer)
     vis_self = visible_mask(B, T, T, causal or cross, lens)
+    for i in range(T if window else 0):  # the sliding window: key j in (i - window, i], or a sink j < sinks
+        for j in range(T):
+            if not (i - window < j or j < sinks):
+                vis_self[:, i, j] = False
     subs = [lambda h: mha_explicit(layer.self_attn, h, h, vis_self)]
     norms = [layer.norm1, layer.norm2]
     if cross:
@@ -227,8 +232,10 @@ def model_explicit(model, batch):
         return bert(x)
 
     def stack(prefix, layers, x, memory=None, lens=None, mlens=None, causal=False):
+        dec = prefix == "decoder"  # the causal self-attention: the window's place
         for layer in layers:
-            x = block_explicit(layer, c.act, c.norm_first, x, memory, lens, mlens, causal)
+            x = block_explicit(layer, c.act, c.norm_first, x, memory, lens, mlens, causal,
+                               c.attn_window if dec else 0, c.attn_sinks if dec else 0)
         if c.norm_first:
             x = layernorm_explicit(x, P[prefix + ".norm.weight"], P.get(prefix + ".norm.bias"), c.ln_eps)
         return x
@@ -405,6 +412,8 @@ def model_case(name, cfg, B, T, Tt=0, lens=None, ignore=(), types=False):
         cs.f32("rope_base", torch.tensor(c.rope_base, dtype=torch.float64))
     if c.n_kv_heads:
         cs.i32("n_kv_heads", [c.n_kv_heads])
+    if c.attn_window:
+        cs.i32("window", [c.attn_window, c.attn_sinks])
     store_batch(cs, c, batch)
     store_params(cs, model)
     cs.f64("logits", logits)
@@ -644,6 +653,20 @@ def main():
                      n_layers=2, d_ff=24, max_len=6, max_batch=3, act=G, norm_first=1,
                      pos=tm.POS_ROPE, rope_dims=2, pool=tm.POOL_MEAN, ln_eps=LN_EPS),
                    B=3, T=6, lens=[6, 2, 5]),
+        # a sliding window: LLaMA's block over rotary positions, a window of 3 with 1 sink over 10
+        # positions (so queries lose keys between the sink and the window); an encoder-decoder whose
+        # decoder self-attention has a window of 2 without sinks, learned positions
+        model_case("model_lm_window_llama",
+                   C(kind=tm.DECODER_LM, vocab_size=13, d_model=16, n_heads=2, n_layers=2, d_ff=24,
+                     max_len=10, max_batch=2, act=tm.ACT_SWIGLU, norm_first=1, pos=tm.POS_ROPE,
+                     norm=tm.NORM_RMS, ln_eps=f32(1e-6), attn_window=3, attn_sinks=1),
+                   B=2, T=10, ignore=[(1, 7)]),
+        model_case("model_encdec_window",
+                   C(kind=tm.ENCODER_DECODER, vocab_size=11, tgt_vocab_size=13, d_model=12,
+                     n_heads=2, n_layers=1, n_dec_layers=2, d_ff=24, max_len=6, max_tgt_len=7,
+                     max_batch=2, act=R, norm_first=0, pos=tm.POS_LEARNED, ln_eps=LN_EPS,
+                     attn_window=2),
+                   B=2, T=6, Tt=7, lens=[6, 4]),
         adamw_case("adamw_step"),
     ]
     total = sum(c.save(outdir) for c in cases)

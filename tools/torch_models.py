@@ -92,6 +92,17 @@ def causal_mask(T):
     return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
 
 
+def window_mask(T, window, sinks):
+    """(T,T) bool, True where query i may not see key j: j > i, or j <= i - window unless j < sinks (a
+    sliding window with attention sinks); plain causal_mask when window is 0."""
+    i = torch.arange(T)[:, None]
+    j = torch.arange(T)[None, :]
+    hidden = j > i
+    if window:
+        hidden |= (j <= i - window) & (j >= sinks)
+    return hidden
+
+
 def padding_mask(lens, T):
     """(B,T) bool, True where position j >= lens[b] (a padded key); None when lens is None."""
     if lens is None:
@@ -219,15 +230,17 @@ def make_layer(d_model, n_heads, d_ff=0, act=ACT_RELU, norm_first=False, cross=F
     return layer
 
 
-def block_forward(layer, x, xkv=None, lens=None, xkv_lens=None, causal=False):
+def block_forward(layer, x, xkv=None, lens=None, xkv_lens=None, causal=False, window=0, sinks=0):
     """tfm_block_forward: x (B,T,C); cross layers attend over xkv (B,Tk,C) with key lengths xkv_lens
-    and are always causal; lens masks the self-attention's keys."""
+    and are always causal; lens masks the self-attention's keys; window > 0 (causal only) makes the
+    self-attention a sliding window with `sinks` attention sinks (window_mask)."""
     T = x.shape[1]
     if isinstance(layer, nn.TransformerDecoderLayer):
-        return layer(x, xkv, tgt_mask=causal_mask(T), tgt_key_padding_mask=padding_mask(lens, T),
+        return layer(x, xkv, tgt_mask=window_mask(T, window, sinks), tgt_key_padding_mask=padding_mask(lens, T),
                      memory_key_padding_mask=padding_mask(xkv_lens, xkv.shape[1]))
     assert xkv is None, "an encoder layer has no second input"
-    return layer(x, src_mask=causal_mask(T) if causal else None,
+    assert causal or not window, "a sliding window is causal"
+    return layer(x, src_mask=window_mask(T, window, sinks) if causal else None,
                  src_key_padding_mask=padding_mask(lens, T))
 
 
@@ -239,6 +252,7 @@ class Stack(nn.Module):
     def __init__(self, n, cfg, cross, causal, dtype):
         super().__init__()
         self.cross, self.causal = cross, causal
+        self.window, self.sinks = (cfg.attn_window, cfg.attn_sinks) if causal else (0, 0)
         rope = cfg.rope_dims if cfg.pos == POS_ROPE else 0
         self.layers = nn.ModuleList([
             make_layer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.act, cfg.norm_first, cross, cfg.ln_eps,
@@ -251,9 +265,9 @@ class Stack(nn.Module):
     def forward(self, x, memory=None, lens=None, memory_lens=None):
         for layer in self.layers:
             if self.cross:
-                x = block_forward(layer, x, memory, None, memory_lens)
+                x = block_forward(layer, x, memory, None, memory_lens, window=self.window, sinks=self.sinks)
             else:
-                x = block_forward(layer, x, None, lens, None, self.causal)
+                x = block_forward(layer, x, None, lens, None, self.causal, self.window, self.sinks)
         if self.norm is not None:
             x = self.norm(x)
         return x
@@ -267,7 +281,7 @@ class Config:
                   act=0, norm_first=0, pos=0, scale_emb=0, pool=0, tie_output=0, share_emb=0,
                   no_bias=0, dropout=0.0, attn_dropout=0.0, ln_eps=0.0, label_smoothing=0.0,
                   ignore_index=0, has_ignore_index=0, input_dim=0, cls_token=0, type_vocab_size=0,
-                  emb_norm=0, norm=0, rope_dims=0, rope_base=0.0, n_kv_heads=0)
+                  emb_norm=0, norm=0, rope_dims=0, rope_base=0.0, n_kv_heads=0, attn_window=0, attn_sinks=0)
 
     def __init__(self, **kw):
         for k, v in self.FIELDS.items():
@@ -315,6 +329,10 @@ class Config:
             raise ValueError("n_kv_heads must divide n_heads")
         if c.n_kv_heads == c.n_heads:
             c.n_kv_heads = 0
+        if c.attn_window < 0 or c.attn_sinks < 0 or (c.attn_sinks and not c.attn_window):
+            raise ValueError("attn_window and attn_sinks must be >= 0, sinks only with a window")
+        if c.attn_window and c.kind == ENCODER_CLASSIFIER:
+            raise ValueError("a sliding window is for causal self-attention")
         if not c.has_ignore_index and c.ignore_index == 0:
             c.ignore_index = -100
         if c.share_emb and c.kind == ENCODER_DECODER and c.tgt_vocab_size != c.vocab_size:
