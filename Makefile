@@ -527,7 +527,7 @@ PYTHON ?= /usr/bin/python3
 .PHONY: torch-check
 torch-check: unit
 	$(PYTHON) tools/torch_roundtrip.py check $(BUILD)/io_export
-	$(PYTHON) tools/torch_llama.py check $(BUILD)/io_export
+	$(PYTHON) tools/torch_llama.py check $(BUILD)/io_export/llama
 
 # ---- documentation ---------------------------------------------------------------------------
 # Each relative link (and its #anchor) in README.md, docs/, examples/README.md and bench/*.md resolves,

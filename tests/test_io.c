@@ -2125,8 +2125,8 @@ static const tfm_name_map *io_map_find(const tfm_name_map *map, int n, const cha
    logits within 1e-5 relative (float32 weights, a float32 forward through 1-2 layers: the C error is a
    few float32 roundings of values of order 1, ~1e-6); saved back through the map it is the
    exporter's file byte for byte (names, order, shapes, metadata, layout), so the bytes PyTorch wrote
-   and loads are the bytes the C writes. Then a few training steps and a save to build/io_export with
-   the C logits, for `tools/torch_llama.py check build/io_export`. */
+   and loads are the bytes the C writes. Then a few training steps and a save to build/io_export/llama
+   with the C logits, for `tools/torch_llama.py check build/io_export/llama` (make torch-check). */
 static void io_llama_case(const char *name) {
     char st[600], out[256], tx[256];
     const fx_array *cfg, *et, *tok, *logits;
@@ -2211,12 +2211,12 @@ static void io_llama_case(const char *name) {
         tfm_model_train(&m, 0);
         CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
         lg = tfm_model_logits(&m);
-        if (!io_mkdir("build") || !io_mkdir(IO_EXPORT_DIR)) {
-            TEST__FAIL("cannot create %s", IO_EXPORT_DIR);
+        if (!io_mkdir("build") || !io_mkdir(IO_EXPORT_DIR) || !io_mkdir(IO_EXPORT_DIR "/llama")) {
+            TEST__FAIL("cannot create %s/llama", IO_EXPORT_DIR);
             goto done;
         }
-        snprintf(out, sizeof out, "%s/%s.safetensors", IO_EXPORT_DIR, name);
-        snprintf(tx, sizeof tx, "%s/%s.tfx", IO_EXPORT_DIR, name);
+        snprintf(out, sizeof out, "%s/llama/%s.safetensors", IO_EXPORT_DIR, name);
+        snprintf(tx, sizeof tx, "%s/llama/%s.tfx", IO_EXPORT_DIR, name);
         CHECK_OK(tfm_model_save_mapped(&m, out, map, n, NULL, 0));
         CHECK_MSG(!io_same_file(out, orig, orig_size), "%s: training changed nothing", name);
         memset(&t, 0, sizeof t);

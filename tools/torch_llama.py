@@ -7,7 +7,7 @@ package when it is installed; with `transformers` installed (tested with 4.36.2)
 run in its LlamaForCausalLM):
 
     python3 tools/torch_llama.py export [OUTDIR]   # default OUTDIR: tests/fixtures
-    python3 tools/torch_llama.py check DIR         # e.g. build/io_export, after `make unit`
+    python3 tools/torch_llama.py check DIR         # e.g. build/io_export/llama, after `make unit`
 
 The model (LlamaRef below) is Hugging Face's LlamaForCausalLM written again in plain PyTorch, with
 its module names, so that its state_dict keys are the checkpoint's names, and its math:
