@@ -31,6 +31,11 @@
    6. C to PyTorch: each kind is trained a few steps and saved to build/io_export/<kind>.safetensors,
       with a batch and the C logits and loss in build/io_export/<kind>.tfx (TFX1, written here).
       Those files stay: `tools/torch_roundtrip.py check build/io_export` runs them in torch.
+   7. Other names: tfm_model_load_mapped (Hugging Face's BERT names; parts of unequal rows) and
+      tfm_model_save_mapped; Hugging Face's LLaMA names (tfm_llama_name_map) against the fixtures of
+      tools/torch_llama.py: logits within 1e-5, saved back byte for byte, trained copies left in
+      build/io_export/llama for `tools/torch_llama.py check`; non-LLaMA models, bad maps and hostile
+      files refused naming what is wrong.
 
    Scratch files go to build/io_test.<pid>/ (removed at the end). Run from the repository root.
    Included by test_main.c (one TU); everything here is static and prefixed io_. */
