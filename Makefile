@@ -522,11 +522,13 @@ endif
 
 # ---- PyTorch round trip ----------------------------------------------------------------------
 # The unit tests leave checkpoints saved by transformer.h in build/io_export; PyTorch's reference
-# models (tools/torch_models.py) load them and must reproduce the logits. Needs torch.
+# models (tools/torch_models.py, and tools/torch_llama.py for the LLaMA names) load them and must
+# reproduce the logits. Needs torch.
 PYTHON ?= /usr/bin/python3
 .PHONY: torch-check
 torch-check: unit
 	$(PYTHON) tools/torch_roundtrip.py check $(BUILD)/io_export
+	$(PYTHON) tools/torch_llama.py check $(BUILD)/io_export/llama
 
 # ---- documentation ---------------------------------------------------------------------------
 # Each relative link (and its #anchor) in README.md, docs/, examples/README.md and bench/*.md resolves,

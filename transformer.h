@@ -1054,17 +1054,21 @@ TFMDEF tfm_result tfm_config_load(const char *path, tfm_config *cfg);
    is exactly as it was. */
 TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path);
 
-/* One entry of a name map, for checkpoints named another way (Hugging Face's BERT, ...): the file's F32
-   tensor `file` is part `part` of n_parts equal row blocks of the model's parameter `model` (n_parts 0 or
-   1: all of it; 3 with parts 0, 1, 2 puts a separate query, key and value into in_proj_weight or
-   in_proj_bias). file NULL: the model's parameter keeps its values (a fresh head). file_rows > 0: the
+/* One entry of a name map, for checkpoints named another way (Hugging Face's BERT or LLaMA, ...): the
+   file's F32 tensor `file` is part `part` of the n_parts row blocks of the model's parameter `model`
+   (n_parts 0 or 1: all of it; 3 with parts 0, 1, 2 puts a separate query, key and value into
+   in_proj_weight or in_proj_bias). The parts are stacked in part order, each `rows` rows (0: the
+   parameter's rows / n_parts, equal blocks), so parts of unequal size (a query of C rows, a key and a
+   value of fewer) each start where the part before ends; the parts' rows must add up to the parameter's.
+   file NULL: the model's parameter keeps its values (a fresh head), and is not saved. file_rows > 0: the
    file's tensor has that many rows (at least the part's), of which the first fill the part (a position
-   table of 512 rows for a model of max_len 256). */
+   table of 512 rows for a model of max_len 256); loading only. */
 typedef struct tfm_name_map {
     const char *file;
     const char *model;
     int part, n_parts;
     int file_rows;
+    int rows;
 } tfm_name_map;
 /* Load the parameters of a checkpoint in another naming convention (no config needed in the file)
    through map[0..n_map): every model parameter must be covered, wholly, by the map (its parts each
@@ -1075,6 +1079,33 @@ typedef struct tfm_name_map {
    left as they are. */
 TFMDEF tfm_result tfm_model_load_mapped(tfm_model *m, const char *path, const tfm_name_map *map, int n_map,
                                         const char *const *skip, int n_skip);
+/* Save the parameters under the names of map[0..n_map) (every parameter covered wholly, as for
+   tfm_model_load_mapped; a file NULL entry's parameter is left out; file_rows must be 0): one F32 tensor
+   per entry, in map order, a part holding its rows of the parameter, so the file is what PyTorch's
+   state_dict of the model in that naming convention would be (safetensors.torch.load_file reads it).
+   "__metadata__" holds "format": "pt" and the n_meta user key/values as "user.<key>" (tfm_checkpoint_meta
+   reads them); no config, no optimizer state. Atomic as tfm_model_save; TFM_E_IO when it cannot write. */
+TFMDEF tfm_result tfm_model_save_mapped(const tfm_model *m, const char *path, const tfm_name_map *map, int n_map,
+                                        const tfm_kv *meta, int n_meta);
+/* The map of Hugging Face's LLaMA names (LlamaForCausalLM's state_dict, in its order) for a LLaMA-shaped
+   decoder LM: pre-norm (norm_first) RMSNorm blocks, SwiGLU, no biases, rotary positions over whole heads
+   (cfg.pos TFM_POS_ROPE, rope_dims 0 or the head size), nothing LLaMA lacks (scale_emb, emb_norm,
+   type_vocab_size, cls_token, input_dim); anything else is TFM_E_ARG naming the field. Per layer i:
+     model.layers.i.self_attn.{q,k,v}_proj.weight  parts 0, 1, 2 of decoder.layers.i.self_attn.in_proj_weight
+     model.layers.i.self_attn.o_proj.weight        decoder.layers.i.self_attn.out_proj.weight
+     model.layers.i.mlp.{gate,up}_proj.weight      parts 0, 1 of decoder.layers.i.linear1.weight (SwiGLU's
+                                                   silu(gate x) * up x: the gate is linear1's first rows)
+     model.layers.i.mlp.down_proj.weight           decoder.layers.i.linear2.weight
+     model.layers.i.input_layernorm.weight         decoder.layers.i.norm1.weight
+     model.layers.i.post_attention_layernorm.weight decoder.layers.i.norm2.weight
+   and model.embed_tokens.weight (tok_emb.weight), model.norm.weight (decoder.norm.weight), lm_head.weight
+   (head.weight; none with tie_output, Hugging Face's tie_word_embeddings). The query part has C rows, the
+   key and value parts the rest of in_proj_weight's rows, halved. map (cap entries) and names (cap strings
+   of 64 bytes, the file names; the model names point into m->params) get the *n entries; map and names
+   NULL with cap 0: *n only. For tfm_model_load_mapped (old files' self_attn.rotary_emb.inv_freq buffers go
+   in its skip list) and tfm_model_save_mapped; config.json (rms_norm_eps = ln_eps, rope_theta =
+   rope_base, ...) is the caller's. */
+TFMDEF tfm_result tfm_llama_name_map(const tfm_model *m, tfm_name_map *map, char (*names)[64], int cap, int *n);
 /* The value of user metadata `key` (as given to tfm_model_save) in the checkpoint at path: with buf,
    the value and a NUL into buf (size bytes); with buf NULL, nothing is written (a size query). *len (len
    may be NULL) gets the value's length in bytes, without the NUL, whenever the key is there. TFM_E_ARG
@@ -9741,6 +9772,51 @@ TFMDEF tfm_result tfm_model_load(tfm_model *m, const char *path) {
     return tfm__io_prefix(r, fn);
 }
 
+/* A name map against model m (fn names the caller): each entry names one of m's parameters; its parts,
+   each mapped once, cover the parameter wholly and their rows add up to its rows. For entry i: pi[i] the
+   parameter's index, row0[i] its part's first row, rows[i] its rows. parts, cover: m->n_params each. */
+static tfm_result tfm__map_check(const char *fn, const tfm_model *m, const tfm_name_map *map, int n_map, int *pi,
+                                 int64_t *row0, int64_t *rows, int *parts, uint32_t *cover) {
+    int i, j;
+    memset(parts, 0, (size_t)m->n_params * sizeof *parts);
+    memset(cover, 0, (size_t)m->n_params * sizeof *cover);
+    for (i = 0; i < n_map; i++) {
+        const tfm_name_map *e = &map[i];
+        const tfm_param *p = e->model ? tfm_model_param(m, e->model) : NULL;
+        int np = e->n_parts ? e->n_parts : 1;
+        int64_t R;
+        if (!p)
+            return tfm__fail(TFM_E_ARG, "%s: map[%d] (file %s) names model parameter %s, which the model does not have", fn, i,
+                             e->file ? tfm__st_q(e->file) : "NULL", e->model ? tfm__st_q(e->model) : "NULL");
+        R = p->value.shape[0];
+        pi[i] = (int)(p - m->params);
+        rows[i] = e->rows > 0 ? e->rows : np > 0 ? R / np : 0;
+        if (np < 1 || np > 31 || e->part < 0 || e->part >= np || e->rows < 0 || (!e->rows && R % np) || rows[i] > R ||
+            (!e->file && np != 1) || (parts[pi[i]] && parts[pi[i]] != np) || (e->file_rows && e->file_rows < rows[i]))
+            return tfm__fail(TFM_E_ARG, "%s: map[%d]: part %d of %d of %s (%lld rows), rows %d, file_rows %d: want 0 <= part "
+                             "< n_parts <= 31, the same n_parts for every entry of the parameter, 1 with file NULL, rows "
+                             "0 (n_parts dividing the parameter's rows) or at most the parameter's, file_rows 0 or at "
+                             "least the part's rows", fn, i, e->part, e->n_parts, p->name, (long long)R, e->rows, e->file_rows);
+        if (cover[pi[i]] & (1u << e->part))
+            return tfm__fail(TFM_E_ARG, "%s: map[%d]: %s part %d is mapped twice", fn, i, p->name, e->part);
+        parts[pi[i]] = np;
+        cover[pi[i]] |= 1u << e->part;
+    }
+    for (i = 0; i < m->n_params; i++)
+        if (!parts[i] || cover[i] != (1u << parts[i]) - 1u)
+            return tfm__fail(TFM_E_ARG, "%s: model parameter %s is not %s by the map", fn, m->params[i].name,
+                             parts[i] ? "wholly covered (a part is missing)" : "covered");
+    for (i = 0; i < n_map; i++) { /* each part starts where the parts before it end */
+        const tfm_param *p = &m->params[pi[i]];
+        for (row0[i] = 0, j = 0; parts[pi[i]] > 1 && j < n_map; j++)
+            if (pi[j] == pi[i] && map[j].part < map[i].part) row0[i] += rows[j];
+        if (map[i].part == parts[pi[i]] - 1 && row0[i] + rows[i] != p->value.shape[0])
+            return tfm__fail(TFM_E_ARG, "%s: the %d parts of %s have %lld rows in all, the parameter has %lld", fn,
+                             parts[pi[i]], p->name, (long long)(row0[i] + rows[i]), (long long)p->value.shape[0]);
+    }
+    return TFM_OK;
+}
+
 TFMDEF tfm_result tfm_model_load_mapped(tfm_model *m, const char *path, const tfm_name_map *map, int n_map,
                                         const char *const *skip, int n_skip) {
     const char *fn = "tfm_model_load_mapped";
@@ -9749,8 +9825,9 @@ TFMDEF tfm_result tfm_model_load_mapped(tfm_model *m, const char *path, const tf
     tfm__st_tensor *want = NULL; /* the file's tensors the map names, packed */
     float **dst = NULL;          /* where each goes in the model (host places) */
     int64_t *cnt = NULL;         /* and how many of its floats (the first ones) */
-    int *parts = NULL;           /* per model parameter: n_parts of its first entry (0: not mapped yet) */
-    uint32_t *cover = NULL;      /* per model parameter: the parts mapped */
+    int64_t *row0, *rows;        /* per map entry: its part's rows (tfm__map_check) */
+    int *pi, *parts;             /* per map entry: the parameter; per model parameter: its n_parts */
+    uint32_t *cover;             /* per model parameter: the parts mapped */
     float *stage = NULL;
     size_t total = 0;
     int i, k, n_file = 0;
@@ -9760,53 +9837,35 @@ TFMDEF tfm_result tfm_model_load_mapped(tfm_model *m, const char *path, const tf
     if (!tfm__model_ready(m) || !path || !map || n_map <= 0 || n_skip < 0 || (n_skip && !skip))
         return tfm__fail(TFM_E_ARG, "%s: the model (initialised), path and map (n_map > 0) must be given, and skip when "
                          "n_skip > 0 (n_map %d, n_skip %d)", fn, n_map, n_skip);
-    want = (tfm__st_tensor *)TFM_MALLOC((size_t)n_map * (sizeof *want + sizeof *dst + sizeof *cnt) +
+    want = (tfm__st_tensor *)TFM_MALLOC((size_t)n_map * (sizeof *want + sizeof *dst + 3 * sizeof *cnt + sizeof *pi) +
                                         (size_t)m->n_params * (sizeof *parts + sizeof *cover), m->cfg.user);
     if (!want) return tfm__fail(TFM_E_NOMEM, "%s: out of memory", fn);
     cnt = (int64_t *)(void *)(want + n_map);
-    dst = (float **)(void *)(cnt + n_map);
+    row0 = cnt + n_map;
+    rows = row0 + n_map;
+    dst = (float **)(void *)(rows + n_map);
     cover = (uint32_t *)(void *)(dst + n_map);
     parts = (int *)(void *)(cover + m->n_params);
-    memset(cover, 0, (size_t)m->n_params * (sizeof *parts + sizeof *cover));
+    pi = parts + m->n_params;
     for (k = 0; r == TFM_OK && k < n_skip; k++)
         if (!skip[k]) r = tfm__fail(TFM_E_ARG, "%s: skip[%d] is NULL", fn, k);
-    for (i = 0; r == TFM_OK && i < n_map; i++) { /* the map against the model: each part once */
-        const tfm_name_map *e = &map[i];
-        const tfm_param *p = e->model ? tfm_model_param(m, e->model) : NULL;
-        int np = e->n_parts ? e->n_parts : 1, pi = p ? (int)(p - m->params) : 0;
-        int64_t n;
-        for (k = 0; e->file && k < n_skip && strcmp(skip[k], e->file); k++) {}
-        if (e->file && k < n_skip) {
-            r = tfm__fail(TFM_E_ARG, "%s: map[%d]: file tensor %s is also in skip", fn, i, tfm__st_q(e->file));
-        } else if (!p) {
-            r = tfm__fail(TFM_E_ARG, "%s: map[%d] (file %s) names model parameter %s, which the model does not have", fn, i,
-                          e->file ? tfm__st_q(e->file) : "NULL", e->model ? tfm__st_q(e->model) : "NULL");
-        } else if (np < 1 || np > 31 || e->part < 0 || e->part >= np || p->value.shape[0] % np || (!e->file && np != 1) ||
-                   (parts[pi] && parts[pi] != np) || (e->file_rows && e->file_rows < p->value.shape[0] / np)) {
-            r = tfm__fail(TFM_E_ARG, "%s: map[%d]: part %d of %d of %s (%lld rows), file_rows %d: want 0 <= part < n_parts "
-                          "<= 31, n_parts dividing the rows, 1 with file NULL, the same for every entry of the parameter, "
-                          "file_rows 0 or at least the part's rows", fn, i, e->part, e->n_parts, p->name,
-                          (long long)p->value.shape[0], e->file_rows);
-        } else if (cover[pi] & (1u << e->part)) {
-            r = tfm__fail(TFM_E_ARG, "%s: map[%d]: %s part %d is mapped twice", fn, i, p->name, e->part);
-        }
-        if (r != TFM_OK) break;
-        parts[pi] = np;
-        cover[pi] |= 1u << e->part;
-        if (!e->file) continue;
-        n = tfm_numel(&p->value) / np;
+    for (i = 0; r == TFM_OK && i < n_map; i++) {
+        for (k = 0; map[i].file && k < n_skip && strcmp(skip[k], map[i].file); k++) {}
+        if (map[i].file && k < n_skip) r = tfm__fail(TFM_E_ARG, "%s: map[%d]: file tensor %s is also in skip", fn, i, tfm__st_q(map[i].file));
+    }
+    if (r == TFM_OK) r = tfm__map_check(fn, m, map, n_map, pi, row0, rows, parts, cover);
+    for (i = 0; r == TFM_OK && i < n_map; i++) { /* the file's tensors, with where they go */
+        const tfm_param *p = &m->params[pi[i]];
+        int64_t row = tfm_numel(&p->value) / p->value.shape[0];
+        if (!map[i].file) continue;
         memset(&want[n_file], 0, sizeof want[n_file]);
-        want[n_file].name = e->file;
+        want[n_file].name = map[i].file;
         want[n_file].ndim = p->value.ndim;
         memcpy(want[n_file].shape, p->value.shape, sizeof want[n_file].shape);
-        want[n_file].shape[0] = e->file_rows ? e->file_rows : want[n_file].shape[0] / np;
-        cnt[n_file] = n;
-        dst[n_file++] = (float *)tfm__model_host(m->impl, p->value.data) + (int64_t)e->part * n;
+        want[n_file].shape[0] = map[i].file_rows ? map[i].file_rows : rows[i];
+        cnt[n_file] = rows[i] * row;
+        dst[n_file++] = (float *)tfm__model_host(m->impl, p->value.data) + row0[i] * row;
     }
-    for (i = 0; r == TFM_OK && i < m->n_params; i++)
-        if (!parts[i] || cover[i] != (1u << parts[i]) - 1u)
-            r = tfm__fail(TFM_E_ARG, "%s: model parameter %s is not %s by the map", fn, m->params[i].name,
-                          parts[i] ? "wholly covered (a part is missing)" : "covered");
     for (i = 0; r == TFM_OK && i < n_file; i++) { /* the staging floats */
         uint64_t count;
         if (tfm__st_nbytes(want[i].ndim, want[i].shape, 1, &count) || count > ((uint64_t)SIZE_MAX >> 3) - total)
@@ -9834,6 +9893,135 @@ TFMDEF tfm_result tfm_model_load_mapped(tfm_model *m, const char *path, const tf
     if (stage) TFM_FREE(stage, m->cfg.user);
     TFM_FREE(want, m->cfg.user);
     return tfm__io_prefix(r, fn);
+}
+
+TFMDEF tfm_result tfm_model_save_mapped(const tfm_model *m, const char *path, const tfm_name_map *map, int n_map,
+                                        const tfm_kv *meta, int n_meta) {
+    const char *fn = "tfm_model_save_mapped", **kv;
+    tfm__st_tensor *items;
+    int64_t *row0, *rows;
+    int *pi, *parts, i, n = 0, nm = 1;
+    uint32_t *cover;
+    size_t keys = 0;
+    char *uk;
+    tfm_result r = TFM_OK;
+    if (!tfm__model_ready(m) || !path || !map || n_map <= 0)
+        return tfm__fail(TFM_E_ARG, "%s: the model (initialised), path and map (n_map > 0, here %d) must be given", fn, n_map);
+    if (n_meta < 0 || n_meta > TFM__ST_MAX_ITEMS - 1 || (n_meta && !meta))
+        return tfm__fail(TFM_E_ARG, "%s: n_meta is %d (at most %d) and meta is %s", fn, n_meta, TFM__ST_MAX_ITEMS - 1,
+                         meta ? "set" : "NULL");
+    for (i = 0; i < n_meta; keys += strlen(meta[i++].key) + 6) TFM__TRY(tfm__io_key(fn, meta[i].key, meta[i].value));
+    items = (tfm__st_tensor *)TFM_MALLOC((size_t)n_map * (sizeof *items + 2 * sizeof *rows + sizeof *pi) +
+                                         (size_t)m->n_params * (sizeof *parts + sizeof *cover) +
+                                         2 * (1 + (size_t)n_meta) * sizeof *kv + keys, m->cfg.user);
+    if (!items) return tfm__fail(TFM_E_NOMEM, "%s: out of memory", fn);
+    row0 = (int64_t *)(void *)(items + n_map);
+    rows = row0 + n_map;
+    kv = (const char **)(void *)(rows + n_map);
+    cover = (uint32_t *)(void *)(kv + 2 * (1 + n_meta));
+    parts = (int *)(void *)(cover + m->n_params);
+    pi = parts + m->n_params;
+    uk = (char *)(pi + n_map);
+    r = tfm__map_check(fn, m, map, n_map, pi, row0, rows, parts, cover);
+    for (i = 0; r == TFM_OK && i < n_map; i++)
+        if (map[i].file_rows)
+            r = tfm__fail(TFM_E_ARG, "%s: map[%d] (file %s): file_rows %d, but a saved tensor has the part's rows (%lld) "
+                          "only: want file_rows 0", fn, i, tfm__st_q(map[i].file ? map[i].file : "NULL"), map[i].file_rows,
+                          (long long)rows[i]);
+    kv[0] = "format", kv[1] = "pt"; /* Hugging Face's save_pretrained writes it, and its loaders look for it */
+    for (i = 0; i < n_meta; uk += strlen(uk) + 1, i++, nm++) {
+        sprintf(uk, "user.%s", meta[i].key);
+        kv[2 * nm] = uk;
+        kv[2 * nm + 1] = meta[i].value;
+    }
+    if (r == TFM_OK) { /* a CUDA model's floats to their host places */
+        tfm__model_stage_state(m->impl, 0, 1);
+        r = tfm__cuda_check(fn);
+    }
+    for (i = 0; r == TFM_OK && i < n_map; i++) { /* each part: its rows of the parameter, contiguous */
+        const tfm_param *p = &m->params[pi[i]];
+        int64_t row = tfm_numel(&p->value) / p->value.shape[0];
+        if (!map[i].file) continue;
+        memset(&items[n], 0, sizeof items[n]);
+        items[n].name = map[i].file;
+        items[n].ndim = p->value.ndim;
+        memcpy(items[n].shape, p->value.shape, sizeof items[n].shape);
+        items[n].shape[0] = rows[i];
+        items[n++].data = (float *)tfm__model_host(m->impl, p->value.data) + row0[i] * row;
+    }
+    if (r == TFM_OK) r = tfm__io_prefix(tfm__st_save(path, items, n, kv, nm), fn);
+    TFM_FREE(items, m->cfg.user);
+    return r;
+}
+
+/* Map entry e: file tensor `file` (copied to name, 64 bytes) is part `part` of n_parts (rows rows) of m's
+   parameter `model` (e->model points at the parameter's own name). */
+static void tfm__llama_put(const tfm_model *m, tfm_name_map *e, char *name, const char *file, const char *model, int part,
+                           int n_parts, int rows) {
+    const tfm_param *p = tfm_model_param(m, model);
+    TFM_ASSERT(p); /* the shape checks of tfm_llama_name_map guarantee it */
+    snprintf(name, 64, "%s", file);
+    memset(e, 0, sizeof *e);
+    e->file = name;
+    e->model = p->name;
+    e->part = part;
+    e->n_parts = n_parts;
+    e->rows = rows;
+}
+
+TFMDEF tfm_result tfm_llama_name_map(const tfm_model *m, tfm_name_map *map, char (*names)[64], int cap, int *n) {
+    /* per layer, in Hugging Face's order: its module, the library's, the part and n_parts */
+    static const char *const lay[9][2] = {
+        {"self_attn.q_proj", "self_attn.in_proj_weight"}, {"self_attn.k_proj", "self_attn.in_proj_weight"},
+        {"self_attn.v_proj", "self_attn.in_proj_weight"}, {"self_attn.o_proj", "self_attn.out_proj.weight"},
+        {"mlp.gate_proj", "linear1.weight"},              {"mlp.up_proj", "linear1.weight"},
+        {"mlp.down_proj", "linear2.weight"},              {"input_layernorm", "norm1.weight"},
+        {"post_attention_layernorm", "norm2.weight"}};
+    static const int part[9][2] = {{0, 3}, {1, 3}, {2, 3}, {0, 0}, {0, 2}, {1, 2}, {0, 0}, {0, 0}, {0, 0}};
+    const char *fn = "tfm_llama_name_map", *why = NULL;
+    const tfm_config *c = m ? &m->cfg : NULL;
+    char model[64];
+    int need, k = 0, l, j;
+    if (!tfm__model_ready(m) || !n || cap < 0 || (cap && (!map || !names)))
+        return tfm__fail(TFM_E_ARG, "%s: the model (initialised) and n must be given, map and names with cap > 0 (cap %d)",
+                         fn, cap);
+    why = c->kind != TFM_MODEL_DECODER_LM    ? "it is not a decoder LM (cfg.kind TFM_MODEL_DECODER_LM)"
+          : !c->norm_first                   ? "its blocks are post-norm (LLaMA's normalise first: cfg.norm_first)"
+          : c->norm != TFM_NORM_RMS          ? "its norms are layernorms (LLaMA's are RMSNorms: cfg.norm TFM_NORM_RMS)"
+          : c->act != TFM_ACT_SWIGLU         ? "its feed-forward is not SwiGLU (cfg.act TFM_ACT_SWIGLU)"
+          : !c->no_bias                      ? "it has biases (LLaMA has none: cfg.no_bias)"
+          : c->pos != TFM_POS_ROPE           ? "its positions are not rotary (cfg.pos TFM_POS_ROPE)"
+          : c->rope_dims != c->d_model / c->n_heads ? "it turns part of each head (LLaMA turns whole heads: cfg.rope_dims 0)"
+          : c->scale_emb                     ? "it scales its embeddings (cfg.scale_emb)"
+          : c->emb_norm                      ? "it normalises its embeddings (cfg.emb_norm)"
+          : c->type_vocab_size               ? "it has token types (cfg.type_vocab_size)"
+          : c->cls_token                     ? "it has a class token (cfg.cls_token)"
+          : c->input_dim                     ? "it reads vectors, not tokens (cfg.input_dim)" : NULL;
+    if (why) return tfm__fail(TFM_E_ARG, "%s: the model is not LLaMA-shaped: %s", fn, why);
+    need = 2 + 9 * c->n_layers + !c->tie_output;
+    if (cap && cap < need)
+        return tfm__fail(TFM_E_ARG, "%s: the model's map has %d entries, cap is %d", fn, need, cap);
+    if (!cap) {
+        *n = need;
+        return TFM_OK;
+    }
+    tfm__llama_put(m, &map[k], names[k], "model.embed_tokens.weight", "tok_emb.weight", 0, 0, 0), k++;
+    for (l = 0; l < c->n_layers; l++)
+        for (j = 0; j < 9; j++, k++) {
+            int64_t rows = 0;
+            char file[64];
+            snprintf(model, sizeof model, "decoder.layers.%d.%s", l, lay[j][1]);
+            snprintf(file, sizeof file, "model.layers.%d.%s.weight", l, lay[j][0]);
+            if (part[j][1] == 3) { /* query C rows, key and value halves of the rest (fewer with fewer kv heads) */
+                int64_t R = tfm_model_param(m, model)->value.shape[0];
+                rows = j == 0 ? c->d_model : (R - c->d_model) / 2;
+            }
+            tfm__llama_put(m, &map[k], names[k], file, model, part[j][0], part[j][1], (int)rows);
+        }
+    tfm__llama_put(m, &map[k], names[k], "model.norm.weight", "decoder.norm.weight", 0, 0, 0), k++;
+    if (!c->tie_output) tfm__llama_put(m, &map[k], names[k], "lm_head.weight", "head.weight", 0, 0, 0), k++;
+    *n = k;
+    return TFM_OK;
 }
 
 TFMDEF tfm_result tfm_checkpoint_meta(const char *path, const char *key, char *buf, size_t size, size_t *len) {

@@ -77,6 +77,8 @@ static const tc2_fn tc2_functions[] = {
     TC2_FN(tfm_config_load),
     TC2_FN(tfm_model_load),
     TC2_FN(tfm_model_load_mapped),
+    TC2_FN(tfm_model_save_mapped),
+    TC2_FN(tfm_llama_name_map),
     TC2_FN(tfm_checkpoint_meta),
     TC2_FN(tfm_dist_save), TC2_FN(tfm_dist_load),
 #endif

@@ -2443,7 +2443,7 @@ static void cu_io_gpu_checkpoint(void) {
 /* A CPU checkpoint loaded on the GPU: the same state; training goes on alike. */
 /* tfm_model_load_mapped on a GPU model: a CPU model's file under its own names through a map that keeps
    the head (the file's head skipped): every mapped parameter arrives, and the kept head still has the GPU
-   model's values. */
+   model's values. tfm_model_save_mapped of the GPU model writes the device's values. */
 static void cu_io_mapped(void) {
     tfm_config cc = cu_model_cfg(5, TFM_DEVICE_CPU), cg = cu_model_cfg(5, TFM_DEVICE_CUDA);
     tfm_model c, g;
@@ -2486,6 +2486,20 @@ static void cu_io_mapped(void) {
     }
     free(pc);
     free(pg);
+    /* tfm_model_save_mapped of a GPU model (after a step there): the device's values, not stale host copies */
+    {
+        tfm_optim o = cu_optim();
+        cu_train(&g, &o, 1, 1, NULL, NULL);
+        for (i = 0; i < n; i++) map[i].file = map[i].model;
+        CHECK_OK(tfm_model_save_mapped(&g, path, map, n, NULL, 0));
+        CHECK_OK(tfm_model_load_mapped(&c, path, map, n, NULL, 0));
+        pc = cu_model_flat(&c, 0, &nc);
+        pg = cu_model_flat(&g, 0, &ng);
+        CHECK_MSG(pc && pg && nc == ng && !memcmp(pc, pg, (size_t)nc * sizeof(float)), "a GPU model saved through a map "
+                  "is not the model");
+        free(pc);
+        free(pg);
+    }
     free(before);
     free(map);
     tfm_model_free(&g);

@@ -31,6 +31,11 @@
    6. C to PyTorch: each kind is trained a few steps and saved to build/io_export/<kind>.safetensors,
       with a batch and the C logits and loss in build/io_export/<kind>.tfx (TFX1, written here).
       Those files stay: `tools/torch_roundtrip.py check build/io_export` runs them in torch.
+   7. Other names: tfm_model_load_mapped (Hugging Face's BERT names; parts of unequal rows) and
+      tfm_model_save_mapped; Hugging Face's LLaMA names (tfm_llama_name_map) against the fixtures of
+      tools/torch_llama.py: logits within 1e-5, saved back byte for byte, trained copies left in
+      build/io_export/llama for `tools/torch_llama.py check`; non-LLaMA models, bad maps and hostile
+      files refused naming what is wrong.
 
    Scratch files go to build/io_test.<pid>/ (removed at the end). Run from the repository root.
    Included by test_main.c (one TU); everything here is static and prefixed io_. */
@@ -2023,30 +2028,30 @@ static void io_mapped(void) {
                                   "encoder.layer.0.output.dense.bias", "encoder.layer.0.output.LayerNorm.weight",
                                   "encoder.layer.0.output.LayerNorm.bias", "pooler.dense.weight"};
     tfm_name_map map[24] = {
-        {"embeddings.word_embeddings.weight", "tok_emb.weight", 0, 0, 0},
-        {"embeddings.position_embeddings.weight", "pos_emb.weight", 0, 0, P + 3}, /* 3 rows more than max_len */
-        {"embeddings.token_type_embeddings.weight", "type_emb.weight", 0, 0, 0},
-        {"embeddings.LayerNorm.weight", "emb_norm.weight", 0, 0, 0},
-        {"embeddings.LayerNorm.bias", "emb_norm.bias", 0, 0, 0},
-        {"encoder.layer.0.attention.self.query.weight", "encoder.layers.0.self_attn.in_proj_weight", 0, 3, 0},
-        {"encoder.layer.0.attention.self.key.weight", "encoder.layers.0.self_attn.in_proj_weight", 1, 3, 0},
-        {"encoder.layer.0.attention.self.value.weight", "encoder.layers.0.self_attn.in_proj_weight", 2, 3, 0},
-        {"encoder.layer.0.attention.self.query.bias", "encoder.layers.0.self_attn.in_proj_bias", 0, 3, 0},
-        {"encoder.layer.0.attention.self.key.bias", "encoder.layers.0.self_attn.in_proj_bias", 1, 3, 0},
-        {"encoder.layer.0.attention.self.value.bias", "encoder.layers.0.self_attn.in_proj_bias", 2, 3, 0},
-        {"encoder.layer.0.attention.output.dense.weight", "encoder.layers.0.self_attn.out_proj.weight", 0, 0, 0},
-        {"encoder.layer.0.attention.output.dense.bias", "encoder.layers.0.self_attn.out_proj.bias", 0, 0, 0},
-        {"encoder.layer.0.attention.output.LayerNorm.weight", "encoder.layers.0.norm1.weight", 0, 0, 0},
-        {"encoder.layer.0.attention.output.LayerNorm.bias", "encoder.layers.0.norm1.bias", 0, 0, 0},
-        {"encoder.layer.0.intermediate.dense.weight", "encoder.layers.0.linear1.weight", 0, 0, 0},
-        {"encoder.layer.0.intermediate.dense.bias", "encoder.layers.0.linear1.bias", 0, 0, 0},
-        {"encoder.layer.0.output.dense.weight", "encoder.layers.0.linear2.weight", 0, 0, 0},
-        {"encoder.layer.0.output.dense.bias", "encoder.layers.0.linear2.bias", 0, 0, 0},
-        {"encoder.layer.0.output.LayerNorm.weight", "encoder.layers.0.norm2.weight", 0, 0, 0},
-        {"encoder.layer.0.output.LayerNorm.bias", "encoder.layers.0.norm2.bias", 0, 0, 0},
-        {NULL, "head.weight", 0, 0, 0},
-        {NULL, "head.bias", 0, 0, 0},
-        {NULL, NULL, 0, 0, 0}};
+        {"embeddings.word_embeddings.weight", "tok_emb.weight", 0, 0, 0, 0},
+        {"embeddings.position_embeddings.weight", "pos_emb.weight", 0, 0, P + 3, 0}, /* 3 rows more than max_len */
+        {"embeddings.token_type_embeddings.weight", "type_emb.weight", 0, 0, 0, 0},
+        {"embeddings.LayerNorm.weight", "emb_norm.weight", 0, 0, 0, 0},
+        {"embeddings.LayerNorm.bias", "emb_norm.bias", 0, 0, 0, 0},
+        {"encoder.layer.0.attention.self.query.weight", "encoder.layers.0.self_attn.in_proj_weight", 0, 3, 0, 0},
+        {"encoder.layer.0.attention.self.key.weight", "encoder.layers.0.self_attn.in_proj_weight", 1, 3, 0, 0},
+        {"encoder.layer.0.attention.self.value.weight", "encoder.layers.0.self_attn.in_proj_weight", 2, 3, 0, 0},
+        {"encoder.layer.0.attention.self.query.bias", "encoder.layers.0.self_attn.in_proj_bias", 0, 3, 0, 0},
+        {"encoder.layer.0.attention.self.key.bias", "encoder.layers.0.self_attn.in_proj_bias", 1, 3, 0, 0},
+        {"encoder.layer.0.attention.self.value.bias", "encoder.layers.0.self_attn.in_proj_bias", 2, 3, 0, 0},
+        {"encoder.layer.0.attention.output.dense.weight", "encoder.layers.0.self_attn.out_proj.weight", 0, 0, 0, 0},
+        {"encoder.layer.0.attention.output.dense.bias", "encoder.layers.0.self_attn.out_proj.bias", 0, 0, 0, 0},
+        {"encoder.layer.0.attention.output.LayerNorm.weight", "encoder.layers.0.norm1.weight", 0, 0, 0, 0},
+        {"encoder.layer.0.attention.output.LayerNorm.bias", "encoder.layers.0.norm1.bias", 0, 0, 0, 0},
+        {"encoder.layer.0.intermediate.dense.weight", "encoder.layers.0.linear1.weight", 0, 0, 0, 0},
+        {"encoder.layer.0.intermediate.dense.bias", "encoder.layers.0.linear1.bias", 0, 0, 0, 0},
+        {"encoder.layer.0.output.dense.weight", "encoder.layers.0.linear2.weight", 0, 0, 0, 0},
+        {"encoder.layer.0.output.dense.bias", "encoder.layers.0.linear2.bias", 0, 0, 0, 0},
+        {"encoder.layer.0.output.LayerNorm.weight", "encoder.layers.0.norm2.weight", 0, 0, 0, 0},
+        {"encoder.layer.0.output.LayerNorm.bias", "encoder.layers.0.norm2.bias", 0, 0, 0, 0},
+        {NULL, "head.weight", 0, 0, 0, 0},
+        {NULL, "head.bias", 0, 0, 0, 0},
+        {NULL, NULL, 0, 0, 0, 0}};
     const char *skip[2] = {"embeddings.position_ids", "pooler.dense.weight"};
     io_ht t[24];
     int64_t pos_ids[P];
@@ -2122,14 +2127,14 @@ static void io_mapped(void) {
     {
         tfm_name_map m2[23];
         memcpy(m2, map, sizeof m2);
-        m2[22] = (tfm_name_map){"embeddings.extra", "head.bias", 0, 0, 0};
+        m2[22] = (tfm_name_map){"embeddings.extra", "head.bias", 0, 0, 0, 0};
         CHECK_ERR(tfm_model_load_mapped(&m, path, m2, 23, skip, 2), TFM_E_FORMAT, "tensor 'embeddings.extra' not found");
         memcpy(m2, map, sizeof m2);
-        m2[22] = (tfm_name_map){NULL, "head.bias", 0, 0, 0};
+        m2[22] = (tfm_name_map){NULL, "head.bias", 0, 0, 0, 0};
         m2[7].part = 1; /* value into the key's rows: key twice, value's rows uncovered */
         CHECK_ERR(tfm_model_load_mapped(&m, path, m2, 23, skip, 2), TFM_E_ARG, "in_proj_weight part 1 is mapped twice");
         memcpy(m2, map, sizeof m2);
-        m2[22] = (tfm_name_map){NULL, "head.bias", 0, 0, 0};
+        m2[22] = (tfm_name_map){NULL, "head.bias", 0, 0, 0, 0};
         m2[1].file_rows = 0;
         CHECK_ERR(tfm_model_load_mapped(&m, path, m2, 23, skip, 2), TFM_E_FORMAT,
                   "tensor 'embeddings.position_embeddings.weight' is (8,8) in the file but (5,8) is wanted");
@@ -2145,6 +2150,359 @@ static void io_mapped(void) {
     CHECK_MSG(io_snapshot_diff(&m, snap) == NULL, "a failed mapped load changed %s", io_snapshot_diff(&m, snap));
     free(snap);
     free(data);
+    tfm_model_free(&m);
+}
+
+/* ---- Hugging Face LLaMA names: tfm_llama_name_map, tfm_model_save_mapped ---- */
+
+/* The LLaMA-shaped LM of a tools/torch_llama.py fixture ("cfg": vocab, d_model, n_heads, n_kv_heads,
+   n_layers, d_ff, tied; "eps_theta": rms_norm_eps, rope_theta), for batches of B rows of T. */
+static tfm_config io_llama_cfg(const fx_array *cfg, const fx_array *et, int B, int T) {
+    tfm_config c;
+    memset(&c, 0, sizeof c);
+    c.kind = TFM_MODEL_DECODER_LM;
+    c.vocab_size = cfg->i32[0];
+    c.d_model = cfg->i32[1];
+    c.n_heads = cfg->i32[2];
+    c.n_layers = cfg->i32[4];
+    c.d_ff = cfg->i32[5];
+    c.tie_output = cfg->i32[6];
+    c.ln_eps = (float)et->f64[0];
+    c.rope_base = (float)et->f64[1];
+    c.max_len = T;
+    c.max_batch = B;
+    c.act = TFM_ACT_SWIGLU;
+    c.norm = TFM_NORM_RMS;
+    c.norm_first = 1;
+    c.no_bias = 1;
+    c.pos = TFM_POS_ROPE;
+    c.seed = 77;
+    return c;
+}
+
+/* The model's LLaMA map in new malloc'd memory (map, then the names), *n entries; NULL on failure. */
+static tfm_name_map *io_llama_map(const tfm_model *m, int *n) {
+    tfm_name_map *map;
+    *n = 0;
+    if (tfm_llama_name_map(m, NULL, NULL, 0, n) != TFM_OK || *n <= 0) {
+        TEST__FAIL("tfm_llama_name_map: %s", tfm_last_error());
+        return NULL;
+    }
+    map = (tfm_name_map *)malloc((size_t)*n * (sizeof *map + 64));
+    if (map && tfm_llama_name_map(m, map, (char(*)[64])(void *)(map + *n), *n, n) != TFM_OK) {
+        TEST__FAIL("tfm_llama_name_map: %s", tfm_last_error());
+        free(map);
+        map = NULL;
+    }
+    return map;
+}
+
+/* The entry of map (n) for file tensor `file`, or NULL. */
+static const tfm_name_map *io_map_find(const tfm_name_map *map, int n, const char *file) {
+    int i;
+    for (i = 0; i < n; i++)
+        if (map[i].file && !strcmp(map[i].file, file)) return &map[i];
+    return NULL;
+}
+
+/* A fixture of tools/torch_llama.py: loaded through the LLaMA map, the model gives torch's float64
+   logits within 1e-5 relative (float32 weights, a float32 forward through 1-2 layers: the C error is a
+   few float32 roundings of values of order 1, ~1e-6); saved back through the map it is the
+   exporter's file byte for byte (names, order, shapes, metadata, layout), so the bytes PyTorch wrote
+   and loads are the bytes the C writes. Then a few training steps and a save to build/io_export/llama
+   with the C logits, for `tools/torch_llama.py check build/io_export/llama` (make torch-check). */
+static void io_llama_case(const char *name) {
+    char st[600], out[256], tx[256];
+    const fx_array *cfg, *et, *tok, *logits;
+    fx_file *fx = fx_open(name);
+    tfm_config c;
+    tfm_model m;
+    tfm_batch b;
+    tfm_tensor lg;
+    tfm_name_map *map = NULL;
+    const tfm_name_map *e;
+    unsigned char *orig = NULL;
+    size_t orig_size = 0;
+    int32_t targets[64];
+    int n = 0, i, B, T;
+    if (!fx) {
+        TEST__FAIL("%s: %s (tools/torch_llama.py export writes it)", name, fx_error());
+        return;
+    }
+    cfg = fx_get(fx, "cfg");
+    et = fx_get(fx, "eps_theta");
+    tok = fx_get(fx, "tokens");
+    logits = fx_get(fx, "logits");
+    if (!cfg || cfg->dtype != FX_I32 || cfg->numel != 7 || !et || et->dtype != FX_F64 || et->numel != 2 || !tok ||
+        tok->dtype != FX_I32 || tok->ndim != 2 || tok->numel > 64 || !logits || logits->dtype != FX_F64 ||
+        cfg->i32[3] != cfg->i32[2]) { /* n_kv_heads == n_heads */
+        TEST__FAIL("%s: the .tfx lacks an array or has one of the wrong type", name);
+        fx_free(fx);
+        return;
+    }
+    B = (int)tok->dims[0];
+    T = (int)tok->dims[1];
+    c = io_llama_cfg(cfg, et, B, T);
+    if (!io_init(&m, &c, name)) {
+        fx_free(fx);
+        return;
+    }
+    snprintf(st, sizeof st, "%s/%s.safetensors", fx_dir(), name);
+    map = io_llama_map(&m, &n);
+    CHECK(map && n == 2 + 9 * c.n_layers + !c.tie_output);
+    /* the entries the names promise: SwiGLU's gate is linear1's first rows, the query in_proj's first */
+    e = map ? io_map_find(map, n, "model.layers.0.mlp.gate_proj.weight") : NULL;
+    CHECK(e && !strcmp(e->model, "decoder.layers.0.linear1.weight") && e->part == 0 && e->n_parts == 2);
+    e = map ? io_map_find(map, n, "model.layers.0.self_attn.v_proj.weight") : NULL;
+    CHECK(e && !strcmp(e->model, "decoder.layers.0.self_attn.in_proj_weight") && e->part == 2 && e->n_parts == 3 &&
+          e->rows == c.d_model);
+    CHECK((map && io_map_find(map, n, "lm_head.weight") != NULL) == !c.tie_output);
+    if (!map) goto done;
+    CHECK_OK(tfm_model_load_mapped(&m, st, map, n, NULL, 0));
+    memset(&b, 0, sizeof b);
+    for (i = 0; i < B * T; i++) targets[i] = i % T + 1 < T ? tok->i32[i + 1] : 0;
+    b.batch = B;
+    b.len = T;
+    b.tokens = tok->i32;
+    b.targets = targets;
+    tfm_model_train(&m, 0);
+    CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
+    lg = tfm_model_logits(&m);
+    CHECK(tfm_numel(&lg) == logits->numel);
+    if (tfm_numel(&lg) == logits->numel) {
+        double err = test_rel_err(lg.data, logits->f64, (size_t)logits->numel);
+        char what[96];
+        if (test__verbose) printf("      %-28s logits rel err %.2e\n", name, err);
+        snprintf(what, sizeof what, "%s: logits", name);
+        CHECK_REL(what, err, IO_TOL);
+    }
+    /* saved back: the exporter's bytes */
+    orig = io_read(st, &orig_size);
+    snprintf(out, sizeof out, "%s.safetensors", name);
+    CHECK_OK(tfm_model_save_mapped(&m, io_path(out), map, n, NULL, 0));
+    CHECK_MSG(orig && io_same_file(io_path(out), orig, orig_size), "%s: saved through the map, not the exporter's bytes", name);
+    /* trained, saved for PyTorch to check */
+    tfm_model_train(&m, 1);
+    {
+        tfm_optim o = io_opt(0);
+        io_tfx t;
+        for (i = 0; i < 3; i++) {
+            tfm_model_zero_grad(&m);
+            CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
+            CHECK_OK(tfm_model_backward(&m, 1.0f));
+            CHECK_OK(tfm_model_step(&m, &o, NULL));
+        }
+        tfm_model_train(&m, 0);
+        CHECK_OK(tfm_model_forward(&m, &b, NULL, NULL));
+        lg = tfm_model_logits(&m);
+        if (!io_mkdir("build") || !io_mkdir(IO_EXPORT_DIR) || !io_mkdir(IO_EXPORT_DIR "/llama")) {
+            TEST__FAIL("cannot create %s/llama", IO_EXPORT_DIR);
+            goto done;
+        }
+        snprintf(out, sizeof out, "%s/llama/%s.safetensors", IO_EXPORT_DIR, name);
+        snprintf(tx, sizeof tx, "%s/llama/%s.tfx", IO_EXPORT_DIR, name);
+        CHECK_OK(tfm_model_save_mapped(&m, out, map, n, NULL, 0));
+        CHECK_MSG(!io_same_file(out, orig, orig_size), "%s: training changed nothing", name);
+        memset(&t, 0, sizeof t);
+        t.ok = 1;
+        io_tfx_array(&t, "cfg", FX_I32, 1, cfg->dims, cfg->i32);
+        io_tfx_array(&t, "eps_theta", FX_F64, 1, et->dims, et->f64);
+        io_tfx_array(&t, "tokens", FX_I32, 2, tok->dims, tok->i32);
+        io_tfx_array(&t, "logits", FX_F32, lg.ndim, lg.shape, lg.data);
+        CHECK_MSG(io_tfx_save(&t, tx), "cannot write %s", tx);
+        free(t.p);
+    }
+done:
+    free(orig);
+    free(map);
+    tfm_model_free(&m);
+    fx_free(fx);
+}
+
+static void io_llama(void) {
+    io_llama_case("llama_hf_untied");
+    io_llama_case("llama_hf_tied");
+}
+
+/* tfm_llama_name_map refuses models Hugging Face's LLaMA cannot hold, naming the field, and checks its
+   arguments; hostile files stay TFM_E_FORMAT naming the tensor, with the model untouched;
+   tfm_model_save_mapped validates the map and its arguments, keeps user metadata, and a failed save
+   leaves the old file as it was. */
+static void io_llama_errors(void) {
+    static const int32_t cfgv[7] = {11, 8, 2, 2, 1, 12, 0};
+    static const double etv[2] = {1e-5, 10000.0};
+    fx_array cfg, et;
+    tfm_config c, bad;
+    tfm_model m, m2;
+    tfm_name_map *map = NULL, *m3 = NULL, one;
+    char names[4][64];
+    float *snap = NULL;
+    unsigned char *old = NULL;
+    size_t old_size = 0;
+    int n = 0, k, tmp0;
+    const char *path = io_path("llama.safetensors"), *other = io_path("llama_other.safetensors");
+    tfm_kv kv;
+    char got[32];
+    float keep;
+    memset(&cfg, 0, sizeof cfg);
+    memset(&et, 0, sizeof et);
+    cfg.i32 = (int32_t *)cfgv;
+    et.f64 = (double *)etv;
+    c = io_llama_cfg(&cfg, &et, 2, 5);
+    /* not LLaMA-shaped: each refused, naming what */
+    for (k = 0; k < 8; k++) {
+        static const char *const want[8] = {"not a decoder LM", "post-norm", "layernorms", "not SwiGLU", "has biases",
+                                            "not rotary", "part of each head", "scales its embeddings"};
+        bad = c;
+        if (k == 0) bad.kind = TFM_MODEL_ENCODER_CLASSIFIER, bad.n_classes = 2;
+        if (k == 1) bad.norm_first = 0;
+        if (k == 2) bad.norm = TFM_NORM_LAYER;
+        if (k == 3) bad.act = TFM_ACT_GELU;
+        if (k == 4) bad.no_bias = 0;
+        if (k == 5) bad.pos = TFM_POS_LEARNED, bad.rope_base = 0;
+        if (k == 6) bad.rope_dims = 2;
+        if (k == 7) bad.scale_emb = 1;
+        if (!io_init(&m, &bad, want[k])) continue;
+        CHECK_ERR(tfm_llama_name_map(&m, NULL, NULL, 0, &n), TFM_E_ARG, want[k]);
+        tfm_model_free(&m);
+    }
+    if (!io_init(&m, &c, "llama errors")) return;
+    CHECK_ERR(tfm_llama_name_map(&m, NULL, NULL, 0, NULL), TFM_E_ARG, "tfm_llama_name_map");
+    CHECK_ERR(tfm_llama_name_map(&m, NULL, NULL, 3, &n), TFM_E_ARG, "tfm_llama_name_map");
+    CHECK_ERR(tfm_llama_name_map(NULL, NULL, NULL, 0, &n), TFM_E_ARG, "tfm_llama_name_map");
+    {
+        tfm_name_map small[4];
+        n = -5;
+        CHECK_ERR(tfm_llama_name_map(&m, small, names, 4, &n), TFM_E_ARG, "has 12 entries, cap is 4");
+        CHECK(n == -5);
+    }
+    map = io_llama_map(&m, &n);
+    if (!map) goto done;
+    m3 = (tfm_name_map *)malloc((size_t)(n + 1) * sizeof *m3);
+    /* save: arguments and map checked */
+    CHECK_ERR(tfm_model_save_mapped(&m, NULL, map, n, NULL, 0), TFM_E_ARG, "tfm_model_save_mapped");
+    CHECK_ERR(tfm_model_save_mapped(&m, path, map, 0, NULL, 0), TFM_E_ARG, "tfm_model_save_mapped");
+    CHECK_ERR(tfm_model_save_mapped(&m, path, map, n - 1, NULL, 0), TFM_E_ARG, "head.weight is not covered");
+    memcpy(m3, map, (size_t)n * sizeof *m3);
+    m3[2].file = m3[1].file; /* k_proj written under q_proj's name */
+    CHECK_ERR(tfm_model_save_mapped(&m, path, m3, n, NULL, 0), TFM_E_ARG, "two tensors are named 'model.layers.0.self_attn.q_proj.weight'");
+    memcpy(m3, map, (size_t)n * sizeof *m3);
+    m3[0].file_rows = 20;
+    CHECK_ERR(tfm_model_save_mapped(&m, path, m3, n, NULL, 0), TFM_E_ARG, "file_rows 20");
+    kv.key = "";
+    kv.value = "x";
+    CHECK_ERR(tfm_model_save_mapped(&m, path, map, n, &kv, 1), TFM_E_ARG, "user metadata");
+    CHECK(!io_read(path, &old_size)); /* nothing written by a failed save */
+    kv.key = "tokenizer";
+    kv.value = "bytes";
+    CHECK_OK(tfm_model_save_mapped(&m, path, map, n, &kv, 1));
+    CHECK_OK(tfm_checkpoint_meta(path, "tokenizer", got, sizeof got, NULL));
+    CHECK(!strcmp(got, "bytes"));
+    /* a save that fails half-way leaves the old file */
+    old = io_read(path, &old_size);
+    snap = io_snapshot(&m);
+    keep = m.params[0].value.data[0];
+    m.params[0].value.data[0] += 1.0f;
+    tmp0 = io_count_tmp();
+    io_hook_arm(TFM__ST_STAGE_WRITE, 4, EIO);
+    CHECK_ERR(tfm_model_save_mapped(&m, path, map, n, NULL, 0), TFM_E_IO, "tfm_model_save_mapped");
+    tfm__st_write_hook = NULL;
+    CHECK(old && io_same_file(path, old, old_size) && io_count_tmp() == tmp0);
+    m.params[0].value.data[0] = keep;
+    /* hostile files: misshapen (another d_ff), a tensor missing and one unexpected; the model untouched */
+    bad = c;
+    bad.d_ff = 16;
+    if (io_init(&m2, &bad, "llama d_ff 16")) {
+        int n2 = 0;
+        tfm_name_map *map2 = io_llama_map(&m2, &n2);
+        if (map2) CHECK_OK(tfm_model_save_mapped(&m2, other, map2, n2, NULL, 0));
+        CHECK_ERR(tfm_model_load_mapped(&m, other, map, n, NULL, 0), TFM_E_FORMAT,
+                  "tensor 'model.layers.0.mlp.gate_proj.weight' is (16,8) in the file but (12,8) is wanted");
+        free(map2);
+        tfm_model_free(&m2);
+    }
+    memcpy(m3, map, (size_t)n * sizeof *m3);
+    m3[4].file = "model.layers.0.self_attn.out_proj.weight";
+    CHECK_OK(tfm_model_save_mapped(&m, other, m3, n, NULL, 0));
+    CHECK_ERR(tfm_model_load_mapped(&m, other, map, n, NULL, 0), TFM_E_FORMAT, "o_proj.weight' not found");
+    memcpy(m3, map, (size_t)n * sizeof *m3);
+    m3[n] = map[n - 1]; /* a second copy of lm_head.weight's entry */
+    m3[n].file = "model.layers.0.self_attn.rotary_emb.inv_freq";
+    CHECK_ERR(tfm_model_load_mapped(&m, path, m3, n + 1, NULL, 0), TFM_E_ARG, "head.weight part 0 is mapped twice");
+    CHECK(io_snapshot_diff(&m, snap) == NULL);
+    /* an entry that names no parameter */
+    memset(&one, 0, sizeof one);
+    CHECK_ERR(tfm_model_load_mapped(&m, path, &one, 1, NULL, 0), TFM_E_ARG, "which the model does not have");
+done:
+    free(old);
+    free(snap);
+    free(m3);
+    free(map);
+    tfm_model_free(&m);
+}
+
+/* Parts of unequal rows (what grouped-query attention's q|k|v needs): a (2,C) and a (1,C) tensor make
+   one (3,C) parameter, each part starting where the part before it (in part order, not file order)
+   ends; saving writes them back as they came; rows that do not add up, or a file tensor of other rows,
+   are refused naming them. */
+static void io_mapped_unequal(void) {
+    enum { C = 4 };
+    float a[2 * C], bv[C], *snap;
+    io_ht t[2];
+    tfm_config c;
+    tfm_model m;
+    tfm_name_map *map;
+    const tfm_param *p;
+    unsigned char *f;
+    size_t fs = 0;
+    int i, n;
+    const char *path = io_path("unequal.safetensors"), *back = io_path("unequal_back.safetensors");
+    memset(&c, 0, sizeof c);
+    c.kind = TFM_MODEL_DECODER_LM;
+    c.vocab_size = 3;
+    c.d_model = C;
+    c.n_heads = 2;
+    c.n_layers = 1;
+    c.max_len = 4;
+    c.seed = 5;
+    if (!io_init(&m, &c, "unequal")) return;
+    for (i = 0; i < 2 * C; i++) a[i] = 10.0f + (float)i;
+    for (i = 0; i < C; i++) bv[i] = -1.0f - (float)i;
+    t[0] = (io_ht){"b", "F32", 2, {1, C}, bv, sizeof bv}; /* the second part first in the file */
+    t[1] = (io_ht){"a", "F32", 2, {2, C}, a, sizeof a};
+    CHECK(io_write_foreign(path, t, 2));
+    map = (tfm_name_map *)calloc((size_t)m.n_params + 1, sizeof *map);
+    for (i = n = 0; i < m.n_params; i++)
+        if (strcmp(m.params[i].name, "tok_emb.weight")) map[n++].model = m.params[i].name; /* kept */
+    map[n++] = (tfm_name_map){"a", "tok_emb.weight", 0, 2, 0, 2};
+    map[n++] = (tfm_name_map){"b", "tok_emb.weight", 1, 2, 0, 1};
+    snap = io_snapshot(&m);
+    CHECK_OK(tfm_model_load_mapped(&m, path, map, n, NULL, 0));
+    p = tfm_model_param(&m, "tok_emb.weight");
+    CHECK(p && !memcmp(p->value.data, a, sizeof a) && !memcmp(p->value.data + 2 * C, bv, sizeof bv));
+    CHECK_OK(tfm_model_save_mapped(&m, back, map, n, NULL, 0));
+    f = io_read(back, &fs); /* a then b, in map order, the last 3C floats */
+    CHECK(f && fs > sizeof a + sizeof bv && !memcmp(f + fs - sizeof a - sizeof bv, a, sizeof a) &&
+          !memcmp(f + fs - sizeof bv, bv, sizeof bv) && strstr((const char *)f + 8, "\"a\":{\"dtype\":\"F32\",\"shape\":[2,4]") &&
+          strstr((const char *)f + 8, "\"b\":{\"dtype\":\"F32\",\"shape\":[1,4]"));
+    free(f);
+    free(snap);
+    snap = io_snapshot(&m);
+    map[n - 1].rows = 2;
+    CHECK_ERR(tfm_model_load_mapped(&m, path, map, n, NULL, 0), TFM_E_ARG, "the 2 parts of tok_emb.weight have 4 rows in all, the parameter has 3");
+    CHECK_ERR(tfm_model_save_mapped(&m, back, map, n, NULL, 0), TFM_E_ARG, "have 4 rows in all");
+    map[n - 1].rows = 0;
+    map[n - 2].rows = 0;
+    CHECK_ERR(tfm_model_load_mapped(&m, path, map, n, NULL, 0), TFM_E_ARG, "n_parts dividing the parameter's rows");
+    map[n - 2].rows = 1;
+    map[n - 1].rows = 2;
+    CHECK_ERR(tfm_model_load_mapped(&m, path, map, n, NULL, 0), TFM_E_FORMAT,
+              "tensor 'a' is (2,4) in the file but (1,4) is wanted");
+    map[n - 2].rows = 4;
+    CHECK_ERR(tfm_model_load_mapped(&m, path, map, n, NULL, 0), TFM_E_ARG, "rows 4");
+    CHECK(io_snapshot_diff(&m, snap) == NULL);
+    free(snap);
+    free(map);
     tfm_model_free(&m);
 }
 
@@ -2165,6 +2523,9 @@ static void suite_io(void) {
     RUN(io_args);
     RUN(io_torch_fixtures);
     RUN(io_mapped);
+    RUN(io_mapped_unequal);
+    RUN(io_llama);
+    RUN(io_llama_errors);
     RUN(io_export);
     tfm__st_write_hook = NULL;
     io_cleanup();
