@@ -3746,6 +3746,9 @@ typedef struct tfm__cuda_ctx {
     size_t ws_size;
     float *host;        /* pinned host buffer for results read back (the rows' losses) */
     size_t host_size;
+    unsigned char *stage; /* pinned ring the host arrays (ids, lengths, masks) pass through on their way to
+                             the device, so that their copies do not wait for the GPU */
+    size_t stage_off;
     int failed;
     char err[320];
 } tfm__cuda_ctx;
@@ -3806,6 +3809,7 @@ static void tfm__cuda_release(void) {
     if (tfm__cu.has_blas) cublasDestroy(tfm__cu.blas);
     if (tfm__cu.ws) cudaFree(tfm__cu.ws);
     if (tfm__cu.host) cudaFreeHost(tfm__cu.host);
+    if (tfm__cu.stage) cudaFreeHost(tfm__cu.stage);
     memset(&tfm__cu, 0, sizeof tfm__cu);
 }
 
@@ -3858,17 +3862,49 @@ static float *tfm__cuda_host(size_t n) {
     return tfm__cu.host;
 }
 
+#define TFM__CU_ROUND(n) (((size_t)(n) + 255) & ~(size_t)255)
+#define TFM__CU_STAGE ((size_t)4 << 20)
+
+/* n bytes (at most a quarter of the ring) of the thread's pinned staging ring, allocated at the first
+   use; NULL when it cannot be had (error kept). A copy from pageable memory waits for all the GPU's
+   queued work before it starts; one from the ring does not, so the host runs ahead of the GPU. When
+   the ring is used up, the host waits for the GPU once (every copy out of the ring is then done) and
+   starts over at its beginning. */
+static unsigned char *tfm__cuda_stage(size_t n) {
+    unsigned char *p;
+    n = TFM__CU_ROUND(n);
+    if (!tfm__cu.stage) {
+        void *q = NULL;
+        if (!tfm__cuda_ok(cudaMallocHost(&q, TFM__CU_STAGE), "cudaMallocHost (staging)")) return NULL;
+        tfm__cu.stage = (unsigned char *)q;
+        tfm__cu.stage_off = 0;
+    }
+    if (tfm__cu.stage_off + n > TFM__CU_STAGE) {
+        if (!tfm__cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize (staging)")) return NULL;
+        tfm__cu.stage_off = 0;
+    }
+    p = tfm__cu.stage + tfm__cu.stage_off;
+    tfm__cu.stage_off += n;
+    return p;
+}
+
 /* n bytes from host memory src into the work space at *off (advanced by n rounded up to 256): the device
-   copy, or NULL when src is NULL. A launcher checks tfm__cu.failed after its copies: a kernel never runs on
-   ids or lengths that did not arrive (stale ones could index out of bounds). */
+   copy, or NULL when src is NULL. Up to a quarter of TFM__CU_STAGE the bytes go through the pinned ring
+   (tfm__cuda_stage: the host does not wait), larger arrays (a big attention mask) straight from src. A
+   launcher checks tfm__cu.failed after its copies: a kernel never runs on ids or lengths that did not
+   arrive (stale ones could index out of bounds). */
 static void *tfm__cuda_put(unsigned char *ws, size_t *off, const void *src, size_t n) {
-    unsigned char *d = ws + *off;
+    unsigned char *d = ws + *off, *st = NULL;
     if (!src) return NULL;
     *off += (n + 255) & ~(size_t)255;
-    if (n) (void)tfm__cuda_ok(cudaMemcpyAsync(d, src, n, cudaMemcpyHostToDevice, 0), "cudaMemcpyAsync (host to device)");
+    if (!n) return d;
+    if (n <= TFM__CU_STAGE / 4) {
+        if (!(st = tfm__cuda_stage(n))) return d;
+        memcpy(st, src, n);
+    }
+    (void)tfm__cuda_ok(cudaMemcpyAsync(d, st ? st : src, n, cudaMemcpyHostToDevice, 0), "cudaMemcpyAsync (host to device)");
     return d;
 }
-#define TFM__CU_ROUND(n) (((size_t)(n) + 255) & ~(size_t)255)
 
 /* n bytes between any two places (cudaMemcpyDefault: the runtime knows which pointer is where) */
 static void tfm__cuda_copy(void *dst, const void *src, size_t n) {
@@ -3920,13 +3956,45 @@ static __global__ void tfm__k_copy_rows(float *dst, int64_t ldd, const float *sr
     }
 }
 
-/* dst[c] += sum over r < N of src[r * lds + c] (bias gradients, positions' gradients) */
-static __global__ void tfm__k_colsum(float *dst, const float *src, int64_t lds, int64_t N, int64_t C) {
+/* Column sums over N rows (bias, position and layernorm gradients), in two passes so that every SM has
+   work and the sums do not depend on timing: a block of 8 warps takes 32 columns of `rows` rows (128, or
+   more for over 8 M rows: the grid's y dimension), warp w the rows w, w + 8, ..., and adds its warps'
+   sums in warp order into one partial per column; then one thread per column adds the partials in row
+   order. Each partial is two sums: of dy = src[r * lds + c], and (layernorm, x given) of dy * xhat,
+   xhat = (x - mean[r]) * rstd[r] (rms: no mean). part holds 2 C floats per block of rows. */
+static __global__ void tfm__k_colsum_part(float *part, const float *src, int64_t lds, const float *x, const float *mean,
+                                          const float *rstd, int rms, int64_t N, int64_t C, int64_t rows) {
+    TFM__SHARED(float, sh, 2 * 8 * 32);
+    int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x >> 5), k;
+    int64_t c = (int64_t)blockIdx.x * 32 + lane, r0 = (int64_t)blockIdx.y * rows, r;
+    int64_t r1 = r0 + rows < N ? r0 + rows : N;
+    float a = 0.0f, b = 0.0f;
+    if (c < C)
+        for (r = r0 + w; r < r1; r += 8) {
+            float dy = src[r * lds + c];
+            if (x) a += dy * (x[r * C + c] - (rms ? 0.0f : mean[r])) * rstd[r];
+            b += dy;
+        }
+    sh[w * 32 + lane] = a;
+    sh[256 + w * 32 + lane] = b;
+    __syncthreads();
+    if (w == 0 && c < C) {
+        float *p = part + (int64_t)blockIdx.y * 2 * C;
+        a = b = 0.0f;
+        for (k = 0; k < 8; k++) a += sh[k * 32 + lane], b += sh[256 + k * 32 + lane];
+        p[c] = a;
+        p[C + c] = b;
+    }
+}
+
+/* dst_a[c] += the partials' first sums, dst_b[c] += their second (either may be NULL) */
+static __global__ void tfm__k_colsum_fin(float *dst_a, float *dst_b, const float *part, int64_t n_part, int64_t C) {
     TFM__CU_LOOP(c, C) {
-        float acc = 0.0f;
-        int64_t r;
-        for (r = 0; r < N; r++) acc += src[r * lds + c];
-        dst[c] += acc;
+        float a = 0.0f, b = 0.0f;
+        int64_t k;
+        for (k = 0; k < n_part; k++) a += part[k * 2 * C + c], b += part[k * 2 * C + C + c];
+        if (dst_a) dst_a[c] += a;
+        if (dst_b) dst_b[c] += b;
     }
 }
 
@@ -4032,21 +4100,6 @@ static __global__ void tfm__k_layernorm_bwd(float *dx, const float *res, const f
     }
 }
 
-/* dg[c] += sum_r dy xhat; db[c] += sum_r dy (either may be NULL) */
-static __global__ void tfm__k_layernorm_dgb(float *dg, float *db, const float *dy, const float *x, const float *mean,
-                                            const float *rstd, int64_t N, int64_t C, int rms) {
-    TFM__CU_LOOP(c, C) {
-        float ag = 0.0f, ab = 0.0f;
-        int64_t r;
-        for (r = 0; r < N; r++) {
-            ag += dy[r * C + c] * (x[r * C + c] - (rms ? 0.0f : mean[r])) * rstd[r];
-            ab += dy[r * C + c];
-        }
-        if (dg) dg[c] += ag;
-        if (db) db[c] += ab;
-    }
-}
-
 /* act: a tfm_activation. Backward: dx = acc * dx + dy act'(x) (acc 0: dx not read) */
 static __global__ void tfm__k_act(int act, float *y, const float *x, int64_t n) {
     TFM__CU_LOOP(i, n) {
@@ -4114,11 +4167,16 @@ static __global__ void tfm__k_embedding(float *y, const int32_t *ids, const floa
     TFM__CU_LOOP(i, N * C) y[i] = w[(int64_t)ids[i / C] * C + i % C] * scale;
 }
 /* dw[ids[r]] += scale dy[r]: a thread per column, rows in order (rows sharing an id never race) */
-static __global__ void tfm__k_embedding_bwd(float *dw, const float *dy, const int32_t *ids, float scale, int64_t N,
-                                            int64_t C) {
-    TFM__CU_LOOP(c, C) {
-        int64_t r;
-        for (r = 0; r < N; r++) dw[(int64_t)ids[r] * C + c] += scale * dy[r * C + c];
+/* dw[uid[u], c] += scale * dy[rows[k], c] for k in [ustart[u], ustart[u + 1]), in that order: one thread per
+   (distinct id, column), the rows grouped by id on the host */
+static __global__ void tfm__k_embedding_bwd(float *dw, const float *dy, const int32_t *rows, const int32_t *uid,
+                                            const int32_t *ustart, float scale, int64_t U, int64_t C) {
+    TFM__CU_LOOP(i, U * C) {
+        int64_t u = i / C, c = i % C;
+        float *d = dw + (int64_t)uid[u] * C + c, acc = *d;
+        int32_t k;
+        for (k = ustart[u]; k < ustart[u + 1]; k++) acc += scale * dy[(int64_t)rows[k] * C + c];
+        *d = acc;
     }
 }
 
@@ -4411,6 +4469,22 @@ static void tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, con
                              "cublasSgemmStridedBatched");
 }
 
+/* da[c] += sum_r dy xhat (x given: layernorm's weight gradient), db[c] += sum_r dy, for dy = src (N rows of
+   stride lds) through tfm__k_colsum_part and tfm__k_colsum_fin; either of da, db may be NULL */
+static void tfm__colsums_cuda(float *da, float *db, const float *src, int64_t lds, const float *x, const float *mean,
+                              const float *rstd, int rms, int64_t N, int64_t C) {
+    int64_t rows = TFM__MAX((int64_t)128, (N + 65534) / 65535), n_part = (N + rows - 1) / rows;
+    float *part;
+    if (N <= 0 || C <= 0 || (!da && !db)) return;
+    part = (float *)(void *)tfm__cuda_ws((size_t)n_part * 2 * (size_t)C * sizeof(float));
+    if (!part) return;
+    TFM__LAUNCH(tfm__k_colsum_part, dim3((unsigned)((C + 31) / 32), (unsigned)n_part), 256, 0, part, src, lds, x, mean,
+                rstd, rms, N, C, rows);
+    TFM__CU_LAUNCHED("tfm__k_colsum_part");
+    TFM__LAUNCH(tfm__k_colsum_fin, tfm__cu_grid(C), TFM__CU_THREADS, 0, da, db, part, n_part, C);
+    TFM__CU_LAUNCHED("tfm__k_colsum_fin");
+}
+
 static void tfm__linear_forward_cuda(float *y, int64_t ldy, const float *x, int64_t ldx, const float *w, const float *b,
                                      int64_t N, int64_t I, int64_t O) {
     if (b) tfm__copy_rows_cuda(y, ldy, b, 0, N, O, 0);
@@ -4422,10 +4496,7 @@ static void tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, fl
                                       int64_t O) {
     if (dx) tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, dy, (int)lddy, 0, w, (int)I, 0, dx_beta, dx, (int)lddx, 0, 1);
     if (dw) tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, dy, (int)lddy, 0, x, (int)ldx, 0, 1.0f, dw, (int)I, 0, 1);
-    if (db) {
-        TFM__LAUNCH(tfm__k_colsum, tfm__cu_grid(O), TFM__CU_THREADS, 0, db, dy, lddy, N, O);
-        TFM__CU_LAUNCHED("tfm__k_colsum");
-    }
+    if (db) tfm__colsums_cuda(NULL, db, dy, lddy, NULL, NULL, NULL, 0, N, O);
 }
 
 static void tfm__softmax_cuda(float *y, const float *x, int64_t N, int64_t C, int log) {
@@ -4494,10 +4565,7 @@ static void tfm__layernorm_bwd_cuda(float *dx, const float *res, float *dg, floa
         TFM__LAUNCH(tfm__k_layernorm_bwd, (unsigned)N, tfm__cu_row_threads(C), 0, dx, res, dy, x, g, mean, rstd, C, rms);
         TFM__CU_LAUNCHED("tfm__k_layernorm_bwd");
     }
-    if (dg || db) {
-        TFM__LAUNCH(tfm__k_layernorm_dgb, tfm__cu_grid(C), TFM__CU_THREADS, 0, dg, db, dy, x, mean, rstd, N, C, rms);
-        TFM__CU_LAUNCHED("tfm__k_layernorm_dgb");
-    }
+    if (dg || db) tfm__colsums_cuda(dg, db, dy, C, x, mean, rstd, rms, N, C);
 }
 
 static void tfm__act_cuda(int act, float *y, const float *x, int64_t n) {
@@ -4543,17 +4611,50 @@ static void tfm__dropout_cuda(float *y, const float *x, int64_t n, float p, uint
     TFM__CU_LAUNCHED("tfm__k_dropout");
 }
 
+/* The rows 0..N-1 grouped by id (a stable counting sort over [min id, max id]): rows[] in id order, the
+   U distinct ids in uid[] and where each one's rows start in ustart[] (U + 1 entries), all in one host
+   array h (3 N + 1 ints); U is returned, -1 when the counts cannot be allocated. */
+static int64_t tfm__group_ids(const int32_t *ids, int64_t N, int32_t *h) {
+    int32_t lo = ids[0], hi = ids[0], *rows = h, *uid = h + N, *ustart = h + 2 * N, *cnt;
+    int64_t r, k, U = 0;
+    for (r = 1; r < N; r++) lo = ids[r] < lo ? ids[r] : lo, hi = ids[r] > hi ? ids[r] : hi;
+    cnt = (int32_t *)TFM_MALLOC(((size_t)hi - (size_t)lo + 2) * sizeof(int32_t), NULL);
+    if (!cnt) return -1;
+    memset(cnt, 0, ((size_t)hi - (size_t)lo + 2) * sizeof(int32_t));
+    for (r = 0; r < N; r++) cnt[ids[r] - lo + 1]++;
+    for (k = 0; k <= (int64_t)hi - lo; k++) {
+        if (cnt[k + 1]) uid[U] = (int32_t)(k + lo), ustart[U++] = cnt[k];
+        cnt[k + 1] += cnt[k];
+    }
+    ustart[U] = (int32_t)N;
+    for (r = 0; r < N; r++) rows[cnt[ids[r] - lo]++] = (int32_t)r;
+    TFM_FREE(cnt, NULL);
+    return U;
+}
+
 static void tfm__embedding_cuda(float *y, const int32_t *ids, const float *w, float scale, int64_t N, int64_t C, int bwd) {
     size_t off = 0;
     unsigned char *ws;
     int32_t *d;
-    if (N <= 0 || !(ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t))))) return;
-    d = (int32_t *)tfm__cuda_put(ws, &off, ids, (size_t)N * sizeof(int32_t));
-    if (tfm__cu.failed) return;
+    if (N <= 0 || !(ws = tfm__cuda_ws(3 * TFM__CU_ROUND((N + 1) * sizeof(int32_t))))) return;
     if (bwd) { /* y is dw (V,C), w is dy (N,C) */
-        TFM__LAUNCH(tfm__k_embedding_bwd, tfm__cu_grid(C), TFM__CU_THREADS, 0, y, w, d, scale, N, C);
+        int32_t *h = (int32_t *)TFM_MALLOC((size_t)(3 * N + 1) * sizeof(int32_t), NULL), *rows, *uid, *ustart;
+        int64_t U = h ? tfm__group_ids(ids, N, h) : -1;
+        if (U < 0) {
+            TFM_FREE(h, NULL);
+            (void)tfm__cuda_ok(cudaErrorMemoryAllocation, "embedding backward (grouping the rows by id on the host)");
+            return;
+        }
+        rows = (int32_t *)tfm__cuda_put(ws, &off, h, (size_t)N * sizeof(int32_t));
+        uid = (int32_t *)tfm__cuda_put(ws, &off, h + N, (size_t)U * sizeof(int32_t));
+        ustart = (int32_t *)tfm__cuda_put(ws, &off, h + 2 * N, (size_t)(U + 1) * sizeof(int32_t));
+        TFM_FREE(h, NULL); /* each put has taken its bytes */
+        if (tfm__cu.failed) return;
+        TFM__LAUNCH(tfm__k_embedding_bwd, tfm__cu_grid(U * C), TFM__CU_THREADS, 0, y, w, rows, uid, ustart, scale, U, C);
         TFM__CU_LAUNCHED("tfm__k_embedding_bwd");
     } else {
+        d = (int32_t *)tfm__cuda_put(ws, &off, ids, (size_t)N * sizeof(int32_t));
+        if (tfm__cu.failed) return;
         TFM__LAUNCH(tfm__k_embedding, tfm__cu_grid(N * C), TFM__CU_THREADS, 0, y, d, w, scale, N, C);
         TFM__CU_LAUNCHED("tfm__k_embedding");
     }
@@ -4566,9 +4667,7 @@ static void tfm__pos_add_cuda(float *y, const float *x, const float *w, int64_t 
 }
 
 static void tfm__colsum_cuda(float *dst, const float *src, int64_t lds, int64_t N, int64_t C) {
-    if (C <= 0) return;
-    TFM__LAUNCH(tfm__k_colsum, tfm__cu_grid(C), TFM__CU_THREADS, 0, dst, src, lds, N, C);
-    TFM__CU_LAUNCHED("tfm__k_colsum");
+    tfm__colsums_cuda(NULL, dst, src, lds, NULL, NULL, NULL, 0, N, C);
 }
 
 static void tfm__add_cuda(float *y, const float *a, const float *b, int64_t n) {
@@ -4601,17 +4700,36 @@ static void tfm__adamw_cuda(float *w, const float *g, float *mm, float *vv, int6
     TFM__CU_LAUNCHED("tfm__k_adamw");
 }
 
-/* partial sums per block on the device, summed on the host in block order */
-static double tfm__sumsq_cuda(const float *g, int64_t n) {
-    unsigned nb = tfm__cu_grid(n), i;
-    double part[4096], total = 0.0;
+/* part[i] = the sum of squares of ps[i].grad, i < n (n <= 256), with one read-back for all: each
+   parameter's blocks (tfm__k_sumsq) write their partial sums, in double, to their own place in the work
+   space (no wait between the launches), then one copy brings them all and the host adds each
+   parameter's in block order. */
+static void tfm__sumsqs_cuda(const tfm_adamw_param *ps, int n, double *part) {
+    int64_t at[257], total = 0;
     unsigned char *ws;
-    if (n <= 0 || !(ws = tfm__cuda_ws(nb * sizeof(double)))) return 0.0;
-    TFM__LAUNCH(tfm__k_sumsq, nb, TFM__CU_THREADS, 0, (double *)(void *)ws, g, n);
-    TFM__CU_LAUNCHED("tfm__k_sumsq");
-    if (!tfm__cuda_ok(cudaMemcpy(part, ws, nb * sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy (norm)")) return 0.0;
-    for (i = 0; i < nb; i++) total += part[i];
-    return total;
+    double *host;
+    int i;
+    for (i = 0; i < n; i++) {
+        part[i] = 0.0;
+        at[i] = total;
+        total += tfm_numel(&ps[i].grad) > 0 ? tfm__cu_grid(tfm_numel(&ps[i].grad)) : 0;
+    }
+    at[n] = total;
+    if (total == 0 || !(ws = tfm__cuda_ws((size_t)total * sizeof(double)))) return;
+    if (!(host = (double *)(void *)tfm__cuda_host((size_t)total * 2))) return;
+    for (i = 0; i < n; i++) {
+        int64_t m = tfm_numel(&ps[i].grad);
+        if (m <= 0) continue;
+        TFM__LAUNCH(tfm__k_sumsq, (unsigned)(at[i + 1] - at[i]), TFM__CU_THREADS, 0, (double *)(void *)ws + at[i],
+                    ps[i].grad.data, m);
+        TFM__CU_LAUNCHED("tfm__k_sumsq");
+    }
+    if (!tfm__cuda_ok(cudaMemcpy(host, ws, (size_t)total * sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy (norm)"))
+        return;
+    for (i = 0; i < n; i++) {
+        int64_t k;
+        for (k = at[i]; k < at[i + 1]; k++) part[i] += host[k];
+    }
 }
 
 /* The host arrays of an attention call (lengths, cache slots and offsets, mask) staged on the device. */
@@ -4925,9 +5043,17 @@ static void tfm__op_adamw(tfm_device dev, float *w, const float *g, float *mm, f
     TFM__CUDA(dev, tfm__adamw_cuda(w, g, mm, vv, n, scale, b1, b2, eps, step_size, bc2s, decay); return);
     tfm__adamw_cpu(w, g, mm, vv, n, scale, b1, b2, eps, step_size, bc2s, decay);
 }
-static double tfm__op_sumsq(tfm_device dev, const float *g, int64_t n) {
-    TFM__CUDA(dev, return tfm__sumsq_cuda(g, n));
-    return tfm__sumsq_cpu(g, n);
+/* part[i] = the sum of squares (in double) of ps[i].grad for n <= 256 parameters on one device: on the CPU
+   a task each, on threads; on the GPU with one read-back for all (tfm__sumsqs_cuda). */
+static void tfm__op_sumsqs(tfm_device dev, const tfm_adamw_param *ps, int n, double *part) {
+    int i;
+#ifdef _OPENMP
+    int64_t work = 0;
+    for (i = 0; i < n; i++) work += tfm_numel(&ps[i].grad);
+#endif
+    TFM__CUDA(dev, tfm__sumsqs_cuda(ps, n, part); return);
+    TFM__OMP(omp parallel for schedule(dynamic) if (work > 65536 && !tfm__in_parallel()))
+    for (i = 0; i < n; i++) part[i] = tfm__sumsq_cpu(ps[i].grad.data, tfm_numel(&ps[i].grad));
 }
 /* The attention kernels return 0 when a thread had no scratch (then nothing was written). */
 static int tfm__op_attention(tfm_device dev, const tfm__attn_args *a) {
@@ -7793,21 +7919,14 @@ TFMDEF tfm_result tfm_optim_lr(const tfm_optim *opt, int64_t s, float *lr) {
     return TFM_OK;
 }
 
-/* The sum of squares of the gradients of ps: each parameter's, in groups of 256 on threads, then the
-   parameters summed in list order. */
+/* The sum of squares of the gradients of ps (all on one device): each parameter's, in groups of 256,
+   then the parameters summed in list order. */
 static double tfm__adamw_sumsq(const tfm_adamw_param *ps, int n) {
     double total = 0.0, part[256];
     int i, g0;
     for (g0 = 0; g0 < n; g0 += 256) {
         int gn = TFM__MIN(256, n - g0);
-#ifdef _OPENMP
-        int64_t work = 0;
-        for (i = 0; i < gn; i++) work += tfm_numel(&ps[g0 + i].grad);
-#endif
-        /* (on the GPU one thread issues them all: CUDA's errors and buffers are the calling thread's) */
-        TFM__OMP(omp parallel for schedule(dynamic) if (work > 65536 && ps[g0].grad.device == TFM_DEVICE_CPU && !tfm__in_parallel()))
-        for (i = 0; i < gn; i++)
-            part[i] = tfm__op_sumsq(ps[g0 + i].grad.device, ps[g0 + i].grad.data, tfm_numel(&ps[g0 + i].grad));
+        tfm__op_sumsqs(ps[g0].grad.device, ps + g0, gn, part);
         for (i = 0; i < gn; i++) total += part[i];
     }
     return total;
