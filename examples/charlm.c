@@ -21,7 +21,8 @@
    Model: a GPT-style decoder (pre-LN, GELU, a final layernorm, output projection tied to the token
    embedding, learned positions), or with --arch llama the LLaMA-style block: RMSNorm, a SwiGLU
    feed-forward (hidden size 8/3 d_model rounded up to a multiple of 64 unless --d-ff says, so the
-   parameters stay those of the GELU MLP), rotary positions, no biases. Generation uses the library's key/value cache, with temperature,
+   parameters stay those of the GELU MLP), rotary positions, grouped-query attention (half as many
+   key/value heads as query heads), no biases. Generation uses the library's key/value cache, with temperature,
    top-k, top-p (nucleus) and min-p sampling, and prints each character as it is chosen (the
    streaming callback); text longer than the context window is written in chunks, each prompted
    with the last half window.
@@ -64,7 +65,7 @@ typedef struct options {
     int64_t val_chars;   /* validation during training scores the first val_chars characters */
     const char *evaluate; /* --evaluate validation|test: score the saved model on that split */
     float dynamic_lr;    /* dynamic evaluation's learning rate (0: off) */
-    int llama;           /* --arch llama: RMSNorm, SwiGLU, rotary positions, no biases */
+    int llama;           /* --arch llama: RMSNorm, SwiGLU, rotary positions, grouped-query attention, no biases */
 } options;
 
 /* Bits per character of the model on ids[0..n), windows of len overlapping by half, batch at a time.
@@ -258,6 +259,7 @@ static void train(const options *o) {
         cfg.act = TFM_ACT_SWIGLU;
         cfg.pos = TFM_POS_ROPE;
         cfg.no_bias = 1;
+        if (cfg.n_heads % 2 == 0) cfg.n_kv_heads = cfg.n_heads / 2;
         if (!o->t.d_ff) cfg.d_ff = (8 * cfg.d_model / 3 + 63) / 64 * 64;
     }
     if (o->t.resume && ex_file_exists(o->t.model)) {
@@ -273,6 +275,7 @@ static void train(const options *o) {
     printf("model: %s, %d layers, d_model %d, %d heads, context %d, %lld parameters; sgemm: %s\n",
            cfg.pos == TFM_POS_ROPE ? "LLaMA-style (RMSNorm, SwiGLU, rotary)" : "GPT-style", cfg.n_layers,
            cfg.d_model, cfg.n_heads, cfg.max_len, (long long)m.n_weights, tfm_sgemm_backend());
+    if (cfg.n_kv_heads) printf("grouped-query attention: %d key/value heads\n", cfg.n_kv_heads);
 
     tokens_per_step = (int64_t)o->t.batch * o->len;
     steps_per_epoch = cut_val / tokens_per_step;
@@ -514,7 +517,8 @@ static void usage(const options *d) {
     printf("usage: charlm [options]                  train, validate, test\n"
            "       charlm [options] --prompt TEXT    write text with the saved model\n"
            "  --arch gpt|llama  the block: GPT's (layernorm, GELU, learned positions; default) or LLaMA's\n"
-           "                    (RMSNorm, SwiGLU, rotary positions, no biases); a saved model keeps its own\n"
+           "                    (RMSNorm, SwiGLU, rotary positions, grouped-query attention, no biases); a\n"
+           "                    saved model keeps its own\n"
            "  --len N           context in characters (default %d)\n"
            "  --length N        characters to write (default %d)\n"
            "  --temperature X   sampling temperature (default %g; 0: greedy)\n"
