@@ -46,7 +46,9 @@
    layernorm over the embedding sum), exact GELU, post-LN, cfg.ln_eps 1e-12. So is LLaMA's decoder
    block: cfg.norm = TFM_NORM_RMS (every norm an RMSNorm), cfg.act = TFM_ACT_SWIGLU (the gated
    feed-forward), cfg.pos = TFM_POS_ROPE (rotary positions inside attention and the cache),
-   cfg.no_bias = 1, cfg.norm_first = 1.
+   cfg.n_kv_heads (grouped-query attention), cfg.attn_window (Mistral's sliding window, a rolling
+   cache), cfg.no_bias = 1, cfg.norm_first = 1; tfm_llama_name_map reads and writes Hugging Face's
+   LLaMA checkpoints.
 
    Models of your own come from layers: linear maps, layernorms, multi-head attention and whole
    transformer blocks, each counted, allocated and carved from a tfm_mem, each a forward/backward pair,
