@@ -499,10 +499,11 @@ typedef struct tfm_attn_opts {
 /* Scaled dot-product attention over H heads of a (B,T,C) layout (head h owns channels h*D..h*D+D):
    out = softmax(scale * q k^T + mask) v per batch and head. q (B,Tq,C), k and v (B,Tk,C), out
    (B,Tq,C). With opts.n_kv_heads = Hkv < H (grouped-query attention), k and v are (B,Tk,Hkv*D) and query
-   head h reads key/value head h / (H/Hkv), in place (LLaMA's repeat_kv order). Fused: the probabilities are never stored; lse (B,H,Tq) receives each query's log-sum-exp
-   of its masked scores (-inf for a query with no visible key, whose output row is zeros, never NaN),
-   which backward reads with out. Memory O(B H Tq) besides the inputs; each thread's stack holds the
-   block buffers (128 KB in backward). */
+   head h reads key/value head h / (H/Hkv), in place (LLaMA's repeat_kv order). Fused: the probabilities
+   are never stored; lse (B,H,Tq) receives each query's log-sum-exp of its masked scores (-inf for a
+   query with no visible key, whose output row is zeros, never NaN), which backward reads with out.
+   Memory O(B H Tq) besides the inputs; each thread's stack holds the block buffers (128 KB in
+   backward). */
 TFMDEF tfm_result tfm_attention_forward(tfm_tensor *out, tfm_tensor *lse, const tfm_tensor *q,
                                         const tfm_tensor *k, const tfm_tensor *v, int n_heads,
                                         const tfm_attn_opts *opts);
@@ -3421,8 +3422,9 @@ static double tfm__sumsq_cpu(const float *g, int64_t n) {
    transposing copies. Each (batch, head) pair is one task on one thread; its products are single
    sgemm calls (run serially inside the parallel loop). With grouped-query attention (Hkv key/value
    heads), query head h reads key/value head h / (H/Hkv) in place; backward takes one task per (batch,
-   key/value head), whose group of query heads adds into that head's dk and dv in turn. With the causal and padding masks, the keys
-   visible to query i are the prefix j < min(len_b, i+1), so the mask is a per-row count.
+   key/value head), whose group of query heads adds into that head's dk and dv in turn. With the causal
+   and padding masks, the keys visible to query i are the prefix j < min(len_b, i+1), so the mask is a
+   per-row count.
 
    The attention is fused: queries run in blocks of TFM__ATT_QB rows against keys in blocks of
    TFM__ATT_KB, and nothing of size Tq x Tk is stored. Forward keeps, per query row, the running maximum
@@ -5985,7 +5987,7 @@ TFMDEF tfm_result tfm_mha_init_params(tfm_mha *m, tfm_rng *rng) {
     C = (float)m->desc.d_model;
     E = (float)tfm__mha_kv_dim(m);
     /* xavier_uniform over (C + 2E, C): bound sqrt(6 / (fan_in + fan_out)) */
-    TFM__TRY_AS(fn, tfm_fill_uniform(&m->in_proj_weight, rng, -sqrtf(6.0f / (2.0f * C + 2.0f * E)), sqrtf(6.0f / (2.0f * C + 2.0f * E))));
+    TFM__TRY_AS(fn, tfm_fill_uniform(&m->in_proj_weight, rng, -sqrtf(6.0f / (2.0f * (C + E))), sqrtf(6.0f / (2.0f * (C + E)))));
     /* nn.Linear's kaiming_uniform(a=sqrt(5)) is U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
     TFM__TRY_AS(fn, tfm_fill_uniform(&m->out_proj_weight, rng, -1.0f / sqrtf(C), 1.0f / sqrtf(C)));
     if (m->in_proj_bias.data) TFM__TRY_AS(fn, tfm_fill(&m->in_proj_bias, 0.0f));

@@ -2299,6 +2299,23 @@ static void md_gqa(void) {
         md.cross = 1;
         CHECK_OK(tfm_mha_init(&a, &md, &mem));
         CHECK(a.desc.n_kv_heads == 2 && a.in_proj_weight.shape[0] == 8 + 2 * 4);
+        /* a layer's calls take its desc's key/value heads and refuse another count in opts */
+        if (tfm_mem_alloc(&mem) == TFM_OK && tfm_mha_init(&a, &md, &mem) == TFM_OK) {
+            float x[2 * 8], y[2 * 8];
+            tfm_tensor tx = tfm_tensor3(x, 1, 2, 8), ty = tfm_tensor3(y, 1, 2, 8);
+            tfm_attn_opts o;
+            tfm_rng rr;
+            tfm_rng_seed(&rr, 3);
+            CHECK_OK(tfm_mha_init_params(&a, &rr));
+            for (i = 0; i < 16; i++) x[i] = (float)i / 16.0f;
+            memset(&o, 0, sizeof o);
+            o.n_kv_heads = 2;
+            CHECK_OK(tfm_mha_forward(&a, &ty, &tx, &tx, &o));
+            o.n_kv_heads = 4;
+            CHECK_ERR(tfm_mha_forward(&a, &ty, &tx, &tx, &o), TFM_E_ARG,
+                      "tfm_mha_forward: opts.n_kv_heads 4 differs from the layer's desc.n_kv_heads 2");
+        }
+        tfm_mem_free(&mem);
     }
 }
 
