@@ -3424,7 +3424,9 @@ static double tfm__sumsq_cpu(const float *g, int64_t n) {
    heads), query head h reads key/value head h / (H/Hkv) in place; backward takes one task per (batch,
    key/value head), whose group of query heads adds into that head's dk and dv in turn. With the causal
    and padding masks, the keys visible to query i are the prefix j < min(len_b, i+1), so the mask is a
-   per-row count.
+   per-row count. A sliding window hides the keys [sinks, i - window] of that prefix: the key loop
+   starts each query block at the sinks and jumps to its first query's window (so a block never spans
+   the gap, and the cost is O(T window)), and inside a block the rows' own gaps are scored -inf.
 
    The attention is fused: queries run in blocks of TFM__ATT_QB rows against keys in blocks of
    TFM__ATT_KB, and nothing of size Tq x Tk is stored. Forward keeps, per query row, the running maximum

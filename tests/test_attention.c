@@ -941,6 +941,87 @@ static void att_test_window_one_key(void) {
     att_one_key_case("window 1", 2, 2, 16, 300, 300, &o, 0, -1);
 }
 
+/* A whole block with its own window (tfm_block_desc.attn_window, attn_sinks; LLaMA's RMSNorm, SwiGLU and
+   rotary positions) against the same block without one, called with the window as an additive mask
+   (-inf outside it) through the self-attention's mask path: the same parameters (the same seed), y, dx
+   and every parameter gradient, over three query blocks. Tolerances ATT_TOL_FWD and ATT_TOL_GRAD: the
+   same sums, blocked from other starting keys. */
+static void att_test_block_window_vs_mask(void) {
+    enum { B = 2, T = 150, C = 16, W = 20, S = 2 };
+    tfm_block_desc d;
+    tfm_block blk[2];
+    tfm_mem mem[2];
+    tfm_rng rng;
+    tfm_attn_opts o[2];
+    float *x = att_falloc((size_t)B * T * C), *dy = att_falloc((size_t)B * T * C), *mask = att_falloc((size_t)T * T);
+    float *y[2], *dx[2];
+    char what[96];
+    int r, i, j, ok = 1;
+    att_fill(x, (size_t)B * T * C, -1, 1);
+    att_fill(dy, (size_t)B * T * C, -1, 1);
+    for (i = 0; i < T; i++)
+        for (j = 0; j < T; j++) mask[(size_t)i * T + j] = j <= i - W && j >= S ? -INFINITY : 0.0f;
+    for (r = 0; r < 2; r++) { /* 0: the block's window; 1: the mask */
+        memset(&d, 0, sizeof d);
+        d.d_model = C;
+        d.n_heads = 2;
+        d.d_ff = 24;
+        d.norm_first = 1;
+        d.act = TFM_ACT_SWIGLU;
+        d.norm = TFM_NORM_RMS;
+        d.rope_dims = 8;
+        d.max_batch = B;
+        d.max_len = T;
+        d.attn_window = r ? 0 : W;
+        d.attn_sinks = r ? 0 : S;
+        memset(&mem[r], 0, sizeof mem[r]);
+        memset(&o[r], 0, sizeof o[r]);
+        o[r].causal = 1;
+        o[r].mask = r ? mask : NULL;
+        y[r] = att_falloc((size_t)B * T * C);
+        dx[r] = att_falloc((size_t)B * T * C);
+        CHECK_OK(tfm_block_init(&blk[r], &d, &mem[r]));
+        CHECK_OK(tfm_mem_alloc(&mem[r]));
+        CHECK_OK(tfm_block_init(&blk[r], &d, &mem[r]));
+        ok &= mem[r].params.base != NULL;
+        if (!ok) continue;
+        tfm_rng_seed(&rng, 31);
+        CHECK_OK(tfm_block_init_params(&blk[r], &rng));
+        tfm_mem_zero_grad(&mem[r]);
+        {
+            tfm_tensor tx = tfm_tensor3(x, B, T, C), ty = tfm_tensor3(y[r], B, T, C);
+            tfm_tensor tdy = tfm_tensor3(dy, B, T, C), tdx = tfm_tensor3(dx[r], B, T, C);
+            CHECK_OK(tfm_block_forward(&blk[r], &ty, &tx, NULL, &o[r]));
+            CHECK_OK(tfm_block_backward(&blk[r], &tdx, NULL, &tdy));
+        }
+    }
+    if (ok && mem[0].params.used == mem[1].params.used && mem[0].grads.used == mem[1].grads.used) {
+        double *want;
+        CHECK(!memcmp(mem[0].params.base, mem[1].params.base, mem[0].params.used));
+        want = att_to_double(y[1], (size_t)B * T * C);
+        CHECK_REL("block window vs mask: y", test_rel_err(y[0], want, (size_t)B * T * C), ATT_TOL_FWD);
+        free(want);
+        want = att_to_double(dx[1], (size_t)B * T * C);
+        CHECK_REL("block window vs mask: dx", test_rel_err(dx[0], want, (size_t)B * T * C), ATT_TOL_GRAD);
+        free(want);
+        {
+            size_t n = mem[0].grads.used / sizeof(float);
+            want = att_to_double((const float *)(const void *)mem[1].grads.base, n);
+            snprintf(what, sizeof what, "block window vs mask: the %zu parameter gradients", n);
+            CHECK_REL(what, test_rel_err((const float *)(const void *)mem[0].grads.base, want, n), ATT_TOL_GRAD);
+            free(want);
+        }
+    } else {
+        CHECK_MSG(0, "block window vs mask: the two blocks were not built alike");
+    }
+    for (r = 0; r < 2; r++) {
+        tfm_mem_free(&mem[r]);
+        free(y[r]);
+        free(dx[r]);
+    }
+    free(x); free(dy); free(mask);
+}
+
 /* The window's refusals: negative sizes, sinks without a window, a window on a call that is not causal,
    on cross-attention, on a classifier; a layer's own window against a call of another or no causal. */
 static void att_test_window_errors(void) {
@@ -1719,6 +1800,7 @@ static void suite_attention(void) {
     RUN(att_test_fused_window);
     RUN(att_test_window_one_key);
     RUN(att_test_window_errors);
+    RUN(att_test_block_window_vs_mask);
     RUN(att_test_mha_self);
     RUN(att_test_mha_causal);
     RUN(att_test_mha_padding);
