@@ -1877,7 +1877,7 @@ static void cu_layers_small(void) {
 #define CU_B 2  /* batch rows */
 #define CU_T 8  /* longest sequence */
 #define CU_IN 6
-#define CU_N_MODELS 8
+#define CU_N_MODELS 9
 
 typedef struct cu_data {
     int32_t tokens[CU_B * CU_T], lens[CU_B], tgt_in[CU_B * CU_T], targets[CU_B * CU_T], types[CU_B * CU_T];
@@ -1886,8 +1886,7 @@ typedef struct cu_data {
 } cu_data;
 
 static const char *const cu_model_names[CU_N_MODELS] = {"classifier", "classifier cls_token input_dim", "lm", "encdec",
-                                                        "encdec shared", "bert classifier", "lm rope", "encdec gqa"};
-                                                        "encdec shared", "bert classifier", "lm rope",
+                                                        "encdec shared", "bert classifier", "lm rope", "encdec gqa",
                                                         "lm rope window"};
 
 /* Six tiny models that cover the configuration's switches between them: post-LN and pre-LN, ReLU, GELU
