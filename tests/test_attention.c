@@ -1060,6 +1060,9 @@ static void att_test_window_errors(void) {
     CHECK_OK(tfm_mha_init(&m, &d, &mem));
     if (m.in_proj_weight.data) {
         tfm_tensor tx = tfm_tensor3(q, B, T, C), ty = tfm_tensor3(out, B, T, C);
+        tfm_rng rng;
+        tfm_rng_seed(&rng, 3);
+        CHECK_OK(tfm_mha_init_params(&m, &rng)); /* the accepted call below reads them */
         memset(&o, 0, sizeof o);
         CHECK_ERR(tfm_mha_forward(&m, &ty, &tx, NULL, &o), TFM_E_ARG, "needs causal calls");
         CHECK_ERR(tfm_mha_forward(&m, &ty, &tx, NULL, NULL), TFM_E_ARG, "needs causal calls");
