@@ -2164,6 +2164,7 @@ static tfm_config io_llama_cfg(const fx_array *cfg, const fx_array *et, int B, i
     c.vocab_size = cfg->i32[0];
     c.d_model = cfg->i32[1];
     c.n_heads = cfg->i32[2];
+    c.n_kv_heads = cfg->i32[3];
     c.n_layers = cfg->i32[4];
     c.d_ff = cfg->i32[5];
     c.tie_output = cfg->i32[6];
@@ -2234,8 +2235,7 @@ static void io_llama_case(const char *name) {
     tok = fx_get(fx, "tokens");
     logits = fx_get(fx, "logits");
     if (!cfg || cfg->dtype != FX_I32 || cfg->numel != 7 || !et || et->dtype != FX_F64 || et->numel != 2 || !tok ||
-        tok->dtype != FX_I32 || tok->ndim != 2 || tok->numel > 64 || !logits || logits->dtype != FX_F64 ||
-        cfg->i32[3] != cfg->i32[2]) { /* n_kv_heads == n_heads */
+        tok->dtype != FX_I32 || tok->ndim != 2 || tok->numel > 64 || !logits || logits->dtype != FX_F64) {
         TEST__FAIL("%s: the .tfx lacks an array or has one of the wrong type", name);
         fx_free(fx);
         return;
@@ -2253,9 +2253,13 @@ static void io_llama_case(const char *name) {
     /* the entries the names promise: SwiGLU's gate is linear1's first rows, the query in_proj's first */
     e = map ? io_map_find(map, n, "model.layers.0.mlp.gate_proj.weight") : NULL;
     CHECK(e && !strcmp(e->model, "decoder.layers.0.linear1.weight") && e->part == 0 && e->n_parts == 2);
+    /* rows: the query C, the key and the value C / n_heads * n_kv_heads each (k_proj, v_proj (Ckv, C)) */
+    e = map ? io_map_find(map, n, "model.layers.0.self_attn.q_proj.weight") : NULL;
+    CHECK(e && !strcmp(e->model, "decoder.layers.0.self_attn.in_proj_weight") && e->part == 0 && e->n_parts == 3 &&
+          e->rows == c.d_model);
     e = map ? io_map_find(map, n, "model.layers.0.self_attn.v_proj.weight") : NULL;
     CHECK(e && !strcmp(e->model, "decoder.layers.0.self_attn.in_proj_weight") && e->part == 2 && e->n_parts == 3 &&
-          e->rows == c.d_model);
+          e->rows == c.d_model / c.n_heads * cfg->i32[3]);
     CHECK((map && io_map_find(map, n, "lm_head.weight") != NULL) == !c.tie_output);
     if (!map) goto done;
     CHECK_OK(tfm_model_load_mapped(&m, st, map, n, NULL, 0));
@@ -2322,6 +2326,7 @@ done:
 static void io_llama(void) {
     io_llama_case("llama_hf_untied");
     io_llama_case("llama_hf_tied");
+    io_llama_case("llama_hf_gqa"); /* 4 query heads over 2 key/value heads */
 }
 
 /* tfm_llama_name_map refuses models Hugging Face's LLaMA cannot hold, naming the field, and checks its

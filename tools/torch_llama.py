@@ -21,7 +21,8 @@ and value heads (n_kv_heads of them) each serve n_heads / n_kv_heads consecutive
 (Hugging Face's repeat_kv). No biases. Computed in float64 from float32 weights.
 
 export
-    For each case (llama_hf_untied: 2 layers, lm_head of its own; llama_hf_tied: 1 layer, tied)
+    For each case (llama_hf_untied: 2 layers, lm_head of its own; llama_hf_tied: 1 layer, tied;
+    llama_hf_gqa: 2 layers, 4 query heads over 2 key/value heads, k_proj and v_proj (16, 32))
     draws float32 weights from a fixed seed (norm weights around 1, so every norm is non-trivial)
     and writes
       <case>.safetensors   the state_dict (lm_head.weight left out when tied, as save_pretrained
@@ -61,6 +62,7 @@ TOL = 1e-5
 CASES = {
     "llama_hf_untied": (19, 24, 3, 3, 2, 40, 0, 1e-6, 500.0, 2801),
     "llama_hf_tied": (17, 16, 2, 2, 1, 24, 1, 1e-5, 10000.0, 2802),
+    "llama_hf_gqa": (21, 32, 4, 2, 2, 40, 0, 1e-5, 10000.0, 2803),
 }
 B, T = 2, 9
 
