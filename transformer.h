@@ -10121,7 +10121,9 @@ TFMDEF tfm_result tfm_llama_name_map(const tfm_model *m, tfm_name_map *map, char
           : c->emb_norm                      ? "it normalises its embeddings (cfg.emb_norm)"
           : c->type_vocab_size               ? "it has token types (cfg.type_vocab_size)"
           : c->cls_token                     ? "it has a class token (cfg.cls_token)"
-          : c->input_dim                     ? "it reads vectors, not tokens (cfg.input_dim)" : NULL;
+          : c->input_dim                     ? "it reads vectors, not tokens (cfg.input_dim)"
+          : c->attn_window                   ? "it attends through a sliding window (LLaMA sees every earlier position: "
+                                               "cfg.attn_window)" : NULL;
     if (why) return tfm__fail(TFM_E_ARG, "%s: the model is not LLaMA-shaped: %s", fn, why);
     need = 2 + 9 * c->n_layers + !c->tie_output;
     if (cap && cap < need)

@@ -2355,9 +2355,10 @@ static void io_llama_errors(void) {
     et.f64 = (double *)etv;
     c = io_llama_cfg(&cfg, &et, 2, 5);
     /* not LLaMA-shaped: each refused, naming what */
-    for (k = 0; k < 8; k++) {
-        static const char *const want[8] = {"not a decoder LM", "post-norm", "layernorms", "not SwiGLU", "has biases",
-                                            "not rotary", "part of each head", "scales its embeddings"};
+    for (k = 0; k < 9; k++) {
+        static const char *const want[9] = {"not a decoder LM", "post-norm", "layernorms", "not SwiGLU", "has biases",
+                                            "not rotary", "part of each head", "scales its embeddings",
+                                            "sliding window"};
         bad = c;
         if (k == 0) bad.kind = TFM_MODEL_ENCODER_CLASSIFIER, bad.n_classes = 2;
         if (k == 1) bad.norm_first = 0;
@@ -2367,6 +2368,7 @@ static void io_llama_errors(void) {
         if (k == 5) bad.pos = TFM_POS_LEARNED, bad.rope_base = 0;
         if (k == 6) bad.rope_dims = 2;
         if (k == 7) bad.scale_emb = 1;
+        if (k == 8) bad.attn_window = 3;
         if (!io_init(&m, &bad, want[k])) continue;
         CHECK_ERR(tfm_llama_name_map(&m, NULL, NULL, 0, &n), TFM_E_ARG, want[k]);
         tfm_model_free(&m);
