@@ -1156,6 +1156,11 @@ static int run_gqa(int threads) {
     }
     printf("GQA_RATIO threads=%d tok_s_gqa=%.1f tok_s_full=%.1f ratio=%.3f\n", threads, tok_s[0], tok_s[1], tok_s[0] / tok_s[1]);
     for (k = 0; k < 2; k++) tfm_model_free(&m[k]);
+    free(m);
+    free(out);
+    return 0;
+}
+
 /* Sliding-window attention (cfg.attn_window). Training: char-gpt-4k (T 4096, B 2) with full causal
    attention and with a window of 256, the same data, 1 warm-up and 3 timed steps each (median): tokens/s
    and their ratio. Generation: char-gpt-tiny's shape with rotary positions, max_len 256, a window of 256
