@@ -538,7 +538,8 @@ typedef struct tfm_mha_desc {
     float rope_base; /* with rope_dims: the rotary base, > 1; 0 -> 10000 */
     int n_kv_heads;  /* key/value heads, dividing n_heads (1: multi-query); 0 -> n_heads */
     int attn_window; /* self-attention: > 0 makes every causal call a sliding window of this many keys
-                        (tfm_attn_opts.window); a call that is not causal is refused. 0: none */
+                        (tfm_attn_opts.window); a call that is not causal, or names another window or
+                        other sinks, is refused. 0: none */
     int attn_sinks;  /* with attn_window: the first attn_sinks keys stay visible (tfm_attn_opts.sinks) */
 } tfm_mha_desc;
 
@@ -5997,13 +5998,16 @@ TFMDEF tfm_result tfm_mha_init_params(tfm_mha *m, tfm_rng *rng) {
     return TFM_OK;
 }
 
-/* A layer's own window (pre names its desc) asks for causal calls; a call's window, if any, must be it. */
-static tfm_result tfm__chk_layer_window(const char *fn, const char *pre, int window, const tfm_attn_opts *o) {
+/* A layer's own window (pre names its desc) asks for causal calls; a call's window and sinks, if it names
+   a window, must be the layer's. */
+static tfm_result tfm__chk_layer_window(const char *fn, const char *pre, int window, int sinks, const tfm_attn_opts *o) {
     if (!window) return TFM_OK;
     if (!o || !o->causal)
         return tfm__fail(TFM_E_ARG, "%s: %sattn_window %d needs causal calls (opts.causal)", fn, pre, window);
     if (o->window && o->window != window)
         return tfm__fail(TFM_E_ARG, "%s: opts.window %d differs from the layer's %sattn_window %d", fn, o->window, pre, window);
+    if (o->window && o->sinks != sinks)
+        return tfm__fail(TFM_E_ARG, "%s: opts.sinks %d differs from the layer's %sattn_sinks %d", fn, o->sinks, pre, sinks);
     return TFM_OK;
 }
 
@@ -6179,7 +6183,7 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
     if (y->data == x->data || (xkv && y->data == xkv->data))
         return tfm__fail(TFM_E_ARG, "%s: y must not alias x or xkv (backward reads them)", fn);
     TFM__TRY(tfm__chk_attn_opts(fn, opts, B, Tq, Tk));
-    TFM__TRY(tfm__chk_layer_window(fn, "desc.", m->desc.attn_window, opts));
+    TFM__TRY(tfm__chk_layer_window(fn, "desc.", m->desc.attn_window, m->desc.attn_sinks, opts));
     if (opts && opts->dropout > 0.0f && !m->has_grad)
         return tfm__fail(TFM_E_ARG, "%s: opts.dropout > 0 in a layer built with no_grad", fn);
     if (opts && opts->n_kv_heads && opts->n_kv_heads != m->desc.n_kv_heads)
@@ -6738,7 +6742,7 @@ TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_ten
     memset(&o, 0, sizeof o);
     if (opts) o = *opts;
     TFM__TRY(tfm__chk_attn_opts(fn, &o, B, T, T));
-    TFM__TRY(tfm__chk_layer_window(fn, "desc.", d->attn_window, &o));
+    TFM__TRY(tfm__chk_layer_window(fn, "desc.", d->attn_window, d->attn_sinks, &o));
     TFM__TRY(tfm__chk_lens(fn, "opts.kv_lens", o.kv_lens, B, Tk));
     if (o.kv_lens && !d->cross) return tfm__fail(TFM_E_ARG, "%s: opts.kv_lens given to a block without cross-attention", fn);
     if (o.dropout != 0.0f || o.dropout_seed != 0 || o.scale != 0.0f)

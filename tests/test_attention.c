@@ -1069,7 +1069,11 @@ static void att_test_window_errors(void) {
         o.causal = 1;
         o.window = 3;
         CHECK_ERR(tfm_mha_forward(&m, &ty, &tx, NULL, &o), TFM_E_ARG, "differs");
-        o.window = 0;
+        o.window = 2; /* the layer's window with other sinks than its own */
+        CHECK_ERR(tfm_mha_forward(&m, &ty, &tx, NULL, &o), TFM_E_ARG, "opts.sinks 0 differs from the layer's desc.attn_sinks 1");
+        o.sinks = 1;
+        CHECK_OK(tfm_mha_forward(&m, &ty, &tx, NULL, &o));
+        o.window = o.sinks = 0;
         CHECK_OK(tfm_mha_forward(&m, &ty, &tx, NULL, &o));
     }
     tfm_mem_free(&mem);
