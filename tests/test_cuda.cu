@@ -1961,7 +1961,8 @@ static tfm_config cu_model_cfg(int which, tfm_device dev) {
         c.emb_norm = 1;
         c.ln_eps = 1e-12f;
         break;
-    case 6: /* rotary positions (6 of 8 channels, base 100) in LLaMA's block */
+    case 6: /* LLaMA's block with rotary positions (base 100): 6 of 8 channels rotated */
+    case 8: /* the same with every channel rotated and a sliding window of 3 positions and 1 sink */
         c.kind = TFM_MODEL_DECODER_LM;
         c.vocab_size = 13;
         c.max_len = CU_T;
@@ -1969,8 +1970,13 @@ static tfm_config cu_model_cfg(int which, tfm_device dev) {
         c.act = TFM_ACT_SWIGLU;
         c.norm = TFM_NORM_RMS;
         c.pos = TFM_POS_ROPE;
-        c.rope_dims = 6;
         c.rope_base = 100.0f;
+        if (which == 6) {
+            c.rope_dims = 6;
+        } else {
+            c.attn_window = 3;
+            c.attn_sinks = 1;
+        }
         break;
     case 7: /* grouped-query attention: 4 query heads over 2 key/value heads, rotary positions, cross-attention too */
         c.kind = TFM_MODEL_ENCODER_DECODER;
@@ -1981,18 +1987,6 @@ static tfm_config cu_model_cfg(int which, tfm_device dev) {
         c.n_kv_heads = 2;
         c.norm_first = 1;
         c.pos = TFM_POS_ROPE;
-        break;
-    case 8: /* a sliding window of 3 positions and 1 sink over rotary positions */
-        c.kind = TFM_MODEL_DECODER_LM;
-        c.vocab_size = 13;
-        c.max_len = CU_T;
-        c.norm_first = 1;
-        c.act = TFM_ACT_SWIGLU;
-        c.norm = TFM_NORM_RMS;
-        c.pos = TFM_POS_ROPE;
-        c.rope_base = 100.0f;
-        c.attn_window = 3;
-        c.attn_sinks = 1;
         break;
     default:
         c.kind = TFM_MODEL_ENCODER_DECODER;

@@ -2059,6 +2059,19 @@ static void md_bert_layout_rms(void) {
     tfm_model_free(&m);
 }
 
+/* A block's and a layer's desc of d_model 8, n_heads heads and max_len 4, every other field 0: the
+   layers' refusal tests change one field each. */
+static void md_layer_descs(tfm_block_desc *d, tfm_mha_desc *md, int n_heads) {
+    memset(d, 0, sizeof *d);
+    d->d_model = 8;
+    d->n_heads = n_heads;
+    d->max_len = 4;
+    memset(md, 0, sizeof *md);
+    md->d_model = 8;
+    md->n_heads = n_heads;
+    md->max_len = 4;
+}
+
 /* Rotary positions: the gradients of the query and key rows of every in_proj (they reach the loss only
    through the rotation and its backward) and of the token embedding against central finite differences of
    the loss, in a causal LM turning 4 of 6 channels and in a classifier over padded rows turning all of them;
@@ -2161,17 +2174,10 @@ static void md_rope(void) {
         tfm_block blk;
         tfm_mha a;
         tfm_mem mem;
-        memset(&d, 0, sizeof d);
-        d.d_model = 8;
-        d.n_heads = 2;
-        d.max_len = 4;
+        md_layer_descs(&d, &md, 2);
         d.rope_dims = 6;
         memset(&mem, 0, sizeof mem); /* counting */
         CHECK_ERR(tfm_block_init(&blk, &d, &mem), TFM_E_ARG, "tfm_block_init: desc.rope_dims 6 must be even, >= 2 and at most the head size 4");
-        memset(&md, 0, sizeof md);
-        md.d_model = 8;
-        md.n_heads = 2;
-        md.max_len = 4;
         md.cross = 1;
         md.rope_dims = 2;
         CHECK_ERR(tfm_mha_init(&a, &md, &mem), TFM_E_ARG, "tfm_mha_init: desc.rope_dims 2: rotary positions are for self-attention");
@@ -2282,17 +2288,10 @@ static void md_gqa(void) {
         tfm_block blk;
         tfm_mha a;
         tfm_mem mem;
-        memset(&d, 0, sizeof d);
-        d.d_model = 8;
-        d.n_heads = 4;
-        d.max_len = 4;
+        md_layer_descs(&d, &md, 4);
         d.n_kv_heads = 3;
         memset(&mem, 0, sizeof mem); /* counting */
         CHECK_ERR(tfm_block_init(&blk, &d, &mem), TFM_E_ARG, "tfm_block_init: desc.n_kv_heads 3 must be 0 or divide desc.n_heads 4");
-        memset(&md, 0, sizeof md);
-        md.d_model = 8;
-        md.n_heads = 4;
-        md.max_len = 4;
         md.n_kv_heads = -4;
         CHECK_ERR(tfm_mha_init(&a, &md, &mem), TFM_E_ARG, "tfm_mha_init: desc.n_kv_heads -4 must be 0 or divide desc.n_heads 4");
         md.n_kv_heads = 2;
