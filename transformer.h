@@ -2976,6 +2976,15 @@ static void tfm__log_softmax_backward_cpu(float *dx, const float *dy, const floa
     }
 }
 
+/* The first index of the greatest of x[0..V-1]; NaN is never greater, so a row whose first value is NaN
+   gives 0 (greedy decoding's choice, the same on both devices) */
+static int64_t tfm__argmax_cpu(const float *x, int64_t V) {
+    int64_t j, best = 0;
+    for (j = 1; j < V; j++)
+        if (x[j] > x[best]) best = j;
+    return best;
+}
+
 /* Returns the mean loss over valid rows (*counted: how many); lse[r] = log-sum-exp of every row r. */
 static float tfm__cross_entropy_forward_cpu(float *lse, const float *x, const int32_t *t, int ignore, float s,
                                             int64_t N, int64_t V, int64_t *counted) {
@@ -4040,6 +4049,24 @@ static __global__ void tfm__k_softmax_bwd(float *dx, const float *dy, const floa
         dx[o + j] += log ? dy[o + j] - tfm__exp(y[o + j]) * s : y[o + j] * (dy[o + j] - s);
 }
 
+/* One block per row: ids[r] = tfm__argmax_cpu of row r (the greatest value, NaN skipped, then its first
+   index, as a maximum of -index: exact while V <= 2^24) */
+static __global__ void tfm__k_argmax(int32_t *ids, const float *x, int64_t V) {
+    TFM__SHARED(float, sh, 32);
+    const float *xr = x + (int64_t)blockIdx.x * V;
+    float m = -INFINITY, first = -INFINITY;
+    int64_t j;
+    for (j = threadIdx.x; j < V; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+    m = tfm__cu_reduce(m, sh, 1);
+    for (j = threadIdx.x; j < V; j += blockDim.x)
+        if (xr[j] == m) {
+            first = -(float)j;
+            break;
+        }
+    first = tfm__cu_reduce(first, sh, 1);
+    if (threadIdx.x == 0) ids[blockIdx.x] = xr[0] != xr[0] || first == -INFINITY ? 0 : (int32_t)-first;
+}
+
 /* One block per row: lse[r], and the row's loss (0 for an ignored row) into rowloss[r] */
 static __global__ void tfm__k_xent(float *rowloss, float *lse, const float *x, const int32_t *t, int ignore, float s,
                                    int64_t V) {
@@ -4554,6 +4581,18 @@ static float tfm__cross_entropy_cuda(float *lse, const float *x, const int32_t *
     return nvalid ? (float)(total / (double)nvalid) : 0.0f;
 }
 
+/* ids (host memory) = the argmax of each of the N rows of x; zeros when the GPU fails (error kept) */
+static void tfm__argmax_cuda(int32_t *ids, const float *x, int64_t N, int64_t V) {
+    unsigned char *ws;
+    memset(ids, 0, (size_t)N * sizeof(int32_t));
+    if (N <= 0 || !(ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t))))) return;
+    TFM__LAUNCH(tfm__k_argmax, (unsigned)N, tfm__cu_row_threads(V), 0, (int32_t *)ws, x, V);
+    TFM__CU_LAUNCHED("tfm__k_argmax");
+    if (!tfm__cu.failed &&
+        !tfm__cuda_ok(cudaMemcpy(ids, ws, (size_t)N * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy (argmax)"))
+        memset(ids, 0, (size_t)N * sizeof(int32_t));
+}
+
 static void tfm__cross_entropy_bwd_cuda(float *dx, float dloss, const float *x, const float *lse, const int32_t *t,
                                         int ignore, float s, int64_t N, int64_t V) {
     size_t off = 0;
@@ -4955,6 +4994,12 @@ static float tfm__op_cross_entropy(tfm_device dev, float *lse, const float *x, c
                                    int64_t N, int64_t V, int64_t *counted) {
     TFM__CUDA(dev, return tfm__cross_entropy_cuda(lse, x, t, ignore, s, N, V, counted));
     return tfm__cross_entropy_forward_cpu(lse, x, t, ignore, s, N, V, counted);
+}
+/* ids[r] (host memory) = tfm__argmax_cpu of row r of x, N rows of V <= 2^24 */
+static void tfm__op_argmax(tfm_device dev, int32_t *ids, const float *x, int64_t N, int64_t V) {
+    int64_t r;
+    TFM__CUDA(dev, tfm__argmax_cuda(ids, x, N, V); return);
+    for (r = 0; r < N; r++) ids[r] = (int32_t)tfm__argmax_cpu(x + r * V, V);
 }
 static void tfm__op_cross_entropy_bwd(tfm_device dev, float *dx, float dloss, const float *x, const float *lse,
                                       const int32_t *t, int ignore, float s, int64_t N, int64_t V) {
@@ -8258,15 +8303,14 @@ static int tfm__is_stop(const tfm_gen_opts *o, int32_t t) {
    double precision. p (V) and cand (V) are work space. */
 static int32_t tfm__pick(float *logits, int64_t V, const tfm_gen_opts *o, tfm_rng *rng, const unsigned char *seen,
                          double *p, tfm__cand *cand) {
-    int64_t j, best = 0, n_keep;
+    int64_t j, best, n_keep;
     double mx, sum = 0.0, cum = 0.0, r;
     float rp = o->repetition_penalty;
     int topk = o->top_k > 0 && o->top_k < V, topp = o->top_p > 0.0f && o->top_p < 1.0f;
     if (seen && rp > 0.0f && rp != 1.0f)
         for (j = 0; j < V; j++)
             if (seen[j]) logits[j] = logits[j] > 0.0f ? logits[j] / rp : logits[j] * rp;
-    for (j = 1; j < V; j++)
-        if (logits[j] > logits[best]) best = j;
+    best = tfm__argmax_cpu(logits, V);
     if (o->temperature <= 0.0f) return (int32_t)best;
     mx = logits[best];
     for (j = 0; j < V; j++) p[j] = exp(((double)logits[j] - mx) / (double)o->temperature);
@@ -8423,14 +8467,14 @@ static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32
     tfm_gen_opts o;
     tfm_kv_cache kc;
     const float *memory = NULL;
-    int encdec, b, i, j, g0, g1, S = 0, p_max = 0, nact, was_training, penal;
+    int encdec, b, i, j, g0, g1, S = 0, p_max = 0, nact, was_training, penal, greedy;
     int64_t V = 0, src_max = 0;
     size_t bytes;
     unsigned char *work, *seen = NULL;
     double *p;
     tfm__cand *cand;
     tfm_rng *rng;
-    int32_t *ids, *act, *from, *tok, *lens, *n_ids;
+    int32_t *ids, *act, *from, *tok, *lens, *n_ids, *picked;
     tfm_result r;
     if (n_out && B > 0)
         for (b = 0; b < B; b++) n_out[b] = 0;
@@ -8450,8 +8494,10 @@ static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32
         if (encdec) src_max = TFM__MAX(src_max, src_lens[b]);
     }
     penal = o.repetition_penalty > 0.0f && o.repetition_penalty != 1.0f;
+    /* greedy without a penalty: each row's argmax where the logits are, and only the ids come back */
+    greedy = o.temperature <= 0.0f && !penal && V <= ((int64_t)1 << 24);
     bytes = (size_t)V * (sizeof(double) + sizeof(tfm__cand)) + (size_t)B * sizeof(tfm_rng) +
-            ((size_t)B * TFM__MAX(p_max, src_max) + 5 * (size_t)B) * sizeof(int32_t) + (penal ? (size_t)B * V : 0);
+            ((size_t)B * TFM__MAX(p_max, src_max) + 6 * (size_t)B) * sizeof(int32_t) + (penal ? (size_t)B * V : 0);
     work = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
     if (!work) return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
     p = (double *)work;
@@ -8463,7 +8509,8 @@ static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32
     tok = from + B;
     lens = tok + B;
     n_ids = lens + B;
-    if (penal) seen = (unsigned char *)(n_ids + B);
+    picked = n_ids + B;
+    if (penal) seen = (unsigned char *)(picked + B);
     r = tfm_kv_cache_init(&kc, m, B, p_max + o.max_new - 1);
     if (r != TFM_OK) {
         TFM_FREE(work, m->cfg.user);
@@ -8498,12 +8545,15 @@ static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32
     nact = B;
     for (;;) {
         int nn = 0, dropped = 0;
-        float *lg = tfm__host_logits(m, (int64_t)nact * V);
+        float *lg = NULL;
+        if (greedy) tfm__op_argmax(m->impl->device, picked, m->impl->logits, nact, V);
+        else lg = tfm__host_logits(m, (int64_t)nact * V);
         for (i = 0; i < nact; i++) {
             int32_t t;
             int stop;
             b = act[i];
-            t = tfm__pick(lg + (int64_t)i * V, V, &o, &rng[b], seen ? seen + (size_t)b * V : NULL, p, cand);
+            t = lg ? tfm__pick(lg + (int64_t)i * V, V, &o, &rng[b], seen ? seen + (size_t)b * V : NULL, p, cand)
+                   : picked[i];
             out[(int64_t)b * out_stride + n_out[b]++] = t;
             if (seen) seen[(size_t)b * V + t] = 1;
             stop = tfm__is_stop(&o, t) || n_out[b] == o.max_new;

@@ -13,7 +13,8 @@
        g++ -fopenmp -o build/bench_gpu_emu build/bench_gpu.o build/tfm_cuda_emu.o -lm
        build/bench_gpu_emu --quick gpu-emu-tiny
 
-   Usage: bench_gpu [--quick] [--tf32] [--no-train] [--no-gen] [--no-check] [--budget SECONDS] [CONFIG...]
+   Usage: bench_gpu [--quick] [--tf32] [--no-train] [--no-gen] [--no-check] [--budget SECONDS]
+                    [--gen-batch 1|8|32] [CONFIG...]
           bench_gpu --list
    CONFIG defaults to $CONFIGS (names separated by spaces or commas), else char-gpt-tiny gpt-small
    gpt2-124M-shape. QUICK=1 in the environment is --quick: few steps, numbers not meant to be read.
@@ -75,6 +76,7 @@ static const gpu_cfg CONFIGS[] = {
 #define MAX_STEPS 1000
 
 static int g_quick = 0;
+static int g_gen_batch = 0; /* --gen-batch N: only that batch in gen (0: 1, 8 and 32) */
 static double g_budget = 8.0; /* seconds of timed runs per measurement (training, one generation batch) */
 static int g_failed = 0;
 static char g_device[256] = "?";
@@ -321,6 +323,7 @@ static void run_gen(const gpu_cfg *b) {
         int B = batches[bi], n = 0, k;
         double spent = 0.0, ms_tok;
         tfm_gen_opts go;
+        if (g_gen_batch && B != g_gen_batch) continue;
         memset(&go, 0, sizeof go);
         go.max_new = n_new;
         for (k = -1; k < reps && (k < 1 || spent < g_budget); k++) { /* one untimed run first */
@@ -375,7 +378,8 @@ static void print_table(void) {
 
 static void usage(FILE *f) {
     int i;
-    fprintf(f, "usage: bench_gpu [--quick] [--tf32] [--no-train] [--no-gen] [--no-check] [--budget SECONDS] [CONFIG...]\n"
+    fprintf(f, "usage: bench_gpu [--quick] [--tf32] [--no-train] [--no-gen] [--no-check] [--budget SECONDS] [--gen-batch 1|8|32]\n"
+               "                 [CONFIG...]\n"
                "       bench_gpu --list\n"
                "CONFIG defaults to $CONFIGS, else the default configs. QUICK=1: --quick. configs:");
     for (i = 0; i < N_CONFIGS; i++) fprintf(f, " %s%s", CONFIGS[i].name, CONFIGS[i].is_default ? "" : "(smoke)");
@@ -398,7 +402,13 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--no-gen") == 0) do_gen = 0;
         else if (strcmp(a, "--no-check") == 0) do_check = 0;
         else if (strcmp(a, "--budget") == 0 && i + 1 < argc) g_budget = atof(argv[++i]);
-        else if (strcmp(a, "--list") == 0) {
+        else if (strcmp(a, "--gen-batch") == 0 && i + 1 < argc) {
+            g_gen_batch = atoi(argv[++i]);
+            if (g_gen_batch != 1 && g_gen_batch != 8 && g_gen_batch != 32) {
+                fprintf(stderr, "bench_gpu: --gen-batch takes 1, 8 or 32\n");
+                return 2;
+            }
+        }        else if (strcmp(a, "--list") == 0) {
             for (i = 0; i < N_CONFIGS; i++) printf("%s\n", CONFIGS[i].name);
             return 0;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {

@@ -619,6 +619,36 @@ static void cu_op_cross_entropy(void) {
         }
 }
 
+/* argmax (greedy decoding's pick) of rows across the block's width, each of a kind whose answer is known
+   without the code under test: random values (the CPU's loop decides), the maximum planted twice (the
+   first index wins), NaN at index 0 (0), NaN elsewhere (skipped), all -inf (0), all NaN (0) */
+static void cu_op_argmax(void) {
+    static const int64_t Vs[] = {1, 2, 31, 32, 33, 511, 513, 5000};
+    cu_rng g = {23};
+    int vi, r;
+    for (vi = 0; vi < (int)(sizeof Vs / sizeof Vs[0]); vi++) {
+        int64_t V = Vs[vi], j, N = 6, lo = V / 7, hi = V - 1 - V / 5;
+        int32_t ids[2][6], want[6];
+        cu_buf x = cu_normal(N * V, &g, 1, 0);
+        float *h = x.h;
+        want[0] = -1; /* random: the CPU loop's answer, checked below to be the row's maximum */
+        h[V + lo] = h[V + hi] = 9.0f, want[1] = (int32_t)lo; /* a tie: the first index */
+        h[2 * V] = NAN, want[2] = 0;
+        for (j = 1; j < V; j += 3) h[3 * V + j] = NAN; /* NaN among the values: the greatest other value */
+        h[3 * V + hi] = 8.0f, want[3] = (int32_t)hi;
+        for (j = 0; j < V; j++) h[4 * V + j] = -INFINITY, h[5 * V + j] = NAN;
+        want[4] = want[5] = 0;
+        cu_push(&x);
+        CU_DEVS tfm__op_argmax(CU_DEV, ids[dv], CU_P(x), N, V);
+        for (j = 1; j < V; j++) CHECK_MSG(h[ids[0][0]] >= h[j], "argmax V=%lld: row 0 holds %g at %lld above the pick %d", (long long)V, (double)h[j], (long long)j, ids[0][0]);
+        for (r = 0; r < (int)N; r++) {
+            if (want[r] >= 0) CHECK_MSG(ids[0][r] == want[r], "argmax V=%lld row %d: CPU %d, want %d", (long long)V, r, ids[0][r], want[r]);
+            CHECK_MSG(ids[1][r] == ids[0][r], "argmax V=%lld row %d: device %d, CPU %d", (long long)V, r, ids[1][r], ids[0][r]);
+        }
+        cu_release(&x, CU_END);
+    }
+}
+
 /* layernorm forward (with and without gain, bias and saved statistics; rows with a mean of 10, where
    the variance cancels) and backward, with the residual NULL (dx written), dx itself (accumulate), a
    separate buffer, and dx left out; dg and db accumulate, or are left out. The same for RMSNorm (rms: no
@@ -3265,6 +3295,7 @@ static void suite_ops(void) {
     RUN(cu_op_linear);
     RUN(cu_op_softmax);
     RUN(cu_op_cross_entropy);
+    RUN(cu_op_argmax);
     RUN(cu_op_layernorm);
     RUN(cu_op_act);
     RUN(cu_op_swiglu);
