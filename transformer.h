@@ -1288,6 +1288,7 @@ TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path);
 #define TFM__SHARED(T, name, n) T *name = (T *)tfm_emu_shared(sizeof(T) * (size_t)(n))
 #define TFM__SHARED_DYN(T, name) T *name = (T *)tfm_emu_dyn_shared()
 #define TFM__HD __host__ __device__
+#define TFM__UNROLL
 #elif defined(__CUDACC__)
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
@@ -1295,6 +1296,7 @@ TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path);
 #define TFM__SHARED(T, name, n) __shared__ T name[n]
 #define TFM__SHARED_DYN(T, name) extern __shared__ T name[]
 #define TFM__HD __host__ __device__
+#define TFM__UNROLL _Pragma("unroll") /* a loop over a compile-time count: registers, not a stack array */
 #else
 #error "transformer.h: TFM_CUDA: the file that defines TFM_IMPLEMENTATION must be a .cu compiled by nvcc (or nvcc -x cu)"
 #undef TFM_CUDA /* the rest compiles as a CPU build, so the message above is the only error */
@@ -4296,6 +4298,14 @@ static __device__ float tfm__cu_dot(const float *a, const float *b, int n) {
     return s;
 }
 
+/* The dropout factor of query i, key j of batch-head bh: 1 without dropout, else 0 or 1/(1 - p) */
+static __device__ float tfm__cu_attn_keep(const tfm__attn_args *a, int bh, int i, int j) {
+    if (!(a->dropout > 0.0f)) return 1.0f;
+    return tfm__hash24(a->seed, (uint64_t)tfm__attn_drop_index(a, bh, i, j)) >= tfm__drop_threshold(a->dropout)
+               ? 1.0f / (1.0f - a->dropout)
+               : 0.0f;
+}
+
 static __global__ void tfm__k_attn_fwd(tfm__attn_args a, const float *q, const float *k, const float *v, float *out,
                                        float *lse, const int32_t *lens, const int32_t *rows, const int32_t *qoff,
                                        const float *mask) {
@@ -4332,10 +4342,7 @@ static __global__ void tfm__k_attn_fwd(tfm__attn_args a, const float *q, const f
         alpha = m == -INFINITY ? 0.0f : tfm__exp(m - mn);
         if (t < nk) p = tfm__exp(s - mn);
         l = l * alpha + tfm__cu_reduce(p, sh, 0);
-        if (t < nk && a.dropout > 0.0f)
-            p = tfm__hash24(a.seed, (uint64_t)tfm__attn_drop_index(&a, bh, i, j0 + t)) >= tfm__drop_threshold(a.dropout)
-                    ? p * (1.0f / (1.0f - a.dropout))
-                    : 0.0f;
+        if (t < nk) p *= tfm__cu_attn_keep(&a, bh, i, j0 + t);
         sp[t] = p;
         __syncthreads();
         for (d = t; d < D; d += blockDim.x) {
@@ -4363,21 +4370,16 @@ static __global__ void tfm__k_attn_dr(float *Dr, float *one, tfm__attn_args a, c
     }
 }
 
-/* The probability, dropout factor and score gradient of query i, key j (both visible): P = e^(S - L),
-   keep = the dropout factor, ds = P (keep dout_i.v_j - Dr_i), or exactly 0 where the query sees one key. */
-static __device__ void tfm__cu_attn_grad(const tfm__attn_args *a, int b, int bh, int i, int j, const float *qi,
-                                         const float *kj, const float *vj, const float *doi, float L, float Dri,
-                                         float onei, float *pd, float *ds) {
-    int D = a->D;
-    float s = a->scale * tfm__cu_dot(qi, kj, D), p, keep = 1.0f;
+/* The probability, dropout factor and score gradient of query i, key j (both visible), from qk = q_i.k_j
+   and dov = dout_i.v_j: P = e^(S - L), pd = P keep, ds = P (keep dov - Dr_i), or exactly 0 where the
+   query sees one key. */
+static __device__ void tfm__cu_attn_grad(const tfm__attn_args *a, int b, int bh, int i, int j, float qk, float dov,
+                                         float L, float Dri, float onei, float *pd, float *ds) {
+    float s = a->scale * qk, p, keep = tfm__cu_attn_keep(a, bh, i, j);
     if (a->mask) s += a->mask[b * a->mask_bs + (int64_t)i * a->Tk + j];
     p = tfm__exp(s - L);
-    if (a->dropout > 0.0f)
-        keep = tfm__hash24(a->seed, (uint64_t)tfm__attn_drop_index(a, bh, i, j)) >= tfm__drop_threshold(a->dropout)
-                   ? 1.0f / (1.0f - a->dropout)
-                   : 0.0f;
     *pd = p * keep;
-    *ds = onei != 0.0f ? 0.0f : p * (keep * tfm__cu_dot(doi, vj, D) - Dri);
+    *ds = onei != 0.0f ? 0.0f : p * (keep * dov - Dri);
 }
 
 /* dq_i += scale sum_j ds_ij k_j: one block per (query i, batch-head) */
@@ -4404,8 +4406,9 @@ static __global__ void tfm__k_attn_dq(tfm__attn_args a, const float *q, const fl
         float pd = 0.0f, ds = 0.0f;
         nk = tfm__attn_block_len(&a, j0, TFM__MIN((int)blockDim.x, n - j0), lo);
         if (t < nk)
-            tfm__cu_attn_grad(&a, b, bh, i, j0 + t, sq, kh + (int64_t)(j0 + t) * a.ldk, vh + (int64_t)(j0 + t) * a.ldv,
-                              sdo, L, Dr[(int64_t)bh * a.Tq + i], one[(int64_t)bh * a.Tq + i], &pd, &ds);
+            tfm__cu_attn_grad(&a, b, bh, i, j0 + t, tfm__cu_dot(sq, kh + (int64_t)(j0 + t) * a.ldk, D),
+                              tfm__cu_dot(sdo, vh + (int64_t)(j0 + t) * a.ldv, D), L, Dr[(int64_t)bh * a.Tq + i],
+                              one[(int64_t)bh * a.Tq + i], &pd, &ds);
         sds[t] = ds;
         __syncthreads();
         for (d = t; d < D; d += blockDim.x) {
@@ -4450,8 +4453,9 @@ static __global__ void tfm__k_attn_dkv(tfm__attn_args a, const float *q, const f
             if (t < ni) {
                 float L = lse[(int64_t)bh * a.Tq + i];
                 if (L != -INFINITY && j < tfm__attn_visible(&a, b, i) && tfm__attn_skip(&a, j, tfm__attn_window_lo(&a, b, i)) == j)
-                    tfm__cu_attn_grad(&a, b, bh, i, j, qh + (int64_t)i * a.ldq, sk, sv, doh + (int64_t)i * lddo, L,
-                                      Dr[(int64_t)bh * a.Tq + i], one[(int64_t)bh * a.Tq + i], &pd, &ds);
+                    tfm__cu_attn_grad(&a, b, bh, i, j, tfm__cu_dot(qh + (int64_t)i * a.ldq, sk, D),
+                                      tfm__cu_dot(doh + (int64_t)i * lddo, sv, D), L, Dr[(int64_t)bh * a.Tq + i],
+                                      one[(int64_t)bh * a.Tq + i], &pd, &ds);
             }
             spd[t] = pd;
             sds[t] = ds;
@@ -4471,6 +4475,283 @@ static __global__ void tfm__k_attn_dkv(tfm__attn_args a, const float *q, const f
     for (d = t; d < D; d += blockDim.x) {
         if (dv) dv[((int64_t)b * a.Tk + j) * lddv + g * D + d] += adv[d];
         if (dk) dk[((int64_t)b * a.Tk + j) * lddk + g * D + d] += a.scale * adk[d];
+    }
+}
+
+/* -- tiled attention, for heads of up to TFM__CU_TD channels (wider ones take the kernels above): a block
+   of 4 warps holds a tile of 4R rows of one side in shared memory (R = 4, or 2 above 64 channels, so that
+   every tile fits the default 48 KB) and runs over the other side in tiles of 32, lane l on row l of the
+   running tile for the dot products and on channels l, l + 32, .. for the sums it accumulates, which stay
+   in registers. Forward and dq: the block's rows are queries, the running tiles keys; dk and dv: the
+   block's rows are keys, the running tiles queries. Every sum has one owner and a fixed order. -- */
+#define TFM__CU_TD 128
+#define TFM__CU_TW 32 /* the running tile: one row per lane */
+
+static __device__ float tfm__cu_warp_max(float v) {
+    int o;
+    for (o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+static __device__ float tfm__cu_warp_sum(float v) {
+    int o;
+    for (o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Whether query i of batch b (its visible count n and window start lo) sees key j */
+static __device__ int tfm__cu_attn_sees(const tfm__attn_args *a, int j, int n, int lo) {
+    return j < n && tfm__attn_skip(a, j, lo) == j;
+}
+
+/* n rows of D floats from src (row stride ld) into shared dst (row stride lds) by the whole block */
+static __device__ void tfm__cu_tile_load(float *dst, int lds, const float *src, int64_t ld, int n, int D) {
+    int x;
+    for (x = (int)threadIdx.x; x < n * D; x += (int)blockDim.x) dst[(x / D) * lds + x % D] = src[(int64_t)(x / D) * ld + x % D];
+}
+
+/* The block's query rows i0.. (nq of them): the most keys any of them sees, and the lowest window start */
+static __device__ void tfm__cu_attn_span(const tfm__attn_args *a, int b, int i0, int nq, int *n_max, int *lo_min) {
+    int r;
+    *n_max = 0;
+    *lo_min = 2147483647;
+    for (r = 0; r < nq; r++) {
+        *n_max = TFM__MAX(*n_max, tfm__attn_visible(a, b, i0 + r));
+        *lo_min = TFM__MIN(*lo_min, tfm__attn_window_lo(a, b, i0 + r));
+    }
+}
+
+/* Forward: block (tile, bh) at bh * tiles + tile; online softmax per query row, as the row kernel. */
+template <int R> static __global__ void tfm__k_attn_fwd_tiled(tfm__attn_args a, const float *q, const float *k, const float *v,
+                                             float *out, float *lse, const int32_t *lens, const int32_t *rows,
+                                             const int32_t *qoff, const float *mask) {
+    TFM__SHARED_DYN(float, sm);
+    int D = a.D, QB = 4 * R, tiles = (a.Tq + QB - 1) / QB, bh = (int)blockIdx.x / tiles, b = bh / a.H, h = bh % a.H;
+    int i0 = ((int)blockIdx.x % tiles) * QB, nq = TFM__MIN(QB, a.Tq - i0), lane = (int)threadIdx.x & 31;
+    int w = (int)threadIdx.x >> 5, n[R], lo[R], n_max, lo_min, r, c, d, j0, jj;
+    float *sq = sm, *sk = sq + QB * D, *sv = sk + TFM__CU_TW * (D + 1), o[R][TFM__CU_TD / 32], m[R], l[R], dot[R];
+    const float *kh, *vh;
+    int64_t kb;
+    tfm__cu_attn_ptrs(&a, q, k, v, out, lse, lens, rows, qoff, mask);
+    kb = rows ? rows[b] : b;
+    kh = k + kb * (a.bsk ? a.bsk : (int64_t)a.Tk * a.ldk) + tfm__attn_kv_head(&a, h) * D;
+    vh = v + kb * (a.bsk ? a.bsk : (int64_t)a.Tk * a.ldv) + tfm__attn_kv_head(&a, h) * D;
+    TFM__UNROLL
+    for (r = 0; r < R; r++) {
+        int i = i0 + w * R + r;
+        n[r] = i < a.Tq ? tfm__attn_visible(&a, b, i) : 0;
+        lo[r] = i < a.Tq ? tfm__attn_window_lo(&a, b, i) : 0;
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        TFM__UNROLL
+        for (c = 0; c < TFM__CU_TD / 32; c++) o[r][c] = 0.0f;
+    }
+    tfm__cu_attn_span(&a, b, i0, nq, &n_max, &lo_min);
+    tfm__cu_tile_load(sq, D, q + ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, nq, D);
+    for (j0 = 0; j0 < n_max; j0 += TFM__CU_TW) {
+        int nk = TFM__MIN(TFM__CU_TW, n_max - j0);
+        if (j0 >= a.sinks && j0 + nk <= lo_min) continue; /* in every row's window gap */
+        tfm__cu_tile_load(sk, D + 1, kh + (int64_t)j0 * a.ldk, a.ldk, nk, D);
+        tfm__cu_tile_load(sv, D, vh + (int64_t)j0 * a.ldv, a.ldv, nk, D);
+        __syncthreads();
+        TFM__UNROLL
+        for (r = 0; r < R; r++) dot[r] = 0.0f;
+        if (lane < nk)
+            for (d = 0; d < D; d++) {
+                float kd = sk[lane * (D + 1) + d];
+                TFM__UNROLL
+                for (r = 0; r < R; r++) dot[r] += sq[(w * R + r) * D + d] * kd;
+            }
+        TFM__UNROLL
+        for (r = 0; r < R; r++) {
+            int i = i0 + w * R + r, j = j0 + lane;
+            float s = -INFINITY, p, bm, mn, alpha;
+            if (lane < nk && tfm__cu_attn_sees(&a, j, n[r], lo[r])) {
+                s = a.scale * dot[r];
+                if (mask) s += mask[b * a.mask_bs + (int64_t)i * a.Tk + j];
+            }
+            bm = tfm__cu_warp_max(s);
+            if (bm == -INFINITY) continue; /* every key of the tile hidden from this row (the whole warp agrees) */
+            mn = bm > m[r] ? bm : m[r];
+            alpha = m[r] == -INFINITY ? 0.0f : tfm__exp(m[r] - mn);
+            p = s == -INFINITY ? 0.0f : tfm__exp(s - mn);
+            l[r] = l[r] * alpha + tfm__cu_warp_sum(p);
+            if (p != 0.0f) p *= tfm__cu_attn_keep(&a, bh, i, j);
+            TFM__UNROLL
+            for (c = 0; c < TFM__CU_TD / 32; c++) o[r][c] *= alpha;
+            for (jj = 0; jj < nk; jj++) {
+                float pj = __shfl_sync(0xffffffffu, p, jj);
+                TFM__UNROLL
+                for (c = 0; c < TFM__CU_TD / 32; c++)
+                    if (lane + 32 * c < D) o[r][c] += pj * sv[jj * D + lane + 32 * c];
+            }
+            m[r] = mn;
+        }
+        __syncthreads(); /* before the next tile overwrites sk and sv */
+    }
+    TFM__UNROLL
+    for (r = 0; r < R; r++) {
+        int i = i0 + w * R + r;
+        float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        if (i >= a.Tq) continue;
+        TFM__UNROLL
+        for (c = 0; c < TFM__CU_TD / 32 && lane + 32 * c < D; c++)
+            out[((int64_t)b * a.Tq + i) * a.ldo + h * D + lane + 32 * c] = o[r][c] * inv;
+        if (lane == 0) lse[(int64_t)bh * a.Tq + i] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+    }
+}
+
+/* dq_i += scale sum_j ds_ij k_j: block (tile, bh) as in forward */
+template <int R> static __global__ void tfm__k_attn_dq_tiled(tfm__attn_args a, const float *q, const float *k, const float *v,
+                                            const float *lse, const int32_t *lens, const float *mask, const float *Dr,
+                                            const float *one, float *dq, int lddq, const float *dout, int lddo) {
+    TFM__SHARED_DYN(float, sm);
+    int D = a.D, QB = 4 * R, tiles = (a.Tq + QB - 1) / QB, bh = (int)blockIdx.x / tiles, b = bh / a.H, h = bh % a.H;
+    int i0 = ((int)blockIdx.x % tiles) * QB, nq = TFM__MIN(QB, a.Tq - i0), lane = (int)threadIdx.x & 31;
+    int w = (int)threadIdx.x >> 5, n[R], lo[R], n_max, lo_min, r, c, d, j0, jj;
+    float *sq = sm, *sdo = sq + QB * D, *sk = sdo + QB * D, *sv = sk + TFM__CU_TW * (D + 1);
+    float acc[R][TFM__CU_TD / 32], L[R], dqk[R], ddv[R];
+    const float *kh = k + (int64_t)b * a.Tk * a.ldk + tfm__attn_kv_head(&a, h) * D;
+    const float *vh = v + (int64_t)b * a.Tk * a.ldv + tfm__attn_kv_head(&a, h) * D;
+    tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
+    TFM__UNROLL
+    for (r = 0; r < R; r++) {
+        int i = i0 + w * R + r;
+        L[r] = i < a.Tq ? lse[(int64_t)bh * a.Tq + i] : -INFINITY;
+        n[r] = L[r] == -INFINITY ? 0 : tfm__attn_visible(&a, b, i);
+        lo[r] = n[r] ? tfm__attn_window_lo(&a, b, i) : 0;
+        TFM__UNROLL
+        for (c = 0; c < TFM__CU_TD / 32; c++) acc[r][c] = 0.0f;
+    }
+    tfm__cu_attn_span(&a, b, i0, nq, &n_max, &lo_min);
+    tfm__cu_tile_load(sq, D, q + ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, nq, D);
+    tfm__cu_tile_load(sdo, D, dout + ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, nq, D);
+    for (j0 = 0; j0 < n_max; j0 += TFM__CU_TW) {
+        int nk = TFM__MIN(TFM__CU_TW, n_max - j0);
+        if (j0 >= a.sinks && j0 + nk <= lo_min) continue;
+        tfm__cu_tile_load(sk, D + 1, kh + (int64_t)j0 * a.ldk, a.ldk, nk, D);
+        tfm__cu_tile_load(sv, D + 1, vh + (int64_t)j0 * a.ldv, a.ldv, nk, D);
+        __syncthreads();
+        TFM__UNROLL
+        for (r = 0; r < R; r++) dqk[r] = ddv[r] = 0.0f;
+        if (lane < nk)
+            for (d = 0; d < D; d++) {
+                float kd = sk[lane * (D + 1) + d], vd = sv[lane * (D + 1) + d];
+                TFM__UNROLL
+                for (r = 0; r < R; r++) {
+                    dqk[r] += sq[(w * R + r) * D + d] * kd;
+                    ddv[r] += sdo[(w * R + r) * D + d] * vd;
+                }
+            }
+        TFM__UNROLL
+        for (r = 0; r < R; r++) {
+            int i = i0 + w * R + r, j = j0 + lane;
+            float pd = 0.0f, ds = 0.0f;
+            if (lane < nk && tfm__cu_attn_sees(&a, j, n[r], lo[r]))
+                tfm__cu_attn_grad(&a, b, bh, i, j, dqk[r], ddv[r], L[r], Dr[(int64_t)bh * a.Tq + i],
+                                  one[(int64_t)bh * a.Tq + i], &pd, &ds);
+            for (jj = 0; jj < nk; jj++) {
+                float dsj = __shfl_sync(0xffffffffu, ds, jj);
+                TFM__UNROLL
+                for (c = 0; c < TFM__CU_TD / 32; c++)
+                    if (lane + 32 * c < D) acc[r][c] += dsj * sk[jj * (D + 1) + lane + 32 * c];
+            }
+        }
+        __syncthreads();
+    }
+    TFM__UNROLL
+    for (r = 0; r < R; r++) {
+        int i = i0 + w * R + r;
+        if (i >= a.Tq) continue;
+        TFM__UNROLL
+        for (c = 0; c < TFM__CU_TD / 32 && lane + 32 * c < D; c++)
+            dq[((int64_t)b * a.Tq + i) * lddq + h * D + lane + 32 * c] += a.scale * acc[r][c];
+    }
+}
+
+/* dv_j += sum_i pd_ij dout_i, dk_j += scale sum_i ds_ij q_i: block (tile, b * Hkv + g) holds 4R keys of key/value
+   head g and runs over the queries of each head of g's group in turn, in tiles of 32 (dk or dv may be NULL) */
+template <int R> static __global__ void tfm__k_attn_dkv_tiled(tfm__attn_args a, const float *q, const float *k, const float *v,
+                                             const float *lse, const int32_t *lens, const float *mask, const float *Dr,
+                                             const float *one, float *dk, int lddk, float *dv, int lddv,
+                                             const float *dout, int lddo) {
+    TFM__SHARED_DYN(float, sm);
+    TFM__SHARED(int, sn, TFM__CU_TW);
+    TFM__SHARED(int, slo, TFM__CU_TW);
+    int Hkv = a.Hkv ? a.Hkv : a.H, G = a.H / Hkv, D = a.D, KB = 4 * R, tiles = (a.Tk + KB - 1) / KB;
+    int bg = (int)blockIdx.x / tiles, b = bg / Hkv, g = bg % Hkv, j0 = ((int)blockIdx.x % tiles) * KB;
+    int nk = TFM__MIN(KB, a.Tk - j0), lane = (int)threadIdx.x & 31, w = (int)threadIdx.x >> 5;
+    int i_lo = 0, i1 = a.Tq, q0, r, c, d, h, ii;
+    float *sk = sm, *sv = sk + KB * D, *sq = sv + KB * D, *sdo = sq + TFM__CU_TW * (D + 1);
+    float adk[R][TFM__CU_TD / 32], adv[R][TFM__CU_TD / 32], dqk[R], ddv[R], L = 0.0f, Dri = 0.0f, onei = 0.0f;
+    tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
+    TFM__UNROLL
+    for (r = 0; r < R; r++)
+        TFM__UNROLL
+        for (c = 0; c < TFM__CU_TD / 32; c++) adk[r][c] = adv[r][c] = 0.0f;
+    tfm__cu_tile_load(sk, D, k + ((int64_t)b * a.Tk + j0) * a.ldk + g * D, a.ldk, nk, D);
+    tfm__cu_tile_load(sv, D, v + ((int64_t)b * a.Tk + j0) * a.ldv + g * D, a.ldv, nk, D);
+    /* causal: only the queries from key j0 on see these keys; with a window, only up to the last key's window
+       (a sink: every query from it on) */
+    if (a.causal && !a.q_off) i_lo = TFM__MIN(j0, a.Tq);
+    if (a.window && a.causal && !a.q_off && j0 >= a.sinks)
+        i1 = TFM__MIN(a.Tq, j0 + nk - 1 + a.window);
+    for (h = g * G; h < g * G + G; h++) {
+        int bh = b * a.H + h;
+        const float *qh = q + (int64_t)b * a.Tq * a.ldq + h * D, *doh = dout + (int64_t)b * a.Tq * lddo + h * D;
+        for (q0 = i_lo; q0 < i1; q0 += TFM__CU_TW) {
+            int nq = TFM__MIN(TFM__CU_TW, i1 - q0), i = q0 + lane;
+            __syncthreads(); /* the last tile is read */
+            tfm__cu_tile_load(sq, D + 1, qh + (int64_t)q0 * a.ldq, a.ldq, nq, D);
+            tfm__cu_tile_load(sdo, D + 1, doh + (int64_t)q0 * lddo, lddo, nq, D);
+            if (threadIdx.x < (unsigned)nq) {
+                int t = (int)threadIdx.x, it = q0 + t;
+                sn[t] = lse[(int64_t)bh * a.Tq + it] == -INFINITY ? 0 : tfm__attn_visible(&a, b, it);
+                slo[t] = tfm__attn_window_lo(&a, b, it);
+            }
+            if (lane < nq) {
+                L = lse[(int64_t)bh * a.Tq + i];
+                Dri = Dr[(int64_t)bh * a.Tq + i];
+                onei = one[(int64_t)bh * a.Tq + i];
+            }
+            __syncthreads();
+            TFM__UNROLL
+            for (r = 0; r < R; r++) dqk[r] = ddv[r] = 0.0f;
+            if (lane < nq)
+                for (d = 0; d < D; d++) {
+                    float qd = sq[lane * (D + 1) + d], dod = sdo[lane * (D + 1) + d];
+                    TFM__UNROLL
+                    for (r = 0; r < R; r++) {
+                        dqk[r] += qd * sk[(w * R + r) * D + d];
+                        ddv[r] += dod * sv[(w * R + r) * D + d];
+                    }
+                }
+            TFM__UNROLL
+            for (r = 0; r < R; r++) {
+                int j = j0 + w * R + r;
+                float pd = 0.0f, ds = 0.0f;
+                if (w * R + r < nk && lane < nq && tfm__cu_attn_sees(&a, j, sn[lane], slo[lane]))
+                    tfm__cu_attn_grad(&a, b, bh, i, j, dqk[r], ddv[r], L, Dri, onei, &pd, &ds);
+                for (ii = 0; ii < nq; ii++) {
+                    float pdi = __shfl_sync(0xffffffffu, pd, ii), dsi = __shfl_sync(0xffffffffu, ds, ii);
+                    TFM__UNROLL
+                    for (c = 0; c < TFM__CU_TD / 32; c++)
+                        if (lane + 32 * c < D) {
+                            adv[r][c] += pdi * sdo[ii * (D + 1) + lane + 32 * c];
+                            adk[r][c] += dsi * sq[ii * (D + 1) + lane + 32 * c];
+                        }
+                }
+            }
+        }
+    }
+    TFM__UNROLL
+    for (r = 0; r < R; r++) {
+        int j = j0 + w * R + r;
+        if (w * R + r >= nk) continue;
+        TFM__UNROLL
+        for (c = 0; c < TFM__CU_TD / 32 && lane + 32 * c < D; c++) {
+            if (dv) dv[((int64_t)b * a.Tk + j) * lddv + g * D + lane + 32 * c] += adv[r][c];
+            if (dk) dk[((int64_t)b * a.Tk + j) * lddk + g * D + lane + 32 * c] += a.scale * adk[r][c];
+        }
     }
 }
 
@@ -4812,6 +5093,19 @@ static int tfm__attention_forward_cuda(const tfm__attn_args *a) {
     tfm__cu_attn_io io;
     unsigned grid = (unsigned)a->Tq * (unsigned)(a->B * a->H); /* block: query row i of batch-head bh at bh * Tq + i */
     if (a->Tq <= 0 || a->B * a->H <= 0 || !tfm__cu_attn_stage(a, &io, 0)) return 1;
+    if (a->D <= TFM__CU_TD) {
+        int R = a->D <= 64 ? 4 : 2;
+        size_t smem = (4 * (size_t)R * a->D + TFM__CU_TW * (2 * (size_t)a->D + 1)) * sizeof(float);
+        grid = (unsigned)((a->Tq + 4 * R - 1) / (4 * R)) * (unsigned)(a->B * a->H);
+        if (R == 4)
+            TFM__LAUNCH(tfm__k_attn_fwd_tiled<4>, grid, 128, smem, *a, a->q, a->k, a->v, a->out, a->lse, io.lens, io.rows,
+                        io.qoff, io.mask);
+        else
+            TFM__LAUNCH(tfm__k_attn_fwd_tiled<2>, grid, 128, smem, *a, a->q, a->k, a->v, a->out, a->lse, io.lens, io.rows,
+                        io.qoff, io.mask);
+        TFM__CU_LAUNCHED("tfm__k_attn_fwd_tiled");
+        return 1;
+    }
     TFM__LAUNCH(tfm__k_attn_fwd, grid, TFM__CU_ATT, (2 * (size_t)a->D + TFM__CU_ATT) * sizeof(float), *a, a->q, a->k, a->v,
                 a->out, a->lse, io.lens, io.rows, io.qoff, io.mask);
     TFM__CU_LAUNCHED("tfm__k_attn_fwd");
@@ -4828,6 +5122,31 @@ static int tfm__attention_backward_cuda(const tfm__attn_args *a, float *dq, int 
     TFM__LAUNCH(tfm__k_attn_dr, tfm__cu_grid(nrow), TFM__CU_THREADS, 0, io.Dr, one, *a, a->out, dout, lddo, io.lens,
                 io.mask);
     TFM__CU_LAUNCHED("tfm__k_attn_dr");
+    if (a->D <= TFM__CU_TD) { /* the tiled kernels: 4R rows a block */
+        int R = a->D <= 64 ? 4 : 2, Hkv = a->Hkv ? a->Hkv : a->H;
+        size_t smem = (8 * (size_t)R * a->D + 2 * (size_t)TFM__CU_TW * (a->D + 1)) * sizeof(float);
+        unsigned gq = (unsigned)((a->Tq + 4 * R - 1) / (4 * R)) * (unsigned)(a->B * a->H);
+        unsigned gk = (unsigned)((a->Tk + 4 * R - 1) / (4 * R)) * (unsigned)(a->B * Hkv);
+        if (dq) {
+            if (R == 4)
+                TFM__LAUNCH(tfm__k_attn_dq_tiled<4>, gq, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr,
+                            one, dq, lddq, dout, lddo);
+            else
+                TFM__LAUNCH(tfm__k_attn_dq_tiled<2>, gq, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr,
+                            one, dq, lddq, dout, lddo);
+            TFM__CU_LAUNCHED("tfm__k_attn_dq_tiled");
+        }
+        if (dk || dv) {
+            if (R == 4)
+                TFM__LAUNCH(tfm__k_attn_dkv_tiled<4>, gk, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr,
+                            one, dk, lddk, dv, lddv, dout, lddo);
+            else
+                TFM__LAUNCH(tfm__k_attn_dkv_tiled<2>, gk, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr,
+                            one, dk, lddk, dv, lddv, dout, lddo);
+            TFM__CU_LAUNCHED("tfm__k_attn_dkv_tiled");
+        }
+        return 1;
+    }
     if (dq) {
         unsigned grid = (unsigned)a->Tq * (unsigned)(a->B * a->H);
         TFM__LAUNCH(tfm__k_attn_dq, grid, TFM__CU_ATT, (3 * (size_t)a->D + TFM__CU_ATT) * sizeof(float), *a, a->q, a->k,
