@@ -466,7 +466,9 @@ static void sg_test_kernel_select(void) {
 #endif
 static void sg_nopack_kernel(const tfm__gemm_kernel *k) {
     const sg_dims dims[] = {{1, 1, 1}, {k->mr + 1, k->nr - 1, 1}, {k->mr - 1, 2 * k->nr + 1, 17},
-                            {k->mc + 3, k->nr + 5, k->kc + 1}, {9, k->nc + 7, 2 * k->kc + 3}, {37, 45, 300}};
+                            {k->mc + 3, k->nr + 5, k->kc + 1}, {9, k->nc + 7, 2 * k->kc + 3}, {37, 45, 300},
+                            /* a small B (K * N <= 4096) under many rows: read in place, not packed */
+                            {64, 32, 32}, {100, 64, 64}};
     int saved = tfm_get_num_threads();
     for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
         for (int ta = 0; ta < 2; ta++)
