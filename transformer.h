@@ -4255,16 +4255,47 @@ static __global__ void tfm__k_mean_pool_bwd(float *dx, const float *dy, const in
     }
 }
 
-static __global__ void tfm__k_adamw(float *w, const float *g, float *m, float *v, int64_t n, float scale, float b1,
-                                    float b2, float eps, float step_size, float bc2s, float decay) {
-    TFM__CU_LOOP(i, n) tfm__adamw_one(w + i, g[i] * scale, m + i, v + i, b1, b2, eps, step_size, bc2s, decay);
+/* One parameter of a multi-tensor launch: its arrays and length, its weight-decay factor, and c0, the
+   first of its chunks (TFM__CU_CHUNK floats each, a block's share); a launch covers every chunk of its
+   list, so a step is one launch for AdamW and one for the gradient norm per 256 parameters. */
+typedef struct tfm__cu_job {
+    float *w, *m, *v;
+    const float *g;
+    int64_t n, c0;
+    float decay;
+} tfm__cu_job;
+#define TFM__CU_CHUNK 4096
+
+/* The job of this block (the last of jobs[0..n) with c0 <= blockIdx.x: an empty one owns no chunk) and
+   the block's range [*lo, *hi) in it */
+static __device__ const tfm__cu_job *tfm__cu_job_of(const tfm__cu_job *jobs, int n, int64_t *lo, int64_t *hi) {
+    int a = 0, b = n - 1;
+    int64_t blk = (int64_t)blockIdx.x;
+    while (a < b) {
+        int mid = (a + b + 1) / 2;
+        if (jobs[mid].c0 <= blk) a = mid;
+        else b = mid - 1;
+    }
+    *lo = (blk - jobs[a].c0) * TFM__CU_CHUNK;
+    *hi = TFM__MIN(jobs[a].n, *lo + TFM__CU_CHUNK);
+    return jobs + a;
 }
 
-/* part[block] = sum of g^2 over the block's share, in double */
-static __global__ void tfm__k_sumsq(double *part, const float *g, int64_t n) {
+static __global__ void tfm__k_adamw(const tfm__cu_job *jobs, int n, float scale, float b1, float b2, float eps,
+                                    float step_size, float bc2s) {
+    int64_t lo, hi, i;
+    const tfm__cu_job *p = tfm__cu_job_of(jobs, n, &lo, &hi);
+    for (i = lo + threadIdx.x; i < hi; i += blockDim.x)
+        tfm__adamw_one(p->w + i, p->g[i] * scale, p->m + i, p->v + i, b1, b2, eps, step_size, bc2s, p->decay);
+}
+
+/* part[block] = the sum of g^2 over the block's chunk, in double */
+static __global__ void tfm__k_sumsq(double *part, const tfm__cu_job *jobs, int n) {
     TFM__SHARED(double, sh, 32);
+    int64_t lo, hi, i;
+    const tfm__cu_job *p = tfm__cu_job_of(jobs, n, &lo, &hi);
     double s = 0.0;
-    TFM__CU_LOOP(i, n) s += (double)g[i] * (double)g[i];
+    for (i = lo + threadIdx.x; i < hi; i += blockDim.x) s += (double)p->g[i] * (double)p->g[i];
     s = tfm__cu_reduce(s, sh, 0);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
@@ -5029,44 +5060,66 @@ static void tfm__mean_pool_cuda(float *y, const float *x, const int32_t *lens, i
     }
 }
 
-static void tfm__adamw_cuda(float *w, const float *g, float *mm, float *vv, int64_t n, float scale, float b1, float b2,
-                            float eps, float step_size, float bc2s, float decay) {
-    if (n <= 0) return;
-    TFM__LAUNCH(tfm__k_adamw, tfm__cu_grid(n), TFM__CU_THREADS, 0, w, g, mm, vv, n, scale, b1, b2, eps, step_size, bc2s,
-                decay);
-    TFM__CU_LAUNCHED("tfm__k_adamw");
-}
-
-/* part[i] = the sum of squares of ps[i].grad, i < n (n <= 256), with one read-back for all: each
-   parameter's blocks (tfm__k_sumsq) write their partial sums, in double, to their own place in the work
-   space (no wait between the launches), then one copy brings them all and the host adds each
-   parameter's in block order. */
-static void tfm__sumsqs_cuda(const tfm_adamw_param *ps, int n, double *part) {
-    int64_t at[257], total = 0;
-    unsigned char *ws;
-    double *host;
+/* The jobs of ps[0..n) (n <= 256) in jt, the decay factor where ps[i].decay or decay_all (else 1); returns
+   their chunks */
+static int64_t tfm__cu_jobs(tfm__cu_job *jt, const tfm_adamw_param *ps, int n, float decay, int decay_all) {
+    int64_t c = 0;
     int i;
     for (i = 0; i < n; i++) {
-        part[i] = 0.0;
-        at[i] = total;
-        total += tfm_numel(&ps[i].grad) > 0 ? tfm__cu_grid(tfm_numel(&ps[i].grad)) : 0;
+        jt[i].w = ps[i].value.data;
+        jt[i].g = ps[i].grad.data;
+        jt[i].m = ps[i].m.data;
+        jt[i].v = ps[i].v.data;
+        jt[i].n = tfm_numel(&ps[i].grad);
+        jt[i].c0 = c;
+        jt[i].decay = ps[i].decay || decay_all ? decay : 1.0f;
+        c += (jt[i].n + TFM__CU_CHUNK - 1) / TFM__CU_CHUNK;
     }
-    at[n] = total;
-    if (total == 0 || !(ws = tfm__cuda_ws((size_t)total * sizeof(double)))) return;
-    if (!(host = (double *)(void *)tfm__cuda_host((size_t)total * 2))) return;
-    for (i = 0; i < n; i++) {
-        int64_t m = tfm_numel(&ps[i].grad);
-        if (m <= 0) continue;
-        TFM__LAUNCH(tfm__k_sumsq, (unsigned)(at[i + 1] - at[i]), TFM__CU_THREADS, 0, (double *)(void *)ws + at[i],
-                    ps[i].grad.data, m);
-        TFM__CU_LAUNCHED("tfm__k_sumsq");
+    return c;
+}
+
+static void tfm__adamw_cuda(const tfm_adamw_param *ps, int n, float scale, float b1, float b2, float eps,
+                            float step_size, float bc2s, float decay, int decay_all) {
+    tfm__cu_job jt[256];
+    int g0;
+    for (g0 = 0; g0 < n; g0 += 256) {
+        int gn = TFM__MIN(256, n - g0);
+        int64_t chunks = tfm__cu_jobs(jt, ps + g0, gn, decay, decay_all);
+        size_t off = 0;
+        unsigned char *ws;
+        const tfm__cu_job *dj;
+        if (chunks == 0) continue;
+        if (!(ws = tfm__cuda_ws(TFM__CU_ROUND(gn * sizeof *jt)))) return;
+        dj = (const tfm__cu_job *)tfm__cuda_put(ws, &off, jt, gn * sizeof *jt);
+        if (tfm__cu.failed) return;
+        TFM__LAUNCH(tfm__k_adamw, (unsigned)chunks, TFM__CU_THREADS, 0, dj, gn, scale, b1, b2, eps, step_size, bc2s);
+        TFM__CU_LAUNCHED("tfm__k_adamw");
     }
-    if (!tfm__cuda_ok(cudaMemcpy(host, ws, (size_t)total * sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy (norm)"))
+}
+
+/* part[i] = the sum of squares of ps[i].grad, i < n (n <= 256): one launch writes every chunk's partial sum
+   (in double) to the work space, one copy brings them all back, and the host adds each parameter's in
+   chunk order. */
+static void tfm__sumsqs_cuda(const tfm_adamw_param *ps, int n, double *part) {
+    tfm__cu_job jt[256];
+    int64_t chunks = tfm__cu_jobs(jt, ps, n, 1.0f, 0), k;
+    size_t off = 0;
+    unsigned char *ws;
+    const tfm__cu_job *dj;
+    double *host, *dpart;
+    int i;
+    for (i = 0; i < n; i++) part[i] = 0.0;
+    if (chunks == 0 || !(ws = tfm__cuda_ws(TFM__CU_ROUND(n * sizeof *jt) + (size_t)chunks * sizeof(double)))) return;
+    if (!(host = (double *)(void *)tfm__cuda_host((size_t)chunks * 2))) return;
+    dj = (const tfm__cu_job *)tfm__cuda_put(ws, &off, jt, n * sizeof *jt);
+    dpart = (double *)(void *)(ws + off);
+    if (tfm__cu.failed) return;
+    TFM__LAUNCH(tfm__k_sumsq, (unsigned)chunks, TFM__CU_THREADS, 0, dpart, dj, n);
+    TFM__CU_LAUNCHED("tfm__k_sumsq");
+    if (!tfm__cuda_ok(cudaMemcpy(host, dpart, (size_t)chunks * sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy (norm)"))
         return;
-    for (i = 0; i < n; i++) {
-        int64_t k;
-        for (k = at[i]; k < at[i + 1]; k++) part[i] += host[k];
-    }
+    for (i = 0; i < n; i++)
+        for (k = jt[i].c0; k < (i + 1 < n ? jt[i + 1].c0 : chunks); k++) part[i] += host[k];
 }
 
 /* The host arrays of an attention call (lengths, cache slots and offsets, mask) staged on the device. */
@@ -5419,10 +5472,15 @@ static void tfm__op_pool_bwd(tfm_device dev, int pool, float *dx, const float *d
     TFM__CUDA(dev, tfm__mean_pool_cuda(dx, dy, lens, B, T, C, 1); return);
     tfm__mean_pool_backward_cpu(dx, dy, lens, B, T, C);
 }
-static void tfm__op_adamw(tfm_device dev, float *w, const float *g, float *mm, float *vv, int64_t n, float scale,
-                          float b1, float b2, float eps, float step_size, float bc2s, float decay) {
-    TFM__CUDA(dev, tfm__adamw_cuda(w, g, mm, vv, n, scale, b1, b2, eps, step_size, bc2s, decay); return);
-    tfm__adamw_cpu(w, g, mm, vv, n, scale, b1, b2, eps, step_size, bc2s, decay);
+/* One AdamW update of each of ps[0..n) (all on dev), the weight-decay factor `decay` where ps[i].decay or
+   decay_all, else none: on the CPU one parameter after another, on the GPU one launch per 256. */
+static void tfm__op_adamw(tfm_device dev, const tfm_adamw_param *ps, int n, float scale, float b1, float b2, float eps,
+                          float step_size, float bc2s, float decay, int decay_all) {
+    int i;
+    TFM__CUDA(dev, tfm__adamw_cuda(ps, n, scale, b1, b2, eps, step_size, bc2s, decay, decay_all); return);
+    for (i = 0; i < n; i++)
+        tfm__adamw_cpu(ps[i].value.data, ps[i].grad.data, ps[i].m.data, ps[i].v.data, tfm_numel(&ps[i].value), scale,
+                       b1, b2, eps, step_size, bc2s, ps[i].decay || decay_all ? decay : 1.0f);
 }
 /* part[i] = the sum of squares (in double) of ps[i].grad for n <= 256 parameters on one device: on the CPU
    a task each, on threads; on the GPU with one read-back for all (tfm__sumsqs_cuda). */
@@ -8322,7 +8380,6 @@ static tfm_result tfm__adamw_apply(const char *fn, const tfm_optim *o, const tfm
                                    double sumsq, float *grad_norm) {
     double total = sqrt(sumsq), bc1, bc2;
     float scale = 1.0f, lr;
-    int i;
     if (grad_norm) *grad_norm = (float)total;
     if (!isfinite(total)) return tfm__fail(TFM_E_ARG, "%s: the gradient norm is %g (not finite); no update made", fn, total);
     if (o->clip_norm > 0.0f && total > 0.0) {
@@ -8332,12 +8389,9 @@ static tfm_result tfm__adamw_apply(const char *fn, const tfm_optim *o, const tfm
     lr = tfm__lr(o, step);
     bc1 = 1.0 - pow((double)o->beta1, (double)step);
     bc2 = 1.0 - pow((double)o->beta2, (double)step);
-    for (i = 0; i < n; i++) {
-        const tfm_adamw_param *p = &ps[i];
-        float decay = (p->decay || o->decay_all) ? 1.0f - lr * o->weight_decay : 1.0f;
-        tfm__op_adamw(p->value.device, p->value.data, p->grad.data, p->m.data, p->v.data, tfm_numel(&p->value), scale,
-                      o->beta1, o->beta2, o->eps, (float)(lr / bc1), (float)sqrt(bc2), decay);
-    }
+    if (n > 0)
+        tfm__op_adamw(ps[0].value.device, ps, n, scale, o->beta1, o->beta2, o->eps, (float)(lr / bc1), (float)sqrt(bc2),
+                      1.0f - lr * o->weight_decay, o->decay_all);
     return TFM_OK;
 }
 

@@ -927,8 +927,12 @@ static void cu_op_adamw(void) {
         for (k = 1; k <= 3; k++) { /* steps 1..3: bias corrections, clipping scale, decay */
             double lr = 1e-3, bc1 = 1.0 - pow(0.9, k), bc2 = 1.0 - pow(0.999, k);
             float scale = k == 2 ? 1.0f : 0.37f, decay = k == 3 ? 1.0f : (float)(1.0 - lr * 0.01);
-            CU_DEVS tfm__op_adamw(CU_DEV, CU_P(w), CU_P(gr), CU_P(m), CU_P(v), n, scale, 0.9f, 0.999f, 1e-8f, (float)(lr / bc1),
-                                  (float)sqrt(bc2), decay);
+            CU_DEVS {
+                tfm_adamw_param p;
+                p.value = cu_t(&w, dv, n, 0, 0), p.grad = cu_t(&gr, dv, n, 0, 0), p.m = cu_t(&m, dv, n, 0, 0);
+                p.v = cu_t(&v, dv, n, 0, 0), p.decay = k != 2; /* step 2: decay_all does it */
+                tfm__op_adamw(CU_DEV, &p, 1, scale, 0.9f, 0.999f, 1e-8f, (float)(lr / bc1), (float)sqrt(bc2), decay, k == 2);
+            }
         }
         cu_check(cu_fmt("adamw n=%lld: w", (long long)n), &w, CU_TOL);
         cu_check(cu_fmt("adamw n=%lld: m", (long long)n), &m, CU_TOL);
@@ -959,6 +963,34 @@ static void cu_op_adamw(void) {
             cu_check_scalar(cu_fmt("sumsq n=%lld (a list of %d)", (long long)counts[i], nc), ss[1][i], ss[0][i], CU_TOL, 1e-30);
         tfm__op_sumsqs(TFM_DEVICE_CUDA, &ps[1][nc - 1], 1, &alone);
         CHECK_MSG(alone == ss[1][nc - 1], "sumsq alone %.17g, in the list %.17g", alone, ss[1][nc - 1]);
+        /* AdamW over the same list in one call (one launch on the GPU), every other parameter decayed: each
+           parameter against the CPU's update of it */
+        {
+            cu_buf wm[3][16];
+            int t;
+            for (i = 0; i < nc; i++)
+                for (t = 0; t < 3; t++) wm[t][i] = cu_normal(counts[i], &g, t == 0 ? 1.0 : 0.01, 0);
+            for (i = 0; i < nc; i++) {
+                int64_t j;
+                for (j = 0; j < counts[i]; j++) wm[2][i].h[j] = fabsf(wm[2][i].h[j]);
+                cu_push(&wm[2][i]);
+            }
+            CU_DEVS {
+                for (i = 0; i < nc; i++) {
+                    ps[dv][i].value = cu_t(&wm[0][i], dv, counts[i], 0, 0);
+                    ps[dv][i].m = cu_t(&wm[1][i], dv, counts[i], 0, 0);
+                    ps[dv][i].v = cu_t(&wm[2][i], dv, counts[i], 0, 0);
+                    ps[dv][i].decay = i % 2;
+                }
+                tfm__op_adamw(CU_DEV, ps[dv], nc, 0.5f, 0.9f, 0.999f, 1e-8f, 1e-3f, 0.03f, 0.99f, 0);
+            }
+            for (i = 0; i < nc; i++)
+                for (t = 0; t < 3; t++) {
+                    cu_check(cu_fmt("adamw n=%lld (a list of %d): %s", (long long)counts[i], nc, t == 0 ? "w" : t == 1 ? "m" : "v"),
+                             &wm[t][i], CU_TOL);
+                    cu_free(&wm[t][i]);
+                }
+        }
         for (i = 0; i < nc; i++) cu_free(&x[i]);
     }
 }
