@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/gpu_check.sh - the one prepared command that checks transformer.h's CUDA backend on a machine
-# with an NVIDIA GPU. Run it from anywhere; it works in the repository root. About 4 minutes on an
-# H100 (each step has its own time limit, and the whole run a deadline of 6 minutes).
+# with an NVIDIA GPU. Run it from anywhere; it works in the repository root. About 3 minutes on an H200,
+# 4-5 with the profiles (each step has its own time limit, and the whole run a deadline of 6 minutes).
 #
 #   (a) the device (nvidia-smi) and the compiler (nvcc --version)
 #   (b) tests/test_cuda.cu built with nvcc for the GPU's architecture (make build/test_cuda, else nvcc
@@ -10,7 +10,11 @@
 #   (d) the GPU benchmark: bench/tfm_cuda.cu by nvcc, bench/bench_gpu.c by cc (plain C), linked; run for
 #       char-gpt-tiny, gpt-small and gpt2-124M-shape; then bench/torch_gpu.py, PyTorch eager on the same
 #       GPU (fp32 with TF32 off, and TF32 on as a second peer). Its build runs beside (b)'s.
-#   (e) a summary: device, test counts, sanitizer error counts, the bench rows (ours, torch, ratio)
+#   (d2) time allowing, ncu's kernel times over quick runs of the bench (training, and decoding at batch
+#       32): the CSVs beside the log (ncu_train_CONFIG.csv, ncu_gen32_CONFIG.csv), summarised by
+#       tools/ncu_summary.py (where the time goes, by kernel)
+#   (e) a summary: device, test counts, sanitizer error counts, the bench rows (ours, torch, ratio), the
+#       profiles' top kernels
 # Every step runs even when an earlier one failed; the exit status is 1 when any step failed.
 #
 # Everything goes to one log: $GPU_CHECK_LOG, else $OUT/gpu_check.log when OUT is set (the device tool's
@@ -21,6 +25,8 @@
 #   GPU_CHECK_ARCH=sm_NN     target (default: the GPU's compute capability, else sm_90)
 #   GPU_CHECK_CONFIGS="..."  bench configs (default: char-gpt-tiny gpt-small gpt2-124M-shape)
 #   GPU_CHECK_LEAKS=1        memcheck with --leak-check full (cuBLAS's own allocations may show)
+#   GPU_CHECK_PROFILE=0      no ncu profile (default: a quick training run and batch-32 decoding of each
+#                            of GPU_CHECK_PROFILE_CONFIGS, default gpt-small gpt2-124M-shape, when time is left)
 #   NVCC, CC, PYTHON         the tools (default nvcc, cc, python3)
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -34,6 +40,8 @@ SKIP_BENCH=${GPU_CHECK_SKIP_BENCH:-0}
 ONLY_TESTS=${GPU_CHECK_ONLY_TESTS:-0}
 if [ "$ONLY_TESTS" = 1 ]; then SKIP_BENCH=1; fi
 BENCH_CONFIGS=${GPU_CHECK_CONFIGS:-char-gpt-tiny gpt-small gpt2-124M-shape}
+PROFILE=${GPU_CHECK_PROFILE:-1}
+PROFILE_CONFIGS=${GPU_CHECK_PROFILE_CONFIGS:-gpt-small gpt2-124M-shape}
 CC=${CC:-cc}
 PYTHON=${PYTHON:-python3}
 NVCC=${NVCC:-nvcc}
@@ -220,6 +228,23 @@ if [ "$SKIP_BENCH" != 1 ]; then
     grep -E '^(RESULT|INFO|FAIL)' "$TMP/torch.txt" >> "$TMP/results.txt"
 fi
 
+# ---- (d2) where the time goes: ncu's kernel times over quick bench runs (optional, time allowing) -----
+NCU=$(command -v ncu 2>/dev/null)
+if [ -z "$NCU" ] && [ -x /usr/local/cuda/bin/ncu ]; then NCU=/usr/local/cuda/bin/ncu; fi
+PROFILES=()
+if [ "$SKIP_BENCH" != 1 ] && [ "$PROFILE" = 1 ] && [ -n "$NCU" ] && [ -x "$B/bench_gpu" ]; then
+    OUTDIR=$(dirname "$LOG")
+    for c in $PROFILE_CONFIGS; do
+        for mode in train gen32; do
+            f="$OUTDIR/ncu_${mode}_$c.csv"
+            if [ "$mode" = train ]; then what=(--no-gen); n=2500; else what=(--no-train --gen-batch 32); n=3000; fi
+            run_step "profile $mode $c" 45 3 "$f" optional -- "$NCU" --clock-control none --metrics gpu__time_duration.sum \
+                --print-summary per-kernel --csv --launch-count "$n" "$B/bench_gpu" --quick --no-check "${what[@]}" "$c"
+            if [ -s "$f" ]; then PROFILES+=("$f"); fi
+        done
+    done
+fi
+
 # ---- (e) summary --------------------------------------------------------------------------------------
 {
     echo ""
@@ -280,6 +305,10 @@ fi
     elif [ "$SKIP_BENCH" = 1 ]; then
         echo "bench:   skipped (GPU_CHECK_SKIP_BENCH or GPU_CHECK_ONLY_TESTS)"
     fi
+    for f in ${PROFILES[@]+"${PROFILES[@]}"}; do
+        echo ""
+        "$PYTHON" tools/ncu_summary.py "$f" 10
+    done
     echo ""
     echo "total: $(elapsed) s; $([ "$FAILED" = 0 ] && echo 'every step passed' || echo 'SOME STEPS FAILED'); log: $LOG"
 } | tee -a "$LOG"
