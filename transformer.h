@@ -4529,7 +4529,7 @@ static __device__ float tfm__cu_warp_sum(float v) {
     return v;
 }
 
-/* Whether query i of batch b (its visible count n and window start lo) sees key j */
+/* Whether a query that sees n keys from window start lo (tfm__attn_visible, tfm__attn_window_lo) sees key j */
 static __device__ int tfm__cu_attn_sees(const tfm__attn_args *a, int j, int n, int lo) {
     return j < n && tfm__attn_skip(a, j, lo) == j;
 }
@@ -4537,7 +4537,8 @@ static __device__ int tfm__cu_attn_sees(const tfm__attn_args *a, int j, int n, i
 /* n rows of D floats from src (row stride ld) into shared dst (row stride lds) by the whole block */
 static __device__ void tfm__cu_tile_load(float *dst, int lds, const float *src, int64_t ld, int n, int D) {
     int x;
-    for (x = (int)threadIdx.x; x < n * D; x += (int)blockDim.x) dst[(x / D) * lds + x % D] = src[(int64_t)(x / D) * ld + x % D];
+    for (x = (int)threadIdx.x; x < n * D; x += (int)blockDim.x)
+        dst[(x / D) * lds + x % D] = src[(int64_t)(x / D) * ld + x % D];
 }
 
 /* The block's query rows i0.. (nq of them): the most keys any of them sees, and the lowest window start */
@@ -4552,7 +4553,8 @@ static __device__ void tfm__cu_attn_span(const tfm__attn_args *a, int b, int i0,
 }
 
 /* Forward: block (tile, bh) at bh * tiles + tile; online softmax per query row, as the row kernel. */
-template <int R> static __global__ void tfm__k_attn_fwd_tiled(tfm__attn_args a, const float *q, const float *k, const float *v,
+template <int R>
+static __global__ void tfm__k_attn_fwd_tiled(tfm__attn_args a, const float *q, const float *k, const float *v,
                                              float *out, float *lse, const int32_t *lens, const int32_t *rows,
                                              const int32_t *qoff, const float *mask) {
     TFM__SHARED_DYN(float, sm);
@@ -4632,7 +4634,8 @@ template <int R> static __global__ void tfm__k_attn_fwd_tiled(tfm__attn_args a, 
 }
 
 /* dq_i += scale sum_j ds_ij k_j: block (tile, bh) as in forward */
-template <int R> static __global__ void tfm__k_attn_dq_tiled(tfm__attn_args a, const float *q, const float *k, const float *v,
+template <int R>
+static __global__ void tfm__k_attn_dq_tiled(tfm__attn_args a, const float *q, const float *k, const float *v,
                                             const float *lse, const int32_t *lens, const float *mask, const float *Dr,
                                             const float *one, float *dq, int lddq, const float *dout, int lddo) {
     TFM__SHARED_DYN(float, sm);
@@ -4701,7 +4704,8 @@ template <int R> static __global__ void tfm__k_attn_dq_tiled(tfm__attn_args a, c
 
 /* dv_j += sum_i pd_ij dout_i, dk_j += scale sum_i ds_ij q_i: block (tile, b * Hkv + g) holds 4R keys of key/value
    head g and runs over the queries of each head of g's group in turn, in tiles of 32 (dk or dv may be NULL) */
-template <int R> static __global__ void tfm__k_attn_dkv_tiled(tfm__attn_args a, const float *q, const float *k, const float *v,
+template <int R>
+static __global__ void tfm__k_attn_dkv_tiled(tfm__attn_args a, const float *q, const float *k, const float *v,
                                              const float *lse, const int32_t *lens, const float *mask, const float *Dr,
                                              const float *one, float *dk, int lddk, float *dv, int lddv,
                                              const float *dout, int lddo) {
