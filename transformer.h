@@ -3294,11 +3294,12 @@ static void tfm__embedding_backward_cpu(float *dw, const float *dy, const int32_
 }
 
 /* y[b,t] = x[b,t] + w[t] */
-static void tfm__pos_add_cpu(float *y, const float *x, const float *w, int64_t B, int64_t T, int64_t C) {
+static void tfm__pos_add_cpu(float *y, const float *x, const float *w, const int32_t *p0, int64_t B, int64_t T,
+                             int64_t C) {
     int64_t bt;
     TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(B * T * C)))
     for (bt = 0; bt < B * T; bt++) {
-        const float *xr = x + bt * C, *wr = w + (bt % T) * C;
+        const float *xr = x + bt * C, *wr = w + ((p0 ? p0[bt / T] : 0) + bt % T) * C;
         float *yr = y + bt * C;
         int64_t j;
         for (j = 0; j < C; j++) yr[j] = xr[j] + wr[j];
@@ -4226,10 +4227,11 @@ static __global__ void tfm__k_embedding_bwd(float *dw, const float *dy, const in
     }
 }
 
-/* y[b,t] = x[b,t] + w[t] (w NULL: the sinusoidal table; x NULL: zeros) */
-static __global__ void tfm__k_pos_add(float *y, const float *x, const float *w, int64_t B, int64_t T, int64_t C) {
+/* y[b,t] = x[b,t] + w[p0[b] + t] (w NULL: the sinusoidal table; x NULL: zeros; p0 NULL: 0) */
+static __global__ void tfm__k_pos_add(float *y, const float *x, const float *w, const int32_t *p0, int64_t B, int64_t T,
+                                      int64_t C) {
     TFM__CU_LOOP(i, B * T * C) {
-        int64_t t = (i / C) % T, c = i % C;
+        int64_t t = (i / C) % T + (p0 ? p0[i / (T * C)] : 0), c = i % C;
         y[i] = (x ? x[i] : 0.0f) + (w ? w[t * C + c] : tfm__sinusoid(t, c, C));
     }
 }
@@ -5032,9 +5034,19 @@ static void tfm__embedding_cuda(float *y, const int32_t *ids, const float *w, fl
     }
 }
 
-static void tfm__pos_add_cuda(float *y, const float *x, const float *w, int64_t B, int64_t T, int64_t C) {
+/* p0 (host memory, B offsets) staged on the device: one launch for rows at their own positions */
+static void tfm__pos_add_cuda(float *y, const float *x, const float *w, const int32_t *p0, int64_t B, int64_t T,
+                              int64_t C) {
+    const int32_t *dp0 = NULL;
     if (B * T * C <= 0) return;
-    TFM__LAUNCH(tfm__k_pos_add, tfm__cu_grid(B * T * C), TFM__CU_THREADS, 0, y, x, w, B, T, C);
+    if (p0) {
+        size_t off = 0;
+        unsigned char *ws = tfm__cuda_ws(TFM__CU_ROUND(B * sizeof(int32_t)));
+        if (!ws) return;
+        dp0 = (const int32_t *)tfm__cuda_put(ws, &off, p0, (size_t)B * sizeof(int32_t));
+        if (tfm__cu.failed) return; /* never index with offsets that did not arrive */
+    }
+    TFM__LAUNCH(tfm__k_pos_add, tfm__cu_grid(B * T * C), TFM__CU_THREADS, 0, y, x, w, dp0, B, T, C);
     TFM__CU_LAUNCHED("tfm__k_pos_add");
 }
 
@@ -5438,10 +5450,11 @@ static void tfm__op_embedding_bwd(tfm_device dev, float *dw, const float *dy, co
     TFM__CUDA(dev, tfm__embedding_cuda(dw, ids, dy, scale, N, C, 1); return);
     tfm__embedding_backward_cpu(dw, dy, ids, scale, N, C);
 }
-/* y[b,t] = x[b,t] + w[t] */
-static void tfm__op_pos_add(tfm_device dev, float *y, const float *x, const float *w, int64_t B, int64_t T, int64_t C) {
-    TFM__CUDA(dev, tfm__pos_add_cuda(y, x, w, B, T, C); return);
-    tfm__pos_add_cpu(y, x, w, B, T, C);
+/* y[b,t] = x[b,t] + w[p0[b] + t]; p0 (host memory) NULL: y[b,t] = x[b,t] + w[t] */
+static void tfm__op_pos_add(tfm_device dev, float *y, const float *x, const float *w, const int32_t *p0, int64_t B,
+                            int64_t T, int64_t C) {
+    TFM__CUDA(dev, tfm__pos_add_cuda(y, x, w, p0, B, T, C); return);
+    tfm__pos_add_cpu(y, x, w, p0, B, T, C);
 }
 static void tfm__op_pos_bwd(tfm_device dev, float *dw, const float *dy, int64_t B, int64_t T, int64_t C) {
     TFM__CUDA(dev, tfm__colsum_cuda(dw, dy, T * C, B, T * C); return);
@@ -5449,7 +5462,7 @@ static void tfm__op_pos_bwd(tfm_device dev, float *dw, const float *dy, int64_t 
 }
 /* y = x + the sinusoidal table (x NULL: the table itself) */
 static void tfm__op_sinusoid_add(tfm_device dev, float *y, const float *x, int64_t B, int64_t T, int64_t C) {
-    TFM__CUDA(dev, tfm__pos_add_cuda(y, x, NULL, B, T, C); return);
+    TFM__CUDA(dev, tfm__pos_add_cuda(y, x, NULL, NULL, B, T, C); return);
     tfm__sinusoidal_add_cpu(y, x, B, T, C);
 }
 /* y = a + b; y may alias a or b (y += x is add(y, y, x)) */
@@ -6029,7 +6042,7 @@ TFMDEF tfm_result tfm_pos_embedding_forward(tfm_tensor *y, const tfm_tensor *x, 
     TFM__TRY(tfm__btc(fn, "x", x, &B, &T, &C));
     TFM__TRY(tfm__chk_table(fn, "weight", w, x, T, C));
     TFM__TRY(tfm__same_device("tfm_pos_embedding_forward", -1, 3, y, x, w));
-    tfm__op_pos_add(y->device, y->data, x->data, w->data, B, T, C);
+    tfm__op_pos_add(y->device, y->data, x->data, w->data, NULL, B, T, C);
     return tfm__cuda_check("tfm_pos_embedding_forward");
 }
 
@@ -8017,14 +8030,12 @@ static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, const flo
         else tfm__op_embedding(im->device, sb, ids + b * T, emb->data, scale, T, C);
     }
     if (cls) tfm__op_copy_rows(im->device, s, Te * C, im->cls.data, 0, B, C);
-    if (pos->data && !p0) tfm__op_pos_add(im->device, s, s, pos->data, B, Te, C);
-    for (b = 0; pos->data && p0 && b < B; b++)
-        tfm__op_pos_add(im->device, s + b * Te * C, s + b * Te * C, pos->data + (int64_t)p0[b] * C, 1, Te, C);
+    if (pos->data) tfm__op_pos_add(im->device, s, s, pos->data, p0, B, Te, C);
     if (im->type_emb.data && types) { /* no class vector with types: Te == T */
         tfm__op_embedding(im->device, im->type_x, types, im->type_emb.data, 1.0f, (int64_t)B * T, C);
         tfm__op_add(im->device, s, s, im->type_x, (int64_t)B * T * C);
     } else if (im->type_emb.data) { /* type 0's row added to every position */
-        tfm__op_pos_add(im->device, s, s, im->type_emb.data, (int64_t)B * T, 1, C);
+        tfm__op_pos_add(im->device, s, s, im->type_emb.data, NULL, (int64_t)B * T, 1, C);
     }
     if (m->cfg.emb_norm)
         tfm__op_layernorm(im->device, x, im->emb_norm.mean, im->emb_norm.rstd, s, im->emb_norm.weight.data,

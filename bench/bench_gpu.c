@@ -378,8 +378,8 @@ static void print_table(void) {
 
 static void usage(FILE *f) {
     int i;
-    fprintf(f, "usage: bench_gpu [--quick] [--tf32] [--no-train] [--no-gen] [--no-check] [--budget SECONDS] [--gen-batch 1|8|32]\n"
-               "                 [CONFIG...]\n"
+    fprintf(f, "usage: bench_gpu [--quick] [--tf32] [--no-train] [--no-gen] [--no-check] [--budget SECONDS]\n"
+               "                 [--gen-batch 1|8|32] [CONFIG...]\n"
                "       bench_gpu --list\n"
                "CONFIG defaults to $CONFIGS, else the default configs. QUICK=1: --quick. configs:");
     for (i = 0; i < N_CONFIGS; i++) fprintf(f, " %s%s", CONFIGS[i].name, CONFIGS[i].is_default ? "" : "(smoke)");

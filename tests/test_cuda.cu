@@ -849,7 +849,7 @@ static void cu_op_positions(void) {
         cu_buf x = cu_normal(B * T * C, &g, 1, 0), w = cu_normal(P * C, &g, 1, 0), y = cu_nan(B * T * C);
         cu_buf dy = cu_normal(B * T * C, &g, 1, 0), dw = cu_normal(P * C, &g, 1, 0), pe = cu_nan(T * C);
         snprintf(name, sizeof name, "positions B=%lld T=%lld C=%lld", (long long)B, (long long)T, (long long)C);
-        CU_DEVS tfm__op_pos_add(CU_DEV, CU_P(y), CU_P(x), CU_P(w), B, T, C);
+        CU_DEVS tfm__op_pos_add(CU_DEV, CU_P(y), CU_P(x), CU_P(w), NULL, B, T, C);
         cu_check(cu_fmt("%s: pos_add", name), &y, CU_TOL);
         CU_DEVS tfm__op_pos_bwd(CU_DEV, CU_P(dw), CU_P(dy), B, T, C);
         cu_check(cu_fmt("%s: pos_bwd", name), &dw, CU_TOL);
@@ -857,8 +857,16 @@ static void cu_op_positions(void) {
         cu_check(cu_fmt("%s: sinusoid table", name), &pe, CU_TOL);
         CU_DEVS tfm__op_sinusoid_add(CU_DEV, CU_P(y), CU_P(x), B, T, C);
         cu_check(cu_fmt("%s: sinusoid_add", name), &y, CU_TOL);
-        CU_DEVS tfm__op_pos_add(CU_DEV, CU_P(x), CU_P(x), CU_P(w), B, T, C);
+        CU_DEVS tfm__op_pos_add(CU_DEV, CU_P(x), CU_P(x), CU_P(w), NULL, B, T, C);
         cu_check(cu_fmt("%s: pos_add in place", name), &x, CU_TOL);
+        { /* each row from its own position (decoding): 0..3 of the table's T + 3 rows */
+            int32_t *p0 = (int32_t *)malloc((size_t)B * sizeof(int32_t));
+            int64_t b;
+            for (b = 0; b < B; b++) p0[b] = (int32_t)((b * 5 + 2) % 4);
+            CU_DEVS tfm__op_pos_add(CU_DEV, CU_P(y), CU_P(x), CU_P(w), p0, B, T, C);
+            cu_check(cu_fmt("%s: pos_add from per-row positions", name), &y, CU_TOL);
+            free(p0);
+        }
         cu_release(&x, &w, &y, &dy, &dw, &pe, CU_END);
     }
 }
