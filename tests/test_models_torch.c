@@ -596,6 +596,7 @@ static void mt_model_encdec_post_swiglu(void) { mt_model_case("model_encdec_post
 static void mt_model_lm_rope_llama(void) { mt_model_case("model_lm_rope_llama"); }
 static void mt_model_lm_rope_partial(void) { mt_model_case("model_lm_rope_partial"); }
 static void mt_model_encdec_rope(void) { mt_model_case("model_encdec_rope"); }
+static void mt_model_encdec_gqa(void) { mt_model_case("model_encdec_gqa"); }
 static void mt_model_cls_rope(void) { mt_model_case("model_cls_rope"); }
 /* Grouped-query attention (torch: RopeSelfAttention with LLaMA's repeat_kv) in LLaMA's block: 4 query heads over
    2 key/value heads, and multi-query (3 query heads over 1, half of each head turned) */
@@ -691,6 +692,7 @@ static void suite_models_torch(void) {
     RUN(mt_model_lm_gqa_llama);
     RUN(mt_model_lm_mqa_llama);
     RUN(mt_model_encdec_rope);
+    RUN(mt_model_encdec_gqa);
     RUN(mt_model_cls_rope);
     RUN(mt_model_lm_window_llama);
     RUN(mt_model_encdec_window);

@@ -642,6 +642,13 @@ def main():
                      max_len=8, max_batch=3, act=G, norm_first=0, pos=tm.POS_ROPE, rope_dims=4,
                      rope_base=100.0, ln_eps=LN_EPS),
                    B=3, T=8),
+        # grouped-query attention in an encoder-decoder: 4 query heads over 2 key/value heads in the encoder's
+        # and the decoder's self-attention and in the cross-attention over a padded source
+        model_case("model_encdec_gqa",
+                   C(kind=tm.ENCODER_DECODER, vocab_size=11, tgt_vocab_size=13, d_model=16,
+                     n_heads=4, n_kv_heads=2, n_layers=1, n_dec_layers=2, d_ff=32, max_len=7, max_tgt_len=6,
+                     max_batch=2, act=G, norm_first=1, pos=tm.POS_LEARNED, ln_eps=LN_EPS),
+                   B=2, T=7, Tt=6, lens=[7, 3]),
         model_case("model_encdec_rope",
                    C(kind=tm.ENCODER_DECODER, vocab_size=11, tgt_vocab_size=13, d_model=16,
                      n_heads=2, n_layers=1, n_dec_layers=2, d_ff=32, max_len=7, max_tgt_len=6,

@@ -167,9 +167,11 @@ def repeat_kv(x, n_rep):
 class RopeSelfAttention(nn.Module):
     """Self-attention with nn.MultiheadAttention's parameters (in_proj_weight (3C,C) q|k|v rows,
     in_proj_bias, out_proj) and rotary positions on the projected queries and keys (rot 0: none); called
-    as the layers call self_attn (query = key = value, bool attn_mask and key_padding_mask, True = hidden).
-    n_kv_heads < n_heads is grouped-query attention as LLaMA's: in_proj_weight is (C + 2 Ckv, C), Ckv =
-    n_kv_heads * head size (q rows, k rows, v rows), and the key/value heads are repeated with repeat_kv.
+    as the layers call self_attn (query = key = value, bool attn_mask and key_padding_mask, True = hidden),
+    or as they call multihead_attn (cross-attention: the queries from query, the keys and values from key
+    and value, the encoder's output; rot 0 there). n_kv_heads < n_heads is grouped-query attention as
+    LLaMA's: in_proj_weight is (C + 2 Ckv, C), Ckv = n_kv_heads * head size (q rows, k rows, v rows), and
+    the key/value heads are repeated with repeat_kv.
     _qkv_same_embed_dim False keeps torch's encoder layer off its fused inference path."""
 
     def __init__(self, d_model, n_heads, rot, base, dropout, dtype, n_kv_heads=0):
@@ -185,11 +187,15 @@ class RopeSelfAttention(nn.Module):
 
     def forward(self, query, key, value, attn_mask=None, key_padding_mask=None, need_weights=False, **kw):
         B, T, C = query.shape
-        H, Hkv = self.num_heads, self.n_kv_heads
+        S, H, Hkv = key.shape[1], self.num_heads, self.n_kv_heads
         D = C // H
-        q, k, v = F.linear(query, self.in_proj_weight, self.in_proj_bias).split([C, Hkv * D, Hkv * D], dim=-1)
+        if key is query and value is query:
+            q, k, v = F.linear(query, self.in_proj_weight, self.in_proj_bias).split([C, Hkv * D, Hkv * D], dim=-1)
+        else:  # cross-attention
+            W, bW = self.in_proj_weight.split([C, Hkv * D, Hkv * D]), self.in_proj_bias.split([C, Hkv * D, Hkv * D])
+            q, k, v = F.linear(query, W[0], bW[0]), F.linear(key, W[1], bW[1]), F.linear(value, W[2], bW[2])
         q = q.reshape(B, T, H, D).transpose(1, 2)
-        k, v = (z.reshape(B, T, Hkv, D).transpose(1, 2) for z in (k, v))
+        k, v = (z.reshape(B, S, Hkv, D).transpose(1, 2) for z in (k, v))
         if self.rot:
             q, k = apply_rope(q, self.rot, self.base), apply_rope(k, self.rot, self.base)
         k, v = repeat_kv(k, H // Hkv), repeat_kv(v, H // Hkv)
@@ -213,7 +219,8 @@ def make_layer(d_model, n_heads, d_ff=0, act=ACT_RELU, norm_first=False, cross=F
     is (2 d_ff, d_model), gate rows then up rows, and linear2 reads silu(gate) * up); norm NORM_RMS
     puts an RMSNorm at each of its norms (training mode only: torch's inference fast path assumes
     LayerNorm); rope_dims > 0 makes self_attn a RopeSelfAttention turning that many channels per head, and
-    n_kv_heads (0: n_heads) one with that many key/value heads (self-attention layers only)."""
+    n_kv_heads (0: n_heads) one with that many key/value heads (and, in a decoder layer, a cross-attention
+    multihead_attn with that many key/value heads, no rotation)."""
     d_ff = d_ff or 4 * d_model
     cls = nn.TransformerDecoderLayer if cross else nn.TransformerEncoderLayer
     layer = cls(d_model, n_heads, dim_feedforward=d_ff, dropout=dropout, activation=activation_fn(act),
@@ -224,7 +231,7 @@ def make_layer(d_model, n_heads, d_ff=0, act=ACT_RELU, norm_first=False, cross=F
     if act == ACT_SWIGLU:  # linear1 makes gate and up: (2 d_ff, d_model)
         layer.linear1 = nn.Linear(d_model, 2 * d_ff, dtype=dtype)
     if n_kv_heads and cross:
-        raise NotImplementedError("grouped-query cross-attention is not mirrored here")
+        layer.multihead_attn = RopeSelfAttention(d_model, n_heads, 0, rope_base, dropout, dtype, n_kv_heads)
     if rope_dims or n_kv_heads:
         layer.self_attn = RopeSelfAttention(d_model, n_heads, rope_dims, rope_base, dropout, dtype, n_kv_heads)
     return layer
