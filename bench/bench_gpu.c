@@ -17,7 +17,7 @@
                     [--gen-batch 1|8|32] [CONFIG...]
           bench_gpu --list
    CONFIG defaults to $CONFIGS (names separated by spaces or commas), else char-gpt-tiny gpt-small
-   gpt2-124M-shape. QUICK=1 in the environment is --quick: few steps, numbers not meant to be read.
+   gpt2-124M-shape; gpt2-124M-b16 (GPT-2 small at 16 x 1024, the GPU targets' shape) runs when named. QUICK=1 in the environment is --quick: few steps, numbers not meant to be read.
 
    For each config, on the GPU (cfg.device = TFM_DEVICE_CUDA), TF32 off unless said otherwise:
      check  the same weights on both devices: an inference_only model built on the CPU gives its loss on
@@ -61,7 +61,7 @@ typedef struct gpu_cfg {
     const char *name;
     int d_model, n_layers, n_heads, T, B, V; /* d_ff = 4 * d_model */
     int warmup, steps, gen_reps;
-    int is_default;
+    int is_default; /* 1: run when no config is named; 0: the emulation's smoke test; 2: by name only */
 } gpu_cfg;
 
 static const gpu_cfg CONFIGS[] = {
@@ -70,6 +70,8 @@ static const gpu_cfg CONFIGS[] = {
     {"gpt-small",        384, 6,  6,  256, 8,  8192,  5,      30,   3,       1},
     {"gpt2-124M-shape",  768, 12, 12, 128, 2,  50257, 5,      30,   3,       1},
     {"gpu-emu-tiny",     32,  2,  2,  16,  2,  64,    1,      3,    1,       0},
+    /* GPT-2 small at the batch its training used (16 x 1024): the shape the GPU targets are set at */
+    {"gpt2-124M-b16",    768, 12, 12, 1024, 16, 50257, 3,     10,   1,       2},
 };
 #define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
 #define GEN_NEW 127 /* as bench.c; fewer when the model's length is shorter (1 + new <= T) */
@@ -382,7 +384,9 @@ static void usage(FILE *f) {
                "                 [--gen-batch 1|8|32] [CONFIG...]\n"
                "       bench_gpu --list\n"
                "CONFIG defaults to $CONFIGS, else the default configs. QUICK=1: --quick. configs:");
-    for (i = 0; i < N_CONFIGS; i++) fprintf(f, " %s%s", CONFIGS[i].name, CONFIGS[i].is_default ? "" : "(smoke)");
+    for (i = 0; i < N_CONFIGS; i++)
+        fprintf(f, " %s%s", CONFIGS[i].name,
+                CONFIGS[i].is_default == 1 ? "" : CONFIGS[i].is_default == 2 ? "(by name)" : "(smoke)");
     fprintf(f, "\n");
 }
 
@@ -442,7 +446,7 @@ int main(int argc, char **argv) {
     }
     if (!n_sel)
         for (i = 0; i < N_CONFIGS; i++)
-            if (CONFIGS[i].is_default) sel[n_sel++] = &CONFIGS[i];
+            if (CONFIGS[i].is_default == 1) sel[n_sel++] = &CONFIGS[i];
 
     if ((r = tfm_cuda_available()) != TFM_OK) {
         fprintf(stderr, "bench_gpu: no CUDA device: %s: %s\n", tfm_result_string(r), tfm_last_error());

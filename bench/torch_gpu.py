@@ -5,7 +5,7 @@ Usage:
     torch_gpu.py [--quick] [--device cuda|cpu] [--no-train] [--no-gen] [--no-tf32] [--check]
                  [--budget SECONDS] [CONFIG...]
 CONFIG defaults to $CONFIGS (names separated by spaces or commas), else char-gpt-tiny gpt-small
-gpt2-124M-shape; gpu-emu-tiny is the smoke-test model of bench_gpu.c. QUICK=1 in the environment is
+gpt2-124M-shape; gpt2-124M-b16 (16 x 1024) runs when named; gpu-emu-tiny is the smoke-test model of bench_gpu.c. QUICK=1 in the environment is
 --quick (few steps). --device cpu runs the same code without a GPU (a smoke test of this script).
 --check also compares the KV-cache generation with a full recomputation of every prefix (greedy, a few
 tokens), as torch_ref.py's `check` does on the CPU.
@@ -53,6 +53,8 @@ STEPS = {"warmup": 5, "steps": 30, "gen_reps": 3}
 CONFIGS = {name: dict(torch_ref.CONFIGS[name], **STEPS) for name in DEFAULT}
 CONFIGS["gpu-emu-tiny"] = dict(kind="lm", C=32, L=2, Ld=0, H=2, F=0, T=16, Tt=0, B=2, V=64, Vt=0, K=0,
                                warmup=1, steps=3, gen_reps=1)
+# GPT-2 small at the batch its training used (by name only, as in bench_gpu.c)
+CONFIGS["gpt2-124M-b16"] = dict(torch_ref.CONFIGS["gpt2-124M-shape"], T=1024, B=16, warmup=3, steps=10, gen_reps=1)
 
 
 def _has(obj, name):
