@@ -108,6 +108,9 @@ run_step() {
 # ---- (a) device and compiler -------------------------------------------------------------------------
 log "== tools/gpu_check.sh  $(date '+%F %T')  host $(hostname)  deadline ${DEADLINE} s  log $LOG"
 log "== git: $(git log -1 --format='%h %s' 2>/dev/null | cut -c1-100)$(git status --porcelain 2>/dev/null | grep -q . && echo ' (+ uncommitted changes)')"
+# a copy of the tree may carry an older .git than its files: the header's blob id names what ran
+# (git log --find-object=ID finds the commits that hold it)
+log "== transformer.h sha256 $(sha256sum transformer.h 2>/dev/null | cut -c1-16) (git hash-object $(git hash-object transformer.h 2>/dev/null | cut -c1-12))"
 # shellcheck disable=SC2016  # $1 expands in the inner shell
 run_step "device" 15 0 "$TMP/device.txt" -- bash -c \
     'nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version --format=csv,noheader &&
