@@ -3759,10 +3759,11 @@ static int tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int l
    waits for what came before. Floats live in device memory; the integer arrays the ops take (ids,
    targets, lengths, cache slots) and additive masks stay on the host and are copied into the calling
    thread's device work space when an op needs them (the stream order keeps a later op from overwriting
-   them before the kernel that reads them has run). These kernels are the simple correct first version:
-   one block per row for row-wise ops, grid-stride loops for element-wise ones, one block per query row
-   (forward) or per query and per key row (backward) for attention, sums in a fixed order (no atomics),
-   so results are deterministic. Errors: the first failing CUDA or cuBLAS call of a public call is kept
+   them before the kernel that reads them has run). One block per row for row-wise ops, grid-stride loops
+   for element-wise ones, one launch per 256 parameters for AdamW and the gradient norm; attention in
+   shared-memory tiles of 16 rows against running tiles of 32 for heads of up to 128 channels, else one
+   block per query row (forward, dq) or key row (dk, dv); sums in a fixed order (no atomics), so results
+   are deterministic. Errors: the first failing CUDA or cuBLAS call of a public call is kept
    (tfm__cu.err) and reported by that call's tfm__scratch_check as TFM_E_CUDA. */
 
 #if defined(TFM_CUDA)
@@ -3958,21 +3959,21 @@ static unsigned tfm__cu_row_threads(int64_t C) {
 
 /* The sum (or, with is_max, the maximum) of v over the block, in every thread. blockDim.x is a multiple
    of 32; sh holds 32 values of shared memory. Lanes combine by shuffles, then the warps' results. */
-template <typename T> static __device__ T tfm__cu_reduce(T v, T *sh, int is_max) {
-    int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x >> 5), nw = (int)(blockDim.x >> 5), o;
-    for (o = 16; o > 0; o >>= 1) {
-        T u = __shfl_xor_sync(0xffffffffu, v, o);
-        v = is_max ? (u > v ? u : v) : v + u;
-    }
-    __syncthreads(); /* sh may still be read by the previous reduction */
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : (is_max ? (T)-INFINITY : (T)0);
+template <typename T> static __device__ T tfm__cu_warp_reduce(T v, int is_max) { /* over the warp, in every lane */
+    int o;
     for (o = 16; o > 0; o >>= 1) {
         T u = __shfl_xor_sync(0xffffffffu, v, o);
         v = is_max ? (u > v ? u : v) : v + u;
     }
     return v;
+}
+template <typename T> static __device__ T tfm__cu_reduce(T v, T *sh, int is_max) {
+    int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x >> 5), nw = (int)(blockDim.x >> 5);
+    v = tfm__cu_warp_reduce(v, is_max);
+    __syncthreads(); /* sh may still be read by the previous reduction */
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    return tfm__cu_warp_reduce(lane < nw ? sh[lane] : (is_max ? (T)-INFINITY : (T)0), is_max);
 }
 
 static __global__ void tfm__k_copy_rows(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n, int64_t C,
@@ -4520,17 +4521,6 @@ static __global__ void tfm__k_attn_dkv(tfm__attn_args a, const float *q, const f
 #define TFM__CU_TD 128
 #define TFM__CU_TW 32 /* the running tile: one row per lane */
 
-static __device__ float tfm__cu_warp_max(float v) {
-    int o;
-    for (o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-static __device__ float tfm__cu_warp_sum(float v) {
-    int o;
-    for (o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* Whether a query that sees n keys from window start lo (tfm__attn_visible, tfm__attn_window_lo) sees key j */
 static __device__ int tfm__cu_attn_sees(const tfm__attn_args *a, int j, int n, int lo) {
     return j < n && tfm__attn_skip(a, j, lo) == j;
@@ -4541,6 +4531,28 @@ static __device__ void tfm__cu_tile_load(float *dst, int lds, const float *src, 
     int x;
     for (x = (int)threadIdx.x; x < n * D; x += (int)blockDim.x)
         dst[(x / D) * lds + x % D] = src[(int64_t)(x / D) * ld + x % D];
+}
+
+/* This lane's dot products with the block's rows: d1[r] = x1 . y1_r and, with TWO, d2[r] = x2 . y2_r, for
+   r < R; x a row of the running tile (row stride D + 1, so the lanes' rows sit in different banks), y_r
+   the rows of this warp in the block's tile (row stride D). Zeros where the lane is not active. */
+template <int R, int TWO>
+static __device__ void tfm__cu_tile_dots(int active, float *d1, const float *x1, const float *y1, float *d2,
+                                         const float *x2, const float *y2, int D) {
+    int d, r;
+    TFM__UNROLL
+    for (r = 0; r < R; r++) {
+        d1[r] = 0.0f;
+        if (TWO) d2[r] = 0.0f;
+    }
+    for (d = 0; active && d < D; d++) {
+        float a = x1[d], c = TWO ? x2[d] : 0.0f;
+        TFM__UNROLL
+        for (r = 0; r < R; r++) {
+            d1[r] += y1[r * D + d] * a;
+            if (TWO) d2[r] += y2[r * D + d] * c;
+        }
+    }
 }
 
 /* The block's query rows i0.. (nq of them): the most keys any of them sees, and the lowest window start */
@@ -4562,7 +4574,7 @@ static __global__ void tfm__k_attn_fwd_tiled(tfm__attn_args a, const float *q, c
     TFM__SHARED_DYN(float, sm);
     int D = a.D, QB = 4 * R, tiles = (a.Tq + QB - 1) / QB, bh = (int)blockIdx.x / tiles, b = bh / a.H, h = bh % a.H;
     int i0 = ((int)blockIdx.x % tiles) * QB, nq = TFM__MIN(QB, a.Tq - i0), lane = (int)threadIdx.x & 31;
-    int w = (int)threadIdx.x >> 5, n[R], lo[R], n_max, lo_min, r, c, d, j0, jj;
+    int w = (int)threadIdx.x >> 5, n[R], lo[R], n_max, lo_min, r, c, j0, jj;
     float *sq = sm, *sk = sq + QB * D, *sv = sk + TFM__CU_TW * (D + 1), o[R][TFM__CU_TD / 32], m[R], l[R], dot[R];
     const float *kh, *vh;
     int64_t kb;
@@ -4588,14 +4600,7 @@ static __global__ void tfm__k_attn_fwd_tiled(tfm__attn_args a, const float *q, c
         tfm__cu_tile_load(sk, D + 1, kh + (int64_t)j0 * a.ldk, a.ldk, nk, D);
         tfm__cu_tile_load(sv, D, vh + (int64_t)j0 * a.ldv, a.ldv, nk, D);
         __syncthreads();
-        TFM__UNROLL
-        for (r = 0; r < R; r++) dot[r] = 0.0f;
-        if (lane < nk)
-            for (d = 0; d < D; d++) {
-                float kd = sk[lane * (D + 1) + d];
-                TFM__UNROLL
-                for (r = 0; r < R; r++) dot[r] += sq[(w * R + r) * D + d] * kd;
-            }
+        tfm__cu_tile_dots<R, 0>(lane < nk, dot, sk + lane * (D + 1), sq + w * R * D, NULL, NULL, NULL, D);
         TFM__UNROLL
         for (r = 0; r < R; r++) {
             int i = i0 + w * R + r, j = j0 + lane;
@@ -4604,12 +4609,12 @@ static __global__ void tfm__k_attn_fwd_tiled(tfm__attn_args a, const float *q, c
                 s = a.scale * dot[r];
                 if (mask) s += mask[b * a.mask_bs + (int64_t)i * a.Tk + j];
             }
-            bm = tfm__cu_warp_max(s);
+            bm = tfm__cu_warp_reduce(s, 1);
             if (bm == -INFINITY) continue; /* every key of the tile hidden from this row (the whole warp agrees) */
             mn = bm > m[r] ? bm : m[r];
             alpha = m[r] == -INFINITY ? 0.0f : tfm__exp(m[r] - mn);
             p = s == -INFINITY ? 0.0f : tfm__exp(s - mn);
-            l[r] = l[r] * alpha + tfm__cu_warp_sum(p);
+            l[r] = l[r] * alpha + tfm__cu_warp_reduce(p, 0);
             if (p != 0.0f) p *= tfm__cu_attn_keep(&a, bh, i, j);
             TFM__UNROLL
             for (c = 0; c < TFM__CU_TD / 32; c++) o[r][c] *= alpha;
@@ -4643,7 +4648,7 @@ static __global__ void tfm__k_attn_dq_tiled(tfm__attn_args a, const float *q, co
     TFM__SHARED_DYN(float, sm);
     int D = a.D, QB = 4 * R, tiles = (a.Tq + QB - 1) / QB, bh = (int)blockIdx.x / tiles, b = bh / a.H, h = bh % a.H;
     int i0 = ((int)blockIdx.x % tiles) * QB, nq = TFM__MIN(QB, a.Tq - i0), lane = (int)threadIdx.x & 31;
-    int w = (int)threadIdx.x >> 5, n[R], lo[R], n_max, lo_min, r, c, d, j0, jj;
+    int w = (int)threadIdx.x >> 5, n[R], lo[R], n_max, lo_min, r, c, j0, jj;
     float *sq = sm, *sdo = sq + QB * D, *sk = sdo + QB * D, *sv = sk + TFM__CU_TW * (D + 1);
     float acc[R][TFM__CU_TD / 32], L[R], dqk[R], ddv[R];
     const float *kh = k + (int64_t)b * a.Tk * a.ldk + tfm__attn_kv_head(&a, h) * D;
@@ -4667,17 +4672,8 @@ static __global__ void tfm__k_attn_dq_tiled(tfm__attn_args a, const float *q, co
         tfm__cu_tile_load(sk, D + 1, kh + (int64_t)j0 * a.ldk, a.ldk, nk, D);
         tfm__cu_tile_load(sv, D + 1, vh + (int64_t)j0 * a.ldv, a.ldv, nk, D);
         __syncthreads();
-        TFM__UNROLL
-        for (r = 0; r < R; r++) dqk[r] = ddv[r] = 0.0f;
-        if (lane < nk)
-            for (d = 0; d < D; d++) {
-                float kd = sk[lane * (D + 1) + d], vd = sv[lane * (D + 1) + d];
-                TFM__UNROLL
-                for (r = 0; r < R; r++) {
-                    dqk[r] += sq[(w * R + r) * D + d] * kd;
-                    ddv[r] += sdo[(w * R + r) * D + d] * vd;
-                }
-            }
+        tfm__cu_tile_dots<R, 1>(lane < nk, dqk, sk + lane * (D + 1), sq + w * R * D, ddv, sv + lane * (D + 1),
+                                sdo + w * R * D, D);
         TFM__UNROLL
         for (r = 0; r < R; r++) {
             int i = i0 + w * R + r, j = j0 + lane;
@@ -4717,7 +4713,7 @@ static __global__ void tfm__k_attn_dkv_tiled(tfm__attn_args a, const float *q, c
     int Hkv = a.Hkv ? a.Hkv : a.H, G = a.H / Hkv, D = a.D, KB = 4 * R, tiles = (a.Tk + KB - 1) / KB;
     int bg = (int)blockIdx.x / tiles, b = bg / Hkv, g = bg % Hkv, j0 = ((int)blockIdx.x % tiles) * KB;
     int nk = TFM__MIN(KB, a.Tk - j0), lane = (int)threadIdx.x & 31, w = (int)threadIdx.x >> 5;
-    int i_lo = 0, i1 = a.Tq, q0, r, c, d, h, ii;
+    int i_lo = 0, i1 = a.Tq, q0, r, c, h, ii;
     float *sk = sm, *sv = sk + KB * D, *sq = sv + KB * D, *sdo = sq + TFM__CU_TW * (D + 1);
     float adk[R][TFM__CU_TD / 32], adv[R][TFM__CU_TD / 32], dqk[R], ddv[R], L = 0.0f, Dri = 0.0f, onei = 0.0f;
     tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
@@ -4751,17 +4747,8 @@ static __global__ void tfm__k_attn_dkv_tiled(tfm__attn_args a, const float *q, c
                 onei = one[(int64_t)bh * a.Tq + i];
             }
             __syncthreads();
-            TFM__UNROLL
-            for (r = 0; r < R; r++) dqk[r] = ddv[r] = 0.0f;
-            if (lane < nq)
-                for (d = 0; d < D; d++) {
-                    float qd = sq[lane * (D + 1) + d], dod = sdo[lane * (D + 1) + d];
-                    TFM__UNROLL
-                    for (r = 0; r < R; r++) {
-                        dqk[r] += qd * sk[(w * R + r) * D + d];
-                        ddv[r] += dod * sv[(w * R + r) * D + d];
-                    }
-                }
+            tfm__cu_tile_dots<R, 1>(lane < nq, dqk, sq + lane * (D + 1), sk + w * R * D, ddv, sdo + lane * (D + 1),
+                                    sv + w * R * D, D);
             TFM__UNROLL
             for (r = 0; r < R; r++) {
                 int j = j0 + w * R + r;
