@@ -155,7 +155,8 @@
    On the GPU every call queues its work on CUDA's default stream and returns when the results it hands
    back (a loss, a gradient norm, generated ids) are on the host; each thread that runs CUDA work keeps a
    cuBLAS handle and small device buffers, which tfm_scratch_release frees too. Products are exact fp32
-   unless tfm_cuda_set_tf32 turns tensor-core TF32 on (for the calling thread).
+   unless tfm_cuda_set_tf32 turns tensor-core TF32 on (for the calling thread), or a model's
+   cfg.precision asks for TF32 or bf16 (mixed precision: bf16 operands, fp32 sums) in its own calls.
 
    CONTENTS (grep for the tags)
    --------
@@ -216,6 +217,10 @@ TFMDEF int tfm_get_num_threads(void);
 
 /* Where a tensor's data lives. (TFM_CUDA, without DEVICE, is the build macro.) */
 typedef enum tfm_device { TFM_DEVICE_CPU = 0, TFM_DEVICE_CUDA = 1 } tfm_device;
+
+/* How a GPU model computes its products (cfg.precision): fp32 (0), TF32 tensor cores, or bf16 operands on
+   tensor cores with fp32 sums. Everything else stays fp32 either way. */
+typedef enum tfm_precision { TFM_PREC_FP32 = 0, TFM_PREC_TF32 = 1, TFM_PREC_BF16 = 2 } tfm_precision;
 
 #define TFM_MAX_DIMS 4
 
@@ -792,6 +797,13 @@ typedef struct tfm_config {
     tfm_device device;       /* 0 -> TFM_DEVICE_CPU; TFM_DEVICE_CUDA: the model lives and runs on the GPU
                                 (parameters initialised on the host from seed, so both devices start alike);
                                 not saved in checkpoints (tfm_model_to_device moves a built model) */
+    tfm_precision precision; /* device TFM_DEVICE_CUDA only (refused on the CPU, which computes in fp32): the
+                                products of the model's calls (linear maps, the output projection; not the
+                                attention, which stays fp32). 0 -> fp32, as the CPU; TFM_PREC_TF32: TF32
+                                tensor cores (10-bit mantissas); TFM_PREC_BF16: each product's operands
+                                rounded to bf16 (8-bit mantissas), sums in fp32 on tensor cores, while
+                                parameters, AdamW, activations, norms, softmax and loss stay fp32 (mixed
+                                precision). Not saved in checkpoints: a file loads into either */
 } tfm_config;
 
 /* A batch: B rows of T positions, padding at the end of each row. Row b of tokens starts at
@@ -3752,6 +3764,20 @@ static int tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int l
     return !failed;
 }
 
+/* The products' precision (a tfm_precision) of the model call running on this thread: that model's
+   cfg.precision for the call's length (tfm__prec_enter, tfm__prec_done); 0 outside model calls, where
+   tfm_cuda_set_tf32 decides. Only the GPU's products read it. */
+static TFM__THREAD_LOCAL int tfm__model_prec;
+static int tfm__prec_enter(const tfm_model *m) {
+    int prev = tfm__model_prec;
+    if (m && m->impl) tfm__model_prec = (int)m->cfg.precision;
+    return prev;
+}
+static tfm_result tfm__prec_done(int prev, tfm_result r) {
+    tfm__model_prec = prev;
+    return r;
+}
+
 /* ==== >>impl-cuda ====
    The same ops as >>impl-cpu, as CUDA kernels, with cuBLAS for the products; the dispatch entries below
    call the tfm__<op>_cuda launchers. Everything runs on CUDA's legacy default stream, so kernels, copies
@@ -3772,6 +3798,8 @@ static int tfm__attention_backward_cpu(const tfm__attn_args *a, float *dq, int l
 typedef struct tfm__cuda_ctx {
     cublasHandle_t blas;
     int has_blas, tf32, blas_tf32;
+    uint16_t *bf;       /* device space for a bf16 product's operands (tfm__gemm_cuda) */
+    size_t bf_size;     /* its elements */
     unsigned char *ws;  /* device work space: staged host arrays, partial sums */
     size_t ws_size;
     float *host;        /* pinned host buffer for results read back (the rows' losses) */
@@ -3838,25 +3866,45 @@ static void tfm__dev_free(void *p) {
 static void tfm__cuda_release(void) {
     if (tfm__cu.has_blas) cublasDestroy(tfm__cu.blas);
     if (tfm__cu.ws) cudaFree(tfm__cu.ws);
+    if (tfm__cu.bf) cudaFree(tfm__cu.bf);
     if (tfm__cu.host) cudaFreeHost(tfm__cu.host);
     if (tfm__cu.stage) cudaFreeHost(tfm__cu.stage);
     memset(&tfm__cu, 0, sizeof tfm__cu);
 }
 
-/* The thread's cuBLAS handle in the math mode asked for (NULL when it cannot be made: error kept). */
-static cublasHandle_t tfm__cuda_blas(void) {
+/* The thread's cuBLAS handle, with TF32 tensor cores for its fp32 products or not (NULL when it cannot be
+   made: error kept). */
+static cublasHandle_t tfm__cuda_blas(int tf32) {
     if (!tfm__cu.has_blas) {
         if (!tfm__cublas_ok(cublasCreate(&tfm__cu.blas), "cublasCreate")) return NULL;
         tfm__cu.has_blas = 1;
         tfm__cu.blas_tf32 = -1;
     }
-    if (tfm__cu.blas_tf32 != tfm__cu.tf32) {
-        if (!tfm__cublas_ok(cublasSetMathMode(tfm__cu.blas, tfm__cu.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+    if (tfm__cu.blas_tf32 != tf32) {
+        if (!tfm__cublas_ok(cublasSetMathMode(tfm__cu.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
                             "cublasSetMathMode"))
             return NULL;
-        tfm__cu.blas_tf32 = tfm__cu.tf32;
+        tfm__cu.blas_tf32 = tf32;
     }
     return tfm__cu.blas;
+}
+
+/* The thread's device space for bf16 operands, at least n elements (grown as tfm__cuda_ws grows); NULL when
+   it cannot be had (error kept). */
+static uint16_t *tfm__cuda_bf(size_t n) {
+    if (tfm__cu.bf_size < n) {
+        void *p = NULL;
+        if (tfm__cu.bf) {
+            (void)cudaDeviceSynchronize(); /* the products queued on the old one are done */
+            cudaFree(tfm__cu.bf);
+        }
+        tfm__cu.bf = NULL;
+        tfm__cu.bf_size = 0;
+        if (!tfm__cuda_ok(cudaMalloc(&p, n * sizeof(uint16_t)), "cudaMalloc (bf16 operands)")) return NULL;
+        tfm__cu.bf = (uint16_t *)p;
+        tfm__cu.bf_size = n;
+    }
+    return tfm__cu.bf;
 }
 
 /* The thread's device work space, at least `bytes` (grown when short: cudaFree waits for the work queued
@@ -3974,6 +4022,24 @@ template <typename T> static __device__ T tfm__cu_reduce(T v, T *sh, int is_max)
     if (lane == 0) sh[w] = v;
     __syncthreads();
     return tfm__cu_warp_reduce(lane < nw ? sh[lane] : (is_max ? (T)-INFINITY : (T)0), is_max);
+}
+
+/* x rounded to bf16 (bfloat16: a float's upper 16 bits, 8 significant bits), to nearest with ties to even,
+   as __float2bfloat16_rn; a NaN stays a (quiet) NaN. */
+static TFM__HD inline uint16_t tfm__bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* tfm__bf16_operand_cuda: element i of n = nb matrices of rows x cols */
+static __global__ void tfm__k_to_bf16(uint16_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t ss,
+                                      int64_t rows, int64_t cols, int64_t n) {
+    TFM__CU_LOOP(i, n) {
+        int64_t c = i % cols, r = i / cols % rows, b = i / (cols * rows);
+        dst[b * rows * ldd + r * ldd + c] = tfm__bf16(src[b * ss + r * lds + c]);
+    }
 }
 
 static __global__ void tfm__k_copy_rows(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n, int64_t C,
@@ -4803,13 +4869,49 @@ static void tfm__copy_rows_cuda(float *dst, int64_t ldd, const float *src, int64
     TFM__CU_LAUNCHED("tfm__k_copy_rows");
 }
 
+/* bf16 operands of a product: batch matrices of rows x cols floats (stride ss, rows of lds; ss 0: one
+   matrix for all) into bf16 rows of ldd (a multiple of 8 elements, so that the tensor cores' loads stay
+   aligned), matrix after matrix. Returns the stride between them (0 for a shared one). */
+static int64_t tfm__bf16_operand_cuda(uint16_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t ss, int64_t rows,
+                                      int64_t cols, int batch) {
+    int64_t nb = ss ? batch : 1, n = nb * rows * cols;
+    TFM__LAUNCH(tfm__k_to_bf16, tfm__cu_grid(n), TFM__CU_THREADS, 0, dst, ldd, src, lds, ss, rows, cols, n);
+    TFM__CU_LAUNCHED("tfm__k_to_bf16");
+    return ss ? rows * ldd : 0;
+}
+
 /* Row-major C = alpha op(A) op(B) + beta C (batch of them, strided) is column-major C^T = op(B)^T op(A)^T:
-   cuBLAS gets B first. */
+   cuBLAS gets B first. In a model call of cfg.precision TFM_PREC_BF16 the operands are first rounded to
+   bf16 (tfm__bf16_operand_cuda) and cuBLAS sums their products in fp32 on tensor cores (cublasGemmEx,
+   CUBLAS_COMPUTE_32F); C stays fp32. */
 static void tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, int64_t sA,
                            const float *B, int ldb, int64_t sB, float beta, float *C, int ldc, int64_t sC, int batch) {
     cublasHandle_t h;
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (M <= 0 || N <= 0 || batch <= 0 || !(h = tfm__cuda_blas())) return;
+    int prec = tfm__model_prec ? tfm__model_prec : tfm__cu.tf32 ? TFM_PREC_TF32 : TFM_PREC_FP32;
+    if (M <= 0 || N <= 0 || batch <= 0 || !(h = tfm__cuda_blas(prec == TFM_PREC_TF32))) return;
+    if (prec == TFM_PREC_BF16 && K > 0) {
+        int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N; /* A and B as stored */
+        int64_t lda2 = (ac + 7) & ~(int64_t)7, ldb2 = (bc + 7) & ~(int64_t)7;
+        int64_t na = (sA ? batch : 1) * ar * lda2, nb = (sB ? batch : 1) * br * ldb2;
+        uint16_t *a2 = tfm__cuda_bf((size_t)(TFM__CU_ROUND(na) + nb)), *b2;
+        int64_t sA2, sB2;
+        if (!a2) return;
+        b2 = a2 + TFM__CU_ROUND(na);
+        sA2 = tfm__bf16_operand_cuda(a2, lda2, A, lda, sA, ar, ac, batch);
+        sB2 = tfm__bf16_operand_cuda(b2, ldb2, B, ldb, sB, br, bc, batch);
+        if (batch == 1)
+            (void)tfm__cublas_ok(cublasGemmEx(h, ob, oa, N, M, K, &alpha, b2, CUDA_R_16BF, (int)ldb2, a2, CUDA_R_16BF,
+                                              (int)lda2, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                 "cublasGemmEx");
+        else
+            (void)tfm__cublas_ok(cublasGemmStridedBatchedEx(h, ob, oa, N, M, K, &alpha, b2, CUDA_R_16BF, (int)ldb2,
+                                                            (long long)sB2, a2, CUDA_R_16BF, (int)lda2, (long long)sA2,
+                                                            &beta, C, CUDA_R_32F, ldc, (long long)sC, batch,
+                                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                 "cublasGemmStridedBatchedEx");
+        return;
+    }
     if (batch == 1)
         (void)tfm__cublas_ok(cublasSgemm(h, ob, oa, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc), "cublasSgemm");
     else
@@ -7319,6 +7421,12 @@ static tfm_result tfm__config_resolve(const char *fn, const tfm_config *cfg, tfm
     if ((int)c.init < 0 || (int)c.init > 1) return tfm__fail(TFM_E_ARG, "%s: cfg.init %d is not a tfm_init_kind", fn, (int)c.init);
     if (c.device != TFM_DEVICE_CPU && c.device != TFM_DEVICE_CUDA)
         return tfm__fail(TFM_E_ARG, "%s: cfg.device %d is not a tfm_device", fn, (int)c.device);
+    if ((int)c.precision < 0 || (int)c.precision > 2)
+        return tfm__fail(TFM_E_ARG, "%s: cfg.precision %d is not a tfm_precision", fn, (int)c.precision);
+    if (c.precision != TFM_PREC_FP32 && c.device != TFM_DEVICE_CUDA)
+        return tfm__fail(TFM_E_ARG, "%s: cfg.precision %s runs on the GPU only (cfg.device TFM_DEVICE_CUDA); the CPU "
+                         "computes in fp32 (TFM_PREC_FP32): checkpoints are fp32 and load into either", fn,
+                         c.precision == TFM_PREC_TF32 ? "TFM_PREC_TF32" : "TFM_PREC_BF16");
     if (c.device == TFM_DEVICE_CUDA && c.d_model / c.n_heads > 2048)
         return tfm__fail(TFM_E_ARG, "%s: cfg.d_model / cfg.n_heads is %d: the CUDA attention takes heads of at most 2048 "
                          "channels", fn, c.d_model / c.n_heads);
@@ -8142,7 +8250,7 @@ static const float *tfm__decoder_fwd(tfm_model *m, const int32_t *ids, const flo
                           memory, B, T, S, 1, NULL, mem_lens, encdec ? TFM__SITE_DEC_STACK : TFM__SITE_STACK, kc);
 }
 
-TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *loss, int64_t *n_counted) {
+static tfm_result tfm__model_forward(tfm_model *m, const tfm_batch *b, float *loss, int64_t *n_counted) {
     const tfm_config *c;
     tfm_rng rng0;
     tfm_result r;
@@ -8240,7 +8348,12 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     return r;
 }
 
-TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
+TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *loss, int64_t *n_counted) {
+    int prev = tfm__prec_enter(m);
+    return tfm__prec_done(prev, tfm__model_forward(m, b, loss, n_counted));
+}
+
+static tfm_result tfm__model_backward(tfm_model *m, float loss_scale) {
     const char *fn = "tfm_model_backward";
     const tfm_config *c;
     int B, T, Te, Tt, kind;
@@ -8296,6 +8409,11 @@ TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
     tfm__embed_bwd(m, g, m->impl->tokens, inputs, types, B, T, c->cls_token, &m->impl->d_src_emb, &m->impl->d_pos_emb,
                    TFM__SITE_SRC_EMB);
     return tfm__scratch_check(fn);
+}
+
+TFMDEF tfm_result tfm_model_backward(tfm_model *m, float loss_scale) {
+    int prev = tfm__prec_enter(m);
+    return tfm__prec_done(prev, tfm__model_backward(m, loss_scale));
 }
 
 /* ==== >>impl-optim ==== AdamW, the learning-rate schedule, clipping and tfm_model_step */
@@ -8836,9 +8954,9 @@ static void tfm__gen_end(tfm_model *m, int was_training) {
     m->impl->has_targets = 0;
 }
 
-static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32_t *const *srcs, const int *src_lens,
-                                const int32_t *const *prompts, const int *n_prompts, const tfm_gen_opts *opts,
-                                int32_t *out, int out_stride, int *n_out) {
+static tfm_result tfm__generate_run(const char *fn, tfm_model *m, int B, const int32_t *const *srcs,
+                                    const int *src_lens, const int32_t *const *prompts, const int *n_prompts,
+                                    const tfm_gen_opts *opts, int32_t *out, int out_stride, int *n_out) {
     tfm_gen_opts o;
     tfm_kv_cache kc;
     const float *memory = NULL;
@@ -8952,6 +9070,13 @@ static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32
     return tfm__scratch_check(fn);
 }
 
+static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32_t *const *srcs, const int *src_lens,
+                                const int32_t *const *prompts, const int *n_prompts, const tfm_gen_opts *opts,
+                                int32_t *out, int out_stride, int *n_out) {
+    int prev = tfm__prec_enter(m);
+    return tfm__prec_done(prev, tfm__generate_run(fn, m, B, srcs, src_lens, prompts, n_prompts, opts, out, out_stride, n_out));
+}
+
 TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
                                      const tfm_gen_opts *opts, int32_t *out, int *n_out) {
     int n = 0;
@@ -8980,8 +9105,8 @@ static double tfm__logp(const float *x, int64_t V, int64_t t) {
     return (double)x[t] - mx - log(s);
 }
 
-TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
-                                  const int32_t *target, int n_target, float *logp, float *total) {
+static tfm_result tfm__model_score(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
+                                   const int32_t *target, int n_target, float *logp, float *total) {
     const char *fn = "tfm_model_score";
     const float *memory = NULL, *h, *lg;
     int encdec, was_training, T, i, i0, nr, S = 0;
@@ -9031,6 +9156,12 @@ TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len,
     return tfm__scratch_check(fn);
 }
 
+TFMDEF tfm_result tfm_model_score(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
+                                  const int32_t *target, int n_target, float *logp, float *total) {
+    int prev = tfm__prec_enter(m);
+    return tfm__prec_done(prev, tfm__model_score(m, src, src_len, prompt, n_prompt, target, n_target, logp, total));
+}
+
 /* The ended hypotheses of a beam search: the best K by length-penalised score (norm). */
 typedef struct tfm__hyps {
     int K, max_new, n, n_ended;
@@ -9059,9 +9190,9 @@ static void tfm__hyps_add(tfm__hyps *h, const int32_t *prefix, int n, int32_t la
     h->norm[at] = norm;
 }
 
-TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
-                                        int n_prompt, const tfm_gen_opts *opts, int n_best, int32_t *out,
-                                        int out_stride, int *lens, float *scores, int *n_found) {
+static tfm_result tfm__model_beam_search(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
+                                         int n_prompt, const tfm_gen_opts *opts, int n_best, int32_t *out,
+                                         int out_stride, int *lens, float *scores, int *n_found) {
     const char *fn = "tfm_model_beam_search";
     tfm_kv_cache kc;
     tfm__hyps hy;
@@ -9208,6 +9339,14 @@ TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int sr
     TFM_FREE(work, m->cfg.user);
     tfm__gen_end(m, was_training);
     return tfm__scratch_check(fn);
+}
+
+TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
+                                        int n_prompt, const tfm_gen_opts *opts, int n_best, int32_t *out,
+                                        int out_stride, int *lens, float *scores, int *n_found) {
+    int prev = tfm__prec_enter(m);
+    return tfm__prec_done(prev, tfm__model_beam_search(m, src, src_len, prompt, n_prompt, opts, n_best, out, out_stride,
+                                                       lens, scores, n_found));
 }
 
 /* ==== >>impl-safetensors ==== */

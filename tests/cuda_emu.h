@@ -311,6 +311,7 @@ struct tfm_emu__state {
     size_t capacity = (size_t)16 << 30, in_use = 0;
     int last = 0, sticky = 0;                         /* last error; sticky error (0: none) */
     unsigned long long launches = 0;                  /* kernels that ran */
+    unsigned long long gemm_ex_bf16 = 0;              /* cublasGemmEx calls on bf16 operands */
     std::vector<tfm_emu__fault> faults;
     std::map<uintptr_t, tfm_emu__alloc> allocs;       /* by base address */
     std::set<const void *> streams, events, handles;  /* live CUstream_st, CUevent_st, cublasContext */
@@ -384,6 +385,8 @@ static inline size_t tfm_emu_objects_in_use(void) {
 }
 /* Kernels run so far (launches that failed are not counted). */
 static inline unsigned long long tfm_emu_launches(void) { return tfm_emu__g.launches; }
+/* cublasGemmEx and cublasGemmStridedBatchedEx calls with bf16 operands so far */
+static inline unsigned long long tfm_emu_gemm_bf16_calls(void) { return tfm_emu__g.gemm_ex_bf16; }
 /* The (skip+1)-th next call of `api` fails with `code` (see the top). */
 static inline void tfm_emu_fail_next(const char *api, int code, int skip) {
     tfm_emu__fault f;
@@ -1290,6 +1293,11 @@ typedef enum cublasMath_t : int {
     CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16
 } cublasMath_t;
 typedef struct cublasContext *cublasHandle_t;
+/* the element types and compute types of cublasGemmEx that the emulation serves (library_types.h, cublas_api.h) */
+typedef enum cudaDataType_t : int { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t;
+typedef cudaDataType_t cudaDataType;
+typedef enum cublasComputeType_t : int { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 } cublasComputeType_t;
+typedef enum cublasGemmAlgo_t : int { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 
 static inline const char *cublasGetStatusString(cublasStatus_t e) {
     TFM_EMU__BLAS_STATUS(TFM_EMU__TEXT)
@@ -1354,21 +1362,38 @@ static inline float tfm_emu__tf32(float x) {
     memcpy(&x, &u, 4);
     return x;
 }
-/* a column-major rows x cols matrix with leading dimension ld must lie inside one device block */
-static inline void tfm_emu__check_matrix(const char *api, const char *name, const float *p, int rows, int cols,
-                                         int ld) {
-    size_t bytes = ((size_t)(cols - 1) * (size_t)ld + (size_t)rows) * sizeof(float);
+/* a column-major rows x cols matrix of `elem`-byte elements with leading dimension ld must lie inside one
+   device block */
+static inline void tfm_emu__check_matrix(const char *api, const char *name, const void *p, int rows, int cols, int ld,
+                                         size_t elem = sizeof(float)) {
+    size_t bytes = ((size_t)(cols - 1) * (size_t)ld + (size_t)rows) * elem;
     if (rows <= 0 || cols <= 0 || tfm_emu__device_range(p, bytes)) return;
     tfm_emu__fatal("%s: %s = %p (%d x %d, leading dimension %d, %zu bytes) is %s", api, name, (const void *)p, rows,
                    cols, ld, bytes,
                    tfm_emu__is_device(p) ? "not inside its cudaMalloc block: it runs past the end"
                                          : "not device memory: a GPU would fault");
 }
-/* C = alpha op(A) op(B) + beta C, column-major, `batch` times with the strides */
+/* the column-major rows x cols matrix at p (bf16: 16-bit elements, each a float's upper half) as floats with
+   the same leading dimension */
+static inline void tfm_emu__widen(std::vector<float> &out, const void *p, bool bf16, int rows, int cols, int ld) {
+    size_t n = (size_t)(cols - 1) * ld + rows;
+    if (!bf16) {
+        out.assign((const float *)p, (const float *)p + n);
+        return;
+    }
+    out.resize(n);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+        memcpy(&out[i], &u, 4);
+    }
+}
+/* C = alpha op(A) op(B) + beta C, column-major, `batch` times with the strides (in elements); A and B are
+   fp32 or (bf16 set: cublasGemmEx with CUDA_R_16BF) bf16, whose products are exact in fp32 */
 static inline cublasStatus_t tfm_emu__gemm(const char *api, cublasHandle_t h, cublasOperation_t ta,
                                            cublasOperation_t tb, int m, int n, int k, const float *alpha,
-                                           const float *A, int lda, long long sA, const float *B, int ldb, long long sB,
-                                           const float *beta, float *C, int ldc, long long sC, int batch) {
+                                           const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
+                                           const float *beta, float *C, int ldc, long long sC, int batch,
+                                           bool bf16 = false) {
     if (cublasStatus_t st = tfm_emu__blas_enter(api, h)) return st;
     if (tfm_emu__g.sticky) return CUBLAS_STATUS_EXECUTION_FAILED;
     if ((unsigned)ta > CUBLAS_OP_C || (unsigned)tb > CUBLAS_OP_C || m < 0 || n < 0 || k < 0 || batch < 0)
@@ -1381,16 +1406,17 @@ static inline cublasStatus_t tfm_emu__gemm(const char *api, cublasHandle_t h, cu
         tfm_emu__fatal("%s: alpha or beta is device memory, but the pointer mode is host", api);
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
     bool scale_only = *alpha == 0.0f || k == 0; /* cuBLAS reads neither A nor B then */
+    size_t es = bf16 ? 2 : sizeof(float);
     for (int i = 0; i < batch; i++) {
         tfm_emu__check_matrix(api, "C", C + i * sC, m, n, ldc);
         if (scale_only) continue;
-        tfm_emu__check_matrix(api, "A", A + i * sA, ar, ac, lda);
-        tfm_emu__check_matrix(api, "B", B + i * sB, br, bc, ldb);
+        tfm_emu__check_matrix(api, "A", (const char *)A + i * sA * es, ar, ac, lda, es);
+        tfm_emu__check_matrix(api, "B", (const char *)B + i * sB * es, br, bc, ldb, es);
     }
-    bool tf32 = (h->math & 15) == CUBLAS_TF32_TENSOR_OP_MATH;
+    bool tf32 = !bf16 && (h->math & 15) == CUBLAS_TF32_TENSOR_OP_MATH;
     std::vector<float> ta32, tb32;
     for (int i = 0; i < batch; i++) {
-        const float *a = A + i * sA, *b = B + i * sB;
+        const float *a = (const float *)((const char *)A + i * sA * es), *b = (const float *)((const char *)B + i * sB * es);
         float *c = C + i * sC;
         if (scale_only) {
             for (int j = 0; j < n; j++)
@@ -1398,11 +1424,13 @@ static inline cublasStatus_t tfm_emu__gemm(const char *api, cublasHandle_t h, cu
                     c[(size_t)j * ldc + r] = *beta == 0.0f ? 0.0f : *beta * c[(size_t)j * ldc + r];
             continue;
         }
-        if (tf32) {
-            ta32.assign(a, a + ((size_t)(ac - 1) * lda + ar));
-            tb32.assign(b, b + ((size_t)(bc - 1) * ldb + br));
-            for (float &x : ta32) x = tfm_emu__tf32(x);
-            for (float &x : tb32) x = tfm_emu__tf32(x);
+        if (tf32 || bf16) {
+            tfm_emu__widen(ta32, a, bf16, ar, ac, lda);
+            tfm_emu__widen(tb32, b, bf16, br, bc, ldb);
+            if (tf32) {
+                for (float &x : ta32) x = tfm_emu__tf32(x);
+                for (float &x : tb32) x = tfm_emu__tf32(x);
+            }
             a = ta32.data();
             b = tb32.data();
         }
@@ -1423,6 +1451,40 @@ static inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasO
                                                        const float *beta, float *C, int ldc, long long sC, int batch) {
     return tfm_emu__gemm("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc,
                          sC, batch);
+}
+/* cublasGemmEx and its strided batch for what the header asks: A and B both CUDA_R_32F or both CUDA_R_16BF, C
+   CUDA_R_32F, fp32 alpha, beta and sums (CUBLAS_COMPUTE_32F); anything else is CUBLAS_STATUS_NOT_SUPPORTED
+   here (cuBLAS serves more). */
+static inline cublasStatus_t tfm_emu__gemm_ex(const char *api, cublasHandle_t h, cublasOperation_t ta,
+                                              cublasOperation_t tb, int m, int n, int k, const void *alpha,
+                                              const void *A, cudaDataType at, int lda, long long sA, const void *B,
+                                              cudaDataType bt, int ldb, long long sB, const void *beta, void *C,
+                                              cudaDataType ct, int ldc, long long sC, int batch,
+                                              cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    if (at != bt || (at != CUDA_R_32F && at != CUDA_R_16BF) || ct != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F ||
+        algo != CUBLAS_GEMM_DEFAULT) {
+        if (cublasStatus_t st = tfm_emu__blas_enter(api, h)) return st;
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    tfm_emu__g.gemm_ex_bf16 += at == CUDA_R_16BF;
+    return tfm_emu__gemm(api, h, ta, tb, m, n, k, (const float *)alpha, A, lda, sA, B, ldb, sB, (const float *)beta,
+                         (float *)C, ldc, sC, batch, at == CUDA_R_16BF);
+}
+static inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType at, int lda,
+                                          const void *B, cudaDataType bt, int ldb, const void *beta, void *C,
+                                          cudaDataType ct, int ldc, cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    return tfm_emu__gemm_ex("cublasGemmEx", h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0,
+                            1, compute, algo);
+}
+static inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                                        int m, int n, int k, const void *alpha, const void *A,
+                                                        cudaDataType at, int lda, long long sA, const void *B,
+                                                        cudaDataType bt, int ldb, long long sB, const void *beta,
+                                                        void *C, cudaDataType ct, int ldc, long long sC, int batch,
+                                                        cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    return tfm_emu__gemm_ex("cublasGemmStridedBatchedEx", h, ta, tb, m, n, k, alpha, A, at, lda, sA, B, bt, ldb, sB, beta,
+                            C, ct, ldc, sC, batch, compute, algo);
 }
 
 #endif /* TFM_CUDA_EMU_H */

@@ -3325,9 +3325,250 @@ static void cu_device(void) {
     cu_release(&A, &B, &Cm, CU_END);
 }
 
+/* ==== mixed precision: bf16 products (cfg.precision TFM_PREC_BF16) ===================================== */
+
+/* x rounded to bf16 the long way, in double: 8 significant bits (ulp 2^(e-7) for 2^e <= |x| < 2^(e+1), the
+   subnormal range's 2^-133 below 2^-126), rint's ties to even, overflow past the largest bf16 to infinity. */
+static double cu_bf16_ref(float x) {
+    double a = fabs((double)x), ulp, r;
+    int e;
+    if (isnan(x) || isinf(x) || a == 0.0) return x;
+    (void)frexp(a, &e); /* a = f 2^e, f in [0.5, 1): the leading bit is 2^(e-1) */
+    ulp = ldexp(1.0, e - 1 < -126 ? -133 : e - 8);
+    r = rint(a / ulp) * ulp;
+    if (r >= ldexp(2.0 - 1.0 / 256.0, 127) + ldexp(1.0, 119)) r = INFINITY; /* past the halfway point above the max */
+    return x < 0 ? -r : r;
+}
+static float cu_bf16_value(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* tfm__bf16 against cu_bf16_ref: ties both ways, the subnormals, the largest values, infinities, NaNs and
+   random bit patterns. */
+static void cu_bf16_round(void) {
+    static const uint32_t edge[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x00008000u, 0x00018000u, 0x00007fffu,
+                                    0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f807fffu, 0x7f7fffffu, 0x7f7f7fffu,
+                                    0x7f7f8000u, 0xff7f8000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
+                                    0xffffffffu, 0x007fffffu, 0x00800000u, 0x3effffffu};
+    cu_rng g = {2024};
+    int i, bad = 0;
+    for (i = 0; i < 200000 + CU_LEN(edge); i++) {
+        uint32_t u = i < CU_LEN(edge) ? edge[i] : (uint32_t)cu_next(&g);
+        float x, got;
+        double want;
+        memcpy(&x, &u, 4);
+        got = cu_bf16_value(tfm__bf16(x));
+        want = cu_bf16_ref(x);
+        if (isnan(x) ? !isnan(got) : (double)got != want || signbit(got) != signbit(x)) {
+            if (bad++ < 5) TEST__FAIL("tfm__bf16(%a = 0x%08x) is %a, want %a", (double)x, u, (double)got, want);
+        }
+    }
+    CHECK_MSG(!bad, "%d of %d roundings to bf16 wrong", bad, 200000 + CU_LEN(edge));
+}
+
+/* Products in a bf16 model call (tfm__model_prec TFM_PREC_BF16) across the shapes, transposes, strides
+   (0: one B for the whole batch) and beta of cu_op_gemm, against two references in double on the host:
+   - the product of the operands rounded to bf16 (cu_bf16_ref): what the GPU must compute but for its fp32
+     sums, K terms each rounded once either way (tensor cores may truncate): |error| <= (K + 2) 2^-23 times
+     the sum of the terms' magnitudes (|alpha| sum |a b| + |beta c|);
+   - the fp32 product: each operand carries a relative error of at most 2^-8, a product of two 2^-7 + 2^-16,
+     so |bf16 - fp32| <= (2^-7 + 2^-16 + (K + 2) 2^-23) times the same sum: the tolerance bf16 products
+     get against the CPU. It must also differ somewhere (else the products did not run in bf16). */
+static void cu_bf16_gemm(void) {
+    cu_mnk pr[16];
+    cu_rng g = {77};
+    int np = cu_products(pr), i, t, v;
+#ifdef TFM_CUDA_EMULATION
+    unsigned long long calls0 = tfm_emu_gemm_bf16_calls();
+#endif
+    for (i = 0; i < np; i++)
+        for (t = 0; t < 4; t++)
+            for (v = 0; v < 3; v++) {
+                int M = pr[i].M, N = pr[i].N, K = pr[i].K, ta = t & 1, tb = t >> 1, batch = v ? 3 : 1;
+                int lda = (ta ? M : K) + (v ? 5 : 0), ldb = (tb ? K : N) + (v ? 0 : 2), ldc = N + (v ? 3 : 0);
+                int64_t sA = v ? (int64_t)(ta ? K : M) * lda + 7 : 0, sB = v == 1 ? (int64_t)(tb ? N : K) * ldb + 1 : 0;
+                int64_t sC = (int64_t)M * ldc + 5, nA = v ? sA * batch : (int64_t)(ta ? K : M) * lda;
+                int64_t nB = v == 1 ? sB * batch : (int64_t)(tb ? N : K) * ldb, bad = 0, bad32 = 0, differ = 0, at = -1;
+                float alpha = v ? 0.75f : 1.0f, beta = v ? 1.25f : 0.0f;
+                cu_buf A = cu_normal(nA, &g, 1, 0), B = cu_normal(nB, &g, 1, 0);
+                cu_buf Cm = beta == 0.0f ? cu_nan(sC * batch) : cu_normal(sC * batch, &g, 1, 0);
+                float *c0 = (float *)malloc((size_t)(sC * batch) * sizeof(float)), *got;
+                double worst = 0.0;
+                memcpy(c0, Cm.h, (size_t)(sC * batch) * sizeof(float));
+                tfm__op_gemm_batched(TFM_DEVICE_CPU, ta, tb, M, N, K, alpha, A.h, lda, sA, B.h, ldb, sB, beta, Cm.h, ldc, sC,
+                                     batch); /* fp32, on the CPU */
+                tfm__model_prec = TFM_PREC_BF16;
+                tfm__op_gemm_batched(TFM_DEVICE_CUDA, ta, tb, M, N, K, alpha, A.d, lda, sA, B.d, ldb, sB, beta, Cm.d, ldc,
+                                     sC, batch);
+                tfm__model_prec = 0;
+                got = cu_fetch(Cm.d, sC * batch, TFM_DEVICE_CUDA);
+                for (int b = 0; b < batch; b++)
+                    for (int r = 0; r < M; r++)
+                        for (int c = 0; c < N; c++) {
+                            int64_t ic = b * sC + (int64_t)r * ldc + c;
+                            double ref = 0.0, mag = 0.0, e;
+                            for (int k = 0; k < K; k++) {
+                                float a = A.h[b * sA + (ta ? (int64_t)k * lda + r : (int64_t)r * lda + k)];
+                                float bb = B.h[b * sB + (tb ? (int64_t)c * ldb + k : (int64_t)k * ldb + c)];
+                                double p = cu_bf16_ref(a) * cu_bf16_ref(bb);
+                                ref += p;
+                                mag += fabs(p);
+                            }
+                            ref *= alpha;
+                            mag = fabs((double)alpha) * mag;
+                            if (beta != 0.0f) {
+                                ref += (double)beta * c0[ic];
+                                mag += fabs((double)beta * c0[ic]);
+                            }
+                            e = fabs((double)got[ic] - ref);
+                            if (!(e <= (K + 2) * ldexp(1.0, -23) * mag + 1e-30)) {
+                                if (!bad++) at = ic;
+                            }
+                            if (!(fabs((double)got[ic] - Cm.h[ic]) <= (ldexp(1.0, -7) + ldexp(1.0, -16) + (K + 2) * ldexp(1.0, -23)) * mag + 1e-30))
+                                bad32++;
+                            if (got[ic] != Cm.h[ic]) differ++;
+                            if (mag > 0 && e / mag > worst) worst = e / mag;
+                        }
+                CHECK_MSG(!bad && !bad32, "bf16 gemm ta=%d tb=%d M=%d N=%d K=%d batch=%d sB=%lld beta=%g: %lld outside the bound "
+                          "of the bf16 operands' exact product (first at %lld: %.9g), %lld outside bf16's bound against fp32; "
+                          "worst %.3g of the terms' magnitude", ta, tb, M, N, K, batch, (long long)sB, (double)beta, (long long)bad,
+                          (long long)at, at >= 0 ? (double)got[at] : 0.0, (long long)bad32, worst);
+                if (K > 1)
+                    CHECK_MSG(differ > 0, "bf16 gemm M=%d N=%d K=%d: every element equals the fp32 product: bf16 did not run", M, N, K);
+                free(got);
+                free(c0);
+                cu_release(&A, &B, &Cm, CU_END);
+            }
+#ifdef TFM_CUDA_EMULATION
+    CHECK_MSG(tfm_emu_gemm_bf16_calls() > calls0, "no cublasGemmEx call on bf16 operands");
+#endif
+    /* outside a bf16 model call the products are fp32 again */
+    {
+        cu_buf A = cu_normal(64 * 64, &g, 1, 0), B = cu_normal(64 * 64, &g, 1, 0), Cm = cu_nan(64 * 64);
+        CU_DEVS tfm__op_gemm_batched(CU_DEV, 0, 0, 64, 64, 64, 1.0f, CU_P(A), 64, 0, CU_P(B), 64, 0, 0.0f, CU_P(Cm), 64, 0, 1);
+        cu_check("gemm after the bf16 ones: fp32", &Cm, CU_TOL);
+        cu_release(&A, &B, &Cm, CU_END);
+    }
+}
+
+/* Batch `seed` of a learnable sequence for cu_bf16_model: each row counts up from a random id x by a step of
+   1 + x % 3, modulo the vocabulary; the targets are the next ids. */
+static void cu_count_batch(cu_data *d, const tfm_config *c, uint64_t seed) {
+    cu_rng g = {seed * 131 + 7};
+    int B = CU_B, T = c->max_len, b, t;
+    memset(d, 0, sizeof *d);
+    d->b.batch = B;
+    d->b.len = T;
+    d->b.tokens = d->tokens;
+    d->b.targets = d->targets;
+    for (b = 0; b < B; b++) {
+        int x = cu_int(&g, c->vocab_size), step = 1 + x % 3;
+        for (t = 0; t < T; t++) {
+            d->tokens[b * T + t] = x;
+            x = (x + step) % c->vocab_size;
+            d->targets[b * T + t] = x;
+        }
+    }
+}
+
+/* cfg.precision: an LM of cu_model_cfg's shape learns a counting task with bf16 products on the GPU and in
+   fp32 on the CPU from the same weights, 100 steps: every loss of the bf16 run within 1% of the fp32 run's
+   (bf16 differs by at most 0.6% here; a loss that falls to a third or less shows the training is real),
+   some loss not bit-equal (bf16 ran); TF32 the same way. Not 300 steps: on this task, batches of 16
+   tokens, the runs part ways in the fast learning after step 100 whatever the precision (the means of
+   25 steps differ by up to 7% with TF32, 19% with bf16, and the losses end at 0.145 and 0.127 against
+   fp32's 0.124), so the check would measure the task's chaos, not the products. The thread's products are fp32
+   again after each model call; the CPU refuses either precision, and tfm_model_to_device refuses to move
+   a bf16 model there, leaving it as it was. */
+static void cu_bf16_model(void) {
+    tfm_config cc = cu_model_cfg(2, TFM_DEVICE_CPU), cg;
+    tfm_model mc, mg;
+    tfm_optim o = cu_optim();
+    int steps = 100, i, p;
+    cu_data *d = (cu_data *)malloc(sizeof(cu_data));
+    float *lc = (float *)calloc((size_t)(3 * steps), sizeof(float));
+    cc.dropout = cc.attn_dropout = 0.0f;
+    cc.label_smoothing = 0.0f;
+    o.total_steps = steps;
+    o.lr = 1e-2f;
+    if (!cu_init(&mc, &cc, "fp32")) {
+        free(lc);
+        free(d);
+        return;
+    }
+    for (p = 1; p <= 2; p++) {
+        const char *nm = p == TFM_PREC_BF16 ? "bf16" : "tf32";
+        float *lg = lc + steps * p, worst = 0.0f;
+        int bad = 0, first = -1, differ = 0, ok = 1;
+        cg = cc;
+        cg.device = TFM_DEVICE_CUDA;
+        cg.precision = (tfm_precision)p;
+        if (!cu_init(&mg, &cg, nm)) break;
+        for (i = 0; i < steps && ok; i++) {
+            float loss;
+            cu_count_batch(d, &cc, (uint64_t)i);
+            if (p == 1) {
+                tfm_model_zero_grad(&mc);
+                ok = tfm_model_forward(&mc, &d->b, &lc[i], NULL) == TFM_OK && tfm_model_backward(&mc, 1.0f) == TFM_OK &&
+                     tfm_model_step(&mc, &o, NULL) == TFM_OK;
+            }
+            tfm_model_zero_grad(&mg);
+            ok = ok && tfm_model_forward(&mg, &d->b, &loss, NULL) == TFM_OK;
+            CHECK(tfm__model_prec == 0);
+            ok = ok && tfm_model_backward(&mg, 1.0f) == TFM_OK && tfm_model_step(&mg, &o, NULL) == TFM_OK;
+            lg[i] = loss;
+            if (!ok) TEST__FAIL("%s training step %d: %s", nm, i, tfm_last_error());
+        }
+        for (i = 0; ok && i < steps; i++) {
+            float e = fabsf(lg[i] - lc[i]) / lc[i];
+            if (!(e <= 0.01f) && !bad++) first = i;
+            if (e > worst) worst = e;
+            differ += lg[i] != lc[i];
+        }
+        if (ok) {
+            CHECK_MSG(!bad, "%s: %d of %d losses differ from fp32's by more than 1%% (first: step %d, %.6g against %.6g); worst %.3g",
+                      nm, bad, steps, first, bad ? (double)lg[first] : 0.0, bad ? (double)lc[first] : 0.0, (double)worst);
+            CHECK_MSG(differ > 0, "%s: every loss equals fp32's bit for bit: the precision did not apply", nm);
+            CHECK_MSG(lc[steps - 1] < lc[0] / 3, "fp32 loss %.4f -> %.4f: the task was not learned", (double)lc[0],
+                      (double)lc[steps - 1]);
+            if (test__verbose)
+                printf("    %s: loss %.4f -> %.4f (fp32 CPU %.4f -> %.4f), worst relative difference %.2e\n", nm, lg[0],
+                       lg[steps - 1], lc[0], lc[steps - 1], (double)worst);
+        }
+        if (p == TFM_PREC_BF16) { /* the CPU refuses it; moving the model there too, which stays as it was */
+            tfm_model m2;
+            float before, after;
+            cu_count_batch(d, &cc, 12345);
+            CHECK_OK(tfm_model_forward(&mg, &d->b, &before, NULL));
+            CHECK_ERR(tfm_model_to_device(&mg, TFM_DEVICE_CPU), TFM_E_ARG, "cfg.precision TFM_PREC_BF16 runs on the GPU only");
+            CHECK(mg.params[0].value.device == TFM_DEVICE_CUDA && mg.cfg.precision == TFM_PREC_BF16);
+            CHECK_OK(tfm_model_forward(&mg, &d->b, &after, NULL));
+            CHECK(before == after);
+            cg.device = TFM_DEVICE_CPU;
+            CHECK_ERR(tfm_model_init(&m2, &cg, NULL, 0), TFM_E_ARG, "cfg.precision TFM_PREC_BF16 runs on the GPU only");
+            cg.precision = (tfm_precision)3;
+            CHECK_ERR(tfm_model_init(&m2, &cg, NULL, 0), TFM_E_ARG, "cfg.precision 3 is not a tfm_precision");
+        }
+        tfm_model_free(&mg);
+        if (!ok) break;
+    }
+    tfm_model_free(&mc);
+    free(lc);
+    free(d);
+}
+
 /* ==== main ============================================================================================== */
 
 static void suite_device(void) { RUN(cu_device); }
+
+static void suite_precision(void) {
+    RUN(cu_bf16_round);
+    RUN(cu_bf16_gemm);
+    RUN(cu_bf16_model);
+}
 
 static void suite_ops(void) {
     RUN(cu_op_copy);
@@ -3447,6 +3688,7 @@ int main(int argc, char **argv) {
     cu_suite("public", suite_public);
     cu_suite("layers", suite_layers);
     cu_suite("models", suite_models);
+    cu_suite("precision", suite_precision);
     cu_suite("generate", suite_generate);
     cu_suite("io", suite_io);
     cu_suite("errors", suite_errors);

@@ -2167,6 +2167,13 @@ static void md_rope(void) {
         c2 = c;
         c2.pos = (tfm_pos_kind)4;
         md_init_err("pos 4", &c2, TFM_E_ARG, "cfg.pos 4 is not a tfm_pos_kind");
+        c2 = c; /* reduced precision is the GPU's: the CPU refuses it */
+        c2.precision = TFM_PREC_BF16;
+        md_init_err("bf16 on the CPU", &c2, TFM_E_ARG, "cfg.precision TFM_PREC_BF16 runs on the GPU only");
+        c2.precision = TFM_PREC_TF32;
+        md_init_err("tf32 on the CPU", &c2, TFM_E_ARG, "cfg.precision TFM_PREC_TF32 runs on the GPU only");
+        c2.precision = (tfm_precision)-1;
+        md_init_err("precision -1", &c2, TFM_E_ARG, "cfg.precision -1 is not a tfm_precision");
     }
     { /* the layers': a block's desc, and cross-attention refuses rotation */
         tfm_block_desc d;
