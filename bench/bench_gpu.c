@@ -13,7 +13,7 @@
        g++ -fopenmp -o build/bench_gpu_emu build/bench_gpu.o build/tfm_cuda_emu.o -lm
        build/bench_gpu_emu --quick gpu-emu-tiny
 
-   Usage: bench_gpu [--quick] [--tf32] [--no-train] [--no-gen] [--no-check] [--budget SECONDS]
+   Usage: bench_gpu [--quick] [--tf32] [--bf16] [--no-train] [--no-gen] [--no-check] [--budget SECONDS]
                     [--gen-batch 1|8|32] [CONFIG...]
           bench_gpu --list
    CONFIG defaults to $CONFIGS (names separated by spaces or commas), else char-gpt-tiny gpt-small
@@ -26,18 +26,21 @@
             random batch (ids from seed 42, model from seed 1234, dropout 0: bench.c's conventions);
             warm-up steps, then timed steps (up to the config's count, or fewer when the time budget
             of the measurement is spent; at least 3), tfm_cuda_synchronize before each timer read. The
-            median is step_ms. With --tf32, the same again with tfm_cuda_set_tf32(1): tf32=1.
+            median is step_ms. With --tf32, the same again with cfg.precision TFM_PREC_TF32: prec=tf32,
+            tf32=1; with --bf16, with cfg.precision TFM_PREC_BF16 (bf16 operands, fp32 sums): prec=bf16,
+            and mfu = TFLOP/s over the device's dense bf16 peak (H100/H200 SXM 989.4, H100 PCIe 756,
+            A100 312; -1 for another device).
      gen    greedy tfm_model_generate_batch of GEN_NEW new tokens from 1-token prompts (ids from seed
             42) at batch 1, 8 and 32, on an inference_only model with max_batch 32: one untimed run,
             then up to gen_reps timed runs (the budget again); tok_s = batch * GEN_NEW / median time.
    Lines (one per measurement; a script reads the key=value pairs):
        INFO impl=ours device="..." transformer.h=X.Y.Z
        RESULT impl=ours device=cuda mode=check name=... loss_cpu=... loss_gpu=... rel_err=... ok=yes|NO
-       RESULT impl=ours device=cuda mode=train name=... tf32=0|1 params=... batch=... seq=... step_ms=...
+       RESULT impl=ours device=cuda mode=train name=... prec=fp32|tf32|bf16 tf32=0|1 params=... batch=... seq=... step_ms=...
               step_min_ms=... tok_s=... gflop_step=... tflops=... loss0=... loss=... steps=... first_step_ms=...
               model_mb=...   (loss0: the first step's loss, the check's loss_cpu when the GPU model starts from
               the same weights; loss: the last step's; model_mb: tfm_model_memory_size, the model's one block,
-              which the GPU holds a twin of)
+              which the GPU holds a twin of; bf16 rows add mfu=...)
        RESULT impl=ours device=cuda mode=gen name=... tf32=0 batch=... new=... tok_s=... ms_tok=... reps=...
    then a table of the same numbers. tokens per step: batch * seq. FLOPs per step: bench.c's model_flops
    for an LM (bench/README.md): 6*B*T*(L*(4C^2 + 2CF) + V*C) + 12*B*L*T^2*C. Exit status 0 when every
@@ -217,26 +220,36 @@ static double train_step(tfm_model *m, const gpu_data *d, float *loss, const cha
     return now_s() - t0;
 }
 
+static const char *const PREC_NAMES[3] = {"fp32", "tf32", "bf16"};
+
+/* The device's dense bf16 tensor-core peak in TFLOP/s, from its name (0: not in the table). */
+static double bf16_peak(void) {
+    if (strstr(g_device, "H100") && strstr(g_device, "PCIe")) return 756.0;
+    if (strstr(g_device, "H100") || strstr(g_device, "H200")) return 989.4;
+    if (strstr(g_device, "A100")) return 312.0;
+    return 0.0;
+}
+
 typedef struct row {
     char name[32];
     int mode; /* 0 train, 1 gen */
-    int tf32, batch;
+    int prec, batch; /* prec: a tfm_precision */
     double ms, tok_s, tflops;
 } row;
 
 static row g_rows[64];
 static int g_nrows = 0;
 
-static void add_row(const char *name, int mode, int tf32, int batch, double ms, double tok_s, double tflops) {
+static void add_row(const char *name, int mode, int prec, int batch, double ms, double tok_s, double tflops) {
     row *r;
     if (g_nrows >= (int)(sizeof g_rows / sizeof g_rows[0])) return;
     r = &g_rows[g_nrows++];
     strncpy(r->name, name, sizeof r->name - 1);
     r->name[sizeof r->name - 1] = '\0';
-    r->mode = mode, r->tf32 = tf32, r->batch = batch, r->ms = ms, r->tok_s = tok_s, r->tflops = tflops;
+    r->mode = mode, r->prec = prec, r->batch = batch, r->ms = ms, r->tok_s = tok_s, r->tflops = tflops;
 }
 
-static void run_train(const gpu_cfg *b, const gpu_data *d, int tf32) {
+static void run_train(const gpu_cfg *b, const gpu_data *d, int prec) {
     tfm_config cfg = make_config(b, TFM_DEVICE_CUDA);
     tfm_model m;
     tfm_result r;
@@ -244,10 +257,8 @@ static void run_train(const gpu_cfg *b, const gpu_data *d, int tf32) {
     int warmup = g_quick ? 1 : b->warmup, steps = g_quick ? 3 : b->steps, n = 0, i;
     float loss = 0.0f, loss0 = 0.0f;
     size_t bytes = 0;
-    if ((r = tfm_cuda_set_tf32(tf32)) != TFM_OK) {
-        fail(b->name, tf32 ? "tfm_cuda_set_tf32(1)" : "tfm_cuda_set_tf32(0)", r);
-        return;
-    }
+    char mfu[32] = "";
+    cfg.precision = (tfm_precision)prec;
     if ((r = tfm_model_memory_size(&cfg, &bytes)) != TFM_OK) {
         fail(b->name, "tfm_model_memory_size", r);
         return;
@@ -258,7 +269,7 @@ static void run_train(const gpu_cfg *b, const gpu_data *d, int tf32) {
         return;
     }
     if (sync_gpu(b->name)) goto done;
-    printf("MODEL impl=ours device=cuda name=%s tf32=%d params=%lld init_ms=%.1f\n", b->name, tf32,
+    printf("MODEL impl=ours device=cuda name=%s prec=%s params=%lld init_ms=%.1f\n", b->name, PREC_NAMES[prec],
            (long long)m.n_weights, 1e3 * (now_s() - t0));
     fflush(stdout);
     tfm_model_train(&m, 1);
@@ -281,17 +292,18 @@ static void run_train(const gpu_cfg *b, const gpu_data *d, int tf32) {
     }
     step_ms = 1e3 * median(times, n); /* sorted now */
     step_min_ms = 1e3 * times[0];
-    printf("RESULT impl=ours device=cuda mode=train name=%s tf32=%d params=%lld batch=%d seq=%d step_ms=%.3f "
+    if (prec == TFM_PREC_BF16)
+        sprintf(mfu, " mfu=%.4f", bf16_peak() > 0 ? flops * 1e-12 / (step_ms * 1e-3) / bf16_peak() : -1.0);
+    printf("RESULT impl=ours device=cuda mode=train name=%s prec=%s tf32=%d params=%lld batch=%d seq=%d step_ms=%.3f "
            "step_min_ms=%.3f tok_s=%.1f gflop_step=%.4f tflops=%.3f loss0=%.6f loss=%.5f steps=%d first_step_ms=%.1f "
-           "model_mb=%.1f\n",
-           b->name, tf32, (long long)m.n_weights, b->B, b->T, step_ms, step_min_ms,
+           "model_mb=%.1f%s\n",
+           b->name, PREC_NAMES[prec], prec == TFM_PREC_TF32, (long long)m.n_weights, b->B, b->T, step_ms, step_min_ms,
            (double)b->B * b->T / (step_ms * 1e-3), flops * 1e-9, flops * 1e-12 / (step_ms * 1e-3), (double)loss0,
-           (double)loss, n, 1e3 * first, bytes / 1e6);
+           (double)loss, n, 1e3 * first, bytes / 1e6, mfu);
     fflush(stdout);
-    add_row(b->name, 0, tf32, b->B, step_ms, (double)b->B * b->T / (step_ms * 1e-3), flops * 1e-12 / (step_ms * 1e-3));
+    add_row(b->name, 0, prec, b->B, step_ms, (double)b->B * b->T / (step_ms * 1e-3), flops * 1e-12 / (step_ms * 1e-3));
 done:
     tfm_model_free(&m);
-    tfm_cuda_set_tf32(0);
 }
 
 /* ---- gen ----------------------------------------------------------------------------------------- */
@@ -366,21 +378,21 @@ done:
 static void print_table(void) {
     int i;
     if (!g_nrows) return;
-    printf("\n== transformer.h on %s (fp32; tf32=1: TF32 tensor-core products)\n", g_device);
-    printf("%-18s %-6s %4s %5s %12s %12s %8s\n", "config", "mode", "tf32", "batch", "ms", "tokens/s", "TFLOP/s");
+    printf("\n== transformer.h on %s (prec: the products' precision)\n", g_device);
+    printf("%-18s %-6s %4s %5s %12s %12s %8s\n", "config", "mode", "prec", "batch", "ms", "tokens/s", "TFLOP/s");
     for (i = 0; i < g_nrows; i++) {
         const row *r = &g_rows[i];
         char tf[16] = "-";
         if (r->tflops >= 0) sprintf(tf, "%.2f", r->tflops);
-        printf("%-18s %-6s %4d %5d %12.3f %12.0f %8s\n", r->name, r->mode ? "gen" : "train", r->tf32, r->batch, r->ms,
-               r->tok_s, tf);
+        printf("%-18s %-6s %4s %5d %12.3f %12.0f %8s\n", r->name, r->mode ? "gen" : "train", PREC_NAMES[r->prec], r->batch,
+               r->ms, r->tok_s, tf);
     }
     printf("ms: train = median step (zero_grad, forward, backward, AdamW); gen = ms per new token of the whole batch\n");
 }
 
 static void usage(FILE *f) {
     int i;
-    fprintf(f, "usage: bench_gpu [--quick] [--tf32] [--no-train] [--no-gen] [--no-check] [--budget SECONDS]\n"
+    fprintf(f, "usage: bench_gpu [--quick] [--tf32] [--bf16] [--no-train] [--no-gen] [--no-check] [--budget SECONDS]\n"
                "                 [--gen-batch 1|8|32] [CONFIG...]\n"
                "       bench_gpu --list\n"
                "CONFIG defaults to $CONFIGS, else the default configs. QUICK=1: --quick. configs:");
@@ -392,7 +404,7 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
     const gpu_cfg *sel[64];
-    int n_sel = 0, do_train = 1, do_gen = 1, do_check = 1, do_tf32 = 0, i;
+    int n_sel = 0, do_train = 1, do_gen = 1, do_check = 1, do_tf32 = 0, do_bf16 = 0, i;
     const char *q = getenv("QUICK"), *env_cfgs = getenv("CONFIGS"), *bud = getenv("BENCH_GPU_BUDGET");
     char cfgbuf[1024];
     tfm_result r;
@@ -402,6 +414,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         if (strcmp(a, "--quick") == 0) g_quick = 1;
         else if (strcmp(a, "--tf32") == 0) do_tf32 = 1;
+        else if (strcmp(a, "--bf16") == 0) do_bf16 = 1;
         else if (strcmp(a, "--no-train") == 0) do_train = 0;
         else if (strcmp(a, "--no-gen") == 0) do_gen = 0;
         else if (strcmp(a, "--no-check") == 0) do_check = 0;
@@ -468,6 +481,7 @@ int main(int argc, char **argv) {
         if (do_check) run_check(b, &d);
         if (do_train) run_train(b, &d, 0);
         if (do_train && do_tf32) run_train(b, &d, 1);
+        if (do_train && do_bf16) run_train(b, &d, 2);
         if (do_gen) run_gen(b);
         data_free(&d);
     }

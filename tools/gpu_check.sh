@@ -10,7 +10,9 @@
 #   (c) compute-sanitizer memcheck, racecheck and (time allowing) synccheck over `test_cuda --small`
 #   (d) the GPU benchmark: bench/tfm_cuda.cu by nvcc, bench/bench_gpu.c by cc (plain C), linked; run for
 #       char-gpt-tiny, gpt-small, gpt2-124M-shape and gpt2-124M-b16 (16 x 1024); then bench/torch_gpu.py, PyTorch eager on the same
-#       GPU (fp32 with TF32 off, and TF32 on as a second peer). Its build runs beside (b)'s.
+#       GPU (fp32 with TF32 off, and TF32 on as a second peer); ours also with cfg.precision bf16, against
+#       PyTorch's autocast bf16 with SDPA, eager and torch.compile'd (torch_gpu.py --amp, gpt2-124M-b16).
+#       Its build runs beside (b)'s.
 #   (d2) time allowing, ncu's kernel times over quick runs of the bench (training, and decoding at batch
 #       32): the CSVs beside the log (ncu_train_CONFIG.csv, ncu_gen32_CONFIG.csv), summarised by
 #       tools/ncu_summary.py (where the time goes, by kernel)
@@ -25,6 +27,7 @@
 #   GPU_CHECK_DEADLINE=S     seconds for the whole run (default 350)
 #   GPU_CHECK_ARCH=sm_NN     target (default: the GPU's compute capability, else sm_90)
 #   GPU_CHECK_CONFIGS="..."  bench configs (default: char-gpt-tiny gpt-small gpt2-124M-shape gpt2-124M-b16)
+#   GPU_CHECK_AMP_CONFIGS="..." configs of PyTorch's bf16 rows (default: gpt2-124M-b16, the target shape)
 #   GPU_CHECK_LEAKS=1        memcheck with --leak-check full (cuBLAS's own allocations may show)
 #   GPU_CHECK_PROFILE=0      no ncu profile (default: a quick training run and batch-32 decoding of each
 #                            of GPU_CHECK_PROFILE_CONFIGS, default gpt-small gpt2-124M-shape, when time is left)
@@ -41,6 +44,7 @@ SKIP_BENCH=${GPU_CHECK_SKIP_BENCH:-0}
 ONLY_TESTS=${GPU_CHECK_ONLY_TESTS:-0}
 if [ "$ONLY_TESTS" = 1 ]; then SKIP_BENCH=1; fi
 BENCH_CONFIGS=${GPU_CHECK_CONFIGS:-char-gpt-tiny gpt-small gpt2-124M-shape gpt2-124M-b16}
+AMP_CONFIGS=${GPU_CHECK_AMP_CONFIGS:-gpt2-124M-b16}
 PROFILE=${GPU_CHECK_PROFILE:-1}
 PROFILE_CONFIGS=${GPU_CHECK_PROFILE_CONFIGS:-gpt-small gpt2-124M-shape}
 CC=${CC:-cc}
@@ -221,7 +225,7 @@ if [ "$SKIP_BENCH" != 1 ]; then
     record "bench-build" "$brc" "$bsecs"
     if [ "$brc" = 0 ] && [ -x "$B/bench_gpu" ]; then
         for c in $BENCH_CONFIGS; do
-            run_step "bench $c" 90 50 "$TMP/bench_$c.txt" -- env BENCH_GPU_BUDGET=3 "$B/bench_gpu" --tf32 "$c"
+            run_step "bench $c" 90 50 "$TMP/bench_$c.txt" -- env BENCH_GPU_BUDGET=3 "$B/bench_gpu" --tf32 --bf16 "$c"
             grep -E '^(RESULT|INFO|FAIL)' "$TMP/bench_$c.txt" >> "$TMP/results.txt"
         done
     else
@@ -230,6 +234,11 @@ if [ "$SKIP_BENCH" != 1 ]; then
     # shellcheck disable=SC2086  # the config names are words
     run_step "torch" 160 3 "$TMP/torch.txt" -- env PYTHONUNBUFFERED=1 BENCH_GPU_BUDGET=3 "$PYTHON" bench/torch_gpu.py $BENCH_CONFIGS
     grep -E '^(RESULT|INFO|FAIL)' "$TMP/torch.txt" >> "$TMP/results.txt"
+    # PyTorch's bf16 peers (autocast + SDPA's flash attention, eager and torch.compile) for the GPT-2 shapes
+    # shellcheck disable=SC2086
+    run_step "torch amp" 150 3 "$TMP/torch_amp.txt" optional -- env PYTHONUNBUFFERED=1 BENCH_GPU_BUDGET=3 "$PYTHON" \
+        bench/torch_gpu.py --amp --no-gen --no-tf32 $AMP_CONFIGS
+    grep -E '^RESULT .*prec=bf16|^FAIL' "$TMP/torch_amp.txt" >> "$TMP/results.txt"
 fi
 
 # ---- (d2) where the time goes: ncu's kernel times over quick bench runs (optional, time allowing) -----
@@ -272,8 +281,10 @@ fi
             kvs()
             n = kv["name"]; if (!(n in seen)) { seen[n] = 1; order[++nn] = n }
             if (kv["mode"] == "train") {
-                ms[kv["impl"], n, kv["tf32"]] = kv["step_ms"]; tf[kv["impl"], n, kv["tf32"]] = kv["tflops"]
-                if (kv["tf32"] == 0) mb[kv["impl"], n] = (kv["impl"] == "ours") ? kv["model_mb"] : kv["peak_mb"]
+                p = ("prec" in kv) ? kv["prec"] : (kv["tf32"] == 1 ? "tf32" : "fp32")
+                ms[kv["impl"], n, p] = kv["step_ms"]; tf[kv["impl"], n, p] = kv["tflops"]; mfu[kv["impl"], n, p] = kv["mfu"]
+                if (p == "fp32") mb[kv["impl"], n] = (kv["impl"] == "ours") ? kv["model_mb"] : kv["peak_mb"]
+                if (p ~ /^bf16/) has_bf16 = 1
             }
             if (kv["mode"] == "gen") tok[kv["impl"], n, kv["batch"]] = kv["tok_s"]
             if (kv["mode"] == "check") check[n] = kv["ok"] " (loss cpu " kv["loss_cpu"] ", gpu " kv["loss_gpu"] ", rel " kv["rel_err"] ")"
@@ -288,10 +299,25 @@ fi
                    "tf32", "ours", "ours/torch"
             for (i = 1; i <= nn; i++) {
                 n = order[i]
-                printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s\n", n, f(ms["ours", n, 0], "%.2f"), f(ms["torch", n, 0], "%.2f"),
-                       ratio(ms["torch", n, 0], ms["ours", n, 0]), f(tf["ours", n, 0], "%.2f"), f(tf["torch", n, 0], "%.2f"),
-                       f(ms["ours", n, 1], "%.2f"), f(ms["torch", n, 1], "%.2f"), ratio(ms["torch", n, 1], ms["ours", n, 1]),
+                printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s\n", n, f(ms["ours", n, "fp32"], "%.2f"),
+                       f(ms["torch", n, "fp32"], "%.2f"), ratio(ms["torch", n, "fp32"], ms["ours", n, "fp32"]),
+                       f(tf["ours", n, "fp32"], "%.2f"), f(tf["torch", n, "fp32"], "%.2f"), f(ms["ours", n, "tf32"], "%.2f"),
+                       f(ms["torch", n, "tf32"], "%.2f"), ratio(ms["torch", n, "tf32"], ms["ours", n, "tf32"]),
                        f(mb["ours", n], "%.0f") "/" f(mb["torch", n], "%.0f")
+            }
+            if (has_bf16) {
+                print "\nbf16 training step, ms: ours cfg.precision bf16; torch autocast bf16 + SDPA, eager and torch.compile"
+                printf "%-18s %9s %9s %9s %9s %7s %7s %7s\n", "config", "ours", "torch", "torch", "speedup", "fastest/", "MFU", "MFU"
+                printf "%-18s %9s %9s %9s %9s %7s %7s %7s\n", "", "bf16", "eager", "compile", "vs tf32", "ours", "ours", "torch"
+                for (i = 1; i <= nn; i++) {
+                    n = order[i]; best = ms["torch", n, "bf16"]
+                    if (num(ms["torch", n, "bf16-compile"]) && (!num(best) || ms["torch", n, "bf16-compile"] + 0 < best + 0))
+                        best = ms["torch", n, "bf16-compile"]
+                    bm = mfu["torch", n, "bf16"]; if (mfu["torch", n, "bf16-compile"] + 0 > bm + 0) bm = mfu["torch", n, "bf16-compile"]
+                    printf "%-18s %9s %9s %9s %9s %7s %7s %7s\n", n, f(ms["ours", n, "bf16"], "%.2f"), f(ms["torch", n, "bf16"], "%.2f"),
+                           f(ms["torch", n, "bf16-compile"], "%.2f"), ratio(ms["ours", n, "tf32"], ms["ours", n, "bf16"]),
+                           ratio(best, ms["ours", n, "bf16"]), f(mfu["ours", n, "bf16"], "%.3f"), f(bm, "%.3f")
+                }
             }
             print "\ngreedy generation, tokens/s (1-token prompts, up to 127 new tokens per row, fp32)"
             printf "%-18s %5s %11s %11s %11s\n", "config", "batch", "ours", "torch", "ours/torch"
