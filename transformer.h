@@ -3798,10 +3798,10 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
 typedef struct tfm__cuda_ctx {
     cublasHandle_t blas;
     int has_blas, tf32, blas_tf32;
-    uint16_t *bf;       /* device space for a bf16 product's operands (tfm__gemm_cuda) */
-    size_t bf_size;     /* its elements */
-    unsigned char *ws;  /* device work space: staged host arrays, partial sums */
-    size_t ws_size;
+    void *bf;           /* device space for a bf16 product's operands (tfm__gemm_cuda) */
+    size_t bf_size;     /* its bytes */
+    void *ws;           /* device work space: staged host arrays, partial sums */
+    size_t ws_size;     /* its bytes */
     float *host;        /* pinned host buffer for results read back (the rows' losses) */
     size_t host_size;
     unsigned char *stage; /* pinned ring the host arrays (ids, lengths, masks) pass through on their way to
@@ -3889,41 +3889,33 @@ static cublasHandle_t tfm__cuda_blas(int tf32) {
     return tfm__cu.blas;
 }
 
-/* The thread's device space for bf16 operands, at least n elements (grown as tfm__cuda_ws grows); NULL when
-   it cannot be had (error kept). */
-static uint16_t *tfm__cuda_bf(size_t n) {
-    if (tfm__cu.bf_size < n) {
+/* *buf (of *size bytes), grown to `bytes` when short: cudaFree waits for the work queued on the old one.
+   NULL when it cannot be had (error kept, naming `what`). */
+static void *tfm__cuda_grow(void **buf, size_t *size, size_t bytes, const char *what) {
+    if (*size < bytes) {
         void *p = NULL;
-        if (tfm__cu.bf) {
-            (void)cudaDeviceSynchronize(); /* the products queued on the old one are done */
-            cudaFree(tfm__cu.bf);
+        if (*buf) {
+            (void)cudaDeviceSynchronize(); /* the work queued on the old one is done */
+            cudaFree(*buf);
         }
-        tfm__cu.bf = NULL;
-        tfm__cu.bf_size = 0;
-        if (!tfm__cuda_ok(cudaMalloc(&p, n * sizeof(uint16_t)), "cudaMalloc (bf16 operands)")) return NULL;
-        tfm__cu.bf = (uint16_t *)p;
-        tfm__cu.bf_size = n;
+        *buf = NULL;
+        *size = 0;
+        if (!tfm__cuda_ok(cudaMalloc(&p, bytes), what)) return NULL;
+        *buf = p;
+        *size = bytes;
     }
-    return tfm__cu.bf;
+    return *buf;
 }
 
-/* The thread's device work space, at least `bytes` (grown when short: cudaFree waits for the work queued
-   on the old one); NULL when it cannot be had (error kept). */
+/* The thread's device work space, at least `bytes` (and 1 MiB); NULL when it cannot be had. */
 static unsigned char *tfm__cuda_ws(size_t bytes) {
-    if (tfm__cu.ws_size < bytes) {
-        void *p = NULL;
-        size_t n = TFM__MAX(bytes, (size_t)1 << 20);
-        if (tfm__cu.ws) {
-            (void)cudaDeviceSynchronize(); /* the work queued on the old one is done */
-            cudaFree(tfm__cu.ws);
-        }
-        tfm__cu.ws = NULL;
-        tfm__cu.ws_size = 0;
-        if (!tfm__cuda_ok(cudaMalloc(&p, n), "cudaMalloc (work space)")) return NULL;
-        tfm__cu.ws = (unsigned char *)p;
-        tfm__cu.ws_size = n;
-    }
-    return tfm__cu.ws;
+    return (unsigned char *)tfm__cuda_grow(&tfm__cu.ws, &tfm__cu.ws_size, TFM__MAX(bytes, (size_t)1 << 20),
+                                           "cudaMalloc (work space)");
+}
+
+/* The thread's device space for n bf16 operand elements; NULL when it cannot be had. */
+static uint16_t *tfm__cuda_bf(size_t n) {
+    return (uint16_t *)tfm__cuda_grow(&tfm__cu.bf, &tfm__cu.bf_size, n * sizeof(uint16_t), "cudaMalloc (bf16 operands)");
 }
 
 /* The thread's pinned host buffer of at least n floats (grown when short); NULL when it cannot be had. */
