@@ -4025,12 +4025,17 @@ static TFM__HD inline uint16_t tfm__bf16(float x) {
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-/* tfm__bf16_operand_cuda: element i of n = nb matrices of rows x cols */
+/* tfm__bf16_operand_cuda: element i of n = nb matrices of rows x cols; flat: source and destination are
+   both the n elements in a row (no gaps), as most operands are, and need no index arithmetic */
 static __global__ void tfm__k_to_bf16(uint16_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t ss,
-                                      int64_t rows, int64_t cols, int64_t n) {
+                                      int64_t rows, int64_t cols, int64_t n, int flat) {
     TFM__CU_LOOP(i, n) {
-        int64_t c = i % cols, r = i / cols % rows, b = i / (cols * rows);
-        dst[b * rows * ldd + r * ldd + c] = tfm__bf16(src[b * ss + r * lds + c]);
+        if (flat) {
+            dst[i] = tfm__bf16(src[i]);
+        } else {
+            int64_t c = i % cols, r = i / cols % rows, b = i / (cols * rows);
+            dst[b * rows * ldd + r * ldd + c] = tfm__bf16(src[b * ss + r * lds + c]);
+        }
     }
 }
 
@@ -4867,7 +4872,8 @@ static void tfm__copy_rows_cuda(float *dst, int64_t ldd, const float *src, int64
 static int64_t tfm__bf16_operand_cuda(uint16_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t ss, int64_t rows,
                                       int64_t cols, int batch) {
     int64_t nb = ss ? batch : 1, n = nb * rows * cols;
-    TFM__LAUNCH(tfm__k_to_bf16, tfm__cu_grid(n), TFM__CU_THREADS, 0, dst, ldd, src, lds, ss, rows, cols, n);
+    int flat = lds == cols && ldd == cols && (nb == 1 || ss == rows * cols);
+    TFM__LAUNCH(tfm__k_to_bf16, tfm__cu_grid(n), TFM__CU_THREADS, 0, dst, ldd, src, lds, ss, rows, cols, n, flat);
     TFM__CU_LAUNCHED("tfm__k_to_bf16");
     return ss ? rows * ldd : 0;
 }

@@ -3378,12 +3378,13 @@ static void cu_bf16_round(void) {
      so |bf16 - fp32| <= (2^-7 + 2^-16 + (K + 2) 2^-23) times the same sum: the tolerance bf16 products
      get against the CPU. It must also differ somewhere (else the products did not run in bf16). */
 static void cu_bf16_gemm(void) {
-    cu_mnk pr[16];
+    cu_mnk pr[17];
     cu_rng g = {77};
     int np = cu_products(pr), i, t, v;
 #ifdef TFM_CUDA_EMULATION
     unsigned long long calls0 = tfm_emu_gemm_bf16_calls();
 #endif
+    pr[np].M = 24, pr[np].N = 40, pr[np++].K = 64; /* rows of a multiple of 8: operands converted without gaps */
     for (i = 0; i < np; i++)
         for (t = 0; t < 4; t++)
             for (v = 0; v < 3; v++) {
