@@ -798,11 +798,12 @@ typedef struct tfm_config {
                                 (parameters initialised on the host from seed, so both devices start alike);
                                 not saved in checkpoints (tfm_model_to_device moves a built model) */
     tfm_precision precision; /* device TFM_DEVICE_CUDA only (refused on the CPU, which computes in fp32): the
-                                products of the model's calls (linear maps, the output projection; not the
-                                attention, which stays fp32). 0 -> fp32, as the CPU; TFM_PREC_TF32: TF32
-                                tensor cores (10-bit mantissas); TFM_PREC_BF16: each product's operands
-                                rounded to bf16 (8-bit mantissas), sums in fp32 on tensor cores, while
-                                parameters, AdamW, activations, norms, softmax and loss stay fp32 (mixed
+                                products of the model's calls. 0 -> fp32, as the CPU; TFM_PREC_TF32: the
+                                linear maps on TF32 tensor cores (10-bit mantissas); TFM_PREC_BF16: each
+                                product's operands rounded to bf16 (8-bit mantissas), sums in fp32 on
+                                tensor cores, the attention's scores and probabilities too (over whole
+                                sequences; decoding steps stay fp32), while parameters, AdamW,
+                                activations, norms, softmax statistics and loss stay fp32 (mixed
                                 precision). Not saved in checkpoints: a file loads into either */
 } tfm_config;
 
@@ -3788,8 +3789,9 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
    them before the kernel that reads them has run). One block per row for row-wise ops, grid-stride loops
    for element-wise ones, one launch per 256 parameters for AdamW and the gradient norm; attention in
    shared-memory tiles of 16 rows against running tiles of 32 for heads of up to 128 channels, else one
-   block per query row (forward, dq) or key row (dk, dv); sums in a fixed order (no atomics), so results
-   are deterministic. Errors: the first failing CUDA or cuBLAS call of a public call is kept
+   block per query row (forward, dq) or key row (dk, dv); in a bf16 model's calls (cfg.precision) the
+   products take bf16 operands on tensor cores, the attention's too (batched cuBLAS products over chunks of
+   scores kept in device memory); sums in a fixed order (no atomics), so results are deterministic. Errors: the first failing CUDA or cuBLAS call of a public call is kept
    (tfm__cu.err) and reported by that call's tfm__scratch_check as TFM_E_CUDA. */
 
 #if defined(TFM_CUDA)
@@ -5245,10 +5247,238 @@ static int tfm__cu_attn_stage(const tfm__attn_args *a, tfm__cu_attn_io *io, size
     return !tfm__cu.failed;
 }
 
+/* -- bf16 attention: in a bf16 model's calls (cfg.precision TFM_PREC_BF16) over whole sequences, the
+   scores of a chunk of query rows against every key they may see are products on tensor cores (bf16
+   operands, fp32 sums, one cublasGemmBatchedEx over the batch-heads), kept in device memory (fp32), then
+   one block per row applies the visibility, the mask and the softmax from its log-sum-exp, and P (bf16)
+   meets the values in a second product. Backward recomputes the chunk's P from the saved log-sum-exp and
+   forms dv, dP, dS, dq and dk the same way. Chunks hold at most TFM__CU_ATT_BF_BYTES of scores. Causal
+   calls stop each chunk's keys at its last query; a window's hidden keys are computed and then masked
+   (O(T^2) here, unlike the fp32 kernels). Decoding steps against a cache keep the fp32 kernels. -- */
+#ifndef TFM__CU_ATT_BF_BYTES
+#define TFM__CU_ATT_BF_BYTES ((size_t)1 << 30)
+#endif
+
+/* Row r of a chunk of nq query rows from i0 (batch-head r / nq, query i0 + r % nq), kn keys, row stride
+   ld: the visible scores S (the additive mask added, the rest -inf), then P = e^(S - L) in place (fp32)
+   and P times its dropout factor as bf16 in p16. fwd: L, the row's log-sum-exp, is formed and written to
+   lse; else read from it (backward). */
+static __global__ void tfm__k_attn_bf_p(tfm__attn_args a, float *S, uint16_t *p16, int64_t ld, int i0, int nq, int kn,
+                                        float *lse, int fwd, const int32_t *lens, const float *mask) {
+    TFM__SHARED(float, sh, 32);
+    int r = (int)blockIdx.x, bh = r / nq, i = i0 + r % nq, b = bh / a.H, n, lo, j;
+    float *s = S + (int64_t)r * ld, m = -INFINITY, l = 0.0f, L;
+    uint16_t *p = p16 + (int64_t)r * ld;
+    tfm__cu_attn_ptrs(&a, NULL, NULL, NULL, NULL, NULL, lens, NULL, NULL, mask);
+    n = tfm__attn_visible(&a, b, i);
+    lo = tfm__attn_window_lo(&a, b, i);
+    for (j = (int)threadIdx.x; j < kn; j += (int)blockDim.x) {
+        float v = -INFINITY;
+        if (tfm__cu_attn_sees(&a, j, n, lo)) v = s[j] + (mask ? mask[b * a.mask_bs + (int64_t)i * a.Tk + j] : 0.0f);
+        s[j] = v;
+        m = v > m ? v : m;
+    }
+    if (fwd) {
+        m = tfm__cu_reduce(m, sh, 1);
+        for (j = (int)threadIdx.x; j < kn; j += (int)blockDim.x)
+            if (s[j] != -INFINITY) l += tfm__exp(s[j] - m);
+        l = tfm__cu_reduce(l, sh, 0);
+        L = l > 0.0f ? m + logf(l) : -INFINITY;
+        if (threadIdx.x == 0) lse[(int64_t)bh * a.Tq + i] = L;
+    } else {
+        L = lse[(int64_t)bh * a.Tq + i];
+    }
+    for (j = (int)threadIdx.x; j < kn; j += (int)blockDim.x) {
+        float e = L == -INFINITY || s[j] == -INFINITY ? 0.0f : tfm__exp(s[j] - L);
+        s[j] = e;
+        p[j] = tfm__bf16(e * tfm__cu_attn_keep(&a, bh, i, j));
+    }
+}
+
+/* The chunk's score gradients as bf16: dS = P (dP keep - D_i), exactly 0 where the query sees one key
+   (P fp32 in S, dP in G; rows as tfm__k_attn_bf_p's). */
+static __global__ void tfm__k_attn_bf_ds(tfm__attn_args a, const float *S, const float *G, uint16_t *ds16, int64_t ld,
+                                         int i0, int nq, int kn, const float *Dr, const float *one) {
+    int r = (int)blockIdx.x, bh = r / nq, i = i0 + r % nq, j;
+    float Di = Dr[(int64_t)bh * a.Tq + i], on = one[(int64_t)bh * a.Tq + i];
+    for (j = (int)threadIdx.x; j < kn; j += (int)blockDim.x) {
+        int64_t x = (int64_t)r * ld + j;
+        ds16[x] = tfm__bf16(on != 0.0f ? 0.0f : S[x] * (G[x] * tfm__cu_attn_keep(&a, bh, i, j) - Di));
+    }
+}
+
+/* Threads for a block that runs over a row of n: whole warps, at most 128. */
+static unsigned tfm__cu_row_threads(int n) { return (unsigned)TFM__MIN(128, TFM__MAX(32, (n + 31) / 32 * 32)); }
+
+/* One operand of a batch of products: entry e = b Hn + h (b < B, h < Hn) at base + b sb + (h / div) sh
+   elements of es bytes, rows of ld. */
+typedef struct tfm__cu_bfp { const void *base; size_t es; int64_t sb, sh; int div, ld; } tfm__cu_bfp;
+static tfm__cu_bfp tfm__cu_bfp_make(const void *base, size_t es, int64_t sb, int64_t sh, int div, int ld) {
+    tfm__cu_bfp o;
+    o.base = base, o.es = es, o.sb = sb, o.sh = sh, o.div = div, o.ld = ld;
+    return o;
+}
+static const void *tfm__cu_bfp_at(const tfm__cu_bfp *o, int e, int Hn) {
+    return (const char *)o->base + ((int64_t)(e / Hn) * o->sb + (int64_t)(e % Hn / o->div) * o->sh) * (int64_t)o->es;
+}
+
+/* C_e = alpha op(A_e) op(B_e) + beta C_e (row-major, as tfm__gemm_cuda) for the B Hn entries, A and B bf16,
+   C fp32: cublasGemmBatchedEx, 128 entries a call, their pointer arrays staged into the device space at
+   dptr (3 x 128 pointers; the stream order keeps a later call from overwriting them early). */
+static void tfm__gemm_bf16_batch_cuda(unsigned char *dptr, int ta, int tb, int M, int N, int K, float alpha,
+                                      const tfm__cu_bfp *A, const tfm__cu_bfp *B, float beta, const tfm__cu_bfp *C,
+                                      int Bn, int Hn) {
+    cublasHandle_t h;
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const void *pa[128], *pb[128];
+    void *pc[128];
+    int e0, e, n = Bn * Hn;
+    if (M <= 0 || N <= 0 || n <= 0 || !(h = tfm__cuda_blas(0))) return;
+    for (e0 = 0; e0 < n; e0 += 128) {
+        int c = TFM__MIN(128, n - e0);
+        size_t off = 0, bytes = (size_t)c * sizeof(void *);
+        const void **da, **db;
+        void **dc;
+        for (e = 0; e < c; e++) {
+            pa[e] = tfm__cu_bfp_at(A, e0 + e, Hn);
+            pb[e] = tfm__cu_bfp_at(B, e0 + e, Hn);
+            pc[e] = (void *)(uintptr_t)tfm__cu_bfp_at(C, e0 + e, Hn);
+        }
+        da = (const void **)tfm__cuda_put(dptr, &off, pa, bytes);
+        db = (const void **)tfm__cuda_put(dptr, &off, pb, bytes);
+        dc = (void **)tfm__cuda_put(dptr, &off, pc, bytes);
+        if (tfm__cu.failed) return;
+        (void)tfm__cublas_ok(cublasGemmBatchedEx(h, ob, oa, N, M, K, &alpha, db, CUDA_R_16BF, B->ld, da, CUDA_R_16BF,
+                                                 A->ld, &beta, dc, CUDA_R_32F, C->ld, c, CUBLAS_COMPUTE_32F,
+                                                 CUBLAS_GEMM_DEFAULT),
+                             "cublasGemmBatchedEx");
+    }
+}
+#define TFM__CU_BFA_PTRS (3 * TFM__CU_ROUND(128 * sizeof(void *)))
+
+/* The bf16 attention's device space: bf16 copies of q, k, v (and dout for backward) in rows of H D or
+   Hkv D, then a chunk's scores S and score gradients G (fp32), P and dS (bf16), nq rows of kp (a multiple
+   of 8) a batch-head. Returns 0 when it cannot be had (error kept). */
+typedef struct tfm__cu_bfa { uint16_t *q, *k, *v, *dout, *P, *dS; float *S, *G; int nq, kp, HD, KD; } tfm__cu_bfa;
+static int tfm__cu_bfa_init(const tfm__attn_args *a, tfm__cu_bfa *w, const float *dout, int lddo) {
+    int Hkv = a->Hkv ? a->Hkv : a->H;
+    size_t nqd = TFM__CU_ROUND((size_t)a->B * a->Tq * a->H * a->D * 2), nkd = TFM__CU_ROUND((size_t)a->B * a->Tk * Hkv * a->D * 2);
+    size_t per, nS, nP;
+    unsigned char *base;
+    w->HD = a->H * a->D;
+    w->KD = Hkv * a->D;
+    w->kp = (a->Tk + 7) & ~7;
+    per = (size_t)a->B * a->H * (size_t)w->kp; /* elements of one query row of every batch-head; 12 bytes each */
+    w->nq = (int)TFM__MAX((size_t)1, TFM__MIN((size_t)a->Tq, TFM__CU_ATT_BF_BYTES / (12 * per)));
+    nS = TFM__CU_ROUND(per * (size_t)w->nq * sizeof(float));
+    nP = TFM__CU_ROUND(per * (size_t)w->nq * sizeof(uint16_t));
+    if (!(base = (unsigned char *)tfm__cuda_bf((2 * nqd + 2 * nkd + 2 * nS + 2 * nP) / 2))) return 0;
+    w->q = (uint16_t *)base;
+    w->dout = (uint16_t *)(base + nqd);
+    w->k = (uint16_t *)(base + 2 * nqd);
+    w->v = (uint16_t *)(base + 2 * nqd + nkd);
+    w->S = (float *)(void *)(base + 2 * nqd + 2 * nkd);
+    w->G = (float *)(void *)(base + 2 * nqd + 2 * nkd + nS);
+    w->P = (uint16_t *)(base + 2 * nqd + 2 * nkd + 2 * nS);
+    w->dS = (uint16_t *)(base + 2 * nqd + 2 * nkd + 2 * nS + nP);
+    (void)tfm__bf16_operand_cuda(w->q, w->HD, a->q, a->ldq, 0, (int64_t)a->B * a->Tq, w->HD, 1);
+    (void)tfm__bf16_operand_cuda(w->k, w->KD, a->k, a->ldk, 0, (int64_t)a->B * a->Tk, w->KD, 1);
+    (void)tfm__bf16_operand_cuda(w->v, w->KD, a->v, a->ldv, 0, (int64_t)a->B * a->Tk, w->KD, 1);
+    if (dout) (void)tfm__bf16_operand_cuda(w->dout, w->HD, dout, lddo, 0, (int64_t)a->B * a->Tq, w->HD, 1);
+    return !tfm__cu.failed;
+}
+
+/* The keys a chunk of nq queries from i0 may see at most: up to its last query when causal. */
+static int tfm__cu_bfa_keys(const tfm__attn_args *a, int i0, int nq) {
+    return a->causal ? TFM__MIN(a->Tk, i0 + nq) : a->Tk;
+}
+
+/* S = scale q k^T for the chunk's rows of every batch-head, kn keys */
+static void tfm__cu_bfa_scores(const tfm__attn_args *a, const tfm__cu_bfa *w, unsigned char *ptrs, int i0, int nq, int kn) {
+    int G = a->Hkv ? a->H / a->Hkv : 1;
+    tfm__cu_bfp A = tfm__cu_bfp_make(w->q + (int64_t)i0 * w->HD, 2, (int64_t)a->Tq * w->HD, a->D, 1, w->HD);
+    tfm__cu_bfp B = tfm__cu_bfp_make(w->k, 2, (int64_t)a->Tk * w->KD, a->D, G, w->KD);
+    tfm__cu_bfp C = tfm__cu_bfp_make(w->S, 4, (int64_t)a->H * nq * w->kp, (int64_t)nq * w->kp, 1, w->kp);
+    tfm__gemm_bf16_batch_cuda(ptrs, 0, 1, nq, kn, a->D, a->scale, &A, &B, 0.0f, &C, a->B, a->H);
+}
+
+static int tfm__attn_bf16_forward_cuda(const tfm__attn_args *a, const tfm__cu_attn_io *io, unsigned char *ptrs) {
+    tfm__cu_bfa w;
+    int i0, G = a->Hkv ? a->H / a->Hkv : 1;
+    if (!tfm__cu_bfa_init(a, &w, NULL, 0)) return 1;
+    for (i0 = 0; i0 < a->Tq && !tfm__cu.failed; i0 += w.nq) {
+        int nq = TFM__MIN(w.nq, a->Tq - i0), kn = tfm__cu_bfa_keys(a, i0, nq);
+        tfm__cu_bfp A = tfm__cu_bfp_make(w.P, 2, (int64_t)a->H * nq * w.kp, (int64_t)nq * w.kp, 1, w.kp);
+        tfm__cu_bfp B = tfm__cu_bfp_make(w.v, 2, (int64_t)a->Tk * w.KD, a->D, G, w.KD);
+        tfm__cu_bfp C = tfm__cu_bfp_make(a->out + (int64_t)i0 * a->ldo, 4, (int64_t)a->Tq * a->ldo, a->D, 1, a->ldo);
+        tfm__cu_bfa_scores(a, &w, ptrs, i0, nq, kn);
+        TFM__LAUNCH(tfm__k_attn_bf_p, (unsigned)(a->B * a->H * nq), tfm__cu_row_threads(kn), 0, *a, w.S, w.P, (int64_t)w.kp, i0,
+                    nq, kn, a->lse, 1, io->lens, io->mask);
+        TFM__CU_LAUNCHED("tfm__k_attn_bf_p");
+        tfm__gemm_bf16_batch_cuda(ptrs, 0, 0, nq, a->D, kn, 1.0f, &A, &B, 0.0f, &C, a->B, a->H);
+    }
+    return 1;
+}
+
+static int tfm__attn_bf16_backward_cuda(const tfm__attn_args *a, const tfm__cu_attn_io *io, unsigned char *ptrs,
+                                        const float *one, float *dq, int lddq, float *dk, int lddk, float *dv, int lddv,
+                                        const float *dout, int lddo) {
+    tfm__cu_bfa w;
+    int i0, g, Hkv = a->Hkv ? a->Hkv : a->H, G = a->H / Hkv;
+    if (!tfm__cu_bfa_init(a, &w, dout, lddo)) return 1;
+    for (i0 = 0; i0 < a->Tq && !tfm__cu.failed; i0 += w.nq) {
+        int nq = TFM__MIN(w.nq, a->Tq - i0), kn = tfm__cu_bfa_keys(a, i0, nq);
+        int64_t sbh = (int64_t)nq * w.kp; /* one batch-head's share of a chunk buffer */
+        tfm__cu_bfp Do = tfm__cu_bfp_make(w.dout + (int64_t)i0 * w.HD, 2, (int64_t)a->Tq * w.HD, a->D, 1, w.HD);
+        tfm__cu_bfp V = tfm__cu_bfp_make(w.v, 2, (int64_t)a->Tk * w.KD, a->D, G, w.KD);
+        tfm__cu_bfp K = tfm__cu_bfp_make(w.k, 2, (int64_t)a->Tk * w.KD, a->D, G, w.KD);
+        tfm__cu_bfp Gp = tfm__cu_bfp_make(w.G, 4, a->H * sbh, sbh, 1, w.kp);
+        tfm__cu_bfp dS = tfm__cu_bfp_make(w.dS, 2, a->H * sbh, sbh, 1, w.kp);
+        tfm__cu_bfa_scores(a, &w, ptrs, i0, nq, kn);
+        TFM__LAUNCH(tfm__k_attn_bf_p, (unsigned)(a->B * a->H * nq), tfm__cu_row_threads(kn), 0, *a, w.S, w.P, (int64_t)w.kp, i0,
+                    nq, kn, a->lse, 0, io->lens, io->mask);
+        TFM__CU_LAUNCHED("tfm__k_attn_bf_p");
+        /* dv += Pd^T dout and dk += scale dS^T q: a key/value head's entries come from its G query heads,
+           one call each, so that no two entries of a call write the same rows */
+        for (g = 0; g < G && dv; g++) {
+            tfm__cu_bfp A = tfm__cu_bfp_make(w.P + g * sbh, 2, a->H * sbh, G * sbh, 1, w.kp);
+            tfm__cu_bfp B = tfm__cu_bfp_make(w.dout + (int64_t)i0 * w.HD + g * a->D, 2, (int64_t)a->Tq * w.HD, (int64_t)G * a->D,
+                                             1, w.HD);
+            tfm__cu_bfp C = tfm__cu_bfp_make(dv, 4, (int64_t)a->Tk * lddv, a->D, 1, lddv);
+            tfm__gemm_bf16_batch_cuda(ptrs, 1, 0, kn, a->D, nq, 1.0f, &A, &B, 1.0f, &C, a->B, Hkv);
+        }
+        if (!dq && !dk) continue;
+        tfm__gemm_bf16_batch_cuda(ptrs, 0, 1, nq, kn, a->D, 1.0f, &Do, &V, 0.0f, &Gp, a->B, a->H); /* dP = dout v^T */
+        TFM__LAUNCH(tfm__k_attn_bf_ds, (unsigned)(a->B * a->H * nq), tfm__cu_row_threads(kn), 0, *a, w.S, w.G, w.dS, (int64_t)w.kp,
+                    i0, nq, kn, io->Dr, one);
+        TFM__CU_LAUNCHED("tfm__k_attn_bf_ds");
+        if (dq) {
+            tfm__cu_bfp C = tfm__cu_bfp_make(dq + (int64_t)i0 * lddq, 4, (int64_t)a->Tq * lddq, a->D, 1, lddq);
+            tfm__gemm_bf16_batch_cuda(ptrs, 0, 0, nq, a->D, kn, a->scale, &dS, &K, 1.0f, &C, a->B, a->H);
+        }
+        for (g = 0; g < G && dk; g++) {
+            tfm__cu_bfp A = tfm__cu_bfp_make(w.dS + g * sbh, 2, a->H * sbh, G * sbh, 1, w.kp);
+            tfm__cu_bfp B = tfm__cu_bfp_make(w.q + (int64_t)i0 * w.HD + g * a->D, 2, (int64_t)a->Tq * w.HD, (int64_t)G * a->D,
+                                             1, w.HD);
+            tfm__cu_bfp C = tfm__cu_bfp_make(dk, 4, (int64_t)a->Tk * lddk, a->D, 1, lddk);
+            tfm__gemm_bf16_batch_cuda(ptrs, 1, 0, kn, a->D, nq, a->scale, &A, &B, 1.0f, &C, a->B, Hkv);
+        }
+    }
+    return 1;
+}
+
+/* Whether a call takes the bf16 attention: a bf16 model's, over whole sequences (not a decoding step
+   against a cache). */
+static int tfm__attn_bf16(const tfm__attn_args *a) {
+    return tfm__model_prec == TFM_PREC_BF16 && a->Tk > 0 && !a->kv_rows && !a->q_off && !a->ring && !a->bsk;
+}
+
 static int tfm__attention_forward_cuda(const tfm__attn_args *a) {
     tfm__cu_attn_io io;
     unsigned grid = (unsigned)a->Tq * (unsigned)(a->B * a->H); /* block: query row i of batch-head bh at bh * Tq + i */
-    if (a->Tq <= 0 || a->B * a->H <= 0 || !tfm__cu_attn_stage(a, &io, 0)) return 1;
+    int bf = tfm__attn_bf16(a);
+    if (a->Tq <= 0 || a->B * a->H <= 0 || !tfm__cu_attn_stage(a, &io, bf ? TFM__CU_BFA_PTRS : 0)) return 1;
+    if (bf) return tfm__attn_bf16_forward_cuda(a, &io, (unsigned char *)io.Dr);
     if (a->D <= TFM__CU_TD) {
         int R = a->D <= 64 ? 4 : 2;
         size_t smem = (4 * (size_t)R * a->D + TFM__CU_TW * (2 * (size_t)a->D + 1)) * sizeof(float);
@@ -5273,11 +5503,16 @@ static int tfm__attention_backward_cuda(const tfm__attn_args *a, float *dq, int 
     tfm__cu_attn_io io;
     int64_t nrow = (int64_t)a->B * a->H * a->Tq;
     float *one;
-    if (nrow <= 0 || a->Tk <= 0 || !tfm__cu_attn_stage(a, &io, 2 * (size_t)nrow * sizeof(float))) return 1;
+    int bf = tfm__attn_bf16(a);
+    if (nrow <= 0 || a->Tk <= 0 || !tfm__cu_attn_stage(a, &io, 2 * (size_t)nrow * sizeof(float) + (bf ? TFM__CU_BFA_PTRS : 0)))
+        return 1;
     one = io.Dr + nrow;
     TFM__LAUNCH(tfm__k_attn_dr, tfm__cu_grid(nrow), TFM__CU_THREADS, 0, io.Dr, one, *a, a->out, dout, lddo, io.lens,
                 io.mask);
     TFM__CU_LAUNCHED("tfm__k_attn_dr");
+    if (bf)
+        return tfm__attn_bf16_backward_cuda(a, &io, (unsigned char *)(one + nrow), one, dq, lddq, dk, lddk, dv, lddv, dout,
+                                            lddo);
     if (a->D <= TFM__CU_TD) { /* the tiled kernels: 4R rows a block */
         int R = a->D <= 64 ? 4 : 2, Hkv = a->Hkv ? a->Hkv : a->H;
         size_t smem = (8 * (size_t)R * a->D + 2 * (size_t)TFM__CU_TW * (a->D + 1)) * sizeof(float);

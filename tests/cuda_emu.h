@@ -1477,6 +1477,22 @@ static inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta
     return tfm_emu__gemm_ex("cublasGemmEx", h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0,
                             1, compute, algo);
 }
+/* cublasGemmBatchedEx: the batch's pointers in device arrays */
+static inline cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                                 int n, int k, const void *alpha, const void *const A[], cudaDataType at,
+                                                 int lda, const void *const B[], cudaDataType bt, int ldb,
+                                                 const void *beta, void *const C[], cudaDataType ct, int ldc, int batch,
+                                                 cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    for (const void *arr : {(const void *)A, (const void *)B, (const void *)C})
+        if (batch > 0 && !tfm_emu__device_range(arr, (size_t)batch * sizeof(void *)))
+            tfm_emu__fatal("cublasGemmBatchedEx: a pointer array (%p, %d entries) is not device memory", arr, batch);
+    for (int i = 0; i < batch; i++)
+        if (cublasStatus_t st = tfm_emu__gemm_ex("cublasGemmBatchedEx", h, ta, tb, m, n, k, alpha, A[i], at, lda, 0, B[i],
+                                                 bt, ldb, 0, beta, C[i], ct, ldc, 0, 1, compute, algo))
+            return st;
+    return CUBLAS_STATUS_SUCCESS;
+}
 static inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
                                                         int m, int n, int k, const void *alpha, const void *A,
                                                         cudaDataType at, int lda, long long sA, const void *B,

@@ -3,6 +3,7 @@
 #endif
 #define TFM_IMPLEMENTATION
 #define TFM__TESTING
+#define TFM__CU_ATT_BF_BYTES ((size_t)1 << 14) /* the bf16 attention in chunks of a few rows, so tests cross them */
 #ifndef TFM_CUDA /* also given on the command line */
 #define TFM_CUDA
 #endif
@@ -3455,6 +3456,159 @@ static void cu_bf16_gemm(void) {
     }
 }
 
+/* The bf16 attention (a bf16 model's: tfm__model_prec) forward and backward against a reference in double
+   on the host from the same bf16-rounded q, k, v and dout (cu_bf16_ref), written here from the definitions
+   (visibility: key lengths, causal, window and sinks, the additive mask; the dropout mask's hash). What the
+   GPU adds to that reference, and the bound each element is held to:
+   - scores: fp32 sums of exact products, relative errors of about D 2^-24: negligible below;
+   - out = sum_j bf16(P_ij keep) v_j: P rounded to bf16 (2^-8 relative), so |error| <= 2^-8 sum_j P keep |v|
+     (times 1.01 for the fp32 sums);
+   - dv_j = sum_i bf16(P keep) dout_i: 2^-8 sum_i P keep |dout|;
+   - dS_ij = P (keep dP - D_i), rounded to bf16: 2^-8 |dS|, plus D_i's error (from out's, at most 2^-8 of
+     the magnitude m_ij = P (keep sum|dout||v| + sum_d |dout_d| sum_j P keep |v_d|) of the terms), bounded
+     with room by 2^-7 m_ij; dq_i = scale sum_j dS k_j and dk_j = scale sum_i dS q_i then carry those
+     bounds times |k| and |q|.
+   A wrong index, a missed chunk or a lost mask breaks these by far more. */
+/* The dropout factor of (batch-head bh, query i, key j): the mask's definition (a hash of the seed and the
+   element's place in (B,H,Tq,Tk)), 1/(1-p) where kept */
+static double cu_keep(const tfm__attn_args *a, int bh, int i, int j) {
+    uint64_t x = a->drop_i0 + ((uint64_t)bh * a->Tq + i) * a->Tk + j;
+    if (!(a->dropout > 0.0f)) return 1.0;
+    return tfm__hash24(a->seed, x) >= tfm__drop_threshold(a->dropout) ? 1.0 / (1.0 - a->dropout) : 0.0;
+}
+
+typedef struct cu_bfatt { int B, H, Hkv, D, Tq, Tk, causal, lens, mask, window, sinks, fused; float dropout; } cu_bfatt;
+static void cu_bf16_attention_case(const cu_bfatt *c) {
+    int B = c->B, H = c->H, Hkv = c->Hkv, D = c->D, Tq = c->Tq, Tk = c->Tk, G = H / Hkv, C = H * D, E = Hkv * D;
+    int ldq = c->fused ? C + 2 * E : C, ldk = c->fused ? ldq : E, b, h, i, j, d;
+    int64_t nq = (int64_t)B * Tq * ldq, nk = c->fused ? 0 : (int64_t)B * Tk * E, bad = 0;
+    float scale = 1.0f / sqrtf((float)D);
+    cu_rng g = {(uint64_t)(77 + B * 3 + H * 5 + D * 7 + Tq * 11 + Tk * 13 + c->causal + c->lens * 17 + c->mask * 19)};
+    cu_buf q = cu_normal(nq, &g, 1, 0), k = cu_normal(c->fused ? 1 : nk, &g, 1, 0), v = cu_normal(c->fused ? 1 : nk, &g, 1, 0);
+    cu_buf out = cu_nan((int64_t)B * Tq * C), lse = cu_nan((int64_t)B * H * Tq), dout = cu_normal((int64_t)B * Tq * C, &g, 1, 0);
+    cu_buf dq = cu_zeros(nq), dk = cu_zeros(c->fused ? 1 : nk), dv = cu_zeros(c->fused ? 1 : nk);
+    int32_t lens[8];
+    float *mask = cu_host((int64_t)(c->mask == 2 ? B : 1) * Tq * Tk);
+    const float *hq = q.h, *hk = c->fused ? q.h + C : k.h, *hv = c->fused ? q.h + C + E : v.h;
+    double *P = (double *)calloc((size_t)Tk, sizeof(double)), *ref = (double *)calloc((size_t)(2 * (nq + nk + nk) + 2 * B * Tq * C), sizeof(double));
+    double *rq = ref, *eq = rq + nq, *rk = eq + nq, *ek = rk + nk, *rv = ek + nk, *ev = rv + nk, *ro = ev + nk, *eo = ro + (int64_t)B * Tq * C;
+    tfm__attn_args a;
+    char name[200];
+    snprintf(name, sizeof name, "bf16 attention B=%d H=%d Hkv=%d D=%d Tq=%d Tk=%d causal=%d lens=%d mask=%d window=%d sinks=%d fused=%d dropout=%g",
+             B, H, Hkv, D, Tq, Tk, c->causal, c->lens, c->mask, c->window, c->sinks, c->fused, (double)c->dropout);
+    for (b = 0; b < B; b++) lens[b] = b % 3 == 0 ? Tk : b % 3 == 1 ? Tk / 2 + 1 : 1;
+    for (j = 0; j < (c->mask == 2 ? B : 1) * Tq * Tk; j++) mask[j] = j % 7 == 3 ? -INFINITY : 0.5f * cu_gauss(&g);
+    memset(&a, 0, sizeof a);
+    a.B = B, a.H = H, a.Hkv = Hkv == H ? 0 : Hkv, a.Tq = Tq, a.Tk = Tk, a.D = D;
+    a.q = q.d, a.k = c->fused ? q.d + C : k.d, a.v = c->fused ? q.d + C + E : v.d, a.ldq = ldq, a.ldk = a.ldv = ldk;
+    a.out = out.d, a.ldo = C, a.lse = lse.d, a.causal = c->causal, a.window = c->window, a.sinks = c->sinks;
+    a.lens = c->lens ? lens : NULL, a.dropout = c->dropout, a.scale = scale, a.seed = 99, a.drop_i0 = 5;
+    a.mask = c->mask ? mask : NULL, a.mask_bs = c->mask == 2 ? (int64_t)Tq * Tk : 0;
+    tfm__model_prec = TFM_PREC_BF16;
+    CHECK(tfm__op_attention(TFM_DEVICE_CUDA, &a));
+    CHECK(tfm__op_attention_bwd(TFM_DEVICE_CUDA, &a, dq.d, ldq, c->fused ? dq.d + C : dk.d, ldk, c->fused ? dq.d + C + E : dv.d,
+                                ldk, dout.d, C));
+    tfm__model_prec = 0;
+    for (b = 0; b < B; b++)
+        for (h = 0; h < H; h++)
+            for (i = 0; i < Tq; i++) {
+                int kh = h / G, bh = b * H + h, n = c->lens ? lens[b] : Tk;
+                const float *qi = hq + ((int64_t)b * Tq + i) * ldq + h * D, *doi = dout.h + ((int64_t)b * Tq + i) * C + h * D;
+                double mx = -INFINITY, sum = 0.0, L, Di = 0.0, Dmag = 0.0;
+                if (c->causal && i + 1 < n) n = i + 1;
+                for (j = 0; j < Tk; j++) { /* scores; P holds them, -inf where hidden */
+                    const float *kj = hk + ((int64_t)b * Tk + j) * ldk + kh * D;
+                    double sc = 0.0;
+                    int seen = j < n && (!c->window || j < c->sinks || j > i - c->window);
+                    for (d = 0; d < D; d++) sc += cu_bf16_ref(qi[d]) * cu_bf16_ref(kj[d]);
+                    sc = sc * scale + (c->mask ? mask[(c->mask == 2 ? (int64_t)b * Tq * Tk : 0) + (int64_t)i * Tk + j] : 0.0);
+                    P[j] = seen ? sc : -INFINITY;
+                    if (P[j] > mx) mx = P[j];
+                }
+                for (j = 0; j < Tk; j++) sum += P[j] == -INFINITY ? 0.0 : exp(P[j] - mx);
+                L = sum > 0.0 ? mx + log(sum) : -INFINITY;
+                for (j = 0; j < Tk; j++) P[j] = L == -INFINITY || P[j] == -INFINITY ? 0.0 : exp(P[j] - L);
+                lse.h[(int64_t)bh * Tq + i] = (float)L; /* the reference lse, compared below */
+                for (d = 0; d < D; d++) {
+                    double o = 0.0, mag = 0.0;
+                    for (j = 0; j < Tk; j++) {
+                        double kp = P[j] * (double)cu_keep(&a, bh, i, j);
+                        double vv = cu_bf16_ref(hv[((int64_t)b * Tk + j) * ldk + kh * D + d]);
+                        o += kp * vv;
+                        mag += fabs(kp * vv);
+                    }
+                    ro[((int64_t)b * Tq + i) * C + h * D + d] = o;
+                    eo[((int64_t)b * Tq + i) * C + h * D + d] = ldexp(1.01, -8) * mag + 1e-6;
+                    Di += (double)doi[d] * o;
+                    Dmag += fabs((double)doi[d]) * mag;
+                }
+                for (j = 0; j < Tk; j++) {
+                    const float *kj = hk + ((int64_t)b * Tk + j) * ldk + kh * D, *vj = hv + ((int64_t)b * Tk + j) * ldk + kh * D;
+                    double keep = cu_keep(&a, bh, i, j), dp = 0.0, dpm = 0.0, ds, eds;
+                    if (P[j] == 0.0) continue;
+                    for (d = 0; d < D; d++) {
+                        dp += cu_bf16_ref(doi[d]) * cu_bf16_ref(vj[d]);
+                        dpm += fabs(cu_bf16_ref(doi[d]) * cu_bf16_ref(vj[d]));
+                    }
+                    ds = P[j] * (keep * dp - Di);
+                    eds = ldexp(1.0, -8) * fabs(ds) + ldexp(1.0, -7) * P[j] * (keep * dpm + Dmag) + 1e-7;
+                    for (d = 0; d < D; d++) {
+                        int64_t xq = ((int64_t)b * Tq + i) * ldq + h * D + d, xk = ((int64_t)b * Tk + j) * (c->fused ? ldq : E) + kh * D + d;
+                        double pk = P[j] * keep * cu_bf16_ref(doi[d]);
+                        rq[xq] += scale * ds * cu_bf16_ref(kj[d]);
+                        eq[xq] += scale * eds * fabs(cu_bf16_ref(kj[d]));
+                        if (c->fused) xk += C;
+                        (c->fused ? rq : rk)[xk] += scale * ds * cu_bf16_ref(qi[d]);
+                        (c->fused ? eq : ek)[xk] += scale * eds * fabs(cu_bf16_ref(qi[d]));
+                        (c->fused ? rq : rv)[xk + (c->fused ? E : 0)] += pk;
+                        (c->fused ? eq : ev)[xk + (c->fused ? E : 0)] += ldexp(1.01, -8) * fabs(pk) + 1e-7;
+                    }
+                }
+            }
+    {
+        struct { const char *what; cu_buf *x; const double *r, *e; int64_t n; } outs[4] = {
+            {"out", &out, ro, eo, (int64_t)B * Tq * C}, {c->fused ? "dq|dk|dv" : "dq", &dq, rq, eq, nq},
+            {"dk", &dk, rk, ek, nk}, {"dv", &dv, rv, ev, nk}};
+        float *glse = cu_fetch(lse.d, lse.n, TFM_DEVICE_CUDA);
+        for (int o = 0; o < (c->fused ? 2 : 4); o++) {
+            float *got = cu_fetch(outs[o].x->d, outs[o].n, TFM_DEVICE_CUDA);
+            int64_t nbad = 0, at = -1;
+            for (int64_t x = 0; x < outs[o].n; x++)
+                if (!(fabs(got[x] - outs[o].r[x]) <= outs[o].e[x]) && !nbad++) at = x;
+            CHECK_MSG(!nbad, "%s: %s: %lld of %lld elements outside their bound (first %lld: %.8g, reference %.8g, bound %.3g)",
+                      name, outs[o].what, (long long)nbad, (long long)outs[o].n, (long long)at, at >= 0 ? (double)got[at] : 0.0,
+                      at >= 0 ? outs[o].r[at] : 0.0, at >= 0 ? outs[o].e[at] : 0.0);
+            bad += nbad;
+            free(got);
+        }
+        for (int64_t x = 0; x < lse.n; x++)
+            if (!(glse[x] == lse.h[x] || fabs((double)glse[x] - lse.h[x]) <= 1e-5 * fmax(1.0, fabs((double)lse.h[x])))) bad++;
+        CHECK_MSG(!bad, "%s: %lld elements (or log-sum-exps) outside their bounds", name, (long long)bad);
+        free(glse);
+    }
+    free(P);
+    free(ref);
+    free(mask);
+    cu_release(&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv, CU_END);
+}
+
+static void cu_bf16_attention(void) {
+#ifdef TFM_CUDA_EMULATION
+    unsigned long long calls0 = tfm_emu_gemm_bf16_calls();
+#endif
+    static const cu_bfatt cases[] = {
+        {2, 2, 2, 8, 40, 40, 1, 0, 0, 0, 0, 0, 0.0f},    /* causal, in chunks of a few rows */
+        {3, 4, 2, 16, 33, 33, 1, 1, 0, 0, 0, 0, 0.1f},   /* grouped-query, key lengths, dropout */
+        {2, 2, 2, 8, 17, 29, 0, 1, 2, 0, 0, 0, 0.0f},    /* cross-attention: Tq != Tk, a mask per batch row */
+        {1, 2, 2, 8, 50, 50, 1, 0, 0, 7, 2, 0, 0.0f},    /* a sliding window of 7 with 2 sinks */
+        {2, 2, 1, 8, 24, 24, 1, 0, 1, 0, 0, 1, 0.0f},    /* q|k|v in one buffer (multi-query), a shared mask */
+    };
+    for (int i = 0; i < CU_LEN(cases); i++) cu_bf16_attention_case(&cases[i]);
+#ifdef TFM_CUDA_EMULATION
+    CHECK_MSG(tfm_emu_gemm_bf16_calls() > calls0, "the attention ran no bf16 product");
+#endif
+}
+
 /* Batch `seed` of a learnable sequence for cu_bf16_model: each row counts up from a random id x by a step of
    1 + x % 3, modulo the vocabulary; the targets are the next ids. */
 static void cu_count_batch(cu_data *d, const tfm_config *c, uint64_t seed) {
@@ -3568,6 +3722,7 @@ static void suite_device(void) { RUN(cu_device); }
 static void suite_precision(void) {
     RUN(cu_bf16_round);
     RUN(cu_bf16_gemm);
+    RUN(cu_bf16_attention);
     RUN(cu_bf16_model);
 }
 
