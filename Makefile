@@ -448,7 +448,8 @@ $(BUILD)/bench_gpu_emu: bench/bench_gpu.c bench/bench_util.h bench/tfm_cuda.cu t
 	$(CXX) -fopenmp -o $@ $(BUILD)/bench_gpu_emu.o $(BUILD)/tfm_cuda_emu.o -lm
 test-cuda-emu: $(BUILD)/test_cuda_emu_self $(BUILD)/test_cuda_emu $(BUILD)/test_cuda_emu_asan $(BUILD)/bench_gpu_emu
 	./$(BUILD)/test_cuda_emu_self
-	./$(BUILD)/bench_gpu_emu --quick --tf32 gpu-emu-tiny
+	./$(BUILD)/bench_gpu_emu --quick --tf32 --bf16 gpu-emu-tiny
+	./$(BUILD)/bench_gpu_emu --quick --kernels
 	./$(BUILD)/test_cuda_emu
 	ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    ./$(BUILD)/test_cuda_emu_asan --small

@@ -14,10 +14,13 @@
        build/bench_gpu_emu --quick gpu-emu-tiny
 
    Usage: bench_gpu [--quick] [--tf32] [--bf16] [--no-train] [--no-gen] [--no-check] [--budget SECONDS]
-                    [--gen-batch 1|8|32] [CONFIG...]
+                    [--gen-batch 1|8|32] [--kernels] [CONFIG...]
           bench_gpu --list
    CONFIG defaults to $CONFIGS (names separated by spaces or commas), else char-gpt-tiny gpt-small
    gpt2-124M-shape; gpt2-124M-b16 (GPT-2 small at 16 x 1024, the GPU targets' shape) runs when named. QUICK=1 in the environment is --quick: few steps, numbers not meant to be read.
+   --kernels times the memory-bound ops (kernel, below) first; configs then run only when named on the
+   command line (not $CONFIGS's, not the defaults), after the ops. bench_gpu_emu --quick --kernels is its
+   smoke run under the emulation (small sizes, one rep).
 
    For each config, on the GPU (cfg.device = TFM_DEVICE_CUDA), TF32 off unless said otherwise:
      check  the same weights on both devices: an inference_only model built on the CPU gives its loss on
@@ -33,6 +36,16 @@
      gen    greedy tfm_model_generate_batch of GEN_NEW new tokens from 1-token prompts (ids from seed
             42) at batch 1, 8 and 32, on an inference_only model with max_batch 32: one untimed run,
             then up to gen_reps timed runs (the budget again); tok_s = batch * GEN_NEW / median time.
+     kernel (--kernels) each memory-bound op of KOPS (layernorm and RMSNorm forward, layernorm backward,
+            softmax forward and backward, GELU forward and backward, the residual add, cross-entropy
+            forward and backward, AdamW with the gradient-norm pass) through its public call on device
+            tensors (tfm_cuda_malloc'ed, .device = TFM_DEVICE_CUDA) of a GPU-sized shape: 2 untimed calls,
+            then reps of back-to-back calls between two tfm_cuda_synchronize (about 2 ms a rep, until the
+            budget, default 1 s, or 50 reps; at least 3); us = the median rep's time per call. gbs = the
+            bytes the op must move at least (kernel_bytes: each tensor read counts once, each written once)
+            over us; copy_gbs = the same for tfm_tensor_copy between two device tensors of 256 MB (bytes =
+            2 x size), measured first in the same run: the device's copy bandwidth; share = gbs / copy_gbs,
+            whose target is >= 0.70. -1 for what failed.
    Lines (one per measurement; a script reads the key=value pairs):
        INFO impl=ours device="..." transformer.h=X.Y.Z
        RESULT impl=ours device=cuda mode=check name=... loss_cpu=... loss_gpu=... rel_err=... ok=yes|NO
@@ -42,6 +55,8 @@
               the same weights; loss: the last step's; model_mb: tfm_model_memory_size, the model's one block,
               which the GPU holds a twin of; bf16 rows add mfu=...)
        RESULT impl=ours device=cuda mode=gen name=... tf32=0 batch=... new=... tok_s=... ms_tok=... reps=...
+       RESULT impl=ours device=cuda mode=kernel name=OP rows=... cols=... bytes=... us=... gbs=... copy_gbs=...
+              share=... reps=... calls=...   (calls: back-to-back calls per rep; name=copy is the peer)
    then a table of the same numbers. tokens per step: batch * seq. FLOPs per step: bench.c's model_flops
    for an LM (bench/README.md): 6*B*T*(L*(4C^2 + 2CF) + V*C) + 12*B*L*T^2*C. Exit status 0 when every
    measurement ran and every check agreed, 1 otherwise, 2 for bad arguments, 3 without a CUDA device. */
@@ -373,6 +388,311 @@ done:
     tfm_model_free(&m);
 }
 
+/* ---- kernels: the memory-bound ops against the device's copy bandwidth --------------------------- */
+
+/* One op of --kernels: its tensors (layout: one letter per device tensor, X rows*cols floats, N rows, C
+   cols; all filled from seed 42 with values in [-1, 1), then set up per op), at the full and the --quick
+   size. Bytes are the least the op must move: each tensor it reads counts once and each it writes once
+   (a gradient that a backward adds into is read and written: twice; host memory, such as the targets,
+   counts at its size), whatever the kernels really move:
+     copy               read src; write dst (tfm_tensor_copy on the device): the peer  2X
+     layernorm_fwd      read x, g, b; write y, mean, rstd                     2X + 2N + 2C
+     layernorm_bwd      read dy, x, mean, rstd, g; dx, dg, db added into     4X + 2N + 5C
+     rmsnorm_fwd        read x, g; write y, rstd                              2X + N + C
+     softmax_fwd        read x; write y                                       2X
+     softmax_bwd        read dy, y; dx added into                             4X
+     gelu_fwd (tanh)    read x; write y                                       2X
+     gelu_bwd (tanh)    read dy, x; dx added into                             4X
+     add_fwd            read a, b; write y                                    3X
+     cross_entropy_fwd  read logits, targets; write lse (+ the loss)          X + 2N
+                        (its time includes copying the row losses back and their sum on the host)
+     cross_entropy_bwd  read logits, lse, targets; dlogits added into         3X + 2N
+     adamw              tfm_adamw_step over one parameter of rows*cols floats with clip_norm 1: the norm
+                        pass reads grad; the update reads value, grad, m, v and writes value, m, v   8X
+   GELU runs at GPT-2 small's MLP width (16,384 x 3,072: where the model runs it), layernorm, RMSNorm and
+   the residual add at its model width (768), softmax over rows of 1,024 (attention at T = 1024), the
+   cross-entropy at its vocabulary (8,192 rows of 50,257: 1.6 GB of logits; fewer rows, halving, while
+   the device is short of memory, as for every op). */
+enum {
+    K_COPY, K_LN_FWD, K_LN_BWD, K_RMS_FWD, K_SOFTMAX_FWD, K_SOFTMAX_BWD, K_GELU_FWD, K_GELU_BWD, K_ADD_FWD,
+    K_XENT_FWD, K_XENT_BWD, K_ADAMW, K_N
+};
+typedef struct kop {
+    const char *name, *layout;
+    int64_t rows, cols, q_rows, q_cols; /* q_: --quick */
+} kop;
+static const kop KOPS[K_N] = {
+    /* name               layout      rows   cols   quick: rows cols */
+    {"copy",              "XX",       65536, 1024,  256,  1024},
+    {"layernorm_fwd",     "XXNNCC",   16384, 768,   64,   96},   /* x y mean rstd g b */
+    {"layernorm_bwd",     "XXXNNCCC", 16384, 768,   64,   96},   /* x dy dx mean rstd g dg db */
+    {"rmsnorm_fwd",       "XXNC",     16384, 768,   64,   96},   /* x y rstd g */
+    {"softmax_fwd",       "XX",       65536, 1024,  64,   128},  /* x y */
+    {"softmax_bwd",       "XXX",      65536, 1024,  64,   128},  /* y dy dx */
+    {"gelu_fwd",          "XX",       16384, 3072,  64,   384},  /* x y */
+    {"gelu_bwd",          "XXX",      16384, 3072,  64,   384},  /* x dy dx */
+    {"add_fwd",           "XXX",      16384, 768,   64,   96},   /* a b y */
+    {"cross_entropy_fwd", "XN",       8192,  50257, 16,   1000}, /* logits lse */
+    {"cross_entropy_bwd", "XNX",      8192,  50257, 16,   1000}, /* logits lse dlogits */
+    {"adamw",             "XXXX",     65536, 1024,  16,   4096}, /* value grad m v */
+};
+#define K_MAX_T 8
+
+static double kernel_bytes(int op, int64_t rows, int64_t cols) {
+    double X = 4.0 * (double)rows * (double)cols, N = 4.0 * (double)rows, C = 4.0 * (double)cols;
+    switch (op) {
+    case K_COPY: return 2 * X;
+    case K_LN_FWD: return 2 * X + 2 * N + 2 * C;
+    case K_LN_BWD: return 4 * X + 2 * N + 5 * C;
+    case K_RMS_FWD: return 2 * X + N + C;
+    case K_SOFTMAX_FWD: return 2 * X;
+    case K_SOFTMAX_BWD: return 4 * X;
+    case K_GELU_FWD: return 2 * X;
+    case K_GELU_BWD: return 4 * X;
+    case K_ADD_FWD: return 3 * X;
+    case K_XENT_FWD: return X + 2 * N;
+    case K_XENT_BWD: return 3 * X + 2 * N;
+    case K_ADAMW: return 8 * X;
+    default: return -1.0;
+    }
+}
+
+typedef struct kbench {
+    int op, n_t;
+    int64_t rows, cols;
+    tfm_tensor t[K_MAX_T]; /* device tensors, in the op's layout order */
+    int32_t *targets;      /* the cross-entropy's, host memory */
+    tfm_optim opt;         /* AdamW's */
+    int64_t step;
+} kbench;
+
+/* One call of the op; *what names the call for a failure. */
+static tfm_result kernel_call(kbench *k, const char **what) {
+    tfm_tensor *t = k->t;
+    float loss = 0.0f, norm = 0.0f;
+    tfm_adamw_param p;
+    switch (k->op) {
+    case K_COPY: *what = "tfm_tensor_copy"; return tfm_tensor_copy(&t[1], &t[0]);
+    case K_LN_FWD:
+        *what = "tfm_layernorm_forward";
+        return tfm_layernorm_forward(&t[1], &t[2], &t[3], &t[0], &t[4], &t[5], 1e-5f);
+    case K_LN_BWD:
+        *what = "tfm_layernorm_backward";
+        return tfm_layernorm_backward(&t[2], &t[6], &t[7], &t[1], &t[0], &t[5], &t[3], &t[4]);
+    case K_RMS_FWD: *what = "tfm_rmsnorm_forward"; return tfm_rmsnorm_forward(&t[1], &t[2], &t[0], &t[3], 1e-5f);
+    case K_SOFTMAX_FWD: *what = "tfm_softmax_forward"; return tfm_softmax_forward(&t[1], &t[0]);
+    case K_SOFTMAX_BWD: *what = "tfm_softmax_backward"; return tfm_softmax_backward(&t[2], &t[1], &t[0]);
+    case K_GELU_FWD: *what = "tfm_gelu_forward"; return tfm_gelu_forward(&t[1], &t[0], TFM_GELU_TANH);
+    case K_GELU_BWD: *what = "tfm_gelu_backward"; return tfm_gelu_backward(&t[2], &t[1], &t[0], TFM_GELU_TANH);
+    case K_ADD_FWD: *what = "tfm_add_forward"; return tfm_add_forward(&t[2], &t[0], &t[1]);
+    case K_XENT_FWD:
+        *what = "tfm_cross_entropy_forward";
+        return tfm_cross_entropy_forward(&loss, &t[1], &t[0], k->targets, -100, 0.0f);
+    case K_XENT_BWD:
+        *what = "tfm_cross_entropy_backward";
+        return tfm_cross_entropy_backward(&t[2], 1.0f, &t[0], &t[1], k->targets, -100, 0.0f);
+    case K_ADAMW:
+        *what = "tfm_adamw_step";
+        p.value = t[0], p.grad = t[1], p.m = t[2], p.v = t[3], p.decay = 1;
+        return tfm_adamw_step(&p, 1, &k->opt, ++k->step, &norm);
+    default: *what = "?"; return TFM_E_ARG;
+    }
+}
+
+/* n floats of device memory at p, uniform in [lo, hi): a host block of up to 2^20 values copied over and over
+   (the values repeat; only their range matters here). */
+static tfm_result dev_fill(float *p, int64_t n, float lo, float hi, float *host, tfm_rng *rng) {
+    int64_t blk = n < (1 << 20) ? n : (1 << 20), off, i;
+    tfm_result r = TFM_OK;
+    for (i = 0; i < blk; i++) host[i] = lo + (hi - lo) * tfm_rng_uniform(rng);
+    for (off = 0; off < n && r == TFM_OK; off += blk) {
+        int64_t len = n - off < blk ? n - off : blk;
+        tfm_tensor src = tfm_tensor1(host, len), dst = tfm_tensor1(p + off, len);
+        dst.device = TFM_DEVICE_CUDA;
+        r = tfm_tensor_copy(&dst, &src);
+    }
+    return r;
+}
+
+static void kernel_free(kbench *k) {
+    int i;
+    for (i = 0; i < k->n_t; i++) tfm_cuda_free(k->t[i].data);
+    free(k->targets);
+    k->n_t = 0;
+    k->targets = NULL;
+}
+
+/* Device memory for the op's tensors at k->rows (halved while the device is short of memory), filled and set
+   up; 0 on success, else 1 (reported). */
+static int kernel_setup(kbench *k, float *host) {
+    const kop *o = &KOPS[k->op];
+    const char *what = "tfm_cuda_malloc";
+    tfm_result r = TFM_OK;
+    tfm_rng rng;
+    int i, n = (int)strlen(o->layout);
+    for (;;) {
+        for (i = 0; i < n && r == TFM_OK; i++) {
+            int64_t e = o->layout[i] == 'X' ? k->rows * k->cols : o->layout[i] == 'N' ? k->rows : k->cols;
+            void *p = NULL;
+            r = tfm_cuda_malloc(&p, (size_t)e * sizeof(float));
+            if (r != TFM_OK) break;
+            k->t[i] = o->layout[i] == 'X' ? tfm_tensor2((float *)p, k->rows, k->cols) : tfm_tensor1((float *)p, e);
+            k->t[i].device = TFM_DEVICE_CUDA;
+            k->n_t = i + 1;
+        }
+        if (r != TFM_E_NOMEM || k->rows < 2) break;
+        kernel_free(k);
+        k->rows /= 2;
+        r = TFM_OK;
+        fprintf(stderr, "bench_gpu: %s: out of device memory; trying %lld rows\n", o->name, (long long)k->rows);
+    }
+    if (r != TFM_OK) return fail(o->name, what, r);
+    tfm_rng_seed(&rng, 42);
+    what = "tfm_tensor_copy (fill)";
+    for (i = 0; i < n && r == TFM_OK; i++) r = dev_fill(k->t[i].data, tfm_numel(&k->t[i]), -1.0f, 1.0f, host, &rng);
+    if (r == TFM_OK && (k->op == K_XENT_FWD || k->op == K_XENT_BWD)) {
+        k->targets = (int32_t *)xmalloc((size_t)k->rows * sizeof(int32_t));
+        for (i = 0; i < (int)k->rows; i++) k->targets[i] = (int32_t)(tfm_rng_u64(&rng) % (uint64_t)k->cols);
+    }
+    if (r == TFM_OK) switch (k->op) { /* the saved statistics a backward reads, from its forward */
+        case K_LN_BWD:
+            what = "tfm_layernorm_forward (setup)";
+            r = tfm_layernorm_forward(&k->t[2], &k->t[3], &k->t[4], &k->t[0], &k->t[5], NULL, 1e-5f);
+            break;
+        case K_SOFTMAX_BWD:
+            what = "tfm_softmax_forward (setup)";
+            r = tfm_softmax_forward(&k->t[0], &k->t[0]);
+            break;
+        case K_XENT_BWD: {
+            float loss;
+            what = "tfm_cross_entropy_forward (setup)";
+            r = tfm_cross_entropy_forward(&loss, &k->t[1], &k->t[0], k->targets, -100, 0.0f);
+            break;
+        }
+        case K_ADAMW: /* zeroed moments, as before a first step */
+            what = "tfm_tensor_copy (fill)";
+            r = dev_fill(k->t[2].data, tfm_numel(&k->t[2]), 0.0f, 0.0f, host, &rng);
+            if (r == TFM_OK) r = dev_fill(k->t[3].data, tfm_numel(&k->t[3]), 0.0f, 0.0f, host, &rng);
+            memset(&k->opt, 0, sizeof k->opt);
+            k->opt.lr = 1e-4f;
+            k->opt.weight_decay = 0.01f;
+            k->opt.clip_norm = 1.0f; /* the norm pass runs whatever clip_norm; clipping then scales */
+            k->step = 0;
+            break;
+        default: break;
+        }
+    if (r != TFM_OK) return fail(o->name, what, r);
+    return sync_gpu(o->name);
+}
+
+/* Seconds per call: 2 untimed calls, a third timed alone to size a rep (calls back to back, about 2 ms of them,
+   so that the launch and the synchronisation cost nothing to speak of; 1 with --quick), then reps of that
+   many calls, each between two tfm_cuda_synchronize, until about the budget is spent or 50 reps (at least
+   3; 1 with --quick); the median rep over its calls. < 0 on failure (reported). */
+static double kernel_time(kbench *k, double budget, int *reps, int *calls) {
+    const char *name = KOPS[k->op].name, *what = "?";
+    double times[50], spent = 0.0, t0 = 0.0, t1;
+    int max_reps = g_quick ? 1 : 50, min_reps = g_quick ? 1 : 3, inner, n = 0, i;
+    tfm_result r;
+    *reps = *calls = 0;
+    for (i = 0; i < 3; i++) { /* the third alone, timed */
+        if (i == 2) {
+            if (sync_gpu(name)) return -1.0;
+            t0 = now_s();
+        }
+        if ((r = kernel_call(k, &what)) != TFM_OK) {
+            fail(name, what, r);
+            return -1.0;
+        }
+    }
+    if (sync_gpu(name)) return -1.0;
+    t1 = now_s() - t0;
+    inner = g_quick ? 1 : t1 < 2e-5 ? 100 : (int)ceil(2e-3 / t1);
+    if (inner > 100) inner = 100;
+    if (inner < 1) inner = 1;
+    while (n < max_reps && (n < min_reps || spent < budget)) {
+        if (sync_gpu(name)) return -1.0;
+        t0 = now_s();
+        for (i = 0; i < inner; i++)
+            if ((r = kernel_call(k, &what)) != TFM_OK) {
+                fail(name, what, r);
+                return -1.0;
+            }
+        if (sync_gpu(name)) return -1.0;
+        t1 = now_s() - t0;
+        spent += t1;
+        times[n++] = t1 / inner;
+    }
+    *reps = n;
+    *calls = inner;
+    return median(times, n);
+}
+
+typedef struct krow {
+    const char *name;
+    int64_t rows, cols;
+    double us, gbs, share;
+} krow;
+static krow g_krows[K_N];
+static int g_nkrows = 0;
+
+/* "-1" for a failed value, else v in fmt */
+static const char *kfmt(char *buf, double v, const char *fmt) {
+    if (v < 0) strcpy(buf, "-1");
+    else sprintf(buf, fmt, v);
+    return buf;
+}
+
+static void run_kernels(double budget) {
+    double copy_gbs = -1.0;
+    float *host = (float *)xmalloc((size_t)(1 << 20) * sizeof(float));
+    int op;
+    for (op = 0; op < K_N; op++) {
+        kbench k;
+        double s = -1.0, us = -1.0, gbs = -1.0, share = -1.0, bytes;
+        int reps = 0, calls = 0;
+        char b1[32], b2[32], b3[32], b4[32];
+        memset(&k, 0, sizeof k);
+        k.op = op;
+        k.rows = g_quick ? KOPS[op].q_rows : KOPS[op].rows;
+        k.cols = g_quick ? KOPS[op].q_cols : KOPS[op].cols;
+        if (kernel_setup(&k, host) == 0) s = kernel_time(&k, budget, &reps, &calls);
+        kernel_free(&k);
+        bytes = kernel_bytes(op, k.rows, k.cols);
+        if (s > 0) {
+            us = 1e6 * s;
+            gbs = bytes / s * 1e-9;
+        }
+        if (op == K_COPY) copy_gbs = gbs;
+        if (gbs > 0 && copy_gbs > 0) share = gbs / copy_gbs;
+        printf("RESULT impl=ours device=cuda mode=kernel name=%s rows=%lld cols=%lld bytes=%.0f us=%s gbs=%s copy_gbs=%s "
+               "share=%s reps=%d calls=%d\n",
+               KOPS[op].name, (long long)k.rows, (long long)k.cols, bytes, kfmt(b1, us, "%.2f"), kfmt(b2, gbs, "%.1f"),
+               kfmt(b3, copy_gbs, "%.1f"), kfmt(b4, share, "%.4f"), reps, calls);
+        fflush(stdout);
+        if (g_nkrows < K_N) {
+            krow *r = &g_krows[g_nkrows++];
+            r->name = KOPS[op].name, r->rows = k.rows, r->cols = k.cols, r->us = us, r->gbs = gbs, r->share = share;
+        }
+    }
+    free(host);
+}
+
+static void print_kernel_table(void) {
+    int i;
+    char b1[32], b2[32], b3[32];
+    if (!g_nkrows) return;
+    printf("\n== memory-bound ops on %s: share of the device's copy bandwidth (target >= 0.70)\n", g_device);
+    printf("%-18s %8s %6s %10s %9s %7s\n", "op", "rows", "cols", "us", "GB/s", "share");
+    for (i = 0; i < g_nkrows; i++) {
+        const krow *r = &g_krows[i];
+        printf("%-18s %8lld %6lld %10s %9s %7s\n", r->name, (long long)r->rows, (long long)r->cols,
+               kfmt(b1, r->us, "%.2f"), kfmt(b2, r->gbs, "%.1f"), kfmt(b3, r->share, "%.3f"));
+    }
+    printf("us: median time per call; GB/s: the bytes the op must move at least (bench_gpu.c's KOPS) over that;\n"
+           "share: over copy's GB/s (tfm_tensor_copy between two device tensors of rows x cols floats, 2 x moved)\n");
+}
+
 /* ---- main ---------------------------------------------------------------------------------------- */
 
 static void print_table(void) {
@@ -393,9 +713,11 @@ static void print_table(void) {
 static void usage(FILE *f) {
     int i;
     fprintf(f, "usage: bench_gpu [--quick] [--tf32] [--bf16] [--no-train] [--no-gen] [--no-check] [--budget SECONDS]\n"
-               "                 [--gen-batch 1|8|32] [CONFIG...]\n"
+               "                 [--gen-batch 1|8|32] [--kernels] [CONFIG...]\n"
                "       bench_gpu --list\n"
-               "CONFIG defaults to $CONFIGS, else the default configs. QUICK=1: --quick. configs:");
+               "CONFIG defaults to $CONFIGS, else the default configs. QUICK=1: --quick. --kernels: the memory-bound\n"
+               "ops (layernorm, softmax, GELU, add, cross-entropy, AdamW) against the device's copy bandwidth, then\n"
+               "only the configs named here (--budget: seconds per op, default 1). configs:");
     for (i = 0; i < N_CONFIGS; i++)
         fprintf(f, " %s%s", CONFIGS[i].name,
                 CONFIGS[i].is_default == 1 ? "" : CONFIGS[i].is_default == 2 ? "(by name)" : "(smoke)");
@@ -404,12 +726,13 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
     const gpu_cfg *sel[64];
-    int n_sel = 0, do_train = 1, do_gen = 1, do_check = 1, do_tf32 = 0, do_bf16 = 0, i;
+    int n_sel = 0, do_train = 1, do_gen = 1, do_check = 1, do_tf32 = 0, do_bf16 = 0, do_kernels = 0, i;
+    double k_budget = 1.0; /* --kernels: seconds of timed calls per op, unless a budget is given */
     const char *q = getenv("QUICK"), *env_cfgs = getenv("CONFIGS"), *bud = getenv("BENCH_GPU_BUDGET");
     char cfgbuf[1024];
     tfm_result r;
     g_quick = q && *q && strcmp(q, "0") != 0;
-    if (bud && *bud) g_budget = atof(bud);
+    if (bud && *bud) g_budget = k_budget = atof(bud);
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--quick") == 0) g_quick = 1;
@@ -418,14 +741,15 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--no-train") == 0) do_train = 0;
         else if (strcmp(a, "--no-gen") == 0) do_gen = 0;
         else if (strcmp(a, "--no-check") == 0) do_check = 0;
-        else if (strcmp(a, "--budget") == 0 && i + 1 < argc) g_budget = atof(argv[++i]);
+        else if (strcmp(a, "--budget") == 0 && i + 1 < argc) g_budget = k_budget = atof(argv[++i]);
+        else if (strcmp(a, "--kernels") == 0) do_kernels = 1;
         else if (strcmp(a, "--gen-batch") == 0 && i + 1 < argc) {
             g_gen_batch = atoi(argv[++i]);
             if (g_gen_batch != 1 && g_gen_batch != 8 && g_gen_batch != 32) {
                 fprintf(stderr, "bench_gpu: --gen-batch takes 1, 8 or 32\n");
                 return 2;
             }
-        }        else if (strcmp(a, "--list") == 0) {
+        } else if (strcmp(a, "--list") == 0) {
             for (i = 0; i < N_CONFIGS; i++) printf("%s\n", CONFIGS[i].name);
             return 0;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -444,7 +768,8 @@ int main(int argc, char **argv) {
         }
     }
     if (!(g_budget > 0)) g_budget = 8.0;
-    if (!n_sel && env_cfgs && *env_cfgs) {
+    if (!(k_budget > 0)) k_budget = 1.0;
+    if (!n_sel && !do_kernels && env_cfgs && *env_cfgs) {
         char *tok;
         strncpy(cfgbuf, env_cfgs, sizeof cfgbuf - 1);
         cfgbuf[sizeof cfgbuf - 1] = '\0';
@@ -457,7 +782,7 @@ int main(int argc, char **argv) {
             if (n_sel < 64) sel[n_sel++] = find_config(tok);
         }
     }
-    if (!n_sel)
+    if (!n_sel && !do_kernels)
         for (i = 0; i < N_CONFIGS; i++)
             if (CONFIGS[i].is_default == 1) sel[n_sel++] = &CONFIGS[i];
 
@@ -473,6 +798,7 @@ int main(int argc, char **argv) {
            TFM_VERSION_MINOR, TFM_VERSION_PATCH, g_quick, g_budget);
     fflush(stdout);
     if ((r = tfm_cuda_set_tf32(0)) != TFM_OK) fail("-", "tfm_cuda_set_tf32(0)", r);
+    if (do_kernels) run_kernels(k_budget);
 
     for (i = 0; i < n_sel; i++) {
         const gpu_cfg *b = sel[i];
@@ -486,5 +812,6 @@ int main(int argc, char **argv) {
         data_free(&d);
     }
     print_table();
+    print_kernel_table();
     return g_failed ? 1 : 0;
 }

@@ -12,12 +12,13 @@
 #       char-gpt-tiny, gpt-small, gpt2-124M-shape and gpt2-124M-b16 (16 x 1024); then bench/torch_gpu.py, PyTorch eager on the same
 #       GPU (fp32 with TF32 off, and TF32 on as a second peer); ours also with cfg.precision bf16, against
 #       PyTorch's autocast bf16 with SDPA, eager and torch.compile'd (torch_gpu.py --amp, gpt2-124M-b16).
-#       Its build runs beside (b)'s.
+#       Its build runs beside (b)'s. Then, optional, `bench_gpu --kernels`: the memory-bound ops (layernorm,
+#       softmax, GELU, add, cross-entropy, AdamW) in GB/s against the device's copy bandwidth (target >= 0.70).
 #   (d2) time allowing, ncu's kernel times over quick runs of the bench (training, and decoding at batch
 #       32): the CSVs beside the log (ncu_train_CONFIG.csv, ncu_gen32_CONFIG.csv), summarised by
 #       tools/ncu_summary.py (where the time goes, by kernel)
 #   (e) a summary: device, test counts, sanitizer error counts, the bench rows (ours, torch, ratio), the
-#       profiles' top kernels
+#       memory-bound ops' share of the copy bandwidth, the profiles' top kernels
 # Every step runs even when an earlier one failed; the exit status is 1 when any step failed.
 #
 # Everything goes to one log: $GPU_CHECK_LOG, else $OUT/gpu_check.log when OUT is set (the device tool's
@@ -228,6 +229,9 @@ if [ "$SKIP_BENCH" != 1 ]; then
             run_step "bench $c" 90 50 "$TMP/bench_$c.txt" -- env BENCH_GPU_BUDGET=3 "$B/bench_gpu" --tf32 --bf16 "$c"
             grep -E '^(RESULT|INFO|FAIL)' "$TMP/bench_$c.txt" >> "$TMP/results.txt"
         done
+        # the memory-bound ops (mode=kernel rows) against a device-to-device copy, in the same run
+        run_step "bench kernels" 40 30 "$TMP/bench_kernels.txt" optional -- env BENCH_GPU_BUDGET=1 "$B/bench_gpu" --kernels
+        grep -E '^(RESULT|FAIL)' "$TMP/bench_kernels.txt" >> "$TMP/results.txt"
     else
         record "bench (ours)" 1 0
     fi
@@ -277,8 +281,25 @@ fi
         function num(x) { return x != "" && x + 0 > 0 }
         function f(x, fmt) { return num(x) ? sprintf(fmt, x) : "-" }
         function ratio(a, b) { return (num(a) && num(b)) ? sprintf("%.2f", a / b) : "-" }
+        function kernels(   i, n) {
+            if (!nk) return
+            print "\nmemory-bound kernels, share of the device'"'"'s copy bandwidth (target >= 0.70)"
+            printf "%-18s %13s %10s %9s %7s\n", "op", "rows x cols", "us", "GB/s", "share"
+            for (i = 1; i <= nk; i++) {
+                n = korder[i]
+                printf "%-18s %13s %10s %9s %7s%s\n", n, kshape[n], f(kus[n], "%.1f"), f(kgbs[n], "%.0f"),
+                       f(kshare[n], "%.3f"), (n != "copy" && num(kshare[n]) && kshare[n] + 0 < 0.70) ? "  below" : ""
+            }
+            print "GB/s: the bytes the op must move at least (bench_gpu.c'"'"'s KOPS) over its median time; copy: a"
+            print "device-to-device tfm_tensor_copy of 256 MB (2 x 256 MB moved), the peer of every share"
+        }
         /^RESULT / {
             kvs()
+            if (kv["mode"] == "kernel") {
+                n = kv["name"]; if (!(n in kseen)) { kseen[n] = 1; korder[++nk] = n }
+                kshape[n] = kv["rows"] "x" kv["cols"]; kus[n] = kv["us"]; kgbs[n] = kv["gbs"]; kshare[n] = kv["share"]
+                next
+            }
             n = kv["name"]; if (!(n in seen)) { seen[n] = 1; order[++nn] = n }
             if (kv["mode"] == "train") {
                 p = ("prec" in kv) ? kv["prec"] : (kv["tf32"] == 1 ? "tf32" : "fp32")
@@ -291,7 +312,11 @@ fi
         }
         /^FAIL / { fails = fails "\n  " $0 }
         END {
-            if (nn == 0) { print "\nbench: no RESULT lines" (fails != "" ? "; failures:" fails : ""); exit }
+            if (nn == 0) {
+                print "\nbench: no RESULT lines" (nk ? " of the models" : "") (fails != "" ? "; failures:" fails : "")
+                kernels()
+                exit
+            }
             print "\ntraining step, ms (median; zero_grad + forward + backward + AdamW), TFLOP/s by bench.c'"'"'s formula"
             printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s\n", "config", "ours", "torch", "torch/", "ours", "torch",
                    "ours", "torch", "torch/", "MB"
@@ -328,6 +353,7 @@ fi
             }
             print "\nsame weights on CPU and GPU (our loss on the bench batch):"
             for (i = 1; i <= nn; i++) printf "  %-18s %s\n", order[i], (order[i] in check) ? check[order[i]] : "-"
+            kernels()
             if (fails != "") print "\nfailures:" fails
             print "\nratios above 1: ours is faster. torch: eager PyTorch; tf32 columns: TF32 tensor cores on, both sides."
             print "MB: ours = the model'"'"'s block (tfm_model_memory_size; the GPU holds a twin), torch = max_memory_allocated."
