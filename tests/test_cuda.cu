@@ -3706,6 +3706,49 @@ static void cu_bf16_model(void) {
             CHECK_ERR(tfm_model_init(&m2, &cg, NULL, 0), TFM_E_ARG, "cfg.precision TFM_PREC_BF16 runs on the GPU only");
             cg.precision = (tfm_precision)3;
             CHECK_ERR(tfm_model_init(&m2, &cg, NULL, 0), TFM_E_ARG, "cfg.precision 3 is not a tfm_precision");
+            /* its checkpoint (fp32) loads into an fp32 model on the CPU, bit for bit */
+            CHECK_OK(tfm_model_save(&mg, cu_path("bf16.safetensors"), 0, NULL, 0));
+            if (cu_init(&m2, &cc, "fp32 from a bf16 model's checkpoint")) {
+                int64_t n1, n2;
+                float *pg, *pc;
+                CHECK_OK(tfm_model_load(&m2, cu_path("bf16.safetensors")));
+                pg = cu_model_flat(&mg, 0, &n1);
+                pc = cu_model_flat(&m2, 0, &n2);
+                CHECK(n1 == n2);
+                cu_check_params("a bf16 model's checkpoint on the CPU", &m2, pc, pg, 0.0);
+                free(pg);
+                free(pc);
+                tfm_model_free(&m2);
+            }
+#ifdef TFM_CUDA_EMULATION
+            { /* a failing bf16 product (a linear map's, the attention's) fails the call that ran it, and the model
+                 works again after */
+                const char *blas = cublasGetStatusString(CUBLAS_STATUS_EXECUTION_FAILED);
+                float l2;
+                cu_arm("cublasGemmEx", CUBLAS_STATUS_EXECUTION_FAILED, 0);
+                cu_expect_cuda("bf16 forward, cublasGemmEx failing", tfm_model_forward(&mg, &d->b, &l2, NULL), "tfm_model_forward", blas);
+                cu_arm("cublasGemmBatchedEx", CUBLAS_STATUS_EXECUTION_FAILED, 1);
+                cu_expect_cuda("bf16 forward, cublasGemmBatchedEx failing", tfm_model_forward(&mg, &d->b, &l2, NULL), "tfm_model_forward",
+                               blas);
+                CHECK_OK(tfm_model_forward(&mg, &d->b, &l2, NULL));
+                CHECK(l2 == before);
+            }
+#endif
+            { /* decoding (fp32 attention against the cache, bf16 products) and scoring run, and leave the thread fp32 */
+                tfm_gen_opts go;
+                int32_t prompt[2] = {1, 2}, out[8];
+                int n_out = 0, t;
+                float total = 0.0f;
+                memset(&go, 0, sizeof go);
+                go.max_new = 5;
+                tfm_model_train(&mg, 0);
+                CHECK_OK(tfm_model_generate(&mg, NULL, 0, prompt, 2, &go, out, &n_out));
+                CHECK(n_out == 5);
+                for (t = 0; t < n_out; t++) CHECK(out[t] >= 0 && out[t] < cc.vocab_size);
+                CHECK_OK(tfm_model_score(&mg, NULL, 0, prompt, 2, out, n_out, NULL, &total));
+                CHECK(isfinite(total) && total <= 0.0f);
+                CHECK(tfm__model_prec == 0);
+            }
         }
         tfm_model_free(&mg);
         if (!ok) break;
