@@ -3788,11 +3788,12 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
    thread's device work space when an op needs them (the stream order keeps a later op from overwriting
    them before the kernel that reads them has run). One block per row for row-wise ops, grid-stride loops
    for element-wise ones, one launch per 256 parameters for AdamW and the gradient norm; attention in
-   shared-memory tiles of 16 rows against running tiles of 32 for heads of up to 128 channels, else one
-   block per query row (forward, dq) or key row (dk, dv); in a bf16 model's calls (cfg.precision) the
-   products take bf16 operands on tensor cores, the attention's too (batched cuBLAS products over chunks of
-   scores kept in device memory); sums in a fixed order (no atomics), so results are deterministic. Errors: the first failing CUDA or cuBLAS call of a public call is kept
-   (tfm__cu.err) and reported by that call's tfm__scratch_check as TFM_E_CUDA. */
+   shared-memory tiles of 16 rows against running tiles of 32 for heads of up to 128 channels, else as
+   batched cuBLAS products over chunks of scores kept in device memory; in a bf16 model's calls
+   (cfg.precision) the products take bf16 operands on tensor cores, the attention's too (the batched
+   products); sums in a fixed order (no atomics), so results are deterministic. Errors: the first failing
+   CUDA or cuBLAS call of a public call is kept (tfm__cu.err) and reported by that call's
+   tfm__scratch_check as TFM_E_CUDA. */
 
 #if defined(TFM_CUDA)
 
@@ -4368,11 +4369,10 @@ static __global__ void tfm__k_sumsq(double *part, const tfm__cu_job *jobs, int n
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
-/* -- attention: the CPU's tfm__attn_args with device pointers; one block of TFM__CU_ATT threads per
-   (query row, batch-head) in forward and for dq, per (key row, batch-head) for dk and dv. Forward runs
-   the keys in tiles of TFM__CU_ATT with an online softmax, as the CPU's blocks do; backward recomputes
-   the probabilities from lse. Shared memory: the head's rows (D floats each) and a tile of weights. -- */
-#define TFM__CU_ATT 128
+/* -- attention: the CPU's tfm__attn_args with device pointers. Heads of up to TFM__CU_TD channels run in
+   the tiled kernels below (fp32, the scores on chip); wider heads, and a bf16 model's calls, through
+   batched products (after the tiled kernels). Both recompute the probabilities in backward from the
+   saved log-sum-exp and D = rowsum(dout * out) (tfm__k_attn_dr). -- */
 #define TFM__CU_ATT_MAX_D 2048
 
 /* The args with the device copies of its pointers (kernel arguments, so the emulation can check them) */
@@ -4405,60 +4405,6 @@ static __device__ float tfm__cu_attn_keep(const tfm__attn_args *a, int bh, int i
                : 0.0f;
 }
 
-static __global__ void tfm__k_attn_fwd(tfm__attn_args a, const float *q, const float *k, const float *v, float *out,
-                                       float *lse, const int32_t *lens, const int32_t *rows, const int32_t *qoff,
-                                       const float *mask) {
-    TFM__SHARED_DYN(float, sm);
-    TFM__SHARED(float, sh, 32);
-    int i = (int)(blockIdx.x % (unsigned)a.Tq), bh = (int)(blockIdx.x / (unsigned)a.Tq), b = bh / a.H, h = bh % a.H, D = a.D;
-    int t = (int)threadIdx.x, n, lo, nk, j0, d;
-    float *sq = sm, *so = sm + D, *sp = sm + 2 * D, m = -INFINITY, l = 0.0f, inv;
-    int64_t kb;
-    const float *kh, *vh;
-    tfm__cu_attn_ptrs(&a, q, k, v, out, lse, lens, rows, qoff, mask);
-    kb = rows ? rows[b] : b;
-    kh = k + kb * (a.bsk ? a.bsk : (int64_t)a.Tk * a.ldk) + tfm__attn_kv_head(&a, h) * D;
-    vh = v + kb * (a.bsk ? a.bsk : (int64_t)a.Tk * a.ldv) + tfm__attn_kv_head(&a, h) * D;
-    n = tfm__attn_visible(&a, b, i);
-    lo = tfm__attn_window_lo(&a, b, i);
-    for (d = t; d < D; d += blockDim.x) {
-        sq[d] = q[((int64_t)b * a.Tq + i) * a.ldq + h * D + d];
-        so[d] = 0.0f;
-    }
-    __syncthreads();
-    /* the tiles of the sinks and the window (no tile spans the gap between them) */
-    for (j0 = tfm__attn_skip(&a, 0, lo); j0 < n; j0 = tfm__attn_skip(&a, j0 + nk, lo)) {
-        int jj;
-        float s = -INFINITY, p = 0.0f, bm, mn, alpha;
-        nk = tfm__attn_block_len(&a, j0, TFM__MIN((int)blockDim.x, n - j0), lo);
-        if (t < nk) {
-            s = a.scale * tfm__cu_dot(sq, kh + (int64_t)(j0 + t) * a.ldk, D);
-            if (mask) s += mask[b * a.mask_bs + (int64_t)i * a.Tk + j0 + t];
-        }
-        bm = tfm__cu_reduce(s, sh, 1);
-        if (bm == -INFINITY) continue; /* every key of the tile hidden (the same in every thread) */
-        mn = bm > m ? bm : m;
-        alpha = m == -INFINITY ? 0.0f : tfm__exp(m - mn);
-        if (t < nk) p = tfm__exp(s - mn);
-        l = l * alpha + tfm__cu_reduce(p, sh, 0);
-        if (t < nk) p *= tfm__cu_attn_keep(&a, bh, i, j0 + t);
-        sp[t] = p;
-        __syncthreads();
-        for (d = t; d < D; d += blockDim.x) {
-            float acc = so[d] * alpha;
-            for (jj = 0; jj < nk; jj++) acc += sp[jj] * vh[(int64_t)(j0 + jj) * a.ldv + d];
-            so[d] = acc;
-        }
-        m = mn;
-        __syncthreads();
-    }
-    inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (d = t; d < D; d += blockDim.x) out[((int64_t)b * a.Tq + i) * a.ldo + h * D + d] = so[d] * inv;
-    if (t == 0) lse[(int64_t)bh * a.Tq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
-}
-
-/* Dr[bh, i] = dout_i . out_i over the head's channels; one[bh, i] = 1 where query i sees one key
-   (tfm__attn_one_key: its dS is exactly zero, as on the CPU) */
 static __global__ void tfm__k_attn_dr(float *Dr, float *one, tfm__attn_args a, const float *out, const float *dout,
                                       int lddo, const int32_t *lens, const float *mask) {
     tfm__cu_attn_ptrs(&a, NULL, NULL, NULL, NULL, NULL, lens, NULL, NULL, mask);
@@ -4481,103 +4427,7 @@ static __device__ void tfm__cu_attn_grad(const tfm__attn_args *a, int b, int bh,
     *ds = onei != 0.0f ? 0.0f : p * (keep * dov - Dri);
 }
 
-/* dq_i += scale sum_j ds_ij k_j: one block per (query i, batch-head) */
-static __global__ void tfm__k_attn_dq(tfm__attn_args a, const float *q, const float *k, const float *v, const float *lse, const int32_t *lens, const float *mask, const float *Dr,
-                                      const float *one, float *dq, int lddq, const float *dout, int lddo) {
-    TFM__SHARED_DYN(float, sm);
-    int i = (int)(blockIdx.x % (unsigned)a.Tq), bh = (int)(blockIdx.x / (unsigned)a.Tq), b = bh / a.H, h = bh % a.H, D = a.D;
-    int t = (int)threadIdx.x, n, lo, nk, j0, d;
-    float *sq = sm, *sdo = sm + D, *acc = sm + 2 * D, *sds = sm + 3 * D, L;
-    const float *kh = k + (int64_t)b * a.Tk * a.ldk + tfm__attn_kv_head(&a, h) * D;
-    const float *vh = v + (int64_t)b * a.Tk * a.ldv + tfm__attn_kv_head(&a, h) * D;
-    tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
-    L = lse[(int64_t)bh * a.Tq + i];
-    n = L == -INFINITY ? 0 : tfm__attn_visible(&a, b, i);
-    lo = tfm__attn_window_lo(&a, b, i);
-    for (d = t; d < D; d += blockDim.x) {
-        sq[d] = q[((int64_t)b * a.Tq + i) * a.ldq + h * D + d];
-        sdo[d] = dout[((int64_t)b * a.Tq + i) * lddo + h * D + d];
-        acc[d] = 0.0f;
-    }
-    __syncthreads();
-    for (j0 = tfm__attn_skip(&a, 0, lo); j0 < n; j0 = tfm__attn_skip(&a, j0 + nk, lo)) {
-        int jj;
-        float pd = 0.0f, ds = 0.0f;
-        nk = tfm__attn_block_len(&a, j0, TFM__MIN((int)blockDim.x, n - j0), lo);
-        if (t < nk)
-            tfm__cu_attn_grad(&a, b, bh, i, j0 + t, tfm__cu_dot(sq, kh + (int64_t)(j0 + t) * a.ldk, D),
-                              tfm__cu_dot(sdo, vh + (int64_t)(j0 + t) * a.ldv, D), L, Dr[(int64_t)bh * a.Tq + i],
-                              one[(int64_t)bh * a.Tq + i], &pd, &ds);
-        sds[t] = ds;
-        __syncthreads();
-        for (d = t; d < D; d += blockDim.x) {
-            float s = acc[d];
-            for (jj = 0; jj < nk; jj++) s += sds[jj] * kh[(int64_t)(j0 + jj) * a.ldk + d];
-            acc[d] = s;
-        }
-        __syncthreads();
-    }
-    for (d = t; d < D; d += blockDim.x) dq[((int64_t)b * a.Tq + i) * lddq + h * D + d] += a.scale * acc[d];
-}
-
-/* dv_j += sum_i pd_ij dout_i; dk_j += scale sum_i ds_ij q_i: one block per (key j, batch and key/value
-   head g), over the queries that see key j of each query head of g's group in turn (dk or dv may be NULL) */
-static __global__ void tfm__k_attn_dkv(tfm__attn_args a, const float *q, const float *k, const float *v, const float *lse,
-                                       const int32_t *lens, const float *mask, const float *Dr, const float *one,
-                                       float *dk, int lddk,
-                                       float *dv, int lddv, const float *dout, int lddo) {
-    TFM__SHARED_DYN(float, sm);
-    int Hkv = a.Hkv ? a.Hkv : a.H, G = a.H / Hkv;
-    int j = (int)(blockIdx.x % (unsigned)a.Tk), bg = (int)(blockIdx.x / (unsigned)a.Tk), b = bg / Hkv, g = bg % Hkv, D = a.D;
-    int t = (int)threadIdx.x, i0, i_lo = 0, i1 = a.Tq, d, h, bh;
-    float *sk = sm, *sv = sm + D, *adk = sm + 2 * D, *adv = sm + 3 * D, *spd = sm + 4 * D, *sds = spd + blockDim.x;
-    const float *qh, *doh;
-    tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
-    for (d = t; d < D; d += blockDim.x) {
-        sk[d] = k[((int64_t)b * a.Tk + j) * a.ldk + g * D + d];
-        sv[d] = v[((int64_t)b * a.Tk + j) * a.ldv + g * D + d];
-        adk[d] = adv[d] = 0.0f;
-    }
-    __syncthreads();
-    /* with a window, only the queries at j..j+window-1 see key j (a sink: every query from j) */
-    i_lo = a.window && a.causal && !a.q_off ? TFM__MIN(j, a.Tq) : 0;
-    if (a.window && a.causal && !a.q_off && j >= a.sinks) i1 = j < a.Tq ? j + TFM__MIN(a.window, a.Tq - j) : 0;
-    for (h = g * G; h < g * G + G; h++) {
-        bh = b * a.H + h;
-        qh = q + (int64_t)b * a.Tq * a.ldq + h * D;
-        doh = dout + (int64_t)b * a.Tq * lddo + h * D;
-        for (i0 = i_lo; i0 < i1; i0 += (int)blockDim.x) {
-            int ni = TFM__MIN((int)blockDim.x, i1 - i0), i = i0 + t, ii;
-            float pd = 0.0f, ds = 0.0f;
-            if (t < ni) {
-                float L = lse[(int64_t)bh * a.Tq + i];
-                if (L != -INFINITY && j < tfm__attn_visible(&a, b, i) && tfm__attn_skip(&a, j, tfm__attn_window_lo(&a, b, i)) == j)
-                    tfm__cu_attn_grad(&a, b, bh, i, j, tfm__cu_dot(qh + (int64_t)i * a.ldq, sk, D),
-                                      tfm__cu_dot(doh + (int64_t)i * lddo, sv, D), L, Dr[(int64_t)bh * a.Tq + i],
-                                      one[(int64_t)bh * a.Tq + i], &pd, &ds);
-            }
-            spd[t] = pd;
-            sds[t] = ds;
-            __syncthreads();
-            for (d = t; d < D; d += blockDim.x) {
-                float sdv = adv[d], sdk = adk[d];
-                for (ii = 0; ii < ni; ii++) {
-                    sdv += spd[ii] * doh[(int64_t)(i0 + ii) * lddo + d];
-                    sdk += sds[ii] * qh[(int64_t)(i0 + ii) * a.ldq + d];
-                }
-                adv[d] = sdv;
-                adk[d] = sdk;
-            }
-            __syncthreads();
-        }
-    }
-    for (d = t; d < D; d += blockDim.x) {
-        if (dv) dv[((int64_t)b * a.Tk + j) * lddv + g * D + d] += adv[d];
-        if (dk) dk[((int64_t)b * a.Tk + j) * lddk + g * D + d] += a.scale * adk[d];
-    }
-}
-
-/* -- tiled attention, for heads of up to TFM__CU_TD channels (wider ones take the kernels above): a block
+/* -- tiled attention, for heads of up to TFM__CU_TD channels (wider ones take the batched products): a block
    of 4 warps holds a tile of 4R rows of one side in shared memory (R = 4, or 2 above 64 channels, so that
    every tile fits the default 48 KB) and runs over the other side in tiles of 32, lane l on row l of the
    running tile for the dot products and on channels l, l + 32, .. for the sums it accumulates, which stay
@@ -5247,29 +5097,35 @@ static int tfm__cu_attn_stage(const tfm__attn_args *a, tfm__cu_attn_io *io, size
     return !tfm__cu.failed;
 }
 
-/* -- bf16 attention: in a bf16 model's calls (cfg.precision TFM_PREC_BF16) over whole sequences, the
-   scores of a chunk of query rows against every key they may see are products on tensor cores (bf16
-   operands, fp32 sums, one cublasGemmBatchedEx over the batch-heads), kept in device memory (fp32), then
-   one block per row applies the visibility, the mask and the softmax from its log-sum-exp, and P (bf16)
-   meets the values in a second product. Backward recomputes the chunk's P from the saved log-sum-exp and
-   forms dv, dP, dS, dq and dk the same way. Chunks hold at most TFM__CU_ATT_BF_BYTES of scores. Causal
-   calls stop each chunk's keys at its last query; a window's hidden keys are computed and then masked
-   (O(T^2) here, unlike the fp32 kernels). Decoding steps against a cache keep the fp32 kernels. -- */
+/* -- attention through batched products: for a bf16 model's calls (cfg.precision TFM_PREC_BF16) over
+   whole sequences, and for heads wider than TFM__CU_TD in fp32 (decoding steps included). The scores of a
+   chunk of query rows against every key they may see are one cublasGemmBatchedEx over the batch-heads
+   (bf16 operands on tensor cores, or fp32; fp32 sums), kept in device memory (fp32); one block per row
+   applies the visibility, the mask and the softmax from its log-sum-exp, and P (bf16 or fp32) meets the
+   values in a second product. Backward recomputes the chunk's P from the saved log-sum-exp and forms dv,
+   dP, dS, dq and dk the same way. Chunks hold at most TFM__CU_ATT_BF_BYTES of scores. Causal calls stop
+   each chunk's keys at its last query; a window's hidden keys are computed and then masked (O(T^2) here,
+   unlike the tiled kernels). -- */
 #ifndef TFM__CU_ATT_BF_BYTES
 #define TFM__CU_ATT_BF_BYTES ((size_t)1 << 30)
 #endif
 
+/* A probability or score gradient into a product's operand: rounded to bf16, or kept fp32 */
+static __device__ void tfm__cu_put(uint16_t *p, float v) { *p = tfm__bf16(v); }
+static __device__ void tfm__cu_put(float *p, float v) { *p = v; }
+
 /* Row r of a chunk of nq query rows from i0 (batch-head r / nq, query i0 + r % nq), kn keys, row stride
    ld: the visible scores S (the additive mask added, the rest -inf), then P = e^(S - L) in place (fp32)
-   and P times its dropout factor as bf16 in p16. fwd: L, the row's log-sum-exp, is formed and written to
-   lse; else read from it (backward). */
-static __global__ void tfm__k_attn_bf_p(tfm__attn_args a, float *S, uint16_t *p16, int64_t ld, int i0, int nq, int kn,
-                                        float *lse, int fwd, const int32_t *lens, const float *mask) {
+   and P times its dropout factor in pd (bf16 or fp32). fwd: L, the row's log-sum-exp, is formed and
+   written to lse; else read from it (backward). */
+template <typename T>
+static __global__ void tfm__k_attn_bp(tfm__attn_args a, float *S, T *pd, int64_t ld, int i0, int nq, int kn, float *lse,
+                                      int fwd, const int32_t *lens, const int32_t *qoff, const float *mask) {
     TFM__SHARED(float, sh, 32);
     int r = (int)blockIdx.x, bh = r / nq, i = i0 + r % nq, b = bh / a.H, n, lo, j;
     float *s = S + (int64_t)r * ld, m = -INFINITY, l = 0.0f, L;
-    uint16_t *p = p16 + (int64_t)r * ld;
-    tfm__cu_attn_ptrs(&a, NULL, NULL, NULL, NULL, NULL, lens, NULL, NULL, mask);
+    T *p = pd + (int64_t)r * ld;
+    tfm__cu_attn_ptrs(&a, NULL, NULL, NULL, NULL, NULL, lens, NULL, qoff, mask);
     n = tfm__attn_visible(&a, b, i);
     lo = tfm__attn_window_lo(&a, b, i);
     for (j = (int)threadIdx.x; j < kn; j += (int)blockDim.x) {
@@ -5291,43 +5147,46 @@ static __global__ void tfm__k_attn_bf_p(tfm__attn_args a, float *S, uint16_t *p1
     for (j = (int)threadIdx.x; j < kn; j += (int)blockDim.x) {
         float e = L == -INFINITY || s[j] == -INFINITY ? 0.0f : tfm__exp(s[j] - L);
         s[j] = e;
-        p[j] = tfm__bf16(e * tfm__cu_attn_keep(&a, bh, i, j));
+        tfm__cu_put(p + j, e * tfm__cu_attn_keep(&a, bh, i, j));
     }
 }
 
-/* The chunk's score gradients as bf16: dS = P (dP keep - D_i), exactly 0 where the query sees one key
-   (P fp32 in S, dP in G; rows as tfm__k_attn_bf_p's). */
-static __global__ void tfm__k_attn_bf_ds(tfm__attn_args a, const float *S, const float *G, uint16_t *ds16, int64_t ld,
-                                         int i0, int nq, int kn, const float *Dr, const float *one) {
+/* The chunk's score gradients dS = P (dP keep - D_i), exactly 0 where the query sees one key (P fp32 in S,
+   dP in G; rows as tfm__k_attn_bp's). */
+template <typename T>
+static __global__ void tfm__k_attn_bds(tfm__attn_args a, const float *S, const float *G, T *ds, int64_t ld, int i0, int nq,
+                                       int kn, const float *Dr, const float *one) {
     int r = (int)blockIdx.x, bh = r / nq, i = i0 + r % nq, j;
     float Di = Dr[(int64_t)bh * a.Tq + i], on = one[(int64_t)bh * a.Tq + i];
     for (j = (int)threadIdx.x; j < kn; j += (int)blockDim.x) {
         int64_t x = (int64_t)r * ld + j;
-        ds16[x] = tfm__bf16(on != 0.0f ? 0.0f : S[x] * (G[x] * tfm__cu_attn_keep(&a, bh, i, j) - Di));
+        tfm__cu_put(ds + x, on != 0.0f ? 0.0f : S[x] * (G[x] * tfm__cu_attn_keep(&a, bh, i, j) - Di));
     }
 }
 
 /* Threads for a block that runs over a row of n: whole warps, at most 128. */
 static unsigned tfm__cu_row_threads(int n) { return (unsigned)TFM__MIN(128, TFM__MAX(32, (n + 31) / 32 * 32)); }
 
-/* One operand of a batch of products: entry e = b Hn + h (b < B, h < Hn) at base + b sb + (h / div) sh
-   elements of es bytes, rows of ld. */
-typedef struct tfm__cu_bfp { const void *base; size_t es; int64_t sb, sh; int div, ld; } tfm__cu_bfp;
+/* One operand of a batch of products: entry e = b Hn + h (b < B, h < Hn) at base + b' sb + (h / div) sh
+   elements of es bytes, rows of ld, where b' = rows[b] (a cache's slots; host memory) or b. */
+typedef struct tfm__cu_bfp { const void *base; size_t es; int64_t sb, sh; int div, ld; const int32_t *rows; } tfm__cu_bfp;
 static tfm__cu_bfp tfm__cu_bfp_make(const void *base, size_t es, int64_t sb, int64_t sh, int div, int ld) {
     tfm__cu_bfp o;
-    o.base = base, o.es = es, o.sb = sb, o.sh = sh, o.div = div, o.ld = ld;
+    o.base = base, o.es = es, o.sb = sb, o.sh = sh, o.div = div, o.ld = ld, o.rows = NULL;
     return o;
 }
 static const void *tfm__cu_bfp_at(const tfm__cu_bfp *o, int e, int Hn) {
-    return (const char *)o->base + ((int64_t)(e / Hn) * o->sb + (int64_t)(e % Hn / o->div) * o->sh) * (int64_t)o->es;
+    int64_t b = o->rows ? o->rows[e / Hn] : e / Hn;
+    return (const char *)o->base + (b * o->sb + (int64_t)(e % Hn / o->div) * o->sh) * (int64_t)o->es;
 }
 
-/* C_e = alpha op(A_e) op(B_e) + beta C_e (row-major, as tfm__gemm_cuda) for the B Hn entries, A and B bf16,
-   C fp32: cublasGemmBatchedEx, 128 entries a call, their pointer arrays staged into the device space at
-   dptr (3 x 128 pointers; the stream order keeps a later call from overwriting them early). */
-static void tfm__gemm_bf16_batch_cuda(unsigned char *dptr, int ta, int tb, int M, int N, int K, float alpha,
-                                      const tfm__cu_bfp *A, const tfm__cu_bfp *B, float beta, const tfm__cu_bfp *C,
-                                      int Bn, int Hn) {
+/* C_e = alpha op(A_e) op(B_e) + beta C_e (row-major, as tfm__gemm_cuda) for the B Hn entries, A and B of
+   type et (bf16 or fp32), C fp32, fp32 sums (no TF32): cublasGemmBatchedEx, 128 entries a call, their
+   pointer arrays staged into the device space at dptr (3 x 128 pointers; the stream order keeps a later
+   call from overwriting them early). */
+static void tfm__gemm_batch_cuda(unsigned char *dptr, cudaDataType et, int ta, int tb, int M, int N, int K, float alpha,
+                                 const tfm__cu_bfp *A, const tfm__cu_bfp *B, float beta, const tfm__cu_bfp *C, int Bn,
+                                 int Hn) {
     cublasHandle_t h;
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     const void *pa[128], *pb[128];
@@ -5348,153 +5207,172 @@ static void tfm__gemm_bf16_batch_cuda(unsigned char *dptr, int ta, int tb, int M
         db = (const void **)tfm__cuda_put(dptr, &off, pb, bytes);
         dc = (void **)tfm__cuda_put(dptr, &off, pc, bytes);
         if (tfm__cu.failed) return;
-        (void)tfm__cublas_ok(cublasGemmBatchedEx(h, ob, oa, N, M, K, &alpha, db, CUDA_R_16BF, B->ld, da, CUDA_R_16BF,
-                                                 A->ld, &beta, dc, CUDA_R_32F, C->ld, c, CUBLAS_COMPUTE_32F,
-                                                 CUBLAS_GEMM_DEFAULT),
+        (void)tfm__cublas_ok(cublasGemmBatchedEx(h, ob, oa, N, M, K, &alpha, db, et, B->ld, da, et, A->ld, &beta, dc,
+                                                 CUDA_R_32F, C->ld, c, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                              "cublasGemmBatchedEx");
     }
 }
 #define TFM__CU_BFA_PTRS (3 * TFM__CU_ROUND(128 * sizeof(void *)))
 
-/* The bf16 attention's device space: bf16 copies of q, k, v (and dout for backward) in rows of H D or
-   Hkv D, then a chunk's scores S and score gradients G (fp32), P and dS (bf16), nq rows of kp (a multiple
-   of 8) a batch-head. Returns 0 when it cannot be had (error kept). */
-typedef struct tfm__cu_bfa { uint16_t *q, *k, *v, *dout, *P, *dS; float *S, *G; int nq, kp, HD, KD; } tfm__cu_bfa;
-static int tfm__cu_bfa_init(const tfm__attn_args *a, tfm__cu_bfa *w, const float *dout, int lddo) {
-    int Hkv = a->Hkv ? a->Hkv : a->H;
-    size_t nqd = TFM__CU_ROUND((size_t)a->B * a->Tq * a->H * a->D * 2), nkd = TFM__CU_ROUND((size_t)a->B * a->Tk * Hkv * a->D * 2);
+/* The batched attention's operands and device space: q, k, v and dout as the products read them (bf16
+   copies in rows of H D or Hkv D, or the caller's fp32 rows), then a chunk's scores S and score gradients G
+   (fp32), P and dS (of T: bf16 or fp32), nq rows of kp (a multiple of 8) a batch-head. */
+typedef struct tfm__cu_bfa {
+    tfm__cu_bfp q, k, v, dout; /* entry b H + h: batch b, head h (k and v: its key/value head) */
+    float *S, *G;
+    void *P, *dS;
+    int nq, kp, es;            /* es: bytes of an element of P, dS and the operands (2: bf16, 4: fp32) */
+    cudaDataType et;
+} tfm__cu_bfa;
+
+/* Sets up w for a (dout: backward's, else NULL); bf16: the operands rounded to bf16 copies. 0 when the
+   space cannot be had (error kept). */
+static int tfm__cu_bfa_init(const tfm__attn_args *a, tfm__cu_bfa *w, int bf16, const float *dout, int lddo) {
+    int Hkv = a->Hkv ? a->Hkv : a->H, G = a->H / Hkv, HD = a->H * a->D, KD = Hkv * a->D;
+    size_t nqd = bf16 ? TFM__CU_ROUND((size_t)a->B * a->Tq * HD * 2) : 0, nkd = bf16 ? TFM__CU_ROUND((size_t)a->B * a->Tk * KD * 2) : 0;
     size_t per, nS, nP;
+    int64_t sbk = a->bsk ? a->bsk : (int64_t)a->Tk * a->ldk, sbv = a->bsk ? a->bsk : (int64_t)a->Tk * a->ldv;
     unsigned char *base;
-    w->HD = a->H * a->D;
-    w->KD = Hkv * a->D;
+    w->es = bf16 ? 2 : 4;
+    w->et = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     w->kp = (a->Tk + 7) & ~7;
-    per = (size_t)a->B * a->H * (size_t)w->kp; /* elements of one query row of every batch-head; 12 bytes each */
-    w->nq = (int)TFM__MAX((size_t)1, TFM__MIN((size_t)a->Tq, TFM__CU_ATT_BF_BYTES / (12 * per)));
+    per = (size_t)a->B * a->H * (size_t)w->kp; /* elements of one query row of every batch-head: S, G, P, dS */
+    w->nq = (int)TFM__MAX((size_t)1, TFM__MIN((size_t)a->Tq, TFM__CU_ATT_BF_BYTES / ((8 + 2 * w->es) * per)));
     nS = TFM__CU_ROUND(per * (size_t)w->nq * sizeof(float));
-    nP = TFM__CU_ROUND(per * (size_t)w->nq * sizeof(uint16_t));
+    nP = TFM__CU_ROUND(per * (size_t)w->nq * (size_t)w->es);
     if (!(base = (unsigned char *)tfm__cuda_bf((2 * nqd + 2 * nkd + 2 * nS + 2 * nP) / 2))) return 0;
-    w->q = (uint16_t *)base;
-    w->dout = (uint16_t *)(base + nqd);
-    w->k = (uint16_t *)(base + 2 * nqd);
-    w->v = (uint16_t *)(base + 2 * nqd + nkd);
     w->S = (float *)(void *)(base + 2 * nqd + 2 * nkd);
     w->G = (float *)(void *)(base + 2 * nqd + 2 * nkd + nS);
-    w->P = (uint16_t *)(base + 2 * nqd + 2 * nkd + 2 * nS);
-    w->dS = (uint16_t *)(base + 2 * nqd + 2 * nkd + 2 * nS + nP);
-    (void)tfm__bf16_operand_cuda(w->q, w->HD, a->q, a->ldq, 0, (int64_t)a->B * a->Tq, w->HD, 1);
-    (void)tfm__bf16_operand_cuda(w->k, w->KD, a->k, a->ldk, 0, (int64_t)a->B * a->Tk, w->KD, 1);
-    (void)tfm__bf16_operand_cuda(w->v, w->KD, a->v, a->ldv, 0, (int64_t)a->B * a->Tk, w->KD, 1);
-    if (dout) (void)tfm__bf16_operand_cuda(w->dout, w->HD, dout, lddo, 0, (int64_t)a->B * a->Tq, w->HD, 1);
+    w->P = base + 2 * nqd + 2 * nkd + 2 * nS;
+    w->dS = base + 2 * nqd + 2 * nkd + 2 * nS + nP;
+    if (!bf16) {
+        w->q = tfm__cu_bfp_make(a->q, 4, (int64_t)a->Tq * a->ldq, a->D, 1, a->ldq);
+        w->k = tfm__cu_bfp_make(a->k, 4, sbk, a->D, G, a->ldk);
+        w->v = tfm__cu_bfp_make(a->v, 4, sbv, a->D, G, a->ldv);
+        w->dout = tfm__cu_bfp_make(dout, 4, (int64_t)a->Tq * lddo, a->D, 1, lddo);
+        w->k.rows = w->v.rows = a->kv_rows;
+        return 1;
+    }
+    w->q = tfm__cu_bfp_make(base, 2, (int64_t)a->Tq * HD, a->D, 1, HD);
+    w->dout = tfm__cu_bfp_make(base + nqd, 2, (int64_t)a->Tq * HD, a->D, 1, HD);
+    w->k = tfm__cu_bfp_make(base + 2 * nqd, 2, (int64_t)a->Tk * KD, a->D, G, KD);
+    w->v = tfm__cu_bfp_make(base + 2 * nqd + nkd, 2, (int64_t)a->Tk * KD, a->D, G, KD);
+    (void)tfm__bf16_operand_cuda((uint16_t *)base, HD, a->q, a->ldq, 0, (int64_t)a->B * a->Tq, HD, 1);
+    (void)tfm__bf16_operand_cuda((uint16_t *)(base + 2 * nqd), KD, a->k, a->ldk, 0, (int64_t)a->B * a->Tk, KD, 1);
+    (void)tfm__bf16_operand_cuda((uint16_t *)(base + 2 * nqd + nkd), KD, a->v, a->ldv, 0, (int64_t)a->B * a->Tk, KD, 1);
+    if (dout) (void)tfm__bf16_operand_cuda((uint16_t *)(base + nqd), HD, dout, lddo, 0, (int64_t)a->B * a->Tq, HD, 1);
     return !tfm__cu.failed;
 }
 
-/* The keys a chunk of nq queries from i0 may see at most: up to its last query when causal. */
+/* Operand o moved on by i0 query rows (q, dout) and to member g of each key/value head's group: entry
+   b Hkv + kh of a call over the key/value heads is query head kh G + g (dv and dk, so that no two entries
+   of a call add into the same rows). */
+static tfm__cu_bfp tfm__cu_bfp_rows(tfm__cu_bfp o, int i0, int g, int G) {
+    o.base = (const char *)o.base + ((int64_t)i0 * o.ld + (int64_t)g * o.sh) * (int64_t)o.es;
+    o.sh *= G;
+    return o;
+}
+
+/* The keys a chunk of nq queries from i0 may see at most: up to its last query when causal (without
+   decoding offsets). */
 static int tfm__cu_bfa_keys(const tfm__attn_args *a, int i0, int nq) {
-    return a->causal ? TFM__MIN(a->Tk, i0 + nq) : a->Tk;
+    return a->causal && !a->q_off ? TFM__MIN(a->Tk, i0 + nq) : a->Tk;
 }
 
-/* S = scale q k^T for the chunk's rows of every batch-head, kn keys */
-static void tfm__cu_bfa_scores(const tfm__attn_args *a, const tfm__cu_bfa *w, unsigned char *ptrs, int i0, int nq, int kn) {
-    int G = a->Hkv ? a->H / a->Hkv : 1;
-    tfm__cu_bfp A = tfm__cu_bfp_make(w->q + (int64_t)i0 * w->HD, 2, (int64_t)a->Tq * w->HD, a->D, 1, w->HD);
-    tfm__cu_bfp B = tfm__cu_bfp_make(w->k, 2, (int64_t)a->Tk * w->KD, a->D, G, w->KD);
+/* S = scale q k^T for the chunk's rows of every batch-head, kn keys; then tfm__k_attn_bp (fwd: writes lse) */
+static void tfm__cu_bfa_probs(const tfm__attn_args *a, const tfm__cu_bfa *w, const tfm__cu_attn_io *io, unsigned char *ptrs,
+                              int i0, int nq, int kn, int fwd) {
+    tfm__cu_bfp Q = tfm__cu_bfp_rows(w->q, i0, 0, 1);
     tfm__cu_bfp C = tfm__cu_bfp_make(w->S, 4, (int64_t)a->H * nq * w->kp, (int64_t)nq * w->kp, 1, w->kp);
-    tfm__gemm_bf16_batch_cuda(ptrs, 0, 1, nq, kn, a->D, a->scale, &A, &B, 0.0f, &C, a->B, a->H);
+    unsigned grid = (unsigned)(a->B * a->H * nq);
+    tfm__gemm_batch_cuda(ptrs, w->et, 0, 1, nq, kn, a->D, a->scale, &Q, &w->k, 0.0f, &C, a->B, a->H);
+    if (w->es == 2)
+        TFM__LAUNCH(tfm__k_attn_bp<uint16_t>, grid, tfm__cu_row_threads(kn), 0, *a, w->S, (uint16_t *)w->P, (int64_t)w->kp,
+                    i0, nq, kn, a->lse, fwd, io->lens, io->qoff, io->mask);
+    else
+        TFM__LAUNCH(tfm__k_attn_bp<float>, grid, tfm__cu_row_threads(kn), 0, *a, w->S, (float *)w->P, (int64_t)w->kp, i0, nq,
+                    kn, a->lse, fwd, io->lens, io->qoff, io->mask);
+    TFM__CU_LAUNCHED("tfm__k_attn_bp");
 }
 
-static int tfm__attn_bf16_forward_cuda(const tfm__attn_args *a, const tfm__cu_attn_io *io, unsigned char *ptrs) {
+static int tfm__attn_batched_forward_cuda(const tfm__attn_args *a, const tfm__cu_attn_io *io, unsigned char *ptrs, int bf16) {
     tfm__cu_bfa w;
-    int i0, G = a->Hkv ? a->H / a->Hkv : 1;
-    if (!tfm__cu_bfa_init(a, &w, NULL, 0)) return 1;
+    int i0;
+    if (!tfm__cu_bfa_init(a, &w, bf16, NULL, 0)) return 1;
     for (i0 = 0; i0 < a->Tq && !tfm__cu.failed; i0 += w.nq) {
         int nq = TFM__MIN(w.nq, a->Tq - i0), kn = tfm__cu_bfa_keys(a, i0, nq);
-        tfm__cu_bfp A = tfm__cu_bfp_make(w.P, 2, (int64_t)a->H * nq * w.kp, (int64_t)nq * w.kp, 1, w.kp);
-        tfm__cu_bfp B = tfm__cu_bfp_make(w.v, 2, (int64_t)a->Tk * w.KD, a->D, G, w.KD);
-        tfm__cu_bfp C = tfm__cu_bfp_make(a->out + (int64_t)i0 * a->ldo, 4, (int64_t)a->Tq * a->ldo, a->D, 1, a->ldo);
-        tfm__cu_bfa_scores(a, &w, ptrs, i0, nq, kn);
-        TFM__LAUNCH(tfm__k_attn_bf_p, (unsigned)(a->B * a->H * nq), tfm__cu_row_threads(kn), 0, *a, w.S, w.P, (int64_t)w.kp, i0,
-                    nq, kn, a->lse, 1, io->lens, io->mask);
-        TFM__CU_LAUNCHED("tfm__k_attn_bf_p");
-        tfm__gemm_bf16_batch_cuda(ptrs, 0, 0, nq, a->D, kn, 1.0f, &A, &B, 0.0f, &C, a->B, a->H);
+        tfm__cu_bfp P = tfm__cu_bfp_make(w.P, (size_t)w.es, (int64_t)a->H * nq * w.kp, (int64_t)nq * w.kp, 1, w.kp);
+        tfm__cu_bfp O = tfm__cu_bfp_make(a->out + (int64_t)i0 * a->ldo, 4, (int64_t)a->Tq * a->ldo, a->D, 1, a->ldo);
+        tfm__cu_bfa_probs(a, &w, io, ptrs, i0, nq, kn, 1);
+        tfm__gemm_batch_cuda(ptrs, w.et, 0, 0, nq, a->D, kn, 1.0f, &P, &w.v, 0.0f, &O, a->B, a->H);
     }
     return 1;
 }
 
-static int tfm__attn_bf16_backward_cuda(const tfm__attn_args *a, const tfm__cu_attn_io *io, unsigned char *ptrs,
-                                        const float *one, float *dq, int lddq, float *dk, int lddk, float *dv, int lddv,
-                                        const float *dout, int lddo) {
+static int tfm__attn_batched_backward_cuda(const tfm__attn_args *a, const tfm__cu_attn_io *io, unsigned char *ptrs, int bf16,
+                                           const float *one, float *dq, int lddq, float *dk, int lddk, float *dv, int lddv,
+                                           const float *dout, int lddo) {
     tfm__cu_bfa w;
     int i0, g, Hkv = a->Hkv ? a->Hkv : a->H, G = a->H / Hkv;
-    if (!tfm__cu_bfa_init(a, &w, dout, lddo)) return 1;
+    if (!tfm__cu_bfa_init(a, &w, bf16, dout, lddo)) return 1;
     for (i0 = 0; i0 < a->Tq && !tfm__cu.failed; i0 += w.nq) {
         int nq = TFM__MIN(w.nq, a->Tq - i0), kn = tfm__cu_bfa_keys(a, i0, nq);
         int64_t sbh = (int64_t)nq * w.kp; /* one batch-head's share of a chunk buffer */
-        tfm__cu_bfp Do = tfm__cu_bfp_make(w.dout + (int64_t)i0 * w.HD, 2, (int64_t)a->Tq * w.HD, a->D, 1, w.HD);
-        tfm__cu_bfp V = tfm__cu_bfp_make(w.v, 2, (int64_t)a->Tk * w.KD, a->D, G, w.KD);
-        tfm__cu_bfp K = tfm__cu_bfp_make(w.k, 2, (int64_t)a->Tk * w.KD, a->D, G, w.KD);
+        unsigned grid = (unsigned)(a->B * a->H * nq);
+        tfm__cu_bfp P = tfm__cu_bfp_make(w.P, (size_t)w.es, a->H * sbh, sbh, 1, w.kp);
+        tfm__cu_bfp dS = tfm__cu_bfp_make(w.dS, (size_t)w.es, a->H * sbh, sbh, 1, w.kp);
         tfm__cu_bfp Gp = tfm__cu_bfp_make(w.G, 4, a->H * sbh, sbh, 1, w.kp);
-        tfm__cu_bfp dS = tfm__cu_bfp_make(w.dS, 2, a->H * sbh, sbh, 1, w.kp);
-        tfm__cu_bfa_scores(a, &w, ptrs, i0, nq, kn);
-        TFM__LAUNCH(tfm__k_attn_bf_p, (unsigned)(a->B * a->H * nq), tfm__cu_row_threads(kn), 0, *a, w.S, w.P, (int64_t)w.kp, i0,
-                    nq, kn, a->lse, 0, io->lens, io->mask);
-        TFM__CU_LAUNCHED("tfm__k_attn_bf_p");
-        /* dv += Pd^T dout and dk += scale dS^T q: a key/value head's entries come from its G query heads,
-           one call each, so that no two entries of a call write the same rows */
-        for (g = 0; g < G && dv; g++) {
-            tfm__cu_bfp A = tfm__cu_bfp_make(w.P + g * sbh, 2, a->H * sbh, G * sbh, 1, w.kp);
-            tfm__cu_bfp B = tfm__cu_bfp_make(w.dout + (int64_t)i0 * w.HD + g * a->D, 2, (int64_t)a->Tq * w.HD, (int64_t)G * a->D,
-                                             1, w.HD);
+        tfm__cu_bfp Do = tfm__cu_bfp_rows(w.dout, i0, 0, 1);
+        tfm__cu_bfa_probs(a, &w, io, ptrs, i0, nq, kn, 0);
+        for (g = 0; g < G && dv; g++) { /* dv += Pd^T dout, one call per member of each key/value head's group */
+            tfm__cu_bfp A = tfm__cu_bfp_rows(P, 0, g, G), B = tfm__cu_bfp_rows(w.dout, i0, g, G);
             tfm__cu_bfp C = tfm__cu_bfp_make(dv, 4, (int64_t)a->Tk * lddv, a->D, 1, lddv);
-            tfm__gemm_bf16_batch_cuda(ptrs, 1, 0, kn, a->D, nq, 1.0f, &A, &B, 1.0f, &C, a->B, Hkv);
+            tfm__gemm_batch_cuda(ptrs, w.et, 1, 0, kn, a->D, nq, 1.0f, &A, &B, 1.0f, &C, a->B, Hkv);
         }
         if (!dq && !dk) continue;
-        tfm__gemm_bf16_batch_cuda(ptrs, 0, 1, nq, kn, a->D, 1.0f, &Do, &V, 0.0f, &Gp, a->B, a->H); /* dP = dout v^T */
-        TFM__LAUNCH(tfm__k_attn_bf_ds, (unsigned)(a->B * a->H * nq), tfm__cu_row_threads(kn), 0, *a, w.S, w.G, w.dS, (int64_t)w.kp,
-                    i0, nq, kn, io->Dr, one);
-        TFM__CU_LAUNCHED("tfm__k_attn_bf_ds");
+        tfm__gemm_batch_cuda(ptrs, w.et, 0, 1, nq, kn, a->D, 1.0f, &Do, &w.v, 0.0f, &Gp, a->B, a->H); /* dP = dout v^T */
+        if (w.es == 2)
+            TFM__LAUNCH(tfm__k_attn_bds<uint16_t>, grid, tfm__cu_row_threads(kn), 0, *a, w.S, w.G, (uint16_t *)w.dS,
+                        (int64_t)w.kp, i0, nq, kn, io->Dr, one);
+        else
+            TFM__LAUNCH(tfm__k_attn_bds<float>, grid, tfm__cu_row_threads(kn), 0, *a, w.S, w.G, (float *)w.dS, (int64_t)w.kp,
+                        i0, nq, kn, io->Dr, one);
+        TFM__CU_LAUNCHED("tfm__k_attn_bds");
         if (dq) {
             tfm__cu_bfp C = tfm__cu_bfp_make(dq + (int64_t)i0 * lddq, 4, (int64_t)a->Tq * lddq, a->D, 1, lddq);
-            tfm__gemm_bf16_batch_cuda(ptrs, 0, 0, nq, a->D, kn, a->scale, &dS, &K, 1.0f, &C, a->B, a->H);
+            tfm__gemm_batch_cuda(ptrs, w.et, 0, 0, nq, a->D, kn, a->scale, &dS, &w.k, 1.0f, &C, a->B, a->H);
         }
-        for (g = 0; g < G && dk; g++) {
-            tfm__cu_bfp A = tfm__cu_bfp_make(w.dS + g * sbh, 2, a->H * sbh, G * sbh, 1, w.kp);
-            tfm__cu_bfp B = tfm__cu_bfp_make(w.q + (int64_t)i0 * w.HD + g * a->D, 2, (int64_t)a->Tq * w.HD, (int64_t)G * a->D,
-                                             1, w.HD);
+        for (g = 0; g < G && dk; g++) { /* dk += scale dS^T q, likewise */
+            tfm__cu_bfp A = tfm__cu_bfp_rows(dS, 0, g, G), B = tfm__cu_bfp_rows(w.q, i0, g, G);
             tfm__cu_bfp C = tfm__cu_bfp_make(dk, 4, (int64_t)a->Tk * lddk, a->D, 1, lddk);
-            tfm__gemm_bf16_batch_cuda(ptrs, 1, 0, kn, a->D, nq, a->scale, &A, &B, 1.0f, &C, a->B, Hkv);
+            tfm__gemm_batch_cuda(ptrs, w.et, 1, 0, kn, a->D, nq, a->scale, &A, &B, 1.0f, &C, a->B, Hkv);
         }
     }
     return 1;
 }
 
-/* Whether a call takes the bf16 attention: a bf16 model's, over whole sequences (not a decoding step
-   against a cache). */
-static int tfm__attn_bf16(const tfm__attn_args *a) {
-    return tfm__model_prec == TFM_PREC_BF16 && a->Tk > 0 && !a->kv_rows && !a->q_off && !a->ring && !a->bsk;
+/* Whether a call takes the batched products: bf16 (2) in a bf16 model's calls over whole sequences (not a
+   decoding step against a cache); fp32 (1) for heads wider than the tiled kernels take; else 0. */
+static int tfm__attn_batched(const tfm__attn_args *a) {
+    if (a->Tk <= 0) return 0;
+    if (tfm__model_prec == TFM_PREC_BF16 && !a->kv_rows && !a->q_off && !a->ring && !a->bsk) return 2;
+    return a->D > TFM__CU_TD;
 }
 
 static int tfm__attention_forward_cuda(const tfm__attn_args *a) {
     tfm__cu_attn_io io;
-    unsigned grid = (unsigned)a->Tq * (unsigned)(a->B * a->H); /* block: query row i of batch-head bh at bh * Tq + i */
-    int bf = tfm__attn_bf16(a);
-    if (a->Tq <= 0 || a->B * a->H <= 0 || !tfm__cu_attn_stage(a, &io, bf ? TFM__CU_BFA_PTRS : 0)) return 1;
-    if (bf) return tfm__attn_bf16_forward_cuda(a, &io, (unsigned char *)io.Dr);
-    if (a->D <= TFM__CU_TD) {
-        int R = a->D <= 64 ? 4 : 2;
-        size_t smem = (4 * (size_t)R * a->D + TFM__CU_TW * (2 * (size_t)a->D + 1)) * sizeof(float);
-        grid = (unsigned)((a->Tq + 4 * R - 1) / (4 * R)) * (unsigned)(a->B * a->H);
-        if (R == 4)
-            TFM__LAUNCH(tfm__k_attn_fwd_tiled<4>, grid, 128, smem, *a, a->q, a->k, a->v, a->out, a->lse, io.lens, io.rows,
-                        io.qoff, io.mask);
-        else
-            TFM__LAUNCH(tfm__k_attn_fwd_tiled<2>, grid, 128, smem, *a, a->q, a->k, a->v, a->out, a->lse, io.lens, io.rows,
-                        io.qoff, io.mask);
-        TFM__CU_LAUNCHED("tfm__k_attn_fwd_tiled");
-        return 1;
-    }
-    TFM__LAUNCH(tfm__k_attn_fwd, grid, TFM__CU_ATT, (2 * (size_t)a->D + TFM__CU_ATT) * sizeof(float), *a, a->q, a->k, a->v,
-                a->out, a->lse, io.lens, io.rows, io.qoff, io.mask);
-    TFM__CU_LAUNCHED("tfm__k_attn_fwd");
+    int bm = tfm__attn_batched(a), R = a->D <= 64 ? 4 : 2;
+    size_t smem = (4 * (size_t)R * a->D + TFM__CU_TW * (2 * (size_t)a->D + 1)) * sizeof(float);
+    unsigned grid = (unsigned)((a->Tq + 4 * R - 1) / (4 * R)) * (unsigned)(a->B * a->H);
+    if (a->Tq <= 0 || a->B * a->H <= 0 || !tfm__cu_attn_stage(a, &io, bm ? TFM__CU_BFA_PTRS : 0)) return 1;
+    if (bm) return tfm__attn_batched_forward_cuda(a, &io, (unsigned char *)io.Dr, bm == 2);
+    if (R == 4)
+        TFM__LAUNCH(tfm__k_attn_fwd_tiled<4>, grid, 128, smem, *a, a->q, a->k, a->v, a->out, a->lse, io.lens, io.rows, io.qoff,
+                    io.mask);
+    else
+        TFM__LAUNCH(tfm__k_attn_fwd_tiled<2>, grid, 128, smem, *a, a->q, a->k, a->v, a->out, a->lse, io.lens, io.rows, io.qoff,
+                    io.mask);
+    TFM__CU_LAUNCHED("tfm__k_attn_fwd_tiled");
     return 1;
 }
 
@@ -5503,53 +5381,36 @@ static int tfm__attention_backward_cuda(const tfm__attn_args *a, float *dq, int 
     tfm__cu_attn_io io;
     int64_t nrow = (int64_t)a->B * a->H * a->Tq;
     float *one;
-    int bf = tfm__attn_bf16(a);
-    if (nrow <= 0 || a->Tk <= 0 || !tfm__cu_attn_stage(a, &io, 2 * (size_t)nrow * sizeof(float) + (bf ? TFM__CU_BFA_PTRS : 0)))
+    int bm = tfm__attn_batched(a), R = a->D <= 64 ? 4 : 2, Hkv = a->Hkv ? a->Hkv : a->H;
+    size_t smem = (8 * (size_t)R * a->D + 2 * (size_t)TFM__CU_TW * (a->D + 1)) * sizeof(float);
+    unsigned gq = (unsigned)((a->Tq + 4 * R - 1) / (4 * R)) * (unsigned)(a->B * a->H);
+    unsigned gk = (unsigned)((a->Tk + 4 * R - 1) / (4 * R)) * (unsigned)(a->B * Hkv);
+    if (nrow <= 0 || a->Tk <= 0 || !tfm__cu_attn_stage(a, &io, 2 * (size_t)nrow * sizeof(float) + (bm ? TFM__CU_BFA_PTRS : 0)))
         return 1;
     one = io.Dr + nrow;
     TFM__LAUNCH(tfm__k_attn_dr, tfm__cu_grid(nrow), TFM__CU_THREADS, 0, io.Dr, one, *a, a->out, dout, lddo, io.lens,
                 io.mask);
     TFM__CU_LAUNCHED("tfm__k_attn_dr");
-    if (bf)
-        return tfm__attn_bf16_backward_cuda(a, &io, (unsigned char *)(one + nrow), one, dq, lddq, dk, lddk, dv, lddv, dout,
-                                            lddo);
-    if (a->D <= TFM__CU_TD) { /* the tiled kernels: 4R rows a block */
-        int R = a->D <= 64 ? 4 : 2, Hkv = a->Hkv ? a->Hkv : a->H;
-        size_t smem = (8 * (size_t)R * a->D + 2 * (size_t)TFM__CU_TW * (a->D + 1)) * sizeof(float);
-        unsigned gq = (unsigned)((a->Tq + 4 * R - 1) / (4 * R)) * (unsigned)(a->B * a->H);
-        unsigned gk = (unsigned)((a->Tk + 4 * R - 1) / (4 * R)) * (unsigned)(a->B * Hkv);
-        if (dq) {
-            if (R == 4)
-                TFM__LAUNCH(tfm__k_attn_dq_tiled<4>, gq, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr,
-                            one, dq, lddq, dout, lddo);
-            else
-                TFM__LAUNCH(tfm__k_attn_dq_tiled<2>, gq, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr,
-                            one, dq, lddq, dout, lddo);
-            TFM__CU_LAUNCHED("tfm__k_attn_dq_tiled");
-        }
-        if (dk || dv) {
-            if (R == 4)
-                TFM__LAUNCH(tfm__k_attn_dkv_tiled<4>, gk, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr,
-                            one, dk, lddk, dv, lddv, dout, lddo);
-            else
-                TFM__LAUNCH(tfm__k_attn_dkv_tiled<2>, gk, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr,
-                            one, dk, lddk, dv, lddv, dout, lddo);
-            TFM__CU_LAUNCHED("tfm__k_attn_dkv_tiled");
-        }
-        return 1;
-    }
-    if (dq) {
-        unsigned grid = (unsigned)a->Tq * (unsigned)(a->B * a->H);
-        TFM__LAUNCH(tfm__k_attn_dq, grid, TFM__CU_ATT, (3 * (size_t)a->D + TFM__CU_ATT) * sizeof(float), *a, a->q, a->k,
-                    a->v, a->lse, io.lens, io.mask, io.Dr, one, dq, lddq, dout, lddo);
-        TFM__CU_LAUNCHED("tfm__k_attn_dq");
+    if (bm)
+        return tfm__attn_batched_backward_cuda(a, &io, (unsigned char *)(one + nrow), bm == 2, one, dq, lddq, dk, lddk, dv,
+                                               lddv, dout, lddo);
+    if (dq) { /* the tiled kernels: 4R rows a block */
+        if (R == 4)
+            TFM__LAUNCH(tfm__k_attn_dq_tiled<4>, gq, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dq,
+                        lddq, dout, lddo);
+        else
+            TFM__LAUNCH(tfm__k_attn_dq_tiled<2>, gq, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dq,
+                        lddq, dout, lddo);
+        TFM__CU_LAUNCHED("tfm__k_attn_dq_tiled");
     }
     if (dk || dv) {
-        /* key row j of batch b, key/value head g at (b * Hkv + g) * Tk + j */
-        unsigned grid = (unsigned)a->Tk * (unsigned)(a->B * (a->Hkv ? a->Hkv : a->H));
-        TFM__LAUNCH(tfm__k_attn_dkv, grid, TFM__CU_ATT, (4 * (size_t)a->D + 2 * TFM__CU_ATT) * sizeof(float), *a, a->q,
-                    a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dk, lddk, dv, lddv, dout, lddo);
-        TFM__CU_LAUNCHED("tfm__k_attn_dkv");
+        if (R == 4)
+            TFM__LAUNCH(tfm__k_attn_dkv_tiled<4>, gk, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dk,
+                        lddk, dv, lddv, dout, lddo);
+        else
+            TFM__LAUNCH(tfm__k_attn_dkv_tiled<2>, gk, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dk,
+                        lddk, dv, lddv, dout, lddo);
+        TFM__CU_LAUNCHED("tfm__k_attn_dkv_tiled");
     }
     return 1;
 }

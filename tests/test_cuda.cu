@@ -1229,9 +1229,10 @@ static void cu_op_attention_masks(void) {
    offset (q_off, causal), cross-attention over cached sources of uneven lengths. Forward only, as the
    library decodes. */
 static void cu_op_attention_decode(void) {
-    static const int shapes[4][3] = {{1, 2, 8}, {4, 2, 64}, {3, 4, 32}, {1, 1, 128}}; /* Tq, H, D */
+    /* Tq, H, D: heads of 160 channels take the batched products */
+    static const int shapes[5][3] = {{1, 2, 8}, {4, 2, 64}, {3, 4, 32}, {1, 1, 128}, {2, 1, 160}};
     int s, cross;
-    for (s = 0; s < 4; s++)
+    for (s = 0; s < 5; s++)
         for (cross = 0; cross < 2; cross++) {
             int Tq = shapes[s][0], H = shapes[s][1], D = shapes[s][2], C = H * D, B = 3, MB = 4, L = 40, b;
             int32_t slot[3] = {2, 0, 3}, cached[3] = {5, 0, 17}, src_lens[3] = {13, 4, 9};
