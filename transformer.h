@@ -5103,7 +5103,8 @@ static int tfm__cu_attn_stage(const tfm__attn_args *a, tfm__cu_attn_io *io, size
    (bf16 operands on tensor cores, or fp32; fp32 sums), kept in device memory (fp32); one block per row
    applies the visibility, the mask and the softmax from its log-sum-exp, and P (bf16 or fp32) meets the
    values in a second product. Backward recomputes the chunk's P from the saved log-sum-exp and forms dv,
-   dP, dS, dq and dk the same way. Chunks hold at most TFM__CU_ATT_BF_BYTES of scores. Causal calls stop
+   dP, dS, dq and dk the same way. Chunks hold at most TFM__CU_ATT_BF_BYTES of scores (and a quarter of
+   the free device memory). Causal calls stop
    each chunk's keys at its last query; a window's hidden keys are computed and then masked (O(T^2) here,
    unlike the tiled kernels). -- */
 #ifndef TFM__CU_ATT_BF_BYTES
@@ -5230,14 +5231,18 @@ typedef struct tfm__cu_bfa {
 static int tfm__cu_bfa_init(const tfm__attn_args *a, tfm__cu_bfa *w, int bf16, const float *dout, int lddo) {
     int Hkv = a->Hkv ? a->Hkv : a->H, G = a->H / Hkv, HD = a->H * a->D, KD = Hkv * a->D;
     size_t nqd = bf16 ? TFM__CU_ROUND((size_t)a->B * a->Tq * HD * 2) : 0, nkd = bf16 ? TFM__CU_ROUND((size_t)a->B * a->Tk * KD * 2) : 0;
-    size_t per, nS, nP;
+    size_t per, nS, nP, cap = TFM__CU_ATT_BF_BYTES, fr = 0, tot = 0;
     int64_t sbk = a->bsk ? a->bsk : (int64_t)a->Tk * a->ldk, sbv = a->bsk ? a->bsk : (int64_t)a->Tk * a->ldv;
     unsigned char *base;
+    /* the chunks take at most a quarter of the device memory free (with this thread's space, which a larger
+       one replaces), so that a small GPU runs more, shorter chunks */
+    if (!tfm__cuda_ok(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo")) return 0;
+    cap = TFM__MIN(cap, (fr + tfm__cu.bf_size) / 4);
     w->es = bf16 ? 2 : 4;
     w->et = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     w->kp = (a->Tk + 7) & ~7;
     per = (size_t)a->B * a->H * (size_t)w->kp; /* elements of one query row of every batch-head: S, G, P, dS */
-    w->nq = (int)TFM__MAX((size_t)1, TFM__MIN((size_t)a->Tq, TFM__CU_ATT_BF_BYTES / ((8 + 2 * w->es) * per)));
+    w->nq = (int)TFM__MAX((size_t)1, TFM__MIN((size_t)a->Tq, cap / ((8 + 2 * w->es) * per)));
     nS = TFM__CU_ROUND(per * (size_t)w->nq * sizeof(float));
     nP = TFM__CU_ROUND(per * (size_t)w->nq * (size_t)w->es);
     if (!(base = (unsigned char *)tfm__cuda_bf((2 * nqd + 2 * nkd + 2 * nS + 2 * nP) / 2))) return 0;
