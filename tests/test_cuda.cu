@@ -3633,7 +3633,7 @@ static void cu_count_batch(cu_data *d, const tfm_config *c, uint64_t seed) {
 /* cfg.precision: an LM of cu_model_cfg's shape learns a counting task with bf16 products on the GPU and in
    fp32 on the CPU from the same weights, 100 steps: every loss of the bf16 run within 1% of the fp32 run's
    (bf16 differs by at most 0.6% here; a loss that falls to a third or less shows the training is real),
-   some loss not bit-equal (bf16 ran); TF32 the same way. Not 300 steps: on this task, batches of 16
+   some loss not bit-equal (bf16 ran); TF32 the same way. Not 300 steps (tools/bf16_tracking.cpp runs those, on text): on this task, batches of 16
    tokens, the runs part ways in the fast learning after step 100 whatever the precision (the means of
    25 steps differ by up to 7% with TF32, 19% with bf16, and the losses end at 0.145 and 0.127 against
    fp32's 0.124), so the check would measure the task's chaos, not the products. The thread's products are fp32
