@@ -24,6 +24,16 @@
    same name shadows them, as with nvcc's built-ins); warpSize is 32. A warp is the threads tid/32 of
    the block, tid = x + y*bx + z*bx*by. The emulated device: compute capability 9.0, 4 SMs (so that
    grid-stride loops run several rounds), 48 KiB of shared memory per block, 227 KiB by opt-in.
+   Warp matrix products (<mma.h>'s nvcuda::wmma, with <cuda_bf16.h>'s __nv_bfloat16 as a 2-byte type for
+   pointers): fragment<matrix_a | matrix_b, 16, 16, 16, __nv_bfloat16, row_major | col_major>,
+   fragment<accumulator, 16, 16, 16, float>, fill_fragment (accumulators), load_matrix_sync,
+   store_matrix_sync and mma_sync, nothing else. Each is a warp op (macros, so that messages name the
+   site) and every lane holds the whole 16 x 16 tile: the first lane past a load reads the tile for the
+   warp (one snapshot, as a GPU's warp-wide load), the first past mma_sync computes D = A B + C for the
+   warp in fp32 (bf16 products exact; for each element c + the 16 products in order of k), the others
+   take the result; a store's elements are written spread over the lanes (lane l the 8 elements
+   16 r + c with (13 (16 r + c) + 5) % 32 == l), so reading the tile back before a __syncwarp or
+   __syncthreads finds most of it not yet written.
 
    WHAT IT CHECKS (an abort prints "tfm_emu: ..." with the kernel, block and thread)
    - configuration: threads per block in [1,1024], block.x,y <= 1024, block.z <= 64, grid.x in
@@ -39,10 +49,17 @@
      or widths, or a lane of the mask waiting at a __syncthreads, abort. A lane missing from its own
      mask, or a width that is not a power of two in [1,32], aborts. A shuffle whose source lane does not
      exist, has returned or is outside the mask yields all bits 1 (NaN for floats, -1 for ints).
+   - wmma calls: the whole warp (32 lanes; none may have returned) at the same call (site) with the same
+     pointer, ldm, layout or fill value, else it aborts naming the function, file and line, as do a
+     pointer not 32-byte aligned, an ldm not a multiple of 16 bytes (8 bf16, 4 floats), a layout_t other
+     than mem_row_major and mem_col_major, and a tile (15 ldm + 16 elements from p) not inside one shared
+     array, the dynamic shared memory or one live cudaMalloc block. Fragments start as NaN bits; a lane
+     whose operands at mma_sync or fragment at store_matrix_sync differ from the warp's first lane aborts.
    - shared memory: a TFM__SHARED array belongs to its declaration site (function and line), so all
-     threads, in loops and helpers too, get the same array, as with __shared__. Each is a malloc of its
-     exact size (AddressSanitizer sees overruns) filled with 0xFF bytes (NaN) in every block; so is the
-     dynamic region. Static shared memory over 48 KiB, or static + dynamic over the limit, aborts.
+     threads, in loops and helpers too, get the same array, as with __shared__. Each is an allocation of
+     its exact size, 128-byte aligned (AddressSanitizer sees overruns), filled with 0xFF bytes (NaN) in
+     every block; so is the dynamic region. Static shared memory over 48 KiB, or static + dynamic over
+     the limit, aborts.
    - device memory: cudaMalloc blocks are malloc'd at their exact size (ASan sees overruns) and filled
      with 0xFF bytes, so a read of device memory nobody wrote shows up (a GPU gives no such guarantee
      either). Copies and memsets check the kind against the pointers and the ranges against the block.
@@ -57,6 +74,12 @@
      non-atomic update that a GPU would lose go unseen; atomics are plain read-modify-writes.
    - warp lanes do not run in lockstep: code that relies on implicit warp synchrony (no __syncwarp) is
      not modelled; __activemask() gives the lanes that have not returned.
+   - wmma: only the 16 x 16 x 16 bf16 -> fp32 shapes above; no x[] / num_elements (the fragments' register
+     layout is not modelled: a kernel must not depend on it, so uses of them do not compile here), no
+     satf, no fill_fragment of bf16 fragments. The sums' order and rounding differ from a tensor core's
+     (which may add in another order, or with wider or truncated intermediate sums), so tests compare with
+     error bounds, not bits. A static shared array is 128-byte aligned here, but on a GPU only to its
+     type: a tile in one needs __align__(32) there (or a 32-byte-aligned offset in the dynamic region).
    - a host pointer inside a struct argument, or an access outside what a pointer argument points at but
      inside its cudaMalloc block, is not caught. cudaMallocHost memory is not mapped for kernels: a
      pinned pointer as a kernel argument aborts.
@@ -278,9 +301,12 @@ struct cudaDeviceProp {
 enum { TFM_EMU__RUN, TFM_EMU__SYNC, TFM_EMU__WARP, TFM_EMU__DONE };               /* fiber states */
 enum { TFM_EMU__B_SYNC, TFM_EMU__B_COUNT, TFM_EMU__B_AND, TFM_EMU__B_OR };          /* __syncthreads kinds */
 enum { TFM_EMU__W_SYNC, TFM_EMU__W_IDX, TFM_EMU__W_UP, TFM_EMU__W_DOWN, TFM_EMU__W_XOR, /* warp ops */
-       TFM_EMU__W_BALLOT, TFM_EMU__W_ANY, TFM_EMU__W_ALL };
+       TFM_EMU__W_BALLOT, TFM_EMU__W_ANY, TFM_EMU__W_ALL,
+       TFM_EMU__W_FILL, TFM_EMU__W_LOAD, TFM_EMU__W_STORE, TFM_EMU__W_MMA }; /* from W_FILL: nvcuda::wmma */
 static const char *const tfm_emu__wname[] = {"__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
-                                             "__shfl_xor_sync", "__ballot_sync", "__any_sync", "__all_sync"};
+                                             "__shfl_xor_sync", "__ballot_sync", "__any_sync", "__all_sync",
+                                             "nvcuda::wmma::fill_fragment", "nvcuda::wmma::load_matrix_sync",
+                                             "nvcuda::wmma::store_matrix_sync", "nvcuda::wmma::mma_sync"};
 
 struct tfm_emu__fiber {   /* one thread of the running block */
     ucontext_t uc;
@@ -293,11 +319,17 @@ struct tfm_emu__fiber {   /* one thread of the running block */
     int line, op, width;
     unsigned mask, arg;   /* warp op: mask; lane, delta or lane mask */
     uint64_t val, res;    /* the value it contributes, the value it gets back */
+    uint64_t wa, wb;      /* wmma: the arguments the whole warp must pass alike (pointer or value; ldm, layout) */
     void *fake;           /* ASan's fake stack while switched out */
 };
 struct tfm_emu__alloc { size_t size; bool pinned; };          /* cudaMalloc / cudaMallocHost block */
 struct tfm_emu__fault { std::string api; int code, skip; };
 struct tfm_emu__piece { const char *fn; int line; size_t bytes; void *p; };  /* a TFM__SHARED array */
+struct tfm_emu__wmma_stage {  /* a warp's wmma call: what the first lane past it read or computed, for the rest */
+    int left;                 /* lanes still to take it (0: the next lane past a wmma call is the first) */
+    uint16_t a[256], b[256];  /* bf16 tiles: a load's, or mma_sync's operands */
+    float c[256], d[256];     /* mma_sync's addend and result; an accumulator load's or store's tile */
+};
 struct CUstream_st { unsigned flags; };
 struct CUevent_st { unsigned flags; bool recorded; double ms; };
 struct cublasContext { cudaStream_t stream; int math; };
@@ -332,6 +364,7 @@ struct tfm_emu__state {
     std::vector<tfm_emu__piece> pieces;               /* this block's static shared arrays */
     size_t static_bytes = 0, dyn_bytes = 0, smem_limit = 0;
     void *dyn = nullptr;                              /* this block's dynamic shared memory */
+    tfm_emu__wmma_stage wmma[32];                     /* one per warp of the running block */
     ~tfm_emu__state() {
         if (in_kernel) return; /* exit() from a kernel: the stacks stay, it runs on one */
         size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -465,6 +498,7 @@ static inline bool tfm_emu__stream_ok(cudaStream_t s) {
 #define TFM_EMU__SWITCH_FINISH(save, lo, size) ((void)(save))
 #endif
 
+static inline void tfm_emu__describe(char *buf, size_t size, int i);
 /* Release the waiting groups of the warp starting at thread w0 whose lanes have all arrived. A group
    is the lanes of a mask that exist and have not returned; they all wait with that mask (checked on
    arrival). */
@@ -481,6 +515,13 @@ static inline void tfm_emu__release_warp(int w0) {
         const tfm_emu__fiber &f0 = g.fibers[w0 + l];
         unsigned grp = f0.mask & live, votes = 0;
         seen |= grp;
+        if (f0.op >= TFM_EMU__W_FILL && grp != f0.mask) { /* wmma: the whole warp, none may have returned */
+            char a[256];
+            const tfm_emu__fiber &gone = g.fibers[w0 + __builtin_ctz(f0.mask & ~live)];
+            tfm_emu__describe(a, sizeof a, w0 + l);
+            tfm_emu__fatal("divergent warp: %s, which every lane of the warp must call, but thread (%u,%u,%u) of the "
+                           "warp has returned", a, gone.tid.x, gone.tid.y, gone.tid.z);
+        }
         if ((grp & waiting) != grp) continue;
         for (int j = 0; j < n; j++)
             if ((grp >> j & 1) && g.fibers[w0 + j].val) votes |= 1u << j;
@@ -493,6 +534,7 @@ static inline void tfm_emu__release_warp(int w0) {
             case TFM_EMU__W_BALLOT: f.res = votes; continue;
             case TFM_EMU__W_ANY: f.res = votes != 0; continue;
             case TFM_EMU__W_ALL: f.res = votes == grp; continue;
+            case TFM_EMU__W_FILL: case TFM_EMU__W_LOAD: case TFM_EMU__W_STORE: case TFM_EMU__W_MMA: f.res = 0; continue;
             case TFM_EMU__W_IDX: src = seg + (f.arg & (w - 1)); break;
             case TFM_EMU__W_UP: src = (unsigned)j - seg >= f.arg ? (unsigned)j - f.arg : (unsigned)j; break;
             case TFM_EMU__W_DOWN: src = (uint64_t)j - seg + f.arg < w ? (unsigned)j + f.arg : (unsigned)j; break;
@@ -635,7 +677,7 @@ static inline void tfm_emu__fiber_main(void) {
 static inline void tfm_emu__run_block(void) {
     tfm_emu__state &g = tfm_emu__g;
     if (g.dyn_bytes) {
-        g.dyn = malloc(g.dyn_bytes);
+        if (posix_memalign(&g.dyn, 128, g.dyn_bytes) != 0) g.dyn = nullptr;
         if (!g.dyn) tfm_emu__fatal("out of host memory for %zu bytes of dynamic shared memory", g.dyn_bytes);
         memset(g.dyn, 0xFF, g.dyn_bytes);
     }
@@ -720,6 +762,39 @@ static inline int tfm_emu__barrier(const char *file, int line, int kind, int pre
     return (int)f.res;
 }
 
+/* a wmma call's arguments, for a message */
+static inline void tfm_emu__wmma_args(char *buf, size_t size, const tfm_emu__fiber &f) {
+    static const char *const lay[4] = {", mem_row_major", ", mem_col_major", "", ""}; /* 2, 3: the fragment's */
+    float v;
+    uint32_t u = (uint32_t)f.wa;
+    memcpy(&v, &u, 4);
+    if (f.op == TFM_EMU__W_FILL) snprintf(buf, size, "value %.9g (bits 0x%08x)", (double)v, u);
+    else snprintf(buf, size, "p = %p, ldm = %u%s", (void *)(uintptr_t)f.wa, (unsigned)f.wb, lay[(f.wb >> 32) & 3]);
+}
+/* a wmma call (op from W_FILL) must be the same one, with the same arguments, in every lane: checked
+   against the lanes of thread i's warp that wait at one already */
+static inline void tfm_emu__wmma_agree(int i) {
+    tfm_emu__state &g = tfm_emu__g;
+    const tfm_emu__fiber &f = g.fibers[i];
+    char a[256], b[256], x[128], y[128];
+    for (int j = i & ~31; j < (i & ~31) + 32 && j < g.nthreads; j++) {
+        const tfm_emu__fiber &o = g.fibers[j];
+        if (j == i || o.state != TFM_EMU__WARP || o.op != f.op) continue;
+        if (o.line != f.line || strcmp(o.file, f.file) != 0) {
+            tfm_emu__describe(a, sizeof a, j);
+            tfm_emu__describe(b, sizeof b, i);
+            tfm_emu__fatal("divergent warp: %s, while %s (a wmma call is made by the whole warp at once)", a, b);
+        }
+        if (o.wa != f.wa || o.wb != f.wb) {
+            tfm_emu__wmma_args(x, sizeof x, o);
+            tfm_emu__wmma_args(y, sizeof y, f);
+            tfm_emu__fatal("%s:%d: %s: the lanes of a warp pass different arguments: thread (%u,%u,%u) %s, thread "
+                           "(%u,%u,%u) %s (every lane must pass the same)", f.file, f.line, tfm_emu__wname[f.op],
+                           o.tid.x, o.tid.y, o.tid.z, x, f.tid.x, f.tid.y, f.tid.z, y);
+        }
+    }
+}
+
 static inline uint64_t tfm_emu__warp(const char *file, int line, int op, unsigned mask, uint64_t val, unsigned arg,
                                      int width) {
     tfm_emu__state &g = tfm_emu__g;
@@ -752,6 +827,7 @@ static inline uint64_t tfm_emu__warp(const char *file, int line, int op, unsigne
                            width);
         }
     }
+    if (op >= TFM_EMU__W_FILL) tfm_emu__wmma_agree(i);
     tfm_emu__yield();
     return f.res;
 }
@@ -829,8 +905,8 @@ static inline void *tfm_emu__shared(size_t bytes, const char *fn, int line) {
     if (g.static_bytes + g.dyn_bytes > g.smem_limit)
         tfm_emu__fatal("%s, line %d: static (%zu) + dynamic (%zu) shared memory exceed the kernel's limit of %zu bytes",
                        fn, line, g.static_bytes, g.dyn_bytes, g.smem_limit);
-    tfm_emu__piece p = {fn, line, bytes, malloc(bytes ? bytes : 1)};
-    if (!p.p) tfm_emu__fatal("out of host memory for shared memory");
+    tfm_emu__piece p = {fn, line, bytes, nullptr};
+    if (posix_memalign(&p.p, 128, bytes ? bytes : 1) != 0) tfm_emu__fatal("out of host memory for shared memory");
     memset(p.p, 0xFF, bytes);
     g.pieces.push_back(p);
     return p.p;
@@ -841,6 +917,215 @@ static inline void *tfm_emu_dyn_shared(void) {
     (void)tfm_emu__self("TFM__SHARED_DYN");
     return tfm_emu__g.dyn;
 }
+
+/* ==== device built-ins: warp matrix products (<mma.h>'s nvcuda::wmma) and <cuda_bf16.h>'s __nv_bfloat16 ====
+   Only 16 x 16 x 16 tiles of bf16 operands with fp32 accumulators. Each lane holds the whole tile; the
+   warp meets at every call (a warp op: the whole warp, the same call site and arguments); the first lane
+   past a load reads the tile for the warp (one snapshot), the first past mma_sync computes it for the warp
+   (the others check that they hold the same operands); a store's elements are written spread over the
+   lanes. Calls are macros below, so that messages can name the site. */
+
+/* the 16 bits of a bf16 (a float's upper half); the kernels use it only as the pointee of bf16 arrays */
+struct alignas(2) __nv_bfloat16 {
+  protected:
+    unsigned short __x;
+};
+static_assert(sizeof(__nv_bfloat16) == 2, "__nv_bfloat16 is 2 bytes");
+
+/* the start of every wmma call: in a kernel, in a whole warp */
+static inline void tfm_emu__wmma_enter(const tfm_emu__at &at, int op) {
+    tfm_emu__state &g = tfm_emu__g;
+    (void)tfm_emu__self(tfm_emu__wname[op]);
+    int w0 = g.cur & ~31;
+    if (g.nthreads - w0 < 32)
+        tfm_emu__fatal("%s:%d: %s needs a whole warp of 32 lanes, but the block's %d threads leave warp %d with %d",
+                       at.file, at.line, tfm_emu__wname[op], g.nthreads, w0 / 32, g.nthreads - w0);
+}
+/* where a matrix load or store reads or writes: a 16 x 16 tile of elem-byte elements at p, ldm apart, must
+   be 32-byte aligned, ldm a multiple of 16 bytes, the tile inside one shared array, the dynamic shared
+   memory or one live cudaMalloc block */
+static inline void tfm_emu__wmma_mem(const tfm_emu__at &at, int op, const void *p, unsigned ldm, size_t elem) {
+    tfm_emu__state &g = tfm_emu__g;
+    const char *fn = tfm_emu__wname[op];
+    size_t bytes = (15 * (size_t)ldm + 16) * elem;
+    uintptr_t a = (uintptr_t)p;
+    if (a % 32)
+        tfm_emu__fatal("%s:%d: %s: p = %p is not 32-byte (256-bit) aligned (a GPU faults: misaligned address)",
+                       at.file, at.line, fn, p);
+    if (ldm % (16 / elem))
+        tfm_emu__fatal("%s:%d: %s: ldm = %u is not a multiple of %zu (16 bytes of %s)", at.file, at.line, fn, ldm,
+                       16 / elem, elem == 2 ? "__nv_bfloat16" : "float");
+    const char *past = nullptr;
+    for (size_t i = 0; i <= g.pieces.size(); i++) { /* the static arrays, then the dynamic region */
+        uintptr_t lo = i < g.pieces.size() ? (uintptr_t)g.pieces[i].p : (uintptr_t)g.dyn;
+        size_t n = i < g.pieces.size() ? g.pieces[i].bytes : g.dyn_bytes;
+        if (!lo || a < lo || a >= lo + n) continue;
+        if (bytes <= lo + n - a) return;
+        past = i < g.pieces.size() ? "its shared array" : "the dynamic shared memory";
+    }
+    if (!past && tfm_emu__device_range(p, bytes)) return;
+    if (!past && tfm_emu__is_device(p)) past = "its cudaMalloc block";
+    if (past)
+        tfm_emu__fatal("%s:%d: %s: the 16 x 16 tile at p = %p with ldm = %u (%zu bytes) runs past the end of %s",
+                       at.file, at.line, fn, p, ldm, bytes, past);
+    tfm_emu__fatal("%s:%d: %s: p = %p is neither shared memory nor live device memory (a host or local array, "
+                   "or a freed block?): a GPU would fault", at.file, at.line, fn, p);
+}
+/* the warp meets at a wmma call (wa, wb: the arguments every lane must pass alike); *first: this lane is the
+   first past it, the one that reads or computes for the warp in the stage that it returns */
+static inline tfm_emu__wmma_stage &tfm_emu__wmma_meet(const tfm_emu__at &at, int op, uint64_t wa, uint64_t wb,
+                                                     bool *first) {
+    tfm_emu__state &g = tfm_emu__g;
+    tfm_emu__fiber &f = g.fibers[g.cur];
+    f.wa = wa;
+    f.wb = wb;
+    tfm_emu__warp(at.file, at.line, op, 0xffffffffu, 0, 0, 32);
+    tfm_emu__wmma_stage &s = g.wmma[g.cur >> 5]; /* every lane passes once before any meets again */
+    *first = s.left == 0;
+    s.left = *first ? 31 : s.left - 1;
+    return s;
+}
+__attribute__((noreturn)) static inline void tfm_emu__wmma_differ(const tfm_emu__at &at, int op, const char *what) {
+    tfm_emu__fatal("%s:%d: %s: this lane's %s differs from the first lane's of its warp: a fragment must be one "
+                   "for the whole warp (the same variable in every lane, changed only by wmma calls)", at.file,
+                   at.line, tfm_emu__wname[op], what);
+}
+static inline float tfm_emu__bf16_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+/* Only fragment<matrix_a or matrix_b, 16, 16, 16, __nv_bfloat16, row_major or col_major> and
+   fragment<accumulator, 16, 16, 16, float>. Each lane holds the whole tile, element (r, c) at [16 r + c],
+   filled with NaN bits until a call writes it. No x[] or num_elements, as CUDA has: which lane holds which
+   element is the GPU's business, so code that touches elements must go through memory (a store, then
+   __syncwarp) and uses of x fail to compile here. */
+template <typename Use, int m, int n, int k, typename T, typename Layout = void> class fragment;
+template <typename Use, typename Layout> class fragment<Use, 16, 16, 16, __nv_bfloat16, Layout> {
+    static_assert(std::is_same<Use, matrix_a>::value || std::is_same<Use, matrix_b>::value,
+                  "a bf16 fragment is a matrix_a or a matrix_b");
+    static_assert(std::is_same<Layout, row_major>::value || std::is_same<Layout, col_major>::value,
+                  "a matrix_a or matrix_b fragment has the layout row_major or col_major");
+
+  public:
+    uint16_t tfm_emu__v[256]; /* the emulation's, not CUDA's */
+    fragment() { memset(tfm_emu__v, 0xFF, sizeof tfm_emu__v); }
+};
+template <> class fragment<accumulator, 16, 16, 16, float, void> {
+  public:
+    float tfm_emu__v[256]; /* the emulation's, not CUDA's */
+    fragment() { memset(tfm_emu__v, 0xFF, sizeof tfm_emu__v); }
+};
+typedef fragment<accumulator, 16, 16, 16, float, void> tfm_emu__acc;
+
+static inline void fill_fragment(const tfm_emu__at &at, tfm_emu__acc &f, float v) {
+    uint32_t u;
+    bool first;
+    memcpy(&u, &v, 4);
+    tfm_emu__wmma_enter(at, TFM_EMU__W_FILL);
+    (void)tfm_emu__wmma_meet(at, TFM_EMU__W_FILL, u, 0, &first);
+    for (int e = 0; e < 256; e++) f.tfm_emu__v[e] = v;
+}
+/* A (16 x 16, m x k) or B (16 x 16, k x n): element (r, c) at p[r ldm + c] (row_major), p[c ldm + r] (col_major) */
+template <typename Use, typename Layout>
+static inline void load_matrix_sync(const tfm_emu__at &at, fragment<Use, 16, 16, 16, __nv_bfloat16, Layout> &f,
+                                    const __nv_bfloat16 *p, unsigned ldm) {
+    bool col = std::is_same<Layout, col_major>::value, first;
+    tfm_emu__wmma_enter(at, TFM_EMU__W_LOAD);
+    tfm_emu__wmma_mem(at, TFM_EMU__W_LOAD, p, ldm, 2);
+    tfm_emu__wmma_stage &s = tfm_emu__wmma_meet(at, TFM_EMU__W_LOAD, (uintptr_t)p, ldm | (uint64_t)(col ? 3 : 2) << 32,
+                                                &first);
+    if (first)
+        for (size_t r = 0; r < 16; r++)
+            for (size_t c = 0; c < 16; c++)
+                memcpy(&s.a[16 * r + c], (const char *)p + 2 * (col ? c * ldm + r : r * ldm + c), 2);
+    memcpy(f.tfm_emu__v, s.a, sizeof s.a);
+}
+static inline void tfm_emu__check_layout(const tfm_emu__at &at, int op, layout_t layout) {
+    if ((int)layout != mem_row_major && (int)layout != mem_col_major)
+        tfm_emu__fatal("%s:%d: %s: layout %d is neither mem_row_major nor mem_col_major", at.file, at.line,
+                       tfm_emu__wname[op], (int)layout);
+}
+/* C (16 x 16): element (r, c) at p[r ldm + c] (mem_row_major), p[c ldm + r] (mem_col_major) */
+static inline void load_matrix_sync(const tfm_emu__at &at, tfm_emu__acc &f, const float *p, unsigned ldm,
+                                    layout_t layout) {
+    bool first;
+    tfm_emu__wmma_enter(at, TFM_EMU__W_LOAD);
+    tfm_emu__check_layout(at, TFM_EMU__W_LOAD, layout);
+    tfm_emu__wmma_mem(at, TFM_EMU__W_LOAD, p, ldm, 4);
+    tfm_emu__wmma_stage &s = tfm_emu__wmma_meet(at, TFM_EMU__W_LOAD, (uintptr_t)p, ldm | (uint64_t)layout << 32, &first);
+    bool col = layout == mem_col_major;
+    if (first)
+        for (size_t r = 0; r < 16; r++)
+            for (size_t c = 0; c < 16; c++)
+                memcpy(&s.d[16 * r + c], (const char *)p + 4 * (col ? c * ldm + r : r * ldm + c), 4);
+    memcpy(f.tfm_emu__v, s.d, sizeof s.d);
+}
+/* Lane l writes the 8 elements e = 16 r + c with (13 e + 5) % 32 == l: a lane that reads the tile back
+   before a __syncwarp finds most of it not yet written (on a GPU, too, other lanes' stores need one). */
+static inline void store_matrix_sync(const tfm_emu__at &at, float *p, const tfm_emu__acc &f, unsigned ldm,
+                                     layout_t layout) {
+    bool first;
+    tfm_emu__wmma_enter(at, TFM_EMU__W_STORE);
+    tfm_emu__check_layout(at, TFM_EMU__W_STORE, layout);
+    tfm_emu__wmma_mem(at, TFM_EMU__W_STORE, p, ldm, 4);
+    tfm_emu__wmma_stage &s = tfm_emu__wmma_meet(at, TFM_EMU__W_STORE, (uintptr_t)p, ldm | (uint64_t)layout << 32, &first);
+    if (first) memcpy(s.d, f.tfm_emu__v, sizeof s.d);
+    else if (memcmp(s.d, f.tfm_emu__v, sizeof s.d) != 0) tfm_emu__wmma_differ(at, TFM_EMU__W_STORE, "fragment");
+    bool col = layout == mem_col_major;
+    unsigned lane = (unsigned)tfm_emu__g.cur & 31u;
+    for (size_t r = 0; r < 16; r++)
+        for (size_t c = 0; c < 16; c++)
+            if (((13 * (16 * r + c) + 5) & 31) == lane)
+                memcpy((char *)p + 4 * (col ? c * ldm + r : r * ldm + c), &f.tfm_emu__v[16 * r + c], 4);
+}
+/* d = a b + c (d may be c): for each (i, j), c_ij + a_i0 b_0j + a_i1 b_1j + ... + a_i15 b_15j in that order, in
+   fp32; the products of bf16 values are exact */
+template <typename LA, typename LB>
+static inline void mma_sync(const tfm_emu__at &at, tfm_emu__acc &d, const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
+                            const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b, const tfm_emu__acc &c) {
+    bool first;
+    tfm_emu__wmma_enter(at, TFM_EMU__W_MMA);
+    tfm_emu__wmma_stage &s = tfm_emu__wmma_meet(at, TFM_EMU__W_MMA, 0, 0, &first);
+    if (first) {
+        float bw[256], row[16];
+        memcpy(s.a, a.tfm_emu__v, sizeof s.a);
+        memcpy(s.b, b.tfm_emu__v, sizeof s.b);
+        memcpy(s.c, c.tfm_emu__v, sizeof s.c);
+        for (int e = 0; e < 256; e++) bw[e] = tfm_emu__bf16_float(s.b[e]);
+        for (int i = 0; i < 16; i++) {
+            memcpy(row, &s.c[16 * i], sizeof row);
+            for (int k = 0; k < 16; k++) {
+                float aik = tfm_emu__bf16_float(s.a[16 * i + k]);
+                for (int j = 0; j < 16; j++) row[j] += aik * bw[16 * k + j];
+            }
+            memcpy(&s.d[16 * i], row, sizeof row);
+        }
+    } else {
+        if (memcmp(s.a, a.tfm_emu__v, sizeof s.a) != 0) tfm_emu__wmma_differ(at, TFM_EMU__W_MMA, "fragment a");
+        if (memcmp(s.b, b.tfm_emu__v, sizeof s.b) != 0) tfm_emu__wmma_differ(at, TFM_EMU__W_MMA, "fragment b");
+        if (memcmp(s.c, c.tfm_emu__v, sizeof s.c) != 0) tfm_emu__wmma_differ(at, TFM_EMU__W_MMA, "fragment c");
+    }
+    memcpy(d.tfm_emu__v, s.d, sizeof s.d);
+}
+} /* namespace wmma */
+} /* namespace nvcuda */
+/* each call names its site: nvcuda::wmma::mma_sync(d, a, b, c) becomes nvcuda::wmma::mma_sync(site, d, a, b, c) */
+#define fill_fragment(...) fill_fragment(::tfm_emu__at{__FILE__, __LINE__}, __VA_ARGS__)
+#define load_matrix_sync(...) load_matrix_sync(::tfm_emu__at{__FILE__, __LINE__}, __VA_ARGS__)
+#define store_matrix_sync(...) store_matrix_sync(::tfm_emu__at{__FILE__, __LINE__}, __VA_ARGS__)
+#define mma_sync(...) mma_sync(::tfm_emu__at{__FILE__, __LINE__}, __VA_ARGS__)
 
 /* ==== device built-ins: atomics, math, bit tricks ==== (blocks run one at a time: plain updates) */
 

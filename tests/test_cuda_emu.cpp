@@ -910,6 +910,242 @@ static void test_cublas_aborts(void) {
     CHECK(dies_with(child_cublas_past_end, "cublasSgemm: B = ", "runs past the end"));
 }
 
+/* ==== warp matrix products (nvcuda::wmma) against a host reference in double ==== */
+
+namespace wmma = nvcuda::wmma;
+/* float -> bf16 bits, to nearest even (finite values) */
+static uint16_t to_bf16(float x) {
+    uint32_t u = bits(x);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static double from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+enum { WM_LDH = 24, WM_LDF = 20, WM_AB = 16 * WM_LDH, WM_CD = 16 * WM_LDF }; /* strides: 48 and 80 bytes */
+
+/* Warp w: D_w = A_w B_w + C_w, A_w and B_w 16 x 16 bf16 tiles (layouts LA, LB, row stride WM_LDH) copied by the
+   block to shared memory, C_w and D_w fp32 in device memory (stride WM_LDF, layouts lc and ld). mode 0: d is a
+   fragment of its own; 1: d is c; 2: c = fill_fragment(0.75), d its own. */
+template <class LA, class LB>
+static __global__ void k_wmma(const uint16_t *A, const uint16_t *B, const float *C, float *D, int lc, int ld, int mode) {
+    TFM__SHARED(uint16_t, sa, 2 * WM_AB);
+    TFM__SHARED(uint16_t, sb, 2 * WM_AB);
+    int t = (int)threadIdx.x, w = t / 32;
+    for (int x = t; x < (int)blockDim.x / 32 * WM_AB; x += (int)blockDim.x) sa[x] = A[x], sb[x] = B[x];
+    __syncthreads();
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, LA> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, LB> b;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c, d;
+    wmma::load_matrix_sync(a, (const __nv_bfloat16 *)(sa + w * WM_AB), WM_LDH);
+    wmma::load_matrix_sync(b, (const __nv_bfloat16 *)(sb + w * WM_AB), WM_LDH);
+    if (mode == 2) wmma::fill_fragment(c, 0.75f);
+    else wmma::load_matrix_sync(c, C + w * WM_CD, WM_LDF, (wmma::layout_t)lc);
+    if (mode == 1) {
+        wmma::mma_sync(c, a, b, c);
+        wmma::store_matrix_sync(D + w * WM_CD, c, WM_LDF, (wmma::layout_t)ld);
+    } else {
+        wmma::mma_sync(d, a, b, c);
+        wmma::store_matrix_sync(D + w * WM_CD, d, WM_LDF, (wmma::layout_t)ld);
+    }
+}
+typedef void (*wmma_kernel)(const uint16_t *, const uint16_t *, const float *, float *, int, int, int);
+static const wmma_kernel wmma_kernels[4] = {k_wmma<wmma::row_major, wmma::row_major>, k_wmma<wmma::row_major, wmma::col_major>,
+                                            k_wmma<wmma::col_major, wmma::row_major>, k_wmma<wmma::col_major, wmma::col_major>};
+/* element (r, c) of a 16 x 16 tile with stride ld, column-major or not */
+static size_t at_rc(int r, int c, int ld, int col) { return col ? (size_t)c * ld + r : (size_t)r * ld + c; }
+
+/* Every layout of A, B, C and D, with one warp and with two (each its own tiles); d its own fragment, d = c,
+   and c from fill_fragment. Each element of D is c + 16 products of bf16 values, exact in fp32 (8 + 8
+   significant bits), summed in fp32: 16 roundings, so |D - exact| <= g16 (|c| + sum |a_ik b_kj|) with
+   g16 = 16 u / (1 - 16 u), u = 2^-24 (Higham, Accuracy and Stability, (4.4)); the reference, summed in double,
+   adds at most 16 u_d / (1 - 16 u_d) of the same, u_d = 2^-53. The columns between tiles stay untouched. */
+static void test_wmma(void) {
+    const double u = ldexp(1.0, -24), ud = ldexp(1.0, -53);
+    const double bound = 16 * u / (1 - 16 * u) + 16 * ud / (1 - 16 * ud);
+    uint32_t seed = 777u;
+    int bad = 0, runs = 0;
+    double worst = 0.0; /* the largest error as a share of its bound */
+    uint16_t *dA = nullptr, *dB = nullptr;
+    float *dC = nullptr, *dD = nullptr;
+    cudaMalloc(&dA, 2 * WM_AB * sizeof(uint16_t));
+    cudaMalloc(&dB, 2 * WM_AB * sizeof(uint16_t));
+    cudaMalloc(&dC, 2 * WM_CD * sizeof(float));
+    cudaMalloc(&dD, 2 * WM_CD * sizeof(float));
+    for (int warps = 1; warps <= 2; warps++)
+        for (int k = 0; k < 4; k++)
+            for (int lc = 0; lc < 2; lc++)
+                for (int ld = 0; ld < 2; ld++)
+                    for (int mode = 0; mode < 3; mode++) {
+                        int la = k >> 1, lb = k & 1;
+                        std::vector<uint16_t> hA(2 * WM_AB, 0xFFFF), hB(2 * WM_AB, 0xFFFF); /* padding: NaN */
+                        std::vector<float> hC(2 * WM_CD, nanf("")), hD(2 * WM_CD, nanf(""));
+                        double a[2][16][16], b[2][16][16], c[2][16][16];
+                        for (int w = 0; w < warps; w++)
+                            for (int r = 0; r < 16; r++)
+                                for (int q = 0; q < 16; q++) {
+                                    uint16_t ha = to_bf16(2.0f * randf(&seed)), hb = to_bf16(2.0f * randf(&seed));
+                                    float hc = 4.0f * randf(&seed);
+                                    hA[w * WM_AB + at_rc(r, q, WM_LDH, la)] = ha;
+                                    hB[w * WM_AB + at_rc(r, q, WM_LDH, lb)] = hb;
+                                    hC[w * WM_CD + at_rc(r, q, WM_LDF, lc)] = hc;
+                                    a[w][r][q] = from_bf16(ha);
+                                    b[w][r][q] = from_bf16(hb);
+                                    c[w][r][q] = mode == 2 ? 0.75 : hc;
+                                }
+                        cudaMemcpy(dA, hA.data(), hA.size() * sizeof(uint16_t), cudaMemcpyHostToDevice);
+                        cudaMemcpy(dB, hB.data(), hB.size() * sizeof(uint16_t), cudaMemcpyHostToDevice);
+                        cudaMemcpy(dC, hC.data(), hC.size() * sizeof(float), cudaMemcpyHostToDevice);
+                        cudaMemcpy(dD, hD.data(), hD.size() * sizeof(float), cudaMemcpyHostToDevice);
+                        TFM__LAUNCH(wmma_kernels[k], 1, 32 * warps, 0, dA, dB, dC, dD, lc, ld, mode);
+                        CHECK_CU(cudaGetLastError(), cudaSuccess);
+                        hD = to_host(dD, hD.size());
+                        runs++;
+                        for (int w = 0; w < 2; w++)
+                            for (int r = 0; r < 16; r++)
+                                for (int q = 0; q < 16; q++) {
+                                    double want = c[w][r][q], mag = fabs(want);
+                                    for (int j = 0; j < 16; j++) {
+                                        want += a[w][r][j] * b[w][j][q];
+                                        mag += fabs(a[w][r][j] * b[w][j][q]);
+                                    }
+                                    float got = hD[w * WM_CD + at_rc(r, q, WM_LDF, ld)];
+                                    if (w >= warps) { /* no second warp: its tile stays untouched */
+                                        bad += !isnan(got);
+                                        continue;
+                                    }
+                                    double err = fabs((double)got - want);
+                                    worst = fmax(worst, err / (bound * mag));
+                                    if (!(err <= bound * mag) && bad++ < 5)
+                                        printf("    warps %d layouts %d%d%d%d mode %d: D[%d][%d][%d] = %.9g, want %.17g\n",
+                                               warps, la, lb, lc, ld, mode, w, r, q, (double)got, want);
+                                }
+                        for (int w = 0; w < 2; w++) /* the 4 padding columns (rows) of each tile */
+                            for (int r = 0; r < 16; r++)
+                                for (int q = 16; q < WM_LDF; q++) bad += !isnan(hD[w * WM_CD + (size_t)r * WM_LDF + q]);
+                    }
+    CHECK(bad == 0);
+    CHECK(runs == 96);
+    CHECK(worst > 0.0 && worst <= 1.0); /* some sums round: the bound is met, not vacuous */
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dC);
+    cudaFree(dD);
+}
+
+/* A load is one snapshot for the warp: lanes that overwrite its source right after do not change what the
+   others load. A store is spread over the lanes: before a __syncwarp a lane finds some of the tile unwritten
+   (out[256 + lane]: the elements it sees), after it all of it (out[0..255] = A I = A). */
+static __global__ void k_wmma_visibility(const uint16_t *A, float *out) {
+    TFM__SHARED(uint16_t, sa, 256);
+    TFM__SHARED(uint16_t, sb, 256);
+    TFM__SHARED(float, sc, 256);
+    int lane = (int)threadIdx.x, e, seen = 0;
+    for (e = lane; e < 256; e += 32) sa[e] = A[e], sb[e] = e / 16 == e % 16 ? 0x3f80 : 0; /* B = I */
+    __syncwarp();
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+    wmma::load_matrix_sync(a, (const __nv_bfloat16 *)sa, 16);
+    wmma::load_matrix_sync(b, (const __nv_bfloat16 *)sb, 16);
+    for (e = lane; e < 256; e += 32) sb[e] = 0x3f80; /* all ones: the loads above keep I */
+    wmma::fill_fragment(c, 0.0f);
+    wmma::mma_sync(c, a, b, c);
+    wmma::store_matrix_sync(sc, c, 16, wmma::mem_row_major);
+    for (e = 0; e < 256; e++) seen += !isnan(sc[e]); /* no __syncwarp yet */
+    out[256 + lane] = (float)seen;
+    __syncwarp();
+    for (e = lane; e < 256; e += 32) out[e] = sc[e];
+}
+static void test_wmma_visibility(void) {
+    uint16_t h[256];
+    uint32_t seed = 99u;
+    for (int e = 0; e < 256; e++) h[e] = to_bf16(randf(&seed));
+    uint16_t *dA = nullptr;
+    float *out = nullptr;
+    cudaMalloc(&dA, sizeof h);
+    cudaMalloc(&out, (256 + 32) * sizeof(float));
+    cudaMemcpy(dA, h, sizeof h, cudaMemcpyHostToDevice);
+    TFM__LAUNCH(k_wmma_visibility, 1, 32, 0, dA, out);
+    CHECK_CU(cudaGetLastError(), cudaSuccess);
+    std::vector<float> r = to_host(out, 256 + 32);
+    int exact = 0;
+    float lo = 256.0f, hi = 0.0f;
+    for (int e = 0; e < 256; e++) exact += r[e] == (float)from_bf16(h[e]);
+    for (int l = 0; l < 32; l++) lo = fmin(lo, r[256 + l]), hi = fmax(hi, r[256 + l]);
+    CHECK(exact == 256);
+    CHECK(lo < 256.0f && hi == 256.0f);
+    cudaFree(dA);
+    cudaFree(out);
+}
+
+/* What aborts; `which` picks the fault. kWmmaFill: the line of the fill_fragment that lane 3 skips. */
+alignas(32) static uint16_t wmma_host_tile[256];
+enum { kWmmaFill = __LINE__ + 15 };
+static __global__ void k_wmma_bad(float *dst, int which) {
+    TFM__SHARED(uint16_t, sa, 512);
+    int lane = (int)threadIdx.x % 32;
+    for (int e = (int)threadIdx.x; e < 512; e += (int)blockDim.x) sa[e] = 0;
+    __syncthreads();
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    const __nv_bfloat16 *p = (const __nv_bfloat16 *)sa;
+    if (which == 0) wmma::load_matrix_sync(a, p + 8, 16);                       /* 16 bytes off */
+    if (which == 1) wmma::load_matrix_sync(a, p, 12);                           /* ldm not a multiple of 8 */
+    if (which == 2) wmma::store_matrix_sync(dst, acc, 6, wmma::mem_row_major);  /* nor of 4 */
+    if (which == 3) wmma::store_matrix_sync(dst, acc, 16, (wmma::layout_t)2);
+    if (which == 4) wmma::load_matrix_sync(a, p, lane < 16 ? 16 : 24);          /* lanes disagree */
+    if (which == 5) {
+        if (lane != 3) wmma::fill_fragment(acc, 0.0f);                         /* kWmmaFill */
+        wmma::store_matrix_sync(dst, acc, 16, wmma::mem_row_major);
+    }
+    if (which == 6) {
+        if (lane == 7) return;
+        wmma::fill_fragment(acc, 0.0f);
+    }
+    if (which == 7) wmma::load_matrix_sync(a, (const __nv_bfloat16 *)wmma_host_tile, 16);
+    if (which == 8) wmma::store_matrix_sync(dst + 64, acc, 16, wmma::mem_col_major); /* 256 floats: 64 + 256 */
+    if (which == 9) wmma::fill_fragment(acc, 0.0f);                             /* with 48 threads */
+    if (which == 10) wmma::load_matrix_sync(a, p + 16 * 16, 17 * 16);           /* past the shared array */
+    if (which == 11) {                                                          /* the same call, two sites */
+        if (lane < 16) wmma::fill_fragment(acc, 0.0f);
+        else wmma::fill_fragment(acc, 0.0f);
+    }
+}
+static int wmma_case;
+static void child_wmma(void) {
+    float *d = nullptr;
+    cudaMalloc(&d, 256 * sizeof(float));
+    TFM__LAUNCH(k_wmma_bad, 1, wmma_case == 9 ? 48 : 32, 0, d, wmma_case);
+}
+static void test_wmma_aborts(void) {
+    const char *want[12][2] = {
+        {"load_matrix_sync: p = ", "is not 32-byte (256-bit) aligned"},
+        {"load_matrix_sync: ldm = 12", "not a multiple of 8"},
+        {"store_matrix_sync: ldm = 6", "not a multiple of 4"},
+        {"store_matrix_sync: layout 2", "neither mem_row_major nor mem_col_major"},
+        {"load_matrix_sync: the lanes of a warp pass different arguments", "ldm = 24"},
+        {"divergent warp", "nvcuda::wmma::store_matrix_sync"},
+        {"nvcuda::wmma::fill_fragment", "thread (7,0,0) of the warp has returned"},
+        {"neither shared memory nor live device memory", "load_matrix_sync"},
+        {"store_matrix_sync: the 16 x 16 tile", "runs past the end of its cudaMalloc block"},
+        {"fill_fragment needs a whole warp", "leave warp 1 with 16"},
+        {"load_matrix_sync: the 16 x 16 tile", "runs past the end of its shared array"},
+        {"thread (16,0,0) waits at nvcuda::wmma::fill_fragment", "a wmma call is made by the whole warp at once"},
+    };
+    char site[64];
+    snprintf(site, sizeof site, "nvcuda::wmma::fill_fragment at %s:%d", __FILE__, (int)kWmmaFill);
+    for (wmma_case = 0; wmma_case < 12; wmma_case++) {
+        bool ok = dies_with(child_wmma, "tfm_emu: kernel k_wmma_bad", want[wmma_case][0], want[wmma_case][1]);
+        if (!ok) printf("    case %d\n", wmma_case);
+        CHECK(ok);
+    }
+    wmma_case = 5; /* the skipped call's site is named */
+    CHECK(dies_with(child_wmma, site));
+}
+
 /* ==== compile-time odds and ends: conversions, templates, math ==== */
 
 template <typename T, int N> static __global__ void k_scale(T *x, T s) {
@@ -940,6 +1176,9 @@ int main(void) {
     run("launch_config", test_launch_config);
     run("aborts", test_aborts);
     run("cublas_aborts", test_cublas_aborts);
+    run("wmma", test_wmma);
+    run("wmma_visibility", test_wmma_visibility);
+    run("wmma_aborts", test_wmma_aborts);
 #ifdef TFM_EMU__ASAN
     run("asan_overruns", test_asan_overruns);
 #endif
