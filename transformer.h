@@ -802,7 +802,7 @@ typedef struct tfm_config {
                                 linear maps on TF32 tensor cores (10-bit mantissas); TFM_PREC_BF16: each
                                 product's operands rounded to bf16 (8-bit mantissas), sums in fp32 on
                                 tensor cores, the attention's scores and probabilities too (over whole
-                                sequences; decoding steps stay fp32), while parameters, AdamW,
+                                sequences, in flash kernels on sm_80 and later; decoding steps stay fp32), while parameters, AdamW,
                                 activations, norms, softmax statistics and loss stay fp32 (mixed
                                 precision). Not saved in checkpoints: a file loads into either */
 } tfm_config;
@@ -1305,6 +1305,8 @@ TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path);
 #elif defined(__CUDACC__)
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <mma.h>
 #define TFM__LAUNCH(k, grid, block, smem, ...) k<<<(grid), (block), (smem), 0>>>(__VA_ARGS__)
 #define TFM__SHARED(T, name, n) __shared__ T name[n]
 #define TFM__SHARED_DYN(T, name) extern __shared__ T name[]
@@ -4370,8 +4372,9 @@ static __global__ void tfm__k_sumsq(double *part, const tfm__cu_job *jobs, int n
 }
 
 /* -- attention: the CPU's tfm__attn_args with device pointers. Heads of up to TFM__CU_TD channels run in
-   the tiled kernels below (fp32, the scores on chip); wider heads, and a bf16 model's calls, through
-   batched products (after the tiled kernels). Both recompute the probabilities in backward from the
+   the tiled kernels below (fp32, the scores on chip), or in a bf16 model's calls the flash kernels (bf16
+   warp matrix products, the scores on chip); wider heads through batched products (after the tiled
+   kernels). All recompute the probabilities in backward from the
    saved log-sum-exp and D = rowsum(dout * out) (tfm__k_attn_dr). -- */
 #define TFM__CU_ATT_MAX_D 2048
 
@@ -4422,7 +4425,7 @@ static __device__ void tfm__cu_attn_grad(const tfm__attn_args *a, int b, int bh,
                                          float L, float Dri, float onei, float *pd, float *ds) {
     float s = a->scale * qk, p, keep = tfm__cu_attn_keep(a, bh, i, j);
     if (a->mask) s += a->mask[b * a->mask_bs + (int64_t)i * a->Tk + j];
-    p = tfm__exp(s - L);
+    p = s == -INFINITY ? 0.0f : tfm__exp(s - L); /* (tfm__exp clamps: e^-inf would be 1e-38) */
     *pd = p * keep;
     *ds = onei != 0.0f ? 0.0f : p * (keep * dov - Dri);
 }
@@ -5097,8 +5100,9 @@ static int tfm__cu_attn_stage(const tfm__attn_args *a, tfm__cu_attn_io *io, size
     return !tfm__cu.failed;
 }
 
-/* -- attention through batched products: for a bf16 model's calls (cfg.precision TFM_PREC_BF16) over
-   whole sequences, and for heads wider than TFM__CU_TD in fp32 (decoding steps included). The scores of a
+/* -- attention through batched products: for heads wider than TFM__CU_TD (fp32, decoding steps included;
+   or a bf16 model's calls over whole sequences), and a bf16 model's calls on a GPU without the flash
+   kernels' bf16 tensor cores (before sm_80). The scores of a
    chunk of query rows against every key they may see are one cublasGemmBatchedEx over the batch-heads
    (bf16 operands on tensor cores, or fp32; fp32 sums), kept in device memory (fp32); one block per row
    applies the visibility, the mask and the softmax from its log-sum-exp, and P (bf16 or fp32) meets the
@@ -5226,30 +5230,35 @@ typedef struct tfm__cu_bfa {
     cudaDataType et;
 } tfm__cu_bfa;
 
-/* Sets up w for a (dout: backward's, else NULL); bf16: the operands rounded to bf16 copies. 0 when the
-   space cannot be had (error kept). */
+/* Sets up w for a (dout: backward's, else NULL: no dout copy, no G or dS); bf16: the operands rounded to
+   bf16 copies. 0 when the space cannot be had (error kept). */
 static int tfm__cu_bfa_init(const tfm__attn_args *a, tfm__cu_bfa *w, int bf16, const float *dout, int lddo) {
-    int Hkv = a->Hkv ? a->Hkv : a->H, G = a->H / Hkv, HD = a->H * a->D, KD = Hkv * a->D;
+    int Hkv = a->Hkv ? a->Hkv : a->H, G = a->H / Hkv, HD = a->H * a->D, KD = Hkv * a->D, bwd = dout != NULL;
     size_t nqd = bf16 ? TFM__CU_ROUND((size_t)a->B * a->Tq * HD * 2) : 0, nkd = bf16 ? TFM__CU_ROUND((size_t)a->B * a->Tk * KD * 2) : 0;
-    size_t per, nS, nP, cap = TFM__CU_ATT_BF_BYTES, fr = 0, tot = 0;
+    size_t ndo = bwd ? nqd : 0, per, rowb, nS, nP, fixed, cap = TFM__CU_ATT_BF_BYTES, fr = 0, tot = 0;
     int64_t sbk = a->bsk ? a->bsk : (int64_t)a->Tk * a->ldk, sbv = a->bsk ? a->bsk : (int64_t)a->Tk * a->ldv;
     unsigned char *base;
-    /* the chunks take at most a quarter of the device memory free (with this thread's space, which a larger
-       one replaces), so that a small GPU runs more, shorter chunks */
-    if (!tfm__cuda_ok(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo")) return 0;
-    cap = TFM__MIN(cap, (fr + tfm__cu.bf_size) / 4);
     w->es = bf16 ? 2 : 4;
     w->et = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     w->kp = (a->Tk + 7) & ~7;
-    per = (size_t)a->B * a->H * (size_t)w->kp; /* elements of one query row of every batch-head: S, G, P, dS */
-    w->nq = (int)TFM__MAX((size_t)1, TFM__MIN((size_t)a->Tq, cap / ((8 + 2 * w->es) * per)));
+    per = (size_t)a->B * a->H * (size_t)w->kp; /* elements of one query row of every batch-head: S, P (G, dS) */
+    rowb = (bwd ? 2 : 1) * (4 + (size_t)w->es) * per;
+    fixed = nqd + ndo + 2 * nkd + 4 * 256;
+    w->nq = (int)TFM__MAX((size_t)1, TFM__MIN((size_t)a->Tq, cap / rowb));
+    /* chunks that do not fit the space this thread has take at most a quarter of the device memory free
+       (with that space, which a larger one replaces), so that a small GPU runs more, shorter chunks */
+    if (fixed + (size_t)w->nq * rowb > tfm__cu.bf_size) {
+        if (!tfm__cuda_ok(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo")) return 0;
+        cap = TFM__MIN(cap, (fr + tfm__cu.bf_size) / 4);
+        w->nq = (int)TFM__MAX((size_t)1, TFM__MIN((size_t)a->Tq, cap / rowb));
+    }
     nS = TFM__CU_ROUND(per * (size_t)w->nq * sizeof(float));
     nP = TFM__CU_ROUND(per * (size_t)w->nq * (size_t)w->es);
-    if (!(base = (unsigned char *)tfm__cuda_bf((2 * nqd + 2 * nkd + 2 * nS + 2 * nP) / 2))) return 0;
-    w->S = (float *)(void *)(base + 2 * nqd + 2 * nkd);
-    w->G = (float *)(void *)(base + 2 * nqd + 2 * nkd + nS);
-    w->P = base + 2 * nqd + 2 * nkd + 2 * nS;
-    w->dS = base + 2 * nqd + 2 * nkd + 2 * nS + nP;
+    if (!(base = (unsigned char *)tfm__cuda_bf((nqd + ndo + 2 * nkd + (bwd ? 2 : 1) * (nS + nP)) / 2))) return 0;
+    w->S = (float *)(void *)(base + nqd + ndo + 2 * nkd);
+    w->G = bwd ? w->S + nS / sizeof(float) : NULL;
+    w->P = (unsigned char *)w->S + (bwd ? 2 : 1) * nS;
+    w->dS = bwd ? (unsigned char *)w->P + nP : NULL;
     if (!bf16) {
         w->q = tfm__cu_bfp_make(a->q, 4, (int64_t)a->Tq * a->ldq, a->D, 1, a->ldq);
         w->k = tfm__cu_bfp_make(a->k, 4, sbk, a->D, G, a->ldk);
@@ -5260,11 +5269,11 @@ static int tfm__cu_bfa_init(const tfm__attn_args *a, tfm__cu_bfa *w, int bf16, c
     }
     w->q = tfm__cu_bfp_make(base, 2, (int64_t)a->Tq * HD, a->D, 1, HD);
     w->dout = tfm__cu_bfp_make(base + nqd, 2, (int64_t)a->Tq * HD, a->D, 1, HD);
-    w->k = tfm__cu_bfp_make(base + 2 * nqd, 2, (int64_t)a->Tk * KD, a->D, G, KD);
-    w->v = tfm__cu_bfp_make(base + 2 * nqd + nkd, 2, (int64_t)a->Tk * KD, a->D, G, KD);
+    w->k = tfm__cu_bfp_make(base + nqd + ndo, 2, (int64_t)a->Tk * KD, a->D, G, KD);
+    w->v = tfm__cu_bfp_make(base + nqd + ndo + nkd, 2, (int64_t)a->Tk * KD, a->D, G, KD);
     (void)tfm__bf16_operand_cuda((uint16_t *)base, HD, a->q, a->ldq, 0, (int64_t)a->B * a->Tq, HD, 1);
-    (void)tfm__bf16_operand_cuda((uint16_t *)(base + 2 * nqd), KD, a->k, a->ldk, 0, (int64_t)a->B * a->Tk, KD, 1);
-    (void)tfm__bf16_operand_cuda((uint16_t *)(base + 2 * nqd + nkd), KD, a->v, a->ldv, 0, (int64_t)a->B * a->Tk, KD, 1);
+    (void)tfm__bf16_operand_cuda((uint16_t *)(base + nqd + ndo), KD, a->k, a->ldk, 0, (int64_t)a->B * a->Tk, KD, 1);
+    (void)tfm__bf16_operand_cuda((uint16_t *)(base + nqd + ndo + nkd), KD, a->v, a->ldv, 0, (int64_t)a->B * a->Tk, KD, 1);
     if (dout) (void)tfm__bf16_operand_cuda((uint16_t *)(base + nqd), HD, dout, lddo, 0, (int64_t)a->B * a->Tq, HD, 1);
     return !tfm__cu.failed;
 }
@@ -5356,21 +5365,342 @@ static int tfm__attn_batched_backward_cuda(const tfm__attn_args *a, const tfm__c
     return 1;
 }
 
-/* Whether a call takes the batched products: bf16 (2) in a bf16 model's calls over whole sequences (not a
-   decoding step against a cache); fp32 (1) for heads wider than the tiled kernels take; else 0. */
-static int tfm__attn_batched(const tfm__attn_args *a) {
+/* -- flash attention on tensor cores: a bf16 model's calls over whole sequences with heads of up to
+   TFM__CU_TD channels (cfg.precision TFM_PREC_BF16; GPUs of compute capability 8.0 and later). The
+   products are warp matrix products (wmma: 16 x 16 x 16 tiles of bf16 operands, fp32 sums) in blocks of 4
+   warps. Forward and dq: the block holds TFM__CU_FB query rows of one batch-head (16 a warp) and runs
+   over the keys in tiles of TFM__CU_FB, with the online softmax of the tiled kernels; dk and dv: the block
+   holds TFM__CU_FB keys of a key/value head and runs over the queries of each head of its group. The
+   operands go to shared memory rounded to bf16 (channels padded with zeros to a multiple of 16); scores,
+   softmax statistics and sums stay fp32 in shared memory, each warp on its own 16 rows between its
+   products, so nothing depends on the fragments' register layout. Visibility, mask, dropout and the
+   score gradient are the tiled kernels' (tfm__cu_attn_sees, tfm__cu_attn_grad, so a query that sees one
+   key gives exactly zero); no scores in device memory, no atomics: every sum has one owner. -- */
+#define TFM__CU_FB 64 /* rows of a block's tile and of its running tiles */
+#define TFM__CU_FS (TFM__CU_FB + 4) /* row stride of a tile of fp32 scores */
+#define TFM__CU_FP (TFM__CU_FB + 8) /* row stride of a tile of bf16 probabilities */
+#if defined(TFM_CUDA_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800)
+#define TFM__CU_WMMA 1
+#else
+#define TFM__CU_WMMA 0 /* (the host pass, and GPUs before sm_80: the kernels are empty and never launched) */
+#endif
+
+/* The shared memory of a flash kernel (0 forward, 1 dq, 2 dk and dv) for heads of D channels: nb bf16 tiles
+   of TFM__CU_FB rows of D rounded up to 16, plus 8 (ldh), the fp32 score tiles, the bf16 probability
+   tiles, the fp32 accumulators (rows of the padded D plus 4) and 5 floats a row; 128 bytes of room to
+   align the start. Every part is a multiple of 32 bytes, as the matrix loads want. */
+static TFM__HD size_t tfm__cu_flash_smem(int kind, int D) {
+    size_t Dp = (size_t)(D + 15) & ~(size_t)15, F = TFM__CU_FB;
+    size_t nh = kind == 0 ? 3 : 4, ns = kind == 0 ? 1 : 2, np = kind == 2 ? 2 : 1, na = kind == 2 ? 2 : 1;
+    return 128 + nh * F * (Dp + 8) * 2 + ns * F * TFM__CU_FS * 4 + np * F * TFM__CU_FP * 2 + na * F * (Dp + 4) * 4 + 5 * F * 4;
+}
+
+/* n rows of D floats at src (row stride ld) into the bf16 tile dst (rows of ldh, Dp channels) by the whole
+   block: rounded to bf16, zeros past row n and channel D */
+static __device__ void tfm__cu_ftile(uint16_t *dst, int ldh, const float *src, int64_t ld, int n, int D, int Dp) {
+    int x;
+    for (x = (int)threadIdx.x; x < TFM__CU_FB * Dp; x += (int)blockDim.x) {
+        int r = x / Dp, d = x % Dp;
+        dst[r * ldh + d] = r < n && d < D ? tfm__bf16(src[(int64_t)r * ld + d]) : (uint16_t)0;
+    }
+}
+
+/* One warp: C = A B (acc: C += A B) for 16 rows, C fp32 of 16 nc columns (row stride ldc), A bf16 16 x K
+   (row-major, lda), B bf16 K x 16 nc: row-major (ldb), or bt: stored transposed (row n of b is column n
+   of B). K a multiple of 16. */
+static __device__ void tfm__cu_wmma_rows(float *c, int ldc, int acc, const uint16_t *a, int lda, const uint16_t *b, int ldb,
+                                         int bt, int K, int nc) {
+#if TFM__CU_WMMA
+    int n, k;
+    for (n = 0; n < nc; n++) {
+        nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> f;
+        if (acc) nvcuda::wmma::load_matrix_sync(f, c + 16 * n, (unsigned)ldc, nvcuda::wmma::mem_row_major);
+        else nvcuda::wmma::fill_fragment(f, 0.0f);
+        for (k = 0; k < K; k += 16) {
+            nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> fa;
+            nvcuda::wmma::load_matrix_sync(fa, (const __nv_bfloat16 *)(a + k), (unsigned)lda);
+            if (bt) {
+                nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::col_major> fb;
+                nvcuda::wmma::load_matrix_sync(fb, (const __nv_bfloat16 *)(b + (int64_t)16 * n * ldb + k), (unsigned)ldb);
+                nvcuda::wmma::mma_sync(f, fa, fb, f);
+            } else {
+                nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> fb;
+                nvcuda::wmma::load_matrix_sync(fb, (const __nv_bfloat16 *)(b + (int64_t)k * ldb + 16 * n), (unsigned)ldb);
+                nvcuda::wmma::mma_sync(f, fa, fb, f);
+            }
+        }
+        nvcuda::wmma::store_matrix_sync(c + 16 * n, f, (unsigned)ldc, nvcuda::wmma::mem_row_major);
+    }
+#else
+    (void)c, (void)ldc, (void)acc, (void)a, (void)lda, (void)b, (void)ldb, (void)bt, (void)K, (void)nc;
+#endif
+}
+
+/* The dynamic shared memory from its first 128-byte boundary */
+static __device__ unsigned char *tfm__cu_flash_base(unsigned char *raw) {
+    return (unsigned char *)(((uintptr_t)raw + 127) & ~(uintptr_t)127);
+}
+
+/* A forward or dq block's place: batch-head bh (batch b, head h), query rows [i0, i0 + nq), the most keys
+   they see (n_max) and their lowest window start, and the rows of their key/value head (a's pointers set) */
+typedef struct tfm__cu_fq { int bh, b, h, i0, nq, n_max, lo_min; const float *kh, *vh; } tfm__cu_fq;
+static __device__ tfm__cu_fq tfm__cu_fq_at(const tfm__attn_args *a) {
+    tfm__cu_fq f;
+    int tiles = (a->Tq + TFM__CU_FB - 1) / TFM__CU_FB;
+    f.bh = (int)blockIdx.x / tiles, f.b = f.bh / a->H, f.h = f.bh % a->H;
+    f.i0 = ((int)blockIdx.x % tiles) * TFM__CU_FB, f.nq = TFM__MIN(TFM__CU_FB, a->Tq - f.i0);
+    f.kh = a->k + (int64_t)f.b * a->Tk * a->ldk + tfm__attn_kv_head(a, f.h) * a->D;
+    f.vh = a->v + (int64_t)f.b * a->Tk * a->ldv + tfm__attn_kv_head(a, f.h) * a->D;
+    tfm__cu_attn_span(a, f.b, f.i0, f.nq, &f.n_max, &f.lo_min);
+    return f;
+}
+
+/* Forward: block (tile, bh) at bh * tiles + tile */
+static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, const float *k, const float *v, float *out,
+                                             float *lse, const int32_t *lens, const float *mask) {
+#if TFM__CU_WMMA
+    TFM__SHARED_DYN(unsigned char, raw);
+    int D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, ldf = Dp + 4, F = TFM__CU_FB, lane = (int)threadIdx.x & 31;
+    int w = (int)threadIdx.x >> 5, r, x, c, j0, bh, b, h, i0, nq, n_max, lo_min;
+    uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sk = sq + F * ldh, *sv = sk + F * ldh, *sp = sv + F * ldh;
+    float *ss = (float *)(void *)(sp + F * TFM__CU_FP), *so = ss + F * TFM__CU_FS, *sm = so + F * ldf, *sl = sm + F;
+    const float *kh, *vh;
+    tfm__cu_fq f;
+    tfm__cu_attn_ptrs(&a, q, k, v, out, lse, lens, NULL, NULL, mask);
+    f = tfm__cu_fq_at(&a);
+    bh = f.bh, b = f.b, h = f.h, i0 = f.i0, nq = f.nq, n_max = f.n_max, lo_min = f.lo_min, kh = f.kh, vh = f.vh;
+    for (x = (int)threadIdx.x; x < F * ldf; x += (int)blockDim.x) so[x] = 0.0f;
+    if ((int)threadIdx.x < F) sm[threadIdx.x] = -INFINITY, sl[threadIdx.x] = 0.0f;
+    tfm__cu_ftile(sq, ldh, q + ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, nq, D, Dp);
+    for (j0 = 0; j0 < n_max; j0 += F) {
+        int nk = TFM__MIN(F, n_max - j0);
+        if (j0 >= a.sinks && j0 + nk <= lo_min) continue; /* in every row's window gap */
+        __syncthreads(); /* every warp is done with the last tiles */
+        tfm__cu_ftile(sk, ldh, kh + (int64_t)j0 * a.ldk, a.ldk, nk, D, Dp);
+        tfm__cu_ftile(sv, ldh, vh + (int64_t)j0 * a.ldv, a.ldv, nk, D, Dp);
+        __syncthreads();
+        tfm__cu_wmma_rows(ss + 16 * w * TFM__CU_FS, TFM__CU_FS, 0, sq + 16 * w * ldh, ldh, sk, ldh, 1, Dp, F / 16);
+        __syncwarp();
+        for (r = 16 * w; r < 16 * w + 16; r++) { /* this warp's rows: lane on keys lane and lane + 32 */
+            int i = i0 + r, n = i < a.Tq ? tfm__attn_visible(&a, b, i) : 0, lo = n ? tfm__attn_window_lo(&a, b, i) : 0;
+            float s[2], p[2], mo = sm[r], bm = -INFINITY, mn, alpha = 1.0f, sum;
+            for (c = 0; c < 2; c++) {
+                int j = j0 + lane + 32 * c;
+                s[c] = -INFINITY;
+                if (lane + 32 * c < nk && tfm__cu_attn_sees(&a, j, n, lo)) {
+                    s[c] = a.scale * ss[r * TFM__CU_FS + lane + 32 * c];
+                    if (mask) s[c] += mask[b * a.mask_bs + (int64_t)i * a.Tk + j];
+                }
+                bm = s[c] > bm ? s[c] : bm;
+            }
+            bm = tfm__cu_warp_reduce(bm, 1);
+            mn = bm > mo ? bm : mo;
+            if (bm != -INFINITY && mo != -INFINITY) alpha = tfm__exp(mo - mn);
+            for (c = 0; c < 2; c++) p[c] = s[c] == -INFINITY ? 0.0f : tfm__exp(s[c] - mn);
+            sum = tfm__cu_warp_reduce(p[0] + p[1], 0);
+            for (c = 0; c < 2; c++)
+                sp[r * TFM__CU_FP + lane + 32 * c] = tfm__bf16(p[c] != 0.0f ? p[c] * tfm__cu_attn_keep(&a, bh, i, j0 + lane + 32 * c) : 0.0f);
+            if (alpha != 1.0f)
+                for (x = lane; x < Dp; x += 32) so[r * ldf + x] *= alpha;
+            __syncwarp(); /* every lane has read sm[r] */
+            if (lane == 0) sm[r] = mn, sl[r] = sl[r] * alpha + sum;
+        }
+        __syncwarp();
+        tfm__cu_wmma_rows(so + 16 * w * ldf, ldf, 1, sp + 16 * w * TFM__CU_FP, TFM__CU_FP, sv, ldh, 0, F, Dp / 16);
+    }
+    __syncwarp(); /* the warp's rows of so and sl are written */
+    for (r = 16 * w; r < 16 * w + 16; r++) {
+        int i = i0 + r;
+        float l = sl[r], inv = l > 0.0f ? 1.0f / l : 0.0f;
+        if (i >= a.Tq) continue;
+        for (x = lane; x < D; x += 32) out[((int64_t)b * a.Tq + i) * a.ldo + h * D + x] = so[r * ldf + x] * inv;
+        if (lane == 0) lse[(int64_t)bh * a.Tq + i] = l > 0.0f ? sm[r] + logf(l) : -INFINITY;
+    }
+#else
+    (void)a, (void)q, (void)k, (void)v, (void)out, (void)lse, (void)lens, (void)mask;
+#endif
+}
+
+/* dq_i += scale sum_j ds_ij k_j: blocks as forward's */
+static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, const float *k, const float *v,
+                                            const float *lse, const int32_t *lens, const float *mask, const float *Dr,
+                                            const float *one, float *dq, int lddq, const float *dout, int lddo) {
+#if TFM__CU_WMMA
+    TFM__SHARED_DYN(unsigned char, raw);
+    int D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, ldf = Dp + 4, F = TFM__CU_FB, lane = (int)threadIdx.x & 31;
+    int w = (int)threadIdx.x >> 5, r, x, c, j0, bh, b, h, i0, nq, n_max, lo_min;
+    uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sdo = sq + F * ldh, *sk = sdo + F * ldh, *sv = sk + F * ldh;
+    uint16_t *sds = sv + F * ldh;
+    float *ss = (float *)(void *)(sds + F * TFM__CU_FP), *sg = ss + F * TFM__CU_FS, *acc = sg + F * TFM__CU_FS;
+    const float *kh, *vh;
+    tfm__cu_fq f;
+    tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
+    f = tfm__cu_fq_at(&a);
+    bh = f.bh, b = f.b, h = f.h, i0 = f.i0, nq = f.nq, n_max = f.n_max, lo_min = f.lo_min, kh = f.kh, vh = f.vh;
+    for (x = (int)threadIdx.x; x < F * ldf; x += (int)blockDim.x) acc[x] = 0.0f;
+    tfm__cu_ftile(sq, ldh, q + ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, nq, D, Dp);
+    tfm__cu_ftile(sdo, ldh, dout + ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, nq, D, Dp);
+    for (j0 = 0; j0 < n_max; j0 += F) {
+        int nk = TFM__MIN(F, n_max - j0);
+        if (j0 >= a.sinks && j0 + nk <= lo_min) continue;
+        __syncthreads();
+        tfm__cu_ftile(sk, ldh, kh + (int64_t)j0 * a.ldk, a.ldk, nk, D, Dp);
+        tfm__cu_ftile(sv, ldh, vh + (int64_t)j0 * a.ldv, a.ldv, nk, D, Dp);
+        __syncthreads();
+        tfm__cu_wmma_rows(ss + 16 * w * TFM__CU_FS, TFM__CU_FS, 0, sq + 16 * w * ldh, ldh, sk, ldh, 1, Dp, F / 16);
+        tfm__cu_wmma_rows(sg + 16 * w * TFM__CU_FS, TFM__CU_FS, 0, sdo + 16 * w * ldh, ldh, sv, ldh, 1, Dp, F / 16);
+        __syncwarp();
+        for (r = 16 * w; r < 16 * w + 16; r++) {
+            int i = i0 + r;
+            float L = i < a.Tq ? lse[(int64_t)bh * a.Tq + i] : -INFINITY;
+            int n = L == -INFINITY ? 0 : tfm__attn_visible(&a, b, i), lo = n ? tfm__attn_window_lo(&a, b, i) : 0;
+            for (c = lane; c < F; c += 32) {
+                float pd = 0.0f, ds = 0.0f;
+                if (c < nk && tfm__cu_attn_sees(&a, j0 + c, n, lo))
+                    tfm__cu_attn_grad(&a, b, bh, i, j0 + c, ss[r * TFM__CU_FS + c], sg[r * TFM__CU_FS + c], L,
+                                      Dr[(int64_t)bh * a.Tq + i], one[(int64_t)bh * a.Tq + i], &pd, &ds);
+                sds[r * TFM__CU_FP + c] = tfm__bf16(ds);
+            }
+        }
+        __syncwarp();
+        tfm__cu_wmma_rows(acc + 16 * w * ldf, ldf, 1, sds + 16 * w * TFM__CU_FP, TFM__CU_FP, sk, ldh, 0, F, Dp / 16);
+    }
+    __syncwarp();
+    for (r = 16 * w; r < 16 * w + 16; r++) {
+        int i = i0 + r;
+        if (i >= a.Tq) continue;
+        for (x = lane; x < D; x += 32) dq[((int64_t)b * a.Tq + i) * lddq + h * D + x] += a.scale * acc[r * ldf + x];
+    }
+#else
+    (void)a, (void)q, (void)k, (void)v, (void)lse, (void)lens, (void)mask, (void)Dr, (void)one, (void)dq, (void)lddq;
+    (void)dout, (void)lddo;
+#endif
+}
+
+/* dv_j += sum_i pd_ij dout_i, dk_j += scale sum_i ds_ij q_i: block (tile, b * Hkv + g) holds TFM__CU_FB keys
+   of key/value head g and runs over the queries of each head of g's group (dk or dv may be NULL) */
+static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, const float *k, const float *v,
+                                             const float *lse, const int32_t *lens, const float *mask, const float *Dr,
+                                             const float *one, float *dk, int lddk, float *dv, int lddv,
+                                             const float *dout, int lddo) {
+#if TFM__CU_WMMA
+    TFM__SHARED_DYN(unsigned char, raw);
+    int Hkv = a.Hkv ? a.Hkv : a.H, G = a.H / Hkv, D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, ldf = Dp + 4;
+    int F = TFM__CU_FB, tiles = (a.Tk + F - 1) / F, bg = (int)blockIdx.x / tiles, b = bg / Hkv, g = bg % Hkv;
+    int j0 = ((int)blockIdx.x % tiles) * F, nk = TFM__MIN(F, a.Tk - j0), lane = (int)threadIdx.x & 31;
+    int w = (int)threadIdx.x >> 5, i_lo = 0, i1 = a.Tq, q0, r, x, c, h;
+    uint16_t *sk = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sv = sk + F * ldh, *sq = sv + F * ldh, *sdo = sq + F * ldh;
+    uint16_t *sp = sdo + F * ldh, *sds = sp + F * TFM__CU_FP;
+    float *ss = (float *)(void *)(sds + F * TFM__CU_FP), *sg = ss + F * TFM__CU_FS, *adk = sg + F * TFM__CU_FS;
+    float *adv = adk + F * ldf, *sL = adv + F * ldf, *sD = sL + F, *sone = sD + F;
+    int *sn = (int *)(void *)(sone + F), *slo = sn + F;
+    tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
+    for (x = (int)threadIdx.x; x < F * ldf; x += (int)blockDim.x) adk[x] = adv[x] = 0.0f;
+    tfm__cu_ftile(sk, ldh, k + ((int64_t)b * a.Tk + j0) * a.ldk + g * D, a.ldk, nk, D, Dp);
+    tfm__cu_ftile(sv, ldh, v + ((int64_t)b * a.Tk + j0) * a.ldv + g * D, a.ldv, nk, D, Dp);
+    /* causal: only the queries from key j0 on see these keys; with a window, only up to the last key's window
+       (a sink: every query from it on) */
+    if (a.causal) i_lo = TFM__MIN(j0, a.Tq);
+    if (a.window && a.causal && j0 >= a.sinks) i1 = TFM__MIN(a.Tq, j0 + nk - 1 + a.window);
+    for (h = g * G; h < g * G + G; h++) {
+        int bh = b * a.H + h;
+        const float *qh = q + (int64_t)b * a.Tq * a.ldq + h * D, *doh = dout + (int64_t)b * a.Tq * lddo + h * D;
+        for (q0 = i_lo; q0 < i1; q0 += F) {
+            int nq = TFM__MIN(F, i1 - q0);
+            __syncthreads(); /* every warp is done with the last tiles */
+            tfm__cu_ftile(sq, ldh, qh + (int64_t)q0 * a.ldq, a.ldq, nq, D, Dp);
+            tfm__cu_ftile(sdo, ldh, doh + (int64_t)q0 * lddo, lddo, nq, D, Dp);
+            if ((int)threadIdx.x < F) {
+                int t = (int)threadIdx.x, it = q0 + t;
+                sL[t] = t < nq ? lse[(int64_t)bh * a.Tq + it] : -INFINITY;
+                sn[t] = sL[t] == -INFINITY ? 0 : tfm__attn_visible(&a, b, it);
+                slo[t] = sn[t] ? tfm__attn_window_lo(&a, b, it) : 0;
+                sD[t] = t < nq ? Dr[(int64_t)bh * a.Tq + it] : 0.0f;
+                sone[t] = t < nq ? one[(int64_t)bh * a.Tq + it] : 0.0f;
+            }
+            __syncthreads();
+            /* this warp's 16 keys against the tile's queries: q_i . k_j and dout_i . v_j */
+            tfm__cu_wmma_rows(ss + 16 * w * TFM__CU_FS, TFM__CU_FS, 0, sk + 16 * w * ldh, ldh, sq, ldh, 1, Dp, F / 16);
+            tfm__cu_wmma_rows(sg + 16 * w * TFM__CU_FS, TFM__CU_FS, 0, sv + 16 * w * ldh, ldh, sdo, ldh, 1, Dp, F / 16);
+            __syncwarp();
+            for (r = 16 * w; r < 16 * w + 16; r++)
+                for (c = lane; c < F; c += 32) {
+                    float pd = 0.0f, ds = 0.0f;
+                    if (r < nk && tfm__cu_attn_sees(&a, j0 + r, sn[c], slo[c]))
+                        tfm__cu_attn_grad(&a, b, bh, q0 + c, j0 + r, ss[r * TFM__CU_FS + c], sg[r * TFM__CU_FS + c], sL[c],
+                                          sD[c], sone[c], &pd, &ds);
+                    sp[r * TFM__CU_FP + c] = tfm__bf16(pd);
+                    sds[r * TFM__CU_FP + c] = tfm__bf16(ds);
+                }
+            __syncwarp();
+            tfm__cu_wmma_rows(adv + 16 * w * ldf, ldf, 1, sp + 16 * w * TFM__CU_FP, TFM__CU_FP, sdo, ldh, 0, F, Dp / 16);
+            tfm__cu_wmma_rows(adk + 16 * w * ldf, ldf, 1, sds + 16 * w * TFM__CU_FP, TFM__CU_FP, sq, ldh, 0, F, Dp / 16);
+        }
+    }
+    __syncwarp();
+    for (r = 16 * w; r < 16 * w + 16 && r < nk; r++)
+        for (x = lane; x < D; x += 32) {
+            int64_t j = (int64_t)b * a.Tk + j0 + r;
+            if (dv) dv[j * lddv + g * D + x] += adv[r * ldf + x];
+            if (dk) dk[j * lddk + g * D + x] += a.scale * adk[r * ldf + x];
+        }
+#else
+    (void)a, (void)q, (void)k, (void)v, (void)lse, (void)lens, (void)mask, (void)Dr, (void)one, (void)dk, (void)lddk;
+    (void)dv, (void)lddv, (void)dout, (void)lddo;
+#endif
+}
+
+/* Lets kernel k (slot: 0 forward, 1 dq, 2 dk and dv) take bytes of dynamic shared memory (past the default
+   48 KiB: an opt-in, made once a size) */
+static TFM__THREAD_LOCAL size_t tfm__cu_optin[3];
+static int tfm__cu_optin_set(int slot, size_t bytes, cudaError_t e) {
+    if (!tfm__cuda_ok(e, "cudaFuncSetAttribute (flash attention's shared memory)")) return 0;
+    tfm__cu_optin[slot] = bytes;
+    return 1;
+}
+#define TFM__CU_OPTIN(k, slot, bytes)                                                                                     \
+    ((bytes) <= tfm__cu_optin[slot] ||                                                                                    \
+     tfm__cu_optin_set(slot, bytes, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes))))
+
+/* Whether this thread's GPU runs the flash kernels for heads of D channels: bf16 tensor cores (compute
+   capability 8.0 on) and the shared memory the largest of them needs (sm_90: up to 128 channels; sm_80:
+   up to 96; GPUs with 99 KiB a block: up to 32) */
+static int tfm__cu_flash_ok(int D) {
+    static TFM__THREAD_LOCAL int major = -1, optin = 0;
+    int dev = 0;
+    if (major < 0 && (cudaGetDevice(&dev) != cudaSuccess ||
+                      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+                      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess))
+        major = 0;
+    return major >= 8 && tfm__cu_flash_smem(2, D) <= (size_t)optin;
+}
+
+/* Which way a call goes: 3 the flash kernels (a bf16 model's call over whole sequences, not a decoding step
+   against a cache, with heads of up to TFM__CU_TD channels on a GPU with bf16 tensor cores and the shared
+   memory: tfm__cu_flash_ok); 2 bf16 batched products (the same calls otherwise); 1 fp32 batched products (fp32
+   heads wider than TFM__CU_TD, decoding steps included); 0 the tiled fp32 kernels. */
+static int tfm__attn_path(const tfm__attn_args *a) {
     if (a->Tk <= 0) return 0;
-    if (tfm__model_prec == TFM_PREC_BF16 && !a->kv_rows && !a->q_off && !a->ring && !a->bsk) return 2;
+    if (tfm__model_prec == TFM_PREC_BF16 && !a->kv_rows && !a->q_off && !a->ring && !a->bsk)
+        return a->D <= TFM__CU_TD && tfm__cu_flash_ok(a->D) ? 3 : 2;
     return a->D > TFM__CU_TD;
 }
 
 static int tfm__attention_forward_cuda(const tfm__attn_args *a) {
     tfm__cu_attn_io io;
-    int bm = tfm__attn_batched(a), R = a->D <= 64 ? 4 : 2;
+    int path = tfm__attn_path(a), bm = path == 1 || path == 2, R = a->D <= 64 ? 4 : 2;
     size_t smem = (4 * (size_t)R * a->D + TFM__CU_TW * (2 * (size_t)a->D + 1)) * sizeof(float);
     unsigned grid = (unsigned)((a->Tq + 4 * R - 1) / (4 * R)) * (unsigned)(a->B * a->H);
     if (a->Tq <= 0 || a->B * a->H <= 0 || !tfm__cu_attn_stage(a, &io, bm ? TFM__CU_BFA_PTRS : 0)) return 1;
-    if (bm) return tfm__attn_batched_forward_cuda(a, &io, (unsigned char *)io.Dr, bm == 2);
+    if (bm) return tfm__attn_batched_forward_cuda(a, &io, (unsigned char *)io.Dr, path == 2);
+    if (path == 3) {
+        smem = tfm__cu_flash_smem(0, a->D);
+        grid = (unsigned)((a->Tq + TFM__CU_FB - 1) / TFM__CU_FB) * (unsigned)(a->B * a->H);
+        if (TFM__CU_OPTIN(tfm__k_attn_flash_fwd, 0, smem))
+            TFM__LAUNCH(tfm__k_attn_flash_fwd, grid, 128, smem, *a, a->q, a->k, a->v, a->out, a->lse, io.lens, io.mask);
+        TFM__CU_LAUNCHED("tfm__k_attn_flash_fwd");
+        return 1;
+    }
     if (R == 4)
         TFM__LAUNCH(tfm__k_attn_fwd_tiled<4>, grid, 128, smem, *a, a->q, a->k, a->v, a->out, a->lse, io.lens, io.rows, io.qoff,
                     io.mask);
@@ -5386,7 +5716,7 @@ static int tfm__attention_backward_cuda(const tfm__attn_args *a, float *dq, int 
     tfm__cu_attn_io io;
     int64_t nrow = (int64_t)a->B * a->H * a->Tq;
     float *one;
-    int bm = tfm__attn_batched(a), R = a->D <= 64 ? 4 : 2, Hkv = a->Hkv ? a->Hkv : a->H;
+    int path = tfm__attn_path(a), bm = path == 1 || path == 2, R = a->D <= 64 ? 4 : 2, Hkv = a->Hkv ? a->Hkv : a->H;
     size_t smem = (8 * (size_t)R * a->D + 2 * (size_t)TFM__CU_TW * (a->D + 1)) * sizeof(float);
     unsigned gq = (unsigned)((a->Tq + 4 * R - 1) / (4 * R)) * (unsigned)(a->B * a->H);
     unsigned gk = (unsigned)((a->Tk + 4 * R - 1) / (4 * R)) * (unsigned)(a->B * Hkv);
@@ -5397,8 +5727,24 @@ static int tfm__attention_backward_cuda(const tfm__attn_args *a, float *dq, int 
                 io.mask);
     TFM__CU_LAUNCHED("tfm__k_attn_dr");
     if (bm)
-        return tfm__attn_batched_backward_cuda(a, &io, (unsigned char *)(one + nrow), bm == 2, one, dq, lddq, dk, lddk, dv,
+        return tfm__attn_batched_backward_cuda(a, &io, (unsigned char *)(one + nrow), path == 2, one, dq, lddq, dk, lddk, dv,
                                                lddv, dout, lddo);
+    if (path == 3) {
+        size_t s1 = tfm__cu_flash_smem(1, a->D), s2 = tfm__cu_flash_smem(2, a->D);
+        gq = (unsigned)((a->Tq + TFM__CU_FB - 1) / TFM__CU_FB) * (unsigned)(a->B * a->H);
+        gk = (unsigned)((a->Tk + TFM__CU_FB - 1) / TFM__CU_FB) * (unsigned)(a->B * Hkv);
+        if (dq && TFM__CU_OPTIN(tfm__k_attn_flash_dq, 1, s1)) {
+            TFM__LAUNCH(tfm__k_attn_flash_dq, gq, 128, s1, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dq, lddq,
+                        dout, lddo);
+            TFM__CU_LAUNCHED("tfm__k_attn_flash_dq");
+        }
+        if ((dk || dv) && TFM__CU_OPTIN(tfm__k_attn_flash_dkv, 2, s2)) {
+            TFM__LAUNCH(tfm__k_attn_flash_dkv, gk, 128, s2, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dk,
+                        lddk, dv, lddv, dout, lddo);
+            TFM__CU_LAUNCHED("tfm__k_attn_flash_dkv");
+        }
+        return 1;
+    }
     if (dq) { /* the tiled kernels: 4R rows a block */
         if (R == 4)
             TFM__LAUNCH(tfm__k_attn_dq_tiled<4>, gq, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dq,

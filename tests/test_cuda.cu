@@ -3506,6 +3506,10 @@ static void cu_bf16_attention_case(const cu_bfatt *c) {
     a.lens = c->lens ? lens : NULL, a.dropout = c->dropout, a.scale = scale, a.seed = 99, a.drop_i0 = 5;
     a.mask = c->mask ? mask : NULL, a.mask_bs = c->mask == 2 ? (int64_t)Tq * Tk : 0;
     tfm__model_prec = TFM_PREC_BF16;
+#ifdef TFM_CUDA_EMULATION
+    CHECK(tfm__cu_flash_ok(128)); /* the emulation's sm_90, with 227 KiB of shared memory by opt-in */
+#endif
+    CHECK_MSG(tfm__attn_path(&a) == (D <= 128 && tfm__cu_flash_ok(D) ? 3 : 2), "%s: takes path %d", name, tfm__attn_path(&a));
     CHECK(tfm__op_attention(TFM_DEVICE_CUDA, &a));
     CHECK(tfm__op_attention_bwd(TFM_DEVICE_CUDA, &a, dq.d, ldq, c->fused ? dq.d + C : dk.d, ldk, c->fused ? dq.d + C + E : dv.d,
                                 ldk, dout.d, C));
@@ -3597,12 +3601,20 @@ static void cu_bf16_attention(void) {
 #ifdef TFM_CUDA_EMULATION
     unsigned long long calls0 = tfm_emu_gemm_bf16_calls();
 #endif
+    /* heads of up to 128 channels take the flash kernels (tiles of 64 queries and keys, channels padded to a
+       multiple of 16), wider ones the batched products in chunks of a few query rows */
     static const cu_bfatt cases[] = {
-        {2, 2, 2, 8, 40, 40, 1, 0, 0, 0, 0, 0, 0.0f},    /* causal, in chunks of a few rows */
-        {3, 4, 2, 16, 33, 33, 1, 1, 0, 0, 0, 0, 0.1f},   /* grouped-query, key lengths, dropout */
-        {2, 2, 2, 8, 17, 29, 0, 1, 2, 0, 0, 0, 0.0f},    /* cross-attention: Tq != Tk, a mask per batch row */
-        {1, 2, 2, 8, 50, 50, 1, 0, 0, 7, 2, 0, 0.0f},    /* a sliding window of 7 with 2 sinks */
-        {2, 2, 1, 8, 24, 24, 1, 0, 1, 0, 0, 1, 0.0f},    /* q|k|v in one buffer (multi-query), a shared mask */
+        {2, 2, 2, 8, 40, 40, 1, 0, 0, 0, 0, 0, 0.0f},      /* causal */
+        {3, 4, 2, 16, 33, 33, 1, 1, 0, 0, 0, 0, 0.1f},     /* grouped-query, key lengths, dropout */
+        {2, 2, 2, 8, 17, 29, 0, 1, 2, 0, 0, 0, 0.0f},      /* cross-attention: Tq != Tk, a mask per batch row */
+        {1, 2, 2, 8, 50, 50, 1, 0, 0, 7, 2, 0, 0.0f},      /* a sliding window of 7 with 2 sinks */
+        {2, 2, 1, 8, 24, 24, 1, 0, 1, 0, 0, 1, 0.0f},      /* q|k|v in one buffer (multi-query), a shared mask */
+        {2, 2, 2, 64, 150, 150, 1, 1, 0, 0, 0, 0, 0.1f},   /* several tiles of queries and keys, lengths, dropout */
+        {1, 2, 2, 32, 200, 200, 1, 0, 0, 40, 3, 0, 0.0f},  /* a window that skips whole key tiles, sinks */
+        {2, 2, 2, 40, 70, 130, 0, 1, 2, 0, 0, 0, 0.0f},    /* cross, 40 channels padded to 48, a mask per row */
+        {1, 4, 1, 128, 70, 70, 1, 0, 1, 0, 0, 1, 0.1f},    /* 128 channels, a group of 4 heads, fused, mask */
+        {2, 2, 1, 144, 30, 30, 1, 1, 0, 0, 0, 0, 0.1f},    /* wider heads: the batched products, in chunks */
+        {1, 2, 2, 160, 21, 34, 0, 0, 2, 0, 0, 0, 0.0f},    /* wider, cross-attention with a mask per row */
     };
     for (int i = 0; i < CU_LEN(cases); i++) cu_bf16_attention_case(&cases[i]);
 #ifdef TFM_CUDA_EMULATION
@@ -3722,15 +3734,16 @@ static void cu_bf16_model(void) {
                 tfm_model_free(&m2);
             }
 #ifdef TFM_CUDA_EMULATION
-            { /* a failing bf16 product (a linear map's, the attention's) fails the call that ran it, and the model
-                 works again after */
+            { /* a failing bf16 product (a linear map's) or flash attention launch fails the call that ran it, and the
+                 model works again after */
                 const char *blas = cublasGetStatusString(CUBLAS_STATUS_EXECUTION_FAILED);
                 float l2;
                 cu_arm("cublasGemmEx", CUBLAS_STATUS_EXECUTION_FAILED, 0);
                 cu_expect_cuda("bf16 forward, cublasGemmEx failing", tfm_model_forward(&mg, &d->b, &l2, NULL), "tfm_model_forward", blas);
-                cu_arm("cublasGemmBatchedEx", CUBLAS_STATUS_EXECUTION_FAILED, 1);
-                cu_expect_cuda("bf16 forward, cublasGemmBatchedEx failing", tfm_model_forward(&mg, &d->b, &l2, NULL), "tfm_model_forward",
-                               blas);
+                tfm__cu_optin[0] = 0; /* the flash kernel's shared-memory opt-in is asked for again, and fails */
+                cu_arm("cudaFuncSetAttribute", cudaErrorInvalidValue, 0);
+                cu_expect_cuda("bf16 forward, the flash attention's opt-in failing", tfm_model_forward(&mg, &d->b, &l2, NULL),
+                               "tfm_model_forward", "flash attention's shared memory");
                 CHECK_OK(tfm_model_forward(&mg, &d->b, &l2, NULL));
                 CHECK(l2 == before);
             }
