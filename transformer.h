@@ -3789,11 +3789,12 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
    targets, lengths, cache slots) and additive masks stay on the host and are copied into the calling
    thread's device work space when an op needs them (the stream order keeps a later op from overwriting
    them before the kernel that reads them has run). One block per row for row-wise ops, grid-stride loops
-   for element-wise ones, one launch per 256 parameters for AdamW and the gradient norm; attention in
+   for element-wise ones (an MLP's bias and activation fused after its product, a residual add with the
+   layernorm after it), one launch per 256 parameters for AdamW and the gradient norm; attention in
    shared-memory tiles of 16 rows against running tiles of 32 for heads of up to 128 channels, else as
    batched cuBLAS products over chunks of scores kept in device memory; in a bf16 model's calls
-   (cfg.precision) the products take bf16 operands on tensor cores, the attention's too (the batched
-   products); sums in a fixed order (no atomics), so results are deterministic. Errors: the first failing
+   (cfg.precision) the products take bf16 operands on tensor cores, the attention's too (flash attention
+   in warp matrix products for heads of up to 128 channels, else the batched products); sums in a fixed order (no atomics), so results are deterministic. Errors: the first failing
    CUDA or cuBLAS call of a public call is kept (tfm__cu.err) and reported by that call's
    tfm__scratch_check as TFM_E_CUDA. */
 
@@ -4178,22 +4179,30 @@ static __global__ void tfm__k_xent_bwd(float *dx, float g, const float *x, const
         dx[r * V + j] += g * (tfm__exp(x[r * V + j] - l) - sv - (j == t[r] ? 1.0f - s : 0.0f));
 }
 
-/* One block per row; y may alias x (each thread reads only the elements it writes) */
+/* Row r of a layernorm (rms: RMSNorm) by the whole block, x and y at the row; y may alias x (each thread
+   reads only the elements it writes); sh: the block's 32 floats for the sums */
+static __device__ void tfm__cu_ln_row(float *y, float *mean, float *rstd, const float *x, const float *g, const float *b,
+                                      float eps, int64_t C, int rms, int64_t r, float *sh) {
+    int64_t j;
+    float m = 0.0f, v = 0.0f, rs;
+    if (!rms) {
+        for (j = threadIdx.x; j < C; j += blockDim.x) m += x[j];
+        m = tfm__cu_reduce(m, sh, 0) / (float)C;
+    }
+    for (j = threadIdx.x; j < C; j += blockDim.x) v += (x[j] - m) * (x[j] - m);
+    v = tfm__cu_reduce(v, sh, 0) / (float)C;
+    rs = 1.0f / sqrtf(v + eps);
+    for (j = threadIdx.x; j < C; j += blockDim.x) y[j] = (x[j] - m) * rs * (g ? g[j] : 1.0f) + (b ? b[j] : 0.0f);
+    if (threadIdx.x == 0 && mean) mean[r] = m;
+    if (threadIdx.x == 0 && rstd) rstd[r] = rs;
+}
+
+/* One block per row */
 static __global__ void tfm__k_layernorm(float *y, float *mean, float *rstd, const float *x, const float *g,
                                         const float *b, float eps, int64_t C, int rms) {
     TFM__SHARED(float, sh, 32);
-    int64_t o = (int64_t)blockIdx.x * C, j;
-    float m = 0.0f, v = 0.0f, rs;
-    if (!rms) {
-        for (j = threadIdx.x; j < C; j += blockDim.x) m += x[o + j];
-        m = tfm__cu_reduce(m, sh, 0) / (float)C;
-    }
-    for (j = threadIdx.x; j < C; j += blockDim.x) v += (x[o + j] - m) * (x[o + j] - m);
-    v = tfm__cu_reduce(v, sh, 0) / (float)C;
-    rs = 1.0f / sqrtf(v + eps);
-    for (j = threadIdx.x; j < C; j += blockDim.x) y[o + j] = (x[o + j] - m) * rs * (g ? g[j] : 1.0f) + (b ? b[j] : 0.0f);
-    if (threadIdx.x == 0 && mean) mean[blockIdx.x] = m;
-    if (threadIdx.x == 0 && rstd) rstd[blockIdx.x] = rs;
+    int64_t o = (int64_t)blockIdx.x * C;
+    tfm__cu_ln_row(y + o, mean, rstd, x + o, g, b, eps, C, rms, blockIdx.x, sh);
 }
 
 /* One block per row: dx = res + rstd (dn - mean(dn) - xhat mean(dn xhat)), dn = dy g (res may be dx, or NULL) */
@@ -4216,6 +4225,34 @@ static __global__ void tfm__k_layernorm_bwd(float *dx, const float *res, const f
     }
 }
 
+/* An MLP's first linear map, bias and activation fused after the product: pre (N, F1) += b, then y (N, F)
+   = act(pre) (F1 = 2F for SwiGLU: gate and up halves, one thread for both) */
+static __global__ void tfm__k_bias_act(int act, float *y, float *pre, const float *b, int64_t N, int64_t F) {
+    int64_t F1 = act == TFM_ACT_SWIGLU ? 2 * F : F;
+    TFM__CU_LOOP(i, N * F) {
+        int64_t r = i / F, j = i % F;
+        float v = pre[r * F1 + j] + (b ? b[j] : 0.0f);
+        pre[r * F1 + j] = v;
+        if (act == TFM_ACT_SWIGLU) {
+            float u = pre[r * F1 + F + j] + (b ? b[F + j] : 0.0f);
+            pre[r * F1 + F + j] = u;
+            y[i] = v * tfm__sigmoid(v) * u;
+        } else {
+            y[i] = act == TFM_ACT_RELU ? (v > 0.0f ? v : 0.0f) : act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh(v) : tfm__gelu_erf(v);
+        }
+    }
+}
+
+/* The residual add and the layernorm after it, one block per row: s = a + b is written, then y = LN(s)
+   (each thread re-reads only the sums it wrote) */
+static __global__ void tfm__k_add_layernorm(float *s, float *y, float *mean, float *rstd, const float *a, const float *b,
+                                            const float *g, const float *bias, float eps, int64_t C, int rms) {
+    TFM__SHARED(float, sh, 32);
+    int64_t o = (int64_t)blockIdx.x * C, j;
+    for (j = threadIdx.x; j < C; j += blockDim.x) s[o + j] = a[o + j] + b[o + j];
+    tfm__cu_ln_row(y + o, mean, rstd, s + o, g, bias, eps, C, rms, blockIdx.x, sh);
+}
+
 /* act: a tfm_activation. Backward: dx = acc * dx + dy act'(x) (acc 0: dx not read) */
 static __global__ void tfm__k_act(int act, float *y, const float *x, int64_t n) {
     TFM__CU_LOOP(i, n) {
@@ -4231,14 +4268,7 @@ static __global__ void tfm__k_act_bwd(int act, float *dx, const float *dy, const
         dx[i] = acc != 0.0f ? dx[i] + d : d;
     }
 }
-/* SwiGLU, as the CPU's: one thread per output element */
-static __global__ void tfm__k_swiglu(float *y, const float *h, int64_t N, int64_t F) {
-    TFM__CU_LOOP(i, N * F) {
-        int64_t r = i / F, j = i % F;
-        float g = h[r * 2 * F + j];
-        y[i] = g * tfm__sigmoid(g) * h[r * 2 * F + F + j];
-    }
-}
+/* SwiGLU's backward, as the CPU's: one thread per output element */
 static __global__ void tfm__k_swiglu_bwd(float *dh, const float *dy, const float *h, int64_t N, int64_t F) {
     TFM__CU_LOOP(i, N * F) {
         int64_t r = i / F, j = i % F;
@@ -4874,6 +4904,23 @@ static void tfm__layernorm_cuda(float *y, float *mean, float *rstd, const float 
     TFM__CU_LAUNCHED("tfm__k_layernorm");
 }
 
+static void tfm__add_layernorm_cuda(float *sum, float *y, float *mean, float *rstd, const float *a, const float *b,
+                                   const float *g, const float *bias, float eps, int64_t N, int64_t C, int rms) {
+    if (N <= 0) return;
+    TFM__LAUNCH(tfm__k_add_layernorm, (unsigned)N, tfm__cu_row_threads(C), 0, sum, y, mean, rstd, a, b, g, bias, eps, C, rms);
+    TFM__CU_LAUNCHED("tfm__k_add_layernorm");
+}
+
+/* pre = x w^T (the product alone), then the bias and the activation in one pass */
+static void tfm__linear_act_cuda(int act, float *y, float *pre, const float *x, const float *w, const float *b, int64_t N,
+                                 int64_t C, int64_t F) {
+    int64_t F1 = act == TFM_ACT_SWIGLU ? 2 * F : F;
+    if (N * F <= 0) return;
+    tfm__gemm_cuda(0, 1, (int)N, (int)F1, (int)C, 1.0f, x, (int)C, 0, w, (int)C, 0, 0.0f, pre, (int)F1, 0, 1);
+    TFM__LAUNCH(tfm__k_bias_act, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, act, y, pre, b, N, F);
+    TFM__CU_LAUNCHED("tfm__k_bias_act");
+}
+
 static void tfm__layernorm_bwd_cuda(float *dx, const float *res, float *dg, float *db, const float *dy, const float *x,
                                     const float *g, const float *mean, const float *rstd, int64_t N, int64_t C, int rms) {
     if (N <= 0) return;
@@ -4894,15 +4941,10 @@ static void tfm__act_bwd_cuda(int act, float *dx, const float *dy, const float *
     TFM__LAUNCH(tfm__k_act_bwd, tfm__cu_grid(n), TFM__CU_THREADS, 0, act, dx, dy, x, n, acc);
     TFM__CU_LAUNCHED("tfm__k_act_bwd");
 }
-static void tfm__swiglu_cuda(float *y, const float *h, int64_t N, int64_t F, int bwd, const float *dy) {
+static void tfm__swiglu_bwd_cuda(float *dh, const float *dy, const float *h, int64_t N, int64_t F) {
     if (N * F <= 0) return;
-    if (bwd) { /* y is dh */
-        TFM__LAUNCH(tfm__k_swiglu_bwd, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, y, dy, h, N, F);
-        TFM__CU_LAUNCHED("tfm__k_swiglu_bwd");
-    } else {
-        TFM__LAUNCH(tfm__k_swiglu, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, y, h, N, F);
-        TFM__CU_LAUNCHED("tfm__k_swiglu");
-    }
+    TFM__LAUNCH(tfm__k_swiglu_bwd, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, dh, dy, h, N, F);
+    TFM__CU_LAUNCHED("tfm__k_swiglu_bwd");
 }
 static void tfm__rope_cuda(float *y, const float *x, int64_t ld, int64_t B, int64_t T, int H, int D, int rot, float base,
                            const int32_t *pos0, int inverse, int acc) {
@@ -5941,6 +5983,14 @@ static void tfm__op_layernorm_bwd(tfm_device dev, float *dx, const float *res, f
     TFM__CUDA(dev, tfm__layernorm_bwd_cuda(dx, res, dg, db, dy, x, g, mean, rstd, N, C, rms); return);
     tfm__layernorm_backward_cpu(dx, res, dg, db, dy, x, g, mean, rstd, N, C, rms);
 }
+/* sum = a + b (n rows of C), then y = LN(sum) as tfm__op_layernorm: a residual add and the norm after it */
+static void tfm__op_add_layernorm(tfm_device dev, float *sum, float *y, float *mean, float *rstd, const float *a,
+                                  const float *b, const float *g, const float *bias, float eps, int64_t N, int64_t C,
+                                  int rms) {
+    TFM__CUDA(dev, tfm__add_layernorm_cuda(sum, y, mean, rstd, a, b, g, bias, eps, N, C, rms); return);
+    tfm__add_cpu(sum, a, b, N * C);
+    tfm__layernorm_forward_cpu(y, mean, rstd, sum, g, bias, eps, N, C, rms);
+}
 /* act: a tfm_activation */
 static void tfm__op_act(tfm_device dev, int act, float *y, const float *x, int64_t n) {
     TFM__CUDA(dev, tfm__act_cuda(act, y, x, n); return);
@@ -5953,14 +6003,19 @@ static void tfm__op_act_bwd(tfm_device dev, int act, float *dx, const float *dy,
     if (act == TFM_ACT_RELU) tfm__relu_backward_cpu(dx, dy, x, n, acc);
     else tfm__gelu_backward_cpu(dx, dy, x, n, act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF, acc);
 }
-/* SwiGLU: y (N,F) from h (N,2F); backward writes dh (N,2F) */
-static void tfm__op_swiglu(tfm_device dev, float *y, const float *h, int64_t N, int64_t F) {
-    TFM__CUDA(dev, tfm__swiglu_cuda(y, h, N, F, 0, NULL); return);
-    tfm__swiglu_forward_cpu(y, h, N, F);
-}
+/* SwiGLU's backward: dh (N,2F) written from dy (N,F) and h (N,2F); its forward is tfm__op_linear_act's */
 static void tfm__op_swiglu_bwd(tfm_device dev, float *dh, const float *dy, const float *h, int64_t N, int64_t F) {
-    TFM__CUDA(dev, tfm__swiglu_cuda(dh, h, N, F, 1, dy); return);
+    TFM__CUDA(dev, tfm__swiglu_bwd_cuda(dh, dy, h, N, F); return);
     tfm__swiglu_backward_cpu(dh, dy, h, N, F);
+}
+/* An MLP's first linear map and its activation: pre = x w^T + b (N rows of F1 = F, or 2F for SwiGLU), y =
+   act(pre) (N rows of F); x rows of C */
+static void tfm__op_linear_act(tfm_device dev, int act, float *y, float *pre, const float *x, const float *w,
+                               const float *b, int64_t N, int64_t C, int64_t F) {
+    TFM__CUDA(dev, tfm__linear_act_cuda(act, y, pre, x, w, b, N, C, F); return);
+    tfm__linear_forward_cpu(pre, act == TFM_ACT_SWIGLU ? 2 * F : F, x, C, w, b, N, C, act == TFM_ACT_SWIGLU ? 2 * F : F);
+    if (act == TFM_ACT_SWIGLU) tfm__swiglu_forward_cpu(y, pre, N, F);
+    else tfm__op_act(dev, act, y, pre, N * F);
 }
 /* rotary embedding (pos0: B host integers or NULL); inverse: the transpose; acc: y += */
 static void tfm__op_rope(tfm_device dev, float *y, const float *x, int64_t ld, int64_t B, int64_t T, int H, int D, int rot,
@@ -7579,10 +7634,7 @@ static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, 
         o.batch_offset = bo->batch_offset;
         tfm__mha_fwd(&blk->cross_attn, v, u, blk->xkv, blk->B, blk->T, blk->Tk, &o, kc, layer);
     } else {
-        int64_t F1 = d->act == TFM_ACT_SWIGLU ? 2 * F : F;
-        tfm__op_linear(blk->device, blk->ff_pre, F1, u, C, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F1);
-        if (d->act == TFM_ACT_SWIGLU) tfm__op_swiglu(blk->device, blk->ff_act, blk->ff_pre, N, F);
-        else tfm__op_act(blk->device, d->act, blk->ff_act, blk->ff_pre, N * F);
+        tfm__op_linear_act(blk->device, d->act, blk->ff_act, blk->ff_pre, u, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F);
         tfm__op_linear(blk->device, v, C, blk->ff_act, F, blk->linear2.weight.data, blk->linear2.bias.data, N, F, C);
     }
 }
@@ -7625,7 +7677,8 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
         float *v = blk->sub_out;
         tfm_layernorm *ln = &blk->norm[s];
         if (d->norm_first) {
-            tfm__op_layernorm(blk->device, blk->ln_io[s], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data, d->ln_eps, N, C, ln->rms);
+            if (s == 0) /* (the later sub-layers' norms ran with the residual add before them) */
+                tfm__op_layernorm(blk->device, blk->ln_io[0], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data, d->ln_eps, N, C, ln->rms);
             tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], kc, layer);
         } else {
             tfm__block_sub_fwd(blk, s, v, xs, kc, layer);
@@ -7633,11 +7686,15 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
         if (opts->training && d->dropout > 0.0f)
             tfm__op_dropout(blk->device, v, v, N * C, d->dropout, tfm__seed_mix(opts->seed, TFM__SITE_RESIDUAL + (uint64_t)s),
                             (uint64_t)(opts->batch_offset * T * C), 0);
-        if (d->norm_first) {
+        if (d->norm_first && s + 1 < blk->n_sub) { /* x_{s+1} and the next sub-layer's u in one pass */
+            tfm_layernorm *nx = &blk->norm[s + 1];
+            tfm__op_add_layernorm(blk->device, out, blk->ln_io[s + 1], nx->mean, nx->rstd, xs, v, nx->weight.data, nx->bias.data,
+                                  d->ln_eps, N, C, nx->rms);
+        } else if (d->norm_first) {
             tfm__op_add(blk->device, out, xs, v, N * C);
         } else {
-            tfm__op_add(blk->device, blk->ln_io[s], xs, v, N * C);
-            tfm__op_layernorm(blk->device, out, ln->mean, ln->rstd, blk->ln_io[s], ln->weight.data, ln->bias.data, d->ln_eps, N, C, ln->rms);
+            tfm__op_add_layernorm(blk->device, blk->ln_io[s], out, ln->mean, ln->rstd, xs, v, ln->weight.data, ln->bias.data,
+                                  d->ln_eps, N, C, ln->rms);
         }
         if (s + 1 < blk->n_sub) blk->stream[s + 1] = out;
     }

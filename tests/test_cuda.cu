@@ -651,7 +651,7 @@ static void cu_op_argmax(void) {
 }
 
 /* layernorm forward (with and without gain, bias and saved statistics; rows with a mean of 10, where
-   the variance cancels) and backward, with the residual NULL (dx written), dx itself (accumulate), a
+   the variance cancels; after a residual add, fused on the GPU) and backward, with the residual NULL (dx written), dx itself (accumulate), a
    separate buffer, and dx left out; dg and db accumulate, or are left out. The same for RMSNorm (rms: no
    mean, no bias). */
 static void cu_op_layernorm(void) {
@@ -683,6 +683,16 @@ static void cu_op_layernorm(void) {
                     CU_DEVS tfm__op_layernorm(CU_DEV, CU_P(y2), NULL, NULL, CU_P(x), CU_P(gn), has_b ? CU_P(bb) : NULL, 1e-5f, N, C, rms);
                     cu_check(cu_fmt("%s: y without statistics", name), &y2, CU_TOL);
                     cu_free(&y2);
+                }
+                { /* with the residual add before it (one kernel on the GPU): s = x + r written, then the norm of s */
+                    cu_buf r = cu_normal(N * C, &g, 1, 0), sum = cu_nan(N * C), y3 = cu_nan(N * C), m3 = cu_nan(N), r3 = cu_nan(N);
+                    CU_DEVS tfm__op_add_layernorm(CU_DEV, CU_P(sum), CU_P(y3), rms ? NULL : CU_P(m3), CU_P(r3), CU_P(x), CU_P(r),
+                                                  has_g ? CU_P(gn) : NULL, has_b ? CU_P(bb) : NULL, 1e-5f, N, C, rms);
+                    cu_check(cu_fmt("%s after an add: the sum", name), &sum, CU_TOL);
+                    cu_check(cu_fmt("%s after an add: y", name), &y3, CU_TOL);
+                    if (!rms) cu_check(cu_fmt("%s after an add: mean", name), &m3, CU_TOL);
+                    cu_check(cu_fmt("%s after an add: rstd", name), &r3, CU_TOL);
+                    cu_release(&r, &sum, &y3, &m3, &r3, CU_END);
                 }
                 if (!rms) cu_push(&mean); /* backward from the CPU's statistics on both */
                 cu_push(&rstd);
@@ -740,26 +750,41 @@ static void cu_op_act(void) {
         }
 }
 
-/* SwiGLU forward and backward (dh written whole) over rows of 2F, with gates of 0 and +-30 */
-static void cu_op_swiglu(void) {
-    cu_nc sh[CU_MAX_SHAPES];
+/* An MLP's first linear map with its activation (the product, then bias and activation in one pass on the
+   GPU): pre and y for ReLU, GELU (erf, tanh) and SwiGLU (rows of 2F: gate, up), with a bias or none; then
+   SwiGLU's backward (dh written whole), with gates of 0 and +-30 */
+static void cu_op_linear_act(void) {
+    static const int acts[4] = {TFM_ACT_RELU, TFM_ACT_GELU, TFM_ACT_GELU_TANH, TFM_ACT_SWIGLU};
+    static const char *const names[4] = {"relu", "gelu", "gelu_tanh", "swiglu"};
+    cu_mnk pr[16];
     cu_rng g = {18};
-    int ns = cu_shapes(sh), i;
-    for (i = 0; i < ns; i++) {
-        int64_t N = sh[i].N, F = sh[i].C;
-        cu_buf h = cu_normal(N * 2 * F, &g, 3, 0), y = cu_nan(N * F), dy = cu_normal(N * F, &g, 1, 0), dh = cu_nan(N * 2 * F);
-        h.h[0] = 0.0f;
-        if (F > 3) {
-            h.h[1] = 30.0f;
-            h.h[2] = -30.0f;
+    int np = cu_products(pr), i, a;
+    for (i = 0; i < np; i++)
+        for (a = 0; a < 4; a++) {
+            int64_t N = pr[i].M, C = pr[i].K, F = pr[i].N, F1 = acts[a] == TFM_ACT_SWIGLU ? 2 * F : F;
+            int bias = (i + a) % 3 != 0;
+            cu_buf x = cu_normal(N * C, &g, 1, 0), w = cu_normal(F1 * C, &g, 2.0 / sqrt((double)C), 0), b = cu_normal(F1, &g, 1, 0);
+            cu_buf pre = cu_nan(N * F1), y = cu_nan(N * F);
+            char name[160];
+            snprintf(name, sizeof name, "linear_act %s N=%lld C=%lld F=%lld bias=%d", names[a], (long long)N, (long long)C,
+                     (long long)F, bias);
+            CU_DEVS tfm__op_linear_act(CU_DEV, acts[a], CU_P(y), CU_P(pre), CU_P(x), CU_P(w), bias ? CU_P(b) : NULL, N, C, F);
+            cu_check(cu_fmt("%s: pre", name), &pre, CU_TOL);
+            cu_check(cu_fmt("%s: y", name), &y, CU_TOL);
+            if (acts[a] == TFM_ACT_SWIGLU) {
+                cu_buf h = cu_normal(N * 2 * F, &g, 3, 0), dy = cu_normal(N * F, &g, 1, 0), dh = cu_nan(N * 2 * F);
+                h.h[0] = 0.0f;
+                if (F > 3) {
+                    h.h[1] = 30.0f;
+                    h.h[2] = -30.0f;
+                }
+                cu_push(&h);
+                CU_DEVS tfm__op_swiglu_bwd(CU_DEV, CU_P(dh), CU_P(dy), CU_P(h), N, F);
+                cu_check(cu_fmt("swiglu N=%lld F=%lld: dh", (long long)N, (long long)F), &dh, CU_TOL);
+                cu_release(&h, &dy, &dh, CU_END);
+            }
+            cu_release(&x, &w, &b, &pre, &y, CU_END);
         }
-        cu_push(&h);
-        CU_DEVS tfm__op_swiglu(CU_DEV, CU_P(y), CU_P(h), N, F);
-        cu_check(cu_fmt("swiglu N=%lld F=%lld: y", (long long)N, (long long)F), &y, CU_TOL);
-        CU_DEVS tfm__op_swiglu_bwd(CU_DEV, CU_P(dh), CU_P(dy), CU_P(h), N, F);
-        cu_check(cu_fmt("swiglu N=%lld F=%lld: dh", (long long)N, (long long)F), &dh, CU_TOL);
-        cu_release(&h, &y, &dy, &dh, CU_END);
-    }
 }
 
 /* rotary embedding: forward written, backward (the transpose) added, rows at offsets (host integers), part
@@ -3792,7 +3817,7 @@ static void suite_ops(void) {
     RUN(cu_op_argmax);
     RUN(cu_op_layernorm);
     RUN(cu_op_act);
-    RUN(cu_op_swiglu);
+    RUN(cu_op_linear_act);
     RUN(cu_op_rope);
     RUN(cu_op_dropout);
     RUN(cu_op_embedding);

@@ -964,7 +964,7 @@ static void ops_test_rmsnorm(void) {
     ops_rmsnorm_case(2, s464, 0.01, 1e-4f, &g);
 }
 
-/* ---- SwiGLU (the feed-forward's gate, an internal op: tfm__op_swiglu) ------------------------ */
+/* ---- SwiGLU (the feed-forward's gate: tfm__op_linear_act's CPU kernel, and tfm__op_swiglu_bwd) ---- */
 
 typedef struct ops_sw { int64_t N, F; } ops_sw;
 
@@ -994,7 +994,7 @@ static void ops_swiglu_case(int64_t N, int64_t F, ops_rng *g) {
     ops_fill_nan(dh, nh); /* backward writes every element */
     in[0] = ops_to_double(h, nh);
     r = ops_to_double(dy, ny);
-    tfm__op_swiglu(TFM_DEVICE_CPU, y, h, N, F);
+    tfm__swiglu_forward_cpu(y, h, N, F);
     ops_check_fwd(OPS_W("forward"), y, ops_swiglu_ref, &c, in, ny);
     tfm__op_swiglu_bwd(TFM_DEVICE_CPU, dh, dy, h, N, F);
     if (nh <= OPS_FULL_FD_MAX) {
