@@ -802,9 +802,10 @@ typedef struct tfm_config {
                                 linear maps on TF32 tensor cores (10-bit mantissas); TFM_PREC_BF16: each
                                 product's operands rounded to bf16 (8-bit mantissas), sums in fp32 on
                                 tensor cores, the attention's scores and probabilities too (over whole
-                                sequences, in flash kernels on sm_80 and later; decoding steps stay fp32), while parameters, AdamW,
-                                activations, norms, softmax statistics and loss stay fp32 (mixed
-                                precision). Not saved in checkpoints: a file loads into either */
+                                sequences, in flash kernels on sm_80 and later; decoding steps stay
+                                fp32), while parameters, AdamW, activations, norms, softmax statistics
+                                and loss stay fp32 (mixed precision). Not saved in checkpoints: a file
+                                loads into either */
 } tfm_config;
 
 /* A batch: B rows of T positions, padding at the end of each row. Row b of tokens starts at
@@ -3794,7 +3795,8 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
    shared-memory tiles of 16 rows against running tiles of 32 for heads of up to 128 channels, else as
    batched cuBLAS products over chunks of scores kept in device memory; in a bf16 model's calls
    (cfg.precision) the products take bf16 operands on tensor cores, the attention's too (flash attention
-   in warp matrix products for heads of up to 128 channels, else the batched products); sums in a fixed order (no atomics), so results are deterministic. Errors: the first failing
+   in warp matrix products for heads of up to 128 channels, else the batched products); sums in a fixed
+   order (no atomics), so results are deterministic. Errors: the first failing
    CUDA or cuBLAS call of a public call is kept (tfm__cu.err) and reported by that call's
    tfm__scratch_check as TFM_E_CUDA. */
 
@@ -5540,8 +5542,9 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
             if (bm != -INFINITY && mo != -INFINITY) alpha = tfm__exp(mo - mn);
             for (c = 0; c < 2; c++) p[c] = s[c] == -INFINITY ? 0.0f : tfm__exp(s[c] - mn);
             sum = tfm__cu_warp_reduce(p[0] + p[1], 0);
-            for (c = 0; c < 2; c++)
-                sp[r * TFM__CU_FP + lane + 32 * c] = tfm__bf16(p[c] != 0.0f ? p[c] * tfm__cu_attn_keep(&a, bh, i, j0 + lane + 32 * c) : 0.0f);
+            for (c = 0; c < 2; c++) /* P times its dropout factor, to bf16 for the product with V */
+                sp[r * TFM__CU_FP + lane + 32 * c] =
+                    tfm__bf16(p[c] != 0.0f ? p[c] * tfm__cu_attn_keep(&a, bh, i, j0 + lane + 32 * c) : 0.0f);
             if (alpha != 1.0f)
                 for (x = lane; x < Dp; x += 32) so[r * ldf + x] *= alpha;
             __syncwarp(); /* every lane has read sm[r] */
