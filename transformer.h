@@ -4432,11 +4432,19 @@ static __device__ float tfm__cu_dot(const float *a, const float *b, int n) {
     return s;
 }
 
+/* The factor of dropout's kept elements, 1 / (1 - p) (1 without dropout). The bf16 paths round the kept
+   probabilities to bf16 unscaled and apply it to their products' fp32 sums: a probability of 1 (a row's
+   running maximum in the flash forward, a query that sees one key) times 1.111 (p = 0.1) rounds to bf16
+   0.16% low every time, a bias that does not average out. */
+static TFM__HD float tfm__cu_drop_scale(const tfm__attn_args *a) {
+    return a->dropout > 0.0f ? 1.0f / (1.0f - a->dropout) : 1.0f;
+}
+
 /* The dropout factor of query i, key j of batch-head bh: 1 without dropout, else 0 or 1/(1 - p) */
 static __device__ float tfm__cu_attn_keep(const tfm__attn_args *a, int bh, int i, int j) {
     if (!(a->dropout > 0.0f)) return 1.0f;
     return tfm__hash24(a->seed, (uint64_t)tfm__attn_drop_index(a, bh, i, j)) >= tfm__drop_threshold(a->dropout)
-               ? 1.0f / (1.0f - a->dropout)
+               ? tfm__cu_drop_scale(a)
                : 0.0f;
 }
 
@@ -4451,14 +4459,14 @@ static __global__ void tfm__k_attn_dr(float *Dr, float *one, tfm__attn_args a, c
 }
 
 /* The probability, dropout factor and score gradient of query i, key j (both visible), from qk = q_i.k_j
-   and dov = dout_i.v_j: P = e^(S - L), pd = P keep, ds = P (keep dov - Dr_i), or exactly 0 where the
-   query sees one key. */
+   and dov = dout_i.v_j: P = e^(S - L), pd = P keep (unscaled: P where kept, else 0), ds = P (keep dov -
+   Dr_i), or exactly 0 where the query sees one key. */
 static __device__ void tfm__cu_attn_grad(const tfm__attn_args *a, int b, int bh, int i, int j, float qk, float dov,
-                                         float L, float Dri, float onei, float *pd, float *ds) {
+                                         float L, float Dri, float onei, int unscaled, float *pd, float *ds) {
     float s = a->scale * qk, p, keep = tfm__cu_attn_keep(a, bh, i, j);
     if (a->mask) s += a->mask[b * a->mask_bs + (int64_t)i * a->Tk + j];
     p = s == -INFINITY ? 0.0f : tfm__exp(s - L); /* (tfm__exp clamps: e^-inf would be 1e-38) */
-    *pd = p * keep;
+    *pd = unscaled && keep != 0.0f ? p : p * keep; /* unscaled: p where kept (tfm__cu_drop_scale) */
     *ds = onei != 0.0f ? 0.0f : p * (keep * dov - Dri);
 }
 
@@ -4630,7 +4638,7 @@ static __global__ void tfm__k_attn_dq_tiled(tfm__attn_args a, const float *q, co
             float pd = 0.0f, ds = 0.0f;
             if (lane < nk && tfm__cu_attn_sees(&a, j, n[r], lo[r]))
                 tfm__cu_attn_grad(&a, b, bh, i, j, dqk[r], ddv[r], L[r], Dr[(int64_t)bh * a.Tq + i],
-                                  one[(int64_t)bh * a.Tq + i], &pd, &ds);
+                                  one[(int64_t)bh * a.Tq + i], 0, &pd, &ds);
             for (jj = 0; jj < nk; jj++) {
                 float dsj = __shfl_sync(0xffffffffu, ds, jj);
                 TFM__UNROLL
@@ -4704,7 +4712,7 @@ static __global__ void tfm__k_attn_dkv_tiled(tfm__attn_args a, const float *q, c
                 int j = j0 + w * R + r;
                 float pd = 0.0f, ds = 0.0f;
                 if (w * R + r < nk && lane < nq && tfm__cu_attn_sees(&a, j, sn[lane], slo[lane]))
-                    tfm__cu_attn_grad(&a, b, bh, i, j, dqk[r], ddv[r], L, Dri, onei, &pd, &ds);
+                    tfm__cu_attn_grad(&a, b, bh, i, j, dqk[r], ddv[r], L, Dri, onei, 0, &pd, &ds);
                 for (ii = 0; ii < nq; ii++) {
                     float pdi = __shfl_sync(0xffffffffu, pd, ii), dsi = __shfl_sync(0xffffffffu, ds, ii);
                     TFM__UNROLL
@@ -5165,8 +5173,8 @@ static __device__ void tfm__cu_put(float *p, float v) { *p = v; }
 
 /* Row r of a chunk of nq query rows from i0 (batch-head r / nq, query i0 + r % nq), kn keys, row stride
    ld: the visible scores S (the additive mask added, the rest -inf), then P = e^(S - L) in place (fp32)
-   and P times its dropout factor in pd (bf16 or fp32). fwd: L, the row's log-sum-exp, is formed and
-   written to lse; else read from it (backward). */
+   and P where dropout keeps it in pd (bf16 or fp32; the factor tfm__cu_drop_scale is the products' alpha).
+   fwd: L, the row's log-sum-exp, is formed and written to lse; else read from it (backward). */
 template <typename T>
 static __global__ void tfm__k_attn_bp(tfm__attn_args a, float *S, T *pd, int64_t ld, int i0, int nq, int kn, float *lse,
                                       int fwd, const int32_t *lens, const int32_t *qoff, const float *mask) {
@@ -5196,7 +5204,7 @@ static __global__ void tfm__k_attn_bp(tfm__attn_args a, float *S, T *pd, int64_t
     for (j = (int)threadIdx.x; j < kn; j += (int)blockDim.x) {
         float e = L == -INFINITY || s[j] == -INFINITY ? 0.0f : tfm__exp(s[j] - L);
         s[j] = e;
-        tfm__cu_put(p + j, e * tfm__cu_attn_keep(&a, bh, i, j));
+        tfm__cu_put(p + j, tfm__cu_attn_keep(&a, bh, i, j) != 0.0f ? e : 0.0f); /* dropout's factor: on the products */
     }
 }
 
@@ -5362,7 +5370,7 @@ static int tfm__attn_batched_forward_cuda(const tfm__attn_args *a, const tfm__cu
         tfm__cu_bfp P = tfm__cu_bfp_make(w.P, (size_t)w.es, (int64_t)a->H * nq * w.kp, (int64_t)nq * w.kp, 1, w.kp);
         tfm__cu_bfp O = tfm__cu_bfp_make(a->out + (int64_t)i0 * a->ldo, 4, (int64_t)a->Tq * a->ldo, a->D, 1, a->ldo);
         tfm__cu_bfa_probs(a, &w, io, ptrs, i0, nq, kn, 1);
-        tfm__gemm_batch_cuda(ptrs, w.et, 0, 0, nq, a->D, kn, 1.0f, &P, &w.v, 0.0f, &O, a->B, a->H);
+        tfm__gemm_batch_cuda(ptrs, w.et, 0, 0, nq, a->D, kn, tfm__cu_drop_scale(a), &P, &w.v, 0.0f, &O, a->B, a->H);
     }
     return 1;
 }
@@ -5382,10 +5390,10 @@ static int tfm__attn_batched_backward_cuda(const tfm__attn_args *a, const tfm__c
         tfm__cu_bfp Gp = tfm__cu_bfp_make(w.G, 4, a->H * sbh, sbh, 1, w.kp);
         tfm__cu_bfp Do = tfm__cu_bfp_rows(w.dout, i0, 0, 1);
         tfm__cu_bfa_probs(a, &w, io, ptrs, i0, nq, kn, 0);
-        for (g = 0; g < G && dv; g++) { /* dv += Pd^T dout, one call per member of each key/value head's group */
+        for (g = 0; g < G && dv; g++) { /* dv += Pd^T dout (Pd: P kept, times the factor), one call per member of each group */
             tfm__cu_bfp A = tfm__cu_bfp_rows(P, 0, g, G), B = tfm__cu_bfp_rows(w.dout, i0, g, G);
             tfm__cu_bfp C = tfm__cu_bfp_make(dv, 4, (int64_t)a->Tk * lddv, a->D, 1, lddv);
-            tfm__gemm_batch_cuda(ptrs, w.et, 1, 0, kn, a->D, nq, 1.0f, &A, &B, 1.0f, &C, a->B, Hkv);
+            tfm__gemm_batch_cuda(ptrs, w.et, 1, 0, kn, a->D, nq, tfm__cu_drop_scale(a), &A, &B, 1.0f, &C, a->B, Hkv);
         }
         if (!dq && !dk) continue;
         tfm__gemm_batch_cuda(ptrs, w.et, 0, 1, nq, kn, a->D, 1.0f, &Do, &w.v, 0.0f, &Gp, a->B, a->H); /* dP = dout v^T */
@@ -5416,8 +5424,9 @@ static int tfm__attn_batched_backward_cuda(const tfm__attn_args *a, const tfm__c
    over the keys in tiles of TFM__CU_FB, with the online softmax of the tiled kernels; dk and dv: the block
    holds TFM__CU_FB keys of a key/value head and runs over the queries of each head of its group. The
    operands go to shared memory rounded to bf16 (channels padded with zeros to a multiple of 16); scores,
-   softmax statistics and sums stay fp32 in shared memory, each warp on its own 16 rows between its
-   products, so nothing depends on the fragments' register layout. Visibility, mask, dropout and the
+   softmax statistics and the forward's output sums stay fp32 in shared memory, each warp on its own 16
+   rows between its products, so nothing depends on the fragments' register layout (the backward's sums,
+   which are never rescaled, stay in accumulator fragments until the end). Visibility, mask, dropout and the
    score gradient are the tiled kernels' (tfm__cu_attn_sees, tfm__cu_attn_grad, so a query that sees one
    key gives exactly zero); no scores in device memory, no atomics: every sum has one owner. -- */
 #define TFM__CU_FB 64 /* rows of a block's tile and of its running tiles */
@@ -5429,13 +5438,14 @@ static int tfm__attn_batched_backward_cuda(const tfm__attn_args *a, const tfm__c
 #define TFM__CU_WMMA 0 /* (the host pass, and GPUs before sm_80: the kernels are empty and never launched) */
 #endif
 
-/* The shared memory of a flash kernel (0 forward, 1 dq, 2 dk and dv) for heads of D channels: nb bf16 tiles
+/* The shared memory of a flash kernel (0 forward, 1 dq, 2 dk and dv) for heads of D channels: nh bf16 tiles
    of TFM__CU_FB rows of D rounded up to 16, plus 8 (ldh), the fp32 score tiles, the bf16 probability
-   tiles, the fp32 accumulators (rows of the padded D plus 4) and 5 floats a row; 128 bytes of room to
-   align the start. Every part is a multiple of 32 bytes, as the matrix loads want. */
+   tiles, the forward's fp32 output sums (rows of the padded D plus 4) and 5 floats a row; 128 bytes of
+   room to align the start. Every part is a multiple of 32 bytes, as the matrix loads want. The backward
+   kernels' two score tiles (2 x 68 floats a row) also take their sums (at most 132 a row) at the end. */
 static TFM__HD size_t tfm__cu_flash_smem(int kind, int D) {
     size_t Dp = (size_t)(D + 15) & ~(size_t)15, F = TFM__CU_FB;
-    size_t nh = kind == 0 ? 3 : 4, ns = kind == 0 ? 1 : 2, np = kind == 2 ? 2 : 1, na = kind == 2 ? 2 : 1;
+    size_t nh = kind == 0 ? 3 : 4, ns = kind == 0 ? 1 : 2, np = kind == 2 ? 2 : 1, na = kind == 0 ? 1 : 0;
     return 128 + nh * F * (Dp + 8) * 2 + ns * F * TFM__CU_FS * 4 + np * F * TFM__CU_FP * 2 + na * F * (Dp + 4) * 4 + 5 * F * 4;
 }
 
@@ -5479,6 +5489,45 @@ static __device__ void tfm__cu_wmma_rows(float *c, int ldc, int acc, const uint1
     (void)c, (void)ldc, (void)acc, (void)a, (void)lda, (void)b, (void)ldb, (void)bt, (void)K, (void)nc;
 #endif
 }
+
+#if TFM__CU_WMMA
+/* A warp's fp32 sums of 16 rows by up to TFM__CU_TD columns, in accumulator fragments (registers) */
+typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> tfm__cu_facc;
+typedef struct tfm__cu_fsum { tfm__cu_facc f[TFM__CU_TD / 16]; } tfm__cu_fsum;
+
+/* One warp: s += A B, A bf16 16 x K (row-major, lda), B bf16 K x 16 nc (row-major, ldb), K a multiple of
+   16 (the loop over the fragments unrolled, so that they stay in registers) */
+static __device__ void tfm__cu_wmma_sum(tfm__cu_fsum *s, const uint16_t *a, int lda, const uint16_t *b, int ldb, int K,
+                                        int nc) {
+    int n, k;
+    for (k = 0; k < K; k += 16) {
+        nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> fa;
+        nvcuda::wmma::load_matrix_sync(fa, (const __nv_bfloat16 *)(a + k), (unsigned)lda);
+        TFM__UNROLL
+        for (n = 0; n < TFM__CU_TD / 16; n++)
+            if (n < nc) {
+                nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> fb;
+                nvcuda::wmma::load_matrix_sync(fb, (const __nv_bfloat16 *)(b + (int64_t)k * ldb + 16 * n), (unsigned)ldb);
+                nvcuda::wmma::mma_sync(s->f[n], fa, fb, s->f[n]);
+            }
+    }
+}
+
+/* s = 0, or s to the warp's 16 rows at c (fp32, row stride ldc) */
+static __device__ void tfm__cu_fsum_zero(tfm__cu_fsum *s, int nc) {
+    int n;
+    TFM__UNROLL
+    for (n = 0; n < TFM__CU_TD / 16; n++)
+        if (n < nc) nvcuda::wmma::fill_fragment(s->f[n], 0.0f);
+}
+static __device__ void tfm__cu_fsum_store(float *c, int ldc, tfm__cu_fsum *s, int nc) {
+    int n;
+    TFM__UNROLL
+    for (n = 0; n < TFM__CU_TD / 16; n++)
+        if (n < nc) nvcuda::wmma::store_matrix_sync(c + 16 * n, s->f[n], (unsigned)ldc, nvcuda::wmma::mem_row_major);
+    __syncwarp();
+}
+#endif
 
 /* The dynamic shared memory from its first 128-byte boundary */
 static __device__ unsigned char *tfm__cu_flash_base(unsigned char *raw) {
@@ -5542,9 +5591,9 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
             if (bm != -INFINITY && mo != -INFINITY) alpha = tfm__exp(mo - mn);
             for (c = 0; c < 2; c++) p[c] = s[c] == -INFINITY ? 0.0f : tfm__exp(s[c] - mn);
             sum = tfm__cu_warp_reduce(p[0] + p[1], 0);
-            for (c = 0; c < 2; c++) /* P times its dropout factor, to bf16 for the product with V */
+            for (c = 0; c < 2; c++) /* P where dropout keeps it, to bf16 for the product with V (its factor: at the end) */
                 sp[r * TFM__CU_FP + lane + 32 * c] =
-                    tfm__bf16(p[c] != 0.0f ? p[c] * tfm__cu_attn_keep(&a, bh, i, j0 + lane + 32 * c) : 0.0f);
+                    tfm__bf16(p[c] != 0.0f && tfm__cu_attn_keep(&a, bh, i, j0 + lane + 32 * c) != 0.0f ? p[c] : 0.0f);
             if (alpha != 1.0f)
                 for (x = lane; x < Dp; x += 32) so[r * ldf + x] *= alpha;
             __syncwarp(); /* every lane has read sm[r] */
@@ -5556,7 +5605,7 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
     __syncwarp(); /* the warp's rows of so and sl are written */
     for (r = 16 * w; r < 16 * w + 16; r++) {
         int i = i0 + r;
-        float l = sl[r], inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float l = sl[r], inv = l > 0.0f ? tfm__cu_drop_scale(&a) / l : 0.0f;
         if (i >= a.Tq) continue;
         for (x = lane; x < D; x += 32) out[((int64_t)b * a.Tq + i) * a.ldo + h * D + x] = so[r * ldf + x] * inv;
         if (lane == 0) lse[(int64_t)bh * a.Tq + i] = l > 0.0f ? sm[r] + logf(l) : -INFINITY;
@@ -5576,13 +5625,14 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
     int w = (int)threadIdx.x >> 5, r, x, c, j0, bh, b, h, i0, nq, n_max, lo_min;
     uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sdo = sq + F * ldh, *sk = sdo + F * ldh, *sv = sk + F * ldh;
     uint16_t *sds = sv + F * ldh;
-    float *ss = (float *)(void *)(sds + F * TFM__CU_FP), *sg = ss + F * TFM__CU_FS, *acc = sg + F * TFM__CU_FS;
+    float *ss = (float *)(void *)(sds + F * TFM__CU_FP), *sg = ss + F * TFM__CU_FS, *acc = ss + 16 * w * ldf;
     const float *kh, *vh;
     tfm__cu_fq f;
+    tfm__cu_fsum sum;
     tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
     f = tfm__cu_fq_at(&a);
     bh = f.bh, b = f.b, h = f.h, i0 = f.i0, nq = f.nq, n_max = f.n_max, lo_min = f.lo_min, kh = f.kh, vh = f.vh;
-    for (x = (int)threadIdx.x; x < F * ldf; x += (int)blockDim.x) acc[x] = 0.0f;
+    tfm__cu_fsum_zero(&sum, Dp / 16);
     tfm__cu_ftile(sq, ldh, q + ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, nq, D, Dp);
     tfm__cu_ftile(sdo, ldh, dout + ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, nq, D, Dp);
     for (j0 = 0; j0 < n_max; j0 += F) {
@@ -5603,16 +5653,17 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
                 float pd = 0.0f, ds = 0.0f;
                 if (c < nk && tfm__cu_attn_sees(&a, j0 + c, n, lo))
                     tfm__cu_attn_grad(&a, b, bh, i, j0 + c, ss[r * TFM__CU_FS + c], sg[r * TFM__CU_FS + c], L,
-                                      Dr[(int64_t)bh * a.Tq + i], one[(int64_t)bh * a.Tq + i], &pd, &ds);
+                                      Dr[(int64_t)bh * a.Tq + i], one[(int64_t)bh * a.Tq + i], 0, &pd, &ds);
                 sds[r * TFM__CU_FP + c] = tfm__bf16(ds);
             }
         }
         __syncwarp();
-        tfm__cu_wmma_rows(acc + 16 * w * ldf, ldf, 1, sds + 16 * w * TFM__CU_FP, TFM__CU_FP, sk, ldh, 0, F, Dp / 16);
+        tfm__cu_wmma_sum(&sum, sds + 16 * w * TFM__CU_FP, TFM__CU_FP, sk, ldh, F, Dp / 16);
     }
-    __syncwarp();
-    for (r = 16 * w; r < 16 * w + 16; r++) {
-        int i = i0 + r;
+    __syncthreads(); /* the score tiles are free: each warp's sums go to its 16 rows (of ldf) there */
+    tfm__cu_fsum_store(acc, ldf, &sum, Dp / 16);
+    for (r = 0; r < 16; r++) {
+        int i = i0 + 16 * w + r;
         if (i >= a.Tq) continue;
         for (x = lane; x < D; x += 32) dq[((int64_t)b * a.Tq + i) * lddq + h * D + x] += a.scale * acc[r * ldf + x];
     }
@@ -5636,11 +5687,13 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
     int w = (int)threadIdx.x >> 5, i_lo = 0, i1 = a.Tq, q0, r, x, c, h;
     uint16_t *sk = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sv = sk + F * ldh, *sq = sv + F * ldh, *sdo = sq + F * ldh;
     uint16_t *sp = sdo + F * ldh, *sds = sp + F * TFM__CU_FP;
-    float *ss = (float *)(void *)(sds + F * TFM__CU_FP), *sg = ss + F * TFM__CU_FS, *adk = sg + F * TFM__CU_FS;
-    float *adv = adk + F * ldf, *sL = adv + F * ldf, *sD = sL + F, *sone = sD + F;
+    float *ss = (float *)(void *)(sds + F * TFM__CU_FP), *sg = ss + F * TFM__CU_FS, *acc = ss + 16 * w * ldf;
+    float *sL = sg + F * TFM__CU_FS, *sD = sL + F, *sone = sD + F;
     int *sn = (int *)(void *)(sone + F), *slo = sn + F;
+    tfm__cu_fsum sdk, sdv;
     tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
-    for (x = (int)threadIdx.x; x < F * ldf; x += (int)blockDim.x) adk[x] = adv[x] = 0.0f;
+    tfm__cu_fsum_zero(&sdk, Dp / 16);
+    tfm__cu_fsum_zero(&sdv, Dp / 16);
     tfm__cu_ftile(sk, ldh, k + ((int64_t)b * a.Tk + j0) * a.ldk + g * D, a.ldk, nk, D, Dp);
     tfm__cu_ftile(sv, ldh, v + ((int64_t)b * a.Tk + j0) * a.ldv + g * D, a.ldv, nk, D, Dp);
     /* causal: only the queries from key j0 on see these keys; with a window, only up to the last key's window
@@ -5673,22 +5726,29 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
                     float pd = 0.0f, ds = 0.0f;
                     if (r < nk && tfm__cu_attn_sees(&a, j0 + r, sn[c], slo[c]))
                         tfm__cu_attn_grad(&a, b, bh, q0 + c, j0 + r, ss[r * TFM__CU_FS + c], sg[r * TFM__CU_FS + c], sL[c],
-                                          sD[c], sone[c], &pd, &ds);
-                    sp[r * TFM__CU_FP + c] = tfm__bf16(pd);
+                                          sD[c], sone[c], 1, &pd, &ds);
+                    sp[r * TFM__CU_FP + c] = tfm__bf16(pd); /* unscaled: dropout's factor goes on dv's sums */
                     sds[r * TFM__CU_FP + c] = tfm__bf16(ds);
                 }
             __syncwarp();
-            tfm__cu_wmma_rows(adv + 16 * w * ldf, ldf, 1, sp + 16 * w * TFM__CU_FP, TFM__CU_FP, sdo, ldh, 0, F, Dp / 16);
-            tfm__cu_wmma_rows(adk + 16 * w * ldf, ldf, 1, sds + 16 * w * TFM__CU_FP, TFM__CU_FP, sq, ldh, 0, F, Dp / 16);
+            tfm__cu_wmma_sum(&sdv, sp + 16 * w * TFM__CU_FP, TFM__CU_FP, sdo, ldh, F, Dp / 16);
+            tfm__cu_wmma_sum(&sdk, sds + 16 * w * TFM__CU_FP, TFM__CU_FP, sq, ldh, F, Dp / 16);
         }
     }
-    __syncwarp();
-    for (r = 16 * w; r < 16 * w + 16 && r < nk; r++)
-        for (x = lane; x < D; x += 32) {
-            int64_t j = (int64_t)b * a.Tk + j0 + r;
-            if (dv) dv[j * lddv + g * D + x] += adv[r * ldf + x];
-            if (dk) dk[j * lddk + g * D + x] += a.scale * adk[r * ldf + x];
-        }
+    __syncthreads(); /* the score tiles are free: each warp's sums go to its 16 rows (of ldf) there, dv's then dk's */
+    if (dv) {
+        tfm__cu_fsum_store(acc, ldf, &sdv, Dp / 16);
+        for (r = 0; r < 16 && 16 * w + r < nk; r++)
+            for (x = lane; x < D; x += 32)
+                dv[((int64_t)b * a.Tk + j0 + 16 * w + r) * lddv + g * D + x] += tfm__cu_drop_scale(&a) * acc[r * ldf + x];
+        __syncwarp();
+    }
+    if (dk) {
+        tfm__cu_fsum_store(acc, ldf, &sdk, Dp / 16);
+        for (r = 0; r < 16 && 16 * w + r < nk; r++)
+            for (x = lane; x < D; x += 32)
+                dk[((int64_t)b * a.Tk + j0 + 16 * w + r) * lddk + g * D + x] += a.scale * acc[r * ldf + x];
+    }
 #else
     (void)a, (void)q, (void)k, (void)v, (void)lse, (void)lens, (void)mask, (void)Dr, (void)one, (void)dk, (void)lddk;
     (void)dv, (void)lddv, (void)dout, (void)lddo;
@@ -5708,8 +5768,8 @@ static int tfm__cu_optin_set(int slot, size_t bytes, cudaError_t e) {
      tfm__cu_optin_set(slot, bytes, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes))))
 
 /* Whether this thread's GPU runs the flash kernels for heads of D channels: bf16 tensor cores (compute
-   capability 8.0 on) and the shared memory the largest of them needs (sm_90: up to 128 channels; sm_80:
-   up to 96; GPUs with 99 KiB a block: up to 32) */
+   capability 8.0 on) and the shared memory the largest of them needs (dk/dv's: 121 KiB at 128 channels,
+   so sm_80 and sm_90 up to 128; GPUs with 99 KiB a block: up to 80) */
 static int tfm__cu_flash_ok(int D) {
     static TFM__THREAD_LOCAL int major = -1, optin = 0;
     int dev = 0;
