@@ -5602,7 +5602,7 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
         __syncwarp();
         tfm__cu_wmma_rows(so + 16 * w * ldf, ldf, 1, sp + 16 * w * TFM__CU_FP, TFM__CU_FP, sv, ldh, 0, F, Dp / 16);
     }
-    __syncwarp(); /* the warp's rows of so and sl are written */
+    __syncthreads(); /* the warp's rows of so, sm and sl are written (by other warps' threads, where no key tile ran) */
     for (r = 16 * w; r < 16 * w + 16; r++) {
         int i = i0 + r;
         float l = sl[r], inv = l > 0.0f ? tfm__cu_drop_scale(&a) / l : 0.0f;
