@@ -484,14 +484,15 @@ endif
 # ---- data-parallel training (MPI) -----------------------------------------------------------
 # test-mpi: the header with TFM_MPI compiled as C99 and C++11 (-Werror -pedantic), then
 # tests/test_mpi.sh: tests/test_mpi.c under mpirun -np 2 against one process, with each part of the
-# data-parallel step left out in turn (each must fail), a rank killed mid-run, and two ranks in two
-# network namespaces over TCP. Needs mpicc and mpirun (Debian: openmpi-bin libopenmpi-dev); skipped
+# data-parallel step left out in turn (each must fail), a rank killed mid-run, two ranks in two
+# network namespaces over TCP, and CUDA models on the CPU emulation of CUDA (gradients through the host,
+# then through NCCL with TFM_NCCL, under 2 and 3 ranks). Needs mpicc and mpirun (Debian: openmpi-bin libopenmpi-dev); skipped
 # with a message without them.
 MPICC       ?= mpicc
 MPICXX      ?= mpicxx
 MPICC_FOUND := $(shell command -v $(MPICC) 2>/dev/null)
 MPI_BUILD   := $(BUILD)/mpi
-FLAGS_mpi   := $(MPICC) $(MPICXX) $(FLAGS_main) $(STRICT_C) $(STRICT_CXX)
+FLAGS_mpi   := $(MPICC) $(MPICXX) $(FLAGS_main) $(STRICT_C) $(STRICT_CXX) $(EMU_FLAGS)
 .PHONY: test-mpi
 ifeq ($(MPICC_FOUND),)
 test-mpi:
@@ -513,9 +514,27 @@ $(BUILD)/ddp-mpi: examples/ddp.c examples/common.h $(HEADER) $(BUILD)/.flags-mpi
 $(BUILD)/bench-ddp: bench/bench_ddp.c bench/bench_util.h $(HEADER) $(BUILD)/.flags-mpi
 	@mkdir -p $(BUILD)
 	$(MPICC) $(CFLAGS) -Werror -DTFM_MPI $(USE_CFLAGS) -o $@ $< $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
-test-mpi: $(MPI_BUILD)/c-mpi $(MPI_BUILD)/cpp-mpi $(MPI_BUILD)/test_mpi $(BUILD)/ddp-mpi
+# tests/test_mpi.c on CUDA models, built with mpicxx against the CPU emulation of CUDA: their gradients
+# through the host, and with TFM_NCCL through NCCL (which the emulation serves over MPI)
+$(MPI_BUILD)/test_mpi_cuda_emu: tests/test_mpi.c tests/cuda_emu.h $(HEADER) $(BUILD)/.flags-mpi
+	@mkdir -p $(MPI_BUILD)
+	$(MPICXX) $(EMU_FLAGS) -DTFM_MPI -x c++ -o $@ tests/test_mpi.c -lm
+$(MPI_BUILD)/test_mpi_nccl_emu: tests/test_mpi.c tests/cuda_emu.h $(HEADER) $(BUILD)/.flags-mpi
+	@mkdir -p $(MPI_BUILD)
+	$(MPICXX) $(EMU_FLAGS) -DTFM_MPI -DTFM_NCCL -x c++ -o $@ tests/test_mpi.c -lm
+# make cuda also builds tests/test_mpi.c with nvcc for CUDA models through NCCL (two processes on a GPU:
+# mpirun -np 2 build/mpi/test_mpi_nccl), linked with libnccl
+ifneq ($(NVCC_FOUND),)
+cuda: $(MPI_BUILD)/test_mpi_nccl
+$(MPI_BUILD)/test_mpi_nccl: tests/test_mpi.c $(HEADER) $(BUILD)/.flags-mpi
+	@mkdir -p $(MPI_BUILD)
+	$(NVCC_FOUND) $(NVCCFLAGS) -DTFM_CUDA -DTFM_MPI -DTFM_NCCL $$($(MPICXX) --showme:compile) -x cu -o $@ tests/test_mpi.c \
+	    $$($(MPICXX) --showme:link | sed 's/-pthread/-Xcompiler -pthread/; s/-Wl,[^ ]*//g') -lnccl -lcublas -lm
+endif
+test-mpi: $(MPI_BUILD)/c-mpi $(MPI_BUILD)/cpp-mpi $(MPI_BUILD)/test_mpi $(BUILD)/ddp-mpi $(MPI_BUILD)/test_mpi_cuda_emu \
+          $(MPI_BUILD)/test_mpi_nccl_emu
 	@for v in c-mpi cpp-mpi; do printf 'test-compile %-10s ' "$$v:"; ./$(MPI_BUILD)/$$v || exit 1; done
-	bash tests/test_mpi.sh ./$(MPI_BUILD)/test_mpi
+	bash tests/test_mpi.sh ./$(MPI_BUILD)/test_mpi ./$(MPI_BUILD)/test_mpi_cuda_emu ./$(MPI_BUILD)/test_mpi_nccl_emu
 	mpirun $(if $(filter 0,$(shell id -u)),--allow-run-as-root) --oversubscribe -np 2 ./$(BUILD)/ddp-mpi --smoke
 	mpirun $(if $(filter 0,$(shell id -u)),--allow-run-as-root) --oversubscribe -np 2 ./$(BUILD)/ddp-mpi --smoke --resume
 	mpirun $(if $(filter 0,$(shell id -u)),--allow-run-as-root) --oversubscribe -np 2 ./$(BUILD)/ddp-mpi --smoke --resume --zero

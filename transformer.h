@@ -106,6 +106,9 @@
                        program stays plain C. Without it the CUDA calls exist and return TFM_E_NO_CUDA.
    TFM_MPI             the data-parallel calls (>>api-dist) run over MPI: include <mpi.h>, build with
                        mpicc. Without it they serve a single process and the header needs no MPI.
+   TFM_NCCL            with TFM_MPI and TFM_CUDA: a CUDA model's gradients (and ZeRO-1's parameter shares)
+                       go between the ranks through NCCL on device memory instead of through the host
+                       over MPI; MPI still forms the group. Link with -lnccl.
 
    Without TFM_BLAS the header multiplies matrices with its own cache-blocked sgemm, parallel over
    OpenMP threads when compiled with -fopenmp: no dependency at all.
@@ -1187,8 +1190,10 @@ TFMDEF tfm_result tfm_model_to_device(tfm_model *m, tfm_device device);
    communicator; the header includes <mpi.h> only then. Without it the same calls work for one process
    (rank 0 of 1), so a program written for several processes runs alone unchanged. Collectives must be
    called by every rank in the same order. A failed collective (a rank gone, a network error) returns
-   TFM_E_COMM with MPI's message; the group is then unusable: stop (MPI_Abort). The transport stays
-   behind tfm_dist's private pointer, so another one (NCCL between GPUs) can serve the same calls. */
+   TFM_E_COMM with MPI's message; the group is then unusable: stop (MPI_Abort). A CUDA model's
+   gradients and ZeRO-1 shares go through the host for MPI, or with TFM_NCCL through NCCL on the
+   device (a reduce-scatter and an all-gather in place, per bucket: the same bits on every rank), queued
+   after its kernels; MPI still carries what happens once (broadcast, checkpoints, checksums, losses). */
 
 /* A process group. rank, size and bucket are for reading, timeout for setting; impl is private. */
 typedef struct tfm_dist {
@@ -11331,11 +11336,24 @@ TFMDEF tfm_result tfm_checkpoint_meta(const char *path, const char *key, char *b
 #define MPICH_SKIP_MPICXX 1
 #endif
 #include <mpi.h>
+#if defined(TFM_NCCL)
+#if !defined(TFM_CUDA)
+#error "transformer.h: TFM_NCCL needs TFM_CUDA (and TFM_MPI, which forms the group)"
+#endif
+#if !defined(TFM_CUDA_EMULATION)
+#include <nccl.h>
+#endif
+#endif
 
 typedef struct tfm__dist_impl {
     MPI_Comm comm;         /* the caller's communicator, duplicated, with MPI_ERRORS_RETURN */
     int *counts, *displs;  /* (size) each rank's share of the bucket being reduced, and where it starts */
     float *scratch;        /* the largest share of a bucket: this rank's reduced part */
+#if defined(TFM_NCCL)
+    ncclComm_t nccl;       /* made at the first collective on a CUDA model (NULL before, or after an abort) */
+    float *pad;            /* device: a bucket rounded up to a multiple of size, for one that does not split evenly */
+    int nccl_dead;         /* a collective timed out and the communicator was aborted */
+#endif
 } tfm__dist_impl;
 
 /* An MPI return code as a tfm_result: TFM_E_COMM with MPI's own words. */
@@ -11544,6 +11562,10 @@ TFMDEF void tfm_dist_free(tfm_dist *d) {
         tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
         int finalized = 0;
         MPI_Finalized(&finalized);
+#if defined(TFM_NCCL)
+        if (im->nccl) (void)ncclCommDestroy(im->nccl);
+        tfm__dev_free(im->pad);
+#endif
         if (!finalized) MPI_Comm_free(&im->comm);
         TFM_FREE(d->impl, NULL);
     }
@@ -11588,10 +11610,123 @@ TFMDEF tfm_result tfm_dist_allreduce(tfm_dist *d, float *x, int64_t n, int avera
     return tfm__dist_allreduce(fn, d, x, n, average);
 }
 
-/* The mean over the ranks of n floats of model m at x, staged through the host for a CUDA model. */
+#if defined(TFM_NCCL)
+/* An NCCL return code as a tfm_result: TFM_E_COMM with NCCL's own words. */
+static tfm_result tfm__nccl(ncclResult_t rc, const char *fn, const char *call) {
+    if (rc == ncclSuccess) return TFM_OK;
+    return tfm__fail(TFM_E_COMM, "%s: %s failed: %s", fn, call, ncclGetErrorString(rc));
+}
+#define TFM__NCCL_TRY(fn, name, call) TFM__TRY(tfm__nccl((call), (fn), (name)))
+
+/* The group's NCCL communicator, made at its first use (a collective: every rank is here): rank 0's id
+   reaches the others over MPI, and the ranks agree that each has its id and scratch before any of them
+   enters ncclCommInitRank (which waits for all). */
+static tfm_result tfm__dist_nccl_comm(const char *fn, tfm_dist *d, ncclComm_t *comm) {
+    tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
+    struct {
+        int ok;
+        ncclUniqueId id;
+    } msg;
+    tfm_result rc = TFM_OK;
+    int ok, all = 0;
+    *comm = NULL;
+    if (im->nccl_dead)
+        return tfm__fail(TFM_E_COMM, "%s: a collective timed out before and NCCL's communicator was aborted: the "
+                         "group is unusable", fn);
+    if (!im->nccl) {
+        size_t pad = (size_t)((d->bucket + d->size - 1) / d->size) * (size_t)d->size;
+        memset(&msg, 0, sizeof msg);
+        if (d->rank == 0) msg.ok = tfm__nccl(ncclGetUniqueId(&msg.id), fn, "ncclGetUniqueId") == TFM_OK;
+        TFM__TRY(tfm__dist_bcast(fn, d, 0, &msg, (int64_t)sizeof msg));
+        if (!msg.ok) /* every rank knows it now */
+            return d->rank == 0 ? TFM_E_COMM : tfm__fail(TFM_E_COMM, "%s: rank 0 could not make NCCL's id (see its error)", fn);
+        if (!im->pad) rc = tfm__dev_alloc(fn, (void **)&im->pad, pad * sizeof(float));
+        ok = rc == TFM_OK;
+        TFM__MPI_COLL(fn, d, MPI_Allreduce, MPI_Iallreduce, &ok, &all, 1, MPI_INT, MPI_MIN, im->comm);
+        if (!all) return ok ? tfm__fail(TFM_E_COMM, "%s: another rank could not allocate NCCL's scratch (see its error)", fn) : rc;
+        TFM__NCCL_TRY(fn, "ncclCommInitRank", ncclCommInitRank(&im->nccl, d->size, msg.id, d->rank));
+    }
+    *comm = im->nccl;
+    return TFM_OK;
+}
+
+/* The collectives queued on the device run in order with the model's kernels, and nothing waits for
+   them, unless d->timeout is set: then wait for them at most that long (a stalled rank would leave them
+   waiting forever), and past it abort the communicator: TFM_E_COMM, and the group is unusable. */
+static tfm_result tfm__dist_nccl_wait(const char *fn, tfm_dist *d) {
+    tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
+    double t0 = MPI_Wtime();
+    TFM__TRY(tfm__cuda_check(fn));
+    while (d->timeout > 0) {
+        ncclResult_t async = ncclSuccess;
+        cudaError_t e = cudaStreamQuery(0);
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady) return tfm__cuda_result(fn, e, "cudaStreamQuery");
+        TFM__NCCL_TRY(fn, "ncclCommGetAsyncError", ncclCommGetAsyncError(im->nccl, &async));
+        if (async != ncclSuccess || MPI_Wtime() - t0 > d->timeout) {
+            (void)ncclCommAbort(im->nccl);
+            im->nccl = NULL;
+            im->nccl_dead = 1;
+            if (async != ncclSuccess) return tfm__nccl(async, fn, "an NCCL collective");
+            return tfm__fail(TFM_E_COMM, "%s: an NCCL collective timed out after %g s: another rank has stopped or died "
+                             "(the group is unusable now: free it and stop, e.g. MPI_Abort)", fn, d->timeout);
+        }
+    }
+    return TFM_OK;
+}
+
+static __global__ void tfm__k_dist_div(float *x, float by, int64_t n) {
+    TFM__CU_LOOP(i, n) x[i] /= by;
+}
+
+/* The mean over the ranks of n floats at device address x, through NCCL: per bucket, a reduce-scatter
+   in place leaves each rank the sum of its equal share (summed once, on that rank), the share is
+   divided by the group's size, and an all-gather in place copies every share to every rank: the same
+   bits everywhere, as over MPI. A bucket that does not split evenly goes through the scratch, padded. */
+static tfm_result tfm__dist_nccl_mean(const char *fn, tfm_dist *d, float *x, int64_t n) {
+    tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
+    ncclComm_t c;
+    int64_t off;
+    TFM__TRY(tfm__dist_nccl_comm(fn, d, &c));
+    for (off = 0; off < n; off += d->bucket) {
+        int64_t len = TFM__MIN(d->bucket, n - off), share = (len + d->size - 1) / d->size;
+        float *b = share * d->size == len ? x + off : im->pad, *mine = b + share * d->rank;
+        if (b != x + off) tfm__op_copy(TFM_DEVICE_CUDA, b, x + off, len); /* (the padding's sums are not read) */
+        TFM__NCCL_TRY(fn, "ncclReduceScatter", ncclReduceScatter(b, mine, (size_t)share, ncclFloat, ncclSum, c, 0));
+        TFM__LAUNCH(tfm__k_dist_div, tfm__cu_grid(share), TFM__CU_THREADS, 0, mine, (float)d->size, share);
+        TFM__NCCL_TRY(fn, "ncclAllGather", ncclAllGather(mine, b, (size_t)share, ncclFloat, c, 0));
+        if (b != x + off) tfm__op_copy(TFM_DEVICE_CUDA, x + off, b, len);
+    }
+    return tfm__dist_nccl_wait(fn, d);
+}
+
+/* ZeRO-1's new parameters: each rank's share of the n at device address w, from that rank to the others. */
+static tfm_result tfm__dist_nccl_shares(const char *fn, tfm_dist *d, float *w, int64_t n) {
+    ncclComm_t c;
+    int64_t lo, hi;
+    int r;
+    TFM__TRY(tfm__dist_nccl_comm(fn, d, &c));
+    TFM__NCCL_TRY(fn, "ncclGroupStart", ncclGroupStart());
+    for (r = 0; r < d->size; r++) {
+        tfm__share(n, d->size, r, &lo, &hi);
+        if (tfm__nccl(ncclBroadcast(w + lo, w + lo, (size_t)(hi - lo), ncclFloat, r, c, 0), fn, "ncclBroadcast") != TFM_OK) {
+            (void)ncclGroupEnd();
+            return TFM_E_COMM;
+        }
+    }
+    TFM__NCCL_TRY(fn, "ncclGroupEnd", ncclGroupEnd());
+    return tfm__dist_nccl_wait(fn, d);
+}
+#endif
+
+/* The mean over the ranks of n floats of model m at x: for a CUDA model through NCCL with TFM_NCCL, else
+   staged through the host. */
 static tfm_result tfm__dist_allreduce_model(const char *fn, tfm_dist *d, tfm_model *m, float *x, int64_t n) {
     float *h = (float *)tfm__model_host(m->impl, x);
     if (d->size == 1) return TFM_OK;
+#if defined(TFM_NCCL)
+    if (m->impl->dev_mem) return tfm__dist_nccl_mean(fn, d, x, n);
+#endif
     tfm__model_stage(m->impl, x, n, 1);
     TFM__TRY(tfm__cuda_check(fn));
     TFM__TRY(tfm__dist_allreduce(fn, d, h, n, 1));
@@ -11666,6 +11801,13 @@ TFMDEF tfm_result tfm_dist_step(tfm_dist *d, tfm_model *m, const tfm_optim *opt,
         float *w = tfm_model_flat(m, 0, NULL), *wh = (float *)tfm__model_host(mi, w);
         int64_t lo, hi;
         int r;
+#if defined(TFM_NCCL)
+        if (mi->dev_mem) {
+            TFM__TRY(tfm__dist_nccl_shares(fn, d, w, n));
+            m->step++;
+            return TFM_OK;
+        }
+#endif
         tfm__model_stage(mi, w, n, 1);
         for (r = 0; r < d->size; r++) {
             tfm__share(n, d->size, r, &lo, &hi);

@@ -102,6 +102,16 @@
    calls still release under a sticky error (and return it), so leak checks work after a fault.
    tfm_emu_set_device_count(0) makes the process look like a machine without a GPU.
 
+   NCCL (with TFM_NCCL defined before this file is included; then the program is an MPI program, built
+   with mpicxx): the calls transformer.h makes (ncclGetUniqueId, ncclCommInitRank, ncclReduceScatter,
+   ncclAllGather, ncclBroadcast of fp32 sums, ncclGroupStart/End, ncclCommGetAsyncError, ncclCommDestroy,
+   ncclCommAbort, ncclGetErrorString) served by MPI on the emulated device memory. Each collective runs at
+   the call (grouped ones one after another, which every rank issues in the same order), in place where
+   NCCL allows it; a buffer not wholly inside one live cudaMalloc block aborts, as does a count past
+   INT_MAX. ncclCommInitRank splits MPI_COMM_WORLD by the id: every process of the job must call it. A
+   call fails under a sticky CUDA error (ncclUnhandledCudaError) or by tfm_emu_fail_next with its name
+   (ncclSystemError).
+
    STATE: everything the emulation keeps is in the one object tfm_emu__g (section "state"). */
 #ifndef TFM_CUDA_EMU_H
 #define TFM_CUDA_EMU_H
@@ -1787,5 +1797,136 @@ static inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublas
     return tfm_emu__gemm_ex("cublasGemmStridedBatchedEx", h, ta, tb, m, n, k, alpha, A, at, lda, sA, B, bt, ldb, sB, beta,
                             C, ct, ldc, sC, batch, compute, algo);
 }
+
+/* ==== NCCL over MPI (TFM_NCCL) ==== */
+
+#if defined(TFM_NCCL)
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+typedef enum {
+    ncclSuccess = 0,
+    ncclUnhandledCudaError = 1,
+    ncclSystemError = 2,
+    ncclInternalError = 3,
+    ncclInvalidArgument = 4,
+    ncclInvalidUsage = 5,
+    ncclRemoteError = 6,
+    ncclInProgress = 7
+} ncclResult_t;
+typedef struct {
+    char internal[128];
+} ncclUniqueId;
+typedef enum { ncclFloat32 = 7, ncclFloat = 7 } ncclDataType_t;
+typedef enum { ncclSum = 0 } ncclRedOp_t;
+struct tfm_emu__nccl {
+    MPI_Comm comm;
+    int rank, size;
+};
+typedef struct tfm_emu__nccl *ncclComm_t;
+
+static inline const char *ncclGetErrorString(ncclResult_t r) {
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    }
+    return "unknown result code";
+}
+/* the checks every call makes: sticky CUDA errors and injected faults */
+static inline ncclResult_t tfm_emu__nccl_enter(const char *api) {
+    if (tfm_emu__take_fault(api)) return ncclSystemError;
+    return tfm_emu__g.sticky ? ncclUnhandledCudaError : ncclSuccess;
+}
+/* a collective's arguments: buffers of n floats inside device memory, fp32, a live stream */
+static inline ncclResult_t tfm_emu__nccl_args(const char *api, ncclComm_t c, const void *send, size_t ns, const void *recv,
+                                              size_t nr, ncclDataType_t t, cudaStream_t s) {
+    if (ncclResult_t r = tfm_emu__nccl_enter(api)) return r;
+    if (!c || t != ncclFloat || !tfm_emu__stream_ok(s)) return ncclInvalidArgument;
+    if (ns > (size_t)INT32_MAX || nr > (size_t)INT32_MAX) tfm_emu__fatal("%s: a count past INT_MAX (%zu, %zu)", api, ns, nr);
+    if ((ns && !tfm_emu__device_range(send, ns * sizeof(float))) || (nr && !tfm_emu__device_range(recv, nr * sizeof(float))))
+        tfm_emu__fatal("%s: a buffer (send %p of %zu floats, recv %p of %zu) is not inside one live cudaMalloc block", api,
+                       send, ns, recv, nr);
+    return ncclSuccess;
+}
+
+static inline ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    static unsigned n;
+    if (ncclResult_t r = tfm_emu__nccl_enter("ncclGetUniqueId")) return r;
+    if (!id) return ncclInvalidArgument;
+    memset(id, 0, sizeof *id);
+    snprintf(id->internal, sizeof id->internal, "tfm_emu %ld %u %lld", (long)getpid(), ++n,
+             (long long)std::chrono::steady_clock::now().time_since_epoch().count());
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+    uint32_t h = 2166136261u;
+    MPI_Comm c;
+    int size = 0, me = 0;
+    if (ncclResult_t r = tfm_emu__nccl_enter("ncclCommInitRank")) return r;
+    if (!comm || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+    for (size_t i = 0; i < sizeof id.internal; i++) h = (h ^ (unsigned char)id.internal[i]) * 16777619u;
+    if (MPI_Comm_split(MPI_COMM_WORLD, (int)(h & 0x7fffffff), rank, &c) != MPI_SUCCESS) return ncclSystemError;
+    MPI_Comm_size(c, &size);
+    MPI_Comm_rank(c, &me);
+    if (size != nranks || me != rank) {
+        MPI_Comm_free(&c);
+        return ncclInvalidUsage;
+    }
+    *comm = new tfm_emu__nccl{c, rank, nranks};
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclCommDestroy(ncclComm_t c) {
+    int finalized = 0;
+    if (!c) return ncclInvalidArgument;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&c->comm);
+    delete c;
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclCommAbort(ncclComm_t c) { return ncclCommDestroy(c); }
+static inline ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *async) {
+    if (!c || !async) return ncclInvalidArgument;
+    *async = ncclSuccess; /* the work happened at the call */
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclGroupStart(void) { return tfm_emu__nccl_enter("ncclGroupStart"); }
+static inline ncclResult_t ncclGroupEnd(void) { return tfm_emu__nccl_enter("ncclGroupEnd"); }
+/* recv (count) = the sum over the ranks of their send[rank * count, (rank + 1) * count) */
+static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                                             ncclComm_t c, cudaStream_t s) {
+    if (ncclResult_t r = tfm_emu__nccl_args("ncclReduceScatter", c, send, c ? count * (size_t)c->size : 0, recv, count, t, s))
+        return r;
+    if (op != ncclSum) return ncclInvalidArgument;
+    std::vector<float> in((const float *)send, (const float *)send + count * (size_t)c->size); /* recv may lie in send */
+    return MPI_Reduce_scatter_block(in.data(), recv, (int)count, MPI_FLOAT, MPI_SUM, c->comm) == MPI_SUCCESS ? ncclSuccess
+                                                                                                      : ncclSystemError;
+}
+/* recv (count * size) = every rank's send (count), in rank order */
+static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c,
+                                         cudaStream_t s) {
+    if (ncclResult_t r = tfm_emu__nccl_args("ncclAllGather", c, send, count, recv, c ? count * (size_t)c->size : 0, t, s))
+        return r;
+    std::vector<float> in((const float *)send, (const float *)send + count); /* send may lie in recv */
+    return MPI_Allgather(in.data(), (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, c->comm) == MPI_SUCCESS
+               ? ncclSuccess
+               : ncclSystemError;
+}
+static inline ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root,
+                                         ncclComm_t c, cudaStream_t s) {
+    if (ncclResult_t r = tfm_emu__nccl_args("ncclBroadcast", c, send, c && c->rank == root ? count : 0, recv, count, t, s))
+        return r;
+    if (root < 0 || root >= c->size) return ncclInvalidArgument;
+    if (c->rank == root && send != recv) memmove(recv, send, count * sizeof(float));
+    return MPI_Bcast(recv, (int)count, MPI_FLOAT, root, c->comm) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+}
+#endif
 
 #endif /* TFM_CUDA_EMU_H */

@@ -34,6 +34,9 @@
    with a deadline instead of the blocking ones), --steps N. TFM_TEST_MUTATE=allreduce|offset|broadcast|weight skips that part (the run
    must then fail: make test-mpi checks it). Ends with "N passed, N failed" on rank 0. */
 #define _POSIX_C_SOURCE 200809L
+#ifdef TFM_CUDA_EMULATION
+#include "cuda_emu.h"
+#endif
 #define TFM_IMPLEMENTATION
 #include "../transformer.h"
 
@@ -50,6 +53,19 @@
 #define TT 10     /* enc-dec target length */
 #define V 16
 
+/* where the data-parallel models (and the one-process references beside them) live: a TFM_CUDA build
+   trains them on the GPU (make test-mpi-cuda-emu: on the CPU emulation of CUDA, the ranks' all-reduce
+   through the host, or with TFM_NCCL through NCCL on device buffers) */
+#if defined(TFM_NCCL)
+static const tfm_device dev_ = TFM_DEVICE_CUDA;
+static const char *models_on = "CUDA models, gradients and ZeRO-1 shares through NCCL";
+#elif defined(TFM_CUDA)
+static const tfm_device dev_ = TFM_DEVICE_CUDA;
+static const char *models_on = "CUDA models, gradients through the host";
+#else
+static const tfm_device dev_ = TFM_DEVICE_CPU;
+static const char *models_on = "CPU models";
+#endif
 static int rank_, size_, n_pass, n_fail, kill_at = -1, stall_at = -1, n_steps = 50;
 static double timeout_s = 0;
 static const char *mutate = "";
@@ -134,6 +150,7 @@ static tfm_config config(tfm_model_kind kind, int max_batch, uint64_t seed) {
     c.attn_dropout = 0.1f;
     c.act = TFM_ACT_GELU;
     c.seed = seed;
+    c.device = dev_;
     return c;
 }
 
@@ -183,6 +200,28 @@ static double max_diff(const float *a, const float *b, int64_t n, int64_t *n_dif
         if (!(e <= mx)) mx = e;
     }
     return mx;
+}
+
+/* Model m's parameters on the host, in a new array the caller frees (a CUDA model's copied back). */
+static float *params_host(tfm_model *m) {
+    int64_t n = 0;
+    const float *w = tfm_model_flat(m, 0, &n);
+    float *h = (float *)malloc((size_t)n * sizeof(float));
+    if (!h) {
+        fprintf(stderr, "rank %d: out of memory\n", rank_);
+        exit(2);
+    }
+#if defined(TFM_CUDA)
+    if (m->cfg.device == TFM_DEVICE_CUDA) {
+        if (cudaMemcpy(h, w, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) {
+            fprintf(stderr, "rank %d: cudaMemcpy failed\n", rank_);
+            exit(2);
+        }
+        return h;
+    }
+#endif
+    memcpy(h, w, (size_t)n * sizeof(float));
+    return h;
 }
 
 /* The single-process reference step s on all G rows: in one batch (parts 1), or in `parts` batches
@@ -266,6 +305,12 @@ static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
     int s, identical = 1, ckpt_step = n_steps / 2;
     tfm_result rc;
     OK(tfm_model_init(&m, &cm, NULL, 0));
+    if (rank_ == 0) {
+        int64_t n = 0;
+        tfm_model_flat(&m, 0, &n);
+        printf("     %s: %lld parameters, all-reduced in buckets of %lld (the last %lld)\n", name, (long long)n,
+               (long long)dist->bucket, (long long)(n % dist->bucket));
+    }
     if (rank_ == 0) OK(tfm_model_init(&ref, &cr, NULL, 0));
     if (rank_ == 0) OK(tfm_model_init(&acc, &cr, NULL, 0));
     if (strcmp(mutate, "broadcast")) OK(tfm_dist_broadcast_model(dist, &m));
@@ -291,10 +336,14 @@ static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
         else OK(rc);
         if (s < 3 || s == n_steps) { /* its parameters against the unsharded run's, on this rank */
             int64_t n = 0, nd = 0;
-            const float *a = tfm_model_flat(&z, 0, &n);
-            double e = max_diff(a, tfm_model_flat(&m, 0, NULL), n, &nd);
+            float *a = params_host(&z), *b = params_host(&m);
+            double e;
+            tfm_model_flat(&z, 0, &n);
+            e = max_diff(a, b, n, &nd);
             if (!(e <= max_z)) max_z = e;
             nz_diff += nd;
+            free(a);
+            free(b);
         }
         if (rank_ == 0) {
             double rel;
@@ -313,12 +362,15 @@ static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
     sum_end = sum;
     if (rank_ == 0) {
         int64_t n = 0, i;
-        const float *a = tfm_model_flat(&m, 0, &n), *b = tfm_model_flat(&ref, 0, NULL);
-        for (i = 0; i < n; i++)
+        float *a = params_host(&m), *b = params_host(&ref), *c = params_host(&acc);
+        tfm_model_flat(&m, 0, &n);
+        for (i = 0; i < n; i++) {
             if (!(fabs((double)a[i] - (double)b[i]) <= max_dp)) max_dp = fabs((double)a[i] - (double)b[i]);
-        a = tfm_model_flat(&acc, 0, NULL);
-        for (i = 0; i < n; i++)
-            if (!(fabs((double)a[i] - (double)b[i]) <= max_acc)) max_acc = fabs((double)a[i] - (double)b[i]);
+            if (!(fabs((double)c[i] - (double)b[i]) <= max_acc)) max_acc = fabs((double)c[i] - (double)b[i]);
+        }
+        free(a);
+        free(b);
+        free(c);
     }
     snprintf(what, sizeof what, "%s: %d steps, global batch %d over %d ranks: loss within 1e-5 of one process's at every "
              "step (max rel diff %.2g)", name, n_steps, G, dist->size, max_rel);
@@ -356,6 +408,7 @@ static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
             tfm_config c1 = config(kind, G, 5);
             tfm_model one;
             int64_t n = 0;
+            c1.device = TFM_DEVICE_CPU; /* read on the host */
             check(same_file(ckpt, ckpt1), "checkpoint: rank 0's file has the bytes of a single-process save of the same state");
             /* a single process reads it as any checkpoint, into a model of the reference's batch */
             OK(tfm_model_init(&one, &c1, NULL, 0));
@@ -365,6 +418,7 @@ static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
                 tfm_config c3 = config(kind, G, 7);
                 const float *a, *b;
                 int64_t i, diff = 0;
+                c3.device = TFM_DEVICE_CPU; /* read on the host */
                 OK(tfm_model_init(&m25, &c3, NULL, 0));
                 OK(tfm_model_load(&m25, ckpt1));
                 a = tfm_model_flat(&one, 0, &n);
@@ -387,6 +441,7 @@ static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
             const tfm_param *p;
             int64_t n = 0, nd = 0, k;
             double e = 0;
+            c1.device = TFM_DEVICE_CPU; /* read on the host */
             OK(tfm_model_init(&a1, &c1, NULL, 0));
             OK(tfm_model_init(&b1, &c1, NULL, 0));
             OK(tfm_model_load(&a1, ckptz));
@@ -418,12 +473,14 @@ static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
 
 /* ZeRO-1's memory and its refusals. */
 static void run_zero_basics(tfm_dist *dist) {
-    tfm_config c = config(TFM_MODEL_DECODER_LM, G, 7), cs = c;
+    tfm_config c = config(TFM_MODEL_DECODER_LM, G, 7), cs;
     tfm_model z;
     tfm_optim o = optim();
     size_t whole = 0, shard = 0;
     int64_t n = 0;
     char what[256];
+    c.device = TFM_DEVICE_CPU; /* the refusals on the host: the test writes gradients into its flat array */
+    cs = c;
     cs.moment_shards = size_;
     cs.moment_shard = rank_;
     OK(tfm_model_memory_size(&c, &whole));
@@ -528,8 +585,9 @@ int main(int argc, char **argv) {
     rank_ = dist.rank;
     size_ = dist.size;
     if (rank_ == 0) {
-        printf("test_mpi: %d ranks, sgemm %s, collectives %s%s%s\n", size_, tfm_sgemm_backend(),
-               timeout_s > 0 ? "non-blocking with a deadline" : "blocking", *mutate ? ", mutation: skip " : "", mutate);
+        printf("test_mpi: %d ranks, sgemm %s, collectives %s, %s%s%s\n", size_, tfm_sgemm_backend(),
+               timeout_s > 0 ? "non-blocking with a deadline" : "blocking", models_on, *mutate ? ", mutation: skip " : "",
+               mutate);
         fflush(stdout);
     }
     run_basics();

@@ -11,11 +11,17 @@
 #   4. two network namespaces joined by a veth pair, one rank in each, launched as mpirun launches
 #      on two hosts (its rsh agent, here `ip netns exec` instead of ssh) and talking TCP only, with
 #      the collectives' non-blocking forms (--timeout 120), so both forms pass the test:
-#      skipped with a message where namespaces cannot be made (not root, no `ip`, a container).
+#      skipped with a message where namespaces cannot be made (not root, no `ip`, a container);
+#   5. with CUDA_BIN and NCCL_BIN (tests/test_mpi.c built against the CPU emulation of CUDA, without and
+#      with TFM_NCCL): the same checks on CUDA models, their gradients through the host, then through
+#      NCCL (served by MPI in the emulation) under -np 2 and -np 3, where leaving out the all-reduce must
+#      fail too. Fewer steps: each GPU thread is a fiber there.
 # Prints "test-mpi: N passed, N failed" and exits non-zero if any failed.
 set -uo pipefail
 
-bin=${1:?usage: tests/test_mpi.sh BIN}
+bin=${1:?usage: tests/test_mpi.sh BIN [CUDA_BIN NCCL_BIN]}
+cuda_bin=${2:-}
+nccl_bin=${3:-}
 mpirun=${MPIRUN:-mpirun}
 flags=(--oversubscribe)
 [ "$(id -u)" -eq 0 ] && flags+=(--allow-run-as-root)
@@ -67,6 +73,28 @@ elif [ $rc -eq 0 ] || ! grep -q 'timed out after 5 s' "$log"; then
     cat "$log"
 else
     pass "rank 1 stalled at step 5: rank 0 stopped after $((SECONDS - t0)) s: $(grep -m1 'timed out' "$log" | cut -c1-150)..."
+fi
+
+# 5. CUDA models on the emulation: gradients through the host, then through NCCL
+if [ -n "$cuda_bin" ]; then
+    run_cuda() { # WHAT NP STEPS BIN
+        echo "==== $mpirun -np $2 $4 --steps $3"
+        if timeout 600 "$mpirun" "${flags[@]}" -np "$2" "$4" --steps "$3" >"$log" 2>&1; then
+            pass "$1: $(grep -c '^ok' "$log") checks"
+        else
+            fail "$1:"
+            cat "$log"
+        fi
+    }
+    run_cuda "CUDA models (emulated), gradients through the host, 2 ranks" 2 6 "$cuda_bin"
+    run_cuda "CUDA models (emulated), gradients and ZeRO-1 shares through NCCL, 2 ranks" 2 6 "$nccl_bin"
+    run_cuda "CUDA models (emulated) through NCCL, 3 ranks" 3 3 "$nccl_bin"
+    if TFM_TEST_MUTATE=allreduce timeout 600 "$mpirun" "${flags[@]}" -np 2 -x TFM_TEST_MUTATE "$nccl_bin" --steps 3 >"$log" 2>&1; then
+        fail "CUDA models through NCCL: leaving out the all-reduce still passes:"
+        cat "$log"
+    else
+        pass "CUDA models through NCCL: leaving out the all-reduce fails the test ($(grep -c '^FAIL' "$log") checks failed)"
+    fi
 fi
 
 # 4. two network namespaces, TCP between them

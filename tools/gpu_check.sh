@@ -7,6 +7,8 @@
 #   (a) the device (nvidia-smi) and the compiler (nvcc --version)
 #   (b) tests/test_cuda.cu built with nvcc for the GPU's architecture (make build/test_cuda, else nvcc
 #       directly) and run: it ends with "N passed, N failed"
+#   (b2) where Open MPI is installed, optional: tests/test_mpi.c on CUDA models with TFM_NCCL, two
+#       processes sharing the GPU (make build/mpi/test_mpi_nccl; mpirun -np 2 ... --steps 20)
 #   (c) compute-sanitizer memcheck, racecheck and (time allowing) synccheck over `test_cuda --small`
 #   (d) the GPU benchmark: bench/tfm_cuda.cu by nvcc, bench/bench_gpu.c by cc (plain C), linked; run for
 #       char-gpt-tiny, gpt-small, gpt2-124M-shape and gpt2-124M-b16 (16 x 1024); then bench/torch_gpu.py, PyTorch eager on the same
@@ -179,6 +181,18 @@ if [ -x build/test_cuda ]; then
 else
     log "== test: build/test_cuda was not built"
     record "test" 1 0
+fi
+
+# ---- (b2) NCCL: tests/test_mpi.c on CUDA models, two processes sharing the GPU (where MPI is installed) ----
+if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
+    run_step "nccl-build" 60 "$TEST_RESERVE" "$TMP/nccl_build.txt" optional -- \
+        make --no-print-directory build/mpi/test_mpi_nccl NVCC="$NVCC" NVCC_ARCH="$ARCH" NVCCFLAGS="$NVCCFLAGS"
+    if [ -x build/mpi/test_mpi_nccl ]; then
+        run_step "nccl" 60 "$TEST_RESERVE" "$TMP/nccl.txt" optional -- \
+            mpirun --oversubscribe $([ "$(id -u)" -eq 0 ] && echo --allow-run-as-root) -np 2 build/mpi/test_mpi_nccl --steps 20
+    fi
+else
+    log "== nccl: skipped (no mpicc/mpirun here: tests/test_mpi.c through NCCL needs Open MPI)"
 fi
 
 # ---- (c) compute-sanitizer over the small shapes --------------------------------------------------
