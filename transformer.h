@@ -5464,29 +5464,42 @@ static __device__ void tfm__cu_ftile(uint16_t *dst, int ldh, const float *src, i
     }
 }
 
+#if TFM__CU_WMMA
+/* A warp's fp32 sums of a 16 x 16 tile (registers), and its bf16 operand tiles */
+typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> tfm__cu_facc;
+typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> tfm__cu_fa;
+
+/* One warp: f += fa B[k:k+16, 16 n:16 n+16], B bf16 row-major (ldb), or bt: stored transposed (row n of b is
+   column n of B) */
+static __device__ void tfm__cu_wmma_mma(tfm__cu_facc *f, const tfm__cu_fa *fa, const uint16_t *b, int ldb, int bt, int k,
+                                        int n) {
+    if (bt) {
+        nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::col_major> fb;
+        nvcuda::wmma::load_matrix_sync(fb, (const __nv_bfloat16 *)(b + (int64_t)16 * n * ldb + k), (unsigned)ldb);
+        nvcuda::wmma::mma_sync(*f, *fa, fb, *f);
+    } else {
+        nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> fb;
+        nvcuda::wmma::load_matrix_sync(fb, (const __nv_bfloat16 *)(b + (int64_t)k * ldb + 16 * n), (unsigned)ldb);
+        nvcuda::wmma::mma_sync(*f, *fa, fb, *f);
+    }
+}
+#endif
+
 /* One warp: C = A B (acc: C += A B) for 16 rows, C fp32 of 16 nc columns (row stride ldc), A bf16 16 x K
-   (row-major, lda), B bf16 K x 16 nc: row-major (ldb), or bt: stored transposed (row n of b is column n
-   of B). K a multiple of 16. */
+   (row-major, lda), B bf16 K x 16 nc: row-major (ldb), or bt: stored transposed. K a multiple of 16. One
+   tile of C at a time, through memory. */
 static __device__ void tfm__cu_wmma_rows(float *c, int ldc, int acc, const uint16_t *a, int lda, const uint16_t *b, int ldb,
                                          int bt, int K, int nc) {
 #if TFM__CU_WMMA
     int n, k;
     for (n = 0; n < nc; n++) {
-        nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> f;
+        tfm__cu_facc f;
         if (acc) nvcuda::wmma::load_matrix_sync(f, c + 16 * n, (unsigned)ldc, nvcuda::wmma::mem_row_major);
         else nvcuda::wmma::fill_fragment(f, 0.0f);
         for (k = 0; k < K; k += 16) {
-            nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> fa;
+            tfm__cu_fa fa;
             nvcuda::wmma::load_matrix_sync(fa, (const __nv_bfloat16 *)(a + k), (unsigned)lda);
-            if (bt) {
-                nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::col_major> fb;
-                nvcuda::wmma::load_matrix_sync(fb, (const __nv_bfloat16 *)(b + (int64_t)16 * n * ldb + k), (unsigned)ldb);
-                nvcuda::wmma::mma_sync(f, fa, fb, f);
-            } else {
-                nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> fb;
-                nvcuda::wmma::load_matrix_sync(fb, (const __nv_bfloat16 *)(b + (int64_t)k * ldb + 16 * n), (unsigned)ldb);
-                nvcuda::wmma::mma_sync(f, fa, fb, f);
-            }
+            tfm__cu_wmma_mma(&f, &fa, b, ldb, bt, k, n);
         }
         nvcuda::wmma::store_matrix_sync(c + 16 * n, f, (unsigned)ldc, nvcuda::wmma::mem_row_major);
     }
@@ -5496,25 +5509,20 @@ static __device__ void tfm__cu_wmma_rows(float *c, int ldc, int acc, const uint1
 }
 
 #if TFM__CU_WMMA
-/* A warp's fp32 sums of 16 rows by up to TFM__CU_TD columns, in accumulator fragments (registers) */
-typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> tfm__cu_facc;
+/* A warp's fp32 sums of 16 rows by up to TFM__CU_TD columns, kept in registers over a kernel's loop */
 typedef struct tfm__cu_fsum { tfm__cu_facc f[TFM__CU_TD / 16]; } tfm__cu_fsum;
 
-/* One warp: s += A B, A bf16 16 x K (row-major, lda), B bf16 K x 16 nc (row-major, ldb), K a multiple of
-   16 (the loop over the fragments unrolled, so that they stay in registers) */
+/* One warp: s += A B, as tfm__cu_wmma_rows with B row-major, every tile of s at once (the loop over them
+   unrolled, so that they stay in registers; each A tile loaded once) */
 static __device__ void tfm__cu_wmma_sum(tfm__cu_fsum *s, const uint16_t *a, int lda, const uint16_t *b, int ldb, int K,
                                         int nc) {
     int n, k;
     for (k = 0; k < K; k += 16) {
-        nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> fa;
+        tfm__cu_fa fa;
         nvcuda::wmma::load_matrix_sync(fa, (const __nv_bfloat16 *)(a + k), (unsigned)lda);
         TFM__UNROLL
         for (n = 0; n < TFM__CU_TD / 16; n++)
-            if (n < nc) {
-                nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> fb;
-                nvcuda::wmma::load_matrix_sync(fb, (const __nv_bfloat16 *)(b + (int64_t)k * ldb + 16 * n), (unsigned)ldb);
-                nvcuda::wmma::mma_sync(s->f[n], fa, fb, s->f[n]);
-            }
+            if (n < nc) tfm__cu_wmma_mma(&s->f[n], &fa, b, ldb, 0, k, n);
     }
 }
 
