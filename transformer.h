@@ -1920,11 +1920,12 @@ static TFM__HD uint32_t tfm__drop_threshold(float p) {
 
 /* Branch-free exp, tanh and erf that the compiler can vectorize (libm's are scalar calls).
    exp: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for exactness), e^r by its degree-7 Taylor
-   polynomial (error < 1e-8 relative), 2^n put in the exponent bits: about 1 ulp over [-87, 88].
+   polynomial (error < 1e-8 relative), 2^n put in the exponent bits: about 1 ulp over [-87, 88]; 0 below
+   -87 (so e^-inf, a masked score's, is exactly 0), e^88 above 88.
    tanh(u) = 1 - 2 / (1 + e^(2u)): absolute error ~1e-7. erf: Abramowitz & Stegun 7.1.26 with this exp,
    absolute error < 2e-7. */
 static TFM__HD inline float tfm__exp(float x) {
-    float kf, r, p, s;
+    float kf, r, p, s, under = x < -87.0f ? 0.0f : 1.0f;
     int32_t bits;
     x = x < -87.0f ? -87.0f : x;
     x = x > 88.0f ? 88.0f : x;
@@ -1935,7 +1936,7 @@ static TFM__HD inline float tfm__exp(float x) {
         r * (1.3888889e-3f + r * 1.9841270e-4f))))));
     bits = (int32_t)((uint32_t)((int32_t)kf + 127) << 23); /* (unsigned: no shift of a negative for a NaN x) */
     memcpy(&s, &bits, sizeof s);
-    return p * s;
+    return p * s * under;
 }
 static TFM__HD inline float tfm__tanh(float u) { return 1.0f - 2.0f / (1.0f + tfm__exp(2.0f * u)); }
 static TFM__HD inline float tfm__erf(float x) {

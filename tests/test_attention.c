@@ -828,6 +828,50 @@ static void att_test_fused_one_key(void) {
     free(mask);
 }
 
+/* A key that an additive mask hides from every query (-inf in its whole column) takes no part: its dk
+   and dv are exactly zero, as torch's (e^-inf is 0, not the smallest float). Two such keys, in two key
+   blocks, with and without dropout. */
+static void att_test_masked_key(void) {
+    const int B = 2, H = 2, D = 64, Tq = 70, Tk = 300, C = H * D, hidden[2] = {37, 290};
+    const size_t nq = (size_t)B * Tq * C, nk = (size_t)B * Tk * C;
+    float *q = att_falloc(nq), *k = att_falloc(nk), *v = att_falloc(nk), *dout = att_falloc(nq);
+    float *out = att_falloc(nq), *lse = att_falloc((size_t)B * H * Tq), *mask = att_falloc((size_t)Tq * Tk);
+    float *dq = att_falloc(nq), *dk = att_falloc(nk), *dv = att_falloc(nk);
+    tfm_tensor tq = tfm_tensor3(q, B, Tq, C), tk = tfm_tensor3(k, B, Tk, C), tv = tfm_tensor3(v, B, Tk, C);
+    tfm_tensor to = tfm_tensor3(out, B, Tq, C), tdo = tfm_tensor3(dout, B, Tq, C), tl = tfm_tensor3(lse, B, H, Tq);
+    tfm_tensor tdq = tfm_tensor3(dq, B, Tq, C), tdk = tfm_tensor3(dk, B, Tk, C), tdv = tfm_tensor3(dv, B, Tk, C);
+    tfm_attn_opts o;
+    att_fill(q, nq, -1.5f, 1.5f);
+    att_fill(k, nk, -1.5f, 1.5f);
+    att_fill(v, nk, -1, 1);
+    att_fill(dout, nq, -1, 1);
+    att_fill(mask, (size_t)Tq * Tk, -1, 1);
+    for (int i = 0; i < Tq; i++) mask[(size_t)i * Tk + hidden[0]] = mask[(size_t)i * Tk + hidden[1]] = -INFINITY;
+    memset(&o, 0, sizeof o);
+    o.mask = mask;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t nz = 0, other = 0;
+        o.dropout = pass ? 0.2f : 0.0f;
+        o.dropout_seed = 5;
+        memset(dq, 0, nq * sizeof(float));
+        memset(dk, 0, nk * sizeof(float));
+        memset(dv, 0, nk * sizeof(float));
+        CHECK_OK(tfm_attention_forward(&to, &tl, &tq, &tk, &tv, H, &o));
+        CHECK_OK(tfm_attention_backward(&tdq, &tdk, &tdv, &tdo, &tq, &tk, &tv, &to, &tl, H, &o));
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < Tk; j++)
+                for (int c = 0; c < C; c++) {
+                    size_t x = ((size_t)b * Tk + j) * C + c;
+                    if (j == hidden[0] || j == hidden[1]) nz += (dk[x] != 0.0f) + (dv[x] != 0.0f);
+                    else other += dv[x] != 0.0f;
+                }
+        CHECK_MSG(nz == 0, "masked key%s: %zu entries of the hidden keys' dk and dv not exactly zero",
+                  pass ? ", dropout" : "", nz);
+        CHECK_MSG(other > 0, "masked key%s: every dv is zero", pass ? ", dropout" : "");
+    }
+    free(q); free(k); free(v); free(dout); free(out); free(lse); free(mask); free(dq); free(dk); free(dv);
+}
+
 /* A sliding window (with sinks, key lengths and dropout) against the double reference and central finite
    differences, at the tolerances above; the windows leave gaps inside one key block. */
 static void att_test_op_window(void) {
@@ -1802,6 +1846,7 @@ static void suite_attention(void) {
     RUN(att_test_fused_additive);
     RUN(att_test_fused_dropout);
     RUN(att_test_fused_one_key);
+    RUN(att_test_masked_key);
     RUN(att_test_fused_decode);
     RUN(att_test_op_window);
     RUN(att_test_fused_window);

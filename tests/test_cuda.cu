@@ -3602,6 +3602,32 @@ static void cu_bf16_attention_case(const cu_bfatt *c) {
                     }
                 }
             }
+    { /* the reference above against the CPU's attention in fp32 (checked against PyTorch and finite
+         differences by the unit tests) on the bf16-rounded inputs, within the same bounds: the formulas
+         written here from the definitions are the gradients the library means (a wrong sign, scale or
+         mask would be far outside; the bounds cover D, which the reference takes from the unrounded dout
+         as the GPU does, and the CPU from the rounded one) */
+        int64_t no = (int64_t)B * Tq * C, nkv = c->fused ? 0 : nk, x, nbad = 0, at = -1;
+        float *hq2 = cu_host(nq), *hk2 = cu_host(nkv), *hv2 = cu_host(nkv), *hdo = cu_host(no), *co = cu_host(no);
+        float *cl = cu_host((int64_t)B * H * Tq), *cdq = cu_host(nq), *cdk = cu_host(nkv), *cdv = cu_host(nkv);
+        tfm__attn_args ac = a;
+        const float *got[4] = {co, cdq, cdk, cdv};
+        const double *r[4] = {ro, rq, rk, rv}, *e[4] = {eo, eq, ek, ev};
+        const int64_t n[4] = {no, nq, nkv, nkv};
+        for (x = 0; x < nq; x++) hq2[x] = (float)cu_bf16_ref(q.h[x]);
+        for (x = 0; x < nkv; x++) hk2[x] = (float)cu_bf16_ref(k.h[x]), hv2[x] = (float)cu_bf16_ref(v.h[x]);
+        for (x = 0; x < no; x++) hdo[x] = (float)cu_bf16_ref(dout.h[x]);
+        ac.q = hq2, ac.k = c->fused ? hq2 + C : hk2, ac.v = c->fused ? hq2 + C + E : hv2, ac.out = co, ac.lse = cl;
+        CHECK(tfm__op_attention(TFM_DEVICE_CPU, &ac));
+        CHECK(tfm__op_attention_bwd(TFM_DEVICE_CPU, &ac, cdq, ldq, c->fused ? cdq + C : cdk, ldk, c->fused ? cdq + C + E : cdv,
+                                    ldk, hdo, C));
+        for (int o = 0; o < 4; o++)
+            for (x = 0; x < n[o]; x++)
+                if (!(fabs(got[o][x] - r[o][x]) <= e[o][x]) && !nbad++) at = (int64_t)o << 40 | x;
+        CHECK_MSG(!nbad, "%s: the reference differs from the CPU's fp32 attention in %lld elements (first: output %d, element "
+                  "%lld)", name, (long long)nbad, (int)(at >> 40), (long long)(at & (((int64_t)1 << 40) - 1)));
+        free(hq2), free(hk2), free(hv2), free(hdo), free(co), free(cl), free(cdq), free(cdk), free(cdv);
+    }
     {
         struct { const char *what; cu_buf *x; const double *r, *e; int64_t n; } outs[4] = {
             {"out", &out, ro, eo, (int64_t)B * Tq * C}, {c->fused ? "dq|dk|dv" : "dq", &dq, rq, eq, nq},
