@@ -522,7 +522,7 @@ $(MPI_BUILD)/test_mpi_cuda_emu: tests/test_mpi.c tests/cuda_emu.h $(HEADER) $(BU
 $(MPI_BUILD)/test_mpi_nccl_emu: tests/test_mpi.c tests/cuda_emu.h $(HEADER) $(BUILD)/.flags-mpi
 	@mkdir -p $(MPI_BUILD)
 	$(MPICXX) $(EMU_FLAGS) -DTFM_MPI -DTFM_NCCL -x c++ -o $@ tests/test_mpi.c -lm
-# make cuda also builds tests/test_mpi.c with nvcc for CUDA models through NCCL (two processes on a GPU:
+# make cuda also builds tests/test_mpi.c with nvcc for CUDA models through NCCL (a process per GPU:
 # mpirun -np 2 build/mpi/test_mpi_nccl), linked with libnccl
 ifneq ($(NVCC_FOUND),)
 cuda: $(MPI_BUILD)/test_mpi_nccl

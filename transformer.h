@@ -11653,7 +11653,12 @@ static tfm_result tfm__dist_nccl_comm(const char *fn, tfm_dist *d, ncclComm_t *c
         ok = rc == TFM_OK;
         TFM__MPI_COLL(fn, d, MPI_Allreduce, MPI_Iallreduce, &ok, &all, 1, MPI_INT, MPI_MIN, im->comm);
         if (!all) return ok ? tfm__fail(TFM_E_COMM, "%s: another rank could not allocate NCCL's scratch (see its error)", fn) : rc;
-        TFM__NCCL_TRY(fn, "ncclCommInitRank", ncclCommInitRank(&im->nccl, d->size, msg.id, d->rank));
+        rc = tfm__nccl(ncclCommInitRank(&im->nccl, d->size, msg.id, d->rank), fn, "ncclCommInitRank");
+        if (rc != TFM_OK) {
+            im->nccl = NULL;
+            return tfm__fail(rc, "%s (NCCL wants one GPU per rank: cudaSetDevice before tfm_model_init; ranks that share "
+                             "a GPU can build without TFM_NCCL)", tfm_last_error());
+        }
     }
     *comm = im->nccl;
     return TFM_OK;

@@ -108,7 +108,8 @@
    ncclCommAbort, ncclGetErrorString) served by MPI on the emulated device memory. Each collective runs at
    the call (grouped ones one after another, which every rank issues in the same order), in place where
    NCCL allows it; a buffer not wholly inside one live cudaMalloc block aborts, as does a count past
-   INT_MAX. ncclCommInitRank splits MPI_COMM_WORLD by the id: every process of the job must call it. A
+   INT_MAX. ncclCommInitRank splits MPI_COMM_WORLD by the id: every process of the job must call it; each
+   process counts as a GPU of its own (NCCL refuses two ranks on one GPU: ncclInvalidUsage). A
    call fails under a sticky CUDA error (ncclUnhandledCudaError) or by tfm_emu_fail_next with its name
    (ncclSystemError).
 

@@ -580,6 +580,13 @@ int main(int argc, char **argv) {
     }
     if (getenv("TFM_TEST_MUTATE")) mutate = getenv("TFM_TEST_MUTATE");
     tfm_set_num_threads(1);
+#if defined(TFM_CUDA)
+    { /* a GPU per rank, where there are several (NCCL refuses two ranks on one) */
+        int n_dev = 0, r = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &r);
+        if (cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev > 1) (void)cudaSetDevice(r % n_dev);
+    }
+#endif
     OK(tfm_dist_init(&dist, NULL, 4099));
     dist.timeout = timeout_s;
     rank_ = dist.rank;

@@ -7,8 +7,8 @@
 #   (a) the device (nvidia-smi) and the compiler (nvcc --version)
 #   (b) tests/test_cuda.cu built with nvcc for the GPU's architecture (make build/test_cuda, else nvcc
 #       directly) and run: it ends with "N passed, N failed"
-#   (b2) where Open MPI is installed, optional: tests/test_mpi.c on CUDA models with TFM_NCCL, two
-#       processes sharing the GPU (make build/mpi/test_mpi_nccl; mpirun -np 2 ... --steps 20)
+#   (b2) where there are two GPUs and Open MPI, optional: tests/test_mpi.c on CUDA models with TFM_NCCL,
+#       a process per GPU (make build/mpi/test_mpi_nccl; mpirun -np 2 ... --steps 20)
 #   (c) compute-sanitizer memcheck, racecheck and (time allowing) synccheck over `test_cuda --small`
 #   (d) the GPU benchmark: bench/tfm_cuda.cu by nvcc, bench/bench_gpu.c by cc (plain C), linked; run for
 #       char-gpt-tiny, gpt-small, gpt2-124M-shape and gpt2-124M-b16 (16 x 1024); then bench/torch_gpu.py, PyTorch eager on the same
@@ -183,8 +183,11 @@ else
     record "test" 1 0
 fi
 
-# ---- (b2) NCCL: tests/test_mpi.c on CUDA models, two processes sharing the GPU (where MPI is installed) ----
-if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
+# ---- (b2) NCCL: tests/test_mpi.c on CUDA models, two processes on two GPUs (where there are two and MPI) ----
+N_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "$N_GPUS" -lt 2 ]; then
+    log "== nccl: skipped (NCCL wants a GPU per rank; this machine has $N_GPUS)"
+elif command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
     run_step "nccl-build" 60 "$TEST_RESERVE" "$TMP/nccl_build.txt" optional -- \
         make --no-print-directory build/mpi/test_mpi_nccl NVCC="$NVCC" NVCC_ARCH="$ARCH" NVCCFLAGS="$NVCCFLAGS"
     if [ -x build/mpi/test_mpi_nccl ]; then
