@@ -1460,9 +1460,12 @@ TFMDEF int tfm_get_num_threads(void) {
 #endif
 }
 
+/* Inside any parallel region, active or not: a region opened in an inactive one (an `if` that came out
+   false, e.g. attention over one batch-head) is nested, and libgomp starts fresh threads for a nested team
+   every time, each leaving its scratch behind when it exits; so work there stays on the calling thread. */
 static int tfm__in_parallel(void) {
 #ifdef _OPENMP
-    return omp_in_parallel();
+    return omp_get_level() > 0;
 #else
     return 0;
 #endif
