@@ -1169,6 +1169,100 @@ static int run_gqa(int threads) {
     return 0;
 }
 
+/* ---- llama: the LLaMA-style block's new pieces as a share of a training step ------------------- */
+
+/* gpt-small's shape (C 384, 6 layers, T 256, B 8, V 8192, its random batch) trained with the LLaMA-style
+   block of `gqa` (8 heads over 2 key/value heads, RMSNorm, SwiGLU of 1024, rotary positions, no biases)
+   and with gpt-small's GPT block, in one process, 2 warm-up and 10 timed steps each (median). Then the
+   new pieces alone at that model's shapes, forward and backward, as many as a step runs (median of 10):
+   RMSNorm over B*T rows of C (2 a layer and the final one), SwiGLU over B*T rows of 2 x 1024, rotary
+   positions on the queries' 8 heads and the keys' 2 heads of every layer (one pass, as the layer's). The products' FLOPs of the step
+   (6 per weight per row, attention's 12*B*T^2*C) over the step time, against the sgemm rate at 2048^2
+   measured in the same run. Lines:
+       LLAMA step block=llama|gpt threads=... step_ms=... gflop=... gflops=... sgemm_gflops=... share_of_sgemm=...
+       LLAMA piece name=rmsnorm|swiglu|rope count=... ms=... share_of_step=... */
+static int run_llama(int threads) {
+    const bench_cfg *bc = find_config("gpt-small");
+    enum { STEPS = 10 };
+    int B = bc->B, T = bc->T, C = bc->d_model, L = bc->n_layers, F = 1024, H = 8, Hkv = 2, D = C / H, i, k, r;
+    tfm_model *m = (tfm_model *)xmalloc(sizeof *m);
+    double t[STEPS], step_ms[2], sgemm_gflops = 0.0, gflop[2];
+    size_t rows = (size_t)B * T, big = rows * 2 * F;
+    float *x = (float *)xmalloc(big * sizeof(float)), *y = (float *)xmalloc(big * sizeof(float));
+    float *dy = (float *)xmalloc(big * sizeof(float)), *dx = (float *)xmalloc(big * sizeof(float));
+    float *g = (float *)xmalloc((size_t)C * sizeof(float)), *dg = (float *)xmalloc((size_t)C * sizeof(float));
+    float *rstd = (float *)xmalloc(rows * sizeof(float));
+    float loss = 0.0f;
+    bench_data d;
+    tfm_rng rng;
+    tfm_result rc;
+    tfm_set_num_threads(threads);
+    tfm_rng_seed(&rng, 42);
+    data_make(bc, &rng, &d);
+    for (k = 0; k < 2; k++) {
+        tfm_config c = k == 0 ? gqa_config(Hkv) : make_config(bc);
+        if (k == 0) {
+            c.max_len = T;
+            c.max_batch = B;
+            c.inference_only = 0;
+        }
+        if ((rc = tfm_model_init(m, &c, NULL, 0)) != TFM_OK) die_tfm("tfm_model_init", rc);
+        for (i = 0; i < 2; i++) train_step(m, &d.batch, &d.opt, &loss);
+        for (i = 0; i < STEPS; i++) t[i] = train_step(m, &d.batch, &d.opt, &loss);
+        step_ms[k] = 1e3 * median(t, STEPS);
+        /* the products: 6 FLOPs per weight per row (q, k|v, o, the feed-forward, the tied head) and attention's */
+        gflop[k] = 1e-9 * (6.0 * rows * (L * (k == 0 ? 2.0 * C * C + 2.0 * C * Hkv * D + 3.0 * C * F
+                                                     : 4.0 * C * C + 2.0 * C * cfg_dff(bc)) + (double)bc->V * C) +
+                           12.0 * B * L * (double)T * T * C);
+        tfm_model_free(m);
+    }
+    fill_small(x, big, &rng);
+    fill_small(dy, big, &rng);
+    for (i = 0; i < C; i++) g[i] = 1.0f + 0.01f * (float)(i % 7);
+    for (r = 0; r < 3; r++) { /* the sgemm rate: 2048^2, best of 3 (x, dy and dx hold 2048^2 floats) */
+        double t0 = now_s(), dt;
+        tfm__sgemm(0, 0, 2048, 2048, 2048, 1.0f, x, 2048, dy, 2048, 0.0f, dx, 2048);
+        dt = now_s() - t0;
+        if (2.0 * 2048 * 2048 * 2048 / dt * 1e-9 > sgemm_gflops) sgemm_gflops = 2.0 * 2048 * 2048 * 2048 / dt * 1e-9;
+    }
+    for (k = 0; k < 2; k++)
+        printf("LLAMA step block=%s threads=%d step_ms=%.1f gflop=%.2f gflops=%.1f sgemm_gflops=%.1f share_of_sgemm=%.2f\n",
+               k == 0 ? "llama" : "gpt", threads, step_ms[k], gflop[k], gflop[k] / step_ms[k] * 1e3, sgemm_gflops,
+               gflop[k] / step_ms[k] * 1e3 / sgemm_gflops);
+    for (k = 0; k < 3; k++) {
+        static const char *names[3] = {"rmsnorm", "swiglu", "rope"};
+        int count = k == 0 ? 2 * L + 1 : L;
+        for (r = 0; r <= STEPS; r++) {
+            double t0 = now_s();
+            for (i = 0; i < count; i++) {
+                if (k == 0) {
+                    tfm_tensor tx = tfm_tensor2(x, (int64_t)rows, C), ty = tfm_tensor2(y, (int64_t)rows, C);
+                    tfm_tensor tdy = tfm_tensor2(dy, (int64_t)rows, C), tdx = tfm_tensor2(dx, (int64_t)rows, C);
+                    tfm_tensor tg = tfm_tensor1(g, C), tdg = tfm_tensor1(dg, C), tr = tfm_tensor1(rstd, (int64_t)rows);
+                    if ((rc = tfm_rmsnorm_forward(&ty, &tr, &tx, &tg, 1e-5f)) != TFM_OK) die_tfm("tfm_rmsnorm_forward", rc);
+                    if ((rc = tfm_rmsnorm_backward(&tdx, &tdg, &tdy, &tx, &tg, &tr)) != TFM_OK)
+                        die_tfm("tfm_rmsnorm_backward", rc);
+                } else if (k == 1) {
+                    tfm__swiglu_forward_cpu(y, x, (int64_t)rows, F);
+                    tfm__swiglu_backward_cpu(dx, dy, x, (int64_t)rows, F);
+                } else { /* the queries' H heads and the keys' Hkv heads in one pass, as the layer does */
+                    tfm_tensor tq = tfm_tensor3(x, B, T, (int64_t)(H + Hkv) * D), ty = tfm_tensor3(y, B, T, (int64_t)(H + Hkv) * D);
+                    tfm_tensor tdq = tfm_tensor3(dx, B, T, (int64_t)(H + Hkv) * D), tdy = tfm_tensor3(dy, B, T, (int64_t)(H + Hkv) * D);
+                    if ((rc = tfm_rope_forward(&ty, &tq, H + Hkv, D, 10000.0f, NULL)) != TFM_OK) die_tfm("tfm_rope_forward", rc);
+                    if ((rc = tfm_rope_backward(&tdq, &tdy, H + Hkv, D, 10000.0f, NULL)) != TFM_OK)
+                        die_tfm("tfm_rope_backward", rc);
+                }
+            }
+            if (r) t[r - 1] = now_s() - t0;
+        }
+        printf("LLAMA piece name=%s count=%d ms=%.2f share_of_step=%.3f\n", names[k], count, 1e3 * median(t, STEPS),
+               1e3 * median(t, STEPS) / step_ms[0]);
+    }
+    data_free(&d);
+    free(m), free(x), free(y), free(dy), free(dx), free(g), free(dg), free(rstd);
+    return 0;
+}
+
 /* Sliding-window attention (cfg.attn_window). Training: char-gpt-4k (T 4096, B 2) with full causal
    attention and with a window of 256, the same data, 1 warm-up and 3 timed steps each (median): tokens/s
    and their ratio. Generation: char-gpt-tiny's shape with rotary positions, max_len 256, a window of 256
@@ -1251,6 +1345,8 @@ static void usage(FILE *f) {
             "       build/bench gqa THREADS         batch-32 generation, grouped-query attention against full heads\n"
             "       build/bench window THREADS      sliding-window attention: training at T 4096 against full causal,\n"
             "                                       generation of 10,000 ids past max_len (cache bytes, peak RSS)\n"
+            "       build/bench llama THREADS       the LLaMA-style block's training step against GPT's, and its new\n"
+            "                                       pieces (RMSNorm, SwiGLU, rotary positions) as a share of it\n"
             "QUICK=1: fewer repetitions. bench/run.sh runs everything next to PyTorch and prints the table.\n"
             "models:");
     for (i = 0; i < N_CONFIGS; i++) fprintf(f, " %s", CONFIGS[i].name);
@@ -1298,6 +1394,7 @@ int main(int argc, char **argv) {
     }
     if (argc == 3 && strcmp(argv[1], "gqa") == 0) return run_gqa(parse_threads(argv[2]));
     if (argc == 3 && strcmp(argv[1], "window") == 0) return run_window(parse_threads(argv[2]));
+    if (argc == 3 && strcmp(argv[1], "llama") == 0) return run_llama(parse_threads(argv[2]));
     if (argc == 4 && strcmp(argv[1], "gen") == 0) {
         const bench_cfg *b = find_config(argv[2]);
         if (!b) {
