@@ -13,6 +13,10 @@
                                          machine's read bandwidth (a 1 GiB buffer summed with vector loads)
        build/bench gqa THREADS           batch-32 generation of a LLaMA-style LM with grouped-query attention
                                          (n_kv_heads = n_heads / 4) against the same model with full heads
+       build/bench window THREADS        sliding-window training at T 4096 against full causal attention, and
+                                         generation of 10,000 ids past max_len (cache bytes, peak RSS)
+       build/bench llama THREADS         the LLaMA-style block's training step against GPT's, and RMSNorm,
+                                         SwiGLU and rotary positions timed alone as a share of it
        build/bench dump NAME FILE        weights, batch, logits, loss and gradient norm of one model, for
                                          `bench/torch_ref.py verify NAME FILE` (same function on both sides)
 
