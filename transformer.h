@@ -11845,7 +11845,7 @@ TFMDEF tfm_result tfm_dist_step(tfm_dist *d, tfm_model *m, const tfm_optim *opt,
     TFM__TRY(tfm__cuda_check(fn));
 #if defined(TFM_MPI) /* (a group of one never has sharded moments: tfm__dist_chk_model) */
     if (mi->share) {
-        float *w = tfm_model_flat(m, 0, NULL), *wh = (float *)tfm__model_host(mi, w);
+        float *w = tfm_model_flat(m, 0, NULL);
         int64_t lo, hi;
         int r;
 #if defined(TFM_NCCL)
@@ -11854,6 +11854,7 @@ TFMDEF tfm_result tfm_dist_step(tfm_dist *d, tfm_model *m, const tfm_optim *opt,
         else
 #endif
         {
+            float *wh = (float *)tfm__model_host(mi, w);
             tfm__model_stage(mi, w, n, 1);
             for (r = 0; r < d->size; r++) {
                 tfm__share(n, d->size, r, &lo, &hi);
