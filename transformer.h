@@ -3273,38 +3273,48 @@ static void tfm__swiglu_backward_cpu(float *dh, const float *dy, const float *h,
 }
 
 /* Rotary embedding of rows r = b*T + t (row stride ld) of H heads of D: y = R(p) x, or with inverse
-   R(p)^T x; acc: y += instead of y = (y not aliasing x then). */
+   R(p)^T x; acc: y += instead of y = (y not aliasing x then). The angle of pair j at position p is
+   p base^(-2j/rot), formed in double (float angles drift at long positions). */
 static TFM__HD inline void tfm__rope_angle(double p, int j, int rot, double base, int inverse, float *c, float *sn) {
     double a = p * pow(base, -2.0 * (double)j / (double)rot);
     *c = (float)cos(a);
     *sn = (float)(inverse ? -sin(a) : sin(a));
 }
+/* Pairs whose angles the CPU forms at a time (on the stack) */
+#define TFM__ROPE_PAIRS 32
+/* Each position's angles are formed once for every batch row and head that stands there (rows of their
+   own with pos0, where each batch row has its own offset): a task is a position t of every batch row,
+   or with pos0 one row. */
 static void tfm__rope_cpu(float *y, const float *x, int64_t ld, int64_t B, int64_t T, int H, int D, int rot, float base,
                           const int32_t *pos0, int inverse, int acc) {
-    int64_t r;
+    int64_t i, n = pos0 ? B * T : T;
     int half = rot / 2;
     TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(B * T * H * D)))
-    for (r = 0; r < B * T; r++) {
-        const float *xr = x + r * ld;
-        float *yr = y + r * ld;
-        double p = (double)(r % T) + (pos0 ? (double)pos0[r / T] : 0.0);
-        int h, j;
-        for (j = 0; j < half; j++) {
-            float c, sn;
-            tfm__rope_angle(p, j, rot, (double)base, inverse, &c, &sn);
-            for (h = 0; h < H; h++) {
-                float a = xr[h * D + j], b = xr[h * D + j + half], ya = a * c - b * sn, yb = b * c + a * sn;
-                if (acc) {
-                    yr[h * D + j] += ya;
-                    yr[h * D + j + half] += yb;
-                } else {
-                    yr[h * D + j] = ya;
-                    yr[h * D + j + half] = yb;
+    for (i = 0; i < n; i++) {
+        int64_t t = i % T, b0 = pos0 ? i / T : 0, b1 = pos0 ? b0 + 1 : B, b;
+        double p = (double)t + (pos0 ? (double)pos0[b0] : 0.0);
+        float c[TFM__ROPE_PAIRS], sn[TFM__ROPE_PAIRS];
+        int h, j, j0, nj;
+        for (j0 = 0; j0 < half; j0 += nj) {
+            nj = TFM__MIN(TFM__ROPE_PAIRS, half - j0);
+            for (j = 0; j < nj; j++) tfm__rope_angle(p, j0 + j, rot, (double)base, inverse, &c[j], &sn[j]);
+            for (b = b0; b < b1; b++)
+                for (h = 0; h < H; h++) {
+                    const float *xa = x + (b * T + t) * ld + (int64_t)h * D + j0, *xb = xa + half;
+                    float *ya = y + (b * T + t) * ld + (int64_t)h * D + j0, *yb = ya + half;
+                    for (j = 0; j < nj; j++) {
+                        float u = xa[j], v = xb[j], ru = u * c[j] - v * sn[j], rv = v * c[j] + u * sn[j];
+                        ya[j] = acc ? ya[j] + ru : ru;
+                        yb[j] = acc ? yb[j] + rv : rv;
+                    }
                 }
-            }
         }
-        for (h = 0; h < H; h++)
-            for (j = rot; j < D; j++) yr[h * D + j] = acc ? yr[h * D + j] + xr[h * D + j] : xr[h * D + j];
+        for (b = b0; b < b1; b++)
+            for (h = 0; h < H; h++) {
+                const float *xr = x + (b * T + t) * ld + (int64_t)h * D;
+                float *yr = y + (b * T + t) * ld + (int64_t)h * D;
+                for (j = rot; j < D; j++) yr[j] = acc ? yr[j] + xr[j] : xr[j];
+            }
     }
 }
 
@@ -4319,9 +4329,20 @@ static __global__ void tfm__k_swiglu_bwd(float *dh, const float *dy, const float
         dh[r * 2 * F + j] = dy[i] * u * sg * (1.0f + g * (1.0f - sg));
     }
 }
-/* rotary embedding, as the CPU's: one thread per (row, head, channel of the first half or a pass-through one) */
-static __global__ void tfm__k_rope(float *y, const float *x, int64_t ld, int64_t T, int H, int D, int rot, float base,
-                                   const int32_t *pos0, int inverse, int acc, int64_t n) {
+/* rotary embedding, as the CPU's. First the angles, as the CPU forms them: cs[2i], cs[2i + 1] the cosine
+   and sine of pair j = i % half at the position of q = i / half, position q of every batch row (pos0
+   NULL), or row q at its own offset; then one thread per (row, head, channel of the first half or a
+   pass-through one) turns its pair. */
+static __global__ void tfm__k_rope_angles(float *cs, int64_t T, int half, int rot, float base, const int32_t *pos0,
+                                          int inverse, int64_t n) {
+    TFM__CU_LOOP(i, n) {
+        int64_t q = i / half;
+        tfm__rope_angle((double)(q % T) + (pos0 ? (double)pos0[q / T] : 0.0), (int)(i % half), rot, (double)base, inverse,
+                        &cs[2 * i], &cs[2 * i + 1]);
+    }
+}
+static __global__ void tfm__k_rope(float *y, const float *x, int64_t ld, int64_t T, int H, int D, int rot,
+                                   const float *cs, int own, int acc, int64_t n) {
     int half = rot / 2, w = D - half; /* per head: half pairs, then D - rot pass-through channels */
     TFM__CU_LOOP(i, n) {
         int64_t r = i / ((int64_t)H * w);
@@ -4329,8 +4350,8 @@ static __global__ void tfm__k_rope(float *y, const float *x, int64_t ld, int64_t
         const float *xh = x + r * ld + (int64_t)h * D;
         float *yh = y + r * ld + (int64_t)h * D;
         if (j < half) {
-            float c, sn, a = xh[j], b = xh[j + half], ya, yb;
-            tfm__rope_angle((double)(r % T) + (pos0 ? (double)pos0[r / T] : 0.0), j, rot, (double)base, inverse, &c, &sn);
+            const float *a2 = cs + 2 * ((own ? r : r % T) * half + j);
+            float c = a2[0], sn = a2[1], a = xh[j], b = xh[j + half], ya, yb;
             ya = a * c - b * sn;
             yb = b * c + a * sn;
             yh[j] = acc ? yh[j] + ya : ya;
@@ -5001,14 +5022,20 @@ static void tfm__rope_cuda(float *y, const float *x, int64_t ld, int64_t B, int6
     size_t off = 0;
     unsigned char *ws;
     const int32_t *d = NULL;
-    int64_t n = B * T * H * (D - rot / 2);
+    int64_t n = B * T * H * (D - rot / 2), na = (pos0 ? B * T : T) * (rot / 2);
+    float *cs;
     if (n <= 0) return;
+    if (!(ws = tfm__cuda_ws((pos0 ? TFM__CU_ROUND(B * sizeof(int32_t)) : 0) + TFM__CU_ROUND(na * 2 * sizeof(float)))))
+        return;
     if (pos0) {
-        if (!(ws = tfm__cuda_ws(TFM__CU_ROUND(B * sizeof(int32_t))))) return;
         d = (const int32_t *)tfm__cuda_put(ws, &off, pos0, (size_t)B * sizeof(int32_t));
         if (tfm__cu.failed) return;
     }
-    TFM__LAUNCH(tfm__k_rope, tfm__cu_grid(n), TFM__CU_THREADS, 0, y, x, ld, T, H, D, rot, base, d, inverse, acc, n);
+    cs = (float *)(ws + off);
+    TFM__LAUNCH(tfm__k_rope_angles, tfm__cu_grid(na), TFM__CU_THREADS, 0, cs, T, rot / 2, rot, base, d, inverse, na);
+    TFM__CU_LAUNCHED("tfm__k_rope_angles");
+    if (tfm__cu.failed) return;
+    TFM__LAUNCH(tfm__k_rope, tfm__cu_grid(n), TFM__CU_THREADS, 0, y, x, ld, T, H, D, rot, cs, pos0 != NULL, acc, n);
     TFM__CU_LAUNCHED("tfm__k_rope");
 }
 

@@ -790,11 +790,11 @@ static void cu_op_linear_act(void) {
 /* rotary embedding: forward written, backward (the transpose) added, rows at offsets (host integers), part
    of each head turned; angles up to ~1e4 rad, where float angles would drift */
 static void cu_op_rope(void) {
-    static const int shapes[4][4] = {{1, 2, 2, 2}, {3, 2, 16, 16}, {5, 3, 24, 8}, {33, 4, 64, 64}}; /* T, H, D, rot */
+    static const int shapes[5][4] = {{1, 2, 2, 2}, {3, 2, 16, 16}, {5, 3, 24, 8}, {33, 4, 64, 64}, {6, 2, 80, 72}}; /* T, H, D, rot */
     static const int32_t pos0[2] = {0, 9000};
     cu_rng g = {19};
     int i, off;
-    for (i = 0; i < 4; i++)
+    for (i = 0; i < 5; i++)
         for (off = 0; off < 2; off++) {
             int T = shapes[i][0], H = shapes[i][1], D = shapes[i][2], rot = shapes[i][3];
             int64_t n = (int64_t)2 * T * H * D;

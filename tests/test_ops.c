@@ -1081,6 +1081,8 @@ static void ops_test_rope(void) {
     ops_rope_case(2, 5, 2, 8, 8, 10000.0f, NULL, &g);
     ops_rope_case(2, 4, 3, 8, 4, 10000.0f, pos0, &g);      /* a quarter of each head turns, the rest passes */
     ops_rope_case(2, 3, 2, 16, 16, 500000.0f, pos0, &g);   /* LLaMA 3's base */
+    ops_rope_case(3, 4, 2, 80, 72, 10000.0f, NULL, &g);     /* 36 pairs: more than the CPU forms at a time */
+    ops_rope_case(2, 2, 1, 70, 70, 10000.0f, pos0, &g);
     memset(x, 0, sizeof x);
     CHECK_ERR(tfm_rope_forward(&ty, &tx, 4, 2, 10000.0f, NULL), TFM_E_ARG, "n_heads 4");
     CHECK_ERR(tfm_rope_forward(&ty, &tx, 2, 3, 10000.0f, NULL), TFM_E_ARG, "rot_dims 3");
