@@ -1479,6 +1479,9 @@ static int tfm__in_parallel(void) {
 #endif
 }
 
+/* Is a loop of n items worth a parallel region? */
+#define TFM__PAR(n) ((n) > 4096 && !tfm__in_parallel())
+
 /* Share k of n items cut into `parts` contiguous shares in order, the first n % parts one item longer:
    [*lo, *hi). tfm_dist_shard's rule, and the moment shares of cfg.moment_shards. */
 static void tfm__share(int64_t n, int parts, int k, int64_t *lo, int64_t *hi) {
@@ -2495,6 +2498,19 @@ static void tfm__gemm_tile(const tfm__gemm_kernel *k, int kc, const float *a, in
         for (j = 0; j < nr; j++) c[(size_t)i * ldc + j] = tile[i * NR + j];
 }
 
+/* Each of the M rows of C (row stride ldc) = the N floats of bias; on threads when large (par), else
+   without a parallel region (even one that an `if` turns off costs a call into OpenMP: a tile's worth
+   of kernel time). */
+static void tfm__bias_rows(float *C, int64_t ldc, const float *bias, int64_t M, int64_t N, int par) {
+    int64_t r;
+    if (!par || !TFM__PAR(M * N)) {
+        for (r = 0; r < M; r++) memcpy(C + r * ldc, bias, (size_t)N * sizeof(float));
+        return;
+    }
+    TFM__OMP(omp parallel for schedule(static))
+    for (r = 0; r < M; r++) memcpy(C + r * ldc, bias, (size_t)N * sizeof(float));
+}
+
 /* C = beta * C (beta == 0 writes zeros without reading C). */
 static void tfm__scale_c(int M, int N, float beta, float *C, int ldc) {
     int i, j;
@@ -2647,9 +2663,13 @@ static void tfm__sgemm_nopack(const tfm__gemm_kernel *k, int transA, int transB,
 
 /* The Goto loops on one thread: column panels jc (NC wide), K blocks pc (KC deep: the B panel is packed
    here), row blocks ic (MC high: the A block is packed here), then B slivers jr and A slivers ir around
-   the kernel. Blocks are balanced (like the K blocks, tfm__kc_step) and depend only on the shape. */
+   the kernel. Blocks are balanced (like the K blocks, tfm__kc_step) and depend only on the shape.
+   bias (N floats, or NULL): C starts as the bias in every row instead of beta C, each tile written just
+   before its first kernel call (in cache) rather than by a pass over C ahead of the product; the same
+   sums as that pass followed by beta 1. */
 static void tfm__sgemm_serial(const tfm__gemm_kernel *k, int transA, int transB, int M, int N, int K, float alpha,
-                              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+                              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                              const float *bias) {
     float *buf = tfm__scratch_acquire(TFM__ATT_FLOATS + TFM__PACK_FLOATS), *Bp, *Ap;
     const int MR = k->mr, NR = k->nr;
     int kc_step = tfm__kc_step(K, k->kc);
@@ -2662,7 +2682,9 @@ static void tfm__sgemm_serial(const tfm__gemm_kernel *k, int transA, int transB,
        always packed (they are zero-padded). */
     int direct_a = N <= 2 * NR, direct_b = !transB && (M <= 4 * MR || (int64_t)K * N <= 4096);
     int jc, pc, ic, jr, ir;
+    if (bias) beta = 1.0f;
     if (!buf) {
+        if (bias) tfm__bias_rows(C, ldc, bias, M, N, 0);
         tfm__sgemm_nopack(k, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
@@ -2709,6 +2731,9 @@ static void tfm__sgemm_serial(const tfm__gemm_kernel *k, int transA, int transB,
                         int da = direct_a && mc - ir >= MR;
                         const float *a = !da ? Ap + (size_t)ir * kc
                                              : transA ? A + (size_t)pc * lda + ic + ir : A + (size_t)(ic + ir) * lda + pc;
+                        if (bias && pc == 0)
+                            tfm__bias_rows(C + (size_t)(ic + ir) * ldc + jc + jr, ldc, bias + jc + jr, TFM__MIN(MR, mc - ir),
+                                           TFM__MIN(NR, nc - jr), 0);
                         tfm__gemm_tile(k, kc, a, !da || transA ? 1 : lda, !da ? MR : transA ? lda : 1, b,
                                        db ? ldb : NR, C + (size_t)(ic + ir) * ldc + jc + jr, ldc,
                                        TFM__MIN(MR, mc - ir), TFM__MIN(NR, nc - jr), alpha, b_eff);
@@ -2733,14 +2758,15 @@ static void tfm__sgemm_serial(const tfm__gemm_kernel *k, int transA, int transB,
    until then (on a shared machine, a barrier per K block cost more than the duplicated packing, which
    is about M*K/NC or N*K/MC extra copies). Each element of C is summed over K in the same order
    whatever the rectangle, so the result does not depend on the thread count. */
-static TFM__UNUSED void tfm__sgemm_builtin(int transA, int transB, int M, int N, int K, float alpha,
-                                          const float *A, int lda, const float *B, int ldb, float beta,
-                                          float *C, int ldc) {
+static TFM__UNUSED void tfm__sgemm_builtin_bias(int transA, int transB, int M, int N, int K, float alpha,
+                                               const float *A, int lda, const float *B, int ldb, float beta,
+                                               float *C, int ldc, const float *bias) {
     const tfm__gemm_kernel *k = tfm__gemm_kernel_get();
     int nth = 1, t;
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) {
-        tfm__scale_c(M, N, beta, C, ldc);
+        if (bias) tfm__bias_rows(C, ldc, bias, M, N, 1);
+        else tfm__scale_c(M, N, beta, C, ldc);
         return;
     }
 #ifdef _OPENMP
@@ -2751,7 +2777,7 @@ static TFM__UNUSED void tfm__sgemm_builtin(int transA, int transB, int M, int N,
         int units = by_cols ? s_n : s_m;
         if (nth > units) nth = units;
         if (nth <= 1) {
-            tfm__sgemm_serial(k, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            tfm__sgemm_serial(k, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
             return;
         }
         TFM__OMP(omp parallel for num_threads(nth) schedule(static, 1))
@@ -2760,14 +2786,19 @@ static TFM__UNUSED void tfm__sgemm_builtin(int transA, int transB, int M, int N,
             if (by_cols) {
                 int j0 = u0 * k->nr, j1 = TFM__MIN(N, u1 * k->nr);
                 tfm__sgemm_serial(k, transA, transB, M, j1 - j0, K, alpha, A, lda,
-                                  transB ? B + (size_t)j0 * ldb : B + j0, ldb, beta, C + j0, ldc);
+                                  transB ? B + (size_t)j0 * ldb : B + j0, ldb, beta, C + j0, ldc, bias ? bias + j0 : NULL);
             } else {
                 int i0 = u0 * k->mr, i1 = TFM__MIN(M, u1 * k->mr);
                 tfm__sgemm_serial(k, transA, transB, i1 - i0, N, K, alpha, transA ? A + i0 : A + (size_t)i0 * lda, lda,
-                                  B, ldb, beta, C + (size_t)i0 * ldc, ldc);
+                                  B, ldb, beta, C + (size_t)i0 * ldc, ldc, bias);
             }
         }
     }
+}
+static TFM__UNUSED void tfm__sgemm_builtin(int transA, int transB, int M, int N, int K, float alpha,
+                                          const float *A, int lda, const float *B, int ldb, float beta,
+                                          float *C, int ldc) {
+    tfm__sgemm_builtin_bias(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
 }
 
 static inline float tfm__dot(const float *a, const float *b, int64_t n);
@@ -2807,6 +2838,21 @@ static void tfm__sgemm(int transA, int transB, int M, int N, int K, float alpha,
 #else
     tfm__sgemm_builtin(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #endif
+}
+
+/* C = alpha op(A) op(B) + bias in every row (bias: N floats). The built-in sgemm writes the bias tile by
+   tile as it goes; otherwise (BLAS, TFM_SGEMM, one row) a pass writes it into C first and the product adds
+   to it: the same sums either way. */
+static void tfm__sgemm_bias(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                            const float *B, int ldb, const float *bias, float *C, int ldc) {
+#if !defined(TFM_SGEMM) && !defined(TFM_BLAS)
+    if (M > 1) {
+        tfm__sgemm_builtin_bias(transA, transB, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc, bias);
+        return;
+    }
+#endif
+    tfm__bias_rows(C, ldc, bias, M, N, 1);
+    tfm__sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc);
 }
 
 TFMDEF const char *tfm_sgemm_backend(void) {
@@ -2891,9 +2937,6 @@ TFMDEF tfm_result tfm_sgemm_batched(int transA, int transB, int M, int N, int K,
    run on OpenMP threads; reductions over rows (bias and gain gradients) are split by column, so every
    sum runs in the same order whatever the thread count. */
 
-/* Is a loop of n items worth a parallel region? */
-#define TFM__PAR(n) ((n) > 4096 && !tfm__in_parallel())
-
 /* dst[c] += sum over rows of src[r, c]; src (N, C). */
 static void tfm__colsum_add(float *dst, const float *src, int64_t N, int64_t C) {
     int64_t c0;
@@ -2914,12 +2957,8 @@ static void tfm__colsum_add(float *dst, const float *src, int64_t N, int64_t C) 
 /* y (N,O) = x (N,I) w^T + b. ldy is y's row stride (>= O). */
 static void tfm__linear_forward_cpu(float *y, int64_t ldy, const float *x, int64_t ldx, const float *w,
                                     const float *b, int64_t N, int64_t NI, int64_t O) {
-    if (b) {
-        int64_t r;
-        TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * O)))
-        for (r = 0; r < N; r++) memcpy(y + r * ldy, b, (size_t)O * sizeof(float));
-    }
-    tfm__sgemm(0, 1, (int)N, (int)O, (int)NI, 1.0f, x, (int)ldx, w, (int)NI, b ? 1.0f : 0.0f, y, (int)ldy);
+    if (b) tfm__sgemm_bias(0, 1, (int)N, (int)O, (int)NI, 1.0f, x, (int)ldx, w, (int)NI, b, y, (int)ldy);
+    else tfm__sgemm(0, 1, (int)N, (int)O, (int)NI, 1.0f, x, (int)ldx, w, (int)NI, 0.0f, y, (int)ldy);
 }
 
 /* dx = dx_beta * dx + dy w (dx_beta 0: dx is overwritten, not read); dw += dy^T x; db += colsum(dy).

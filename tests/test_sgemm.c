@@ -388,6 +388,28 @@ static void sg_builtin_case(int M, int N, int K, int idx) {
             CHECK_REL(what, sg_err(C1, ldc, ref, scale, M, N), sg_tol(K));
             CHECK_MSG(sg_padding_intact(C1, M, N, ldc), "%s: wrote past column N", what);
             CHECK_MSG(memcmp(C1, C2, (size_t)M * ldc * sizeof(float)) == 0, "%s: 1 and 2 threads differ", what);
+            /* with a bias (C starts as it in every row, its tiles written as the product goes): within the
+               bound of the exact product plus the bias, C's old contents never read, and the same bits as
+               the bias written into C first and the product added with beta 1, at 1 and 2 threads */
+            if (idx % 2 == 0) {
+                float *bias = sg_alloc((size_t)N), *Cb = sg_alloc((size_t)M * ldc);
+                sg_fill(bias, (size_t)N);
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < ldc; j++) Cb[(size_t)i * ldc + j] = j < N ? bias[j] : SG_SENTINEL;
+                sg_reference(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.0f, Cb, ldc, ref, scale);
+                tfm_set_num_threads(1);
+                tfm__sgemm_builtin(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.0f, Cb, ldc);
+                for (int th = 1; th <= 2; th++) {
+                    sg_prepare_c(C1, C0, M, N, ldc, 1);
+                    tfm_set_num_threads(th);
+                    tfm__sgemm_builtin_bias(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C1, ldc, bias);
+                    CHECK_REL(what, sg_err(C1, ldc, ref, scale, M, N), sg_tol(K));
+                    CHECK_MSG(sg_padding_intact(C1, M, N, ldc), "%s, bias: wrote past column N", what);
+                    CHECK_MSG(memcmp(C1, Cb, (size_t)M * ldc * sizeof(float)) == 0,
+                              "%s, bias at %d threads: not the bits of the bias written first", what, th);
+                }
+                free(bias); free(Cb);
+            }
             free(A); free(B); free(C0); free(C1); free(C2); free(ref); free(scale);
         }
     tfm_set_num_threads(saved);
