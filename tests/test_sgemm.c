@@ -416,8 +416,8 @@ static void sg_builtin_case(int M, int N, int K, int idx) {
 }
 
 /* Sizes around every blocking factor of kernel k: MR and NR (edge tiles in each direction), KC (one K
-   block more or less), MC (row blocks, and how the threads split them), NC (column panels); K = 1; few
-   rows and many columns (the threads then split the columns). */
+   block more or less), MC (row blocks, and how the threads split them), NC (column panels), TFM__WIDE
+   (the tiles' order); K = 1; few rows and many columns (the threads then split the columns). */
 static void sg_blocking_kernel(const tfm__gemm_kernel *k) {
     const int mr = k->mr, nr = k->nr, KC = k->kc, MC = k->mc, NC = k->nc;
     const int ms[] = {1, mr - 1, mr, mr + 1, 2 * mr + 1};
@@ -439,7 +439,11 @@ static void sg_blocking_kernel(const tfm__gemm_kernel *k) {
     sg_builtin_case(mr + 2, NC - 1, 9, idx++);
     sg_builtin_case(mr + 2, NC, 9, idx++);
     sg_builtin_case(mr + 2, NC + 1, 9, idx++);
-    sg_builtin_case(13, 700, 40, idx++);  /* few rows: the threads split the columns */
+    sg_builtin_case(2 * mr + 1, TFM__WIDE, 33, idx++);     /* the widest product tiled by columns */
+    sg_builtin_case(2 * mr + 1, TFM__WIDE + 1, 33, idx++); /* the narrowest tiled by rows */
+    sg_builtin_case(MC + mr + 1, TFM__WIDE + nr + 3, KC + 3, idx++); /* by rows across row and K blocks */
+    sg_builtin_case(13, 700, 40, idx++);  /* few rows: the threads split the columns (by rows at 1 thread,
+                                             by columns at 2: the same bits) */
     sg_builtin_case(300, 100, 20, idx++); /* the threads split the rows */
     sg_builtin_case(MC + 5, NC + nr + 3, KC + 7, idx++); /* every block edge at once */
 }
