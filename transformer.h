@@ -2666,10 +2666,10 @@ static void tfm__sgemm_nopack(const tfm__gemm_kernel *k, int transA, int transB,
    here), row blocks ic (MC high: the A block is packed here), then the block's tiles. Narrow products
    run them a column of slivers at a time (a B sliver in L1, the A slivers streaming from L2 past it);
    wide ones (N > TFM__WIDE) a row at a time (an A sliver in L1, the B panel streaming from L2), so that
-   consecutive tiles also write along C's rows instead of down its columns. On the Intel Xeon the rows
-   took 2048^2 from 0.86-0.90 of OpenBLAS to 0.93-0.96 (AVX-512 kernel), LM heads (N 8192, 50257) from
-   0.79-0.86 to 0.94-1.01, a 4096 x 4096 x 32 product (K = 32: C's traffic dominates) from 0.75 to 2.1;
-   products up to 512 columns ran 5-8% faster by columns. Blocks are balanced (like the K blocks,
+   consecutive tiles also write along C's rows instead of down its columns. On the Intel Xeon, one
+   thread, AVX-512 kernel (bench/RESULTS.md), the rows took 2048^2 from 0.92 of OpenBLAS to 0.94, LM
+   heads (N 8192, 50257) from 0.86-0.88 to 0.97-0.98, a 4096 x 4096 x 32 product (K = 32: C's traffic
+   dominates) from 0.71 to 2.4; products up to 512 columns ran 5-8% faster by columns. Blocks are balanced (like the K blocks,
    tfm__kc_step) and depend only on the shape; the tile order changes no sum.
    bias (N floats, or NULL): C starts as the bias in every row instead of beta C, each tile written just
    before its first kernel call (in cache) rather than by a pass over C ahead of the product; the same
@@ -2733,11 +2733,12 @@ static void tfm__sgemm_serial(const tfm__gemm_kernel *k, int transA, int transB,
                     if (!(direct_a && mc - ir >= MR))
                         tfm__pack_a(MR, TFM__MIN(MR, mc - ir), kc, A, lda, transA, ic + ir, pc, Ap + (size_t)ir * kc);
                 for (t = 0; t < n_tiles; t++) { /* ir, jr: the tile's first row and column in the block */
-                    int ir = (wide ? t / n_jr : t % n_ir) * MR, jr = (wide ? t % n_jr : t / n_ir) * NR;
-                    int da = direct_a && mc - ir >= MR, db = direct_b && nc - jr >= NR;
-                    const float *b = db ? B + (size_t)pc * ldb + jc + jr : Bp + (size_t)jr * kc;
-                    const float *a = !da ? Ap + (size_t)ir * kc
-                                         : transA ? A + (size_t)pc * lda + ic + ir : A + (size_t)(ic + ir) * lda + pc;
+                    int da, db;
+                    const float *a, *b;
+                    ir = (wide ? t / n_jr : t % n_ir) * MR, jr = (wide ? t % n_jr : t / n_ir) * NR;
+                    da = direct_a && mc - ir >= MR, db = direct_b && nc - jr >= NR;
+                    b = db ? B + (size_t)pc * ldb + jc + jr : Bp + (size_t)jr * kc;
+                    a = !da ? Ap + (size_t)ir * kc : transA ? A + (size_t)pc * lda + ic + ir : A + (size_t)(ic + ir) * lda + pc;
                     if (bias && pc == 0)
                         tfm__bias_rows(C + (size_t)(ic + ir) * ldc + jc + jr, ldc, bias + jc + jr, TFM__MIN(MR, mc - ir),
                                        TFM__MIN(NR, nc - jr), 0);
