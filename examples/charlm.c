@@ -282,7 +282,7 @@ static void train(const options *o) {
     total_steps = o->smoke ? 8 : steps_per_epoch * o->t.epochs;
     opt.lr = o->t.lr;
     opt.beta2 = 0.99f;
-    opt.weight_decay = 0.1f;
+    opt.weight_decay = o->t.weight_decay;
     opt.clip_norm = 1.0f;
     opt.schedule = TFM_SCHED_COSINE;
     opt.warmup_steps = (int)(total_steps > 2000 ? 100 : total_steps / 50);
@@ -549,6 +549,7 @@ int main(int argc, char **argv) {
     o.t.n_layers = 4;
     o.t.lr = 1e-3f;
     o.t.dropout = 0.05f;  /* of 0, 0.05, 0.1 and 0.2, the best on validation (tools/recipe_sweep.py, then in C) */
+    o.t.weight_decay = 0.1f;
     o.t.eval_every = 500;
     o.val_chars = 50000;
     o.t.seed = 1;

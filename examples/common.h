@@ -300,7 +300,7 @@ typedef struct ex_train_opts {
     int resume;                      /* --resume: continue from --model */
     int batch, epochs, eval_every, threads;
     int d_model, n_heads, n_layers, d_ff;  /* d_ff 0: 4 * d_model */
-    float lr, dropout;
+    float lr, dropout, weight_decay; /* AdamW's decoupled weight decay (tfm_optim.weight_decay) */
     double time_budget;              /* --time S: train for S seconds, whatever the epochs say (0: --epochs) */
     uint64_t seed;                   /* initialisation and batch order */
 } ex_train_opts;
@@ -324,6 +324,7 @@ EX_FN int ex_train_opt(ex_train_opts *t, int argc, char **argv, int *i) {
     else if (ex_is(a, "--d-ff")) t->d_ff = ex_int(argc, argv, i);
     else if (ex_is(a, "--lr")) t->lr = ex_float(argc, argv, i);
     else if (ex_is(a, "--dropout")) t->dropout = ex_float(argc, argv, i);
+    else if (ex_is(a, "--weight-decay")) t->weight_decay = ex_float(argc, argv, i);
     else if (ex_is(a, "--time")) t->time_budget = ex_float(argc, argv, i);
     else if (ex_is(a, "--seed")) t->seed = (uint64_t)ex_int(argc, argv, i);
     else return 0;
@@ -359,12 +360,13 @@ EX_FN void ex_train_usage(const ex_train_opts *d) {
            "  --time S          train for S seconds instead: the schedule's length is refitted as it goes\n"
            "                    (%s; the last of --epochs and --time counts)\n"
            "  --lr X            peak learning rate (default %g); --dropout X (default %g)\n"
+           "  --weight-decay X  AdamW's weight decay (default %g)\n"
            "  --d-model N --heads N --layers N --d-ff N   the model (default %d, %d, %d, %d; d-ff 0: 4 x d-model)\n"
            "  --eval-every N    validate every N steps (default %d)\n"
            "  --seed N          initialisation and batch order (default %llu)\n"
            "  --threads N       threads (default: OpenMP's)\n",
            d->data, d->model, d->csv, d->batch, epochs, budget,
-           (double)d->lr, (double)d->dropout, d->d_model, d->n_heads,
+           (double)d->lr, (double)d->dropout, (double)d->weight_decay, d->d_model, d->n_heads,
            d->n_layers, d->d_ff, d->eval_every, (unsigned long long)d->seed);
 }
 

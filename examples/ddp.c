@@ -54,6 +54,7 @@ static void ddp_args(int argc, char **argv, ddp_opts *o) {
     o->t.n_layers = 4;
     o->t.lr = 1e-3f;
     o->t.dropout = 0.1f;
+    o->t.weight_decay = 0.01f;
     o->t.eval_every = 200;
     o->t.seed = 1;
     o->t.threads = 1;
@@ -190,7 +191,7 @@ int main(int argc, char **argv) {
     total_steps = o.smoke ? m.step + 20 : steps_per_epoch * o.t.epochs;
     memset(&opt, 0, sizeof opt);
     opt.lr = o.t.lr;
-    opt.weight_decay = 0.01f;
+    opt.weight_decay = o.t.weight_decay;
     opt.clip_norm = 1.0f;
     opt.schedule = TFM_SCHED_COSINE;
     opt.warmup_steps = (int)(total_steps / 50);

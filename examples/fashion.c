@@ -241,7 +241,7 @@ static void train(const options *o) {
     steps_per_epoch = n_train / o->t.batch;
     total_steps = o->smoke ? 6 : steps_per_epoch * o->t.epochs;
     opt.lr = o->t.lr;
-    opt.weight_decay = 0.05f;
+    opt.weight_decay = o->t.weight_decay;
     opt.clip_norm = 1.0f;
     opt.schedule = TFM_SCHED_COSINE;
     /* warmup: 5% of the length, at most 0.6 epochs (5% of 12), the same whether the length is set in
@@ -401,6 +401,7 @@ int main(int argc, char **argv) {
     o.t.d_ff = 256;
     o.t.lr = 1e-3f;
     o.t.dropout = 0;
+    o.t.weight_decay = 0.05f;
     o.t.eval_every = 1000;
     o.augment = 1;
     o.patch = 4;

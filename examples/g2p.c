@@ -324,7 +324,7 @@ static void train(const options *o) {
     total_steps = o->smoke ? 6 : steps_per_epoch * o->t.epochs;
     opt.lr = o->t.lr;
     opt.beta2 = 0.98f;
-    opt.weight_decay = 0.01f;
+    opt.weight_decay = o->t.weight_decay;
     opt.clip_norm = 1.0f;
     opt.schedule = TFM_SCHED_COSINE;
     opt.warmup_steps = (int)(total_steps > 200 ? 100 : total_steps / 25);
@@ -462,6 +462,7 @@ int main(int argc, char **argv) {
     o.t.d_ff = 768;
     o.t.lr = 1e-3f;
     o.t.dropout = 0.1f;
+    o.t.weight_decay = 0.01f;
     o.t.eval_every = 1000;
     o.val_words = 1000;
     o.t.seed = 1;

@@ -261,7 +261,7 @@ static void train(const options *o) {
     total_steps = steps_per_epoch * o->t.epochs;
     if (o->smoke) total_steps = 6;
     opt.lr = o->t.lr;
-    opt.weight_decay = 0.01f;
+    opt.weight_decay = o->t.weight_decay;
     opt.clip_norm = 1.0f;
     opt.schedule = TFM_SCHED_COSINE;
     opt.warmup_steps = (int)(total_steps / 20);
@@ -416,6 +416,7 @@ int main(int argc, char **argv) {
     o.t.n_heads = 4;
     o.t.lr = 1e-3f;
     o.t.dropout = 0.1f;
+    o.t.weight_decay = 0.01f;
     o.t.eval_every = 100;
     o.t.seed = 1;
     o.split_seed = 1;
