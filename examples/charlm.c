@@ -518,7 +518,7 @@ static void usage(const options *d) {
            "       charlm [options] --prompt TEXT    write text with the saved model\n"
            "  --arch gpt|llama  the block: GPT's (layernorm, GELU, learned positions; default) or LLaMA's\n"
            "                    (RMSNorm, SwiGLU, rotary positions, grouped-query attention, no biases); a\n"
-           "                    saved model keeps its own\n"
+           "                    saved model keeps its own; llama's dropout is 0.1 unless --dropout is given\n"
            "  --len N           context in characters (default %d)\n"
            "  --length N        characters to write (default %d)\n"
            "  --temperature X   sampling temperature (default %g; 0: greedy)\n"
@@ -560,8 +560,10 @@ int main(int argc, char **argv) {
     o.head = -1;
     o.dynamic_lr = 3e-5f; /* the best of 1e-5, 3e-5, 1e-4, 3e-4, 1e-3 on the validation split */
     defaults = o;
-    for (i = 1; i < argc; i++) /* the preset first, so that other options can change it */
-        if (ex_is(argv[i], "--smoke")) {
+    for (i = 1; i < argc; i++) /* the presets first, so that other options can change them */
+        if (ex_is(argv[i], "--arch") && i + 1 < argc && ex_is(argv[i + 1], "llama")) {
+            o.t.dropout = 0.1f; /* over 11 epochs: validation 1.612 against 0.05's 1.637 (examples/README.md) */
+        } else if (ex_is(argv[i], "--smoke")) {
             o.smoke = 1;
             o.len = 32; o.t.batch = 8; o.t.d_model = 32; o.t.n_layers = 1; o.t.n_heads = 2; o.t.eval_every = 4;
             o.val_chars = 2000;
