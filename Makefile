@@ -182,7 +182,7 @@ examples-smoke: $(EXAMPLES)
 	./$(BUILD)/charlm --smoke --threads 1 --resume
 	./$(BUILD)/charlm --smoke --threads 1 --prompt "And God said" --length 40
 	./$(BUILD)/charlm --smoke --threads 1 --evaluate validation
-	./$(BUILD)/charlm --smoke --threads 1 --arch llama --weight-decay 0.2 --model runs/charlm-smoke-llama.safetensors --csv runs/charlm-smoke-llama.csv
+	./$(BUILD)/charlm --smoke --threads 1 --arch llama --weight-decay 0.2 --min-lr-frac 0 --model runs/charlm-smoke-llama.safetensors --csv runs/charlm-smoke-llama.csv
 	@if command -v gnuplot >/dev/null 2>&1; then \
 	    echo './$(BUILD)/charlm --smoke --threads 1 --prompt "In the beginning" --attention runs/attention-smoke.png'; \
 	    ./$(BUILD)/charlm --smoke --threads 1 --prompt "In the beginning" --attention runs/attention-smoke.png; \

@@ -287,7 +287,7 @@ static void train(const options *o) {
     opt.schedule = TFM_SCHED_COSINE;
     opt.warmup_steps = (int)(total_steps > 2000 ? 100 : total_steps / 50);
     opt.total_steps = (int)total_steps;
-    opt.min_lr = o->t.lr / 10;
+    opt.min_lr = o->t.lr * o->t.min_lr_frac;
 
     tok = (int32_t *)ex_malloc((size_t)tokens_per_step * sizeof(int32_t));
     tgt = (int32_t *)ex_malloc((size_t)tokens_per_step * sizeof(int32_t));
@@ -550,6 +550,7 @@ int main(int argc, char **argv) {
     o.t.lr = 1e-3f;
     o.t.dropout = 0.05f;  /* of 0, 0.05, 0.1 and 0.2, the best on validation (tools/recipe_sweep.py, then in C) */
     o.t.weight_decay = 0.1f;
+    o.t.min_lr_frac = 0.1f;
     o.t.eval_every = 500;
     o.val_chars = 50000;
     o.t.seed = 1;

@@ -301,6 +301,7 @@ typedef struct ex_train_opts {
     int batch, epochs, eval_every, threads;
     int d_model, n_heads, n_layers, d_ff;  /* d_ff 0: 4 * d_model */
     float lr, dropout, weight_decay; /* AdamW's decoupled weight decay (tfm_optim.weight_decay) */
+    float min_lr_frac;               /* the cosine schedule ends at lr * min_lr_frac (tfm_optim.min_lr) */
     double time_budget;              /* --time S: train for S seconds, whatever the epochs say (0: --epochs) */
     uint64_t seed;                   /* initialisation and batch order */
 } ex_train_opts;
@@ -325,6 +326,7 @@ EX_FN int ex_train_opt(ex_train_opts *t, int argc, char **argv, int *i) {
     else if (ex_is(a, "--lr")) t->lr = ex_float(argc, argv, i);
     else if (ex_is(a, "--dropout")) t->dropout = ex_float(argc, argv, i);
     else if (ex_is(a, "--weight-decay")) t->weight_decay = ex_float(argc, argv, i);
+    else if (ex_is(a, "--min-lr-frac")) t->min_lr_frac = ex_float(argc, argv, i);
     else if (ex_is(a, "--time")) t->time_budget = ex_float(argc, argv, i);
     else if (ex_is(a, "--seed")) t->seed = (uint64_t)ex_int(argc, argv, i);
     else return 0;
@@ -361,12 +363,13 @@ EX_FN void ex_train_usage(const ex_train_opts *d) {
            "                    (%s; the last of --epochs and --time counts)\n"
            "  --lr X            peak learning rate (default %g); --dropout X (default %g)\n"
            "  --weight-decay X  AdamW's weight decay (default %g)\n"
+           "  --min-lr-frac X   the cosine schedule ends at X times --lr (default %g)\n"
            "  --d-model N --heads N --layers N --d-ff N   the model (default %d, %d, %d, %d; d-ff 0: 4 x d-model)\n"
            "  --eval-every N    validate every N steps (default %d)\n"
            "  --seed N          initialisation and batch order (default %llu)\n"
            "  --threads N       threads (default: OpenMP's)\n",
            d->data, d->model, d->csv, d->batch, epochs, budget,
-           (double)d->lr, (double)d->dropout, (double)d->weight_decay, d->d_model, d->n_heads,
+           (double)d->lr, (double)d->dropout, (double)d->weight_decay, (double)d->min_lr_frac, d->d_model, d->n_heads,
            d->n_layers, d->d_ff, d->eval_every, (unsigned long long)d->seed);
 }
 

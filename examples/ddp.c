@@ -55,6 +55,7 @@ static void ddp_args(int argc, char **argv, ddp_opts *o) {
     o->t.lr = 1e-3f;
     o->t.dropout = 0.1f;
     o->t.weight_decay = 0.01f;
+    o->t.min_lr_frac = 0.1f;
     o->t.eval_every = 200;
     o->t.seed = 1;
     o->t.threads = 1;
@@ -196,7 +197,7 @@ int main(int argc, char **argv) {
     opt.schedule = TFM_SCHED_COSINE;
     opt.warmup_steps = (int)(total_steps / 50);
     opt.total_steps = (int)total_steps;
-    opt.min_lr = o.t.lr / 10;
+    opt.min_lr = o.t.lr * o.t.min_lr_frac;
     off = (int64_t *)ex_malloc(sizeof(int64_t) * (size_t)(o.t.batch > local_max ? o.t.batch : local_max));
     tok = (int32_t *)ex_malloc(sizeof(int32_t) * (size_t)local_max * (size_t)o.len);
     tgt = (int32_t *)ex_malloc(sizeof(int32_t) * (size_t)local_max * (size_t)o.len);

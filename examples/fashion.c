@@ -248,7 +248,7 @@ static void train(const options *o) {
        epochs or refitted to --time */
     opt.warmup_steps = (int)((total_steps < steps_per_epoch * 12 ? total_steps : steps_per_epoch * 12) / 20);
     opt.total_steps = (int)total_steps;
-    opt.min_lr = o->t.lr / 100;
+    opt.min_lr = o->t.lr * o->t.min_lr_frac;
 
     order = (int32_t *)ex_malloc((size_t)n_train * sizeof(int32_t));
     in = (float *)ex_malloc((size_t)(o->t.batch * token_floats(&cfg)) * sizeof(float));
@@ -402,6 +402,7 @@ int main(int argc, char **argv) {
     o.t.lr = 1e-3f;
     o.t.dropout = 0;
     o.t.weight_decay = 0.05f;
+    o.t.min_lr_frac = 0.01f;
     o.t.eval_every = 1000;
     o.augment = 1;
     o.patch = 4;

@@ -329,7 +329,7 @@ static void train(const options *o) {
     opt.schedule = TFM_SCHED_COSINE;
     opt.warmup_steps = (int)(total_steps > 200 ? 100 : total_steps / 25);
     opt.total_steps = (int)total_steps;
-    opt.min_lr = o->t.lr / 50;
+    opt.min_lr = o->t.lr * o->t.min_lr_frac;
 
     order = (int32_t *)ex_malloc((size_t)d.n_train_prons * sizeof(int32_t));
     len_key = (int32_t *)ex_malloc((size_t)d.n_prons * sizeof(int32_t)); /* what a pronunciation pads to */
@@ -463,6 +463,7 @@ int main(int argc, char **argv) {
     o.t.lr = 1e-3f;
     o.t.dropout = 0.1f;
     o.t.weight_decay = 0.01f;
+    o.t.min_lr_frac = 0.02f;
     o.t.eval_every = 1000;
     o.val_words = 1000;
     o.t.seed = 1;

@@ -266,7 +266,7 @@ static void train(const options *o) {
     opt.schedule = TFM_SCHED_COSINE;
     opt.warmup_steps = (int)(total_steps / 20);
     opt.total_steps = (int)total_steps;
-    opt.min_lr = o->t.lr / 20;
+    opt.min_lr = o->t.lr * o->t.min_lr_frac;
 
     rows = (int32_t *)ex_malloc((size_t)tr.n * sizeof(int32_t));
     tok = (int32_t *)ex_malloc((size_t)o->t.batch * o->len * sizeof(int32_t));
@@ -417,6 +417,7 @@ int main(int argc, char **argv) {
     o.t.lr = 1e-3f;
     o.t.dropout = 0.1f;
     o.t.weight_decay = 0.01f;
+    o.t.min_lr_frac = 0.05f;
     o.t.eval_every = 100;
     o.t.seed = 1;
     o.split_seed = 1;
