@@ -364,13 +364,14 @@ EX_FN void ex_train_usage(const ex_train_opts *d) {
            "  --lr X            peak learning rate (default %g); --dropout X (default %g)\n"
            "  --weight-decay X  AdamW's weight decay (default %g)\n"
            "  --min-lr-frac X   the cosine schedule ends at X times --lr (default %g)\n"
-           "  --d-model N --heads N --layers N --d-ff N   the model (default %d, %d, %d, %d; d-ff 0: 4 x d-model)\n"
+           "  --d-model N --heads N --layers N --d-ff N\n"
+           "                    the model (default %d, %d, %d, %d; d-ff 0: 4 x d-model)\n"
            "  --eval-every N    validate every N steps (default %d)\n"
            "  --seed N          initialisation and batch order (default %llu)\n"
            "  --threads N       threads (default: OpenMP's)\n",
-           d->data, d->model, d->csv, d->batch, epochs, budget,
-           (double)d->lr, (double)d->dropout, (double)d->weight_decay, (double)d->min_lr_frac, d->d_model, d->n_heads,
-           d->n_layers, d->d_ff, d->eval_every, (unsigned long long)d->seed);
+           d->data, d->model, d->csv, d->batch, epochs, budget, (double)d->lr, (double)d->dropout,
+           (double)d->weight_decay, (double)d->min_lr_frac, d->d_model, d->n_heads, d->n_layers, d->d_ff,
+           d->eval_every, (unsigned long long)d->seed);
 }
 
 /* ==== a time budget ==== */
