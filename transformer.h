@@ -3885,7 +3885,8 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
    waits for what came before. Floats live in device memory; the integer arrays the ops take (ids,
    targets, lengths, cache slots) and additive masks stay on the host and are copied into the calling
    thread's device work space when an op needs them (the stream order keeps a later op from overwriting
-   them before the kernel that reads them has run). One block per row for row-wise ops, grid-stride loops
+   them before the kernel that reads them has run); the small ones a decoding step stages alike for every
+   layer are kept on the device by their bytes and cross once a step. One block per row for row-wise ops, grid-stride loops
    for element-wise ones (an MLP's bias and activation fused after its product, a residual add with the
    layernorm after it), one launch per 256 parameters for AdamW and the gradient norm; attention in
    shared-memory tiles of 16 rows against running tiles of 32 for heads of up to 128 channels, else as
@@ -3898,6 +3899,8 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
 
 #if defined(TFM_CUDA)
 
+#define TFM__CU_KEEP 8
+#define TFM__CU_KEEP_BYTES 4096
 /* What a thread keeps for its CUDA work: its cuBLAS handle, its device work space and the first error. */
 typedef struct tfm__cuda_ctx {
     cublasHandle_t blas;
@@ -3911,6 +3914,10 @@ typedef struct tfm__cuda_ctx {
     unsigned char *stage; /* pinned ring the host arrays (ids, lengths, masks) pass through on their way to
                              the device, so that their copies do not wait for the GPU */
     size_t stage_off;
+    unsigned char *kept;  /* device: small host arrays kept as staged (tfm__cuda_put), TFM__CU_KEEP of them */
+    size_t kept_n[TFM__CU_KEEP]; /* the bytes each holds (0: none) */
+    uint64_t kept_use[TFM__CU_KEEP], kept_clock; /* when each was last asked for */
+    unsigned char kept_host[TFM__CU_KEEP][TFM__CU_KEEP_BYTES]; /* what each holds */
     int failed;
     char err[320];
 } tfm__cuda_ctx;
@@ -3973,6 +3980,7 @@ static void tfm__cuda_release(void) {
     if (tfm__cu.bf) cudaFree(tfm__cu.bf);
     if (tfm__cu.host) cudaFreeHost(tfm__cu.host);
     if (tfm__cu.stage) cudaFreeHost(tfm__cu.stage);
+    if (tfm__cu.kept) cudaFree(tfm__cu.kept);
     memset(&tfm__cu, 0, sizeof tfm__cu);
 }
 
@@ -4062,6 +4070,38 @@ static unsigned char *tfm__cuda_stage(size_t n) {
     return p;
 }
 
+/* The device copy of n <= TFM__CU_KEEP_BYTES bytes at src among the kept ones: one that holds the same
+   bytes, else the one asked for least recently takes them (a copy through the ring). Reuse is safe on the
+   one stream: no kernel writes into a staged array, and a copy over a kept one runs after every kernel
+   queued before it; a pointer handed out stays valid until TFM__CU_KEEP others have been asked for. NULL
+   when the kept space cannot be had (error kept). */
+static void *tfm__cuda_kept(const void *src, size_t n) {
+    unsigned char *d, *st;
+    int i, k = 0;
+    if (!tfm__cu.kept) {
+        void *p = NULL;
+        if (!tfm__cuda_ok(cudaMalloc(&p, (size_t)TFM__CU_KEEP * TFM__CU_KEEP_BYTES), "cudaMalloc (kept arrays)")) return NULL;
+        tfm__cu.kept = (unsigned char *)p;
+    }
+    for (i = 0; i < TFM__CU_KEEP; i++) {
+        if (tfm__cu.kept_n[i] == n && !memcmp(tfm__cu.kept_host[i], src, n)) {
+            tfm__cu.kept_use[i] = ++tfm__cu.kept_clock;
+            return tfm__cu.kept + (size_t)i * TFM__CU_KEEP_BYTES;
+        }
+        if (tfm__cu.kept_use[i] < tfm__cu.kept_use[k]) k = i;
+    }
+    d = tfm__cu.kept + (size_t)k * TFM__CU_KEEP_BYTES;
+    tfm__cu.kept_n[k] = 0; /* nothing, until its copy is queued */
+    tfm__cu.kept_use[k] = ++tfm__cu.kept_clock;
+    if (!(st = tfm__cuda_stage(n))) return d;
+    memcpy(st, src, n);
+    if (tfm__cuda_ok(cudaMemcpyAsync(d, st, n, cudaMemcpyHostToDevice, 0), "cudaMemcpyAsync (host to device)")) {
+        memcpy(tfm__cu.kept_host[k], src, n);
+        tfm__cu.kept_n[k] = n;
+    }
+    return d;
+}
+
 /* n bytes from host memory src into the work space at *off (advanced by n rounded up to 256): the device
    copy, or NULL when src is NULL. Up to a quarter of TFM__CU_STAGE the bytes go through the pinned ring
    (tfm__cuda_stage: the host does not wait), larger arrays (a big attention mask) straight from src. A
@@ -4078,6 +4118,18 @@ static void *tfm__cuda_put(unsigned char *ws, size_t *off, const void *src, size
     }
     (void)tfm__cuda_ok(cudaMemcpyAsync(d, st ? st : src, n, cudaMemcpyHostToDevice, 0), "cudaMemcpyAsync (host to device)");
     return d;
+}
+
+/* tfm__cuda_put of an array that a decoding step stages alike for every layer (lengths, cache slots and
+   rows, positions): a small one is kept on the device (tfm__cuda_kept), so that it crosses once a step.
+   A launcher puts at most 3 such arrays, all before its launches, so none is replaced while it runs. */
+static void *tfm__cuda_put_kept(unsigned char *ws, size_t *off, const void *src, size_t n) {
+    unsigned char *d = ws + *off;
+    void *k;
+    if (!src || !n || n > TFM__CU_KEEP_BYTES) return tfm__cuda_put(ws, off, src, n);
+    *off += (n + 255) & ~(size_t)255;
+    k = tfm__cuda_kept(src, n);
+    return k ? k : d;
 }
 
 /* n bytes between any two places (cudaMemcpyDefault: the runtime knows which pointer is where) */
@@ -4143,13 +4195,14 @@ static __global__ void tfm__k_to_bf16(uint16_t *dst, int64_t ldd, const float *s
     }
 }
 
+/* src row r to dst row r, or with drow to dst row drow[r / per] + r % per (groups of per rows) */
 static __global__ void tfm__k_copy_rows(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n, int64_t C,
-                                        int add) {
+                                        int add, const int64_t *drow, int64_t per) {
     TFM__CU_LOOP(i, n * C) {
-        int64_t r = i / C, c = i % C;
+        int64_t r = i / C, c = i % C, rd = drow ? drow[r / per] + r % per : r;
         float v = src[r * lds + c];
-        if (add) dst[r * ldd + c] += v;
-        else dst[r * ldd + c] = v;
+        if (add) dst[rd * ldd + c] += v;
+        else dst[rd * ldd + c] = v;
     }
 }
 
@@ -4864,7 +4917,27 @@ static void tfm__copy_rows_cuda(float *dst, int64_t ldd, const float *src, int64
                            "cudaMemcpy2DAsync");
         return;
     }
-    TFM__LAUNCH(tfm__k_copy_rows, tfm__cu_grid(n * C), TFM__CU_THREADS, 0, dst, ldd, src, lds, n, C, add);
+    TFM__LAUNCH(tfm__k_copy_rows, tfm__cu_grid(n * C), TFM__CU_THREADS, 0, dst, ldd, src, lds, n, C, add,
+                (const int64_t *)NULL, (int64_t)1);
+    TFM__CU_LAUNCHED("tfm__k_copy_rows");
+}
+
+/* drow (host memory, B row offsets) staged on the device: one launch for every group, where a copy per
+   group would cost one call each (a decoding step's cache store, B rows a layer) */
+static void tfm__scatter_rows_cuda(float *dst, int64_t ldd, const int64_t *drow, const float *src, int64_t lds, int64_t B,
+                                   int64_t n, int64_t C) {
+    size_t off = 0;
+    unsigned char *ws;
+    const int64_t *d;
+    if (B <= 0 || n <= 0 || C <= 0) return;
+    if (B == 1) {
+        tfm__copy_rows_cuda(dst + drow[0] * ldd, ldd, src, lds, n, C, 0);
+        return;
+    }
+    if (!(ws = tfm__cuda_ws(TFM__CU_ROUND(B * sizeof(int64_t))))) return;
+    d = (const int64_t *)tfm__cuda_put_kept(ws, &off, drow, (size_t)B * sizeof(int64_t));
+    if (tfm__cu.failed) return; /* never write through offsets that did not arrive */
+    TFM__LAUNCH(tfm__k_copy_rows, tfm__cu_grid(B * n * C), TFM__CU_THREADS, 0, dst, ldd, src, lds, B * n, C, 0, d, n);
     TFM__CU_LAUNCHED("tfm__k_copy_rows");
 }
 
@@ -5074,7 +5147,7 @@ static void tfm__rope_cuda(float *y, const float *x, int64_t ld, int64_t B, int6
     if (!(ws = tfm__cuda_ws((pos0 ? TFM__CU_ROUND(B * sizeof(int32_t)) : 0) + TFM__CU_ROUND(na * 2 * sizeof(float)))))
         return;
     if (pos0) {
-        d = (const int32_t *)tfm__cuda_put(ws, &off, pos0, (size_t)B * sizeof(int32_t));
+        d = (const int32_t *)tfm__cuda_put_kept(ws, &off, pos0, (size_t)B * sizeof(int32_t));
         if (tfm__cu.failed) return;
     }
     cs = (float *)(ws + off);
@@ -5150,7 +5223,7 @@ static void tfm__pos_add_cuda(float *y, const float *x, const float *w, const in
         size_t off = 0;
         unsigned char *ws = tfm__cuda_ws(TFM__CU_ROUND(B * sizeof(int32_t)));
         if (!ws) return;
-        dp0 = (const int32_t *)tfm__cuda_put(ws, &off, p0, (size_t)B * sizeof(int32_t));
+        dp0 = (const int32_t *)tfm__cuda_put_kept(ws, &off, p0, (size_t)B * sizeof(int32_t));
         if (tfm__cu.failed) return; /* never index with offsets that did not arrive */
     }
     TFM__LAUNCH(tfm__k_pos_add, tfm__cu_grid(B * T * C), TFM__CU_THREADS, 0, y, x, w, dp0, B, T, C);
@@ -5257,9 +5330,9 @@ static int tfm__cu_attn_stage(const tfm__attn_args *a, tfm__cu_attn_io *io, size
     }
     ws = tfm__cuda_ws(3 * TFM__CU_ROUND(B * sizeof(int32_t)) + TFM__CU_ROUND(nmask * sizeof(float)) + TFM__CU_ROUND(extra));
     if (!ws) return 0;
-    io->lens = (const int32_t *)tfm__cuda_put(ws, &off, a->lens, B * sizeof(int32_t));
-    io->rows = (const int32_t *)tfm__cuda_put(ws, &off, a->kv_rows, B * sizeof(int32_t));
-    io->qoff = (const int32_t *)tfm__cuda_put(ws, &off, a->q_off, B * sizeof(int32_t));
+    io->lens = (const int32_t *)tfm__cuda_put_kept(ws, &off, a->lens, B * sizeof(int32_t));
+    io->rows = (const int32_t *)tfm__cuda_put_kept(ws, &off, a->kv_rows, B * sizeof(int32_t));
+    io->qoff = (const int32_t *)tfm__cuda_put_kept(ws, &off, a->q_off, B * sizeof(int32_t));
     io->mask = (const float *)tfm__cuda_put(ws, &off, a->mask, nmask * sizeof(float));
     io->Dr = (float *)(ws + off);
     return !tfm__cu.failed;
@@ -6100,6 +6173,14 @@ static void tfm__op_copy_rows(tfm_device dev, float *dst, int64_t ldd, const flo
                               int64_t C) {
     TFM__CUDA(dev, tfm__copy_rows_cuda(dst, ldd, src, lds, n, C, 0); return);
     tfm__copy_rows_cpu(dst, ldd, src, lds, n, C);
+}
+/* B groups of n rows of C floats: group b's row r (src + (b n + r) lds) to dst row drow[b] + r (stride ldd);
+   drow in host memory. Device memory on both sides on CUDA, where it is one launch. */
+static void tfm__op_scatter_rows(tfm_device dev, float *dst, int64_t ldd, const int64_t *drow, const float *src,
+                                 int64_t lds, int64_t B, int64_t n, int64_t C) {
+    int64_t b;
+    TFM__CUDA(dev, tfm__scatter_rows_cuda(dst, ldd, drow, src, lds, B, n, C); return);
+    for (b = 0; b < B; b++) tfm__copy_rows_cpu(dst + drow[b] * ldd, ldd, src + b * n * lds, lds, n, C);
 }
 static void tfm__op_copy(tfm_device dev, float *dst, const float *src, int64_t n) {
     tfm__op_copy_rows(dev, dst, n, src, n, 1, n);
@@ -7268,13 +7349,17 @@ static int64_t tfm__kv_row(const tfm_kv_cache *kc, int t) {
    row's cached positions (a rolling cache's ring takes one at a time once full: tfm__decode_into),
    cross-attention's from position 0. */
 static void tfm__kv_store(tfm_kv_cache *kc, int layer, int cross, const float *kv, int64_t ldkv, int B, int n) {
-    int64_t C2 = 2 * (int64_t)kc->kv_dim, L = cross ? kc->max_src_len : kc->max_len;
+    int64_t C2 = 2 * (int64_t)kc->kv_dim, L = cross ? kc->max_src_len : kc->max_len, drow[64];
     float *base = (cross ? kc->cross_kv : kc->self_kv) + (int64_t)layer * kc->max_batch * L * C2;
-    int b;
-    for (b = 0; b < B; b++) {
-        TFM_ASSERT(cross || n == 1 || kc->lens[b] + n <= kc->max_len);
-        tfm__op_copy_rows(kc->device, base + ((int64_t)kc->slot[b] * L + (cross ? 0 : tfm__kv_row(kc, kc->lens[b]))) * C2,
-                          C2, kv + (int64_t)b * n * ldkv, ldkv, n, C2);
+    int b0, nb, i;
+    for (b0 = 0; b0 < B; b0 += nb) { /* up to 64 rows a call: one launch on CUDA */
+        nb = TFM__MIN(B - b0, (int)(sizeof drow / sizeof *drow));
+        for (i = 0; i < nb; i++) {
+            int b = b0 + i;
+            TFM_ASSERT(cross || n == 1 || kc->lens[b] + n <= kc->max_len);
+            drow[i] = (int64_t)kc->slot[b] * L + (cross ? 0 : tfm__kv_row(kc, kc->lens[b]));
+        }
+        tfm__op_scatter_rows(kc->device, base, C2, drow, kv + (int64_t)b0 * n * ldkv, ldkv, nb, n, C2);
     }
 }
 

@@ -354,6 +354,7 @@ struct tfm_emu__state {
     size_t capacity = (size_t)16 << 30, in_use = 0;
     int last = 0, sticky = 0;                         /* last error; sticky error (0: none) */
     unsigned long long launches = 0;                  /* kernels that ran */
+    unsigned long long copies = 0;                    /* copies and memsets that ran (of at least one byte) */
     unsigned long long gemm_ex_bf16 = 0;              /* cublasGemmEx calls on bf16 operands */
     std::vector<tfm_emu__fault> faults;
     std::map<uintptr_t, tfm_emu__alloc> allocs;       /* by base address */
@@ -429,6 +430,9 @@ static inline size_t tfm_emu_objects_in_use(void) {
 }
 /* Kernels run so far (launches that failed are not counted). */
 static inline unsigned long long tfm_emu_launches(void) { return tfm_emu__g.launches; }
+/* Copies (cudaMemcpy*, host to device, device to host or device to device) and memsets so far, those of at
+   least one byte that ran: with the launches, the operations a GPU would have queued but cuBLAS's */
+static inline unsigned long long tfm_emu_copies(void) { return tfm_emu__g.copies; }
 /* cublasGemmEx and cublasGemmStridedBatchedEx calls with bf16 operands so far */
 static inline unsigned long long tfm_emu_gemm_bf16_calls(void) { return tfm_emu__g.gemm_ex_bf16; }
 /* The (skip+1)-th next call of `api` fails with `code` (see the top). */
@@ -1459,6 +1463,7 @@ static inline cudaError_t tfm_emu__copy(const char *api, void *dst, size_t dpitc
         (sd && !tfm_emu__device_range(src, (height - 1) * spitch + width)))
         return tfm_emu__err(cudaErrorInvalidValue);
     for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    tfm_emu__g.copies++;
     return cudaSuccess;
 }
 static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
@@ -1482,6 +1487,7 @@ static inline cudaError_t tfm_emu__memset(const char *api, void *p, int value, s
     if (n == 0) return cudaSuccess;
     if (!tfm_emu__device_range(p, n)) return tfm_emu__err(cudaErrorInvalidValue);
     memset(p, value, n);
+    tfm_emu__g.copies++;
     return cudaSuccess;
 }
 static inline cudaError_t cudaMemset(void *p, int value, size_t n) {

@@ -490,6 +490,40 @@ static void cu_op_copy(void) {
         }
 }
 
+/* scatter_rows (a decoding step's cache store: B groups of n rows, each to its own place, in one launch on
+   the GPU): the groups at places in a shuffled order with free rows between them (which must stay as they
+   were), padded source rows; the CPU's result against the rows placed one by one here. */
+static void cu_op_scatter_rows(void) {
+    static const int64_t groups[] = {1, 2, 5, 64}, ns[] = {1, 3}, Cs[] = {1, 33, 130};
+    cu_rng g = {17};
+    for (int gi = 0; gi < CU_LEN(groups); gi++)
+        for (int ni = 0; ni < CU_LEN(ns); ni++)
+            for (int ci = 0; ci < CU_LEN(Cs); ci++) {
+                int64_t B = groups[gi], n = ns[ni], C = Cs[ci], ldd = C + 2, lds = C + (ci & 1), R = 2 * B * n + 1;
+                int64_t *drow = (int64_t *)calloc((size_t)B, sizeof(int64_t)), b, r;
+                cu_buf src = cu_normal(B * n * lds, &g, 1, 0), dst = cu_normal(R * ldd, &g, 1, 0);
+                float *want = cu_host(R * ldd);
+                const char *name = cu_fmt("scatter_rows B=%lld n=%lld C=%lld", (long long)B, (long long)n, (long long)C);
+                if (!drow) cu_fatal("calloc");
+                for (b = 0; b < B; b++) drow[b] = 2 * b * n + 1; /* every other stretch of n rows, row 0 free */
+                for (b = B - 1; b > 0; b--) { /* shuffled */
+                    int64_t j = cu_int(&g, (int)b + 1), t = drow[b];
+                    drow[b] = drow[j];
+                    drow[j] = t;
+                }
+                memcpy(want, dst.h, (size_t)(R * ldd) * sizeof(float));
+                for (b = 0; b < B; b++)
+                    for (r = 0; r < n; r++)
+                        memcpy(want + (drow[b] + r) * ldd, src.h + (b * n + r) * lds, (size_t)C * sizeof(float));
+                CU_DEVS tfm__op_scatter_rows(CU_DEV, CU_P(dst), ldd, drow, CU_P(src), lds, B, n, C);
+                cu_check_bits_arrays(cu_fmt("%s, CPU", name), dst.h, want, R * ldd);
+                cu_check_bits(name, &dst);
+                cu_release(&src, &dst, CU_END);
+                free(want);
+                free(drow);
+            }
+}
+
 /* gemm_batched: every transpose, padded leading dimensions, gaps between the matrices of a batch (which
    must stay untouched), alpha and beta; with beta 0, C starts as NaN and must not be read. */
 static void cu_op_gemm(void) {
@@ -851,6 +885,35 @@ static void cu_op_embedding(void) {
             cu_release(&w, &y, &dy, &dw, CU_END);
             free(ids);
         }
+}
+
+/* The small staged arrays the GPU keeps (tfm__cuda_kept; positions, as a decoding step's for every layer):
+   11 arrays of row offsets, more than it keeps, staged in turn three times over (each new one takes the
+   place of the one asked for least recently), every result against the CPU's; then the same array twice
+   in a row: the second time nothing is copied (counted by the emulation). */
+static void cu_op_kept(void) {
+    enum { NP = 11, B = 6, T = 2, C = 5, P = 40 };
+    cu_rng g = {23};
+    int32_t p0[NP][B];
+    cu_buf w = cu_normal(P * C, &g, 1, 0), x = cu_normal(B * T * C, &g, 1, 0), y = cu_nan(B * T * C);
+    int p, r, i;
+    for (p = 0; p < NP; p++)
+        for (i = 0; i < B; i++) p0[p][i] = (int32_t)cu_int(&g, P - T + 1);
+    for (r = 0; r < 3; r++)
+        for (p = 0; p < NP; p++) {
+            CU_DEVS tfm__op_pos_add(CU_DEV, CU_P(y), CU_P(x), CU_P(w), p0[p], B, T, C);
+            cu_check_bits(cu_fmt("kept arrays: round %d, array %d", r, p), &y);
+        }
+#ifdef TFM_CUDA_EMULATION
+    {
+        unsigned long long c0;
+        tfm__op_pos_add(TFM_DEVICE_CUDA, y.d, x.d, w.d, p0[0], B, T, C);
+        c0 = tfm_emu_copies();
+        tfm__op_pos_add(TFM_DEVICE_CUDA, y.d, x.d, w.d, p0[0], B, T, C);
+        CHECK_MSG(tfm_emu_copies() == c0, "the same positions staged twice: %llu copies the second time", tfm_emu_copies() - c0);
+    }
+#endif
+    cu_release(&w, &x, &y, CU_END);
 }
 
 /* (B, T, C) of the position and pooling ops */
@@ -2490,6 +2553,42 @@ static void cu_gen_wide_beam(void) {
     }
 }
 
+#ifdef TFM_CUDA_EMULATION
+/* Decoding steps queue as many GPU operations (kernels, copies) for 32 rows as for 2: nothing in them
+   runs once per row, such as the cache's store (one launch a layer for every row). Counted by the
+   emulation: the operations of 5 greedy steps less those of 2, the same prompt on every row and no stop
+   token, so that the prompt and the first steps cancel out. */
+static void cu_gen_step_ops(void) {
+    static const int batches[2] = {2, 32};
+    unsigned long long steps3[2];
+    int32_t prompt[2] = {3, 5}, out[32 * 5];
+    const int32_t *pp[32];
+    int n_prompts[32], n_out[32], i, k;
+    tfm_config c;
+    tfm_model m;
+    tfm_gen_opts o;
+    cu_gen_cfg(&c, 0, 32, TFM_DEVICE_CUDA);
+    if (!cu_init(&m, &c, "generation")) return;
+    tfm_model_train(&m, 0);
+    for (i = 0; i < 32; i++) pp[i] = prompt, n_prompts[i] = 2;
+    memset(&o, 0, sizeof o);
+    for (k = 0; k < 2; k++) {
+        unsigned long long ops[2];
+        for (i = 0; i < 2; i++) {
+            unsigned long long n0 = tfm_emu_launches() + tfm_emu_copies();
+            o.max_new = i ? 5 : 2;
+            CHECK_OK(tfm_model_generate_batch(&m, batches[k], NULL, NULL, pp, n_prompts, &o, out, 5, n_out));
+            ops[i] = tfm_emu_launches() + tfm_emu_copies() - n0;
+        }
+        steps3[k] = ops[1] - ops[0];
+        if (test__verbose) printf("    batch %d: %llu GPU operations in 3 decoding steps\n", batches[k], steps3[k]);
+    }
+    CHECK_MSG(steps3[0] == steps3[1], "3 decoding steps queue %llu GPU operations for %d rows, %llu for %d", steps3[1],
+              batches[1], steps3[0], batches[0]);
+    tfm_model_free(&m);
+}
+#endif
+
 /* ==== 6. checkpoints and moves between devices ========================================================= */
 
 static char cu_dir[256]; /* this process's scratch directory under build/ */
@@ -2831,8 +2930,13 @@ static void cu_err_no_cuda(void) {
     if (ok) tfm_model_free(&m);
 }
 
+/* The small staged arrays the GPU keeps are forgotten, so that the next call copies its own again (and an
+   armed copy failure is reached). */
+static void cu_unkeep(void) { memset(tfm__cu.kept_n, 0, sizeof tfm__cu.kept_n); }
+
 /* Arm a failure of the (skip+1)-th next call of api (a runtime function, "launch" or a cuBLAS function). */
 static void cu_arm(const char *api, int code, int skip) {
+    cu_unkeep();
     /* a CUDA error no public call has reported yet would be blamed on the next one */
     CHECK_MSG(!tfm__cu.failed, "before arming %s: a CUDA failure of an earlier call is still pending, unreported: %s", api, tfm__cu.err);
     tfm__cu.failed = 0;
@@ -3175,6 +3279,7 @@ static void cu_err_sweep(void) {
             if (k < 0 && (n == 0 || (k == -1 && n == 1))) continue;
             tfm_emu_fail_clear();
             tfm_emu_reset();
+            cu_unkeep();
             tfm_emu_fail_next(api, code, skip);
             tfm_clear_error();
             r = cu_sweep_call(s, i);
@@ -3851,6 +3956,7 @@ static void suite_precision(void) {
 
 static void suite_ops(void) {
     RUN(cu_op_copy);
+    RUN(cu_op_scatter_rows);
     RUN(cu_op_gemm);
     RUN(cu_op_linear);
     RUN(cu_op_softmax);
@@ -3862,6 +3968,7 @@ static void suite_ops(void) {
     RUN(cu_op_rope);
     RUN(cu_op_dropout);
     RUN(cu_op_embedding);
+    RUN(cu_op_kept);
     RUN(cu_op_positions);
     RUN(cu_op_add);
     RUN(cu_op_pool);
@@ -3914,6 +4021,9 @@ static void suite_generate(void) {
     RUN(cu_gen_gqa);
     RUN(cu_gen_window);
     RUN(cu_gen_wide_beam);
+#ifdef TFM_CUDA_EMULATION
+    RUN(cu_gen_step_ops);
+#endif
 }
 
 static void suite_io(void) {
