@@ -1155,6 +1155,10 @@ TFMDEF tfm_result tfm_cuda_synchronize(void);
 /* on != 0: this thread's fp32 products on the GPU may use TF32 tensor cores (10-bit mantissas in the
    products, fp32 sums: faster, about 1e-3 relative). Off by default, so results match the CPU's. */
 TFMDEF tfm_result tfm_cuda_set_tf32(int on);
+/* on != 0 (the default): this thread's decoding steps on the GPU (generation, beam search) each run as one
+   CUDA graph, captured anew every step, instead of a launch per kernel; 0: launch by launch. The same
+   results either way; a step that cannot be captured runs launch by launch. */
+TFMDEF tfm_result tfm_cuda_set_graphs(int on);
 /* Move a built model to `device` with everything it holds: parameters, gradients, AdamW moments, the
    step, the generator, training mode. The model is rebuilt in new memory (the library's own, also when
    the old one was yours) and the old memory freed; on failure (TFM_E_NOMEM, TFM_E_NO_CUDA) the model is
@@ -1303,7 +1307,7 @@ TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path);
    on the CPU), so both read the same kernel source. TFM__HD marks the math both devices share. */
 #if defined(TFM_CUDA)
 #if defined(TFM_CUDA_EMULATION)
-#define TFM__LAUNCH(k, grid, block, smem, ...) tfm_emu_launch(k, (grid), (block), (smem), __VA_ARGS__)
+#define TFM__LAUNCH(k, grid, block, smem, ...) tfm_emu_launch(k, tfm__cu.stream, (grid), (block), (smem), __VA_ARGS__)
 #define TFM__SHARED(T, name, n) T *name = (T *)tfm_emu_shared(sizeof(T) * (size_t)(n))
 #define TFM__SHARED_DYN(T, name) T *name = (T *)tfm_emu_dyn_shared()
 #define TFM__HD __host__ __device__
@@ -1313,7 +1317,7 @@ TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path);
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <mma.h>
-#define TFM__LAUNCH(k, grid, block, smem, ...) k<<<(grid), (block), (smem), 0>>>(__VA_ARGS__)
+#define TFM__LAUNCH(k, grid, block, smem, ...) k<<<(grid), (block), (smem), tfm__cu.stream>>>(__VA_ARGS__)
 #define TFM__SHARED(T, name, n) __shared__ T name[n]
 #define TFM__SHARED_DYN(T, name) extern __shared__ T name[]
 #define TFM__HD __host__ __device__
@@ -3882,19 +3886,20 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
    The same ops as >>impl-cpu, as CUDA kernels, with cuBLAS for the products; the dispatch entries below
    call the tfm__<op>_cuda launchers. Everything runs on CUDA's legacy default stream, so kernels, copies
    and cuBLAS calls run in the order they are issued and a host read of a result (cudaMemcpy to the host)
-   waits for what came before. Floats live in device memory; the integer arrays the ops take (ids,
-   targets, lengths, cache slots) and additive masks stay on the host and are copied into the calling
-   thread's device work space when an op needs them (the stream order keeps a later op from overwriting
-   them before the kernel that reads them has run); the small ones a decoding step stages alike for every
-   layer are kept on the device by their bytes and cross once a step. One block per row for row-wise ops, grid-stride loops
-   for element-wise ones (an MLP's bias and activation fused after its product, a residual add with the
-   layernorm after it), one launch per 256 parameters for AdamW and the gradient norm; attention in
-   shared-memory tiles of 16 rows against running tiles of 32 for heads of up to 128 channels, else as
-   batched cuBLAS products over chunks of scores kept in device memory; in a bf16 model's calls
-   (cfg.precision) the products take bf16 operands on tensor cores, the attention's too (flash attention
-   in warp matrix products for heads of up to 128 channels, else the batched products); sums in a fixed
-   order (no atomics), so results are deterministic. Errors: the first failing
-   CUDA or cuBLAS call of a public call is kept (tfm__cu.err) and reported by that call's
+   waits for what came before; a decoding step is captured on a stream of the thread's own (queued, not
+   run) and then runs on the legacy stream as one CUDA graph (tfm__cuda_capture_begin). Floats live in
+   device memory; the integer arrays the ops take (ids, targets, lengths, cache slots) and additive masks
+   stay on the host and are copied into the calling thread's device work space when an op needs them (the
+   stream order keeps a later op from overwriting them before the kernel that reads them has run); the
+   small ones a decoding step stages alike for every layer are kept on the device by their bytes and cross
+   once a step. One block per row for row-wise ops, grid-stride loops for element-wise ones (an MLP's bias
+   and activation fused after its product, a residual add with the layernorm after it), one launch per 256
+   parameters for AdamW and the gradient norm; attention in shared-memory tiles of 16 rows against running
+   tiles of 32 for heads of up to 128 channels, else as batched cuBLAS products over chunks of scores kept
+   in device memory; in a bf16 model's calls (cfg.precision) the products take bf16 operands on tensor
+   cores, the attention's too (flash attention in warp matrix products for heads of up to 128 channels,
+   else the batched products); sums in a fixed order (no atomics), so results are deterministic. Errors:
+   the first failing CUDA or cuBLAS call of a public call is kept (tfm__cu.err) and reported by that call's
    tfm__scratch_check as TFM_E_CUDA. */
 
 #if defined(TFM_CUDA)
@@ -3915,9 +3920,15 @@ typedef struct tfm__cuda_ctx {
                              the device, so that their copies do not wait for the GPU */
     size_t stage_off;
     unsigned char *kept;  /* device: small host arrays kept as staged (tfm__cuda_put), TFM__CU_KEEP of them */
+    size_t kept_size;
     size_t kept_n[TFM__CU_KEEP]; /* the bytes each holds (0: none) */
     uint64_t kept_use[TFM__CU_KEEP], kept_clock; /* when each was last asked for */
     unsigned char kept_host[TFM__CU_KEEP][TFM__CU_KEEP_BYTES]; /* what each holds */
+    cudaStream_t stream;  /* where the work goes: 0 (the legacy stream), or cap while a step is captured */
+    cudaStream_t cap;     /* a non-blocking stream that decoding steps are captured on (tfm__cuda_capture) */
+    cudaGraphExec_t graph; /* the last captured step's executable graph, updated to each new one */
+    void *blas_ws;        /* device work space for cuBLAS while capturing */
+    int capturing, cap_failed, graphs_off, graph_fails, graph_skip;
     int failed;
     char err[320];
 } tfm__cuda_ctx;
@@ -3926,6 +3937,10 @@ static TFM__THREAD_LOCAL tfm__cuda_ctx tfm__cu;
 /* Record the first failure (what: the call) and say whether e was a success. */
 static int tfm__cuda_ok(cudaError_t e, const char *what) {
     if (e == cudaSuccess) return 1;
+    if (tfm__cu.capturing) { /* the step runs again without capture, which reports a real error */
+        tfm__cu.cap_failed = 1;
+        return 0;
+    }
     if (!tfm__cu.failed) {
         tfm__cu.failed = 1;
         snprintf(tfm__cu.err, sizeof tfm__cu.err, "%s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -3934,6 +3949,10 @@ static int tfm__cuda_ok(cudaError_t e, const char *what) {
 }
 static int tfm__cublas_ok(cublasStatus_t st, const char *what) {
     if (st == CUBLAS_STATUS_SUCCESS) return 1;
+    if (tfm__cu.capturing) {
+        tfm__cu.cap_failed = 1;
+        return 0;
+    }
     if (!tfm__cu.failed) {
         tfm__cu.failed = 1;
         snprintf(tfm__cu.err, sizeof tfm__cu.err, "%s failed: %s (%s)", what, cublasGetStatusString(st),
@@ -3943,6 +3962,14 @@ static int tfm__cublas_ok(cublasStatus_t st, const char *what) {
 }
 /* After a kernel launch: a bad configuration or a failure before it shows here. */
 #define TFM__CU_LAUNCHED(name) (void)tfm__cuda_ok(cudaGetLastError(), "kernel " name)
+
+/* While a step is captured nothing may allocate or wait: 0 then (the capture is marked failed, the step
+   runs again without it), else 1. */
+static int tfm__cuda_may_wait(void) {
+    if (!tfm__cu.capturing) return 1;
+    tfm__cu.cap_failed = 1;
+    return 0;
+}
 
 static tfm_result tfm__cuda_check(const char *fn) {
     if (!tfm__cu.failed) return TFM_OK;
@@ -3981,6 +4008,9 @@ static void tfm__cuda_release(void) {
     if (tfm__cu.host) cudaFreeHost(tfm__cu.host);
     if (tfm__cu.stage) cudaFreeHost(tfm__cu.stage);
     if (tfm__cu.kept) cudaFree(tfm__cu.kept);
+    if (tfm__cu.graph) cudaGraphExecDestroy(tfm__cu.graph);
+    if (tfm__cu.cap) cudaStreamDestroy(tfm__cu.cap);
+    if (tfm__cu.blas_ws) cudaFree(tfm__cu.blas_ws);
     memset(&tfm__cu, 0, sizeof tfm__cu);
 }
 
@@ -3988,7 +4018,7 @@ static void tfm__cuda_release(void) {
    made: error kept). */
 static cublasHandle_t tfm__cuda_blas(int tf32) {
     if (!tfm__cu.has_blas) {
-        if (!tfm__cublas_ok(cublasCreate(&tfm__cu.blas), "cublasCreate")) return NULL;
+        if (!tfm__cuda_may_wait() || !tfm__cublas_ok(cublasCreate(&tfm__cu.blas), "cublasCreate")) return NULL;
         tfm__cu.has_blas = 1;
         tfm__cu.blas_tf32 = -1;
     }
@@ -4006,6 +4036,7 @@ static cublasHandle_t tfm__cuda_blas(int tf32) {
 static void *tfm__cuda_grow(void **buf, size_t *size, size_t bytes, const char *what) {
     if (*size < bytes) {
         void *p = NULL;
+        if (!tfm__cuda_may_wait()) return NULL;
         if (*buf) {
             (void)cudaDeviceSynchronize(); /* the work queued on the old one is done */
             cudaFree(*buf);
@@ -4034,6 +4065,7 @@ static uint16_t *tfm__cuda_bf(size_t n) {
 static float *tfm__cuda_host(size_t n) {
     if (tfm__cu.host_size < n) {
         void *p = NULL;
+        if (!tfm__cuda_may_wait()) return NULL;
         if (tfm__cu.host) cudaFreeHost(tfm__cu.host);
         tfm__cu.host = NULL;
         tfm__cu.host_size = 0;
@@ -4055,6 +4087,7 @@ static float *tfm__cuda_host(size_t n) {
 static unsigned char *tfm__cuda_stage(size_t n) {
     unsigned char *p;
     n = TFM__CU_ROUND(n);
+    if ((!tfm__cu.stage || tfm__cu.stage_off + n > TFM__CU_STAGE) && !tfm__cuda_may_wait()) return NULL;
     if (!tfm__cu.stage) {
         void *q = NULL;
         if (!tfm__cuda_ok(cudaMallocHost(&q, TFM__CU_STAGE), "cudaMallocHost (staging)")) return NULL;
@@ -4078,11 +4111,9 @@ static unsigned char *tfm__cuda_stage(size_t n) {
 static void *tfm__cuda_kept(const void *src, size_t n) {
     unsigned char *d, *st;
     int i, k = 0;
-    if (!tfm__cu.kept) {
-        void *p = NULL;
-        if (!tfm__cuda_ok(cudaMalloc(&p, (size_t)TFM__CU_KEEP * TFM__CU_KEEP_BYTES), "cudaMalloc (kept arrays)")) return NULL;
-        tfm__cu.kept = (unsigned char *)p;
-    }
+    if (!tfm__cuda_grow((void **)&tfm__cu.kept, &tfm__cu.kept_size, (size_t)TFM__CU_KEEP * TFM__CU_KEEP_BYTES,
+                        "cudaMalloc (kept arrays)"))
+        return NULL;
     for (i = 0; i < TFM__CU_KEEP; i++) {
         if (tfm__cu.kept_n[i] == n && !memcmp(tfm__cu.kept_host[i], src, n)) {
             tfm__cu.kept_use[i] = ++tfm__cu.kept_clock;
@@ -4095,7 +4126,7 @@ static void *tfm__cuda_kept(const void *src, size_t n) {
     tfm__cu.kept_use[k] = ++tfm__cu.kept_clock;
     if (!(st = tfm__cuda_stage(n))) return d;
     memcpy(st, src, n);
-    if (tfm__cuda_ok(cudaMemcpyAsync(d, st, n, cudaMemcpyHostToDevice, 0), "cudaMemcpyAsync (host to device)")) {
+    if (tfm__cuda_ok(cudaMemcpyAsync(d, st, n, cudaMemcpyHostToDevice, tfm__cu.stream), "cudaMemcpyAsync (host to device)")) {
         memcpy(tfm__cu.kept_host[k], src, n);
         tfm__cu.kept_n[k] = n;
     }
@@ -4116,7 +4147,7 @@ static void *tfm__cuda_put(unsigned char *ws, size_t *off, const void *src, size
         if (!(st = tfm__cuda_stage(n))) return d;
         memcpy(st, src, n);
     }
-    (void)tfm__cuda_ok(cudaMemcpyAsync(d, st ? st : src, n, cudaMemcpyHostToDevice, 0), "cudaMemcpyAsync (host to device)");
+    (void)tfm__cuda_ok(cudaMemcpyAsync(d, st ? st : src, n, cudaMemcpyHostToDevice, tfm__cu.stream), "cudaMemcpyAsync (host to device)");
     return d;
 }
 
@@ -4135,6 +4166,84 @@ static void *tfm__cuda_put_kept(unsigned char *ws, size_t *off, const void *src,
 /* n bytes between any two places (cudaMemcpyDefault: the runtime knows which pointer is where) */
 static void tfm__cuda_copy(void *dst, const void *src, size_t n) {
     if (n && dst != src) (void)tfm__cuda_ok(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy");
+}
+
+/* -- a decoding step as one CUDA graph --
+   A step queues about 10 kernels and copies a layer besides 4 cuBLAS products, each a few microseconds
+   of GPU work at batch 1, so launching them one by one costs more than running them. Instead the step's
+   work is captured (queued on the thread's own non-blocking stream while it captures: kept, not run),
+   and the graph runs in one launch on the legacy stream, in order with everything else. The thread's
+   executable graph is updated to each new capture (cudaGraphExecUpdate: the same operations with new
+   arguments, as the cache's lengths grow) and made anew when the operations differ. Nothing may
+   allocate or wait while capturing: a step that would (a work space too small, the staging ring used
+   up) fails its capture, nothing of it has run, and the caller runs it again as usual
+   (tfm__decode_step). After a failure the next 2, 4, ... 64 steps run without capture. */
+#define TFM__CU_BLAS_WS ((size_t)32 << 20) /* what cuBLAS asks for on Hopper */
+
+/* Begin capturing this thread's work; 0 (nothing begun) when graphs are off, backing off, or a part
+   cannot be had. */
+static int tfm__cuda_capture_begin(void) {
+    tfm__cuda_ctx *c = &tfm__cu;
+    int wrap = c->stage_off > TFM__CU_STAGE / 4 * 3; /* a step gets a quarter of the ring: start over first */
+    if (c->graphs_off || c->failed) return 0;
+    if (c->graph_skip > 0) {
+        c->graph_skip--;
+        return 0;
+    }
+    /* what the step might otherwise allocate while capturing: the stream, cuBLAS and its work space, the
+       kept arrays, room in the staging ring */
+    if ((!c->cap && cudaStreamCreateWithFlags(&c->cap, cudaStreamNonBlocking) != cudaSuccess) ||
+        (!c->blas_ws && cudaMalloc(&c->blas_ws, TFM__CU_BLAS_WS) != cudaSuccess) || !tfm__cuda_blas(c->tf32) ||
+        !tfm__cuda_grow((void **)&c->kept, &c->kept_size, (size_t)TFM__CU_KEEP * TFM__CU_KEEP_BYTES,
+                        "cudaMalloc (kept arrays)") ||
+        !tfm__cuda_stage(wrap ? TFM__CU_STAGE / 4 : 0) ||
+        cublasSetStream(c->blas, c->cap) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetWorkspace(c->blas, c->blas_ws, TFM__CU_BLAS_WS) != CUBLAS_STATUS_SUCCESS) {
+        (void)cudaGetLastError();
+        if (c->has_blas) (void)cublasSetStream(c->blas, 0);
+        c->graphs_off = 1; /* this thread's CUDA cannot capture: steps run as usual */
+        return 0;
+    }
+    if (wrap) c->stage_off = 0; /* the wrap above waited for the GPU */
+    if (cudaStreamBeginCapture(c->cap, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        (void)cublasSetStream(c->blas, 0);
+        c->graphs_off = 1;
+        return 0;
+    }
+    c->stream = c->cap;
+    c->capturing = 1;
+    c->cap_failed = 0;
+    return 1;
+}
+
+/* End the capture and launch its graph: 1 when the step's work has been queued, 0 when none of it was
+   (the kept arrays are then forgotten: their copies were captured, not run). */
+static int tfm__cuda_capture_end(void) {
+    tfm__cuda_ctx *c = &tfm__cu;
+    cudaGraph_t g = NULL;
+    cudaGraphExecUpdateResultInfo info;
+    int ok = cudaStreamEndCapture(c->cap, &g) == cudaSuccess && g && !c->cap_failed, i;
+    c->capturing = 0;
+    c->stream = 0;
+    (void)cublasSetStream(c->blas, 0); /* and cuBLAS's own work space again */
+    if (ok && c->graph && cudaGraphExecUpdate(c->graph, g, &info) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not an error: the operations differ */
+        (void)cudaGraphExecDestroy(c->graph);
+        c->graph = NULL;
+    }
+    if (ok && !c->graph && cudaGraphInstantiate(&c->graph, g, 0) != cudaSuccess) c->graph = NULL;
+    if (g) (void)cudaGraphDestroy(g);
+    if (ok && c->graph) { /* queued: a failure now is the step's own, reported as any launch's */
+        (void)tfm__cuda_ok(cudaGraphLaunch(c->graph, 0), "cudaGraphLaunch (a decoding step)");
+        c->graph_fails = 0;
+        return 1;
+    }
+    (void)cudaGetLastError();
+    for (i = 0; i < TFM__CU_KEEP; i++) c->kept_n[i] = 0;
+    c->graph_fails = TFM__MIN(c->graph_fails + 1, 6);
+    c->graph_skip = 1 << c->graph_fails;
+    return 0;
 }
 
 /* -- kernels -- */
@@ -4900,7 +5009,7 @@ static __global__ void tfm__k_attn_dkv_tiled(tfm__attn_args a, const float *q, c
 /* -- launchers: the dispatch entries' CUDA side (arguments checked by the public functions) -- */
 
 static void tfm__zero_cuda(float *x, int64_t n) {
-    if (n > 0) (void)tfm__cuda_ok(cudaMemsetAsync(x, 0, (size_t)n * sizeof(float), 0), "cudaMemsetAsync");
+    if (n > 0) (void)tfm__cuda_ok(cudaMemsetAsync(x, 0, (size_t)n * sizeof(float), tfm__cu.stream), "cudaMemsetAsync");
 }
 
 /* Either side may be host memory (a batch's inputs, a tensor copy); a broadcast row (lds 0) or an add is
@@ -4908,12 +5017,12 @@ static void tfm__zero_cuda(float *x, int64_t n) {
 static void tfm__copy_rows_cuda(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n, int64_t C, int add) {
     if (n <= 0 || C <= 0) return;
     if (!add && lds == C && ldd == C) {
-        (void)tfm__cuda_ok(cudaMemcpyAsync(dst, src, (size_t)(n * C) * sizeof(float), cudaMemcpyDefault, 0), "cudaMemcpyAsync");
+        (void)tfm__cuda_ok(cudaMemcpyAsync(dst, src, (size_t)(n * C) * sizeof(float), cudaMemcpyDefault, tfm__cu.stream), "cudaMemcpyAsync");
         return;
     }
     if (!add && lds >= C && ldd >= C) {
         (void)tfm__cuda_ok(cudaMemcpy2DAsync(dst, (size_t)ldd * sizeof(float), src, (size_t)lds * sizeof(float),
-                                             (size_t)C * sizeof(float), (size_t)n, cudaMemcpyDefault, 0),
+                                             (size_t)C * sizeof(float), (size_t)n, cudaMemcpyDefault, tfm__cu.stream),
                            "cudaMemcpy2DAsync");
         return;
     }
@@ -6108,6 +6217,12 @@ TFMDEF tfm_result tfm_cuda_set_tf32(int on) {
     return TFM_OK;
 }
 
+TFMDEF tfm_result tfm_cuda_set_graphs(int on) {
+    tfm__cu.graphs_off = on == 0;
+    tfm__cu.graph_fails = tfm__cu.graph_skip = 0;
+    return TFM_OK;
+}
+
 #else /* no TFM_CUDA: the calls exist and say so */
 
 static tfm_result tfm__cuda_check(const char *fn) {
@@ -6141,6 +6256,10 @@ TFMDEF tfm_result tfm_cuda_synchronize(void) {
 TFMDEF tfm_result tfm_cuda_set_tf32(int on) {
     (void)on;
     return tfm__fail(TFM_E_NO_CUDA, "tfm_cuda_set_tf32: this build has no TFM_CUDA");
+}
+TFMDEF tfm_result tfm_cuda_set_graphs(int on) {
+    (void)on;
+    return tfm__fail(TFM_E_NO_CUDA, "tfm_cuda_set_graphs: this build has no TFM_CUDA");
 }
 
 #endif /* TFM_CUDA */
@@ -9539,9 +9658,21 @@ static float *tfm__host_logits(tfm_model *m, int64_t n) {
     return (float *)tfm__model_host(m->impl, m->impl->logits);
 }
 
-/* tfm__decode_into the model's own logits (B <= cfg.max_batch rows of n ids each). */
-static void tfm__decode(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, int n, const float *memory, int S) {
-    tfm__decode_into(m, kc, ids, B, n, NULL, memory, S, m->impl->logits);
+/* One decoding step: tfm__decode_into of one id for each of B rows. On the GPU as one CUDA graph where
+   it can be (tfm__cuda_capture_begin); when the capture fails none of it has run, and the step runs again
+   as usual from the cache's lengths before it. */
+static void tfm__decode_step(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, const float *memory, int S,
+                             float *logits) {
+#if defined(TFM_CUDA)
+    if (m->impl->device == TFM_DEVICE_CUDA && tfm__cuda_capture_begin()) {
+        int src_len = kc->src_len, b;
+        tfm__decode_into(m, kc, ids, B, 1, NULL, memory, S, logits);
+        if (tfm__cuda_capture_end()) return;
+        for (b = 0; b < B; b++) kc->lens[b]--;
+        kc->src_len = src_len;
+    }
+#endif
+    tfm__decode_into(m, kc, ids, B, 1, NULL, memory, S, logits);
 }
 
 /* One sampling candidate: a token's probability and id (top-k and top-p sort these). */
@@ -9833,7 +9964,7 @@ static tfm_result tfm__generate_run(const char *fn, tfm_model *m, int B, const i
         if (nn == 0) break;
         if (dropped) tfm__kv_reorder(&kc, from, nn); /* the rows that go on, in place */
         nact = nn;
-        tfm__decode(m, &kc, tok, nact, 1, memory, S);
+        tfm__decode_step(m, &kc, tok, nact, memory, S, m->impl->logits);
     }
     tfm_kv_cache_free(&kc);
     TFM_FREE(work, m->cfg.user);
@@ -10077,7 +10208,7 @@ static tfm_result tfm__model_beam_search(tfm_model *m, const int32_t *src, int s
         memcpy(live_score, new_score, (size_t)n_new * sizeof(double));
         n_live = n_new;
         tfm__kv_reorder(&kc, from, n_live); /* in place: only rows taken twice are copied */
-        tfm__decode_into(m, &kc, next, n_live, 1, NULL, memory, S, dlog);
+        tfm__decode_step(m, &kc, next, n_live, memory, S, dlog);
         tfm__op_transfer(TFM_DEVICE_CPU, logits, m->impl->device, dlog, (int64_t)n_live * V);
     }
     /* the n_best by length-penalised score, best first (a selection sort) */

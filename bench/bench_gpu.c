@@ -35,7 +35,10 @@
             A100 312; -1 for another device).
      gen    greedy tfm_model_generate_batch of GEN_NEW new tokens from 1-token prompts (ids from seed
             42) at batch 1, 8 and 32, on an inference_only model with max_batch 32: one untimed run,
-            then up to gen_reps timed runs (the budget again); tok_s = batch * GEN_NEW / median time.
+            then up to gen_reps timed runs (half the budget); tok_s = batch * GEN_NEW / median time.
+            Each batch twice: decoding steps as CUDA graphs (the default: impl=ours graphs=1), then
+            launch by launch (tfm_cuda_set_graphs(0): impl=ours-launches graphs=0), whose ids must be
+            the same (else FAIL ... reason=graphs_differ).
      kernel (--kernels) each memory-bound op of KOPS (layernorm and RMSNorm forward, layernorm backward,
             softmax forward and backward, GELU forward and backward, the residual add, cross-entropy
             forward and backward, AdamW with the gradient-norm pass) through its public call on device
@@ -328,7 +331,7 @@ static void run_gen(const gpu_cfg *b) {
     tfm_config cfg = make_config(b, TFM_DEVICE_CUDA);
     tfm_model m;
     tfm_result r;
-    int32_t prompts[32], *out;
+    int32_t prompts[32], *out, *out_graphs;
     const int32_t *pp[32];
     int n_prompts[32], n_out[32], n_new = GEN_NEW < b->T - 1 ? GEN_NEW : b->T - 1;
     int reps = g_quick ? 1 : b->gen_reps, bi, i;
@@ -341,6 +344,7 @@ static void run_gen(const gpu_cfg *b) {
         return;
     }
     out = (int32_t *)xmalloc((size_t)32 * (size_t)n_new * sizeof(int32_t));
+    out_graphs = (int32_t *)xmalloc((size_t)32 * (size_t)n_new * sizeof(int32_t));
     tfm_rng_seed(&rng, 42);
     for (i = 0; i < 32; i++) {
         prompts[i] = (int32_t)(tfm_rng_u64(&rng) % (uint64_t)b->V);
@@ -348,14 +352,18 @@ static void run_gen(const gpu_cfg *b) {
         n_prompts[i] = 1;
     }
     if (reps > 16) reps = 16;
-    for (bi = 0; bi < 3; bi++) {
-        int B = batches[bi], n = 0, k;
+    for (bi = 0; bi < 6; bi++) {
+        int B = batches[bi / 2], graphs = !(bi & 1), n = 0, k;
         double spent = 0.0, ms_tok;
         tfm_gen_opts go;
         if (g_gen_batch && B != g_gen_batch) continue;
         memset(&go, 0, sizeof go);
         go.max_new = n_new;
-        for (k = -1; k < reps && (k < 1 || spent < g_budget); k++) { /* one untimed run first */
+        if ((r = tfm_cuda_set_graphs(graphs)) != TFM_OK) {
+            fail(b->name, "tfm_cuda_set_graphs", r);
+            goto done;
+        }
+        for (k = -1; k < reps && (k < 1 || spent < g_budget / 2); k++) { /* one untimed run first */
             double t0;
             if (sync_gpu(b->name)) goto done;
             t0 = now_s();
@@ -377,14 +385,22 @@ static void run_gen(const gpu_cfg *b) {
                     goto done;
                 }
         }
+        /* launch by launch, the ids must be those of the graphs */
+        if (graphs) memcpy(out_graphs, out, (size_t)B * (size_t)n_new * sizeof(int32_t));
+        else if (memcmp(out_graphs, out, (size_t)B * (size_t)n_new * sizeof(int32_t)) != 0) {
+            printf("FAIL impl=ours name=%s call=generate batch=%d reason=graphs_differ\n", b->name, B);
+            g_failed = 1;
+        }
         ms_tok = 1e3 * median(t, n) / n_new;
-        printf("RESULT impl=ours device=cuda mode=gen name=%s tf32=0 batch=%d new=%d tok_s=%.1f ms_tok=%.4f reps=%d\n",
-               b->name, B, n_new, B * 1e3 / ms_tok, ms_tok, n);
+        printf("RESULT impl=%s device=cuda mode=gen name=%s tf32=0 batch=%d new=%d tok_s=%.1f ms_tok=%.4f reps=%d "
+               "graphs=%d\n", graphs ? "ours" : "ours-launches", b->name, B, n_new, B * 1e3 / ms_tok, ms_tok, n, graphs);
         fflush(stdout);
-        add_row(b->name, 1, 0, B, ms_tok, B * 1e3 / ms_tok, -1.0);
+        if (graphs) add_row(b->name, 1, 0, B, ms_tok, B * 1e3 / ms_tok, -1.0);
     }
 done:
+    (void)tfm_cuda_set_graphs(1);
     free(out);
+    free(out_graphs);
     tfm_model_free(&m);
 }
 

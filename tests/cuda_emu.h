@@ -85,8 +85,9 @@
      pinned pointer as a kernel argument aborts.
    - template kernels must be named with their template arguments (nvcc would deduce them), in
      parentheses inside TFM__LAUNCH: TFM__LAUNCH((k<float, 4>), grid, block, 0, ...).
-   - __CUDA_ARCH__ is not defined; no __constant__, textures, cooperative groups, graphs, device-side
-     launches. Streams and events are synchronous: the work happens at the call.
+   - __CUDA_ARCH__ is not defined; no __constant__, textures, cooperative groups, device-side launches.
+     Streams and events are synchronous: the work happens at the call. Graphs only by stream capture
+     (section "stream capture and graphs"): no graph built node by node, no graph inside a graph.
    - one host thread at a time may call the runtime. A fiber stack is TFM_EMU_STACK bytes (default 64
      KiB, 256 KiB under ASan); overflowing it hits a guard page: SIGSEGV.
 
@@ -135,6 +136,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory> /* before __noinline__ is defined: libstdc++ spells __attribute__((__noinline__)) */
 #include <set>
@@ -210,6 +212,7 @@ struct dim3 {
     X(cudaErrorInvalidDevice, 101, "invalid device ordinal")                                          \
     X(cudaErrorECCUncorrectable, 214, "uncorrectable ECC error encountered")                          \
     X(cudaErrorInvalidResourceHandle, 400, "invalid resource handle")                                 \
+    X(cudaErrorIllegalState, 401, "the operation cannot be performed in the present state")           \
     X(cudaErrorNotReady, 600, "device not ready")                                                     \
     X(cudaErrorIllegalAddress, 700, "an illegal memory access was encountered")                       \
     X(cudaErrorLaunchOutOfResources, 701, "too many resources requested for launch")                  \
@@ -222,6 +225,11 @@ struct dim3 {
     X(cudaErrorInvalidPc, 718, "invalid program counter")                                             \
     X(cudaErrorLaunchFailure, 719, "unspecified launch failure")                                      \
     X(cudaErrorNotSupported, 801, "operation not supported")                                          \
+    X(cudaErrorStreamCaptureUnsupported, 900, "operation not permitted when stream is capturing")     \
+    X(cudaErrorStreamCaptureInvalidated, 901, "operation failed due to a previous error during capture") \
+    X(cudaErrorStreamCaptureUnmatched, 903, "capture was not initiated in this stream")              \
+    X(cudaErrorGraphExecUpdateFailure, 910, "the graph update was not performed because it included " \
+                                            "changes which violated constraints specific to instantiated graph update") \
     X(cudaErrorUnknown, 999, "unknown error")
 
 /* the tables' rows as enum values, and as the texts and names of a value e; enums have int underneath
@@ -342,8 +350,13 @@ struct tfm_emu__wmma_stage {  /* a warp's wmma call: what the first lane past it
     float c[256], d[256];     /* mma_sync's addend and result; an accumulator load's or store's tile */
 };
 struct CUstream_st { unsigned flags; };
+/* an operation captured into a graph: a kernel (fn: the kernel), a copy (mem: which sides are device memory),
+   a memset or a cuBLAS call; run() does it as the call would have */
+struct tfm_emu__node { int kind; uintptr_t fn; int mem; std::function<void()> run; };
+struct CUgraph_st { std::vector<tfm_emu__node> nodes; };
+struct CUgraphExec_st { std::vector<tfm_emu__node> nodes; };
 struct CUevent_st { unsigned flags; bool recorded; double ms; };
-struct cublasContext { cudaStream_t stream; int math; };
+struct cublasContext { cudaStream_t stream; int math; void *ws; size_t ws_bytes; };
 
 struct tfm_emu__state {
     /* what threadIdx, blockIdx, blockDim, gridDim read */
@@ -359,6 +372,12 @@ struct tfm_emu__state {
     std::vector<tfm_emu__fault> faults;
     std::map<uintptr_t, tfm_emu__alloc> allocs;       /* by base address */
     std::set<const void *> streams, events, handles;  /* live CUstream_st, CUevent_st, cublasContext */
+    std::set<const void *> graphs, execs;             /* live CUgraph_st, CUgraphExec_st */
+    /* stream capture (one stream at a time): what it has queued, and whether an unsafe call broke it */
+    cudaStream_t cap = nullptr;
+    bool cap_bad = false, replaying = false;
+    std::vector<tfm_emu__node> cap_nodes;
+    unsigned long long graph_launches = 0;            /* cudaGraphLaunch calls that ran */
     std::map<uintptr_t, int> dyn_limit;               /* kernel -> cudaFuncAttributeMaxDynamicSharedMemorySize */
     /* the running launch and block */
     bool in_kernel = false;
@@ -426,8 +445,10 @@ static inline size_t tfm_emu_objects_in_use(void) {
     const tfm_emu__state &g = tfm_emu__g;
     size_t pinned = 0;
     for (const auto &a : g.allocs) pinned += a.second.pinned;
-    return pinned + g.streams.size() + g.events.size() + g.handles.size();
+    return pinned + g.streams.size() + g.events.size() + g.handles.size() + g.graphs.size() + g.execs.size();
 }
+/* cudaGraphLaunch calls that ran their graph. */
+static inline unsigned long long tfm_emu_graph_launches(void) { return tfm_emu__g.graph_launches; }
 /* Kernels run so far (launches that failed are not counted). */
 static inline unsigned long long tfm_emu_launches(void) { return tfm_emu__g.launches; }
 /* Copies (cudaMemcpy*, host to device, device to host or device to device) and memsets so far, those of at
@@ -501,6 +522,28 @@ static inline bool tfm_emu__device_range(const void *p, size_t n) {
 }
 static inline bool tfm_emu__stream_ok(cudaStream_t s) {
     return !s || s == cudaStreamLegacy || s == cudaStreamPerThread || tfm_emu__g.streams.count(s);
+}
+
+/* Whether work queued on s is to be captured, not run. Work on the legacy stream while another stream
+   captures aborts: on a GPU it would run at once, before the captured work it was meant to follow. */
+static inline bool tfm_emu__recording(cudaStream_t s, const char *api) {
+    tfm_emu__state &g = tfm_emu__g;
+    if (!g.cap || g.replaying) return false;
+    if (s == g.cap) return true;
+    if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread)
+        tfm_emu__fatal("%s on the legacy stream while stream %p captures: on a GPU it would run now, before the "
+                       "captured work queued ahead of it", api, (void *)g.cap);
+    return false;
+}
+/* A call that may not run while a stream captures (it allocates, frees or waits): it fails with
+   cudaErrorStreamCaptureUnsupported and breaks the capture, as under cudaStreamCaptureModeThreadLocal. */
+static inline cudaError_t tfm_emu__unsafe(void) {
+    if (!tfm_emu__g.cap) return cudaSuccess;
+    tfm_emu__g.cap_bad = true;
+    return tfm_emu__err(cudaErrorStreamCaptureUnsupported);
+}
+static inline void tfm_emu__record(int kind, uintptr_t fn, int mem, std::function<void()> run) {
+    tfm_emu__g.cap_nodes.push_back(tfm_emu__node{kind, fn, mem, std::move(run)});
 }
 
 /* ==== fibers and the scheduler ==== */
@@ -1242,11 +1285,15 @@ static inline void tfm_emu__check_args(const char *kernel, const std::tuple<P...
 }
 
 /* validate the launch; false: it does not run (the last error says why) */
-static inline bool tfm_emu__launch_ok(const char *kernel, uintptr_t k, dim3 grid, dim3 block, size_t smem) {
+static inline bool tfm_emu__launch_ok(const char *kernel, uintptr_t k, dim3 grid, dim3 block, size_t smem,
+                                      bool capture = false) {
     tfm_emu__state &g = tfm_emu__g;
     if (g.in_kernel)
         tfm_emu__fatal("kernel %s launched from inside a kernel (dynamic parallelism is not emulated)", kernel);
-    if (tfm_emu__enter("launch") != cudaSuccess) return false;
+    if (capture) { /* an injected "launch" failure hits the kernel when it runs, not when it is captured */
+        if (g.ndev == 0 || g.sticky) return tfm_emu__err(g.ndev ? g.sticky : (int)cudaErrorNoDevice), false;
+    } else if (tfm_emu__enter("launch") != cudaSuccess)
+        return false;
     auto lim = g.dyn_limit.find(k);
     size_t limit = lim != g.dyn_limit.end() && (size_t)lim->second > TFM_EMU__SMEM_STATIC ? (size_t)lim->second
                                                                                           : TFM_EMU__SMEM_STATIC;
@@ -1265,17 +1312,32 @@ static inline bool tfm_emu__launch_ok(const char *kernel, uintptr_t k, dim3 grid
     return true;
 }
 
-template <class... P, class... A>
-static inline void tfm_emu__launch(const char *kernel, void (*k)(P...), dim3 grid, dim3 block, size_t smem, A &&...a) {
-    tfm_emu__call<P...> c = {
-        k, std::tuple<P...>(tfm_emu__convert<P>(std::forward<A>(a), tfm_emu__int_for_ptr<P, A>())...)};
-    if (!tfm_emu__launch_ok(kernel, (uintptr_t)k, grid, block, smem)) return;
+template <class... P>
+static inline void tfm_emu__run_call(const char *kernel, tfm_emu__call<P...> c, dim3 grid, dim3 block, size_t smem) {
+    if (!tfm_emu__launch_ok(kernel, (uintptr_t)c.k, grid, block, smem)) return;
     tfm_emu__check_args(kernel, c.args, std::index_sequence_for<P...>());
     tfm_emu__g.invoke = &tfm_emu__invoke<P...>;
     tfm_emu__g.args = &c;
     tfm_emu__run_grid();
 }
-/* tfm_emu_launch(kernel, grid, block, smem_bytes, args...): what TFM__LAUNCH expands to */
+template <class... P, class... A>
+static inline void tfm_emu__launch(const char *kernel, void (*k)(P...), cudaStream_t s, dim3 grid, dim3 block,
+                                   size_t smem, A &&...a) {
+    tfm_emu__call<P...> c = {
+        k, std::tuple<P...>(tfm_emu__convert<P>(std::forward<A>(a), tfm_emu__int_for_ptr<P, A>())...)};
+    if (!tfm_emu__stream_ok(s)) {
+        tfm_emu__err(cudaErrorInvalidResourceHandle);
+        return;
+    }
+    if (tfm_emu__recording(s, kernel)) { /* checked now, run when the graph runs */
+        if (!tfm_emu__launch_ok(kernel, (uintptr_t)k, grid, block, smem, true)) return;
+        tfm_emu__check_args(kernel, c.args, std::index_sequence_for<P...>());
+        tfm_emu__record(0, (uintptr_t)k, 0, [kernel, c, grid, block, smem] { tfm_emu__run_call(kernel, c, grid, block, smem); });
+        return;
+    }
+    tfm_emu__run_call(kernel, std::move(c), grid, block, smem);
+}
+/* tfm_emu_launch(kernel, stream, grid, block, smem_bytes, args...): what TFM__LAUNCH expands to */
 #define tfm_emu_launch(k, ...) tfm_emu__launch(#k, k, __VA_ARGS__)
 
 /* ==== runtime: errors, devices, attributes ==== */
@@ -1312,6 +1374,7 @@ static inline cudaError_t cudaSetDevice(int d) {
 }
 static inline cudaError_t cudaDeviceSynchronize(void) {
     if (cudaError_t e = tfm_emu__enter("cudaDeviceSynchronize")) return e;
+    if (cudaError_t e = tfm_emu__unsafe()) return e;
     return cudaSuccess;
 }
 static inline cudaError_t cudaRuntimeGetVersion(int *v) {
@@ -1391,6 +1454,7 @@ static inline cudaError_t cudaMalloc(void **p, size_t n) {
     tfm_emu__state &g = tfm_emu__g;
     void *q = nullptr;
     if (cudaError_t e = tfm_emu__enter("cudaMalloc")) return e;
+    if (cudaError_t e = tfm_emu__unsafe()) return e;
     if (!p) return tfm_emu__err(cudaErrorInvalidValue);
     *p = nullptr;
     if (n == 0) return cudaSuccess;
@@ -1406,6 +1470,7 @@ template <class T> static inline cudaError_t cudaMalloc(T **p, size_t n) { retur
 static inline cudaError_t cudaMallocHost(void **p, size_t n) {
     void *q = nullptr;
     if (cudaError_t e = tfm_emu__enter("cudaMallocHost")) return e;
+    if (cudaError_t e = tfm_emu__unsafe()) return e;
     if (!p) return tfm_emu__err(cudaErrorInvalidValue);
     *p = nullptr;
     if (n == 0) return cudaSuccess;
@@ -1417,6 +1482,7 @@ static inline cudaError_t cudaMallocHost(void **p, size_t n) {
 template <class T> static inline cudaError_t cudaMallocHost(T **p, size_t n) { return cudaMallocHost((void **)p, n); }
 static inline cudaError_t tfm_emu__free(const char *api, void *p, bool pinned) {
     if (cudaError_t e = tfm_emu__enter(api, true)) return e;
+    if (cudaError_t e = tfm_emu__unsafe()) return e;
     if (!p) return tfm_emu__done();
     auto it = tfm_emu__g.allocs.find((uintptr_t)p);
     if (it == tfm_emu__g.allocs.end() || it->second.pinned != pinned) return tfm_emu__err(cudaErrorInvalidValue);
@@ -1448,8 +1514,11 @@ static inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *at, co
 
 /* every copy: height rows of width bytes, checked as the runtime does */
 static inline cudaError_t tfm_emu__copy(const char *api, void *dst, size_t dpitch, const void *src, size_t spitch,
-                                        size_t width, size_t height, cudaMemcpyKind kind, cudaStream_t s) {
+                                        size_t width, size_t height, cudaMemcpyKind kind, cudaStream_t s,
+                                        bool sync = false) {
     if (cudaError_t e = tfm_emu__enter(api)) return e;
+    if (sync)
+        if (cudaError_t e = tfm_emu__unsafe()) return e;
     if (!tfm_emu__stream_ok(s)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
     if ((unsigned)kind > (unsigned)cudaMemcpyDefault) return tfm_emu__err(cudaErrorInvalidMemcpyDirection);
     if (dpitch < width || spitch < width) return tfm_emu__err(cudaErrorInvalidPitchValue);
@@ -1462,12 +1531,25 @@ static inline cudaError_t tfm_emu__copy(const char *api, void *dst, size_t dpitc
     if ((dd && !tfm_emu__device_range(dst, (height - 1) * dpitch + width)) ||
         (sd && !tfm_emu__device_range(src, (height - 1) * spitch + width)))
         return tfm_emu__err(cudaErrorInvalidValue);
+    if (!sync && tfm_emu__recording(s, api)) {
+        /* a captured copy reads its host side when the graph runs: it must be pinned (a pageable one
+           would need the host to wait) */
+        const tfm_emu__alloc *hd = dd ? tfm_emu__find(src, 1) : tfm_emu__find(dst, 1);
+        if (!(dd && sd) && !(hd && hd->pinned)) {
+            tfm_emu__g.cap_bad = true;
+            return tfm_emu__err(cudaErrorStreamCaptureUnsupported);
+        }
+        tfm_emu__record(1, 0, dd * 2 + sd, [=] {
+            tfm_emu__copy(api, dst, dpitch, src, spitch, width, height, kind, nullptr);
+        });
+        return cudaSuccess;
+    }
     for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
     tfm_emu__g.copies++;
     return cudaSuccess;
 }
 static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
-    return tfm_emu__copy("cudaMemcpy", dst, n, src, n, n, 1, kind, nullptr);
+    return tfm_emu__copy("cudaMemcpy", dst, n, src, n, n, 1, kind, nullptr, true);
 }
 static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
                                           cudaStream_t s = 0) {
@@ -1475,23 +1557,30 @@ static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, 
 }
 static inline cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                        size_t height, cudaMemcpyKind kind) {
-    return tfm_emu__copy("cudaMemcpy2D", dst, dpitch, src, spitch, width, height, kind, nullptr);
+    return tfm_emu__copy("cudaMemcpy2D", dst, dpitch, src, spitch, width, height, kind, nullptr, true);
 }
 static inline cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                             size_t height, cudaMemcpyKind kind, cudaStream_t s = 0) {
     return tfm_emu__copy("cudaMemcpy2DAsync", dst, dpitch, src, spitch, width, height, kind, s);
 }
-static inline cudaError_t tfm_emu__memset(const char *api, void *p, int value, size_t n, cudaStream_t s) {
+static inline cudaError_t tfm_emu__memset(const char *api, void *p, int value, size_t n, cudaStream_t s,
+                                          bool sync = false) {
     if (cudaError_t e = tfm_emu__enter(api)) return e;
+    if (sync)
+        if (cudaError_t e = tfm_emu__unsafe()) return e;
     if (!tfm_emu__stream_ok(s)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
     if (n == 0) return cudaSuccess;
     if (!tfm_emu__device_range(p, n)) return tfm_emu__err(cudaErrorInvalidValue);
+    if (!sync && tfm_emu__recording(s, api)) {
+        tfm_emu__record(2, 0, 2, [=] { tfm_emu__memset(api, p, value, n, nullptr); });
+        return cudaSuccess;
+    }
     memset(p, value, n);
     tfm_emu__g.copies++;
     return cudaSuccess;
 }
 static inline cudaError_t cudaMemset(void *p, int value, size_t n) {
-    return tfm_emu__memset("cudaMemset", p, value, n, nullptr);
+    return tfm_emu__memset("cudaMemset", p, value, n, nullptr, true);
 }
 static inline cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s = 0) {
     return tfm_emu__memset("cudaMemsetAsync", p, value, n, s);
@@ -1512,16 +1601,19 @@ static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned fl
 }
 static inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
     if (cudaError_t e = tfm_emu__enter("cudaStreamDestroy", true)) return e;
+    if (s && s == tfm_emu__g.cap) tfm_emu__fatal("cudaStreamDestroy of stream %p while it captures", (void *)s);
     if (!tfm_emu__g.streams.erase(s)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
     delete s;
     return tfm_emu__done();
 }
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     if (cudaError_t e = tfm_emu__enter("cudaStreamSynchronize")) return e;
+    if (cudaError_t e = tfm_emu__unsafe()) return e;
     return tfm_emu__stream_ok(s) ? cudaSuccess : tfm_emu__err(cudaErrorInvalidResourceHandle);
 }
 static inline cudaError_t cudaStreamQuery(cudaStream_t s) {
     if (cudaError_t e = tfm_emu__enter("cudaStreamQuery")) return e;
+    if (s && s == tfm_emu__g.cap) return tfm_emu__unsafe();
     return tfm_emu__stream_ok(s) ? cudaSuccess : tfm_emu__err(cudaErrorInvalidResourceHandle);
 }
 static inline cudaError_t tfm_emu__event_create(const char *api, cudaEvent_t *ev, unsigned flags) {
@@ -1550,6 +1642,7 @@ static inline cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s = 0) {
 }
 static inline cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
     if (cudaError_t e = tfm_emu__enter("cudaEventSynchronize")) return e;
+    if (cudaError_t e = tfm_emu__unsafe()) return e;
     return tfm_emu__g.events.count(ev) ? cudaSuccess : tfm_emu__err(cudaErrorInvalidResourceHandle);
 }
 static inline cudaError_t cudaEventQuery(cudaEvent_t ev) {
@@ -1569,6 +1662,133 @@ static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, un
     if (cudaError_t e = tfm_emu__enter("cudaStreamWaitEvent")) return e;
     if (!tfm_emu__stream_ok(s) || !tfm_emu__g.events.count(ev)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
     return flags ? tfm_emu__err(cudaErrorInvalidValue) : cudaSuccess;
+}
+
+/* ==== runtime: stream capture and graphs ====
+   A capturing stream's kernels, copies, memsets and cuBLAS calls are checked at the call and kept, not
+   run; cudaGraphLaunch runs them in order (a chain: the one stream's order). While a stream captures,
+   the calls that allocate, free or wait fail with cudaErrorStreamCaptureUnsupported and break the
+   capture (cudaStreamEndCapture then fails with cudaErrorStreamCaptureInvalidated), as do copies to or
+   from pageable host memory on the capturing stream; work queued on the legacy stream aborts (on a GPU
+   it would run before the captured work). One stream captures at a time. cudaGraphExecUpdate takes a
+   graph of the same operations (kind, kernel, a copy's memory kinds) and their new arguments. */
+
+typedef struct CUgraph_st *cudaGraph_t;
+typedef struct CUgraphExec_st *cudaGraphExec_t;
+typedef struct CUgraphNode_st *cudaGraphNode_t;
+enum cudaStreamCaptureMode : int {
+    cudaStreamCaptureModeGlobal = 0,
+    cudaStreamCaptureModeThreadLocal = 1,
+    cudaStreamCaptureModeRelaxed = 2
+};
+enum cudaStreamCaptureStatus : int {
+    cudaStreamCaptureStatusNone = 0,
+    cudaStreamCaptureStatusActive = 1,
+    cudaStreamCaptureStatusInvalidated = 2
+};
+enum cudaGraphExecUpdateResult : int {
+    cudaGraphExecUpdateSuccess = 0,
+    cudaGraphExecUpdateError = 1,
+    cudaGraphExecUpdateErrorTopologyChanged = 2,
+    cudaGraphExecUpdateErrorNodeTypeChanged = 3,
+    cudaGraphExecUpdateErrorFunctionChanged = 4,
+    cudaGraphExecUpdateErrorParametersChanged = 5
+};
+struct cudaGraphExecUpdateResultInfo {
+    enum cudaGraphExecUpdateResult result;
+    cudaGraphNode_t errorNode, errorFromNode;
+};
+
+static inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
+    tfm_emu__state &g = tfm_emu__g;
+    if (cudaError_t e = tfm_emu__enter("cudaStreamBeginCapture")) return e;
+    if ((unsigned)mode > cudaStreamCaptureModeRelaxed) return tfm_emu__err(cudaErrorInvalidValue);
+    if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread) return tfm_emu__err(cudaErrorStreamCaptureUnsupported);
+    if (!g.streams.count(s)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
+    if (g.cap) return tfm_emu__err(cudaErrorIllegalState); /* one at a time here */
+    g.cap = s;
+    g.cap_bad = false;
+    g.cap_nodes.clear();
+    return cudaSuccess;
+}
+static inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph) {
+    tfm_emu__state &g = tfm_emu__g;
+    if (!graph) return tfm_emu__err(cudaErrorInvalidValue);
+    *graph = nullptr;
+    if (!s || s != g.cap) return tfm_emu__err(g.cap ? cudaErrorStreamCaptureUnmatched : cudaErrorIllegalState);
+    g.cap = nullptr;
+    int code = tfm_emu__take_fault("cudaStreamEndCapture");
+    if (g.cap_bad || code || g.sticky) {
+        g.cap_nodes.clear();
+        return tfm_emu__err(code ? code : g.sticky ? g.sticky : (int)cudaErrorStreamCaptureInvalidated);
+    }
+    *graph = new CUgraph_st{std::move(g.cap_nodes)};
+    g.cap_nodes.clear();
+    g.graphs.insert(*graph);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status) {
+    if (cudaError_t e = tfm_emu__enter("cudaStreamIsCapturing")) return e;
+    if (!status) return tfm_emu__err(cudaErrorInvalidValue);
+    if (!tfm_emu__stream_ok(s)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
+    *status = s && s == tfm_emu__g.cap ? (tfm_emu__g.cap_bad ? cudaStreamCaptureStatusInvalidated
+                                                             : cudaStreamCaptureStatusActive)
+                                       : cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags = 0) {
+    if (cudaError_t e = tfm_emu__enter("cudaGraphInstantiate")) return e;
+    if (!exec || !tfm_emu__g.graphs.count(graph) || flags) return tfm_emu__err(cudaErrorInvalidValue);
+    *exec = new CUgraphExec_st{graph->nodes};
+    tfm_emu__g.execs.insert(*exec);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph,
+                                              cudaGraphExecUpdateResultInfo *info) {
+    if (info) *info = cudaGraphExecUpdateResultInfo{cudaGraphExecUpdateError, nullptr, nullptr};
+    if (cudaError_t e = tfm_emu__enter("cudaGraphExecUpdate")) return e;
+    if (!info || !tfm_emu__g.execs.count(exec) || !tfm_emu__g.graphs.count(graph))
+        return tfm_emu__err(cudaErrorInvalidValue);
+    const std::vector<tfm_emu__node> &a = exec->nodes, &b = graph->nodes;
+    enum cudaGraphExecUpdateResult r = cudaGraphExecUpdateSuccess;
+    if (a.size() != b.size()) r = cudaGraphExecUpdateErrorTopologyChanged;
+    for (size_t i = 0; !r && i < a.size(); i++)
+        if (a[i].kind != b[i].kind) r = cudaGraphExecUpdateErrorNodeTypeChanged;
+        else if (a[i].mem != b[i].mem) r = cudaGraphExecUpdateErrorParametersChanged;
+    info->result = r;
+    if (r) return tfm_emu__err(cudaErrorGraphExecUpdateFailure);
+    exec->nodes = b;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+    tfm_emu__state &g = tfm_emu__g;
+    if (cudaError_t e = tfm_emu__enter("cudaGraphLaunch")) return e;
+    if (!g.execs.count(exec)) return tfm_emu__err(cudaErrorInvalidValue);
+    if (!tfm_emu__stream_ok(s)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
+    if (tfm_emu__recording(s, "cudaGraphLaunch")) return tfm_emu__unsafe(); /* not emulated */
+    int first = 0, was = g.last;
+    g.graph_launches++;
+    g.replaying = true;
+    g.last = 0;
+    for (const tfm_emu__node &n : exec->nodes) {
+        n.run();
+        if (!first) first = g.last;
+    }
+    g.replaying = false;
+    g.last = first ? first : was;
+    return (cudaError_t)(g.sticky ? g.sticky : first); /* the first operation that failed says why */
+}
+static inline cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    if (cudaError_t e = tfm_emu__enter("cudaGraphDestroy", true)) return e;
+    if (!tfm_emu__g.graphs.erase(graph)) return tfm_emu__err(cudaErrorInvalidValue);
+    delete graph;
+    return tfm_emu__done();
+}
+static inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    if (cudaError_t e = tfm_emu__enter("cudaGraphExecDestroy", true)) return e;
+    if (!tfm_emu__g.execs.erase(exec)) return tfm_emu__err(cudaErrorInvalidValue);
+    delete exec;
+    return tfm_emu__done();
 }
 
 /* ==== cuBLAS: column-major products through tfm_sgemm ==== */
@@ -1620,7 +1840,7 @@ static inline cublasStatus_t cublasCreate(cublasHandle_t *h) {
     if (!h) return CUBLAS_STATUS_INVALID_VALUE;
     if (tfm_emu__g.ndev == 0 || tfm_emu__g.sticky) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (int code = tfm_emu__take_fault("cublasCreate")) return (cublasStatus_t)code;
-    *h = new cublasContext{nullptr, CUBLAS_DEFAULT_MATH};
+    *h = new cublasContext{nullptr, CUBLAS_DEFAULT_MATH, nullptr, 0};
     tfm_emu__g.handles.insert(*h);
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -1634,6 +1854,16 @@ static inline cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
     if (cublasStatus_t st = tfm_emu__blas_enter("cublasSetStream", h)) return st;
     if (!tfm_emu__stream_ok(s)) return CUBLAS_STATUS_INVALID_VALUE;
     h->stream = s;
+    h->ws = nullptr; /* as cuBLAS: back to its own work space */
+    h->ws_bytes = 0;
+    return CUBLAS_STATUS_SUCCESS;
+}
+/* the handle's work space from now on (its kernels' scratch; nothing here needs it) */
+static inline cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *ws, size_t bytes) {
+    if (cublasStatus_t st = tfm_emu__blas_enter("cublasSetWorkspace", h)) return st;
+    if (bytes && !tfm_emu__device_range(ws, bytes)) return CUBLAS_STATUS_INVALID_VALUE;
+    h->ws = ws;
+    h->ws_bytes = bytes;
     return CUBLAS_STATUS_SUCCESS;
 }
 static inline cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t *s) {
@@ -1707,6 +1937,19 @@ static inline cublasStatus_t tfm_emu__gemm(const char *api, cublasHandle_t h, cu
     if (tfm_emu__is_device(alpha) || tfm_emu__is_device(beta))
         tfm_emu__fatal("%s: alpha or beta is device memory, but the pointer mode is host", api);
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+    if (tfm_emu__recording(h->stream, api)) {
+        /* alpha and beta are read now, the matrices when the graph runs, in this call's math mode */
+        float al = *alpha, be = *beta;
+        int math = h->math;
+        tfm_emu__record(3, 0, 0, [=] {
+            if (!tfm_emu__g.handles.count(h)) tfm_emu__fatal("a graph ran %s on a destroyed cuBLAS handle", api);
+            int was = h->math;
+            h->math = math;
+            tfm_emu__gemm(api, h, ta, tb, m, n, k, &al, A, lda, sA, B, ldb, sB, &be, C, ldc, sC, batch, bf16);
+            h->math = was;
+        });
+        return CUBLAS_STATUS_SUCCESS;
+    }
     bool scale_only = *alpha == 0.0f || k == 0; /* cuBLAS reads neither A nor B then */
     size_t es = bf16 ? 2 : sizeof(float);
     for (int i = 0; i < batch; i++) {
@@ -1789,6 +2032,20 @@ static inline cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperati
     for (const void *arr : {(const void *)A, (const void *)B, (const void *)C})
         if (batch > 0 && !tfm_emu__device_range(arr, (size_t)batch * sizeof(void *)))
             tfm_emu__fatal("cublasGemmBatchedEx: a pointer array (%p, %d entries) is not device memory", arr, batch);
+    if (batch > 0 && tfm_emu__recording(h->stream, "cublasGemmBatchedEx")) {
+        /* the pointer arrays are device memory: read when the graph runs */
+        if (cublasStatus_t st = tfm_emu__blas_enter("cublasGemmBatchedEx", h)) return st;
+        float al = *(const float *)alpha, be = *(const float *)beta;
+        int math = h->math;
+        tfm_emu__record(3, 0, 0, [=] {
+            if (!tfm_emu__g.handles.count(h)) tfm_emu__fatal("a graph ran cublasGemmBatchedEx on a destroyed cuBLAS handle");
+            int was = h->math;
+            h->math = math;
+            cublasGemmBatchedEx(h, ta, tb, m, n, k, &al, A, at, lda, B, bt, ldb, &be, C, ct, ldc, batch, compute, algo);
+            h->math = was;
+        });
+        return CUBLAS_STATUS_SUCCESS;
+    }
     for (int i = 0; i < batch; i++)
         if (cublasStatus_t st = tfm_emu__gemm_ex("cublasGemmBatchedEx", h, ta, tb, m, n, k, alpha, A[i], at, lda, 0, B[i],
                                                  bt, ldb, 0, beta, C[i], ct, ldc, 0, 1, compute, algo))

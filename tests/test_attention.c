@@ -1237,13 +1237,13 @@ static void att_test_fused_decode(void) {
     full = (float *)malloc((size_t)N * V * sizeof(float));
     memcpy(full, tfm_model_logits(&m).data, (size_t)N * V * sizeof(float));
     CHECK_OK(tfm_kv_cache_init(&kc, &m, 1, 0));
-    tfm__decode(&m, &kc, seq, 1, 250, NULL, 0);
+    tfm__decode_into(&m, &kc, seq, 1, 250, NULL, NULL, 0, m.impl->logits);
     CHECK_REL("decode: prompt of 250", test_rel_err_f(m.impl->logits, full + (int64_t)249 * V, V), 1e-5);
-    tfm__decode(&m, &kc, seq + 250, 1, 5, NULL, 0);
+    tfm__decode_into(&m, &kc, seq + 250, 1, 5, NULL, NULL, 0, m.impl->logits);
     CHECK_REL("decode: chunk 250..254", test_rel_err_f(m.impl->logits, full + (int64_t)254 * V, V), 1e-5);
     for (t = 255; t < N; t++) {
         char what[64];
-        tfm__decode(&m, &kc, seq + t, 1, 1, NULL, 0);
+        tfm__decode_into(&m, &kc, seq + t, 1, 1, NULL, NULL, 0, m.impl->logits);
         snprintf(what, sizeof what, "decode: position %d", t);
         CHECK_REL(what, test_rel_err_f(m.impl->logits, full + (int64_t)t * V, V), 1e-5);
     }

@@ -2553,6 +2553,117 @@ static void cu_gen_wide_beam(void) {
     }
 }
 
+/* Decoding steps as CUDA graphs (tfm_cuda_set_graphs): for each model of cu_gen_cfg, greedy decoding
+   and beam search give the same ids and scores with graphs as without and as the CPU. Under the
+   emulation, each step is one graph launch, and a capture made to fail (broken, its update refused,
+   then its instantiation too) leaves that step to run launch by launch with the same ids and no error,
+   the next 2 steps too (backing off), while a failing graph launch is the call's error, as a kernel's.
+   A bf16 model too: the same ids with graphs as without. */
+static void cu_gen_graphs(void) {
+    int which;
+    for (which = 0; which < 5; which++) {
+        tfm_model m[2];
+        tfm_gen_opts o;
+        int32_t src[6] = {4, 9, 1, 12, 3, 7}, prompt[3] = {2, 7, 5}, want[9], got[9], bwant[2 * 9], bgot[2 * 9];
+        int encdec = which == 1, n_prompt = encdec ? 1 : 3, n_want, n_got, on, k, lw[2], lg[2], fw, fg;
+        float sw[2], sg[2];
+        const char *kind = encdec ? "encdec" : which == 3 ? "lm gqa" : which == 4 ? "lm rope window" : which ? "lm rope" : "lm";
+        if (!cu_gen_pair(m, which, 3)) return;
+        CU_DEVS tfm_model_train(&m[dv], 0);
+        memset(&o, 0, sizeof o);
+        o.max_new = encdec ? 8 : 9;
+        CHECK_OK(tfm_model_generate(&m[0], encdec ? src : NULL, 6, prompt, n_prompt, &o, want, &n_want));
+        o.beam_width = 3;
+        CHECK_OK(tfm_model_beam_search(&m[0], encdec ? src : NULL, 6, prompt, n_prompt, &o, 2, bwant, 9, lw, sw, &fw));
+        for (on = 0; on < 2; on++) {
+#ifdef TFM_CUDA_EMULATION
+            unsigned long long g0 = tfm_emu_graph_launches(), launched;
+#endif
+            CHECK_OK(tfm_cuda_set_graphs(on));
+            o.beam_width = 0;
+            CHECK_OK(tfm_model_generate(&m[1], encdec ? src : NULL, 6, prompt, n_prompt, &o, got, &n_got));
+            cu_check_ids(cu_fmt("%s, graphs %s: tfm_model_generate", kind, on ? "on" : "off"), got, n_got, want, n_want);
+#ifdef TFM_CUDA_EMULATION
+            launched = tfm_emu_graph_launches() - g0;
+            CHECK_MSG(launched == (unsigned long long)(on ? n_got - 1 : 0), "%s, graphs %s: %llu graph launches for %d steps",
+                      kind, on ? "on" : "off", launched, n_got - 1);
+#endif
+            o.beam_width = 3;
+            CHECK_OK(tfm_model_beam_search(&m[1], encdec ? src : NULL, 6, prompt, n_prompt, &o, 2, bgot, 9, lg, sg, &fg));
+            CHECK_MSG(fg == fw, "%s, graphs %s: beam search found %d, the CPU %d", kind, on ? "on" : "off", fg, fw);
+            for (k = 0; k < fw && k < 2; k++) {
+                cu_check_ids(cu_fmt("%s, graphs %s: beam hypothesis %d", kind, on ? "on" : "off", k), bgot + 9 * k, lg[k],
+                             bwant + 9 * k, lw[k]);
+                cu_check_scalar(cu_fmt("%s, graphs %s: beam score %d", kind, on ? "on" : "off", k), sg[k], sw[k], 1e-4, 1.0);
+            }
+        }
+#ifdef TFM_CUDA_EMULATION
+        {
+            /* the third step's capture fails at each place in turn */
+            static const char *const apis[3][2] = {{"cudaStreamEndCapture", NULL},
+                                                   {"cudaGraphExecUpdate", NULL},
+                                                   {"cudaGraphExecUpdate", "cudaGraphInstantiate"}};
+            static const int codes[3] = {cudaErrorStreamCaptureInvalidated, cudaErrorGraphExecUpdateFailure, cudaErrorInvalidValue};
+            int f;
+            o.beam_width = 0;
+            for (f = 0; f < 4; f++) {
+                unsigned long long g0, launched, expect;
+                tfm_result r;
+                CHECK_OK(tfm_cuda_set_graphs(1));
+                tfm_emu_fail_clear();
+                tfm_emu_fail_next(f < 3 ? apis[f][0] : "cudaGraphLaunch", f < 3 ? codes[f] : cudaErrorInvalidValue, 2);
+                if (f == 2) tfm_emu_fail_next(apis[f][1], cudaErrorInvalidValue, 0);
+                g0 = tfm_emu_graph_launches();
+                r = tfm_model_generate(&m[1], encdec ? src : NULL, 6, prompt, n_prompt, &o, got, &n_got);
+                CHECK_MSG(tfm_emu_fail_pending() == 0, "%s: the failure %d armed was not reached", kind, f);
+                tfm_emu_fail_clear();
+                tfm_emu_reset();
+                launched = tfm_emu_graph_launches() - g0;
+                if (f == 3) { /* the launch's failure is the call's */
+                    CHECK_MSG(r == TFM_E_CUDA && strstr(tfm_last_error(), "tfm_model_generate") &&
+                                  strstr(tfm_last_error(), "cudaGraphLaunch"),
+                              "%s: a failing graph launch gave %d (%s)", kind, (int)r, tfm_last_error());
+                    continue;
+                }
+                CHECK_MSG(r == TFM_OK, "%s: failure %d: %s", kind, f, tfm_last_error());
+                cu_check_ids(cu_fmt("%s: capture failure %d", kind, f), got, n_got, want, n_want);
+                expect = (unsigned long long)(n_got - 1) - (f == 1 ? 0 : 3); /* the failed step and the 2 after it */
+                CHECK_MSG(launched == expect, "%s: capture failure %d: %llu graph launches, %llu expected", kind, f, launched, expect);
+            }
+            CHECK_OK(tfm_cuda_set_graphs(1));
+        }
+#endif
+        CU_DEVS tfm_model_free(&m[dv]);
+    }
+    { /* a bf16 model (bf16 products in the steps): the same ids with graphs as without */
+        tfm_config c;
+        tfm_model m;
+        tfm_gen_opts o;
+        int32_t prompt[3] = {2, 7, 5}, ids[2][9];
+        int n[2], on;
+        cu_gen_cfg(&c, 2, 3, TFM_DEVICE_CUDA);
+        c.precision = TFM_PREC_BF16;
+        if (!cu_init(&m, &c, "bf16 generation")) return;
+        tfm_model_train(&m, 0);
+        memset(&o, 0, sizeof o);
+        o.max_new = 9;
+        for (on = 0; on < 2; on++) {
+#ifdef TFM_CUDA_EMULATION
+            unsigned long long g0 = tfm_emu_graph_launches();
+#endif
+            CHECK_OK(tfm_cuda_set_graphs(on));
+            CHECK_OK(tfm_model_generate(&m, NULL, 0, prompt, 3, &o, ids[on], &n[on]));
+#ifdef TFM_CUDA_EMULATION
+            CHECK_MSG(tfm_emu_graph_launches() - g0 == (unsigned long long)(on ? n[on] - 1 : 0),
+                      "bf16, graphs %d: %llu graph launches for %d steps", on, tfm_emu_graph_launches() - g0, n[on] - 1);
+#endif
+        }
+        cu_check_ids("bf16 lm rope: graphs on against off", ids[1], n[1], ids[0], n[0]);
+        tfm_model_free(&m);
+        CHECK_OK(tfm_cuda_set_graphs(1));
+    }
+}
+
 #ifdef TFM_CUDA_EMULATION
 /* Decoding steps queue as many GPU operations (kernels, copies) for 32 rows as for 2: nothing in them
    runs once per row, such as the cache's store (one launch a layer for every row). Counted by the
@@ -4021,6 +4132,7 @@ static void suite_generate(void) {
     RUN(cu_gen_gqa);
     RUN(cu_gen_window);
     RUN(cu_gen_wide_beam);
+    RUN(cu_gen_graphs);
 #ifdef TFM_CUDA_EMULATION
     RUN(cu_gen_step_ops);
 #endif

@@ -25,7 +25,7 @@
 
 /* the kernels' spellings, as transformer.h defines them under TFM_CUDA_EMULATION */
 #ifndef TFM__LAUNCH
-#define TFM__LAUNCH(k, grid, block, smem, ...) tfm_emu_launch(k, (grid), (block), (smem), __VA_ARGS__)
+#define TFM__LAUNCH(k, grid, block, smem, ...) tfm_emu_launch(k, 0, (grid), (block), (smem), __VA_ARGS__)
 #define TFM__SHARED(T, name, n) T *name = (T *)tfm_emu_shared(sizeof(T) * (size_t)(n))
 #define TFM__SHARED_DYN(T, name) T *name = (T *)tfm_emu_dyn_shared()
 #endif
@@ -1146,6 +1146,113 @@ static void test_wmma_aborts(void) {
     CHECK(dies_with(child_wmma, site));
 }
 
+/* ==== stream capture and graphs ==== */
+
+static __global__ void k_axpy(float *y, const float *x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += a * x[i];
+}
+static cudaStream_t capturing_stream;
+static void child_legacy_in_capture(void) {
+    float *d = (float *)dev_ints();
+    cudaStreamBeginCapture(capturing_stream, cudaStreamCaptureModeThreadLocal);
+    cudaMemsetAsync(d, 0, 16, 0);
+}
+/* A capture keeps its work (a copy from pinned memory, a kernel, a memset, a cuBLAS product) without running
+   it; each launch of the graph runs it in order, reading host memory and device memory as they are then and
+   alpha as it was at the capture; an update takes new arguments for the same operations and refuses others;
+   allocating, waiting, a pageable copy and a graph launch inside a capture break it; legacy-stream work
+   during one aborts. */
+static void test_graphs(void) {
+    cudaStream_t s = nullptr;
+    cudaGraph_t g = nullptr, g2 = nullptr;
+    cudaGraphExec_t x = nullptr;
+    cudaGraphExecUpdateResultInfo info;
+    cudaStreamCaptureStatus st;
+    cublasHandle_t h = nullptr;
+    float zero[8] = {0}, *y = to_device(zero, 8), *m = to_device(zero, 4), *pinned = nullptr, host[8], alpha = 2.0f, beta = 0.0f;
+    void *p = nullptr;
+    unsigned long long k0 = tfm_emu_launches();
+    CHECK_CU(cudaMallocHost(&pinned, 8 * sizeof(float)), cudaSuccess);
+    CHECK_CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    CHECK_CU(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    CHECK_CU(cublasSetStream(h, s), CUBLAS_STATUS_SUCCESS);
+    CHECK_CU(cudaStreamBeginCapture(0, cudaStreamCaptureModeThreadLocal), cudaErrorStreamCaptureUnsupported);
+    for (int i = 0; i < 8; i++) pinned[i] = (float)(i + 1);
+    CHECK_CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    CHECK_CU(cudaStreamIsCapturing(s, &st), cudaSuccess);
+    CHECK(st == cudaStreamCaptureStatusActive);
+    CHECK_CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaErrorIllegalState);
+    CHECK_CU(cudaGetLastError(), cudaErrorIllegalState);
+    CHECK_CU(cudaMemsetAsync(y, 0, 8 * sizeof(float), s), cudaSuccess);
+    CHECK_CU(cudaMemcpyAsync(y, pinned, 8 * sizeof(float), cudaMemcpyHostToDevice, s), cudaSuccess);
+    tfm_emu_launch(k_axpy, s, 1, 8, 0, y, y, 1.0f, 8); /* y = 2 * pinned */
+    /* m (2 x 2, column-major) = alpha * y[0:4] (2 x 2) * y[4:8] (2 x 2) */
+    CHECK_CU(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &alpha, y, 2, y + 4, 2, &beta, m, 2), CUBLAS_STATUS_SUCCESS);
+    alpha = 100.0f; /* read at the capture */
+    CHECK(tfm_emu_launches() == k0 && y[0] == 0.0f); /* nothing ran: y is still the zeros it was given */
+    CHECK_CU(cudaStreamEndCapture(s, &g), cudaSuccess);
+    CHECK(g != nullptr);
+    CHECK_CU(cudaGraphInstantiate(&x, g, 0), cudaSuccess);
+    for (int round = 0; round < 2; round++) {
+        CHECK_CU(cudaGraphLaunch(x, 0), cudaSuccess);
+        memcpy(host, y, sizeof host);
+        CHECK(host[0] == 2.0f * (float)(1 + round) && host[7] == 16.0f * (float)(1 + round));
+        /* m = 2 [[y0 y2] [y1 y3]] [[y4 y6] [y5 y7]], column 0 row 0: 2 (y0 y4 + y2 y5) */
+        CHECK(m[0] == 2.0f * (host[0] * host[4] + host[2] * host[5]));
+        for (int i = 0; i < 8; i++) pinned[i] *= 2.0f; /* read again at the next launch */
+    }
+    CHECK(tfm_emu_graph_launches() >= 2);
+    /* an update: the same operations with new arguments, then a graph of other operations */
+    CHECK_CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    CHECK_CU(cudaMemsetAsync(m, 0, 4 * sizeof(float), s), cudaSuccess);
+    CHECK_CU(cudaMemcpyAsync(y, pinned, 8 * sizeof(float), cudaMemcpyHostToDevice, s), cudaSuccess);
+    tfm_emu_launch(k_axpy, s, 1, 8, 0, y, y, 0.0f, 8);
+    CHECK_CU(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &alpha, y, 2, y + 4, 2, &beta, m, 2), CUBLAS_STATUS_SUCCESS);
+    CHECK_CU(cudaStreamEndCapture(s, &g2), cudaSuccess);
+    CHECK_CU(cudaGraphExecUpdate(x, g2, &info), cudaSuccess);
+    CHECK(info.result == cudaGraphExecUpdateSuccess);
+    CHECK_CU(cudaGraphLaunch(x, 0), cudaSuccess);
+    CHECK(y[0] == pinned[0] && m[0] == 100.0f * (y[0] * y[4] + y[2] * y[5]));
+    CHECK_CU(cudaGraphDestroy(g2), cudaSuccess);
+    CHECK_CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    tfm_emu_launch(k_axpy, s, 1, 8, 0, y, y, 0.0f, 8);
+    CHECK_CU(cudaMemsetAsync(m, 0, 4 * sizeof(float), s), cudaSuccess);
+    CHECK_CU(cudaMemcpyAsync(y, pinned, 8 * sizeof(float), cudaMemcpyHostToDevice, s), cudaSuccess);
+    CHECK_CU(cudaStreamEndCapture(s, &g2), cudaSuccess);
+    CHECK_CU(cudaGraphExecUpdate(x, g2, &info), cudaErrorGraphExecUpdateFailure); /* 3 operations, not 4 */
+    CHECK(info.result == cudaGraphExecUpdateErrorTopologyChanged);
+    CHECK_CU(cudaGetLastError(), cudaErrorGraphExecUpdateFailure);
+    CHECK_CU(cudaMemcpyAsync(y, pinned, 8 * sizeof(float), cudaMemcpyHostToDevice, s), cudaSuccess); /* not capturing */
+    CHECK(y[0] == pinned[0]);
+    CHECK_CU(cudaGraphDestroy(g2), cudaSuccess);
+    /* calls that break a capture */
+    for (int which = 0; which < 5; which++) {
+        CHECK_CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        if (which == 0) CHECK_CU(cudaMalloc(&p, 16), cudaErrorStreamCaptureUnsupported);
+        if (which == 1) CHECK_CU(cudaDeviceSynchronize(), cudaErrorStreamCaptureUnsupported);
+        if (which == 2) CHECK_CU(cudaMemcpy(host, y, 16, cudaMemcpyDeviceToHost), cudaErrorStreamCaptureUnsupported);
+        if (which == 3) CHECK_CU(cudaMemcpyAsync(y, host, 16, cudaMemcpyHostToDevice, s), cudaErrorStreamCaptureUnsupported);
+        if (which == 4) CHECK_CU(cudaGraphLaunch(x, s), cudaErrorStreamCaptureUnsupported);
+        CHECK_CU(cudaStreamIsCapturing(s, &st), cudaSuccess);
+        CHECK(st == cudaStreamCaptureStatusInvalidated);
+        CHECK_CU(cudaStreamEndCapture(s, &g2), cudaErrorStreamCaptureInvalidated);
+        CHECK(g2 == nullptr && p == nullptr);
+        (void)cudaGetLastError();
+    }
+    CHECK_CU(cudaStreamEndCapture(s, &g2), cudaErrorIllegalState); /* none begun */
+    (void)cudaGetLastError();
+    capturing_stream = s;
+    CHECK(dies_with(child_legacy_in_capture, "cudaMemsetAsync on the legacy stream while stream"));
+    CHECK_CU(cudaGraphExecDestroy(x), cudaSuccess);
+    CHECK_CU(cudaGraphDestroy(g), cudaSuccess);
+    CHECK_CU(cublasDestroy(h), CUBLAS_STATUS_SUCCESS);
+    CHECK_CU(cudaStreamDestroy(s), cudaSuccess);
+    cudaFreeHost(pinned);
+    cudaFree(y);
+    cudaFree(m);
+}
+
 /* ==== compile-time odds and ends: conversions, templates, math ==== */
 
 template <typename T, int N> static __global__ void k_scale(T *x, T s) {
@@ -1188,6 +1295,7 @@ int main(void) {
     run("device_and_events", test_device_and_events);
     run("cublas", test_cublas);
     run("kernel_arguments", test_kernel_arguments);
+    run("graphs", test_graphs);
     printf("%d passed, %d failed\n", tests_passed, tests_failed);
     return tests_failed != 0;
 }

@@ -1686,6 +1686,8 @@ static void err_cuda(void) {
     gy.device = TFM_DEVICE_CUDA;
 
     CHECK(tfm_cuda_available() == TFM_E_NO_CUDA);
+    CHECK_ERR(tfm_cuda_set_tf32(1), TFM_E_NO_CUDA, "tfm_cuda_set_tf32");
+    CHECK_ERR(tfm_cuda_set_graphs(1), TFM_E_NO_CUDA, "tfm_cuda_set_graphs");
     ERR_CHECK_EITHER(tfm_fill(&gy, 0.0f), TFM_E_NO_CUDA, TFM_E_ARG, "tfm_fill");
     ERR_CHECK_EITHER(tfm_softmax_forward(&ty, &gx), TFM_E_NO_CUDA, TFM_E_ARG, "tfm_softmax_forward");
     ERR_CHECK_EITHER(tfm_softmax_forward(&gy, &tx), TFM_E_NO_CUDA, TFM_E_ARG, "tfm_softmax_forward");

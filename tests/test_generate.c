@@ -83,7 +83,7 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
         int32_t prompt[6];
         memcpy(prompt, seq, 3 * sizeof(int32_t));
         memcpy(prompt + 3, seq + n_total, 3 * sizeof(int32_t));
-        tfm__decode(&m, &kc, prompt, 2, n_prompt, memory, 9);
+        tfm__decode_into(&m, &kc, prompt, 2, n_prompt, NULL, memory, 9, m.impl->logits);
     }
     for (t = n_prompt;; t++) {
         int32_t tok[2];
@@ -102,7 +102,7 @@ static void gen_check_cache(tfm_model_kind kind, int norm_first, tfm_pos_kind po
         }
         tok[0] = seq[t];
         tok[1] = t >= swap_at ? seq[t] : seq[n_total + t];
-        tfm__decode(&m, &kc, tok, 2, 1, memory, 9);
+        tfm__decode_into(&m, &kc, tok, 2, 1, NULL, memory, 9, m.impl->logits);
     }
     tfm_kv_cache_free(&kc);
     free(full);
@@ -159,7 +159,7 @@ static void gen_check_cache_uneven(tfm_model_kind kind, tfm_pos_kind pos) {
             at[0] = at[1] = at[keep];
         }
         for (r = 0; r < 2; r++) tok[r] = gen_seq[sq[r] * n_total + at[r]];
-        tfm__decode(&m, &kc, tok, 2, 1, memory, 9);
+        tfm__decode_into(&m, &kc, tok, 2, 1, NULL, memory, 9, m.impl->logits);
         at[0]++;
         at[1]++;
     }
@@ -271,14 +271,14 @@ static void gen_test_window_past_max_len(void) {
     /* the cache: 4 rows whatever length is asked for */
     CHECK_OK(tfm_kv_cache_init(&kc, &ms, 1, 100000));
     CHECK(kc.max_len == 4);
-    tfm__decode(&ms, &kc, seq, 1, 3, NULL, 0);
+    tfm__decode_into(&ms, &kc, seq, 1, 3, NULL, NULL, 0, ms.impl->logits);
     for (t = 3; ok; t++) {
         char what[64];
         snprintf(what, sizeof what, "past max_len: position %d", t - 1);
         CHECK_REL(what, test_rel_err_f(ms.impl->logits, full + (int64_t)(t - 1) * V, (size_t)V), 1e-5);
         ok = test_rel_err_f(ms.impl->logits, full + (int64_t)(t - 1) * V, (size_t)V) <= 1e-5;
         if (t == N) break;
-        tfm__decode(&ms, &kc, seq + t, 1, 1, NULL, 0);
+        tfm__decode_into(&ms, &kc, seq + t, 1, 1, NULL, NULL, 0, ms.impl->logits);
     }
     CHECK(kc.lens[0] == N && kc.max_len == 4);
     tfm_kv_cache_free(&kc);

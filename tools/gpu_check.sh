@@ -362,12 +362,14 @@ fi
                 }
             }
             print "\ngreedy generation, tokens/s (1-token prompts, up to 127 new tokens per row, fp32)"
-            printf "%-18s %5s %11s %11s %11s\n", "config", "batch", "ours", "torch", "ours/torch"
+            printf "%-18s %5s %11s %11s %11s %11s %9s\n", "config", "batch", "ours", "torch", "ours/torch", "no graphs", "graphs/"
             for (i = 1; i <= nn; i++) for (b = 1; b <= 32; b *= (b == 1 ? 8 : 4)) {
                 n = order[i]
-                printf "%-18s %5d %11s %11s %11s\n", n, b, f(tok["ours", n, b], "%.0f"), f(tok["torch", n, b], "%.0f"),
-                       ratio(tok["ours", n, b], tok["torch", n, b])
+                printf "%-18s %5d %11s %11s %11s %11s %9s\n", n, b, f(tok["ours", n, b], "%.0f"), f(tok["torch", n, b], "%.0f"),
+                       ratio(tok["ours", n, b], tok["torch", n, b]), f(tok["ours-launches", n, b], "%.0f"),
+                       ratio(tok["ours", n, b], tok["ours-launches", n, b])
             }
+            print "ours: each decoding step one CUDA graph; no graphs: launch by launch (tfm_cuda_set_graphs(0))"
             print "\nsame weights on CPU and GPU (our loss on the bench batch):"
             for (i = 1; i <= nn; i++) printf "  %-18s %s\n", order[i], (order[i] in check) ? check[order[i]] : "-"
             kernels()
