@@ -2557,8 +2557,25 @@ static void cu_gen_wide_beam(void) {
    and beam search give the same ids and scores with graphs as without and as the CPU. Under the
    emulation, each step is one graph launch, and a capture made to fail (broken, its update refused,
    then its instantiation too) leaves that step to run launch by launch with the same ids and no error,
-   the next 2 steps too (backing off), while a failing graph launch is the call's error, as a kernel's.
+   the next 2 steps too (backing off), as when a step's work space must grow while it is captured; a
+   failing graph launch is the call's error, as a kernel's.
    A bf16 model too: the same ids with graphs as without. */
+#ifdef TFM_CUDA_EMULATION
+/* on_token: at the third id, the thread's device work space is given up, so that the next step's capture
+   must grow it (and fails: nothing may allocate while capturing) */
+static int cu_drop_ws(void *user, int row, int32_t token) {
+    int *n = (int *)user;
+    (void)row;
+    (void)token;
+    if (++*n == 3) {
+        cudaFree(tfm__cu.ws);
+        tfm__cu.ws = NULL;
+        tfm__cu.ws_size = 0;
+    }
+    return 0;
+}
+#endif
+
 static void cu_gen_graphs(void) {
     int which;
     for (which = 0; which < 5; which++) {
@@ -2606,15 +2623,20 @@ static void cu_gen_graphs(void) {
             static const int codes[3] = {cudaErrorStreamCaptureInvalidated, cudaErrorGraphExecUpdateFailure, cudaErrorInvalidValue};
             int f;
             o.beam_width = 0;
-            for (f = 0; f < 4; f++) {
+            for (f = 0; f < 5; f++) {
                 unsigned long long g0, launched, expect;
                 tfm_result r;
+                int ids_seen = 0;
                 CHECK_OK(tfm_cuda_set_graphs(1));
                 tfm_emu_fail_clear();
-                tfm_emu_fail_next(f < 3 ? apis[f][0] : "cudaGraphLaunch", f < 3 ? codes[f] : cudaErrorInvalidValue, 2);
+                if (f < 4)
+                    tfm_emu_fail_next(f < 3 ? apis[f][0] : "cudaGraphLaunch", f < 3 ? codes[f] : cudaErrorInvalidValue, 2);
                 if (f == 2) tfm_emu_fail_next(apis[f][1], cudaErrorInvalidValue, 0);
+                o.on_token = f == 4 ? cu_drop_ws : NULL; /* 4: the work space must grow in the third step */
+                o.on_token_user = &ids_seen;
                 g0 = tfm_emu_graph_launches();
                 r = tfm_model_generate(&m[1], encdec ? src : NULL, 6, prompt, n_prompt, &o, got, &n_got);
+                o.on_token = NULL;
                 CHECK_MSG(tfm_emu_fail_pending() == 0, "%s: the failure %d armed was not reached", kind, f);
                 tfm_emu_fail_clear();
                 tfm_emu_reset();
