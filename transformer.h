@@ -156,8 +156,10 @@
    Each thread that runs products or attention keeps a scratch on the heap, so no call needs a large
    stack; a thread of yours frees its own with tfm_scratch_release before it exits.
    On the GPU every call queues its work on CUDA's default stream and returns when the results it hands
-   back (a loss, a gradient norm, generated ids) are on the host; each thread that runs CUDA work keeps a
-   cuBLAS handle and small device buffers, which tfm_scratch_release frees too. Products are exact fp32
+   back (a loss, a gradient norm, generated ids) are on the host; a decoding step of generation or beam
+   search goes there as one CUDA graph (tfm_cuda_set_graphs). Each thread that runs CUDA work keeps a
+   cuBLAS handle, a capture stream, its last graph and small device buffers, which tfm_scratch_release
+   frees too. Products are exact fp32
    unless tfm_cuda_set_tf32 turns tensor-core TF32 on (for the calling thread), or a model's
    cfg.precision asks for TF32 or bf16 (mixed precision: bf16 operands, fp32 sums) in its own calls.
 
@@ -3925,7 +3927,7 @@ typedef struct tfm__cuda_ctx {
     uint64_t kept_use[TFM__CU_KEEP], kept_clock; /* when each was last asked for */
     unsigned char kept_host[TFM__CU_KEEP][TFM__CU_KEEP_BYTES]; /* what each holds */
     cudaStream_t stream;  /* where the work goes: 0 (the legacy stream), or cap while a step is captured */
-    cudaStream_t cap;     /* a non-blocking stream that decoding steps are captured on (tfm__cuda_capture) */
+    cudaStream_t cap;     /* a non-blocking stream that decoding steps are captured on (tfm__cuda_capture_begin) */
     cudaGraphExec_t graph; /* the last captured step's executable graph, updated to each new one */
     void *blas_ws;        /* device work space for cuBLAS while capturing */
     int capturing, cap_failed, graphs_off, graph_fails, graph_skip;
@@ -3934,13 +3936,19 @@ typedef struct tfm__cuda_ctx {
 } tfm__cuda_ctx;
 static TFM__THREAD_LOCAL tfm__cuda_ctx tfm__cu;
 
+/* 1 outside a capture; inside one 0, and the capture is marked failed: nothing may allocate or wait
+   while a step is captured, and a failure there is not reported (the step runs again without capture,
+   which reports a real error). */
+static int tfm__cuda_uncaptured(void) {
+    if (!tfm__cu.capturing) return 1;
+    tfm__cu.cap_failed = 1;
+    return 0;
+}
+
 /* Record the first failure (what: the call) and say whether e was a success. */
 static int tfm__cuda_ok(cudaError_t e, const char *what) {
     if (e == cudaSuccess) return 1;
-    if (tfm__cu.capturing) { /* the step runs again without capture, which reports a real error */
-        tfm__cu.cap_failed = 1;
-        return 0;
-    }
+    if (!tfm__cuda_uncaptured()) return 0;
     if (!tfm__cu.failed) {
         tfm__cu.failed = 1;
         snprintf(tfm__cu.err, sizeof tfm__cu.err, "%s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -3949,10 +3957,7 @@ static int tfm__cuda_ok(cudaError_t e, const char *what) {
 }
 static int tfm__cublas_ok(cublasStatus_t st, const char *what) {
     if (st == CUBLAS_STATUS_SUCCESS) return 1;
-    if (tfm__cu.capturing) {
-        tfm__cu.cap_failed = 1;
-        return 0;
-    }
+    if (!tfm__cuda_uncaptured()) return 0;
     if (!tfm__cu.failed) {
         tfm__cu.failed = 1;
         snprintf(tfm__cu.err, sizeof tfm__cu.err, "%s failed: %s (%s)", what, cublasGetStatusString(st),
@@ -3962,14 +3967,6 @@ static int tfm__cublas_ok(cublasStatus_t st, const char *what) {
 }
 /* After a kernel launch: a bad configuration or a failure before it shows here. */
 #define TFM__CU_LAUNCHED(name) (void)tfm__cuda_ok(cudaGetLastError(), "kernel " name)
-
-/* While a step is captured nothing may allocate or wait: 0 then (the capture is marked failed, the step
-   runs again without it), else 1. */
-static int tfm__cuda_may_wait(void) {
-    if (!tfm__cu.capturing) return 1;
-    tfm__cu.cap_failed = 1;
-    return 0;
-}
 
 static tfm_result tfm__cuda_check(const char *fn) {
     if (!tfm__cu.failed) return TFM_OK;
@@ -4018,7 +4015,7 @@ static void tfm__cuda_release(void) {
    made: error kept). */
 static cublasHandle_t tfm__cuda_blas(int tf32) {
     if (!tfm__cu.has_blas) {
-        if (!tfm__cuda_may_wait() || !tfm__cublas_ok(cublasCreate(&tfm__cu.blas), "cublasCreate")) return NULL;
+        if (!tfm__cuda_uncaptured() || !tfm__cublas_ok(cublasCreate(&tfm__cu.blas), "cublasCreate")) return NULL;
         tfm__cu.has_blas = 1;
         tfm__cu.blas_tf32 = -1;
     }
@@ -4036,7 +4033,7 @@ static cublasHandle_t tfm__cuda_blas(int tf32) {
 static void *tfm__cuda_grow(void **buf, size_t *size, size_t bytes, const char *what) {
     if (*size < bytes) {
         void *p = NULL;
-        if (!tfm__cuda_may_wait()) return NULL;
+        if (!tfm__cuda_uncaptured()) return NULL;
         if (*buf) {
             (void)cudaDeviceSynchronize(); /* the work queued on the old one is done */
             cudaFree(*buf);
@@ -4065,7 +4062,7 @@ static uint16_t *tfm__cuda_bf(size_t n) {
 static float *tfm__cuda_host(size_t n) {
     if (tfm__cu.host_size < n) {
         void *p = NULL;
-        if (!tfm__cuda_may_wait()) return NULL;
+        if (!tfm__cuda_uncaptured()) return NULL;
         if (tfm__cu.host) cudaFreeHost(tfm__cu.host);
         tfm__cu.host = NULL;
         tfm__cu.host_size = 0;
@@ -4087,7 +4084,7 @@ static float *tfm__cuda_host(size_t n) {
 static unsigned char *tfm__cuda_stage(size_t n) {
     unsigned char *p;
     n = TFM__CU_ROUND(n);
-    if ((!tfm__cu.stage || tfm__cu.stage_off + n > TFM__CU_STAGE) && !tfm__cuda_may_wait()) return NULL;
+    if ((!tfm__cu.stage || tfm__cu.stage_off + n > TFM__CU_STAGE) && !tfm__cuda_uncaptured()) return NULL;
     if (!tfm__cu.stage) {
         void *q = NULL;
         if (!tfm__cuda_ok(cudaMallocHost(&q, TFM__CU_STAGE), "cudaMallocHost (staging)")) return NULL;
@@ -4103,6 +4100,12 @@ static unsigned char *tfm__cuda_stage(size_t n) {
     return p;
 }
 
+/* The device space of the kept arrays, allocated at the first use; NULL when it cannot be had (error kept). */
+static void *tfm__cuda_kept_space(void) {
+    return tfm__cuda_grow((void **)&tfm__cu.kept, &tfm__cu.kept_size, (size_t)TFM__CU_KEEP * TFM__CU_KEEP_BYTES,
+                          "cudaMalloc (kept arrays)");
+}
+
 /* The device copy of n <= TFM__CU_KEEP_BYTES bytes at src among the kept ones: one that holds the same
    bytes, else the one asked for least recently takes them (a copy through the ring). Reuse is safe on the
    one stream: no kernel writes into a staged array, and a copy over a kept one runs after every kernel
@@ -4111,9 +4114,7 @@ static unsigned char *tfm__cuda_stage(size_t n) {
 static void *tfm__cuda_kept(const void *src, size_t n) {
     unsigned char *d, *st;
     int i, k = 0;
-    if (!tfm__cuda_grow((void **)&tfm__cu.kept, &tfm__cu.kept_size, (size_t)TFM__CU_KEEP * TFM__CU_KEEP_BYTES,
-                        "cudaMalloc (kept arrays)"))
-        return NULL;
+    if (!tfm__cuda_kept_space()) return NULL;
     for (i = 0; i < TFM__CU_KEEP; i++) {
         if (tfm__cu.kept_n[i] == n && !memcmp(tfm__cu.kept_host[i], src, n)) {
             tfm__cu.kept_use[i] = ++tfm__cu.kept_clock;
@@ -4194,23 +4195,16 @@ static int tfm__cuda_capture_begin(void) {
        kept arrays, room in the staging ring */
     if ((!c->cap && cudaStreamCreateWithFlags(&c->cap, cudaStreamNonBlocking) != cudaSuccess) ||
         (!c->blas_ws && cudaMalloc(&c->blas_ws, TFM__CU_BLAS_WS) != cudaSuccess) || !tfm__cuda_blas(c->tf32) ||
-        !tfm__cuda_grow((void **)&c->kept, &c->kept_size, (size_t)TFM__CU_KEEP * TFM__CU_KEEP_BYTES,
-                        "cudaMalloc (kept arrays)") ||
-        !tfm__cuda_stage(wrap ? TFM__CU_STAGE / 4 : 0) ||
+        !tfm__cuda_kept_space() || !tfm__cuda_stage(wrap ? TFM__CU_STAGE / 4 : 0) ||
         cublasSetStream(c->blas, c->cap) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetWorkspace(c->blas, c->blas_ws, TFM__CU_BLAS_WS) != CUBLAS_STATUS_SUCCESS) {
+        cublasSetWorkspace(c->blas, c->blas_ws, TFM__CU_BLAS_WS) != CUBLAS_STATUS_SUCCESS ||
+        cudaStreamBeginCapture(c->cap, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
         (void)cudaGetLastError();
         if (c->has_blas) (void)cublasSetStream(c->blas, 0);
         c->graphs_off = 1; /* this thread's CUDA cannot capture: steps run as usual */
         return 0;
     }
     if (wrap) c->stage_off = 0; /* the wrap above waited for the GPU */
-    if (cudaStreamBeginCapture(c->cap, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-        (void)cudaGetLastError();
-        (void)cublasSetStream(c->blas, 0);
-        c->graphs_off = 1;
-        return 0;
-    }
     c->stream = c->cap;
     c->capturing = 1;
     c->cap_failed = 0;

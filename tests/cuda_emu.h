@@ -95,7 +95,7 @@
    Runtime calls return CUDA's codes and set the last error (cudaGetLastError returns and clears it,
    cudaPeekAtLastError returns it). tfm_emu_fail_next(api, code, skip) makes the (skip+1)-th next call
    of `api` fail with `code`: a runtime function's name ("cudaMalloc", "cudaMemcpyAsync", ...), "launch"
-   (the kernel does not run, the last error is set) or a cuBLAS function's name (which returns the
+   (the kernel does not run, the last error is set; a captured kernel's launch fails when its graph runs) or a cuBLAS function's name (which returns the
    cublasStatus_t `code`). A sticky code (cudaErrorIllegalAddress 700, cudaErrorLaunchFailure 719, and
    214, 702, 710, 714-718) stays, as on a GPU: every later runtime call but cudaGetDeviceCount returns
    it, kernels do not run and cuBLAS products return CUBLAS_STATUS_EXECUTION_FAILED, until tfm_emu_reset()
@@ -544,6 +544,17 @@ static inline cudaError_t tfm_emu__unsafe(void) {
 }
 static inline void tfm_emu__record(int kind, uintptr_t fn, int mem, std::function<void()> run) {
     tfm_emu__g.cap_nodes.push_back(tfm_emu__node{kind, fn, mem, std::move(run)});
+}
+/* a captured cuBLAS call: when the graph runs, call() on the live handle in the math mode it had at the capture */
+static inline void tfm_emu__record_blas(const char *api, cublasContext *h, std::function<void()> call) {
+    int math = h->math;
+    tfm_emu__record(3, 0, 0, [api, h, math, call] {
+        if (!tfm_emu__g.handles.count(h)) tfm_emu__fatal("a graph ran %s on a destroyed cuBLAS handle", api);
+        int was = h->math;
+        h->math = math;
+        call();
+        h->math = was;
+    });
 }
 
 /* ==== fibers and the scheduler ==== */
@@ -1940,13 +1951,8 @@ static inline cublasStatus_t tfm_emu__gemm(const char *api, cublasHandle_t h, cu
     if (tfm_emu__recording(h->stream, api)) {
         /* alpha and beta are read now, the matrices when the graph runs, in this call's math mode */
         float al = *alpha, be = *beta;
-        int math = h->math;
-        tfm_emu__record(3, 0, 0, [=] {
-            if (!tfm_emu__g.handles.count(h)) tfm_emu__fatal("a graph ran %s on a destroyed cuBLAS handle", api);
-            int was = h->math;
-            h->math = math;
+        tfm_emu__record_blas(api, h, [=] {
             tfm_emu__gemm(api, h, ta, tb, m, n, k, &al, A, lda, sA, B, ldb, sB, &be, C, ldc, sC, batch, bf16);
-            h->math = was;
         });
         return CUBLAS_STATUS_SUCCESS;
     }
@@ -2036,13 +2042,8 @@ static inline cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperati
         /* the pointer arrays are device memory: read when the graph runs */
         if (cublasStatus_t st = tfm_emu__blas_enter("cublasGemmBatchedEx", h)) return st;
         float al = *(const float *)alpha, be = *(const float *)beta;
-        int math = h->math;
-        tfm_emu__record(3, 0, 0, [=] {
-            if (!tfm_emu__g.handles.count(h)) tfm_emu__fatal("a graph ran cublasGemmBatchedEx on a destroyed cuBLAS handle");
-            int was = h->math;
-            h->math = math;
+        tfm_emu__record_blas("cublasGemmBatchedEx", h, [=] {
             cublasGemmBatchedEx(h, ta, tb, m, n, k, &al, A, at, lda, B, bt, ldb, &be, C, ct, ldc, batch, compute, algo);
-            h->math = was;
         });
         return CUBLAS_STATUS_SUCCESS;
     }
