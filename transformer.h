@@ -157,9 +157,9 @@
    stack; a thread of yours frees its own with tfm_scratch_release before it exits.
    On the GPU every call queues its work on CUDA's default stream and returns when the results it hands
    back (a loss, a gradient norm, generated ids) are on the host; a decoding step of generation or beam
-   search goes there as one CUDA graph (tfm_cuda_set_graphs). Each thread that runs CUDA work keeps a
-   cuBLAS handle, a capture stream, its last graph and small device buffers, which tfm_scratch_release
-   frees too. Products are exact fp32
+   search, and tfm_model_train_step's whole step, go there as one CUDA graph (tfm_cuda_set_graphs). Each
+   thread that runs CUDA work keeps a cuBLAS handle, a capture stream, its last graph of each kind and
+   small device buffers, which tfm_scratch_release frees too. Products are exact fp32
    unless tfm_cuda_set_tf32 turns tensor-core TF32 on (for the calling thread), or a model's
    cfg.precision asks for TF32 or bf16 (mixed precision: bf16 operands, fp32 sums) in its own calls.
 
@@ -904,6 +904,16 @@ TFMDEF void tfm_model_zero_grad(tfm_model *m);
    *grad_norm (may be NULL) receives the global gradient norm before clipping. The model's own
    tfm_adamw_step over its parameters. */
 TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad_norm);
+/* One whole training step on a batch with targets: tfm_model_forward, tfm_model_zero_grad,
+   tfm_model_backward(m, 1) and tfm_model_step, with the same results; *loss, *n_counted and *grad_norm
+   (each may be NULL) as those give them. On a GPU model every step after the first runs as one CUDA graph
+   where it can (tfm_cuda_set_graphs; not with cfg.input_dim), read back once at its end. Errors as those
+   calls', under this name;
+   checked before anything changes, but for a gradient norm that is not finite (TFM_E_ARG: the parameters,
+   moments and step are as they were, the gradients the batch's). A model with cfg.moment_shards trains
+   with the separate calls and tfm_dist_step. */
+TFMDEF tfm_result tfm_model_train_step(tfm_model *m, const tfm_batch *batch, const tfm_optim *opt, float *loss,
+                                       int64_t *n_counted, float *grad_norm);
 
 /* One parameter for tfm_adamw_step: its value, gradient and the two moments AdamW keeps (all of one
    size, moments zeroed before the first step and kept between steps), and whether it is decayed. */
@@ -1157,9 +1167,10 @@ TFMDEF tfm_result tfm_cuda_synchronize(void);
 /* on != 0: this thread's fp32 products on the GPU may use TF32 tensor cores (10-bit mantissas in the
    products, fp32 sums: faster, about 1e-3 relative). Off by default, so results match the CPU's. */
 TFMDEF tfm_result tfm_cuda_set_tf32(int on);
-/* on != 0 (the default): this thread's decoding steps on the GPU (generation, beam search) each run as one
-   CUDA graph, captured anew every step, instead of a launch per kernel; 0: launch by launch. The same
-   results either way; a step that cannot be captured runs launch by launch. */
+/* on != 0 (the default): this thread's decoding steps on the GPU (generation, beam search) and training
+   steps (tfm_model_train_step) each run as one CUDA graph, captured anew every step, instead of a launch
+   per kernel; 0: launch by launch. The same results either way; a step that cannot be captured runs
+   launch by launch. */
 TFMDEF tfm_result tfm_cuda_set_graphs(int on);
 /* Move a built model to `device` with everything it holds: parameters, gradients, AdamW moments, the
    step, the generator, training mode. The model is rebuilt in new memory (the library's own, also when
@@ -3512,6 +3523,16 @@ static void tfm__mean_pool_backward_cpu(float *dx, const float *dy, const int32_
    per thread count), so results never depend on threads. */
 #define TFM__ADAMW_SPAN 2048
 /* The update of one element (the scalar form of the loop below; the GPU's kernel too). */
+/* The factor clipping multiplies the gradients by for a squared global norm sumsq: clip / (norm + 1e-6)
+   when that is below 1 (clip > 0), else 1. The host's and the GPU's AdamW alike (the GPU reads sumsq from
+   device memory, so that a captured step needs no read-back between the norm and the update). */
+static TFM__HD inline float tfm__clip_scale(double sumsq, float clip) {
+    double total = sqrt(sumsq), s;
+    if (!(clip > 0.0f && total > 0.0)) return 1.0f;
+    s = (double)clip / (total + 1e-6);
+    return s < 1.0 ? (float)s : 1.0f;
+}
+
 static TFM__HD inline void tfm__adamw_one(float *w, float g, float *m, float *v, float b1, float b2, float eps,
                                           float step_size, float bc2s, float decay) {
     *m = b1 * *m + (1.0f - b1) * g;
@@ -3918,6 +3939,7 @@ typedef struct tfm__cuda_ctx {
     size_t ws_size;     /* its bytes */
     float *host;        /* pinned host buffer for results read back (the rows' losses) */
     size_t host_size;
+    double *pin;        /* pinned: the squared gradient norm a captured training step reads back */
     unsigned char *stage; /* pinned ring the host arrays (ids, lengths, masks) pass through on their way to
                              the device, so that their copies do not wait for the GPU */
     size_t stage_off;
@@ -3927,10 +3949,11 @@ typedef struct tfm__cuda_ctx {
     uint64_t kept_use[TFM__CU_KEEP], kept_clock; /* when each was last asked for */
     unsigned char kept_host[TFM__CU_KEEP][TFM__CU_KEEP_BYTES]; /* what each holds */
     cudaStream_t stream;  /* where the work goes: 0 (the legacy stream), or cap while a step is captured */
-    cudaStream_t cap;     /* a non-blocking stream that decoding steps are captured on (tfm__cuda_capture_begin) */
-    cudaGraphExec_t graph; /* the last captured step's executable graph, updated to each new one */
+    cudaStream_t cap;     /* a non-blocking stream that steps are captured on (tfm__cuda_capture_begin) */
+    cudaGraphExec_t graph[2]; /* the last captured step's executable graph (a decoding step's, a training
+                                 step's), updated to each new one */
     void *blas_ws;        /* device work space for cuBLAS while capturing */
-    int capturing, cap_failed, graphs_off, graph_fails, graph_skip;
+    int capturing, cap_failed, graphs_off, graph_fails[2], graph_skip[2];
     int failed;
     char err[320];
 } tfm__cuda_ctx;
@@ -4005,7 +4028,9 @@ static void tfm__cuda_release(void) {
     if (tfm__cu.host) cudaFreeHost(tfm__cu.host);
     if (tfm__cu.stage) cudaFreeHost(tfm__cu.stage);
     if (tfm__cu.kept) cudaFree(tfm__cu.kept);
-    if (tfm__cu.graph) cudaGraphExecDestroy(tfm__cu.graph);
+    if (tfm__cu.pin) cudaFreeHost(tfm__cu.pin);
+    if (tfm__cu.graph[0]) cudaGraphExecDestroy(tfm__cu.graph[0]);
+    if (tfm__cu.graph[1]) cudaGraphExecDestroy(tfm__cu.graph[1]);
     if (tfm__cu.cap) cudaStreamDestroy(tfm__cu.cap);
     if (tfm__cu.blas_ws) cudaFree(tfm__cu.blas_ws);
     memset(&tfm__cu, 0, sizeof tfm__cu);
@@ -4100,9 +4125,10 @@ static unsigned char *tfm__cuda_stage(size_t n) {
     return p;
 }
 
-/* The device space of the kept arrays, allocated at the first use; NULL when it cannot be had (error kept). */
+/* The device space of the kept arrays and, after them, the squared gradient norm (tfm__cu_sumsq),
+   allocated at the first use; NULL when it cannot be had (error kept). */
 static void *tfm__cuda_kept_space(void) {
-    return tfm__cuda_grow((void **)&tfm__cu.kept, &tfm__cu.kept_size, (size_t)TFM__CU_KEEP * TFM__CU_KEEP_BYTES,
+    return tfm__cuda_grow((void **)&tfm__cu.kept, &tfm__cu.kept_size, (size_t)TFM__CU_KEEP * TFM__CU_KEEP_BYTES + 256,
                           "cudaMalloc (kept arrays)");
 }
 
@@ -4169,32 +4195,37 @@ static void tfm__cuda_copy(void *dst, const void *src, size_t n) {
     if (n && dst != src) (void)tfm__cuda_ok(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy");
 }
 
-/* -- a decoding step as one CUDA graph --
-   A step queues about 10 kernels and copies a layer besides 4 cuBLAS products, each a few microseconds
-   of GPU work at batch 1, so launching them one by one costs more than running them. Instead the step's
-   work is captured (queued on the thread's own non-blocking stream while it captures: kept, not run),
-   and the graph runs in one launch on the legacy stream, in order with everything else. The thread's
-   executable graph is updated to each new capture (cudaGraphExecUpdate: the same operations with new
-   arguments, as the cache's lengths grow) and made anew when the operations differ. Nothing may
-   allocate or wait while capturing: a step that would (a work space too small, the staging ring used
-   up) fails its capture, nothing of it has run, and the caller runs it again as usual
-   (tfm__decode_step). After a failure the next 2, 4, ... 64 steps run without capture. */
+/* -- a step as one CUDA graph: a decoding step, or a training step (tfm_model_train_step) --
+   A decoding step queues about 10 kernels and copies a layer besides 4 cuBLAS products, each a few
+   microseconds of GPU work at batch 1, so launching them one by one costs more than running them; a
+   training step of a small model likewise. Instead the step's work is captured (queued on the thread's
+   own non-blocking stream while it captures: kept, not run), and the graph runs in one launch on the
+   legacy stream, in order with everything else. The thread's executable graph of that kind is updated
+   to each new capture (cudaGraphExecUpdate: the same operations with new arguments, as the cache's
+   lengths grow or a new batch comes) and made anew when the operations differ. Nothing may allocate or
+   wait while capturing: a step that would (a work space too small, the staging ring used up, a result
+   read back) fails its capture, nothing of it has run, and the caller runs it again as usual
+   (tfm__decode_step, tfm_model_train_step). After a failure the next 2, 4, ... 64 steps of that kind
+   run without capture. */
 #define TFM__CU_BLAS_WS ((size_t)32 << 20) /* what cuBLAS asks for on Hopper */
+#define TFM__CU_GRAPH_DECODE 0
+#define TFM__CU_GRAPH_TRAIN 1
 
-/* Begin capturing this thread's work; 0 (nothing begun) when graphs are off, backing off, or a part
-   cannot be had. */
-static int tfm__cuda_capture_begin(void) {
+/* Begin capturing this thread's work for a step of `kind` (TFM__CU_GRAPH_*); 0 (nothing begun) when
+   graphs are off, backing off, or a part cannot be had. */
+static int tfm__cuda_capture_begin(int kind) {
     tfm__cuda_ctx *c = &tfm__cu;
     int wrap = c->stage_off > TFM__CU_STAGE / 4 * 3; /* a step gets a quarter of the ring: start over first */
     if (c->graphs_off || c->failed) return 0;
-    if (c->graph_skip > 0) {
-        c->graph_skip--;
+    if (c->graph_skip[kind] > 0) {
+        c->graph_skip[kind]--;
         return 0;
     }
     /* what the step might otherwise allocate while capturing: the stream, cuBLAS and its work space, the
-       kept arrays, room in the staging ring */
+       kept arrays, the pinned read-back, room in the staging ring */
     if ((!c->cap && cudaStreamCreateWithFlags(&c->cap, cudaStreamNonBlocking) != cudaSuccess) ||
         (!c->blas_ws && cudaMalloc(&c->blas_ws, TFM__CU_BLAS_WS) != cudaSuccess) || !tfm__cuda_blas(c->tf32) ||
+        (!c->pin && cudaMallocHost(&c->pin, 256) != cudaSuccess) ||
         !tfm__cuda_kept_space() || !tfm__cuda_stage(wrap ? TFM__CU_STAGE / 4 : 0) ||
         cublasSetStream(c->blas, c->cap) != CUBLAS_STATUS_SUCCESS ||
         cublasSetWorkspace(c->blas, c->blas_ws, TFM__CU_BLAS_WS) != CUBLAS_STATUS_SUCCESS ||
@@ -4211,32 +4242,34 @@ static int tfm__cuda_capture_begin(void) {
     return 1;
 }
 
-/* End the capture and launch its graph: 1 when the step's work has been queued, 0 when none of it was
-   (the kept arrays are then forgotten: their copies were captured, not run). */
-static int tfm__cuda_capture_end(void) {
+/* End the capture of a step of `kind` and launch its graph: 1 when the step's work has been queued, 0
+   when none of it was (the kept arrays are then forgotten: their copies were captured, not run). */
+static int tfm__cuda_capture_end(int kind) {
     tfm__cuda_ctx *c = &tfm__cu;
     cudaGraph_t g = NULL;
+    cudaGraphExec_t *x = &c->graph[kind];
     cudaGraphExecUpdateResultInfo info;
     int ok = cudaStreamEndCapture(c->cap, &g) == cudaSuccess && g && !c->cap_failed, i;
     c->capturing = 0;
     c->stream = 0;
     (void)cublasSetStream(c->blas, 0); /* and cuBLAS's own work space again */
-    if (ok && c->graph && cudaGraphExecUpdate(c->graph, g, &info) != cudaSuccess) {
+    if (ok && *x && cudaGraphExecUpdate(*x, g, &info) != cudaSuccess) {
         (void)cudaGetLastError(); /* not an error: the operations differ */
-        (void)cudaGraphExecDestroy(c->graph);
-        c->graph = NULL;
+        (void)cudaGraphExecDestroy(*x);
+        *x = NULL;
     }
-    if (ok && !c->graph && cudaGraphInstantiate(&c->graph, g, 0) != cudaSuccess) c->graph = NULL;
+    if (ok && !*x && cudaGraphInstantiate(x, g, 0) != cudaSuccess) *x = NULL;
     if (g) (void)cudaGraphDestroy(g);
-    if (ok && c->graph) { /* queued: a failure now is the step's own, reported as any launch's */
-        (void)tfm__cuda_ok(cudaGraphLaunch(c->graph, 0), "cudaGraphLaunch (a decoding step)");
-        c->graph_fails = 0;
+    if (ok && *x) { /* queued: a failure now is the step's own, reported as any launch's */
+        (void)tfm__cuda_ok(cudaGraphLaunch(*x, 0),
+                           kind == TFM__CU_GRAPH_TRAIN ? "cudaGraphLaunch (a training step)" : "cudaGraphLaunch (a decoding step)");
+        c->graph_fails[kind] = 0;
         return 1;
     }
     (void)cudaGetLastError();
     for (i = 0; i < TFM__CU_KEEP; i++) c->kept_n[i] = 0;
-    c->graph_fails = TFM__MIN(c->graph_fails + 1, 6);
-    c->graph_skip = 1 << c->graph_fails;
+    c->graph_fails[kind] = TFM__MIN(c->graph_fails[kind] + 1, 6);
+    c->graph_skip[kind] = 1 << c->graph_fails[kind];
     return 0;
 }
 
@@ -4257,12 +4290,14 @@ static unsigned tfm__cu_row_threads(int64_t C) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
 /* The sum (or, with is_max, the maximum) of v over the block, in every thread. blockDim.x is a multiple
-   of 32; sh holds 32 values of shared memory. Lanes combine by shuffles, then the warps' results. */
+   of 32; sh holds 32 values of shared memory. Lanes combine by shuffles, then the warps' results. Every
+   lane gets the same value (a NaN among the maxima makes every lane's NaN), so that a branch on it keeps
+   the warp together. */
 template <typename T> static __device__ T tfm__cu_warp_reduce(T v, int is_max) { /* over the warp, in every lane */
     int o;
     for (o = 16; o > 0; o >>= 1) {
         T u = __shfl_xor_sync(0xffffffffu, v, o);
-        v = is_max ? (u > v ? u : v) : v + u;
+        v = is_max ? (u > v || u != u ? u : v) : v + u;
     }
     return v;
 }
@@ -4647,10 +4682,15 @@ static __device__ const tfm__cu_job *tfm__cu_job_of(const tfm__cu_job *jobs, int
     return jobs + a;
 }
 
-static __global__ void tfm__k_adamw(const tfm__cu_job *jobs, int n, float scale, float b1, float b2, float eps,
-                                    float step_size, float bc2s) {
+/* The update of each chunk, its gradients clipped by the squared norm *sumsq (tfm__k_sumsq_total left it
+   there); none when that is not finite. */
+static __global__ void tfm__k_adamw(const tfm__cu_job *jobs, int n, const double *sumsq, float clip, float b1, float b2,
+                                    float eps, float step_size, float bc2s) {
     int64_t lo, hi, i;
     const tfm__cu_job *p = tfm__cu_job_of(jobs, n, &lo, &hi);
+    double ss = *sumsq;
+    float scale = tfm__clip_scale(ss, clip);
+    if (!isfinite(ss)) return;
     for (i = lo + threadIdx.x; i < hi; i += blockDim.x)
         tfm__adamw_one(p->w + i, p->g[i] * scale, p->m + i, p->v + i, b1, b2, eps, step_size, bc2s, p->decay);
 }
@@ -4664,6 +4704,26 @@ static __global__ void tfm__k_sumsq(double *part, const tfm__cu_job *jobs, int n
     for (i = lo + threadIdx.x; i < hi; i += blockDim.x) s += (double)p->g[i] * (double)p->g[i];
     s = tfm__cu_reduce(s, sh, 0);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+/* *total (0 first when `first`) += the sums of squares of jobs[0..n) (n <= 256, a thread each), from
+   their chunks' partial sums in order, added in list order by thread 0: the same bits on every run. */
+static __global__ void tfm__k_sumsq_total(double *total, const double *part, const tfm__cu_job *jobs, int n,
+                                          int64_t chunks, int first) {
+    TFM__SHARED(double, sh, 256);
+    int i = (int)threadIdx.x;
+    if (i < n) {
+        double s = 0.0;
+        int64_t k, end = i + 1 < n ? jobs[i + 1].c0 : chunks;
+        for (k = jobs[i].c0; k < end; k++) s += part[k];
+        sh[i] = s;
+    }
+    __syncthreads();
+    if (i == 0) {
+        double t = first ? 0.0 : *total;
+        for (i = 0; i < n; i++) t += sh[i];
+        *total = t;
+    }
 }
 
 /* -- attention: the CPU's tfm__attn_args with device pointers. Heads of up to TFM__CU_TD channels run in
@@ -5137,15 +5197,28 @@ static void tfm__softmax_bwd_cuda(float *dx, const float *dy, const float *y, in
     TFM__CU_LAUNCHED("tfm__k_softmax_bwd");
 }
 
-/* The mean loss over the counted rows, summed on the host in row order in double. */
+/* The mean of the rows' losses (host memory; NULL: none yet) over the counted rows (t[r] != ignore),
+   summed in row order in double; *counted (may be NULL) their number. */
+static float tfm__cu_loss_mean(const float *rowloss, const int32_t *t, int ignore, int64_t N, int64_t *counted) {
+    double total = 0.0;
+    int64_t r, nvalid = 0;
+    for (r = 0; r < N; r++)
+        if (t[r] != ignore) {
+            if (rowloss) total += rowloss[r];
+            nvalid++;
+        }
+    if (counted) *counted = nvalid;
+    return nvalid ? (float)(total / (double)nvalid) : 0.0f;
+}
+
+/* The mean loss over the counted rows (tfm__cu_loss_mean). While a training step is captured 0: the rows'
+   losses are queued to the pinned tfm__cu.host, for the mean once the graph has run. */
 static float tfm__cross_entropy_cuda(float *lse, const float *x, const int32_t *t, int ignore, float s, int64_t N,
                                      int64_t V, int64_t *counted) {
     size_t off = 0;
     unsigned char *ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t)) + TFM__CU_ROUND(N * sizeof(float)));
     float *rowloss, *host;
     int32_t *dt;
-    double total = 0.0;
-    int64_t r, nvalid = 0;
     if (counted) *counted = 0;
     if (!ws || N <= 0) return 0.0f;
     dt = (int32_t *)tfm__cuda_put(ws, &off, t, (size_t)N * sizeof(int32_t));
@@ -5154,14 +5227,14 @@ static float tfm__cross_entropy_cuda(float *lse, const float *x, const int32_t *
     TFM__LAUNCH(tfm__k_xent, (unsigned)N, tfm__cu_row_threads(V), 0, rowloss, lse, x, dt, ignore, s, V);
     TFM__CU_LAUNCHED("tfm__k_xent");
     if (!(host = tfm__cuda_host((size_t)N))) return 0.0f;
-    if (tfm__cuda_ok(cudaMemcpy(host, rowloss, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (loss)"))
-        for (r = 0; r < N; r++)
-            if (t[r] != ignore) {
-                total += host[r];
-                nvalid++;
-            }
-    if (counted) *counted = nvalid;
-    return nvalid ? (float)(total / (double)nvalid) : 0.0f;
+    if (tfm__cu.capturing) {
+        (void)tfm__cuda_ok(cudaMemcpyAsync(host, rowloss, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, tfm__cu.stream),
+                           "cudaMemcpyAsync (loss)");
+        return tfm__cu_loss_mean(NULL, t, ignore, N, counted);
+    }
+    if (!tfm__cuda_ok(cudaMemcpy(host, rowloss, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (loss)"))
+        return 0.0f;
+    return tfm__cu_loss_mean(host, t, ignore, N, counted);
 }
 
 /* ids (host memory) = the argmax of each of the N rows of x; zeros when the GPU fails (error kept) */
@@ -5377,7 +5450,12 @@ static int64_t tfm__cu_jobs(tfm__cu_job *jt, const tfm_adamw_param *ps, int n, f
     return c;
 }
 
-static void tfm__adamw_cuda(const tfm_adamw_param *ps, int n, float scale, float b1, float b2, float eps,
+/* The thread's squared gradient norm on the device (tfm__sumsq_cuda), after the kept arrays */
+static double *tfm__cu_sumsq(void) {
+    return (double *)(void *)(tfm__cu.kept + (size_t)TFM__CU_KEEP * TFM__CU_KEEP_BYTES);
+}
+
+static void tfm__adamw_cuda(const tfm_adamw_param *ps, int n, float clip, float b1, float b2, float eps,
                             float step_size, float bc2s, float decay, int decay_all) {
     tfm__cu_job jt[256];
     int g0;
@@ -5391,34 +5469,47 @@ static void tfm__adamw_cuda(const tfm_adamw_param *ps, int n, float scale, float
         if (!(ws = tfm__cuda_ws(TFM__CU_ROUND(gn * sizeof *jt)))) return;
         dj = (const tfm__cu_job *)tfm__cuda_put(ws, &off, jt, gn * sizeof *jt);
         if (tfm__cu.failed) return;
-        TFM__LAUNCH(tfm__k_adamw, (unsigned)chunks, TFM__CU_THREADS, 0, dj, gn, scale, b1, b2, eps, step_size, bc2s);
+        TFM__LAUNCH(tfm__k_adamw, (unsigned)chunks, TFM__CU_THREADS, 0, dj, gn, (const double *)tfm__cu_sumsq(), clip, b1,
+                    b2, eps, step_size, bc2s);
         TFM__CU_LAUNCHED("tfm__k_adamw");
     }
 }
 
-/* part[i] = the sum of squares of ps[i].grad, i < n (n <= 256): one launch writes every chunk's partial sum
-   (in double) to the work space, one copy brings them all back, and the host adds each parameter's in
-   chunk order. */
-static void tfm__sumsqs_cuda(const tfm_adamw_param *ps, int n, double *part) {
+/* The sum of squares of the gradients of ps[0..n), left in the thread's device slot (tfm__cu_sumsq) for
+   AdamW to read: per 256 parameters, one launch writes every chunk's partial sum (in double) and one
+   adds them, each parameter's chunks in order, then the parameters in list order. Returns it read back;
+   while a step is captured 0, its copy queued to the pinned tfm__cu.pin (read once the graph has run). */
+static double tfm__sumsq_cuda(const tfm_adamw_param *ps, int n) {
     tfm__cu_job jt[256];
-    int64_t chunks = tfm__cu_jobs(jt, ps, n, 1.0f, 0), k;
-    size_t off = 0;
-    unsigned char *ws;
-    const tfm__cu_job *dj;
-    double *host, *dpart;
-    int i;
-    for (i = 0; i < n; i++) part[i] = 0.0;
-    if (chunks == 0 || !(ws = tfm__cuda_ws(TFM__CU_ROUND(n * sizeof *jt) + (size_t)chunks * sizeof(double)))) return;
-    if (!(host = (double *)(void *)tfm__cuda_host((size_t)chunks * 2))) return;
-    dj = (const tfm__cu_job *)tfm__cuda_put(ws, &off, jt, n * sizeof *jt);
-    dpart = (double *)(void *)(ws + off);
-    if (tfm__cu.failed) return;
-    TFM__LAUNCH(tfm__k_sumsq, (unsigned)chunks, TFM__CU_THREADS, 0, dpart, dj, n);
-    TFM__CU_LAUNCHED("tfm__k_sumsq");
-    if (!tfm__cuda_ok(cudaMemcpy(host, dpart, (size_t)chunks * sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy (norm)"))
-        return;
-    for (i = 0; i < n; i++)
-        for (k = jt[i].c0; k < (i + 1 < n ? jt[i + 1].c0 : chunks); k++) part[i] += host[k];
+    double *dsum, total = 0.0;
+    int g0;
+    if (!tfm__cuda_kept_space()) return 0.0;
+    dsum = tfm__cu_sumsq();
+    for (g0 = 0; g0 < n; g0 += 256) {
+        int gn = TFM__MIN(256, n - g0);
+        int64_t chunks = tfm__cu_jobs(jt, ps + g0, gn, 1.0f, 0);
+        size_t off = 0;
+        unsigned char *ws = tfm__cuda_ws(TFM__CU_ROUND(gn * sizeof *jt) + (size_t)TFM__MAX(chunks, 1) * sizeof(double));
+        const tfm__cu_job *dj;
+        double *dpart;
+        if (!ws) return 0.0;
+        dj = (const tfm__cu_job *)tfm__cuda_put(ws, &off, jt, gn * sizeof *jt);
+        dpart = (double *)(void *)(ws + off);
+        if (tfm__cu.failed) return 0.0;
+        if (chunks > 0) {
+            TFM__LAUNCH(tfm__k_sumsq, (unsigned)chunks, TFM__CU_THREADS, 0, dpart, dj, gn);
+            TFM__CU_LAUNCHED("tfm__k_sumsq");
+        }
+        TFM__LAUNCH(tfm__k_sumsq_total, 1, 256, 0, dsum, (const double *)dpart, dj, gn, chunks, g0 == 0);
+        TFM__CU_LAUNCHED("tfm__k_sumsq_total");
+    }
+    if (tfm__cu.capturing) {
+        (void)tfm__cuda_ok(cudaMemcpyAsync(tfm__cu.pin, dsum, sizeof(double), cudaMemcpyDeviceToHost, tfm__cu.stream),
+                           "cudaMemcpyAsync (norm)");
+        return 0.0;
+    }
+    (void)tfm__cuda_ok(cudaMemcpy(&total, dsum, sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy (norm)");
+    return total;
 }
 
 /* The host arrays of an attention call (lengths, cache slots and offsets, mask) staged on the device. */
@@ -6213,7 +6304,6 @@ TFMDEF tfm_result tfm_cuda_set_tf32(int on) {
 
 TFMDEF tfm_result tfm_cuda_set_graphs(int on) {
     tfm__cu.graphs_off = on == 0;
-    tfm__cu.graph_fails = tfm__cu.graph_skip = 0;
     return TFM_OK;
 }
 
@@ -6456,27 +6546,38 @@ static void tfm__op_pool_bwd(tfm_device dev, int pool, float *dx, const float *d
     TFM__CUDA(dev, tfm__mean_pool_cuda(dx, dy, lens, B, T, C, 1); return);
     tfm__mean_pool_backward_cpu(dx, dy, lens, B, T, C);
 }
-/* One AdamW update of each of ps[0..n) (all on dev), the weight-decay factor `decay` where ps[i].decay or
-   decay_all, else none: on the CPU one parameter after another, on the GPU one launch per 256. */
-static void tfm__op_adamw(tfm_device dev, const tfm_adamw_param *ps, int n, float scale, float b1, float b2, float eps,
-                          float step_size, float bc2s, float decay, int decay_all) {
+/* One AdamW update of each of ps[0..n) (all on dev), the gradients clipped to norm clip (0: not) by the
+   squared global norm sumsq (tfm__clip_scale), the weight-decay factor `decay` where ps[i].decay or
+   decay_all, else none: on the CPU one parameter after another; on the GPU one launch per 256, which read
+   the squared norm that the thread's last tfm__op_sumsq left on the device (sumsq's value, which the host
+   does not have yet while a training step is captured) and update nothing when it is not finite. */
+static void tfm__op_adamw(tfm_device dev, const tfm_adamw_param *ps, int n, float clip, double sumsq, float b1, float b2,
+                          float eps, float step_size, float bc2s, float decay, int decay_all) {
+    float scale = tfm__clip_scale(sumsq, clip);
     int i;
-    TFM__CUDA(dev, tfm__adamw_cuda(ps, n, scale, b1, b2, eps, step_size, bc2s, decay, decay_all); return);
+    TFM__CUDA(dev, tfm__adamw_cuda(ps, n, clip, b1, b2, eps, step_size, bc2s, decay, decay_all); return);
     for (i = 0; i < n; i++)
         tfm__adamw_cpu(ps[i].value.data, ps[i].grad.data, ps[i].m.data, ps[i].v.data, tfm_numel(&ps[i].value), scale,
                        b1, b2, eps, step_size, bc2s, ps[i].decay || decay_all ? decay : 1.0f);
 }
-/* part[i] = the sum of squares (in double) of ps[i].grad for n <= 256 parameters on one device: on the CPU
-   a task each, on threads; on the GPU with one read-back for all (tfm__sumsqs_cuda). */
-static void tfm__op_sumsqs(tfm_device dev, const tfm_adamw_param *ps, int n, double *part) {
-    int i;
+/* The sum of squares (in double) of the gradients of ps[0..n) (n >= 1, all on dev): each parameter's, then
+   the parameters added in list order. On the CPU a task per parameter, on threads, in groups of 256; on
+   the GPU kept on the device for AdamW and read back once (tfm__sumsq_cuda). */
+static double tfm__op_sumsq(tfm_device dev, const tfm_adamw_param *ps, int n) {
+    double total = 0.0, part[256];
+    int i, g0;
+    TFM__CUDA(dev, return tfm__sumsq_cuda(ps, n));
+    for (g0 = 0; g0 < n; g0 += 256) {
+        int gn = TFM__MIN(256, n - g0);
 #ifdef _OPENMP
-    int64_t work = 0;
-    for (i = 0; i < n; i++) work += tfm_numel(&ps[i].grad);
+        int64_t work = 0;
+        for (i = 0; i < gn; i++) work += tfm_numel(&ps[g0 + i].grad);
 #endif
-    TFM__CUDA(dev, tfm__sumsqs_cuda(ps, n, part); return);
-    TFM__OMP(omp parallel for schedule(dynamic) if (work > 65536 && !tfm__in_parallel()))
-    for (i = 0; i < n; i++) part[i] = tfm__sumsq_cpu(ps[i].grad.data, tfm_numel(&ps[i].grad));
+        TFM__OMP(omp parallel for schedule(dynamic) if (work > 65536 && !tfm__in_parallel()))
+        for (i = 0; i < gn; i++) part[i] = tfm__sumsq_cpu(ps[g0 + i].grad.data, tfm_numel(&ps[g0 + i].grad));
+        for (i = 0; i < gn; i++) total += part[i];
+    }
+    return total;
 }
 /* The attention kernels return 0 when a thread had no scratch (then nothing was written). */
 static int tfm__op_attention(tfm_device dev, const tfm__attn_args *a) {
@@ -8250,6 +8351,7 @@ struct tfm__model_impl {
     const float *memory, *top;      /* the encoder's output (enc-dec) and the top stack's output */
     const int32_t *tokens, *tgt_in; /* its inputs (read by backward) */
     int B, T, Tt, has_lens, has_types, has_targets, gen_replaced;
+    int warm;                       /* a training step ran launch by launch: the next may be a CUDA graph */
     float last_loss;
     uint64_t fwd_seed;
     /* state */
@@ -9365,37 +9467,36 @@ TFMDEF tfm_result tfm_optim_lr(const tfm_optim *opt, int64_t s, float *lr) {
     return TFM_OK;
 }
 
-/* The sum of squares of the gradients of ps (all on one device): each parameter's, in groups of 256,
-   then the parameters summed in list order. */
-static double tfm__adamw_sumsq(const tfm_adamw_param *ps, int n) {
-    double total = 0.0, part[256];
-    int i, g0;
-    for (g0 = 0; g0 < n; g0 += 256) {
-        int gn = TFM__MIN(256, n - g0);
-        tfm__op_sumsqs(ps[g0].grad.device, ps + g0, gn, part);
-        for (i = 0; i < gn; i++) total += part[i];
-    }
-    return total;
+/* Whether this thread is capturing a step for a CUDA graph (>>impl-cuda): results are not read back then. */
+static int tfm__capturing(void) {
+#if defined(TFM_CUDA)
+    return tfm__cu.capturing;
+#else
+    return 0;
+#endif
 }
 
-/* One AdamW update of ps under a resolved o, for `step`, with sumsq the squared global gradient norm:
-   clipping to o->clip_norm, then the update. TFM_E_ARG (nothing updated) for a non-finite norm. */
+/* TFM_E_ARG naming fn for a gradient norm that is not finite (no update is made then). */
+static tfm_result tfm__norm_check(const char *fn, double norm) {
+    if (isfinite(norm)) return TFM_OK;
+    return tfm__fail(TFM_E_ARG, "%s: the gradient norm is %g (not finite); no update made", fn, norm);
+}
+
+/* One AdamW update of ps under a resolved o, for `step`, with sumsq the squared global gradient norm
+   (tfm__op_sumsq, just before): clipping to o->clip_norm, then the update. TFM_E_ARG (nothing updated)
+   for a non-finite norm; while a training step is captured the norm is checked once its graph has run. */
 static tfm_result tfm__adamw_apply(const char *fn, const tfm_optim *o, const tfm_adamw_param *ps, int n, int64_t step,
                                    double sumsq, float *grad_norm) {
-    double total = sqrt(sumsq), bc1, bc2;
-    float scale = 1.0f, lr;
-    if (grad_norm) *grad_norm = (float)total;
-    if (!isfinite(total)) return tfm__fail(TFM_E_ARG, "%s: the gradient norm is %g (not finite); no update made", fn, total);
-    if (o->clip_norm > 0.0f && total > 0.0) {
-        double s = (double)o->clip_norm / (total + 1e-6);
-        if (s < 1.0) scale = (float)s;
-    }
+    double bc1, bc2;
+    float lr;
+    if (grad_norm) *grad_norm = (float)sqrt(sumsq);
+    if (!tfm__capturing()) TFM__TRY(tfm__norm_check(fn, sqrt(sumsq)));
     lr = tfm__lr(o, step);
     bc1 = 1.0 - pow((double)o->beta1, (double)step);
     bc2 = 1.0 - pow((double)o->beta2, (double)step);
     if (n > 0)
-        tfm__op_adamw(ps[0].value.device, ps, n, scale, o->beta1, o->beta2, o->eps, (float)(lr / bc1), (float)sqrt(bc2),
-                      1.0f - lr * o->weight_decay, o->decay_all);
+        tfm__op_adamw(ps[0].value.device, ps, n, o->clip_norm, sumsq, o->beta1, o->beta2, o->eps, (float)(lr / bc1),
+                      (float)sqrt(bc2), 1.0f - lr * o->weight_decay, o->decay_all);
     return TFM_OK;
 }
 
@@ -9419,7 +9520,7 @@ static tfm_result tfm__adamw_step(const char *fn, const tfm_adamw_param *ps, int
                              tfm__shp(&p->value), tfm__shp(&p->grad), tfm__shp(&p->m), tfm__shp(&p->v));
     }
     TFM__TRY(tfm__optim_resolve(fn, opt, step, &o));
-    TFM__TRY(tfm__adamw_apply(fn, &o, ps, n, step, tfm__adamw_sumsq(ps, n), grad_norm));
+    TFM__TRY(tfm__adamw_apply(fn, &o, ps, n, step, tfm__op_sumsq(ps[0].grad.device, ps, n), grad_norm));
     return tfm__cuda_check(fn);
 }
 
@@ -9444,6 +9545,88 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
     TFM__TRY(tfm__adamw_step(fn, m->impl->adam, m->n_params, opt, m->step + 1, grad_norm));
     m->step++;
     return TFM_OK;
+}
+
+/* tfm_model_train_step launch by launch, under a resolved o: the forward, the gradients zeroed, the
+   backward, the norm and AdamW (step not yet counted). */
+static tfm_result tfm__train_step_run(tfm_model *m, const tfm_batch *b, const tfm_optim *o, float *loss, int64_t *n_counted,
+                                      float *grad_norm) {
+    const char *fn = "tfm_model_train_step";
+    tfm__model_impl *mi = m->impl;
+    tfm_result r = tfm__model_forward(m, b, loss, n_counted);
+    if (r == TFM_OK) {
+        tfm_model_zero_grad(m);
+        r = tfm__model_backward(m, 1.0f);
+    }
+    if (r != TFM_OK) return tfm__fail(r, "%s: %s", fn, tfm_last_error());
+    TFM__TRY(tfm__adamw_apply(fn, o, mi->adam, m->n_params, m->step + 1, tfm__op_sumsq(mi->device, mi->adam, m->n_params),
+                              grad_norm));
+    return tfm__cuda_check(fn);
+}
+
+#if defined(TFM_CUDA)
+/* tfm_model_train_step on the GPU as one CUDA graph (tfm__cuda_capture_begin): 1 when it ran, its result
+   in *r; 0 when it could not be captured (none of it has run, the model is as it was). The rows' losses
+   and the squared norm come back once the graph has run: the same sums as launch by launch. */
+static int tfm__train_step_graph(tfm_model *m, const tfm_batch *b, const tfm_optim *o, float *loss, int64_t *n_counted,
+                                 float *grad_norm, tfm_result *r) {
+    const char *fn = "tfm_model_train_step";
+    tfm__model_impl *mi = m->impl;
+    tfm_rng rng0 = mi->rng;
+    int kind = m->cfg.kind, ok;
+    int64_t rows = (int64_t)b->batch * (kind == TFM_MODEL_ENCODER_CLASSIFIER ? 1 : kind == TFM_MODEL_DECODER_LM ? b->len : b->tgt_len);
+    double ss;
+    if (!tfm__cuda_host((size_t)rows) || !tfm__cuda_capture_begin(TFM__CU_GRAPH_TRAIN)) return 0;
+    ok = tfm__model_forward(m, b, NULL, NULL) == TFM_OK;
+    if (ok) tfm_model_zero_grad(m);
+    ok = ok && tfm__model_backward(m, 1.0f) == TFM_OK;
+    ok = ok && tfm__adamw_apply(fn, o, mi->adam, m->n_params, m->step + 1, tfm__op_sumsq(mi->device, mi->adam, m->n_params),
+                                NULL) == TFM_OK;
+    if (!ok) tfm__cu.cap_failed = 1;
+    if (!tfm__cuda_capture_end(TFM__CU_GRAPH_TRAIN)) {
+        mi->rng = rng0;
+        return 0;
+    }
+    (void)tfm__cuda_ok(cudaStreamSynchronize(0), "cudaStreamSynchronize (a training step)");
+    if ((*r = tfm__cuda_check(fn)) != TFM_OK) return 1;
+    mi->last_loss = tfm__cu_loss_mean(tfm__cu.host, mi->targets, m->cfg.ignore_index, rows, n_counted);
+    if (loss) *loss = mi->last_loss;
+    ss = *tfm__cu.pin;
+    if (grad_norm) *grad_norm = (float)sqrt(ss);
+    *r = tfm__norm_check(fn, sqrt(ss)); /* not finite: the update kernels skipped it */
+    return 1;
+}
+#endif
+
+TFMDEF tfm_result tfm_model_train_step(tfm_model *m, const tfm_batch *batch, const tfm_optim *opt, float *loss,
+                                       int64_t *n_counted, float *grad_norm) {
+    const char *fn = "tfm_model_train_step";
+    tfm_optim o;
+    tfm_result r;
+    int prev, ran = 0;
+    if (loss) *loss = 0.0f;
+    if (n_counted) *n_counted = 0;
+    if (grad_norm) *grad_norm = 0.0f;
+    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
+    if (!m->impl->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
+    if (tfm__model_sharded(m))
+        return tfm__fail(TFM_E_ARG, "%s: the model keeps a share of the moments (cfg.moment_shards %d): train it with "
+                         "tfm_model_forward, tfm_model_backward and tfm_dist_step", fn, m->cfg.moment_shards);
+    TFM__TRY(tfm__chk_batch(fn, m, batch));
+    if (!batch->targets) return tfm__fail(TFM_E_ARG, "%s: batch.targets is NULL: a training step needs a loss", fn);
+    memset(&o, 0, sizeof o);
+    TFM__TRY(tfm__optim_resolve(fn, opt, m->step + 1, &o));
+    prev = tfm__prec_enter(m);
+#if defined(TFM_CUDA)
+    if (m->impl->device == TFM_DEVICE_CUDA && m->impl->warm && !m->cfg.input_dim) /* (inputs come from pageable memory) */
+        ran = tfm__train_step_graph(m, batch, &o, loss, n_counted, grad_norm, &r);
+#endif
+    if (!ran) r = tfm__train_step_run(m, batch, &o, loss, n_counted, grad_norm);
+    if (r == TFM_OK) {
+        m->step++;
+        m->impl->warm = 1;
+    }
+    return tfm__prec_done(prev, r);
 }
 
 /* ==== >>impl-kv ==== the KV cache: sized per model, reset, reordered for beams */
@@ -9658,10 +9841,10 @@ static float *tfm__host_logits(tfm_model *m, int64_t n) {
 static void tfm__decode_step(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, const float *memory, int S,
                              float *logits) {
 #if defined(TFM_CUDA)
-    if (m->impl->device == TFM_DEVICE_CUDA && tfm__cuda_capture_begin()) {
+    if (m->impl->device == TFM_DEVICE_CUDA && tfm__cuda_capture_begin(TFM__CU_GRAPH_DECODE)) {
         int src_len = kc->src_len, b;
         tfm__decode_into(m, kc, ids, B, 1, NULL, memory, S, logits);
-        if (tfm__cuda_capture_end()) return;
+        if (tfm__cuda_capture_end(TFM__CU_GRAPH_DECODE)) return;
         for (b = 0; b < B; b++) kc->lens[b]--;
         kc->src_len = src_len;
     }
@@ -12124,7 +12307,7 @@ TFMDEF tfm_result tfm_dist_step(tfm_dist *d, tfm_model *m, const tfm_optim *opt,
     /* the norm over every parameter's gradient as tfm_model_step sums it; AdamW on all of them, or with
        sharded moments on this rank's share, after which every share's new parameters go from its rank */
     TFM__TRY(tfm__adamw_apply(fn, &o, mi->share ? mi->share : mi->adam, mi->share ? mi->n_share : m->n_params,
-                              m->step + 1, tfm__adamw_sumsq(mi->adam, m->n_params), grad_norm));
+                              m->step + 1, tfm__op_sumsq(mi->device, mi->adam, m->n_params), grad_norm));
     TFM__TRY(tfm__cuda_check(fn));
 #if defined(TFM_MPI) /* (a group of one never has sharded moments: tfm__dist_chk_model) */
     if (mi->share) {

@@ -66,7 +66,7 @@ static const tc2_fn tc2_functions[] = {
     TC2_FN(tfm_block_backward),
     TC2_FN(tfm_config_resolve), TC2_FN(tfm_model_memory_size), TC2_FN(tfm_model_init),
     TC2_FN(tfm_model_free), TC2_FN(tfm_model_train), TC2_FN(tfm_model_forward),
-    TC2_FN(tfm_model_backward), TC2_FN(tfm_model_zero_grad), TC2_FN(tfm_model_step),
+    TC2_FN(tfm_model_backward), TC2_FN(tfm_model_zero_grad), TC2_FN(tfm_model_step), TC2_FN(tfm_model_train_step),
     TC2_FN(tfm_optim_lr), TC2_FN(tfm_model_logits), TC2_FN(tfm_model_pooled), TC2_FN(tfm_model_param),
     TC2_FN(tfm_model_flat), TC2_FN(tfm_model_set_batch_offset), TC2_FN(tfm_adamw_step),
     TC2_FN(tfm_kv_cache_init), TC2_FN(tfm_kv_cache_free), TC2_FN(tfm_kv_cache_reset),

@@ -1009,6 +1009,8 @@ static void cu_op_pool(void) {
 }
 
 /* AdamW's element update (across the CPU's spans of 2048) and the sum of squares behind clipping. */
+/* AdamW and the gradient norm (tfm__op_sumsq, tfm__op_adamw): the GPU's AdamW reads the squared norm
+   that the last tfm__op_sumsq left on the device and clips with it as the CPU does with the host's */
 static void cu_op_adamw(void) {
     static const int64_t full[] = {1, 7, 2047, 2048, 2049, 3 * 4097 + 5, 1000 * 1025};
     static const int64_t small[] = {1, 2049, 4097};
@@ -1021,14 +1023,18 @@ static void cu_op_adamw(void) {
         double ss[2];
         for (j = 0; j < n; j++) v.h[j] = fabsf(v.h[j]);
         cu_push(&v);
-        for (k = 1; k <= 3; k++) { /* steps 1..3: bias corrections, clipping scale, decay */
+        for (k = 1; k <= 3; k++) { /* steps 1..3: bias corrections, clipping (a factor of about 0.37, none in
+                                      step 2), decay */
             double lr = 1e-3, bc1 = 1.0 - pow(0.9, k), bc2 = 1.0 - pow(0.999, k);
-            float scale = k == 2 ? 1.0f : 0.37f, decay = k == 3 ? 1.0f : (float)(1.0 - lr * 0.01);
+            float decay = k == 3 ? 1.0f : (float)(1.0 - lr * 0.01);
             CU_DEVS {
                 tfm_adamw_param p;
+                double sumsq;
                 p.value = cu_t(&w, dv, n, 0, 0), p.grad = cu_t(&gr, dv, n, 0, 0), p.m = cu_t(&m, dv, n, 0, 0);
                 p.v = cu_t(&v, dv, n, 0, 0), p.decay = k != 2; /* step 2: decay_all does it */
-                tfm__op_adamw(CU_DEV, &p, 1, scale, 0.9f, 0.999f, 1e-8f, (float)(lr / bc1), (float)sqrt(bc2), decay, k == 2);
+                sumsq = tfm__op_sumsq(CU_DEV, &p, 1);
+                tfm__op_adamw(CU_DEV, &p, 1, k == 2 ? 0.0f : (float)(0.37 * sqrt(sumsq)), sumsq, 0.9f, 0.999f, 1e-8f,
+                              (float)(lr / bc1), (float)sqrt(bc2), decay, k == 2);
             }
         }
         cu_check(cu_fmt("adamw n=%lld: w", (long long)n), &w, CU_TOL);
@@ -1038,33 +1044,47 @@ static void cu_op_adamw(void) {
             tfm_adamw_param p;
             memset(&p, 0, sizeof p);
             p.grad = cu_t(&gr, dv, n, 0, 0);
-            tfm__op_sumsqs(CU_DEV, &p, 1, &ss[dv]);
+            ss[dv] = tfm__op_sumsq(CU_DEV, &p, 1);
         }
         cu_check_scalar(cu_fmt("sumsq n=%lld", (long long)n), ss[1], ss[0], CU_TOL, 1e-30);
         cu_release(&w, &gr, &m, &v, CU_END);
     }
-    { /* the sums of squares of a list of gradients of every count (one read-back on the GPU), each against
-         the CPU's, and one of them again alone: the same bits */
-        int64_t counts[16];
-        int nc = cu_counts(counts);
-        cu_buf x[16];
-        tfm_adamw_param ps[2][16];
-        double ss[2][16], alone;
+    { /* the sum of squares of a list of gradients of every count against the CPU's, and, on each device,
+         exactly the sum in list order of each parameter's alone; then 300 parameters (two launches of
+         256 and 44 on the GPU), likewise */
+        int64_t counts[300];
+        int nc = cu_counts(counts), pass;
+        cu_buf x[300];
+        tfm_adamw_param ps[2][300];
+        double ss[2], alone[2][300], inorder;
         memset(ps, 0, sizeof ps);
-        for (i = 0; i < nc; i++) x[i] = cu_normal(counts[i], &g, 1, 0);
-        CU_DEVS {
-            for (i = 0; i < nc; i++) ps[dv][i].grad = cu_t(&x[i], dv, counts[i], 0, 0);
-            tfm__op_sumsqs(CU_DEV, ps[dv], nc, ss[dv]);
+        for (pass = 0; pass < 2; pass++) {
+            if (pass) {
+                nc = 300;
+                for (i = 0; i < nc; i++) counts[i] = 1 + (i * 7919) % (cu_small ? 700 : 5000);
+            }
+            for (i = 0; i < nc; i++) x[i] = cu_normal(counts[i], &g, 1, 0);
+            CU_DEVS {
+                for (i = 0; i < nc; i++) ps[dv][i].grad = cu_t(&x[i], dv, counts[i], 0, 0);
+                ss[dv] = tfm__op_sumsq(CU_DEV, ps[dv], nc);
+                inorder = 0.0;
+                for (i = 0; i < nc; i++) inorder += alone[dv][i] = tfm__op_sumsq(CU_DEV, &ps[dv][i], 1);
+                CHECK_MSG(inorder == ss[dv], "device %d: sumsq of %d parameters %.17g, their own added in order %.17g", dv, nc,
+                          ss[dv], inorder);
+            }
+            cu_check_scalar(cu_fmt("sumsq of a list of %d", nc), ss[1], ss[0], CU_TOL, 1e-30);
+            for (i = 0; i < nc; i++)
+                cu_check_scalar(cu_fmt("sumsq n=%lld (a list of %d)", (long long)counts[i], nc), alone[1][i], alone[0][i], CU_TOL,
+                                1e-30);
+            if (!pass)
+                for (i = 0; i < nc; i++) cu_free(&x[i]);
         }
-        for (i = 0; i < nc; i++)
-            cu_check_scalar(cu_fmt("sumsq n=%lld (a list of %d)", (long long)counts[i], nc), ss[1][i], ss[0][i], CU_TOL, 1e-30);
-        tfm__op_sumsqs(TFM_DEVICE_CUDA, &ps[1][nc - 1], 1, &alone);
-        CHECK_MSG(alone == ss[1][nc - 1], "sumsq alone %.17g, in the list %.17g", alone, ss[1][nc - 1]);
-        /* AdamW over the same list in one call (one launch on the GPU), every other parameter decayed: each
-           parameter against the CPU's update of it */
+        /* AdamW over the 300 in one call (two launches on the GPU), every other parameter decayed, clipped
+           by their norm to a factor of about 0.5: each parameter against the CPU's update of it; then a
+           gradient made NaN: nothing changes on either device */
         {
-            cu_buf wm[3][16];
-            int t;
+            static cu_buf wm[3][300];
+            int t, bad;
             for (i = 0; i < nc; i++)
                 for (t = 0; t < 3; t++) wm[t][i] = cu_normal(counts[i], &g, t == 0 ? 1.0 : 0.01, 0);
             for (i = 0; i < nc; i++) {
@@ -1072,21 +1092,36 @@ static void cu_op_adamw(void) {
                 for (j = 0; j < counts[i]; j++) wm[2][i].h[j] = fabsf(wm[2][i].h[j]);
                 cu_push(&wm[2][i]);
             }
-            CU_DEVS {
-                for (i = 0; i < nc; i++) {
-                    ps[dv][i].value = cu_t(&wm[0][i], dv, counts[i], 0, 0);
-                    ps[dv][i].m = cu_t(&wm[1][i], dv, counts[i], 0, 0);
-                    ps[dv][i].v = cu_t(&wm[2][i], dv, counts[i], 0, 0);
-                    ps[dv][i].decay = i % 2;
+            for (bad = 0; bad < 2; bad++) {
+                if (bad) { /* the last parameter's gradient NaN at one place */
+                    x[nc - 1].h[counts[nc - 1] / 2] = NAN;
+                    cu_push(&x[nc - 1]);
+                    for (i = 0; i < nc; i++) /* both devices from the CPU's values */
+                        for (t = 0; t < 3; t++) cu_push(&wm[t][i]);
                 }
-                tfm__op_adamw(CU_DEV, ps[dv], nc, 0.5f, 0.9f, 0.999f, 1e-8f, 1e-3f, 0.03f, 0.99f, 0);
+                CU_DEVS {
+                    double sumsq;
+                    for (i = 0; i < nc; i++) {
+                        ps[dv][i].value = cu_t(&wm[0][i], dv, counts[i], 0, 0);
+                        ps[dv][i].m = cu_t(&wm[1][i], dv, counts[i], 0, 0);
+                        ps[dv][i].v = cu_t(&wm[2][i], dv, counts[i], 0, 0);
+                        ps[dv][i].decay = i % 2;
+                    }
+                    sumsq = tfm__op_sumsq(CU_DEV, ps[dv], nc);
+                    CHECK_MSG(bad == !isfinite(sumsq), "device %d: sumsq %g with%s a NaN", dv, sumsq, bad ? "" : "out");
+                    if (dv || !bad) /* the CPU's caller refuses a NaN norm (tfm__adamw_apply); the GPU's kernels too */
+                        tfm__op_adamw(CU_DEV, ps[dv], nc, bad ? 1.0f : (float)(0.5 * sqrt(sumsq)), sumsq, 0.9f, 0.999f,
+                                      1e-8f, 1e-3f, 0.03f, 0.99f, 0);
+                }
+                for (i = 0; i < nc; i++)
+                    for (t = 0; t < 3; t++) {
+                        const char *nm = t == 0 ? "w" : t == 1 ? "m" : "v";
+                        if (bad) cu_check_bits(cu_fmt("adamw with a NaN gradient, n=%lld: %s unchanged", (long long)counts[i], nm), &wm[t][i]);
+                        else cu_check(cu_fmt("adamw n=%lld (a list of %d): %s", (long long)counts[i], nc, nm), &wm[t][i], CU_TOL);
+                    }
             }
             for (i = 0; i < nc; i++)
-                for (t = 0; t < 3; t++) {
-                    cu_check(cu_fmt("adamw n=%lld (a list of %d): %s", (long long)counts[i], nc, t == 0 ? "w" : t == 1 ? "m" : "v"),
-                             &wm[t][i], CU_TOL);
-                    cu_free(&wm[t][i]);
-                }
+                for (t = 0; t < 3; t++) cu_free(&wm[t][i]);
         }
         for (i = 0; i < nc; i++) cu_free(&x[i]);
     }
@@ -2403,6 +2438,182 @@ static void cu_model_rope(void) { cu_model_case(6); }
 static void cu_model_gqa(void) { cu_model_case(7); }
 static void cu_model_window(void) { cu_model_case(8); }
 
+/* Whole training steps (tfm_model_train_step) of each model, on the CPU and on the GPU with graphs off
+   and on: with graphs, the GPU's state after every step (parameters, gradients, moments, step, generator),
+   its losses, counts and gradient norms are the same bits as without, and within the training tolerances
+   of the CPU's. Under the emulation every step after the first is one graph launch (a model with
+   input_dim: none, its inputs come from pageable memory). Then, for the LM: the capture of a step made to
+   fail (broken, its update refused, its update and instantiation refused, the work space made to grow
+   inside it) leaves that step and the next 2 launch by launch with the same bits; a failing graph launch
+   is the call's TFM_E_CUDA; and a gradient norm that is not finite, found once the graph has run, is
+   TFM_E_ARG with the parameters, moments and step as they were, as without graphs. */
+static void cu_train_step_models(tfm_model *m, int which) {
+    int k;
+    for (k = 0; k < 3; k++) {
+        tfm_config c = cu_model_cfg(which, k ? TFM_DEVICE_CUDA : TFM_DEVICE_CPU);
+        if (!cu_init(&m[k], &c, cu_model_names[which])) cu_fatal("tfm_model_init");
+    }
+}
+
+#ifdef TFM_CUDA_EMULATION
+/* the thread's device work space given up: the next call that needs it must allocate it anew */
+static void cu_free_ws(void) {
+    cudaFree(tfm__cu.ws);
+    tfm__cu.ws = NULL;
+    tfm__cu.ws_size = 0;
+}
+#endif
+
+/* one step of m[1] (graphs off) and m[2] (graphs on) on batch seed, `before` (may be NULL) called just
+   before m[2]'s: the same results, bit for bit; the graph launches of m[2]'s (emulation; else 0). r: what
+   both returned. */
+static unsigned long long cu_train_step_pair(tfm_model *m, const tfm_optim *o, cu_data *d, uint64_t seed, const char *what,
+                                             tfm_result *r, void (*before)(void)) {
+    float loss[2], norm[2];
+    int64_t cnt[2];
+    tfm_result rr[2];
+    unsigned long long g0 = 0, g1 = 0;
+    int k;
+    cu_batch(d, &m[1].cfg, seed);
+    for (k = 0; k < 2; k++) {
+        CHECK_OK(tfm_cuda_set_graphs(k));
+        if (k && before) before();
+#ifdef TFM_CUDA_EMULATION
+        if (k) g0 = tfm_emu_graph_launches();
+#endif
+        rr[k] = tfm_model_train_step(&m[1 + k], &d->b, o, &loss[k], &cnt[k], &norm[k]);
+#ifdef TFM_CUDA_EMULATION
+        if (k) g1 = tfm_emu_graph_launches();
+#endif
+    }
+    CHECK_OK(tfm_cuda_set_graphs(1));
+    CHECK_MSG(rr[0] == rr[1], "%s: graphs off returned %d, on %d (%s)", what, (int)rr[0], (int)rr[1], tfm_last_error());
+    CHECK_MSG(!memcmp(&loss[0], &loss[1], sizeof(float)) && cnt[0] == cnt[1] && !memcmp(&norm[0], &norm[1], sizeof(float)),
+              "%s: loss %.9g / %.9g, counted %lld / %lld, norm %.9g / %.9g with graphs off / on", what, loss[0], loss[1],
+              (long long)cnt[0], (long long)cnt[1], norm[0], norm[1]);
+    *r = rr[1];
+    return g1 - g0;
+}
+
+static void cu_train_graphs(void) {
+    int steps = cu_small ? 4 : 8, which, s;
+    tfm_optim o = cu_optim();
+    cu_data *d = (cu_data *)malloc(sizeof(cu_data));
+    for (which = 0; which < CU_N_MODELS; which++) {
+        tfm_model m[3];
+        const char *nm = cu_model_names[which];
+        unsigned long long launches = 0;
+        cu_train_step_models(m, which);
+        for (s = 0; s < steps; s++) {
+            float loss = 0.0f, norm = 0.0f;
+            int64_t cnt = 0;
+            tfm_result r;
+            cu_batch(d, &m[0].cfg, (uint64_t)(1000 + s));
+            CHECK_OK(tfm_model_train_step(&m[0], &d->b, &o, &loss, &cnt, &norm));
+            launches += cu_train_step_pair(m, &o, d, (uint64_t)(1000 + s), cu_fmt("%s step %d", nm, s), &r, NULL);
+            CHECK_OK(r);
+            {   /* against the CPU's step (the GPU's results are the same with graphs and without) */
+                float l1 = m[1].impl->last_loss;
+                cu_check_scalar(cu_fmt("%s step %d: loss", nm, s), l1, loss, CU_TOL_LOSS, 1.0);
+            }
+        }
+#ifdef TFM_CUDA_EMULATION
+        {
+            unsigned long long want = m[0].cfg.input_dim ? 0 : (unsigned long long)(steps - 1);
+            CHECK_MSG(launches == want, "%s: %llu graph launches in %d steps, %llu expected", nm, launches, steps, want);
+        }
+#endif
+        cu_check_state(cu_fmt("%s: %d steps with graphs against without", nm, steps), &m[2], &m[1], 1);
+        {
+            int64_t n0, n1;
+            float *p0 = cu_model_flat(&m[0], 0, &n0), *p1 = cu_model_flat(&m[2], 0, &n1);
+            cu_check_params(cu_fmt("%s: %d steps on the GPU against the CPU", nm, steps), &m[0], p1, p0, CU_TOL_TRAINED);
+            free(p0);
+            free(p1);
+        }
+        for (s = 0; s < 3; s++) tfm_model_free(&m[s]);
+    }
+#ifdef TFM_CUDA_EMULATION
+    { /* the LM: failures */
+        static const char *const apis[3][2] = {{"cudaStreamEndCapture", NULL},
+                                               {"cudaGraphExecUpdate", NULL},
+                                               {"cudaGraphExecUpdate", "cudaGraphInstantiate"}};
+        static const int codes[3] = {cudaErrorStreamCaptureInvalidated, cudaErrorGraphExecUpdateFailure, cudaErrorInvalidValue};
+        int f;
+        for (f = 0; f < 6; f++) {
+            tfm_model m[3];
+            unsigned long long launched = 0, want;
+            tfm_result r;
+            cu_train_step_models(m, 2);
+            tfm_model_free(&m[0]);
+            for (s = 0; s < 7; s++) {
+                const char *what = cu_fmt("lm, failure %d, step %d", f, s);
+                if (s == 2) { /* the second step captured */
+                    tfm_emu_fail_clear();
+                    if (f < 3) tfm_emu_fail_next(apis[f][0], codes[f], 0);
+                    if (f == 2) tfm_emu_fail_next(apis[f][1], cudaErrorInvalidValue, 0);
+                    if (f == 3) tfm_emu_fail_next("cudaGraphLaunch", cudaErrorInvalidValue, 0);
+                    if (f == 5) { /* a NaN weight on both: the norm is not finite */
+                        int k;
+                        for (k = 1; k < 3; k++) {
+                            float nan = NAN;
+                            CHECK(cudaMemcpy(m[k].params[1].value.data, &nan, sizeof nan, cudaMemcpyHostToDevice) == cudaSuccess);
+                        }
+                    }
+                }
+                if (f == 3 && s == 2) { /* only m[2] launches a graph */
+                    float loss, norm;
+                    CHECK_OK(tfm_cuda_set_graphs(1));
+                    cu_batch(d, &m[2].cfg, (uint64_t)(2000 + s));
+                    r = tfm_model_train_step(&m[2], &d->b, &o, &loss, NULL, &norm);
+                    CHECK_MSG(r == TFM_E_CUDA && strstr(tfm_last_error(), "tfm_model_train_step") &&
+                                  strstr(tfm_last_error(), "cudaGraphLaunch"),
+                              "lm: a failing graph launch gave %d (%s)", (int)r, tfm_last_error());
+                    CHECK(m[2].step == 2);
+                    tfm_emu_reset();
+                    break;
+                }
+                if (f == 5 && s == 2) {
+                    int64_t n[4];
+                    float *before[2], *after[2];
+                    int k;
+                    for (k = 0; k < 2; k++) before[k] = cu_model_flat(&m[1 + k], 0, &n[k]);
+                    launched += cu_train_step_pair(m, &o, d, (uint64_t)(2000 + s), what, &r, NULL);
+                    CHECK_MSG(r == TFM_E_ARG && strstr(tfm_last_error(), "tfm_model_train_step") &&
+                                  strstr(tfm_last_error(), "not finite"),
+                              "lm: a NaN gradient norm gave %d (%s)", (int)r, tfm_last_error());
+                    for (k = 0; k < 2; k++) {
+                        after[k] = cu_model_flat(&m[1 + k], 0, &n[2 + k]);
+                        cu_check_params(cu_fmt("lm, graphs %s: parameters after a NaN norm", k ? "on" : "off"), &m[1], after[k],
+                                        before[k], 0.0);
+                        CHECK(m[1 + k].step == 2);
+                        free(before[k]);
+                        free(after[k]);
+                    }
+                    CHECK_MSG(launched == 2, "lm: the step with a NaN norm ran without a graph (%llu launches)", launched);
+                    cu_check_state("lm: after a NaN norm, graphs on against off", &m[2], &m[1], 1);
+                    break;
+                }
+                /* 4: the work space must grow inside the capture */
+                launched += cu_train_step_pair(m, &o, d, (uint64_t)(2000 + s), what, &r, f == 4 && s == 2 ? cu_free_ws : NULL);
+                CHECK_MSG(r == TFM_OK, "%s: %s", what, tfm_last_error());
+            }
+            if (f != 3 && f != 5) {
+                CHECK_MSG(tfm_emu_fail_pending() == 0, "lm: the failure %d armed was not reached", f);
+                want = (unsigned long long)(7 - 1) - (f == 1 ? 0 : 3); /* 7 steps, the first without; the failed one and 2 after */
+                CHECK_MSG(launched == want, "lm: capture failure %d: %llu graph launches, %llu expected", f, launched, want);
+                cu_check_state(cu_fmt("lm: capture failure %d, graphs on against off", f), &m[2], &m[1], 1);
+            }
+            tfm_emu_fail_clear();
+            tfm_emu_reset();
+            for (s = 1; s < 3; s++) tfm_model_free(&m[s]);
+        }
+        CHECK_OK(tfm_cuda_set_graphs(1));
+    }
+#endif
+    free(d);
+}
+
 /* ==== 5. generation: the same tokens and scores as on the CPU ========================================== */
 
 /* which: 0 an LM, 1 an encoder-decoder, 2 an LM with rotary positions (the cache's keys turned at their positions),
@@ -2567,11 +2778,7 @@ static int cu_drop_ws(void *user, int row, int32_t token) {
     int *n = (int *)user;
     (void)row;
     (void)token;
-    if (++*n == 3) {
-        cudaFree(tfm__cu.ws);
-        tfm__cu.ws = NULL;
-        tfm__cu.ws_size = 0;
-    }
+    if (++*n == 3) cu_free_ws();
     return 0;
 }
 #endif
@@ -4145,6 +4352,7 @@ static void suite_models(void) {
     RUN(cu_model_rope);
     RUN(cu_model_gqa);
     RUN(cu_model_window);
+    RUN(cu_train_graphs);
 }
 
 static void suite_generate(void) {

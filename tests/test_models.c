@@ -440,6 +440,128 @@ static void md_determinism_classifier(void) {
     md_det_case("classifier", c);
 }
 
+/* tfm_model_train_step is the four calls of md_step, bit for bit: losses, counts and gradient norms,
+   then the parameters, gradients, moments, step and generator (dropout on, clipping that bites, cosine
+   schedule). Its errors change nothing: a batch without targets or with a bad length, a bad opt, an
+   inference_only model; and a gradient norm that is not finite leaves the parameters, moments and step
+   as they were. */
+static void md_train_step_case(const char *what, tfm_config c) {
+    tfm_model m[2];
+    tfm_optim o = md_opt(3e-3f, 2);
+    md_data *d = (md_data *)malloc(sizeof(md_data));
+    tfm_rng r;
+    int s, k;
+    c.dropout = 0.2f;
+    c.attn_dropout = 0.1f;
+    o.clip_norm = 0.5f;
+    o.weight_decay = 0.01f;
+    o.schedule = TFM_SCHED_COSINE;
+    o.total_steps = 50;
+    if (!d || !md_init(&m[0], &c, what) || !md_init(&m[1], &c, what)) {
+        TEST__FAIL("%s: setup", what);
+        free(d);
+        return;
+    }
+    tfm_rng_seed(&r, 77);
+    for (s = 0; s < 6; s++) {
+        float loss[2] = {0, 0}, norm[2] = {0, 0};
+        int64_t cnt[2] = {0, 0};
+        md_gen(md_task_of(&c), &r, d, 8);
+        tfm_model_zero_grad(&m[0]);
+        CHECK_OK(tfm_model_forward(&m[0], &d->b, &loss[0], &cnt[0]));
+        CHECK_OK(tfm_model_backward(&m[0], 1.0f));
+        CHECK_OK(tfm_model_step(&m[0], &o, &norm[0]));
+        CHECK_OK(tfm_model_train_step(&m[1], &d->b, &o, &loss[1], &cnt[1], &norm[1]));
+        CHECK_MSG(!memcmp(&loss[0], &loss[1], sizeof(float)) && cnt[0] == cnt[1] && !memcmp(&norm[0], &norm[1], sizeof(float)),
+                  "%s step %d: loss %.9g / %.9g, counted %lld / %lld, norm %.9g / %.9g (the four calls / tfm_model_train_step)",
+                  what, s, loss[0], loss[1], (long long)cnt[0], (long long)cnt[1], norm[0], norm[1]);
+        CHECK_MSG(s != 0 || norm[0] > o.clip_norm, "%s: the first norm %g does not reach clip_norm", what, norm[0]);
+    }
+    {
+        size_t n[4];
+        float *a = md_snapshot(&m[0], 0, &n[0]), *b = md_snapshot(&m[1], 0, &n[1]);
+        float *ga = md_snapshot(&m[0], 1, &n[2]), *gb = md_snapshot(&m[1], 1, &n[3]);
+        int64_t nm = m[0].impl->mom_hi - m[0].impl->mom_lo;
+        CHECK_MSG(a && b && n[0] == n[1] && !memcmp(a, b, n[0] * sizeof(float)), "%s: the parameters differ", what);
+        CHECK_MSG(ga && gb && n[2] == n[3] && !memcmp(ga, gb, n[2] * sizeof(float)), "%s: the gradients differ", what);
+        CHECK_MSG(!memcmp(m[0].impl->mom_m, m[1].impl->mom_m, (size_t)nm * sizeof(float)) &&
+                      !memcmp(m[0].impl->mom_v, m[1].impl->mom_v, (size_t)nm * sizeof(float)),
+                  "%s: the moments differ", what);
+        CHECK(m[0].step == 6 && m[1].step == 6);
+        CHECK_MSG(!memcmp(&m[0].impl->rng, &m[1].impl->rng, sizeof(tfm_rng)), "%s: the generators differ", what);
+        free(a);
+        free(b);
+        free(ga);
+        free(gb);
+    }
+    { /* errors: nothing changes */
+        size_t n0, n1;
+        float *before = md_snapshot(&m[1], 0, &n0), *after, loss = 1.0f, norm = 1.0f;
+        tfm_rng rng0 = m[1].impl->rng;
+        const int32_t *t = d->b.targets;
+        tfm_optim bad = o;
+        tfm_model inf;
+        tfm_config ci = c;
+        int64_t cnt = 5;
+        d->b.targets = NULL;
+        CHECK_ERR(tfm_model_train_step(&m[1], &d->b, &o, &loss, &cnt, &norm), TFM_E_ARG, "tfm_model_train_step");
+        ERR_HAS("targets");
+        CHECK(loss == 0.0f && cnt == 0 && norm == 0.0f);
+        d->b.targets = t;
+        d->b.len = 0;
+        CHECK_ERR(tfm_model_train_step(&m[1], &d->b, &o, NULL, NULL, NULL), TFM_E_SHAPE, "tfm_model_train_step");
+        d->b.len = c.max_len;
+        CHECK_ERR(tfm_model_train_step(&m[1], &d->b, NULL, NULL, NULL, NULL), TFM_E_ARG, "tfm_model_train_step");
+        bad.beta1 = 2.0f;
+        CHECK_ERR(tfm_model_train_step(&m[1], &d->b, &bad, NULL, NULL, NULL), TFM_E_ARG, "beta1");
+        bad = o;
+        bad.total_steps = 6; /* step 7 is past the cosine's end */
+        CHECK_ERR(tfm_model_train_step(&m[1], &d->b, &bad, NULL, NULL, NULL), TFM_E_ARG, "total_steps");
+        CHECK_ERR(tfm_model_train_step(NULL, &d->b, &o, NULL, NULL, NULL), TFM_E_ARG, "tfm_model_train_step");
+        ci.inference_only = 1;
+        if (md_init(&inf, &ci, what)) {
+            CHECK_ERR(tfm_model_train_step(&inf, &d->b, &o, NULL, NULL, NULL), TFM_E_ARG, "inference_only");
+            tfm_model_free(&inf);
+        }
+        after = md_snapshot(&m[1], 0, &n1);
+        CHECK_MSG(before && after && n0 == n1 && !memcmp(before, after, n0 * sizeof(float)), "%s: an error changed the parameters", what);
+        CHECK(m[1].step == 6 && !memcmp(&rng0, &m[1].impl->rng, sizeof rng0));
+        free(after);
+        /* a NaN weight: the norm is not finite; parameters, moments and step as they were */
+        m[1].params[1].value.data[0] = NAN;
+        free(before);
+        before = md_snapshot(&m[1], 0, &n0);
+        {
+            int64_t nm = m[1].impl->mom_hi - m[1].impl->mom_lo;
+            float *mom = (float *)malloc((size_t)nm * sizeof(float));
+            if (mom) memcpy(mom, m[1].impl->mom_m, (size_t)nm * sizeof(float));
+            CHECK_ERR(tfm_model_train_step(&m[1], &d->b, &o, &loss, NULL, &norm), TFM_E_ARG, "not finite");
+            CHECK(!isfinite(norm));
+            after = md_snapshot(&m[1], 0, &n1);
+            CHECK_MSG(before && after && n0 == n1 && !memcmp(before, after, n0 * sizeof(float)),
+                      "%s: a NaN norm changed the parameters", what);
+            CHECK_MSG(mom && !memcmp(mom, m[1].impl->mom_m, (size_t)nm * sizeof(float)), "%s: a NaN norm changed the moments", what);
+            CHECK(m[1].step == 6);
+            free(mom);
+            free(after);
+        }
+        free(before);
+    }
+    for (k = 0; k < 2; k++) tfm_model_free(&m[k]);
+    free(d);
+}
+
+static void md_train_step(void) {
+    tfm_config c = md_cfg(TFM_MODEL_DECODER_LM);
+    c.norm_first = 1;
+    md_train_step_case("LM", c);
+    c = md_cfg(TFM_MODEL_ENCODER_DECODER);
+    c.n_layers = 1;
+    md_train_step_case("encoder-decoder", c);
+    c = md_cfg(TFM_MODEL_ENCODER_CLASSIFIER);
+    md_train_step_case("classifier", c);
+}
+
 /* Determinism is promised for a given thread count: 1 thread twice and 2 threads twice must agree
    bit for bit. Whether 1 and 2 threads agree with each other is only reported (with -v). Batches
    of 16, so that the element-wise loops (B*T*C = 4608 elements) split over threads too. The thread count is restored afterwards. */
@@ -2339,6 +2461,7 @@ static void suite_models(void) {
     RUN(md_determinism_encdec);
     RUN(md_determinism_classifier);
     RUN(md_determinism_threads);
+    RUN(md_train_step);
     RUN(md_small_stack);
     RUN(md_scratch_nomem);
     RUN(md_train_eval);
