@@ -25,11 +25,12 @@
    For each config, on the GPU (cfg.device = TFM_DEVICE_CUDA), TF32 off unless said otherwise:
      check  the same weights on both devices: an inference_only model built on the CPU gives its loss on
             the benchmark batch there, then moves to the GPU (tfm_model_to_device) and gives it again.
-     train  zero_grad + forward with loss + backward + AdamW step (lr 1e-4, weight decay 0.01) on a
-            random batch (ids from seed 42, model from seed 1234, dropout 0: bench.c's conventions);
-            warm-up steps, then timed steps (up to the config's count, or fewer when the time budget
-            of the measurement is spent; at least 3), tfm_cuda_synchronize before each timer read. The
-            median is step_ms. With --tf32, the same again with cfg.precision TFM_PREC_TF32: prec=tf32,
+     train  tfm_model_train_step: zero_grad + forward with loss + backward + AdamW step (lr 1e-4, weight
+            decay 0.01) on a random batch (ids from seed 42, model from seed 1234, dropout 0: bench.c's
+            conventions); warm-up steps, then timed steps twice: as CUDA graphs (the default: impl=ours
+            graphs=1), then launch by launch (tfm_cuda_set_graphs(0): impl=ours-launches graphs=0), each
+            up to half the config's count, or fewer when half the time budget of the measurement is spent
+            (at least 3), tfm_cuda_synchronize before each timer read. The median is step_ms. With --tf32, the same again with cfg.precision TFM_PREC_TF32: prec=tf32,
             tf32=1; with --bf16, with cfg.precision TFM_PREC_BF16 (bf16 operands, fp32 sums): prec=bf16,
             and mfu = TFLOP/s over the device's dense bf16 peak (H100/H200 SXM 989.4, H100 PCIe 756,
             A100 312; -1 for another device).
@@ -52,11 +53,11 @@
    Lines (one per measurement; a script reads the key=value pairs):
        INFO impl=ours device="..." transformer.h=X.Y.Z
        RESULT impl=ours device=cuda mode=check name=... loss_cpu=... loss_gpu=... rel_err=... ok=yes|NO
-       RESULT impl=ours device=cuda mode=train name=... prec=fp32|tf32|bf16 tf32=0|1 params=... batch=... seq=... step_ms=...
+       RESULT impl=ours|ours-launches device=cuda mode=train name=... prec=fp32|tf32|bf16 tf32=0|1 params=... batch=... seq=... step_ms=...
               step_min_ms=... tok_s=... gflop_step=... tflops=... loss0=... loss=... steps=... first_step_ms=...
               model_mb=...   (loss0: the first step's loss, the check's loss_cpu when the GPU model starts from
               the same weights; loss: the last step's; model_mb: tfm_model_memory_size, the model's one block,
-              which the GPU holds a twin of; bf16 rows add mfu=...)
+              which the GPU holds a twin of; bf16 rows add mfu=...; graphs=1|0)
        RESULT impl=ours device=cuda mode=gen name=... tf32=0 batch=... new=... tok_s=... ms_tok=... reps=...
        RESULT impl=ours device=cuda mode=kernel name=OP rows=... cols=... bytes=... us=... gbs=... copy_gbs=...
               share=... reps=... calls=...   (calls: back-to-back calls per rep; name=copy is the peer)
@@ -215,23 +216,15 @@ static void run_check(const gpu_cfg *b, const gpu_data *d) {
 
 /* ---- train --------------------------------------------------------------------------------------- */
 
-/* One timed training step: seconds from a synchronized start to a synchronized end; < 0 on failure. */
+/* One timed training step (tfm_model_train_step): seconds from a synchronized start to a synchronized
+   end; < 0 on failure. */
 static double train_step(tfm_model *m, const gpu_data *d, float *loss, const char *name) {
     double t0;
     tfm_result r;
     if (sync_gpu(name)) return -1.0;
     t0 = now_s();
-    tfm_model_zero_grad(m);
-    if ((r = tfm_model_forward(m, &d->batch, loss, NULL)) != TFM_OK) {
-        fail(name, "tfm_model_forward", r);
-        return -1.0;
-    }
-    if ((r = tfm_model_backward(m, 1.0f)) != TFM_OK) {
-        fail(name, "tfm_model_backward", r);
-        return -1.0;
-    }
-    if ((r = tfm_model_step(m, &d->opt, NULL)) != TFM_OK) {
-        fail(name, "tfm_model_step", r);
+    if ((r = tfm_model_train_step(m, &d->batch, &d->opt, loss, NULL, NULL)) != TFM_OK) {
+        fail(name, "tfm_model_train_step", r);
         return -1.0;
     }
     if (sync_gpu(name)) return -1.0;
@@ -267,12 +260,14 @@ static void add_row(const char *name, int mode, int prec, int batch, double ms, 
     r->mode = mode, r->prec = prec, r->batch = batch, r->ms = ms, r->tok_s = tok_s, r->tflops = tflops;
 }
 
+/* Each precision twice: whole steps as CUDA graphs (the default: impl=ours graphs=1), then launch by
+   launch (tfm_cuda_set_graphs(0): impl=ours-launches graphs=0), each with half the steps and budget. */
 static void run_train(const gpu_cfg *b, const gpu_data *d, int prec) {
     tfm_config cfg = make_config(b, TFM_DEVICE_CUDA);
     tfm_model m;
     tfm_result r;
-    double times[MAX_STEPS], first, spent = 0.0, step_ms, step_min_ms, flops = model_flops(b), t0;
-    int warmup = g_quick ? 1 : b->warmup, steps = g_quick ? 3 : b->steps, n = 0, i;
+    double times[MAX_STEPS], first, step_ms, step_min_ms, flops = model_flops(b), t0;
+    int warmup = g_quick ? 1 : b->warmup, steps = g_quick ? 3 : b->steps, i, graphs;
     float loss = 0.0f, loss0 = 0.0f;
     size_t bytes = 0;
     char mfu[32] = "";
@@ -296,31 +291,42 @@ static void run_train(const gpu_cfg *b, const gpu_data *d, int prec) {
     for (i = 1; i < warmup; i++)
         if (train_step(&m, d, &loss, b->name) < 0) goto done;
     if (steps > MAX_STEPS) steps = MAX_STEPS;
-    while (n < steps && (n < 3 || spent < g_budget)) {
-        double dt = train_step(&m, d, &loss, b->name);
-        if (dt < 0) goto done;
-        times[n++] = dt;
-        spent += dt;
+    if (!g_quick) steps = steps / 2 > 3 ? steps / 2 : 3;
+    for (graphs = 1; graphs >= 0; graphs--) {
+        double spent = 0.0;
+        int n = 0;
+        if ((r = tfm_cuda_set_graphs(graphs)) != TFM_OK) {
+            fail(b->name, "tfm_cuda_set_graphs", r);
+            goto done;
+        }
+        while (n < steps && (n < 3 || spent < g_budget / 2)) {
+            double dt = train_step(&m, d, &loss, b->name);
+            if (dt < 0) goto done;
+            times[n++] = dt;
+            spent += dt;
+        }
+        if (!isfinite(loss)) {
+            fprintf(stderr, "bench_gpu: %s: the loss is not finite (%g)\n", b->name, (double)loss);
+            printf("FAIL impl=ours name=%s call=train reason=loss_not_finite\n", b->name);
+            g_failed = 1;
+            goto done;
+        }
+        step_ms = 1e3 * median(times, n); /* sorted now */
+        step_min_ms = 1e3 * times[0];
+        if (prec == TFM_PREC_BF16)
+            sprintf(mfu, " mfu=%.4f", bf16_peak() > 0 ? flops * 1e-12 / (step_ms * 1e-3) / bf16_peak() : -1.0);
+        printf("RESULT impl=%s device=cuda mode=train name=%s prec=%s tf32=%d params=%lld batch=%d seq=%d step_ms=%.3f "
+               "step_min_ms=%.3f tok_s=%.1f gflop_step=%.4f tflops=%.3f loss0=%.6f loss=%.5f steps=%d first_step_ms=%.1f "
+               "model_mb=%.1f%s graphs=%d\n",
+               graphs ? "ours" : "ours-launches", b->name, PREC_NAMES[prec], prec == TFM_PREC_TF32, (long long)m.n_weights,
+               b->B, b->T, step_ms, step_min_ms, (double)b->B * b->T / (step_ms * 1e-3), flops * 1e-9,
+               flops * 1e-12 / (step_ms * 1e-3), (double)loss0, (double)loss, n, 1e3 * first, bytes / 1e6, mfu, graphs);
+        fflush(stdout);
+        if (graphs)
+            add_row(b->name, 0, prec, b->B, step_ms, (double)b->B * b->T / (step_ms * 1e-3), flops * 1e-12 / (step_ms * 1e-3));
     }
-    if (!isfinite(loss)) {
-        fprintf(stderr, "bench_gpu: %s: the loss is not finite (%g)\n", b->name, (double)loss);
-        printf("FAIL impl=ours name=%s call=train reason=loss_not_finite\n", b->name);
-        g_failed = 1;
-        goto done;
-    }
-    step_ms = 1e3 * median(times, n); /* sorted now */
-    step_min_ms = 1e3 * times[0];
-    if (prec == TFM_PREC_BF16)
-        sprintf(mfu, " mfu=%.4f", bf16_peak() > 0 ? flops * 1e-12 / (step_ms * 1e-3) / bf16_peak() : -1.0);
-    printf("RESULT impl=ours device=cuda mode=train name=%s prec=%s tf32=%d params=%lld batch=%d seq=%d step_ms=%.3f "
-           "step_min_ms=%.3f tok_s=%.1f gflop_step=%.4f tflops=%.3f loss0=%.6f loss=%.5f steps=%d first_step_ms=%.1f "
-           "model_mb=%.1f%s\n",
-           b->name, PREC_NAMES[prec], prec == TFM_PREC_TF32, (long long)m.n_weights, b->B, b->T, step_ms, step_min_ms,
-           (double)b->B * b->T / (step_ms * 1e-3), flops * 1e-9, flops * 1e-12 / (step_ms * 1e-3), (double)loss0,
-           (double)loss, n, 1e3 * first, bytes / 1e6, mfu);
-    fflush(stdout);
-    add_row(b->name, 0, prec, b->B, step_ms, (double)b->B * b->T / (step_ms * 1e-3), flops * 1e-12 / (step_ms * 1e-3));
 done:
+    (void)tfm_cuda_set_graphs(1);
     tfm_model_free(&m);
 }
 

@@ -2614,6 +2614,54 @@ static void cu_train_graphs(void) {
     free(d);
 }
 
+/* NaN weights (element 0 of every parameter) in each model, fp32 and bf16: a training step (a CUDA graph
+   after a good first step) gives TFM_E_ARG for its norm, an evaluation forward and greedy decoding
+   (LMs, encoder-decoders) run to their end. Under the emulation a warp whose lanes part at a shuffle or a
+   barrier aborts the run: NaN must not make a kernel's threads disagree on where to go (on a GPU that
+   hangs or reads garbage). */
+static void cu_nan_weights(void) {
+    tfm_optim o = cu_optim();
+    cu_data *d = (cu_data *)malloc(sizeof(cu_data));
+    int which, bf;
+    for (bf = 0; bf < 2; bf++)
+        for (which = 0; which < CU_N_MODELS; which++) {
+            tfm_config c = cu_model_cfg(which, TFM_DEVICE_CUDA);
+            tfm_model m;
+            float loss, nan = NAN;
+            tfm_result r;
+            int i;
+            if (bf) c.precision = TFM_PREC_BF16;
+            if (!cu_init(&m, &c, cu_model_names[which])) break;
+            cu_batch(d, &c, 7);
+            CHECK_OK(tfm_model_train_step(&m, &d->b, &o, &loss, NULL, NULL));
+            for (i = 0; i < m.n_params; i++)
+                CHECK(cudaMemcpy(m.params[i].value.data, &nan, sizeof nan, cudaMemcpyHostToDevice) == cudaSuccess);
+            r = tfm_model_train_step(&m, &d->b, &o, &loss, NULL, NULL);
+            CHECK_MSG(r == TFM_E_ARG && strstr(tfm_last_error(), "not finite"), "%s%s: a NaN step gave %d (%s)",
+                      cu_model_names[which], bf ? " bf16" : "", (int)r, tfm_last_error());
+            tfm_model_train(&m, 0);
+            CHECK_OK(tfm_model_forward(&m, &d->b, &loss, NULL));
+            CHECK_MSG(!isfinite(loss), "%s: loss %g with NaN weights", cu_model_names[which], loss);
+            if (c.kind != TFM_MODEL_ENCODER_CLASSIFIER) {
+                tfm_gen_opts g;
+                int32_t src[3] = {1, 2, 3}, prompt[2] = {1, 2}, out[4];
+                int n_out = 0, encdec = c.kind == TFM_MODEL_ENCODER_DECODER;
+                memset(&g, 0, sizeof g);
+                g.max_new = 4;
+                CHECK_OK(tfm_model_generate(&m, encdec ? src : NULL, encdec ? 3 : 0, prompt, encdec ? 1 : 2, &g, out, &n_out));
+                g.beam_width = 2;
+                {
+                    int lens[1], found = 0;
+                    float score;
+                    CHECK_OK(tfm_model_beam_search(&m, encdec ? src : NULL, encdec ? 3 : 0, prompt, encdec ? 1 : 2, &g, 1, out, 4,
+                                                   lens, &score, &found));
+                }
+            }
+            tfm_model_free(&m);
+        }
+    free(d);
+}
+
 /* ==== 5. generation: the same tokens and scores as on the CPU ========================================== */
 
 /* which: 0 an LM, 1 an encoder-decoder, 2 an LM with rotary positions (the cache's keys turned at their positions),
@@ -3446,7 +3494,7 @@ static const char *const cu_sweep_names[] = {
     "tfm_model_step", "tfm_dist_step", "tfm_dist_allreduce_grads", "tfm_dist_broadcast_model", "tfm_dist_check_model",
     "tfm_model_generate", "tfm_model_generate_batch", "tfm_model_beam_search", "tfm_model_score", "tfm_kv_cache_init",
     "tfm_kv_cache_reorder", "tfm_model_save", "tfm_model_load", "tfm_dist_save", "tfm_dist_load", "tfm_model_to_device",
-    "tfm_cuda_synchronize"};
+    "tfm_model_train_step", "tfm_cuda_synchronize"};
 #define CU_SWEEP_CALLS ((int)(sizeof cu_sweep_names / sizeof cu_sweep_names[0]))
 
 static tfm_result cu_sweep_call(cu_sweep *s, int i) {
@@ -3545,6 +3593,14 @@ static tfm_result cu_sweep_call(cu_sweep *s, int i) {
     case 58: { /* there and back: the model ends where it started */
         tfm_result r = tfm_model_to_device(&s->m, TFM_DEVICE_CPU);
         if (r == TFM_OK) r = tfm_model_to_device(&s->m, TFM_DEVICE_CUDA);
+        return r;
+    }
+    case 59: { /* launch by launch: a CUDA call that fails inside a captured step makes it run again so
+                  (cu_train_graphs), where the failure would not repeat */
+        tfm_result r;
+        (void)tfm_cuda_set_graphs(0);
+        r = tfm_model_train_step(&s->m, &s->data.b, &s->o, &f, NULL, NULL);
+        (void)tfm_cuda_set_graphs(1);
         return r;
     }
     default: return tfm_cuda_synchronize();
@@ -4353,6 +4409,7 @@ static void suite_models(void) {
     RUN(cu_model_gqa);
     RUN(cu_model_window);
     RUN(cu_train_graphs);
+    RUN(cu_nan_weights);
 }
 
 static void suite_generate(void) {

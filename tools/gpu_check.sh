@@ -335,18 +335,20 @@ fi
                 exit
             }
             print "\ntraining step, ms (median; zero_grad + forward + backward + AdamW), TFLOP/s by bench.c'"'"'s formula"
-            printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s\n", "config", "ours", "torch", "torch/", "ours", "torch",
-                   "ours", "torch", "torch/", "MB"
-            printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s\n", "", "fp32", "fp32", "ours", "TFLOPs", "TFLOPs", "tf32",
-                   "tf32", "ours", "ours/torch"
+            printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s   %9s %7s\n", "config", "ours", "torch", "torch/", "ours",
+                   "torch", "ours", "torch", "torch/", "MB", "no graphs", "nog/"
+            printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s   %9s %7s\n", "", "fp32", "fp32", "ours", "TFLOPs", "TFLOPs",
+                   "tf32", "tf32", "ours", "ours/torch", "fp32", "ours"
             for (i = 1; i <= nn; i++) {
                 n = order[i]
-                printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s\n", n, f(ms["ours", n, "fp32"], "%.2f"),
+                printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s   %9s %7s\n", n, f(ms["ours", n, "fp32"], "%.2f"),
                        f(ms["torch", n, "fp32"], "%.2f"), ratio(ms["torch", n, "fp32"], ms["ours", n, "fp32"]),
                        f(tf["ours", n, "fp32"], "%.2f"), f(tf["torch", n, "fp32"], "%.2f"), f(ms["ours", n, "tf32"], "%.2f"),
                        f(ms["torch", n, "tf32"], "%.2f"), ratio(ms["torch", n, "tf32"], ms["ours", n, "tf32"]),
-                       f(mb["ours", n], "%.0f") "/" f(mb["torch", n], "%.0f")
+                       f(mb["ours", n], "%.0f") "/" f(mb["torch", n], "%.0f"), f(ms["ours-launches", n, "fp32"], "%.2f"),
+                       ratio(ms["ours-launches", n, "fp32"], ms["ours", n, "fp32"])
             }
+            print "ours: each training step one CUDA graph (tfm_model_train_step); no graphs: launch by launch (tfm_cuda_set_graphs(0))"
             if (has_bf16) {
                 print "\nbf16 training step, ms: ours cfg.precision bf16; torch autocast bf16 + SDPA, eager and torch.compile"
                 printf "%-18s %9s %9s %9s %9s %7s %7s %7s\n", "config", "ours", "torch", "torch", "speedup", "fastest/", "MFU", "MFU"
