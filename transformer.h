@@ -4196,7 +4196,7 @@ static void tfm__cuda_copy(void *dst, const void *src, size_t n) {
 }
 
 /* -- a step as one CUDA graph: a decoding step, or a training step (tfm_model_train_step) --
-   A decoding step queues about 10 kernels and copies a layer besides 4 cuBLAS products, each a few
+   A decoding step queues about 9 kernels and copies a layer besides 4 cuBLAS products, each a few
    microseconds of GPU work at batch 1, so launching them one by one costs more than running them; a
    training step of a small model likewise. Instead the step's work is captured (queued on the thread's
    own non-blocking stream while it captures: kept, not run), and the graph runs in one launch on the
@@ -8143,8 +8143,16 @@ static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, float du_beta, 
 
 /* pre-LN:  u = LN_s(x_s);  x_{s+1} = x_s + drop(F_s(u))
    post-LN: r = x_s + drop(F_s(x_s));  x_{s+1} = LN_s(r)       (ln_io[s] holds u or r) */
+/* A norm that a pre-LN block runs in the same pass as its last residual add (tfm__block_fwd): the next
+   block's first (its output that block's ln_io[0]) or the stack's final one. */
+typedef struct tfm__norm_after { tfm_layernorm *ln; float *out; float eps; } tfm__norm_after;
+
+/* in_normed (pre-LN): x's first norm already ran, with the residual add of the block below (its output
+   in blk->ln_io[0], its statistics in blk->norm[0]); after (pre-LN, may be NULL): the norm to run on y
+   with the last residual add. */
 static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float *xkv, int B, int T, int Tk,
-                           const tfm_attn_opts *opts, tfm_kv_cache *kc, int layer) {
+                           const tfm_attn_opts *opts, tfm_kv_cache *kc, int layer, int in_normed,
+                           const tfm__norm_after *after) {
     const tfm_block_desc *d = &blk->desc;
     int64_t N = (int64_t)B * T, C = d->d_model;
     int s;
@@ -8160,7 +8168,7 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
         float *v = blk->sub_out;
         tfm_layernorm *ln = &blk->norm[s];
         if (d->norm_first) {
-            if (s == 0) /* (the later sub-layers' norms ran with the residual add before them) */
+            if (s == 0 && !in_normed) /* (the later sub-layers' norms ran with the residual add before them) */
                 tfm__op_layernorm(blk->device, blk->ln_io[0], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data, d->ln_eps, N, C, ln->rms);
             tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], kc, layer);
         } else {
@@ -8173,6 +8181,9 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
             tfm_layernorm *nx = &blk->norm[s + 1];
             tfm__op_add_layernorm(blk->device, out, blk->ln_io[s + 1], nx->mean, nx->rstd, xs, v, nx->weight.data, nx->bias.data,
                                   d->ln_eps, N, C, nx->rms);
+        } else if (d->norm_first && after) { /* y and the next norm's output */
+            tfm__op_add_layernorm(blk->device, out, after->out, after->ln->mean, after->ln->rstd, xs, v, after->ln->weight.data,
+                                  after->ln->bias.data, after->eps, N, C, after->ln->rms);
         } else if (d->norm_first) {
             tfm__op_add(blk->device, out, xs, v, N * C);
         } else {
@@ -8278,7 +8289,7 @@ TFMDEF tfm_result tfm_block_forward(tfm_block *blk, tfm_tensor *y, const tfm_ten
     if (o.training && (d->dropout > 0.0f || d->attn_dropout > 0.0f) && !blk->has_grad)
         return tfm__fail(TFM_E_ARG, "%s: dropout while training needs a block built with gradients", fn);
     TFM__TRY(tfm__scratch_reserve(fn));
-    tfm__block_fwd(blk, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)T, (int)Tk, &o, NULL, 0);
+    tfm__block_fwd(blk, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)T, (int)Tk, &o, NULL, 0, 0, NULL);
     return tfm__scratch_check(fn);
 }
 
@@ -9175,17 +9186,20 @@ static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, in
     o.kv_lens = mem_lens;
     o.training = m->impl->training;
     o.batch_offset = m->impl->batch_offset;
-    for (l = 0; l < n; l++) {
+    for (l = 0; l < n; l++) { /* pre-LN: each block's last residual add runs the norm after it */
         float *out = buf + (l % tfm__stack_bufs(n, m->impl->has_grad)) * BTC;
+        tfm__norm_after after;
+        after.ln = l + 1 < n ? &blks[l + 1].norm[0] : norm;
+        after.out = l + 1 < n ? blks[l + 1].ln_io[0] : ln_out;
+        after.eps = l + 1 < n ? blks[l + 1].desc.ln_eps : m->cfg.ln_eps;
         o.seed = tfm__seed_mix(m->impl->fwd_seed, site + (uint64_t)l);
-        tfm__block_fwd(&blks[l], out, cur, mem, B, T, Tk, &o, kc, l);
+        tfm__block_fwd(&blks[l], out, cur, mem, B, T, Tk, &o, kc, l, m->cfg.norm_first && l > 0,
+                       m->cfg.norm_first ? &after : NULL);
         cur = out;
     }
-    if (m->cfg.norm_first) {
+    if (m->cfg.norm_first && n == 0)
         tfm__op_layernorm(m->impl->device, ln_out, norm->mean, norm->rstd, cur, norm->weight.data, norm->bias.data, m->cfg.ln_eps, (int64_t)B * T, m->cfg.d_model, norm->rms);
-        cur = ln_out;
-    }
-    return cur;
+    return m->cfg.norm_first ? ln_out : cur;
 }
 
 /* g: gradient of the stack's output (clobbered). Returns the gradient of its input (d_enc_y or d_dec_x). */
