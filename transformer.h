@@ -907,8 +907,7 @@ TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad
 /* One whole training step on a batch with targets: tfm_model_forward, tfm_model_zero_grad,
    tfm_model_backward(m, 1) and tfm_model_step, with the same results; *loss, *n_counted and *grad_norm
    (each may be NULL) as those give them. On a GPU model every step after the first runs as one CUDA graph
-   where it can (tfm_cuda_set_graphs; not with cfg.input_dim), read back once at its end. Errors as those
-   calls', under this name;
+   where it can (tfm_cuda_set_graphs), read back once at its end. Errors as those calls', under this name;
    checked before anything changes, but for a gradient norm that is not finite (TFM_E_ARG: the parameters,
    moments and step are as they were, the gradients the batch's). A model with cfg.moment_shards trains
    with the separate calls and tfm_dist_step. */
@@ -5066,10 +5065,32 @@ static void tfm__zero_cuda(float *x, int64_t n) {
     if (n > 0) (void)tfm__cuda_ok(cudaMemsetAsync(x, 0, (size_t)n * sizeof(float), tfm__cu.stream), "cudaMemsetAsync");
 }
 
+/* Whether p is host memory (pageable or pinned) and not the device's. */
+static int tfm__cuda_is_host(const void *p) {
+    cudaPointerAttributes at;
+    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return at.type == cudaMemoryTypeUnregistered || at.type == cudaMemoryTypeHost;
+}
+
 /* Either side may be host memory (a batch's inputs, a tensor copy); a broadcast row (lds 0) or an add is
-   a kernel on device memory. */
+   a kernel on device memory. Rows from host memory of up to a quarter of the staging ring go through it
+   (tfm__cuda_stage), packed: their copy does not wait for the GPU, and a captured step may hold it. */
 static void tfm__copy_rows_cuda(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n, int64_t C, int add) {
+    size_t row = (size_t)C * sizeof(float);
     if (n <= 0 || C <= 0) return;
+    if (!add && lds >= C && (size_t)n * row <= TFM__CU_STAGE / 4 && tfm__cuda_is_host(src)) {
+        unsigned char *st = tfm__cuda_stage((size_t)n * row);
+        int64_t r;
+        if (!st) return;
+        for (r = 0; r < n; r++) memcpy(st + (size_t)r * row, src + r * lds, row);
+        (void)tfm__cuda_ok(cudaMemcpy2DAsync(dst, (size_t)ldd * sizeof(float), st, row, row, (size_t)n, cudaMemcpyHostToDevice,
+                                             tfm__cu.stream),
+                           "cudaMemcpy2DAsync (host to device)");
+        return;
+    }
     if (!add && lds == C && ldd == C) {
         (void)tfm__cuda_ok(cudaMemcpyAsync(dst, src, (size_t)(n * C) * sizeof(float), cudaMemcpyDefault, tfm__cu.stream), "cudaMemcpyAsync");
         return;
@@ -9504,6 +9525,7 @@ static tfm_result tfm__adamw_apply(const char *fn, const tfm_optim *o, const tfm
     double bc1, bc2;
     float lr;
     if (grad_norm) *grad_norm = (float)sqrt(sumsq);
+    TFM__TRY(tfm__cuda_check(fn)); /* the norm's kernels failed: no update by a wrong norm */
     if (!tfm__capturing()) TFM__TRY(tfm__norm_check(fn, sqrt(sumsq)));
     lr = tfm__lr(o, step);
     bc1 = 1.0 - pow((double)o->beta1, (double)step);
@@ -9632,7 +9654,7 @@ TFMDEF tfm_result tfm_model_train_step(tfm_model *m, const tfm_batch *batch, con
     TFM__TRY(tfm__optim_resolve(fn, opt, m->step + 1, &o));
     prev = tfm__prec_enter(m);
 #if defined(TFM_CUDA)
-    if (m->impl->device == TFM_DEVICE_CUDA && m->impl->warm && !m->cfg.input_dim) /* (inputs come from pageable memory) */
+    if (m->impl->device == TFM_DEVICE_CUDA && m->impl->warm)
         ran = tfm__train_step_graph(m, batch, &o, loss, n_counted, grad_norm, &r);
 #endif
     if (!ran) r = tfm__train_step_run(m, batch, &o, loss, n_counted, grad_norm);
