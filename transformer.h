@@ -5480,6 +5480,7 @@ static void tfm__adamw_cuda(const tfm_adamw_param *ps, int n, float clip, float 
                             float step_size, float bc2s, float decay, int decay_all) {
     tfm__cu_job jt[256];
     int g0;
+    if (!tfm__cuda_kept_space()) return; /* (tfm__cu_sumsq's slot: tfm__sumsq_cuda ran just before) */
     for (g0 = 0; g0 < n; g0 += 256) {
         int gn = TFM__MIN(256, n - g0);
         int64_t chunks = tfm__cu_jobs(jt, ps + g0, gn, decay, decay_all);
