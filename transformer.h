@@ -9639,7 +9639,7 @@ TFMDEF tfm_result tfm_model_train_step(tfm_model *m, const tfm_batch *batch, con
                                        int64_t *n_counted, float *grad_norm) {
     const char *fn = "tfm_model_train_step";
     tfm_optim o;
-    tfm_result r;
+    tfm_result r = TFM_OK;
     int prev, ran = 0;
     if (loss) *loss = 0.0f;
     if (n_counted) *n_counted = 0;
