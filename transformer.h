@@ -27,7 +27,7 @@
            tfm_model_forward(&m, &b, &loss, NULL);
            tfm_model_backward(&m, 1.0f);
            tfm_model_step(&m, &opt, NULL);           AdamW, clipping, warmup
-       }
+       }                                              (or the four as one: tfm_model_train_step)
        tfm_kv kv = {"vocab", "..."};                  your own metadata travels with the weights
        tfm_model_save(&m, "lm.safetensors", 0, &kv, 1);  atomic; torch's safetensors reads it
        tfm_model_free(&m);
