@@ -9571,14 +9571,21 @@ static int tfm__model_sharded(const tfm_model *m) {
     return m->impl->has_grad && m->impl->mom_hi - m->impl->mom_lo < (int64_t)(m->impl->n_param_bytes / sizeof(float));
 }
 
-TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad_norm) {
-    const char *fn = "tfm_model_step";
-    if (grad_norm) *grad_norm = 0.0f;
+/* TFM_E_ARG naming fn unless m is a built model that trains on its own (gradients, every moment); a
+   model with sharded moments takes `instead` */
+static tfm_result tfm__chk_trains(const char *fn, const tfm_model *m, const char *instead) {
     if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
     if (!m->impl->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
     if (tfm__model_sharded(m))
-        return tfm__fail(TFM_E_ARG, "%s: the model keeps a share of the moments (cfg.moment_shards %d): step it with "
-                         "tfm_dist_step", fn, m->cfg.moment_shards);
+        return tfm__fail(TFM_E_ARG, "%s: the model keeps a share of the moments (cfg.moment_shards %d): %s", fn,
+                         m->cfg.moment_shards, instead);
+    return TFM_OK;
+}
+
+TFMDEF tfm_result tfm_model_step(tfm_model *m, const tfm_optim *opt, float *grad_norm) {
+    const char *fn = "tfm_model_step";
+    if (grad_norm) *grad_norm = 0.0f;
+    TFM__TRY(tfm__chk_trains(fn, m, "step it with tfm_dist_step"));
     TFM__TRY(tfm__adamw_step(fn, m->impl->adam, m->n_params, opt, m->step + 1, grad_norm));
     m->step++;
     return TFM_OK;
@@ -9644,11 +9651,7 @@ TFMDEF tfm_result tfm_model_train_step(tfm_model *m, const tfm_batch *batch, con
     if (loss) *loss = 0.0f;
     if (n_counted) *n_counted = 0;
     if (grad_norm) *grad_norm = 0.0f;
-    if (!m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: model is NULL or not initialised", fn);
-    if (!m->impl->has_grad) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
-    if (tfm__model_sharded(m))
-        return tfm__fail(TFM_E_ARG, "%s: the model keeps a share of the moments (cfg.moment_shards %d): train it with "
-                         "tfm_model_forward, tfm_model_backward and tfm_dist_step", fn, m->cfg.moment_shards);
+    TFM__TRY(tfm__chk_trains(fn, m, "train it with tfm_model_forward, tfm_model_backward and tfm_dist_step"));
     TFM__TRY(tfm__chk_batch(fn, m, batch));
     if (!batch->targets) return tfm__fail(TFM_E_ARG, "%s: batch.targets is NULL: a training step needs a loss", fn);
     memset(&o, 0, sizeof o);
