@@ -152,7 +152,8 @@ int main(int argc, char **argv) {
     if (load_emb(o.emb, emb, n, C)) {
         printf("%d verse embeddings from %s\n", n, o.emb);
     } else {
-        printf("embedding %d verses with %s (batches of %d, by length)\n", n, o.model, o.batch);
+        printf("embedding %d verses with %s (batches of %d, by length; sgemm %s, kernel %s)\n", n, o.model, o.batch,
+               tfm_sgemm_backend(), tfm_sgemm_kernel());
         embed_all(&e, verse, vlen, n, o.batch, emb);
         save_emb(o.emb, emb, n, C);
         printf("saved to %s\n", o.emb);

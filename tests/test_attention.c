@@ -828,6 +828,52 @@ static void att_test_fused_one_key(void) {
     free(mask);
 }
 
+/* With the AMX sgemm kernel chosen (two bf16 per float, not fp32's rounding), the fused attention's own
+   block products stay on an fp32 kernel: the forward and backward give the bits they give without it,
+   and one-hot rows still get exact-zero gradients. */
+static void att_test_amx_kernel(void) {
+#if defined(TFM__HAVE_AMX)
+    const tfm__gemm_kernel *saved = tfm__gemm_kernel_get();
+    const int B = 2, H = 2, D = 64, T = 150, C = H * D;
+    const size_t n = (size_t)B * T * C;
+    float *x[2][4], *lse[2];
+    tfm_attn_opts o;
+    if (!tfm__gemm_kernel_usable(tfm__gemm_kernel_by_key("amx"))) {
+        printf("    skip: the OS refused the AMX tiles\n");
+        return;
+    }
+    memset(&o, 0, sizeof o);
+    o.causal = 1;
+    float *q = att_falloc(n), *k = att_falloc(n), *v = att_falloc(n), *dout = att_falloc(n);
+    tfm_tensor tq = tfm_tensor3(q, B, T, C), tk = tfm_tensor3(k, B, T, C), tv = tfm_tensor3(v, B, T, C);
+    tfm_tensor tdo = tfm_tensor3(dout, B, T, C), to, tl, tdq, tdk, tdv;
+    att_fill(q, n, -1.5f, 1.5f), att_fill(k, n, -1.5f, 1.5f), att_fill(v, n, -1, 1), att_fill(dout, n, -1, 1);
+    for (int pass = 0; pass < 2; pass++) { /* x: out, dq, dk, dv */
+        for (int t = 0; t < 4; t++) x[pass][t] = att_falloc(n);
+        lse[pass] = att_falloc((size_t)B * H * T);
+        to = tfm_tensor3(x[pass][0], B, T, C), tl = tfm_tensor3(lse[pass], B, H, T);
+        tdq = tfm_tensor3(x[pass][1], B, T, C), tdk = tfm_tensor3(x[pass][2], B, T, C);
+        tdv = tfm_tensor3(x[pass][3], B, T, C);
+        CHECK_OK(tfm_sgemm_set_kernel(pass ? "amx" : NULL));
+        CHECK_OK(tfm_attention_forward(&to, &tl, &tq, &tk, &tv, H, &o));
+        CHECK_OK(tfm_attention_backward(&tdq, &tdk, &tdv, &tdo, &tq, &tk, &tv, &to, &tl, H, &o));
+    }
+    free(q); free(k); free(v); free(dout);
+    for (int t = 0; t < 4; t++)
+        CHECK_MSG(!memcmp(x[0][t], x[1][t], n * sizeof(float)), "amx chosen: the attention's %s changed",
+                  (const char *[]){"out", "dq", "dk", "dv"}[t]);
+    CHECK_MSG(!memcmp(lse[0], lse[1], (size_t)B * H * T * sizeof(float)), "amx chosen: lse changed");
+    att_test_fused_one_key(); /* on the AMX kernel still chosen */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int t = 0; t < 4; t++) free(x[pass][t]);
+        free(lse[pass]);
+    }
+    tfm__gemm_kernel_chosen = saved;
+#else
+    printf("    skip: no AMX kernel in this build\n");
+#endif
+}
+
 /* A key that an additive mask hides from every query (-inf in its whole column) takes no part: its dk
    and dv are exactly zero, as torch's (e^-inf is 0, not the smallest float). Two such keys, in two key
    blocks, with and without dropout. */
@@ -1893,6 +1939,7 @@ static void suite_attention(void) {
     RUN(att_test_fused_additive);
     RUN(att_test_fused_dropout);
     RUN(att_test_fused_one_key);
+    RUN(att_test_amx_kernel);
     RUN(att_test_masked_key);
     RUN(att_test_one_head);
     RUN(att_test_fused_decode);

@@ -19,6 +19,16 @@
 
 static double sg_tol(int K) { return (double)(K + 4) * (1.0 / 16777216.0); }
 
+/* The AMX kernel ("amx", tfm__sgemm_amx) splits each float into bf16 parts, x = hi + lo + e with
+   |x - hi| <= 2^-8 |x| (hi has 8 significant bits) and |e| <= 2^-8 |x - hi| <= 2^-16 |x|, and sums the
+   exact products hi*hi + lo*hi + hi*lo in fp32. What it drops from a*b, ah*eb + al*bl + al*eb + ea*b,
+   is at most (1.004 + 1 + 2^-8 + 1) 2^-16 |ab| < 3.01 * 2^-16 |ab|; the fp32 sum of 3K such terms
+   (whose magnitudes add up to at most 1.01 sum |ab|) and of beta*C costs (3K + 4) u * 1.01 more.
+   Hence 3.02 * 2^-16 + (3K + 6) u. Plain bf16 (lo dropped) errs by up to 2^-7: far outside. */
+static double sg_tol_amx(int K) { return 3.02 / 65536.0 + (double)(3 * K + 6) * (1.0 / 16777216.0); }
+static int sg_amx_on; /* the blocking cases run on the AMX kernel */
+static double sg_tol_builtin(int K) { return sg_amx_on ? sg_tol_amx(K) : sg_tol(K); }
+
 static uint64_t sg_state = 0x9E3779B97F4A7C15ull;
 
 /* uniform in [-1, 1), from a 64-bit xorshift* (independent of the library's rng) */
@@ -385,7 +395,7 @@ static void sg_builtin_case(int M, int N, int K, int idx) {
             tfm__sgemm_builtin(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C1, ldc);
             tfm_set_num_threads(2);
             tfm__sgemm_builtin(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C2, ldc);
-            CHECK_REL(what, sg_err(C1, ldc, ref, scale, M, N), sg_tol(K));
+            CHECK_REL(what, sg_err(C1, ldc, ref, scale, M, N), sg_tol_builtin(K));
             CHECK_MSG(sg_padding_intact(C1, M, N, ldc), "%s: wrote past column N", what);
             CHECK_MSG(memcmp(C1, C2, (size_t)M * ldc * sizeof(float)) == 0, "%s: 1 and 2 threads differ", what);
             /* with a bias (C starts as it in every row, its tiles written as the product goes): within the
@@ -403,7 +413,7 @@ static void sg_builtin_case(int M, int N, int K, int idx) {
                     sg_prepare_c(C1, C0, M, N, ldc, 1);
                     tfm_set_num_threads(th);
                     tfm__sgemm_builtin_bias(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C1, ldc, bias);
-                    CHECK_REL(what, sg_err(C1, ldc, ref, scale, M, N), sg_tol(K));
+                    CHECK_REL(what, sg_err(C1, ldc, ref, scale, M, N), sg_tol_builtin(K));
                     CHECK_MSG(sg_padding_intact(C1, M, N, ldc), "%s, bias: wrote past column N", what);
                     CHECK_MSG(memcmp(C1, Cb, (size_t)M * ldc * sizeof(float)) == 0,
                               "%s, bias at %d threads: not the bits of the bias written first", what, th);
@@ -453,14 +463,58 @@ static void sg_test_blocking(void) {
     const tfm__gemm_kernel *saved = tfm__gemm_kernel_get();
     for (int i = 0; i < TFM__N_KERNELS; i++) {
         const tfm__gemm_kernel *k = &tfm__gemm_kernels[i];
+        if (!tfm__gemm_kernel_usable(k)) {
+            printf("    skip: kernel %s (the OS refused this process the AMX tiles)\n", k->name);
+            continue;
+        }
         CHECK_OK(tfm_sgemm_set_kernel(k->key));
         CHECK_MSG(!strcmp(tfm_sgemm_kernel(), k->name), "set %s: tfm_sgemm_kernel() says %s", k->key, tfm_sgemm_kernel());
-        /* the scratch and the edge tile hold any kernel's blocks */
-        CHECK_MSG((size_t)k->kc * k->nc + (size_t)k->mc * k->kc + 32 <= TFM__PACK_FLOATS && k->mr * k->nr <= TFM__TILE_MAX,
+        /* the scratch and the edge tile hold any kernel's blocks (the AMX one packs two bf16 per float) */
+        CHECK_MSG((size_t)k->kc * k->nc + (size_t)k->mc * k->kc + 32 <= TFM__PACK_FLOATS && (k->amx || k->mr * k->nr <= TFM__TILE_MAX),
                   "kernel %s: blocks larger than the packing space", k->name);
+        sg_amx_on = k->amx;
         sg_blocking_kernel(k);
+        sg_amx_on = 0;
     }
     tfm__gemm_kernel_chosen = saved;
+}
+
+/* The AMX kernel: an infinity or a NaN in op(A) makes its row of C NaN (fp32 gives +-inf for the
+   infinities: hi * lo of the other operand is inf * 0 there), never a finite number, and the other rows
+   stay finite; and once chosen it runs tfm_sgemm's products in every build, BLAS included: the bits of
+   the built-in path on it. */
+static void sg_test_amx(void) {
+#if defined(TFM__HAVE_AMX)
+    const tfm__gemm_kernel *saved = tfm__gemm_kernel_get(), *amx = tfm__gemm_kernel_by_key("amx");
+    const int M = 40, N = 50, K = 70;
+    float *A = sg_alloc((size_t)M * K), *B = sg_alloc((size_t)K * N), *C = sg_alloc((size_t)M * N);
+    float *C2 = sg_alloc((size_t)M * N);
+    if (!tfm__gemm_kernel_usable(amx)) {
+        printf("    skip: the OS refused the AMX tiles\n");
+        free(A); free(B); free(C); free(C2);
+        return;
+    }
+    sg_fill(A, (size_t)M * K);
+    for (int i = 0; i < K * N; i++) B[i] = 0.25f + 0.5f * (float)(i % 3); /* positive: no inf - inf */
+    A[3 * K + 5] = INFINITY, A[7 * K + 69] = -INFINITY, A[11 * K] = NAN;
+    CHECK_OK(tfm_sgemm_set_kernel("amx"));
+    CHECK_OK(tfm_sgemm(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N));
+    for (int j = 0; j < N; j++) {
+        CHECK_MSG(isnan(C[3 * N + j]) && isnan(C[7 * N + j]) && isnan(C[11 * N + j]),
+                  "amx: column %d: +inf, -inf, NaN rows give %g, %g, %g", j, C[3 * N + j], C[7 * N + j], C[11 * N + j]);
+        CHECK_MSG(isfinite(C[j]) && isfinite(C[12 * N + j]), "amx: a finite row became %g, %g", C[j], C[12 * N + j]);
+    }
+    sg_fill(A, (size_t)M * K);
+    CHECK_OK(tfm_sgemm(0, 1, M, N - 1, K, 0.5f, A, K, B, K, 0.0f, C, N));
+    tfm__sgemm_builtin_k(amx, 0, 1, M, N - 1, K, 0.5f, A, K, B, K, 0.0f, C2, N, NULL);
+    for (int i = 0; i < M; i++)
+        CHECK_MSG(!memcmp(C + (size_t)i * N, C2 + (size_t)i * N, (size_t)(N - 1) * sizeof(float)),
+                  "amx chosen: tfm_sgemm (%s) differs from the built-in path on it, row %d", tfm_sgemm_backend(), i);
+    tfm__gemm_kernel_chosen = saved;
+    free(A); free(B); free(C); free(C2);
+#else
+    printf("    skip: no AMX kernel in this build\n");
+#endif
 }
 
 /* tfm_sgemm_set_kernel: an unknown name is an error naming the function and this build's kernels, and
@@ -484,7 +538,8 @@ static void sg_test_kernel_select(void) {
    included, in all four transposes, with beta 0 on a NaN-filled C. One exception: GCC in GNU C mode
    (no -std=c99: make test-gnu) fuses multiply-adds across statements, and may fuse the portable
    kernel's alpha * acc + beta * C either way round, so there the portable kernel and the fallback each
-   stay within the error bound of the exact product but need not agree bit for bit. */
+   stay within the error bound of the exact product but need not agree bit for bit. The AMX kernel's
+   fallback sums in fp32 (its bf16 splitting needs the packing space): both within their bounds. */
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__STRICT_ANSI__)
 #define SG_UNFUSED_BITWISE 0
 #else
@@ -513,7 +568,7 @@ static void sg_nopack_kernel(const tfm__gemm_kernel *k) {
                     sg_prepare_c(Cn, C0, M, N, ldc, beta == 0.0f);
                     tfm__sgemm_builtin(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, Cp, ldc);
                     tfm__sgemm_nopack(k, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, Cn, ldc);
-                    if (k->fused || SG_UNFUSED_BITWISE) {
+                    if (!k->amx && (k->fused || SG_UNFUSED_BITWISE)) {
                         CHECK_MSG(memcmp(Cp, Cn, nC * sizeof(float)) == 0,
                                   "%s unpacked ta=%d tb=%d M=%d N=%d K=%d alpha=%g beta=%g threads=%d: differs from packed",
                                   k->name, ta, tb, M, N, K, alpha, beta, nt);
@@ -525,7 +580,7 @@ static void sg_nopack_kernel(const tfm__gemm_kernel *k) {
                                  M, N, K, nt);
                         sg_reference(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, ldc, ref, scale);
                         CHECK_REL(what, sg_err(Cn, ldc, ref, scale, M, N), sg_tol(K));
-                        CHECK_REL(what, sg_err(Cp, ldc, ref, scale, M, N), sg_tol(K));
+                        CHECK_REL(what, sg_err(Cp, ldc, ref, scale, M, N), k->amx ? sg_tol_amx(K) : sg_tol(K));
                         free(ref);
                         free(scale);
                     }
@@ -538,6 +593,7 @@ static void sg_nopack_kernel(const tfm__gemm_kernel *k) {
 static void sg_test_nopack(void) {
     const tfm__gemm_kernel *saved = tfm__gemm_kernel_get();
     for (int i = 0; i < TFM__N_KERNELS; i++) {
+        if (!tfm__gemm_kernel_usable(&tfm__gemm_kernels[i])) continue; /* AMX refused: sg_test_blocking says so */
         tfm__gemm_kernel_chosen = &tfm__gemm_kernels[i];
         sg_nopack_kernel(&tfm__gemm_kernels[i]);
     }
@@ -662,6 +718,7 @@ static void suite_sgemm(void) {
     RUN(sg_test_kernels);
     RUN(sg_test_blocking);
     RUN(sg_test_kernel_select);
+    RUN(sg_test_amx);
     RUN(sg_test_nopack);
     RUN(sg_test_release);
     RUN(sg_test_small_stack);
