@@ -2360,8 +2360,8 @@ static const tfm__gemm_kernel *tfm__gemm_kernel_get(void) {
                 fprintf(stderr, "transformer.h: TFM_SGEMM_KERNEL=%s is not a kernel of this build (%s); using %s\n", env,
                         tfm__gemm_kernel_keys(keys, sizeof keys), tfm__gemm_kernels[0].key);
             } else if (k && !tfm__gemm_kernel_usable(k)) {
-                fprintf(stderr, "transformer.h: TFM_SGEMM_KERNEL=%s: the OS refused this process the AMX tiles; using %s\n",
-                        env, tfm__gemm_kernels[0].key);
+                fprintf(stderr, "transformer.h: TFM_SGEMM_KERNEL=%s: the OS refused this process the AMX tiles; "
+                        "using %s\n", env, tfm__gemm_kernels[0].key);
                 k = NULL;
             }
             tfm__gemm_kernel_chosen = k ? k : &tfm__gemm_kernels[0];
@@ -2736,21 +2736,25 @@ typedef struct tfm__amx_cfg {
     uint8_t rows[16];
 } tfm__amx_cfg;
 
+/* The AVX-512 moves below are the masked forms with every lane on: the unmasked ones take an undefined
+   vector in GCC 12's headers, which g++ -Wall reports as uninitialised. */
 static inline __m512 tfm__bf16_to_ps(__m256i h) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, h), 16));
 }
 
 /* 32 floats (x0, x1) into hi, their bf16 roundings, and lo, the bf16 roundings of x - hi: 32 bf16 each,
    x0's first. */
 static inline void tfm__amx_split(__m512 x0, __m512 x1, __m512i *hi, __m512i *lo) {
     __m512i h = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
-    __m512 d0 = _mm512_sub_ps(x0, tfm__bf16_to_ps(_mm512_castsi512_si256(h)));
-    __m512 d1 = _mm512_sub_ps(x1, tfm__bf16_to_ps(_mm512_extracti64x4_epi64(h, 1)));
+    __m512 d0 = _mm512_sub_ps(x0, tfm__bf16_to_ps(_mm512_maskz_extracti64x4_epi64(0xf, h, 0)));
+    __m512 d1 = _mm512_sub_ps(x1, tfm__bf16_to_ps(_mm512_maskz_extracti64x4_epi64(0xf, h, 1)));
     *hi = h;
     *lo = (__m512i)_mm512_cvtne2ps_pbh(d1, d0);
 }
 
-static inline __mmask16 tfm__mask16(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+static inline __mmask16 tfm__mask16(int n) {
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
 
 /* 16 floats at p, the first n of them (zeros after; none read when n <= 0 or p is NULL). */
 static inline __m512 tfm__load16(const float *p, int n) {
@@ -2762,28 +2766,29 @@ static inline void tfm__t16(__m512i *r) {
     __m512i t[16], u[16];
     int i, j;
     for (i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i] = _mm512_maskz_unpacklo_epi32(0xffff, r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_maskz_unpackhi_epi32(0xffff, r[2 * i], r[2 * i + 1]);
     }
     for (i = 0; i < 4; i++) {
-        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i] = _mm512_maskz_unpacklo_epi64(0xff, t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_maskz_unpackhi_epi64(0xff, t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_maskz_unpacklo_epi64(0xff, t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_maskz_unpackhi_epi64(0xff, t[4 * i + 1], t[4 * i + 3]);
     }
     for (i = 0; i < 2; i++)
         for (j = 0; j < 4; j++) {
-            t[8 * i + j] = _mm512_shuffle_i32x4(u[8 * i + j], u[8 * i + 4 + j], 0x88);
-            t[8 * i + 4 + j] = _mm512_shuffle_i32x4(u[8 * i + j], u[8 * i + 4 + j], 0xdd);
+            t[8 * i + j] = _mm512_maskz_shuffle_i32x4(0xffff, u[8 * i + j], u[8 * i + 4 + j], 0x88);
+            t[8 * i + 4 + j] = _mm512_maskz_shuffle_i32x4(0xffff, u[8 * i + j], u[8 * i + 4 + j], 0xdd);
         }
     for (j = 0; j < 8; j++) {
-        r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
-        r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
+        r[j] = _mm512_maskz_shuffle_i32x4(0xffff, t[j], t[j + 8], 0x88);
+        r[j + 8] = _mm512_maskz_shuffle_i32x4(0xffff, t[j], t[j + 8], 0xdd);
     }
 }
 
 /* The A block: rows i0..i0+mc-1, columns p0..p0+kc-1 of op(A), in slivers of 32 rows (zero-padded);
-   each holds, for every 32 columns c, two 32 x 32 bf16 tiles, hi then lo, a row per 64 bytes. op(A) = A^T is read 16 x 16 floats at a time and transposed in registers. */
+   each holds, for every 32 columns c, two 32 x 32 bf16 tiles, hi then lo, a row per 64 bytes. op(A) =
+   A^T is read 16 x 16 floats at a time and transposed in registers. */
 static void tfm__amx_pack_a(int mc, int kc, const float *A, int lda, int transA, int i0, int p0, uint16_t *dst) {
     int nch = (kc + 31) / 32, rows = (mc + 31) / 32 * 32, c, g, i;
     __m512i h, l, v[32];
@@ -2808,9 +2813,10 @@ static void tfm__amx_pack_a(int mc, int kc, const float *A, int lda, int transA,
 }
 
 /* The B panel: columns j0..j0+nc-1, rows p0..p0+kc-1 of op(B), in slivers of 32 columns (zero-padded);
-   each holds, for every 32 rows c, two tiles, hi then lo, in the layout the tile product reads B in: two 16-column halves, each 16 rows of (k, k+1) pairs of 16 columns. op(B) = B^T
-   (a row of B a column of op(B)) is split a row at a time and its pairs transposed in registers; op(B)
-   = B two rows at a time, interleaved. */
+   each holds, for every 32 rows c, two tiles, hi then lo, in the layout the tile product reads B in:
+   two 16-column halves, each 16 rows of (k, k+1) pairs of 16 columns. op(B) = B^T (a row of B a column
+   of op(B)) is split a row at a time and its pairs transposed in registers; op(B) = B two rows at a
+   time, interleaved. */
 static void tfm__amx_pack_b(int nc, int kc, const float *B, int ldb, int transB, int p0, int j0, uint16_t *dst) {
     static const short pairs[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
@@ -2877,7 +2883,8 @@ static void tfm__sgemm_amx(const tfm__gemm_kernel *k, int transA, int transB, in
                 tfm__amx_pack_a(mc, kc, A, lda, transA, ic, pc, Ap);
                 for (jr = 0; jr < nc; jr += 32)
                     for (ir = 0; ir < mc; ir += 32) {
-                        const uint16_t *a = Ap + (size_t)(ir / 32) * nch * 2048, *b = Bp + (size_t)(jr / 32) * nch * 2048;
+                        const uint16_t *a = Ap + (size_t)(ir / 32) * nch * 2048;
+                        const uint16_t *b = Bp + (size_t)(jr / 32) * nch * 2048;
                         int mr = TFM__MIN(32, mc - ir), nr = TFM__MIN(32, nc - jr);
                         int whole = mr == 32 && nr == 32 && alpha == 1.0f;
                         float *c = C + (size_t)(ic + ir) * ldc + jc + jr;
@@ -2905,7 +2912,8 @@ static void tfm__sgemm_amx(const tfm__gemm_kernel *k, int transA, int transB, in
                         }
                         if (whole) {
                             _tile_stored(0, c, ldcb); _tile_stored(1, c + 16, ldcb);
-                            _tile_stored(2, c + 16 * (size_t)ldc, ldcb); _tile_stored(3, c + 16 * (size_t)ldc + 16, ldcb);
+                            _tile_stored(2, c + 16 * (size_t)ldc, ldcb);
+                            _tile_stored(3, c + 16 * (size_t)ldc + 16, ldcb);
                             continue;
                         }
                         _tile_stored(0, t, 128); _tile_stored(1, t + 16, 128);

@@ -857,11 +857,14 @@ static double time_kernel(void (*kern)(int, const float *, int, int, const float
     return best;
 }
 
+/* The AMX kernel (fn NULL) has no micro-kernel on packed fp32 slivers: TFM_SGEMM_KERNEL=amx with the sgemm
+   rows times it. */
 static int run_kernel(void) {
     static const int kcs[] = {64, 128, 256, 512};
     double peak[TFM__N_KERNELS];
     int i;
     for (i = 0; i < TFM__N_KERNELS; i++) {
+        if (!tfm__gemm_kernels[i].fn) continue;
         peak[i] = fma_peak(1, tfm__gemm_kernels[i].key);
         printf("KERNEL name=%s fma_peak_1thread=%.2f (GFLOP/s, measured now)\n", tfm__gemm_kernels[i].key, peak[i]);
     }
@@ -870,7 +873,9 @@ static int run_kernel(void) {
         int k;
         for (k = 0; k < TFM__N_KERNELS; k++) {
             const tfm__gemm_kernel *gk = &tfm__gemm_kernels[k];
-            double g = time_kernel(gk->fn, gk->mr, gk->nr, kc);
+            double g;
+            if (!gk->fn) continue;
+            g = time_kernel(gk->fn, gk->mr, gk->nr, kc);
             printf("KERNEL name=%s mr=%d nr=%d kc=%d gflops=%.2f pct_peak=%.1f\n", gk->key, gk->mr, gk->nr, kc, g,
                    100.0 * g / peak[k]);
         }

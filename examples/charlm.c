@@ -274,7 +274,7 @@ static void train(const options *o) {
     }
     printf("model: %s, %d layers, d_model %d, %d heads, context %d, %lld parameters; sgemm: %s\n",
            cfg.pos == TFM_POS_ROPE ? "LLaMA-style (RMSNorm, SwiGLU, rotary)" : "GPT-style", cfg.n_layers,
-           cfg.d_model, cfg.n_heads, cfg.max_len, (long long)m.n_weights, tfm_sgemm_backend());
+           cfg.d_model, cfg.n_heads, cfg.max_len, (long long)m.n_weights, ex_sgemm());
     if (cfg.n_kv_heads) printf("grouped-query attention: %d key/value heads\n", cfg.n_kv_heads);
 
     tokens_per_step = (int64_t)o->t.batch * o->len;

@@ -76,6 +76,16 @@ EX_FN float ex_lr(const tfm_optim *opt, int64_t s) {
     return lr;
 }
 
+/* Which sgemm runs the products, for a model line: "cblas", or "built-in" with the kernel when the
+   built-in runs them (its own build, or the AMX kernel chosen by TFM_SGEMM_KERNEL=amx). */
+EX_FN const char *ex_sgemm(void) {
+    static char name[96];
+    const char *kernel = tfm_sgemm_kernel();
+    if (strcmp(tfm_sgemm_backend(), "built-in") && strncmp(kernel, "amx", 3)) return tfm_sgemm_backend();
+    snprintf(name, sizeof name, "built-in, %s", kernel);
+    return name;
+}
+
 EX_FN void *ex_malloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) ex_die("out of memory (%zu bytes)", n);

@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
            "%.2f M parameters, %.1f MB of model memory per process%s, sgemm %s\n", dist.size, dist.size > 1 ? "es" : "",
            tfm_get_num_threads(), tfm_get_num_threads() > 1 ? "s" : "", o.t.batch, o.len, (long long)r0,
            (long long)r1 - 1, (double)m.n_weights / 1e6, (double)bytes / 1e6,
-           o.zero ? " (moments sharded)" : "", tfm_sgemm_backend());
+           o.zero ? " (moments sharded)" : "", ex_sgemm());
 
     steps_per_epoch = cut_val / ((int64_t)o.t.batch * o.len);
     total_steps = o.smoke ? m.step + 20 : steps_per_epoch * o.t.epochs;

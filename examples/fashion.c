@@ -236,7 +236,7 @@ static void train(const options *o) {
     }
     printf("model: %d patches of %dx%d pixels (each token sees %dx%d), %d layers, d_model %d, %d heads, %lld parameters; "
            "sgemm: %s\n", n_patches(p), p, p, w, w, cfg.n_layers, cfg.d_model, cfg.n_heads, (long long)m.n_weights,
-           tfm_sgemm_backend());
+           ex_sgemm());
 
     steps_per_epoch = n_train / o->t.batch;
     total_steps = o->smoke ? 6 : steps_per_epoch * o->t.epochs;

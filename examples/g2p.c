@@ -318,7 +318,7 @@ static void train(const options *o) {
         ex_check(tfm_model_init(&m, &cfg, NULL, 0), "tfm_model_init");
     }
     printf("model: %d+%d layers, d_model %d, %d heads, d_ff %d, %lld parameters; sgemm: %s\n", cfg.n_layers,
-           cfg.n_dec_layers, cfg.d_model, cfg.n_heads, cfg.d_ff, (long long)m.n_weights, tfm_sgemm_backend());
+           cfg.n_dec_layers, cfg.d_model, cfg.n_heads, cfg.d_ff, (long long)m.n_weights, ex_sgemm());
 
     steps_per_epoch = d.n_train_prons / o->t.batch;
     total_steps = o->smoke ? 6 : steps_per_epoch * o->t.epochs;

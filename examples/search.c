@@ -152,8 +152,7 @@ int main(int argc, char **argv) {
     if (load_emb(o.emb, emb, n, C)) {
         printf("%d verse embeddings from %s\n", n, o.emb);
     } else {
-        printf("embedding %d verses with %s (batches of %d, by length; sgemm %s, kernel %s)\n", n, o.model, o.batch,
-               tfm_sgemm_backend(), tfm_sgemm_kernel());
+        printf("embedding %d verses with %s (batches of %d, by length; sgemm: %s)\n", n, o.model, o.batch, ex_sgemm());
         embed_all(&e, verse, vlen, n, o.batch, emb);
         save_emb(o.emb, emb, n, C);
         printf("saved to %s\n", o.emb);

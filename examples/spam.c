@@ -252,10 +252,10 @@ static void train(const options *o) {
     }
     if (o->pretrained)
         printf("model: %d layers, d_model %d, %d heads, %lld parameters; the first %d WordPiece tokens of an email; sgemm: %s\n",
-               cfg.n_layers, cfg.d_model, cfg.n_heads, (long long)m->n_weights, o->len, tfm_sgemm_backend());
+               cfg.n_layers, cfg.d_model, cfg.n_heads, (long long)m->n_weights, o->len, ex_sgemm());
     else
         printf("model: %d layers, d_model %d, %d heads, %lld parameters; windows of %d bytes, up to %d per email; sgemm: %s\n",
-               cfg.n_layers, cfg.d_model, cfg.n_heads, (long long)m->n_weights, o->len, o->windows, tfm_sgemm_backend());
+               cfg.n_layers, cfg.d_model, cfg.n_heads, (long long)m->n_weights, o->len, o->windows, ex_sgemm());
 
     steps_per_epoch = tr.n / o->t.batch;
     total_steps = steps_per_epoch * o->t.epochs;
