@@ -2720,10 +2720,10 @@ static void tfm__sgemm_nopack(const tfm__gemm_kernel *k, int transA, int transB,
 
 #if defined(TFM__HAVE_AMX)
 /* The "amx" kernel: float products on the AMX tile unit, which multiplies bf16 (8 significant bits)
-   into fp32 sums, 16 x 16 outputs by 32 k per instruction (about 14 times the FMA rate of AVX-512 on a
-   Sapphire Rapids core). Each float is split into two bf16, x = hi + lo + e with |e| <= 2^-16 |x|, and
-   the product sums hi*hi + lo*hi + hi*lo over K: one bf16 product of depth 3K, packed as [hi lo hi]
-   against [hi hi lo] (oneMKL's "bf16x3" mode does the same). Each product is then within about
+   into fp32 sums, 16 x 16 outputs by 32 k per instruction (16 times the FMA rate of AVX-512 on a
+   Sapphire Rapids core). Each float is split into two bf16, x = hi + lo + e with |e| <= 2^-16 |x|, both
+   packed (tfm__amx_pack_a, tfm__amx_pack_b), and for every 32 k the tiles sum hi*hi, hi*lo and lo*hi:
+   three tile products for one (oneMKL's "bf16x3" mode does the same). Each product is then within about
    3 * 2^-16 of its fp32 value (lo*lo and the split's remainders are dropped), so results differ from the
    fp32 kernels from the fifth significant digit, not only in the last bits; hence a choice, never the
    default. An infinite or NaN input (or one beyond bf16's largest, 3.39e38) makes the sums it enters
