@@ -578,6 +578,7 @@ typedef struct tfm_mha {
     float *dkv;        /* like kv */
     /* the last forward call */
     const float *x, *xkv;
+    int xbf;           /* x was a bf16 activation (a bf16 model's pre-LN block) */
     int B, Tq, Tk, has_lens, has_grad;
     tfm_attn_opts opts;
     tfm_device device;
@@ -692,6 +693,7 @@ typedef struct tfm_block {
     float *buf_stream[TFM__MAX_SUB];       /* internal streams 1..n_sub-1 */
     float *ln_io[TFM__MAX_SUB];            /* pre-LN: the layernorm's output; post-LN: its input */
     float *ff_pre, *ff_act;                /* (B,T,F) before and after the activation ((B,T,2F) before SwiGLU) */
+    int bf_u, bf_h;                        /* pre-LN ln_io, ff_act held bf16 activations (tfm__bf16_store) */
     const float *xkv;
     tfm_attn_opts opts;                    /* the last call's options */
     /* scratch */
@@ -815,9 +817,10 @@ typedef struct tfm_config {
                                 product's operands rounded to bf16 (8-bit mantissas), sums in fp32 on
                                 tensor cores, the attention's scores and probabilities too (over whole
                                 sequences, in flash kernels on sm_80 and later; decoding steps stay
-                                fp32), while parameters, AdamW, activations, norms, softmax statistics
-                                and loss stay fp32 (mixed precision). Not saved in checkpoints: a file
-                                loads into either */
+                                fp32), while parameters, AdamW, the residual stream, norms' statistics,
+                                softmax statistics and loss stay fp32 (mixed precision); a pre-LN block's
+                                normalized inputs and the MLP's hidden layer, which only products read,
+                                are stored in bf16. Not saved in checkpoints: a file loads into either */
 } tfm_config;
 
 /* A batch: B rows of T positions, padding at the end of each row. Row b of tokens starts at
@@ -4194,6 +4197,20 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
     return r;
 }
 
+/* bf16 activations: in a bf16 model call on the GPU, the activations that only products read (a pre-LN
+   block's normalized inputs, ln_io, and the MLP's hidden layer, ff_act) are stored in bf16 by the kernel
+   that computes them (the layernorm's, the bias and activation's), as rows of tfm__bf16_ld(cols) elements
+   in the same float buffers, and the products take them as their operands as they are. Each product
+   used to round an fp32 copy first: the same bits (one rounding to nearest even of the same value), at a
+   third of the bytes (a bf16 write and reads, where an fp32 write, a rounding pass and the reads were).
+   The bf16 rows must fit in the float buffer (cols >= 4, or a multiple of 8). tfm__bf16_acts_off: the
+   rounding before each product instead, for this thread (the tests compare the two). */
+static TFM__THREAD_LOCAL int tfm__bf16_acts_off;
+static int64_t tfm__bf16_ld(int64_t cols) { return (cols + 7) & ~(int64_t)7; }
+static int tfm__bf16_store(tfm_device dev, int64_t cols) {
+    return dev == TFM_DEVICE_CUDA && tfm__model_prec == TFM_PREC_BF16 && !tfm__bf16_acts_off && tfm__bf16_ld(cols) <= 2 * cols;
+}
+
 /* ==== >>impl-cuda ====
    The same ops as >>impl-cpu, as CUDA kernels, with cuBLAS for the products; the dispatch entries below
    call the tfm__<op>_cuda launchers. Everything runs on CUDA's legacy default stream, so kernels, copies
@@ -4758,9 +4775,10 @@ static __global__ void tfm__k_xent_bwd(float *dx, float g, const float *x, const
 }
 
 /* Row r of a layernorm (rms: RMSNorm) by the whole block, x and y at the row; y may alias x (each thread
-   reads only the elements it writes); sh: the block's 32 floats for the sums */
-static __device__ void tfm__cu_ln_row(float *y, float *mean, float *rstd, const float *x, const float *g, const float *b,
-                                      float eps, int64_t C, int rms, int64_t r, float *sh) {
+   reads only the elements it writes); yb (not NULL): the row in bf16 there instead of y (bf16
+   activations); sh: the block's 32 floats for the sums */
+static __device__ void tfm__cu_ln_row(float *y, uint16_t *yb, float *mean, float *rstd, const float *x, const float *g,
+                                      const float *b, float eps, int64_t C, int rms, int64_t r, float *sh) {
     int64_t j;
     float m = 0.0f, v = 0.0f, rs;
     if (!rms) {
@@ -4770,17 +4788,22 @@ static __device__ void tfm__cu_ln_row(float *y, float *mean, float *rstd, const 
     for (j = threadIdx.x; j < C; j += blockDim.x) v += (x[j] - m) * (x[j] - m);
     v = tfm__cu_reduce(v, sh, 0) / (float)C;
     rs = 1.0f / sqrtf(v + eps);
-    for (j = threadIdx.x; j < C; j += blockDim.x) y[j] = (x[j] - m) * rs * (g ? g[j] : 1.0f) + (b ? b[j] : 0.0f);
+    for (j = threadIdx.x; j < C; j += blockDim.x) {
+        float v = (x[j] - m) * rs * (g ? g[j] : 1.0f) + (b ? b[j] : 0.0f);
+        if (yb) yb[j] = tfm__bf16(v);
+        else y[j] = v;
+    }
     if (threadIdx.x == 0 && mean) mean[r] = m;
     if (threadIdx.x == 0 && rstd) rstd[r] = rs;
 }
 
-/* One block per row */
+/* One block per row; ldb > 0: y holds bf16 rows of ldb elements */
 static __global__ void tfm__k_layernorm(float *y, float *mean, float *rstd, const float *x, const float *g,
-                                        const float *b, float eps, int64_t C, int rms) {
+                                        const float *b, float eps, int64_t C, int rms, int64_t ldb) {
     TFM__SHARED(float, sh, 32);
     int64_t o = (int64_t)blockIdx.x * C;
-    tfm__cu_ln_row(y + o, mean, rstd, x + o, g, b, eps, C, rms, blockIdx.x, sh);
+    tfm__cu_ln_row(y + o, ldb ? (uint16_t *)(void *)y + blockIdx.x * ldb : NULL, mean, rstd, x + o, g, b, eps, C, rms,
+                   blockIdx.x, sh);
 }
 
 /* One block per row: dx = res + rstd (dn - mean(dn) - xhat mean(dn xhat)), dn = dy g (res may be dx, or NULL) */
@@ -4804,31 +4827,35 @@ static __global__ void tfm__k_layernorm_bwd(float *dx, const float *res, const f
 }
 
 /* An MLP's first linear map, bias and activation fused after the product: pre (N, F1) += b, then y (N, F)
-   = act(pre) (F1 = 2F for SwiGLU: gate and up halves, one thread for both) */
-static __global__ void tfm__k_bias_act(int act, float *y, float *pre, const float *b, int64_t N, int64_t F) {
+   = act(pre) (F1 = 2F for SwiGLU: gate and up halves, one thread for both); ldb > 0: y as bf16 rows of ldb
+   elements */
+static __global__ void tfm__k_bias_act(int act, float *y, float *pre, const float *b, int64_t N, int64_t F, int64_t ldb) {
     int64_t F1 = act == TFM_ACT_SWIGLU ? 2 * F : F;
     TFM__CU_LOOP(i, N * F) {
         int64_t r = i / F, j = i % F;
-        float v = pre[r * F1 + j] + (b ? b[j] : 0.0f);
+        float v = pre[r * F1 + j] + (b ? b[j] : 0.0f), h;
         pre[r * F1 + j] = v;
         if (act == TFM_ACT_SWIGLU) {
             float u = pre[r * F1 + F + j] + (b ? b[F + j] : 0.0f);
             pre[r * F1 + F + j] = u;
-            y[i] = v * tfm__sigmoid(v) * u;
+            h = v * tfm__sigmoid(v) * u;
         } else {
-            y[i] = act == TFM_ACT_RELU ? (v > 0.0f ? v : 0.0f) : act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh(v) : tfm__gelu_erf(v);
+            h = act == TFM_ACT_RELU ? (v > 0.0f ? v : 0.0f) : act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh(v) : tfm__gelu_erf(v);
         }
+        if (ldb) ((uint16_t *)(void *)y)[r * ldb + j] = tfm__bf16(h);
+        else y[i] = h;
     }
 }
 
 /* The residual add and the layernorm after it, one block per row: s = a + b is written, then y = LN(s)
-   (each thread re-reads only the sums it wrote) */
+   (each thread re-reads only the sums it wrote); ldb > 0: y as bf16 rows of ldb elements */
 static __global__ void tfm__k_add_layernorm(float *s, float *y, float *mean, float *rstd, const float *a, const float *b,
-                                            const float *g, const float *bias, float eps, int64_t C, int rms) {
+                                            const float *g, const float *bias, float eps, int64_t C, int rms, int64_t ldb) {
     TFM__SHARED(float, sh, 32);
     int64_t o = (int64_t)blockIdx.x * C, j;
     for (j = threadIdx.x; j < C; j += blockDim.x) s[o + j] = a[o + j] + b[o + j];
-    tfm__cu_ln_row(y + o, mean, rstd, s + o, g, bias, eps, C, rms, blockIdx.x, sh);
+    tfm__cu_ln_row(y + o, ldb ? (uint16_t *)(void *)y + blockIdx.x * ldb : NULL, mean, rstd, s + o, g, bias, eps, C, rms,
+                   blockIdx.x, sh);
 }
 
 /* act: a tfm_activation. Backward: dx = acc * dx + dy act'(x) (acc 0: dx not read) */
@@ -5430,23 +5457,26 @@ static int64_t tfm__bf16_operand_cuda(uint16_t *dst, int64_t ldd, const float *s
 /* Row-major C = alpha op(A) op(B) + beta C (batch of them, strided) is column-major C^T = op(B)^T op(A)^T:
    cuBLAS gets B first. In a model call of cfg.precision TFM_PREC_BF16 the operands are first rounded to
    bf16 (tfm__bf16_operand_cuda) and cuBLAS sums their products in fp32 on tensor cores (cublasGemmEx,
-   CUBLAS_COMPUTE_32F); C stays fp32. */
+   CUBLAS_COMPUTE_32F); C stays fp32. bf: bit 1, A is bf16 already (a bf16 activation: rows of lda bf16
+   elements, one matrix), bit 2 the same for B; only in such a call. */
 static void tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, int64_t sA,
-                           const float *B, int ldb, int64_t sB, float beta, float *C, int ldc, int64_t sC, int batch) {
+                           const float *B, int ldb, int64_t sB, float beta, float *C, int ldc, int64_t sC, int batch,
+                           int bf) {
     cublasHandle_t h;
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     int prec = tfm__model_prec ? tfm__model_prec : tfm__cu.tf32 ? TFM_PREC_TF32 : TFM_PREC_FP32;
+    TFM_ASSERT(!bf || (prec == TFM_PREC_BF16 && !(bf & 1 && sA) && !(bf & 2 && sB)));
     if (M <= 0 || N <= 0 || batch <= 0 || !(h = tfm__cuda_blas(prec == TFM_PREC_TF32))) return;
     if (prec == TFM_PREC_BF16 && K > 0) {
         int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N; /* A and B as stored */
-        int64_t lda2 = (ac + 7) & ~(int64_t)7, ldb2 = (bc + 7) & ~(int64_t)7;
-        int64_t na = (sA ? batch : 1) * ar * lda2, nb = (sB ? batch : 1) * br * ldb2;
-        uint16_t *a2 = tfm__cuda_bf((size_t)(TFM__CU_ROUND(na) + nb)), *b2;
-        int64_t sA2, sB2;
-        if (!a2) return;
-        b2 = a2 + TFM__CU_ROUND(na);
-        sA2 = tfm__bf16_operand_cuda(a2, lda2, A, lda, sA, ar, ac, batch);
-        sB2 = tfm__bf16_operand_cuda(b2, ldb2, B, ldb, sB, br, bc, batch);
+        int64_t lda2 = bf & 1 ? lda : tfm__bf16_ld(ac), ldb2 = bf & 2 ? ldb : tfm__bf16_ld(bc);
+        int64_t na = bf & 1 ? 0 : (sA ? batch : 1) * ar * lda2, nb = bf & 2 ? 0 : (sB ? batch : 1) * br * ldb2;
+        const uint16_t *a2 = (const uint16_t *)(const void *)A, *b2 = (const uint16_t *)(const void *)B;
+        uint16_t *w = na + nb ? tfm__cuda_bf((size_t)(TFM__CU_ROUND(na) + nb)) : NULL;
+        int64_t sA2 = 0, sB2 = 0;
+        if (na + nb && !w) return;
+        if (na) a2 = w, sA2 = tfm__bf16_operand_cuda(w, lda2, A, lda, sA, ar, ac, batch);
+        if (nb) b2 = w + TFM__CU_ROUND(na), sB2 = tfm__bf16_operand_cuda(w + TFM__CU_ROUND(na), ldb2, B, ldb, sB, br, bc, batch);
         if (batch == 1)
             (void)tfm__cublas_ok(cublasGemmEx(h, ob, oa, N, M, K, &alpha, b2, CUDA_R_16BF, (int)ldb2, a2, CUDA_R_16BF,
                                               (int)lda2, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -5483,17 +5513,21 @@ static void tfm__colsums_cuda(float *da, float *db, const float *src, int64_t ld
     TFM__CU_LAUNCHED("tfm__k_colsum_fin");
 }
 
+/* xbf: x is a bf16 activation (rows of ldx bf16 elements) */
 static void tfm__linear_forward_cuda(float *y, int64_t ldy, const float *x, int64_t ldx, const float *w, const float *b,
-                                     int64_t N, int64_t I, int64_t O) {
+                                     int64_t N, int64_t I, int64_t O, int xbf) {
     if (b) tfm__copy_rows_cuda(y, ldy, b, 0, N, O, 0);
-    tfm__gemm_cuda(0, 1, (int)N, (int)O, (int)I, 1.0f, x, (int)ldx, 0, w, (int)I, 0, b ? 1.0f : 0.0f, y, (int)ldy, 0, 1);
+    tfm__gemm_cuda(0, 1, (int)N, (int)O, (int)I, 1.0f, x, (int)ldx, 0, w, (int)I, 0, b ? 1.0f : 0.0f, y, (int)ldy, 0, 1,
+                   xbf ? 1 : 0);
 }
 
 static void tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, float *dw, float *db, const float *dy,
                                       int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N, int64_t I,
-                                      int64_t O) {
-    if (dx) tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, dy, (int)lddy, 0, w, (int)I, 0, dx_beta, dx, (int)lddx, 0, 1);
-    if (dw) tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, dy, (int)lddy, 0, x, (int)ldx, 0, 1.0f, dw, (int)I, 0, 1);
+                                      int64_t O, int xbf) {
+    if (dx) tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, dy, (int)lddy, 0, w, (int)I, 0, dx_beta, dx, (int)lddx, 0, 1, 0);
+    if (dw)
+        tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, dy, (int)lddy, 0, x, (int)ldx, 0, 1.0f, dw, (int)I, 0, 1,
+                       xbf ? 2 : 0);
     if (db) tfm__colsums_cuda(NULL, db, dy, lddy, NULL, NULL, NULL, 0, N, O);
 }
 
@@ -5574,27 +5608,32 @@ static void tfm__cross_entropy_bwd_cuda(float *dx, float dloss, const float *x, 
     TFM__CU_LAUNCHED("tfm__k_xent_bwd");
 }
 
+/* ybf: y as a bf16 activation (rows of tfm__bf16_ld(C)), here and in tfm__add_layernorm_cuda */
 static void tfm__layernorm_cuda(float *y, float *mean, float *rstd, const float *x, const float *g, const float *b,
-                                float eps, int64_t N, int64_t C, int rms) {
+                                float eps, int64_t N, int64_t C, int rms, int ybf) {
     if (N <= 0) return;
-    TFM__LAUNCH(tfm__k_layernorm, (unsigned)N, tfm__cu_row_threads(C), 0, y, mean, rstd, x, g, b, eps, C, rms);
+    TFM__LAUNCH(tfm__k_layernorm, (unsigned)N, tfm__cu_row_threads(C), 0, y, mean, rstd, x, g, b, eps, C, rms,
+                ybf ? tfm__bf16_ld(C) : 0);
     TFM__CU_LAUNCHED("tfm__k_layernorm");
 }
 
 static void tfm__add_layernorm_cuda(float *sum, float *y, float *mean, float *rstd, const float *a, const float *b,
-                                   const float *g, const float *bias, float eps, int64_t N, int64_t C, int rms) {
+                                   const float *g, const float *bias, float eps, int64_t N, int64_t C, int rms, int ybf) {
     if (N <= 0) return;
-    TFM__LAUNCH(tfm__k_add_layernorm, (unsigned)N, tfm__cu_row_threads(C), 0, sum, y, mean, rstd, a, b, g, bias, eps, C, rms);
+    TFM__LAUNCH(tfm__k_add_layernorm, (unsigned)N, tfm__cu_row_threads(C), 0, sum, y, mean, rstd, a, b, g, bias, eps, C, rms,
+                ybf ? tfm__bf16_ld(C) : 0);
     TFM__CU_LAUNCHED("tfm__k_add_layernorm");
 }
 
-/* pre = x w^T (the product alone), then the bias and the activation in one pass */
+/* pre = x w^T (the product alone), then the bias and the activation in one pass; xbf, ybf: x, y are bf16
+   activations (rows of tfm__bf16_ld(C), tfm__bf16_ld(F)) */
 static void tfm__linear_act_cuda(int act, float *y, float *pre, const float *x, const float *w, const float *b, int64_t N,
-                                 int64_t C, int64_t F) {
+                                 int64_t C, int64_t F, int xbf, int ybf) {
     int64_t F1 = act == TFM_ACT_SWIGLU ? 2 * F : F;
     if (N * F <= 0) return;
-    tfm__gemm_cuda(0, 1, (int)N, (int)F1, (int)C, 1.0f, x, (int)C, 0, w, (int)C, 0, 0.0f, pre, (int)F1, 0, 1);
-    TFM__LAUNCH(tfm__k_bias_act, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, act, y, pre, b, N, F);
+    tfm__gemm_cuda(0, 1, (int)N, (int)F1, (int)C, 1.0f, x, (int)(xbf ? tfm__bf16_ld(C) : C), 0, w, (int)C, 0, 0.0f, pre,
+                   (int)F1, 0, 1, xbf ? 1 : 0);
+    TFM__LAUNCH(tfm__k_bias_act, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, act, y, pre, b, N, F, ybf ? tfm__bf16_ld(F) : 0);
     TFM__CU_LAUNCHED("tfm__k_bias_act");
 }
 
@@ -6709,18 +6748,21 @@ static void tfm__op_add_rows(tfm_device dev, float *dst, int64_t ldd, const floa
 static void tfm__op_gemm_batched(tfm_device dev, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                                  int lda, int64_t sA, const float *B, int ldb, int64_t sB, float beta, float *C, int ldc,
                                  int64_t sC, int batch) {
-    TFM__CUDA(dev, tfm__gemm_cuda(ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch); return);
+    TFM__CUDA(dev, tfm__gemm_cuda(ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch, 0); return);
     tfm__sgemm_batched(ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
 }
+/* xbf (here and below): x is a bf16 activation (tfm__bf16_store; rows of ldx bf16 elements), on the GPU only */
 static void tfm__op_linear(tfm_device dev, float *y, int64_t ldy, const float *x, int64_t ldx, const float *w,
-                           const float *b, int64_t N, int64_t I, int64_t O) {
-    TFM__CUDA(dev, tfm__linear_forward_cuda(y, ldy, x, ldx, w, b, N, I, O); return);
+                           const float *b, int64_t N, int64_t I, int64_t O, int xbf) {
+    TFM__CUDA(dev, tfm__linear_forward_cuda(y, ldy, x, ldx, w, b, N, I, O, xbf); return);
+    TFM_ASSERT(!xbf);
     tfm__linear_forward_cpu(y, ldy, x, ldx, w, b, N, I, O);
 }
 static void tfm__op_linear_bwd(tfm_device dev, float *dx, int64_t lddx, float dx_beta, float *dw, float *db,
                                const float *dy, int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N,
-                               int64_t I, int64_t O) {
-    TFM__CUDA(dev, tfm__linear_backward_cuda(dx, lddx, dx_beta, dw, db, dy, lddy, x, ldx, w, N, I, O); return);
+                               int64_t I, int64_t O, int xbf) {
+    TFM__CUDA(dev, tfm__linear_backward_cuda(dx, lddx, dx_beta, dw, db, dy, lddy, x, ldx, w, N, I, O, xbf); return);
+    TFM_ASSERT(!xbf);
     tfm__linear_backward_cpu(dx, lddx, dx_beta, dw, db, dy, lddy, x, ldx, w, N, I, O);
 }
 static void tfm__op_softmax(tfm_device dev, float *y, const float *x, int64_t N, int64_t C, int log) {
@@ -6750,10 +6792,11 @@ static void tfm__op_cross_entropy_bwd(tfm_device dev, float *dx, float dloss, co
     TFM__CUDA(dev, tfm__cross_entropy_bwd_cuda(dx, dloss, x, lse, t, ignore, s, N, V); return);
     tfm__cross_entropy_backward_cpu(dx, dloss, x, lse, t, ignore, s, N, V);
 }
-/* rms: RMSNorm (no centering, mean unused) */
+/* rms: RMSNorm (no centering, mean unused); ybf: y a bf16 activation (rows of tfm__bf16_ld(C)), on the GPU only */
 static void tfm__op_layernorm(tfm_device dev, float *y, float *mean, float *rstd, const float *x, const float *g,
-                              const float *b, float eps, int64_t N, int64_t C, int rms) {
-    TFM__CUDA(dev, tfm__layernorm_cuda(y, mean, rstd, x, g, b, eps, N, C, rms); return);
+                              const float *b, float eps, int64_t N, int64_t C, int rms, int ybf) {
+    TFM__CUDA(dev, tfm__layernorm_cuda(y, mean, rstd, x, g, b, eps, N, C, rms, ybf); return);
+    TFM_ASSERT(!ybf);
     tfm__layernorm_forward_cpu(y, mean, rstd, x, g, b, eps, N, C, rms);
 }
 /* dx = res + the layernorm's input gradient; res may be dx (accumulate) or NULL (dx only written) */
@@ -6766,8 +6809,9 @@ static void tfm__op_layernorm_bwd(tfm_device dev, float *dx, const float *res, f
 /* sum = a + b (n rows of C), then y = LN(sum) as tfm__op_layernorm: a residual add and the norm after it */
 static void tfm__op_add_layernorm(tfm_device dev, float *sum, float *y, float *mean, float *rstd, const float *a,
                                   const float *b, const float *g, const float *bias, float eps, int64_t N, int64_t C,
-                                  int rms) {
-    TFM__CUDA(dev, tfm__add_layernorm_cuda(sum, y, mean, rstd, a, b, g, bias, eps, N, C, rms); return);
+                                  int rms, int ybf) {
+    TFM__CUDA(dev, tfm__add_layernorm_cuda(sum, y, mean, rstd, a, b, g, bias, eps, N, C, rms, ybf); return);
+    TFM_ASSERT(!ybf);
     tfm__add_cpu(sum, a, b, N * C);
     tfm__layernorm_forward_cpu(y, mean, rstd, sum, g, bias, eps, N, C, rms);
 }
@@ -6789,10 +6833,12 @@ static void tfm__op_swiglu_bwd(tfm_device dev, float *dh, const float *dy, const
     tfm__swiglu_backward_cpu(dh, dy, h, N, F);
 }
 /* An MLP's first linear map and its activation: pre = x w^T + b (N rows of F1 = F, or 2F for SwiGLU), y =
-   act(pre) (N rows of F); x rows of C */
+   act(pre) (N rows of F); x rows of C; xbf, ybf: x, y bf16 activations (rows of tfm__bf16_ld(C),
+   tfm__bf16_ld(F)), on the GPU only */
 static void tfm__op_linear_act(tfm_device dev, int act, float *y, float *pre, const float *x, const float *w,
-                               const float *b, int64_t N, int64_t C, int64_t F) {
-    TFM__CUDA(dev, tfm__linear_act_cuda(act, y, pre, x, w, b, N, C, F); return);
+                               const float *b, int64_t N, int64_t C, int64_t F, int xbf, int ybf) {
+    TFM__CUDA(dev, tfm__linear_act_cuda(act, y, pre, x, w, b, N, C, F, xbf, ybf); return);
+    TFM_ASSERT(!xbf && !ybf);
     tfm__linear_forward_cpu(pre, act == TFM_ACT_SWIGLU ? 2 * F : F, x, C, w, b, N, C, act == TFM_ACT_SWIGLU ? 2 * F : F);
     if (act == TFM_ACT_SWIGLU) tfm__swiglu_forward_cpu(y, pre, N, F);
     else tfm__op_act(dev, act, y, pre, N * F);
@@ -7047,7 +7093,7 @@ TFMDEF tfm_result tfm_linear_forward(tfm_tensor *y, const tfm_tensor *x, const t
     TFM__TRY(tfm__chk_int(fn, "y", y));
     TFM__TRY(tfm__same_device("tfm_linear_forward", -1, 4, y, x, w, b));
     if (y->data == x->data) return tfm__fail(TFM_E_ARG, "%s: y must not alias x", fn);
-    tfm__op_linear(y->device, y->data, w->shape[0], x->data, w->shape[1], w->data, b ? b->data : NULL, tfm__rows(x), w->shape[1], w->shape[0]);
+    tfm__op_linear(y->device, y->data, w->shape[0], x->data, w->shape[1], w->data, b ? b->data : NULL, tfm__rows(x), w->shape[1], w->shape[0], 0);
     return tfm__cuda_check("tfm_linear_forward");
 }
 
@@ -7068,7 +7114,7 @@ TFMDEF tfm_result tfm_linear_backward(tfm_tensor *dx, tfm_tensor *dw, tfm_tensor
     if (db && (db->ndim != 1 || db->shape[0] != w->shape[0]))
         return tfm__fail(TFM_E_SHAPE, "%s: dbias is %s but weight is %s: want (%lld)", fn, tfm__shp(db), tfm__shp(w),
                          (long long)w->shape[0]);
-    tfm__op_linear_bwd(dy->device, dx ? dx->data : NULL, w->shape[1], 1.0f, dw ? dw->data : NULL, db ? db->data : NULL, dy->data, w->shape[0], x->data, w->shape[1], w->data, tfm__rows(x), w->shape[1], w->shape[0]);
+    tfm__op_linear_bwd(dy->device, dx ? dx->data : NULL, w->shape[1], 1.0f, dw ? dw->data : NULL, db ? db->data : NULL, dy->data, w->shape[0], x->data, w->shape[1], w->data, tfm__rows(x), w->shape[1], w->shape[0], 0);
     return tfm__cuda_check("tfm_linear_backward");
 }
 
@@ -7181,7 +7227,7 @@ TFMDEF tfm_result tfm_layernorm_forward(tfm_tensor *y, tfm_tensor *mean, tfm_ten
     TFM__TRY(tfm__chk_vec(fn, "rstd", rstd, "x", x, tfm__rows(x)));
     TFM__TRY(tfm__same_device("tfm_layernorm_forward", -1, 6, y, mean, rstd, x, g, b));
     if (!(eps >= 0.0f) || !isfinite(eps)) return tfm__fail(TFM_E_ARG, "%s: eps %g must be finite and >= 0", fn, (double)eps);
-    tfm__op_layernorm(y->device, y->data, mean ? mean->data : NULL, rstd ? rstd->data : NULL, x->data, g ? g->data : NULL, b ? b->data : NULL, eps, tfm__rows(x), tfm__cols(x), 0);
+    tfm__op_layernorm(y->device, y->data, mean ? mean->data : NULL, rstd ? rstd->data : NULL, x->data, g ? g->data : NULL, b ? b->data : NULL, eps, tfm__rows(x), tfm__cols(x), 0, 0);
     return tfm__cuda_check("tfm_layernorm_forward");
 }
 
@@ -7255,7 +7301,7 @@ TFMDEF tfm_result tfm_rmsnorm_forward(tfm_tensor *y, tfm_tensor *rstd, const tfm
     TFM__TRY(tfm__same_device(fn, -1, 4, y, rstd, x, g));
     if (!(eps >= 0.0f) || !isfinite(eps)) return tfm__fail(TFM_E_ARG, "%s: eps %g must be finite and >= 0", fn, (double)eps);
     tfm__op_layernorm(y->device, y->data, NULL, rstd ? rstd->data : NULL, x->data, g ? g->data : NULL, NULL, eps,
-                      tfm__rows(x), tfm__cols(x), 1);
+                      tfm__rows(x), tfm__cols(x), 1, 0);
     return tfm__cuda_check(fn);
 }
 
@@ -7892,14 +7938,15 @@ static void tfm__kv_store(tfm_kv_cache *kc, int layer, int cross, const float *k
 /* The forward pass of a checked layer call. With a cache (decoding): self-attention appends each row's
    new keys and values after its kc->lens[b] cached positions and attends over them; cross-attention
    projects xkv into the cache on the first call (kc->src_len 0) and attends over the cached source. */
-static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv, int B, int Tq, int Tk,
+static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, int xbf, const float *xkv, int B, int Tq, int Tk,
                          const tfm_attn_opts *opts, tfm_kv_cache *kc, int layer) {
     tfm__attn_args a;
-    int64_t C = m->desc.d_model, E = tfm__mha_kv_dim(m);
+    int64_t C = m->desc.d_model, E = tfm__mha_kv_dim(m), ldx = xbf ? tfm__bf16_ld(C) : C;
     m->B = B;
     m->Tq = Tq;
     m->Tk = Tk;
     m->x = x;
+    m->xbf = xbf;
     m->xkv = xkv;
     memset(&m->opts, 0, sizeof m->opts);
     if (opts) m->opts = *opts;
@@ -7911,12 +7958,12 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv,
     {
         const float *w = m->in_proj_weight.data, *b = m->in_proj_bias.data;
         if (m->desc.cross) {
-            tfm__op_linear(m->device, m->q, C, x, C, w, b, (int64_t)B * Tq, C, C);
+            tfm__op_linear(m->device, m->q, C, x, ldx, w, b, (int64_t)B * Tq, C, C, xbf);
             if (!kc || !kc->src_len)
-                tfm__op_linear(m->device, m->kv, 2 * E, xkv, C, w + C * C, b ? b + C : NULL, (int64_t)B * Tk, C, 2 * E);
+                tfm__op_linear(m->device, m->kv, 2 * E, xkv, C, w + C * C, b ? b + C : NULL, (int64_t)B * Tk, C, 2 * E, 0);
             if (kc && !kc->src_len) tfm__kv_store(kc, layer, 1, m->kv, 2 * E, B, Tk);
         } else {
-            tfm__op_linear(m->device, m->q, C + 2 * E, x, C, w, b, (int64_t)B * Tq, C, C + 2 * E);
+            tfm__op_linear(m->device, m->q, C + 2 * E, x, ldx, w, b, (int64_t)B * Tq, C, C + 2 * E, xbf);
             if (m->desc.rope_dims) /* q and k, side by side: H + Hkv heads of each row; cached rows at their positions */
                 tfm__op_rope(m->device, m->q, m->q, C + 2 * E, B, Tq, m->desc.n_heads + m->desc.n_kv_heads,
                              (int)C / m->desc.n_heads, m->desc.rope_dims, m->desc.rope_base, kc ? kc->lens : NULL, 0, 0);
@@ -7944,7 +7991,7 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv,
         m->Tk = a.Tk;
     }
     (void)tfm__op_attention(m->device, &a); /* a failure is in tfm__scratch_failed */
-    tfm__op_linear(m->device, y, C, m->ctx, C, m->out_proj_weight.data, m->out_proj_bias.data, (int64_t)B * Tq, C, C);
+    tfm__op_linear(m->device, y, C, m->ctx, C, m->out_proj_weight.data, m->out_proj_bias.data, (int64_t)B * Tq, C, C, 0);
 }
 
 /* The backward pass of a checked layer call: dx = dx_beta * dx + the input gradient (dx_beta 0: dx is
@@ -7952,9 +7999,10 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, const float *xkv,
 static void tfm__mha_bwd(tfm_mha *m, float *dx, float dx_beta, float *dxkv, const float *dy) {
     tfm__attn_args a;
     int64_t B = m->B, Tq = m->Tq, Tk = m->Tk, C = m->desc.d_model, E = tfm__mha_kv_dim(m);
+    int64_t ldx = m->xbf ? tfm__bf16_ld(C) : C;
     int cross = m->desc.cross;
     /* out_proj: dW += dy^T ctx, db += colsum(dy), dctx = dy W */
-    tfm__op_linear_bwd(m->device, m->dctx, C, 0.0f, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx, C, m->out_proj_weight.data, B * Tq, C, C);
+    tfm__op_linear_bwd(m->device, m->dctx, C, 0.0f, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx, C, m->out_proj_weight.data, B * Tq, C, C, 0);
     /* attention: gradients of the projected q, k, v */
     tfm__mha_args(m, &a);
     tfm__op_zero(m->device, m->dq, B * Tq * (cross ? C : C + 2 * E));
@@ -7973,10 +8021,10 @@ static void tfm__mha_bwd(tfm_mha *m, float *dx, float dx_beta, float *dxkv, cons
         const float *w = m->in_proj_weight.data;
         float *dw = m->d_in_proj_weight.data, *db = m->d_in_proj_bias.data;
         if (cross) {
-            tfm__op_linear_bwd(m->device, dx, C, dx_beta, dw, db, m->dq, C, m->x, C, w, B * Tq, C, C);
-            tfm__op_linear_bwd(m->device, dxkv, C, 1.0f, dw + C * C, db ? db + C : NULL, m->dkv, 2 * E, m->xkv, C, w + C * C, B * Tk, C, 2 * E);
+            tfm__op_linear_bwd(m->device, dx, C, dx_beta, dw, db, m->dq, C, m->x, ldx, w, B * Tq, C, C, m->xbf);
+            tfm__op_linear_bwd(m->device, dxkv, C, 1.0f, dw + C * C, db ? db + C : NULL, m->dkv, 2 * E, m->xkv, C, w + C * C, B * Tk, C, 2 * E, 0);
         } else {
-            tfm__op_linear_bwd(m->device, dx, C, dx_beta, dw, db, m->dq, C + 2 * E, m->x, C, w, B * Tq, C, C + 2 * E);
+            tfm__op_linear_bwd(m->device, dx, C, dx_beta, dw, db, m->dq, C + 2 * E, m->x, ldx, w, B * Tq, C, C + 2 * E, m->xbf);
         }
     }
 }
@@ -8024,7 +8072,7 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
                          m->desc.n_kv_heads);
 
     TFM__TRY(tfm__scratch_reserve(fn));
-    tfm__mha_fwd(m, y->data, x->data, xkv ? xkv->data : NULL, (int)B, (int)Tq, (int)Tk, opts, NULL, 0);
+    tfm__mha_fwd(m, y->data, x->data, 0, xkv ? xkv->data : NULL, (int)B, (int)Tq, (int)Tk, opts, NULL, 0);
     return tfm__scratch_check(fn);
 }
 
@@ -8404,8 +8452,8 @@ TFMDEF tfm_result tfm_mha_param(tfm_mha *m, const char *name, tfm_tensor *value,
     return tfm__named_find("tfm_mha_param", e, tfm__mha_named(m, "", e), name, value, grad);
 }
 
-/* Sub-layer s of a block: v = F_s(u). */
-static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, tfm_kv_cache *kc, int layer) {
+/* Sub-layer s of a block: v = F_s(u) (ubf: u is a bf16 activation). */
+static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, int ubf, tfm_kv_cache *kc, int layer) {
     const tfm_block_desc *d = &blk->desc;
     const tfm_attn_opts *bo = &blk->opts;
     int64_t N = (int64_t)blk->B * blk->T, C = d->d_model, F = d->d_ff;
@@ -8423,14 +8471,14 @@ static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, 
         o.mask = bo->mask;
         o.batch_offset = bo->batch_offset;
         o.mask_per_batch = bo->mask_per_batch;
-        tfm__mha_fwd(&blk->self_attn, v, u, NULL, blk->B, blk->T, blk->T, &o, kc, layer);
+        tfm__mha_fwd(&blk->self_attn, v, u, ubf, NULL, blk->B, blk->T, blk->T, &o, kc, layer);
     } else if (s == 1 && d->cross) {
         o.key_lens = bo->kv_lens;
         o.batch_offset = bo->batch_offset;
-        tfm__mha_fwd(&blk->cross_attn, v, u, blk->xkv, blk->B, blk->T, blk->Tk, &o, kc, layer);
+        tfm__mha_fwd(&blk->cross_attn, v, u, ubf, blk->xkv, blk->B, blk->T, blk->Tk, &o, kc, layer);
     } else {
-        tfm__op_linear_act(blk->device, d->act, blk->ff_act, blk->ff_pre, u, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F);
-        tfm__op_linear(blk->device, v, C, blk->ff_act, F, blk->linear2.weight.data, blk->linear2.bias.data, N, F, C);
+        tfm__op_linear_act(blk->device, d->act, blk->ff_act, blk->ff_pre, u, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F, ubf, blk->bf_h);
+        tfm__op_linear(blk->device, v, C, blk->ff_act, blk->bf_h ? tfm__bf16_ld(F) : F, blk->linear2.weight.data, blk->linear2.bias.data, N, F, C, blk->bf_h);
     }
 }
 
@@ -8446,18 +8494,20 @@ static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, float du_beta, 
     } else {
         const float *u = d->norm_first ? blk->ln_io[s] : blk->stream[s];
         int64_t F1 = d->act == TFM_ACT_SWIGLU ? 2 * F : F;
-        tfm__op_linear_bwd(blk->device, blk->d_ff2, F, 0.0f, blk->linear2.d_weight.data, blk->linear2.d_bias.data, dv, C, blk->ff_act, F, blk->linear2.weight.data, N, F, C);
+        tfm__op_linear_bwd(blk->device, blk->d_ff2, F, 0.0f, blk->linear2.d_weight.data, blk->linear2.d_bias.data, dv, C, blk->ff_act, blk->bf_h ? tfm__bf16_ld(F) : F, blk->linear2.weight.data, N, F, C, blk->bf_h);
         if (d->act == TFM_ACT_SWIGLU) tfm__op_swiglu_bwd(blk->device, blk->d_ff1, blk->d_ff2, blk->ff_pre, N, F);
         else tfm__op_act_bwd(blk->device, d->act, blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, 0.0f);
-        tfm__op_linear_bwd(blk->device, du, C, du_beta, blk->linear1.d_weight.data, blk->linear1.d_bias.data, blk->d_ff1, F1, u, C, blk->linear1.weight.data, N, C, F1);
+        int ubf = d->norm_first && blk->bf_u;
+        tfm__op_linear_bwd(blk->device, du, C, du_beta, blk->linear1.d_weight.data, blk->linear1.d_bias.data, blk->d_ff1, F1, u, ubf ? tfm__bf16_ld(C) : C, blk->linear1.weight.data, N, C, F1, ubf);
     }
 }
 
 /* pre-LN:  u = LN_s(x_s);  x_{s+1} = x_s + drop(F_s(u))
    post-LN: r = x_s + drop(F_s(x_s));  x_{s+1} = LN_s(r)       (ln_io[s] holds u or r) */
 /* A norm that a pre-LN block runs in the same pass as its last residual add (tfm__block_fwd): the next
-   block's first (its output that block's ln_io[0]) or the stack's final one. */
-typedef struct tfm__norm_after { tfm_layernorm *ln; float *out; float eps; } tfm__norm_after;
+   block's first (its output that block's ln_io[0], bf: a bf16 activation as that block's bf_u) or the
+   stack's final one. */
+typedef struct tfm__norm_after { tfm_layernorm *ln; float *out; float eps; int bf; } tfm__norm_after;
 
 /* in_normed (pre-LN): x's first norm already ran, with the residual add of the block below (its output
    in blk->ln_io[0], its statistics in blk->norm[0]); after (pre-LN, may be NULL): the norm to run on y
@@ -8474,6 +8524,8 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
     blk->xkv = xkv;
     blk->opts = *opts;
     blk->stream[0] = x;
+    blk->bf_u = d->norm_first && tfm__bf16_store(blk->device, C); /* (the block below wrote ln_io[0] so: after->bf) */
+    blk->bf_h = tfm__bf16_store(blk->device, d->d_ff);
     for (s = 0; s < blk->n_sub; s++) {
         const float *xs = blk->stream[s];
         float *out = s == blk->n_sub - 1 ? y : blk->buf_stream[s + 1];
@@ -8481,10 +8533,10 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
         tfm_layernorm *ln = &blk->norm[s];
         if (d->norm_first) {
             if (s == 0 && !in_normed) /* (the later sub-layers' norms ran with the residual add before them) */
-                tfm__op_layernorm(blk->device, blk->ln_io[0], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data, d->ln_eps, N, C, ln->rms);
-            tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], kc, layer);
+                tfm__op_layernorm(blk->device, blk->ln_io[0], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data, d->ln_eps, N, C, ln->rms, blk->bf_u);
+            tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], blk->bf_u, kc, layer);
         } else {
-            tfm__block_sub_fwd(blk, s, v, xs, kc, layer);
+            tfm__block_sub_fwd(blk, s, v, xs, 0, kc, layer);
         }
         if (opts->training && d->dropout > 0.0f)
             tfm__op_dropout(blk->device, v, v, N * C, d->dropout, tfm__seed_mix(opts->seed, TFM__SITE_RESIDUAL + (uint64_t)s),
@@ -8492,15 +8544,15 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
         if (d->norm_first && s + 1 < blk->n_sub) { /* x_{s+1} and the next sub-layer's u in one pass */
             tfm_layernorm *nx = &blk->norm[s + 1];
             tfm__op_add_layernorm(blk->device, out, blk->ln_io[s + 1], nx->mean, nx->rstd, xs, v, nx->weight.data, nx->bias.data,
-                                  d->ln_eps, N, C, nx->rms);
+                                  d->ln_eps, N, C, nx->rms, blk->bf_u);
         } else if (d->norm_first && after) { /* y and the next norm's output */
             tfm__op_add_layernorm(blk->device, out, after->out, after->ln->mean, after->ln->rstd, xs, v, after->ln->weight.data,
-                                  after->ln->bias.data, after->eps, N, C, after->ln->rms);
+                                  after->ln->bias.data, after->eps, N, C, after->ln->rms, after->bf);
         } else if (d->norm_first) {
             tfm__op_add(blk->device, out, xs, v, N * C);
         } else {
             tfm__op_add_layernorm(blk->device, blk->ln_io[s], out, ln->mean, ln->rstd, xs, v, ln->weight.data, ln->bias.data,
-                                  d->ln_eps, N, C, ln->rms);
+                                  d->ln_eps, N, C, ln->rms, 0);
         }
         if (s + 1 < blk->n_sub) blk->stream[s + 1] = out;
     }
@@ -9426,11 +9478,11 @@ static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, const flo
     float scale = m->cfg.scale_emb ? sqrtf((float)C) : 1.0f;
     float *s = m->cfg.emb_norm ? im->emb_sum : x; /* the sum */
     tfm_linear *ip = &im->input_proj;
-    if (!cls && inputs) tfm__op_linear(im->device, s, C, inputs, I, ip->weight.data, ip->bias.data, (int64_t)B * T, I, C);
+    if (!cls && inputs) tfm__op_linear(im->device, s, C, inputs, I, ip->weight.data, ip->bias.data, (int64_t)B * T, I, C, 0);
     else if (!cls) tfm__op_embedding(im->device, s, ids, emb->data, scale, (int64_t)B * T, C);
     for (b = 0; cls && b < B; b++) { /* one call per row: the class vector sits between the rows */
         float *sb = s + (b * Te + 1) * C;
-        if (inputs) tfm__op_linear(im->device, sb, C, inputs + b * T * I, I, ip->weight.data, ip->bias.data, T, I, C);
+        if (inputs) tfm__op_linear(im->device, sb, C, inputs + b * T * I, I, ip->weight.data, ip->bias.data, T, I, C, 0);
         else tfm__op_embedding(im->device, sb, ids + b * T, emb->data, scale, T, C);
     }
     if (cls) tfm__op_copy_rows(im->device, s, Te * C, im->cls.data, 0, B, C);
@@ -9443,7 +9495,7 @@ static void tfm__embed_fwd(tfm_model *m, float *x, const int32_t *ids, const flo
     }
     if (m->cfg.emb_norm)
         tfm__op_layernorm(im->device, x, im->emb_norm.mean, im->emb_norm.rstd, s, im->emb_norm.weight.data,
-                          im->emb_norm.bias.data, m->cfg.ln_eps, (int64_t)B * Te, C, im->emb_norm.rms);
+                          im->emb_norm.bias.data, m->cfg.ln_eps, (int64_t)B * Te, C, im->emb_norm.rms, 0);
     if (im->training && m->cfg.dropout > 0.0f)
         tfm__op_dropout(im->device, x, x, B * Te * C, m->cfg.dropout, tfm__seed_mix(im->fwd_seed, site),
                         (uint64_t)(im->batch_offset * Te * C), 0);
@@ -9472,13 +9524,13 @@ static void tfm__embed_bwd(tfm_model *m, float *g, const int32_t *ids, const flo
     if (dpos && dpos->data) tfm__op_pos_bwd(im->device, dpos->data, g, B, Te, C);
     if (!cls && inputs)
         tfm__op_linear_bwd(im->device, NULL, 0, 0.0f, ip->d_weight.data, ip->d_bias.data, g, C, inputs, I, ip->weight.data,
-                           (int64_t)B * T, I, C);
+                           (int64_t)B * T, I, C, 0);
     else if (!cls) tfm__op_embedding_bwd(im->device, demb->data, g, ids, scale, (int64_t)B * T, C);
     for (b = 0; cls && b < B; b++) {
         const float *gb = g + (b * Te + 1) * C;
         if (inputs)
             tfm__op_linear_bwd(im->device, NULL, 0, 0.0f, ip->d_weight.data, ip->d_bias.data, gb, C, inputs + b * T * I, I,
-                               ip->weight.data, T, I, C);
+                               ip->weight.data, T, I, C, 0);
         else tfm__op_embedding_bwd(im->device, demb->data, gb, ids + b * T, scale, T, C);
         tfm__op_add(im->device, im->d_cls.data, im->d_cls.data, g + b * Te * C, C);
     }
@@ -9504,13 +9556,14 @@ static const float *tfm__stack_fwd(tfm_model *m, tfm_block *blks, float *buf, in
         after.ln = l + 1 < n ? &blks[l + 1].norm[0] : norm;
         after.out = l + 1 < n ? blks[l + 1].ln_io[0] : ln_out;
         after.eps = l + 1 < n ? blks[l + 1].desc.ln_eps : m->cfg.ln_eps;
+        after.bf = l + 1 < n && tfm__bf16_store(blks[l + 1].device, blks[l + 1].desc.d_model);
         o.seed = tfm__seed_mix(m->impl->fwd_seed, site + (uint64_t)l);
         tfm__block_fwd(&blks[l], out, cur, mem, B, T, Tk, &o, kc, l, m->cfg.norm_first && l > 0,
                        m->cfg.norm_first ? &after : NULL);
         cur = out;
     }
     if (m->cfg.norm_first && n == 0)
-        tfm__op_layernorm(m->impl->device, ln_out, norm->mean, norm->rstd, cur, norm->weight.data, norm->bias.data, m->cfg.ln_eps, (int64_t)B * T, m->cfg.d_model, norm->rms);
+        tfm__op_layernorm(m->impl->device, ln_out, norm->mean, norm->rstd, cur, norm->weight.data, norm->bias.data, m->cfg.ln_eps, (int64_t)B * T, m->cfg.d_model, norm->rms, 0);
     return m->cfg.norm_first ? ln_out : cur;
 }
 
@@ -9622,7 +9675,7 @@ static tfm_result tfm__model_forward(tfm_model *m, const tfm_batch *b, float *lo
         tfm__op_pool(m->impl->device, c->pool, m->impl->pooled, h, lens, B, Te, C);
         rows = B;
         n_out = c->n_classes;
-        tfm__op_linear(m->impl->device, m->impl->logits, n_out, m->impl->pooled, C, m->impl->head.weight.data, m->impl->head.bias.data, rows, C, n_out);
+        tfm__op_linear(m->impl->device, m->impl->logits, n_out, m->impl->pooled, C, m->impl->head.weight.data, m->impl->head.bias.data, rows, C, n_out, 0);
     } else if (c->last_logits) { /* each row's last position: lens[b] - 1 (an LM with lens), else T - 1 */
         int Th = kind == TFM_MODEL_DECODER_LM ? T : Tt;
         n_out = kind == TFM_MODEL_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
@@ -9630,12 +9683,12 @@ static tfm_result tfm__model_forward(tfm_model *m, const tfm_batch *b, float *lo
         for (i = 0; i < B; i++) {
             int64_t last = kind == TFM_MODEL_DECODER_LM && b->lens ? TFM__MAX(b->lens[i], 1) - 1 : Th - 1;
             tfm__op_linear(m->impl->device, m->impl->logits + i * n_out, n_out, h + (i * Th + last) * C, C,
-                           m->impl->head.weight.data, NULL, 1, C, n_out);
+                           m->impl->head.weight.data, NULL, 1, C, n_out, 0);
         }
     } else {
         rows = (int64_t)B * (kind == TFM_MODEL_DECODER_LM ? T : Tt);
         n_out = kind == TFM_MODEL_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
-        tfm__op_linear(m->impl->device, m->impl->logits, n_out, h, C, m->impl->head.weight.data, NULL, rows, C, n_out);
+        tfm__op_linear(m->impl->device, m->impl->logits, n_out, h, C, m->impl->head.weight.data, NULL, rows, C, n_out, 0);
     }
     m->impl->has_targets = b->targets != NULL;
     m->impl->last_loss = 0.0f;
@@ -9697,11 +9750,11 @@ static tfm_result tfm__model_backward(tfm_model *m, float loss_scale) {
     g = m->impl->d_enc_x; /* gradient of the top stack's output */
     if (kind == TFM_MODEL_ENCODER_CLASSIFIER) {
         const int32_t *lens = m->impl->has_lens ? m->impl->lens : NULL;
-        tfm__op_linear_bwd(m->impl->device, m->impl->d_pooled, C, 0.0f, m->impl->head.d_weight.data, m->impl->head.d_bias.data, m->impl->d_logits, n_out, m->impl->pooled, C, m->impl->head.weight.data, rows, C, n_out);
+        tfm__op_linear_bwd(m->impl->device, m->impl->d_pooled, C, 0.0f, m->impl->head.d_weight.data, m->impl->head.d_bias.data, m->impl->d_logits, n_out, m->impl->pooled, C, m->impl->head.weight.data, rows, C, n_out, 0);
         tfm__op_zero(m->impl->device, g, (int64_t)B * Te * C);
         tfm__op_pool_bwd(m->impl->device, c->pool, g, m->impl->d_pooled, lens, B, Te, C);
     } else {
-        tfm__op_linear_bwd(m->impl->device, g, C, 0.0f, m->impl->head.d_weight.data, NULL, m->impl->d_logits, n_out, m->impl->top, C, m->impl->head.weight.data, rows, C, n_out);
+        tfm__op_linear_bwd(m->impl->device, g, C, 0.0f, m->impl->head.d_weight.data, NULL, m->impl->d_logits, n_out, m->impl->top, C, m->impl->head.weight.data, rows, C, n_out, 0);
     }
     if (kind == TFM_MODEL_DECODER_LM) {
         g = tfm__stack_bwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, g, NULL, B, T);
@@ -10153,7 +10206,7 @@ static void tfm__decode_into(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids,
                 tfm__op_copy(m->impl->device, h + ((int64_t)(b - r0) * n + n - 1) * C,
                              h + ((int64_t)(b - r0) * n + n_ids[b] - 1) * C, C);
         tfm__op_linear(m->impl->device, logits + (int64_t)r0 * V, V, h + (n - 1) * C, n * C, m->impl->head.weight.data,
-                       NULL, nb, C, V);
+                       NULL, nb, C, V, 0);
     }
     for (b = 0; b < B; b++) kc->lens[b] += n_ids ? n_ids[b] : n;
     if (encdec && !kc->src_len) kc->src_len = S;
@@ -10551,7 +10604,7 @@ static tfm_result tfm__model_score(tfm_model *m, const int32_t *src, int src_len
     for (i0 = 0; i0 < n_target; i0 += nr) {
         nr = m->cfg.last_logits ? TFM__MIN(n_target - i0, m->cfg.max_batch) : n_target;
         tfm__op_linear(m->impl->device, m->impl->logits, V, h + (int64_t)(n_prompt - 1 + i0) * C, C,
-                       m->impl->head.weight.data, NULL, nr, C, V);
+                       m->impl->head.weight.data, NULL, nr, C, V, 0);
         lg = tfm__host_logits(m, (int64_t)nr * V);
         for (i = i0; i < i0 + nr; i++) {
             double lp = tfm__logp(lg + (int64_t)(i - i0) * V, V, target[i]);

@@ -569,10 +569,10 @@ static void cu_op_linear(void) {
             cu_buf dy = cu_normal(N * ldy, &g, 1, 0), dx = beta == 0.0f ? cu_nan(N * ldx) : cu_normal(N * ldx, &g, 1, 0);
             cu_buf dw = cu_normal(O * I, &g, 1, 0), db = cu_normal(O, &g, 1, 0);
             snprintf(name, sizeof name, "linear N=%lld I=%lld O=%lld bias=%d ldx=%lld ldy=%lld", (long long)N, (long long)I, (long long)O, bias, (long long)ldx, (long long)ldy);
-            CU_DEVS tfm__op_linear(CU_DEV, CU_P(y), ldy, CU_P(x), ldx, CU_P(w), bias ? CU_P(b) : NULL, N, I, O);
+            CU_DEVS tfm__op_linear(CU_DEV, CU_P(y), ldy, CU_P(x), ldx, CU_P(w), bias ? CU_P(b) : NULL, N, I, O, 0);
             cu_check(cu_fmt("%s: y", name), &y, CU_TOL);
             CU_DEVS tfm__op_linear_bwd(CU_DEV, with_dx ? CU_P(dx) : NULL, ldx, beta, with_dw ? CU_P(dw) : NULL, bias ? CU_P(db) : NULL,
-                                       CU_P(dy), ldy, CU_P(x), ldx, CU_P(w), N, I, O);
+                                       CU_P(dy), ldy, CU_P(x), ldx, CU_P(w), N, I, O, 0);
             cu_check(cu_fmt("%s: dx (dx_beta %g)", name, (double)beta), &dx, CU_TOL);
             cu_check(cu_fmt("%s: dw", name), &dw, CU_TOL);
             /* db adds N unit normals to each column: terms of size sqrt(N) that may cancel to a small total
@@ -708,20 +708,20 @@ static void cu_op_layernorm(void) {
                 snprintf(name, sizeof name, "%s N=%lld C=%lld gain=%d bias=%d", rms ? "rmsnorm" : "layernorm", (long long)N,
                          (long long)C, has_g, has_b);
                 CU_DEVS tfm__op_layernorm(CU_DEV, CU_P(y), rms ? NULL : CU_P(mean), CU_P(rstd), CU_P(x), has_g ? CU_P(gn) : NULL,
-                                          has_b ? CU_P(bb) : NULL, 1e-5f, N, C, rms);
+                                          has_b ? CU_P(bb) : NULL, 1e-5f, N, C, rms, 0);
                 cu_check(cu_fmt("%s: y", name), &y, CU_TOL);
                 if (!rms) cu_check(cu_fmt("%s: mean", name), &mean, CU_TOL);
                 cu_check(cu_fmt("%s: rstd", name), &rstd, CU_TOL);
                 if (v == 3) { /* without the statistics */
                     cu_buf y2 = cu_nan(N * C);
-                    CU_DEVS tfm__op_layernorm(CU_DEV, CU_P(y2), NULL, NULL, CU_P(x), CU_P(gn), has_b ? CU_P(bb) : NULL, 1e-5f, N, C, rms);
+                    CU_DEVS tfm__op_layernorm(CU_DEV, CU_P(y2), NULL, NULL, CU_P(x), CU_P(gn), has_b ? CU_P(bb) : NULL, 1e-5f, N, C, rms, 0);
                     cu_check(cu_fmt("%s: y without statistics", name), &y2, CU_TOL);
                     cu_free(&y2);
                 }
                 { /* with the residual add before it (one kernel on the GPU): s = x + r written, then the norm of s */
                     cu_buf r = cu_normal(N * C, &g, 1, 0), sum = cu_nan(N * C), y3 = cu_nan(N * C), m3 = cu_nan(N), r3 = cu_nan(N);
                     CU_DEVS tfm__op_add_layernorm(CU_DEV, CU_P(sum), CU_P(y3), rms ? NULL : CU_P(m3), CU_P(r3), CU_P(x), CU_P(r),
-                                                  has_g ? CU_P(gn) : NULL, has_b ? CU_P(bb) : NULL, 1e-5f, N, C, rms);
+                                                  has_g ? CU_P(gn) : NULL, has_b ? CU_P(bb) : NULL, 1e-5f, N, C, rms, 0);
                     cu_check(cu_fmt("%s after an add: the sum", name), &sum, CU_TOL);
                     cu_check(cu_fmt("%s after an add: y", name), &y3, CU_TOL);
                     if (!rms) cu_check(cu_fmt("%s after an add: mean", name), &m3, CU_TOL);
@@ -802,7 +802,7 @@ static void cu_op_linear_act(void) {
             char name[160];
             snprintf(name, sizeof name, "linear_act %s N=%lld C=%lld F=%lld bias=%d", names[a], (long long)N, (long long)C,
                      (long long)F, bias);
-            CU_DEVS tfm__op_linear_act(CU_DEV, acts[a], CU_P(y), CU_P(pre), CU_P(x), CU_P(w), bias ? CU_P(b) : NULL, N, C, F);
+            CU_DEVS tfm__op_linear_act(CU_DEV, acts[a], CU_P(y), CU_P(pre), CU_P(x), CU_P(w), bias ? CU_P(b) : NULL, N, C, F, 0, 0);
             cu_check(cu_fmt("%s: pre", name), &pre, CU_TOL);
             cu_check(cu_fmt("%s: y", name), &y, CU_TOL);
             if (acts[a] == TFM_ACT_SWIGLU) {
@@ -4339,6 +4339,171 @@ static void cu_bf16_model(void) {
     free(d);
 }
 
+/* bf16 activations (tfm__bf16_store): in a bf16 model call the layernorm, the residual add and layernorm,
+   and the MLP's bias and activation write each value rounded to bf16, in rows of tfm__bf16_ld(C) elements:
+   bit for bit tfm__bf16 of what they write in fp32 (the statistics, sums and pre-activations the same
+   bits too), the rows' padding untouched; and a linear map that takes such an operand as it is gives the
+   same bits, forward and backward, as one that rounds the fp32 operand itself. C = 5 and 12 pad their rows
+   (to 8 and 16), 37 too (to 40). */
+static void cu_bf16_act_ops(void) {
+    static const int Cs[] = {5, 12, 16, 37}, acts[] = {TFM_ACT_GELU, TFM_ACT_RELU, TFM_ACT_GELU_TANH, TFM_ACT_SWIGLU};
+    cu_rng g = {31};
+    int64_t N = 7, O = 9;
+    for (int ci = 0; ci < CU_LEN(Cs); ci++)
+        for (int v = 0; v < 4; v++) {
+            int64_t C = Cs[ci], ld = tfm__bf16_ld(C), F = C + 3, ldf = tfm__bf16_ld(F), F1 = acts[v] == TFM_ACT_SWIGLU ? 2 * F : F;
+            int rms = v == 1;
+            char name[120];
+            cu_buf x = cu_normal(N * C, &g, 2, 1), r = cu_normal(N * C, &g, 1, 0), gn = cu_normal(C, &g, 0.5, 1),
+                   bb = cu_normal(C, &g, 0.5, 0), w = cu_normal(F1 * C, &g, 0.3, 0), b1 = cu_normal(F1, &g, 0.3, 0),
+                   w2 = cu_normal(O * C, &g, 0.3, 0), b2 = cu_normal(O, &g, 0.3, 0), dy = cu_normal(N * O, &g, 1, 0);
+            cu_buf y32 = cu_nan(N * C), yb = cu_nan(N * C), m[2] = {cu_nan(N), cu_nan(N)}, rs[2] = {cu_nan(N), cu_nan(N)},
+                   s[2] = {cu_nan(N * C), cu_nan(N * C)}, h32 = cu_nan(N * F), hb = cu_nan(N * F),
+                   pre[2] = {cu_nan(N * F1), cu_nan(N * F1)}, out[2] = {cu_nan(N * O), cu_nan(N * O)},
+                   dw[2] = {cu_zeros(O * C), cu_zeros(O * C)}, dx[2] = {cu_nan(N * C), cu_nan(N * C)};
+            float *a, *bh;
+            int64_t bad = 0, first = -1;
+            snprintf(name, sizeof name, "bf16 activations C=%lld %s act %d", (long long)C, rms ? "rmsnorm" : "layernorm", acts[v]);
+            CHECK(tfm__bf16_store(TFM_DEVICE_CUDA, C) == 0); /* outside a bf16 model call: fp32 */
+            tfm__model_prec = TFM_PREC_BF16;
+            CHECK(tfm__bf16_store(TFM_DEVICE_CUDA, C) && !tfm__bf16_store(TFM_DEVICE_CPU, C) && !tfm__bf16_store(TFM_DEVICE_CUDA, 3));
+            if (v & 2) { /* the residual add's kernel; else the layernorm's */
+                tfm__op_add_layernorm(TFM_DEVICE_CUDA, s[0].d, y32.d, m[0].d, rs[0].d, x.d, r.d, gn.d, bb.d, 1e-5f, N, C, rms, 0);
+                tfm__op_add_layernorm(TFM_DEVICE_CUDA, s[1].d, yb.d, m[1].d, rs[1].d, x.d, r.d, gn.d, bb.d, 1e-5f, N, C, rms, 1);
+            } else {
+                tfm__op_layernorm(TFM_DEVICE_CUDA, y32.d, m[0].d, rs[0].d, x.d, gn.d, v ? NULL : bb.d, 1e-5f, N, C, rms, 0);
+                tfm__op_layernorm(TFM_DEVICE_CUDA, yb.d, m[1].d, rs[1].d, x.d, gn.d, v ? NULL : bb.d, 1e-5f, N, C, rms, 1);
+            }
+            /* the MLP's first map from either form of y: the same pre-activations; h in fp32 and in bf16 */
+            tfm__op_linear_act(TFM_DEVICE_CUDA, acts[v], h32.d, pre[0].d, y32.d, w.d, b1.d, N, C, F, 0, 0);
+            tfm__op_linear_act(TFM_DEVICE_CUDA, acts[v], hb.d, pre[1].d, yb.d, w.d, b1.d, N, C, F, 1, 1);
+            /* a linear map of y, forward and its weight's and input's gradients */
+            for (int k = 0; k < 2; k++) {
+                const float *xin = k ? yb.d : y32.d;
+                int64_t ldx = k ? ld : C;
+                tfm__op_linear(TFM_DEVICE_CUDA, out[k].d, O, xin, ldx, w2.d, b2.d, N, C, O, k);
+                tfm__op_linear_bwd(TFM_DEVICE_CUDA, dx[k].d, C, 0.0f, dw[k].d, NULL, dy.d, O, xin, ldx, w2.d, N, C, O, k);
+            }
+            tfm__model_prec = 0;
+            {
+                cu_buf *pairs[][2] = {{&m[0], &m[1]}, {&rs[0], &rs[1]}, {&s[0], &s[1]}, {&pre[0], &pre[1]},
+                                      {&out[0], &out[1]}, {&dw[0], &dw[1]}, {&dx[0], &dx[1]}};
+                static const char *const what[] = {"mean", "rstd", "sum", "pre-activation", "linear map", "weight gradient",
+                                                   "input gradient"};
+                for (int q = 0; q < CU_LEN(what); q++) {
+                    int64_t n = pairs[q][0]->n;
+                    if ((q == 0 && rms) || (q == 2 && !(v & 2))) continue;
+                    a = cu_fetch(pairs[q][0]->d, n, TFM_DEVICE_CUDA);
+                    bh = cu_fetch(pairs[q][1]->d, n, TFM_DEVICE_CUDA);
+                    cu_check_bits_arrays(cu_fmt("%s: %s from the bf16 activation", name, what[q]), bh, a, n);
+                    free(a);
+                    free(bh);
+                }
+            }
+            /* the bf16 rows: tfm__bf16 of the fp32 values; the rows' padding and the rest of the float buffer
+               as they were (cu_nan's bytes) */
+            for (int t = 0; t < 2; t++) {
+                int64_t cols = t ? F : C, ldb = t ? ldf : ld, n = N * cols, i;
+                const uint16_t *h16, *was;
+                float *nan = cu_host(n);
+                for (i = 0; i < n; i++) nan[i] = NAN;
+                was = (const uint16_t *)(const void *)nan;
+                a = cu_fetch(t ? h32.d : y32.d, n, TFM_DEVICE_CUDA);
+                bh = cu_fetch(t ? hb.d : yb.d, n, TFM_DEVICE_CUDA);
+                h16 = (const uint16_t *)(const void *)bh;
+                bad = 0;
+                for (i = 0; i < 2 * n; i++) {
+                    int data = i < N * ldb && i % ldb < cols;
+                    uint16_t want = data ? tfm__bf16(a[i / ldb * cols + i % ldb]) : was[i];
+                    if (h16[i] != want && !bad++) first = i;
+                }
+                CHECK_MSG(!bad, "%s: %lld of the bf16 %s's halves wrong (first %lld: 0x%04x)", name, (long long)bad,
+                          t ? "hidden layer" : "norm output", (long long)first, bad ? h16[first] : 0);
+                free(nan);
+                free(a);
+                free(bh);
+            }
+            cu_release(&x, &r, &gn, &bb, &w, &b1, &w2, &b2, &dy, &y32, &yb, &m[0], &m[1], &rs[0], &rs[1], &s[0], &s[1], &h32,
+                       &hb, &pre[0], &pre[1], &out[0], &out[1], &dw[0], &dw[1], &dx[0], &dx[1], CU_END);
+        }
+}
+
+/* A bf16 model's training with bf16 activations against the rounding before each product
+   (tfm__bf16_acts_off): each of the nine models, and an LM whose widths pad the bf16 rows (d_model 12,
+   d_ff 20) or leave its hidden layer in fp32 (d_ff 3: 8 bf16 would not fit in 3 floats), trained 3 steps
+   from the same weights on the same batches, both launch by launch and as CUDA graphs: the same bits
+   (losses, norms, parameters, gradients, moments), and an evaluation forward's logits the same bits. Under
+   the emulation a step launches fewer kernels with them (the rounding passes gone). */
+static void cu_bf16_acts(void) {
+    tfm_optim o = cu_optim();
+    cu_data *d = (cu_data *)malloc(sizeof(cu_data));
+    for (int which = 0; which < CU_N_MODELS + 2; which++) {
+        tfm_config c = cu_model_cfg(which < CU_N_MODELS ? which : 2, TFM_DEVICE_CUDA);
+        tfm_model m[2];
+        const char *nm = which < CU_N_MODELS ? cu_model_names[which] : which == CU_N_MODELS ? "lm d_model 12 d_ff 20" : "lm d_model 12 d_ff 3";
+#ifdef TFM_CUDA_EMULATION
+        unsigned long long launches[2] = {0, 0};
+#endif
+        c.precision = TFM_PREC_BF16;
+        if (which >= CU_N_MODELS) {
+            c.d_model = 12;
+            c.n_heads = 2;
+            c.d_ff = which == CU_N_MODELS ? 20 : 3;
+        }
+        if (!cu_init(&m[0], &c, nm)) break;
+        if (!cu_init(&m[1], &c, nm)) {
+            tfm_model_free(&m[0]);
+            break;
+        }
+        for (int step = 0; step < 3; step++) {
+            float loss[2], norm[2];
+            int64_t cnt[2];
+            cu_batch(d, &c, (uint64_t)(40 + step));
+            for (int k = 0; k < 2; k++) { /* k 0: rounding before each product; 1: bf16 activations */
+#ifdef TFM_CUDA_EMULATION
+                unsigned long long l0 = tfm_emu_launches();
+#endif
+                CHECK_OK(tfm_cuda_set_graphs(step == 2));
+                tfm__bf16_acts_off = !k;
+                CHECK_OK(tfm_model_train_step(&m[k], &d->b, &o, &loss[k], &cnt[k], &norm[k]));
+                tfm__bf16_acts_off = 0;
+#ifdef TFM_CUDA_EMULATION
+                if (step < 2) launches[k] += tfm_emu_launches() - l0;
+#endif
+            }
+            CHECK_OK(tfm_cuda_set_graphs(1));
+            CHECK_MSG(!memcmp(&loss[0], &loss[1], sizeof(float)) && cnt[0] == cnt[1] && !memcmp(&norm[0], &norm[1], sizeof(float)),
+                      "%s step %d: loss %.9g / %.9g, norm %.9g / %.9g with the rounding before each product / bf16 activations",
+                      nm, step, loss[0], loss[1], norm[0], norm[1]);
+            cu_check_state(cu_fmt("%s step %d, bf16 activations", nm, step), &m[1], &m[0], 1);
+        }
+#ifdef TFM_CUDA_EMULATION
+        CHECK_MSG(launches[1] < launches[0], "%s: %llu launches in 2 steps with bf16 activations, %llu without", nm,
+                  launches[1], launches[0]);
+        if (test__verbose) printf("    %s: %llu launches in 2 steps, %llu without bf16 activations\n", nm, launches[1], launches[0]);
+#endif
+        { /* an evaluation forward */
+            float l[2], *lg[2];
+            tfm_tensor t[2];
+            for (int k = 0; k < 2; k++) {
+                tfm_model_train(&m[k], 0);
+                tfm__bf16_acts_off = !k;
+                CHECK_OK(tfm_model_forward(&m[k], &d->b, &l[k], NULL));
+                tfm__bf16_acts_off = 0;
+                t[k] = tfm_model_logits(&m[k]);
+                lg[k] = cu_fetch(t[k].data, tfm_numel(&t[k]), t[k].device);
+            }
+            CHECK(!memcmp(&l[0], &l[1], sizeof(float)));
+            cu_check_bits_arrays(cu_fmt("%s: evaluation logits with bf16 activations", nm), lg[1], lg[0], tfm_numel(&t[0]));
+            free(lg[0]);
+            free(lg[1]);
+        }
+        tfm_model_free(&m[0]);
+        tfm_model_free(&m[1]);
+    }
+    free(d);
+}
+
 /* ==== main ============================================================================================== */
 
 static void suite_device(void) { RUN(cu_device); }
@@ -4348,6 +4513,8 @@ static void suite_precision(void) {
     RUN(cu_bf16_gemm);
     RUN(cu_bf16_attention);
     RUN(cu_bf16_model);
+    RUN(cu_bf16_act_ops);
+    RUN(cu_bf16_acts);
 }
 
 static void suite_ops(void) {
