@@ -2950,7 +2950,7 @@ static void tfm__sgemm_amx(const tfm__gemm_kernel *k, int transA, int transB, in
 static void tfm__sgemm_serial(const tfm__gemm_kernel *k, int transA, int transB, int M, int N, int K, float alpha,
                               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
                               const float *bias) {
-    float *buf = tfm__scratch_acquire(TFM__ATT_FLOATS + TFM__PACK_FLOATS), *Bp, *Ap;
+    float *buf, *Bp, *Ap;
     const int MR = k->mr, NR = k->nr;
     int kc_step = tfm__kc_step(K, k->kc);
     int n_jc = tfm__ceil_div(N, k->nc), nc_step = tfm__ceil_div(tfm__ceil_div(N, n_jc), NR) * NR;
@@ -2963,12 +2963,12 @@ static void tfm__sgemm_serial(const tfm__gemm_kernel *k, int transA, int transB,
     int direct_a = N <= 2 * NR, direct_b = !transB && (M <= 4 * MR || (int64_t)K * N <= 4096);
     int jc, pc, ic, jr, ir, wide = N > TFM__WIDE;
 #if defined(TFM__HAVE_AMX)
-    if (k->amx) {
-        tfm__scratch_done(buf);
+    if (k->amx) { /* (its own packing and scratch) */
         tfm__sgemm_amx(k, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
         return;
     }
 #endif
+    buf = tfm__scratch_acquire(TFM__ATT_FLOATS + TFM__PACK_FLOATS);
     if (bias) beta = 1.0f;
     if (!buf) {
         if (bias) tfm__bias_rows(C, ldc, bias, M, N, 0);
