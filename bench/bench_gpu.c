@@ -33,7 +33,8 @@
             (at least 3), tfm_cuda_synchronize before each timer read. The median is step_ms. With --tf32, the same again with cfg.precision TFM_PREC_TF32: prec=tf32,
             tf32=1; with --bf16, with cfg.precision TFM_PREC_BF16 (bf16 operands, fp32 sums): prec=bf16,
             and mfu = TFLOP/s over the device's dense bf16 peak (H100/H200 SXM 989.4, H100 PCIe 756,
-            A100 312; -1 for another device).
+            A100 312; -1 for another device); bf16 a third time, as graphs without bf16 activations (each
+            product rounds its fp32 operands, as before them: impl=ours-bf16-rounding bf16_acts=0).
      gen    greedy tfm_model_generate_batch of GEN_NEW new tokens from 1-token prompts (ids from seed
             42) at batch 1, 8 and 32, on an inference_only model with max_batch 32: one untimed run,
             then up to gen_reps timed runs (half the budget); tok_s = batch * GEN_NEW / median time.
@@ -53,11 +54,11 @@
    Lines (one per measurement; a script reads the key=value pairs):
        INFO impl=ours device="..." transformer.h=X.Y.Z
        RESULT impl=ours device=cuda mode=check name=... loss_cpu=... loss_gpu=... rel_err=... ok=yes|NO
-       RESULT impl=ours|ours-launches device=cuda mode=train name=... prec=fp32|tf32|bf16 tf32=0|1 params=... batch=... seq=... step_ms=...
+       RESULT impl=ours|ours-launches|ours-bf16-rounding device=cuda mode=train name=... prec=fp32|tf32|bf16 tf32=0|1 params=... batch=... seq=... step_ms=...
               step_min_ms=... tok_s=... gflop_step=... tflops=... loss0=... loss=... steps=... first_step_ms=...
               model_mb=...   (loss0: the first step's loss, the check's loss_cpu when the GPU model starts from
               the same weights; loss: the last step's; model_mb: tfm_model_memory_size, the model's one block,
-              which the GPU holds a twin of; bf16 rows add mfu=...; graphs=1|0)
+              which the GPU holds a twin of; bf16 rows add mfu=... bf16_acts=1|0; graphs=1|0)
        RESULT impl=ours device=cuda mode=gen name=... tf32=0 batch=... new=... tok_s=... ms_tok=... reps=...
        RESULT impl=ours device=cuda mode=kernel name=OP rows=... cols=... bytes=... us=... gbs=... copy_gbs=...
               share=... reps=... calls=...   (calls: back-to-back calls per rep; name=copy is the peer)
@@ -260,14 +261,18 @@ static void add_row(const char *name, int mode, int prec, int batch, double ms, 
     r->mode = mode, r->prec = prec, r->batch = batch, r->ms = ms, r->tok_s = tok_s, r->tflops = tflops;
 }
 
+void bench_gpu_bf16_acts(int on); /* bench/tfm_cuda.cu */
+
 /* Each precision twice: whole steps as CUDA graphs (the default: impl=ours graphs=1), then launch by
-   launch (tfm_cuda_set_graphs(0): impl=ours-launches graphs=0), each with half the steps and budget. */
+   launch (tfm_cuda_set_graphs(0): impl=ours-launches graphs=0), each with half the steps and budget;
+   bf16 a third time, as graphs without bf16 activations (impl=ours-bf16-rounding). */
 static void run_train(const gpu_cfg *b, const gpu_data *d, int prec) {
+    static const char *const impl[3] = {"ours", "ours-launches", "ours-bf16-rounding"};
     tfm_config cfg = make_config(b, TFM_DEVICE_CUDA);
     tfm_model m;
     tfm_result r;
     double times[MAX_STEPS], first, step_ms, step_min_ms, flops = model_flops(b), t0;
-    int warmup = g_quick ? 1 : b->warmup, steps = g_quick ? 3 : b->steps, i, graphs;
+    int warmup = g_quick ? 1 : b->warmup, steps = g_quick ? 3 : b->steps, i, graphs, pass;
     float loss = 0.0f, loss0 = 0.0f;
     size_t bytes = 0;
     char mfu[32] = "";
@@ -292,9 +297,11 @@ static void run_train(const gpu_cfg *b, const gpu_data *d, int prec) {
         if (train_step(&m, d, &loss, b->name) < 0) goto done;
     if (steps > MAX_STEPS) steps = MAX_STEPS;
     if (!g_quick) steps = steps / 2 > 3 ? steps / 2 : 3;
-    for (graphs = 1; graphs >= 0; graphs--) {
+    for (pass = 0; pass < (prec == TFM_PREC_BF16 ? 3 : 2); pass++) {
         double spent = 0.0;
         int n = 0;
+        graphs = pass != 1;
+        bench_gpu_bf16_acts(pass != 2);
         if ((r = tfm_cuda_set_graphs(graphs)) != TFM_OK) {
             fail(b->name, "tfm_cuda_set_graphs", r);
             goto done;
@@ -314,18 +321,20 @@ static void run_train(const gpu_cfg *b, const gpu_data *d, int prec) {
         step_ms = 1e3 * median(times, n); /* sorted now */
         step_min_ms = 1e3 * times[0];
         if (prec == TFM_PREC_BF16)
-            sprintf(mfu, " mfu=%.4f", bf16_peak() > 0 ? flops * 1e-12 / (step_ms * 1e-3) / bf16_peak() : -1.0);
+            sprintf(mfu, " mfu=%.4f bf16_acts=%d", bf16_peak() > 0 ? flops * 1e-12 / (step_ms * 1e-3) / bf16_peak() : -1.0,
+                    pass != 2);
         printf("RESULT impl=%s device=cuda mode=train name=%s prec=%s tf32=%d params=%lld batch=%d seq=%d step_ms=%.3f "
                "step_min_ms=%.3f tok_s=%.1f gflop_step=%.4f tflops=%.3f loss0=%.6f loss=%.5f steps=%d first_step_ms=%.1f "
                "model_mb=%.1f%s graphs=%d\n",
-               graphs ? "ours" : "ours-launches", b->name, PREC_NAMES[prec], prec == TFM_PREC_TF32, (long long)m.n_weights,
+               impl[pass], b->name, PREC_NAMES[prec], prec == TFM_PREC_TF32, (long long)m.n_weights,
                b->B, b->T, step_ms, step_min_ms, (double)b->B * b->T / (step_ms * 1e-3), flops * 1e-9,
                flops * 1e-12 / (step_ms * 1e-3), (double)loss0, (double)loss, n, 1e3 * first, bytes / 1e6, mfu, graphs);
         fflush(stdout);
-        if (graphs)
+        if (pass == 0)
             add_row(b->name, 0, prec, b->B, step_ms, (double)b->B * b->T / (step_ms * 1e-3), flops * 1e-12 / (step_ms * 1e-3));
     }
 done:
+    bench_gpu_bf16_acts(1);
     (void)tfm_cuda_set_graphs(1);
     tfm_model_free(&m);
 }

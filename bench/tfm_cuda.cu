@@ -11,3 +11,8 @@
 #define TFM_CUDA
 #endif
 #include "../transformer.h"
+
+/* For bench_gpu.c (C): this thread's bf16 models with bf16 activations (on 1, the default) or with each
+   product rounding its fp32 operands itself (0), the library's internal switch (tfm__bf16_acts_off). */
+extern "C" void bench_gpu_bf16_acts(int on);
+extern "C" void bench_gpu_bf16_acts(int on) { tfm__bf16_acts_off = !on; }
