@@ -819,8 +819,9 @@ typedef struct tfm_config {
                                 sequences, in flash kernels on sm_80 and later; decoding steps stay
                                 fp32), while parameters, AdamW, the residual stream, norms' statistics,
                                 softmax statistics and loss stay fp32 (mixed precision); a pre-LN block's
-                                normalized inputs and the MLP's hidden layer, which only products read,
-                                are stored in bf16. Not saved in checkpoints: a file loads into either */
+                                normalized inputs, the MLP's hidden layer and an LM head's logit
+                                gradients, which only products read, are stored in bf16. Not saved in
+                                checkpoints: a file loads into either */
 } tfm_config;
 
 /* A batch: B rows of T positions, padding at the end of each row. Row b of tokens starts at
@@ -4198,13 +4199,14 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
 }
 
 /* bf16 activations: in a bf16 model call on the GPU, the activations that only products read (a pre-LN
-   block's normalized inputs, ln_io, and the MLP's hidden layer, ff_act) are stored in bf16 by the kernel
-   that computes them (the layernorm's, the bias and activation's), as rows of tfm__bf16_ld(cols) elements
-   in the same float buffers, and the products take them as their operands as they are. Each product
-   used to round an fp32 copy first: the same bits (one rounding to nearest even of the same value), at a
-   third of the bytes (a bf16 write and reads, where an fp32 write, a rounding pass and the reads were).
-   The bf16 rows must fit in the float buffer (cols >= 4, or a multiple of 8). tfm__bf16_acts_off: the
-   rounding before each product instead, for this thread (the tests compare the two). */
+   block's normalized inputs, ln_io, the MLP's hidden layer, ff_act, and an LM head's logit gradients) are
+   stored in bf16 by the kernel that computes them (the layernorm's, the bias and activation's, the
+   cross-entropy's backward), as rows of tfm__bf16_ld(cols) elements in the same float buffers, and the
+   products take them as their operands as they are. Each product used to round an fp32 copy first: the
+   same bits (one rounding to nearest even of the same value), at under a third of the bytes (a bf16 write
+   and reads, where an fp32 write, a rounding pass a product and the reads were). The bf16 rows must fit
+   in the float buffer (cols >= 4). tfm__bf16_acts_off: the rounding before each product instead (and in
+   a linear map's backward, of its output gradient once a product), for this thread: the tests compare. */
 static TFM__THREAD_LOCAL int tfm__bf16_acts_off;
 static int64_t tfm__bf16_ld(int64_t cols) { return (cols + 7) & ~(int64_t)7; }
 static int tfm__bf16_store(tfm_device dev, int64_t cols) {
@@ -4764,14 +4766,23 @@ static __global__ void tfm__k_xent(float *rowloss, float *lse, const float *x, c
     }
 }
 
-/* dx += g (softmax(x) - (1-s) onehot(t) - s/V) on rows whose target is not ignored (as the CPU's) */
+/* dx += g (softmax(x) - (1-s) onehot(t) - s/V) on rows whose target is not ignored (as the CPU's); ldb >
+   0: dx written instead, as bf16 rows of ldb elements (0 + the value, rounded: the bits a zeroed dx
+   added into and then rounded would have), ignored rows zero */
 static __global__ void tfm__k_xent_bwd(float *dx, float g, const float *x, const float *lse, const int32_t *t, int ignore,
-                                       float s, int64_t V) {
+                                       float s, int64_t V, int64_t ldb) {
     int64_t r = blockIdx.x, j;
     float l = lse[r], sv = s / (float)V;
-    if (t[r] == ignore) return;
-    for (j = threadIdx.x; j < V; j += blockDim.x)
-        dx[r * V + j] += g * (tfm__exp(x[r * V + j] - l) - sv - (j == t[r] ? 1.0f - s : 0.0f));
+    uint16_t *db = (uint16_t *)(void *)dx + r * ldb;
+    if (t[r] == ignore) {
+        for (j = threadIdx.x; ldb && j < V; j += blockDim.x) db[j] = 0;
+        return;
+    }
+    for (j = threadIdx.x; j < V; j += blockDim.x) {
+        float d = g * (tfm__exp(x[r * V + j] - l) - sv - (j == t[r] ? 1.0f - s : 0.0f));
+        if (ldb) db[j] = tfm__bf16(0.0f + d);
+        else dx[r * V + j] += d;
+    }
 }
 
 /* Row r of a layernorm (rms: RMSNorm) by the whole block, x and y at the row; y may alias x (each thread
@@ -5521,13 +5532,32 @@ static void tfm__linear_forward_cuda(float *y, int64_t ldy, const float *x, int6
                    xbf ? 1 : 0);
 }
 
+/* bf: bit 1, x is a bf16 activation (rows of ldx bf16 elements); bit 2, dy is (rows of lddy; db NULL: the
+   bias's sums read fp32). In a bf16 model call dy is an operand of both products: it is rounded once,
+   with w and x, and both take the rounded operands (each rounded dy itself before: the same bits). */
 static void tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, float *dw, float *db, const float *dy,
                                       int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N, int64_t I,
-                                      int64_t O, int xbf) {
-    if (dx) tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, dy, (int)lddy, 0, w, (int)I, 0, dx_beta, dx, (int)lddx, 0, 1, 0);
-    if (dw)
-        tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, dy, (int)lddy, 0, x, (int)ldx, 0, 1.0f, dw, (int)I, 0, 1,
-                       xbf ? 2 : 0);
+                                      int64_t O, int bf) {
+    TFM_ASSERT(!(bf & 2 && db));
+    if (dx && dw && N > 0 && I > 0 && O > 0 && tfm__model_prec == TFM_PREC_BF16 && !tfm__bf16_acts_off) {
+        int64_t ldyb = bf & 2 ? lddy : tfm__bf16_ld(O), ldwb = tfm__bf16_ld(I), ldxb = bf & 1 ? ldx : tfm__bf16_ld(I);
+        size_t ny = bf & 2 ? 0 : TFM__CU_ROUND(N * ldyb), nw = TFM__CU_ROUND(O * ldwb), nx = bf & 1 ? 0 : (size_t)(N * ldxb);
+        uint16_t *buf = tfm__cuda_bf(ny + nw + nx);
+        const float *yb = dy, *xb = x, *wb;
+        if (!buf) return;
+        if (ny) yb = (const float *)(void *)buf, (void)tfm__bf16_operand_cuda(buf, ldyb, dy, lddy, 0, N, O, 1);
+        wb = (const float *)(void *)(buf + ny), (void)tfm__bf16_operand_cuda(buf + ny, ldwb, w, I, 0, O, I, 1);
+        if (nx) xb = (const float *)(void *)(buf + ny + nw), (void)tfm__bf16_operand_cuda(buf + ny + nw, ldxb, x, ldx, 0, N, I, 1);
+        tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, yb, (int)ldyb, 0, wb, (int)ldwb, 0, dx_beta, dx, (int)lddx, 0, 1, 3);
+        tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, yb, (int)ldyb, 0, xb, (int)ldxb, 0, 1.0f, dw, (int)I, 0, 1, 3);
+    } else {
+        if (dx)
+            tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, dy, (int)lddy, 0, w, (int)I, 0, dx_beta, dx, (int)lddx, 0, 1,
+                           bf & 2 ? 1 : 0);
+        if (dw)
+            tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, dy, (int)lddy, 0, x, (int)ldx, 0, 1.0f, dw, (int)I, 0, 1,
+                           (bf & 2 ? 1 : 0) | (bf & 1 ? 2 : 0));
+    }
     if (db) tfm__colsums_cuda(NULL, db, dy, lddy, NULL, NULL, NULL, 0, N, O);
 }
 
@@ -5594,17 +5624,19 @@ static void tfm__argmax_cuda(int32_t *ids, const float *x, int64_t N, int64_t V)
         memset(ids, 0, (size_t)N * sizeof(int32_t));
 }
 
+/* dxbf: dx is written as a bf16 activation (rows of tfm__bf16_ld(V)), not added into */
 static void tfm__cross_entropy_bwd_cuda(float *dx, float dloss, const float *x, const float *lse, const int32_t *t,
-                                        int ignore, float s, int64_t N, int64_t V) {
+                                        int ignore, float s, int64_t N, int64_t V, int dxbf) {
     size_t off = 0;
     int64_t r, nvalid = 0;
     unsigned char *ws;
     int32_t *dt;
     for (r = 0; r < N; r++) nvalid += t[r] != ignore;
-    if (!nvalid || !(ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t))))) return;
+    if ((!nvalid && !dxbf) || N <= 0 || !(ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t))))) return;
     dt = (int32_t *)tfm__cuda_put(ws, &off, t, (size_t)N * sizeof(int32_t));
     if (tfm__cu.failed) return;
-    TFM__LAUNCH(tfm__k_xent_bwd, (unsigned)N, tfm__cu_row_threads(V), 0, dx, dloss / (float)nvalid, x, lse, dt, ignore, s, V);
+    TFM__LAUNCH(tfm__k_xent_bwd, (unsigned)N, tfm__cu_row_threads(V), 0, dx, dloss / (float)(nvalid ? nvalid : 1), x, lse,
+                dt, ignore, s, V, dxbf ? tfm__bf16_ld(V) : 0);
     TFM__CU_LAUNCHED("tfm__k_xent_bwd");
 }
 
@@ -6751,7 +6783,8 @@ static void tfm__op_gemm_batched(tfm_device dev, int ta, int tb, int M, int N, i
     TFM__CUDA(dev, tfm__gemm_cuda(ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch, 0); return);
     tfm__sgemm_batched(ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
 }
-/* xbf (here and below): x is a bf16 activation (tfm__bf16_store; rows of ldx bf16 elements), on the GPU only */
+/* xbf (here and below): x is a bf16 activation (tfm__bf16_store; rows of ldx bf16 elements), on the GPU only;
+   tfm__op_linear_bwd's a bit mask: 1 x, 2 dy (rows of lddy bf16 elements, db NULL) */
 static void tfm__op_linear(tfm_device dev, float *y, int64_t ldy, const float *x, int64_t ldx, const float *w,
                            const float *b, int64_t N, int64_t I, int64_t O, int xbf) {
     TFM__CUDA(dev, tfm__linear_forward_cuda(y, ldy, x, ldx, w, b, N, I, O, xbf); return);
@@ -6787,9 +6820,11 @@ static void tfm__op_argmax(tfm_device dev, int32_t *ids, const float *x, int64_t
     TFM__CUDA(dev, tfm__argmax_cuda(ids, x, N, V); return);
     for (r = 0; r < N; r++) ids[r] = (int32_t)tfm__argmax_cpu(x + r * V, V);
 }
+/* dx += the gradient; dxbf: dx written as a bf16 activation instead (tfm__bf16_store), on the GPU only */
 static void tfm__op_cross_entropy_bwd(tfm_device dev, float *dx, float dloss, const float *x, const float *lse,
-                                      const int32_t *t, int ignore, float s, int64_t N, int64_t V) {
-    TFM__CUDA(dev, tfm__cross_entropy_bwd_cuda(dx, dloss, x, lse, t, ignore, s, N, V); return);
+                                      const int32_t *t, int ignore, float s, int64_t N, int64_t V, int dxbf) {
+    TFM__CUDA(dev, tfm__cross_entropy_bwd_cuda(dx, dloss, x, lse, t, ignore, s, N, V, dxbf); return);
+    TFM_ASSERT(!dxbf);
     tfm__cross_entropy_backward_cpu(dx, dloss, x, lse, t, ignore, s, N, V);
 }
 /* rms: RMSNorm (no centering, mean unused); ybf: y a bf16 activation (rows of tfm__bf16_ld(C)), on the GPU only */
@@ -7201,7 +7236,7 @@ TFMDEF tfm_result tfm_cross_entropy_backward(tfm_tensor *dlogits, float dloss, c
     TFM__TRY(tfm__same_device("tfm_cross_entropy_backward", -1, 3, dlogits, logits, lse));
     if (!isfinite(dloss)) return tfm__fail(TFM_E_ARG, "%s: dloss %g is not finite", fn, (double)dloss);
     if (dlogits)
-        tfm__op_cross_entropy_bwd(dlogits->device, dlogits->data, dloss, logits->data, lse->data, targets, ignore_index, label_smoothing, tfm__rows(logits), tfm__cols(logits));
+        tfm__op_cross_entropy_bwd(dlogits->device, dlogits->data, dloss, logits->data, lse->data, targets, ignore_index, label_smoothing, tfm__rows(logits), tfm__cols(logits), 0);
     return tfm__cuda_check("tfm_cross_entropy_backward");
 }
 
@@ -9721,7 +9756,7 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
 static tfm_result tfm__model_backward(tfm_model *m, float loss_scale) {
     const char *fn = "tfm_model_backward";
     const tfm_config *c;
-    int B, T, Te, Tt, kind;
+    int B, T, Te, Tt, kind, lbf;
     int64_t C, rows, n_out;
     float *g;
     const float *inputs;
@@ -9745,8 +9780,10 @@ static tfm_result tfm__model_backward(tfm_model *m, float loss_scale) {
     types = m->impl->has_types ? m->impl->type_ids : NULL;
     rows = kind == TFM_MODEL_ENCODER_CLASSIFIER ? B : (int64_t)B * (kind == TFM_MODEL_DECODER_LM ? T : Tt);
     n_out = kind == TFM_MODEL_ENCODER_CLASSIFIER ? c->n_classes : kind == TFM_MODEL_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
-    tfm__op_zero(m->impl->device, m->impl->d_logits, rows * n_out);
-    tfm__op_cross_entropy_bwd(m->impl->device, m->impl->d_logits, loss_scale, m->impl->logits, m->impl->lse, m->impl->targets, c->ignore_index, c->label_smoothing, rows, n_out);
+    /* an LM head's logit gradients, which only its products read, as a bf16 activation (tfm__bf16_store) */
+    lbf = kind != TFM_MODEL_ENCODER_CLASSIFIER && tfm__bf16_store(m->impl->device, n_out);
+    if (!lbf) tfm__op_zero(m->impl->device, m->impl->d_logits, rows * n_out);
+    tfm__op_cross_entropy_bwd(m->impl->device, m->impl->d_logits, loss_scale, m->impl->logits, m->impl->lse, m->impl->targets, c->ignore_index, c->label_smoothing, rows, n_out, lbf);
     g = m->impl->d_enc_x; /* gradient of the top stack's output */
     if (kind == TFM_MODEL_ENCODER_CLASSIFIER) {
         const int32_t *lens = m->impl->has_lens ? m->impl->lens : NULL;
@@ -9754,7 +9791,7 @@ static tfm_result tfm__model_backward(tfm_model *m, float loss_scale) {
         tfm__op_zero(m->impl->device, g, (int64_t)B * Te * C);
         tfm__op_pool_bwd(m->impl->device, c->pool, g, m->impl->d_pooled, lens, B, Te, C);
     } else {
-        tfm__op_linear_bwd(m->impl->device, g, C, 0.0f, m->impl->head.d_weight.data, NULL, m->impl->d_logits, n_out, m->impl->top, C, m->impl->head.weight.data, rows, C, n_out, 0);
+        tfm__op_linear_bwd(m->impl->device, g, C, 0.0f, m->impl->head.d_weight.data, NULL, m->impl->d_logits, lbf ? tfm__bf16_ld(n_out) : n_out, m->impl->top, C, m->impl->head.weight.data, rows, C, n_out, lbf ? 2 : 0);
     }
     if (kind == TFM_MODEL_DECODER_LM) {
         g = tfm__stack_bwd(m, m->impl->dec, m->impl->dec_buf, m->impl->n_dec, &m->impl->dec_norm, g, NULL, B, T);

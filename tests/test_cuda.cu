@@ -647,7 +647,7 @@ static void cu_op_cross_entropy(void) {
             cu_check_scalar(cu_fmt("%s: loss", name), loss[1], loss[0], CU_TOL, 1e-30);
             cu_check(cu_fmt("%s: lse", name), &lse, CU_TOL);
             cu_push(&lse);
-            CU_DEVS tfm__op_cross_entropy_bwd(CU_DEV, CU_P(dx), 0.7f, CU_P(x), CU_P(lse), t, ignore, s, N, V);
+            CU_DEVS tfm__op_cross_entropy_bwd(CU_DEV, CU_P(dx), 0.7f, CU_P(x), CU_P(lse), t, ignore, s, N, V, 0);
             cu_check(cu_fmt("%s: dlogits", name), &dx, CU_TOL);
             cu_release(&x, &lse, &dx, CU_END);
             free(t);
@@ -4339,19 +4339,45 @@ static void cu_bf16_model(void) {
     free(d);
 }
 
+/* A bf16 activation (device, a buffer of N * cols floats first filled by cu_nan) against the fp32 values
+   it stands for (device, N rows of cols): its rows of tfm__bf16_ld(cols) hold tfm__bf16 of each value, bit
+   for bit, and the rows' padding and the rest of the buffer are cu_nan's bytes as they were. */
+static void cu_check_bf16_rows(const char *what_, const float *f32, const float *bf, int64_t N, int64_t cols) {
+    int64_t n = N * cols, ldb = tfm__bf16_ld(cols), i, bad = 0, first = -1;
+    float *nan = cu_host(n), *a = cu_fetch(f32, n, TFM_DEVICE_CUDA), *bh = cu_fetch(bf, n, TFM_DEVICE_CUDA);
+    const uint16_t *h16 = (const uint16_t *)(const void *)bh, *was = (const uint16_t *)(const void *)nan;
+    char what[200];
+    snprintf(what, sizeof what, "%s", what_);
+    for (i = 0; i < n; i++) nan[i] = NAN;
+    for (i = 0; i < 2 * n; i++) {
+        int data = i < N * ldb && i % ldb < cols;
+        uint16_t want = data ? tfm__bf16(a[i / ldb * cols + i % ldb]) : was[i];
+        if (h16[i] != want && !bad++) first = i;
+    }
+    CHECK_MSG(!bad, "%s: %lld of %lld bf16 halves wrong (first %lld: 0x%04x)", what, (long long)bad, (long long)(2 * n),
+              (long long)first, bad ? h16[first] : 0);
+    free(nan);
+    free(a);
+    free(bh);
+}
+
 /* bf16 activations (tfm__bf16_store): in a bf16 model call the layernorm, the residual add and layernorm,
    and the MLP's bias and activation write each value rounded to bf16, in rows of tfm__bf16_ld(C) elements:
    bit for bit tfm__bf16 of what they write in fp32 (the statistics, sums and pre-activations the same
    bits too), the rows' padding untouched; and a linear map that takes such an operand as it is gives the
    same bits, forward and backward, as one that rounds the fp32 operand itself. C = 5 and 12 pad their rows
-   (to 8 and 16), 37 too (to 40). */
+   (to 8 and 16), 37 too (to 40). Then an LM head's logit gradients: the cross-entropy's backward writes
+   them in bf16 (ignored rows zero, a batch of only ignored rows all zero): tfm__bf16 of what it adds into
+   zeros in fp32; and the head's backward gives the same bits three ways: each product rounding its
+   operands (tfm__bf16_acts_off), the logit gradients rounded once for both products, and taken in bf16
+   as they are. */
 static void cu_bf16_act_ops(void) {
     static const int Cs[] = {5, 12, 16, 37}, acts[] = {TFM_ACT_GELU, TFM_ACT_RELU, TFM_ACT_GELU_TANH, TFM_ACT_SWIGLU};
     cu_rng g = {31};
     int64_t N = 7, O = 9;
     for (int ci = 0; ci < CU_LEN(Cs); ci++)
         for (int v = 0; v < 4; v++) {
-            int64_t C = Cs[ci], ld = tfm__bf16_ld(C), F = C + 3, ldf = tfm__bf16_ld(F), F1 = acts[v] == TFM_ACT_SWIGLU ? 2 * F : F;
+            int64_t C = Cs[ci], ld = tfm__bf16_ld(C), F = C + 3, F1 = acts[v] == TFM_ACT_SWIGLU ? 2 * F : F;
             int rms = v == 1;
             char name[120];
             cu_buf x = cu_normal(N * C, &g, 2, 1), r = cu_normal(N * C, &g, 1, 0), gn = cu_normal(C, &g, 0.5, 1),
@@ -4362,7 +4388,6 @@ static void cu_bf16_act_ops(void) {
                    pre[2] = {cu_nan(N * F1), cu_nan(N * F1)}, out[2] = {cu_nan(N * O), cu_nan(N * O)},
                    dw[2] = {cu_zeros(O * C), cu_zeros(O * C)}, dx[2] = {cu_nan(N * C), cu_nan(N * C)};
             float *a, *bh;
-            int64_t bad = 0, first = -1;
             snprintf(name, sizeof name, "bf16 activations C=%lld %s act %d", (long long)C, rms ? "rmsnorm" : "layernorm", acts[v]);
             CHECK(tfm__bf16_store(TFM_DEVICE_CUDA, C) == 0); /* outside a bf16 model call: fp32 */
             tfm__model_prec = TFM_PREC_BF16;
@@ -4400,41 +4425,56 @@ static void cu_bf16_act_ops(void) {
                     free(bh);
                 }
             }
-            /* the bf16 rows: tfm__bf16 of the fp32 values; the rows' padding and the rest of the float buffer
-               as they were (cu_nan's bytes) */
-            for (int t = 0; t < 2; t++) {
-                int64_t cols = t ? F : C, ldb = t ? ldf : ld, n = N * cols, i;
-                const uint16_t *h16, *was;
-                float *nan = cu_host(n);
-                for (i = 0; i < n; i++) nan[i] = NAN;
-                was = (const uint16_t *)(const void *)nan;
-                a = cu_fetch(t ? h32.d : y32.d, n, TFM_DEVICE_CUDA);
-                bh = cu_fetch(t ? hb.d : yb.d, n, TFM_DEVICE_CUDA);
-                h16 = (const uint16_t *)(const void *)bh;
-                bad = 0;
-                for (i = 0; i < 2 * n; i++) {
-                    int data = i < N * ldb && i % ldb < cols;
-                    uint16_t want = data ? tfm__bf16(a[i / ldb * cols + i % ldb]) : was[i];
-                    if (h16[i] != want && !bad++) first = i;
-                }
-                CHECK_MSG(!bad, "%s: %lld of the bf16 %s's halves wrong (first %lld: 0x%04x)", name, (long long)bad,
-                          t ? "hidden layer" : "norm output", (long long)first, bad ? h16[first] : 0);
-                free(nan);
-                free(a);
-                free(bh);
-            }
+            cu_check_bf16_rows(cu_fmt("%s: the norm's output", name), y32.d, yb.d, N, C);
+            cu_check_bf16_rows(cu_fmt("%s: the hidden layer", name), h32.d, hb.d, N, F);
             cu_release(&x, &r, &gn, &bb, &w, &b1, &w2, &b2, &dy, &y32, &yb, &m[0], &m[1], &rs[0], &rs[1], &s[0], &s[1], &h32,
                        &hb, &pre[0], &pre[1], &out[0], &out[1], &dw[0], &dw[1], &dx[0], &dx[1], CU_END);
         }
+    for (int all_ignored = 0; all_ignored < 2; all_ignored++) {
+        int64_t N2 = 6, V = 13, C2 = 12, cnt;
+        int32_t t[6] = {1, -100, 12, 0, 5, -100};
+        const char *name = all_ignored ? "logit gradients, every row ignored" : "logit gradients";
+        cu_buf x = cu_normal(N2 * V, &g, 2, 0), lse = cu_nan(N2), d32 = cu_zeros(N2 * V), db = cu_nan(N2 * V),
+               top = cu_normal(N2 * C2, &g, 1, 0), w = cu_normal(V * C2, &g, 0.3, 0), dx[3], dw[3];
+        if (all_ignored)
+            for (int i = 0; i < (int)N2; i++) t[i] = -100;
+        (void)tfm__op_cross_entropy(TFM_DEVICE_CUDA, lse.d, x.d, t, -100, 0.1f, N2, V, &cnt);
+        tfm__model_prec = TFM_PREC_BF16;
+        tfm__op_cross_entropy_bwd(TFM_DEVICE_CUDA, d32.d, 0.7f, x.d, lse.d, t, -100, 0.1f, N2, V, 0);
+        tfm__op_cross_entropy_bwd(TFM_DEVICE_CUDA, db.d, 0.7f, x.d, lse.d, t, -100, 0.1f, N2, V, 1);
+        for (int k = 0; k < 3; k++) { /* k 0: each product rounds dy; 1: dy rounded once; 2: dy in bf16 */
+            dx[k] = cu_nan(N2 * C2);
+            dw[k] = cu_zeros(V * C2);
+            tfm__bf16_acts_off = k == 0;
+            tfm__op_linear_bwd(TFM_DEVICE_CUDA, dx[k].d, C2, 0.0f, dw[k].d, NULL, k == 2 ? db.d : d32.d, k == 2 ? tfm__bf16_ld(V) : V,
+                               top.d, C2, w.d, N2, C2, V, k == 2 ? 2 : 0);
+            tfm__bf16_acts_off = 0;
+        }
+        tfm__model_prec = 0;
+        cu_check_bf16_rows(name, d32.d, db.d, N2, V);
+        for (int k = 1; k < 3; k++) {
+            float *a0 = cu_fetch(dx[0].d, N2 * C2, TFM_DEVICE_CUDA), *ak = cu_fetch(dx[k].d, N2 * C2, TFM_DEVICE_CUDA);
+            cu_check_bits_arrays(cu_fmt("%s: the head's input gradient, %s", name, k == 1 ? "dy rounded once" : "dy in bf16"), ak, a0, N2 * C2);
+            free(a0);
+            free(ak);
+            a0 = cu_fetch(dw[0].d, V * C2, TFM_DEVICE_CUDA);
+            ak = cu_fetch(dw[k].d, V * C2, TFM_DEVICE_CUDA);
+            cu_check_bits_arrays(cu_fmt("%s: the head's weight gradient, %s", name, k == 1 ? "dy rounded once" : "dy in bf16"), ak, a0, V * C2);
+            free(a0);
+            free(ak);
+        }
+        cu_release(&x, &lse, &d32, &db, &top, &w, &dx[0], &dx[1], &dx[2], &dw[0], &dw[1], &dw[2], CU_END);
+    }
 }
 
 /* A bf16 model's training with bf16 activations against the rounding before each product
    (tfm__bf16_acts_off): each of the nine models, and an LM whose widths pad the bf16 rows (d_model 12,
    d_ff 20) or leave its hidden layer in fp32 (d_ff 3: 8 bf16 would not fit in 3 floats), trained 3 steps
-   from the same weights on the same batches, both launch by launch and as CUDA graphs: the same bits
+   (--small: 2) from the same weights on the same batches, launch by launch, then as CUDA graphs: the same bits
    (losses, norms, parameters, gradients, moments), and an evaluation forward's logits the same bits. Under
    the emulation a step launches fewer kernels with them (the rounding passes gone). */
 static void cu_bf16_acts(void) {
+    int steps = cu_small ? 2 : 3;
     tfm_optim o = cu_optim();
     cu_data *d = (cu_data *)malloc(sizeof(cu_data));
     for (int which = 0; which < CU_N_MODELS + 2; which++) {
@@ -4455,7 +4495,7 @@ static void cu_bf16_acts(void) {
             tfm_model_free(&m[0]);
             break;
         }
-        for (int step = 0; step < 3; step++) {
+        for (int step = 0; step < steps; step++) {
             float loss[2], norm[2];
             int64_t cnt[2];
             cu_batch(d, &c, (uint64_t)(40 + step));
@@ -4463,12 +4503,12 @@ static void cu_bf16_acts(void) {
 #ifdef TFM_CUDA_EMULATION
                 unsigned long long l0 = tfm_emu_launches();
 #endif
-                CHECK_OK(tfm_cuda_set_graphs(step == 2));
+                CHECK_OK(tfm_cuda_set_graphs(step == steps - 1));
                 tfm__bf16_acts_off = !k;
                 CHECK_OK(tfm_model_train_step(&m[k], &d->b, &o, &loss[k], &cnt[k], &norm[k]));
                 tfm__bf16_acts_off = 0;
 #ifdef TFM_CUDA_EMULATION
-                if (step < 2) launches[k] += tfm_emu_launches() - l0;
+                if (step < steps - 1) launches[k] += tfm_emu_launches() - l0;
 #endif
             }
             CHECK_OK(tfm_cuda_set_graphs(1));
@@ -4478,9 +4518,10 @@ static void cu_bf16_acts(void) {
             cu_check_state(cu_fmt("%s step %d, bf16 activations", nm, step), &m[1], &m[0], 1);
         }
 #ifdef TFM_CUDA_EMULATION
-        CHECK_MSG(launches[1] < launches[0], "%s: %llu launches in 2 steps with bf16 activations, %llu without", nm,
-                  launches[1], launches[0]);
-        if (test__verbose) printf("    %s: %llu launches in 2 steps, %llu without bf16 activations\n", nm, launches[1], launches[0]);
+        CHECK_MSG(launches[1] < launches[0], "%s: %llu launches in %d steps with bf16 activations, %llu without", nm,
+                  launches[1], steps - 1, launches[0]);
+        if (test__verbose)
+            printf("    %s: %llu launches in %d steps, %llu without bf16 activations\n", nm, launches[1], steps - 1, launches[0]);
 #endif
         { /* an evaluation forward */
             float l[2], *lg[2];
