@@ -5486,8 +5486,14 @@ static void tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, con
         uint16_t *w = na + nb ? tfm__cuda_bf((size_t)(TFM__CU_ROUND(na) + nb)) : NULL;
         int64_t sA2 = 0, sB2 = 0;
         if (na + nb && !w) return;
-        if (na) a2 = w, sA2 = tfm__bf16_operand_cuda(w, lda2, A, lda, sA, ar, ac, batch);
-        if (nb) b2 = w + TFM__CU_ROUND(na), sB2 = tfm__bf16_operand_cuda(w + TFM__CU_ROUND(na), ldb2, B, ldb, sB, br, bc, batch);
+        if (na) {
+            a2 = w;
+            sA2 = tfm__bf16_operand_cuda(w, lda2, A, lda, sA, ar, ac, batch);
+        }
+        if (nb) {
+            b2 = w + TFM__CU_ROUND(na);
+            sB2 = tfm__bf16_operand_cuda(w + TFM__CU_ROUND(na), ldb2, B, ldb, sB, br, bc, batch);
+        }
         if (batch == 1)
             (void)tfm__cublas_ok(cublasGemmEx(h, ob, oa, N, M, K, &alpha, b2, CUDA_R_16BF, (int)ldb2, a2, CUDA_R_16BF,
                                               (int)lda2, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -5545,9 +5551,16 @@ static void tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, fl
         uint16_t *buf = tfm__cuda_bf(ny + nw + nx);
         const float *yb = dy, *xb = x, *wb;
         if (!buf) return;
-        if (ny) yb = (const float *)(void *)buf, (void)tfm__bf16_operand_cuda(buf, ldyb, dy, lddy, 0, N, O, 1);
-        wb = (const float *)(void *)(buf + ny), (void)tfm__bf16_operand_cuda(buf + ny, ldwb, w, I, 0, O, I, 1);
-        if (nx) xb = (const float *)(void *)(buf + ny + nw), (void)tfm__bf16_operand_cuda(buf + ny + nw, ldxb, x, ldx, 0, N, I, 1);
+        if (ny) {
+            yb = (const float *)(void *)buf;
+            (void)tfm__bf16_operand_cuda(buf, ldyb, dy, lddy, 0, N, O, 1);
+        }
+        wb = (const float *)(void *)(buf + ny);
+        (void)tfm__bf16_operand_cuda(buf + ny, ldwb, w, I, 0, O, I, 1);
+        if (nx) {
+            xb = (const float *)(void *)(buf + ny + nw);
+            (void)tfm__bf16_operand_cuda(buf + ny + nw, ldxb, x, ldx, 0, N, I, 1);
+        }
         tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, yb, (int)ldyb, 0, wb, (int)ldwb, 0, dx_beta, dx, (int)lddx, 0, 1, 3);
         tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, yb, (int)ldyb, 0, xb, (int)ldxb, 0, 1.0f, dw, (int)I, 0, 1, 3);
     } else {
