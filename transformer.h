@@ -4800,9 +4800,9 @@ static __device__ void tfm__cu_ln_row(float *y, uint16_t *yb, float *mean, float
     v = tfm__cu_reduce(v, sh, 0) / (float)C;
     rs = 1.0f / sqrtf(v + eps);
     for (j = threadIdx.x; j < C; j += blockDim.x) {
-        float v = (x[j] - m) * rs * (g ? g[j] : 1.0f) + (b ? b[j] : 0.0f);
-        if (yb) yb[j] = tfm__bf16(v);
-        else y[j] = v;
+        float o = (x[j] - m) * rs * (g ? g[j] : 1.0f) + (b ? b[j] : 0.0f);
+        if (yb) yb[j] = tfm__bf16(o);
+        else y[j] = o;
     }
     if (threadIdx.x == 0 && mean) mean[r] = m;
     if (threadIdx.x == 0 && rstd) rstd[r] = rs;
