@@ -399,10 +399,14 @@ test-minilm: minilm $(BUILD)/test
 	TFM_MINILM_DIR=$(MINILM_DIR) ./$(BUILD)/test mlt_
 .PHONY: minilm test-minilm
 
+# The run is single-threaded, so it is cut into two shards per core (--shard K/N, at most 8), all run at once
+# by tools/parallel.sh: their times differ, and more shards than cores even the cores' loads out.
+VALGRIND_SHARDS := $(shell n=$$(( $$(nproc 2>/dev/null || echo 1) * 2 )); [ $$n -gt 8 ] && n=8; echo $$n)
+VALGRIND_RUN := TFM_MINILM_DIR=none OMP_NUM_THREADS=1 valgrind --leak-check=full --show-leak-kinds=definite,indirect \
+    --errors-for-leak-kinds=definite,indirect --error-exitcode=1 ./$(BUILD)/test_valgrind
 valgrind: $(BUILD)/test_valgrind
 	@command -v valgrind >/dev/null || { echo "valgrind not found (apt-get install valgrind)"; exit 1; }
-	TFM_MINILM_DIR=none OMP_NUM_THREADS=1 valgrind --leak-check=full --show-leak-kinds=definite,indirect \
-	    --errors-for-leak-kinds=definite,indirect --error-exitcode=1 ./$(BUILD)/test_valgrind
+	bash tools/parallel.sh $(foreach k,$(shell seq 0 $$(($(VALGRIND_SHARDS) - 1))),'$(VALGRIND_RUN) --shard $(k)/$(VALGRIND_SHARDS)')
 
 # ---- bench, CUDA ------------------------------------------------------------------------------
 
@@ -448,13 +452,14 @@ $(BUILD)/bench_gpu_emu: bench/bench_gpu.c bench/bench_util.h bench/tfm_cuda.cu t
 	$(CXX) $(EMU_FLAGS) -x c++ -c -o $(BUILD)/tfm_cuda_emu.o bench/tfm_cuda.cu
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -pedantic -c -o $(BUILD)/bench_gpu_emu.o bench/bench_gpu.c
 	$(CXX) -fopenmp -o $@ $(BUILD)/bench_gpu_emu.o $(BUILD)/tfm_cuda_emu.o -lm
+# The emulation runs on one core; the plain run and the sanitized run's two halves (--shard) run at once.
+EMU_ASAN_RUN := ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ./$(BUILD)/test_cuda_emu_asan --small
 test-cuda-emu: $(BUILD)/test_cuda_emu_self $(BUILD)/test_cuda_emu $(BUILD)/test_cuda_emu_asan $(BUILD)/bench_gpu_emu
 	./$(BUILD)/test_cuda_emu_self
 	./$(BUILD)/bench_gpu_emu --quick --tf32 --bf16 gpu-emu-tiny
 	./$(BUILD)/bench_gpu_emu --quick --kernels
-	./$(BUILD)/test_cuda_emu
-	ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    ./$(BUILD)/test_cuda_emu_asan --small
+	bash tools/parallel.sh './$(BUILD)/test_cuda_emu' '$(EMU_ASAN_RUN) --shard 0/2' '$(EMU_ASAN_RUN) --shard 1/2'
 
 ifeq ($(NVCC_FOUND),)
 cuda test-cuda:

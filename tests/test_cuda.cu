@@ -23,7 +23,8 @@
          a device or a CUDA call that fails (tfm_emu_*), which a GPU build skips.
    Arguments: -v (each test, its time and the worst relative error it measured), --small (short shape lists
    and 20 training steps, for compute-sanitizer: every kernel path still runs; the emulation's default, as
-   it runs each GPU thread as a fiber), --full (the full lists, the GPU's default), and a filter (the tests
+   it runs each GPU thread as a fiber), --full (the full lists, the GPU's default), --shard K/N (every Nth
+   test from the Kth, counted after the filter: N processes at once cover them all), and a filter (the tests
    whose name holds it). Output: one line per suite, then "N passed, N failed"; exit status 1 on a failure.
 
    Method. Every input is made once on the host and copied to the device, so both devices read the same
@@ -72,6 +73,7 @@ int test__failed_checks = 0;
 int test__verbose = 0;
 static int test__passed = 0, test__failed = 0;
 static const char *test__filter = NULL;
+static int test__shard = 0, test__shards = 1, test__seen = 0; /* --shard K/N: every Nth test from the Kth */
 /* --small: short shape lists and 20 training steps instead of 100. The emulation's default: it runs
    every GPU thread as a fiber, with a context switch at each barrier or shuffle, so the full lists take
    about 15 minutes there (3 small); --full asks for them anyway. */
@@ -91,6 +93,7 @@ static double cu_now(void) {
 void test__run(const char *name, test_fn fn) {
     double t0;
     if (test__filter && !strstr(name, test__filter)) return;
+    if (test__seen++ % test__shards != test__shard) return;
     test__failed_checks = 0;
     cu_worst = 0.0;
     tfm_clear_error();
@@ -4664,7 +4667,13 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "-v")) test__verbose = 1;
         else if (!strcmp(argv[i], "--small")) cu_small = 1;
         else if (!strcmp(argv[i], "--full")) cu_small = 0;
-        else test__filter = argv[i];
+        else if (!strcmp(argv[i], "--shard") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%d/%d", &test__shard, &test__shards) != 2 || test__shards < 1 ||
+                test__shard < 0 || test__shard >= test__shards) {
+                fprintf(stderr, "--shard takes K/N with 0 <= K < N, not \"%s\"\n", argv[i]);
+                return 2;
+            }
+        } else test__filter = argv[i];
     }
     if (tfm_cuda_available() != TFM_OK) {
 #ifdef TFM_CUDA_EMULATION
