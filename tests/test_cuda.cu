@@ -221,10 +221,18 @@ static cu_buf cu_normal(int64_t n, cu_rng *g, double scale, double shift) {
     cu_push(&b);
     return b;
 }
+/* cu_nan's filler: a quiet NaN whose two 16-bit halves are each a bf16 NaN (0x7fc0), so that a bf16 element
+   a kernel forgets shows as well (NAN's low half, 0x0000, reads as a bf16 zero) */
+static float cu_nan_float(void) {
+    uint32_t u = 0x7fc07fc0u;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 /* NaN on both: an output every element of which a kernel must write (or a gap it must leave alone) */
 static cu_buf cu_nan(int64_t n) {
     cu_buf b = cu_alloc(n);
-    for (int64_t i = 0; i < n; i++) b.h[i] = NAN;
+    for (int64_t i = 0; i < n; i++) b.h[i] = cu_nan_float();
     cu_push(&b);
     return b;
 }
@@ -4351,7 +4359,7 @@ static void cu_check_bf16_rows(const char *what_, const float *f32, const float 
     const uint16_t *h16 = (const uint16_t *)(const void *)bh, *was = (const uint16_t *)(const void *)nan;
     char what[200];
     snprintf(what, sizeof what, "%s", what_);
-    for (i = 0; i < n; i++) nan[i] = NAN;
+    for (i = 0; i < n; i++) nan[i] = cu_nan_float();
     for (i = 0; i < 2 * n; i++) {
         int data = i < N * ldb && i % ldb < cols;
         uint16_t want = data ? tfm__bf16(a[i / ldb * cols + i % ldb]) : was[i];
