@@ -5465,6 +5465,41 @@ static int64_t tfm__bf16_operand_cuda(uint16_t *dst, int64_t ldd, const float *s
     return ss ? rows * ldd : 0;
 }
 
+/* An operand of bf16 products for tfm__bf16_operands_cuda: batch matrices of rows x cols floats at src (stride ss,
+   rows of lds; ss 0: one matrix for all), or, bf set, one matrix already bf16 (rows of lds bf16 elements). It
+   fills in the bf16 operand: out (bf16 elements behind a float pointer, as tfm__gemm_cuda takes them), its
+   rows' ld and its stride between matrices. */
+typedef struct {
+    const float *src;
+    int64_t lds, ss, rows, cols;
+    int bf;
+    const float *out;
+    int64_t ld, stride;
+} tfm__bf16_op;
+
+/* Rounds the n operands not bf16 already into one tfm__cuda_bf buffer, one after another; those that are
+   stay where they are. 0 when the buffer cannot be had. */
+static int tfm__bf16_operands_cuda(tfm__bf16_op *op, int n, int batch) {
+    size_t total = 0, off = 0;
+    uint16_t *buf = NULL;
+    int i;
+    for (i = 0; i < n; i++) {
+        op[i].ld = op[i].bf ? op[i].lds : tfm__bf16_ld(op[i].cols);
+        if (!op[i].bf) total += TFM__CU_ROUND((op[i].ss ? batch : 1) * op[i].rows * op[i].ld);
+    }
+    if (total && !(buf = tfm__cuda_bf(total))) return 0;
+    for (i = 0; i < n; i++) {
+        op[i].out = op[i].src;
+        op[i].stride = 0;
+        if (op[i].bf) continue;
+        op[i].out = (const float *)(void *)(buf + off);
+        op[i].stride = tfm__bf16_operand_cuda(buf + off, op[i].ld, op[i].src, op[i].lds, op[i].ss, op[i].rows, op[i].cols,
+                                              batch);
+        off += TFM__CU_ROUND((op[i].ss ? batch : 1) * op[i].rows * op[i].ld);
+    }
+    return 1;
+}
+
 /* Row-major C = alpha op(A) op(B) + beta C (batch of them, strided) is column-major C^T = op(B)^T op(A)^T:
    cuBLAS gets B first. In a model call of cfg.precision TFM_PREC_BF16 the operands are first rounded to
    bf16 (tfm__bf16_operand_cuda) and cuBLAS sums their products in fp32 on tensor cores (cublasGemmEx,
@@ -5479,30 +5514,19 @@ static void tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, con
     TFM_ASSERT(!bf || (prec == TFM_PREC_BF16 && !(bf & 1 && sA) && !(bf & 2 && sB)));
     if (M <= 0 || N <= 0 || batch <= 0 || !(h = tfm__cuda_blas(prec == TFM_PREC_TF32))) return;
     if (prec == TFM_PREC_BF16 && K > 0) {
-        int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N; /* A and B as stored */
-        int64_t lda2 = bf & 1 ? lda : tfm__bf16_ld(ac), ldb2 = bf & 2 ? ldb : tfm__bf16_ld(bc);
-        int64_t na = bf & 1 ? 0 : (sA ? batch : 1) * ar * lda2, nb = bf & 2 ? 0 : (sB ? batch : 1) * br * ldb2;
-        const uint16_t *a2 = (const uint16_t *)(const void *)A, *b2 = (const uint16_t *)(const void *)B;
-        uint16_t *w = na + nb ? tfm__cuda_bf((size_t)(TFM__CU_ROUND(na) + nb)) : NULL;
-        int64_t sA2 = 0, sB2 = 0;
-        if (na + nb && !w) return;
-        if (na) {
-            a2 = w;
-            sA2 = tfm__bf16_operand_cuda(w, lda2, A, lda, sA, ar, ac, batch);
-        }
-        if (nb) {
-            b2 = w + TFM__CU_ROUND(na);
-            sB2 = tfm__bf16_operand_cuda(w + TFM__CU_ROUND(na), ldb2, B, ldb, sB, br, bc, batch);
-        }
+        tfm__bf16_op op[2] = {{A, lda, sA, ta ? K : M, ta ? M : K, bf & 1, NULL, 0, 0}, /* A and B as stored */
+                              {B, ldb, sB, tb ? N : K, tb ? K : N, bf & 2, NULL, 0, 0}};
+        if (!tfm__bf16_operands_cuda(op, 2, batch)) return;
         if (batch == 1)
-            (void)tfm__cublas_ok(cublasGemmEx(h, ob, oa, N, M, K, &alpha, b2, CUDA_R_16BF, (int)ldb2, a2, CUDA_R_16BF,
-                                              (int)lda2, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            (void)tfm__cublas_ok(cublasGemmEx(h, ob, oa, N, M, K, &alpha, op[1].out, CUDA_R_16BF, (int)op[1].ld, op[0].out,
+                                              CUDA_R_16BF, (int)op[0].ld, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                              CUBLAS_GEMM_DEFAULT),
                                  "cublasGemmEx");
         else
-            (void)tfm__cublas_ok(cublasGemmStridedBatchedEx(h, ob, oa, N, M, K, &alpha, b2, CUDA_R_16BF, (int)ldb2,
-                                                            (long long)sB2, a2, CUDA_R_16BF, (int)lda2, (long long)sA2,
-                                                            &beta, C, CUDA_R_32F, ldc, (long long)sC, batch,
-                                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            (void)tfm__cublas_ok(cublasGemmStridedBatchedEx(h, ob, oa, N, M, K, &alpha, op[1].out, CUDA_R_16BF, (int)op[1].ld,
+                                                            (long long)op[1].stride, op[0].out, CUDA_R_16BF, (int)op[0].ld,
+                                                            (long long)op[0].stride, &beta, C, CUDA_R_32F, ldc, (long long)sC,
+                                                            batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                                  "cublasGemmStridedBatchedEx");
         return;
     }
@@ -5546,23 +5570,13 @@ static void tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, fl
                                       int64_t O, int bf) {
     TFM_ASSERT(!(bf & 2 && db));
     if (dx && dw && N > 0 && I > 0 && O > 0 && tfm__model_prec == TFM_PREC_BF16 && !tfm__bf16_acts_off) {
-        int64_t ldyb = bf & 2 ? lddy : tfm__bf16_ld(O), ldwb = tfm__bf16_ld(I), ldxb = bf & 1 ? ldx : tfm__bf16_ld(I);
-        size_t ny = bf & 2 ? 0 : TFM__CU_ROUND(N * ldyb), nw = TFM__CU_ROUND(O * ldwb), nx = bf & 1 ? 0 : (size_t)(N * ldxb);
-        uint16_t *buf = tfm__cuda_bf(ny + nw + nx);
-        const float *yb = dy, *xb = x, *wb;
-        if (!buf) return;
-        if (ny) {
-            yb = (const float *)(void *)buf;
-            (void)tfm__bf16_operand_cuda(buf, ldyb, dy, lddy, 0, N, O, 1);
-        }
-        wb = (const float *)(void *)(buf + ny);
-        (void)tfm__bf16_operand_cuda(buf + ny, ldwb, w, I, 0, O, I, 1);
-        if (nx) {
-            xb = (const float *)(void *)(buf + ny + nw);
-            (void)tfm__bf16_operand_cuda(buf + ny + nw, ldxb, x, ldx, 0, N, I, 1);
-        }
-        tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, yb, (int)ldyb, 0, wb, (int)ldwb, 0, dx_beta, dx, (int)lddx, 0, 1, 3);
-        tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, yb, (int)ldyb, 0, xb, (int)ldxb, 0, 1.0f, dw, (int)I, 0, 1, 3);
+        tfm__bf16_op op[3] = {{dy, lddy, 0, N, O, bf & 2, NULL, 0, 0}, {w, I, 0, O, I, 0, NULL, 0, 0},
+                              {x, ldx, 0, N, I, bf & 1, NULL, 0, 0}};
+        if (!tfm__bf16_operands_cuda(op, 3, 1)) return;
+        tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, op[0].out, (int)op[0].ld, 0, op[1].out, (int)op[1].ld, 0, dx_beta,
+                       dx, (int)lddx, 0, 1, 3);
+        tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, op[0].out, (int)op[0].ld, 0, op[2].out, (int)op[2].ld, 0, 1.0f, dw,
+                       (int)I, 0, 1, 3);
     } else {
         if (dx)
             tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, dy, (int)lddy, 0, w, (int)I, 0, dx_beta, dx, (int)lddx, 0, 1,
