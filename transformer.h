@@ -4199,14 +4199,16 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
 }
 
 /* bf16 activations: in a bf16 model call on the GPU, the activations that only products read (a pre-LN
-   block's normalized inputs, ln_io, the MLP's hidden layer, ff_act, and an LM head's logit gradients) are
-   stored in bf16 by the kernel that computes them (the layernorm's, the bias and activation's, the
-   cross-entropy's backward), as rows of tfm__bf16_ld(cols) elements in the same float buffers, and the
-   products take them as their operands as they are. Each product used to round an fp32 copy first: the
-   same bits (one rounding to nearest even of the same value), at under a third of the bytes (a bf16 write
-   and reads, where an fp32 write, a rounding pass a product and the reads were). The bf16 rows must fit
-   in the float buffer (cols >= 4). tfm__bf16_acts_off: the rounding before each product instead (and in
-   a linear map's backward, of its output gradient once a product), for this thread: the tests compare. */
+   block's normalized inputs, ln_io, the MLP's hidden layer, ff_act, and its gradient, d_ff1 (SwiGLU's only
+   without a bias), and an LM head's logit gradients) are stored in bf16 by the kernel that computes them
+   (the layernorm's, the bias and activation's, the bias gradient's column sums, which run the activation's
+   backward, SwiGLU's backward, the cross-entropy's backward), as rows of tfm__bf16_ld(cols) elements in the
+   same float buffers, and the products take them as their operands as they are. Each product used to round
+   an fp32 copy first: the same bits (one rounding to nearest even of the same value), at under a third of
+   the bytes (a bf16 write and reads, where an fp32 write, a rounding pass a product and the reads were).
+   The bf16 rows must fit in the float buffer (cols >= 4). tfm__bf16_acts_off: the rounding before each
+   product instead (and in a linear map's backward, of its output gradient once a product), for this
+   thread: the tests compare. */
 static TFM__THREAD_LOCAL int tfm__bf16_acts_off;
 static int64_t tfm__bf16_ld(int64_t cols) { return (cols + 7) & ~(int64_t)7; }
 static int tfm__bf16_store(tfm_device dev, int64_t cols) {
@@ -4657,9 +4659,16 @@ static __global__ void tfm__k_copy_rows(float *dst, int64_t ldd, const float *sr
    more for over 8 M rows: the grid's y dimension), warp w the rows w, w + 8, ..., and adds its warps'
    sums in warp order into one partial per column; then one thread per column adds the partials in row
    order. Each partial is two sums: of dy = src[r * lds + c], and (layernorm, x given) of dy * xhat,
-   xhat = (x - mean[r]) * rstd[r] (rms: no mean). part holds 2 C floats per block of rows. */
+   xhat = (x - mean[r]) * rstd[r] (rms: no mean). part holds 2 C floats per block of rows. out (not NULL): an
+   activation's backward instead, dy = tfm__cu_act_grad(act, src, x) (x its input, rows of C), written to out in
+   bf16 (rows of ldo) as well as summed. */
+static __device__ float tfm__cu_act_grad(int act, float dy, float v) {
+    return act == TFM_ACT_RELU ? (v > 0.0f ? dy : 0.0f)
+                               : dy * (act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh_grad(v) : tfm__gelu_erf_grad(v));
+}
 static __global__ void tfm__k_colsum_part(float *part, const float *src, int64_t lds, const float *x, const float *mean,
-                                          const float *rstd, int rms, int64_t N, int64_t C, int64_t rows) {
+                                          const float *rstd, int rms, int act, uint16_t *out, int64_t ldo, int64_t N,
+                                          int64_t C, int64_t rows) {
     TFM__SHARED(float, sh, 2 * 8 * 32);
     int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x >> 5), k;
     int64_t c = (int64_t)blockIdx.x * 32 + lane, r0 = (int64_t)blockIdx.y * rows, r;
@@ -4668,7 +4677,11 @@ static __global__ void tfm__k_colsum_part(float *part, const float *src, int64_t
     if (c < C)
         for (r = r0 + w; r < r1; r += 8) {
             float dy = src[r * lds + c];
-            if (x) a += dy * (x[r * C + c] - (rms ? 0.0f : mean[r])) * rstd[r];
+            if (out) {
+                dy = tfm__cu_act_grad(act, dy, x[r * C + c]);
+                out[r * ldo + c] = tfm__bf16(dy);
+            } else if (x)
+                a += dy * (x[r * C + c] - (rms ? 0.0f : mean[r])) * rstd[r];
             b += dy;
         }
     sh[w * 32 + lane] = a;
@@ -4878,19 +4891,24 @@ static __global__ void tfm__k_act(int act, float *y, const float *x, int64_t n) 
 }
 static __global__ void tfm__k_act_bwd(int act, float *dx, const float *dy, const float *x, int64_t n, float acc) {
     TFM__CU_LOOP(i, n) {
-        float v = x[i], d;
-        d = act == TFM_ACT_RELU ? (v > 0.0f ? dy[i] : 0.0f)
-                                : dy[i] * (act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh_grad(v) : tfm__gelu_erf_grad(v));
+        float d = tfm__cu_act_grad(act, dy[i], x[i]);
         dx[i] = acc != 0.0f ? dx[i] + d : d;
     }
 }
-/* SwiGLU's backward, as the CPU's: one thread per output element */
-static __global__ void tfm__k_swiglu_bwd(float *dh, const float *dy, const float *h, int64_t N, int64_t F) {
+/* SwiGLU's backward, as the CPU's: one thread per output element; ldb (not 0): dh in bf16, rows of ldb */
+static __global__ void tfm__k_swiglu_bwd(float *dh, const float *dy, const float *h, int64_t N, int64_t F, int64_t ldb) {
     TFM__CU_LOOP(i, N * F) {
         int64_t r = i / F, j = i % F;
         float g = h[r * 2 * F + j], u = h[r * 2 * F + F + j], sg = tfm__sigmoid(g);
-        dh[r * 2 * F + F + j] = dy[i] * g * sg;
-        dh[r * 2 * F + j] = dy[i] * u * sg * (1.0f + g * (1.0f - sg));
+        float du = dy[i] * g * sg, dg = dy[i] * u * sg * (1.0f + g * (1.0f - sg));
+        if (ldb) {
+            uint16_t *hb = (uint16_t *)(void *)dh + r * ldb;
+            hb[j] = tfm__bf16(dg);
+            hb[F + j] = tfm__bf16(du);
+        } else {
+            dh[r * 2 * F + F + j] = du;
+            dh[r * 2 * F + j] = dg;
+        }
     }
 }
 /* rotary embedding, as the CPU's. First the angles, as the CPU forms them: cs[2i], cs[2i + 1] the cosine
@@ -5539,17 +5557,20 @@ static void tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, con
 }
 
 /* da[c] += sum_r dy xhat (x given: layernorm's weight gradient), db[c] += sum_r dy, for dy = src (N rows of
-   stride lds) through tfm__k_colsum_part and tfm__k_colsum_fin; either of da, db may be NULL */
+   stride lds) through tfm__k_colsum_part and tfm__k_colsum_fin; either of da, db may be NULL. out (not NULL; da
+   NULL): dy is an activation's backward (act, x its input), written to out in bf16 too (tfm__k_colsum_part). */
 static void tfm__colsums_cuda(float *da, float *db, const float *src, int64_t lds, const float *x, const float *mean,
-                              const float *rstd, int rms, int64_t N, int64_t C) {
+                              const float *rstd, int rms, int act, uint16_t *out, int64_t ldo, int64_t N, int64_t C) {
     int64_t rows = TFM__MAX((int64_t)128, (N + 65534) / 65535), n_part = (N + rows - 1) / rows;
     float *part;
-    if (N <= 0 || C <= 0 || (!da && !db)) return;
+    TFM_ASSERT(!(out && da));
+    if (N <= 0 || C <= 0 || (!da && !db && !out)) return;
     part = (float *)(void *)tfm__cuda_ws((size_t)n_part * 2 * (size_t)C * sizeof(float));
     if (!part) return;
     TFM__LAUNCH(tfm__k_colsum_part, dim3((unsigned)((C + 31) / 32), (unsigned)n_part), 256, 0, part, src, lds, x, mean,
-                rstd, rms, N, C, rows);
+                rstd, rms, act, out, ldo, N, C, rows);
     TFM__CU_LAUNCHED("tfm__k_colsum_part");
+    if (!da && !db) return;
     TFM__LAUNCH(tfm__k_colsum_fin, tfm__cu_grid(C), TFM__CU_THREADS, 0, da, db, part, n_part, C);
     TFM__CU_LAUNCHED("tfm__k_colsum_fin");
 }
@@ -5585,7 +5606,7 @@ static void tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, fl
             tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, dy, (int)lddy, 0, x, (int)ldx, 0, 1.0f, dw, (int)I, 0, 1,
                            (bf & 2 ? 1 : 0) | (bf & 1 ? 2 : 0));
     }
-    if (db) tfm__colsums_cuda(NULL, db, dy, lddy, NULL, NULL, NULL, 0, N, O);
+    if (db) tfm__colsums_cuda(NULL, db, dy, lddy, NULL, NULL, NULL, 0, 0, NULL, 0, N, O);
 }
 
 static void tfm__softmax_cuda(float *y, const float *x, int64_t N, int64_t C, int log) {
@@ -5703,7 +5724,7 @@ static void tfm__layernorm_bwd_cuda(float *dx, const float *res, float *dg, floa
         TFM__LAUNCH(tfm__k_layernorm_bwd, (unsigned)N, tfm__cu_row_threads(C), 0, dx, res, dy, x, g, mean, rstd, C, rms);
         TFM__CU_LAUNCHED("tfm__k_layernorm_bwd");
     }
-    if (dg || db) tfm__colsums_cuda(dg, db, dy, C, x, mean, rstd, rms, N, C);
+    if (dg || db) tfm__colsums_cuda(dg, db, dy, C, x, mean, rstd, rms, 0, NULL, 0, N, C);
 }
 
 static void tfm__act_cuda(int act, float *y, const float *x, int64_t n) {
@@ -5716,9 +5737,9 @@ static void tfm__act_bwd_cuda(int act, float *dx, const float *dy, const float *
     TFM__LAUNCH(tfm__k_act_bwd, tfm__cu_grid(n), TFM__CU_THREADS, 0, act, dx, dy, x, n, acc);
     TFM__CU_LAUNCHED("tfm__k_act_bwd");
 }
-static void tfm__swiglu_bwd_cuda(float *dh, const float *dy, const float *h, int64_t N, int64_t F) {
+static void tfm__swiglu_bwd_cuda(float *dh, const float *dy, const float *h, int64_t N, int64_t F, int dhbf) {
     if (N * F <= 0) return;
-    TFM__LAUNCH(tfm__k_swiglu_bwd, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, dh, dy, h, N, F);
+    TFM__LAUNCH(tfm__k_swiglu_bwd, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, dh, dy, h, N, F, dhbf ? tfm__bf16_ld(2 * F) : 0);
     TFM__CU_LAUNCHED("tfm__k_swiglu_bwd");
 }
 static void tfm__rope_cuda(float *y, const float *x, int64_t ld, int64_t B, int64_t T, int H, int D, int rot, float base,
@@ -5816,7 +5837,7 @@ static void tfm__pos_add_cuda(float *y, const float *x, const float *w, const in
 }
 
 static void tfm__colsum_cuda(float *dst, const float *src, int64_t lds, int64_t N, int64_t C) {
-    tfm__colsums_cuda(NULL, dst, src, lds, NULL, NULL, NULL, 0, N, C);
+    tfm__colsums_cuda(NULL, dst, src, lds, NULL, NULL, NULL, 0, 0, NULL, 0, N, C);
 }
 
 static void tfm__add_cuda(float *y, const float *a, const float *b, int64_t n) {
@@ -6889,9 +6910,28 @@ static void tfm__op_act_bwd(tfm_device dev, int act, float *dx, const float *dy,
     if (act == TFM_ACT_RELU) tfm__relu_backward_cpu(dx, dy, x, n, acc);
     else tfm__gelu_backward_cpu(dx, dy, x, n, act == TFM_ACT_GELU_TANH ? TFM_GELU_TANH : TFM_GELU_ERF, acc);
 }
-/* SwiGLU's backward: dh (N,2F) written from dy (N,F) and h (N,2F); its forward is tfm__op_linear_act's */
-static void tfm__op_swiglu_bwd(tfm_device dev, float *dh, const float *dy, const float *h, int64_t N, int64_t F) {
-    TFM__CUDA(dev, tfm__swiglu_bwd_cuda(dh, dy, h, N, F); return);
+/* The same for a bf16 model's hidden layer on the GPU (blk->bf_h; act not SwiGLU): dx written in bf16 (rows of
+   tfm__bf16_ld(F)), as only products read it, and db += dx's column sums in fp32 (may be NULL), in one pass:
+   the same bits as tfm__op_act_bwd then tfm__op_linear_bwd's rounding of dx and its bias sums. */
+static void tfm__op_act_bwd_bf16(tfm_device dev, int act, float *dx, float *db, const float *dy, const float *x, int64_t N,
+                                 int64_t F) {
+    TFM__CUDA(dev, tfm__colsums_cuda(NULL, db, dy, F, x, NULL, NULL, 0, act, (uint16_t *)(void *)dx, tfm__bf16_ld(F), N, F);
+              return);
+    (void)act; /* the GPU only: never reached on the CPU */
+    (void)dx;
+    (void)db;
+    (void)dy;
+    (void)x;
+    (void)N;
+    (void)F;
+    TFM_ASSERT(dev == TFM_DEVICE_CUDA);
+}
+/* SwiGLU's backward: dh (N,2F) written from dy (N,F) and h (N,2F); its forward is tfm__op_linear_act's. dhbf
+   (the GPU, a bf16 model's hidden layer without a bias): dh in bf16, rows of tfm__bf16_ld(2F), as only the first
+   map's products read it. */
+static void tfm__op_swiglu_bwd(tfm_device dev, float *dh, const float *dy, const float *h, int64_t N, int64_t F, int dhbf) {
+    TFM__CUDA(dev, tfm__swiglu_bwd_cuda(dh, dy, h, N, F, dhbf); return);
+    TFM_ASSERT(!dhbf);
     tfm__swiglu_backward_cpu(dh, dy, h, N, F);
 }
 /* An MLP's first linear map and its activation: pre = x w^T + b (N rows of F1 = F, or 2F for SwiGLU), y =
@@ -8557,10 +8597,12 @@ static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, float du_beta, 
         const float *u = d->norm_first ? blk->ln_io[s] : blk->stream[s];
         int64_t F1 = d->act == TFM_ACT_SWIGLU ? 2 * F : F;
         tfm__op_linear_bwd(blk->device, blk->d_ff2, F, 0.0f, blk->linear2.d_weight.data, blk->linear2.d_bias.data, dv, C, blk->ff_act, blk->bf_h ? tfm__bf16_ld(F) : F, blk->linear2.weight.data, N, F, C, blk->bf_h);
-        if (d->act == TFM_ACT_SWIGLU) tfm__op_swiglu_bwd(blk->device, blk->d_ff1, blk->d_ff2, blk->ff_pre, N, F);
+        /* hbf: d_ff1 in bf16 (SwiGLU's where no bias sums read it) */
+        int ubf = d->norm_first && blk->bf_u, hbf = blk->bf_h && (d->act != TFM_ACT_SWIGLU || !blk->linear1.bias.data);
+        if (d->act == TFM_ACT_SWIGLU) tfm__op_swiglu_bwd(blk->device, blk->d_ff1, blk->d_ff2, blk->ff_pre, N, F, hbf);
+        else if (hbf) tfm__op_act_bwd_bf16(blk->device, d->act, blk->d_ff1, blk->linear1.d_bias.data, blk->d_ff2, blk->ff_pre, N, F);
         else tfm__op_act_bwd(blk->device, d->act, blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, 0.0f);
-        int ubf = d->norm_first && blk->bf_u;
-        tfm__op_linear_bwd(blk->device, du, C, du_beta, blk->linear1.d_weight.data, blk->linear1.d_bias.data, blk->d_ff1, F1, u, ubf ? tfm__bf16_ld(C) : C, blk->linear1.weight.data, N, C, F1, ubf);
+        tfm__op_linear_bwd(blk->device, du, C, du_beta, blk->linear1.d_weight.data, hbf ? NULL : blk->linear1.d_bias.data, blk->d_ff1, hbf ? tfm__bf16_ld(F1) : F1, u, ubf ? tfm__bf16_ld(C) : C, blk->linear1.weight.data, N, C, F1, ubf | (hbf ? 2 : 0));
     }
 }
 

@@ -824,7 +824,7 @@ static void cu_op_linear_act(void) {
                     h.h[2] = -30.0f;
                 }
                 cu_push(&h);
-                CU_DEVS tfm__op_swiglu_bwd(CU_DEV, CU_P(dh), CU_P(dy), CU_P(h), N, F);
+                CU_DEVS tfm__op_swiglu_bwd(CU_DEV, CU_P(dh), CU_P(dy), CU_P(h), N, F, 0);
                 cu_check(cu_fmt("swiglu N=%lld F=%lld: dh", (long long)N, (long long)F), &dh, CU_TOL);
                 cu_release(&h, &dy, &dh, CU_END);
             }
@@ -4376,8 +4376,11 @@ static void cu_check_bf16_rows(const char *what_, const float *f32, const float 
    and the MLP's bias and activation write each value rounded to bf16, in rows of tfm__bf16_ld(C) elements:
    bit for bit tfm__bf16 of what they write in fp32 (the statistics, sums and pre-activations the same
    bits too), the rows' padding untouched; and a linear map that takes such an operand as it is gives the
-   same bits, forward and backward, as one that rounds the fp32 operand itself. C = 5 and 12 pad their rows
-   (to 8 and 16), 37 too (to 40). Then an LM head's logit gradients: the cross-entropy's backward writes
+   same bits, forward and backward, as one that rounds the fp32 operand itself. The hidden layer's gradient
+   (tfm__op_act_bwd_bf16): tfm__bf16 of the fp32 backward's, with or without the bias sums, and the MLP's first
+   map's gradients from it (the bias's summed in the same pass) the same bits as from the fp32 one; SwiGLU's
+   too (tfm__op_swiglu_bwd's bf16 form, no bias). C = 5
+   and 12 pad their rows (to 8 and 16), 37 too (to 40). Then an LM head's logit gradients: the cross-entropy's backward writes
    them in bf16 (ignored rows zero, a batch of only ignored rows all zero): tfm__bf16 of what it adds into
    zeros in fp32; and the head's backward gives the same bits three ways: each product rounding its
    operands (tfm__bf16_acts_off), the logit gradients rounded once for both products, and taken in bf16
@@ -4438,6 +4441,46 @@ static void cu_bf16_act_ops(void) {
             }
             cu_check_bf16_rows(cu_fmt("%s: the norm's output", name), y32.d, yb.d, N, C);
             cu_check_bf16_rows(cu_fmt("%s: the hidden layer", name), h32.d, hb.d, N, F);
+            { /* the hidden layer's backward: fp32; in bf16 with the bias sums (SwiGLU's without a bias); without */
+                int sw = acts[v] == TFM_ACT_SWIGLU;
+                cu_buf dh = cu_normal(N * F, &g, 1, 0), d[3] = {cu_nan(N * F1), cu_nan(N * F1), cu_nan(N * F1)},
+                       gx[2] = {cu_nan(N * C), cu_nan(N * C)}, gw[2] = {cu_normal(F1 * C, &g, 1, 0), cu_zeros(F1 * C)},
+                       gb[2] = {cu_normal(F1, &g, 1, 0), cu_zeros(F1)};
+                memcpy(gw[1].h, gw[0].h, (size_t)(F1 * C) * sizeof(float)); /* gradients to add into, the same on both */
+                memcpy(gb[1].h, gb[0].h, (size_t)F1 * sizeof(float));
+                cu_push(&gw[1]);
+                cu_push(&gb[1]);
+                tfm__model_prec = TFM_PREC_BF16;
+                if (sw) {
+                    tfm__op_swiglu_bwd(TFM_DEVICE_CUDA, d[0].d, dh.d, pre[0].d, N, F, 0);
+                    tfm__op_swiglu_bwd(TFM_DEVICE_CUDA, d[1].d, dh.d, pre[0].d, N, F, 1);
+                } else {
+                    tfm__op_act_bwd(TFM_DEVICE_CUDA, acts[v], d[0].d, dh.d, pre[0].d, N * F, 0.0f);
+                    tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, acts[v], d[1].d, gb[1].d, dh.d, pre[0].d, N, F);
+                    tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, acts[v], d[2].d, NULL, dh.d, pre[0].d, N, F);
+                }
+                tfm__op_linear_bwd(TFM_DEVICE_CUDA, gx[0].d, C, 0.0f, gw[0].d, sw ? NULL : gb[0].d, d[0].d, F1, yb.d, ld, w.d, N,
+                                   C, F1, 1);
+                tfm__op_linear_bwd(TFM_DEVICE_CUDA, gx[1].d, C, 0.0f, gw[1].d, NULL, d[1].d, tfm__bf16_ld(F1), yb.d, ld, w.d, N,
+                                   C, F1, 3);
+                tfm__model_prec = 0;
+                cu_check_bf16_rows(cu_fmt("%s: the hidden layer's gradient", name), d[0].d, d[1].d, N, F1);
+                if (!sw) cu_check_bf16_rows(cu_fmt("%s: the hidden layer's gradient, no bias", name), d[0].d, d[2].d, N, F1);
+                {
+                    cu_buf *pairs[][2] = {{&gx[0], &gx[1]}, {&gw[0], &gw[1]}, {&gb[0], &gb[1]}};
+                    static const char *const what[] = {"input gradient", "weight gradient", "bias gradient"};
+                    for (int q = 0; q < CU_LEN(what); q++) {
+                        int64_t n = pairs[q][0]->n;
+                        a = cu_fetch(pairs[q][0]->d, n, TFM_DEVICE_CUDA);
+                        bh = cu_fetch(pairs[q][1]->d, n, TFM_DEVICE_CUDA);
+                        cu_check_bits_arrays(cu_fmt("%s: the MLP's first map, %s from the bf16 hidden gradient", name, what[q]),
+                                             bh, a, n);
+                        free(a);
+                        free(bh);
+                    }
+                }
+                cu_release(&dh, &d[0], &d[1], &d[2], &gx[0], &gx[1], &gw[0], &gw[1], &gb[0], &gb[1], CU_END);
+            }
             cu_release(&x, &r, &gn, &bb, &w, &b1, &w2, &b2, &dy, &y32, &yb, &m[0], &m[1], &rs[0], &rs[1], &s[0], &s[1], &h32,
                        &hb, &pre[0], &pre[1], &out[0], &out[1], &dw[0], &dw[1], &dx[0], &dx[1], CU_END);
         }
