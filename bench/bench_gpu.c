@@ -262,6 +262,7 @@ static void add_row(const char *name, int mode, int prec, int batch, double ms, 
 }
 
 void bench_gpu_bf16_acts(int on); /* bench/tfm_cuda.cu */
+tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float *dy, const float *x, int64_t rows, int64_t cols);
 
 /* Each precision twice: whole steps as CUDA graphs (the default: impl=ours graphs=1), then launch by
    launch (tfm_cuda_set_graphs(0): impl=ours-launches graphs=0), each with half the steps and budget;
@@ -434,6 +435,8 @@ done:
      softmax_bwd        read dy, y; dx added into                             4X
      gelu_fwd (tanh)    read x; write y                                       2X
      gelu_bwd (tanh)    read dy, x; dx added into                             4X
+     gelu_bwd_bf16      a bf16 model's MLP: read dy, x; write dx in bf16;     2.5X + 2C
+                        db added into (its column sums, in the same pass)
      add_fwd            read a, b; write y                                    3X
      cross_entropy_fwd  read logits, targets; write lse (+ the loss)          X + 2N
                         (its time includes copying the row losses back and their sum on the host)
@@ -445,8 +448,8 @@ done:
    cross-entropy at its vocabulary (8,192 rows of 50,257: 1.6 GB of logits; fewer rows, halving, while
    the device is short of memory, as for every op). */
 enum {
-    K_COPY, K_LN_FWD, K_LN_BWD, K_RMS_FWD, K_SOFTMAX_FWD, K_SOFTMAX_BWD, K_GELU_FWD, K_GELU_BWD, K_ADD_FWD,
-    K_XENT_FWD, K_XENT_BWD, K_ADAMW, K_N
+    K_COPY, K_LN_FWD, K_LN_BWD, K_RMS_FWD, K_SOFTMAX_FWD, K_SOFTMAX_BWD, K_GELU_FWD, K_GELU_BWD, K_GELU_BWD_BF16,
+    K_ADD_FWD, K_XENT_FWD, K_XENT_BWD, K_ADAMW, K_N
 };
 typedef struct kop {
     const char *name, *layout;
@@ -462,6 +465,7 @@ static const kop KOPS[K_N] = {
     {"softmax_bwd",       "XXX",      65536, 1024,  64,   128},  /* y dy dx */
     {"gelu_fwd",          "XX",       16384, 3072,  64,   384},  /* x y */
     {"gelu_bwd",          "XXX",      16384, 3072,  64,   384},  /* x dy dx */
+    {"gelu_bwd_bf16",     "XXXC",     16384, 3072,  64,   384},  /* x dy dx db */
     {"add_fwd",           "XXX",      16384, 768,   64,   96},   /* a b y */
     {"cross_entropy_fwd", "XN",       8192,  50257, 16,   1000}, /* logits lse */
     {"cross_entropy_bwd", "XNX",      8192,  50257, 16,   1000}, /* logits lse dlogits */
@@ -480,6 +484,7 @@ static double kernel_bytes(int op, int64_t rows, int64_t cols) {
     case K_SOFTMAX_BWD: return 4 * X;
     case K_GELU_FWD: return 2 * X;
     case K_GELU_BWD: return 4 * X;
+    case K_GELU_BWD_BF16: return 2.5 * X + 2 * C;
     case K_ADD_FWD: return 3 * X;
     case K_XENT_FWD: return X + 2 * N;
     case K_XENT_BWD: return 3 * X + 2 * N;
@@ -515,6 +520,9 @@ static tfm_result kernel_call(kbench *k, const char **what) {
     case K_SOFTMAX_BWD: *what = "tfm_softmax_backward"; return tfm_softmax_backward(&t[2], &t[1], &t[0]);
     case K_GELU_FWD: *what = "tfm_gelu_forward"; return tfm_gelu_forward(&t[1], &t[0], TFM_GELU_TANH);
     case K_GELU_BWD: *what = "tfm_gelu_backward"; return tfm_gelu_backward(&t[2], &t[1], &t[0], TFM_GELU_TANH);
+    case K_GELU_BWD_BF16:
+        *what = "bench_gpu_gelu_bwd_bf16";
+        return bench_gpu_gelu_bwd_bf16(t[2].data, t[3].data, t[1].data, t[0].data, k->rows, k->cols);
     case K_ADD_FWD: *what = "tfm_add_forward"; return tfm_add_forward(&t[2], &t[0], &t[1]);
     case K_XENT_FWD:
         *what = "tfm_cross_entropy_forward";

@@ -16,3 +16,13 @@
    product rounding its fp32 operands itself (0), the library's internal switch (tfm__bf16_acts_off). */
 extern "C" void bench_gpu_bf16_acts(int on);
 extern "C" void bench_gpu_bf16_acts(int on) { tfm__bf16_acts_off = !on; }
+
+/* For bench_gpu.c's --kernels: the hidden-layer gradient of a bf16 model's GELU (tanh) MLP, dx in bf16 (rows of
+   the padded width) with db += its column sums, as a training step runs it (tfm__op_act_bwd_bf16). */
+extern "C" tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float *dy, const float *x, int64_t rows,
+                                              int64_t cols);
+extern "C" tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float *dy, const float *x, int64_t rows,
+                                              int64_t cols) {
+    tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, TFM_ACT_GELU_TANH, dx, db, dy, x, rows, cols);
+    return tfm__cuda_check("bench_gpu_gelu_bwd_bf16");
+}
