@@ -3,7 +3,7 @@
 #   make                 build/test, plus build/<example> for examples/*.c and build/bench
 #   make test            the compile checks (test-compile), then build/test: the unit tests
 #   make test-noomp      the unit tests built without OpenMP (also: make CC=clang test-noomp)
-#   make test-aarch64    the unit tests cross-compiled for ARM64 (NEON kernel, then the portable one), run
+#   make test-aarch64    the unit tests cross-compiled for ARM64 (the NEON and the portable kernel side by side), run
 #                        under qemu-aarch64 (Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 #   make unit            build/test only
 #   make test-compile    the header as C99 and C++11 with -Wall -Wextra -Werror -pedantic
@@ -269,9 +269,10 @@ $(BUILD)/aarch64/test: tests/test_main.c $(TEST_SRCS) $(HEADER) $(BUILD)/.flags-
 	    "gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)" >&2; exit 1; }
 	@mkdir -p $(dir $@)
 	$(AARCH64_CC) $(AARCH64_CFLAGS) -o $@ tests/test_main.c $(LDLIBS)
+# The two runs side by side (tools/parallel.sh): qemu keeps about one core busy.
 test-aarch64: $(BUILD)/aarch64/test
-	TFM_MINILM_DIR=none $(AARCH64_RUN) ./$(BUILD)/aarch64/test
-	TFM_MINILM_DIR=none TFM_SGEMM_KERNEL=portable $(AARCH64_RUN) ./$(BUILD)/aarch64/test
+	bash tools/parallel.sh 'TFM_MINILM_DIR=none $(AARCH64_RUN) ./$(BUILD)/aarch64/test' \
+	    'TFM_MINILM_DIR=none TFM_SGEMM_KERNEL=portable $(AARCH64_RUN) ./$(BUILD)/aarch64/test'
 
 # The unit tests without OpenMP (no -fopenmp: one thread, every TFM__OMP pragma gone), as Apple's clang
 # builds them: make test-noomp, make CC=clang test-noomp. Warnings are errors.
