@@ -62,6 +62,20 @@ extern int test__verbose;
                        tfm_last_error(), (substr));                      \
     } while (0)
 
+/* --shard K/N, for both test programs (test_main.c, test_cuda.cu): run every Nth test from the Kth, counted
+   after the name filter, so that N processes at once cover them all. test_shard_arg takes the "K/N" (0, with
+   a message, when it is not one); test_shard_skip says whether the next test is another shard's. */
+static int test__shard = 0, test__shards = 1, test__seen = 0;
+static inline int test_shard_arg(const char *s) {
+    if (sscanf(s, "%d/%d", &test__shard, &test__shards) != 2 || test__shards < 1 || test__shard < 0 ||
+        test__shard >= test__shards) {
+        fprintf(stderr, "--shard takes K/N with 0 <= K < N, not \"%s\"\n", s);
+        return 0;
+    }
+    return 1;
+}
+static inline int test_shard_skip(void) { return test__seen++ % test__shards != test__shard; }
+
 /* Relative error as the tests report it: max |got - want| / max |want| (want all zero: max |got|). */
 static inline double test_rel_err(const float *got, const double *want, size_t n) {
     double num = 0, den = 0;

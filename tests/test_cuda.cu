@@ -73,7 +73,6 @@ int test__failed_checks = 0;
 int test__verbose = 0;
 static int test__passed = 0, test__failed = 0;
 static const char *test__filter = NULL;
-static int test__shard = 0, test__shards = 1, test__seen = 0; /* --shard K/N: every Nth test from the Kth */
 /* --small: short shape lists and 20 training steps instead of 100. The emulation's default: it runs
    every GPU thread as a fiber, with a context switch at each barrier or shuffle, so the full lists take
    about 15 minutes there (3 small); --full asks for them anyway. */
@@ -93,7 +92,7 @@ static double cu_now(void) {
 void test__run(const char *name, test_fn fn) {
     double t0;
     if (test__filter && !strstr(name, test__filter)) return;
-    if (test__seen++ % test__shards != test__shard) return;
+    if (test_shard_skip()) return;
     test__failed_checks = 0;
     cu_worst = 0.0;
     tfm_clear_error();
@@ -4719,11 +4718,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--small")) cu_small = 1;
         else if (!strcmp(argv[i], "--full")) cu_small = 0;
         else if (!strcmp(argv[i], "--shard") && i + 1 < argc) {
-            if (sscanf(argv[++i], "%d/%d", &test__shard, &test__shards) != 2 || test__shards < 1 ||
-                test__shard < 0 || test__shard >= test__shards) {
-                fprintf(stderr, "--shard takes K/N with 0 <= K < N, not \"%s\"\n", argv[i]);
-                return 2;
-            }
+            if (!test_shard_arg(argv[++i])) return 2;
         } else test__filter = argv[i];
     }
     if (tfm_cuda_available() != TFM_OK) {

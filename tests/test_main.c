@@ -11,11 +11,10 @@ int test__failed_checks = 0;
 int test__verbose = 0;
 static int test__passed = 0, test__failed = 0;
 static const char *test__filter = NULL;
-static int test__shard = 0, test__shards = 1, test__seen = 0; /* --shard K/N: every Nth test from the Kth */
 
 void test__run(const char *name, test_fn fn) {
     if (test__filter && !strstr(name, test__filter)) return;
-    if (test__seen++ % test__shards != test__shard) return;
+    if (test_shard_skip()) return;
     test__failed_checks = 0;
     tfm_clear_error();
     fn();
@@ -48,11 +47,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-v")) test__verbose = 1;
         else if (!strcmp(argv[i], "--shard") && i + 1 < argc) {
-            if (sscanf(argv[++i], "%d/%d", &test__shard, &test__shards) != 2 || test__shards < 1 ||
-                test__shard < 0 || test__shard >= test__shards) {
-                fprintf(stderr, "--shard takes K/N with 0 <= K < N, not \"%s\"\n", argv[i]);
-                return 2;
-            }
+            if (!test_shard_arg(argv[++i])) return 2;
         } else test__filter = argv[i];
     }
     printf("transformer.h tests (sgemm: %s, built-in kernel: %s, threads: %d)\n", tfm_sgemm_backend(),
