@@ -86,8 +86,17 @@
    - template kernels must be named with their template arguments (nvcc would deduce them), in
      parentheses inside TFM__LAUNCH: TFM__LAUNCH((k<float, 4>), grid, block, 0, ...).
    - __CUDA_ARCH__ is not defined; no __constant__, textures, cooperative groups, device-side launches.
-     Streams and events are synchronous: the work happens at the call. Graphs only by stream capture
-     (section "stream capture and graphs"): no graph built node by node, no graph inside a graph.
+     Graphs only by stream capture (section "stream capture and graphs"): no graph built node by node,
+     no graph inside a graph.
+   - streams: the legacy stream and blocking streams run their work at the call. A non-blocking stream's
+     work (kernels, copies, memsets, cuBLAS and NCCL calls) is queued and runs when something waits for it
+     (cudaStreamWaitEvent or cudaEventSynchronize/Query on an event recorded after it, cudaStreamSynchronize
+     or Query, cudaDeviceSynchronize, cudaFree, cudaStreamDestroy): as late as a GPU may run it, so work
+     that reads its results without waiting reads them unwritten. tfm_emu_set_streams_eager(1) runs it at
+     the call instead: as early as it may run, so work queued before its producer finished (a collective
+     sent before the kernels that write its buffer) reads their inputs unfinished. The emulation does not
+     know what a kernel writes, so it asks more than a GPU of an NCCL call on a non-blocking stream: the
+     stream must wait (an event) for everything the legacy stream was given before the call, or it aborts.
    - one host thread at a time may call the runtime. A fiber stack is TFM_EMU_STACK bytes (default 64
      KiB, 256 KiB under ASan); overflowing it hits a guard page: SIGSEGV.
 
@@ -107,7 +116,8 @@
    with mpicxx): the calls transformer.h makes (ncclGetUniqueId, ncclCommInitRank, ncclReduceScatter,
    ncclAllGather, ncclBroadcast of fp32 sums, ncclGroupStart/End, ncclCommGetAsyncError, ncclCommDestroy,
    ncclCommAbort, ncclGetErrorString) served by MPI on the emulated device memory. Each collective runs at
-   the call (grouped ones one after another, which every rank issues in the same order), in place where
+   the call, or on a non-blocking stream when its stream's work runs (grouped ones one after another,
+   which every rank issues in the same order), in place where
    NCCL allows it; a buffer not wholly inside one live cudaMalloc block aborts, as does a count past
    INT_MAX. ncclCommInitRank splits MPI_COMM_WORLD by the id: every process of the job must call it; each
    process counts as a GPU of its own (NCCL refuses two ranks on one GPU: ncclInvalidUsage). A
@@ -349,13 +359,30 @@ struct tfm_emu__wmma_stage {  /* a warp's wmma call: what the first lane past it
     uint16_t a[256], b[256];  /* bf16 tiles: a load's, or mma_sync's operands */
     float c[256], d[256];     /* mma_sync's addend and result; an accumulator load's or store's tile */
 };
-struct CUstream_st { unsigned flags; };
-/* an operation captured into a graph: a kernel (fn: the kernel), a copy (mem: which sides are device memory),
-   a memset or a cuBLAS call; run() does it as the call would have */
+/* an operation captured into a graph or queued on a non-blocking stream: a kernel (fn: the kernel), a copy
+   (mem: which sides are device memory), a memset, a cuBLAS call or an NCCL collective; run() does it as the
+   call would have */
 struct tfm_emu__node { int kind; uintptr_t fn; int mem; std::function<void()> run; };
+/* a stream: its flags; a non-blocking one's queued work (nodes: q[done..] not yet run; base: nodes run and
+   dropped before q[0]) and the legacy stream's work it waits for (after: tfm_emu__state::legacy_ops) */
+struct CUstream_st {
+    unsigned flags;
+    std::vector<tfm_emu__node> q;
+    size_t done = 0, base = 0;
+    unsigned long long after = 0;
+};
 struct CUgraph_st { std::vector<tfm_emu__node> nodes; };
 struct CUgraphExec_st { std::vector<tfm_emu__node> nodes; };
-struct CUevent_st { unsigned flags; bool recorded; double ms; };
+/* an event: recorded on the legacy stream after its first `ops` operations, or on a non-blocking stream
+   `on` after its first `mark` nodes */
+struct CUevent_st {
+    unsigned flags;
+    bool recorded;
+    double ms;
+    cudaStream_t on;
+    size_t mark;
+    unsigned long long ops;
+};
 struct cublasContext { cudaStream_t stream; int math; void *ws; size_t ws_bytes; };
 
 struct tfm_emu__state {
@@ -378,6 +405,9 @@ struct tfm_emu__state {
     bool cap_bad = false, replaying = false;
     std::vector<tfm_emu__node> cap_nodes;
     unsigned long long graph_launches = 0;            /* cudaGraphLaunch calls that ran */
+    std::vector<tfm_emu__node> *rec = nullptr;        /* where tfm_emu__record puts the next operation */
+    unsigned long long legacy_ops = 0;                /* operations given to the legacy stream */
+    bool eager = false;                               /* non-blocking streams run their work at the call */
     std::map<uintptr_t, int> dyn_limit;               /* kernel -> cudaFuncAttributeMaxDynamicSharedMemorySize */
     /* the running launch and block */
     bool in_kernel = false;
@@ -438,6 +468,9 @@ static inline void tfm_emu_set_device_memory(size_t bytes) { tfm_emu__g.capacity
 /* Number of devices (default 1); 0: cudaGetDeviceCount and every other runtime call fail with
    cudaErrorNoDevice, cublasCreate with CUBLAS_STATUS_NOT_INITIALIZED. */
 static inline void tfm_emu_set_device_count(int n) { tfm_emu__g.ndev = n < 0 ? 0 : n; tfm_emu__g.dev = 0; }
+/* 1: a non-blocking stream's work runs at the call; 0 (the default): when something waits for it (see the
+   top: streams). */
+static inline void tfm_emu_set_streams_eager(int eager) { tfm_emu__g.eager = eager != 0; }
 /* Bytes of device memory allocated and not freed. */
 static inline size_t tfm_emu_bytes_in_use(void) { return tfm_emu__g.in_use; }
 /* cudaMallocHost blocks, streams, events and cuBLAS handles not yet freed or destroyed. */
@@ -524,16 +557,47 @@ static inline bool tfm_emu__stream_ok(cudaStream_t s) {
     return !s || s == cudaStreamLegacy || s == cudaStreamPerThread || tfm_emu__g.streams.count(s);
 }
 
-/* Whether work queued on s is to be captured, not run. Work on the legacy stream while another stream
-   captures aborts: on a GPU it would run at once, before the captured work it was meant to follow. */
+static inline bool tfm_emu__legacy(cudaStream_t s) { return !s || s == cudaStreamLegacy || s == cudaStreamPerThread; }
+/* Whether work given to s is to be kept (captured, or queued on a non-blocking stream: tfm_emu__record
+   then puts it there), not run now. Work on the legacy stream while another stream captures aborts: on a
+   GPU it would run at once, before the captured work it was meant to follow. */
 static inline bool tfm_emu__recording(cudaStream_t s, const char *api) {
     tfm_emu__state &g = tfm_emu__g;
-    if (!g.cap || g.replaying) return false;
-    if (s == g.cap) return true;
-    if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread)
-        tfm_emu__fatal("%s on the legacy stream while stream %p captures: on a GPU it would run now, before the "
-                       "captured work queued ahead of it", api, (void *)g.cap);
-    return false;
+    if (g.replaying) return false;
+    if (g.cap && s == g.cap) {
+        g.rec = &g.cap_nodes;
+        return true;
+    }
+    if (tfm_emu__legacy(s)) {
+        if (g.cap)
+            tfm_emu__fatal("%s on the legacy stream while stream %p captures: on a GPU it would run now, before the "
+                           "captured work queued ahead of it", api, (void *)g.cap);
+        g.legacy_ops++;
+        return false;
+    }
+    if (g.eager || !(s->flags & cudaStreamNonBlocking)) return false;
+    g.rec = &s->q;
+    return true;
+}
+/* Run s's queued work up to its node `mark` (counted from its first ever; SIZE_MAX: all of it). */
+static inline void tfm_emu__drain(cudaStream_t s, size_t mark) {
+    tfm_emu__state &g = tfm_emu__g;
+    if (tfm_emu__legacy(s) || !g.streams.count(s) || g.replaying) return;
+    g.replaying = true;
+    while (s->done < s->q.size() && s->base + s->done < mark) {
+        std::function<void()> run = std::move(s->q[s->done++].run);
+        run();
+    }
+    g.replaying = false;
+    if (s->done == s->q.size()) {
+        s->base += s->done;
+        s->done = 0;
+        s->q.clear();
+    }
+}
+static inline void tfm_emu__drain_all(void) {
+    for (const void *s : std::vector<const void *>(tfm_emu__g.streams.begin(), tfm_emu__g.streams.end()))
+        tfm_emu__drain((cudaStream_t)s, SIZE_MAX);
 }
 /* A call that may not run while a stream captures (it allocates, frees or waits): it fails with
    cudaErrorStreamCaptureUnsupported and breaks the capture, as under cudaStreamCaptureModeThreadLocal. */
@@ -543,7 +607,7 @@ static inline cudaError_t tfm_emu__unsafe(void) {
     return tfm_emu__err(cudaErrorStreamCaptureUnsupported);
 }
 static inline void tfm_emu__record(int kind, uintptr_t fn, int mem, std::function<void()> run) {
-    tfm_emu__g.cap_nodes.push_back(tfm_emu__node{kind, fn, mem, std::move(run)});
+    tfm_emu__g.rec->push_back(tfm_emu__node{kind, fn, mem, std::move(run)});
 }
 /* a captured cuBLAS call: when the graph runs, call() on the live handle in the math mode it had at the capture */
 static inline void tfm_emu__record_blas(const char *api, cublasContext *h, std::function<void()> call) {
@@ -1386,6 +1450,7 @@ static inline cudaError_t cudaSetDevice(int d) {
 static inline cudaError_t cudaDeviceSynchronize(void) {
     if (cudaError_t e = tfm_emu__enter("cudaDeviceSynchronize")) return e;
     if (cudaError_t e = tfm_emu__unsafe()) return e;
+    tfm_emu__drain_all();
     return cudaSuccess;
 }
 static inline cudaError_t cudaRuntimeGetVersion(int *v) {
@@ -1495,6 +1560,7 @@ static inline cudaError_t tfm_emu__free(const char *api, void *p, bool pinned) {
     if (cudaError_t e = tfm_emu__enter(api, true)) return e;
     if (cudaError_t e = tfm_emu__unsafe()) return e;
     if (!p) return tfm_emu__done();
+    tfm_emu__drain_all(); /* (cudaFree waits for the device) */
     auto it = tfm_emu__g.allocs.find((uintptr_t)p);
     if (it == tfm_emu__g.allocs.end() || it->second.pinned != pinned) return tfm_emu__err(cudaErrorInvalidValue);
     if (!pinned) tfm_emu__g.in_use -= it->second.size;
@@ -1542,10 +1608,15 @@ static inline cudaError_t tfm_emu__copy(const char *api, void *dst, size_t dpitc
     if ((dd && !tfm_emu__device_range(dst, (height - 1) * dpitch + width)) ||
         (sd && !tfm_emu__device_range(src, (height - 1) * spitch + width)))
         return tfm_emu__err(cudaErrorInvalidValue);
-    if (!sync && tfm_emu__recording(s, api)) {
+    if (sync) tfm_emu__g.legacy_ops++;
+    const tfm_emu__alloc *hd = dd ? tfm_emu__find(src, 1) : tfm_emu__find(dst, 1);
+    if (!sync && !(dd && sd) && !(hd && hd->pinned) && !tfm_emu__legacy(s) && s != tfm_emu__g.cap) {
+        /* pageable host memory on a non-blocking stream: CUDA stages it before the call returns; here it
+           runs at the call, after the stream's queued work */
+        tfm_emu__drain(s, SIZE_MAX);
+    } else if (!sync && tfm_emu__recording(s, api)) {
         /* a captured copy reads its host side when the graph runs: it must be pinned (a pageable one
            would need the host to wait) */
-        const tfm_emu__alloc *hd = dd ? tfm_emu__find(src, 1) : tfm_emu__find(dst, 1);
         if (!(dd && sd) && !(hd && hd->pinned)) {
             tfm_emu__g.cap_bad = true;
             return tfm_emu__err(cudaErrorStreamCaptureUnsupported);
@@ -1582,6 +1653,7 @@ static inline cudaError_t tfm_emu__memset(const char *api, void *p, int value, s
     if (!tfm_emu__stream_ok(s)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
     if (n == 0) return cudaSuccess;
     if (!tfm_emu__device_range(p, n)) return tfm_emu__err(cudaErrorInvalidValue);
+    if (sync) tfm_emu__g.legacy_ops++;
     if (!sync && tfm_emu__recording(s, api)) {
         tfm_emu__record(2, 0, 2, [=] { tfm_emu__memset(api, p, value, n, nullptr); });
         return cudaSuccess;
@@ -1597,12 +1669,13 @@ static inline cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStre
     return tfm_emu__memset("cudaMemsetAsync", p, value, n, s);
 }
 
-/* ==== runtime: streams and events (synchronous: the work happened at the call) ==== */
+/* ==== runtime: streams and events (a non-blocking stream's work runs when something waits for it) ==== */
 
 static inline cudaError_t tfm_emu__stream_create(const char *api, cudaStream_t *s, unsigned flags) {
     if (cudaError_t e = tfm_emu__enter(api)) return e;
     if (!s || flags > 1) return tfm_emu__err(cudaErrorInvalidValue);
-    *s = new CUstream_st{flags};
+    *s = new CUstream_st();
+    (*s)->flags = flags;
     tfm_emu__g.streams.insert(*s);
     return cudaSuccess;
 }
@@ -1613,6 +1686,7 @@ static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned fl
 static inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
     if (cudaError_t e = tfm_emu__enter("cudaStreamDestroy", true)) return e;
     if (s && s == tfm_emu__g.cap) tfm_emu__fatal("cudaStreamDestroy of stream %p while it captures", (void *)s);
+    tfm_emu__drain(s, SIZE_MAX); /* (its work still runs) */
     if (!tfm_emu__g.streams.erase(s)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
     delete s;
     return tfm_emu__done();
@@ -1620,17 +1694,19 @@ static inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     if (cudaError_t e = tfm_emu__enter("cudaStreamSynchronize")) return e;
     if (cudaError_t e = tfm_emu__unsafe()) return e;
+    tfm_emu__drain(s, SIZE_MAX);
     return tfm_emu__stream_ok(s) ? cudaSuccess : tfm_emu__err(cudaErrorInvalidResourceHandle);
 }
 static inline cudaError_t cudaStreamQuery(cudaStream_t s) {
     if (cudaError_t e = tfm_emu__enter("cudaStreamQuery")) return e;
     if (s && s == tfm_emu__g.cap) return tfm_emu__unsafe();
+    tfm_emu__drain(s, SIZE_MAX); /* (a GPU may say cudaErrorNotReady instead) */
     return tfm_emu__stream_ok(s) ? cudaSuccess : tfm_emu__err(cudaErrorInvalidResourceHandle);
 }
 static inline cudaError_t tfm_emu__event_create(const char *api, cudaEvent_t *ev, unsigned flags) {
     if (cudaError_t e = tfm_emu__enter(api)) return e;
     if (!ev || flags > 3) return tfm_emu__err(cudaErrorInvalidValue);
-    *ev = new CUevent_st{flags, false, 0.0};
+    *ev = new CUevent_st{flags, false, 0.0, nullptr, 0, 0};
     tfm_emu__g.events.insert(*ev);
     return cudaSuccess;
 }
@@ -1648,17 +1724,24 @@ static inline cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s = 0) {
     if (cudaError_t e = tfm_emu__enter("cudaEventRecord")) return e;
     if (!tfm_emu__g.events.count(ev) || !tfm_emu__stream_ok(s)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
     ev->recorded = true;
+    ev->on = tfm_emu__legacy(s) ? nullptr : s;
+    ev->mark = ev->on ? s->base + s->q.size() : 0;
+    ev->ops = tfm_emu__g.legacy_ops;
     ev->ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
     return cudaSuccess;
 }
 static inline cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
     if (cudaError_t e = tfm_emu__enter("cudaEventSynchronize")) return e;
     if (cudaError_t e = tfm_emu__unsafe()) return e;
-    return tfm_emu__g.events.count(ev) ? cudaSuccess : tfm_emu__err(cudaErrorInvalidResourceHandle);
+    if (!tfm_emu__g.events.count(ev)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
+    tfm_emu__drain(ev->on, ev->mark);
+    return cudaSuccess;
 }
 static inline cudaError_t cudaEventQuery(cudaEvent_t ev) {
     if (cudaError_t e = tfm_emu__enter("cudaEventQuery")) return e;
-    return tfm_emu__g.events.count(ev) ? cudaSuccess : tfm_emu__err(cudaErrorInvalidResourceHandle);
+    if (!tfm_emu__g.events.count(ev)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
+    tfm_emu__drain(ev->on, ev->mark); /* (a GPU may say cudaErrorNotReady instead) */
+    return cudaSuccess;
 }
 static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     if (cudaError_t e = tfm_emu__enter("cudaEventElapsedTime")) return e;
@@ -1672,7 +1755,12 @@ static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEve
 static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned flags = 0) {
     if (cudaError_t e = tfm_emu__enter("cudaStreamWaitEvent")) return e;
     if (!tfm_emu__stream_ok(s) || !tfm_emu__g.events.count(ev)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
-    return flags ? tfm_emu__err(cudaErrorInvalidValue) : cudaSuccess;
+    if (flags) return tfm_emu__err(cudaErrorInvalidValue);
+    /* the work before ev runs now (s's later work, queued or not, comes after it); a non-blocking stream
+       waiting for the legacy stream's event follows the legacy work before it */
+    tfm_emu__drain(ev->on, ev->mark);
+    if (!ev->on && !tfm_emu__legacy(s) && ev->ops > s->after) s->after = ev->ops;
+    return cudaSuccess;
 }
 
 /* ==== runtime: stream capture and graphs ====
@@ -2119,6 +2207,18 @@ static inline ncclResult_t tfm_emu__nccl_args(const char *api, ncclComm_t c, con
     if ((ns && !tfm_emu__device_range(send, ns * sizeof(float))) || (nr && !tfm_emu__device_range(recv, nr * sizeof(float))))
         tfm_emu__fatal("%s: a buffer (send %p of %zu floats, recv %p of %zu) is not inside one live cudaMalloc block", api,
                        send, ns, recv, nr);
+    if (!tfm_emu__legacy(s) && s != tfm_emu__g.cap && s->after < tfm_emu__g.legacy_ops)
+        tfm_emu__fatal("%s on stream %p, which does not wait for the legacy stream's last %llu operations (record an event "
+                       "after them and cudaStreamWaitEvent): the emulation cannot tell whether they write its buffers", api,
+                       (void *)s, tfm_emu__g.legacy_ops - s->after);
+    return ncclSuccess;
+}
+/* A collective's MPI call: now, or queued on s (a failure there aborts: it has no caller to return to). */
+static inline ncclResult_t tfm_emu__nccl_run(const char *api, cudaStream_t s, std::function<int()> mpi) {
+    if (!tfm_emu__recording(s, api)) return mpi() == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    tfm_emu__record(4, 0, 2, [api, mpi] {
+        if (mpi() != MPI_SUCCESS) tfm_emu__fatal("%s queued on a stream failed in MPI", api);
+    });
     return ncclSuccess;
 }
 
@@ -2151,6 +2251,7 @@ static inline ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUn
 static inline ncclResult_t ncclCommDestroy(ncclComm_t c) {
     int finalized = 0;
     if (!c) return ncclInvalidArgument;
+    tfm_emu__drain_all(); /* its queued collectives first */
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Comm_free(&c->comm);
     delete c;
@@ -2170,27 +2271,35 @@ static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_
     if (ncclResult_t r = tfm_emu__nccl_args("ncclReduceScatter", c, send, c ? count * (size_t)c->size : 0, recv, count, t, s))
         return r;
     if (op != ncclSum) return ncclInvalidArgument;
-    std::vector<float> in((const float *)send, (const float *)send + count * (size_t)c->size); /* recv may lie in send */
-    return MPI_Reduce_scatter_block(in.data(), recv, (int)count, MPI_FLOAT, MPI_SUM, c->comm) == MPI_SUCCESS ? ncclSuccess
-                                                                                                      : ncclSystemError;
+    MPI_Comm mc = c->comm;
+    int size = c->size;
+    return tfm_emu__nccl_run("ncclReduceScatter", s, [=] {
+        std::vector<float> in((const float *)send, (const float *)send + count * (size_t)size); /* recv may lie in send */
+        return MPI_Reduce_scatter_block(in.data(), recv, (int)count, MPI_FLOAT, MPI_SUM, mc);
+    });
 }
 /* recv (count * size) = every rank's send (count), in rank order */
 static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c,
                                          cudaStream_t s) {
     if (ncclResult_t r = tfm_emu__nccl_args("ncclAllGather", c, send, count, recv, c ? count * (size_t)c->size : 0, t, s))
         return r;
-    std::vector<float> in((const float *)send, (const float *)send + count); /* send may lie in recv */
-    return MPI_Allgather(in.data(), (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, c->comm) == MPI_SUCCESS
-               ? ncclSuccess
-               : ncclSystemError;
+    MPI_Comm mc = c->comm;
+    return tfm_emu__nccl_run("ncclAllGather", s, [=] {
+        std::vector<float> in((const float *)send, (const float *)send + count); /* send may lie in recv */
+        return MPI_Allgather(in.data(), (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, mc);
+    });
 }
 static inline ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root,
                                          ncclComm_t c, cudaStream_t s) {
     if (ncclResult_t r = tfm_emu__nccl_args("ncclBroadcast", c, send, c && c->rank == root ? count : 0, recv, count, t, s))
         return r;
     if (root < 0 || root >= c->size) return ncclInvalidArgument;
-    if (c->rank == root && send != recv) memmove(recv, send, count * sizeof(float));
-    return MPI_Bcast(recv, (int)count, MPI_FLOAT, root, c->comm) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    MPI_Comm mc = c->comm;
+    bool mine = c->rank == root;
+    return tfm_emu__nccl_run("ncclBroadcast", s, [=] {
+        if (mine && send != recv) memmove(recv, send, count * sizeof(float));
+        return MPI_Bcast(recv, (int)count, MPI_FLOAT, root, mc);
+    });
 }
 #endif
 

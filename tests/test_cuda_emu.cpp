@@ -756,6 +756,52 @@ static void test_device_and_events(void) {
     cudaGetLastError();
 }
 
+/* A non-blocking stream's work runs when something waits for it (as late as a GPU may run it), or with
+   tfm_emu_set_streams_eager(1) at the call (as early). k_reverse reverses x in place, so running it twice
+   gives x back: the order and the count show. */
+static void test_stream_order(void) {
+    float h[4] = {1, 2, 3, 4}, back[4], *d = nullptr;
+    cudaStream_t s = nullptr;
+    cudaEvent_t e1 = nullptr, e2 = nullptr;
+    CHECK_CU(cudaMalloc((void **)&d, sizeof h), cudaSuccess);
+    CHECK_CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    CHECK_CU(cudaEventCreateWithFlags(&e1, cudaEventDisableTiming), cudaSuccess);
+    CHECK_CU(cudaEventCreateWithFlags(&e2, cudaEventDisableTiming), cudaSuccess);
+    CHECK_CU(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice), cudaSuccess);
+    for (int eager = 0; eager < 2; eager++) {
+        tfm_emu_set_streams_eager(eager);
+        unsigned long long k0 = tfm_emu_launches();
+        tfm_emu_launch(k_reverse, s, 1, 4, 4 * sizeof(float), d, 4);
+        CHECK_CU(cudaEventRecord(e1, s), cudaSuccess);
+        tfm_emu_launch(k_reverse, s, 1, 4, 4 * sizeof(float), d, 4);
+        CHECK_CU(cudaEventRecord(e2, s), cudaSuccess);
+        CHECK(tfm_emu_launches() - k0 == (eager ? 2u : 0u)); /* queued, or run */
+        CHECK_CU(cudaMemcpy(back, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess); /* does not wait for s */
+        CHECK(eager ? back[0] == 1.0f : back[0] == 1.0f && tfm_emu_launches() == k0);
+        CHECK_CU(cudaStreamWaitEvent(0, e1, 0), cudaSuccess); /* the legacy stream waits for the first */
+        CHECK(tfm_emu_launches() - k0 == (eager ? 2u : 1u));
+        CHECK_CU(cudaMemcpy(back, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+        CHECK(back[0] == (eager ? 1.0f : 4.0f));
+        CHECK_CU(cudaEventSynchronize(e2), cudaSuccess);
+        CHECK(tfm_emu_launches() - k0 == 2u);
+        CHECK_CU(cudaMemcpy(back, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+        CHECK(back[0] == 1.0f && back[3] == 4.0f);
+        /* queued work runs at cudaStreamSynchronize, at cudaDeviceSynchronize and before a free */
+        tfm_emu_launch(k_reverse, s, 1, 4, 4 * sizeof(float), d, 4);
+        CHECK_CU(cudaStreamSynchronize(s), cudaSuccess);
+        tfm_emu_launch(k_reverse, s, 1, 4, 4 * sizeof(float), d, 4);
+        CHECK_CU(cudaDeviceSynchronize(), cudaSuccess);
+        CHECK(tfm_emu_launches() - k0 == 4u);
+    }
+    tfm_emu_set_streams_eager(0);
+    tfm_emu_launch(k_reverse, s, 1, 4, 4 * sizeof(float), d, 4);
+    CHECK_CU(cudaFree(d), cudaSuccess); /* (after the kernel) */
+    CHECK_CU(cudaEventDestroy(e1), cudaSuccess);
+    CHECK_CU(cudaEventDestroy(e2), cudaSuccess);
+    CHECK_CU(cudaStreamDestroy(s), cudaSuccess);
+    cudaGetLastError();
+}
+
 /* ==== cuBLAS against a naive column-major product in double ==== */
 
 static float randf(uint32_t *s) {
@@ -1293,6 +1339,7 @@ int main(void) {
     run("capacity", test_capacity);
     run("faults", test_faults);
     run("device_and_events", test_device_and_events);
+    run("stream_order", test_stream_order);
     run("cublas", test_cublas);
     run("kernel_arguments", test_kernel_arguments);
     run("graphs", test_graphs);
