@@ -1230,6 +1230,8 @@ typedef struct tfm_dist {
     double timeout;     /* 0 (tfm_dist_init's): collectives wait as long as MPI does. > 0: a collective not
                            done after this many seconds returns TFM_E_COMM (a rank has stalled or died and
                            the launcher did not end the job); you may set it after tfm_dist_init */
+    int64_t early;      /* the last tfm_dist_backward's buckets that went out while its backward pass still ran
+                           (a GPU model through NCCL; the rest went out after it) */
     void *impl;         /* the communicator and scratch; NULL for a group of one */
 } tfm_dist;
 
@@ -1247,8 +1249,19 @@ TFMDEF void tfm_dist_free(tfm_dist *d);
    seed). Ranks must have built the same architecture: a mismatch is TFM_E_ARG on every rank, before
    anything is copied. */
 TFMDEF tfm_result tfm_dist_broadcast_model(tfm_dist *d, tfm_model *m);
-/* Average the model's gradients over the ranks (the flat buffer of tfm_model_flat, in buckets). */
+/* Average the model's gradients over the ranks (the flat buffer of tfm_model_flat, in buckets); nothing
+   when they are averaged already (by tfm_dist_backward, or this call, since the last backward or
+   tfm_model_zero_grad). */
 TFMDEF tfm_result tfm_dist_allreduce_grads(tfm_dist *d, tfm_model *m);
+/* tfm_model_backward(m, loss_scale), then the gradients averaged as tfm_dist_allreduce_grads does, with
+   the same bits. For a GPU model built with TFM_NCCL the buckets go out during the backward pass: each
+   as soon as the layers whose gradients it holds are done (the flat buffer runs from the embeddings up
+   through the layers, and backward comes down from the top), on a stream of its own beside the backward's
+   kernels, so the all-reduce overlaps the rest of the backward; the model's later work waits for it.
+   Elsewhere the two calls in turn. In gradient accumulation, call tfm_model_backward for every
+   micro-batch but the last and this for the last. A backward that fails on one rank leaves the others
+   waiting in their collectives: stop the job. */
+TFMDEF tfm_result tfm_dist_backward(tfm_dist *d, tfm_model *m, float loss_scale);
 /* tfm_dist_allreduce_grads, then tfm_model_step (clipping, AdamW, step += 1) with its *grad_norm; for a
    model with sharded moments the ZeRO-1 step (above), with the same results. A bad opt is refused before
    anything changes; a non-finite gradient norm (TFM_E_ARG on every rank) leaves the gradients averaged
@@ -8526,6 +8539,16 @@ static int tfm__block_named(tfm_block *b, tfm__named *out) {
     return n;
 }
 
+/* The lowest address of a block's parameter gradients (tfm_dist_backward: they are final from there up). */
+static const float *tfm__block_grad_lo(tfm_block *b) {
+    tfm__named e[TFM__MAX_NAMED];
+    const float *lo = NULL;
+    int k, n = tfm__block_named(b, e);
+    for (k = 0; k < n; k++)
+        if (e[k].grad && e[k].grad->data && (!lo || e[k].grad->data < lo)) lo = e[k].grad->data;
+    return lo;
+}
+
 /* The entry of torch name `name` among n, into *value and *grad; fn names the caller in the error. */
 static tfm_result tfm__named_find(const char *fn, const tfm__named *e, int n, const char *name, tfm_tensor *value,
                                   tfm_tensor *grad) {
@@ -8839,6 +8862,13 @@ struct tfm__model_impl {
     int64_t batch_offset;           /* this process's first row in a data-parallel global batch */
     tfm_device device;
     void *owned;                    /* memory the library allocated */
+    /* tfm_dist_backward: called by backward as each layer's gradients are done, with the lowest gradient
+       address that is final now (every gradient at or past it: the flat layout puts the layers after the
+       embeddings and each stack's blocks in order, and backward runs from the top); grads_mean: the
+       gradients are the group's mean since (cleared by anything that changes them) */
+    void (*on_grads)(void *ctx, const float *lo);
+    void *on_grads_ctx;
+    int grads_mean;
 };
 typedef struct tfm__model_impl tfm__model_impl;
 
@@ -9449,9 +9479,10 @@ TFMDEF void tfm_model_train(tfm_model *m, int training) {
 }
 
 TFMDEF void tfm_model_zero_grad(tfm_model *m) {
-    if (m && m->impl && m->impl->has_grad)
-        tfm__op_zero(m->impl->device, (float *)tfm__model_dev(m->impl, m->impl->mem_base + m->impl->off_grads),
-                     (int64_t)(m->impl->n_param_bytes / sizeof(float)));
+    if (!m || !m->impl || !m->impl->has_grad) return;
+    m->impl->grads_mean = 0;
+    tfm__op_zero(m->impl->device, (float *)tfm__model_dev(m->impl, m->impl->mem_base + m->impl->off_grads),
+                 (int64_t)(m->impl->n_param_bytes / sizeof(float)));
 }
 
 TFMDEF const tfm_param *tfm_model_param(const tfm_model *m, const char *name) {
@@ -9688,6 +9719,7 @@ static float *tfm__stack_bwd(tfm_model *m, tfm_block *blks, float *buf, int n, t
     for (l = n - 1; l >= 0; l--) {
         float *dprev = bufs[which];
         tfm__block_bwd(&blks[l], dprev, 0.0f, dmem, g);
+        if (m->impl->on_grads) m->impl->on_grads(m->impl->on_grads_ctx, tfm__block_grad_lo(&blks[l]));
         g = dprev;
         which ^= 1;
     }
@@ -9838,6 +9870,7 @@ static tfm_result tfm__model_backward(tfm_model *m, float loss_scale) {
     if (!m->impl->B || !m->impl->has_targets) return tfm__fail(TFM_E_ARG, "%s: the last forward had no targets, so there is no loss", fn);
     if (!isfinite(loss_scale)) return tfm__fail(TFM_E_ARG, "%s: loss_scale %g is not finite", fn, (double)loss_scale);
     TFM__TRY(tfm__scratch_reserve(fn));
+    m->impl->grads_mean = 0;
     c = &m->cfg;
     kind = c->kind;
     B = m->impl->B;
@@ -12351,6 +12384,8 @@ typedef struct tfm__dist_impl {
     ncclComm_t nccl;       /* made at the first collective on a CUDA model (NULL before, or after an abort) */
     float *pad;            /* device: a bucket rounded up to a multiple of size, for one that does not split evenly */
     int nccl_dead;         /* a collective timed out and the communicator was aborted */
+    cudaStream_t side;     /* tfm_dist_backward's buckets: a non-blocking stream beside the backward's kernels */
+    cudaEvent_t ev[2];     /* on the legacy stream: gradients done; on side: the buckets sent */
 #endif
 } tfm__dist_impl;
 
@@ -12563,6 +12598,9 @@ TFMDEF void tfm_dist_free(tfm_dist *d) {
 #if defined(TFM_NCCL)
         if (im->nccl) (void)ncclCommDestroy(im->nccl);
         tfm__dev_free(im->pad);
+        if (im->side) (void)cudaStreamDestroy(im->side);
+        if (im->ev[0]) (void)cudaEventDestroy(im->ev[0]);
+        if (im->ev[1]) (void)cudaEventDestroy(im->ev[1]);
 #endif
         if (!finalized) MPI_Comm_free(&im->comm);
         TFM_FREE(d->impl, NULL);
@@ -12682,24 +12720,30 @@ static __global__ void tfm__k_dist_div(float *x, float by, int64_t n) {
     TFM__CU_LOOP(i, n) x[i] /= by;
 }
 
-/* The mean over the ranks of n floats at device address x, through NCCL: per bucket, a reduce-scatter
-   in place leaves each rank the sum of its equal share (summed once, on that rank), the share is
-   divided by the group's size, and an all-gather in place copies every share to every rank: the same
-   bits everywhere, as over MPI. A bucket that does not split evenly goes through the scratch, padded. */
-static tfm_result tfm__dist_nccl_mean(const char *fn, tfm_dist *d, float *x, int64_t n) {
+/* The mean over the ranks of the len floats at device address x, through NCCL, queued on the thread's
+   current stream: a reduce-scatter in place leaves each rank the sum of its equal share (summed once, on
+   that rank), the share is divided by the group's size, and an all-gather in place copies every share to
+   every rank: the same bits everywhere, as over MPI. One that does not split evenly goes through the
+   scratch, padded. */
+static tfm_result tfm__dist_nccl_bucket(const char *fn, tfm_dist *d, ncclComm_t c, float *x, int64_t len) {
     tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
+    int64_t share = (len + d->size - 1) / d->size;
+    float *b = share * d->size == len ? x : im->pad, *mine = b + share * d->rank;
+    cudaStream_t s = tfm__cu.stream;
+    if (b != x) tfm__op_copy(TFM_DEVICE_CUDA, b, x, len); /* (the padding's sums are not read) */
+    TFM__NCCL_TRY(fn, "ncclReduceScatter", ncclReduceScatter(b, mine, (size_t)share, ncclFloat, ncclSum, c, s));
+    TFM__LAUNCH(tfm__k_dist_div, tfm__cu_grid(share), TFM__CU_THREADS, 0, mine, (float)d->size, share);
+    TFM__NCCL_TRY(fn, "ncclAllGather", ncclAllGather(mine, b, (size_t)share, ncclFloat, c, s));
+    if (b != x) tfm__op_copy(TFM_DEVICE_CUDA, x, b, len);
+    return TFM_OK;
+}
+
+/* The mean over the ranks of n floats at device address x, bucket by bucket (tfm__dist_nccl_bucket). */
+static tfm_result tfm__dist_nccl_mean(const char *fn, tfm_dist *d, float *x, int64_t n) {
     ncclComm_t c;
     int64_t off;
     TFM__TRY(tfm__dist_nccl_comm(fn, d, &c));
-    for (off = 0; off < n; off += d->bucket) {
-        int64_t len = TFM__MIN(d->bucket, n - off), share = (len + d->size - 1) / d->size;
-        float *b = share * d->size == len ? x + off : im->pad, *mine = b + share * d->rank;
-        if (b != x + off) tfm__op_copy(TFM_DEVICE_CUDA, b, x + off, len); /* (the padding's sums are not read) */
-        TFM__NCCL_TRY(fn, "ncclReduceScatter", ncclReduceScatter(b, mine, (size_t)share, ncclFloat, ncclSum, c, 0));
-        TFM__LAUNCH(tfm__k_dist_div, tfm__cu_grid(share), TFM__CU_THREADS, 0, mine, (float)d->size, share);
-        TFM__NCCL_TRY(fn, "ncclAllGather", ncclAllGather(mine, b, (size_t)share, ncclFloat, c, 0));
-        if (b != x + off) tfm__op_copy(TFM_DEVICE_CUDA, x + off, b, len);
-    }
+    for (off = 0; off < n; off += d->bucket) TFM__TRY(tfm__dist_nccl_bucket(fn, d, c, x + off, TFM__MIN(d->bucket, n - off)));
     return tfm__dist_nccl_wait(fn, d);
 }
 
@@ -12742,7 +12786,101 @@ TFMDEF tfm_result tfm_dist_allreduce_grads(tfm_dist *d, tfm_model *m) {
     float *g;
     TFM__TRY(tfm__dist_chk_model(fn, d, m));
     if (!(g = tfm_model_flat(m, 1, &n))) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
-    return tfm__dist_allreduce_model(fn, d, m, g, n);
+    if (m->impl->grads_mean) return TFM_OK; /* tfm_dist_backward averaged them */
+    TFM__TRY(tfm__dist_allreduce_model(fn, d, m, g, n));
+    m->impl->grads_mean = 1;
+    return TFM_OK;
+}
+
+#if defined(TFM_NCCL)
+/* tfm_dist_backward's side stream and its two events, made at its first call */
+static tfm_result tfm__dist_nccl_side(const char *fn, tfm_dist *d) {
+    tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
+    int i;
+    if (!im->side && cudaStreamCreateWithFlags(&im->side, cudaStreamNonBlocking) != cudaSuccess) {
+        im->side = NULL;
+        return tfm__cuda_result(fn, cudaGetLastError(), "cudaStreamCreateWithFlags");
+    }
+    for (i = 0; i < 2; i++)
+        if (!im->ev[i] && cudaEventCreateWithFlags(&im->ev[i], cudaEventDisableTiming) != cudaSuccess) {
+            im->ev[i] = NULL;
+            return tfm__cuda_result(fn, cudaGetLastError(), "cudaEventCreateWithFlags");
+        }
+    return TFM_OK;
+}
+
+/* tfm_dist_backward's gradients g (n floats): the buckets below `next` are not sent yet; r: the first error */
+typedef struct tfm__dist_overlap {
+    const char *fn;
+    tfm_dist *d;
+    ncclComm_t c;
+    float *g;
+    int64_t n, next;
+    tfm_result r;
+} tfm__dist_overlap;
+
+/* The model's on_grads: send every bucket not yet sent whose floats are all final (at or past lo; NULL:
+   all), from the top down, on the side stream after everything the legacy stream was given so far (the
+   gradients' kernels), so that they travel while the backward goes on below them. */
+static void tfm__dist_send(void *ctx, const float *lo) {
+    tfm__dist_overlap *o = (tfm__dist_overlap *)ctx;
+    tfm__dist_impl *im = (tfm__dist_impl *)o->d->impl;
+    int64_t from = lo ? (int64_t)(lo - o->g) : 0, bk = o->d->bucket;
+    cudaStream_t prev = tfm__cu.stream;
+    if (o->r != TFM_OK || o->next == 0 || (o->next - 1) * bk < from) return;
+    if (cudaEventRecord(im->ev[0], prev) != cudaSuccess || cudaStreamWaitEvent(im->side, im->ev[0], 0) != cudaSuccess) {
+        o->r = tfm__cuda_result(o->fn, cudaGetLastError(), "cudaEventRecord/cudaStreamWaitEvent");
+        return;
+    }
+    tfm__cu.stream = im->side;
+    for (; o->r == TFM_OK && o->next > 0 && (o->next - 1) * bk >= from; o->next--)
+        o->r = tfm__dist_nccl_bucket(o->fn, o->d, o->c, o->g + (o->next - 1) * bk, TFM__MIN(bk, o->n - (o->next - 1) * bk));
+    tfm__cu.stream = prev;
+}
+#endif
+
+TFMDEF tfm_result tfm_dist_backward(tfm_dist *d, tfm_model *m, float loss_scale) {
+    const char *fn = "tfm_dist_backward";
+    int64_t n = 0;
+    float *g;
+    TFM__TRY(tfm__dist_chk_model(fn, d, m));
+    if (!(g = tfm_model_flat(m, 1, &n))) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
+    d->early = 0;
+#if defined(TFM_NCCL)
+    if (d->size > 1 && m->impl->dev_mem) {
+        tfm__dist_impl *im = (tfm__dist_impl *)d->impl;
+        tfm__dist_overlap o;
+        tfm_result r;
+        int prev, sent;
+        memset(&o, 0, sizeof o);
+        TFM__TRY(tfm__dist_nccl_comm(fn, d, &o.c));
+        TFM__TRY(tfm__dist_nccl_side(fn, d));
+        o.fn = fn, o.d = d, o.g = g, o.n = n, o.next = (n + d->bucket - 1) / d->bucket;
+        m->impl->on_grads = tfm__dist_send;
+        m->impl->on_grads_ctx = &o;
+        prev = tfm__prec_enter(m);
+        r = tfm__prec_done(prev, tfm__model_backward(m, loss_scale));
+        m->impl->on_grads = NULL;
+        m->impl->on_grads_ctx = NULL;
+        d->early = (n + d->bucket - 1) / d->bucket - o.next;
+        if (r == TFM_OK) tfm__dist_send(&o, NULL); /* the rest: the embeddings' and the buckets they share */
+        sent = o.next < (n + d->bucket - 1) / d->bucket;
+        /* the legacy stream (the step, a read of the gradients) waits for every bucket sent */
+        if (sent && (cudaEventRecord(im->ev[1], im->side) != cudaSuccess || cudaStreamWaitEvent(0, im->ev[1], 0) != cudaSuccess)) {
+            tfm_result e = tfm__cuda_result(fn, cudaGetLastError(), "cudaEventRecord/cudaStreamWaitEvent");
+            return r != TFM_OK ? r : e;
+        }
+        if (r != TFM_OK) return r;
+        TFM__TRY(o.r);
+        TFM__TRY(tfm__dist_nccl_wait(fn, d));
+        m->impl->grads_mean = 1;
+        return TFM_OK;
+    }
+#endif
+    TFM__TRY_AS(fn, tfm_model_backward(m, loss_scale));
+    TFM__TRY(tfm__dist_allreduce_model(fn, d, m, g, n));
+    m->impl->grads_mean = 1;
+    return TFM_OK;
 }
 
 /* Doubles summed on rank 0, in rank order, and sent back: the same bits on every rank. */
@@ -12792,7 +12930,8 @@ TFMDEF tfm_result tfm_dist_step(tfm_dist *d, tfm_model *m, const tfm_optim *opt,
     if (!(g = tfm_model_flat(m, 1, &n))) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
     memset(&o, 0, sizeof o);
     TFM__TRY(tfm__optim_resolve(fn, opt, m->step + 1, &o)); /* before anything changes */
-    TFM__TRY(tfm__dist_allreduce_model(fn, d, m, g, n));
+    if (!mi->grads_mean) TFM__TRY(tfm__dist_allreduce_model(fn, d, m, g, n)); /* (tfm_dist_backward averaged them) */
+    mi->grads_mean = 1;
     /* the norm over every parameter's gradient as tfm_model_step sums it; AdamW on all of them, or with
        sharded moments on this rank's share, after which every share's new parameters go from its rank */
     TFM__TRY(tfm__adamw_apply(fn, &o, mi->share ? mi->share : mi->adam, mi->share ? mi->n_share : m->n_params,

@@ -84,7 +84,7 @@ static const tc2_fn tc2_functions[] = {
 #endif
     TC2_FN(tfm_cuda_available), TC2_FN(tfm_cuda_device_info), TC2_FN(tfm_cuda_malloc), TC2_FN(tfm_cuda_free),
     TC2_FN(tfm_cuda_synchronize), TC2_FN(tfm_cuda_set_tf32), TC2_FN(tfm_cuda_set_graphs), TC2_FN(tfm_model_to_device),
-    TC2_FN(tfm_dist_init), TC2_FN(tfm_dist_free), TC2_FN(tfm_dist_broadcast_model), TC2_FN(tfm_dist_allreduce_grads), TC2_FN(tfm_dist_step),
+    TC2_FN(tfm_dist_init), TC2_FN(tfm_dist_free), TC2_FN(tfm_dist_broadcast_model), TC2_FN(tfm_dist_allreduce_grads), TC2_FN(tfm_dist_backward), TC2_FN(tfm_dist_step),
     TC2_FN(tfm_dist_allreduce), TC2_FN(tfm_dist_sum), TC2_FN(tfm_dist_reduce_loss), TC2_FN(tfm_dist_shard),
     TC2_FN(tfm_dist_check_model)
 };

@@ -77,13 +77,17 @@ static void test_dist_single(void) {
         CHECK_OK(tfm_dist_check_model(&d, &m2, &s3));
         CHECK(s3 == s2); /* parameters, moments, step and generator all came back */
         CHECK_ERR(tfm_dist_load(&d, &m2, "build/no_such_dir/x.safetensors"), TFM_E_IO, "tfm_model_load");
-        /* tfm_dist_step is tfm_model_step here: both models take the same step, to the bit */
+        /* tfm_dist_backward and tfm_dist_step are tfm_model_backward and tfm_model_step here: both models take
+           the same step, to the bit */
         tfm_model_zero_grad(&m);
         tfm_model_zero_grad(&m2);
         CHECK_OK(tfm_model_forward(&m, &b, &loss, &n));
         CHECK_OK(tfm_model_backward(&m, 1.0f));
+        CHECK_ERR(tfm_dist_backward(NULL, &m2, 1.0f), TFM_E_ARG, "tfm_dist_backward");
+        CHECK_ERR(tfm_dist_backward(&d, &m2, 1.0f), TFM_E_ARG, "tfm_dist_backward: tfm_model_backward"); /* no forward yet */
         CHECK_OK(tfm_model_forward(&m2, &b, &loss, &n));
-        CHECK_OK(tfm_model_backward(&m2, 1.0f));
+        CHECK_ERR(tfm_dist_backward(&d, &m2, NAN), TFM_E_ARG, "loss_scale");
+        CHECK_OK(tfm_dist_backward(&d, &m2, 1.0f));
         CHECK_OK(tfm_model_step(&m, &o, NULL));
         CHECK_OK(tfm_dist_step(&d, &m2, &o, NULL));
         CHECK_OK(tfm_dist_check_model(&d, &m, &s2));

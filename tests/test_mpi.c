@@ -10,8 +10,10 @@
      - the LM also saves a checkpoint at step 25 (tfm_dist_save): its bytes equal rank 0's own
        tfm_model_save of the same state, a fresh model on every rank resumes from it (tfm_dist_load)
        and ends bit-identical to the uninterrupted run, and a single process loads it as is.
-     - ZeRO-1 alongside: a model with its moments sharded over the ranks (cfg.moment_shards), stepped
-       with tfm_dist_step, must stay bit-identical to the unsharded run (the same all-reduce, the same
+     - ZeRO-1 alongside: a model with its moments sharded over the ranks (cfg.moment_shards), its
+       backward and all-reduce in one call (tfm_dist_backward: through NCCL the buckets go out while the
+       backward runs, and some must), stepped with tfm_dist_step, must stay bit-identical to the
+       unsharded run (the same all-reduce, the same
        norm, AdamW on each share, the shares' parameters sent from their ranks); its step-25 checkpoint
        resumes sharded to the same final bits, and one process reads it with the moments bit-identical
        to the unsharded checkpoint's; its memory size, and its refusals (tfm_model_step, save/load,
@@ -69,6 +71,7 @@ static const char *models_on = "CPU models";
 static int rank_, size_, n_pass, n_fail, kill_at = -1, stall_at = -1, n_steps = 50;
 static double timeout_s = 0;
 static const char *mutate = "";
+static int64_t max_early; /* the most buckets a tfm_dist_backward sent while its backward ran */
 
 /* Any failed call ends this rank with the message (the kill test greps for it). */
 #define OK(x)                                                                                          \
@@ -169,7 +172,7 @@ static tfm_optim optim(void) {
 static void ddp_step(tfm_dist *dist, tfm_model *m, tfm_model_kind kind, int s, float *loss) {
     data d;
     int64_t r0, r1, n = 0, gn = 0;
-    float l = 0;
+    float l = 0, scale;
     tfm_batch b;
     tfm_optim o = optim();
     make_data(kind, s, &d);
@@ -180,11 +183,14 @@ static void ddp_step(tfm_dist *dist, tfm_model *m, tfm_model_kind kind, int s, f
     OK(tfm_model_forward(m, &b, &l, &n));
     OK(tfm_dist_reduce_loss(dist, l, n, loss, &gn));
     /* ranks count different numbers of targets: weight each rank's gradient by its share */
-    OK(tfm_model_backward(m, strcmp(mutate, "weight") ? (float)((double)dist->size * (double)n / (double)gn) : 1.0f));
-    if (m->cfg.moment_shards > 1) {
+    scale = strcmp(mutate, "weight") ? (float)((double)dist->size * (double)n / (double)gn) : 1.0f;
+    if (m->cfg.moment_shards > 1) { /* the backward and the all-reduce in one call (overlapped through NCCL) */
+        OK(tfm_dist_backward(dist, m, scale));
+        if (dist->early > max_early) max_early = dist->early;
         OK(tfm_dist_step(dist, m, &o, NULL));
         return;
     }
+    OK(tfm_model_backward(m, scale));
     if (strcmp(mutate, "allreduce")) OK(tfm_dist_allreduce_grads(dist, m));
     OK(tfm_model_step(m, &o, NULL));
 }
@@ -579,6 +585,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) timeout_s = atof(argv[++i]);
     }
     if (getenv("TFM_TEST_MUTATE")) mutate = getenv("TFM_TEST_MUTATE");
+#if defined(TFM_CUDA_EMULATION)
+    /* the emulation runs a non-blocking stream's work as late as a GPU may (a read that does not wait
+       for it sees it undone); TFM_TEST_EAGER_STREAMS=1: as early (a collective that does not wait for
+       the kernels writing its buffer sees them undone) */
+    if (getenv("TFM_TEST_EAGER_STREAMS")) tfm_emu_set_streams_eager(atoi(getenv("TFM_TEST_EAGER_STREAMS")));
+#endif
     tfm_set_num_threads(1);
 #if defined(TFM_CUDA)
     { /* a GPU per rank, where there are several (NCCL refuses two ranks on one) */
@@ -602,6 +614,16 @@ int main(int argc, char **argv) {
     run_kind(&dist, TFM_MODEL_ENCODER_CLASSIFIER, "encoder classifier");
     run_kind(&dist, TFM_MODEL_DECODER_LM, "decoder LM");
     run_kind(&dist, TFM_MODEL_ENCODER_DECODER, "encoder-decoder");
+#if defined(TFM_NCCL)
+    if (size_ > 1) {
+        char what[160];
+        snprintf(what, sizeof what, "tfm_dist_backward through NCCL: buckets sent while the backward ran (up to %lld a "
+                 "call)", (long long)max_early);
+        check(max_early > 0, what);
+    }
+#else
+    check(max_early == 0, "tfm_dist_backward without NCCL: the backward, then the all-reduce");
+#endif
     tfm_dist_free(&dist);
     if (rank_ == 0) printf("%d passed, %d failed\n", n_pass, n_fail);
     MPI_Finalize();

@@ -15,7 +15,9 @@
 #   5. with CUDA_BIN and NCCL_BIN (tests/test_mpi.c built against the CPU emulation of CUDA, without and
 #      with TFM_NCCL): the same checks on CUDA models, their gradients through the host, then through
 #      NCCL (served by MPI in the emulation) under -np 2 and -np 3, where leaving out the all-reduce must
-#      fail too. Fewer steps: each GPU thread is a fiber there.
+#      fail too; and once with the emulation running a non-blocking stream's work at the call instead of
+#      when it is waited for (TFM_TEST_EAGER_STREAMS=1: tfm_dist_backward's buckets, sent on one, must
+#      not start before the gradients in them are done). Fewer steps: each GPU thread is a fiber there.
 # Prints "test-mpi: N passed, N failed" and exits non-zero if any failed.
 set -uo pipefail
 
@@ -78,8 +80,10 @@ fi
 # 5. CUDA models on the emulation: gradients through the host, then through NCCL
 if [ -n "$cuda_bin" ]; then
     run_cuda() { # WHAT NP STEPS BIN
+        local x=()
+        [ -n "${TFM_TEST_EAGER_STREAMS:-}" ] && x=(-x TFM_TEST_EAGER_STREAMS)
         echo "==== $mpirun -np $2 $4 --steps $3"
-        if timeout 600 "$mpirun" "${flags[@]}" -np "$2" "$4" --steps "$3" >"$log" 2>&1; then
+        if timeout 600 "$mpirun" "${flags[@]}" "${x[@]}" -np "$2" "$4" --steps "$3" >"$log" 2>&1; then
             pass "$1: $(grep -c '^ok' "$log") checks"
         else
             fail "$1:"
@@ -89,6 +93,7 @@ if [ -n "$cuda_bin" ]; then
     run_cuda "CUDA models (emulated), gradients through the host, 2 ranks" 2 6 "$cuda_bin"
     run_cuda "CUDA models (emulated), gradients and ZeRO-1 shares through NCCL, 2 ranks" 2 6 "$nccl_bin"
     run_cuda "CUDA models (emulated) through NCCL, 3 ranks" 3 3 "$nccl_bin"
+    TFM_TEST_EAGER_STREAMS=1 run_cuda "CUDA models (emulated) through NCCL, 2 ranks, side streams run early" 2 3 "$nccl_bin"
     if TFM_TEST_MUTATE=allreduce timeout 600 "$mpirun" "${flags[@]}" -np 2 -x TFM_TEST_MUTATE "$nccl_bin" --steps 3 >"$log" 2>&1; then
         fail "CUDA models through NCCL: leaving out the all-reduce still passes:"
         cat "$log"
