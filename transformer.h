@@ -6930,13 +6930,7 @@ static void tfm__op_act_bwd_bf16(tfm_device dev, int act, float *dx, float *db, 
                                  int64_t F) {
     TFM__CUDA(dev, tfm__colsums_cuda(NULL, db, dy, F, x, NULL, NULL, 0, act, (uint16_t *)(void *)dx, tfm__bf16_ld(F), N, F);
               return);
-    (void)act; /* the GPU only: never reached on the CPU */
-    (void)dx;
-    (void)db;
-    (void)dy;
-    (void)x;
-    (void)N;
-    (void)F;
+    (void)act, (void)dx, (void)db, (void)dy, (void)x, (void)N, (void)F; /* the GPU only: never reached on the CPU */
     TFM_ASSERT(dev == TFM_DEVICE_CUDA);
 }
 /* SwiGLU's backward: dh (N,2F) written from dy (N,F) and h (N,2F); its forward is tfm__op_linear_act's. dhbf

@@ -107,8 +107,38 @@ static inline double test_rel_err_f(const float *got, const float *want, size_t 
                        test__e, (double)(tol));                          \
     } while (0)
 
+/* The runner of both test programs (test_main.c, test_cuda.cu; each includes this once): a test runs when
+   test__filter (NULL: every name) is part of its name and --shard gives it to this process, starts with
+   no failed checks and no error, and counts as passed or failed (FAIL and its name). test__begin (may be
+   NULL) runs before each; with -v a passing test prints "ok" and its name, then test__note's words (a
+   program's own: time, errors measured). */
 typedef void (*test_fn)(void);
-void test__run(const char *name, test_fn fn);
+int test__failed_checks = 0;
+int test__verbose = 0;
+static int test__passed = 0, test__failed = 0;
+static const char *test__filter = NULL;
+static void (*test__begin)(void) = NULL;
+static void (*test__note)(void) = NULL;
+void test__run(const char *name, test_fn fn) {
+    if (test__filter && !strstr(name, test__filter)) return;
+    if (test_shard_skip()) return;
+    test__failed_checks = 0;
+    tfm_clear_error();
+    if (test__begin) test__begin();
+    fn();
+    if (test__failed_checks) {
+        test__failed++;
+        printf("FAIL %s\n", name);
+    } else {
+        test__passed++;
+        if (test__verbose) {
+            printf("ok   %-28s", name);
+            if (test__note) test__note();
+            printf("\n");
+        }
+    }
+    fflush(stdout);
+}
 #define RUN(fn) test__run(#fn, fn)
 
 #endif

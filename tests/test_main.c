@@ -7,27 +7,6 @@
 
 #include <stdlib.h>
 
-int test__failed_checks = 0;
-int test__verbose = 0;
-static int test__passed = 0, test__failed = 0;
-static const char *test__filter = NULL;
-
-void test__run(const char *name, test_fn fn) {
-    if (test__filter && !strstr(name, test__filter)) return;
-    if (test_shard_skip()) return;
-    test__failed_checks = 0;
-    tfm_clear_error();
-    fn();
-    if (test__failed_checks) {
-        test__failed++;
-        printf("FAIL %s\n", name);
-    } else {
-        test__passed++;
-        if (test__verbose) printf("ok   %s\n", name);
-    }
-    fflush(stdout);
-}
-
 #include "test_sgemm.c"
 #include "test_ops.c"
 #include "test_attention.c"
