@@ -1220,7 +1220,8 @@ TFMDEF tfm_result tfm_model_to_device(tfm_model *m, tfm_device device);
    TFM_E_COMM with MPI's message; the group is then unusable: stop (MPI_Abort). A CUDA model's
    gradients and ZeRO-1 shares go through the host for MPI, or with TFM_NCCL through NCCL on the
    device (a reduce-scatter and an all-gather in place, per bucket: the same bits on every rank), queued
-   after its kernels; MPI still carries what happens once (broadcast, checkpoints, checksums, losses). */
+   after its kernels, or with tfm_dist_backward on a stream of their own as the backward pass goes; MPI
+   still carries what happens once (broadcast, checkpoints, checksums, losses). */
 
 /* A process group. rank, size and bucket are for reading, timeout for setting; impl is private. */
 typedef struct tfm_dist {
@@ -10132,6 +10133,7 @@ TFMDEF tfm_result tfm_model_train_step(tfm_model *m, const tfm_batch *batch, con
     if (!batch->targets) return tfm__fail(TFM_E_ARG, "%s: batch.targets is NULL: a training step needs a loss", fn);
     memset(&o, 0, sizeof o);
     TFM__TRY(tfm__optim_resolve(fn, opt, m->step + 1, &o));
+    m->impl->grads_mean = 0; /* (the step's own gradients) */
     prev = tfm__prec_enter(m);
 #if defined(TFM_CUDA)
     if (m->impl->device == TFM_DEVICE_CUDA && m->impl->warm)
@@ -12774,16 +12776,27 @@ static tfm_result tfm__dist_allreduce_model(const char *fn, tfm_dist *d, tfm_mod
     return tfm__cuda_check(fn);
 }
 
+/* The checks of the calls on a model's gradients: the group, the model's share, and gradients to reduce
+   (*g, *n: the flat buffer). */
+static tfm_result tfm__dist_chk_grads(const char *fn, const tfm_dist *d, tfm_model *m, float **g, int64_t *n) {
+    TFM__TRY(tfm__dist_chk_model(fn, d, m));
+    if (!(*g = tfm_model_flat(m, 1, n))) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
+    return TFM_OK;
+}
+
+/* The model's gradients g (n floats) as the group's mean, unless they are already (grads_mean). */
+static tfm_result tfm__dist_mean_grads(const char *fn, tfm_dist *d, tfm_model *m, float *g, int64_t n) {
+    if (!m->impl->grads_mean) TFM__TRY(tfm__dist_allreduce_model(fn, d, m, g, n));
+    m->impl->grads_mean = 1;
+    return TFM_OK;
+}
+
 TFMDEF tfm_result tfm_dist_allreduce_grads(tfm_dist *d, tfm_model *m) {
     const char *fn = "tfm_dist_allreduce_grads";
     int64_t n = 0;
     float *g;
-    TFM__TRY(tfm__dist_chk_model(fn, d, m));
-    if (!(g = tfm_model_flat(m, 1, &n))) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
-    if (m->impl->grads_mean) return TFM_OK; /* tfm_dist_backward averaged them */
-    TFM__TRY(tfm__dist_allreduce_model(fn, d, m, g, n));
-    m->impl->grads_mean = 1;
-    return TFM_OK;
+    TFM__TRY(tfm__dist_chk_grads(fn, d, m, &g, &n));
+    return tfm__dist_mean_grads(fn, d, m, g, n);
 }
 
 #if defined(TFM_NCCL)
@@ -12837,8 +12850,7 @@ TFMDEF tfm_result tfm_dist_backward(tfm_dist *d, tfm_model *m, float loss_scale)
     const char *fn = "tfm_dist_backward";
     int64_t n = 0;
     float *g;
-    TFM__TRY(tfm__dist_chk_model(fn, d, m));
-    if (!(g = tfm_model_flat(m, 1, &n))) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
+    TFM__TRY(tfm__dist_chk_grads(fn, d, m, &g, &n));
     d->early = 0;
 #if defined(TFM_NCCL)
     if (d->size > 1 && m->impl->dev_mem) {
@@ -12872,9 +12884,7 @@ TFMDEF tfm_result tfm_dist_backward(tfm_dist *d, tfm_model *m, float loss_scale)
     }
 #endif
     TFM__TRY_AS(fn, tfm_model_backward(m, loss_scale));
-    TFM__TRY(tfm__dist_allreduce_model(fn, d, m, g, n));
-    m->impl->grads_mean = 1;
-    return TFM_OK;
+    return tfm__dist_mean_grads(fn, d, m, g, n);
 }
 
 /* Doubles summed on rank 0, in rank order, and sent back: the same bits on every rank. */
@@ -12919,13 +12929,11 @@ TFMDEF tfm_result tfm_dist_step(tfm_dist *d, tfm_model *m, const tfm_optim *opt,
     int64_t n = 0;
     float *g;
     if (grad_norm) *grad_norm = 0.0f;
-    TFM__TRY(tfm__dist_chk_model(fn, d, m));
+    TFM__TRY(tfm__dist_chk_grads(fn, d, m, &g, &n));
     mi = m->impl;
-    if (!(g = tfm_model_flat(m, 1, &n))) return tfm__fail(TFM_E_ARG, "%s: the model was built inference_only", fn);
     memset(&o, 0, sizeof o);
     TFM__TRY(tfm__optim_resolve(fn, opt, m->step + 1, &o)); /* before anything changes */
-    if (!mi->grads_mean) TFM__TRY(tfm__dist_allreduce_model(fn, d, m, g, n)); /* (tfm_dist_backward averaged them) */
-    mi->grads_mean = 1;
+    TFM__TRY(tfm__dist_mean_grads(fn, d, m, g, n));
     /* the norm over every parameter's gradient as tfm_model_step sums it; AdamW on all of them, or with
        sharded moments on this rank's share, after which every share's new parameters go from its rank */
     TFM__TRY(tfm__adamw_apply(fn, &o, mi->share ? mi->share : mi->adam, mi->share ? mi->n_share : m->n_params,

@@ -1864,7 +1864,8 @@ static inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) 
     if (cudaError_t e = tfm_emu__enter("cudaGraphLaunch")) return e;
     if (!g.execs.count(exec)) return tfm_emu__err(cudaErrorInvalidValue);
     if (!tfm_emu__stream_ok(s)) return tfm_emu__err(cudaErrorInvalidResourceHandle);
-    if (tfm_emu__recording(s, "cudaGraphLaunch")) return tfm_emu__unsafe(); /* not emulated */
+    if (!tfm_emu__legacy(s) && s != g.cap) tfm_emu__drain(s, SIZE_MAX); /* a non-blocking stream: at the call, after its queue */
+    else if (tfm_emu__recording(s, "cudaGraphLaunch")) return tfm_emu__unsafe(); /* inside a capture: not emulated */
     int first = 0, was = g.last;
     g.graph_launches++;
     g.replaying = true;
