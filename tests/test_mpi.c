@@ -13,11 +13,13 @@
      - ZeRO-1 alongside: a model with its moments sharded over the ranks (cfg.moment_shards), its
        backward and all-reduce in one call (tfm_dist_backward: through NCCL the buckets go out while the
        backward runs, and some must), stepped with tfm_dist_step, must stay bit-identical to the
-       unsharded run (the same all-reduce, the same
-       norm, AdamW on each share, the shares' parameters sent from their ranks); its step-25 checkpoint
-       resumes sharded to the same final bits, and one process reads it with the moments bit-identical
-       to the unsharded checkpoint's; its memory size, and its refusals (tfm_model_step, save/load,
-       a share that is not the rank's).
+       unsharded run (the same all-reduce, the same norm, AdamW on each share, the shares' parameters
+       sent from their ranks); its step-25 checkpoint resumes sharded to the same final bits, and one
+       process reads it with the moments bit-identical to the unsharded checkpoint's; its memory size,
+       and its refusals (tfm_model_step, save/load, a share that is not the rank's).
+     - gradients averaged once: after tfm_dist_backward a rank's own change to them survives
+       tfm_dist_allreduce_grads; a tfm_model_backward on top (accumulation) or tfm_model_zero_grad
+       makes the next all-reduce average again.
    Rows have different lengths (padding), so ranks count different numbers of targets: that is what
    the loss-weighted backward is for. The all-reduce runs in buckets of an odd size (4099 floats), so
    every model's gradient crosses several buckets split unevenly over the ranks.
@@ -208,10 +210,11 @@ static double max_diff(const float *a, const float *b, int64_t n, int64_t *n_dif
     return mx;
 }
 
-/* Model m's parameters on the host, in a new array the caller frees (a CUDA model's copied back). */
-static float *params_host(tfm_model *m) {
+/* Model m's parameters (grads 0) or gradients (1) on the host, in a new array the caller frees (a CUDA
+   model's copied back). */
+static float *flat_host(tfm_model *m, int grads) {
     int64_t n = 0;
-    const float *w = tfm_model_flat(m, 0, &n);
+    const float *w = tfm_model_flat(m, grads, &n);
     float *h = (float *)malloc((size_t)n * sizeof(float));
     if (!h) {
         fprintf(stderr, "rank %d: out of memory\n", rank_);
@@ -228,6 +231,24 @@ static float *params_host(tfm_model *m) {
 #endif
     memcpy(h, w, (size_t)n * sizeof(float));
     return h;
+}
+
+static float *params_host(tfm_model *m) { return flat_host(m, 0); }
+
+/* Writes the host array h over model m's gradients. */
+static void grads_set(tfm_model *m, const float *h) {
+    int64_t n = 0;
+    float *g = tfm_model_flat(m, 1, &n);
+#if defined(TFM_CUDA)
+    if (m->cfg.device == TFM_DEVICE_CUDA) {
+        if (cudaMemcpy(g, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
+            fprintf(stderr, "rank %d: cudaMemcpy failed\n", rank_);
+            exit(2);
+        }
+        return;
+    }
+#endif
+    memcpy(g, h, (size_t)n * sizeof(float));
 }
 
 /* The single-process reference step s on all G rows: in one batch (parts 1), or in `parts` batches
@@ -294,6 +315,107 @@ static uint64_t resume(tfm_dist *dist, tfm_model_kind kind, const tfm_config *c,
     OK(tfm_dist_check_model(dist, &m2, &sum));
     tfm_model_free(&m2);
     return sum;
+}
+
+/* Whether ok holds on every rank. */
+static int all_ranks(int ok) {
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return ok;
+}
+
+/* A forward and a loss-weighted backward of step s's rows on this rank, added to m's gradients. */
+static void local_backward(tfm_dist *dist, tfm_model *m, int s) {
+    data d;
+    tfm_batch b;
+    int64_t r0, r1, n = 0, gn = 0;
+    float l = 0, gl = 0;
+    make_data(TFM_MODEL_DECODER_LM, s, &d);
+    OK(tfm_dist_shard(dist, G, &r0, &r1));
+    b = rows(TFM_MODEL_DECODER_LM, &d, (int)r0, (int)(r1 - r0));
+    OK(tfm_model_forward(m, &b, &l, &n));
+    OK(tfm_dist_reduce_loss(dist, l, n, &gl, &gn));
+    OK(tfm_model_backward(m, (float)((double)dist->size * (double)n / (double)gn)));
+}
+
+/* Gradients are averaged once, and only once: after tfm_dist_backward a rank's own change to them
+   survives tfm_dist_allreduce_grads (which must not average the mean again); a backward adding this
+   rank's gradients on top, or tfm_model_zero_grad, takes that mark away, and the next all-reduce
+   averages again. No dropout: step B's backward must be the same in both orders. */
+static void run_averaged(tfm_dist *dist) {
+    tfm_config c = config(TFM_MODEL_DECODER_LM, G, 7);
+    tfm_model m;
+    int64_t n = 0, i;
+    float *a, *h, *r, *bm, *lo, *hi;
+    int same = 1, near = 1, mean = 1;
+    double scale = 0;
+    c.dropout = c.attn_dropout = 0.0f;
+    OK(tfm_model_init(&m, &c, NULL, 0));
+    tfm_model_flat(&m, 1, &n);
+    /* step A's mean, then each rank adds its own offset: the all-reduce leaves it */
+    tfm_model_zero_grad(&m);
+    {
+        data d;
+        tfm_batch b;
+        int64_t r0, r1, nt = 0, gn = 0;
+        float l = 0, gl = 0;
+        make_data(TFM_MODEL_DECODER_LM, 1, &d);
+        OK(tfm_dist_shard(dist, G, &r0, &r1));
+        b = rows(TFM_MODEL_DECODER_LM, &d, (int)r0, (int)(r1 - r0));
+        OK(tfm_model_forward(&m, &b, &l, &nt));
+        OK(tfm_dist_reduce_loss(dist, l, nt, &gl, &gn));
+        OK(tfm_dist_backward(dist, &m, (float)((double)dist->size * (double)nt / (double)gn)));
+    }
+    a = flat_host(&m, 1);
+    h = (float *)malloc((size_t)n * sizeof(float));
+    if (!h) exit(2);
+    for (i = 0; i < n; i++) h[i] = a[i] + (float)(rank_ + 1);
+    grads_set(&m, h);
+    OK(tfm_dist_allreduce_grads(dist, &m));
+    r = flat_host(&m, 1);
+    for (i = 0; i < n; i++) same &= r[i] == h[i];
+    check(all_ranks(same), "after tfm_dist_backward, tfm_dist_allreduce_grads leaves the averaged gradients as they are "
+          "(each rank's own change to them kept)");
+    free(r);
+    /* step B's gradients added on top of A's mean: the backward takes the mark away */
+    grads_set(&m, a);
+    local_backward(dist, &m, 2);
+    OK(tfm_dist_allreduce_grads(dist, &m));
+    r = flat_host(&m, 1);
+    tfm_model_zero_grad(&m);
+    local_backward(dist, &m, 2);
+    OK(tfm_dist_allreduce_grads(dist, &m));
+    bm = flat_host(&m, 1); /* step B's mean alone */
+    lo = (float *)malloc((size_t)n * sizeof(float));
+    hi = (float *)malloc((size_t)n * sizeof(float));
+    if (!lo || !hi) exit(2);
+    memcpy(lo, r, (size_t)n * sizeof(float));
+    memcpy(hi, r, (size_t)n * sizeof(float));
+    MPI_Allreduce(MPI_IN_PLACE, lo, (int)n, MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, hi, (int)n, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+    for (i = 0; i < n; i++) {
+        double s = fabs((double)a[i]) + fabs((double)bm[i]);
+        if (s > scale) scale = s;
+    }
+    /* the mean of (A's mean + B's share) is A's mean + B's mean, up to a few roundings of numbers of
+       the gradients' size */
+    for (same = 1, i = 0; i < n; i++) {
+        same &= lo[i] == hi[i];
+        near &= fabs((double)r[i] - ((double)a[i] + (double)bm[i])) <= 1e-6 * scale;
+    }
+    check(all_ranks(same && near), "a tfm_model_backward after tfm_dist_backward adds this rank's gradients: the next "
+          "tfm_dist_allreduce_grads averages them again (the ranks agree to the bit, on A's mean + B's mean)");
+    /* tfm_model_zero_grad takes the mark away too */
+    OK(tfm_dist_backward(dist, &m, 1.0f));
+    tfm_model_zero_grad(&m);
+    for (i = 0; i < n; i++) h[i] = (float)(rank_ + 1);
+    grads_set(&m, h);
+    OK(tfm_dist_allreduce_grads(dist, &m));
+    free(r);
+    r = flat_host(&m, 1);
+    for (i = 0; i < n; i++) mean &= fabs((double)r[i] - (size_ + 1) / 2.0) <= 1e-6;
+    check(all_ranks(mean), "tfm_model_zero_grad after tfm_dist_backward: the next tfm_dist_allreduce_grads averages again");
+    free(a), free(h), free(r), free(bm), free(lo), free(hi);
+    tfm_model_free(&m);
 }
 
 static void run_kind(tfm_dist *dist, tfm_model_kind kind, const char *name) {
@@ -611,6 +733,7 @@ int main(int argc, char **argv) {
     }
     run_basics();
     if (size_ > 1) run_zero_basics(&dist);
+    run_averaged(&dist);
     run_kind(&dist, TFM_MODEL_ENCODER_CLASSIFIER, "encoder classifier");
     run_kind(&dist, TFM_MODEL_DECODER_LM, "decoder LM");
     run_kind(&dist, TFM_MODEL_ENCODER_DECODER, "encoder-decoder");
