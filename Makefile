@@ -453,14 +453,16 @@ $(BUILD)/bench_gpu_emu: bench/bench_gpu.c bench/bench_util.h bench/tfm_cuda.cu t
 	$(CXX) $(EMU_FLAGS) -x c++ -c -o $(BUILD)/tfm_cuda_emu.o bench/tfm_cuda.cu
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -pedantic -c -o $(BUILD)/bench_gpu_emu.o bench/bench_gpu.c
 	$(CXX) -fopenmp -o $@ $(BUILD)/bench_gpu_emu.o $(BUILD)/tfm_cuda_emu.o -lm
-# The emulation runs on one core; the plain run and the sanitized run's two halves (--shard) run at once.
-EMU_ASAN_RUN := ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ./$(BUILD)/test_cuda_emu_asan --small
+# The emulation runs on one core (and the CPU's side of each comparison too: OMP_NUM_THREADS=1, no pool
+# spinning beside it); the plain run and the sanitized run's three thirds (--shard) run at once.
+EMU_RUN := OMP_NUM_THREADS=1 ./$(BUILD)/test_cuda_emu
+EMU_ASAN_RUN := OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ./$(BUILD)/test_cuda_emu_asan --small
 test-cuda-emu: $(BUILD)/test_cuda_emu_self $(BUILD)/test_cuda_emu $(BUILD)/test_cuda_emu_asan $(BUILD)/bench_gpu_emu
 	./$(BUILD)/test_cuda_emu_self
 	./$(BUILD)/bench_gpu_emu --quick --tf32 --bf16 gpu-emu-tiny
 	./$(BUILD)/bench_gpu_emu --quick --kernels
-	bash tools/parallel.sh './$(BUILD)/test_cuda_emu' '$(EMU_ASAN_RUN) --shard 0/2' '$(EMU_ASAN_RUN) --shard 1/2'
+	bash tools/parallel.sh '$(EMU_RUN)' '$(EMU_ASAN_RUN) --shard 0/3' '$(EMU_ASAN_RUN) --shard 1/3' '$(EMU_ASAN_RUN) --shard 2/3'
 
 ifeq ($(NVCC_FOUND),)
 cuda test-cuda:

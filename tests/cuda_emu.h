@@ -19,7 +19,9 @@
    x + y + z is odd take the threads the other way round (the last first), so it shows whichever side of
    it the early warps are on. The order is fixed, so results are deterministic. A thread that starts
    after one that returned takes over its stack, so a kernel without barriers costs no switch per thread; each wait
-   at a barrier or warp op costs one swapcontext (a system call: ~0.1-0.5 us). threadIdx, blockIdx,
+   at a barrier or warp op costs one switch (a few registers saved and restored; swapcontext, a system
+   call, under ASan). Each warp keeps a mask of its lanes in each state and, while all its waiting lanes
+   wait at the same warp op, one of them to check a new arrival against. threadIdx, blockIdx,
    blockDim and gridDim are read-only references to the running thread's coordinates (a local of the
    same name shadows them, as with nvcc's built-ins); warpSize is 32. A warp is the threads tid/32 of
    the block, tid = x + y*bx + z*bx*by. The emulated device: compute capability 9.0, 4 SMs (so that
@@ -175,6 +177,19 @@
 #endif
 #ifndef VALGRIND_STACK_REGISTER
 #define VALGRIND_STACK_REGISTER(lo, hi) 0
+#endif
+
+/* A switch between fibers that have run: __builtin_setjmp/__builtin_longjmp, which save and restore a
+   few registers in the caller (swapcontext also sets the signal mask: a system call, most of an emulated
+   barrier's cost before); a fresh fiber is entered with setcontext. Under ASan swapcontext, whose
+   interceptor keeps the stacks' shadow right (and is faster there); where the builtins are missing
+   (clang off x86-64) too. */
+#ifndef TFM_EMU__JMP
+#if !defined(TFM_EMU__ASAN) && defined(__GNUC__) && (defined(__x86_64__) || !defined(__clang__))
+#define TFM_EMU__JMP 1
+#else
+#define TFM_EMU__JMP 0
+#endif
 #endif
 
 #ifndef TFM_EMU_STACK
@@ -338,7 +353,8 @@ static const char *const tfm_emu__wname[] = {"__syncwarp", "__shfl_sync", "__shf
                                              "nvcuda::wmma::store_matrix_sync", "nvcuda::wmma::mma_sync"};
 
 struct tfm_emu__fiber {   /* one thread of the running block */
-    ucontext_t uc;
+    ucontext_t uc;        /* a fresh fiber's start (and, without TFM_EMU__JMP, where it switched out) */
+    void *jb[5];          /* where it switched out (TFM_EMU__JMP) */
     char *stack;          /* its own TFM_EMU_STACK bytes above a guard page, mapped at first use, kept */
     char *run_stack;      /* the stack it runs on: its own, or that of the thread it followed */
     bool started;
@@ -416,8 +432,12 @@ struct tfm_emu__state {
     void *args = nullptr;
     tfm_emu__fiber *fibers = nullptr;                 /* 1024, allocated at the first launch; never move */
     int nthreads = 0, cur = -1, n_live = 0, n_sync = 0, sync_first = -1;
+    unsigned lanes[4][32] = {};                       /* per warp, the lanes in each fiber state (tfm_emu__set) */
+    int warp_rep[32] = {};                            /* per warp, a lane at a warp op all its waiting lanes wait at
+                                                         alike (-1: they wait at different ones, or none waits) */
     int order = 1;                                    /* +1: threads run 0, 1, 2...; -1: from the last down */
     ucontext_t host;                                  /* the launching host thread, while a block runs */
+    void *host_jb[5];
     bool from_host = false;                           /* the next fiber entered comes from it */
     void *host_fake = nullptr;                        /* ASan: its fake stack, its stack */
     const void *host_lo = nullptr;
@@ -632,22 +652,31 @@ static inline void tfm_emu__record_blas(const char *api, cublasContext *h, std::
 #endif
 
 static inline void tfm_emu__describe(char *buf, size_t size, int i);
+/* whether two lanes wait at the same warp op (the kind, the mask and the width) */
+static inline bool tfm_emu__same_wait(const tfm_emu__fiber &a, const tfm_emu__fiber &b) {
+    return a.op == b.op && a.mask == b.mask && a.width == b.width;
+}
+/* Thread i's state becomes s (the lanes' masks follow). */
+static inline void tfm_emu__set(int i, int s) {
+    tfm_emu__state &g = tfm_emu__g;
+    tfm_emu__fiber &f = g.fibers[i];
+    g.lanes[f.state][i >> 5] &= ~(1u << (i & 31));
+    g.lanes[s][i >> 5] |= 1u << (i & 31);
+    f.state = s;
+}
 /* Release the waiting groups of the warp starting at thread w0 whose lanes have all arrived. A group
    is the lanes of a mask that exist and have not returned; they all wait with that mask (checked on
    arrival). */
 static inline void tfm_emu__release_warp(int w0) {
     tfm_emu__state &g = tfm_emu__g;
-    int n = g.nthreads - w0 < 32 ? g.nthreads - w0 : 32;
-    unsigned live = 0, waiting = 0, seen = 0;
-    for (int l = 0; l < n; l++) {
-        if (g.fibers[w0 + l].state != TFM_EMU__DONE) live |= 1u << l;
-        if (g.fibers[w0 + l].state == TFM_EMU__WARP) waiting |= 1u << l;
-    }
-    for (int l = 0; l < n; l++) {
-        if (!(waiting >> l & 1) || (seen >> l & 1)) continue;
+    int n = g.nthreads - w0 < 32 ? g.nthreads - w0 : 32, w = w0 >> 5;
+    unsigned waiting = g.lanes[TFM_EMU__WARP][w], released = 0;
+    unsigned live = g.lanes[TFM_EMU__RUN][w] | g.lanes[TFM_EMU__SYNC][w] | waiting;
+    for (unsigned todo = waiting; todo;) { /* a group at a time */
+        int l = __builtin_ctz(todo);
         const tfm_emu__fiber &f0 = g.fibers[w0 + l];
         unsigned grp = f0.mask & live, votes = 0;
-        seen |= grp;
+        todo &= ~(grp | 1u << l);
         if (f0.op >= TFM_EMU__W_FILL && grp != f0.mask) { /* wmma: the whole warp, none may have returned */
             char a[256];
             const tfm_emu__fiber &gone = g.fibers[w0 + __builtin_ctz(f0.mask & ~live)];
@@ -679,7 +708,14 @@ static inline void tfm_emu__release_warp(int w0) {
             f.res = (grp >> src & 1) ? g.fibers[w0 + (int)src].val : ~(uint64_t)0; /* poison: no such lane */
         }
         for (int j = 0; j < n; j++)
-            if (grp >> j & 1) g.fibers[w0 + j].state = TFM_EMU__RUN;
+            if (grp >> j & 1) tfm_emu__set(w0 + j, TFM_EMU__RUN);
+        released |= grp;
+    }
+    if (released) { /* the lanes still waiting: one kind of wait (its first lane), or several (-1) */
+        unsigned left = g.lanes[TFM_EMU__WARP][w];
+        g.warp_rep[w] = left ? w0 + __builtin_ctz(left) : -1;
+        for (unsigned todo = left; todo && g.warp_rep[w] >= 0; todo &= todo - 1)
+            if (!tfm_emu__same_wait(g.fibers[w0 + __builtin_ctz(todo)], g.fibers[g.warp_rep[w]])) g.warp_rep[w] = -1;
     }
 }
 /* Release __syncthreads when every thread that has not returned waits at it. */
@@ -693,7 +729,7 @@ static inline void tfm_emu__release_block(void) {
         tfm_emu__fiber &f = g.fibers[i];
         if (f.state != TFM_EMU__SYNC) continue;
         f.res = f.op == TFM_EMU__B_COUNT ? count : f.op == TFM_EMU__B_AND ? count == (uint64_t)g.n_sync : count > 0;
-        f.state = TFM_EMU__RUN;
+        tfm_emu__set(i, TFM_EMU__RUN);
     }
     g.n_sync = 0;
     g.sync_first = -1;
@@ -717,14 +753,18 @@ static inline void tfm_emu__fiber_main(void);
 /* the thread to run after thread i blocked or returned (i itself if it may go on), -1 if none may */
 static inline int tfm_emu__next(int i) {
     tfm_emu__state &g = tfm_emu__g;
-    int w0 = i & ~31, wn = g.nthreads - w0 < 32 ? g.nthreads - w0 : 32;
-    for (int k = 1; k <= wn; k++) { /* i's warp first: it runs ahead until the whole warp waits at a barrier */
-        int j = w0 + ((i - w0 + k * g.order) % wn + wn) % wn;
-        if (g.fibers[j].state == TFM_EMU__RUN) return j;
+    int w = i >> 5, lane = i & 31, nw = (g.nthreads + 31) >> 5;
+    unsigned run = g.lanes[TFM_EMU__RUN][w];
+    if (run) { /* i's warp first, the lanes after i in the block's order, then round to i: it runs ahead until the
+                  whole warp waits at a barrier */
+        unsigned after = g.order > 0 ? run & ~((2u << lane) - 1u) : run & ((1u << lane) - 1u);
+        unsigned from = after ? after : run;
+        return (w << 5) + (g.order > 0 ? __builtin_ctz(from) : 31 - __builtin_clz(from));
     }
-    for (int k = 1; k <= g.nthreads; k++) {
-        int j = ((i + k * g.order) % g.nthreads + g.nthreads) % g.nthreads;
-        if (g.fibers[j].state == TFM_EMU__RUN) return j;
+    for (int k = 1; k < nw; k++) { /* then the next warp in that order with a thread that may run: its first */
+        int v = ((w + k * g.order) % nw + nw) % nw;
+        run = g.lanes[TFM_EMU__RUN][v];
+        if (run) return (v << 5) + (g.order > 0 ? __builtin_ctz(run) : 31 - __builtin_clz(run));
     }
     return -1;
 }
@@ -767,6 +807,15 @@ __attribute__((noreturn)) static inline void tfm_emu__deadlock(void) {
     }
     tfm_emu__fatal("deadlock: no thread can go on (%d have not returned); %s%s%s", g.n_live, a, b[0] ? "; " : "", b);
 }
+#if TFM_EMU__JMP
+/* Switch from fiber `from` to `to` (fresh: entered at its start); back here when `from` is switched to.
+   Its own function, so that no caller's variable lives across the setjmp. */
+__attribute__((noinline)) static void tfm_emu__jump(tfm_emu__fiber *from, tfm_emu__fiber *to, bool fresh) {
+    if (__builtin_setjmp(from->jb) != 0) return;
+    if (fresh) setcontext(&to->uc);
+    __builtin_longjmp(to->jb, 1);
+}
+#endif
 /* the running thread waits (its state says at what): release what its arrival completes, run others */
 static inline void tfm_emu__yield(void) {
     tfm_emu__state &g = tfm_emu__g;
@@ -777,9 +826,15 @@ static inline void tfm_emu__yield(void) {
     int nx = tfm_emu__next(me);
     if (nx == me) return;
     if (nx < 0) tfm_emu__deadlock();
+    bool fresh = !g.fibers[nx].started;
     tfm_emu__enter_thread(nx, nullptr);
     TFM_EMU__SWITCH_START(&f.fake, g.fibers[nx].run_stack, TFM_EMU_STACK);
+#if TFM_EMU__JMP
+    tfm_emu__jump(&f, &g.fibers[nx], fresh);
+#else
+    (void)fresh;
     swapcontext(&f.uc, &g.fibers[nx].uc);
+#endif
     TFM_EMU__SWITCH_FINISH(f.fake, nullptr, nullptr);
 }
 static inline void tfm_emu__fiber_main(void) {
@@ -789,7 +844,7 @@ static inline void tfm_emu__fiber_main(void) {
     for (;;) {
         g.invoke(g.args);
         tfm_emu__fiber &f = g.fibers[g.cur];
-        f.state = TFM_EMU__DONE;
+        tfm_emu__set(g.cur, TFM_EMU__DONE);
         g.n_live--;
         tfm_emu__release_warp(g.cur & ~31);
         tfm_emu__release_block();
@@ -799,11 +854,15 @@ static inline void tfm_emu__fiber_main(void) {
             continue;
         }
         if (nx < 0 && g.n_live > 0) tfm_emu__deadlock();
-        ucontext_t *to = nx < 0 ? &g.host : &g.fibers[nx].uc;
-        if (nx >= 0) tfm_emu__enter_thread(nx, nullptr);
+        if (nx >= 0) tfm_emu__enter_thread(nx, nullptr); /* (started: it switched out at a wait) */
         TFM_EMU__SWITCH_START(nullptr, nx < 0 ? g.host_lo : g.fibers[nx].run_stack,
                               nx < 0 ? g.host_size : TFM_EMU_STACK);
-        setcontext(to); /* this fiber is done: its fake stack dies with it */
+        /* this fiber is done: its fake stack dies with it */
+#if TFM_EMU__JMP
+        __builtin_longjmp(nx < 0 ? g.host_jb : g.fibers[nx].jb, 1);
+#else
+        setcontext(nx < 0 ? &g.host : &g.fibers[nx].uc);
+#endif
     }
 }
 
@@ -814,9 +873,12 @@ static inline void tfm_emu__run_block(void) {
         if (!g.dyn) tfm_emu__fatal("out of host memory for %zu bytes of dynamic shared memory", g.dyn_bytes);
         memset(g.dyn, 0xFF, g.dyn_bytes);
     }
+    memset(g.lanes, 0, sizeof g.lanes);
     for (int i = 0; i < g.nthreads; i++) {
         tfm_emu__fiber &f = g.fibers[i];
         f.state = TFM_EMU__RUN;
+        g.lanes[TFM_EMU__RUN][i >> 5] |= 1u << (i & 31);
+        g.warp_rep[i >> 5] = -1;
         f.started = false;
         f.tid.x = (unsigned)i % g.bdim.x;
         f.tid.y = (unsigned)i / g.bdim.x % g.bdim.y;
@@ -829,7 +891,11 @@ static inline void tfm_emu__run_block(void) {
     tfm_emu__enter_thread(first, nullptr);
     g.from_host = true;
     TFM_EMU__SWITCH_START(&g.host_fake, g.fibers[first].run_stack, TFM_EMU_STACK);
+#if TFM_EMU__JMP
+    if (__builtin_setjmp(g.host_jb) == 0) setcontext(&g.fibers[first].uc); /* back when every thread has returned */
+#else
     swapcontext(&g.host, &g.fibers[first].uc); /* back when every thread has returned */
+#endif
     TFM_EMU__SWITCH_FINISH(g.host_fake, nullptr, nullptr);
     g.cur = -1;
     for (size_t i = 0; i < g.pieces.size(); i++) free(g.pieces[i].p);
@@ -872,7 +938,7 @@ static inline int tfm_emu__barrier(const char *file, int line, int kind, int pre
     f.file = file;
     f.line = line;
     f.op = kind;
-    f.state = TFM_EMU__SYNC;
+    tfm_emu__set(i, TFM_EMU__SYNC);
     if (g.n_sync > 0) {
         const tfm_emu__fiber &o = g.fibers[g.sync_first];
         if (o.line != line || o.op != kind || strcmp(o.file, file) != 0) {
@@ -881,9 +947,10 @@ static inline int tfm_emu__barrier(const char *file, int line, int kind, int pre
             tfm_emu__fatal("divergent __syncthreads: %s, while %s", a, b);
         }
     }
-    for (int j = w0; j < w0 + 32 && j < g.nthreads; j++) {
+    for (unsigned todo = g.lanes[TFM_EMU__WARP][w0 >> 5]; todo; todo &= todo - 1) {
+        int j = w0 + __builtin_ctz(todo);
         const tfm_emu__fiber &o = g.fibers[j];
-        if (o.state == TFM_EMU__WARP && (o.mask >> lane & 1)) {
+        if (o.mask >> lane & 1) {
             tfm_emu__describe(a, sizeof a, j);
             tfm_emu__describe(b, sizeof b, i);
             tfm_emu__fatal("divergent warp: %s (its mask names lane %d), while %s", a, lane, b);
@@ -910,9 +977,10 @@ static inline void tfm_emu__wmma_agree(int i) {
     tfm_emu__state &g = tfm_emu__g;
     const tfm_emu__fiber &f = g.fibers[i];
     char a[256], b[256], x[128], y[128];
-    for (int j = i & ~31; j < (i & ~31) + 32 && j < g.nthreads; j++) {
+    for (unsigned todo = g.lanes[TFM_EMU__WARP][i >> 5]; todo; todo &= todo - 1) {
+        int j = (i & ~31) + __builtin_ctz(todo);
         const tfm_emu__fiber &o = g.fibers[j];
-        if (j == i || o.state != TFM_EMU__WARP || o.op != f.op) continue;
+        if (j == i || o.op != f.op) continue;
         if (o.line != f.line || strcmp(o.file, f.file) != 0) {
             tfm_emu__describe(a, sizeof a, j);
             tfm_emu__describe(b, sizeof b, i);
@@ -946,8 +1014,19 @@ static inline uint64_t tfm_emu__warp(const char *file, int line, int op, unsigne
     f.width = width;
     f.arg = arg;
     f.val = val;
-    f.state = TFM_EMU__WARP;
-    for (int j = w0; j < w0 + 32 && j < g.nthreads; j++) {
+    unsigned others = g.lanes[TFM_EMU__WARP][w0 >> 5], todo = g.lanes[TFM_EMU__SYNC][w0 >> 5] & mask;
+    int &rep = g.warp_rep[w0 >> 5];
+    tfm_emu__set(i, TFM_EMU__WARP);
+    /* the lanes waiting already that share a group with this one, at a __syncthreads or another warp op. The
+       waiting lanes that share a group wait alike (checked as each arrived), so where all wait alike (rep) and
+       this one as they do, none differs: the usual case, one check */
+    if (!others) rep = i;
+    else if (rep < 0 || !tfm_emu__same_wait(f, g.fibers[rep])) {
+        todo |= others;
+        rep = -1;
+    }
+    for (; todo; todo &= todo - 1) {
+        int j = w0 + __builtin_ctz(todo);
         const tfm_emu__fiber &o = g.fibers[j];
         bool shared = (mask >> (j & 31) & 1) || (o.mask >> lane & 1);
         if (j == i || !shared) continue;
@@ -1012,11 +1091,8 @@ struct tfm_emu__at {
 static inline unsigned __activemask(void) {
     tfm_emu__state &g = tfm_emu__g;
     int w0 = tfm_emu__g.cur & ~31;
-    unsigned m = 0;
     (void)tfm_emu__self("__activemask");
-    for (int j = w0; j < w0 + 32 && j < g.nthreads; j++)
-        if (g.fibers[j].state != TFM_EMU__DONE) m |= 1u << (j - w0);
-    return m;
+    return g.lanes[TFM_EMU__RUN][w0 >> 5] | g.lanes[TFM_EMU__SYNC][w0 >> 5] | g.lanes[TFM_EMU__WARP][w0 >> 5];
 }
 
 /* Static shared memory (TFM__SHARED): the array of this declaration site in this block. */
