@@ -454,8 +454,9 @@ $(BUILD)/bench_gpu_emu: bench/bench_gpu.c bench/bench_util.h bench/tfm_cuda.cu t
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -pedantic -c -o $(BUILD)/bench_gpu_emu.o bench/bench_gpu.c
 	$(CXX) -fopenmp -o $@ $(BUILD)/bench_gpu_emu.o $(BUILD)/tfm_cuda_emu.o -lm
 # The emulation runs on one core (and the CPU's side of each comparison too: OMP_NUM_THREADS=1, no pool
-# spinning beside it); the plain run and the sanitized run's three thirds (--shard) run at once.
-EMU_RUN := OMP_NUM_THREADS=1 ./$(BUILD)/test_cuda_emu
+# spinning beside it); the plain run (the full shape lists and 100 training steps, as on a GPU) and the
+# sanitized run's three thirds (--shard, the short lists) run at once.
+EMU_RUN := OMP_NUM_THREADS=1 ./$(BUILD)/test_cuda_emu --full
 EMU_ASAN_RUN := OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ./$(BUILD)/test_cuda_emu_asan --small
 test-cuda-emu: $(BUILD)/test_cuda_emu_self $(BUILD)/test_cuda_emu $(BUILD)/test_cuda_emu_asan $(BUILD)/bench_gpu_emu

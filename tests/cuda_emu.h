@@ -19,8 +19,8 @@
    x + y + z is odd take the threads the other way round (the last first), so it shows whichever side of
    it the early warps are on. The order is fixed, so results are deterministic. A thread that starts
    after one that returned takes over its stack, so a kernel without barriers costs no switch per thread; each wait
-   at a barrier or warp op costs one switch (a few registers saved and restored; swapcontext, a system
-   call, under ASan). Each warp keeps a mask of its lanes in each state and, while all its waiting lanes
+   at a barrier or warp op costs one switch (on x86-64 a few registers saved and restored, tfm_emu__swap;
+   elsewhere swapcontext, a system call). Each warp keeps a mask of its lanes in each state and, while all its waiting lanes
    wait at the same warp op, one of them to check a new arrival against. threadIdx, blockIdx,
    blockDim and gridDim are read-only references to the running thread's coordinates (a local of the
    same name shadows them, as with nvcc's built-ins); warpSize is 32. A warp is the threads tid/32 of
@@ -68,7 +68,8 @@
      cuBLAS checks its arguments as cuBLAS does and aborts on a matrix not wholly in device memory.
    - no thread can go on while some have not returned: abort (deadlock).
    Under ASan the fiber switches are annotated (no false positives; stack overruns in kernels are found;
-   ASan prints one "doesn't fully support makecontext/swapcontext" warning); under valgrind the fiber
+   with swapcontext, off x86-64, ASan prints one "doesn't fully support makecontext/swapcontext"
+   warning); under valgrind the fiber
    stacks are registered when <valgrind/valgrind.h> is there.
 
    WHAT IT DOES NOT
@@ -179,16 +180,15 @@
 #define VALGRIND_STACK_REGISTER(lo, hi) 0
 #endif
 
-/* A switch between fibers that have run: __builtin_setjmp/__builtin_longjmp, which save and restore a
-   few registers in the caller (swapcontext also sets the signal mask: a system call, most of an emulated
-   barrier's cost before); a fresh fiber is entered with setcontext. Under ASan swapcontext, whose
-   interceptor keeps the stacks' shadow right (and is faster there); where the builtins are missing
-   (clang off x86-64) too. */
-#ifndef TFM_EMU__JMP
-#if !defined(TFM_EMU__ASAN) && defined(__GNUC__) && (defined(__x86_64__) || !defined(__clang__))
-#define TFM_EMU__JMP 1
+/* How fibers switch: on x86-64 (ELF, gcc or clang) tfm_emu__swap below, which saves and restores the
+   callee-saved registers and the FPU control words on the fibers' stacks (swapcontext also sets the
+   signal mask, a system call: most of an emulated barrier's cost, with or without ASan); elsewhere
+   ucontext's swapcontext. */
+#ifndef TFM_EMU__ASM
+#if defined(__x86_64__) && defined(__ELF__) && defined(__GNUC__)
+#define TFM_EMU__ASM 1
 #else
-#define TFM_EMU__JMP 0
+#define TFM_EMU__ASM 0
 #endif
 #endif
 
@@ -353,8 +353,8 @@ static const char *const tfm_emu__wname[] = {"__syncwarp", "__shfl_sync", "__shf
                                              "nvcuda::wmma::store_matrix_sync", "nvcuda::wmma::mma_sync"};
 
 struct tfm_emu__fiber {   /* one thread of the running block */
-    ucontext_t uc;        /* a fresh fiber's start (and, without TFM_EMU__JMP, where it switched out) */
-    void *jb[5];          /* where it switched out (TFM_EMU__JMP) */
+    ucontext_t uc;        /* where it switched out, or its start (!TFM_EMU__ASM) */
+    void *sp;             /* its saved stack pointer: where it switched out, or its start (TFM_EMU__ASM) */
     char *stack;          /* its own TFM_EMU_STACK bytes above a guard page, mapped at first use, kept */
     char *run_stack;      /* the stack it runs on: its own, or that of the thread it followed */
     bool started;
@@ -437,7 +437,7 @@ struct tfm_emu__state {
                                                          alike (-1: they wait at different ones, or none waits) */
     int order = 1;                                    /* +1: threads run 0, 1, 2...; -1: from the last down */
     ucontext_t host;                                  /* the launching host thread, while a block runs */
-    void *host_jb[5];
+    void *host_sp = nullptr;                          /* (the same with TFM_EMU__ASM) */
     bool from_host = false;                           /* the next fiber entered comes from it */
     void *host_fake = nullptr;                        /* ASan: its fake stack, its stack */
     const void *host_lo = nullptr;
@@ -750,6 +750,35 @@ static inline tfm_emu__fiber &tfm_emu__self(const char *what) {
    thread that returned runs on that stack, without a switch (so a kernel without barriers costs one
    switch in and one out per block). */
 static inline void tfm_emu__fiber_main(void);
+#if TFM_EMU__ASM
+/* tfm_emu__swap(save, to): push the callee-saved registers (rbp, rbx, r12-r15) and the control words
+   (MXCSR, x87) on the running stack, store the stack pointer in *save, take `to` as the stack pointer and
+   pop the same from it: back in the fiber that saved it, or at tfm_emu__start in a fresh one
+   (tfm_emu__enter_thread lays out its stack), which calls tfm_emu__fiber_main on a 16-byte aligned stack.
+   Local symbols: the emulation lives in one file of a program. */
+extern "C" void tfm_emu__swap(void **save, void *to);
+extern "C" void tfm_emu__start(void);
+extern "C" __attribute__((used, visibility("hidden"))) void tfm_emu__fiber_entry(void) { tfm_emu__fiber_main(); }
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".type tfm_emu__swap, @function\n"
+        "tfm_emu__swap:\n"
+        "    pushq %rbp\n    pushq %rbx\n    pushq %r12\n    pushq %r13\n    pushq %r14\n    pushq %r15\n"
+        "    subq $8, %rsp\n    stmxcsr (%rsp)\n    fnstcw 4(%rsp)\n"
+        "    movq %rsp, (%rdi)\n"
+        "    movq %rsi, %rsp\n"
+        "    ldmxcsr (%rsp)\n    fldcw 4(%rsp)\n    addq $8, %rsp\n"
+        "    popq %r15\n    popq %r14\n    popq %r13\n    popq %r12\n    popq %rbx\n    popq %rbp\n"
+        "    ret\n"
+        ".size tfm_emu__swap, .-tfm_emu__swap\n"
+        ".p2align 4\n"
+        ".type tfm_emu__start, @function\n"
+        "tfm_emu__start:\n"
+        "    andq $-16, %rsp\n"
+        "    call tfm_emu__fiber_entry\n"
+        "    ud2\n"
+        ".size tfm_emu__start, .-tfm_emu__start\n");
+#endif
 /* the thread to run after thread i blocked or returned (i itself if it may go on), -1 if none may */
 static inline int tfm_emu__next(int i) {
     tfm_emu__state &g = tfm_emu__g;
@@ -785,15 +814,33 @@ static inline void tfm_emu__enter_thread(int i, char *stack) {
         mprotect(m, page, PROT_NONE); /* guard page: an overflowing fiber stack faults */
         f.stack = (char *)m + page;
         (void)VALGRIND_STACK_REGISTER(f.stack, f.stack + TFM_EMU_STACK);
+#if !TFM_EMU__ASM
         getcontext(&f.uc); /* once: makecontext needs a context to start from */
+#endif
     }
-    f.uc.uc_stack.ss_sp = f.run_stack = f.stack;
+    f.run_stack = f.stack;
+#if TFM_EMU__ASM
+    { /* what tfm_emu__swap pops, at the top of the stack: the control words (the running thread's), six
+         registers, and tfm_emu__start as the return address */
+        void **sp = (void **)(f.stack + TFM_EMU_STACK);
+        uint32_t csr;
+        uint16_t cw;
+        __asm__ volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(csr), "=m"(cw));
+        *--sp = nullptr;
+        *--sp = (void *)tfm_emu__start;
+        for (int k = 0; k < 6; k++) *--sp = nullptr;
+        *--sp = (void *)(uintptr_t)(csr | (uint64_t)cw << 32);
+        f.sp = sp;
+    }
+#else
+    f.uc.uc_stack.ss_sp = f.stack;
     f.uc.uc_stack.ss_size = TFM_EMU_STACK;
     f.uc.uc_link = nullptr;
     makecontext(&f.uc, tfm_emu__fiber_main, 0);
 #ifdef TFM_EMU__ASAN
     f.uc.uc_stack.ss_sp = nullptr; /* keep ASan's swapcontext interceptor off the stack's shadow */
     f.uc.uc_stack.ss_size = 0;
+#endif
 #endif
 }
 __attribute__((noreturn)) static inline void tfm_emu__deadlock(void) {
@@ -807,15 +854,6 @@ __attribute__((noreturn)) static inline void tfm_emu__deadlock(void) {
     }
     tfm_emu__fatal("deadlock: no thread can go on (%d have not returned); %s%s%s", g.n_live, a, b[0] ? "; " : "", b);
 }
-#if TFM_EMU__JMP
-/* Switch from fiber `from` to `to` (fresh: entered at its start); back here when `from` is switched to.
-   Its own function, so that no caller's variable lives across the setjmp. */
-__attribute__((noinline)) static void tfm_emu__jump(tfm_emu__fiber *from, tfm_emu__fiber *to, bool fresh) {
-    if (__builtin_setjmp(from->jb) != 0) return;
-    if (fresh) setcontext(&to->uc);
-    __builtin_longjmp(to->jb, 1);
-}
-#endif
 /* the running thread waits (its state says at what): release what its arrival completes, run others */
 static inline void tfm_emu__yield(void) {
     tfm_emu__state &g = tfm_emu__g;
@@ -826,13 +864,11 @@ static inline void tfm_emu__yield(void) {
     int nx = tfm_emu__next(me);
     if (nx == me) return;
     if (nx < 0) tfm_emu__deadlock();
-    bool fresh = !g.fibers[nx].started;
     tfm_emu__enter_thread(nx, nullptr);
     TFM_EMU__SWITCH_START(&f.fake, g.fibers[nx].run_stack, TFM_EMU_STACK);
-#if TFM_EMU__JMP
-    tfm_emu__jump(&f, &g.fibers[nx], fresh);
+#if TFM_EMU__ASM
+    tfm_emu__swap(&f.sp, g.fibers[nx].sp);
 #else
-    (void)fresh;
     swapcontext(&f.uc, &g.fibers[nx].uc);
 #endif
     TFM_EMU__SWITCH_FINISH(f.fake, nullptr, nullptr);
@@ -858,8 +894,8 @@ static inline void tfm_emu__fiber_main(void) {
         TFM_EMU__SWITCH_START(nullptr, nx < 0 ? g.host_lo : g.fibers[nx].run_stack,
                               nx < 0 ? g.host_size : TFM_EMU_STACK);
         /* this fiber is done: its fake stack dies with it */
-#if TFM_EMU__JMP
-        __builtin_longjmp(nx < 0 ? g.host_jb : g.fibers[nx].jb, 1);
+#if TFM_EMU__ASM
+        tfm_emu__swap(&f.sp, nx < 0 ? g.host_sp : g.fibers[nx].sp);
 #else
         setcontext(nx < 0 ? &g.host : &g.fibers[nx].uc);
 #endif
@@ -891,8 +927,8 @@ static inline void tfm_emu__run_block(void) {
     tfm_emu__enter_thread(first, nullptr);
     g.from_host = true;
     TFM_EMU__SWITCH_START(&g.host_fake, g.fibers[first].run_stack, TFM_EMU_STACK);
-#if TFM_EMU__JMP
-    if (__builtin_setjmp(g.host_jb) == 0) setcontext(&g.fibers[first].uc); /* back when every thread has returned */
+#if TFM_EMU__ASM
+    tfm_emu__swap(&g.host_sp, g.fibers[first].sp); /* back when every thread has returned */
 #else
     swapcontext(&g.host, &g.fibers[first].uc); /* back when every thread has returned */
 #endif

@@ -70,8 +70,8 @@
 /* ---- harness ------------------------------------------------------------------------------------ */
 
 /* --small: short shape lists and 20 training steps instead of 100. The emulation's default: it runs
-   every GPU thread as a fiber, with a switch at each barrier or shuffle, so the full lists take about 4.5
-   minutes on one core there (2 small); --full asks for them anyway. */
+   every GPU thread as a fiber, with a switch at each barrier or shuffle, so the full lists take about 3.5
+   minutes on one core there (1.5 small); --full asks for them (make test-cuda-emu's plain run). */
 #ifdef TFM_CUDA_EMULATION
 static int cu_small = 1;
 #else
