@@ -183,7 +183,8 @@
 /* How fibers switch: on x86-64 (ELF, gcc or clang) tfm_emu__swap below, which saves and restores the
    callee-saved registers and the FPU control words on the fibers' stacks (swapcontext also sets the
    signal mask, a system call: most of an emulated barrier's cost, with or without ASan); elsewhere
-   ucontext's swapcontext. */
+   ucontext's swapcontext. A process with x86's user shadow stacks turned on (CET) would refuse
+   tfm_emu__swap's return into another stack: build it with -DTFM_EMU__ASM=0 there. */
 #ifndef TFM_EMU__ASM
 #if defined(__x86_64__) && defined(__ELF__) && defined(__GNUC__)
 #define TFM_EMU__ASM 1
