@@ -18,10 +18,11 @@
    __syncthreads (then the next warp runs): a missing barrier between warps shows. Blocks whose
    x + y + z is odd take the threads the other way round (the last first), so it shows whichever side of
    it the early warps are on. The order is fixed, so results are deterministic. A thread that starts
-   after one that returned takes over its stack, so a kernel without barriers costs no switch per thread; each wait
-   at a barrier or warp op costs one switch (on x86-64 a few registers saved and restored, tfm_emu__swap;
-   elsewhere swapcontext, a system call). Each warp keeps a mask of its lanes in each state and, while all its waiting lanes
-   wait at the same warp op, one of them to check a new arrival against. threadIdx, blockIdx,
+   after one that returned takes over its stack, so a kernel without barriers costs no switch per
+   thread; each wait at a barrier or warp op costs one switch (on x86-64 a few registers saved and
+   restored, tfm_emu__swap; elsewhere swapcontext, a system call). Each warp keeps a mask of its lanes
+   in each state and, while all its waiting lanes wait at the same warp op, one of them to check a new
+   arrival against. threadIdx, blockIdx,
    blockDim and gridDim are read-only references to the running thread's coordinates (a local of the
    same name shadows them, as with nvcc's built-ins); warpSize is 32. A warp is the threads tid/32 of
    the block, tid = x + y*bx + z*bx*by. The emulated device: compute capability 9.0, 4 SMs (so that
@@ -69,8 +70,7 @@
    - no thread can go on while some have not returned: abort (deadlock).
    Under ASan the fiber switches are annotated (no false positives; stack overruns in kernels are found;
    with swapcontext, off x86-64, ASan prints one "doesn't fully support makecontext/swapcontext"
-   warning); under valgrind the fiber
-   stacks are registered when <valgrind/valgrind.h> is there.
+   warning); under valgrind the fiber stacks are registered when <valgrind/valgrind.h> is there.
 
    WHAT IT DOES NOT
    - no memory model: blocks run one at a time, so races between blocks, a missing __threadfence or a
@@ -665,14 +665,18 @@ static inline void tfm_emu__set(int i, int s) {
     g.lanes[s][i >> 5] |= 1u << (i & 31);
     f.state = s;
 }
+/* the lanes of warp w that have not returned */
+static inline unsigned tfm_emu__live(int w) {
+    const tfm_emu__state &g = tfm_emu__g;
+    return g.lanes[TFM_EMU__RUN][w] | g.lanes[TFM_EMU__SYNC][w] | g.lanes[TFM_EMU__WARP][w];
+}
 /* Release the waiting groups of the warp starting at thread w0 whose lanes have all arrived. A group
    is the lanes of a mask that exist and have not returned; they all wait with that mask (checked on
    arrival). */
 static inline void tfm_emu__release_warp(int w0) {
     tfm_emu__state &g = tfm_emu__g;
     int n = g.nthreads - w0 < 32 ? g.nthreads - w0 : 32, w = w0 >> 5;
-    unsigned waiting = g.lanes[TFM_EMU__WARP][w], released = 0;
-    unsigned live = g.lanes[TFM_EMU__RUN][w] | g.lanes[TFM_EMU__SYNC][w] | waiting;
+    unsigned waiting = g.lanes[TFM_EMU__WARP][w], released = 0, live = tfm_emu__live(w);
     for (unsigned todo = waiting; todo;) { /* a group at a time */
         int l = __builtin_ctz(todo);
         const tfm_emu__fiber &f0 = g.fibers[w0 + l];
@@ -1126,10 +1130,8 @@ struct tfm_emu__at {
 #define __any_sync(...) (tfm_emu__at{__FILE__, __LINE__}.any(__VA_ARGS__))
 #define __all_sync(...) (tfm_emu__at{__FILE__, __LINE__}.all(__VA_ARGS__))
 static inline unsigned __activemask(void) {
-    tfm_emu__state &g = tfm_emu__g;
-    int w0 = tfm_emu__g.cur & ~31;
     (void)tfm_emu__self("__activemask");
-    return g.lanes[TFM_EMU__RUN][w0 >> 5] | g.lanes[TFM_EMU__SYNC][w0 >> 5] | g.lanes[TFM_EMU__WARP][w0 >> 5];
+    return tfm_emu__live(tfm_emu__g.cur >> 5);
 }
 
 /* Static shared memory (TFM__SHARED): the array of this declaration site in this block. */

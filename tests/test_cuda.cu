@@ -679,10 +679,6 @@ static void cu_op_argmax(void) {
     }
 }
 
-/* layernorm forward (with and without gain, bias and saved statistics; rows with a mean of 10, where
-   the variance cancels; after a residual add, fused on the GPU) and backward, with the residual NULL (dx written), dx itself (accumulate), a
-   separate buffer, and dx left out; dg and db accumulate, or are left out. The same for RMSNorm (rms: no
-   mean, no bias). */
 /* The largest mean |a + b| over N rows of C floats (b may be NULL): the size of the terms each row's mean
    sums, which its rounding error scales with; the mean itself may cancel to far less (a row of 1024
    normals of sd 2 whose mean came out 5.6e-4, 1e-8 apart on the two devices: 2e-5 of the mean, 7e-9 of
@@ -697,6 +693,10 @@ static double cu_mean_abs(const float *a, const float *b, int64_t N, int64_t C) 
     return mx;
 }
 
+/* layernorm forward (with and without gain, bias and saved statistics; rows with a mean of 10, where
+   the variance cancels; after a residual add, fused on the GPU) and backward, with the residual NULL (dx written), dx itself (accumulate), a
+   separate buffer, and dx left out; dg and db accumulate, or are left out. The same for RMSNorm (rms: no
+   mean, no bias). The saved mean is compared relative to the size of its terms (cu_mean_abs). */
 static void cu_op_layernorm(void) {
     cu_nc sh[CU_MAX_SHAPES];
     cu_rng g = {16};

@@ -323,8 +323,9 @@ static int all_ranks(int ok) {
     return ok;
 }
 
-/* A forward and a loss-weighted backward of step s's rows on this rank, added to m's gradients. */
-static void local_backward(tfm_dist *dist, tfm_model *m, int s) {
+/* The LM's forward over step s's rows on this rank; returns the loss scale of its backward (its share of
+   the global batch's targets, as ddp_step weighs it). */
+static float local_forward(tfm_dist *dist, tfm_model *m, int s) {
     data d;
     tfm_batch b;
     int64_t r0, r1, n = 0, gn = 0;
@@ -334,7 +335,7 @@ static void local_backward(tfm_dist *dist, tfm_model *m, int s) {
     b = rows(TFM_MODEL_DECODER_LM, &d, (int)r0, (int)(r1 - r0));
     OK(tfm_model_forward(m, &b, &l, &n));
     OK(tfm_dist_reduce_loss(dist, l, n, &gl, &gn));
-    OK(tfm_model_backward(m, (float)((double)dist->size * (double)n / (double)gn)));
+    return (float)((double)dist->size * (double)n / (double)gn);
 }
 
 /* Gradients are averaged once, and only once: after tfm_dist_backward a rank's own change to them
@@ -353,18 +354,7 @@ static void run_averaged(tfm_dist *dist) {
     tfm_model_flat(&m, 1, &n);
     /* step A's mean, then each rank adds its own offset: the all-reduce leaves it */
     tfm_model_zero_grad(&m);
-    {
-        data d;
-        tfm_batch b;
-        int64_t r0, r1, nt = 0, gn = 0;
-        float l = 0, gl = 0;
-        make_data(TFM_MODEL_DECODER_LM, 1, &d);
-        OK(tfm_dist_shard(dist, G, &r0, &r1));
-        b = rows(TFM_MODEL_DECODER_LM, &d, (int)r0, (int)(r1 - r0));
-        OK(tfm_model_forward(&m, &b, &l, &nt));
-        OK(tfm_dist_reduce_loss(dist, l, nt, &gl, &gn));
-        OK(tfm_dist_backward(dist, &m, (float)((double)dist->size * (double)nt / (double)gn)));
-    }
+    OK(tfm_dist_backward(dist, &m, local_forward(dist, &m, 1)));
     a = flat_host(&m, 1);
     h = (float *)malloc((size_t)n * sizeof(float));
     if (!h) exit(2);
@@ -378,11 +368,11 @@ static void run_averaged(tfm_dist *dist) {
     free(r);
     /* step B's gradients added on top of A's mean: the backward takes the mark away */
     grads_set(&m, a);
-    local_backward(dist, &m, 2);
+    OK(tfm_model_backward(&m, local_forward(dist, &m, 2)));
     OK(tfm_dist_allreduce_grads(dist, &m));
     r = flat_host(&m, 1);
     tfm_model_zero_grad(&m);
-    local_backward(dist, &m, 2);
+    OK(tfm_model_backward(&m, local_forward(dist, &m, 2)));
     OK(tfm_dist_allreduce_grads(dist, &m));
     bm = flat_host(&m, 1); /* step B's mean alone */
     lo = (float *)malloc((size_t)n * sizeof(float));
