@@ -1344,7 +1344,11 @@ TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path);
    on the CPU), so both read the same kernel source. TFM__HD marks the math both devices share. */
 #if defined(TFM_CUDA)
 #if defined(TFM_CUDA_EMULATION)
-#define TFM__LAUNCH(k, grid, block, smem, ...) tfm_emu_launch(k, tfm__cu.stream, (grid), (block), (smem), __VA_ARGS__)
+#define TFM__LAUNCH(k, grid, block, smem, ...)                                                                  \
+    do {                                                                                                        \
+        if (tfm__cu_op(#k, &k, (grid), (block), (smem), __VA_ARGS__))                                           \
+            tfm_emu_launch(k, tfm__cu.stream, (grid), (block), (smem), __VA_ARGS__);                            \
+    } while (0)
 #define TFM__SHARED(T, name, n) T *name = (T *)tfm_emu_shared(sizeof(T) * (size_t)(n))
 #define TFM__SHARED_DYN(T, name) T *name = (T *)tfm_emu_dyn_shared()
 #define TFM__HD __host__ __device__
@@ -1354,7 +1358,11 @@ TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path);
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <mma.h>
-#define TFM__LAUNCH(k, grid, block, smem, ...) k<<<(grid), (block), (smem), tfm__cu.stream>>>(__VA_ARGS__)
+#define TFM__LAUNCH(k, grid, block, smem, ...)                                                                  \
+    do {                                                                                                        \
+        if (tfm__cu_op(#k, &k, (grid), (block), (smem), __VA_ARGS__))                                           \
+            k<<<(grid), (block), (smem), tfm__cu.stream>>>(__VA_ARGS__);                                        \
+    } while (0)
 #define TFM__SHARED(T, name, n) __shared__ T name[n]
 #define TFM__SHARED_DYN(T, name) extern __shared__ T name[]
 #define TFM__HD __host__ __device__
@@ -4253,6 +4261,8 @@ static int tfm__bf16_store(tfm_device dev, int64_t cols) {
 
 #define TFM__CU_KEEP 8
 #define TFM__CU_KEEP_BYTES 4096
+#define TFM__CU_STEP_BYTES ((size_t)64 << 10) /* a recorded decoding step's staged arrays, at most */
+#define TFM__CU_STEP_PUTS 16
 /* What a thread keeps for its CUDA work: its cuBLAS handle, its device work space and the first error. */
 typedef struct tfm__cuda_ctx {
     cublasHandle_t blas;
@@ -4278,6 +4288,21 @@ typedef struct tfm__cuda_ctx {
                                  step's), updated to each new one */
     void *blas_ws;        /* device work space for cuBLAS while capturing */
     int capturing, cap_failed, graphs_off, graph_fails[2], graph_skip[2];
+    /* a decoding step's operations, recorded so that the next step replays its graph without a capture
+       when its operations are the same ("a step as one CUDA graph" below) */
+    int recording;        /* 1 while a decoding step's operations are recorded (its capture, or its dry run) */
+    int dry;              /* 1 in a dry run: operations are checked against rec[1], not queued */
+    unsigned char *rec[2]; /* [0] the record being made, [1] the decoding graph's (rec_n[1] 0: none) */
+    size_t rec_n[2], rec_cap[2], rec_at; /* rec_at: how much of rec[1] a dry run has matched */
+    int rec_bad;          /* a dry run's operation differed, or the record could not grow */
+    unsigned char *step_host; /* pinned: the host arrays a recorded step stages, at the same places every step */
+    unsigned char *step_dev;  /* device: their copies, in the same places */
+    size_t step_off;      /* bytes of both used by the step so far */
+    size_t step_puts[TFM__CU_STEP_PUTS][2]; /* the step's staged arrays (offset, bytes) and where they came from: */
+    const void *step_src[TFM__CU_STEP_PUTS]; /* the same bytes from the same place again are the same copy */
+    int n_step_puts;
+    cudaEvent_t step_done; /* recorded after each decoding graph: its copies out of step_host are done */
+    unsigned long long replays; /* decoding steps run by replaying their graph */
     int failed;
     char err[320];
 } tfm__cuda_ctx;
@@ -4357,6 +4382,11 @@ static void tfm__cuda_release(void) {
     if (tfm__cu.graph[1]) cudaGraphExecDestroy(tfm__cu.graph[1]);
     if (tfm__cu.cap) cudaStreamDestroy(tfm__cu.cap);
     if (tfm__cu.blas_ws) cudaFree(tfm__cu.blas_ws);
+    if (tfm__cu.step_host) cudaFreeHost(tfm__cu.step_host);
+    if (tfm__cu.step_dev) cudaFree(tfm__cu.step_dev);
+    if (tfm__cu.step_done) cudaEventDestroy(tfm__cu.step_done);
+    TFM_FREE(tfm__cu.rec[0], NULL);
+    TFM_FREE(tfm__cu.rec[1], NULL);
     memset(&tfm__cu, 0, sizeof tfm__cu);
 }
 
@@ -4429,10 +4459,20 @@ static float *tfm__cuda_host(size_t n) {
    use; NULL when it cannot be had (error kept). A copy from pageable memory waits for all the GPU's
    queued work before it starts; one from the ring does not, so the host runs ahead of the GPU. When
    the ring is used up, the host waits for the GPU once (every copy out of the ring is then done) and
-   starts over at its beginning. */
+   starts over at its beginning. A recorded decoding step stages in step_host instead, from its start
+   each step; past its TFM__CU_STEP_BYTES the step's capture fails. */
 static unsigned char *tfm__cuda_stage(size_t n) {
     unsigned char *p;
     n = TFM__CU_ROUND(n);
+    if (tfm__cu.recording) { /* a recorded decoding step: its own buffer, from its start every step */
+        if (tfm__cu.step_off + n > TFM__CU_STEP_BYTES) {
+            tfm__cu.cap_failed = 1;
+            return NULL;
+        }
+        p = tfm__cu.step_host + tfm__cu.step_off;
+        tfm__cu.step_off += n;
+        return p;
+    }
     if ((!tfm__cu.stage || tfm__cu.stage_off + n > TFM__CU_STAGE) && !tfm__cuda_uncaptured()) return NULL;
     if (!tfm__cu.stage) {
         void *q = NULL;
@@ -4484,16 +4524,89 @@ static void *tfm__cuda_kept(const void *src, size_t n) {
     return d;
 }
 
+/* -- a decoding step's record (see "a step as one CUDA graph" below) -- */
+
+/* n bytes at p that describe an operation of a recorded decoding step: appended to rec[0] (the step is
+   captured), or checked against rec[1] where the dry run has got to. */
+static void tfm__cu_note_bytes(const void *p, size_t n) {
+    tfm__cuda_ctx *c = &tfm__cu;
+    if (c->dry) {
+        if (!c->rec_bad && (c->rec_at + n > c->rec_n[1] || memcmp(c->rec[1] + c->rec_at, p, n))) c->rec_bad = 1;
+        c->rec_at += n;
+        return;
+    }
+    if (c->rec_n[0] + n > c->rec_cap[0]) {
+        size_t cap = TFM__MAX(2 * c->rec_cap[0], c->rec_n[0] + n + 4096);
+        unsigned char *q = (unsigned char *)TFM_MALLOC(cap, NULL);
+        if (!q) {
+            c->rec_bad = 1;
+            return;
+        }
+        if (c->rec_n[0]) memcpy(q, c->rec[0], c->rec_n[0]);
+        TFM_FREE(c->rec[0], NULL);
+        c->rec[0] = q;
+        c->rec_cap[0] = cap;
+    }
+    memcpy(c->rec[0] + c->rec_n[0], p, n);
+    c->rec_n[0] += n;
+}
+
+/* Every operation a step queues passes here first (the launch macro, the products, the copies): what
+   (the call's name, a string constant) and the arguments it is queued with. While a decoding step is
+   recorded they are noted by their bytes; returns whether the operation is to be queued (not in a dry
+   run). The arguments' bytes include any padding of a struct, which the callers clear. */
+static inline void tfm__cu_note_args(void) {}
+template <typename A, typename... R> static inline void tfm__cu_note_args(const A &a, const R &...r) {
+    tfm__cu_note_bytes(&a, sizeof a);
+    tfm__cu_note_args(r...);
+}
+template <typename... A> static inline int tfm__cu_op(const char *what, const A &...a) {
+    if (tfm__cu.recording) {
+        tfm__cu_note_bytes(&what, sizeof what);
+        tfm__cu_note_args(a...);
+    }
+    return !tfm__cu.dry;
+}
+
+/* n bytes of host memory src staged for a recorded decoding step: its copy in step_dev, at the offset its
+   bytes take in step_host (tfm__cuda_stage), so that a step that stages the same sizes in the same order
+   queues the same copies. Bytes the step has staged already from the same place are that copy (the
+   lengths, slots and positions each layer stages again); not those of another array that happen to be
+   equal (an id and a position), which would make the steps' copies differ by chance. */
+static void *tfm__cuda_step_put(const void *src, size_t n) {
+    tfm__cuda_ctx *c = &tfm__cu;
+    unsigned char *st;
+    size_t o;
+    int i;
+    for (i = 0; i < c->n_step_puts; i++)
+        if (c->step_src[i] == src && c->step_puts[i][1] == n && !memcmp(c->step_host + c->step_puts[i][0], src, n))
+            return c->step_dev + c->step_puts[i][0];
+    if (!(st = tfm__cuda_stage(n))) return c->step_dev; /* (the capture has failed: nothing runs) */
+    o = (size_t)(st - c->step_host);
+    memcpy(st, src, n);
+    if (c->n_step_puts < TFM__CU_STEP_PUTS) {
+        c->step_src[c->n_step_puts] = src;
+        c->step_puts[c->n_step_puts][0] = o;
+        c->step_puts[c->n_step_puts++][1] = n;
+    }
+    if (tfm__cu_op("cudaMemcpyAsync (step)", c->step_dev + o, st, n))
+        (void)tfm__cuda_ok(cudaMemcpyAsync(c->step_dev + o, st, n, cudaMemcpyHostToDevice, c->stream),
+                           "cudaMemcpyAsync (host to device)");
+    return c->step_dev + o;
+}
+
 /* n bytes from host memory src into the work space at *off (advanced by n rounded up to 256): the device
    copy, or NULL when src is NULL. Up to a quarter of TFM__CU_STAGE the bytes go through the pinned ring
-   (tfm__cuda_stage: the host does not wait), larger arrays (a big attention mask) straight from src. A
-   launcher checks tfm__cu.failed after its copies: a kernel never runs on ids or lengths that did not
-   arrive (stale ones could index out of bounds). */
+   (tfm__cuda_stage: the host does not wait), larger arrays (a big attention mask) straight from src; in
+   a recorded decoding step, through its own staging instead (tfm__cuda_step_put). A launcher checks
+   tfm__cu.failed after its copies: a kernel never runs on ids or lengths that did not arrive (stale ones
+   could index out of bounds). */
 static void *tfm__cuda_put(unsigned char *ws, size_t *off, const void *src, size_t n) {
     unsigned char *d = ws + *off, *st = NULL;
     if (!src) return NULL;
     *off += (n + 255) & ~(size_t)255;
     if (!n) return d;
+    if (tfm__cu.recording) return tfm__cuda_step_put(src, n);
     if (n <= TFM__CU_STAGE / 4) {
         if (!(st = tfm__cuda_stage(n))) return d;
         memcpy(st, src, n);
@@ -4508,7 +4621,7 @@ static void *tfm__cuda_put(unsigned char *ws, size_t *off, const void *src, size
 static void *tfm__cuda_put_kept(unsigned char *ws, size_t *off, const void *src, size_t n) {
     unsigned char *d = ws + *off;
     void *k;
-    if (!src || !n || n > TFM__CU_KEEP_BYTES) return tfm__cuda_put(ws, off, src, n);
+    if (!src || !n || n > TFM__CU_KEEP_BYTES || tfm__cu.recording) return tfm__cuda_put(ws, off, src, n);
     *off += (n + 255) & ~(size_t)255;
     k = tfm__cuda_kept(src, n);
     return k ? k : d;
@@ -4525,32 +4638,58 @@ static void tfm__cuda_copy(void *dst, const void *src, size_t n) {
    training step of a small model likewise. Instead the step's work is captured (queued on the thread's
    own non-blocking stream while it captures: kept, not run), and the graph runs in one launch on the
    legacy stream, in order with everything else. The thread's executable graph of that kind is updated
-   to each new capture (cudaGraphExecUpdate: the same operations with new arguments, as the cache's
-   lengths grow or a new batch comes) and made anew when the operations differ. Nothing may allocate or
-   wait while capturing: a step that would (a work space too small, the staging ring used up, a result
-   read back) fails its capture, nothing of it has run, and the caller runs it again as usual
-   (tfm__decode_step, tfm_model_train_step). After a failure the next 2, 4, ... 64 steps of that kind
-   run without capture. */
+   to each new capture (cudaGraphExecUpdate: the same operations with new arguments, as a new batch
+   comes) and made anew when the operations differ. Nothing may allocate or wait while capturing: a step
+   that would (a work space too small, the staging ring used up, a result read back) fails its capture,
+   nothing of it has run, and the caller runs it again as usual (tfm__decode_step, tfm_model_train_step).
+   After a failure the next 2, 4, ... 64 steps of that kind run without capture.
+   A decoding step's graph is replayed by the next step when that would queue the same operations with
+   the same arguments, which is the rule once a call's first step is captured: the step's host arrays
+   are staged at the same places every step (step_host, copied by the graph to step_dev: tfm__cuda_step_put)
+   and nothing else a step passes grows with the cache's lengths. Each operation of a captured step is
+   noted (tfm__cu_op: its name and arguments' bytes); the next step first runs dry, inside an empty
+   capture, checking its operations against that record instead of queuing them, and launches the graph
+   again when all of it matched and nothing was captured; else it is captured. */
 #define TFM__CU_BLAS_WS ((size_t)32 << 20) /* what cuBLAS asks for on Hopper */
 #define TFM__CU_GRAPH_DECODE 0
 #define TFM__CU_GRAPH_TRAIN 1
 
-/* Begin capturing this thread's work for a step of `kind` (TFM__CU_GRAPH_*); 0 (nothing begun) when
-   graphs are off, backing off, or a part cannot be had. */
-static int tfm__cuda_capture_begin(int kind) {
+/* A recorded decoding step's staging (step_host, step_dev) and the event after the decoding graph, made
+   at the first use; 0 when they cannot be had. The step is to write step_host, which the last decoding
+   graph copied from: waits until it has run (mostly it has: the host read that step's logits). */
+static int tfm__cuda_step_ready(void) {
     tfm__cuda_ctx *c = &tfm__cu;
+    void *p = NULL;
+    if (!c->step_host && cudaMallocHost(&p, TFM__CU_STEP_BYTES) == cudaSuccess) c->step_host = (unsigned char *)p;
+    if (c->step_host && !c->step_dev && cudaMalloc(&p, TFM__CU_STEP_BYTES) == cudaSuccess)
+        c->step_dev = (unsigned char *)p;
+    if (!c->step_dev || (!c->step_done && cudaEventCreateWithFlags(&c->step_done, cudaEventDisableTiming) != cudaSuccess) ||
+        cudaEventSynchronize(c->step_done) != cudaSuccess)
+        return 0;
+    c->step_off = 0;
+    c->n_step_puts = 0;
+    return 1;
+}
+
+/* Begin capturing this thread's work for a step of `kind` (TFM__CU_GRAPH_*); 0 (nothing begun) when
+   graphs are off, backing off, or a part cannot be had. A decoding step's operations are recorded too;
+   dry: the step's dry run, checked against the decoding graph's record (0 when there is none). */
+static int tfm__cuda_capture_begin(int kind, int dry) {
+    tfm__cuda_ctx *c = &tfm__cu;
+    int rec = kind == TFM__CU_GRAPH_DECODE;
     int wrap = c->stage_off > TFM__CU_STAGE / 4 * 3; /* a step gets a quarter of the ring: start over first */
     if (c->graphs_off || c->failed) return 0;
     if (c->graph_skip[kind] > 0) {
-        c->graph_skip[kind]--;
+        if (!dry) c->graph_skip[kind]--;
         return 0;
     }
+    if (dry && (!c->graph[kind] || !c->rec_n[1])) return 0;
     /* what the step might otherwise allocate while capturing: the stream, cuBLAS and its work space, the
-       kept arrays, the pinned read-back, room in the staging ring */
+       kept arrays, the pinned read-back, room in the staging ring, a decoding step's own staging */
     if ((!c->cap && cudaStreamCreateWithFlags(&c->cap, cudaStreamNonBlocking) != cudaSuccess) ||
         (!c->blas_ws && cudaMalloc(&c->blas_ws, TFM__CU_BLAS_WS) != cudaSuccess) || !tfm__cuda_blas(c->tf32) ||
         (!c->pin && cudaMallocHost(&c->pin, 256) != cudaSuccess) ||
-        !tfm__cuda_kept_space() || !tfm__cuda_stage(wrap ? TFM__CU_STAGE / 4 : 0) ||
+        !tfm__cuda_kept_space() || !tfm__cuda_stage(wrap ? TFM__CU_STAGE / 4 : 0) || (rec && !tfm__cuda_step_ready()) ||
         cublasSetStream(c->blas, c->cap) != CUBLAS_STATUS_SUCCESS ||
         cublasSetWorkspace(c->blas, c->blas_ws, TFM__CU_BLAS_WS) != CUBLAS_STATUS_SUCCESS ||
         cudaStreamBeginCapture(c->cap, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
@@ -4563,20 +4702,48 @@ static int tfm__cuda_capture_begin(int kind) {
     c->stream = c->cap;
     c->capturing = 1;
     c->cap_failed = 0;
+    c->recording = rec;
+    c->dry = dry;
+    c->rec_bad = 0;
+    c->rec_at = 0;
+    if (!dry) c->rec_n[0] = 0;
     return 1;
 }
 
+/* Launch the graph of `kind`: a decoding graph is followed by step_done */
+static void tfm__cuda_graph_launch(int kind) {
+    tfm__cuda_ctx *c = &tfm__cu;
+    (void)tfm__cuda_ok(cudaGraphLaunch(c->graph[kind], 0),
+                       kind == TFM__CU_GRAPH_TRAIN ? "cudaGraphLaunch (a training step)" : "cudaGraphLaunch (a decoding step)");
+    if (kind == TFM__CU_GRAPH_DECODE) (void)tfm__cuda_ok(cudaEventRecord(c->step_done, 0), "cudaEventRecord");
+}
+
 /* End the capture of a step of `kind` and launch its graph: 1 when the step's work has been queued, 0
-   when none of it was (the kept arrays are then forgotten: their copies were captured, not run). */
+   when none of it was (the kept arrays are then forgotten: their copies were captured, not run). A dry
+   run's capture must be empty (every operation was checked, none queued) and its record all of the
+   decoding graph's: then that graph is launched again, with the step's arrays in step_host; else 0, and
+   the step is captured. */
 static int tfm__cuda_capture_end(int kind) {
     tfm__cuda_ctx *c = &tfm__cu;
     cudaGraph_t g = NULL;
     cudaGraphExec_t *x = &c->graph[kind];
     cudaGraphExecUpdateResultInfo info;
-    int ok = cudaStreamEndCapture(c->cap, &g) == cudaSuccess && g && !c->cap_failed, i;
+    int ok = cudaStreamEndCapture(c->cap, &g) == cudaSuccess && g && !c->cap_failed, i, dry = c->dry;
     c->capturing = 0;
+    c->recording = 0;
+    c->dry = 0;
     c->stream = 0;
     (void)cublasSetStream(c->blas, 0); /* and cuBLAS's own work space again */
+    if (dry) {
+        size_t nodes = 1;
+        ok = ok && !c->rec_bad && c->rec_at == c->rec_n[1] && cudaGraphGetNodes(g, NULL, &nodes) == cudaSuccess && !nodes;
+        if (g) (void)cudaGraphDestroy(g);
+        (void)cudaGetLastError();
+        if (!ok) return 0;
+        c->replays++;
+        tfm__cuda_graph_launch(kind);
+        return 1;
+    }
     if (ok && *x && cudaGraphExecUpdate(*x, g, &info) != cudaSuccess) {
         (void)cudaGetLastError(); /* not an error: the operations differ */
         (void)cudaGraphExecDestroy(*x);
@@ -4585,8 +4752,13 @@ static int tfm__cuda_capture_end(int kind) {
     if (ok && !*x && cudaGraphInstantiate(x, g, 0) != cudaSuccess) *x = NULL;
     if (g) (void)cudaGraphDestroy(g);
     if (ok && *x) { /* queued: a failure now is the step's own, reported as any launch's */
-        (void)tfm__cuda_ok(cudaGraphLaunch(*x, 0),
-                           kind == TFM__CU_GRAPH_TRAIN ? "cudaGraphLaunch (a training step)" : "cudaGraphLaunch (a decoding step)");
+        if (kind == TFM__CU_GRAPH_DECODE) { /* the graph's record: rec[0] */
+            unsigned char *r = c->rec[1];
+            size_t cap = c->rec_cap[1];
+            c->rec[1] = c->rec[0], c->rec_cap[1] = c->rec_cap[0], c->rec_n[1] = c->rec_bad ? 0 : c->rec_n[0];
+            c->rec[0] = r, c->rec_cap[0] = cap, c->rec_n[0] = 0;
+        }
+        tfm__cuda_graph_launch(kind);
         c->graph_fails[kind] = 0;
         return 1;
     }
@@ -5422,7 +5594,8 @@ static __global__ void tfm__k_attn_dkv_tiled(tfm__attn_args a, const float *q, c
 /* -- launchers: the dispatch entries' CUDA side (arguments checked by the public functions) -- */
 
 static void tfm__zero_cuda(float *x, int64_t n) {
-    if (n > 0) (void)tfm__cuda_ok(cudaMemsetAsync(x, 0, (size_t)n * sizeof(float), tfm__cu.stream), "cudaMemsetAsync");
+    if (n > 0 && tfm__cu_op("cudaMemsetAsync", x, n))
+        (void)tfm__cuda_ok(cudaMemsetAsync(x, 0, (size_t)n * sizeof(float), tfm__cu.stream), "cudaMemsetAsync");
 }
 
 /* Whether p is host memory (pageable or pinned) and not the device's. */
@@ -5446,19 +5619,23 @@ static void tfm__copy_rows_cuda(float *dst, int64_t ldd, const float *src, int64
         int64_t r;
         if (!st) return;
         for (r = 0; r < n; r++) memcpy(st + (size_t)r * row, src + r * lds, row);
-        (void)tfm__cuda_ok(cudaMemcpy2DAsync(dst, (size_t)ldd * sizeof(float), st, row, row, (size_t)n, cudaMemcpyHostToDevice,
-                                             tfm__cu.stream),
-                           "cudaMemcpy2DAsync (host to device)");
+        if (tfm__cu_op("cudaMemcpy2DAsync (host to device)", dst, ldd, st, row, n))
+            (void)tfm__cuda_ok(cudaMemcpy2DAsync(dst, (size_t)ldd * sizeof(float), st, row, row, (size_t)n,
+                                                 cudaMemcpyHostToDevice, tfm__cu.stream),
+                               "cudaMemcpy2DAsync (host to device)");
         return;
     }
     if (!add && lds == C && ldd == C) {
-        (void)tfm__cuda_ok(cudaMemcpyAsync(dst, src, (size_t)(n * C) * sizeof(float), cudaMemcpyDefault, tfm__cu.stream), "cudaMemcpyAsync");
+        if (tfm__cu_op("cudaMemcpyAsync", dst, src, n, C))
+            (void)tfm__cuda_ok(cudaMemcpyAsync(dst, src, (size_t)(n * C) * sizeof(float), cudaMemcpyDefault, tfm__cu.stream),
+                               "cudaMemcpyAsync");
         return;
     }
     if (!add && lds >= C && ldd >= C) {
-        (void)tfm__cuda_ok(cudaMemcpy2DAsync(dst, (size_t)ldd * sizeof(float), src, (size_t)lds * sizeof(float),
-                                             (size_t)C * sizeof(float), (size_t)n, cudaMemcpyDefault, tfm__cu.stream),
-                           "cudaMemcpy2DAsync");
+        if (tfm__cu_op("cudaMemcpy2DAsync", dst, ldd, src, lds, n, C))
+            (void)tfm__cuda_ok(cudaMemcpy2DAsync(dst, (size_t)ldd * sizeof(float), src, (size_t)lds * sizeof(float),
+                                                 (size_t)C * sizeof(float), (size_t)n, cudaMemcpyDefault, tfm__cu.stream),
+                               "cudaMemcpy2DAsync");
         return;
     }
     TFM__LAUNCH(tfm__k_copy_rows, tfm__cu_grid(n * C), TFM__CU_THREADS, 0, dst, ldd, src, lds, n, C, add,
@@ -5474,7 +5651,7 @@ static void tfm__scatter_rows_cuda(float *dst, int64_t ldd, const int64_t *drow,
     unsigned char *ws;
     const int64_t *d;
     if (B <= 0 || n <= 0 || C <= 0) return;
-    if (B == 1) {
+    if (B == 1 && !tfm__cu.recording) { /* (a recorded step's offsets are staged, so that its copy is the same) */
         tfm__copy_rows_cuda(dst + drow[0] * ldd, ldd, src, lds, n, C, 0);
         return;
     }
@@ -5549,6 +5726,9 @@ static void tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, con
         tfm__bf16_op op[2] = {{A, lda, sA, ta ? K : M, ta ? M : K, bf & 1, NULL, 0, 0}, /* A and B as stored */
                               {B, ldb, sB, tb ? N : K, tb ? K : N, bf & 2, NULL, 0, 0}};
         if (!tfm__bf16_operands_cuda(op, 2, batch)) return;
+        if (!tfm__cu_op("cublasGemmEx", h, ob, oa, N, M, K, alpha, op[1].out, op[1].ld, op[1].stride, op[0].out, op[0].ld,
+                        op[0].stride, beta, C, ldc, sC, batch))
+            return;
         if (batch == 1)
             (void)tfm__cublas_ok(cublasGemmEx(h, ob, oa, N, M, K, &alpha, op[1].out, CUDA_R_16BF, (int)op[1].ld, op[0].out,
                                               CUDA_R_16BF, (int)op[0].ld, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
@@ -5562,6 +5742,9 @@ static void tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, con
                                  "cublasGemmStridedBatchedEx");
         return;
     }
+    if (!tfm__cu_op("cublasSgemm", h, tfm__cu.blas_tf32, ob, oa, N, M, K, alpha, B, ldb, sB, A, lda, sA, beta, C, ldc, sC,
+                    batch))
+        return;
     if (batch == 1)
         (void)tfm__cublas_ok(cublasSgemm(h, ob, oa, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc), "cublasSgemm");
     else
@@ -6088,7 +6271,9 @@ static void tfm__gemm_batch_cuda(unsigned char *dptr, cudaDataType et, int ta, i
         da = (const void **)tfm__cuda_put(dptr, &off, pa, bytes);
         db = (const void **)tfm__cuda_put(dptr, &off, pb, bytes);
         dc = (void **)tfm__cuda_put(dptr, &off, pc, bytes);
-        if (tfm__cu.failed) return;
+        if (tfm__cu.failed ||
+            !tfm__cu_op("cublasGemmBatchedEx", h, tfm__cu.blas_tf32, ob, oa, N, M, K, alpha, db, da, dc, beta, c))
+            return;
         (void)tfm__cublas_ok(cublasGemmBatchedEx(h, ob, oa, N, M, K, &alpha, db, et, B->ld, da, et, A->ld, &beta, dc,
                                                  CUDA_R_32F, C->ld, c, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                              "cublasGemmBatchedEx");
@@ -6626,6 +6811,7 @@ static int tfm__attn_path(const tfm__attn_args *a) {
 
 static int tfm__attention_forward_cuda(const tfm__attn_args *a) {
     tfm__cu_attn_io io;
+    tfm__attn_args t;
     int path = tfm__attn_path(a), bm = path == 1 || path == 2, R = a->D <= 64 ? 4 : 2;
     size_t smem = (4 * (size_t)R * a->D + TFM__CU_TW * (2 * (size_t)a->D + 1)) * sizeof(float);
     unsigned grid = (unsigned)((a->Tq + 4 * R - 1) / (4 * R)) * (unsigned)(a->B * a->H);
@@ -6639,11 +6825,15 @@ static int tfm__attention_forward_cuda(const tfm__attn_args *a) {
         TFM__CU_LAUNCHED("tfm__k_attn_flash_fwd");
         return 1;
     }
+    memcpy(&t, a, sizeof t);
+    /* decoding against a cache: no row reads a key past its own position, so the keys' count can be the
+       cache's rows, and a step's launch is the same at every length (a decoding graph replays) */
+    if (a->q_off && a->bsk && a->causal && !a->mask && a->dropout == 0.0f) t.Tk = (int)(a->bsk / a->ldk);
     if (R == 4)
-        TFM__LAUNCH(tfm__k_attn_fwd_tiled<4>, grid, 128, smem, *a, a->q, a->k, a->v, a->out, a->lse, io.lens, io.rows, io.qoff,
+        TFM__LAUNCH(tfm__k_attn_fwd_tiled<4>, grid, 128, smem, t, a->q, a->k, a->v, a->out, a->lse, io.lens, io.rows, io.qoff,
                     io.mask);
     else
-        TFM__LAUNCH(tfm__k_attn_fwd_tiled<2>, grid, 128, smem, *a, a->q, a->k, a->v, a->out, a->lse, io.lens, io.rows, io.qoff,
+        TFM__LAUNCH(tfm__k_attn_fwd_tiled<2>, grid, 128, smem, t, a->q, a->k, a->v, a->out, a->lse, io.lens, io.rows, io.qoff,
                     io.mask);
     TFM__CU_LAUNCHED("tfm__k_attn_fwd_tiled");
     return 1;
@@ -10097,7 +10287,7 @@ static int tfm__train_step_graph(tfm_model *m, const tfm_batch *b, const tfm_opt
     int kind = m->cfg.kind, ok;
     int64_t rows = (int64_t)b->batch * (kind == TFM_MODEL_ENCODER_CLASSIFIER ? 1 : kind == TFM_MODEL_DECODER_LM ? b->len : b->tgt_len);
     double ss;
-    if (!tfm__cuda_host((size_t)rows) || !tfm__cuda_capture_begin(TFM__CU_GRAPH_TRAIN)) return 0;
+    if (!tfm__cuda_host((size_t)rows) || !tfm__cuda_capture_begin(TFM__CU_GRAPH_TRAIN, 0)) return 0;
     ok = tfm__model_forward(m, b, NULL, NULL) == TFM_OK;
     if (ok) tfm_model_zero_grad(m);
     ok = ok && tfm__model_backward(m, 1.0f) == TFM_OK;
@@ -10354,13 +10544,15 @@ static float *tfm__host_logits(tfm_model *m, int64_t n) {
 }
 
 /* One decoding step: tfm__decode_into of one id for each of B rows. On the GPU as one CUDA graph where
-   it can be (tfm__cuda_capture_begin); when the capture fails none of it has run, and the step runs again
-   as usual from the cache's lengths before it. */
+   it can be: the last step's replayed after a dry run that matches its record, else a new capture
+   (tfm__cuda_capture_begin); when either fails none of it has run, and the step goes on from the
+   cache's lengths before it. */
 static void tfm__decode_step(tfm_model *m, tfm_kv_cache *kc, const int32_t *ids, int B, const float *memory, int S,
                              float *logits) {
 #if defined(TFM_CUDA)
-    if (m->impl->device == TFM_DEVICE_CUDA && tfm__cuda_capture_begin(TFM__CU_GRAPH_DECODE)) {
-        int src_len = kc->src_len, b;
+    int src_len = kc->src_len, b, dry;
+    for (dry = 1; m->impl->device == TFM_DEVICE_CUDA && dry >= 0; dry--) { /* a dry run (replay), else a capture */
+        if (!tfm__cuda_capture_begin(TFM__CU_GRAPH_DECODE, dry)) continue;
         tfm__decode_into(m, kc, ids, B, 1, NULL, memory, S, logits);
         if (tfm__cuda_capture_end(TFM__CU_GRAPH_DECODE)) return;
         for (b = 0; b < B; b++) kc->lens[b]--;

@@ -422,6 +422,7 @@ struct tfm_emu__state {
     bool cap_bad = false, replaying = false;
     std::vector<tfm_emu__node> cap_nodes;
     unsigned long long graph_launches = 0;            /* cudaGraphLaunch calls that ran */
+    unsigned long long captured_ops = 0;              /* operations in the graphs captures have made */
     std::vector<tfm_emu__node> *rec = nullptr;        /* where tfm_emu__record puts the next operation */
     unsigned long long legacy_ops = 0;                /* operations given to the legacy stream */
     bool eager = false;                               /* non-blocking streams run their work at the call */
@@ -503,6 +504,8 @@ static inline size_t tfm_emu_objects_in_use(void) {
 }
 /* cudaGraphLaunch calls that ran their graph. */
 static inline unsigned long long tfm_emu_graph_launches(void) { return tfm_emu__g.graph_launches; }
+/* Operations (kernels, copies, products' kernels) in the graphs stream captures have made so far. */
+static inline unsigned long long tfm_emu_captured_ops(void) { return tfm_emu__g.captured_ops; }
 /* Kernels run so far (launches that failed are not counted). */
 static inline unsigned long long tfm_emu_launches(void) { return tfm_emu__g.launches; }
 /* Copies (cudaMemcpy*, host to device, device to host or device to device) and memsets so far, those of at
@@ -1936,6 +1939,7 @@ static inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *grap
         g.cap_nodes.clear();
         return tfm_emu__err(code ? code : g.sticky ? g.sticky : (int)cudaErrorStreamCaptureInvalidated);
     }
+    g.captured_ops += g.cap_nodes.size();
     *graph = new CUgraph_st{std::move(g.cap_nodes)};
     g.cap_nodes.clear();
     g.graphs.insert(*graph);
@@ -1998,6 +2002,13 @@ static inline cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
     if (!tfm_emu__g.graphs.erase(graph)) return tfm_emu__err(cudaErrorInvalidValue);
     delete graph;
     return tfm_emu__done();
+}
+/* The number of a graph's nodes (nodes: NULL; handles to them are not emulated). */
+static inline cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *num) {
+    if (cudaError_t e = tfm_emu__enter("cudaGraphGetNodes")) return e;
+    if (!num || nodes || !tfm_emu__g.graphs.count(graph)) return tfm_emu__err(cudaErrorInvalidValue);
+    *num = graph->nodes.size();
+    return cudaSuccess;
 }
 static inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
     if (cudaError_t e = tfm_emu__enter("cudaGraphExecDestroy", true)) return e;

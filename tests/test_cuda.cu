@@ -2823,22 +2823,66 @@ static void cu_gen_wide_beam(void) {
 
 /* Decoding steps as CUDA graphs (tfm_cuda_set_graphs): for each model of cu_gen_cfg, greedy decoding
    and beam search give the same ids and scores with graphs as without and as the CPU. Under the
-   emulation, each step is one graph launch, and a capture made to fail (broken, its update refused,
-   then its instantiation too) leaves that step to run launch by launch with the same ids and no error,
-   the next 2 steps too (backing off), as when a step's work space must grow while it is captured; a
-   failing graph launch is the call's error, as a kernel's.
+   emulation, each step is one graph launch, and every step of a call after its first replays the graph
+   of the step before (tfm__cuda_capture_end's dry run): the graphs hold the lengths, slots and ids of
+   their own step only through their copies, so a stale one would give other ids. With every step
+   captured (the record forgotten before each), a capture made to fail (broken, its update refused, then
+   its instantiation too) leaves that step to run launch by launch with the same ids and no error, the
+   next 2 steps too (backing off), as when a step's work space must grow while it is captured; a failing
+   graph launch is the call's error, as a kernel's. With replays: a dry run that fails (its capture
+   broken) leaves the step to be captured, with no back-off; a failing replay is the call's error.
    A bf16 model too: the same ids with graphs as without. */
 #ifdef TFM_CUDA_EMULATION
-/* on_token: at the third id, the thread's device work space is given up, so that the next step's capture
-   must grow it (and fails: nothing may allocate while capturing) */
-static int cu_drop_ws(void *user, int row, int32_t token) {
-    int *n = (int *)user;
+typedef struct cu_gen_hook_t {
+    int ids, no_replay, drop_ws, fail_dry, fail_launch; /* ids seen; what to do before the third step */
+} cu_gen_hook_t;
+/* on_token: before every step, forget the decoding graph's record (no_replay: each step is captured);
+   at the third id, give up the thread's device work space, so that the next step must grow it (and
+   cannot while it is captured), or make the next step's dry run or graph launch fail */
+static int cu_gen_hook(void *user, int row, int32_t token) {
+    cu_gen_hook_t *h = (cu_gen_hook_t *)user;
     (void)row;
     (void)token;
-    if (++*n == 3) cu_free_ws();
+    if (h->no_replay) tfm__cu.rec_n[1] = 0;
+    if (++h->ids != 3) return 0;
+    if (h->drop_ws) cu_free_ws();
+    if (h->fail_dry) tfm_emu_fail_next("cudaStreamEndCapture", cudaErrorStreamCaptureInvalidated, 0);
+    if (h->fail_launch) tfm_emu_fail_next("cudaGraphLaunch", cudaErrorInvalidValue, 0);
     return 0;
 }
+
 #endif
+
+/* A dry run (tfm__cuda_capture_begin with dry 1) replays the decoding graph only when its operations are
+   all the recorded ones, the same, and nothing else was queued: a record of one noted operation (an
+   empty graph) replays with it, not with another argument, nor without it, nor with an operation queued
+   besides that the record has not seen. */
+static void cu_graph_replay_rules(void) {
+    static const char *const what = "an operation";
+    unsigned long long r0;
+    float *x = NULL;
+    int k, ok;
+    tfm_scratch_release();
+    CHECK_OK(tfm_cuda_set_graphs(1));
+    CHECK(cudaMalloc((void **)&x, sizeof(float)) == cudaSuccess);
+    CHECK(!tfm__cuda_capture_begin(TFM__CU_GRAPH_DECODE, 1)); /* no record yet */
+    CHECK(tfm__cuda_capture_begin(TFM__CU_GRAPH_DECODE, 0));
+    CHECK(tfm__cu_op(what, 7, x)); /* captured: queued */
+    CHECK(tfm__cuda_capture_end(TFM__CU_GRAPH_DECODE));
+    r0 = tfm__cu.replays;
+    for (k = 0; k < 5; k++) {
+        CHECK(tfm__cuda_capture_begin(TFM__CU_GRAPH_DECODE, 1));
+        if (k != 3) CHECK(!tfm__cu_op(what, k == 1 ? 8 : 7, x)); /* dry: checked, not queued */
+        if (k == 2) (void)tfm__cuda_ok(cudaMemsetAsync(x, 0, sizeof(float), tfm__cu.stream), "cudaMemsetAsync");
+        if (k == 4) CHECK(!tfm__cu_op(what, 7, x));
+        ok = tfm__cuda_capture_end(TFM__CU_GRAPH_DECODE);
+        CHECK_MSG(ok == (k == 0), "dry run %d: replayed %d", k, ok);
+    }
+    CHECK_MSG(tfm__cu.replays - r0 == 1, "%llu replays, 1 expected", tfm__cu.replays - r0);
+    CHECK_OK(tfm__cuda_check("cu_graph_replay_rules"));
+    cudaFree(x);
+    tfm_scratch_release();
+}
 
 static void cu_gen_graphs(void) {
     int which;
@@ -2860,6 +2904,7 @@ static void cu_gen_graphs(void) {
 #ifdef TFM_CUDA_EMULATION
             unsigned long long g0 = tfm_emu_graph_launches(), launched;
 #endif
+            unsigned long long r0 = tfm__cu.replays;
             CHECK_OK(tfm_cuda_set_graphs(on));
             o.beam_width = 0;
             CHECK_OK(tfm_model_generate(&m[1], encdec ? src : NULL, 6, prompt, n_prompt, &o, got, &n_got));
@@ -2869,9 +2914,15 @@ static void cu_gen_graphs(void) {
             CHECK_MSG(launched == (unsigned long long)(on ? n_got - 1 : 0), "%s, graphs %s: %llu graph launches for %d steps",
                       kind, on ? "on" : "off", launched, n_got - 1);
 #endif
+            CHECK_MSG((long long)(tfm__cu.replays - r0) >= (on ? n_got - 2 : 0),
+                      "%s, graphs %s: %llu of %d steps replayed", kind, on ? "on" : "off", tfm__cu.replays - r0, n_got - 1);
+            r0 = tfm__cu.replays;
             o.beam_width = 3;
             CHECK_OK(tfm_model_beam_search(&m[1], encdec ? src : NULL, 6, prompt, n_prompt, &o, 2, bgot, 9, lg, sg, &fg));
             CHECK_MSG(fg == fw, "%s, graphs %s: beam search found %d, the CPU %d", kind, on ? "on" : "off", fg, fw);
+            CHECK_MSG((long long)(tfm__cu.replays - r0) >= (on ? lg[0] - n_prompt - 2 : 0),
+                      "%s, graphs %s: beam search replayed %llu steps for %d ids", kind, on ? "on" : "off",
+                      tfm__cu.replays - r0, lg[0] - n_prompt);
             for (k = 0; k < fw && k < 2; k++) {
                 cu_check_ids(cu_fmt("%s, graphs %s: beam hypothesis %d", kind, on ? "on" : "off", k), bgot + 9 * k, lg[k],
                              bwant + 9 * k, lw[k]);
@@ -2880,24 +2931,26 @@ static void cu_gen_graphs(void) {
         }
 #ifdef TFM_CUDA_EMULATION
         {
-            /* the third step's capture fails at each place in turn */
+            /* f < 5, every step captured: the third step's capture fails at each place in turn, or its
+               graph launch, or its work space must grow; f >= 5, with replays: the third step's dry run
+               fails, or its replay, or its work space must grow */
             static const char *const apis[3][2] = {{"cudaStreamEndCapture", NULL},
                                                    {"cudaGraphExecUpdate", NULL},
                                                    {"cudaGraphExecUpdate", "cudaGraphInstantiate"}};
             static const int codes[3] = {cudaErrorStreamCaptureInvalidated, cudaErrorGraphExecUpdateFailure, cudaErrorInvalidValue};
             int f;
             o.beam_width = 0;
-            for (f = 0; f < 5; f++) {
+            for (f = 0; f < 8; f++) {
                 unsigned long long g0, launched, expect;
                 tfm_result r;
-                int ids_seen = 0;
+                cu_gen_hook_t hook = {0, f < 5, f == 4 || f == 7, f == 5, f == 6};
                 CHECK_OK(tfm_cuda_set_graphs(1));
                 tfm_emu_fail_clear();
                 if (f < 4)
                     tfm_emu_fail_next(f < 3 ? apis[f][0] : "cudaGraphLaunch", f < 3 ? codes[f] : cudaErrorInvalidValue, 2);
                 if (f == 2) tfm_emu_fail_next(apis[f][1], cudaErrorInvalidValue, 0);
-                o.on_token = f == 4 ? cu_drop_ws : NULL; /* 4: the work space must grow in the third step */
-                o.on_token_user = &ids_seen;
+                o.on_token = cu_gen_hook;
+                o.on_token_user = &hook;
                 g0 = tfm_emu_graph_launches();
                 r = tfm_model_generate(&m[1], encdec ? src : NULL, 6, prompt, n_prompt, &o, got, &n_got);
                 o.on_token = NULL;
@@ -2905,15 +2958,17 @@ static void cu_gen_graphs(void) {
                 tfm_emu_fail_clear();
                 tfm_emu_reset();
                 launched = tfm_emu_graph_launches() - g0;
-                if (f == 3) { /* the launch's failure is the call's */
+                if (f == 3 || f == 6) { /* the launch's failure is the call's */
                     CHECK_MSG(r == TFM_E_CUDA && strstr(tfm_last_error(), "tfm_model_generate") &&
                                   strstr(tfm_last_error(), "cudaGraphLaunch"),
-                              "%s: a failing graph launch gave %d (%s)", kind, (int)r, tfm_last_error());
+                              "%s: failure %d: a failing graph launch gave %d (%s)", kind, f, (int)r, tfm_last_error());
                     continue;
                 }
                 CHECK_MSG(r == TFM_OK, "%s: failure %d: %s", kind, f, tfm_last_error());
                 cu_check_ids(cu_fmt("%s: capture failure %d", kind, f), got, n_got, want, n_want);
-                expect = (unsigned long long)(n_got - 1) - (f == 1 ? 0 : 3); /* the failed step and the 2 after it */
+                /* the failed step and the 2 after it run launch by launch; not after a refused update (the
+                   graph is made anew) or a failed dry run (the step is captured) */
+                expect = (unsigned long long)(n_got - 1) - (f == 1 || f == 5 ? 0 : 3);
                 CHECK_MSG(launched == expect, "%s: capture failure %d: %llu graph launches, %llu expected", kind, f, launched, expect);
             }
             CHECK_OK(tfm_cuda_set_graphs(1));
@@ -4686,6 +4741,7 @@ static void suite_generate(void) {
     RUN(cu_gen_window);
     RUN(cu_gen_wide_beam);
     RUN(cu_gen_graphs);
+    RUN(cu_graph_replay_rules);
 #ifdef TFM_CUDA_EMULATION
     RUN(cu_gen_step_ops);
 #endif
