@@ -4233,6 +4233,17 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
    thread: the tests compare. */
 static TFM__THREAD_LOCAL int tfm__bf16_acts_off;
 static int64_t tfm__bf16_ld(int64_t cols) { return (cols + 7) & ~(int64_t)7; }
+
+/* bf16 weights in generation: each product of a bf16 model call rounds its fp32 operands to bf16 first,
+   so a decoding step would round every weight once a token (6 bytes a parameter moved besides the
+   product's 2). A generation call of a bf16 model on the GPU (tfm__gen_enter) rounds the parameters
+   once at its start into the thread's device space, and its products take the weights from there as
+   they are (tfm__bf16_w_of): the same bits, one rounding to nearest even of the same values. The twin
+   holds the n floats from lo, as bf16 at bf; bf NULL: none (outside such a call, inside a nested one,
+   with tfm__bf16_acts_off, or when the space cannot be had). A weight changed during the call (from an
+   on_token callback) is not seen by its products. */
+typedef struct tfm__bf16_twin { const float *lo; int64_t n; const uint16_t *bf; } tfm__bf16_twin;
+static TFM__THREAD_LOCAL tfm__bf16_twin tfm__bf16_w;
 static int tfm__bf16_store(tfm_device dev, int64_t cols) {
     return dev == TFM_DEVICE_CUDA && tfm__model_prec == TFM_PREC_BF16 && !tfm__bf16_acts_off && tfm__bf16_ld(cols) <= 2 * cols;
 }
@@ -4269,6 +4280,8 @@ typedef struct tfm__cuda_ctx {
     int has_blas, tf32, blas_tf32;
     void *bf;           /* device space for a bf16 product's operands (tfm__gemm_cuda) */
     size_t bf_size;     /* its bytes */
+    void *wbf;          /* device space for a generation call's bf16 weights (tfm__bf16_w) */
+    size_t wbf_size;    /* its bytes */
     void *ws;           /* device work space: staged host arrays, partial sums */
     size_t ws_size;     /* its bytes */
     float *host;        /* pinned host buffer for results read back (the rows' losses) */
@@ -4374,6 +4387,7 @@ static void tfm__cuda_release(void) {
     if (tfm__cu.has_blas) cublasDestroy(tfm__cu.blas);
     if (tfm__cu.ws) cudaFree(tfm__cu.ws);
     if (tfm__cu.bf) cudaFree(tfm__cu.bf);
+    if (tfm__cu.wbf) cudaFree(tfm__cu.wbf);
     if (tfm__cu.host) cudaFreeHost(tfm__cu.host);
     if (tfm__cu.stage) cudaFreeHost(tfm__cu.stage);
     if (tfm__cu.kept) cudaFree(tfm__cu.kept);
@@ -5709,11 +5723,51 @@ static int tfm__bf16_operands_cuda(tfm__bf16_op *op, int n, int batch) {
     return 1;
 }
 
+/* The n floats of device memory at lo (a model's parameters) rounded to bf16 for a generation call
+   (tfm__bf16_w): the twin, or one with bf NULL when the thread's space for it cannot be had (the products
+   then round their operands as usual; not an error). The space grows here, outside any capture. */
+static tfm__bf16_twin tfm__bf16_weights_cuda(const float *lo, int64_t n) {
+    tfm__bf16_twin w = {lo, n, NULL};
+    size_t bytes = (size_t)n * sizeof(uint16_t);
+    if (n <= 0 || tfm__cu.failed || tfm__cu.capturing) return w;
+    if (tfm__cu.wbf_size < bytes) {
+        void *p = NULL;
+        if (tfm__cu.wbf) {
+            (void)cudaDeviceSynchronize(); /* the work queued on the old one is done */
+            cudaFree(tfm__cu.wbf);
+        }
+        tfm__cu.wbf = NULL;
+        tfm__cu.wbf_size = 0;
+        if (cudaMalloc(&p, bytes) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return w;
+        }
+        tfm__cu.wbf = p;
+        tfm__cu.wbf_size = bytes;
+    }
+    (void)tfm__bf16_operand_cuda((uint16_t *)tfm__cu.wbf, n, lo, n, 0, 1, n, 1);
+    w.bf = (const uint16_t *)tfm__cu.wbf;
+    return w;
+}
+
+/* The bf16 twin of a product's operand at src (rows x cols, rows of ld floats, stride s between matrices)
+   when a generation call holds the weights' (tfm__bf16_w) and the operand is one matrix inside them whose
+   rows start on 16 bytes, as the tensor cores load them; NULL else. */
+static const float *tfm__bf16_w_of(const float *src, int64_t ld, int64_t s, int64_t rows, int64_t cols) {
+    const tfm__bf16_twin *w = &tfm__bf16_w;
+    int64_t o;
+    if (!w->bf || s || src < w->lo || src >= w->lo + w->n) return NULL;
+    o = src - w->lo;
+    if (o % 8 || ld % 8 || o + (rows - 1) * ld + cols > w->n) return NULL;
+    return (const float *)(const void *)(w->bf + o);
+}
+
 /* Row-major C = alpha op(A) op(B) + beta C (batch of them, strided) is column-major C^T = op(B)^T op(A)^T:
    cuBLAS gets B first. In a model call of cfg.precision TFM_PREC_BF16 the operands are first rounded to
    bf16 (tfm__bf16_operand_cuda) and cuBLAS sums their products in fp32 on tensor cores (cublasGemmEx,
    CUBLAS_COMPUTE_32F); C stays fp32. bf: bit 1, A is bf16 already (a bf16 activation: rows of lda bf16
-   elements, one matrix), bit 2 the same for B; only in such a call. */
+   elements, one matrix), bit 2 the same for B; only in such a call. A weight in a generation call is
+   taken from its bf16 twin (tfm__bf16_w_of) and not rounded again. */
 static void tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, int64_t sA,
                            const float *B, int ldb, int64_t sB, float beta, float *C, int ldc, int64_t sC, int batch,
                            int bf) {
@@ -5723,6 +5777,10 @@ static void tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, con
     TFM_ASSERT(!bf || (prec == TFM_PREC_BF16 && !(bf & 1 && sA) && !(bf & 2 && sB)));
     if (M <= 0 || N <= 0 || batch <= 0 || !(h = tfm__cuda_blas(prec == TFM_PREC_TF32))) return;
     if (prec == TFM_PREC_BF16 && K > 0) {
+        const float *wa = bf & 1 ? NULL : tfm__bf16_w_of(A, lda, batch > 1 ? sA : 0, ta ? K : M, ta ? M : K);
+        const float *wb = bf & 2 ? NULL : tfm__bf16_w_of(B, ldb, batch > 1 ? sB : 0, tb ? N : K, tb ? K : N);
+        if (wa) A = wa, bf |= 1; /* a weight's bf16 twin (a generation call) */
+        if (wb) B = wb, bf |= 2;
         tfm__bf16_op op[2] = {{A, lda, sA, ta ? K : M, ta ? M : K, bf & 1, NULL, 0, 0}, /* A and B as stored */
                               {B, ldb, sB, tb ? N : K, tb ? K : N, bf & 2, NULL, 0, 0}};
         if (!tfm__bf16_operands_cuda(op, 2, batch)) return;
@@ -10859,11 +10917,31 @@ static tfm_result tfm__generate_run(const char *fn, tfm_model *m, int B, const i
     return tfm__scratch_check(fn);
 }
 
+/* A generation call's scope: the model's precision (tfm__prec_enter) and a bf16 model's weights on the
+   GPU rounded once for the call's products (tfm__bf16_w); tfm__gen_done restores both. */
+typedef struct tfm__gen_scope { int prec; tfm__bf16_twin w; } tfm__gen_scope;
+static tfm__gen_scope tfm__gen_enter(const tfm_model *m) {
+    tfm__gen_scope s;
+    s.prec = tfm__prec_enter(m);
+    s.w = tfm__bf16_w;
+#if defined(TFM_CUDA)
+    if (m && m->impl && m->impl->device == TFM_DEVICE_CUDA && m->cfg.precision == TFM_PREC_BF16 && !tfm__bf16_acts_off &&
+        !tfm__bf16_w.bf)
+        tfm__bf16_w = tfm__bf16_weights_cuda((const float *)(const void *)m->impl->dev_mem,
+                                             (int64_t)(m->impl->n_param_bytes / sizeof(float)));
+#endif
+    return s;
+}
+static tfm_result tfm__gen_done(tfm__gen_scope s, tfm_result r) {
+    tfm__bf16_w = s.w;
+    return tfm__prec_done(s.prec, r);
+}
+
 static tfm_result tfm__generate(const char *fn, tfm_model *m, int B, const int32_t *const *srcs, const int *src_lens,
                                 const int32_t *const *prompts, const int *n_prompts, const tfm_gen_opts *opts,
                                 int32_t *out, int out_stride, int *n_out) {
-    int prev = tfm__prec_enter(m);
-    return tfm__prec_done(prev, tfm__generate_run(fn, m, B, srcs, src_lens, prompts, n_prompts, opts, out, out_stride, n_out));
+    tfm__gen_scope s = tfm__gen_enter(m);
+    return tfm__gen_done(s, tfm__generate_run(fn, m, B, srcs, src_lens, prompts, n_prompts, opts, out, out_stride, n_out));
 }
 
 TFMDEF tfm_result tfm_model_generate(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt, int n_prompt,
@@ -11133,9 +11211,9 @@ static tfm_result tfm__model_beam_search(tfm_model *m, const int32_t *src, int s
 TFMDEF tfm_result tfm_model_beam_search(tfm_model *m, const int32_t *src, int src_len, const int32_t *prompt,
                                         int n_prompt, const tfm_gen_opts *opts, int n_best, int32_t *out,
                                         int out_stride, int *lens, float *scores, int *n_found) {
-    int prev = tfm__prec_enter(m);
-    return tfm__prec_done(prev, tfm__model_beam_search(m, src, src_len, prompt, n_prompt, opts, n_best, out, out_stride,
-                                                       lens, scores, n_found));
+    tfm__gen_scope s = tfm__gen_enter(m);
+    return tfm__gen_done(s, tfm__model_beam_search(m, src, src_len, prompt, n_prompt, opts, n_best, out, out_stride, lens,
+                                                   scores, n_found));
 }
 
 /* ==== >>impl-safetensors ==== */

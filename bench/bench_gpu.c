@@ -40,7 +40,10 @@
             then up to gen_reps timed runs (half the budget); tok_s = batch * GEN_NEW / median time.
             Each batch twice: decoding steps as CUDA graphs (the default: impl=ours graphs=1), then
             launch by launch (tfm_cuda_set_graphs(0): impl=ours-launches graphs=0), whose ids must be
-            the same (else FAIL ... reason=graphs_differ).
+            the same (else FAIL ... reason=graphs_differ). With --bf16, batch 1 again with cfg.precision
+            TFM_PREC_BF16 (prec=bf16), graphs on: with the weights rounded once a call (impl=ours), then
+            with each product rounding its weight (impl=ours-bf16-rounding), whose ids must be the same
+            (else FAIL ... reason=rounding_differs).
      kernel (--kernels) each memory-bound op of KOPS (layernorm and RMSNorm forward, layernorm backward,
             softmax forward and backward, GELU forward and backward, the residual add, cross-entropy
             forward and backward, AdamW with the gradient-norm pass) through its public call on device
@@ -59,7 +62,8 @@
               model_mb=...   (loss0: the first step's loss, the check's loss_cpu when the GPU model starts from
               the same weights; loss: the last step's; model_mb: tfm_model_memory_size, the model's one block,
               which the GPU holds a twin of; bf16 rows add mfu=... bf16_acts=1|0; graphs=1|0)
-       RESULT impl=ours device=cuda mode=gen name=... tf32=0 batch=... new=... tok_s=... ms_tok=... reps=...
+       RESULT impl=ours|ours-launches|ours-bf16-rounding device=cuda mode=gen name=... prec=fp32|bf16 tf32=0 batch=...
+              new=... tok_s=... ms_tok=... reps=... graphs=1|0
        RESULT impl=ours device=cuda mode=kernel name=OP rows=... cols=... bytes=... us=... gbs=... copy_gbs=...
               share=... reps=... calls=...   (calls: back-to-back calls per rep; name=copy is the peer)
    then a table of the same numbers. tokens per step: batch * seq. FLOPs per step: bench.c's model_flops
@@ -342,7 +346,7 @@ done:
 
 /* ---- gen ----------------------------------------------------------------------------------------- */
 
-static void run_gen(const gpu_cfg *b) {
+static void run_gen(const gpu_cfg *b, int bf16) {
     static const int batches[3] = {1, 8, 32};
     tfm_config cfg = make_config(b, TFM_DEVICE_CUDA);
     tfm_model m;
@@ -355,6 +359,7 @@ static void run_gen(const gpu_cfg *b) {
     tfm_rng rng;
     cfg.max_batch = 32;
     cfg.inference_only = 1;
+    if (bf16) cfg.precision = TFM_PREC_BF16;
     if ((r = tfm_model_init(&m, &cfg, NULL, 0)) != TFM_OK) {
         fail(b->name, "tfm_model_init (gen)", r);
         return;
@@ -369,10 +374,12 @@ static void run_gen(const gpu_cfg *b) {
     }
     if (reps > 16) reps = 16;
     for (bi = 0; bi < 6; bi++) {
-        int B = batches[bi / 2], graphs = !(bi & 1), n = 0, k;
+        int B = batches[bi / 2], graphs = bf16 || !(bi & 1), n = 0, k;
+        const char *impl = bf16 ? (bi & 1 ? "ours-bf16-rounding" : "ours") : graphs ? "ours" : "ours-launches";
         double spent = 0.0, ms_tok;
         tfm_gen_opts go;
-        if (g_gen_batch && B != g_gen_batch) continue;
+        if ((g_gen_batch && B != g_gen_batch) || (bf16 && B != 1)) continue;
+        bench_gpu_bf16_acts(!(bf16 && (bi & 1))); /* bf16: the weights' twin, then each product rounding its own */
         memset(&go, 0, sizeof go);
         go.max_new = n_new;
         if ((r = tfm_cuda_set_graphs(graphs)) != TFM_OK) {
@@ -401,19 +408,20 @@ static void run_gen(const gpu_cfg *b) {
                     goto done;
                 }
         }
-        /* launch by launch, the ids must be those of the graphs */
-        if (graphs) memcpy(out_graphs, out, (size_t)B * (size_t)n_new * sizeof(int32_t));
+        /* launch by launch (bf16: each product rounding its weight), the ids must be those of the first pass */
+        if (!(bi & 1)) memcpy(out_graphs, out, (size_t)B * (size_t)n_new * sizeof(int32_t));
         else if (memcmp(out_graphs, out, (size_t)B * (size_t)n_new * sizeof(int32_t)) != 0) {
-            printf("FAIL impl=ours name=%s call=generate batch=%d reason=graphs_differ\n", b->name, B);
+            printf("FAIL impl=ours name=%s call=generate batch=%d reason=%s\n", b->name, B, bf16 ? "rounding_differs" : "graphs_differ");
             g_failed = 1;
         }
         ms_tok = 1e3 * median(t, n) / n_new;
-        printf("RESULT impl=%s device=cuda mode=gen name=%s tf32=0 batch=%d new=%d tok_s=%.1f ms_tok=%.4f reps=%d "
-               "graphs=%d\n", graphs ? "ours" : "ours-launches", b->name, B, n_new, B * 1e3 / ms_tok, ms_tok, n, graphs);
+        printf("RESULT impl=%s device=cuda mode=gen name=%s prec=%s tf32=0 batch=%d new=%d tok_s=%.1f ms_tok=%.4f reps=%d "
+               "graphs=%d\n", impl, b->name, bf16 ? "bf16" : "fp32", B, n_new, B * 1e3 / ms_tok, ms_tok, n, graphs);
         fflush(stdout);
-        if (graphs) add_row(b->name, 1, 0, B, ms_tok, B * 1e3 / ms_tok, -1.0);
+        if (!(bi & 1)) add_row(b->name, 1, bf16 ? 2 : 0, B, ms_tok, B * 1e3 / ms_tok, -1.0);
     }
 done:
+    bench_gpu_bf16_acts(1);
     (void)tfm_cuda_set_graphs(1);
     free(out);
     free(out_graphs);
@@ -847,7 +855,8 @@ int main(int argc, char **argv) {
         if (do_train) run_train(b, &d, 0);
         if (do_train && do_tf32) run_train(b, &d, 1);
         if (do_train && do_bf16) run_train(b, &d, 2);
-        if (do_gen) run_gen(b);
+        if (do_gen) run_gen(b, 0);
+        if (do_gen && do_bf16) run_gen(b, 1);
         data_free(&d);
     }
     print_table();

@@ -4658,6 +4658,84 @@ static void cu_bf16_acts(void) {
     free(d);
 }
 
+/* A bf16 model's generation calls round its weights once, at their start, into a bf16 twin that their
+   products take (tfm__bf16_w), where each product rounded its weight itself: for the five models of
+   cu_gen_cfg and one whose widths (12, 20) leave some weights' rows off the 16-byte alignment the twin
+   needs (those round as before), greedy decoding and beam search give the same ids and beam scores to
+   the bit with the twin as without (tfm__bf16_acts_off), also after a training step has changed the
+   weights (a twin kept from the call before would not have them); under the emulation with fewer
+   kernels; and no twin is left after the call. */
+static void cu_bf16_gen_weights(void) {
+    cu_data *d = (cu_data *)malloc(sizeof(cu_data));
+    tfm_optim opt = cu_optim();
+    for (int which = 0; which < 6; which++) {
+        tfm_config c;
+        tfm_model m;
+        tfm_gen_opts o;
+        int32_t src[6] = {4, 9, 1, 12, 3, 7}, prompt[3] = {2, 7, 5}, ids[2][9], beams[2][2 * 9];
+        int encdec = which == 1, n_prompt = encdec ? 1 : 3, n[2], lens[2][2], found[2];
+        float scores[2][2];
+        const char *nm = which == 5 ? "lm d_model 12 d_ff 20" : encdec ? "encdec" : which == 3 ? "lm gqa" : which == 4 ? "lm rope window"
+                                                                                                       : which ? "lm rope" : "lm";
+        cu_gen_cfg(&c, which == 5 ? 0 : which, 3, TFM_DEVICE_CUDA);
+        c.precision = TFM_PREC_BF16;
+        if (which == 5) {
+            c.d_model = 12;
+            c.n_heads = 2;
+            c.d_ff = 20;
+        }
+        if (!cu_init(&m, &c, nm)) break;
+        memset(&o, 0, sizeof o);
+        o.max_new = encdec ? 8 : 9;
+        for (int round = 0; round < 2; round++) {
+#ifdef TFM_CUDA_EMULATION
+            unsigned long long launches[2];
+#endif
+            if (round) { /* the weights change */
+                tfm_config cb = c; /* a batch of cu_data's sizes */
+                cb.max_len = CU_T;
+                cb.max_tgt_len = encdec ? CU_T : 0;
+                tfm_model_train(&m, 1);
+                cu_batch(d, &cb, 5);
+                CHECK_OK(tfm_model_train_step(&m, &d->b, &opt, NULL, NULL, NULL));
+            }
+            tfm_model_train(&m, 0);
+            for (int k = 0; k < 2; k++) { /* k 0: each product rounds its weight; 1: the twin */
+#ifdef TFM_CUDA_EMULATION
+                unsigned long long l0 = tfm_emu_launches();
+#endif
+                tfm__bf16_acts_off = !k;
+                o.beam_width = 0;
+                CHECK_OK(tfm_model_generate(&m, encdec ? src : NULL, 6, prompt, n_prompt, &o, ids[k], &n[k]));
+                o.beam_width = 3;
+                CHECK_OK(tfm_model_beam_search(&m, encdec ? src : NULL, 6, prompt, n_prompt, &o, 2, beams[k], 9, lens[k],
+                                               scores[k], &found[k]));
+                tfm__bf16_acts_off = 0;
+                CHECK_MSG(!tfm__bf16_w.bf, "%s: a bf16 twin is left after the calls", nm);
+#ifdef TFM_CUDA_EMULATION
+                launches[k] = tfm_emu_launches() - l0;
+#endif
+            }
+            cu_check_ids(cu_fmt("%s, round %d: greedy ids with the bf16 twin", nm, round), ids[1], n[1], ids[0], n[0]);
+            CHECK_MSG(found[0] == found[1], "%s, round %d: beam search found %d with the twin, %d without", nm, round, found[1],
+                      found[0]);
+            for (int b = 0; b < found[0] && b < 2; b++) {
+                cu_check_ids(cu_fmt("%s, round %d: beam %d with the bf16 twin", nm, round, b), beams[1] + 9 * b, lens[1][b],
+                             beams[0] + 9 * b, lens[0][b]);
+                CHECK_MSG(!memcmp(&scores[0][b], &scores[1][b], sizeof(float)), "%s, round %d: beam %d scores %.9g with the twin, %.9g without",
+                          nm, round, b, scores[1][b], scores[0][b]);
+            }
+#ifdef TFM_CUDA_EMULATION
+            CHECK_MSG(launches[1] < launches[0], "%s, round %d: %llu kernels with the bf16 twin, %llu without", nm, round,
+                      launches[1], launches[0]);
+            if (test__verbose) printf("    %s: %llu kernels with the bf16 twin, %llu without\n", nm, launches[1], launches[0]);
+#endif
+        }
+        tfm_model_free(&m);
+    }
+    free(d);
+}
+
 /* ==== main ============================================================================================== */
 
 static void suite_device(void) { RUN(cu_device); }
@@ -4669,6 +4747,7 @@ static void suite_precision(void) {
     RUN(cu_bf16_model);
     RUN(cu_bf16_act_ops);
     RUN(cu_bf16_acts);
+    RUN(cu_bf16_gen_weights);
 }
 
 static void suite_ops(void) {

@@ -324,7 +324,8 @@ fi
                 if (p == "fp32") mb[kv["impl"], n] = (kv["impl"] == "ours") ? kv["model_mb"] : kv["peak_mb"]
                 if (p ~ /^bf16/) has_bf16 = 1
             }
-            if (kv["mode"] == "gen") tok[kv["impl"], n, kv["batch"]] = kv["tok_s"]
+            if (kv["mode"] == "gen" && kv["prec"] == "bf16") { tokb[kv["impl"], n] = kv["tok_s"]; has_bf16_gen = 1 }
+            else if (kv["mode"] == "gen") tok[kv["impl"], n, kv["batch"]] = kv["tok_s"]
             if (kv["mode"] == "check") check[n] = kv["ok"] " (loss cpu " kv["loss_cpu"] ", gpu " kv["loss_gpu"] ", rel " kv["rel_err"] ")"
         }
         /^FAIL / { fails = fails "\n  " $0 }
@@ -374,6 +375,17 @@ fi
                        ratio(tok["ours", n, b], tok["ours-launches", n, b])
             }
             print "ours: each decoding step one CUDA graph; no graphs: launch by launch (tfm_cuda_set_graphs(0))"
+            if (has_bf16_gen) {
+                print "\nbf16 greedy generation at batch 1, tokens/s (cfg.precision bf16; graphs on)"
+                printf "%-18s %11s %11s %9s %11s %11s\n", "config", "ours bf16", "rounding", "ours/rnd", "ours fp32", "bf16/fp32"
+                for (i = 1; i <= nn; i++) {
+                    n = order[i]
+                    printf "%-18s %11s %11s %9s %11s %11s\n", n, f(tokb["ours", n], "%.0f"), f(tokb["ours-bf16-rounding", n], "%.0f"),
+                           ratio(tokb["ours", n], tokb["ours-bf16-rounding", n]), f(tok["ours", n, 1], "%.0f"),
+                           ratio(tokb["ours", n], tok["ours", n, 1])
+                }
+                print "ours bf16: the weights rounded to bf16 once a call; rounding: each product rounds its weight itself"
+            }
             print "\nsame weights on CPU and GPU (our loss on the bench batch):"
             for (i = 1; i <= nn; i++) printf "  %-18s %s\n", order[i], (order[i] in check) ? check[order[i]] : "-"
             kernels()
