@@ -63,7 +63,8 @@
               the same weights; loss: the last step's; model_mb: tfm_model_memory_size, the model's one block,
               which the GPU holds a twin of; bf16 rows add mfu=... bf16_acts=1|0; graphs=1|0)
        RESULT impl=ours|ours-launches|ours-bf16-rounding device=cuda mode=gen name=... prec=fp32|bf16 tf32=0 batch=...
-              new=... tok_s=... ms_tok=... reps=... graphs=1|0
+              new=... tok_s=... ms_tok=... reps=... graphs=1|0 replayed=...   (replayed: the share of the decoding
+              steps after each call's first that replayed the last step's graph instead of capturing one)
        RESULT impl=ours device=cuda mode=kernel name=OP rows=... cols=... bytes=... us=... gbs=... copy_gbs=...
               share=... reps=... calls=...   (calls: back-to-back calls per rep; name=copy is the peer)
    then a table of the same numbers. tokens per step: batch * seq. FLOPs per step: bench.c's model_flops
@@ -265,7 +266,8 @@ static void add_row(const char *name, int mode, int prec, int batch, double ms, 
     r->mode = mode, r->prec = prec, r->batch = batch, r->ms = ms, r->tok_s = tok_s, r->tflops = tflops;
 }
 
-void bench_gpu_bf16_acts(int on); /* bench/tfm_cuda.cu */
+void bench_gpu_bf16_acts(int on);        /* bench/tfm_cuda.cu */
+unsigned long long bench_gpu_replays(void);
 tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float *dy, const float *x, int64_t rows, int64_t cols);
 
 /* Each precision twice: whole steps as CUDA graphs (the default: impl=ours graphs=1), then launch by
@@ -374,7 +376,8 @@ static void run_gen(const gpu_cfg *b, int bf16) {
     }
     if (reps > 16) reps = 16;
     for (bi = 0; bi < 6; bi++) {
-        int B = batches[bi / 2], graphs = bf16 || !(bi & 1), n = 0, k;
+        int B = batches[bi / 2], graphs = bf16 || !(bi & 1), n = 0, calls = 0, k;
+        unsigned long long rep0 = bench_gpu_replays();
         const char *impl = bf16 ? (bi & 1 ? "ours-bf16-rounding" : "ours") : graphs ? "ours" : "ours-launches";
         double spent = 0.0, ms_tok;
         tfm_gen_opts go;
@@ -395,6 +398,7 @@ static void run_gen(const gpu_cfg *b, int bf16) {
                 goto done;
             }
             if (sync_gpu(b->name)) goto done;
+            calls++;
             if (k >= 0) {
                 t[n++] = now_s() - t0;
                 spent += t[n - 1];
@@ -416,7 +420,8 @@ static void run_gen(const gpu_cfg *b, int bf16) {
         }
         ms_tok = 1e3 * median(t, n) / n_new;
         printf("RESULT impl=%s device=cuda mode=gen name=%s prec=%s tf32=0 batch=%d new=%d tok_s=%.1f ms_tok=%.4f reps=%d "
-               "graphs=%d\n", impl, b->name, bf16 ? "bf16" : "fp32", B, n_new, B * 1e3 / ms_tok, ms_tok, n, graphs);
+               "graphs=%d replayed=%.3f\n", impl, b->name, bf16 ? "bf16" : "fp32", B, n_new, B * 1e3 / ms_tok, ms_tok, n, graphs,
+               n_new > 2 ? (double)(bench_gpu_replays() - rep0) / ((double)calls * (n_new - 2)) : 0.0);
         fflush(stdout);
         if (!(bi & 1)) add_row(b->name, 1, bf16 ? 2 : 0, B, ms_tok, B * 1e3 / ms_tok, -1.0);
     }

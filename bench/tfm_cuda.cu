@@ -17,6 +17,11 @@
 extern "C" void bench_gpu_bf16_acts(int on);
 extern "C" void bench_gpu_bf16_acts(int on) { tfm__bf16_acts_off = !on; }
 
+/* For bench_gpu.c: decoding steps this thread has run by replaying their CUDA graph (the rest were
+   captured, or ran launch by launch), the library's internal count (tfm__cu.replays). */
+extern "C" unsigned long long bench_gpu_replays(void);
+extern "C" unsigned long long bench_gpu_replays(void) { return tfm__cu.replays; }
+
 /* For bench_gpu.c's --kernels: the hidden-layer gradient of a bf16 model's GELU (tanh) MLP, dx in bf16 (rows of
    the padded width) with db += its column sums, as a training step runs it (tfm__op_act_bwd_bf16). */
 extern "C" tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float *dy, const float *x, int64_t rows,

@@ -325,7 +325,7 @@ fi
                 if (p ~ /^bf16/) has_bf16 = 1
             }
             if (kv["mode"] == "gen" && kv["prec"] == "bf16") { tokb[kv["impl"], n] = kv["tok_s"]; has_bf16_gen = 1 }
-            else if (kv["mode"] == "gen") tok[kv["impl"], n, kv["batch"]] = kv["tok_s"]
+            else if (kv["mode"] == "gen") { tok[kv["impl"], n, kv["batch"]] = kv["tok_s"]; rp[kv["impl"], n, kv["batch"]] = kv["replayed"] }
             if (kv["mode"] == "check") check[n] = kv["ok"] " (loss cpu " kv["loss_cpu"] ", gpu " kv["loss_gpu"] ", rel " kv["rel_err"] ")"
         }
         /^FAIL / { fails = fails "\n  " $0 }
@@ -367,14 +367,15 @@ fi
                 print "rounding: the same bf16 steps without bf16 activations (each product rounds its fp32 operands itself)"
             }
             print "\ngreedy generation, tokens/s (1-token prompts, up to 127 new tokens per row, fp32)"
-            printf "%-18s %5s %11s %11s %11s %11s %9s\n", "config", "batch", "ours", "torch", "ours/torch", "no graphs", "graphs/"
+            printf "%-18s %5s %11s %11s %11s %11s %9s %9s\n", "config", "batch", "ours", "torch", "ours/torch", "no graphs", "graphs/", "replayed"
             for (i = 1; i <= nn; i++) for (b = 1; b <= 32; b *= (b == 1 ? 8 : 4)) {
                 n = order[i]
-                printf "%-18s %5d %11s %11s %11s %11s %9s\n", n, b, f(tok["ours", n, b], "%.0f"), f(tok["torch", n, b], "%.0f"),
+                printf "%-18s %5d %11s %11s %11s %11s %9s %9s\n", n, b, f(tok["ours", n, b], "%.0f"), f(tok["torch", n, b], "%.0f"),
                        ratio(tok["ours", n, b], tok["torch", n, b]), f(tok["ours-launches", n, b], "%.0f"),
-                       ratio(tok["ours", n, b], tok["ours-launches", n, b])
+                       ratio(tok["ours", n, b], tok["ours-launches", n, b]), (("ours", n, b) in rp) ? rp["ours", n, b] : "-"
             }
-            print "ours: each decoding step one CUDA graph; no graphs: launch by launch (tfm_cuda_set_graphs(0))"
+            print "ours: each decoding step one CUDA graph; no graphs: launch by launch (tfm_cuda_set_graphs(0));"
+            print "replayed: the share of steps after a call'"'"'s first that replayed the last step'"'"'s graph (1 expected)"
             if (has_bf16_gen) {
                 print "\nbf16 greedy generation at batch 1, tokens/s (cfg.precision bf16; graphs on)"
                 printf "%-18s %11s %11s %9s %11s %11s\n", "config", "ours bf16", "rounding", "ours/rnd", "ours fp32", "bf16/fp32"
