@@ -90,7 +90,7 @@
      parentheses inside TFM__LAUNCH: TFM__LAUNCH((k<float, 4>), grid, block, 0, ...).
    - __CUDA_ARCH__ is not defined; no __constant__, textures, cooperative groups, device-side launches.
      Graphs only by stream capture (section "stream capture and graphs"): no graph built node by node,
-     no graph inside a graph.
+     no graph inside a graph; cudaGraphGetNodes gives the count only (nodes NULL).
    - streams: the legacy stream and blocking streams run their work at the call. A non-blocking stream's
      work (kernels, copies, memsets, cuBLAS and NCCL calls) is queued and runs when something waits for it
      (cudaStreamWaitEvent or cudaEventSynchronize/Query on an event recorded after it, cudaStreamSynchronize
@@ -422,7 +422,6 @@ struct tfm_emu__state {
     bool cap_bad = false, replaying = false;
     std::vector<tfm_emu__node> cap_nodes;
     unsigned long long graph_launches = 0;            /* cudaGraphLaunch calls that ran */
-    unsigned long long captured_ops = 0;              /* operations in the graphs captures have made */
     std::vector<tfm_emu__node> *rec = nullptr;        /* where tfm_emu__record puts the next operation */
     unsigned long long legacy_ops = 0;                /* operations given to the legacy stream */
     bool eager = false;                               /* non-blocking streams run their work at the call */
@@ -504,8 +503,6 @@ static inline size_t tfm_emu_objects_in_use(void) {
 }
 /* cudaGraphLaunch calls that ran their graph. */
 static inline unsigned long long tfm_emu_graph_launches(void) { return tfm_emu__g.graph_launches; }
-/* Operations (kernels, copies, products' kernels) in the graphs stream captures have made so far. */
-static inline unsigned long long tfm_emu_captured_ops(void) { return tfm_emu__g.captured_ops; }
 /* Kernels run so far (launches that failed are not counted). */
 static inline unsigned long long tfm_emu_launches(void) { return tfm_emu__g.launches; }
 /* Copies (cudaMemcpy*, host to device, device to host or device to device) and memsets so far, those of at
@@ -1939,7 +1936,6 @@ static inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *grap
         g.cap_nodes.clear();
         return tfm_emu__err(code ? code : g.sticky ? g.sticky : (int)cudaErrorStreamCaptureInvalidated);
     }
-    g.captured_ops += g.cap_nodes.size();
     *graph = new CUgraph_st{std::move(g.cap_nodes)};
     g.cap_nodes.clear();
     g.graphs.insert(*graph);

@@ -1258,6 +1258,19 @@ static void test_graphs(void) {
     CHECK(tfm_emu_launches() == k0 && y[0] == 0.0f); /* nothing ran: y is still the zeros it was given */
     CHECK_CU(cudaStreamEndCapture(s, &g), cudaSuccess);
     CHECK(g != nullptr);
+    {
+        size_t nodes = 0;
+        cudaGraphNode_t handle[4];
+        cudaGraph_t empty = nullptr;
+        CHECK_CU(cudaGraphGetNodes(g, NULL, &nodes), cudaSuccess);
+        CHECK(nodes == 4); /* the memset, the copy, the kernel, the product */
+        CHECK_CU(cudaGraphGetNodes(g, handle, &nodes), cudaErrorInvalidValue); /* handles: not emulated */
+        CHECK_CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        CHECK_CU(cudaStreamEndCapture(s, &empty), cudaSuccess);
+        CHECK_CU(cudaGraphGetNodes(empty, NULL, &nodes), cudaSuccess);
+        CHECK(nodes == 0);
+        CHECK_CU(cudaGraphDestroy(empty), cudaSuccess);
+    }
     CHECK_CU(cudaGraphInstantiate(&x, g, 0), cudaSuccess);
     for (int round = 0; round < 2; round++) {
         CHECK_CU(cudaGraphLaunch(x, 0), cudaSuccess);
