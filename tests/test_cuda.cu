@@ -2854,8 +2854,8 @@ static int cu_gen_hook(void *user, int row, int32_t token) {
 #endif
 
 /* A dry run (tfm__cuda_capture_begin with dry 1) replays the decoding graph only when its operations are
-   all the recorded ones, the same, and nothing else was queued: a record of one noted operation (an
-   empty graph) replays with it, not with another argument, nor without it, nor with an operation queued
+   all the recorded ones, the same, and nothing else was queued: a record of one noted operation (a
+   memset) replays with it, not with another argument, nor without it, nor with an operation queued
    besides that the record has not seen. */
 static void cu_graph_replay_rules(void) {
     static const char *const what = "an operation";
@@ -2867,7 +2867,9 @@ static void cu_graph_replay_rules(void) {
     CHECK(cudaMalloc((void **)&x, sizeof(float)) == cudaSuccess);
     CHECK(!tfm__cuda_capture_begin(TFM__CU_GRAPH_DECODE, 1)); /* no record yet */
     CHECK(tfm__cuda_capture_begin(TFM__CU_GRAPH_DECODE, 0));
-    CHECK(tfm__cu_op(what, 7, x)); /* captured: queued */
+    ok = tfm__cu_op(what, 7, x); /* captured: queued */
+    CHECK(ok);
+    if (ok) (void)tfm__cuda_ok(cudaMemsetAsync(x, 0, sizeof(float), tfm__cu.stream), "cudaMemsetAsync");
     CHECK(tfm__cuda_capture_end(TFM__CU_GRAPH_DECODE));
     r0 = tfm__cu.replays;
     for (k = 0; k < 5; k++) {
