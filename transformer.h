@@ -4950,24 +4950,33 @@ static __global__ void tfm__k_argmax(int32_t *ids, const float *x, int64_t V) {
     if (threadIdx.x == 0) ids[blockIdx.x] = xr[0] != xr[0] || first == -INFINITY ? 0 : (int32_t)-first;
 }
 
-/* One block per row: lse[r], and the row's loss (0 for an ignored row) into rowloss[r] */
+/* One block per row: lse[r], and the row's loss (0 for an ignored row) into rowloss[r]. One pass over
+   the row (the logits are the largest array of an LM's step): each thread keeps its running maximum m
+   and the sum of e^(x - m) over its elements, rescaled when m grows, then the block's maximum M and the
+   sum of each thread's sum times e^(m - M). A NaN logit makes the loss NaN, a -inf one adds nothing, an
+   all -inf row or an inf logit gives NaN, as the two passes did. */
 static __global__ void tfm__k_xent(float *rowloss, float *lse, const float *x, const int32_t *t, int ignore, float s,
                                    int64_t V) {
     TFM__SHARED(float, sh, 32);
     TFM__SHARED(double, shd, 32);
     int64_t r = blockIdx.x, j;
     const float *xr = x + r * V;
-    float m = -INFINITY, sum = 0.0f, l;
+    float m = -INFINITY, sum = 0.0f, l, M;
     double mean = 0.0;
-    for (j = threadIdx.x; j < V; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
-    m = tfm__cu_reduce(m, sh, 1);
-    for (j = threadIdx.x; j < V; j += blockDim.x) sum += tfm__exp(xr[j] - m);
-    sum = tfm__cu_reduce(sum, sh, 0);
-    if (s != 0.0f) {
-        for (j = threadIdx.x; j < V; j += blockDim.x) mean += xr[j];
-        mean = tfm__cu_reduce(mean, shd, 0);
+    for (j = threadIdx.x; j < V; j += blockDim.x) {
+        float v = xr[j];
+        if (v > m) {
+            sum = sum * tfm__exp(m - v) + 1.0f;
+            m = v;
+        } else if (v != -INFINITY) {
+            sum += tfm__exp(v - m);
+        }
+        if (s != 0.0f) mean += v;
     }
-    l = m + logf(sum);
+    M = tfm__cu_reduce(m, sh, 1);
+    sum = tfm__cu_reduce(sum * tfm__exp(m - M), sh, 0);
+    if (s != 0.0f) mean = tfm__cu_reduce(mean, shd, 0);
+    l = M + logf(sum);
     if (threadIdx.x == 0) {
         float loss = 0.0f;
         lse[r] = l;
