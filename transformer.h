@@ -159,7 +159,8 @@
    back (a loss, a gradient norm, generated ids) are on the host; a decoding step of generation or beam
    search, and tfm_model_train_step's whole step, go there as one CUDA graph (tfm_cuda_set_graphs). Each
    thread that runs CUDA work keeps a cuBLAS handle, a capture stream, its last graph of each kind and
-   small device buffers, which tfm_scratch_release frees too. Products are exact fp32
+   small device buffers (and, once it has run generation with a bf16 model, that model's weights in
+   bf16: 2 bytes a parameter), which tfm_scratch_release frees too. Products are exact fp32
    unless tfm_cuda_set_tf32 turns tensor-core TF32 on (for the calling thread), or a model's
    cfg.precision asks for TF32 or bf16 (mixed precision: bf16 operands, fp32 sums) in its own calls.
 
@@ -1178,9 +1179,10 @@ TFMDEF tfm_result tfm_cuda_synchronize(void);
    products, fp32 sums: faster, about 1e-3 relative). Off by default, so results match the CPU's. */
 TFMDEF tfm_result tfm_cuda_set_tf32(int on);
 /* on != 0 (the default): this thread's decoding steps on the GPU (generation, beam search) and training
-   steps (tfm_model_train_step) each run as one CUDA graph, captured anew every step, instead of a launch
-   per kernel; 0: launch by launch. The same results either way; a step that cannot be captured runs
-   launch by launch. */
+   steps (tfm_model_train_step) each run as one CUDA graph instead of a launch per kernel: a training
+   step captured anew every step, a decoding step too unless it would queue the same operations as the
+   step before (then that graph is launched again); 0: launch by launch. The same results either way; a
+   step that cannot be captured runs launch by launch. */
 TFMDEF tfm_result tfm_cuda_set_graphs(int on);
 /* Move a built model to `device` with everything it holds: parameters, gradients, AdamW moments, the
    step, the generator, training mode. The model is rebuilt in new memory (the library's own, also when
@@ -5739,20 +5741,10 @@ static tfm__bf16_twin tfm__bf16_weights_cuda(const float *lo, int64_t n) {
     tfm__bf16_twin w = {lo, n, NULL};
     size_t bytes = (size_t)n * sizeof(uint16_t);
     if (n <= 0 || tfm__cu.failed || tfm__cu.capturing) return w;
-    if (tfm__cu.wbf_size < bytes) {
-        void *p = NULL;
-        if (tfm__cu.wbf) {
-            (void)cudaDeviceSynchronize(); /* the work queued on the old one is done */
-            cudaFree(tfm__cu.wbf);
-        }
-        tfm__cu.wbf = NULL;
-        tfm__cu.wbf_size = 0;
-        if (cudaMalloc(&p, bytes) != cudaSuccess) {
-            (void)cudaGetLastError();
-            return w;
-        }
-        tfm__cu.wbf = p;
-        tfm__cu.wbf_size = bytes;
+    if (!tfm__cuda_grow(&tfm__cu.wbf, &tfm__cu.wbf_size, bytes, "cudaMalloc (bf16 weights)")) {
+        tfm__cu.failed = 0; /* (it was 0 before: the products round as usual, no error) */
+        (void)cudaGetLastError();
+        return w;
     }
     (void)tfm__bf16_operand_cuda((uint16_t *)tfm__cu.wbf, n, lo, n, 0, 1, n, 1);
     w.bf = (const uint16_t *)tfm__cu.wbf;

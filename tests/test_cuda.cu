@@ -4671,7 +4671,8 @@ static void cu_bf16_acts(void) {
    needs (those round as before), greedy decoding and beam search give the same ids and beam scores to
    the bit with the twin as without (tfm__bf16_acts_off), also after a training step has changed the
    weights (a twin kept from the call before would not have them); under the emulation with fewer
-   kernels; and no twin is left after the call. */
+   kernels, and without device space for the twin the same ids and no error; and no twin is left after
+   the call. */
 static void cu_bf16_gen_weights(void) {
     cu_data *d = (cu_data *)malloc(sizeof(cu_data));
     tfm_optim opt = cu_optim();
@@ -4733,6 +4734,18 @@ static void cu_bf16_gen_weights(void) {
                           nm, round, b, scores[1][b], scores[0][b]);
             }
 #ifdef TFM_CUDA_EMULATION
+            if (which == 0 && round == 1) { /* no device space for the twin: the products round, no error */
+                int32_t ids2[9];
+                int n2 = 0;
+                tfm_scratch_release();
+                tfm_emu_fail_clear();
+                tfm_emu_fail_next("cudaMalloc", cudaErrorMemoryAllocation, 0);
+                o.beam_width = 0;
+                CHECK_OK(tfm_model_generate(&m, NULL, 6, prompt, n_prompt, &o, ids2, &n2));
+                CHECK_MSG(tfm_emu_fail_pending() == 0 && tfm__cu.wbf == NULL, "%s: the twin's allocation was not refused", nm);
+                tfm_emu_fail_clear();
+                cu_check_ids(cu_fmt("%s: greedy ids without space for the twin", nm), ids2, n2, ids[0], n[0]);
+            }
             CHECK_MSG(launches[1] < launches[0], "%s, round %d: %llu kernels with the bf16 twin, %llu without", nm, round,
                       launches[1], launches[0]);
             if (test__verbose) printf("    %s: %llu kernels with the bf16 twin, %llu without\n", nm, launches[1], launches[0]);
