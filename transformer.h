@@ -1179,10 +1179,11 @@ TFMDEF tfm_result tfm_cuda_synchronize(void);
    products, fp32 sums: faster, about 1e-3 relative). Off by default, so results match the CPU's. */
 TFMDEF tfm_result tfm_cuda_set_tf32(int on);
 /* on != 0 (the default): this thread's decoding steps on the GPU (generation, beam search) and training
-   steps (tfm_model_train_step) each run as one CUDA graph instead of a launch per kernel: a training
-   step captured anew every step, a decoding step too unless it would queue the same operations as the
-   step before (then that graph is launched again); 0: launch by launch. The same results either way; a
-   step that cannot be captured runs launch by launch. */
+   steps (tfm_model_train_step) each run as one CUDA graph instead of a launch per kernel: captured, or,
+   when a step would queue the same operations as the last captured step of its kind, that graph
+   launched again (decoding steps after a call's first; training steps on batches of the same shapes);
+   0: launch by launch. The same results either way; a step that cannot be captured
+   runs launch by launch. */
 TFMDEF tfm_result tfm_cuda_set_graphs(int on);
 /* Move a built model to `device` with everything it holds: parameters, gradients, AdamW moments, the
    step, the generator, training mode. The model is rebuilt in new memory (the library's own, also when
@@ -3941,6 +3942,8 @@ typedef struct tfm__attn_args {
     const float *mask;       /* additive (Tq,Tk) scores mask, batch b's at mask + b * mask_bs */
     int64_t mask_bs;
     uint64_t drop_i0;        /* dropout masks as if these were elements drop_i0.. of a larger batch */
+    const uint64_t *seed_at; /* CUDA kernels: the seed in device memory, read in place of seed (a recorded
+                                step stages it: tfm__cu_attn_stage); NULL: seed. Set by the launchers. */
 } tfm__attn_args;
 
 /* The key/value head of query head h: heads come in H/Hkv groups of consecutive query heads (repeat_kv). */
@@ -4274,7 +4277,8 @@ static int tfm__bf16_store(tfm_device dev, int64_t cols) {
 
 #define TFM__CU_KEEP 8
 #define TFM__CU_KEEP_BYTES 4096
-#define TFM__CU_STEP_BYTES ((size_t)64 << 10) /* a recorded decoding step's staged arrays, at most */
+#define TFM__CU_STEP_BYTES ((size_t)64 << 10) /* a recorded step's staged arrays: the space made at first */
+#define TFM__CU_STEP_MAX ((size_t)16 << 20)   /* ... and the most it grows to */
 #define TFM__CU_STEP_PUTS 16
 /* What a thread keeps for its CUDA work: its cuBLAS handle, its device work space and the first error. */
 typedef struct tfm__cuda_ctx {
@@ -4302,22 +4306,25 @@ typedef struct tfm__cuda_ctx {
     cudaGraphExec_t graph[2]; /* the last captured step's executable graph (a decoding step's, a training
                                  step's), updated to each new one */
     void *blas_ws;        /* device work space for cuBLAS while capturing */
-    int capturing, cap_failed, graphs_off, graph_fails[2], graph_skip[2];
-    /* a decoding step's operations, recorded so that the next step replays its graph without a capture
+    int capturing, cap_failed, graphs_off, graph_fails[2], graph_skip[2], dry_fails, dry_skip;
+    /* a step's operations, recorded so that the next step of its kind replays its graph without a capture
        when its operations are the same ("a step as one CUDA graph" below) */
-    int recording;        /* 1 while a decoding step's operations are recorded (its capture, or its dry run) */
-    int dry;              /* 1 in a dry run: operations are checked against rec[1], not queued */
-    unsigned char *rec[2]; /* [0] the record being made, [1] the decoding graph's (rec_n[1] 0: none) */
-    size_t rec_n[2], rec_cap[2], rec_at; /* rec_at: how much of rec[1] a dry run has matched */
+    int recording;        /* 1 while a step's operations are recorded (its capture, or its dry run) */
+    int kind;             /* ... and the step's kind (TFM__CU_GRAPH_*) */
+    int dry;              /* 1 in a dry run: operations are checked against rec[1 + kind], not queued */
+    unsigned char *rec[3]; /* [0] the record being made, [1 + kind] the graph of that kind's (rec_n 0: none) */
+    size_t rec_n[3], rec_cap[3], rec_at; /* rec_at: how much of the graph's record a dry run has matched */
     int rec_bad;          /* a dry run's operation differed, or the record could not grow */
     unsigned char *step_host; /* pinned: the host arrays a recorded step stages, at the same places every step */
     unsigned char *step_dev;  /* device: their copies, in the same places */
+    size_t step_size;     /* the bytes of each (TFM__CU_STEP_BYTES at first, up to TFM__CU_STEP_MAX) */
+    size_t step_need;     /* the most a step has asked for (the next capture's staging grows to it) */
     size_t step_off;      /* bytes of both used by the step so far */
     size_t step_puts[TFM__CU_STEP_PUTS][2]; /* the step's staged arrays (offset, bytes) and where they came from: */
     const void *step_src[TFM__CU_STEP_PUTS]; /* the same bytes from the same place again are the same copy */
     int n_step_puts;
-    cudaEvent_t step_done; /* recorded after each decoding graph: its copies out of step_host are done */
-    unsigned long long replays; /* decoding steps run by replaying their graph */
+    cudaEvent_t step_done; /* recorded after each graph: its copies out of step_host are done */
+    unsigned long long replays; /* steps run by replaying their graph */
     int failed;
     char err[320];
 } tfm__cuda_ctx;
@@ -4403,6 +4410,7 @@ static void tfm__cuda_release(void) {
     if (tfm__cu.step_done) cudaEventDestroy(tfm__cu.step_done);
     TFM_FREE(tfm__cu.rec[0], NULL);
     TFM_FREE(tfm__cu.rec[1], NULL);
+    TFM_FREE(tfm__cu.rec[2], NULL);
     memset(&tfm__cu, 0, sizeof tfm__cu);
 }
 
@@ -4475,13 +4483,15 @@ static float *tfm__cuda_host(size_t n) {
    use; NULL when it cannot be had (error kept). A copy from pageable memory waits for all the GPU's
    queued work before it starts; one from the ring does not, so the host runs ahead of the GPU. When
    the ring is used up, the host waits for the GPU once (every copy out of the ring is then done) and
-   starts over at its beginning. A recorded decoding step stages in step_host instead, from its start
-   each step; past its TFM__CU_STEP_BYTES the step's capture fails. */
+   starts over at its beginning. A recorded step stages in step_host instead, from its start each
+   step; past its step_size the step's capture fails, and the next capture's staging grows to what it
+   asked for (tfm__cuda_step_ready). */
 static unsigned char *tfm__cuda_stage(size_t n) {
     unsigned char *p;
     n = TFM__CU_ROUND(n);
-    if (tfm__cu.recording) { /* a recorded decoding step: its own buffer, from its start every step */
-        if (tfm__cu.step_off + n > TFM__CU_STEP_BYTES) {
+    if (tfm__cu.recording) { /* a recorded step: its own buffer, from its start every step */
+        if (tfm__cu.step_off + n > tfm__cu.step_size) {
+            tfm__cu.step_need = TFM__MAX(tfm__cu.step_need, tfm__cu.step_off + n);
             tfm__cu.cap_failed = 1;
             return NULL;
         }
@@ -4540,14 +4550,15 @@ static void *tfm__cuda_kept(const void *src, size_t n) {
     return d;
 }
 
-/* -- a decoding step's record (see "a step as one CUDA graph" below) -- */
+/* -- a step's record (see "a step as one CUDA graph" below) -- */
 
-/* n bytes at p that describe an operation of a recorded decoding step: appended to rec[0] (the step is
-   captured), or checked against rec[1] where the dry run has got to. */
+/* n bytes at p that describe an operation of a recorded step: appended to rec[0] (the step is captured),
+   or checked against its graph's record where the dry run has got to. */
 static void tfm__cu_note_bytes(const void *p, size_t n) {
     tfm__cuda_ctx *c = &tfm__cu;
     if (c->dry) {
-        if (!c->rec_bad && (c->rec_at + n > c->rec_n[1] || memcmp(c->rec[1] + c->rec_at, p, n))) c->rec_bad = 1;
+        const unsigned char *g = c->rec[1 + c->kind];
+        if (!c->rec_bad && (c->rec_at + n > c->rec_n[1 + c->kind] || memcmp(g + c->rec_at, p, n))) c->rec_bad = 1;
         c->rec_at += n;
         return;
     }
@@ -4568,7 +4579,7 @@ static void tfm__cu_note_bytes(const void *p, size_t n) {
 }
 
 /* Every operation a step queues passes here first (the launch macro, the products, the copies): what
-   (the call's name, a string constant) and the arguments it is queued with. While a decoding step is
+   (the call's name, a string constant) and the arguments it is queued with. While a step is
    recorded they are noted by their bytes; returns whether the operation is to be queued (not in a dry
    run). The arguments' bytes include any padding of a struct, which the callers clear. */
 static inline void tfm__cu_note_args(void) {}
@@ -4584,7 +4595,7 @@ template <typename... A> static inline int tfm__cu_op(const char *what, const A 
     return !tfm__cu.dry;
 }
 
-/* n bytes of host memory src staged for a recorded decoding step: its copy in step_dev, at the offset its
+/* n bytes of host memory src staged for a recorded step: its copy in step_dev, at the offset its
    bytes take in step_host (tfm__cuda_stage), so that a step that stages the same sizes in the same order
    queues the same copies. Bytes the step has staged already from the same place are that copy (the
    lengths, slots and positions each layer stages again); not those of another array that happen to be
@@ -4614,7 +4625,7 @@ static void *tfm__cuda_step_put(const void *src, size_t n) {
 /* n bytes from host memory src into the work space at *off (advanced by n rounded up to 256): the device
    copy, or NULL when src is NULL. Up to a quarter of TFM__CU_STAGE the bytes go through the pinned ring
    (tfm__cuda_stage: the host does not wait), larger arrays (a big attention mask) straight from src; in
-   a recorded decoding step, through its own staging instead (tfm__cuda_step_put). A launcher checks
+   a recorded step, through its own staging instead (tfm__cuda_step_put). A launcher checks
    tfm__cu.failed after its copies: a kernel never runs on ids or lengths that did not arrive (stale ones
    could index out of bounds). */
 static void *tfm__cuda_put(unsigned char *ws, size_t *off, const void *src, size_t n) {
@@ -4659,53 +4670,77 @@ static void tfm__cuda_copy(void *dst, const void *src, size_t n) {
    that would (a work space too small, the staging ring used up, a result read back) fails its capture,
    nothing of it has run, and the caller runs it again as usual (tfm__decode_step, tfm_model_train_step).
    After a failure the next 2, 4, ... 64 steps of that kind run without capture.
-   A decoding step's graph is replayed by the next step when that would queue the same operations with
-   the same arguments, which is the rule once a call's first step is captured: the step's host arrays
-   are staged at the same places every step (step_host, copied by the graph to step_dev: tfm__cuda_step_put)
-   and nothing else a step passes grows with the cache's lengths. Each operation of a captured step is
-   noted (tfm__cu_op: its name and arguments' bytes); the next step first runs dry, inside an empty
-   capture, checking its operations against that record instead of queuing them, and launches the graph
-   again when all of it matched and nothing was captured; else it is captured. */
+   A step's graph is replayed by the next step of its kind when that would queue the same operations
+   with the same arguments: the step's host arrays are staged at the same places every step (step_host,
+   copied by the graph to step_dev: tfm__cuda_step_put), and nothing else a step passes changes from step
+   to step. For decoding that is the rule once a call's first step is captured (nothing grows with the
+   cache's lengths); for training, a new batch of the same shapes (its ids, targets and lengths are
+   staged), a new learning rate (AdamW reads its step's scalars from its staged jobs) and new dropout
+   masks (their seeds are staged too) replay. Each operation of a captured step is noted (tfm__cu_op:
+   its name and arguments' bytes); the next step first runs dry, inside an empty capture, checking its
+   operations against that record instead of queuing them, and launches the graph again when all of it
+   matched and nothing was captured; else it is captured. After two training steps in a row whose dry
+   runs did not match (batches whose shapes keep changing), the next 2, 4, ... 64 steps are captured
+   without one; a decoding call's first step never matches, and the next one does. */
 #define TFM__CU_BLAS_WS ((size_t)32 << 20) /* what cuBLAS asks for on Hopper */
 #define TFM__CU_GRAPH_DECODE 0
 #define TFM__CU_GRAPH_TRAIN 1
 
-/* A recorded decoding step's staging (step_host, step_dev) and the event after the decoding graph, made
-   at the first use; 0 when they cannot be had. The step is to write step_host, which the last decoding
-   graph copied from: waits until it has run (mostly it has: the host read that step's logits). */
+/* A recorded step's staging (step_host, step_dev: step_size bytes each, grown to the step_need of a step
+   that ran out, by doubling, up to TFM__CU_STEP_MAX) and the event after each graph, made at the first
+   use; 0 when they cannot be had. Staging that cannot grow stays as it is (a step that needs more fails
+   its captures, and backs off). The step is to write step_host, which the last graph copied from: waits
+   until it has run (mostly it has: the host read that step's logits or losses). */
 static int tfm__cuda_step_ready(void) {
     tfm__cuda_ctx *c = &tfm__cu;
-    void *p = NULL;
-    if (!c->step_host && cudaMallocHost(&p, TFM__CU_STEP_BYTES) == cudaSuccess) c->step_host = (unsigned char *)p;
-    if (c->step_host && !c->step_dev && cudaMalloc(&p, TFM__CU_STEP_BYTES) == cudaSuccess)
-        c->step_dev = (unsigned char *)p;
-    if (!c->step_dev || (!c->step_done && cudaEventCreateWithFlags(&c->step_done, cudaEventDisableTiming) != cudaSuccess) ||
+    void *p = NULL, *q = NULL;
+    size_t want = c->step_size ? c->step_size : TFM__CU_STEP_BYTES;
+    while (want < c->step_need && want < TFM__CU_STEP_MAX) want *= 2;
+    if ((!c->step_done && cudaEventCreateWithFlags(&c->step_done, cudaEventDisableTiming) != cudaSuccess) ||
         cudaEventSynchronize(c->step_done) != cudaSuccess)
         return 0;
+    if (want != c->step_size) {
+        if (cudaMallocHost(&p, want) == cudaSuccess && cudaMalloc(&q, want) == cudaSuccess) {
+            if (c->step_host) (void)cudaFreeHost(c->step_host);
+            if (c->step_dev) (void)cudaFree(c->step_dev);
+            c->step_host = (unsigned char *)p;
+            c->step_dev = (unsigned char *)q;
+            c->step_size = want;
+        } else {
+            if (p) (void)cudaFreeHost(p);
+            (void)cudaGetLastError();
+            c->step_need = c->step_size; /* (not tried again) */
+        }
+    }
+    if (!c->step_size) return 0;
     c->step_off = 0;
     c->n_step_puts = 0;
     return 1;
 }
 
-/* Begin capturing this thread's work for a step of `kind` (TFM__CU_GRAPH_*); 0 (nothing begun) when
-   graphs are off, backing off, or a part cannot be had. A decoding step's operations are recorded too;
-   dry: the step's dry run, checked against the decoding graph's record (0 when there is none). */
+/* Begin capturing this thread's work for a step of `kind` (TFM__CU_GRAPH_*), its operations recorded;
+   0 (nothing begun) when graphs are off, backing off, or a part cannot be had. dry: the step's dry run,
+   checked against the record of the graph of its kind (0 when there is none, or a training step's dry
+   runs back off). */
 static int tfm__cuda_capture_begin(int kind, int dry) {
     tfm__cuda_ctx *c = &tfm__cu;
-    int rec = kind == TFM__CU_GRAPH_DECODE;
     int wrap = c->stage_off > TFM__CU_STAGE / 4 * 3; /* a step gets a quarter of the ring: start over first */
     if (c->graphs_off || c->failed) return 0;
     if (c->graph_skip[kind] > 0) {
         if (!dry) c->graph_skip[kind]--;
         return 0;
     }
-    if (dry && (!c->graph[kind] || !c->rec_n[1])) return 0;
+    if (dry && (!c->graph[kind] || !c->rec_n[1 + kind])) return 0;
+    if (dry && kind == TFM__CU_GRAPH_TRAIN && c->dry_skip > 0) {
+        c->dry_skip--;
+        return 0;
+    }
     /* what the step might otherwise allocate while capturing: the stream, cuBLAS and its work space, the
-       kept arrays, the pinned read-back, room in the staging ring, a decoding step's own staging */
+       kept arrays, the pinned read-back, room in the staging ring, the step's own staging */
     if ((!c->cap && cudaStreamCreateWithFlags(&c->cap, cudaStreamNonBlocking) != cudaSuccess) ||
         (!c->blas_ws && cudaMalloc(&c->blas_ws, TFM__CU_BLAS_WS) != cudaSuccess) || !tfm__cuda_blas(c->tf32) ||
         (!c->pin && cudaMallocHost(&c->pin, 256) != cudaSuccess) ||
-        !tfm__cuda_kept_space() || !tfm__cuda_stage(wrap ? TFM__CU_STAGE / 4 : 0) || (rec && !tfm__cuda_step_ready()) ||
+        !tfm__cuda_kept_space() || !tfm__cuda_stage(wrap ? TFM__CU_STAGE / 4 : 0) || !tfm__cuda_step_ready() ||
         cublasSetStream(c->blas, c->cap) != CUBLAS_STATUS_SUCCESS ||
         cublasSetWorkspace(c->blas, c->blas_ws, TFM__CU_BLAS_WS) != CUBLAS_STATUS_SUCCESS ||
         cudaStreamBeginCapture(c->cap, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
@@ -4718,7 +4753,8 @@ static int tfm__cuda_capture_begin(int kind, int dry) {
     c->stream = c->cap;
     c->capturing = 1;
     c->cap_failed = 0;
-    c->recording = rec;
+    c->recording = 1;
+    c->kind = kind;
     c->dry = dry;
     c->rec_bad = 0;
     c->rec_at = 0;
@@ -4726,19 +4762,20 @@ static int tfm__cuda_capture_begin(int kind, int dry) {
     return 1;
 }
 
-/* Launch the graph of `kind`: a decoding graph is followed by step_done */
+/* Launch the graph of `kind`, followed by step_done */
 static void tfm__cuda_graph_launch(int kind) {
     tfm__cuda_ctx *c = &tfm__cu;
     (void)tfm__cuda_ok(cudaGraphLaunch(c->graph[kind], 0),
                        kind == TFM__CU_GRAPH_TRAIN ? "cudaGraphLaunch (a training step)" : "cudaGraphLaunch (a decoding step)");
-    if (kind == TFM__CU_GRAPH_DECODE) (void)tfm__cuda_ok(cudaEventRecord(c->step_done, 0), "cudaEventRecord");
+    (void)tfm__cuda_ok(cudaEventRecord(c->step_done, 0), "cudaEventRecord");
 }
 
 /* End the capture of a step of `kind` and launch its graph: 1 when the step's work has been queued, 0
    when none of it was (the kept arrays are then forgotten: their copies were captured, not run). A dry
    run's capture must be empty (every operation was checked, none queued) and its record all of the
-   decoding graph's: then that graph is launched again, with the step's arrays in step_host; else 0, and
-   the step is captured. */
+   graph's: then that graph is launched again, with the step's arrays in step_host; else 0, and the step
+   is captured. A capture that failed only because the step's staging was too small does not back off:
+   the next one has more. */
 static int tfm__cuda_capture_end(int kind) {
     tfm__cuda_ctx *c = &tfm__cu;
     cudaGraph_t g = NULL;
@@ -4752,9 +4789,13 @@ static int tfm__cuda_capture_end(int kind) {
     (void)cublasSetStream(c->blas, 0); /* and cuBLAS's own work space again */
     if (dry) {
         size_t nodes = 1;
-        ok = ok && !c->rec_bad && c->rec_at == c->rec_n[1] && cudaGraphGetNodes(g, NULL, &nodes) == cudaSuccess && !nodes;
+        ok = ok && !c->rec_bad && c->rec_at == c->rec_n[1 + kind] && cudaGraphGetNodes(g, NULL, &nodes) == cudaSuccess && !nodes;
         if (g) (void)cudaGraphDestroy(g);
         (void)cudaGetLastError();
+        if (kind == TFM__CU_GRAPH_TRAIN) {
+            c->dry_fails = ok ? 0 : TFM__MIN(c->dry_fails + 1, 7);
+            c->dry_skip = c->dry_fails >= 2 ? 1 << (c->dry_fails - 1) : 0;
+        }
         if (!ok) return 0;
         c->replays++;
         tfm__cuda_graph_launch(kind);
@@ -4768,10 +4809,10 @@ static int tfm__cuda_capture_end(int kind) {
     if (ok && !*x && cudaGraphInstantiate(x, g, 0) != cudaSuccess) *x = NULL;
     if (g) (void)cudaGraphDestroy(g);
     if (ok && *x) { /* queued: a failure now is the step's own, reported as any launch's */
-        if (kind == TFM__CU_GRAPH_DECODE) { /* the graph's record: rec[0] */
-            unsigned char *r = c->rec[1];
-            size_t cap = c->rec_cap[1];
-            c->rec[1] = c->rec[0], c->rec_cap[1] = c->rec_cap[0], c->rec_n[1] = c->rec_bad ? 0 : c->rec_n[0];
+        { /* the graph's record: rec[0] */
+            unsigned char *r = c->rec[1 + kind];
+            size_t cap = c->rec_cap[1 + kind];
+            c->rec[1 + kind] = c->rec[0], c->rec_cap[1 + kind] = c->rec_cap[0], c->rec_n[1 + kind] = c->rec_bad ? 0 : c->rec_n[0];
             c->rec[0] = r, c->rec_cap[0] = cap, c->rec_n[0] = 0;
         }
         tfm__cuda_graph_launch(kind);
@@ -4780,6 +4821,7 @@ static int tfm__cuda_capture_end(int kind) {
     }
     (void)cudaGetLastError();
     for (i = 0; i < TFM__CU_KEEP; i++) c->kept_n[i] = 0;
+    if (c->step_need > c->step_size && c->step_need <= TFM__CU_STEP_MAX) return 0; /* (more staging next time) */
     c->graph_fails[kind] = TFM__MIN(c->graph_fails[kind] + 1, 6);
     c->graph_skip[kind] = 1 << c->graph_fails[kind];
     return 0;
@@ -4990,13 +5032,14 @@ static __global__ void tfm__k_xent(float *rowloss, float *lse, const float *x, c
     }
 }
 
-/* dx += g (softmax(x) - (1-s) onehot(t) - s/V) on rows whose target is not ignored (as the CPU's); ldb >
-   0: dx written instead, as bf16 rows of ldb elements (0 + the value, rounded: the bits a zeroed dx
-   added into and then rounded would have), ignored rows zero */
-static __global__ void tfm__k_xent_bwd(float *dx, float g, const float *x, const float *lse, const int32_t *t, int ignore,
-                                       float s, int64_t V, int64_t ldb) {
+/* dx += g (softmax(x) - (1-s) onehot(t) - s/V) on rows whose target is not ignored (as the CPU's), g =
+   *gp (staged with the targets: it changes with the batch's count); ldb > 0: dx written instead, as bf16
+   rows of ldb elements (0 + the value, rounded: the bits a zeroed dx added into and then rounded would
+   have), ignored rows zero */
+static __global__ void tfm__k_xent_bwd(float *dx, const float *gp, const float *x, const float *lse, const int32_t *t,
+                                       int ignore, float s, int64_t V, int64_t ldb) {
     int64_t r = blockIdx.x, j;
-    float l = lse[r], sv = s / (float)V;
+    float l = lse[r], sv = s / (float)V, g = *gp;
     uint16_t *db = (uint16_t *)(void *)dx + r * ldb;
     if (t[r] == ignore) {
         for (j = threadIdx.x; ldb && j < V; j += blockDim.x) db[j] = 0;
@@ -5156,9 +5199,11 @@ static __global__ void tfm__k_rope(float *y, const float *x, int64_t ld, int64_t
     }
 }
 
-/* The CPU's mask: element i kept when hash(seed, i0 + i) >= thr, scaled by 1/(1-p) */
+/* The CPU's mask: element i kept when hash(seed, i0 + i) >= thr, scaled by 1/(1-p); seed_at (not NULL):
+   the seed is there instead (a recorded step's, staged) */
 static __global__ void tfm__k_dropout(float *y, const float *x, int64_t n, uint32_t thr, float scale, uint64_t seed,
-                                      uint64_t i0, int acc) {
+                                      const uint64_t *seed_at, uint64_t i0, int acc) {
+    if (seed_at) seed = *seed_at;
     TFM__CU_LOOP(i, n) {
         float v = tfm__hash24(seed, i0 + (uint64_t)i) >= thr ? x[i] * scale : 0.0f;
         y[i] = acc ? y[i] + v : v;
@@ -5168,11 +5213,13 @@ static __global__ void tfm__k_dropout(float *y, const float *x, int64_t n, uint3
 static __global__ void tfm__k_embedding(float *y, const int32_t *ids, const float *w, float scale, int64_t N, int64_t C) {
     TFM__CU_LOOP(i, N * C) y[i] = w[(int64_t)ids[i / C] * C + i % C] * scale;
 }
-/* dw[ids[r]] += scale dy[r]: a thread per column, rows in order (rows sharing an id never race) */
 /* dw[uid[u], c] += scale * dy[rows[k], c] for k in [ustart[u], ustart[u + 1]), in that order: one thread per
-   (distinct id, column), the rows grouped by id on the host */
-static __global__ void tfm__k_embedding_bwd(float *dw, const float *dy, const int32_t *rows, const int32_t *uid,
-                                            const int32_t *ustart, float scale, int64_t U, int64_t C) {
+   (distinct id, column), the N rows grouped by id on the host into h (tfm__group_ids: rows, uid and
+   ustart at h, h + N and h + 2 N, the count U of distinct ids at h[3 N + 1]; staged whole, so that only
+   the data differs from batch to batch) */
+static __global__ void tfm__k_embedding_bwd(float *dw, const float *dy, const int32_t *h, float scale, int64_t N, int64_t C) {
+    const int32_t *rows = h, *uid = h + N, *ustart = h + 2 * N;
+    int64_t U = h[3 * N + 1];
     TFM__CU_LOOP(i, U * C) {
         int64_t u = i / C, c = i % C;
         float *d = dw + (int64_t)uid[u] * C + c, acc = *d;
@@ -5214,12 +5261,14 @@ static __global__ void tfm__k_mean_pool_bwd(float *dx, const float *dy, const in
 
 /* One parameter of a multi-tensor launch: its arrays and length, its weight-decay factor, and c0, the
    first of its chunks (TFM__CU_CHUNK floats each, a block's share); a launch covers every chunk of its
-   list, so a step is one launch for AdamW and one for the gradient norm per 256 parameters. */
+   list, so a step is one launch for AdamW and one for the gradient norm per 256 parameters. AdamW's
+   step size and bias correction, which change every step, are here too (not kernel arguments), so that a
+   training step's graph replays with the next step's (tfm__cuda_capture_end). */
 typedef struct tfm__cu_job {
     float *w, *m, *v;
     const float *g;
     int64_t n, c0;
-    float decay;
+    float decay, step_size, bc2s;
 } tfm__cu_job;
 #define TFM__CU_CHUNK 4096
 
@@ -5241,14 +5290,14 @@ static __device__ const tfm__cu_job *tfm__cu_job_of(const tfm__cu_job *jobs, int
 /* The update of each chunk, its gradients clipped by the squared norm *sumsq (tfm__k_sumsq_total left it
    there); none when that is not finite. */
 static __global__ void tfm__k_adamw(const tfm__cu_job *jobs, int n, const double *sumsq, float clip, float b1, float b2,
-                                    float eps, float step_size, float bc2s) {
+                                    float eps) {
     int64_t lo, hi, i;
     const tfm__cu_job *p = tfm__cu_job_of(jobs, n, &lo, &hi);
     double ss = *sumsq;
     float scale = tfm__clip_scale(ss, clip);
     if (!isfinite(ss)) return;
     for (i = lo + threadIdx.x; i < hi; i += blockDim.x)
-        tfm__adamw_one(p->w + i, p->g[i] * scale, p->m + i, p->v + i, b1, b2, eps, step_size, bc2s, p->decay);
+        tfm__adamw_one(p->w + i, p->g[i] * scale, p->m + i, p->v + i, b1, b2, eps, p->step_size, p->bc2s, p->decay);
 }
 
 /* part[block] = the sum of g^2 over the block's chunk, in double */
@@ -5302,6 +5351,7 @@ static __device__ void tfm__cu_attn_ptrs(tfm__attn_args *a, const float *q, cons
     a->kv_rows = rows;
     a->q_off = qoff;
     a->mask = mask;
+    if (a->seed_at) a->seed = *a->seed_at;
 }
 
 static __device__ float tfm__cu_dot(const float *a, const float *b, int n) {
@@ -5907,8 +5957,9 @@ static float tfm__cross_entropy_cuda(float *lse, const float *x, const int32_t *
     TFM__CU_LAUNCHED("tfm__k_xent");
     if (!(host = tfm__cuda_host((size_t)N))) return 0.0f;
     if (tfm__cu.capturing) {
-        (void)tfm__cuda_ok(cudaMemcpyAsync(host, rowloss, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, tfm__cu.stream),
-                           "cudaMemcpyAsync (loss)");
+        if (tfm__cu_op("cudaMemcpyAsync (loss)", host, rowloss, N))
+            (void)tfm__cuda_ok(cudaMemcpyAsync(host, rowloss, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, tfm__cu.stream),
+                               "cudaMemcpyAsync (loss)");
         return tfm__cu_loss_mean(NULL, t, ignore, N, counted);
     }
     if (!tfm__cuda_ok(cudaMemcpy(host, rowloss, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (loss)"))
@@ -5935,12 +5986,15 @@ static void tfm__cross_entropy_bwd_cuda(float *dx, float dloss, const float *x, 
     int64_t r, nvalid = 0;
     unsigned char *ws;
     int32_t *dt;
+    float g, *dg;
     for (r = 0; r < N; r++) nvalid += t[r] != ignore;
-    if ((!nvalid && !dxbf) || N <= 0 || !(ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t))))) return;
+    g = dloss / (float)(nvalid ? nvalid : 1);
+    if ((!nvalid && !dxbf) || N <= 0 || !(ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t)) + 256))) return;
     dt = (int32_t *)tfm__cuda_put(ws, &off, t, (size_t)N * sizeof(int32_t));
+    dg = (float *)tfm__cuda_put(ws, &off, &g, sizeof g);
     if (tfm__cu.failed) return;
-    TFM__LAUNCH(tfm__k_xent_bwd, (unsigned)N, tfm__cu_row_threads(V), 0, dx, dloss / (float)(nvalid ? nvalid : 1), x, lse,
-                dt, ignore, s, V, dxbf ? tfm__bf16_ld(V) : 0);
+    TFM__LAUNCH(tfm__k_xent_bwd, (unsigned)N, tfm__cu_row_threads(V), 0, dx, (const float *)dg, x, lse, dt, ignore, s, V,
+                dxbf ? tfm__bf16_ld(V) : 0);
     TFM__CU_LAUNCHED("tfm__k_xent_bwd");
 }
 
@@ -6020,16 +6074,23 @@ static void tfm__rope_cuda(float *y, const float *x, int64_t ld, int64_t B, int6
     TFM__CU_LAUNCHED("tfm__k_rope");
 }
 
+/* In a recorded step the seed is staged (it changes every step; the step's graph replays with the next
+   one's) */
 static void tfm__dropout_cuda(float *y, const float *x, int64_t n, float p, uint64_t seed, uint64_t i0, int acc) {
+    const uint64_t *at = NULL;
     if (n <= 0) return;
+    if (tfm__cu.recording) {
+        at = (const uint64_t *)tfm__cuda_step_put(&seed, sizeof seed);
+        seed = 0;
+    }
     TFM__LAUNCH(tfm__k_dropout, tfm__cu_grid(n), TFM__CU_THREADS, 0, y, x, n, tfm__drop_threshold(p),
-                p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, seed, i0, acc);
+                p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, seed, at, i0, acc);
     TFM__CU_LAUNCHED("tfm__k_dropout");
 }
 
 /* The rows 0..N-1 grouped by id (a stable counting sort over [min id, max id]): rows[] in id order, the
    U distinct ids in uid[] and where each one's rows start in ustart[] (U + 1 entries), all in one host
-   array h (3 N + 1 ints); U is returned, -1 when the counts cannot be allocated. */
+   array h (3 N + 2 ints, U the last); U is returned, -1 when the counts cannot be allocated. */
 static int64_t tfm__group_ids(const int32_t *ids, int64_t N, int32_t *h) {
     int32_t lo = ids[0], hi = ids[0], *rows = h, *uid = h + N, *ustart = h + 2 * N, *cnt;
     int64_t r, k, U = 0;
@@ -6043,6 +6104,7 @@ static int64_t tfm__group_ids(const int32_t *ids, int64_t N, int32_t *h) {
         cnt[k + 1] += cnt[k];
     }
     ustart[U] = (int32_t)N;
+    h[3 * N + 1] = (int32_t)U;
     for (r = 0; r < N; r++) rows[cnt[ids[r] - lo]++] = (int32_t)r;
     TFM_FREE(cnt, NULL);
     return U;
@@ -6052,21 +6114,20 @@ static void tfm__embedding_cuda(float *y, const int32_t *ids, const float *w, fl
     size_t off = 0;
     unsigned char *ws;
     int32_t *d;
-    if (N <= 0 || !(ws = tfm__cuda_ws(3 * TFM__CU_ROUND((N + 1) * sizeof(int32_t))))) return;
+    if (N <= 0 || !(ws = tfm__cuda_ws(TFM__CU_ROUND((3 * N + 2) * sizeof(int32_t))))) return;
     if (bwd) { /* y is dw (V,C), w is dy (N,C) */
-        int32_t *h = (int32_t *)TFM_MALLOC((size_t)(3 * N + 1) * sizeof(int32_t), NULL), *rows, *uid, *ustart;
-        int64_t U = h ? tfm__group_ids(ids, N, h) : -1;
-        if (U < 0) {
+        size_t hn = (size_t)(3 * N + 2) * sizeof(int32_t);
+        int32_t *h = (int32_t *)TFM_MALLOC(hn, NULL), *dh;
+        if (h) memset(h, 0, hn); /* (the entries past U too: every byte is staged) */
+        if (!h || tfm__group_ids(ids, N, h) < 0) {
             TFM_FREE(h, NULL);
             (void)tfm__cuda_ok(cudaErrorMemoryAllocation, "embedding backward (grouping the rows by id on the host)");
             return;
         }
-        rows = (int32_t *)tfm__cuda_put(ws, &off, h, (size_t)N * sizeof(int32_t));
-        uid = (int32_t *)tfm__cuda_put(ws, &off, h + N, (size_t)U * sizeof(int32_t));
-        ustart = (int32_t *)tfm__cuda_put(ws, &off, h + 2 * N, (size_t)(U + 1) * sizeof(int32_t));
-        TFM_FREE(h, NULL); /* each put has taken its bytes */
+        dh = (int32_t *)tfm__cuda_put(ws, &off, h, hn);
+        TFM_FREE(h, NULL); /* the put has taken its bytes */
         if (tfm__cu.failed) return;
-        TFM__LAUNCH(tfm__k_embedding_bwd, tfm__cu_grid(U * C), TFM__CU_THREADS, 0, y, w, rows, uid, ustart, scale, U, C);
+        TFM__LAUNCH(tfm__k_embedding_bwd, tfm__cu_grid(N * C), TFM__CU_THREADS, 0, y, w, (const int32_t *)dh, scale, N, C);
         TFM__CU_LAUNCHED("tfm__k_embedding_bwd");
     } else {
         d = (int32_t *)tfm__cuda_put(ws, &off, ids, (size_t)N * sizeof(int32_t));
@@ -6118,11 +6179,13 @@ static void tfm__mean_pool_cuda(float *y, const float *x, const int32_t *lens, i
     }
 }
 
-/* The jobs of ps[0..n) (n <= 256) in jt, the decay factor where ps[i].decay or decay_all (else 1); returns
-   their chunks */
-static int64_t tfm__cu_jobs(tfm__cu_job *jt, const tfm_adamw_param *ps, int n, float decay, int decay_all) {
+/* The jobs of ps[0..n) (n <= 256) in jt, the decay factor where ps[i].decay or decay_all (else 1), AdamW's
+   step size and bias correction; returns their chunks */
+static int64_t tfm__cu_jobs(tfm__cu_job *jt, const tfm_adamw_param *ps, int n, float decay, int decay_all, float step_size,
+                            float bc2s) {
     int64_t c = 0;
     int i;
+    memset(jt, 0, (size_t)n * sizeof *jt); /* (and the padding: the bytes are staged) */
     for (i = 0; i < n; i++) {
         jt[i].w = ps[i].value.data;
         jt[i].g = ps[i].grad.data;
@@ -6131,6 +6194,8 @@ static int64_t tfm__cu_jobs(tfm__cu_job *jt, const tfm_adamw_param *ps, int n, f
         jt[i].n = tfm_numel(&ps[i].grad);
         jt[i].c0 = c;
         jt[i].decay = ps[i].decay || decay_all ? decay : 1.0f;
+        jt[i].step_size = step_size;
+        jt[i].bc2s = bc2s;
         c += (jt[i].n + TFM__CU_CHUNK - 1) / TFM__CU_CHUNK;
     }
     return c;
@@ -6148,7 +6213,7 @@ static void tfm__adamw_cuda(const tfm_adamw_param *ps, int n, float clip, float 
     if (!tfm__cuda_kept_space()) return; /* (tfm__cu_sumsq's slot: tfm__sumsq_cuda ran just before) */
     for (g0 = 0; g0 < n; g0 += 256) {
         int gn = TFM__MIN(256, n - g0);
-        int64_t chunks = tfm__cu_jobs(jt, ps + g0, gn, decay, decay_all);
+        int64_t chunks = tfm__cu_jobs(jt, ps + g0, gn, decay, decay_all, step_size, bc2s);
         size_t off = 0;
         unsigned char *ws;
         const tfm__cu_job *dj;
@@ -6157,7 +6222,7 @@ static void tfm__adamw_cuda(const tfm_adamw_param *ps, int n, float clip, float 
         dj = (const tfm__cu_job *)tfm__cuda_put(ws, &off, jt, gn * sizeof *jt);
         if (tfm__cu.failed) return;
         TFM__LAUNCH(tfm__k_adamw, (unsigned)chunks, TFM__CU_THREADS, 0, dj, gn, (const double *)tfm__cu_sumsq(), clip, b1,
-                    b2, eps, step_size, bc2s);
+                    b2, eps);
         TFM__CU_LAUNCHED("tfm__k_adamw");
     }
 }
@@ -6174,7 +6239,7 @@ static double tfm__sumsq_cuda(const tfm_adamw_param *ps, int n) {
     dsum = tfm__cu_sumsq();
     for (g0 = 0; g0 < n; g0 += 256) {
         int gn = TFM__MIN(256, n - g0);
-        int64_t chunks = tfm__cu_jobs(jt, ps + g0, gn, 1.0f, 0);
+        int64_t chunks = tfm__cu_jobs(jt, ps + g0, gn, 1.0f, 0, 0.0f, 0.0f);
         size_t off = 0;
         unsigned char *ws = tfm__cuda_ws(TFM__CU_ROUND(gn * sizeof *jt) + (size_t)TFM__MAX(chunks, 1) * sizeof(double));
         const tfm__cu_job *dj;
@@ -6191,17 +6256,24 @@ static double tfm__sumsq_cuda(const tfm_adamw_param *ps, int n) {
         TFM__CU_LAUNCHED("tfm__k_sumsq_total");
     }
     if (tfm__cu.capturing) {
-        (void)tfm__cuda_ok(cudaMemcpyAsync(tfm__cu.pin, dsum, sizeof(double), cudaMemcpyDeviceToHost, tfm__cu.stream),
-                           "cudaMemcpyAsync (norm)");
+        if (tfm__cu_op("cudaMemcpyAsync (norm)", tfm__cu.pin, dsum))
+            (void)tfm__cuda_ok(cudaMemcpyAsync(tfm__cu.pin, dsum, sizeof(double), cudaMemcpyDeviceToHost, tfm__cu.stream),
+                               "cudaMemcpyAsync (norm)");
         return 0.0;
     }
     (void)tfm__cuda_ok(cudaMemcpy(&total, dsum, sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy (norm)");
     return total;
 }
 
-/* The host arrays of an attention call (lengths, cache slots and offsets, mask) staged on the device. */
-typedef struct tfm__cu_attn_io { const int32_t *lens, *rows, *qoff; const float *mask; float *Dr; } tfm__cu_attn_io;
-static int tfm__cu_attn_stage(const tfm__attn_args *a, tfm__cu_attn_io *io, size_t extra) {
+/* The host arrays of an attention call (lengths, cache slots and offsets, mask) staged on the device, and
+   in a recorded step its dropout seed (so that the step's graph replays with the next step's seed):
+   t = *a with the seed's place (seed_at), the args to launch with. */
+typedef struct tfm__cu_attn_io {
+    const int32_t *lens, *rows, *qoff;
+    const float *mask;
+    float *Dr;
+} tfm__cu_attn_io;
+static int tfm__cu_attn_stage(const tfm__attn_args *a, tfm__cu_attn_io *io, size_t extra, tfm__attn_args *t) {
     size_t B = (size_t)a->B, nmask = a->mask ? (a->mask_bs ? B : 1) * (size_t)a->Tq * (size_t)a->Tk : 0, off = 0;
     unsigned char *ws;
     memset(io, 0, sizeof *io);
@@ -6209,12 +6281,18 @@ static int tfm__cu_attn_stage(const tfm__attn_args *a, tfm__cu_attn_io *io, size
         (void)tfm__cuda_ok(cudaErrorInvalidValue, "attention (head dimension above 2048)");
         return 0;
     }
+    memcpy(t, a, sizeof *t);
+    t->seed_at = NULL;
     ws = tfm__cuda_ws(3 * TFM__CU_ROUND(B * sizeof(int32_t)) + TFM__CU_ROUND(nmask * sizeof(float)) + TFM__CU_ROUND(extra));
     if (!ws) return 0;
     io->lens = (const int32_t *)tfm__cuda_put_kept(ws, &off, a->lens, B * sizeof(int32_t));
     io->rows = (const int32_t *)tfm__cuda_put_kept(ws, &off, a->kv_rows, B * sizeof(int32_t));
     io->qoff = (const int32_t *)tfm__cuda_put_kept(ws, &off, a->q_off, B * sizeof(int32_t));
     io->mask = (const float *)tfm__cuda_put(ws, &off, a->mask, nmask * sizeof(float));
+    if (tfm__cu.recording && a->dropout > 0.0f) {
+        t->seed_at = (const uint64_t *)tfm__cuda_step_put(&a->seed, sizeof a->seed);
+        t->seed = 0;
+    }
     io->Dr = (float *)(ws + off);
     return !tfm__cu.failed;
 }
@@ -6281,6 +6359,7 @@ template <typename T>
 static __global__ void tfm__k_attn_bds(tfm__attn_args a, const float *S, const float *G, T *ds, int64_t ld, int i0, int nq,
                                        int kn, const float *Dr, const float *one) {
     int r = (int)blockIdx.x, bh = r / nq, i = i0 + r % nq, j;
+    if (a.seed_at) a.seed = *a.seed_at;
     float Di = Dr[(int64_t)bh * a.Tq + i], on = one[(int64_t)bh * a.Tq + i];
     for (j = (int)threadIdx.x; j < kn; j += (int)blockDim.x) {
         int64_t x = (int64_t)r * ld + j;
@@ -6874,17 +6953,16 @@ static int tfm__attention_forward_cuda(const tfm__attn_args *a) {
     int path = tfm__attn_path(a), bm = path == 1 || path == 2, R = a->D <= 64 ? 4 : 2;
     size_t smem = (4 * (size_t)R * a->D + TFM__CU_TW * (2 * (size_t)a->D + 1)) * sizeof(float);
     unsigned grid = (unsigned)((a->Tq + 4 * R - 1) / (4 * R)) * (unsigned)(a->B * a->H);
-    if (a->Tq <= 0 || a->B * a->H <= 0 || !tfm__cu_attn_stage(a, &io, bm ? TFM__CU_BFA_PTRS : 0)) return 1;
-    if (bm) return tfm__attn_batched_forward_cuda(a, &io, (unsigned char *)io.Dr, path == 2);
+    if (a->Tq <= 0 || a->B * a->H <= 0 || !tfm__cu_attn_stage(a, &io, bm ? TFM__CU_BFA_PTRS : 0, &t)) return 1;
+    if (bm) return tfm__attn_batched_forward_cuda(&t, &io, (unsigned char *)io.Dr, path == 2);
     if (path == 3) {
         smem = tfm__cu_flash_smem(0, a->D);
         grid = (unsigned)((a->Tq + TFM__CU_FB - 1) / TFM__CU_FB) * (unsigned)(a->B * a->H);
         if (TFM__CU_OPTIN(tfm__k_attn_flash_fwd, 0, smem))
-            TFM__LAUNCH(tfm__k_attn_flash_fwd, grid, 128, smem, *a, a->q, a->k, a->v, a->out, a->lse, io.lens, io.mask);
+            TFM__LAUNCH(tfm__k_attn_flash_fwd, grid, 128, smem, t, a->q, a->k, a->v, a->out, a->lse, io.lens, io.mask);
         TFM__CU_LAUNCHED("tfm__k_attn_flash_fwd");
         return 1;
     }
-    memcpy(&t, a, sizeof t);
     /* decoding against a cache: no row reads a key past its own position, so the keys' count can be the
        cache's rows, and a step's launch is the same at every length (a decoding graph replays) */
     if (a->q_off && a->bsk && a->causal && !a->mask && a->dropout == 0.0f) t.Tk = (int)(a->bsk / a->ldk);
@@ -6901,32 +6979,33 @@ static int tfm__attention_forward_cuda(const tfm__attn_args *a) {
 static int tfm__attention_backward_cuda(const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk, float *dv,
                                         int lddv, const float *dout, int lddo) {
     tfm__cu_attn_io io;
+    tfm__attn_args t;
     int64_t nrow = (int64_t)a->B * a->H * a->Tq;
     float *one;
     int path = tfm__attn_path(a), bm = path == 1 || path == 2, R = a->D <= 64 ? 4 : 2, Hkv = a->Hkv ? a->Hkv : a->H;
     size_t smem = (8 * (size_t)R * a->D + 2 * (size_t)TFM__CU_TW * (a->D + 1)) * sizeof(float);
     unsigned gq = (unsigned)((a->Tq + 4 * R - 1) / (4 * R)) * (unsigned)(a->B * a->H);
     unsigned gk = (unsigned)((a->Tk + 4 * R - 1) / (4 * R)) * (unsigned)(a->B * Hkv);
-    if (nrow <= 0 || a->Tk <= 0 || !tfm__cu_attn_stage(a, &io, 2 * (size_t)nrow * sizeof(float) + (bm ? TFM__CU_BFA_PTRS : 0)))
+    if (nrow <= 0 || a->Tk <= 0 || !tfm__cu_attn_stage(a, &io, 2 * (size_t)nrow * sizeof(float) + (bm ? TFM__CU_BFA_PTRS : 0), &t))
         return 1;
     one = io.Dr + nrow;
-    TFM__LAUNCH(tfm__k_attn_dr, tfm__cu_grid(nrow), TFM__CU_THREADS, 0, io.Dr, one, *a, a->out, dout, lddo, io.lens,
+    TFM__LAUNCH(tfm__k_attn_dr, tfm__cu_grid(nrow), TFM__CU_THREADS, 0, io.Dr, one, t, a->out, dout, lddo, io.lens,
                 io.mask);
     TFM__CU_LAUNCHED("tfm__k_attn_dr");
     if (bm)
-        return tfm__attn_batched_backward_cuda(a, &io, (unsigned char *)(one + nrow), path == 2, one, dq, lddq, dk, lddk, dv,
+        return tfm__attn_batched_backward_cuda(&t, &io, (unsigned char *)(one + nrow), path == 2, one, dq, lddq, dk, lddk, dv,
                                                lddv, dout, lddo);
     if (path == 3) {
         size_t s1 = tfm__cu_flash_smem(1, a->D), s2 = tfm__cu_flash_smem(2, a->D);
         gq = (unsigned)((a->Tq + TFM__CU_FB - 1) / TFM__CU_FB) * (unsigned)(a->B * a->H);
         gk = (unsigned)((a->Tk + TFM__CU_FB - 1) / TFM__CU_FB) * (unsigned)(a->B * Hkv);
         if (dq && TFM__CU_OPTIN(tfm__k_attn_flash_dq, 1, s1)) {
-            TFM__LAUNCH(tfm__k_attn_flash_dq, gq, 128, s1, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dq, lddq,
+            TFM__LAUNCH(tfm__k_attn_flash_dq, gq, 128, s1, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dq, lddq,
                         dout, lddo);
             TFM__CU_LAUNCHED("tfm__k_attn_flash_dq");
         }
         if ((dk || dv) && TFM__CU_OPTIN(tfm__k_attn_flash_dkv, 2, s2)) {
-            TFM__LAUNCH(tfm__k_attn_flash_dkv, gk, 128, s2, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dk,
+            TFM__LAUNCH(tfm__k_attn_flash_dkv, gk, 128, s2, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dk,
                         lddk, dv, lddv, dout, lddo);
             TFM__CU_LAUNCHED("tfm__k_attn_flash_dkv");
         }
@@ -6934,19 +7013,19 @@ static int tfm__attention_backward_cuda(const tfm__attn_args *a, float *dq, int 
     }
     if (dq) { /* the tiled kernels: 4R rows a block */
         if (R == 4)
-            TFM__LAUNCH(tfm__k_attn_dq_tiled<4>, gq, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dq,
+            TFM__LAUNCH(tfm__k_attn_dq_tiled<4>, gq, 128, smem, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dq,
                         lddq, dout, lddo);
         else
-            TFM__LAUNCH(tfm__k_attn_dq_tiled<2>, gq, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dq,
+            TFM__LAUNCH(tfm__k_attn_dq_tiled<2>, gq, 128, smem, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dq,
                         lddq, dout, lddo);
         TFM__CU_LAUNCHED("tfm__k_attn_dq_tiled");
     }
     if (dk || dv) {
         if (R == 4)
-            TFM__LAUNCH(tfm__k_attn_dkv_tiled<4>, gk, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dk,
+            TFM__LAUNCH(tfm__k_attn_dkv_tiled<4>, gk, 128, smem, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dk,
                         lddk, dv, lddv, dout, lddo);
         else
-            TFM__LAUNCH(tfm__k_attn_dkv_tiled<2>, gk, 128, smem, *a, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dk,
+            TFM__LAUNCH(tfm__k_attn_dkv_tiled<2>, gk, 128, smem, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dk,
                         lddk, dv, lddv, dout, lddo);
         TFM__CU_LAUNCHED("tfm__k_attn_dkv_tiled");
     }
@@ -10335,9 +10414,10 @@ static tfm_result tfm__train_step_run(tfm_model *m, const tfm_batch *b, const tf
 }
 
 #if defined(TFM_CUDA)
-/* tfm_model_train_step on the GPU as one CUDA graph (tfm__cuda_capture_begin): 1 when it ran, its result
-   in *r; 0 when it could not be captured (none of it has run, the model is as it was). The rows' losses
-   and the squared norm come back once the graph has run: the same sums as launch by launch. */
+/* tfm_model_train_step on the GPU as one CUDA graph: the last step's replayed after a dry run that matches
+   its record, else a new capture (tfm__cuda_capture_begin); 1 when it ran, its result in *r; 0 when
+   neither could be had (none of it has run, the model is as it was). The rows' losses and the squared
+   norm come back once the graph has run: the same sums as launch by launch. */
 static int tfm__train_step_graph(tfm_model *m, const tfm_batch *b, const tfm_optim *o, float *loss, int64_t *n_counted,
                                  float *grad_norm, tfm_result *r) {
     const char *fn = "tfm_model_train_step";
@@ -10346,17 +10426,20 @@ static int tfm__train_step_graph(tfm_model *m, const tfm_batch *b, const tfm_opt
     int kind = m->cfg.kind, ok;
     int64_t rows = (int64_t)b->batch * (kind == TFM_MODEL_ENCODER_CLASSIFIER ? 1 : kind == TFM_MODEL_DECODER_LM ? b->len : b->tgt_len);
     double ss;
-    if (!tfm__cuda_host((size_t)rows) || !tfm__cuda_capture_begin(TFM__CU_GRAPH_TRAIN, 0)) return 0;
-    ok = tfm__model_forward(m, b, NULL, NULL) == TFM_OK;
-    if (ok) tfm_model_zero_grad(m);
-    ok = ok && tfm__model_backward(m, 1.0f) == TFM_OK;
-    ok = ok && tfm__adamw_apply(fn, o, mi->adam, m->n_params, m->step + 1, tfm__op_sumsq(mi->device, mi->adam, m->n_params),
-                                NULL) == TFM_OK;
-    if (!ok) tfm__cu.cap_failed = 1;
-    if (!tfm__cuda_capture_end(TFM__CU_GRAPH_TRAIN)) {
+    int dry;
+    if (!tfm__cuda_host((size_t)rows)) return 0;
+    for (dry = 1; dry >= 0; dry--) { /* a dry run (replay), else a capture */
+        if (!tfm__cuda_capture_begin(TFM__CU_GRAPH_TRAIN, dry)) continue;
+        ok = tfm__model_forward(m, b, NULL, NULL) == TFM_OK;
+        if (ok) tfm_model_zero_grad(m);
+        ok = ok && tfm__model_backward(m, 1.0f) == TFM_OK;
+        ok = ok && tfm__adamw_apply(fn, o, mi->adam, m->n_params, m->step + 1,
+                                    tfm__op_sumsq(mi->device, mi->adam, m->n_params), NULL) == TFM_OK;
+        if (!ok) tfm__cu.cap_failed = 1;
+        if (tfm__cuda_capture_end(TFM__CU_GRAPH_TRAIN)) break;
         mi->rng = rng0;
-        return 0;
     }
+    if (dry < 0) return 0;
     (void)tfm__cuda_ok(cudaStreamSynchronize(0), "cudaStreamSynchronize (a training step)");
     if ((*r = tfm__cuda_check(fn)) != TFM_OK) return 1;
     mi->last_loss = tfm__cu_loss_mean(tfm__cu.host, mi->targets, m->cfg.ignore_index, rows, n_counted);

@@ -2478,6 +2478,10 @@ static void cu_free_ws(void) {
 }
 #endif
 
+/* 1: cu_train_step_pair forgets the training graph's record before m[2]'s step, which is then captured,
+   not replayed (the capture's failures below) */
+static int cu_no_train_replay;
+
 /* one step of m[1] (graphs off) and m[2] (graphs on) on batch seed, `before` (may be NULL) called just
    before m[2]'s: the same results, bit for bit; the graph launches of m[2]'s (emulation; else 0). r: what
    both returned. */
@@ -2491,6 +2495,7 @@ static unsigned long long cu_train_step_pair(tfm_model *m, const tfm_optim *o, c
     cu_batch(d, &m[1].cfg, seed);
     for (k = 0; k < 2; k++) {
         CHECK_OK(tfm_cuda_set_graphs(k));
+        if (k && cu_no_train_replay) tfm__cu.rec_n[1 + TFM__CU_GRAPH_TRAIN] = 0;
         if (k && before) before();
 #ifdef TFM_CUDA_EMULATION
         if (k) g0 = tfm_emu_graph_launches();
@@ -2548,12 +2553,13 @@ static void cu_train_graphs(void) {
         for (s = 0; s < 3; s++) tfm_model_free(&m[s]);
     }
 #ifdef TFM_CUDA_EMULATION
-    { /* the LM: failures */
+    { /* the LM: failures of a capture (each step captured, none replayed) */
         static const char *const apis[3][2] = {{"cudaStreamEndCapture", NULL},
                                                {"cudaGraphExecUpdate", NULL},
                                                {"cudaGraphExecUpdate", "cudaGraphInstantiate"}};
         static const int codes[3] = {cudaErrorStreamCaptureInvalidated, cudaErrorGraphExecUpdateFailure, cudaErrorInvalidValue};
         int f;
+        cu_no_train_replay = 1;
         for (f = 0; f < 6; f++) {
             tfm_model m[3];
             unsigned long long launched = 0, want;
@@ -2622,9 +2628,186 @@ static void cu_train_graphs(void) {
             tfm_emu_reset();
             for (s = 1; s < 3; s++) tfm_model_free(&m[s]);
         }
+        cu_no_train_replay = 0;
         CHECK_OK(tfm_cuda_set_graphs(1));
     }
 #endif
+    free(d);
+}
+
+/* Training steps that replay their graph (tfm__cuda_capture_end's dry run). Each model of cu_model_cfg,
+   with its dropout and without, the LM in bf16 and the LM with heads of 160 channels (the attention's
+   batched products): steps on new batches, under a schedule whose rate
+   changes every step, give the same bits with graphs as without (states, losses, norms), and every step
+   after the first captured one replays (the batch's arrays, AdamW's scalars and the dropout masks' seeds
+   are staged, not kernel arguments). BERT with token types in every other batch replays no step, and
+   its dry runs back off after two misses in a row. Under the emulation, for the LM: a replay's graph launch that fails
+   is the call's TFM_E_CUDA; a dry run that fails leaves the step captured, with the same bits. Then a
+   classifier of continuous inputs whose step stages more than the first staging holds
+   (TFM__CU_STEP_BYTES): its first capture fails without backing off, the next has more, and the steps
+   after it replay, with the same bits as without graphs. */
+static void cu_train_replay(void) {
+    int steps = cu_small ? 5 : 8, which, s, k;
+    tfm_optim o = cu_optim();
+    cu_data *d = (cu_data *)malloc(sizeof(cu_data));
+    for (which = 0; which < 2 * (CU_N_MODELS + 2); which++) {
+        tfm_model m[3];
+        int w = which / 2, drop = which % 2;
+        tfm_config c = cu_model_cfg(w < CU_N_MODELS ? w : 2, TFM_DEVICE_CUDA);
+        unsigned long long launches = 0, r0;
+        char nm[96];
+        snprintf(nm, sizeof nm, "%s%s", w < CU_N_MODELS ? cu_model_names[w] : w == CU_N_MODELS ? "lm bf16" : "lm heads of 160",
+                 drop ? ", dropout" : ", no dropout");
+        if (!drop) c.dropout = c.attn_dropout = 0.0f;
+        if (w == CU_N_MODELS) c.precision = TFM_PREC_BF16;
+        if (w == CU_N_MODELS + 1) c.d_model = 320, c.n_heads = 2, c.n_layers = 1;
+        memset(m, 0, sizeof m);
+        tfm_scratch_release(); /* no graph, no record, no backing off */
+        if (cu_init(&m[1], &c, nm) && cu_init(&m[2], &c, nm)) {
+            r0 = tfm__cu.replays;
+            for (s = 0; s < steps; s++) {
+                tfm_result r;
+                launches += cu_train_step_pair(m, &o, d, (uint64_t)(3000 + 2 * s), cu_fmt("%s, step %d", nm, s), &r,
+                                               NULL); /* (even: BERT's token types in every batch) */
+                CHECK_MSG(r == TFM_OK, "%s step %d: %s", nm, s, tfm_last_error());
+            }
+#ifdef TFM_CUDA_EMULATION
+            CHECK_MSG(launches == (unsigned long long)(steps - 1), "%s: %llu graph launches in %d steps", nm, launches, steps);
+#endif
+            CHECK_MSG(tfm__cu.replays - r0 == (unsigned long long)(steps - 2), "%s: %llu of %d steps replayed, %d expected", nm,
+                      tfm__cu.replays - r0, steps, steps - 2);
+            cu_check_state(cu_fmt("%s: %d steps with graphs against without", nm, steps), &m[2], &m[1], 1);
+        }
+        for (k = 1; k < 3; k++) tfm_model_free(&m[k]);
+    }
+    { /* BERT with token types in every other batch: no step replays, and after two misses in a row the
+         dry runs back off */
+        tfm_model m[3];
+        tfm_config c = cu_model_cfg(5, TFM_DEVICE_CUDA);
+        unsigned long long r0;
+        memset(m, 0, sizeof m);
+        tfm_scratch_release();
+        if (cu_init(&m[1], &c, "bert") && cu_init(&m[2], &c, "bert")) {
+            r0 = tfm__cu.replays;
+            for (s = 0; s < 5; s++) {
+                tfm_result r;
+                (void)cu_train_step_pair(m, &o, d, (uint64_t)(3000 + s), cu_fmt("bert, token types or none, step %d", s), &r,
+                                         NULL);
+                CHECK_MSG(r == TFM_OK, "bert step %d: %s", s, tfm_last_error());
+            }
+            CHECK_MSG(tfm__cu.replays == r0, "bert, token types or none: %llu steps replayed", tfm__cu.replays - r0);
+            CHECK_MSG(tfm__cu.dry_fails == 2 && tfm__cu.dry_skip == 1,
+                      "bert, token types or none: %d dry runs missed in a row, the next %d skipped (2 and 1 expected)",
+                      tfm__cu.dry_fails, tfm__cu.dry_skip);
+            cu_check_state("bert, token types or none: 5 steps with graphs against without", &m[2], &m[1], 1);
+        }
+        for (s = 1; s < 3; s++) tfm_model_free(&m[s]);
+    }
+#ifdef TFM_CUDA_EMULATION
+    for (k = 0; k < 2; k++) { /* the LM with dropout: step 3's dry run fails (0) or its replay's launch (1) */
+        tfm_model m[3];
+        tfm_config c = cu_model_cfg(2, TFM_DEVICE_CUDA);
+        unsigned long long launches = 0, r0;
+        memset(m, 0, sizeof m);
+        tfm_scratch_release();
+        if (cu_init(&m[1], &c, "lm") && cu_init(&m[2], &c, "lm")) {
+            r0 = tfm__cu.replays;
+            for (s = 0; s < 5; s++) {
+                const char *what = cu_fmt("lm, a failing %s, step %d", k ? "replay" : "dry run", s);
+                tfm_result r;
+                if (s == 3) {
+                    tfm_emu_fail_clear();
+                    tfm_emu_fail_next(k ? "cudaGraphLaunch" : "cudaStreamEndCapture",
+                                      k ? cudaErrorInvalidValue : cudaErrorStreamCaptureInvalidated, 0);
+                }
+                if (k && s == 3) {
+                    float loss, norm;
+                    CHECK_OK(tfm_cuda_set_graphs(1));
+                    cu_batch(d, &m[2].cfg, (uint64_t)(3000 + 2 * s));
+                    r = tfm_model_train_step(&m[2], &d->b, &o, &loss, NULL, &norm);
+                    CHECK_MSG(r == TFM_E_CUDA && strstr(tfm_last_error(), "tfm_model_train_step") &&
+                                  strstr(tfm_last_error(), "cudaGraphLaunch"),
+                              "lm: a failing replay gave %d (%s)", (int)r, tfm_last_error());
+                    CHECK_MSG(tfm__cu.replays - r0 == 2, "lm: %llu replays before the failing one", tfm__cu.replays - r0);
+                    tfm_emu_reset();
+                    break;
+                }
+                launches += cu_train_step_pair(m, &o, d, (uint64_t)(3000 + 2 * s), what, &r, NULL);
+                CHECK_MSG(r == TFM_OK, "%s: %s", what, tfm_last_error());
+            }
+            if (!k) { /* step 3 captured after its dry run failed (one miss: no backing off); step 4 replays */
+                CHECK_MSG(tfm_emu_fail_pending() == 0, "lm: the failing dry run was not reached");
+                CHECK_MSG(launches == 4 && tfm__cu.replays - r0 == 2, "lm, a failing dry run: %llu graph launches, %llu replays",
+                          launches, tfm__cu.replays - r0);
+                cu_check_state("lm, a failing dry run: 5 steps with graphs against without", &m[2], &m[1], 1);
+            }
+        }
+        tfm_emu_fail_clear();
+        for (s = 1; s < 3; s++) tfm_model_free(&m[s]);
+    }
+    CHECK_OK(tfm_cuda_set_graphs(1));
+#endif
+    { /* a classifier of continuous inputs that stages 8 x 16 x 160 floats a step, 80 KiB */
+        enum { B = 8, T = 16, IN = 160 };
+        tfm_config c = cu_model_cfg(1, TFM_DEVICE_CUDA);
+        tfm_model m[2];
+        float *x = (float *)malloc(B * T * IN * sizeof(float));
+        int32_t lens[B], labels[B];
+        tfm_batch b;
+        unsigned long long r0;
+#ifdef TFM_CUDA_EMULATION
+        unsigned long long g0 = 0, launches = 0;
+#endif
+        cu_rng g = {99};
+        int i;
+        c.dropout = c.attn_dropout = 0.0f;
+        c.max_batch = B;
+        c.max_len = T;
+        c.input_dim = IN;
+        memset(m, 0, sizeof m);
+        memset(&b, 0, sizeof b);
+        b.batch = B;
+        b.len = T;
+        b.inputs = x;
+        b.targets = labels;
+        b.lens = lens;
+        tfm_scratch_release();
+        if (cu_init(&m[0], &c, "inputs 8 x 16 x 160") && cu_init(&m[1], &c, "inputs 8 x 16 x 160")) {
+            r0 = tfm__cu.replays;
+            for (s = 0; s < 5; s++) {
+                float loss[2], norm[2];
+                tfm_result r[2];
+                for (i = 0; i < B * T * IN; i++) x[i] = cu_gauss(&g);
+                for (i = 0; i < B; i++) lens[i] = 1 + cu_int(&g, T), labels[i] = cu_int(&g, c.n_classes);
+                for (k = 0; k < 2; k++) {
+                    CHECK_OK(tfm_cuda_set_graphs(k));
+#ifdef TFM_CUDA_EMULATION
+                    if (k) g0 = tfm_emu_graph_launches();
+#endif
+                    r[k] = tfm_model_train_step(&m[k], &b, &o, &loss[k], NULL, &norm[k]);
+#ifdef TFM_CUDA_EMULATION
+                    if (k) launches += tfm_emu_graph_launches() - g0;
+#endif
+                }
+                CHECK_MSG(r[0] == TFM_OK && r[1] == TFM_OK, "inputs 8 x 16 x 160, step %d: %d, %d (%s)", s, (int)r[0], (int)r[1],
+                          tfm_last_error());
+                CHECK_MSG(!memcmp(&loss[0], &loss[1], sizeof(float)) && !memcmp(&norm[0], &norm[1], sizeof(float)),
+                          "inputs 8 x 16 x 160, step %d: loss %.9g / %.9g, norm %.9g / %.9g with graphs off / on", s, loss[0],
+                          loss[1], norm[0], norm[1]);
+            }
+            CHECK_OK(tfm_cuda_set_graphs(1));
+            /* step 0 warms up, step 1's capture runs out of staging, 2 is captured with more, 3 and 4 replay */
+#ifdef TFM_CUDA_EMULATION
+            CHECK_MSG(launches == 3, "inputs 8 x 16 x 160: %llu graph launches in 5 steps, 3 expected", launches);
+#endif
+            CHECK_MSG(tfm__cu.replays - r0 == 2, "inputs 8 x 16 x 160: %llu steps replayed, 2 expected", tfm__cu.replays - r0);
+            CHECK_MSG(tfm__cu.step_size > TFM__CU_STEP_BYTES, "inputs 8 x 16 x 160: the staging holds %zu bytes",
+                      tfm__cu.step_size);
+            cu_check_state("inputs 8 x 16 x 160: 5 steps with graphs against without", &m[1], &m[0], 1);
+        }
+        for (k = 0; k < 2; k++) tfm_model_free(&m[k]);
+        free(x);
+    }
     free(d);
 }
 
@@ -2848,7 +3031,7 @@ static int cu_gen_hook(void *user, int row, int32_t token) {
     cu_gen_hook_t *h = (cu_gen_hook_t *)user;
     (void)row;
     (void)token;
-    if (h->no_replay) tfm__cu.rec_n[1] = 0;
+    if (h->no_replay) tfm__cu.rec_n[1 + TFM__CU_GRAPH_DECODE] = 0;
     if (++h->ids != 3) return 0;
     if (h->drop_ws) cu_free_ws();
     if (h->fail_dry) tfm_emu_fail_next("cudaStreamEndCapture", cudaErrorStreamCaptureInvalidated, 0);
@@ -4829,6 +5012,7 @@ static void suite_models(void) {
     RUN(cu_model_gqa);
     RUN(cu_model_window);
     RUN(cu_train_graphs);
+    RUN(cu_train_replay);
     RUN(cu_nan_weights);
 }
 
