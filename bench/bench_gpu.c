@@ -61,7 +61,8 @@
               step_min_ms=... tok_s=... gflop_step=... tflops=... loss0=... loss=... steps=... first_step_ms=...
               model_mb=...   (loss0: the first step's loss, the check's loss_cpu when the GPU model starts from
               the same weights; loss: the last step's; model_mb: tfm_model_memory_size, the model's one block,
-              which the GPU holds a twin of; bf16 rows add mfu=... bf16_acts=1|0; graphs=1|0)
+              which the GPU holds a twin of; bf16 rows add mfu=... bf16_acts=1|0; graphs=1|0; replayed: the share
+              of the timed steps that replayed the last step's graph instead of capturing one)
        RESULT impl=ours|ours-launches|ours-bf16-rounding device=cuda mode=gen name=... prec=fp32|bf16 tf32=0 batch=...
               new=... tok_s=... ms_tok=... reps=... graphs=1|0 replayed=...   (replayed: the share of the decoding
               steps after each call's first that replayed the last step's graph instead of capturing one)
@@ -307,6 +308,7 @@ static void run_train(const gpu_cfg *b, const gpu_data *d, int prec) {
     for (pass = 0; pass < (prec == TFM_PREC_BF16 ? 3 : 2); pass++) {
         double spent = 0.0;
         int n = 0;
+        unsigned long long rep0 = bench_gpu_replays();
         graphs = pass != 1;
         bench_gpu_bf16_acts(pass != 2);
         if ((r = tfm_cuda_set_graphs(graphs)) != TFM_OK) {
@@ -332,10 +334,11 @@ static void run_train(const gpu_cfg *b, const gpu_data *d, int prec) {
                     pass != 2);
         printf("RESULT impl=%s device=cuda mode=train name=%s prec=%s tf32=%d params=%lld batch=%d seq=%d step_ms=%.3f "
                "step_min_ms=%.3f tok_s=%.1f gflop_step=%.4f tflops=%.3f loss0=%.6f loss=%.5f steps=%d first_step_ms=%.1f "
-               "model_mb=%.1f%s graphs=%d\n",
+               "model_mb=%.1f%s graphs=%d replayed=%.3f\n",
                impl[pass], b->name, PREC_NAMES[prec], prec == TFM_PREC_TF32, (long long)m.n_weights,
                b->B, b->T, step_ms, step_min_ms, (double)b->B * b->T / (step_ms * 1e-3), flops * 1e-9,
-               flops * 1e-12 / (step_ms * 1e-3), (double)loss0, (double)loss, n, 1e3 * first, bytes / 1e6, mfu, graphs);
+               flops * 1e-12 / (step_ms * 1e-3), (double)loss0, (double)loss, n, 1e3 * first, bytes / 1e6, mfu, graphs,
+               (double)(bench_gpu_replays() - rep0) / n);
         fflush(stdout);
         if (pass == 0)
             add_row(b->name, 0, prec, b->B, step_ms, (double)b->B * b->T / (step_ms * 1e-3), flops * 1e-12 / (step_ms * 1e-3));

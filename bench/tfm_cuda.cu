@@ -17,8 +17,8 @@
 extern "C" void bench_gpu_bf16_acts(int on);
 extern "C" void bench_gpu_bf16_acts(int on) { tfm__bf16_acts_off = !on; }
 
-/* For bench_gpu.c: decoding steps this thread has run by replaying their CUDA graph (the rest were
-   captured, or ran launch by launch), the library's internal count (tfm__cu.replays). */
+/* For bench_gpu.c: decoding and training steps this thread has run by replaying their CUDA graph (the
+   rest were captured, or ran launch by launch), the library's internal count (tfm__cu.replays). */
 extern "C" unsigned long long bench_gpu_replays(void);
 extern "C" unsigned long long bench_gpu_replays(void) { return tfm__cu.replays; }
 

@@ -321,6 +321,7 @@ fi
             if (kv["mode"] == "train") {
                 p = ("prec" in kv) ? kv["prec"] : (kv["tf32"] == 1 ? "tf32" : "fp32")
                 ms[kv["impl"], n, p] = kv["step_ms"]; tf[kv["impl"], n, p] = kv["tflops"]; mfu[kv["impl"], n, p] = kv["mfu"]
+                rpt[kv["impl"], n, p] = kv["replayed"]
                 if (p == "fp32") mb[kv["impl"], n] = (kv["impl"] == "ours") ? kv["model_mb"] : kv["peak_mb"]
                 if (p ~ /^bf16/) has_bf16 = 1
             }
@@ -336,20 +337,21 @@ fi
                 exit
             }
             print "\ntraining step, ms (median; zero_grad + forward + backward + AdamW), TFLOP/s by bench.c'"'"'s formula"
-            printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s   %9s %7s\n", "config", "ours", "torch", "torch/", "ours",
-                   "torch", "ours", "torch", "torch/", "MB", "no graphs", "nog/"
-            printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s   %9s %7s\n", "", "fp32", "fp32", "ours", "TFLOPs", "TFLOPs",
-                   "tf32", "tf32", "ours", "ours/torch", "fp32", "ours"
+            printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s   %9s %7s %8s\n", "config", "ours", "torch", "torch/", "ours",
+                   "torch", "ours", "torch", "torch/", "MB", "no graphs", "nog/", "replayed"
+            printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s   %9s %7s %8s\n", "", "fp32", "fp32", "ours", "TFLOPs", "TFLOPs",
+                   "tf32", "tf32", "ours", "ours/torch", "fp32", "ours", "fp32"
             for (i = 1; i <= nn; i++) {
                 n = order[i]
-                printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s   %9s %7s\n", n, f(ms["ours", n, "fp32"], "%.2f"),
+                printf "%-18s %9s %9s %7s %7s %7s   %9s %9s %7s   %13s   %9s %7s %8s\n", n, f(ms["ours", n, "fp32"], "%.2f"),
                        f(ms["torch", n, "fp32"], "%.2f"), ratio(ms["torch", n, "fp32"], ms["ours", n, "fp32"]),
                        f(tf["ours", n, "fp32"], "%.2f"), f(tf["torch", n, "fp32"], "%.2f"), f(ms["ours", n, "tf32"], "%.2f"),
                        f(ms["torch", n, "tf32"], "%.2f"), ratio(ms["torch", n, "tf32"], ms["ours", n, "tf32"]),
                        f(mb["ours", n], "%.0f") "/" f(mb["torch", n], "%.0f"), f(ms["ours-launches", n, "fp32"], "%.2f"),
-                       ratio(ms["ours-launches", n, "fp32"], ms["ours", n, "fp32"])
+                       ratio(ms["ours-launches", n, "fp32"], ms["ours", n, "fp32"]), f(rpt["ours", n, "fp32"], "%.3f")
             }
-            print "ours: each training step one CUDA graph (tfm_model_train_step); no graphs: launch by launch (tfm_cuda_set_graphs(0))"
+            print "ours: each training step one CUDA graph (tfm_model_train_step); no graphs: launch by launch (tfm_cuda_set_graphs(0));"
+            print "replayed: the share of the timed steps that replayed the last step'"'"'s graph (1 expected: the same batch every step)"
             if (has_bf16) {
                 print "\nbf16 training step, ms: ours cfg.precision bf16; torch autocast bf16 + SDPA, eager and torch.compile"
                 printf "%-18s %9s %9s %9s %9s %7s %7s %7s   %9s %7s\n", "config", "ours", "torch", "torch", "speedup", "fastest/", "MFU", "MFU", "rounding", "rnd/"
