@@ -5295,9 +5295,10 @@ static __global__ void tfm__k_adamw(const tfm__cu_job *jobs, int n, const double
     const tfm__cu_job *p = tfm__cu_job_of(jobs, n, &lo, &hi);
     double ss = *sumsq;
     float scale = tfm__clip_scale(ss, clip);
+    tfm__cu_job j = *p; /* (in registers: the stores below may not alias it) */
     if (!isfinite(ss)) return;
     for (i = lo + threadIdx.x; i < hi; i += blockDim.x)
-        tfm__adamw_one(p->w + i, p->g[i] * scale, p->m + i, p->v + i, b1, b2, eps, p->step_size, p->bc2s, p->decay);
+        tfm__adamw_one(j.w + i, j.g[i] * scale, j.m + i, j.v + i, b1, b2, eps, j.step_size, j.bc2s, j.decay);
 }
 
 /* part[block] = the sum of g^2 over the block's chunk, in double */
