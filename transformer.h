@@ -4695,7 +4695,7 @@ static int tfm__cuda_step_ready(void) {
     tfm__cuda_ctx *c = &tfm__cu;
     void *p = NULL, *q = NULL;
     size_t want = c->step_size ? c->step_size : TFM__CU_STEP_BYTES;
-    while (want < c->step_need && want < TFM__CU_STEP_MAX) want *= 2;
+    while (want < c->step_need && c->step_need <= TFM__CU_STEP_MAX) want *= 2; /* (powers of 2 up to the most) */
     if ((!c->step_done && cudaEventCreateWithFlags(&c->step_done, cudaEventDisableTiming) != cudaSuccess) ||
         cudaEventSynchronize(c->step_done) != cudaSuccess)
         return 0;
