@@ -157,7 +157,8 @@
    stack; a thread of yours frees its own with tfm_scratch_release before it exits.
    On the GPU every call queues its work on CUDA's default stream and returns when the results it hands
    back (a loss, a gradient norm, generated ids) are on the host; a decoding step of generation or beam
-   search, and tfm_model_train_step's whole step, go there as one CUDA graph (tfm_cuda_set_graphs). Each
+   search, tfm_model_train_step's whole step and tfm_model_forward's pass go there as one CUDA graph
+   (tfm_cuda_set_graphs). Each
    thread that runs CUDA work keeps a cuBLAS handle, a capture stream, its last graph of each kind and
    small device buffers (and, once it has run generation with a bf16 model, that model's weights in
    bf16: 2 bytes a parameter), which tfm_scratch_release frees too. Products are exact fp32
@@ -1178,11 +1179,12 @@ TFMDEF tfm_result tfm_cuda_synchronize(void);
 /* on != 0: this thread's fp32 products on the GPU may use TF32 tensor cores (10-bit mantissas in the
    products, fp32 sums: faster, about 1e-3 relative). Off by default, so results match the CPU's. */
 TFMDEF tfm_result tfm_cuda_set_tf32(int on);
-/* on != 0 (the default): this thread's decoding steps on the GPU (generation, beam search) and training
-   steps (tfm_model_train_step) each run as one CUDA graph instead of a launch per kernel: captured, or,
-   when a step would queue the same operations as the last captured step of its kind, that graph
-   launched again (decoding steps after a call's first; training steps on batches of the same shapes);
-   0: launch by launch. The same results either way; a step that cannot be captured
+/* on != 0 (the default): this thread's decoding steps on the GPU (generation, beam search), training
+   steps (tfm_model_train_step) and forward passes (tfm_model_forward) each run as one CUDA graph instead
+   of a launch per kernel, after a model's first (which sizes its work spaces): captured, or, when a step
+   would queue the same operations as the last captured step of its kind, that graph launched again
+   (decoding steps after a call's first; training steps and forward passes on batches of the same
+   shapes); 0: launch by launch. The same results either way; a step that cannot be captured
    runs launch by launch. */
 TFMDEF tfm_result tfm_cuda_set_graphs(int on);
 /* Move a built model to `device` with everything it holds: parameters, gradients, AdamW moments, the
@@ -4303,17 +4305,17 @@ typedef struct tfm__cuda_ctx {
     unsigned char kept_host[TFM__CU_KEEP][TFM__CU_KEEP_BYTES]; /* what each holds */
     cudaStream_t stream;  /* where the work goes: 0 (the legacy stream), or cap while a step is captured */
     cudaStream_t cap;     /* a non-blocking stream that steps are captured on (tfm__cuda_capture_begin) */
-    cudaGraphExec_t graph[2]; /* the last captured step's executable graph (a decoding step's, a training
-                                 step's), updated to each new one */
+    cudaGraphExec_t graph[3]; /* the last captured step's executable graph of each kind (TFM__CU_GRAPH_*: a
+                                 decoding step's, a training step's, a forward pass's), updated to each new one */
     void *blas_ws;        /* device work space for cuBLAS while capturing */
-    int capturing, cap_failed, graphs_off, graph_fails[2], graph_skip[2], dry_fails, dry_skip;
+    int capturing, cap_failed, graphs_off, graph_fails[3], graph_skip[3], dry_fails[3], dry_skip[3];
     /* a step's operations, recorded so that the next step of its kind replays its graph without a capture
        when its operations are the same ("a step as one CUDA graph" below) */
     int recording;        /* 1 while a step's operations are recorded (its capture, or its dry run) */
     int kind;             /* ... and the step's kind (TFM__CU_GRAPH_*) */
     int dry;              /* 1 in a dry run: operations are checked against rec[1 + kind], not queued */
-    unsigned char *rec[3]; /* [0] the record being made, [1 + kind] the graph of that kind's (rec_n 0: none) */
-    size_t rec_n[3], rec_cap[3], rec_at; /* rec_at: how much of the graph's record a dry run has matched */
+    unsigned char *rec[4]; /* [0] the record being made, [1 + kind] the graph of that kind's (rec_n 0: none) */
+    size_t rec_n[4], rec_cap[4], rec_at; /* rec_at: how much of the graph's record a dry run has matched */
     int rec_bad;          /* a dry run's operation differed, or the record could not grow */
     unsigned char *step_host; /* pinned: the host arrays a recorded step stages, at the same places every step */
     unsigned char *step_dev;  /* device: their copies, in the same places */
@@ -4393,6 +4395,7 @@ static void tfm__dev_free(void *p) {
 }
 
 static void tfm__cuda_release(void) {
+    int i;
     if (tfm__cu.has_blas) cublasDestroy(tfm__cu.blas);
     if (tfm__cu.ws) cudaFree(tfm__cu.ws);
     if (tfm__cu.bf) cudaFree(tfm__cu.bf);
@@ -4401,16 +4404,14 @@ static void tfm__cuda_release(void) {
     if (tfm__cu.stage) cudaFreeHost(tfm__cu.stage);
     if (tfm__cu.kept) cudaFree(tfm__cu.kept);
     if (tfm__cu.pin) cudaFreeHost(tfm__cu.pin);
-    if (tfm__cu.graph[0]) cudaGraphExecDestroy(tfm__cu.graph[0]);
-    if (tfm__cu.graph[1]) cudaGraphExecDestroy(tfm__cu.graph[1]);
+    for (i = 0; i < 3; i++)
+        if (tfm__cu.graph[i]) cudaGraphExecDestroy(tfm__cu.graph[i]);
     if (tfm__cu.cap) cudaStreamDestroy(tfm__cu.cap);
     if (tfm__cu.blas_ws) cudaFree(tfm__cu.blas_ws);
     if (tfm__cu.step_host) cudaFreeHost(tfm__cu.step_host);
     if (tfm__cu.step_dev) cudaFree(tfm__cu.step_dev);
     if (tfm__cu.step_done) cudaEventDestroy(tfm__cu.step_done);
-    TFM_FREE(tfm__cu.rec[0], NULL);
-    TFM_FREE(tfm__cu.rec[1], NULL);
-    TFM_FREE(tfm__cu.rec[2], NULL);
+    for (i = 0; i < 4; i++) TFM_FREE(tfm__cu.rec[i], NULL);
     memset(&tfm__cu, 0, sizeof tfm__cu);
 }
 
@@ -4662,29 +4663,30 @@ static void tfm__cuda_copy(void *dst, const void *src, size_t n) {
 /* -- a step as one CUDA graph: a decoding step, or a training step (tfm_model_train_step) --
    A decoding step queues about 9 kernels and copies a layer besides 4 cuBLAS products, each a few
    microseconds of GPU work at batch 1, so launching them one by one costs more than running them; a
-   training step of a small model likewise. Instead the step's work is captured (queued on the thread's
+   training step or a forward pass of a small model likewise. Instead the step's work is captured (queued on the thread's
    own non-blocking stream while it captures: kept, not run), and the graph runs in one launch on the
    legacy stream, in order with everything else. The thread's executable graph of that kind is updated
    to each new capture (cudaGraphExecUpdate: the same operations with new arguments, as a new batch
    comes) and made anew when the operations differ. Nothing may allocate or wait while capturing: a step
    that would (a work space too small, the staging ring used up, a result read back) fails its capture,
-   nothing of it has run, and the caller runs it again as usual (tfm__decode_step, tfm_model_train_step).
+   nothing of it has run, and the caller runs it again as usual (tfm__decode_step, tfm__model_graph).
    After a failure the next 2, 4, ... 64 steps of that kind run without capture.
    A step's graph is replayed by the next step of its kind when that would queue the same operations
    with the same arguments: the step's host arrays are staged at the same places every step (step_host,
    copied by the graph to step_dev: tfm__cuda_step_put), and nothing else a step passes changes from step
    to step. For decoding that is the rule once a call's first step is captured (nothing grows with the
-   cache's lengths); for training, a new batch of the same shapes (its ids, targets and lengths are
-   staged), a new learning rate (AdamW reads its step's scalars from its staged jobs) and new dropout
-   masks (their seeds are staged too) replay. Each operation of a captured step is noted (tfm__cu_op:
+   cache's lengths); for training steps and forward passes, a new batch of the same shapes (its ids,
+   targets and lengths are staged), a new learning rate (AdamW reads its step's scalars from its staged
+   jobs) and new dropout masks (their seeds are staged too) replay. Each operation of a captured step is noted (tfm__cu_op:
    its name and arguments' bytes); the next step first runs dry, inside an empty capture, checking its
    operations against that record instead of queuing them, and launches the graph again when all of it
-   matched and nothing was captured; else it is captured. After two training steps in a row whose dry
-   runs did not match (batches whose shapes keep changing), the next 2, 4, ... 64 steps are captured
-   without one; a decoding call's first step never matches, and the next one does. */
+   matched and nothing was captured; else it is captured. After two training steps (or forward passes)
+   in a row whose dry runs did not match (batches whose shapes keep changing), the next 2, 4, ... 64 are
+   captured without one; a decoding call's first step never matches, and the next one does. */
 #define TFM__CU_BLAS_WS ((size_t)32 << 20) /* what cuBLAS asks for on Hopper */
 #define TFM__CU_GRAPH_DECODE 0
 #define TFM__CU_GRAPH_TRAIN 1
+#define TFM__CU_GRAPH_FORWARD 2
 
 /* A recorded step's staging (step_host, step_dev: step_size bytes each, grown to the step_need of a step
    that ran out, by doubling, up to TFM__CU_STEP_MAX) and the event after each graph, made at the first
@@ -4720,8 +4722,8 @@ static int tfm__cuda_step_ready(void) {
 
 /* Begin capturing this thread's work for a step of `kind` (TFM__CU_GRAPH_*), its operations recorded;
    0 (nothing begun) when graphs are off, backing off, or a part cannot be had. dry: the step's dry run,
-   checked against the record of the graph of its kind (0 when there is none, or a training step's dry
-   runs back off). */
+   checked against the record of the graph of its kind (0 when there is none, or that kind's dry runs
+   back off). */
 static int tfm__cuda_capture_begin(int kind, int dry) {
     tfm__cuda_ctx *c = &tfm__cu;
     int wrap = c->stage_off > TFM__CU_STAGE / 4 * 3; /* a step gets a quarter of the ring: start over first */
@@ -4731,8 +4733,8 @@ static int tfm__cuda_capture_begin(int kind, int dry) {
         return 0;
     }
     if (dry && (!c->graph[kind] || !c->rec_n[1 + kind])) return 0;
-    if (dry && kind == TFM__CU_GRAPH_TRAIN && c->dry_skip > 0) {
-        c->dry_skip--;
+    if (dry && c->dry_skip[kind] > 0) {
+        c->dry_skip[kind]--;
         return 0;
     }
     /* what the step might otherwise allocate while capturing: the stream, cuBLAS and its work space, the
@@ -4765,8 +4767,9 @@ static int tfm__cuda_capture_begin(int kind, int dry) {
 /* Launch the graph of `kind`, followed by step_done */
 static void tfm__cuda_graph_launch(int kind) {
     tfm__cuda_ctx *c = &tfm__cu;
-    (void)tfm__cuda_ok(cudaGraphLaunch(c->graph[kind], 0),
-                       kind == TFM__CU_GRAPH_TRAIN ? "cudaGraphLaunch (a training step)" : "cudaGraphLaunch (a decoding step)");
+    (void)tfm__cuda_ok(cudaGraphLaunch(c->graph[kind], 0), kind == TFM__CU_GRAPH_TRAIN    ? "cudaGraphLaunch (a training step)"
+                                                           : kind == TFM__CU_GRAPH_FORWARD ? "cudaGraphLaunch (a forward pass)"
+                                                                                           : "cudaGraphLaunch (a decoding step)");
     (void)tfm__cuda_ok(cudaEventRecord(c->step_done, 0), "cudaEventRecord");
 }
 
@@ -4792,9 +4795,9 @@ static int tfm__cuda_capture_end(int kind) {
         ok = ok && !c->rec_bad && c->rec_at == c->rec_n[1 + kind] && cudaGraphGetNodes(g, NULL, &nodes) == cudaSuccess && !nodes;
         if (g) (void)cudaGraphDestroy(g);
         (void)cudaGetLastError();
-        if (kind == TFM__CU_GRAPH_TRAIN) {
-            c->dry_fails = ok ? 0 : TFM__MIN(c->dry_fails + 1, 7);
-            c->dry_skip = c->dry_fails >= 2 ? 1 << (c->dry_fails - 1) : 0;
+        if (kind != TFM__CU_GRAPH_DECODE) { /* (a decoding call's first step misses as a rule) */
+            c->dry_fails[kind] = ok ? 0 : TFM__MIN(c->dry_fails[kind] + 1, 7);
+            c->dry_skip[kind] = c->dry_fails[kind] >= 2 ? 1 << (c->dry_fails[kind] - 1) : 0;
         }
         if (!ok) return 0;
         c->replays++;
@@ -9177,7 +9180,7 @@ struct tfm__model_impl {
     const float *memory, *top;      /* the encoder's output (enc-dec) and the top stack's output */
     const int32_t *tokens, *tgt_in; /* its inputs (read by backward) */
     int B, T, Tt, has_lens, has_types, has_targets, gen_replaced;
-    int warm;                       /* a training step ran launch by launch: the next may be a CUDA graph */
+    int warm;                       /* a forward pass or training step ran: the next may be a CUDA graph */
     float last_loss;
     uint64_t fwd_seed;
     /* state */
@@ -10173,9 +10176,22 @@ static tfm_result tfm__model_forward(tfm_model *m, const tfm_batch *b, float *lo
     return r;
 }
 
+#if defined(TFM_CUDA)
+static int tfm__model_graph(tfm_model *m, const tfm_batch *b, const tfm_optim *o, float *loss, int64_t *n_counted,
+                            float *grad_norm, tfm_result *r);
+#endif
+
+/* On the GPU, a forward pass after one that ran launch by launch is one CUDA graph (tfm__model_graph) */
 TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *loss, int64_t *n_counted) {
-    int prev = tfm__prec_enter(m);
-    return tfm__prec_done(prev, tfm__model_forward(m, b, loss, n_counted));
+    int prev = tfm__prec_enter(m), ran = 0;
+    tfm_result r = TFM_OK;
+#if defined(TFM_CUDA)
+    if (m && m->impl && m->impl->device == TFM_DEVICE_CUDA && m->impl->warm && tfm__chk_batch("tfm_model_forward", m, b) == TFM_OK)
+        ran = tfm__model_graph(m, b, NULL, loss, n_counted, NULL, &r);
+#endif
+    if (!ran) r = tfm__model_forward(m, b, loss, n_counted);
+    if (r == TFM_OK) m->impl->warm = 1;
+    return tfm__prec_done(prev, r);
 }
 
 static tfm_result tfm__model_backward(tfm_model *m, float loss_scale) {
@@ -10415,36 +10431,43 @@ static tfm_result tfm__train_step_run(tfm_model *m, const tfm_batch *b, const tf
 }
 
 #if defined(TFM_CUDA)
-/* tfm_model_train_step on the GPU as one CUDA graph: the last step's replayed after a dry run that matches
-   its record, else a new capture (tfm__cuda_capture_begin); 1 when it ran, its result in *r; 0 when
-   neither could be had (none of it has run, the model is as it was). The rows' losses and the squared
-   norm come back once the graph has run: the same sums as launch by launch. */
-static int tfm__train_step_graph(tfm_model *m, const tfm_batch *b, const tfm_optim *o, float *loss, int64_t *n_counted,
-                                 float *grad_norm, tfm_result *r) {
-    const char *fn = "tfm_model_train_step";
+/* tfm_model_train_step (o: its resolved optimizer) or tfm_model_forward (o NULL) on the GPU as one CUDA
+   graph of that kind: the last one's replayed after a dry run that matches its record, else a new capture
+   (tfm__cuda_capture_begin); 1 when it ran, its result in *r; 0 when neither could be had (none of it
+   has run, the model is as it was). The rows' losses and the squared norm come back once the graph has
+   run: the same sums as launch by launch. */
+static int tfm__model_graph(tfm_model *m, const tfm_batch *b, const tfm_optim *o, float *loss, int64_t *n_counted,
+                            float *grad_norm, tfm_result *r) {
+    const char *fn = o ? "tfm_model_train_step" : "tfm_model_forward";
     tfm__model_impl *mi = m->impl;
     tfm_rng rng0 = mi->rng;
-    int kind = m->cfg.kind, ok;
-    int64_t rows = (int64_t)b->batch * (kind == TFM_MODEL_ENCODER_CLASSIFIER ? 1 : kind == TFM_MODEL_DECODER_LM ? b->len : b->tgt_len);
+    int kind = m->cfg.kind, gk = o ? TFM__CU_GRAPH_TRAIN : TFM__CU_GRAPH_FORWARD, ok, dry;
+    int64_t rows = !b->targets ? 0 : (int64_t)b->batch * (kind == TFM_MODEL_ENCODER_CLASSIFIER ? 1 : kind == TFM_MODEL_DECODER_LM ? b->len : b->tgt_len);
     double ss;
-    int dry;
-    if (!tfm__cuda_host((size_t)rows)) return 0;
+    if (rows && !tfm__cuda_host((size_t)rows)) return 0;
     for (dry = 1; dry >= 0; dry--) { /* a dry run (replay), else a capture */
-        if (!tfm__cuda_capture_begin(TFM__CU_GRAPH_TRAIN, dry)) continue;
+        if (!tfm__cuda_capture_begin(gk, dry)) continue;
         ok = tfm__model_forward(m, b, NULL, NULL) == TFM_OK;
-        if (ok) tfm_model_zero_grad(m);
-        ok = ok && tfm__model_backward(m, 1.0f) == TFM_OK;
-        ok = ok && tfm__adamw_apply(fn, o, mi->adam, m->n_params, m->step + 1,
-                                    tfm__op_sumsq(mi->device, mi->adam, m->n_params), NULL) == TFM_OK;
+        if (ok && o) {
+            tfm_model_zero_grad(m);
+            ok = tfm__model_backward(m, 1.0f) == TFM_OK &&
+                 tfm__adamw_apply(fn, o, mi->adam, m->n_params, m->step + 1, tfm__op_sumsq(mi->device, mi->adam, m->n_params),
+                                  NULL) == TFM_OK;
+        }
         if (!ok) tfm__cu.cap_failed = 1;
-        if (tfm__cuda_capture_end(TFM__CU_GRAPH_TRAIN)) break;
+        if (tfm__cuda_capture_end(gk)) break;
         mi->rng = rng0;
     }
     if (dry < 0) return 0;
-    (void)tfm__cuda_ok(cudaStreamSynchronize(0), "cudaStreamSynchronize (a training step)");
-    if ((*r = tfm__cuda_check(fn)) != TFM_OK) return 1;
-    mi->last_loss = tfm__cu_loss_mean(tfm__cu.host, mi->targets, m->cfg.ignore_index, rows, n_counted);
+    (void)tfm__cuda_ok(cudaStreamSynchronize(0), o ? "cudaStreamSynchronize (a training step)" : "cudaStreamSynchronize (a forward pass)");
+    if ((*r = tfm__cuda_check(fn)) != TFM_OK) {
+        if (!o) mi->rng = rng0, mi->B = 0, mi->has_targets = 0; /* as tfm__model_forward's failure */
+        return 1;
+    }
+    mi->last_loss = rows ? tfm__cu_loss_mean(tfm__cu.host, mi->targets, m->cfg.ignore_index, rows, n_counted) : 0.0f;
+    if (!rows && n_counted) *n_counted = 0;
     if (loss) *loss = mi->last_loss;
+    if (!o) return 1;
     ss = *tfm__cu.pin;
     if (grad_norm) *grad_norm = (float)sqrt(ss);
     *r = tfm__norm_check(fn, sqrt(ss)); /* not finite: the update kernels skipped it */
@@ -10470,7 +10493,7 @@ TFMDEF tfm_result tfm_model_train_step(tfm_model *m, const tfm_batch *batch, con
     prev = tfm__prec_enter(m);
 #if defined(TFM_CUDA)
     if (m->impl->device == TFM_DEVICE_CUDA && m->impl->warm)
-        ran = tfm__train_step_graph(m, batch, &o, loss, n_counted, grad_norm, &r);
+        ran = tfm__model_graph(m, batch, &o, loss, n_counted, grad_norm, &r);
 #endif
     if (!ran) r = tfm__train_step_run(m, batch, &o, loss, n_counted, grad_norm);
     if (r == TFM_OK) {

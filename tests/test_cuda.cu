@@ -2697,9 +2697,9 @@ static void cu_train_replay(void) {
                 CHECK_MSG(r == TFM_OK, "bert step %d: %s", s, tfm_last_error());
             }
             CHECK_MSG(tfm__cu.replays == r0, "bert, token types or none: %llu steps replayed", tfm__cu.replays - r0);
-            CHECK_MSG(tfm__cu.dry_fails == 2 && tfm__cu.dry_skip == 1,
+            CHECK_MSG(tfm__cu.dry_fails[TFM__CU_GRAPH_TRAIN] == 2 && tfm__cu.dry_skip[TFM__CU_GRAPH_TRAIN] == 1,
                       "bert, token types or none: %d dry runs missed in a row, the next %d skipped (2 and 1 expected)",
-                      tfm__cu.dry_fails, tfm__cu.dry_skip);
+                      tfm__cu.dry_fails[TFM__CU_GRAPH_TRAIN], tfm__cu.dry_skip[TFM__CU_GRAPH_TRAIN]);
             cu_check_state("bert, token types or none: 5 steps with graphs against without", &m[2], &m[1], 1);
         }
         for (s = 1; s < 3; s++) tfm_model_free(&m[s]);
@@ -2813,6 +2813,110 @@ static void cu_train_replay(void) {
         for (j = 0; j < 2; j++) tfm_model_free(&m[j]);
         free(x);
     }
+    free(d);
+}
+
+/* tfm_model_forward as a CUDA graph (tfm__model_graph): each model of cu_model_cfg, and the LM in bf16,
+   in training mode (dropout; then backward and tfm_model_step on the forward's results) and in evaluation
+   mode (with targets, and without), on new batches: the same losses, counts and logits to the bit with
+   graphs as without, and after the training steps the same parameters, gradients and moments; every
+   forward after the first captured one replays. Under the emulation: a forward's graph launch that fails
+   is its TFM_E_CUDA, and there is then no forward for backward; the next forward works. */
+static void cu_forward_graphs(void) {
+    int steps = cu_small ? 5 : 8, which, s, k, mode;
+    tfm_optim o = cu_optim();
+    cu_data *d = (cu_data *)malloc(sizeof(cu_data));
+    for (which = 0; which <= CU_N_MODELS; which++) {
+        tfm_config c = cu_model_cfg(which < CU_N_MODELS ? which : 2, TFM_DEVICE_CUDA);
+        const char *nm = which < CU_N_MODELS ? cu_model_names[which] : "lm bf16";
+        if (which == CU_N_MODELS) c.precision = TFM_PREC_BF16;
+        for (mode = 0; mode < 3; mode++) { /* training; evaluation with targets; evaluation without */
+            tfm_model m[2];
+            unsigned long long r0;
+#ifdef TFM_CUDA_EMULATION
+            unsigned long long g0 = 0, launches = 0;
+#endif
+            const char *mn = mode == 0 ? "training" : mode == 1 ? "evaluation" : "evaluation, no targets";
+            memset(m, 0, sizeof m);
+            tfm_scratch_release(); /* no graph, no record, no backing off */
+            if (!cu_init(&m[0], &c, nm) || !cu_init(&m[1], &c, nm)) {
+                for (k = 0; k < 2; k++) tfm_model_free(&m[k]);
+                continue;
+            }
+            for (k = 0; k < 2; k++) tfm_model_train(&m[k], mode == 0);
+            r0 = tfm__cu.replays;
+            for (s = 0; s < steps; s++) {
+                float loss[2], *lg[2];
+                int64_t cnt[2];
+                tfm_result r[2];
+                tfm_tensor t[2];
+                cu_batch(d, &c, (uint64_t)(4000 + 2 * s)); /* (even: BERT's token types in every batch) */
+                if (mode == 2) d->b.targets = NULL;
+                for (k = 0; k < 2; k++) {
+                    CHECK_OK(tfm_cuda_set_graphs(k));
+#ifdef TFM_CUDA_EMULATION
+                    if (k) g0 = tfm_emu_graph_launches();
+#endif
+                    r[k] = tfm_model_forward(&m[k], &d->b, &loss[k], &cnt[k]);
+#ifdef TFM_CUDA_EMULATION
+                    if (k) launches += tfm_emu_graph_launches() - g0;
+#endif
+                    t[k] = tfm_model_logits(&m[k]);
+                    lg[k] = cu_fetch(t[k].data, tfm_numel(&t[k]), t[k].device);
+                }
+                CHECK_OK(tfm_cuda_set_graphs(1));
+                CHECK_MSG(r[0] == TFM_OK && r[1] == TFM_OK, "%s, %s, step %d: %d, %d (%s)", nm, mn, s, (int)r[0], (int)r[1],
+                          tfm_last_error());
+                CHECK_MSG(!memcmp(&loss[0], &loss[1], sizeof(float)) && cnt[0] == cnt[1],
+                          "%s, %s, step %d: loss %.9g / %.9g, counted %lld / %lld with graphs off / on", nm, mn, s, loss[0],
+                          loss[1], (long long)cnt[0], (long long)cnt[1]);
+                cu_check_bits_arrays(cu_fmt("%s, %s, step %d: logits with graphs against without", nm, mn, s), lg[1], lg[0],
+                                     tfm_numel(&t[0]));
+                free(lg[0]);
+                free(lg[1]);
+                if (mode == 0)
+                    for (k = 0; k < 2; k++) {
+                        tfm_model_zero_grad(&m[k]);
+                        CHECK_OK(tfm_model_backward(&m[k], 1.0f));
+                        CHECK_OK(tfm_model_step(&m[k], &o, NULL));
+                    }
+            }
+#ifdef TFM_CUDA_EMULATION
+            CHECK_MSG(launches == (unsigned long long)(steps - 1), "%s, %s: %llu graph launches in %d forwards", nm, mn, launches,
+                      steps);
+#endif
+            CHECK_MSG(tfm__cu.replays - r0 == (unsigned long long)(steps - 2), "%s, %s: %llu of %d forwards replayed", nm, mn,
+                      tfm__cu.replays - r0, steps);
+            if (mode == 0) cu_check_state(cu_fmt("%s: %d training steps, forwards with graphs against without", nm, steps), &m[1],
+                                          &m[0], 1);
+            for (k = 0; k < 2; k++) tfm_model_free(&m[k]);
+        }
+    }
+#ifdef TFM_CUDA_EMULATION
+    { /* the LM: a failing replay */
+        tfm_model m;
+        tfm_config c = cu_model_cfg(2, TFM_DEVICE_CUDA);
+        float loss;
+        tfm_result r;
+        tfm_scratch_release();
+        if (cu_init(&m, &c, "lm")) {
+            cu_batch(d, &c, 4000);
+            for (s = 0; s < 3; s++) CHECK_OK(tfm_model_forward(&m, &d->b, &loss, NULL));
+            tfm_emu_fail_clear();
+            tfm_emu_fail_next("cudaGraphLaunch", cudaErrorInvalidValue, 0);
+            r = tfm_model_forward(&m, &d->b, &loss, NULL);
+            CHECK_MSG(r == TFM_E_CUDA && strstr(tfm_last_error(), "tfm_model_forward") && strstr(tfm_last_error(), "cudaGraphLaunch"),
+                      "lm: a failing forward replay gave %d (%s)", (int)r, tfm_last_error());
+            tfm_emu_fail_clear();
+            tfm_emu_reset();
+            r = tfm_model_backward(&m, 1.0f);
+            CHECK_MSG(r == TFM_E_ARG, "lm: backward after a failed forward gave %d (%s)", (int)r, tfm_last_error());
+            CHECK_OK(tfm_model_forward(&m, &d->b, &loss, NULL));
+            CHECK_OK(tfm_model_backward(&m, 1.0f));
+            tfm_model_free(&m);
+        }
+    }
+#endif
     free(d);
 }
 
@@ -3827,7 +3931,13 @@ static tfm_result cu_sweep_call(cu_sweep *s, int i) {
     case 38: return tfm_block_init_params(&s->blk, &s->rng);
     case 39: return tfm_block_forward(&s->blk, &C3, &A3, NULL, &ao);
     case 40: return tfm_block_backward(&s->blk, &dA3, NULL, &dC3);
-    case 41: return tfm_model_forward(&s->m, &s->data.b, &f, NULL);
+    case 41: { /* launch by launch (as case 59's step; the graph's own failures: cu_forward_graphs) */
+        tfm_result r;
+        (void)tfm_cuda_set_graphs(0);
+        r = tfm_model_forward(&s->m, &s->data.b, &f, NULL);
+        (void)tfm_cuda_set_graphs(1);
+        return r;
+    }
     case 42: return tfm_model_backward(&s->m, 1.0f);
     case 43: return tfm_model_step(&s->m, &s->o, NULL);
     case 44: return tfm_dist_step(&s->dist, &s->m, &s->o, NULL);
@@ -4564,12 +4674,14 @@ static void cu_bf16_model(void) {
                  model works again after */
                 const char *blas = cublasGetStatusString(CUBLAS_STATUS_EXECUTION_FAILED);
                 float l2;
+                CHECK_OK(tfm_cuda_set_graphs(0)); /* (a failure inside a captured forward makes it run again so) */
                 cu_arm("cublasGemmEx", CUBLAS_STATUS_EXECUTION_FAILED, 0);
                 cu_expect_cuda("bf16 forward, cublasGemmEx failing", tfm_model_forward(&mg, &d->b, &l2, NULL), "tfm_model_forward", blas);
                 tfm__cu_optin[0] = 0; /* the flash kernel's shared-memory opt-in is asked for again, and fails */
                 cu_arm("cudaFuncSetAttribute", cudaErrorInvalidValue, 0);
                 cu_expect_cuda("bf16 forward, the flash attention's opt-in failing", tfm_model_forward(&mg, &d->b, &l2, NULL),
                                "tfm_model_forward", "flash attention's shared memory");
+                CHECK_OK(tfm_cuda_set_graphs(1));
                 CHECK_OK(tfm_model_forward(&mg, &d->b, &l2, NULL));
                 CHECK(l2 == before);
             }
@@ -5018,6 +5130,7 @@ static void suite_models(void) {
     RUN(cu_model_window);
     RUN(cu_train_graphs);
     RUN(cu_train_replay);
+    RUN(cu_forward_graphs);
     RUN(cu_nan_weights);
 }
 
