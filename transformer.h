@@ -906,7 +906,8 @@ TFMDEF void tfm_model_train(tfm_model *m, int training);
    they were: sum loss * n_counted over batches and divide by the total for an exact mean. Logits stay
    in the model until the next forward (tfm_model_logits): every position's, or with cfg.last_logits
    each row's last one (lens[b] - 1, else the last) and no targets (TFM_E_ARG). TFM_E_SHAPE if the batch
-   exceeds max_batch or the lengths; TFM_E_ARG for an id or label out of range. */
+   exceeds max_batch or the lengths; TFM_E_ARG for an id or label out of range. On a GPU model, after its
+   first forward or training step, one CUDA graph (tfm_cuda_set_graphs). */
 TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *batch, float *loss, int64_t *n_counted);
 /* Gradients of loss_scale * loss from the last forward, added into the gradients. Use
    loss_scale = 1/k to accumulate k micro-batches into one step. */
