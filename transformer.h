@@ -4283,6 +4283,10 @@ static int tfm__bf16_store(tfm_device dev, int64_t cols) {
 #define TFM__CU_STEP_BYTES ((size_t)64 << 10) /* a recorded step's staged arrays: the space made at first */
 #define TFM__CU_STEP_MAX ((size_t)16 << 20)   /* ... and the most it grows to */
 #define TFM__CU_STEP_PUTS 16
+#define TFM__CU_GRAPH_DECODE 0  /* the kinds of step that run as CUDA graphs ("a step as one CUDA graph") */
+#define TFM__CU_GRAPH_TRAIN 1
+#define TFM__CU_GRAPH_FORWARD 2
+#define TFM__CU_GRAPHS 3
 /* What a thread keeps for its CUDA work: its cuBLAS handle, its device work space and the first error. */
 typedef struct tfm__cuda_ctx {
     cublasHandle_t blas;
@@ -4306,17 +4310,20 @@ typedef struct tfm__cuda_ctx {
     unsigned char kept_host[TFM__CU_KEEP][TFM__CU_KEEP_BYTES]; /* what each holds */
     cudaStream_t stream;  /* where the work goes: 0 (the legacy stream), or cap while a step is captured */
     cudaStream_t cap;     /* a non-blocking stream that steps are captured on (tfm__cuda_capture_begin) */
-    cudaGraphExec_t graph[3]; /* the last captured step's executable graph of each kind (TFM__CU_GRAPH_*: a
-                                 decoding step's, a training step's, a forward pass's), updated to each new one */
+    cudaGraphExec_t graph[TFM__CU_GRAPHS]; /* the last captured step's executable graph of each kind
+                                              (TFM__CU_GRAPH_*), updated to each new one */
     void *blas_ws;        /* device work space for cuBLAS while capturing */
-    int capturing, cap_failed, graphs_off, graph_fails[3], graph_skip[3], dry_fails[3], dry_skip[3];
+    int capturing, cap_failed, graphs_off, graph_fails[TFM__CU_GRAPHS], graph_skip[TFM__CU_GRAPHS],
+        dry_fails[TFM__CU_GRAPHS], dry_skip[TFM__CU_GRAPHS];
     /* a step's operations, recorded so that the next step of its kind replays its graph without a capture
        when its operations are the same ("a step as one CUDA graph" below) */
     int recording;        /* 1 while a step's operations are recorded (its capture, or its dry run) */
     int kind;             /* ... and the step's kind (TFM__CU_GRAPH_*) */
     int dry;              /* 1 in a dry run: operations are checked against rec[1 + kind], not queued */
-    unsigned char *rec[4]; /* [0] the record being made, [1 + kind] the graph of that kind's (rec_n 0: none) */
-    size_t rec_n[4], rec_cap[4], rec_at; /* rec_at: how much of the graph's record a dry run has matched */
+    unsigned char *rec[1 + TFM__CU_GRAPHS]; /* [0] the record being made, [1 + kind] the graph of that kind's
+                                               (rec_n 0: none) */
+    size_t rec_n[1 + TFM__CU_GRAPHS], rec_cap[1 + TFM__CU_GRAPHS];
+    size_t rec_at;        /* how much of the graph's record a dry run has matched */
     int rec_bad;          /* a dry run's operation differed, or the record could not grow */
     unsigned char *step_host; /* pinned: the host arrays a recorded step stages, at the same places every step */
     unsigned char *step_dev;  /* device: their copies, in the same places */
@@ -4405,14 +4412,14 @@ static void tfm__cuda_release(void) {
     if (tfm__cu.stage) cudaFreeHost(tfm__cu.stage);
     if (tfm__cu.kept) cudaFree(tfm__cu.kept);
     if (tfm__cu.pin) cudaFreeHost(tfm__cu.pin);
-    for (i = 0; i < 3; i++)
+    for (i = 0; i < TFM__CU_GRAPHS; i++)
         if (tfm__cu.graph[i]) cudaGraphExecDestroy(tfm__cu.graph[i]);
     if (tfm__cu.cap) cudaStreamDestroy(tfm__cu.cap);
     if (tfm__cu.blas_ws) cudaFree(tfm__cu.blas_ws);
     if (tfm__cu.step_host) cudaFreeHost(tfm__cu.step_host);
     if (tfm__cu.step_dev) cudaFree(tfm__cu.step_dev);
     if (tfm__cu.step_done) cudaEventDestroy(tfm__cu.step_done);
-    for (i = 0; i < 4; i++) TFM_FREE(tfm__cu.rec[i], NULL);
+    for (i = 0; i <= TFM__CU_GRAPHS; i++) TFM_FREE(tfm__cu.rec[i], NULL);
     memset(&tfm__cu, 0, sizeof tfm__cu);
 }
 
@@ -4624,6 +4631,13 @@ static void *tfm__cuda_step_put(const void *src, size_t n) {
     return c->step_dev + o;
 }
 
+/* A kernel argument of n bytes at v that changes from step to step (a dropout seed, the loss's factor):
+   while a step is recorded, its staged copy, which the kernel reads in its place so that the step's
+   graph replays with the next step's value; else NULL (the kernel takes the argument). */
+static const void *tfm__cuda_step_scalar(const void *v, size_t n) {
+    return tfm__cu.recording ? tfm__cuda_step_put(v, n) : NULL;
+}
+
 /* n bytes from host memory src into the work space at *off (advanced by n rounded up to 256): the device
    copy, or NULL when src is NULL. Up to a quarter of TFM__CU_STAGE the bytes go through the pinned ring
    (tfm__cuda_stage: the host does not wait), larger arrays (a big attention mask) straight from src; in
@@ -4661,11 +4675,11 @@ static void tfm__cuda_copy(void *dst, const void *src, size_t n) {
     if (n && dst != src) (void)tfm__cuda_ok(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy");
 }
 
-/* -- a step as one CUDA graph: a decoding step, or a training step (tfm_model_train_step) --
+/* -- a step as one CUDA graph: a decoding step, a training step (tfm_model_train_step), a forward pass --
    A decoding step queues about 9 kernels and copies a layer besides 4 cuBLAS products, each a few
    microseconds of GPU work at batch 1, so launching them one by one costs more than running them; a
-   training step or a forward pass of a small model likewise. Instead the step's work is captured (queued on the thread's
-   own non-blocking stream while it captures: kept, not run), and the graph runs in one launch on the
+   training step or a forward pass of a small model likewise. Instead the step's work is captured (queued
+   on the thread's own non-blocking stream while it captures: kept, not run), and the graph runs in one launch on the
    legacy stream, in order with everything else. The thread's executable graph of that kind is updated
    to each new capture (cudaGraphExecUpdate: the same operations with new arguments, as a new batch
    comes) and made anew when the operations differ. Nothing may allocate or wait while capturing: a step
@@ -4678,16 +4692,13 @@ static void tfm__cuda_copy(void *dst, const void *src, size_t n) {
    to step. For decoding that is the rule once a call's first step is captured (nothing grows with the
    cache's lengths); for training steps and forward passes, a new batch of the same shapes (its ids,
    targets and lengths are staged), a new learning rate (AdamW reads its step's scalars from its staged
-   jobs) and new dropout masks (their seeds are staged too) replay. Each operation of a captured step is noted (tfm__cu_op:
-   its name and arguments' bytes); the next step first runs dry, inside an empty capture, checking its
+   jobs) and new dropout masks (their seeds are staged too) replay. Each operation of a captured step is
+   noted (tfm__cu_op: its name and arguments' bytes); the next step first runs dry, inside an empty capture, checking its
    operations against that record instead of queuing them, and launches the graph again when all of it
    matched and nothing was captured; else it is captured. After two training steps (or forward passes)
    in a row whose dry runs did not match (batches whose shapes keep changing), the next 2, 4, ... 64 are
    captured without one; a decoding call's first step never matches, and the next one does. */
 #define TFM__CU_BLAS_WS ((size_t)32 << 20) /* what cuBLAS asks for on Hopper */
-#define TFM__CU_GRAPH_DECODE 0
-#define TFM__CU_GRAPH_TRAIN 1
-#define TFM__CU_GRAPH_FORWARD 2
 
 /* A recorded step's staging (step_host, step_dev: step_size bytes each, grown to the step_need of a step
    that ran out, by doubling, up to TFM__CU_STEP_MAX) and the event after each graph, made at the first
@@ -4767,10 +4778,10 @@ static int tfm__cuda_capture_begin(int kind, int dry) {
 
 /* Launch the graph of `kind`, followed by step_done */
 static void tfm__cuda_graph_launch(int kind) {
+    static const char *const what[TFM__CU_GRAPHS] = {"cudaGraphLaunch (a decoding step)", "cudaGraphLaunch (a training step)",
+                                                      "cudaGraphLaunch (a forward pass)"};
     tfm__cuda_ctx *c = &tfm__cu;
-    (void)tfm__cuda_ok(cudaGraphLaunch(c->graph[kind], 0), kind == TFM__CU_GRAPH_TRAIN    ? "cudaGraphLaunch (a training step)"
-                                                           : kind == TFM__CU_GRAPH_FORWARD ? "cudaGraphLaunch (a forward pass)"
-                                                                                           : "cudaGraphLaunch (a decoding step)");
+    (void)tfm__cuda_ok(cudaGraphLaunch(c->graph[kind], 0), what[kind]);
     (void)tfm__cuda_ok(cudaEventRecord(c->step_done, 0), "cudaEventRecord");
 }
 
@@ -5036,14 +5047,15 @@ static __global__ void tfm__k_xent(float *rowloss, float *lse, const float *x, c
     }
 }
 
-/* dx += g (softmax(x) - (1-s) onehot(t) - s/V) on rows whose target is not ignored (as the CPU's), g =
-   *gp (staged with the targets: it changes with the batch's count); ldb > 0: dx written instead, as bf16
-   rows of ldb elements (0 + the value, rounded: the bits a zeroed dx added into and then rounded would
-   have), ignored rows zero */
-static __global__ void tfm__k_xent_bwd(float *dx, const float *gp, const float *x, const float *lse, const int32_t *t,
-                                       int ignore, float s, int64_t V, int64_t ldb) {
+/* dx += g (softmax(x) - (1-s) onehot(t) - s/V) on rows whose target is not ignored (as the CPU's), g
+   read from g_at when that is not NULL (tfm__cuda_step_scalar: it changes with the batch's count); ldb > 0:
+   dx written instead, as bf16 rows of ldb elements (0 + the value, rounded: the bits a zeroed dx added
+   into and then rounded would have), ignored rows zero */
+static __global__ void tfm__k_xent_bwd(float *dx, float g, const float *g_at, const float *x, const float *lse,
+                                       const int32_t *t, int ignore, float s, int64_t V, int64_t ldb) {
     int64_t r = blockIdx.x, j;
-    float l = lse[r], sv = s / (float)V, g = *gp;
+    float l = lse[r], sv = s / (float)V;
+    if (g_at) g = *g_at;
     uint16_t *db = (uint16_t *)(void *)dx + r * ldb;
     if (t[r] == ignore) {
         for (j = threadIdx.x; ldb && j < V; j += blockDim.x) db[j] = 0;
@@ -5991,14 +6003,15 @@ static void tfm__cross_entropy_bwd_cuda(float *dx, float dloss, const float *x, 
     int64_t r, nvalid = 0;
     unsigned char *ws;
     int32_t *dt;
-    float g, *dg;
+    float g;
+    const float *g_at;
     for (r = 0; r < N; r++) nvalid += t[r] != ignore;
     g = dloss / (float)(nvalid ? nvalid : 1);
-    if ((!nvalid && !dxbf) || N <= 0 || !(ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t)) + 256))) return;
+    if ((!nvalid && !dxbf) || N <= 0 || !(ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t))))) return;
     dt = (int32_t *)tfm__cuda_put(ws, &off, t, (size_t)N * sizeof(int32_t));
-    dg = (float *)tfm__cuda_put(ws, &off, &g, sizeof g);
+    g_at = (const float *)tfm__cuda_step_scalar(&g, sizeof g);
     if (tfm__cu.failed) return;
-    TFM__LAUNCH(tfm__k_xent_bwd, (unsigned)N, tfm__cu_row_threads(V), 0, dx, (const float *)dg, x, lse, dt, ignore, s, V,
+    TFM__LAUNCH(tfm__k_xent_bwd, (unsigned)N, tfm__cu_row_threads(V), 0, dx, g_at ? 0.0f : g, g_at, x, lse, dt, ignore, s, V,
                 dxbf ? tfm__bf16_ld(V) : 0);
     TFM__CU_LAUNCHED("tfm__k_xent_bwd");
 }
@@ -6079,15 +6092,11 @@ static void tfm__rope_cuda(float *y, const float *x, int64_t ld, int64_t B, int6
     TFM__CU_LAUNCHED("tfm__k_rope");
 }
 
-/* In a recorded step the seed is staged (it changes every step; the step's graph replays with the next
-   one's) */
 static void tfm__dropout_cuda(float *y, const float *x, int64_t n, float p, uint64_t seed, uint64_t i0, int acc) {
-    const uint64_t *at = NULL;
+    const uint64_t *at;
     if (n <= 0) return;
-    if (tfm__cu.recording) {
-        at = (const uint64_t *)tfm__cuda_step_put(&seed, sizeof seed);
-        seed = 0;
-    }
+    at = (const uint64_t *)tfm__cuda_step_scalar(&seed, sizeof seed); /* (a new seed every step) */
+    if (at) seed = 0;
     TFM__LAUNCH(tfm__k_dropout, tfm__cu_grid(n), TFM__CU_THREADS, 0, y, x, n, tfm__drop_threshold(p),
                 p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, seed, at, i0, acc);
     TFM__CU_LAUNCHED("tfm__k_dropout");
@@ -6294,10 +6303,7 @@ static int tfm__cu_attn_stage(const tfm__attn_args *a, tfm__cu_attn_io *io, size
     io->rows = (const int32_t *)tfm__cuda_put_kept(ws, &off, a->kv_rows, B * sizeof(int32_t));
     io->qoff = (const int32_t *)tfm__cuda_put_kept(ws, &off, a->q_off, B * sizeof(int32_t));
     io->mask = (const float *)tfm__cuda_put(ws, &off, a->mask, nmask * sizeof(float));
-    if (tfm__cu.recording && a->dropout > 0.0f) {
-        t->seed_at = (const uint64_t *)tfm__cuda_step_put(&a->seed, sizeof a->seed);
-        t->seed = 0;
-    }
+    if (a->dropout > 0.0f && (t->seed_at = (const uint64_t *)tfm__cuda_step_scalar(&a->seed, sizeof a->seed))) t->seed = 0;
     io->Dr = (float *)(ws + off);
     return !tfm__cu.failed;
 }
@@ -10182,7 +10188,7 @@ static int tfm__model_graph(tfm_model *m, const tfm_batch *b, const tfm_optim *o
                             float *grad_norm, tfm_result *r);
 #endif
 
-/* On the GPU, a forward pass after one that ran launch by launch is one CUDA graph (tfm__model_graph) */
+/* On the GPU, after the model's first forward or training step, one CUDA graph (tfm__model_graph) */
 TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *loss, int64_t *n_counted) {
     int prev = tfm__prec_enter(m), ran = 0;
     tfm_result r = TFM_OK;
