@@ -4315,6 +4315,8 @@ typedef struct tfm__cuda_ctx {
     void *blas_ws;        /* device work space for cuBLAS while capturing */
     int capturing, cap_failed, graphs_off, graph_fails[TFM__CU_GRAPHS], graph_skip[TFM__CU_GRAPHS],
         dry_fails[TFM__CU_GRAPHS], dry_skip[TFM__CU_GRAPHS];
+    int cap_grow;         /* the capture failed (or would) because a space must grow: not a failure of its own */
+    int grow_fails[TFM__CU_GRAPHS]; /* captures of a kind in a row that failed so */
     /* a step's operations, recorded so that the next step of its kind replays its graph without a capture
        when its operations are the same ("a step as one CUDA graph" below) */
     int recording;        /* 1 while a step's operations are recorded (its capture, or its dry run) */
@@ -4346,6 +4348,13 @@ static TFM__THREAD_LOCAL tfm__cuda_ctx tfm__cu;
 static int tfm__cuda_uncaptured(void) {
     if (!tfm__cu.capturing) return 1;
     tfm__cu.cap_failed = 1;
+    return 0;
+}
+/* The same for a space that must grow: the step, run again without capture, grows it, so the next
+   capture need not back off (tfm__cuda_capture_end). */
+static int tfm__cuda_uncaptured_grow(void) {
+    if (!tfm__cu.capturing) return 1;
+    tfm__cu.cap_grow = 1;
     return 0;
 }
 
@@ -4445,7 +4454,7 @@ static cublasHandle_t tfm__cuda_blas(int tf32) {
 static void *tfm__cuda_grow(void **buf, size_t *size, size_t bytes, const char *what) {
     if (*size < bytes) {
         void *p = NULL;
-        if (!tfm__cuda_uncaptured()) return NULL;
+        if (!tfm__cuda_uncaptured_grow()) return NULL;
         if (*buf) {
             (void)cudaDeviceSynchronize(); /* the work queued on the old one is done */
             cudaFree(*buf);
@@ -4474,7 +4483,7 @@ static uint16_t *tfm__cuda_bf(size_t n) {
 static float *tfm__cuda_host(size_t n) {
     if (tfm__cu.host_size < n) {
         void *p = NULL;
-        if (!tfm__cuda_uncaptured()) return NULL;
+        if (!tfm__cuda_uncaptured_grow()) return NULL;
         if (tfm__cu.host) cudaFreeHost(tfm__cu.host);
         tfm__cu.host = NULL;
         tfm__cu.host_size = 0;
@@ -4501,7 +4510,8 @@ static unsigned char *tfm__cuda_stage(size_t n) {
     if (tfm__cu.recording) { /* a recorded step: its own buffer, from its start every step */
         if (tfm__cu.step_off + n > tfm__cu.step_size) {
             tfm__cu.step_need = TFM__MAX(tfm__cu.step_need, tfm__cu.step_off + n);
-            tfm__cu.cap_failed = 1;
+            if (tfm__cu.step_need > TFM__CU_STEP_MAX) tfm__cu.cap_failed = 1; /* (it cannot grow so far) */
+            else tfm__cu.cap_grow = 1;
             return NULL;
         }
         p = tfm__cu.step_host + tfm__cu.step_off;
@@ -4685,7 +4695,8 @@ static void tfm__cuda_copy(void *dst, const void *src, size_t n) {
    comes) and made anew when the operations differ. Nothing may allocate or wait while capturing: a step
    that would (a work space too small, the staging ring used up, a result read back) fails its capture,
    nothing of it has run, and the caller runs it again as usual (tfm__decode_step, tfm__model_graph).
-   After a failure the next 2, 4, ... 64 steps of that kind run without capture.
+   After a failure the next 2, 4, ... 64 steps of that kind run without capture; not after one that only
+   needed a space to grow (the step run again grows it) when the capture before did not fail so.
    A step's graph is replayed by the next step of its kind when that would queue the same operations
    with the same arguments: the step's host arrays are staged at the same places every step (step_host,
    copied by the graph to step_dev: tfm__cuda_step_put), and nothing else a step passes changes from step
@@ -4767,6 +4778,7 @@ static int tfm__cuda_capture_begin(int kind, int dry) {
     c->stream = c->cap;
     c->capturing = 1;
     c->cap_failed = 0;
+    c->cap_grow = 0;
     c->recording = 1;
     c->kind = kind;
     c->dry = dry;
@@ -4789,14 +4801,18 @@ static void tfm__cuda_graph_launch(int kind) {
    when none of it was (the kept arrays are then forgotten: their copies were captured, not run). A dry
    run's capture must be empty (every operation was checked, none queued) and its record all of the
    graph's: then that graph is launched again, with the step's arrays in step_host; else 0, and the step
-   is captured. A capture that failed only because the step's staging was too small does not back off:
-   the next one has more. */
+   is captured. A capture that failed only because a space was too small (a work space, the step's
+   staging: cap_grow) does not back off, the first time in a row: the step, run again without capture,
+   grows it (the staging grows at the next capture), and the next capture has it. A dry run that failed
+   so is no miss. */
 static int tfm__cuda_capture_end(int kind) {
     tfm__cuda_ctx *c = &tfm__cu;
     cudaGraph_t g = NULL;
     cudaGraphExec_t *x = &c->graph[kind];
     cudaGraphExecUpdateResultInfo info;
     int ok = cudaStreamEndCapture(c->cap, &g) == cudaSuccess && g && !c->cap_failed, i, dry = c->dry;
+    int grow = ok && c->cap_grow; /* failed only for a space to grow */
+    ok = ok && !c->cap_grow;
     c->capturing = 0;
     c->recording = 0;
     c->dry = 0;
@@ -4807,7 +4823,7 @@ static int tfm__cuda_capture_end(int kind) {
         ok = ok && !c->rec_bad && c->rec_at == c->rec_n[1 + kind] && cudaGraphGetNodes(g, NULL, &nodes) == cudaSuccess && !nodes;
         if (g) (void)cudaGraphDestroy(g);
         (void)cudaGetLastError();
-        if (kind != TFM__CU_GRAPH_DECODE) { /* (a decoding call's first step misses as a rule) */
+        if (kind != TFM__CU_GRAPH_DECODE && !grow) { /* (a decoding call's first step misses as a rule) */
             c->dry_fails[kind] = ok ? 0 : TFM__MIN(c->dry_fails[kind] + 1, 7);
             c->dry_skip[kind] = c->dry_fails[kind] >= 2 ? 1 << (c->dry_fails[kind] - 1) : 0;
         }
@@ -4832,11 +4848,16 @@ static int tfm__cuda_capture_end(int kind) {
         }
         tfm__cuda_graph_launch(kind);
         c->graph_fails[kind] = 0;
+        c->grow_fails[kind] = 0;
         return 1;
     }
     (void)cudaGetLastError();
     for (i = 0; i < TFM__CU_KEEP; i++) c->kept_n[i] = 0;
-    if (c->step_need > c->step_size && c->step_need <= TFM__CU_STEP_MAX) return 0; /* (more staging next time) */
+    if (grow && !c->grow_fails[kind]) { /* (the next capture has the space) */
+        c->grow_fails[kind] = 1;
+        return 0;
+    }
+    c->grow_fails[kind] = grow;
     c->graph_fails[kind] = TFM__MIN(c->graph_fails[kind] + 1, 6);
     c->graph_skip[kind] = 1 << c->graph_fails[kind];
     return 0;

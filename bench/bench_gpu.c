@@ -35,6 +35,10 @@
             and mfu = TFLOP/s over the device's dense bf16 peak (H100/H200 SXM 989.4, H100 PCIe 756,
             A100 312; -1 for another device); bf16 a third time, as graphs without bf16 activations (each
             product rounds its fp32 operands, as before them: impl=ours-bf16-rounding bf16_acts=0).
+     fwd    after the fp32 training rows, the evaluation forward pass of that model (tfm_model_forward with
+            targets after tfm_model_train(m, 0): the loss, no backward) on the same batch, as CUDA graphs
+            (impl=ours graphs=1), then launch by launch (impl=ours-launches graphs=0): 2 untimed calls,
+            then up to the config's step count timed (half the budget each); fwd_ms = the median.
      gen    greedy tfm_model_generate_batch of GEN_NEW new tokens from 1-token prompts (ids from seed
             42) at batch 1, 8 and 32, on an inference_only model with max_batch 32: one untimed run,
             then up to gen_reps timed runs (half the budget); tok_s = batch * GEN_NEW / median time.
@@ -63,6 +67,8 @@
               the same weights; loss: the last step's; model_mb: tfm_model_memory_size, the model's one block,
               which the GPU holds a twin of; bf16 rows add mfu=... bf16_acts=1|0; graphs=1|0; replayed: the share
               of the timed steps that replayed the last step's graph instead of capturing one)
+       RESULT impl=ours|ours-launches device=cuda mode=fwd name=... prec=fp32 tf32=0 batch=... seq=... fwd_ms=...
+              fwd_min_ms=... tok_s=... loss=... reps=... graphs=1|0 replayed=...
        RESULT impl=ours|ours-launches|ours-bf16-rounding device=cuda mode=gen name=... prec=fp32|bf16 tf32=0 batch=...
               new=... tok_s=... ms_tok=... reps=... graphs=1|0 replayed=...   (replayed: the share of the decoding
               steps after each call's first that replayed the last step's graph instead of capturing one)
@@ -271,6 +277,40 @@ void bench_gpu_bf16_acts(int on);        /* bench/tfm_cuda.cu */
 unsigned long long bench_gpu_replays(void);
 tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float *dy, const float *x, int64_t rows, int64_t cols);
 
+/* The evaluation forward pass (tfm_model_forward with targets, the model in evaluation mode) of the
+   trained model m: as CUDA graphs (impl=ours graphs=1), then launch by launch (impl=ours-launches
+   graphs=0), each after 2 untimed calls, then up to 2 * steps timed (half the budget each); fwd_ms the
+   median. 1 when it failed. */
+static int run_fwd(tfm_model *m, const gpu_cfg *b, const gpu_data *d, int steps) {
+    static const char *const impl[2] = {"ours", "ours-launches"};
+    double times[MAX_STEPS];
+    int graphs, i, n;
+    float loss = 0.0f;
+    tfm_result r;
+    tfm_model_train(m, 0);
+    if (2 * steps < MAX_STEPS) steps *= 2;
+    for (graphs = 1; graphs >= 0; graphs--) {
+        double spent = 0.0, t0, med;
+        unsigned long long rep0 = 0;
+        if ((r = tfm_cuda_set_graphs(graphs)) != TFM_OK) return fail(b->name, "tfm_cuda_set_graphs", r);
+        for (i = -2, n = 0; i < 0 || (n < steps && (n < 3 || spent < g_budget / 2)); i++) {
+            if (sync_gpu(b->name)) return 1;
+            if (!i) rep0 = bench_gpu_replays();
+            t0 = now_s();
+            if ((r = tfm_model_forward(m, &d->batch, &loss, NULL)) != TFM_OK) return fail(b->name, "tfm_model_forward", r);
+            if (sync_gpu(b->name)) return 1;
+            if (i >= 0) times[n++] = now_s() - t0, spent += times[n - 1];
+        }
+        med = median(times, n); /* sorted now */
+        printf("RESULT impl=%s device=cuda mode=fwd name=%s prec=fp32 tf32=0 batch=%d seq=%d fwd_ms=%.3f fwd_min_ms=%.3f "
+               "tok_s=%.1f loss=%.5f reps=%d graphs=%d replayed=%.3f\n",
+               impl[1 - graphs], b->name, b->B, b->T, 1e3 * med, 1e3 * times[0], (double)b->B * b->T / med, (double)loss, n,
+               graphs, (double)(bench_gpu_replays() - rep0) / n);
+        fflush(stdout);
+    }
+    return 0;
+}
+
 /* Each precision twice: whole steps as CUDA graphs (the default: impl=ours graphs=1), then launch by
    launch (tfm_cuda_set_graphs(0): impl=ours-launches graphs=0), each with half the steps and budget;
    bf16 a third time, as graphs without bf16 activations (impl=ours-bf16-rounding). */
@@ -315,10 +355,10 @@ static void run_train(const gpu_cfg *b, const gpu_data *d, int prec) {
             fail(b->name, "tfm_cuda_set_graphs", r);
             goto done;
         }
-        /* untimed: without bf16 activations the products' bf16 space must grow. That step's capture fails
-           and the next 2 back off; the 4th misses its dry run (the last graph had bf16 activations), the
-           second miss in a row, so the 5th and 6th are captured without one; the timed steps replay */
-        for (i = 0; i < (pass == 2 ? 6 : 0); i++)
+        /* untimed: without bf16 activations the products' bf16 space must grow, which that step's capture
+           cannot (it runs again launch by launch and grows it); the next is captured anew (the last graph
+           had bf16 activations); the timed steps replay */
+        for (i = 0; i < (pass == 2 ? 2 : 0); i++)
             if (train_step(&m, d, &loss, b->name) < 0) goto done;
         while (n < steps && (n < 3 || spent < g_budget / 2)) {
             double dt = train_step(&m, d, &loss, b->name);
@@ -348,6 +388,7 @@ static void run_train(const gpu_cfg *b, const gpu_data *d, int prec) {
         if (pass == 0)
             add_row(b->name, 0, prec, b->B, step_ms, (double)b->B * b->T / (step_ms * 1e-3), flops * 1e-12 / (step_ms * 1e-3));
     }
+    if (prec == TFM_PREC_FP32) (void)run_fwd(&m, b, d, steps);
 done:
     bench_gpu_bf16_acts(1);
     (void)tfm_cuda_set_graphs(1);

@@ -27,6 +27,9 @@ Measurements (each prints one RESULT line with the keys of bench_gpu.c's, impl=t
          is spent, at least 3); step_ms is their median. TF32 off (tf32=0): matmuls in exact fp32, the
          peer to bench_gpu.c's default. Then the same with TF32 on (tf32=1), a second peer: what a torch
          user who allows TF32 gets (not the same arithmetic as ours at tf32=0).
+  fwd    after the fp32 train row, the evaluation forward pass with the loss (model.eval() under
+         torch.no_grad(), TF32 off) on the same batch, from the seed-1234 weights: 2 untimed calls, then up
+         to twice the config's step count timed (half the budget); fwd_ms is their median.
   gen    greedy decoding of GEN_NEW tokens from 1-token prompts (seed 42) at batch 1, 8 and 32, TF32 off:
          an eager loop that keeps each layer's keys and values in preallocated (B,H,T,D) tensors on the
          device and runs the new row of every sequence through the layers, as a user would write it
@@ -51,6 +54,8 @@ Lines:
            peak_mb=...
     RESULT impl=torch device=cuda mode=train name=... tf32=1 prec=bf16|bf16-compile params=... (the same keys)
            ... peak_mb=... mfu=... [compile_s=...]
+    RESULT impl=torch device=cuda mode=fwd name=... tf32=0 prec=fp32 batch=... seq=... fwd_ms=... fwd_min_ms=... tok_s=...
+           loss=... reps=...
     RESULT impl=torch device=cuda mode=gen name=... tf32=0 batch=... new=... tok_s=... ms_tok=... reps=...
 tf32 is kept as it was (tools read it); the bf16 rows say tf32=1 too, so a reader keyed on tf32 alone would take
 them for the tf32 row: prec says what a row is (fp32: exact fp32 matmuls). Table: prec bf16c = bf16-compile.
@@ -330,6 +335,30 @@ class Bench:
                  tok_s, flops * 1e-9, tflops, loss_v, len(times), 1e3 * first, self.peak_mb(), extra), flush=True)
         self.rows.append((name, "train", prec, c["B"], step_ms, tok_s, tflops, mfu))
 
+    @torch.no_grad()
+    def fwd(self, name, c):
+        """The evaluation forward pass with the loss (model.eval(), torch.no_grad(), TF32 off) on the bench batch:
+        2 untimed calls, then up to 2 * the config's steps timed (half the budget), the median."""
+        model, batch = self.build(c)
+        model.eval()
+        times, spent, loss = [], 0.0, None
+        steps = 3 if self.quick else 2 * c["steps"]
+        for i in range(-2, 10**9):
+            if i >= 0 and not (len(times) < steps and (len(times) < 3 or spent < self.budget / 2)):
+                break
+            self.sync()
+            t0 = time.perf_counter()
+            loss = model.loss(batch)
+            self.sync()
+            if i >= 0:
+                times.append(time.perf_counter() - t0)
+                spent += times[-1]
+        ms = 1e3 * torch_ref.median(times)
+        print("RESULT impl=torch device=%s mode=fwd name=%s tf32=0 prec=fp32 batch=%d seq=%d fwd_ms=%.3f fwd_min_ms=%.3f "
+              "tok_s=%.1f loss=%.5f reps=%d"
+              % (self.device.type, name, c["B"], c["T"], ms, 1e3 * min(times), c["B"] * c["T"] / (ms * 1e-3), float(loss),
+                 len(times)), flush=True)
+
     def train_amp(self, name, c):
         """The --amp rows of config c, each on its own: a row that raises prints a FAIL line and the next runs."""
         if c["kind"] != "lm":
@@ -495,6 +524,7 @@ def main(argv):
         try:
             if do_train:
                 b.train(name, c, "fp32")
+                b.fwd(name, c)
                 if do_tf32:
                     b.train(name, c, "tf32")
                 if amp:

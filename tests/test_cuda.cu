@@ -2457,8 +2457,9 @@ static void cu_model_window(void) { cu_model_case(8); }
    its losses, counts and gradient norms are the same bits as without, and within the training tolerances
    of the CPU's. Under the emulation every step after the first is one graph launch (a model with
    input_dim too: its inputs pass through the staging ring). Then, for the LM: the capture of a step made to
-   fail (broken, its update refused, its update and instantiation refused, the work space made to grow
-   inside it) leaves that step and the next 2 launch by launch with the same bits; a failing graph launch
+   fail (broken, its update refused, its update and instantiation refused) leaves that step and the next 2
+   launch by launch with the same bits, and one whose work space must grow inside it that step only; a
+   failing graph launch
    is the call's TFM_E_CUDA; and a gradient norm that is not finite, found once the graph has run, is
    TFM_E_ARG with the parameters, moments and step as they were, as without graphs. */
 static void cu_train_step_models(tfm_model *m, int which) {
@@ -2469,14 +2470,12 @@ static void cu_train_step_models(tfm_model *m, int which) {
     }
 }
 
-#ifdef TFM_CUDA_EMULATION
 /* the thread's device work space given up: the next call that needs it must allocate it anew */
 static void cu_free_ws(void) {
     cudaFree(tfm__cu.ws);
     tfm__cu.ws = NULL;
     tfm__cu.ws_size = 0;
 }
-#endif
 
 /* 1: cu_train_step_pair forgets the training graph's record before m[2]'s step, which is then captured,
    not replayed (the capture's failures below) */
@@ -2620,7 +2619,8 @@ static void cu_train_graphs(void) {
             }
             if (f != 3 && f != 5) {
                 CHECK_MSG(tfm_emu_fail_pending() == 0, "lm: the failure %d armed was not reached", f);
-                want = (unsigned long long)(7 - 1) - (f == 1 ? 0 : 3); /* 7 steps, the first without; the failed one and 2 after */
+                /* 7 steps, the first without; the failed one and 2 after (a space to grow: the failed one) */
+                want = (unsigned long long)(7 - 1) - (f == 1 ? 0 : f == 4 ? 1 : 3);
                 CHECK_MSG(launched == want, "lm: capture failure %d: %llu graph launches, %llu expected", f, launched, want);
                 cu_check_state(cu_fmt("lm: capture failure %d, graphs on against off", f), &m[2], &m[1], 1);
             }
@@ -2703,6 +2703,44 @@ static void cu_train_replay(void) {
             cu_check_state("bert, token types or none: 5 steps with graphs against without", &m[2], &m[1], 1);
         }
         for (s = 1; s < 3; s++) tfm_model_free(&m[s]);
+    }
+    { /* the LM whose work space must grow inside step 3's dry run and capture (given up before it; the
+         steps with graphs run first, as those without would grow it): neither counts as a miss nor backs
+         off, step 4 is captured (or replays, when the space came back at the same address), 5 to 7 replay */
+        tfm_model m[2];
+        tfm_config c = cu_model_cfg(2, TFM_DEVICE_CUDA);
+        int rep[8];
+        memset(m, 0, sizeof m);
+        tfm_scratch_release();
+        if (cu_init(&m[0], &c, "lm") && cu_init(&m[1], &c, "lm")) {
+            for (s = 0; s < 8; s++) {
+                float loss[2], norm[2];
+                tfm_result r[2];
+                unsigned long long r0 = tfm__cu.replays;
+                cu_batch(d, &c, (uint64_t)(5000 + 2 * s));
+                if (s == 3) cu_free_ws();
+                for (k = 0; k < 2; k++) { /* with graphs first */
+                    CHECK_OK(tfm_cuda_set_graphs(!k));
+                    r[k] = tfm_model_train_step(&m[k], &d->b, &o, &loss[k], NULL, &norm[k]);
+                    if (!k) rep[s] = (int)(tfm__cu.replays - r0);
+                }
+                CHECK_MSG(r[0] == TFM_OK && r[1] == TFM_OK, "lm, a growing space, step %d: %s", s, tfm_last_error());
+                CHECK_MSG(!memcmp(&loss[0], &loss[1], sizeof(float)) && !memcmp(&norm[0], &norm[1], sizeof(float)),
+                          "lm, a growing space, step %d: loss %.9g / %.9g, norm %.9g / %.9g with graphs on / off", s,
+                          loss[0], loss[1], norm[0], norm[1]);
+                if (s == 3)
+                    CHECK_MSG(tfm__cu.ws && !tfm__cu.graph_skip[TFM__CU_GRAPH_TRAIN] && !tfm__cu.dry_fails[TFM__CU_GRAPH_TRAIN],
+                              "lm, a growing space: after step 3 the work space is %p, %d captures and %d dry runs skipped, %d "
+                              "dry runs missed", (void *)tfm__cu.ws, tfm__cu.graph_skip[TFM__CU_GRAPH_TRAIN],
+                              tfm__cu.dry_skip[TFM__CU_GRAPH_TRAIN], tfm__cu.dry_fails[TFM__CU_GRAPH_TRAIN]);
+            }
+            CHECK_OK(tfm_cuda_set_graphs(1));
+            CHECK_MSG(!rep[0] && !rep[1] && rep[2] && !rep[3] && rep[5] && rep[6] && rep[7],
+                      "lm, a growing space: steps replayed %d%d%d%d%d%d%d%d, want 0010?111", rep[0], rep[1], rep[2], rep[3],
+                      rep[4], rep[5], rep[6], rep[7]);
+            cu_check_state("lm, a growing space: 8 steps with graphs against without", &m[1], &m[0], 1);
+        }
+        for (k = 0; k < 2; k++) tfm_model_free(&m[k]);
     }
 #ifdef TFM_CUDA_EMULATION
     for (k = 0; k < 2; k++) { /* the LM with dropout: step 3's dry run fails (0) or its replay's launch (1) */
@@ -3125,9 +3163,10 @@ static void cu_gen_wide_beam(void) {
    their own step only through their copies, so a stale one would give other ids. With every step
    captured (the record forgotten before each), a capture made to fail (broken, its update refused, then
    its instantiation too) leaves that step to run launch by launch with the same ids and no error, the
-   next 2 steps too (backing off), as when a step's work space must grow while it is captured; a failing
-   graph launch is the call's error, as a kernel's. With replays: a dry run that fails (its capture
-   broken) leaves the step to be captured, with no back-off; a failing replay is the call's error.
+   next 2 steps too (backing off); when a step's work space must grow while it is captured, that step
+   only (run again, it grows the space); a failing graph launch is the call's error, as a kernel's. With
+   replays: a dry run that fails (its capture broken) leaves the step to be captured, with no back-off; a
+   failing replay is the call's error; a space to grow, that step only.
    A bf16 model too: the same ids with graphs as without. */
 #ifdef TFM_CUDA_EMULATION
 typedef struct cu_gen_hook_t {
@@ -3266,8 +3305,9 @@ static void cu_gen_graphs(void) {
                 CHECK_MSG(r == TFM_OK, "%s: failure %d: %s", kind, f, tfm_last_error());
                 cu_check_ids(cu_fmt("%s: capture failure %d", kind, f), got, n_got, want, n_want);
                 /* the failed step and the 2 after it run launch by launch; not after a refused update (the
-                   graph is made anew) or a failed dry run (the step is captured) */
-                expect = (unsigned long long)(n_got - 1) - (f == 1 || f == 5 ? 0 : 3);
+                   graph is made anew) or a failed dry run (the step is captured), and only the failed one when
+                   its work space had to grow (the step run again grows it) */
+                expect = (unsigned long long)(n_got - 1) - (f == 1 || f == 5 ? 0 : f == 4 || f == 7 ? 1 : 3);
                 CHECK_MSG(launched == expect, "%s: capture failure %d: %llu graph launches, %llu expected", kind, f, launched, expect);
             }
             CHECK_OK(tfm_cuda_set_graphs(1));

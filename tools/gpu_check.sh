@@ -296,7 +296,7 @@ fi
         awk '
         function kvs(   i, p) { delete kv; for (i = 2; i <= NF; i++) { p = index($i, "="); if (p) kv[substr($i, 1, p - 1)] = substr($i, p + 1) } }
         function num(x) { return x != "" && x + 0 > 0 }
-        function f(x, fmt) { return num(x) ? sprintf(fmt, x) : "-" }
+        function f(x, fmt) { return (x ~ /^[0-9]/) ? sprintf(fmt, x) : "-" } # a number, 0 too; "-" for none, -1, nan
         function ratio(a, b) { return (num(a) && num(b)) ? sprintf("%.2f", a / b) : "-" }
         function kernels(   i, n) {
             if (!nk) return
@@ -325,6 +325,7 @@ fi
                 if (p == "fp32") mb[kv["impl"], n] = (kv["impl"] == "ours") ? kv["model_mb"] : kv["peak_mb"]
                 if (p ~ /^bf16/) has_bf16 = 1
             }
+            if (kv["mode"] == "fwd") { fms[kv["impl"], n] = kv["fwd_ms"]; frp[kv["impl"], n] = kv["replayed"]; has_fwd = 1 }
             if (kv["mode"] == "gen" && kv["prec"] == "bf16") { tokb[kv["impl"], n] = kv["tok_s"]; has_bf16_gen = 1 }
             else if (kv["mode"] == "gen") { tok[kv["impl"], n, kv["batch"]] = kv["tok_s"]; rp[kv["impl"], n, kv["batch"]] = kv["replayed"] }
             if (kv["mode"] == "check") check[n] = kv["ok"] " (loss cpu " kv["loss_cpu"] ", gpu " kv["loss_gpu"] ", rel " kv["rel_err"] ")"
@@ -352,6 +353,18 @@ fi
             }
             print "ours: each training step one CUDA graph (tfm_model_train_step); no graphs: launch by launch (tfm_cuda_set_graphs(0));"
             print "replayed: the share of the timed steps that replayed the last step'"'"'s graph (1 expected: the same batch every step)"
+            if (has_fwd) {
+                print "\nevaluation forward pass with the loss, ms (median; fp32, TF32 off)"
+                printf "%-18s %9s %9s %7s   %9s %7s %8s\n", "config", "ours", "torch", "torch/", "no graphs", "nog/", "replayed"
+                for (i = 1; i <= nn; i++) {
+                    n = order[i]
+                    printf "%-18s %9s %9s %7s   %9s %7s %8s\n", n, f(fms["ours", n], "%.3f"), f(fms["torch", n], "%.3f"),
+                           ratio(fms["torch", n], fms["ours", n]), f(fms["ours-launches", n], "%.3f"),
+                           ratio(fms["ours-launches", n], fms["ours", n]), f(frp["ours", n], "%.3f")
+                }
+                print "ours: tfm_model_forward, the model in evaluation mode, one CUDA graph; no graphs: launch by launch;"
+                print "torch: model.eval() under torch.no_grad(); replayed: the share of the timed calls that replayed the last graph"
+            }
             if (has_bf16) {
                 print "\nbf16 training step, ms: ours cfg.precision bf16; torch autocast bf16 + SDPA, eager and torch.compile"
                 printf "%-18s %9s %9s %9s %9s %7s %7s %7s   %9s %7s\n", "config", "ours", "torch", "torch", "speedup", "fastest/", "MFU", "MFU", "rounding", "rnd/"
