@@ -159,7 +159,8 @@
    back (a loss, a gradient norm, generated ids) are on the host; a decoding step of generation or beam
    search, tfm_model_train_step's whole step and tfm_model_forward's pass go there as one CUDA graph
    (tfm_cuda_set_graphs). Each
-   thread that runs CUDA work keeps a cuBLAS handle, a capture stream, its last graph of each kind and
+   thread that runs CUDA work keeps a cuBLAS handle, a capture stream, its last graph of each kind (for
+   training steps and forward passes, of each of the last 4 models to run them) and
    small device buffers (and, once it has run generation with a bf16 model, that model's weights in
    bf16: 2 bytes a parameter), which tfm_scratch_release frees too. Products are exact fp32
    unless tfm_cuda_set_tf32 turns tensor-core TF32 on (for the calling thread), or a model's
@@ -4283,10 +4284,14 @@ static int tfm__bf16_store(tfm_device dev, int64_t cols) {
 #define TFM__CU_STEP_BYTES ((size_t)64 << 10) /* a recorded step's staged arrays: the space made at first */
 #define TFM__CU_STEP_MAX ((size_t)16 << 20)   /* ... and the most it grows to */
 #define TFM__CU_STEP_PUTS 16
-#define TFM__CU_GRAPH_DECODE 0  /* the kinds of step that run as CUDA graphs ("a step as one CUDA graph") */
+/* The kinds of step that run as CUDA graphs ("a step as one CUDA graph"), each in slots of its own (a
+   graph, its record and its backing off): one for decoding steps, TFM__CU_MODEL_GRAPHS for training steps
+   and as many for forward passes, one a model (tfm__cuda_slot) */
+#define TFM__CU_MODEL_GRAPHS 4
+#define TFM__CU_GRAPH_DECODE 0
 #define TFM__CU_GRAPH_TRAIN 1
-#define TFM__CU_GRAPH_FORWARD 2
-#define TFM__CU_GRAPHS 3
+#define TFM__CU_GRAPH_FORWARD (TFM__CU_GRAPH_TRAIN + TFM__CU_MODEL_GRAPHS)
+#define TFM__CU_GRAPHS (TFM__CU_GRAPH_FORWARD + TFM__CU_MODEL_GRAPHS)
 /* What a thread keeps for its CUDA work: its cuBLAS handle, its device work space and the first error. */
 typedef struct tfm__cuda_ctx {
     cublasHandle_t blas;
@@ -4310,19 +4315,21 @@ typedef struct tfm__cuda_ctx {
     unsigned char kept_host[TFM__CU_KEEP][TFM__CU_KEEP_BYTES]; /* what each holds */
     cudaStream_t stream;  /* where the work goes: 0 (the legacy stream), or cap while a step is captured */
     cudaStream_t cap;     /* a non-blocking stream that steps are captured on (tfm__cuda_capture_begin) */
-    cudaGraphExec_t graph[TFM__CU_GRAPHS]; /* the last captured step's executable graph of each kind
+    cudaGraphExec_t graph[TFM__CU_GRAPHS]; /* the last captured step's executable graph in each slot
                                               (TFM__CU_GRAPH_*), updated to each new one */
+    const void *slot_owner[TFM__CU_GRAPHS]; /* the model whose steps a slot holds (NULL: none yet) */
+    unsigned long long slot_use[TFM__CU_GRAPHS], slot_clock; /* when each was last taken */
     void *blas_ws;        /* device work space for cuBLAS while capturing */
     int capturing, cap_failed, graphs_off, graph_fails[TFM__CU_GRAPHS], graph_skip[TFM__CU_GRAPHS],
         dry_fails[TFM__CU_GRAPHS], dry_skip[TFM__CU_GRAPHS];
     int cap_grow;         /* the capture failed (or would) because a space must grow: not a failure of its own */
-    int grow_fails[TFM__CU_GRAPHS]; /* captures of a kind in a row that failed so */
+    int grow_fails[TFM__CU_GRAPHS]; /* captures in a slot in a row that failed so */
     /* a step's operations, recorded so that the next step of its kind replays its graph without a capture
        when its operations are the same ("a step as one CUDA graph" below) */
     int recording;        /* 1 while a step's operations are recorded (its capture, or its dry run) */
-    int kind;             /* ... and the step's kind (TFM__CU_GRAPH_*) */
+    int kind;             /* ... and the step's slot (TFM__CU_GRAPH_DECODE, tfm__cuda_slot) */
     int dry;              /* 1 in a dry run: operations are checked against rec[1 + kind], not queued */
-    unsigned char *rec[1 + TFM__CU_GRAPHS]; /* [0] the record being made, [1 + kind] the graph of that kind's
+    unsigned char *rec[1 + TFM__CU_GRAPHS]; /* [0] the record being made, [1 + kind] the graph of that slot's
                                                (rec_n 0: none) */
     size_t rec_n[1 + TFM__CU_GRAPHS], rec_cap[1 + TFM__CU_GRAPHS];
     size_t rec_at;        /* how much of the graph's record a dry run has matched */
@@ -4690,14 +4697,14 @@ static void tfm__cuda_copy(void *dst, const void *src, size_t n) {
    microseconds of GPU work at batch 1, so launching them one by one costs more than running them; a
    training step or a forward pass of a small model likewise. Instead the step's work is captured (queued
    on the thread's own non-blocking stream while it captures: kept, not run), and the graph runs in one launch on the
-   legacy stream, in order with everything else. The thread's executable graph of that kind is updated
-   to each new capture (cudaGraphExecUpdate: the same operations with new arguments, as a new batch
+   legacy stream, in order with everything else. The thread's executable graph of that kind (for
+   training steps and forward passes, of that model: tfm__cuda_slot) is updated to each new capture (cudaGraphExecUpdate: the same operations with new arguments, as a new batch
    comes) and made anew when the operations differ. Nothing may allocate or wait while capturing: a step
    that would (a work space too small, the staging ring used up, a result read back) fails its capture,
    nothing of it has run, and the caller runs it again as usual (tfm__decode_step, tfm__model_graph).
-   After a failure the next 2, 4, ... 64 steps of that kind run without capture; not after one that only
-   needed a space to grow (the step run again grows it) when the capture before did not fail so.
-   A step's graph is replayed by the next step of its kind when that would queue the same operations
+   After a failure the next 2, 4, ... 64 steps of that kind (and model) run without capture; not after one
+   that only needed a space to grow (the step run again grows it) when the capture before did not fail so.
+   A step's graph is replayed by the next step of its kind (and model) when that would queue the same operations
    with the same arguments: the step's host arrays are staged at the same places every step (step_host,
    copied by the graph to step_dev: tfm__cuda_step_put), and nothing else a step passes changes from step
    to step. For decoding that is the rule once a call's first step is captured (nothing grows with the
@@ -4743,10 +4750,33 @@ static int tfm__cuda_step_ready(void) {
     return 1;
 }
 
-/* Begin capturing this thread's work for a step of `kind` (TFM__CU_GRAPH_*), its operations recorded;
-   0 (nothing begun) when graphs are off, backing off, or a part cannot be had. dry: the step's dry run,
-   checked against the record of the graph of its kind (0 when there is none, or that kind's dry runs
-   back off). */
+/* The slot of `kind` (TFM__CU_GRAPH_TRAIN or _FORWARD) for the steps of that kind of the model `owner`:
+   the one it has, else a free one, else the one taken least recently, its record forgotten and its
+   backing off too (its executable graph is updated by the next capture, as any). So models that take
+   turns (a generator and a discriminator, a teacher's forward and a student's) each replay their own
+   graph, up to TFM__CU_MODEL_GRAPHS of them. With graphs off: the first (nothing taken). */
+static int tfm__cuda_slot(int kind, const void *owner) {
+    tfm__cuda_ctx *c = &tfm__cu;
+    int i, s = -1;
+    if (c->graphs_off) return kind;
+    for (i = kind; i < kind + TFM__CU_MODEL_GRAPHS && s < 0; i++)
+        if (c->slot_owner[i] == owner) s = i;
+    if (s < 0) {
+        s = kind;
+        for (i = kind + 1; i < kind + TFM__CU_MODEL_GRAPHS; i++)
+            if (c->slot_use[i] < c->slot_use[s]) s = i; /* (a free one's is 0) */
+        c->slot_owner[s] = owner;
+        c->rec_n[1 + s] = 0;
+        c->graph_fails[s] = c->graph_skip[s] = c->dry_fails[s] = c->dry_skip[s] = c->grow_fails[s] = 0;
+    }
+    c->slot_use[s] = ++c->slot_clock;
+    return s;
+}
+
+/* Begin capturing this thread's work for a step in slot `kind` (TFM__CU_GRAPH_DECODE, tfm__cuda_slot),
+   its operations recorded; 0 (nothing begun) when graphs are off, backing off, or a part cannot be had.
+   dry: the step's dry run, checked against the record of the slot's graph (0 when there is none, or the
+   slot's dry runs back off). */
 static int tfm__cuda_capture_begin(int kind, int dry) {
     tfm__cuda_ctx *c = &tfm__cu;
     int wrap = c->stage_off > TFM__CU_STAGE / 4 * 3; /* a step gets a quarter of the ring: start over first */
@@ -4790,10 +4820,10 @@ static int tfm__cuda_capture_begin(int kind, int dry) {
 
 /* Launch the graph of `kind`, followed by step_done */
 static void tfm__cuda_graph_launch(int kind) {
-    static const char *const what[TFM__CU_GRAPHS] = {"cudaGraphLaunch (a decoding step)", "cudaGraphLaunch (a training step)",
-                                                      "cudaGraphLaunch (a forward pass)"};
     tfm__cuda_ctx *c = &tfm__cu;
-    (void)tfm__cuda_ok(cudaGraphLaunch(c->graph[kind], 0), what[kind]);
+    (void)tfm__cuda_ok(cudaGraphLaunch(c->graph[kind], 0), kind == TFM__CU_GRAPH_DECODE ? "cudaGraphLaunch (a decoding step)"
+                                                           : kind < TFM__CU_GRAPH_FORWARD ? "cudaGraphLaunch (a training step)"
+                                                                                          : "cudaGraphLaunch (a forward pass)");
     (void)tfm__cuda_ok(cudaEventRecord(c->step_done, 0), "cudaEventRecord");
 }
 
@@ -10460,7 +10490,7 @@ static tfm_result tfm__train_step_run(tfm_model *m, const tfm_batch *b, const tf
 
 #if defined(TFM_CUDA)
 /* tfm_model_train_step (o: its resolved optimizer) or tfm_model_forward (o NULL) on the GPU as one CUDA
-   graph of that kind: the last one's replayed after a dry run that matches its record, else a new capture
+   graph of that kind, in the model's slot: the last one's replayed after a dry run that matches its record, else a new capture
    (tfm__cuda_capture_begin); 1 when it ran, its result in *r; 0 when neither could be had (none of it
    has run, the model is as it was). The rows' losses and the squared norm come back once the graph has
    run: the same sums as launch by launch. */
@@ -10469,7 +10499,7 @@ static int tfm__model_graph(tfm_model *m, const tfm_batch *b, const tfm_optim *o
     const char *fn = o ? "tfm_model_train_step" : "tfm_model_forward";
     tfm__model_impl *mi = m->impl;
     tfm_rng rng0 = mi->rng;
-    int kind = m->cfg.kind, gk = o ? TFM__CU_GRAPH_TRAIN : TFM__CU_GRAPH_FORWARD, ok, dry;
+    int kind = m->cfg.kind, gk = tfm__cuda_slot(o ? TFM__CU_GRAPH_TRAIN : TFM__CU_GRAPH_FORWARD, mi), ok, dry;
     int64_t rows = !b->targets ? 0 : (int64_t)b->batch * (kind == TFM_MODEL_ENCODER_CLASSIFIER ? 1 : kind == TFM_MODEL_DECODER_LM ? b->len : b->tgt_len);
     double ss;
     if (rows && !tfm__cuda_host((size_t)rows)) return 0;

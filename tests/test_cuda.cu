@@ -2641,7 +2641,8 @@ static void cu_train_graphs(void) {
    changes every step, give the same bits with graphs as without (states, losses, norms), and every step
    after the first captured one replays (the batch's arrays, AdamW's scalars and the dropout masks' seeds
    are staged, not kernel arguments). BERT with token types in every other batch replays no step, and
-   its dry runs back off after two misses in a row. Under the emulation, for the LM: a replay's graph launch that fails
+   its dry runs back off after two misses in a row. Two LMs trained taking turns each replay their own
+   graph; five (more than a thread keeps graphs for) none, with the same bits. Under the emulation, for the LM: a replay's graph launch that fails
    is the call's TFM_E_CUDA; a dry run that fails leaves the step captured, with the same bits. Then a
    classifier of continuous inputs whose step stages more than the first staging holds
    (TFM__CU_STEP_BYTES): its first capture fails without backing off, the next has more, and the steps
@@ -2741,6 +2742,40 @@ static void cu_train_replay(void) {
             cu_check_state("lm, a growing space: 8 steps with graphs against without", &m[1], &m[0], 1);
         }
         for (k = 0; k < 2; k++) tfm_model_free(&m[k]);
+    }
+    for (k = 0; k < 2; k++) { /* models that take turns, each with its twin without graphs: 2 LMs (from other
+                                 seeds), each of whose steps after its first captured one replays its own
+                                 graph; 5 (more than a thread keeps graphs for), none of which replays */
+        enum { NM = 5, ROUNDS = 5 };
+        tfm_model m[NM][3];
+        int n = k ? NM : 2, i, ok = 1;
+        unsigned long long r0;
+        memset(m, 0, sizeof m);
+        tfm_scratch_release();
+        for (i = 0; i < n; i++) {
+            tfm_config c = cu_model_cfg(2, TFM_DEVICE_CUDA);
+            c.seed = (uint64_t)(700 + i);
+            c.dropout = c.attn_dropout = 0.0f;
+            ok = ok && cu_init(&m[i][1], &c, "lm, taking turns") && cu_init(&m[i][2], &c, "lm, taking turns");
+        }
+        r0 = tfm__cu.replays;
+        for (s = 0; ok && s < ROUNDS; s++)
+            for (i = 0; i < n; i++) {
+                tfm_result r;
+                (void)cu_train_step_pair(m[i], &o, d, (uint64_t)(6000 + 2 * s), cu_fmt("%d lms taking turns, lm %d, round %d", n, i, s),
+                                         &r, NULL);
+                CHECK_MSG(r == TFM_OK, "%d lms taking turns, lm %d, round %d: %s", n, i, s, tfm_last_error());
+            }
+        if (ok) {
+            /* each: its first step launch by launch, its second captured, the others replayed */
+            unsigned long long want = k ? 0u : (unsigned long long)n * (ROUNDS - 2);
+            CHECK_MSG(tfm__cu.replays - r0 == want, "%d lms taking turns: %llu steps replayed, %llu expected", n,
+                      tfm__cu.replays - r0, want);
+            for (i = 0; i < n; i++)
+                cu_check_state(cu_fmt("%d lms taking turns, lm %d: graphs against without", n, i), &m[i][2], &m[i][1], 1);
+        }
+        for (i = 0; i < n; i++)
+            for (s = 1; s < 3; s++) tfm_model_free(&m[i][s]);
     }
 #ifdef TFM_CUDA_EMULATION
     for (k = 0; k < 2; k++) { /* the LM with dropout: step 3's dry run fails (0) or its replay's launch (1) */
@@ -2858,7 +2893,8 @@ static void cu_train_replay(void) {
    in training mode (dropout; then backward and tfm_model_step on the forward's results) and in evaluation
    mode (with targets, and without), on new batches: the same losses, counts and logits to the bit with
    graphs as without, and after the training steps the same parameters, gradients and moments; every
-   forward after the first captured one replays. Under the emulation: a forward's graph launch that fails
+   forward after the first captured one replays; two LMs' forwards taking turns each replay their own
+   graph. Under the emulation: a forward's graph launch that fails
    is its TFM_E_CUDA, and there is then no forward for backward; the next forward works. */
 static void cu_forward_graphs(void) {
     int steps = cu_small ? 5 : 8, which, s, k, mode;
@@ -2929,6 +2965,39 @@ static void cu_forward_graphs(void) {
                                           &m[0], 1);
             for (k = 0; k < 2; k++) tfm_model_free(&m[k]);
         }
+    }
+    { /* two LMs (from other seeds) in evaluation, their forwards taking turns: each replays its own graph
+         after its first captured one, with the same losses as their twins without graphs */
+        tfm_model m[2][2];
+        int i, ok = 1;
+        unsigned long long r0;
+        memset(m, 0, sizeof m);
+        tfm_scratch_release();
+        for (i = 0; i < 2; i++) {
+            tfm_config c = cu_model_cfg(2, TFM_DEVICE_CUDA);
+            c.seed = (uint64_t)(800 + i);
+            ok = ok && cu_init(&m[i][0], &c, "lm, taking turns") && cu_init(&m[i][1], &c, "lm, taking turns");
+            for (k = 0; ok && k < 2; k++) tfm_model_train(&m[i][k], 0);
+        }
+        r0 = tfm__cu.replays;
+        for (s = 0; ok && s < 5; s++)
+            for (i = 0; i < 2; i++) {
+                float loss[2];
+                tfm_result r[2];
+                cu_batch(d, &m[i][0].cfg, (uint64_t)(4100 + 2 * s));
+                for (k = 0; k < 2; k++) {
+                    CHECK_OK(tfm_cuda_set_graphs(k));
+                    r[k] = tfm_model_forward(&m[i][k], &d->b, &loss[k], NULL);
+                }
+                CHECK_OK(tfm_cuda_set_graphs(1));
+                CHECK_MSG(r[0] == TFM_OK && r[1] == TFM_OK && !memcmp(&loss[0], &loss[1], sizeof(float)),
+                          "lms taking turns, lm %d, forward %d: %d, %d, loss %.9g / %.9g with graphs off / on (%s)", i, s,
+                          (int)r[0], (int)r[1], loss[0], loss[1], tfm_last_error());
+            }
+        if (ok)
+            CHECK_MSG(tfm__cu.replays - r0 == 6u, "lms taking turns: %llu forwards replayed, 6 expected", tfm__cu.replays - r0);
+        for (i = 0; i < 2; i++)
+            for (k = 0; k < 2; k++) tfm_model_free(&m[i][k]);
     }
 #ifdef TFM_CUDA_EMULATION
     { /* the LM: a failing replay */
