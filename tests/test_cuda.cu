@@ -2494,7 +2494,8 @@ static unsigned long long cu_train_step_pair(tfm_model *m, const tfm_optim *o, c
     cu_batch(d, &m[1].cfg, seed);
     for (k = 0; k < 2; k++) {
         CHECK_OK(tfm_cuda_set_graphs(k));
-        if (k && cu_no_train_replay) tfm__cu.rec_n[1 + TFM__CU_GRAPH_TRAIN] = 0;
+        if (k && cu_no_train_replay) /* (every model's slot) */
+            for (int i = TFM__CU_GRAPH_TRAIN; i < TFM__CU_GRAPH_FORWARD; i++) tfm__cu.rec_n[1 + i] = 0;
         if (k && before) before();
 #ifdef TFM_CUDA_EMULATION
         if (k) g0 = tfm_emu_graph_launches();
