@@ -160,7 +160,8 @@
    search, tfm_model_train_step's whole step and tfm_model_forward's pass go there as one CUDA graph
    (tfm_cuda_set_graphs). Each
    thread that runs CUDA work keeps a cuBLAS handle, a capture stream, its last graph of each kind (for
-   training steps and forward passes, of each of the last 4 models to run them) and
+   training steps and forward passes, of each of the last 4 models to run them), the device memory of
+   its last generation call's cache (kept for the next call) and
    small device buffers (and, once it has run generation with a bf16 model, that model's weights in
    bf16: 2 bytes a parameter), which tfm_scratch_release frees too. Products are exact fp32
    unless tfm_cuda_set_tf32 turns tensor-core TF32 on (for the calling thread), or a model's
@@ -984,6 +985,7 @@ typedef struct tfm_kv_cache {
     int has_src_lens;
     tfm_device device;
     void *owned, *user;   /* the allocation, and the allocator's user pointer (the model's cfg.user) */
+    int kept;             /* internal: the keys and values are in the thread's space of a generation call */
 } tfm_kv_cache;
 
 /* A cache for model m's decoder: max_batch rows (0: cfg.max_batch; more rows than cfg.max_batch are
@@ -4300,6 +4302,9 @@ typedef struct tfm__cuda_ctx {
     size_t bf_size;     /* its bytes */
     void *wbf;          /* device space for a generation call's bf16 weights (tfm__bf16_w) */
     size_t wbf_size;    /* its bytes */
+    void *kv;           /* device space for a generation call's cache (tfm__cuda_kv_space) */
+    size_t kv_size;     /* its bytes */
+    int kv_busy;        /* a call's cache is in it */
     void *ws;           /* device work space: staged host arrays, partial sums */
     size_t ws_size;     /* its bytes */
     float *host;        /* pinned host buffer for results read back (the rows' losses) */
@@ -4418,12 +4423,37 @@ static void tfm__dev_free(void *p) {
     if (p) (void)cudaFree(p);
 }
 
+/* The thread's device space of `bytes` for a generation call's cache in *p, kept from call to call (grown
+   when short), so that a call neither allocates nor frees it, and the graph of its first decoding step
+   finds the cache where the last call's step had it; *p NULL (nothing taken) while a call's cache holds
+   it (a call from an on_token callback makes its own). tfm__cuda_kv_done gives it back. */
+static tfm_result tfm__cuda_kv_space(const char *fn, void **p, size_t bytes) {
+    tfm__cuda_ctx *c = &tfm__cu;
+    *p = NULL;
+    if (c->kv_busy) return TFM_OK;
+    if (c->kv_size < bytes) {
+        if (c->kv) {
+            (void)cudaDeviceSynchronize(); /* the work queued on the old one is done */
+            (void)cudaFree(c->kv);
+        }
+        c->kv = NULL;
+        c->kv_size = 0;
+        TFM__TRY(tfm__dev_alloc(fn, &c->kv, bytes));
+        c->kv_size = bytes;
+    }
+    c->kv_busy = 1;
+    *p = c->kv;
+    return TFM_OK;
+}
+static void tfm__cuda_kv_done(void) { tfm__cu.kv_busy = 0; }
+
 static void tfm__cuda_release(void) {
     int i;
     if (tfm__cu.has_blas) cublasDestroy(tfm__cu.blas);
     if (tfm__cu.ws) cudaFree(tfm__cu.ws);
     if (tfm__cu.bf) cudaFree(tfm__cu.bf);
     if (tfm__cu.wbf) cudaFree(tfm__cu.wbf);
+    if (tfm__cu.kv) cudaFree(tfm__cu.kv);
     if (tfm__cu.host) cudaFreeHost(tfm__cu.host);
     if (tfm__cu.stage) cudaFreeHost(tfm__cu.stage);
     if (tfm__cu.kept) cudaFree(tfm__cu.kept);
@@ -4715,7 +4745,9 @@ static void tfm__cuda_copy(void *dst, const void *src, size_t n) {
    operations against that record instead of queuing them, and launches the graph again when all of it
    matched and nothing was captured; else it is captured. After two training steps (or forward passes)
    in a row whose dry runs did not match (batches whose shapes keep changing), the next 2, 4, ... 64 are
-   captured without one; a decoding call's first step never matches, and the next one does. */
+   captured without one. A decoding call's first step matches the last call's last one when the calls
+   have the same shapes: its cache is in the thread's kept space (tfm__cuda_kv_space) and the kernels
+   see only staged copies of the call's host arrays (tfm__cu_attn_stage). */
 #define TFM__CU_BLAS_WS ((size_t)32 << 20) /* what cuBLAS asks for on Hopper */
 
 /* A recorded step's staging (step_host, step_dev: step_size bytes each, grown to the step_need of a step
@@ -4853,7 +4885,7 @@ static int tfm__cuda_capture_end(int kind) {
         ok = ok && !c->rec_bad && c->rec_at == c->rec_n[1 + kind] && cudaGraphGetNodes(g, NULL, &nodes) == cudaSuccess && !nodes;
         if (g) (void)cudaGraphDestroy(g);
         (void)cudaGetLastError();
-        if (kind != TFM__CU_GRAPH_DECODE && !grow) { /* (a decoding call's first step misses as a rule) */
+        if (kind != TFM__CU_GRAPH_DECODE && !grow) { /* (a decoding call's first step misses when shapes change) */
             c->dry_fails[kind] = ok ? 0 : TFM__MIN(c->dry_fails[kind] + 1, 7);
             c->dry_skip[kind] = c->dry_fails[kind] >= 2 ? 1 << (c->dry_fails[kind] - 1) : 0;
         }
@@ -6332,9 +6364,12 @@ static double tfm__sumsq_cuda(const tfm_adamw_param *ps, int n) {
 
 /* The host arrays of an attention call (lengths, cache slots and offsets, mask) staged on the device, and
    in a recorded step its dropout seed (so that the step's graph replays with the next step's seed):
-   t = *a with the seed's place (seed_at), the args to launch with. */
+   t = *a with the seed's place (seed_at) and the arrays' staged copies in place of the host ones (what
+   the kernels read of those is whether they are there), the args to launch with: no host address goes
+   into a launch, so a generation call's steps replay the last call's graph though its host arrays are
+   new. hrows: the cache's slots in host memory (the batched products' pointers). */
 typedef struct tfm__cu_attn_io {
-    const int32_t *lens, *rows, *qoff;
+    const int32_t *lens, *rows, *qoff, *hrows;
     const float *mask;
     float *Dr;
 } tfm__cu_attn_io;
@@ -6354,6 +6389,8 @@ static int tfm__cu_attn_stage(const tfm__attn_args *a, tfm__cu_attn_io *io, size
     io->rows = (const int32_t *)tfm__cuda_put_kept(ws, &off, a->kv_rows, B * sizeof(int32_t));
     io->qoff = (const int32_t *)tfm__cuda_put_kept(ws, &off, a->q_off, B * sizeof(int32_t));
     io->mask = (const float *)tfm__cuda_put(ws, &off, a->mask, nmask * sizeof(float));
+    io->hrows = a->kv_rows;
+    t->lens = io->lens, t->kv_rows = io->rows, t->q_off = io->qoff, t->mask = io->mask;
     if (a->dropout > 0.0f && (t->seed_at = (const uint64_t *)tfm__cuda_step_scalar(&a->seed, sizeof a->seed))) t->seed = 0;
     io->Dr = (float *)(ws + off);
     return !tfm__cu.failed;
@@ -6494,7 +6531,8 @@ typedef struct tfm__cu_bfa {
 
 /* Sets up w for a (dout: backward's, else NULL: no dout copy, no G or dS); bf16: the operands rounded to
    bf16 copies. 0 when the space cannot be had (error kept). */
-static int tfm__cu_bfa_init(const tfm__attn_args *a, tfm__cu_bfa *w, int bf16, const float *dout, int lddo) {
+static int tfm__cu_bfa_init(const tfm__attn_args *a, const tfm__cu_attn_io *io, tfm__cu_bfa *w, int bf16, const float *dout,
+                            int lddo) {
     int Hkv = a->Hkv ? a->Hkv : a->H, G = a->H / Hkv, HD = a->H * a->D, KD = Hkv * a->D, bwd = dout != NULL;
     size_t nqd = bf16 ? TFM__CU_ROUND((size_t)a->B * a->Tq * HD * 2) : 0, nkd = bf16 ? TFM__CU_ROUND((size_t)a->B * a->Tk * KD * 2) : 0;
     size_t ndo = bwd ? nqd : 0, per, rowb, nS, nP, fixed, cap = TFM__CU_ATT_BF_BYTES, fr = 0, tot = 0;
@@ -6526,7 +6564,7 @@ static int tfm__cu_bfa_init(const tfm__attn_args *a, tfm__cu_bfa *w, int bf16, c
         w->k = tfm__cu_bfp_make(a->k, 4, sbk, a->D, G, a->ldk);
         w->v = tfm__cu_bfp_make(a->v, 4, sbv, a->D, G, a->ldv);
         w->dout = tfm__cu_bfp_make(dout, 4, (int64_t)a->Tq * lddo, a->D, 1, lddo);
-        w->k.rows = w->v.rows = a->kv_rows;
+        w->k.rows = w->v.rows = io->hrows;
         return 1;
     }
     w->q = tfm__cu_bfp_make(base, 2, (int64_t)a->Tq * HD, a->D, 1, HD);
@@ -6574,7 +6612,7 @@ static void tfm__cu_bfa_probs(const tfm__attn_args *a, const tfm__cu_bfa *w, con
 static int tfm__attn_batched_forward_cuda(const tfm__attn_args *a, const tfm__cu_attn_io *io, unsigned char *ptrs, int bf16) {
     tfm__cu_bfa w;
     int i0;
-    if (!tfm__cu_bfa_init(a, &w, bf16, NULL, 0)) return 1;
+    if (!tfm__cu_bfa_init(a, io, &w, bf16, NULL, 0)) return 1;
     for (i0 = 0; i0 < a->Tq && !tfm__cu.failed; i0 += w.nq) {
         int nq = TFM__MIN(w.nq, a->Tq - i0), kn = tfm__cu_bfa_keys(a, i0, nq);
         tfm__cu_bfp P = tfm__cu_bfp_make(w.P, (size_t)w.es, (int64_t)a->H * nq * w.kp, (int64_t)nq * w.kp, 1, w.kp);
@@ -6590,7 +6628,7 @@ static int tfm__attn_batched_backward_cuda(const tfm__attn_args *a, const tfm__c
                                            const float *dout, int lddo) {
     tfm__cu_bfa w;
     int i0, g, Hkv = a->Hkv ? a->Hkv : a->H, G = a->H / Hkv;
-    if (!tfm__cu_bfa_init(a, &w, bf16, dout, lddo)) return 1;
+    if (!tfm__cu_bfa_init(a, io, &w, bf16, dout, lddo)) return 1;
     for (i0 = 0; i0 < a->Tq && !tfm__cu.failed; i0 += w.nq) {
         int nq = TFM__MIN(w.nq, a->Tq - i0), kn = tfm__cu_bfa_keys(a, i0, nq);
         int64_t sbh = (int64_t)nq * w.kp; /* one batch-head's share of a chunk buffer */
@@ -10569,7 +10607,9 @@ static int tfm__rolls(const tfm_config *c) {
     return c->attn_window > 0 && c->pos == TFM_POS_ROPE;
 }
 
-TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len) {
+/* tfm_kv_cache_init; kept: a generation call's own cache, on a GPU in the thread's space for it when that
+   is free (tfm__cuda_kv_space) */
+static tfm_result tfm__kv_cache_make(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len, int kept) {
     const char *fn = "tfm_kv_cache_init";
     int encdec, limit;
     size_t n_self, n_cross, bytes, fbytes;
@@ -10603,7 +10643,14 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     fbytes = c->device == TFM_DEVICE_CUDA ? 0 : (n_self + n_cross) * sizeof(float);
     bytes = fbytes + 6 * (size_t)c->max_batch * sizeof(int32_t);
     if (c->device == TFM_DEVICE_CUDA) {
-        tfm_result r = tfm__dev_alloc(fn, &dev, (n_self + n_cross) * sizeof(float));
+        tfm_result r = TFM_OK;
+#if defined(TFM_CUDA)
+        if (kept) r = tfm__cuda_kv_space(fn, &dev, (n_self + n_cross) * sizeof(float));
+        c->kept = dev != NULL;
+#else
+        (void)kept;
+#endif
+        if (r == TFM_OK && !dev) r = tfm__dev_alloc(fn, &dev, (n_self + n_cross) * sizeof(float));
         if (r != TFM_OK) {
             memset(c, 0, sizeof *c);
             return r;
@@ -10611,8 +10658,8 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     }
     p = (unsigned char *)TFM_MALLOC(bytes, m->cfg.user);
     if (!p) {
-        tfm__dev_free(dev);
-        memset(c, 0, sizeof *c);
+        c->self_kv = (float *)dev;
+        tfm_kv_cache_free(c); /* (its device memory freed, or the thread's space given back) */
         return tfm__fail(TFM_E_NOMEM, "%s: could not allocate %zu bytes", fn, bytes);
     }
     c->owned = p;
@@ -10625,9 +10672,17 @@ TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max
     return TFM_OK;
 }
 
+TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len) {
+    return tfm__kv_cache_make(c, m, max_batch, max_len, 0);
+}
+
 TFMDEF void tfm_kv_cache_free(tfm_kv_cache *c) {
     if (!c) return;
     if (c->owned) TFM_FREE(c->owned, c->user);
+#if defined(TFM_CUDA)
+    if (c->kept) tfm__cuda_kv_done();
+    else
+#endif
     if (c->device == TFM_DEVICE_CUDA) tfm__dev_free(c->self_kv);
     memset(c, 0, sizeof *c);
 }
@@ -11017,7 +11072,7 @@ static tfm_result tfm__generate_run(const char *fn, tfm_model *m, int B, const i
     n_ids = lens + B;
     picked = n_ids + B;
     if (penal) seen = (unsigned char *)(picked + B);
-    r = tfm_kv_cache_init(&kc, m, B, p_max + o.max_new - 1);
+    r = tfm__kv_cache_make(&kc, m, B, p_max + o.max_new - 1, 1);
     if (r != TFM_OK) {
         TFM_FREE(work, m->cfg.user);
         return tfm__fail(r, "%s: %s", fn, tfm_last_error());
@@ -11274,7 +11329,7 @@ static tfm_result tfm__model_beam_search(tfm_model *m, const int32_t *src, int s
     hy.alpha = opts->length_penalty;
     dlog = logits;
     r = m->impl->device == TFM_DEVICE_CUDA ? tfm__dev_alloc(fn, (void **)&dlog, (size_t)K * V * sizeof(float)) : TFM_OK;
-    if (r == TFM_OK && (r = tfm_kv_cache_init(&kc, m, K, n_prompt + max_new - 1)) != TFM_OK)
+    if (r == TFM_OK && (r = tfm__kv_cache_make(&kc, m, K, n_prompt + max_new - 1, 1)) != TFM_OK)
         r = tfm__fail(r, "%s: %s", fn, tfm_last_error());
     if (r != TFM_OK) {
         if (dlog != logits) tfm__dev_free(dlog);

@@ -3292,6 +3292,72 @@ static void cu_graph_replay_rules(void) {
     tfm_scratch_release();
 }
 
+/* A generation call's cache on a GPU is the thread's kept space: two greedy calls in a row, the second's
+   every step replayed (its first too: the cache is where the first call's was, though the first call's
+   device memory is taken meanwhile); a call from an on_token callback (of another model) makes a cache of
+   its own: both calls give the ids they give alone, and the space is free again after both. */
+typedef struct cu_nest_t {
+    tfm_model *inner;
+    int32_t ids[9];
+    int n, calls;
+    tfm_result r;
+} cu_nest_t;
+static int cu_nest_hook(void *user, int row, int32_t token) {
+    cu_nest_t *h = (cu_nest_t *)user;
+    int32_t prompt[2] = {3, 1};
+    tfm_gen_opts o;
+    (void)row;
+    (void)token;
+    if (h->calls++ != 2) return 0;
+    memset(&o, 0, sizeof o);
+    o.max_new = 9;
+    h->r = tfm_model_generate(h->inner, NULL, 0, prompt, 2, &o, h->ids, &h->n);
+    return 0;
+}
+static void cu_gen_kept_cache(void) {
+    tfm_model a[2], b[2];
+    tfm_gen_opts o;
+    int32_t prompt[3] = {2, 7, 5}, p2[2] = {3, 1}, want[9], got[9], want2[9];
+    int n_want, n_got, n_want2, k;
+    void *taken = NULL;
+    cu_nest_t h;
+    if (!cu_gen_pair(a, 0, 3)) return;
+    if (!cu_gen_pair(b, 2, 3)) {
+        CU_DEVS tfm_model_free(&a[dv]);
+        return;
+    }
+    CU_DEVS tfm_model_train(&a[dv], 0);
+    CU_DEVS tfm_model_train(&b[dv], 0);
+    memset(&o, 0, sizeof o);
+    o.max_new = 9;
+    CHECK_OK(tfm_model_generate(&a[0], NULL, 0, prompt, 3, &o, want, &n_want));
+    CHECK_OK(tfm_model_generate(&b[0], NULL, 0, p2, 2, &o, want2, &n_want2));
+    tfm_scratch_release();
+    CHECK_OK(tfm_cuda_set_graphs(1));
+    for (k = 0; k < 2; k++) {
+        unsigned long long r0 = tfm__cu.replays;
+        CHECK_OK(tfm_model_generate(&a[1], NULL, 0, prompt, 3, &o, got, &n_got));
+        cu_check_ids(cu_fmt("kept cache, call %d", k), got, n_got, want, n_want);
+        CHECK_MSG(tfm__cu.kv && !tfm__cu.kv_busy, "kept cache, call %d: the space is %p, busy %d", k, tfm__cu.kv, tfm__cu.kv_busy);
+        if (k) CHECK_MSG(tfm__cu.replays - r0 == (unsigned long long)(n_got - 1), "kept cache: the second call replayed %llu of %d steps",
+                         tfm__cu.replays - r0, n_got - 1);
+        /* the memory a cache freed by the first call would have left: taken until after the second */
+        if (!k) CHECK(cudaMalloc(&taken, tfm__cu.kv_size ? tfm__cu.kv_size : 1) == cudaSuccess);
+    }
+    cudaFree(taken);
+    memset(&h, 0, sizeof h);
+    h.inner = &b[1];
+    o.on_token = cu_nest_hook;
+    o.on_token_user = &h;
+    CHECK_OK(tfm_model_generate(&a[1], NULL, 0, prompt, 3, &o, got, &n_got));
+    CHECK_MSG(h.calls > 2 && h.r == TFM_OK, "kept cache: the nested call ran %d, returned %d (%s)", h.calls, (int)h.r, tfm_last_error());
+    cu_check_ids("kept cache: the outer call", got, n_got, want, n_want);
+    cu_check_ids("kept cache: the call from its on_token", h.ids, h.n, want2, n_want2);
+    CHECK_MSG(!tfm__cu.kv_busy, "kept cache: the space is still busy after both calls");
+    CU_DEVS tfm_model_free(&a[dv]);
+    CU_DEVS tfm_model_free(&b[dv]);
+}
+
 static void cu_gen_graphs(void) {
     int which;
     for (which = 0; which < 5; which++) {
@@ -5252,6 +5318,7 @@ static void suite_generate(void) {
     RUN(cu_gen_window);
     RUN(cu_gen_wide_beam);
     RUN(cu_gen_graphs);
+    RUN(cu_gen_kept_cache);
     RUN(cu_graph_replay_rules);
 #ifdef TFM_CUDA_EMULATION
     RUN(cu_gen_step_ops);
