@@ -4447,13 +4447,17 @@ static tfm_result tfm__cuda_kv_space(const char *fn, void **p, size_t bytes) {
 }
 static void tfm__cuda_kv_done(void) { tfm__cu.kv_busy = 0; }
 
+/* Everything the thread keeps for CUDA, but what a generation call running on it holds (a release from
+   its on_token callback): its cache's space and its bf16 weights, which stay. */
 static void tfm__cuda_release(void) {
     int i;
+    void *kv = tfm__cu.kv_busy ? tfm__cu.kv : NULL, *wbf = tfm__bf16_w.bf ? tfm__cu.wbf : NULL;
+    size_t kv_size = tfm__cu.kv_size, wbf_size = tfm__cu.wbf_size;
     if (tfm__cu.has_blas) cublasDestroy(tfm__cu.blas);
     if (tfm__cu.ws) cudaFree(tfm__cu.ws);
     if (tfm__cu.bf) cudaFree(tfm__cu.bf);
-    if (tfm__cu.wbf) cudaFree(tfm__cu.wbf);
-    if (tfm__cu.kv) cudaFree(tfm__cu.kv);
+    if (tfm__cu.wbf && !wbf) cudaFree(tfm__cu.wbf);
+    if (tfm__cu.kv && !kv) cudaFree(tfm__cu.kv);
     if (tfm__cu.host) cudaFreeHost(tfm__cu.host);
     if (tfm__cu.stage) cudaFreeHost(tfm__cu.stage);
     if (tfm__cu.kept) cudaFree(tfm__cu.kept);
@@ -4467,6 +4471,8 @@ static void tfm__cuda_release(void) {
     if (tfm__cu.step_done) cudaEventDestroy(tfm__cu.step_done);
     for (i = 0; i <= TFM__CU_GRAPHS; i++) TFM_FREE(tfm__cu.rec[i], NULL);
     memset(&tfm__cu, 0, sizeof tfm__cu);
+    tfm__cu.kv = kv, tfm__cu.kv_size = kv ? kv_size : 0, tfm__cu.kv_busy = kv != NULL;
+    tfm__cu.wbf = wbf, tfm__cu.wbf_size = wbf ? wbf_size : 0;
 }
 
 /* The thread's cuBLAS handle, with TF32 tensor cores for its fp32 products or not (NULL when it cannot be
@@ -4726,16 +4732,17 @@ static void tfm__cuda_copy(void *dst, const void *src, size_t n) {
    A decoding step queues about 9 kernels and copies a layer besides 4 cuBLAS products, each a few
    microseconds of GPU work at batch 1, so launching them one by one costs more than running them; a
    training step or a forward pass of a small model likewise. Instead the step's work is captured (queued
-   on the thread's own non-blocking stream while it captures: kept, not run), and the graph runs in one launch on the
-   legacy stream, in order with everything else. The thread's executable graph of that kind (for
-   training steps and forward passes, of that model: tfm__cuda_slot) is updated to each new capture (cudaGraphExecUpdate: the same operations with new arguments, as a new batch
-   comes) and made anew when the operations differ. Nothing may allocate or wait while capturing: a step
+   on the thread's own non-blocking stream while it captures: kept, not run), and the graph runs in one
+   launch on the legacy stream, in order with everything else. The thread's executable graph of that kind
+   (for training steps and forward passes, of that model: tfm__cuda_slot) is updated to each new capture
+   (cudaGraphExecUpdate: the same operations with new arguments, as a new batch comes) and made anew when
+   the operations differ. Nothing may allocate or wait while capturing: a step
    that would (a work space too small, the staging ring used up, a result read back) fails its capture,
    nothing of it has run, and the caller runs it again as usual (tfm__decode_step, tfm__model_graph).
    After a failure the next 2, 4, ... 64 steps of that kind (and model) run without capture; not after one
    that only needed a space to grow (the step run again grows it) when the capture before did not fail so.
-   A step's graph is replayed by the next step of its kind (and model) when that would queue the same operations
-   with the same arguments: the step's host arrays are staged at the same places every step (step_host,
+   A step's graph is replayed by the next step of its kind (and model) when that would queue the same
+   operations with the same arguments: the step's host arrays are staged at the same places every step (step_host,
    copied by the graph to step_dev: tfm__cuda_step_put), and nothing else a step passes changes from step
    to step. For decoding that is the rule once a call's first step is captured (nothing grows with the
    cache's lengths); for training steps and forward passes, a new batch of the same shapes (its ids,
@@ -4853,9 +4860,10 @@ static int tfm__cuda_capture_begin(int kind, int dry) {
 /* Launch the graph of `kind`, followed by step_done */
 static void tfm__cuda_graph_launch(int kind) {
     tfm__cuda_ctx *c = &tfm__cu;
-    (void)tfm__cuda_ok(cudaGraphLaunch(c->graph[kind], 0), kind == TFM__CU_GRAPH_DECODE ? "cudaGraphLaunch (a decoding step)"
-                                                           : kind < TFM__CU_GRAPH_FORWARD ? "cudaGraphLaunch (a training step)"
-                                                                                          : "cudaGraphLaunch (a forward pass)");
+    const char *what = kind == TFM__CU_GRAPH_DECODE ? "cudaGraphLaunch (a decoding step)"
+                       : kind < TFM__CU_GRAPH_FORWARD ? "cudaGraphLaunch (a training step)"
+                                                      : "cudaGraphLaunch (a forward pass)";
+    (void)tfm__cuda_ok(cudaGraphLaunch(c->graph[kind], 0), what);
     (void)tfm__cuda_ok(cudaEventRecord(c->step_done, 0), "cudaEventRecord");
 }
 

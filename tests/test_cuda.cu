@@ -2643,7 +2643,8 @@ static void cu_train_graphs(void) {
    after the first captured one replays (the batch's arrays, AdamW's scalars and the dropout masks' seeds
    are staged, not kernel arguments). BERT with token types in every other batch replays no step, and
    its dry runs back off after two misses in a row. Two LMs trained taking turns each replay their own
-   graph; five (more than a thread keeps graphs for) none, with the same bits. Under the emulation, for the LM: a replay's graph launch that fails
+   graph; five (more than a thread keeps graphs for) none, with the same bits. Under the emulation, for the
+   LM: a replay's graph launch that fails
    is the call's TFM_E_CUDA; a dry run that fails leaves the step captured, with the same bits. Then a
    classifier of continuous inputs whose step stages more than the first staging holds
    (TFM__CU_STEP_BYTES): its first capture fails without backing off, the next has more, and the steps
@@ -2763,8 +2764,8 @@ static void cu_train_replay(void) {
         for (s = 0; ok && s < ROUNDS; s++)
             for (i = 0; i < n; i++) {
                 tfm_result r;
-                (void)cu_train_step_pair(m[i], &o, d, (uint64_t)(6000 + 2 * s), cu_fmt("%d lms taking turns, lm %d, round %d", n, i, s),
-                                         &r, NULL);
+                const char *what = cu_fmt("%d lms taking turns, lm %d, round %d", n, i, s);
+                (void)cu_train_step_pair(m[i], &o, d, (uint64_t)(6000 + 2 * s), what, &r, NULL);
                 CHECK_MSG(r == TFM_OK, "%d lms taking turns, lm %d, round %d: %s", n, i, s, tfm_last_error());
             }
         if (ok) {
@@ -3295,9 +3296,11 @@ static void cu_graph_replay_rules(void) {
 /* A generation call's cache on a GPU is the thread's kept space: two greedy calls in a row, the second's
    every step replayed (its first too: the cache is where the first call's was, though the first call's
    device memory is taken meanwhile); a call from an on_token callback (of another model) makes a cache of
-   its own: both calls give the ids they give alone, and the space is free again after both. */
+   its own: both calls give the ids they give alone, and the space is free again after both. A
+   tfm_scratch_release from the callback keeps what the running call holds (its cache's space; a bf16
+   model's weights rounded for the call): the same ids (under AddressSanitizer, no use after free). */
 typedef struct cu_nest_t {
-    tfm_model *inner;
+    tfm_model *inner; /* NULL: tfm_scratch_release instead */
     int32_t ids[9];
     int n, calls;
     tfm_result r;
@@ -3309,6 +3312,10 @@ static int cu_nest_hook(void *user, int row, int32_t token) {
     (void)row;
     (void)token;
     if (h->calls++ != 2) return 0;
+    if (!h->inner) {
+        tfm_scratch_release();
+        return 0;
+    }
     memset(&o, 0, sizeof o);
     o.max_new = 9;
     h->r = tfm_model_generate(h->inner, NULL, 0, prompt, 2, &o, h->ids, &h->n);
@@ -3338,9 +3345,11 @@ static void cu_gen_kept_cache(void) {
         unsigned long long r0 = tfm__cu.replays;
         CHECK_OK(tfm_model_generate(&a[1], NULL, 0, prompt, 3, &o, got, &n_got));
         cu_check_ids(cu_fmt("kept cache, call %d", k), got, n_got, want, n_want);
-        CHECK_MSG(tfm__cu.kv && !tfm__cu.kv_busy, "kept cache, call %d: the space is %p, busy %d", k, tfm__cu.kv, tfm__cu.kv_busy);
-        if (k) CHECK_MSG(tfm__cu.replays - r0 == (unsigned long long)(n_got - 1), "kept cache: the second call replayed %llu of %d steps",
-                         tfm__cu.replays - r0, n_got - 1);
+        CHECK_MSG(tfm__cu.kv && !tfm__cu.kv_busy, "kept cache, call %d: the space is %p, busy %d", k, tfm__cu.kv,
+                  tfm__cu.kv_busy);
+        if (k)
+            CHECK_MSG(tfm__cu.replays - r0 == (unsigned long long)(n_got - 1),
+                      "kept cache: the second call replayed %llu of %d steps", tfm__cu.replays - r0, n_got - 1);
         /* the memory a cache freed by the first call would have left: taken until after the second */
         if (!k) CHECK(cudaMalloc(&taken, tfm__cu.kv_size ? tfm__cu.kv_size : 1) == cudaSuccess);
     }
@@ -3350,10 +3359,36 @@ static void cu_gen_kept_cache(void) {
     o.on_token = cu_nest_hook;
     o.on_token_user = &h;
     CHECK_OK(tfm_model_generate(&a[1], NULL, 0, prompt, 3, &o, got, &n_got));
-    CHECK_MSG(h.calls > 2 && h.r == TFM_OK, "kept cache: the nested call ran %d, returned %d (%s)", h.calls, (int)h.r, tfm_last_error());
+    CHECK_MSG(h.calls > 2 && h.r == TFM_OK, "kept cache: the nested call ran %d, returned %d (%s)", h.calls, (int)h.r,
+              tfm_last_error());
     cu_check_ids("kept cache: the outer call", got, n_got, want, n_want);
     cu_check_ids("kept cache: the call from its on_token", h.ids, h.n, want2, n_want2);
     CHECK_MSG(!tfm__cu.kv_busy, "kept cache: the space is still busy after both calls");
+    memset(&h, 0, sizeof h); /* a release from the callback */
+    CHECK_OK(tfm_model_generate(&a[1], NULL, 0, prompt, 3, &o, got, &n_got));
+    CHECK_MSG(h.calls > 2, "kept cache: the callback ran %d times", h.calls);
+    cu_check_ids("kept cache: a release from the callback", got, n_got, want, n_want);
+    CHECK_MSG(!tfm__cu.kv_busy && tfm__cu.kv, "kept cache: after a release from the callback the space is %p, busy %d",
+              tfm__cu.kv, tfm__cu.kv_busy);
+    { /* the same in bf16 (the weights rounded once a call): the ids of a call without the release */
+        tfm_config c;
+        tfm_model mb;
+        int32_t ids[2][9];
+        int n[2];
+        cu_gen_cfg(&c, 0, 3, TFM_DEVICE_CUDA);
+        c.precision = TFM_PREC_BF16;
+        if (cu_init(&mb, &c, "kept cache, bf16")) {
+            tfm_model_train(&mb, 0);
+            for (k = 0; k < 2; k++) {
+                memset(&h, 0, sizeof h);
+                o.on_token = k ? cu_nest_hook : NULL;
+                CHECK_OK(tfm_model_generate(&mb, NULL, 0, prompt, 3, &o, ids[k], &n[k]));
+            }
+            CHECK_MSG(h.calls > 2, "kept cache, bf16: the callback ran %d times", h.calls);
+            cu_check_ids("kept cache, bf16: a release from the callback", ids[1], n[1], ids[0], n[0]);
+            tfm_model_free(&mb);
+        }
+    }
     CU_DEVS tfm_model_free(&a[dv]);
     CU_DEVS tfm_model_free(&b[dv]);
 }
