@@ -158,12 +158,12 @@
    On the GPU every call queues its work on CUDA's default stream and returns when the results it hands
    back (a loss, a gradient norm, generated ids) are on the host; a decoding step of generation or beam
    search, tfm_model_train_step's whole step and tfm_model_forward's pass go there as one CUDA graph
-   (tfm_cuda_set_graphs). Each
-   thread that runs CUDA work keeps a cuBLAS handle, a capture stream, its last graph of each kind (for
-   training steps and forward passes, of each of the last 4 models to run them), the device memory of
-   its last generation call's cache (kept for the next call) and
-   small device buffers (and, once it has run generation with a bf16 model, that model's weights in
-   bf16: 2 bytes a parameter), which tfm_scratch_release frees too. Products are exact fp32
+   (tfm_cuda_set_graphs). Each thread that runs CUDA work keeps a cuBLAS handle, a capture stream, its
+   last graph of each kind (for training steps and forward passes, of each of the last 4 models to run
+   them), the device memory of its last generation call's cache (kept for the next call) and small
+   device buffers (and, once it has run generation with a bf16 model, that model's weights in bf16: 2
+   bytes a parameter), which tfm_scratch_release frees too (from a generation call's on_token callback,
+   all but what that call holds). Products are exact fp32
    unless tfm_cuda_set_tf32 turns tensor-core TF32 on (for the calling thread), or a model's
    cfg.precision asks for TF32 or bf16 (mixed precision: bf16 operands, fp32 sums) in its own calls.
 
