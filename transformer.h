@@ -4423,24 +4423,35 @@ static void tfm__dev_free(void *p) {
     if (p) (void)cudaFree(p);
 }
 
+/* *buf (of *size bytes) made `bytes` when short, the old one freed first: cudaFree waits for the work
+   queued on it. Not while capturing (tfm__cuda_grow checks). */
+static cudaError_t tfm__cuda_regrow(void **buf, size_t *size, size_t bytes) {
+    void *p = NULL;
+    cudaError_t e;
+    if (*size >= bytes) return cudaSuccess;
+    if (*buf) {
+        (void)cudaDeviceSynchronize(); /* the work queued on the old one is done */
+        (void)cudaFree(*buf);
+    }
+    *buf = NULL;
+    *size = 0;
+    if ((e = cudaMalloc(&p, bytes)) != cudaSuccess) return e;
+    *buf = p;
+    *size = bytes;
+    return cudaSuccess;
+}
+
 /* The thread's device space of `bytes` for a generation call's cache in *p, kept from call to call (grown
    when short), so that a call neither allocates nor frees it, and the graph of its first decoding step
    finds the cache where the last call's step had it; *p NULL (nothing taken) while a call's cache holds
    it (a call from an on_token callback makes its own). tfm__cuda_kv_done gives it back. */
 static tfm_result tfm__cuda_kv_space(const char *fn, void **p, size_t bytes) {
     tfm__cuda_ctx *c = &tfm__cu;
+    cudaError_t e;
     *p = NULL;
     if (c->kv_busy) return TFM_OK;
-    if (c->kv_size < bytes) {
-        if (c->kv) {
-            (void)cudaDeviceSynchronize(); /* the work queued on the old one is done */
-            (void)cudaFree(c->kv);
-        }
-        c->kv = NULL;
-        c->kv_size = 0;
-        TFM__TRY(tfm__dev_alloc(fn, &c->kv, bytes));
-        c->kv_size = bytes;
-    }
+    if ((e = tfm__cuda_regrow(&c->kv, &c->kv_size, bytes)) != cudaSuccess)
+        return tfm__cuda_result(fn, e, "cudaMalloc (generation cache)");
     c->kv_busy = 1;
     *p = c->kv;
     return TFM_OK;
@@ -4495,19 +4506,8 @@ static cublasHandle_t tfm__cuda_blas(int tf32) {
 /* *buf (of *size bytes), grown to `bytes` when short: cudaFree waits for the work queued on the old one.
    NULL when it cannot be had (error kept, naming `what`). */
 static void *tfm__cuda_grow(void **buf, size_t *size, size_t bytes, const char *what) {
-    if (*size < bytes) {
-        void *p = NULL;
-        if (!tfm__cuda_uncaptured_grow()) return NULL;
-        if (*buf) {
-            (void)cudaDeviceSynchronize(); /* the work queued on the old one is done */
-            cudaFree(*buf);
-        }
-        *buf = NULL;
-        *size = 0;
-        if (!tfm__cuda_ok(cudaMalloc(&p, bytes), what)) return NULL;
-        *buf = p;
-        *size = bytes;
-    }
+    if (*size < bytes && (!tfm__cuda_uncaptured_grow() || !tfm__cuda_ok(tfm__cuda_regrow(buf, size, bytes), what)))
+        return NULL;
     return *buf;
 }
 
@@ -4730,31 +4730,30 @@ static void tfm__cuda_copy(void *dst, const void *src, size_t n) {
 
 /* -- a step as one CUDA graph: a decoding step, a training step (tfm_model_train_step), a forward pass --
    A decoding step queues about 9 kernels and copies a layer besides 4 cuBLAS products, each a few
-   microseconds of GPU work at batch 1, so launching them one by one costs more than running them; a
-   training step or a forward pass of a small model likewise. Instead the step's work is captured (queued
-   on the thread's own non-blocking stream while it captures: kept, not run), and the graph runs in one
-   launch on the legacy stream, in order with everything else. The thread's executable graph of that kind
-   (for training steps and forward passes, of that model: tfm__cuda_slot) is updated to each new capture
-   (cudaGraphExecUpdate: the same operations with new arguments, as a new batch comes) and made anew when
-   the operations differ. Nothing may allocate or wait while capturing: a step
-   that would (a work space too small, the staging ring used up, a result read back) fails its capture,
-   nothing of it has run, and the caller runs it again as usual (tfm__decode_step, tfm__model_graph).
-   After a failure the next 2, 4, ... 64 steps of that kind (and model) run without capture; not after one
-   that only needed a space to grow (the step run again grows it) when the capture before did not fail so.
-   A step's graph is replayed by the next step of its kind (and model) when that would queue the same
-   operations with the same arguments: the step's host arrays are staged at the same places every step (step_host,
-   copied by the graph to step_dev: tfm__cuda_step_put), and nothing else a step passes changes from step
-   to step. For decoding that is the rule once a call's first step is captured (nothing grows with the
-   cache's lengths); for training steps and forward passes, a new batch of the same shapes (its ids,
-   targets and lengths are staged), a new learning rate (AdamW reads its step's scalars from its staged
-   jobs) and new dropout masks (their seeds are staged too) replay. Each operation of a captured step is
-   noted (tfm__cu_op: its name and arguments' bytes); the next step first runs dry, inside an empty capture, checking its
-   operations against that record instead of queuing them, and launches the graph again when all of it
-   matched and nothing was captured; else it is captured. After two training steps (or forward passes)
-   in a row whose dry runs did not match (batches whose shapes keep changing), the next 2, 4, ... 64 are
-   captured without one. A decoding call's first step matches the last call's last one when the calls
-   have the same shapes: its cache is in the thread's kept space (tfm__cuda_kv_space) and the kernels
-   see only staged copies of the call's host arrays (tfm__cu_attn_stage). */
+   microseconds of GPU work at batch 1, so launching them one by one costs more than running them; a training
+   step or a forward pass of a small model likewise. Instead the step's work is captured (queued on the
+   thread's own non-blocking stream while it captures: kept, not run), and the graph runs in one launch on the
+   legacy stream, in order with everything else. The thread's executable graph of that kind (for training
+   steps and forward passes, of that model: tfm__cuda_slot) is updated to each new capture
+   (cudaGraphExecUpdate: the same operations with new arguments, as a new batch comes) and made anew when the
+   operations differ. Nothing may allocate or wait while capturing: a step that would (a work space too small,
+   the staging ring used up, a result read back) fails its capture, nothing of it has run, and the caller runs
+   it again as usual (tfm__decode_step, tfm__model_graph). After a failure the next 2, 4, ... 64 steps of that
+   kind (and model) run without capture; not after one that only needed a space to grow (the step run again
+   grows it) when the capture before did not fail so. A step's graph is replayed by the next step of its kind
+   (and model) when that would queue the same operations with the same arguments: the step's host arrays are
+   staged at the same places every step (step_host, copied by the graph to step_dev: tfm__cuda_step_put), and
+   nothing else a step passes changes from step to step. For decoding that is the rule once a call's first
+   step is captured (nothing grows with the cache's lengths); for training steps and forward passes, a new
+   batch of the same shapes (its ids, targets and lengths are staged), a new learning rate (AdamW reads its
+   step's scalars from its staged jobs) and new dropout masks (their seeds are staged too) replay. Each
+   operation of a captured step is noted (tfm__cu_op: its name and arguments' bytes); the next step first runs
+   dry, inside an empty capture, checking its operations against that record instead of queuing them, and
+   launches the graph again when all of it matched and nothing was captured; else it is captured. After two
+   training steps (or forward passes) in a row whose dry runs did not match (batches whose shapes keep
+   changing), the next 2, 4, ... 64 are captured without one. A decoding call's first step matches the last
+   call's last one when the calls have the same shapes: its cache is in the thread's kept space
+   (tfm__cuda_kv_space) and the kernels see only staged copies of the call's host arrays (tfm__cu_attn_stage). */
 #define TFM__CU_BLAS_WS ((size_t)32 << 20) /* what cuBLAS asks for on Hopper */
 
 /* A recorded step's staging (step_host, step_dev: step_size bytes each, grown to the step_need of a step
@@ -10536,10 +10535,10 @@ static tfm_result tfm__train_step_run(tfm_model *m, const tfm_batch *b, const tf
 
 #if defined(TFM_CUDA)
 /* tfm_model_train_step (o: its resolved optimizer) or tfm_model_forward (o NULL) on the GPU as one CUDA
-   graph of that kind, in the model's slot: the last one's replayed after a dry run that matches its record, else a new capture
-   (tfm__cuda_capture_begin); 1 when it ran, its result in *r; 0 when neither could be had (none of it
-   has run, the model is as it was). The rows' losses and the squared norm come back once the graph has
-   run: the same sums as launch by launch. */
+   graph of that kind, in the model's slot: the last one's replayed after a dry run that matches its
+   record, else a new capture (tfm__cuda_capture_begin); 1 when it ran, its result in *r; 0 when neither
+   could be had (none of it has run, the model is as it was). The rows' losses and the squared norm come
+   back once the graph has run: the same sums as launch by launch. */
 static int tfm__model_graph(tfm_model *m, const tfm_batch *b, const tfm_optim *o, float *loss, int64_t *n_counted,
                             float *grad_norm, tfm_result *r) {
     const char *fn = o ? "tfm_model_train_step" : "tfm_model_forward";
