@@ -3950,6 +3950,8 @@ typedef struct tfm__attn_args {
     uint64_t drop_i0;        /* dropout masks as if these were elements drop_i0.. of a larger batch */
     const uint64_t *seed_at; /* CUDA kernels: the seed in device memory, read in place of seed (a recorded
                                 step stages it: tfm__cu_attn_stage); NULL: seed. Set by the launchers. */
+    int overwrite;           /* backward: dq, dk and dv are written, not added into (set only where
+                                tfm__op_attention_bwd_writes says the call does) */
 } tfm__attn_args;
 
 /* The key/value head of query head h: heads come in H/Hkv groups of consecutive query heads (repeat_kv). */
@@ -6878,7 +6880,7 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
 #endif
 }
 
-/* dq_i += scale sum_j ds_ij k_j: blocks as forward's */
+/* dq_i += scale sum_j ds_ij k_j (a.overwrite: dq_i =): blocks as forward's */
 static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, const float *k, const float *v,
                                             const float *lse, const int32_t *lens, const float *mask, const float *Dr,
                                             const float *one, float *dq, int lddq, const float *dout, int lddo) {
@@ -6928,7 +6930,10 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
     for (r = 0; r < 16; r++) {
         int i = i0 + 16 * w + r;
         if (i >= a.Tq) continue;
-        for (x = lane; x < D; x += 32) dq[((int64_t)b * a.Tq + i) * lddq + h * D + x] += a.scale * acc[r * ldf + x];
+        for (x = lane; x < D; x += 32) {
+            float *p = dq + ((int64_t)b * a.Tq + i) * lddq + h * D + x;
+            *p = (a.overwrite ? 0.0f : *p) + a.scale * acc[r * ldf + x];
+        }
     }
 #else
     (void)a, (void)q, (void)k, (void)v, (void)lse, (void)lens, (void)mask, (void)Dr, (void)one, (void)dq, (void)lddq;
@@ -6936,8 +6941,8 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
 #endif
 }
 
-/* dv_j += sum_i pd_ij dout_i, dk_j += scale sum_i ds_ij q_i: block (tile, b * Hkv + g) holds TFM__CU_FB keys
-   of key/value head g and runs over the queries of each head of g's group (dk or dv may be NULL) */
+/* dv_j += sum_i pd_ij dout_i, dk_j += scale sum_i ds_ij q_i (a.overwrite: =): block (tile, b * Hkv + g) holds
+   TFM__CU_FB keys of key/value head g and runs over the queries of each head of g's group (dk or dv may be NULL) */
 static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, const float *k, const float *v,
                                              const float *lse, const int32_t *lens, const float *mask, const float *Dr,
                                              const float *one, float *dk, int lddk, float *dv, int lddv,
@@ -7002,15 +7007,19 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
     if (dv) {
         tfm__cu_fsum_store(acc, ldf, &sdv, Dp / 16);
         for (r = 0; r < 16 && 16 * w + r < nk; r++)
-            for (x = lane; x < D; x += 32)
-                dv[((int64_t)b * a.Tk + j0 + 16 * w + r) * lddv + g * D + x] += tfm__cu_drop_scale(&a) * acc[r * ldf + x];
+            for (x = lane; x < D; x += 32) {
+                float *p = dv + ((int64_t)b * a.Tk + j0 + 16 * w + r) * lddv + g * D + x;
+                *p = (a.overwrite ? 0.0f : *p) + tfm__cu_drop_scale(&a) * acc[r * ldf + x];
+            }
         __syncwarp();
     }
     if (dk) {
         tfm__cu_fsum_store(acc, ldf, &sdk, Dp / 16);
         for (r = 0; r < 16 && 16 * w + r < nk; r++)
-            for (x = lane; x < D; x += 32)
-                dk[((int64_t)b * a.Tk + j0 + 16 * w + r) * lddk + g * D + x] += a.scale * acc[r * ldf + x];
+            for (x = lane; x < D; x += 32) {
+                float *p = dk + ((int64_t)b * a.Tk + j0 + 16 * w + r) * lddk + g * D + x;
+                *p = (a.overwrite ? 0.0f : *p) + a.scale * acc[r * ldf + x];
+            }
     }
 #else
     (void)a, (void)q, (void)k, (void)v, (void)lse, (void)lens, (void)mask, (void)Dr, (void)one, (void)dk, (void)lddk;
@@ -7487,8 +7496,17 @@ static int tfm__op_attention(tfm_device dev, const tfm__attn_args *a) {
     TFM__CUDA(dev, return tfm__attention_forward_cuda(a));
     return tfm__attention_forward_cpu(a);
 }
+/* Whether call a's backward writes every element of dq, dk and dv (the flash kernels: each has one owner),
+   so that a caller who would zero them first may set a->overwrite instead (one pass over them, and a read
+   of each in the kernels, fewer; the same bits: 0 + the sum, as the zeroed buffer gave) */
+static int tfm__op_attention_bwd_writes(tfm_device dev, const tfm__attn_args *a) {
+    TFM__CUDA(dev, return tfm__attn_path(a) == 3);
+    (void)a;
+    return 0;
+}
 static int tfm__op_attention_bwd(tfm_device dev, const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk,
                                  float *dv, int lddv, const float *dout, int lddo) {
+    TFM_ASSERT(!a->overwrite || tfm__op_attention_bwd_writes(dev, a));
     TFM__CUDA(dev, return tfm__attention_backward_cuda(a, dq, lddq, dk, lddk, dv, lddv, dout, lddo));
     return tfm__attention_backward_cpu(a, dq, lddq, dk, lddk, dv, lddv, dout, lddo);
 }
@@ -8550,9 +8568,10 @@ static void tfm__mha_bwd(tfm_mha *m, float *dx, float dx_beta, float *dxkv, cons
     tfm__op_linear_bwd(m->device, m->dctx, C, 0.0f, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx, C, m->out_proj_weight.data, B * Tq, C, C, 0);
     /* attention: gradients of the projected q, k, v */
     tfm__mha_args(m, &a);
-    tfm__op_zero(m->device, m->dq, B * Tq * (cross ? C : C + 2 * E));
+    a.overwrite = tfm__op_attention_bwd_writes(m->device, &a);
+    if (!a.overwrite) tfm__op_zero(m->device, m->dq, B * Tq * (cross ? C : C + 2 * E));
     if (cross) {
-        tfm__op_zero(m->device, m->dkv, B * Tk * 2 * E);
+        if (!a.overwrite) tfm__op_zero(m->device, m->dkv, B * Tk * 2 * E);
         (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)C, m->dkv, (int)(2 * E), m->dkv + E, (int)(2 * E), m->dctx, (int)C);
     } else {
         (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)(C + 2 * E), m->dq + C, (int)(C + 2 * E), m->dq + C + E,

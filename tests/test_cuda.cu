@@ -4626,6 +4626,26 @@ static void cu_bf16_attention_case(const cu_bfatt *c) {
     CHECK(tfm__op_attention(TFM_DEVICE_CUDA, &a));
     CHECK(tfm__op_attention_bwd(TFM_DEVICE_CUDA, &a, dq.d, ldq, c->fused ? dq.d + C : dk.d, ldk, c->fused ? dq.d + C + E : dv.d,
                                 ldk, dout.d, C));
+    /* the flash kernels write every element of dq, dk and dv: with a.overwrite, into NaN, the bits added
+       into zeros above (the batched products add: no overwrite) */
+    CHECK_MSG(tfm__op_attention_bwd_writes(TFM_DEVICE_CUDA, &a) == (tfm__attn_path(&a) == 3) &&
+                  !tfm__op_attention_bwd_writes(TFM_DEVICE_CPU, &a), "%s: which backward writes", name);
+    if (tfm__op_attention_bwd_writes(TFM_DEVICE_CUDA, &a)) {
+        cu_buf wq = cu_nan(nq), wk = cu_nan(c->fused ? 1 : nk), wv = cu_nan(c->fused ? 1 : nk);
+        cu_buf *got[3] = {&wq, &wk, &wv}, *want[3] = {&dq, &dk, &dv};
+        tfm__attn_args ao = a;
+        ao.overwrite = 1;
+        CHECK(tfm__op_attention_bwd(TFM_DEVICE_CUDA, &ao, wq.d, ldq, c->fused ? wq.d + C : wk.d, ldk,
+                                    c->fused ? wq.d + C + E : wv.d, ldk, dout.d, C));
+        for (int o = 0; o < (c->fused ? 1 : 3); o++) {
+            float *x = cu_fetch(got[o]->d, got[o]->n, TFM_DEVICE_CUDA), *y = cu_fetch(want[o]->d, want[o]->n, TFM_DEVICE_CUDA);
+            char what[260];
+            snprintf(what, sizeof what, "%s: %s overwritten", name, c->fused ? "dq|dk|dv" : o == 0 ? "dq" : o == 1 ? "dk" : "dv");
+            cu_check_bits_arrays(what, x, y, got[o]->n);
+            free(x), free(y);
+        }
+        cu_release(&wq, &wk, &wv, CU_END);
+    }
     tfm__model_prec = 0;
     for (b = 0; b < B; b++)
         for (h = 0; h < H; h++)
