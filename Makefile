@@ -475,7 +475,7 @@ cuda: $(BUILD)/test_cuda $(CUDA_CDIR)/c $(CUDA_CDIR)/cpp
 	@echo "cuda: build/test_cuda and the TFM_CUDA compile checks built with nvcc -Werror all-warnings ($(NVCC_ARCH))"
 $(BUILD)/test_cuda: $(CUDA_DEPS)
 	@mkdir -p $(BUILD)
-	$(NVCC_FOUND) $(NVCCFLAGS) -DTFM_CUDA -o $@ $(CUDA_SRC) -lcublas -lm
+	$(NVCC_FOUND) $(NVCCFLAGS) -DTFM_CUDA -o $@ $(CUDA_SRC) -lcublas -lcublasLt -lm
 # The implementation TU through nvcc (-x cu) with TFM_CUDA; the second TU stays plain C99 with -pedantic.
 $(CUDA_CDIR)/tc2.o: $(CDEPS)
 	@mkdir -p $(CUDA_CDIR)
@@ -487,7 +487,7 @@ $(CUDA_CDIR)/cpp.o: $(CDEPS)
 	@mkdir -p $(CUDA_CDIR)
 	$(NVCC_FOUND) $(NVCCFLAGS) -DTFM_CUDA -x cu -c -o $@ tests/test_compile.cpp
 $(CUDA_CDIR)/c $(CUDA_CDIR)/cpp: $(CUDA_CDIR)/%: $(CUDA_CDIR)/%.o $(CUDA_CDIR)/tc2.o
-	$(NVCC_FOUND) $(NVCCFLAGS) -o $@ $^ -lcublas -lm
+	$(NVCC_FOUND) $(NVCCFLAGS) -o $@ $^ -lcublas -lcublasLt -lm
 test-cuda: $(BUILD)/test_cuda
 	./$(BUILD)/test_cuda
 endif
@@ -540,7 +540,7 @@ cuda: $(MPI_BUILD)/test_mpi_nccl
 $(MPI_BUILD)/test_mpi_nccl: tests/test_mpi.c $(HEADER) $(BUILD)/.flags-mpi
 	@mkdir -p $(MPI_BUILD)
 	$(NVCC_FOUND) $(NVCCFLAGS) -DTFM_CUDA -DTFM_MPI -DTFM_NCCL $$($(MPICXX) --showme:compile) -x cu -o $@ tests/test_mpi.c \
-	    $$($(MPICXX) --showme:link | sed 's/-pthread/-Xcompiler -pthread/; s/-Wl,[^ ]*//g') -lnccl -lcublas -lm
+	    $$($(MPICXX) --showme:link | sed 's/-pthread/-Xcompiler -pthread/; s/-Wl,[^ ]*//g') -lnccl -lcublas -lcublasLt -lm
 endif
 test-mpi: $(MPI_BUILD)/c-mpi $(MPI_BUILD)/cpp-mpi $(MPI_BUILD)/test_mpi $(BUILD)/ddp-mpi $(MPI_BUILD)/test_mpi_cuda_emu \
           $(MPI_BUILD)/test_mpi_nccl_emu

@@ -81,7 +81,7 @@
        tfm_impl.cu:  #define TFM_IMPLEMENTATION
                      #define TFM_CUDA
                      #include "transformer.h"
-       nvcc -O3 -arch=sm_90 -c tfm_impl.cu && cc -O3 prog.c tfm_impl.o -lcublas -lcudart -lstdc++ -lm
+       nvcc -O3 -arch=sm_90 -c tfm_impl.cu && cc -O3 prog.c tfm_impl.o -lcublas -lcublasLt -lcudart -lstdc++ -lm
 
    CONFIG MACROS (define before the include, in the implementation file)
    -------------
@@ -102,8 +102,8 @@
    TFM_STATIC          every function static, for a private copy in one translation unit.
    TFMDEF              storage class of every public function (default extern).
    TFM_CUDA            CUDA kernels and cuBLAS products (>>api-cuda): the implementation file must then be a
-                       .cu built by nvcc (or nvcc -x cu), linked with -lcublas; every other file of the
-                       program stays plain C. Without it the CUDA calls exist and return TFM_E_NO_CUDA.
+                       .cu built by nvcc (or nvcc -x cu), linked with -lcublas -lcublasLt; every other file of
+                       the program stays plain C. Without it the CUDA calls exist and return TFM_E_NO_CUDA.
    TFM_MPI             the data-parallel calls (>>api-dist) run over MPI: include <mpi.h>, build with
                        mpicc. Without it they serve a single process and the header needs no MPI.
    TFM_NCCL            with TFM_MPI and TFM_CUDA: a CUDA model's gradients (and ZeRO-1's parameter shares)
@@ -1365,6 +1365,7 @@ TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path);
 #elif defined(__CUDACC__)
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <mma.h>
 #define TFM__LAUNCH(k, grid, block, smem, ...)                                                                  \
@@ -4262,7 +4263,8 @@ static int tfm__bf16_store(tfm_device dev, int64_t cols) {
 }
 
 /* ==== >>impl-cuda ====
-   The same ops as >>impl-cpu, as CUDA kernels, with cuBLAS for the products; the dispatch entries below
+   The same ops as >>impl-cpu, as CUDA kernels, with cuBLAS for the products (cuBLASLt for a linear map's
+   with a bias, which its epilogue adds: tfm__gemm_bias_lt); the dispatch entries below
    call the tfm__<op>_cuda launchers. Everything runs on CUDA's legacy default stream, so kernels, copies
    and cuBLAS calls run in the order they are issued and a host read of a result (cudaMemcpy to the host)
    waits for what came before; a decoding step is captured on a stream of the thread's own (queued, not
@@ -4296,10 +4298,18 @@ static int tfm__bf16_store(tfm_device dev, int64_t cols) {
 #define TFM__CU_GRAPH_TRAIN 1
 #define TFM__CU_GRAPH_FORWARD (TFM__CU_GRAPH_TRAIN + TFM__CU_MODEL_GRAPHS)
 #define TFM__CU_GRAPHS (TFM__CU_GRAPH_FORWARD + TFM__CU_MODEL_GRAPHS)
+/* The algorithm cuBLASLt's heuristic picked for a product with a bias (tfm__gemm_bias_lt): its shapes,
+   strides and pointers' alignments (key), and whether there was one (ok) */
+#define TFM__CU_LT_PICKS 32
+typedef struct tfm__cu_lt_pick { int key[14]; int ok; cublasLtMatmulAlgo_t algo; } tfm__cu_lt_pick;
 /* What a thread keeps for its CUDA work: its cuBLAS handle, its device work space and the first error. */
 typedef struct tfm__cuda_ctx {
     cublasHandle_t blas;
     int has_blas, tf32, blas_tf32;
+    cublasLtHandle_t lt;  /* cuBLASLt, for the products whose epilogue adds a bias */
+    int has_lt, lt_off;   /* made; could not be made (those products add the bias as before) */
+    tfm__cu_lt_pick lt_pick[TFM__CU_LT_PICKS];
+    int lt_next;          /* the pick replaced next */
     void *bf;           /* device space for a bf16 product's operands (tfm__gemm_cuda) */
     size_t bf_size;     /* its bytes */
     void *wbf;          /* device space for a generation call's bf16 weights (tfm__bf16_w) */
@@ -4467,6 +4477,7 @@ static void tfm__cuda_release(void) {
     void *kv = tfm__cu.kv_busy ? tfm__cu.kv : NULL, *wbf = tfm__bf16_w.bf ? tfm__cu.wbf : NULL;
     size_t kv_size = tfm__cu.kv_size, wbf_size = tfm__cu.wbf_size;
     if (tfm__cu.has_blas) cublasDestroy(tfm__cu.blas);
+    if (tfm__cu.has_lt) cublasLtDestroy(tfm__cu.lt);
     if (tfm__cu.ws) cudaFree(tfm__cu.ws);
     if (tfm__cu.bf) cudaFree(tfm__cu.bf);
     if (tfm__cu.wbf && !wbf) cudaFree(tfm__cu.wbf);
@@ -4503,6 +4514,17 @@ static cublasHandle_t tfm__cuda_blas(int tf32) {
         tfm__cu.blas_tf32 = tf32;
     }
     return tfm__cu.blas;
+}
+/* The thread's cuBLASLt handle; NULL when it cannot be made (not an error: tfm__gemm_bias_lt's products
+   take cuBLAS instead). Made outside a capture only (tfm__cuda_capture_begin makes it first). */
+static cublasLtHandle_t tfm__cuda_lt(void) {
+    if (!tfm__cu.has_lt && !tfm__cu.lt_off && !tfm__cu.capturing) {
+        if (cublasLtCreate(&tfm__cu.lt) == CUBLAS_STATUS_SUCCESS)
+            tfm__cu.has_lt = 1;
+        else
+            tfm__cu.lt_off = 1;
+    }
+    return tfm__cu.has_lt ? tfm__cu.lt : NULL;
 }
 
 /* *buf (of *size bytes), grown to `bytes` when short: cudaFree waits for the work queued on the old one.
@@ -4834,7 +4856,7 @@ static int tfm__cuda_capture_begin(int kind, int dry) {
        kept arrays, the pinned read-back, room in the staging ring, the step's own staging */
     if ((!c->cap && cudaStreamCreateWithFlags(&c->cap, cudaStreamNonBlocking) != cudaSuccess) ||
         (!c->blas_ws && cudaMalloc(&c->blas_ws, TFM__CU_BLAS_WS) != cudaSuccess) || !tfm__cuda_blas(c->tf32) ||
-        (!c->pin && cudaMallocHost(&c->pin, 256) != cudaSuccess) ||
+        (!c->pin && cudaMallocHost(&c->pin, 256) != cudaSuccess) || (tfm__cuda_lt(), 0) ||
         !tfm__cuda_kept_space() || !tfm__cuda_stage(wrap ? TFM__CU_STAGE / 4 : 0) || !tfm__cuda_step_ready() ||
         cublasSetStream(c->blas, c->cap) != CUBLAS_STATUS_SUCCESS ||
         cublasSetWorkspace(c->blas, c->blas_ws, TFM__CU_BLAS_WS) != CUBLAS_STATUS_SUCCESS ||
@@ -5922,19 +5944,118 @@ static const float *tfm__bf16_w_of(const float *src, int64_t ld, int64_t s, int6
     return (const float *)(const void *)(w->bf + o);
 }
 
+/* The alignment of p in bytes, up to 256: cuBLASLt's heuristic assumes 256 unless told less */
+static uint32_t tfm__cu_align(const void *p) {
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a) a >>= 1;
+    return a;
+}
+
+/* Column-major D = op(A) op(B) + bias, m x n (as cuBLAS takes a row-major product: tfm__gemm_cuda), the bias's
+   m floats added to every column, as one cuBLASLt product whose epilogue adds it (CUBLASLT_EPILOGUE_BIAS) in
+   fp32 to the fp32 sums: D is written once, where a fill with the bias and a product adding to it (beta 1)
+   wrote it twice and read it once (8 bytes an element: a linear map's output, q|k|v's included). A and B
+   bf16 (bf) or fp32; prec TFM_PREC_TF32: TF32 sums. The algorithm cuBLASLt's heuristic picks for the
+   shapes, strides, pointers' alignments and work space is kept, and so is an answer of none
+   (TFM__CU_LT_PICKS a thread, the oldest replaced). Returns 0, having queued nothing, when cuBLASLt or an
+   algorithm cannot be had (the caller adds the bias its own way); 1 when the product is queued (or is in
+   a dry run's record; a failure is the thread's error). */
+static int tfm__gemm_bias_lt(cublasOperation_t oa, cublasOperation_t ob, int m, int n, int k, const void *A, int lda,
+                             const void *B, int ldb, float *D, int ldd, const float *bias, int prec, int bf) {
+    tfm__cuda_ctx *c = &tfm__cu;
+    cublasLtHandle_t h = tfm__cuda_lt();
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cudaDataType_t t = bf ? CUDA_R_16BF : CUDA_R_32F;
+    int32_t ta = (int32_t)oa, tb = (int32_t)ob, bt = (int32_t)CUDA_R_32F;
+    uint32_t epi = CUBLASLT_EPILOGUE_BIAS, al[4];
+    uint64_t ws;
+    int key[14], i, pick = -1, ok = 0;
+    float one = 1.0f, zero = 0.0f;
+    if (!h || m <= 0 || n <= 0 || k <= 0) return 0;
+    if (!c->blas_ws && !c->capturing && cudaMalloc(&c->blas_ws, TFM__CU_BLAS_WS) != cudaSuccess) {
+        c->blas_ws = NULL; /* the products take no work space */
+        (void)cudaGetLastError();
+    }
+    ws = c->blas_ws ? TFM__CU_BLAS_WS : 0;
+    al[0] = tfm__cu_align(A), al[1] = tfm__cu_align(B), al[2] = tfm__cu_align(D), al[3] = tfm__cu_align(bias);
+    key[0] = prec, key[1] = ta, key[2] = tb, key[3] = m, key[4] = n, key[5] = k, key[6] = lda, key[7] = ldb;
+    key[8] = ldd, key[9] = (int)al[0], key[10] = (int)al[1], key[11] = (int)al[2], key[12] = (int)al[3], key[13] = ws != 0;
+    for (i = 0; i < TFM__CU_LT_PICKS && pick < 0; i++)
+        if (!memcmp(c->lt_pick[i].key, key, sizeof key)) pick = i;
+    if (pick >= 0 && !c->lt_pick[pick].ok) return 0;
+    if (cublasLtMatmulDescCreate(&op, prec == TFM_PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                 CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) {
+        op = NULL;
+        goto done;
+    }
+    if (cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt) != CUBLAS_STATUS_SUCCESS)
+        goto done;
+    /* the layouts as stored: op(A) is m x k, op(B) k x n */
+    if (cublasLtMatrixLayoutCreate(&la, t, oa == CUBLAS_OP_N ? m : k, oa == CUBLAS_OP_N ? k : m, lda) != CUBLAS_STATUS_SUCCESS)
+        la = NULL;
+    if (cublasLtMatrixLayoutCreate(&lb, t, ob == CUBLAS_OP_N ? k : n, ob == CUBLAS_OP_N ? n : k, ldb) != CUBLAS_STATUS_SUCCESS)
+        lb = NULL;
+    if (cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, (uint64_t)m, (uint64_t)n, ldd) != CUBLAS_STATUS_SUCCESS) ld = NULL;
+    if (!la || !lb || !ld) goto done;
+    if (pick < 0) { /* ask the heuristic once for these */
+        cublasLtMatmulHeuristicResult_t r;
+        int got = 0;
+        tfm__cu_lt_pick *p = &c->lt_pick[c->lt_next];
+        if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) {
+            pref = NULL;
+            goto done;
+        }
+        memset(&r, 0, sizeof r);
+        if (cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ||
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], sizeof al[0]) ||
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1]) ||
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]) ||
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]))
+            goto done;
+        c->lt_next = (c->lt_next + 1) % TFM__CU_LT_PICKS;
+        memcpy(p->key, key, sizeof key);
+        p->ok = cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, ld, ld, pref, 1, &r, &got) == CUBLAS_STATUS_SUCCESS && got > 0 &&
+                r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= ws;
+        p->algo = r.algo;
+        pick = (int)(p - c->lt_pick);
+        if (!p->ok) goto done;
+    }
+    ok = 1;
+    if (tfm__cu_op("cublasLtMatmul", ta, tb, m, n, k, A, lda, B, ldb, D, ldd, bias, prec, bf, ws))
+        (void)tfm__cublas_ok(cublasLtMatmul(h, op, &one, A, la, B, lb, &zero, D, ld, D, ld, &c->lt_pick[pick].algo,
+                                            ws ? c->blas_ws : NULL, (size_t)ws, c->stream),
+                             "cublasLtMatmul");
+done:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (ld) cublasLtMatrixLayoutDestroy(ld);
+    if (op) cublasLtMatmulDescDestroy(op);
+    return ok;
+}
+
 /* Row-major C = alpha op(A) op(B) + beta C (batch of them, strided) is column-major C^T = op(B)^T op(A)^T:
    cuBLAS gets B first. In a model call of cfg.precision TFM_PREC_BF16 the operands are first rounded to
    bf16 (tfm__bf16_operand_cuda) and cuBLAS sums their products in fp32 on tensor cores (cublasGemmEx,
    CUBLAS_COMPUTE_32F); C stays fp32. bf: bit 1, A is bf16 already (a bf16 activation: rows of lda bf16
    elements, one matrix), bit 2 the same for B; only in such a call. A weight in a generation call is
-   taken from its bf16 twin (tfm__bf16_w_of) and not rounded again. */
+   taken from its bf16 twin (tfm__bf16_w_of) and not rounded again. bias (N floats, or NULL; alpha 1, beta
+   0, one matrix): C = op(A) op(B) + bias, each row, in one product where cuBLASLt serves it
+   (tfm__gemm_bias_lt), else C filled with the bias and the product added to it. */
 static void tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, int64_t sA,
                            const float *B, int ldb, int64_t sB, float beta, float *C, int ldc, int64_t sC, int batch,
-                           int bf) {
+                           int bf, const float *bias) {
     cublasHandle_t h;
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     int prec = tfm__model_prec ? tfm__model_prec : tfm__cu.tf32 ? TFM_PREC_TF32 : TFM_PREC_FP32;
     TFM_ASSERT(!bf || (prec == TFM_PREC_BF16 && !(bf & 1 && sA) && !(bf & 2 && sB)));
+    TFM_ASSERT(!bias || (alpha == 1.0f && beta == 0.0f && batch == 1));
     if (M <= 0 || N <= 0 || batch <= 0 || !(h = tfm__cuda_blas(prec == TFM_PREC_TF32))) return;
     if (prec == TFM_PREC_BF16 && K > 0) {
         const float *wa = bf & 1 ? NULL : tfm__bf16_w_of(A, lda, batch > 1 ? sA : 0, ta ? K : M, ta ? M : K);
@@ -5944,6 +6065,9 @@ static void tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, con
         tfm__bf16_op op[2] = {{A, lda, sA, ta ? K : M, ta ? M : K, bf & 1, NULL, 0, 0}, /* A and B as stored */
                               {B, ldb, sB, tb ? N : K, tb ? K : N, bf & 2, NULL, 0, 0}};
         if (!tfm__bf16_operands_cuda(op, 2, batch)) return;
+        if (bias && tfm__gemm_bias_lt(ob, oa, N, M, K, op[1].out, (int)op[1].ld, op[0].out, (int)op[0].ld, C, ldc, bias, prec, 1))
+            return;
+        if (bias) tfm__copy_rows_cuda(C, ldc, bias, 0, M, N, 0), beta = 1.0f;
         if (!tfm__cu_op("cublasGemmEx", h, ob, oa, N, M, K, alpha, op[1].out, op[1].ld, op[1].stride, op[0].out, op[0].ld,
                         op[0].stride, beta, C, ldc, sC, batch))
             return;
@@ -5960,6 +6084,8 @@ static void tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, con
                                  "cublasGemmStridedBatchedEx");
         return;
     }
+    if (bias && tfm__gemm_bias_lt(ob, oa, N, M, K, B, ldb, A, lda, C, ldc, bias, prec, 0)) return;
+    if (bias) tfm__copy_rows_cuda(C, ldc, bias, 0, M, N, 0), beta = 1.0f;
     if (!tfm__cu_op("cublasSgemm", h, tfm__cu.blas_tf32, ob, oa, N, M, K, alpha, B, ldb, sB, A, lda, sA, beta, C, ldc, sC,
                     batch))
         return;
@@ -5993,9 +6119,7 @@ static void tfm__colsums_cuda(float *da, float *db, const float *src, int64_t ld
 /* xbf: x is a bf16 activation (rows of ldx bf16 elements) */
 static void tfm__linear_forward_cuda(float *y, int64_t ldy, const float *x, int64_t ldx, const float *w, const float *b,
                                      int64_t N, int64_t I, int64_t O, int xbf) {
-    if (b) tfm__copy_rows_cuda(y, ldy, b, 0, N, O, 0);
-    tfm__gemm_cuda(0, 1, (int)N, (int)O, (int)I, 1.0f, x, (int)ldx, 0, w, (int)I, 0, b ? 1.0f : 0.0f, y, (int)ldy, 0, 1,
-                   xbf ? 1 : 0);
+    tfm__gemm_cuda(0, 1, (int)N, (int)O, (int)I, 1.0f, x, (int)ldx, 0, w, (int)I, 0, 0.0f, y, (int)ldy, 0, 1, xbf ? 1 : 0, b);
 }
 
 /* bf: bit 1, x is a bf16 activation (rows of ldx bf16 elements); bit 2, dy is (rows of lddy; db NULL: the
@@ -6010,16 +6134,16 @@ static void tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, fl
                               {x, ldx, 0, N, I, bf & 1, NULL, 0, 0}};
         if (!tfm__bf16_operands_cuda(op, 3, 1)) return;
         tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, op[0].out, (int)op[0].ld, 0, op[1].out, (int)op[1].ld, 0, dx_beta,
-                       dx, (int)lddx, 0, 1, 3);
+                       dx, (int)lddx, 0, 1, 3, NULL);
         tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, op[0].out, (int)op[0].ld, 0, op[2].out, (int)op[2].ld, 0, 1.0f, dw,
-                       (int)I, 0, 1, 3);
+                       (int)I, 0, 1, 3, NULL);
     } else {
         if (dx)
             tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, dy, (int)lddy, 0, w, (int)I, 0, dx_beta, dx, (int)lddx, 0, 1,
-                           bf & 2 ? 1 : 0);
+                           bf & 2 ? 1 : 0, NULL);
         if (dw)
             tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, dy, (int)lddy, 0, x, (int)ldx, 0, 1.0f, dw, (int)I, 0, 1,
-                           (bf & 2 ? 1 : 0) | (bf & 1 ? 2 : 0));
+                           (bf & 2 ? 1 : 0) | (bf & 1 ? 2 : 0), NULL);
     }
     if (db) tfm__colsums_cuda(NULL, db, dy, lddy, NULL, NULL, NULL, 0, 0, NULL, 0, N, O);
 }
@@ -6132,7 +6256,7 @@ static void tfm__linear_act_cuda(int act, float *y, float *pre, const float *x, 
     int64_t F1 = act == TFM_ACT_SWIGLU ? 2 * F : F;
     if (N * F <= 0) return;
     tfm__gemm_cuda(0, 1, (int)N, (int)F1, (int)C, 1.0f, x, (int)(xbf ? tfm__bf16_ld(C) : C), 0, w, (int)C, 0, 0.0f, pre,
-                   (int)F1, 0, 1, xbf ? 1 : 0);
+                   (int)F1, 0, 1, xbf ? 1 : 0, NULL);
     TFM__LAUNCH(tfm__k_bias_act, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, act, y, pre, b, N, F, ybf ? tfm__bf16_ld(F) : 0);
     TFM__CU_LAUNCHED("tfm__k_bias_act");
 }
@@ -7286,7 +7410,7 @@ static void tfm__op_add_rows(tfm_device dev, float *dst, int64_t ldd, const floa
 static void tfm__op_gemm_batched(tfm_device dev, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                                  int lda, int64_t sA, const float *B, int ldb, int64_t sB, float beta, float *C, int ldc,
                                  int64_t sC, int batch) {
-    TFM__CUDA(dev, tfm__gemm_cuda(ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch, 0); return);
+    TFM__CUDA(dev, tfm__gemm_cuda(ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch, 0, NULL); return);
     tfm__sgemm_batched(ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
 }
 /* xbf (here and below): x is a bf16 activation (tfm__bf16_store; rows of ldx bf16 elements), on the GPU only;

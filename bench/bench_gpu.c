@@ -6,7 +6,7 @@
    user's program looks like (tools/gpu_check.sh builds it so):
        nvcc -O2 -arch=sm_90 -Xcompiler -fopenmp -c bench/tfm_cuda.cu -o build/tfm_cuda.o
        cc -std=c99 -O2 -c bench/bench_gpu.c -o build/bench_gpu.o
-       nvcc -arch=sm_90 -Xcompiler -fopenmp -o build/bench_gpu build/bench_gpu.o build/tfm_cuda.o -lcublas -lm
+       nvcc -arch=sm_90 -Xcompiler -fopenmp -o build/bench_gpu build/bench_gpu.o build/tfm_cuda.o -lcublas -lcublasLt -lm
    Under the CPU emulation of CUDA (no GPU; a smoke run of this program with gpu-emu-tiny):
        g++ -std=c++17 -O1 -x c++ -DTFM_CUDA -DTFM_CUDA_EMULATION -fopenmp -c bench/tfm_cuda.cu -o build/tfm_cuda_emu.o
        cc -std=c99 -O2 -c bench/bench_gpu.c -o build/bench_gpu.o
@@ -276,6 +276,8 @@ static void add_row(const char *name, int mode, int prec, int batch, double ms, 
 void bench_gpu_bf16_acts(int on);        /* bench/tfm_cuda.cu */
 unsigned long long bench_gpu_replays(void);
 tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float *dy, const float *x, int64_t rows, int64_t cols);
+tfm_result bench_gpu_linear_bias(float *y, const float *x, const float *w, const float *b, int64_t rows, int64_t in,
+                                 int64_t out, int lt);
 
 /* The evaluation forward pass (tfm_model_forward with targets, the model in evaluation mode) of the
    trained model m: as CUDA graphs (impl=ours graphs=1), then launch by launch (impl=ours-launches
@@ -505,13 +507,19 @@ done:
      cross_entropy_bwd  read logits, lse, targets; dlogits added into         3X + 2N
      adamw              tfm_adamw_step over one parameter of rows*cols floats with clip_norm 1: the norm
                         pass reads grad; the update reads value, grad, m, v and writes value, m, v   8X
+     linear_bias_lt     a bf16 model's linear map with a bias, y = x w^T + b (x rows x cols/3, w cols x
+                        cols/3: GPT-2 small's q|k|v map at 16,384 x 768 -> 2,304), its epilogue adding
+                        the bias (cuBLASLt, as the library runs it): read x, w, b; write y   X + 4(rows + cols) cols/3 + C
+     linear_bias_fill   the same with the bias filled into y and the product added to it (the thread's
+                        cuBLASLt off, as before it); the same bytes: an A/B of the epilogue (compare us;
+                        share is not a target for a product)
    GELU runs at GPT-2 small's MLP width (16,384 x 3,072: where the model runs it), layernorm, RMSNorm and
    the residual add at its model width (768), softmax over rows of 1,024 (attention at T = 1024), the
    cross-entropy at its vocabulary (8,192 rows of 50,257: 1.6 GB of logits; fewer rows, halving, while
    the device is short of memory, as for every op). */
 enum {
     K_COPY, K_LN_FWD, K_LN_BWD, K_RMS_FWD, K_SOFTMAX_FWD, K_SOFTMAX_BWD, K_GELU_FWD, K_GELU_BWD, K_GELU_BWD_BF16,
-    K_ADD_FWD, K_XENT_FWD, K_XENT_BWD, K_ADAMW, K_N
+    K_ADD_FWD, K_XENT_FWD, K_XENT_BWD, K_ADAMW, K_LIN_LT, K_LIN_FILL, K_N
 };
 typedef struct kop {
     const char *name, *layout;
@@ -532,6 +540,8 @@ static const kop KOPS[K_N] = {
     {"cross_entropy_fwd", "XN",       8192,  50257, 16,   1000}, /* logits lse */
     {"cross_entropy_bwd", "XNX",      8192,  50257, 16,   1000}, /* logits lse dlogits */
     {"adamw",             "XXXX",     65536, 1024,  16,   4096}, /* value grad m v */
+    {"linear_bias_lt",    "XXXC",     16384, 2304,  64,   96},   /* x (rows x cols/3 of it) w (cols x cols/3) y b */
+    {"linear_bias_fill",  "XXXC",     16384, 2304,  64,   96},
 };
 #define K_MAX_T 8
 
@@ -551,6 +561,8 @@ static double kernel_bytes(int op, int64_t rows, int64_t cols) {
     case K_XENT_FWD: return X + 2 * N;
     case K_XENT_BWD: return 3 * X + 2 * N;
     case K_ADAMW: return 8 * X;
+    case K_LIN_LT:
+    case K_LIN_FILL: return X + 4.0 * ((double)rows + (double)cols) * (double)(cols / 3) + C;
     default: return -1.0;
     }
 }
@@ -596,6 +608,11 @@ static tfm_result kernel_call(kbench *k, const char **what) {
         *what = "tfm_adamw_step";
         p.value = t[0], p.grad = t[1], p.m = t[2], p.v = t[3], p.decay = 1;
         return tfm_adamw_step(&p, 1, &k->opt, ++k->step, &norm);
+    case K_LIN_LT:
+    case K_LIN_FILL:
+        *what = "bench_gpu_linear_bias";
+        return bench_gpu_linear_bias(t[2].data, t[0].data, t[1].data, t[3].data, k->rows, k->cols / 3, k->cols,
+                                     k->op == K_LIN_LT);
     default: *what = "?"; return TFM_E_ARG;
     }
 }

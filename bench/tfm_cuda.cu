@@ -31,3 +31,19 @@ extern "C" tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float 
     tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, TFM_ACT_GELU_TANH, dx, db, dy, x, rows, cols);
     return tfm__cuda_check("bench_gpu_gelu_bwd_bf16");
 }
+
+/* For bench_gpu.c's --kernels: a bf16 model's linear map with a bias, y = x w^T + b (x rows x in, w out x in),
+   as a training step runs it: the bias added by cuBLASLt's epilogue (lt 1), or filled into y with the product
+   added to it (lt 0: the thread's cuBLASLt switched off, as before the epilogue). */
+extern "C" tfm_result bench_gpu_linear_bias(float *y, const float *x, const float *w, const float *b, int64_t rows,
+                                            int64_t in, int64_t out, int lt);
+extern "C" tfm_result bench_gpu_linear_bias(float *y, const float *x, const float *w, const float *b, int64_t rows,
+                                            int64_t in, int64_t out, int lt) {
+    int prec = tfm__model_prec, had = tfm__cu.has_lt, off = tfm__cu.lt_off;
+    if (!lt) tfm__cu.has_lt = 0, tfm__cu.lt_off = 1;
+    tfm__model_prec = TFM_PREC_BF16;
+    tfm__op_linear(TFM_DEVICE_CUDA, y, out, x, in, w, b, rows, in, out, 0);
+    tfm__model_prec = prec;
+    if (!lt) tfm__cu.has_lt = had, tfm__cu.lt_off = off;
+    return tfm__cuda_check("bench_gpu_linear_bias");
+}

@@ -413,9 +413,11 @@ struct tfm_emu__state {
     unsigned long long launches = 0;                  /* kernels that ran */
     unsigned long long copies = 0;                    /* copies and memsets that ran (of at least one byte) */
     unsigned long long gemm_ex_bf16 = 0;              /* cublasGemmEx calls on bf16 operands */
+    unsigned long long lt_bias = 0;                   /* cublasLtMatmul calls with the bias epilogue that ran */
     std::vector<tfm_emu__fault> faults;
     std::map<uintptr_t, tfm_emu__alloc> allocs;       /* by base address */
-    std::set<const void *> streams, events, handles;  /* live CUstream_st, CUevent_st, cublasContext */
+    std::set<const void *> streams, events, handles;  /* live CUstream_st, CUevent_st, cublasContext,
+                                                         cublasLtContext */
     std::set<const void *> graphs, execs;             /* live CUgraph_st, CUgraphExec_st */
     /* stream capture (one stream at a time): what it has queued, and whether an unsafe call broke it */
     cudaStream_t cap = nullptr;
@@ -510,6 +512,8 @@ static inline unsigned long long tfm_emu_launches(void) { return tfm_emu__g.laun
 static inline unsigned long long tfm_emu_copies(void) { return tfm_emu__g.copies; }
 /* cublasGemmEx and cublasGemmStridedBatchedEx calls with bf16 operands so far */
 static inline unsigned long long tfm_emu_gemm_bf16_calls(void) { return tfm_emu__g.gemm_ex_bf16; }
+/* cublasLtMatmul calls with the bias epilogue that ran so far (a graph's replays included) */
+static inline unsigned long long tfm_emu_lt_bias_calls(void) { return tfm_emu__g.lt_bias; }
 /* The (skip+1)-th next call of `api` fails with `code` (see the top). */
 static inline void tfm_emu_fail_next(const char *api, int code, int skip) {
     tfm_emu__fault f;
@@ -557,7 +561,14 @@ static inline cudaError_t tfm_emu__enter(const char *api, bool release = false) 
 static inline cudaError_t tfm_emu__done(void) { return (cudaError_t)tfm_emu__g.sticky; }
 
 /* the live block containing [p, p+n) (n == 0: p may be one past its end), or NULL */
-static inline const tfm_emu__alloc *tfm_emu__find(const void *p, size_t n) {
+/* (only p's address is read: GCC 12, where these are called rather than inlined, would take a pointer to
+   memory nobody wrote yet, the host side of a copy, for a read of it) */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define TFM_EMU__ADDRESS_ONLY __attribute__((access(none, 1)))
+#else
+#define TFM_EMU__ADDRESS_ONLY
+#endif
+TFM_EMU__ADDRESS_ONLY static inline const tfm_emu__alloc *tfm_emu__find(const void *p, size_t n) {
     uintptr_t a = (uintptr_t)p;
     auto it = tfm_emu__g.allocs.upper_bound(a);
     if (!p || it == tfm_emu__g.allocs.begin()) return nullptr;
@@ -566,11 +577,11 @@ static inline const tfm_emu__alloc *tfm_emu__find(const void *p, size_t n) {
     if (a > end || (n > 0 && (a == end || n > end - a))) return nullptr;
     return &it->second;
 }
-static inline bool tfm_emu__is_device(const void *p) {
+TFM_EMU__ADDRESS_ONLY static inline bool tfm_emu__is_device(const void *p) {
     const tfm_emu__alloc *a = tfm_emu__find(p, 1);
     return a && !a->pinned;
 }
-static inline bool tfm_emu__device_range(const void *p, size_t n) {
+TFM_EMU__ADDRESS_ONLY static inline bool tfm_emu__device_range(const void *p, size_t n) {
     const tfm_emu__alloc *a = tfm_emu__find(p, n);
     return a && !a->pinned;
 }
@@ -2147,7 +2158,7 @@ static inline cublasStatus_t tfm_emu__gemm(const char *api, cublasHandle_t h, cu
                                            cublasOperation_t tb, int m, int n, int k, const float *alpha,
                                            const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
                                            const float *beta, float *C, int ldc, long long sC, int batch,
-                                           bool bf16 = false) {
+                                           bool bf16 = false, int tf32_sums = -1) {
     if (cublasStatus_t st = tfm_emu__blas_enter(api, h)) return st;
     if (tfm_emu__g.sticky) return CUBLAS_STATUS_EXECUTION_FAILED;
     if ((unsigned)ta > CUBLAS_OP_C || (unsigned)tb > CUBLAS_OP_C || m < 0 || n < 0 || k < 0 || batch < 0)
@@ -2163,7 +2174,7 @@ static inline cublasStatus_t tfm_emu__gemm(const char *api, cublasHandle_t h, cu
         /* alpha and beta are read now, the matrices when the graph runs, in this call's math mode */
         float al = *alpha, be = *beta;
         tfm_emu__record_blas(api, h, [=] {
-            tfm_emu__gemm(api, h, ta, tb, m, n, k, &al, A, lda, sA, B, ldb, sB, &be, C, ldc, sC, batch, bf16);
+            tfm_emu__gemm(api, h, ta, tb, m, n, k, &al, A, lda, sA, B, ldb, sB, &be, C, ldc, sC, batch, bf16, tf32_sums);
         });
         return CUBLAS_STATUS_SUCCESS;
     }
@@ -2175,7 +2186,7 @@ static inline cublasStatus_t tfm_emu__gemm(const char *api, cublasHandle_t h, cu
         tfm_emu__check_matrix(api, "A", (const char *)A + i * sA * es, ar, ac, lda, es);
         tfm_emu__check_matrix(api, "B", (const char *)B + i * sB * es, br, bc, ldb, es);
     }
-    bool tf32 = !bf16 && (h->math & 15) == CUBLAS_TF32_TENSOR_OP_MATH;
+    bool tf32 = !bf16 && (tf32_sums >= 0 ? tf32_sums == 1 : (h->math & 15) == CUBLAS_TF32_TENSOR_OP_MATH);
     std::vector<float> ta32, tb32;
     for (int i = 0; i < batch; i++) {
         const float *a = (const float *)((const char *)A + i * sA * es), *b = (const float *)((const char *)B + i * sB * es);
@@ -2272,6 +2283,245 @@ static inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublas
                                                         cublasComputeType_t compute, cublasGemmAlgo_t algo) {
     return tfm_emu__gemm_ex("cublasGemmStridedBatchedEx", h, ta, tb, m, n, k, alpha, A, at, lda, sA, B, bt, ldb, sB, beta,
                             C, ct, ldc, sC, batch, compute, algo);
+}
+
+/* ==== cuBLASLt: one product with a bias epilogue ====
+   What the header asks of it: D = alpha op(A) op(B) (+ bias, CUBLASLT_EPILOGUE_BIAS: D's rows long, added
+   to every column), beta 0, C and D the same matrix with one layout, column-major layouts of one matrix,
+   A and B both CUDA_R_32F or both CUDA_R_16BF, C and D and the bias CUDA_R_32F, scale type CUDA_R_32F,
+   compute CUBLAS_COMPUTE_32F or CUBLAS_COMPUTE_32F_FAST_TF32. Anything else: the heuristic offers no
+   algorithm (CUBLAS_STATUS_NOT_SUPPORTED), as cuBLASLt may. The bias is added in fp32 to the fp32 sums:
+   here as D filled with it and a product with beta 1 (the header's own way without cuBLASLt: the same
+   bits here; a GPU's epilogue adds once to its own sums). The heuristic's algorithm keeps the alignments
+   it was picked for (the preference's, 256 bytes unless set, and the bias pointer's in the descriptor, as
+   cuBLASLt's heuristic reads them): a product run with a less aligned pointer aborts, as a GPU's kernel
+   may fault on it. The descriptors are host objects (new and delete: AddressSanitizer sees a leak). */
+struct cublasLtContext { cublasContext blas; }; /* its products run through the cuBLAS emulation's */
+typedef struct cublasLtContext *cublasLtHandle_t;
+typedef enum cublasLtMatmulDescAttributes_t : int {
+    CUBLASLT_MATMUL_DESC_TRANSA = 3,
+    CUBLASLT_MATMUL_DESC_TRANSB = 4,
+    CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
+} cublasLtMatmulDescAttributes_t;
+typedef enum cublasLtEpilogue_t : int { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
+typedef enum cublasLtMatmulPreferenceAttributes_t : int {
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8
+} cublasLtMatmulPreferenceAttributes_t;
+struct tfm_emu__lt_desc {
+    int compute, scale, ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    const void *bias = nullptr;
+    int32_t bias_type = -1;
+};
+struct tfm_emu__lt_layout { int type; uint64_t rows, cols; int64_t ld; };
+struct tfm_emu__lt_pref { uint64_t ws = 0; uint32_t align[4] = {256, 256, 256, 256}; };
+typedef tfm_emu__lt_desc *cublasLtMatmulDesc_t;
+typedef tfm_emu__lt_layout *cublasLtMatrixLayout_t;
+typedef tfm_emu__lt_pref *cublasLtMatmulPreference_t;
+typedef struct { uint64_t data[8]; } cublasLtMatmulAlgo_t;
+typedef struct {
+    cublasLtMatmulAlgo_t algo;
+    size_t workspaceSize;
+    cublasStatus_t state;
+    float wavesCount;
+    int reserved[4];
+} cublasLtMatmulHeuristicResult_t;
+#define TFM_EMU__LT_ALGO 0x746c2d656d75ull /* the emulation's one algorithm, in data[0] */
+
+static inline cublasStatus_t tfm_emu__lt_enter(const char *api, cublasLtHandle_t h) {
+    return tfm_emu__blas_enter(api, h ? &h->blas : nullptr);
+}
+static inline cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+    if (!h) return CUBLAS_STATUS_INVALID_VALUE;
+    if (tfm_emu__g.ndev == 0 || tfm_emu__g.sticky) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (int code = tfm_emu__take_fault("cublasLtCreate")) return (cublasStatus_t)code;
+    *h = new cublasLtContext{{nullptr, CUBLAS_DEFAULT_MATH, nullptr, 0}};
+    tfm_emu__g.handles.insert(&(*h)->blas);
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+    if (cublasStatus_t s = tfm_emu__lt_enter("cublasLtDestroy", h)) return s;
+    tfm_emu__g.handles.erase(&h->blas);
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute,
+                                                      cudaDataType_t scale) {
+    if (!d) return CUBLAS_STATUS_INVALID_VALUE;
+    if (int code = tfm_emu__take_fault("cublasLtMatmulDescCreate")) return (cublasStatus_t)code;
+    *d = new tfm_emu__lt_desc();
+    (*d)->compute = compute;
+    (*d)->scale = scale;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+    delete d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+/* an attribute's value of the size its type has (as cuBLASLt checks sizeInBytes) */
+template <typename T> static inline bool tfm_emu__lt_attr(T *to, const void *buf, size_t size) {
+    if (!buf || size != sizeof(T)) return false;
+    memcpy(to, buf, sizeof(T));
+    return true;
+}
+static inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
+                                                            const void *buf, size_t size) {
+    int32_t v = 0;
+    bool ok;
+    if (!d) return CUBLAS_STATUS_INVALID_VALUE;
+    switch (a) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+        if ((ok = tfm_emu__lt_attr(&v, buf, size) && (v == CUBLAS_OP_N || v == CUBLAS_OP_T)))
+            (a == CUBLASLT_MATMUL_DESC_TRANSA ? d->ta : d->tb) = v;
+        break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: ok = tfm_emu__lt_attr(&d->epilogue, buf, size); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: ok = tfm_emu__lt_attr(&d->bias, buf, size); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: ok = tfm_emu__lt_attr(&d->bias_type, buf, size); break;
+    default: ok = false;
+    }
+    return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+static inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows,
+                                                        uint64_t cols, int64_t ld) {
+    if (!l) return CUBLAS_STATUS_INVALID_VALUE;
+    if (int code = tfm_emu__take_fault("cublasLtMatrixLayoutCreate")) return (cublasStatus_t)code;
+    *l = new tfm_emu__lt_layout{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+    delete l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    if (!p) return CUBLAS_STATUS_INVALID_VALUE;
+    *p = new tfm_emu__lt_pref();
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+    delete p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                                  cublasLtMatmulPreferenceAttributes_t a,
+                                                                  const void *buf, size_t size) {
+    bool ok;
+    if (!p) return CUBLAS_STATUS_INVALID_VALUE;
+    if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES)
+        ok = tfm_emu__lt_attr(&p->ws, buf, size);
+    else if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)
+        ok = tfm_emu__lt_attr(&p->align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, size);
+    else
+        ok = false;
+    return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+/* The largest power of two up to 256 that divides p's address */
+static inline uint32_t tfm_emu__lt_align(const void *p) {
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a) a >>= 1;
+    return a;
+}
+/* Whether the product is one the emulation serves (see above); m, n, k its sizes */
+static inline bool tfm_emu__lt_served(const tfm_emu__lt_desc *d, const tfm_emu__lt_layout *A,
+                                      const tfm_emu__lt_layout *B, const tfm_emu__lt_layout *C,
+                                      const tfm_emu__lt_layout *D, int *m, int *n, int *k) {
+    uint64_t am = d->ta == CUBLAS_OP_N ? A->rows : A->cols, ak = d->ta == CUBLAS_OP_N ? A->cols : A->rows;
+    uint64_t bk = d->tb == CUBLAS_OP_N ? B->rows : B->cols, bn = d->tb == CUBLAS_OP_N ? B->cols : B->rows;
+    if (A->type != B->type || (A->type != CUDA_R_32F && A->type != CUDA_R_16BF) || C->type != CUDA_R_32F ||
+        D->type != CUDA_R_32F || d->scale != CUDA_R_32F ||
+        (d->compute != CUBLAS_COMPUTE_32F && !(d->compute == CUBLAS_COMPUTE_32F_FAST_TF32 && A->type == CUDA_R_32F)) ||
+        (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS) ||
+        (d->bias_type != -1 && d->bias_type != CUDA_R_32F))
+        return false;
+    if (ak != bk || am != D->rows || bn != D->cols || C->rows != D->rows || C->cols != D->cols || C->ld != D->ld ||
+        am > 0x7fffffff || bn > 0x7fffffff || ak > 0x7fffffff || A->ld < (int64_t)(A->rows > 1 ? A->rows : 1) ||
+        B->ld < (int64_t)(B->rows > 1 ? B->rows : 1) || D->ld < (int64_t)(D->rows > 1 ? D->rows : 1) ||
+        A->ld > 0x7fffffff || B->ld > 0x7fffffff || D->ld > 0x7fffffff)
+        return false;
+    *m = (int)am, *n = (int)bn, *k = (int)ak;
+    return true;
+}
+static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
+                                                            cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
+                                                            cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D,
+                                                            cublasLtMatmulPreference_t p, int requested,
+                                                            cublasLtMatmulHeuristicResult_t results[], int *got) {
+    int m, n, k;
+    if (cublasStatus_t st = tfm_emu__lt_enter("cublasLtMatmulAlgoGetHeuristic", h)) return st;
+    if (!d || !A || !B || !C || !D || !p || requested < 1 || !results || !got) return CUBLAS_STATUS_INVALID_VALUE;
+    *got = 0;
+    if (!tfm_emu__lt_served(d, A, B, C, D, &m, &n, &k)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    memset(&results[0], 0, sizeof results[0]);
+    results[0].algo.data[0] = TFM_EMU__LT_ALGO;
+    for (int i = 0; i < 4; i++) results[0].algo.data[1 + i] = p->align[i] < 256 ? p->align[i] : 256;
+    results[0].algo.data[5] = d->epilogue == CUBLASLT_EPILOGUE_BIAS ? tfm_emu__lt_align(d->bias) : 256;
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *got = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
+                                            const void *A, cublasLtMatrixLayout_t Al, const void *B,
+                                            cublasLtMatrixLayout_t Bl, const void *beta, const void *C,
+                                            cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
+                                            const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes,
+                                            cudaStream_t stream) {
+    static const char *api = "cublasLtMatmul";
+    int m, n, k;
+    if (cublasStatus_t st = tfm_emu__lt_enter(api, h)) return st;
+    if (tfm_emu__g.sticky) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (!d || !Al || !Bl || !Cl || !Dl || !alpha || !beta || !algo || algo->data[0] != TFM_EMU__LT_ALGO)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (!tfm_emu__lt_served(d, Al, Bl, Cl, Dl, &m, &n, &k) || C != D || *(const float *)beta != 0.0f)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!tfm_emu__stream_ok(stream)) tfm_emu__fatal("%s: stream %p is not a live stream", api, (void *)stream);
+    if (tfm_emu__is_device(alpha) || tfm_emu__is_device(beta))
+        tfm_emu__fatal("%s: alpha or beta is device memory, but the pointer mode is host", api);
+    if (ws_bytes && !tfm_emu__device_range(ws, ws_bytes))
+        tfm_emu__fatal("%s: the work space (%p, %zu bytes) is not device memory", api, ws, ws_bytes);
+    const void *ptr[5] = {A, B, C, D, d->epilogue == CUBLASLT_EPILOGUE_BIAS ? d->bias : nullptr};
+    for (int i = 0; i < 5; i++)
+        if (ptr[i] && tfm_emu__lt_align(ptr[i]) < algo->data[1 + i])
+            tfm_emu__fatal("%s: %s (%p) is aligned to %u bytes, but the algorithm was picked for %llu: a GPU may fault "
+                           "(set the preference's CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES)", api,
+                           i == 4 ? "the bias" : i == 0 ? "A" : i == 1 ? "B" : i == 2 ? "C" : "D", ptr[i],
+                           tfm_emu__lt_align(ptr[i]), (unsigned long long)algo->data[1 + i]);
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    float al = *(const float *)alpha;
+    bool bf16 = Al->type == CUDA_R_16BF, tf32 = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+    cublasOperation_t ta = (cublasOperation_t)d->ta, tb = (cublasOperation_t)d->tb;
+    const float *bias = (const float *)ptr[4];
+    int lda = (int)Al->ld, ldb = (int)Bl->ld, ldd = (int)Dl->ld;
+    float *out = (float *)D;
+    auto run = [=] {
+        float one = 1.0f, zero = 0.0f;
+        if (bias) { /* the bias in every column of D, then the sums added to it */
+            if (!tfm_emu__device_range(bias, (size_t)m * sizeof(float)))
+                tfm_emu__fatal("%s: the bias (%p, %d floats) is not device memory", api, (const void *)bias, m);
+            tfm_emu__check_matrix(api, "D", out, m, n, ldd);
+            for (int j = 0; j < n; j++)
+                for (int r = 0; r < m; r++) out[(size_t)j * ldd + r] = bias[r];
+        }
+        h->blas.stream = stream; /* (replaying, or as the call's own stream: run now) */
+        (void)tfm_emu__gemm("cublasLtMatmul (its sums)", &h->blas, ta, tb, m, n, k, &al, A, lda, 0, B, ldb, 0,
+                            bias ? &one : &zero, out, ldd, 0, 1, bf16, tf32 ? 1 : 0);
+        tfm_emu__g.lt_bias += bias != nullptr;
+    };
+    if (tfm_emu__recording(stream, api)) {
+        tfm_emu__record(3, 0, 0, [h, run] {
+            if (!tfm_emu__g.handles.count(&h->blas)) tfm_emu__fatal("a graph ran cublasLtMatmul on a destroyed handle");
+            run();
+        });
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    run();
+    return CUBLAS_STATUS_SUCCESS;
 }
 
 /* ==== NCCL over MPI (TFM_NCCL) ==== */

@@ -15,7 +15,7 @@
    the error paths.
 
    One source, two builds:
-     nvcc -O3 -std=c++14 -arch=sm_90 -Xcompiler -fopenmp -DTFM_CUDA -o build/test_cuda tests/test_cuda.cu -lcublas -lm
+     nvcc -O3 -std=c++14 -arch=sm_90 -Xcompiler -fopenmp -DTFM_CUDA -o build/test_cuda tests/test_cuda.cu -lcublas -lcublasLt -lm
          on a GPU ("no CUDA device: skipped", exit 0, on a machine without one);
      g++ -std=c++17 -x c++ -DTFM_CUDA -DTFM_CUDA_EMULATION -fopenmp -O1 -g -o build/test_cuda_emu tests/test_cuda.cu -lm
          the same CUDA source on the CPU through tests/cuda_emu.h (CI has no GPU), also under
@@ -575,6 +575,74 @@ static void cu_op_linear(void) {
             cu_check_scaled(cu_fmt("%s: db", name), &db, CU_TOL, sqrt((double)N));
             cu_release(&x, &w, &b, &y, &dy, &dx, &dw, &db, CU_END);
         }
+}
+
+/* A linear map with a bias as one cuBLASLt product whose epilogue adds the bias (tfm__gemm_bias_lt) against
+   the same map with the bias filled in and added to (the thread's cuBLASLt switched off): fp32, TF32 and
+   bf16 (x in fp32, or a bf16 activation), one row and several, and every pointer 4 bytes past an aligned
+   one with rows of odd strides (cuBLASLt is then told their alignment). Under the emulation the same bits,
+   gaps between rows left alone (its epilogue adds as the fallback does; it checks the layouts, the
+   transposes and the bias against cuBLASLt's documented meaning, and aborts on a pointer less aligned than
+   the algorithm was picked for), and each map with a bias ran through cuBLASLt; on a GPU within the
+   rounding of fp32 sums. Then a heuristic that offers no algorithm: the fallback, and the answer kept. */
+static void cu_lt_bias(void) {
+    static const int shapes[][3] = {{1, 16, 8}, {37, 24, 19}, {64, 48, 96}};
+    cu_rng g = {57};
+    for (int p = 0; p < 3; p++)
+        for (int s = 0; s < CU_LEN(shapes); s++)
+            for (int off = 0; off < 2; off++) {
+                int prec = p == 0 ? 0 : p == 1 ? TFM_PREC_TF32 : TFM_PREC_BF16, xbf = p == 2 && off, had = tfm__cu.has_lt;
+                int64_t N = shapes[s][0], I = shapes[s][1], O = shapes[s][2], ldy = O + 3 * off;
+                int64_t ldx = xbf ? tfm__bf16_ld(I) : I + off;
+                cu_buf x = cu_normal(N * ldx + 1, &g, 1, 0), w = cu_normal(O * I + 1, &g, 1.0 / sqrt((double)I), 0);
+                cu_buf b = cu_normal(O + 1, &g, 1, 0), y[2] = {cu_nan(N * ldy + 1), cu_nan(N * ldy + 1)};
+                const float *xin = x.d + off;
+                float *got[2];
+                char name[160];
+                snprintf(name, sizeof name, "linear with a bias through cuBLASLt: precision %d N=%lld I=%lld O=%lld ldx=%lld "
+                         "ldy=%lld%s", prec, (long long)N, (long long)I, (long long)O, (long long)ldx, (long long)ldy,
+                         xbf ? " (x a bf16 activation)" : off ? " (pointers 4 bytes off)" : "");
+                if (xbf) /* x's rows as a bf16 activation, in x's buffer from its start */
+                    (void)tfm__bf16_operand_cuda((uint16_t *)(void *)x.d, ldx, x.d, ldx, 0, N, I, 1), xin = x.d;
+#ifdef TFM_CUDA_EMULATION
+                unsigned long long n0 = tfm_emu_lt_bias_calls();
+#endif
+                for (int k = 0; k < 2; k++) { /* k 1: cuBLASLt off for the thread */
+                    tfm__cu.has_lt = k ? 0 : had, tfm__cu.lt_off = k;
+                    tfm__model_prec = prec;
+                    tfm__op_linear(TFM_DEVICE_CUDA, y[k].d + off, ldy, xin, ldx, w.d + off, b.d + off, N, I, O, xbf);
+                    tfm__model_prec = 0;
+                    tfm__cu.has_lt = had || tfm__cu.has_lt, tfm__cu.lt_off = 0;
+                    had = tfm__cu.has_lt;
+                    got[k] = cu_fetch(y[k].d, y[k].n, TFM_DEVICE_CUDA);
+#ifdef TFM_CUDA_EMULATION
+                    CHECK_MSG(tfm_emu_lt_bias_calls() - n0 == 1, "%s: %llu cuBLASLt products with a bias after %d maps",
+                              name, tfm_emu_lt_bias_calls() - n0, k + 1);
+#endif
+                }
+#ifdef TFM_CUDA_EMULATION
+                cu_check_bits_arrays(name, got[0], got[1], y[0].n);
+#else
+                cu_check_scaled_arrays(name, got[0], got[1], y[0].n, CU_TOL, sqrt((double)I));
+#endif
+                free(got[0]), free(got[1]);
+                cu_release(&x, &w, &b, &y[0], &y[1], CU_END);
+            }
+#ifdef TFM_CUDA_EMULATION
+    { /* no algorithm for a new shape: the bias filled in and added to, and no second question for it */
+        int64_t N = 5, I = 8, O = 12;
+        cu_buf x = cu_normal(N * I, &g, 1, 0), w = cu_normal(O * I, &g, 0.3, 0), b = cu_normal(O, &g, 1, 0), y = cu_nan(N * O);
+        unsigned long long n0 = tfm_emu_lt_bias_calls();
+        tfm_emu_fail_next("cublasLtMatmulAlgoGetHeuristic", (int)CUBLAS_STATUS_NOT_SUPPORTED, 0);
+        for (int k = 0; k < 2; k++) {
+            CU_DEVS tfm__op_linear(CU_DEV, CU_P(y), O, CU_P(x), I, CU_P(w), CU_P(b), N, I, O, 0);
+            cu_check("linear with a bias, no cuBLASLt algorithm", &y, CU_TOL);
+        }
+        CHECK_MSG(tfm_emu_lt_bias_calls() == n0 && !tfm_emu_fail_pending(), "no algorithm: %llu cuBLASLt products, a fault %s",
+                  tfm_emu_lt_bias_calls() - n0, tfm_emu_fail_pending() ? "left" : "taken");
+        cu_release(&x, &w, &b, &y, CU_END);
+    }
+#endif
 }
 
 /* The row shapes plus rows of a GPT-2 vocabulary (softmax, cross-entropy). */
@@ -4198,7 +4266,8 @@ static int cu_fail_code(const char *api) {
 
 static void cu_err_sweep(void) {
     static const char *const apis[] = {"cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpy2DAsync", "cudaMemsetAsync", "cudaMalloc",
-                                       "cudaMallocHost", "cudaDeviceSynchronize", "cublasSgemm", "cublasSgemmStridedBatched"};
+                                       "cudaMallocHost", "cudaDeviceSynchronize", "cublasLtMatmul", "cublasSgemm",
+                                       "cublasSgemmStridedBatched"};
     cu_sweep *s = (cu_sweep *)calloc(1, sizeof(cu_sweep));
     tfm_config cg = cu_model_cfg(2, TFM_DEVICE_CUDA);
     tfm_block_desc bd;
@@ -5306,6 +5375,7 @@ static void suite_ops(void) {
     RUN(cu_op_scatter_rows);
     RUN(cu_op_gemm);
     RUN(cu_op_linear);
+    RUN(cu_lt_bias);
     RUN(cu_op_softmax);
     RUN(cu_op_cross_entropy);
     RUN(cu_op_argmax);

@@ -5,7 +5,7 @@
    Built against the CPU emulation of CUDA (tests/cuda_emu.h: bf16 products widened exactly, fp32 sums),
    or with nvcc for a GPU:
        g++ -std=c++17 -O1 -fopenmp -x c++ -DTFM_CUDA -DTFM_CUDA_EMULATION -o build/bf16_tracking tools/bf16_tracking.cpp -lm
-       nvcc -O3 -arch=sm_90 -Xcompiler -fopenmp -x cu -DTFM_CUDA -o build/bf16_tracking tools/bf16_tracking.cpp -lcublas -lm
+       nvcc -O3 -arch=sm_90 -Xcompiler -fopenmp -x cu -DTFM_CUDA -o build/bf16_tracking tools/bf16_tracking.cpp -lcublas -lcublasLt -lm
        build/bf16_tracking TEXT [STEPS [PREC]]    PREC 2: bf16 (default), 1: TF32; STEPS default 300
    TEXT: any text, e.g. the KJV as the examples read it (examples/common.h's ex_kjv_read of
    /usr/lib/bible.data). About 12 minutes for 300 steps under the emulation on 2 cores. */

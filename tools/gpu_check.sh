@@ -140,7 +140,7 @@ if [ "$SKIP_BENCH" != 1 ]; then
             set -x
             "$1" $2 -c bench/tfm_cuda.cu -o "$3/tfm_cuda.o" &&
             "$4" -std=c99 -O2 -Wall -Wextra -c bench/bench_gpu.c -o "$3/bench_gpu.o" &&
-            "$1" -arch="$5" -Xcompiler -fopenmp -o "$3/bench_gpu" "$3/bench_gpu.o" "$3/tfm_cuda.o" -lcublas -lm
+            "$1" -arch="$5" -Xcompiler -fopenmp -o "$3/bench_gpu" "$3/bench_gpu.o" "$3/tfm_cuda.o" -lcublas -lcublasLt -lm
         ' _ "$NVCC" "$NVCCFLAGS" "$B" "$CC" "$ARCH" > "$TMP/bench_build.txt" 2>&1
         echo "$? $(awk -v s="$t0" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }')" > "$TMP/bench_build.rc"
     ) &
@@ -168,7 +168,7 @@ else
     mkdir -p build
     # shellcheck disable=SC2086  # NVCCFLAGS is a list of flags
     run_step "test-build" 240 "$BUILD_RESERVE" "$TMP/test_build.txt" -- \
-        "$NVCC" $NVCCFLAGS -DTFM_CUDA -o build/test_cuda tests/test_cuda.cu -lcublas -lm
+        "$NVCC" $NVCCFLAGS -DTFM_CUDA -o build/test_cuda tests/test_cuda.cu -lcublas -lcublasLt -lm
 fi
 TEST_COUNTS="not run"
 if [ -x build/test_cuda ]; then
@@ -305,8 +305,10 @@ fi
             for (i = 1; i <= nk; i++) {
                 n = korder[i]
                 printf "%-18s %13s %10s %9s %7s%s\n", n, kshape[n], f(kus[n], "%.1f"), f(kgbs[n], "%.0f"),
-                       f(kshare[n], "%.3f"), (n != "copy" && num(kshare[n]) && kshare[n] + 0 < 0.70) ? "  below" : ""
+                       f(kshare[n], "%.3f"), (n != "copy" && n !~ /^linear_bias/ && num(kshare[n]) && kshare[n] + 0 < 0.70) ? "  below" : ""
             }
+            if (("linear_bias_lt" in kus) && ("linear_bias_fill" in kus))
+                printf "the bias in the product'"'"'s epilogue (cuBLASLt) against filled in and added to: %s us against %s us, %s x as fast\n", f(kus["linear_bias_lt"], "%.1f"), f(kus["linear_bias_fill"], "%.1f"), ratio(kus["linear_bias_fill"], kus["linear_bias_lt"])
             print "GB/s: the bytes the op must move at least (bench_gpu.c'"'"'s KOPS) over its median time; copy: a"
             print "device-to-device tfm_tensor_copy of 256 MB (2 x 256 MB moved), the peer of every share"
         }
