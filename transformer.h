@@ -10758,13 +10758,16 @@ static int tfm__rolls(const tfm_config *c) {
 }
 
 /* tfm_kv_cache_init; kept: a generation call's own cache, on a GPU in the thread's space for it when that
-   is free (tfm__cuda_kv_space) */
-static tfm_result tfm__kv_cache_make(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len, int kept) {
+   is free (tfm__cuda_kv_space). On a GPU, extra floats of device memory for the caller after the cache's
+   (*xp; NULL on a CPU or with none), freed with it. */
+static tfm_result tfm__kv_cache_make(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len, int kept,
+                                     int64_t extra, float **xp) {
     const char *fn = "tfm_kv_cache_init";
     int encdec, limit;
-    size_t n_self, n_cross, bytes, fbytes;
+    size_t n_self, n_cross, bytes, fbytes, dbytes;
     unsigned char *p;
     void *dev = NULL;
+    if (xp) *xp = NULL;
     if (!c || !m || !m->impl) return tfm__fail(TFM_E_ARG, "%s: cache or model is NULL, or the model is not initialised", fn);
     if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) return tfm__fail(TFM_E_ARG, "%s: a classifier has no decoder", fn);
     encdec = m->cfg.kind == TFM_MODEL_ENCODER_DECODER;
@@ -10792,15 +10795,16 @@ static tfm_result tfm__kv_cache_make(tfm_kv_cache *c, const tfm_model *m, int ma
        a device allocation of their own */
     fbytes = c->device == TFM_DEVICE_CUDA ? 0 : (n_self + n_cross) * sizeof(float);
     bytes = fbytes + 6 * (size_t)c->max_batch * sizeof(int32_t);
+    dbytes = (n_self + n_cross + (size_t)extra) * sizeof(float); /* the caller's floats after the cache's */
     if (c->device == TFM_DEVICE_CUDA) {
         tfm_result r = TFM_OK;
 #if defined(TFM_CUDA)
-        if (kept) r = tfm__cuda_kv_space(fn, &dev, (n_self + n_cross) * sizeof(float));
+        if (kept) r = tfm__cuda_kv_space(fn, &dev, dbytes);
         c->kept = dev != NULL;
 #else
         (void)kept;
 #endif
-        if (r == TFM_OK && !dev) r = tfm__dev_alloc(fn, &dev, (n_self + n_cross) * sizeof(float));
+        if (r == TFM_OK && !dev) r = tfm__dev_alloc(fn, &dev, dbytes);
         if (r != TFM_OK) {
             memset(c, 0, sizeof *c);
             return r;
@@ -10815,6 +10819,7 @@ static tfm_result tfm__kv_cache_make(tfm_kv_cache *c, const tfm_model *m, int ma
     c->owned = p;
     c->self_kv = dev ? (float *)dev : (float *)p;
     c->cross_kv = n_cross ? c->self_kv + n_self : NULL;
+    if (xp && dev && extra > 0) *xp = (float *)dev + n_self + n_cross;
     c->slot = (int32_t *)(p + fbytes);
     c->lens = c->slot + c->max_batch;
     c->src_lens = c->lens + c->max_batch;
@@ -10823,7 +10828,7 @@ static tfm_result tfm__kv_cache_make(tfm_kv_cache *c, const tfm_model *m, int ma
 }
 
 TFMDEF tfm_result tfm_kv_cache_init(tfm_kv_cache *c, const tfm_model *m, int max_batch, int max_len) {
-    return tfm__kv_cache_make(c, m, max_batch, max_len, 0);
+    return tfm__kv_cache_make(c, m, max_batch, max_len, 0, 0, NULL);
 }
 
 TFMDEF void tfm_kv_cache_free(tfm_kv_cache *c) {
@@ -11222,7 +11227,7 @@ static tfm_result tfm__generate_run(const char *fn, tfm_model *m, int B, const i
     n_ids = lens + B;
     picked = n_ids + B;
     if (penal) seen = (unsigned char *)(picked + B);
-    r = tfm__kv_cache_make(&kc, m, B, p_max + o.max_new - 1, 1);
+    r = tfm__kv_cache_make(&kc, m, B, p_max + o.max_new - 1, 1, 0, NULL);
     if (r != TFM_OK) {
         TFM_FREE(work, m->cfg.user);
         return tfm__fail(r, "%s: %s", fn, tfm_last_error());
@@ -11477,15 +11482,13 @@ static tfm_result tfm__model_beam_search(tfm_model *m, const int32_t *src, int s
     hy.max_new = max_new;
     hy.n = hy.n_ended = 0;
     hy.alpha = opts->length_penalty;
-    dlog = logits;
-    r = m->impl->device == TFM_DEVICE_CUDA ? tfm__dev_alloc(fn, (void **)&dlog, (size_t)K * V * sizeof(float)) : TFM_OK;
-    if (r == TFM_OK && (r = tfm__kv_cache_make(&kc, m, K, n_prompt + max_new - 1, 1)) != TFM_OK)
-        r = tfm__fail(r, "%s: %s", fn, tfm_last_error());
-    if (r != TFM_OK) {
-        if (dlog != logits) tfm__dev_free(dlog);
+    /* on a GPU the beams' logits go to device floats after the cache's (the thread's kept space: nothing
+       allocated or freed a call) */
+    if ((r = tfm__kv_cache_make(&kc, m, K, n_prompt + max_new - 1, 1, (int64_t)K * V, &dlog)) != TFM_OK) {
         TFM_FREE(work, m->cfg.user);
-        return r;
+        return tfm__fail(r, "%s: %s", fn, tfm_last_error());
     }
+    if (!dlog) dlog = logits;
     tfm__gen_begin(m, &was_training);
     if (encdec) {
         memory = tfm__encoder_fwd(m, src, NULL, NULL, 1, src_len, NULL);
@@ -11572,8 +11575,7 @@ static tfm_result tfm__model_beam_search(tfm_model *m, const int32_t *src, int s
         if (scores) scores[i] = (float)hy.score[i];
     }
     if (n_found) *n_found = i;
-    tfm_kv_cache_free(&kc);
-    if (dlog != logits) tfm__dev_free(dlog);
+    tfm_kv_cache_free(&kc); /* (the logits' device floats with it) */
     TFM_FREE(work, m->cfg.user);
     tfm__gen_end(m, was_training);
     return tfm__scratch_check(fn);

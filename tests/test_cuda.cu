@@ -3422,6 +3422,28 @@ static void cu_gen_kept_cache(void) {
         if (!k) CHECK(cudaMalloc(&taken, tfm__cu.kv_size ? tfm__cu.kv_size : 1) == cudaSuccess);
     }
     cudaFree(taken);
+    { /* beam search: its cache and its logits in the kept space; a second call allocates nothing */
+        int32_t bo[2][2 * 9];
+        int bl[2][2], nf[2];
+        float sc[2][2];
+        memset(bo, 0, sizeof bo);
+        for (k = 0; k < 2; k++) {
+            unsigned long long r0 = tfm__cu.replays;
+            size_t pend = 1; /* (the fault armed and not taken; on a GPU, not counted) */
+#ifdef TFM_CUDA_EMULATION
+            if (k) tfm_emu_fail_next("cudaMalloc", (int)cudaErrorMemoryAllocation, 0);
+#endif
+            CHECK_OK(tfm_model_beam_search(&a[1], NULL, 0, prompt, 3, &o, 2, bo[k], 9, bl[k], sc[k], &nf[k]));
+#ifdef TFM_CUDA_EMULATION
+            pend = tfm_emu_fail_pending();
+            tfm_emu_fail_clear();
+#endif
+            CHECK_MSG(!k || (pend == 1 && tfm__cu.replays > r0), "kept cache: the second beam search %s device memory, "
+                      "replayed %llu steps", pend == 1 ? "allocated no" : "allocated", tfm__cu.replays - r0);
+        }
+        CHECK_MSG(nf[0] == nf[1] && !memcmp(bo[0], bo[1], sizeof bo[0]) && !memcmp(bl[0], bl[1], sizeof bl[0]) &&
+                      !memcmp(sc[0], sc[1], sizeof sc[0]), "kept cache: two beam searches differ");
+    }
     memset(&h, 0, sizeof h);
     h.inner = &b[1];
     o.on_token = cu_nest_hook;
