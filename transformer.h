@@ -583,6 +583,7 @@ typedef struct tfm_mha {
     /* the last forward call */
     const float *x, *xkv;
     int xbf;           /* x was a bf16 activation (a bf16 model's pre-LN block) */
+    int qbf;           /* q|k|v are bf16 (rows of C+2Ckv bf16 elements: a bf16 model's flash attention) */
     int B, Tq, Tk, has_lens, has_grad;
     tfm_attn_opts opts;
     tfm_device device;
@@ -3952,7 +3953,9 @@ typedef struct tfm__attn_args {
     const uint64_t *seed_at; /* CUDA kernels: the seed in device memory, read in place of seed (a recorded
                                 step stages it: tfm__cu_attn_stage); NULL: seed. Set by the launchers. */
     int overwrite;           /* backward: dq, dk and dv are written, not added into (set only where
-                                tfm__op_attention_bwd_writes says the call does) */
+                                tfm__op_attention_flash says the call does) */
+    int qkv_bf;              /* q, k and v are bf16 elements behind their float pointers (ldq, ldk, ldv in
+                                them): only the flash kernels' calls (tfm__op_attention_flash) */
 } tfm__attn_args;
 
 /* The key/value head of query head h: heads come in H/Hkv groups of consecutive query heads (repeat_kv). */
@@ -4242,7 +4245,9 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
    same float buffers, and the products take them as their operands as they are. Each product used to round
    an fp32 copy first: the same bits (one rounding to nearest even of the same value), at under a third of
    the bytes (a bf16 write and reads, where an fp32 write, a rounding pass a product and the reads were).
-   The bf16 rows must fit in the float buffer (cols >= 4). tfm__bf16_acts_off: the rounding before each
+   The bf16 rows must fit in the float buffer (cols >= 4). A self-attention layer's q|k|v likewise, where
+   the flash kernels read them (which round them as they load them) and no rotation follows (tfm_mha.qbf:
+   their product writes them in bf16 through cuBLASLt). tfm__bf16_acts_off: the rounding before each
    product instead (and in a linear map's backward, of its output gradient once a product), for this
    thread: the tests compare. */
 static TFM__THREAD_LOCAL int tfm__bf16_acts_off;
@@ -4301,7 +4306,7 @@ static int tfm__bf16_store(tfm_device dev, int64_t cols) {
 /* The algorithm cuBLASLt's heuristic picked for a product with a bias (tfm__gemm_bias_lt): its shapes,
    strides and pointers' alignments (key), and whether there was one (ok) */
 #define TFM__CU_LT_PICKS 32
-typedef struct tfm__cu_lt_pick { int key[14]; int ok; cublasLtMatmulAlgo_t algo; } tfm__cu_lt_pick;
+typedef struct tfm__cu_lt_pick { int key[15]; int ok; cublasLtMatmulAlgo_t algo; } tfm__cu_lt_pick;
 /* What a thread keeps for its CUDA work: its cuBLAS handle, its device work space and the first error. */
 typedef struct tfm__cuda_ctx {
     cublasHandle_t blas;
@@ -5051,7 +5056,7 @@ static __global__ void tfm__k_colsum_part(float *part, const float *src, int64_t
         for (r = r0 + w; r < r1; r += 8) {
             float dy = src[r * lds + c];
             if (out) {
-                dy = tfm__cu_act_grad(act, dy, x[r * C + c]);
+                if (x) dy = tfm__cu_act_grad(act, dy, x[r * C + c]);
                 out[r * ldo + c] = tfm__bf16(dy);
             } else if (x)
                 a += dy * (x[r * C + c] - (rms ? 0.0f : mean[r])) * rstd[r];
@@ -5234,18 +5239,18 @@ static __global__ void tfm__k_layernorm_bwd(float *dx, const float *res, const f
     }
 }
 
-/* An MLP's first linear map, bias and activation fused after the product: pre (N, F1) += b, then y (N, F)
-   = act(pre) (F1 = 2F for SwiGLU: gate and up halves, one thread for both); ldb > 0: y as bf16 rows of ldb
-   elements */
+/* An MLP's first linear map, bias and activation fused after the product: pre (N, F1) += b (b NULL: pre is
+   read only, its bias added by the product's epilogue or none), then y (N, F) = act(pre) (F1 = 2F for
+   SwiGLU: gate and up halves, one thread for both); ldb > 0: y as bf16 rows of ldb elements */
 static __global__ void tfm__k_bias_act(int act, float *y, float *pre, const float *b, int64_t N, int64_t F, int64_t ldb) {
     int64_t F1 = act == TFM_ACT_SWIGLU ? 2 * F : F;
     TFM__CU_LOOP(i, N * F) {
         int64_t r = i / F, j = i % F;
-        float v = pre[r * F1 + j] + (b ? b[j] : 0.0f), h;
-        pre[r * F1 + j] = v;
+        float v = b ? pre[r * F1 + j] + b[j] : pre[r * F1 + j], h;
+        if (b) pre[r * F1 + j] = v;
         if (act == TFM_ACT_SWIGLU) {
-            float u = pre[r * F1 + F + j] + (b ? b[F + j] : 0.0f);
-            pre[r * F1 + F + j] = u;
+            float u = b ? pre[r * F1 + F + j] + b[F + j] : pre[r * F1 + F + j];
+            if (b) pre[r * F1 + F + j] = u;
             h = v * tfm__sigmoid(v) * u;
         } else {
             h = act == TFM_ACT_RELU ? (v > 0.0f ? v : 0.0f) : act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh(v) : tfm__gelu_erf(v);
@@ -5883,13 +5888,15 @@ static int64_t tfm__bf16_operand_cuda(uint16_t *dst, int64_t ldd, const float *s
 /* An operand of bf16 products for tfm__bf16_operands_cuda: batch matrices of rows x cols floats at src (stride ss,
    rows of lds; ss 0: one matrix for all), or, bf set, one matrix already bf16 (rows of lds bf16 elements). It
    fills in the bf16 operand: out (bf16 elements behind a float pointer, as tfm__gemm_cuda takes them), its
-   rows' ld and its stride between matrices. */
+   rows' ld and its stride between matrices. room (one matrix): only the room for it is made, and the caller
+   writes the rounded rows (a kernel that reads src anyway). */
 typedef struct {
     const float *src;
     int64_t lds, ss, rows, cols;
     int bf;
     const float *out;
     int64_t ld, stride;
+    int room;
 } tfm__bf16_op;
 
 /* Rounds the n operands not bf16 already into one tfm__cuda_bf buffer, one after another; those that are
@@ -5908,8 +5915,10 @@ static int tfm__bf16_operands_cuda(tfm__bf16_op *op, int n, int batch) {
         op[i].stride = 0;
         if (op[i].bf) continue;
         op[i].out = (const float *)(void *)(buf + off);
-        op[i].stride = tfm__bf16_operand_cuda(buf + off, op[i].ld, op[i].src, op[i].lds, op[i].ss, op[i].rows, op[i].cols,
-                                              batch);
+        TFM_ASSERT(!op[i].room || !op[i].ss);
+        if (!op[i].room)
+            op[i].stride = tfm__bf16_operand_cuda(buf + off, op[i].ld, op[i].src, op[i].lds, op[i].ss, op[i].rows,
+                                                  op[i].cols, batch);
         off += TFM__CU_ROUND((op[i].ss ? batch : 1) * op[i].rows * op[i].ld);
     }
     return 1;
@@ -5955,23 +5964,24 @@ static uint32_t tfm__cu_align(const void *p) {
    m floats added to every column, as one cuBLASLt product whose epilogue adds it (CUBLASLT_EPILOGUE_BIAS) in
    fp32 to the fp32 sums: D is written once, where a fill with the bias and a product adding to it (beta 1)
    wrote it twice and read it once (8 bytes an element: a linear map's output, q|k|v's included). A and B
-   bf16 (bf) or fp32; prec TFM_PREC_TF32: TF32 sums. The algorithm cuBLASLt's heuristic picks for the
+   bf16 (bf) or fp32; prec TFM_PREC_TF32: TF32 sums. dbf: D is bf16 (ldd in its elements), the sum with the
+   bias rounded to it once (bf16 A and B only). The algorithm cuBLASLt's heuristic picks for the
    shapes, strides, pointers' alignments and work space is kept, and so is an answer of none
    (TFM__CU_LT_PICKS a thread, the oldest replaced). Returns 0, having queued nothing, when cuBLASLt or an
    algorithm cannot be had (the caller adds the bias its own way); 1 when the product is queued (or is in
    a dry run's record; a failure is the thread's error). */
 static int tfm__gemm_bias_lt(cublasOperation_t oa, cublasOperation_t ob, int m, int n, int k, const void *A, int lda,
-                             const void *B, int ldb, float *D, int ldd, const float *bias, int prec, int bf) {
+                             const void *B, int ldb, void *D, int ldd, const float *bias, int prec, int bf, int dbf) {
     tfm__cuda_ctx *c = &tfm__cu;
     cublasLtHandle_t h = tfm__cuda_lt();
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
     cublasLtMatmulPreference_t pref = NULL;
-    cudaDataType_t t = bf ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t t = bf ? CUDA_R_16BF : CUDA_R_32F, td = dbf ? CUDA_R_16BF : CUDA_R_32F;
     int32_t ta = (int32_t)oa, tb = (int32_t)ob, bt = (int32_t)CUDA_R_32F;
     uint32_t epi = CUBLASLT_EPILOGUE_BIAS, al[4];
     uint64_t ws;
-    int key[14], i, pick = -1, ok = 0;
+    int key[15], i, pick = -1, ok = 0;
     float one = 1.0f, zero = 0.0f;
     if (!h || m <= 0 || n <= 0 || k <= 0) return 0;
     if (!c->blas_ws && !c->capturing && cudaMalloc(&c->blas_ws, TFM__CU_BLAS_WS) != cudaSuccess) {
@@ -5982,6 +5992,7 @@ static int tfm__gemm_bias_lt(cublasOperation_t oa, cublasOperation_t ob, int m, 
     al[0] = tfm__cu_align(A), al[1] = tfm__cu_align(B), al[2] = tfm__cu_align(D), al[3] = tfm__cu_align(bias);
     key[0] = prec, key[1] = ta, key[2] = tb, key[3] = m, key[4] = n, key[5] = k, key[6] = lda, key[7] = ldb;
     key[8] = ldd, key[9] = (int)al[0], key[10] = (int)al[1], key[11] = (int)al[2], key[12] = (int)al[3], key[13] = ws != 0;
+    key[14] = dbf;
     for (i = 0; i < TFM__CU_LT_PICKS && pick < 0; i++)
         if (!memcmp(c->lt_pick[i].key, key, sizeof key)) pick = i;
     if (pick >= 0 && !c->lt_pick[pick].ok) return 0;
@@ -6001,7 +6012,7 @@ static int tfm__gemm_bias_lt(cublasOperation_t oa, cublasOperation_t ob, int m, 
         la = NULL;
     if (cublasLtMatrixLayoutCreate(&lb, t, ob == CUBLAS_OP_N ? k : n, ob == CUBLAS_OP_N ? n : k, ldb) != CUBLAS_STATUS_SUCCESS)
         lb = NULL;
-    if (cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, (uint64_t)m, (uint64_t)n, ldd) != CUBLAS_STATUS_SUCCESS) ld = NULL;
+    if (cublasLtMatrixLayoutCreate(&ld, td, (uint64_t)m, (uint64_t)n, ldd) != CUBLAS_STATUS_SUCCESS) ld = NULL;
     if (!la || !lb || !ld) goto done;
     if (pick < 0) { /* ask the heuristic once for these */
         cublasLtMatmulHeuristicResult_t r;
@@ -6027,7 +6038,7 @@ static int tfm__gemm_bias_lt(cublasOperation_t oa, cublasOperation_t ob, int m, 
         if (!p->ok) goto done;
     }
     ok = 1;
-    if (tfm__cu_op("cublasLtMatmul", ta, tb, m, n, k, A, lda, B, ldb, D, ldd, bias, prec, bf, ws))
+    if (tfm__cu_op("cublasLtMatmul", ta, tb, m, n, k, A, lda, B, ldb, D, ldd, bias, prec, bf, dbf, ws))
         (void)tfm__cublas_ok(cublasLtMatmul(h, op, &one, A, la, B, lb, &zero, D, ld, D, ld, &c->lt_pick[pick].algo,
                                             ws ? c->blas_ws : NULL, (size_t)ws, c->stream),
                              "cublasLtMatmul");
@@ -6047,30 +6058,40 @@ done:
    elements, one matrix), bit 2 the same for B; only in such a call. A weight in a generation call is
    taken from its bf16 twin (tfm__bf16_w_of) and not rounded again. bias (N floats, or NULL; alpha 1, beta
    0, one matrix): C = op(A) op(B) + bias, each row, in one product where cuBLASLt serves it
-   (tfm__gemm_bias_lt), else C filled with the bias and the product added to it. */
-static void tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, int64_t sA,
-                           const float *B, int ldb, int64_t sB, float beta, float *C, int ldc, int64_t sC, int batch,
-                           int bf, const float *bias) {
+   (tfm__gemm_bias_lt), else C filled with the bias and the product added to it; with bf's bit
+   TFM__GEMM_LT_ONLY, else the product alone, and the caller adds the bias; with TFM__GEMM_OUT_BF16 (a bf16 model
+   call, a bias), C is bf16 (rows of ldc bf16 elements) through cuBLASLt only, else nothing is written. Returns
+   1 when the bias is in C. */
+#define TFM__GEMM_LT_ONLY 4
+#define TFM__GEMM_OUT_BF16 8
+static int tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, int64_t sA,
+                          const float *B, int ldb, int64_t sB, float beta, float *C, int ldc, int64_t sC, int batch,
+                          int bf, const float *bias) {
     cublasHandle_t h;
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     int prec = tfm__model_prec ? tfm__model_prec : tfm__cu.tf32 ? TFM_PREC_TF32 : TFM_PREC_FP32;
+    int lt_only = bf & TFM__GEMM_LT_ONLY, out_bf = (bf & TFM__GEMM_OUT_BF16) != 0;
+    bf &= 3;
+    TFM_ASSERT(!out_bf || (bias && prec == TFM_PREC_BF16));
     TFM_ASSERT(!bf || (prec == TFM_PREC_BF16 && !(bf & 1 && sA) && !(bf & 2 && sB)));
     TFM_ASSERT(!bias || (alpha == 1.0f && beta == 0.0f && batch == 1));
-    if (M <= 0 || N <= 0 || batch <= 0 || !(h = tfm__cuda_blas(prec == TFM_PREC_TF32))) return;
+    if (M <= 0 || N <= 0 || batch <= 0 || !(h = tfm__cuda_blas(prec == TFM_PREC_TF32))) return 0;
     if (prec == TFM_PREC_BF16 && K > 0) {
         const float *wa = bf & 1 ? NULL : tfm__bf16_w_of(A, lda, batch > 1 ? sA : 0, ta ? K : M, ta ? M : K);
         const float *wb = bf & 2 ? NULL : tfm__bf16_w_of(B, ldb, batch > 1 ? sB : 0, tb ? N : K, tb ? K : N);
         if (wa) A = wa, bf |= 1; /* a weight's bf16 twin (a generation call) */
         if (wb) B = wb, bf |= 2;
-        tfm__bf16_op op[2] = {{A, lda, sA, ta ? K : M, ta ? M : K, bf & 1, NULL, 0, 0}, /* A and B as stored */
-                              {B, ldb, sB, tb ? N : K, tb ? K : N, bf & 2, NULL, 0, 0}};
-        if (!tfm__bf16_operands_cuda(op, 2, batch)) return;
-        if (bias && tfm__gemm_bias_lt(ob, oa, N, M, K, op[1].out, (int)op[1].ld, op[0].out, (int)op[0].ld, C, ldc, bias, prec, 1))
-            return;
-        if (bias) tfm__copy_rows_cuda(C, ldc, bias, 0, M, N, 0), beta = 1.0f;
+        tfm__bf16_op op[2] = {{A, lda, sA, ta ? K : M, ta ? M : K, bf & 1, NULL, 0, 0, 0}, /* A and B as stored */
+                              {B, ldb, sB, tb ? N : K, tb ? K : N, bf & 2, NULL, 0, 0, 0}};
+        if (!tfm__bf16_operands_cuda(op, 2, batch)) return 0;
+        if (bias && tfm__gemm_bias_lt(ob, oa, N, M, K, op[1].out, (int)op[1].ld, op[0].out, (int)op[0].ld, C, ldc, bias, prec, 1,
+                                      out_bf))
+            return 1;
+        if (out_bf) return 0;
+        if (bias && !lt_only) tfm__copy_rows_cuda(C, ldc, bias, 0, M, N, 0), beta = 1.0f;
         if (!tfm__cu_op("cublasGemmEx", h, ob, oa, N, M, K, alpha, op[1].out, op[1].ld, op[1].stride, op[0].out, op[0].ld,
                         op[0].stride, beta, C, ldc, sC, batch))
-            return;
+            return bias && !lt_only;
         if (batch == 1)
             (void)tfm__cublas_ok(cublasGemmEx(h, ob, oa, N, M, K, &alpha, op[1].out, CUDA_R_16BF, (int)op[1].ld, op[0].out,
                                               CUDA_R_16BF, (int)op[0].ld, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
@@ -6082,19 +6103,21 @@ static void tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, con
                                                             (long long)op[0].stride, &beta, C, CUDA_R_32F, ldc, (long long)sC,
                                                             batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                                  "cublasGemmStridedBatchedEx");
-        return;
+        return bias && !lt_only;
     }
-    if (bias && tfm__gemm_bias_lt(ob, oa, N, M, K, B, ldb, A, lda, C, ldc, bias, prec, 0)) return;
-    if (bias) tfm__copy_rows_cuda(C, ldc, bias, 0, M, N, 0), beta = 1.0f;
+    if (out_bf) return 0;
+    if (bias && tfm__gemm_bias_lt(ob, oa, N, M, K, B, ldb, A, lda, C, ldc, bias, prec, 0, 0)) return 1;
+    if (bias && !lt_only) tfm__copy_rows_cuda(C, ldc, bias, 0, M, N, 0), beta = 1.0f;
     if (!tfm__cu_op("cublasSgemm", h, tfm__cu.blas_tf32, ob, oa, N, M, K, alpha, B, ldb, sB, A, lda, sA, beta, C, ldc, sC,
                     batch))
-        return;
+        return bias && !lt_only;
     if (batch == 1)
         (void)tfm__cublas_ok(cublasSgemm(h, ob, oa, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc), "cublasSgemm");
     else
         (void)tfm__cublas_ok(cublasSgemmStridedBatched(h, ob, oa, N, M, K, &alpha, B, ldb, (long long)sB, A, lda,
                                                        (long long)sA, &beta, C, ldc, (long long)sC, batch),
                              "cublasSgemmStridedBatched");
+    return bias && !lt_only;
 }
 
 /* da[c] += sum_r dy xhat (x given: layernorm's weight gradient), db[c] += sum_r dy, for dy = src (N rows of
@@ -6124,15 +6147,20 @@ static void tfm__linear_forward_cuda(float *y, int64_t ldy, const float *x, int6
 
 /* bf: bit 1, x is a bf16 activation (rows of ldx bf16 elements); bit 2, dy is (rows of lddy; db NULL: the
    bias's sums read fp32). In a bf16 model call dy is an operand of both products: it is rounded once,
-   with w and x, and both take the rounded operands (each rounded dy itself before: the same bits). */
+   with w and x, and both take the rounded operands (each rounded dy itself before: the same bits); with a
+   bias, the pass of its column sums, which reads dy anyway, writes the rounded copy (one read of dy and a
+   launch fewer: the same bits). */
 static void tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, float *dw, float *db, const float *dy,
                                       int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N, int64_t I,
                                       int64_t O, int bf) {
     TFM_ASSERT(!(bf & 2 && db));
     if (dx && dw && N > 0 && I > 0 && O > 0 && tfm__model_prec == TFM_PREC_BF16 && !tfm__bf16_acts_off) {
-        tfm__bf16_op op[3] = {{dy, lddy, 0, N, O, bf & 2, NULL, 0, 0}, {w, I, 0, O, I, 0, NULL, 0, 0},
-                              {x, ldx, 0, N, I, bf & 1, NULL, 0, 0}};
+        int sums = db != NULL; /* (dy fp32: bit 2 comes without db) */
+        tfm__bf16_op op[3] = {{dy, lddy, 0, N, O, bf & 2, NULL, 0, 0, sums}, {w, I, 0, O, I, 0, NULL, 0, 0, 0},
+                              {x, ldx, 0, N, I, bf & 1, NULL, 0, 0, 0}};
         if (!tfm__bf16_operands_cuda(op, 3, 1)) return;
+        if (sums) tfm__colsums_cuda(NULL, db, dy, lddy, NULL, NULL, NULL, 0, 0, (uint16_t *)(void *)op[0].out, op[0].ld, N, O);
+        db = NULL;
         tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, op[0].out, (int)op[0].ld, 0, op[1].out, (int)op[1].ld, 0, dx_beta,
                        dx, (int)lddx, 0, 1, 3, NULL);
         tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, op[0].out, (int)op[0].ld, 0, op[2].out, (int)op[2].ld, 0, 1.0f, dw,
@@ -6255,8 +6283,14 @@ static void tfm__linear_act_cuda(int act, float *y, float *pre, const float *x, 
                                  int64_t C, int64_t F, int xbf, int ybf) {
     int64_t F1 = act == TFM_ACT_SWIGLU ? 2 * F : F;
     if (N * F <= 0) return;
-    tfm__gemm_cuda(0, 1, (int)N, (int)F1, (int)C, 1.0f, x, (int)(xbf ? tfm__bf16_ld(C) : C), 0, w, (int)C, 0, 0.0f, pre,
-                   (int)F1, 0, 1, xbf ? 1 : 0, NULL);
+    /* the bias through the product's epilogue where cuBLASLt serves it (pre then stays as the product wrote
+       it), else added by the activation's kernel */
+    if (b && tfm__gemm_cuda(0, 1, (int)N, (int)F1, (int)C, 1.0f, x, (int)(xbf ? tfm__bf16_ld(C) : C), 0, w, (int)C, 0, 0.0f,
+                            pre, (int)F1, 0, 1, (xbf ? 1 : 0) | TFM__GEMM_LT_ONLY, b))
+        b = NULL;
+    else if (!b)
+        (void)tfm__gemm_cuda(0, 1, (int)N, (int)F1, (int)C, 1.0f, x, (int)(xbf ? tfm__bf16_ld(C) : C), 0, w, (int)C, 0, 0.0f,
+                             pre, (int)F1, 0, 1, xbf ? 1 : 0, NULL);
     TFM__LAUNCH(tfm__k_bias_act, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, act, y, pre, b, N, F, ybf ? tfm__bf16_ld(F) : 0);
     TFM__CU_LAUNCHED("tfm__k_bias_act");
 }
@@ -6830,13 +6864,16 @@ static TFM__HD size_t tfm__cu_flash_smem(int kind, int D) {
     return 128 + nh * F * (Dp + 8) * 2 + ns * F * TFM__CU_FS * 4 + np * F * TFM__CU_FP * 2 + na * F * (Dp + 4) * 4 + 5 * F * 4;
 }
 
-/* n rows of D floats at src (row stride ld) into the bf16 tile dst (rows of ldh, Dp channels) by the whole
-   block: rounded to bf16, zeros past row n and channel D */
-static __device__ void tfm__cu_ftile(uint16_t *dst, int ldh, const float *src, int64_t ld, int n, int D, int Dp) {
+/* n rows of D elements from element off of src (row stride ld) into the bf16 tile dst (rows of ldh, Dp
+   channels) by the whole block: floats rounded to bf16, or (bf) bf16 elements as they are; zeros past row n
+   and channel D */
+static __device__ void tfm__cu_ftile(uint16_t *dst, int ldh, const float *src, int64_t off, int64_t ld, int n, int D,
+                                     int Dp, int bf) {
     int x;
     for (x = (int)threadIdx.x; x < TFM__CU_FB * Dp; x += (int)blockDim.x) {
         int r = x / Dp, d = x % Dp;
-        dst[r * ldh + d] = r < n && d < D ? tfm__bf16(src[(int64_t)r * ld + d]) : (uint16_t)0;
+        int64_t i = off + (int64_t)r * ld + d;
+        dst[r * ldh + d] = r < n && d < D ? (bf ? ((const uint16_t *)(const void *)src)[i] : tfm__bf16(src[i])) : (uint16_t)0;
     }
 }
 
@@ -6924,15 +6961,16 @@ static __device__ unsigned char *tfm__cu_flash_base(unsigned char *raw) {
 }
 
 /* A forward or dq block's place: batch-head bh (batch b, head h), query rows [i0, i0 + nq), the most keys
-   they see (n_max) and their lowest window start, and the rows of their key/value head (a's pointers set) */
-typedef struct tfm__cu_fq { int bh, b, h, i0, nq, n_max, lo_min; const float *kh, *vh; } tfm__cu_fq;
+   they see (n_max) and their lowest window start, and where the rows of their key/value head start in a->k and
+   a->v (elements; a's pointers set) */
+typedef struct tfm__cu_fq { int bh, b, h, i0, nq, n_max, lo_min; int64_t kh, vh; } tfm__cu_fq;
 static __device__ tfm__cu_fq tfm__cu_fq_at(const tfm__attn_args *a) {
     tfm__cu_fq f;
     int tiles = (a->Tq + TFM__CU_FB - 1) / TFM__CU_FB;
     f.bh = (int)blockIdx.x / tiles, f.b = f.bh / a->H, f.h = f.bh % a->H;
     f.i0 = ((int)blockIdx.x % tiles) * TFM__CU_FB, f.nq = TFM__MIN(TFM__CU_FB, a->Tq - f.i0);
-    f.kh = a->k + (int64_t)f.b * a->Tk * a->ldk + tfm__attn_kv_head(a, f.h) * a->D;
-    f.vh = a->v + (int64_t)f.b * a->Tk * a->ldv + tfm__attn_kv_head(a, f.h) * a->D;
+    f.kh = (int64_t)f.b * a->Tk * a->ldk + tfm__attn_kv_head(a, f.h) * a->D;
+    f.vh = (int64_t)f.b * a->Tk * a->ldv + tfm__attn_kv_head(a, f.h) * a->D;
     tfm__cu_attn_span(a, f.b, f.i0, f.nq, &f.n_max, &f.lo_min);
     return f;
 }
@@ -6946,20 +6984,20 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
     int w = (int)threadIdx.x >> 5, r, x, c, j0, bh, b, h, i0, nq, n_max, lo_min;
     uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sk = sq + F * ldh, *sv = sk + F * ldh, *sp = sv + F * ldh;
     float *ss = (float *)(void *)(sp + F * TFM__CU_FP), *so = ss + F * TFM__CU_FS, *sm = so + F * ldf, *sl = sm + F;
-    const float *kh, *vh;
+    int64_t kh, vh;
     tfm__cu_fq f;
     tfm__cu_attn_ptrs(&a, q, k, v, out, lse, lens, NULL, NULL, mask);
     f = tfm__cu_fq_at(&a);
     bh = f.bh, b = f.b, h = f.h, i0 = f.i0, nq = f.nq, n_max = f.n_max, lo_min = f.lo_min, kh = f.kh, vh = f.vh;
     for (x = (int)threadIdx.x; x < F * ldf; x += (int)blockDim.x) so[x] = 0.0f;
     if ((int)threadIdx.x < F) sm[threadIdx.x] = -INFINITY, sl[threadIdx.x] = 0.0f;
-    tfm__cu_ftile(sq, ldh, q + ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, nq, D, Dp);
+    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, nq, D, Dp, a.qkv_bf);
     for (j0 = 0; j0 < n_max; j0 += F) {
         int nk = TFM__MIN(F, n_max - j0);
         if (j0 >= a.sinks && j0 + nk <= lo_min) continue; /* in every row's window gap */
         __syncthreads(); /* every warp is done with the last tiles */
-        tfm__cu_ftile(sk, ldh, kh + (int64_t)j0 * a.ldk, a.ldk, nk, D, Dp);
-        tfm__cu_ftile(sv, ldh, vh + (int64_t)j0 * a.ldv, a.ldv, nk, D, Dp);
+        tfm__cu_ftile(sk, ldh, k, kh + (int64_t)j0 * a.ldk, a.ldk, nk, D, Dp, a.qkv_bf);
+        tfm__cu_ftile(sv, ldh, v, vh + (int64_t)j0 * a.ldv, a.ldv, nk, D, Dp, a.qkv_bf);
         __syncthreads();
         tfm__cu_wmma_rows(ss + 16 * w * TFM__CU_FS, TFM__CU_FS, 0, sq + 16 * w * ldh, ldh, sk, ldh, 1, Dp, F / 16);
         __syncwarp();
@@ -7015,21 +7053,21 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
     uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sdo = sq + F * ldh, *sk = sdo + F * ldh, *sv = sk + F * ldh;
     uint16_t *sds = sv + F * ldh;
     float *ss = (float *)(void *)(sds + F * TFM__CU_FP), *sg = ss + F * TFM__CU_FS, *acc = ss + 16 * w * ldf;
-    const float *kh, *vh;
+    int64_t kh, vh;
     tfm__cu_fq f;
     tfm__cu_fsum sum;
     tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
     f = tfm__cu_fq_at(&a);
     bh = f.bh, b = f.b, h = f.h, i0 = f.i0, nq = f.nq, n_max = f.n_max, lo_min = f.lo_min, kh = f.kh, vh = f.vh;
     tfm__cu_fsum_zero(&sum, Dp / 16);
-    tfm__cu_ftile(sq, ldh, q + ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, nq, D, Dp);
-    tfm__cu_ftile(sdo, ldh, dout + ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, nq, D, Dp);
+    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, nq, D, Dp, a.qkv_bf);
+    tfm__cu_ftile(sdo, ldh, dout, ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, nq, D, Dp, 0);
     for (j0 = 0; j0 < n_max; j0 += F) {
         int nk = TFM__MIN(F, n_max - j0);
         if (j0 >= a.sinks && j0 + nk <= lo_min) continue;
         __syncthreads();
-        tfm__cu_ftile(sk, ldh, kh + (int64_t)j0 * a.ldk, a.ldk, nk, D, Dp);
-        tfm__cu_ftile(sv, ldh, vh + (int64_t)j0 * a.ldv, a.ldv, nk, D, Dp);
+        tfm__cu_ftile(sk, ldh, k, kh + (int64_t)j0 * a.ldk, a.ldk, nk, D, Dp, a.qkv_bf);
+        tfm__cu_ftile(sv, ldh, v, vh + (int64_t)j0 * a.ldv, a.ldv, nk, D, Dp, a.qkv_bf);
         __syncthreads();
         tfm__cu_wmma_rows(ss + 16 * w * TFM__CU_FS, TFM__CU_FS, 0, sq + 16 * w * ldh, ldh, sk, ldh, 1, Dp, F / 16);
         tfm__cu_wmma_rows(sg + 16 * w * TFM__CU_FS, TFM__CU_FS, 0, sdo + 16 * w * ldh, ldh, sv, ldh, 1, Dp, F / 16);
@@ -7086,20 +7124,20 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
     tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
     tfm__cu_fsum_zero(&sdk, Dp / 16);
     tfm__cu_fsum_zero(&sdv, Dp / 16);
-    tfm__cu_ftile(sk, ldh, k + ((int64_t)b * a.Tk + j0) * a.ldk + g * D, a.ldk, nk, D, Dp);
-    tfm__cu_ftile(sv, ldh, v + ((int64_t)b * a.Tk + j0) * a.ldv + g * D, a.ldv, nk, D, Dp);
+    tfm__cu_ftile(sk, ldh, k, ((int64_t)b * a.Tk + j0) * a.ldk + g * D, a.ldk, nk, D, Dp, a.qkv_bf);
+    tfm__cu_ftile(sv, ldh, v, ((int64_t)b * a.Tk + j0) * a.ldv + g * D, a.ldv, nk, D, Dp, a.qkv_bf);
     /* causal: only the queries from key j0 on see these keys; with a window, only up to the last key's window
        (a sink: every query from it on) */
     if (a.causal) i_lo = TFM__MIN(j0, a.Tq);
     if (a.window && a.causal && j0 >= a.sinks) i1 = TFM__MIN(a.Tq, j0 + nk - 1 + a.window);
     for (h = g * G; h < g * G + G; h++) {
         int bh = b * a.H + h;
-        const float *qh = q + (int64_t)b * a.Tq * a.ldq + h * D, *doh = dout + (int64_t)b * a.Tq * lddo + h * D;
+        int64_t qh = (int64_t)b * a.Tq * a.ldq + h * D, doh = (int64_t)b * a.Tq * lddo + h * D;
         for (q0 = i_lo; q0 < i1; q0 += F) {
             int nq = TFM__MIN(F, i1 - q0);
             __syncthreads(); /* every warp is done with the last tiles */
-            tfm__cu_ftile(sq, ldh, qh + (int64_t)q0 * a.ldq, a.ldq, nq, D, Dp);
-            tfm__cu_ftile(sdo, ldh, doh + (int64_t)q0 * lddo, lddo, nq, D, Dp);
+            tfm__cu_ftile(sq, ldh, q, qh + (int64_t)q0 * a.ldq, a.ldq, nq, D, Dp, a.qkv_bf);
+            tfm__cu_ftile(sdo, ldh, dout, doh + (int64_t)q0 * lddo, lddo, nq, D, Dp, 0);
             if ((int)threadIdx.x < F) {
                 int t = (int)threadIdx.x, it = q0 + t;
                 sL[t] = t < nq ? lse[(int64_t)bh * a.Tq + it] : -INFINITY;
@@ -7421,6 +7459,17 @@ static void tfm__op_linear(tfm_device dev, float *y, int64_t ldy, const float *x
     TFM_ASSERT(!xbf);
     tfm__linear_forward_cpu(y, ldy, x, ldx, w, b, N, I, O);
 }
+/* y = x w^T + b written as bf16 rows of ldy elements, in one product whose epilogue adds the bias (cuBLASLt): a
+   bf16 model's q|k|v for the flash kernels (tfm__op_attention_flash), the same bits they rounded the fp32 ones
+   to. Returns 0, having written nothing, where it cannot be (the CPU, no bias, no cuBLASLt algorithm): the
+   caller runs tfm__op_linear. */
+static int tfm__op_linear_to_bf16(tfm_device dev, float *y, int64_t ldy, const float *x, int64_t ldx, const float *w,
+                                  const float *b, int64_t N, int64_t I, int64_t O, int xbf) {
+    TFM__CUDA(dev, return b && tfm__gemm_cuda(0, 1, (int)N, (int)O, (int)I, 1.0f, x, (int)ldx, 0, w, (int)I, 0, 0.0f, y,
+                                              (int)ldy, 0, 1, (xbf ? 1 : 0) | TFM__GEMM_OUT_BF16, b));
+    (void)y, (void)ldy, (void)x, (void)ldx, (void)w, (void)b, (void)N, (void)I, (void)O, (void)xbf;
+    return 0;
+}
 static void tfm__op_linear_bwd(tfm_device dev, float *dx, int64_t lddx, float dx_beta, float *dw, float *db,
                                const float *dy, int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N,
                                int64_t I, int64_t O, int xbf) {
@@ -7615,22 +7664,24 @@ static double tfm__op_sumsq(tfm_device dev, const tfm_adamw_param *ps, int n) {
     }
     return total;
 }
-/* The attention kernels return 0 when a thread had no scratch (then nothing was written). */
-static int tfm__op_attention(tfm_device dev, const tfm__attn_args *a) {
-    TFM__CUDA(dev, return tfm__attention_forward_cuda(a));
-    return tfm__attention_forward_cpu(a);
-}
-/* Whether call a's backward writes every element of dq, dk and dv (the flash kernels: each has one owner),
-   so that a caller who would zero them first may set a->overwrite instead (one pass over them, and a read
-   of each in the kernels, fewer; the same bits: 0 + the sum, as the zeroed buffer gave) */
-static int tfm__op_attention_bwd_writes(tfm_device dev, const tfm__attn_args *a) {
+/* Whether call a runs the flash kernels. Their backward writes every element of dq, dk and dv (each has one
+   owner), so that a caller who would zero them first may set a->overwrite instead (one pass over them, and a
+   read of each in the kernels, fewer; the same bits: 0 + the sum, as the zeroed buffer gave); and they
+   take q, k and v in bf16 (a->qkv_bf), as they round them to bf16 anyway. */
+static int tfm__op_attention_flash(tfm_device dev, const tfm__attn_args *a) {
     TFM__CUDA(dev, return tfm__attn_path(a) == 3);
     (void)a;
     return 0;
 }
+/* The attention kernels return 0 when a thread had no scratch (then nothing was written). */
+static int tfm__op_attention(tfm_device dev, const tfm__attn_args *a) {
+    TFM_ASSERT(!a->qkv_bf || tfm__op_attention_flash(dev, a));
+    TFM__CUDA(dev, return tfm__attention_forward_cuda(a));
+    return tfm__attention_forward_cpu(a);
+}
 static int tfm__op_attention_bwd(tfm_device dev, const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk,
                                  float *dv, int lddv, const float *dout, int lddo) {
-    TFM_ASSERT(!a->overwrite || tfm__op_attention_bwd_writes(dev, a));
+    TFM_ASSERT(!(a->overwrite || a->qkv_bf) || tfm__op_attention_flash(dev, a));
     TFM__CUDA(dev, return tfm__attention_backward_cuda(a, dq, lddq, dk, lddk, dv, lddv, dout, lddo));
     return tfm__attention_backward_cpu(a, dq, lddq, dk, lddk, dv, lddv, dout, lddo);
 }
@@ -8588,6 +8639,12 @@ static void tfm__mha_args(const tfm_mha *m, tfm__attn_args *a) {
         a->k = m->kv;
         a->v = m->kv + E;
         a->ldk = a->ldv = 2 * E;
+    } else if (m->qbf) { /* bf16 elements */
+        a->q = m->q;
+        a->k = (const float *)(const void *)((const uint16_t *)(const void *)m->q + C);
+        a->v = (const float *)(const void *)((const uint16_t *)(const void *)m->q + C + E);
+        a->ldq = a->ldk = a->ldv = C + 2 * E;
+        a->qkv_bf = 1;
     } else {
         a->q = m->q;
         a->k = m->q + C;
@@ -8634,6 +8691,7 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, int xbf, const fl
     m->Tk = Tk;
     m->x = x;
     m->xbf = xbf;
+    m->qbf = 0;
     m->xkv = xkv;
     memset(&m->opts, 0, sizeof m->opts);
     if (opts) m->opts = *opts;
@@ -8650,7 +8708,15 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, int xbf, const fl
                 tfm__op_linear(m->device, m->kv, 2 * E, xkv, C, w + C * C, b ? b + C : NULL, (int64_t)B * Tk, C, 2 * E, 0);
             if (kc && !kc->src_len) tfm__kv_store(kc, layer, 1, m->kv, 2 * E, B, Tk);
         } else {
-            tfm__op_linear(m->device, m->q, C + 2 * E, x, ldx, w, b, (int64_t)B * Tq, C, C + 2 * E, xbf);
+            /* q|k|v in bf16 (the same bits the flash kernels rounded them to) where those kernels will read them,
+               without rotary positions (which rotate fp32) */
+            if (!kc && !m->desc.rope_dims && tfm__bf16_store(m->device, C + 2 * E)) {
+                tfm__attn_args t;
+                tfm__mha_args(m, &t);
+                if (tfm__op_attention_flash(m->device, &t))
+                    m->qbf = tfm__op_linear_to_bf16(m->device, m->q, C + 2 * E, x, ldx, w, b, (int64_t)B * Tq, C, C + 2 * E, xbf);
+            }
+            if (!m->qbf) tfm__op_linear(m->device, m->q, C + 2 * E, x, ldx, w, b, (int64_t)B * Tq, C, C + 2 * E, xbf);
             if (m->desc.rope_dims) /* q and k, side by side: H + Hkv heads of each row; cached rows at their positions */
                 tfm__op_rope(m->device, m->q, m->q, C + 2 * E, B, Tq, m->desc.n_heads + m->desc.n_kv_heads,
                              (int)C / m->desc.n_heads, m->desc.rope_dims, m->desc.rope_base, kc ? kc->lens : NULL, 0, 0);
@@ -8692,7 +8758,7 @@ static void tfm__mha_bwd(tfm_mha *m, float *dx, float dx_beta, float *dxkv, cons
     tfm__op_linear_bwd(m->device, m->dctx, C, 0.0f, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx, C, m->out_proj_weight.data, B * Tq, C, C, 0);
     /* attention: gradients of the projected q, k, v */
     tfm__mha_args(m, &a);
-    a.overwrite = tfm__op_attention_bwd_writes(m->device, &a);
+    a.overwrite = tfm__op_attention_flash(m->device, &a);
     if (!a.overwrite) tfm__op_zero(m->device, m->dq, B * Tq * (cross ? C : C + 2 * E));
     if (cross) {
         if (!a.overwrite) tfm__op_zero(m->device, m->dkv, B * Tk * 2 * E);

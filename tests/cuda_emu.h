@@ -414,6 +414,7 @@ struct tfm_emu__state {
     unsigned long long copies = 0;                    /* copies and memsets that ran (of at least one byte) */
     unsigned long long gemm_ex_bf16 = 0;              /* cublasGemmEx calls on bf16 operands */
     unsigned long long lt_bias = 0;                   /* cublasLtMatmul calls with the bias epilogue that ran */
+    unsigned long long lt_bf16_out = 0;               /* ... and those of them with a bf16 result */
     std::vector<tfm_emu__fault> faults;
     std::map<uintptr_t, tfm_emu__alloc> allocs;       /* by base address */
     std::set<const void *> streams, events, handles;  /* live CUstream_st, CUevent_st, cublasContext,
@@ -514,6 +515,8 @@ static inline unsigned long long tfm_emu_copies(void) { return tfm_emu__g.copies
 static inline unsigned long long tfm_emu_gemm_bf16_calls(void) { return tfm_emu__g.gemm_ex_bf16; }
 /* cublasLtMatmul calls with the bias epilogue that ran so far (a graph's replays included) */
 static inline unsigned long long tfm_emu_lt_bias_calls(void) { return tfm_emu__g.lt_bias; }
+/* ... and those of them with a bf16 result (CUDA_R_16BF D) */
+static inline unsigned long long tfm_emu_lt_bf16_out_calls(void) { return tfm_emu__g.lt_bf16_out; }
 /* The (skip+1)-th next call of `api` fails with `code` (see the top). */
 static inline void tfm_emu_fail_next(const char *api, int code, int skip) {
     tfm_emu__fault f;
@@ -2288,7 +2291,8 @@ static inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublas
 /* ==== cuBLASLt: one product with a bias epilogue ====
    What the header asks of it: D = alpha op(A) op(B) (+ bias, CUBLASLT_EPILOGUE_BIAS: D's rows long, added
    to every column), beta 0, C and D the same matrix with one layout, column-major layouts of one matrix,
-   A and B both CUDA_R_32F or both CUDA_R_16BF, C and D and the bias CUDA_R_32F, scale type CUDA_R_32F,
+   A and B both CUDA_R_32F or both CUDA_R_16BF, C and D CUDA_R_32F (or, with bf16 A and B, CUDA_R_16BF: the
+   fp32 result rounded to nearest even once), the bias CUDA_R_32F, scale type CUDA_R_32F,
    compute CUBLAS_COMPUTE_32F or CUBLAS_COMPUTE_32F_FAST_TF32. Anything else: the heuristic offers no
    algorithm (CUBLAS_STATUS_NOT_SUPPORTED), as cuBLASLt may. The bias is added in fp32 to the fp32 sums:
    here as D filled with it and a product with beta 1 (the header's own way without cuBLASLt: the same
@@ -2433,8 +2437,8 @@ static inline bool tfm_emu__lt_served(const tfm_emu__lt_desc *d, const tfm_emu__
                                       const tfm_emu__lt_layout *D, int *m, int *n, int *k) {
     uint64_t am = d->ta == CUBLAS_OP_N ? A->rows : A->cols, ak = d->ta == CUBLAS_OP_N ? A->cols : A->rows;
     uint64_t bk = d->tb == CUBLAS_OP_N ? B->rows : B->cols, bn = d->tb == CUBLAS_OP_N ? B->cols : B->rows;
-    if (A->type != B->type || (A->type != CUDA_R_32F && A->type != CUDA_R_16BF) || C->type != CUDA_R_32F ||
-        D->type != CUDA_R_32F || d->scale != CUDA_R_32F ||
+    if (A->type != B->type || (A->type != CUDA_R_32F && A->type != CUDA_R_16BF) || C->type != D->type ||
+        (D->type != CUDA_R_32F && !(D->type == CUDA_R_16BF && A->type == CUDA_R_16BF)) || d->scale != CUDA_R_32F ||
         (d->compute != CUBLAS_COMPUTE_32F && !(d->compute == CUBLAS_COMPUTE_32F_FAST_TF32 && A->type == CUDA_R_32F)) ||
         (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS) ||
         (d->bias_type != -1 && d->bias_type != CUDA_R_32F))
@@ -2494,24 +2498,48 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
                            tfm_emu__lt_align(ptr[i]), (unsigned long long)algo->data[1 + i]);
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     float al = *(const float *)alpha;
-    bool bf16 = Al->type == CUDA_R_16BF, tf32 = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+    bool bf16 = Al->type == CUDA_R_16BF, tf32 = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32, dbf = Dl->type == CUDA_R_16BF;
     cublasOperation_t ta = (cublasOperation_t)d->ta, tb = (cublasOperation_t)d->tb;
     const float *bias = (const float *)ptr[4];
     int lda = (int)Al->ld, ldb = (int)Bl->ld, ldd = (int)Dl->ld;
-    float *out = (float *)D;
     auto run = [=] {
         float one = 1.0f, zero = 0.0f;
-        if (bias) { /* the bias in every column of D, then the sums added to it */
-            if (!tfm_emu__device_range(bias, (size_t)m * sizeof(float)))
-                tfm_emu__fatal("%s: the bias (%p, %d floats) is not device memory", api, (const void *)bias, m);
-            tfm_emu__check_matrix(api, "D", out, m, n, ldd);
+        if (bias && !tfm_emu__device_range(bias, (size_t)m * sizeof(float)))
+            tfm_emu__fatal("%s: the bias (%p, %d floats) is not device memory", api, (const void *)bias, m);
+        if (dbf) { /* the fp32 result (as below, from the widened operands), rounded to nearest even into D */
+            int ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m, br = tb == CUBLAS_OP_N ? k : n;
+            int bc = tb == CUBLAS_OP_N ? n : k;
+            std::vector<float> wa, wb, acc((size_t)m * n);
+            tfm_emu__check_matrix(api, "A", A, ar, ac, lda, 2);
+            tfm_emu__check_matrix(api, "B", B, br, bc, ldb, 2);
+            tfm_emu__check_matrix(api, "D", D, m, n, ldd, 2);
+            tfm_emu__widen(wa, A, true, ar, ac, lda);
+            tfm_emu__widen(wb, B, true, br, bc, ldb);
             for (int j = 0; j < n; j++)
-                for (int r = 0; r < m; r++) out[(size_t)j * ldd + r] = bias[r];
+                for (int r = 0; r < m; r++) acc[(size_t)j * m + r] = bias ? bias[r] : 0.0f;
+            if (tfm_sgemm(tb != CUBLAS_OP_N, ta != CUBLAS_OP_N, n, m, k, al, wb.data(), ldb, wa.data(), lda, bias ? 1.0f : 0.0f,
+                          acc.data(), m) != TFM_OK)
+                tfm_emu__fatal("%s: the sums failed", api);
+            for (int j = 0; j < n; j++)
+                for (int r = 0; r < m; r++) {
+                    uint32_t u;
+                    memcpy(&u, &acc[(size_t)j * m + r], 4);
+                    u = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) >> 16 : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+                    ((uint16_t *)D)[(size_t)j * ldd + r] = (uint16_t)u;
+                }
+        } else {
+            float *out = (float *)D;
+            if (bias) { /* the bias in every column of D, then the sums added to it */
+                tfm_emu__check_matrix(api, "D", out, m, n, ldd);
+                for (int j = 0; j < n; j++)
+                    for (int r = 0; r < m; r++) out[(size_t)j * ldd + r] = bias[r];
+            }
+            h->blas.stream = stream; /* (replaying, or as the call's own stream: run now) */
+            (void)tfm_emu__gemm("cublasLtMatmul (its sums)", &h->blas, ta, tb, m, n, k, &al, A, lda, 0, B, ldb, 0,
+                                bias ? &one : &zero, out, ldd, 0, 1, bf16, tf32 ? 1 : 0);
         }
-        h->blas.stream = stream; /* (replaying, or as the call's own stream: run now) */
-        (void)tfm_emu__gemm("cublasLtMatmul (its sums)", &h->blas, ta, tb, m, n, k, &al, A, lda, 0, B, ldb, 0,
-                            bias ? &one : &zero, out, ldd, 0, 1, bf16, tf32 ? 1 : 0);
         tfm_emu__g.lt_bias += bias != nullptr;
+        tfm_emu__g.lt_bf16_out += bias && dbf;
     };
     if (tfm_emu__recording(stream, api)) {
         tfm_emu__record(3, 0, 0, [h, run] {

@@ -584,7 +584,9 @@ static void cu_op_linear(void) {
    gaps between rows left alone (its epilogue adds as the fallback does; it checks the layouts, the
    transposes and the bias against cuBLASLt's documented meaning, and aborts on a pointer less aligned than
    the algorithm was picked for), and each map with a bias ran through cuBLASLt; on a GPU within the
-   rounding of fp32 sums. Then a heuristic that offers no algorithm: the fallback, and the answer kept. */
+   rounding of fp32 sums. An MLP's first map likewise (GELU and SwiGLU, fp32 and bf16): its bias by the
+   epilogue or by the activation's kernel, the same pre-activations and activations. Then a heuristic that
+   offers no algorithm: the fallback, and the answer kept. */
 static void cu_lt_bias(void) {
     static const int shapes[][3] = {{1, 16, 8}, {37, 24, 19}, {64, 48, 96}};
     cu_rng g = {57};
@@ -628,6 +630,41 @@ static void cu_lt_bias(void) {
                 free(got[0]), free(got[1]);
                 cu_release(&x, &w, &b, &y[0], &y[1], CU_END);
             }
+    for (int v = 0; v < 4; v++) { /* an MLP's first map: its bias by the epilogue, or by the activation's kernel */
+        int act = v & 1 ? TFM_ACT_SWIGLU : TFM_ACT_GELU_TANH, prec = v & 2 ? TFM_PREC_BF16 : 0, had = tfm__cu.has_lt;
+        int64_t N = 37, C = 24, F = 40, F1 = v & 1 ? 2 * F : F;
+        cu_buf x = cu_normal(N * C, &g, 1, 0), w = cu_normal(F1 * C, &g, 0.3, 0), b = cu_normal(F1, &g, 1, 0);
+        cu_buf y[2] = {cu_nan(N * F), cu_nan(N * F)}, pre[2] = {cu_nan(N * F1), cu_nan(N * F1)};
+        char name[120];
+        snprintf(name, sizeof name, "an MLP's first map with a bias through cuBLASLt: %s, precision %d",
+                 v & 1 ? "SwiGLU" : "GELU", prec);
+#ifdef TFM_CUDA_EMULATION
+        unsigned long long n0 = tfm_emu_lt_bias_calls();
+#endif
+        for (int k = 0; k < 2; k++) {
+            tfm__cu.has_lt = k ? 0 : had, tfm__cu.lt_off = k;
+            tfm__model_prec = prec;
+            tfm__op_linear_act(TFM_DEVICE_CUDA, act, y[k].d, pre[k].d, x.d, w.d, b.d, N, C, F, 0, 0);
+            tfm__model_prec = 0;
+            tfm__cu.has_lt = had = had || tfm__cu.has_lt, tfm__cu.lt_off = 0;
+#ifdef TFM_CUDA_EMULATION
+            CHECK_MSG(tfm_emu_lt_bias_calls() - n0 == 1, "%s: %llu cuBLASLt products with a bias after %d maps", name,
+                      tfm_emu_lt_bias_calls() - n0, k + 1);
+#endif
+        }
+        for (int o = 0; o < 2; o++) {
+            cu_buf *q = o ? pre : y;
+            float *a0 = cu_fetch(q[0].d, q[0].n, TFM_DEVICE_CUDA), *a1 = cu_fetch(q[1].d, q[1].n, TFM_DEVICE_CUDA);
+#ifdef TFM_CUDA_EMULATION
+            cu_check_bits_arrays(cu_fmt("%s: %s", name, o ? "pre-activation" : "activation"), a0, a1, q[0].n);
+#else
+            cu_check_scaled_arrays(cu_fmt("%s: %s", name, o ? "pre-activation" : "activation"), a0, a1, q[0].n, CU_TOL,
+                                   sqrt((double)C));
+#endif
+            free(a0), free(a1);
+        }
+        cu_release(&x, &w, &b, &y[0], &y[1], &pre[0], &pre[1], CU_END);
+    }
 #ifdef TFM_CUDA_EMULATION
     { /* no algorithm for a new shape: the bias filled in and added to, and no second question for it */
         int64_t N = 5, I = 8, O = 12;
@@ -4082,9 +4119,12 @@ static void cu_err_injected(void) {
             cu_arm("cudaMemcpyAsync", cudaErrorInvalidValue, 0);
             r = tfm_model_forward(&mg, &d->b, &l[1], NULL);
             cu_expect_cuda("tfm_model_forward, cudaMemcpyAsync failing", r, "tfm_model_forward", inval);
-            cu_arm("cublasSgemm", CUBLAS_STATUS_EXECUTION_FAILED, 2);
+            cu_arm("cublasSgemm", CUBLAS_STATUS_EXECUTION_FAILED, 0); /* (the head: no bias) */
             r = tfm_model_forward(&mg, &d->b, &l[1], NULL);
             cu_expect_cuda("tfm_model_forward, cublasSgemm failing", r, "tfm_model_forward", blas);
+            cu_arm("cublasLtMatmul", CUBLAS_STATUS_EXECUTION_FAILED, 2); /* (a map with a bias) */
+            r = tfm_model_forward(&mg, &d->b, &l[1], NULL);
+            cu_expect_cuda("tfm_model_forward, cublasLtMatmul failing", r, "tfm_model_forward", blas);
             /* after the failures: the same losses as the CPU */
             CHECK_OK(tfm_model_forward(&mc, &d->b, &l[0], NULL));
             CHECK_OK(tfm_model_forward(&mg, &d->b, &l[1], NULL));
@@ -4719,9 +4759,9 @@ static void cu_bf16_attention_case(const cu_bfatt *c) {
                                 ldk, dout.d, C));
     /* the flash kernels write every element of dq, dk and dv: with a.overwrite, into NaN, the bits added
        into zeros above (the batched products add: no overwrite) */
-    CHECK_MSG(tfm__op_attention_bwd_writes(TFM_DEVICE_CUDA, &a) == (tfm__attn_path(&a) == 3) &&
-                  !tfm__op_attention_bwd_writes(TFM_DEVICE_CPU, &a), "%s: which backward writes", name);
-    if (tfm__op_attention_bwd_writes(TFM_DEVICE_CUDA, &a)) {
+    CHECK_MSG(tfm__op_attention_flash(TFM_DEVICE_CUDA, &a) == (tfm__attn_path(&a) == 3) &&
+                  !tfm__op_attention_flash(TFM_DEVICE_CPU, &a), "%s: which backward writes", name);
+    if (tfm__op_attention_flash(TFM_DEVICE_CUDA, &a)) {
         cu_buf wq = cu_nan(nq), wk = cu_nan(c->fused ? 1 : nk), wv = cu_nan(c->fused ? 1 : nk);
         cu_buf *got[3] = {&wq, &wk, &wv}, *want[3] = {&dq, &dk, &dv};
         tfm__attn_args ao = a;
@@ -4736,6 +4776,35 @@ static void cu_bf16_attention_case(const cu_bfatt *c) {
             free(x), free(y);
         }
         cu_release(&wq, &wk, &wv, CU_END);
+        { /* q, k and v given in bf16 (their rounding, as a bf16 model's q|k|v product writes them): the same
+             output, log-sum-exps and gradients, bit for bit */
+            cu_buf bq = cu_nan(nq), bk = cu_nan(c->fused ? 1 : nk), bv = cu_nan(c->fused ? 1 : nk);
+            cu_buf o2 = cu_nan(out.n), l2 = cu_nan(lse.n), g2 = cu_zeros(nq), gk2 = cu_zeros(c->fused ? 1 : nk);
+            cu_buf gv2 = cu_zeros(c->fused ? 1 : nk);
+            cu_buf *pairs[][2] = {{&o2, &out}, {&l2, &lse}, {&g2, &dq}, {&gk2, &dk}, {&gv2, &dv}};
+            tfm__attn_args ab = a;
+            const uint16_t *q16 = (const uint16_t *)(const void *)bq.d;
+            (void)tfm__bf16_operand_cuda((uint16_t *)(void *)bq.d, ldq, q.d, ldq, 0, (int64_t)B * Tq, ldq, 1);
+            if (!c->fused) {
+                (void)tfm__bf16_operand_cuda((uint16_t *)(void *)bk.d, ldk, k.d, ldk, 0, (int64_t)B * Tk, ldk, 1);
+                (void)tfm__bf16_operand_cuda((uint16_t *)(void *)bv.d, ldk, v.d, ldk, 0, (int64_t)B * Tk, ldk, 1);
+            }
+            ab.qkv_bf = 1, ab.out = o2.d, ab.lse = l2.d, ab.q = bq.d;
+            ab.k = c->fused ? (const float *)(const void *)(q16 + C) : bk.d;
+            ab.v = c->fused ? (const float *)(const void *)(q16 + C + E) : bv.d;
+            CHECK(tfm__op_attention(TFM_DEVICE_CUDA, &ab));
+            ab.out = out.d, ab.lse = lse.d; /* the backward reads the first forward's (the same bits, checked) */
+            CHECK(tfm__op_attention_bwd(TFM_DEVICE_CUDA, &ab, g2.d, ldq, c->fused ? g2.d + C : gk2.d, ldk,
+                                        c->fused ? g2.d + C + E : gv2.d, ldk, dout.d, C));
+            for (int o = 0; o < (c->fused ? 3 : 5); o++) {
+                float *x = cu_fetch(pairs[o][0]->d, pairs[o][0]->n, TFM_DEVICE_CUDA);
+                float *y = cu_fetch(pairs[o][1]->d, pairs[o][1]->n, TFM_DEVICE_CUDA);
+                cu_check_bits_arrays(cu_fmt("%s: from bf16 q, k, v: %s", name, o == 0 ? "out" : o == 1 ? "lse" : o == 2 ? "dq" : o == 3 ? "dk" : "dv"),
+                                     x, y, pairs[o][0]->n);
+                free(x), free(y);
+            }
+            cu_release(&bq, &bk, &bv, &o2, &l2, &g2, &gk2, &gv2, CU_END);
+        }
     }
     tfm__model_prec = 0;
     for (b = 0; b < B; b++)
@@ -5224,7 +5293,7 @@ static void cu_bf16_acts(void) {
         tfm_model m[2];
         const char *nm = which < CU_N_MODELS ? cu_model_names[which] : which == CU_N_MODELS ? "lm d_model 12 d_ff 20" : "lm d_model 12 d_ff 3";
 #ifdef TFM_CUDA_EMULATION
-        unsigned long long launches[2] = {0, 0};
+        unsigned long long launches[2] = {0, 0}, qkv_bf[2] = {0, 0};
 #endif
         c.precision = TFM_PREC_BF16;
         if (which >= CU_N_MODELS) {
@@ -5243,7 +5312,7 @@ static void cu_bf16_acts(void) {
             cu_batch(d, &c, (uint64_t)(40 + step));
             for (int k = 0; k < 2; k++) { /* k 0: rounding before each product; 1: bf16 activations */
 #ifdef TFM_CUDA_EMULATION
-                unsigned long long l0 = tfm_emu_launches();
+                unsigned long long l0 = tfm_emu_launches(), q0 = tfm_emu_lt_bf16_out_calls();
 #endif
                 CHECK_OK(tfm_cuda_set_graphs(step == steps - 1));
                 tfm__bf16_acts_off = !k;
@@ -5251,6 +5320,7 @@ static void cu_bf16_acts(void) {
                 tfm__bf16_acts_off = 0;
 #ifdef TFM_CUDA_EMULATION
                 if (step < steps - 1) launches[k] += tfm_emu_launches() - l0;
+                qkv_bf[k] += tfm_emu_lt_bf16_out_calls() - q0;
 #endif
             }
             CHECK_OK(tfm_cuda_set_graphs(1));
@@ -5262,6 +5332,10 @@ static void cu_bf16_acts(void) {
 #ifdef TFM_CUDA_EMULATION
         CHECK_MSG(launches[1] < launches[0], "%s: %llu launches in %d steps with bf16 activations, %llu without", nm,
                   launches[1], steps - 1, launches[0]);
+        /* q|k|v written in bf16 by self-attention's product where the flash kernels read them: with biases and
+           without rotary positions (every self-attention layer then, a product a layer and step) */
+        CHECK_MSG(!qkv_bf[0] && (qkv_bf[1] > 0) == (!c.no_bias && c.pos != TFM_POS_ROPE),
+                  "%s: %llu products wrote q|k|v in bf16 with bf16 activations, %llu without", nm, qkv_bf[1], qkv_bf[0]);
         if (test__verbose)
             printf("    %s: %llu launches in %d steps, %llu without bf16 activations\n", nm, launches[1], steps - 1, launches[0]);
 #endif
