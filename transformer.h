@@ -3662,7 +3662,8 @@ static void tfm__swiglu_backward_cpu(float *dh, const float *dy, const float *h,
 }
 
 /* Rotary embedding of rows r = b*T + t (row stride ld) of H heads of D: y = R(p) x, or with inverse
-   R(p)^T x; acc: y += instead of y = (y not aliasing x then). The angle of pair j at position p is
+   R(p)^T x; acc: y += instead of y = (y not aliasing x then); acc 2 (CUDA): y as bf16 elements (rows of ld
+   of them), each rounded once, y not x. The angle of pair j at position p is
    p base^(-2j/rot), formed in double (float angles drift at long positions). */
 static TFM__HD inline void tfm__rope_angle(double p, int j, int rot, double base, int inverse, float *c, float *sn) {
     double a = p * pow(base, -2.0 * (double)j / (double)rot);
@@ -5312,24 +5313,28 @@ static __global__ void tfm__k_rope_angles(float *cs, int64_t T, int half, int ro
                         &cs[2 * i], &cs[2 * i + 1]);
     }
 }
+/* y[at] = v (acc 0), += v (1), or v rounded to bf16 into y's bf16 elements (2) */
+static __device__ void tfm__cu_rope_put(float *y, int64_t at, float v, int acc) {
+    if (acc == 2)
+        ((uint16_t *)(void *)y)[at] = tfm__bf16(v);
+    else
+        y[at] = acc ? y[at] + v : v;
+}
 static __global__ void tfm__k_rope(float *y, const float *x, int64_t ld, int64_t T, int H, int D, int rot,
                                    const float *cs, int own, int acc, int64_t n) {
     int half = rot / 2, w = D - half; /* per head: half pairs, then D - rot pass-through channels */
     TFM__CU_LOOP(i, n) {
-        int64_t r = i / ((int64_t)H * w);
-        int h = (int)(i / w % H), j = (int)(i % w);
-        const float *xh = x + r * ld + (int64_t)h * D;
-        float *yh = y + r * ld + (int64_t)h * D;
+        int64_t r = i / ((int64_t)H * w), o = r * ld + (int64_t)(i / w % H) * D;
+        int j = (int)(i % w);
+        const float *xh = x + o;
         if (j < half) {
             const float *a2 = cs + 2 * ((own ? r : r % T) * half + j);
-            float c = a2[0], sn = a2[1], a = xh[j], b = xh[j + half], ya, yb;
-            ya = a * c - b * sn;
-            yb = b * c + a * sn;
-            yh[j] = acc ? yh[j] + ya : ya;
-            yh[j + half] = acc ? yh[j + half] + yb : yb;
+            float c = a2[0], sn = a2[1], a = xh[j], b = xh[j + half];
+            tfm__cu_rope_put(y, o + j, a * c - b * sn, acc);
+            tfm__cu_rope_put(y, o + j + half, b * c + a * sn, acc);
         } else {
             int k = j + half; /* rot <= k < D */
-            yh[k] = acc ? yh[k] + xh[k] : xh[k];
+            tfm__cu_rope_put(y, o + k, xh[k], acc);
         }
     }
 }
@@ -7470,6 +7475,14 @@ static int tfm__op_linear_to_bf16(tfm_device dev, float *y, int64_t ldy, const f
     (void)y, (void)ldy, (void)x, (void)ldx, (void)w, (void)b, (void)N, (void)I, (void)O, (void)xbf;
     return 0;
 }
+/* rows x cols floats at src (rows of lds) rounded to bf16, into dst's bf16 elements from element off (rows of
+   ldd of them): a GPU's bf16 activations only */
+static void tfm__op_to_bf16(tfm_device dev, float *dst, int64_t ldd, int64_t off, const float *src, int64_t lds,
+                            int64_t rows, int64_t cols) {
+    TFM__CUDA(dev, (void)tfm__bf16_operand_cuda((uint16_t *)(void *)dst + off, ldd, src, lds, 0, rows, cols, 1); return);
+    (void)dst, (void)ldd, (void)off, (void)src, (void)lds, (void)rows, (void)cols;
+    TFM_ASSERT(0);
+}
 static void tfm__op_linear_bwd(tfm_device dev, float *dx, int64_t lddx, float dx_beta, float *dw, float *db,
                                const float *dy, int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N,
                                int64_t I, int64_t O, int xbf) {
@@ -7574,6 +7587,7 @@ static void tfm__op_linear_act(tfm_device dev, int act, float *y, float *pre, co
 static void tfm__op_rope(tfm_device dev, float *y, const float *x, int64_t ld, int64_t B, int64_t T, int H, int D, int rot,
                          float base, const int32_t *pos0, int inverse, int acc) {
     TFM__CUDA(dev, tfm__rope_cuda(y, x, ld, B, T, H, D, rot, base, pos0, inverse, acc); return);
+    TFM_ASSERT(acc != 2);
     tfm__rope_cpu(y, x, ld, B, T, H, D, rot, base, pos0, inverse, acc);
 }
 /* element i's mask is hash(seed, i0 + i) */
@@ -8710,16 +8724,26 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, int xbf, const fl
         } else {
             /* q|k|v in bf16 (the same bits the flash kernels rounded them to) where those kernels will read them,
                without rotary positions (which rotate fp32) */
-            if (!kc && !m->desc.rope_dims && tfm__bf16_store(m->device, C + 2 * E)) {
+            int flash = 0, nh = m->desc.n_heads + m->desc.n_kv_heads, D = (int)C / m->desc.n_heads;
+            if (!kc && tfm__bf16_store(m->device, C + 2 * E)) {
                 tfm__attn_args t;
                 tfm__mha_args(m, &t);
-                if (tfm__op_attention_flash(m->device, &t))
-                    m->qbf = tfm__op_linear_to_bf16(m->device, m->q, C + 2 * E, x, ldx, w, b, (int64_t)B * Tq, C, C + 2 * E, xbf);
+                flash = tfm__op_attention_flash(m->device, &t);
+            }
+            if (flash && !m->desc.rope_dims)
+                m->qbf = tfm__op_linear_to_bf16(m->device, m->q, C + 2 * E, x, ldx, w, b, (int64_t)B * Tq, C, C + 2 * E, xbf);
+            if (flash && m->desc.rope_dims && m->dq) {
+                /* with rotary positions: the product into the backward's scratch (free until then), the rotation
+                   from there rounding q and k to bf16 as it writes them, and v rounded */
+                tfm__op_linear(m->device, m->dq, C + 2 * E, x, ldx, w, b, (int64_t)B * Tq, C, C + 2 * E, xbf);
+                tfm__op_rope(m->device, m->q, m->dq, C + 2 * E, B, Tq, nh, D, m->desc.rope_dims, m->desc.rope_base, NULL, 0, 2);
+                tfm__op_to_bf16(m->device, m->q, C + 2 * E, C + E, m->dq + C + E, C + 2 * E, (int64_t)B * Tq, E);
+                m->qbf = 1;
             }
             if (!m->qbf) tfm__op_linear(m->device, m->q, C + 2 * E, x, ldx, w, b, (int64_t)B * Tq, C, C + 2 * E, xbf);
-            if (m->desc.rope_dims) /* q and k, side by side: H + Hkv heads of each row; cached rows at their positions */
-                tfm__op_rope(m->device, m->q, m->q, C + 2 * E, B, Tq, m->desc.n_heads + m->desc.n_kv_heads,
-                             (int)C / m->desc.n_heads, m->desc.rope_dims, m->desc.rope_base, kc ? kc->lens : NULL, 0, 0);
+            if (m->desc.rope_dims && !m->qbf) /* q and k, side by side: H + Hkv heads of each row; cached rows at their positions */
+                tfm__op_rope(m->device, m->q, m->q, C + 2 * E, B, Tq, nh, D, m->desc.rope_dims, m->desc.rope_base,
+                             kc ? kc->lens : NULL, 0, 0);
             if (kc) tfm__kv_store(kc, layer, 0, m->q + C, C + 2 * E, B, Tq);
         }
     }

@@ -941,7 +941,9 @@ static void cu_op_linear_act(void) {
 }
 
 /* rotary embedding: forward written, backward (the transpose) added, rows at offsets (host integers), part
-   of each head turned; angles up to ~1e4 rad, where float angles would drift */
+   of each head turned; angles up to ~1e4 rad, where float angles would drift. And the forward written in
+   bf16 (acc 2, a bf16 model's q and k) against the rounding of the fp32 one: the same bits, the rest of the
+   buffer untouched (NaN) */
 static void cu_op_rope(void) {
     static const int shapes[5][4] = {{1, 2, 2, 2}, {3, 2, 16, 16}, {5, 3, 24, 8}, {33, 4, 64, 64}, {6, 2, 80, 72}}; /* T, H, D, rot */
     static const int32_t pos0[2] = {0, 9000};
@@ -957,6 +959,17 @@ static void cu_op_rope(void) {
             cu_check(cu_fmt("rope T=%d H=%d D=%d rot=%d offsets %d: y", T, H, D, rot, off), &y, CU_TOL);
             CU_DEVS tfm__op_rope(CU_DEV, CU_P(dx), CU_P(y), (int64_t)H * D, 2, T, H, D, rot, 10000.0f, p0, 1, 1);
             cu_check(cu_fmt("rope T=%d H=%d D=%d rot=%d offsets %d: dx", T, H, D, rot, off), &dx, CU_TOL);
+            { /* acc 2: y in bf16, each the rounding of the fp32 rotation's (a bf16 model's q and k) */
+                cu_buf yb = cu_nan(n), yr = cu_nan(n);
+                float *a, *b;
+                tfm__op_rope(TFM_DEVICE_CUDA, yb.d, x.d, (int64_t)H * D, 2, T, H, D, rot, 10000.0f, p0, 0, 2);
+                tfm__op_rope(TFM_DEVICE_CUDA, y.d, x.d, (int64_t)H * D, 2, T, H, D, rot, 10000.0f, p0, 0, 0);
+                tfm__op_to_bf16(TFM_DEVICE_CUDA, yr.d, (int64_t)H * D, 0, y.d, (int64_t)H * D, (int64_t)2 * T, (int64_t)H * D);
+                a = cu_fetch(yb.d, n, TFM_DEVICE_CUDA), b = cu_fetch(yr.d, n, TFM_DEVICE_CUDA);
+                cu_check_bits_arrays(cu_fmt("rope T=%d H=%d D=%d rot=%d offsets %d: y in bf16", T, H, D, rot, off), a, b, n);
+                free(a), free(b);
+                cu_release(&yb, &yr, CU_END);
+            }
             cu_release(&x, &y, &dx, CU_END);
         }
 }
@@ -5333,9 +5346,15 @@ static void cu_bf16_acts(void) {
         CHECK_MSG(launches[1] < launches[0], "%s: %llu launches in %d steps with bf16 activations, %llu without", nm,
                   launches[1], steps - 1, launches[0]);
         /* q|k|v written in bf16 by self-attention's product where the flash kernels read them: with biases and
-           without rotary positions (every self-attention layer then, a product a layer and step) */
+           without rotary positions (every self-attention layer then, a product a layer and step); with rotary
+           positions by the rotation, from the product in the backward's scratch */
         CHECK_MSG(!qkv_bf[0] && (qkv_bf[1] > 0) == (!c.no_bias && c.pos != TFM_POS_ROPE),
                   "%s: %llu products wrote q|k|v in bf16 with bf16 activations, %llu without", nm, qkv_bf[1], qkv_bf[0]);
+        {
+            tfm_block *top = m[1].impl->n_dec ? &m[1].impl->dec[m[1].impl->n_dec - 1] : &m[1].impl->enc[m[1].impl->n_enc - 1];
+            CHECK_MSG(top->self_attn.qbf == (c.pos == TFM_POS_ROPE || !c.no_bias), "%s: the last self-attention's q|k|v %s bf16",
+                      nm, top->self_attn.qbf ? "in" : "not in");
+        }
         if (test__verbose)
             printf("    %s: %llu launches in %d steps, %llu without bf16 activations\n", nm, launches[1], steps - 1, launches[0]);
 #endif
