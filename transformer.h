@@ -6290,12 +6290,9 @@ static void tfm__linear_act_cuda(int act, float *y, float *pre, const float *x, 
     if (N * F <= 0) return;
     /* the bias through the product's epilogue where cuBLASLt serves it (pre then stays as the product wrote
        it), else added by the activation's kernel */
-    if (b && tfm__gemm_cuda(0, 1, (int)N, (int)F1, (int)C, 1.0f, x, (int)(xbf ? tfm__bf16_ld(C) : C), 0, w, (int)C, 0, 0.0f,
-                            pre, (int)F1, 0, 1, (xbf ? 1 : 0) | TFM__GEMM_LT_ONLY, b))
+    if (tfm__gemm_cuda(0, 1, (int)N, (int)F1, (int)C, 1.0f, x, (int)(xbf ? tfm__bf16_ld(C) : C), 0, w, (int)C, 0, 0.0f, pre,
+                       (int)F1, 0, 1, (xbf ? 1 : 0) | TFM__GEMM_LT_ONLY, b))
         b = NULL;
-    else if (!b)
-        (void)tfm__gemm_cuda(0, 1, (int)N, (int)F1, (int)C, 1.0f, x, (int)(xbf ? tfm__bf16_ld(C) : C), 0, w, (int)C, 0, 0.0f,
-                             pre, (int)F1, 0, 1, xbf ? 1 : 0, NULL);
     TFM__LAUNCH(tfm__k_bias_act, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, act, y, pre, b, N, F, ybf ? tfm__bf16_ld(F) : 0);
     TFM__CU_LAUNCHED("tfm__k_bias_act");
 }
