@@ -5134,8 +5134,30 @@ static __global__ void tfm__k_argmax(int32_t *ids, const float *x, int64_t V) {
    and the sum of e^(x - m) over its elements, rescaled when m grows, then the block's maximum M and the
    sum of each thread's sum times e^(m - M). A NaN logit makes the loss NaN, a -inf one adds nothing, an
    all -inf row or an inf logit gives NaN, as the two passes did. */
+/* Row r's part of the loss's gradient, g (softmax(x) - (1-s) onehot(t) - s/V) from its log-sum-exp l,
+   on a row whose target is not ignored (as the CPU's): added into dx, or (ldb > 0) written instead as bf16
+   rows of ldb elements (0 + the value, rounded: the bits a zeroed dx added into and then rounded would
+   have), an ignored row's zero */
+static __device__ void tfm__cu_xent_grad(float *dx, float g, const float *xr, float l, const int32_t *t, int ignore,
+                                         float s, int64_t V, int64_t ldb, int64_t r) {
+    int64_t j;
+    float sv = s / (float)V;
+    uint16_t *db = (uint16_t *)(void *)dx + r * ldb;
+    if (t[r] == ignore) {
+        for (j = threadIdx.x; ldb && j < V; j += blockDim.x) db[j] = 0;
+        return;
+    }
+    for (j = threadIdx.x; j < V; j += blockDim.x) {
+        float d = g * (tfm__exp(xr[j] - l) - sv - (j == t[r] ? 1.0f - s : 0.0f));
+        if (ldb) db[j] = tfm__bf16(0.0f + d);
+        else dx[r * V + j] += d;
+    }
+}
+
+/* Row r's log-sum-exp and loss; dx (not NULL): also the row's gradient (tfm__cu_xent_grad; g read from g_at
+   when that is not NULL), from the row as the loss read it, in the same launch */
 static __global__ void tfm__k_xent(float *rowloss, float *lse, const float *x, const int32_t *t, int ignore, float s,
-                                   int64_t V) {
+                                   int64_t V, float *dx, float g, const float *g_at, int64_t ldb) {
     TFM__SHARED(float, sh, 32);
     TFM__SHARED(double, shd, 32);
     int64_t r = blockIdx.x, j;
@@ -5165,27 +5187,14 @@ static __global__ void tfm__k_xent(float *rowloss, float *lse, const float *x, c
         }
         rowloss[r] = loss;
     }
+    if (dx) tfm__cu_xent_grad(dx, g_at ? *g_at : g, xr, l, t, ignore, s, V, ldb, r);
 }
 
-/* dx += g (softmax(x) - (1-s) onehot(t) - s/V) on rows whose target is not ignored (as the CPU's), g
-   read from g_at when that is not NULL (tfm__cuda_step_scalar: it changes with the batch's count); ldb > 0:
-   dx written instead, as bf16 rows of ldb elements (0 + the value, rounded: the bits a zeroed dx added
-   into and then rounded would have), ignored rows zero */
+/* tfm__cu_xent_grad of every row from the saved log-sum-exps */
 static __global__ void tfm__k_xent_bwd(float *dx, float g, const float *g_at, const float *x, const float *lse,
                                        const int32_t *t, int ignore, float s, int64_t V, int64_t ldb) {
-    int64_t r = blockIdx.x, j;
-    float l = lse[r], sv = s / (float)V;
-    if (g_at) g = *g_at;
-    uint16_t *db = (uint16_t *)(void *)dx + r * ldb;
-    if (t[r] == ignore) {
-        for (j = threadIdx.x; ldb && j < V; j += blockDim.x) db[j] = 0;
-        return;
-    }
-    for (j = threadIdx.x; j < V; j += blockDim.x) {
-        float d = g * (tfm__exp(x[r * V + j] - l) - sv - (j == t[r] ? 1.0f - s : 0.0f));
-        if (ldb) db[j] = tfm__bf16(0.0f + d);
-        else dx[r * V + j] += d;
-    }
+    int64_t r = blockIdx.x;
+    tfm__cu_xent_grad(dx, g_at ? *g_at : g, x + r * V, lse[r], t, ignore, s, V, ldb, r);
 }
 
 /* Row r of a layernorm (rms: RMSNorm) by the whole block, x and y at the row; y may alias x (each thread
@@ -6206,20 +6215,36 @@ static float tfm__cu_loss_mean(const float *rowloss, const int32_t *t, int ignor
     return nvalid ? (float)(total / (double)nvalid) : 0.0f;
 }
 
+/* The loss's gradient factor dloss / (nvalid, the counted rows, at least 1) in *g; its staged copy while a
+   step is recorded (tfm__cuda_step_scalar: it changes with the batch's count), else NULL. */
+static const float *tfm__cu_xent_factor(float *g, float dloss, int64_t nvalid) {
+    *g = dloss / (float)(nvalid ? nvalid : 1);
+    return (const float *)tfm__cuda_step_scalar(g, sizeof *g);
+}
+
 /* The mean loss over the counted rows (tfm__cu_loss_mean). While a training step is captured 0: the rows'
-   losses are queued to the pinned tfm__cu.host, for the mean once the graph has run. */
+   losses are queued to the pinned tfm__cu.host, for the mean once the graph has run. dxbf (not NULL): in the
+   same launch, the gradient for a loss scale of 1 there, as tfm__cross_entropy_bwd_cuda writes it with
+   dxbf (one read of the logits fewer than the loss and then the gradient). */
 static float tfm__cross_entropy_cuda(float *lse, const float *x, const int32_t *t, int ignore, float s, int64_t N,
-                                     int64_t V, int64_t *counted) {
+                                     int64_t V, int64_t *counted, float *dxbf) {
     size_t off = 0;
     unsigned char *ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t)) + TFM__CU_ROUND(N * sizeof(float)));
-    float *rowloss, *host;
+    float *rowloss, *host, g = 0.0f;
+    const float *g_at = NULL;
     int32_t *dt;
     if (counted) *counted = 0;
     if (!ws || N <= 0) return 0.0f;
     dt = (int32_t *)tfm__cuda_put(ws, &off, t, (size_t)N * sizeof(int32_t));
     rowloss = (float *)(ws + off);
+    if (dxbf) {
+        int64_t nvalid;
+        (void)tfm__cu_loss_mean(NULL, t, ignore, N, &nvalid);
+        g_at = tfm__cu_xent_factor(&g, 1.0f, nvalid);
+    }
     if (tfm__cu.failed) return 0.0f; /* never index with ids that did not arrive */
-    TFM__LAUNCH(tfm__k_xent, (unsigned)N, tfm__cu_row_threads(V), 0, rowloss, lse, x, dt, ignore, s, V);
+    TFM__LAUNCH(tfm__k_xent, (unsigned)N, tfm__cu_row_threads(V), 0, rowloss, lse, x, dt, ignore, s, V, dxbf, g_at ? 0.0f : g,
+                g_at, dxbf ? tfm__bf16_ld(V) : 0);
     TFM__CU_LAUNCHED("tfm__k_xent");
     if (!(host = tfm__cuda_host((size_t)N))) return 0.0f;
     if (tfm__cu.capturing) {
@@ -6249,16 +6274,15 @@ static void tfm__argmax_cuda(int32_t *ids, const float *x, int64_t N, int64_t V)
 static void tfm__cross_entropy_bwd_cuda(float *dx, float dloss, const float *x, const float *lse, const int32_t *t,
                                         int ignore, float s, int64_t N, int64_t V, int dxbf) {
     size_t off = 0;
-    int64_t r, nvalid = 0;
     unsigned char *ws;
     int32_t *dt;
     float g;
     const float *g_at;
-    for (r = 0; r < N; r++) nvalid += t[r] != ignore;
-    g = dloss / (float)(nvalid ? nvalid : 1);
+    int64_t nvalid;
+    (void)tfm__cu_loss_mean(NULL, t, ignore, N, &nvalid);
     if ((!nvalid && !dxbf) || N <= 0 || !(ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t))))) return;
     dt = (int32_t *)tfm__cuda_put(ws, &off, t, (size_t)N * sizeof(int32_t));
-    g_at = (const float *)tfm__cuda_step_scalar(&g, sizeof g);
+    g_at = tfm__cu_xent_factor(&g, dloss, nvalid);
     if (tfm__cu.failed) return;
     TFM__LAUNCH(tfm__k_xent_bwd, (unsigned)N, tfm__cu_row_threads(V), 0, dx, g_at ? 0.0f : g, g_at, x, lse, dt, ignore, s, V,
                 dxbf ? tfm__bf16_ld(V) : 0);
@@ -7498,9 +7522,12 @@ static void tfm__op_softmax_bwd(tfm_device dev, float *dx, const float *dy, cons
     if (log) tfm__log_softmax_backward_cpu(dx, dy, y, N, C);
     else tfm__softmax_backward_cpu(dx, dy, y, N, C);
 }
+/* dxbf (on the GPU only; else NULL): also the gradient for a loss scale of 1, as tfm__op_cross_entropy_bwd
+   writes it with dxbf, in the same pass */
 static float tfm__op_cross_entropy(tfm_device dev, float *lse, const float *x, const int32_t *t, int ignore, float s,
-                                   int64_t N, int64_t V, int64_t *counted) {
-    TFM__CUDA(dev, return tfm__cross_entropy_cuda(lse, x, t, ignore, s, N, V, counted));
+                                   int64_t N, int64_t V, int64_t *counted, float *dxbf) {
+    TFM__CUDA(dev, return tfm__cross_entropy_cuda(lse, x, t, ignore, s, N, V, counted, dxbf));
+    TFM_ASSERT(!dxbf);
     return tfm__cross_entropy_forward_cpu(lse, x, t, ignore, s, N, V, counted);
 }
 /* ids[r] (host memory) = tfm__argmax_cpu of row r of x, N rows of V <= 2^24 */
@@ -7936,7 +7963,7 @@ TFMDEF tfm_result tfm_cross_entropy_forward(float *loss, tfm_tensor *lse, const 
     if (!loss) return tfm__fail(TFM_E_ARG, "%s: loss is NULL", fn);
     TFM__TRY(tfm__chk_ce(fn, lse, logits, targets, ignore_index, label_smoothing));
     TFM__TRY(tfm__same_device("tfm_cross_entropy_forward", -1, 2, lse, logits));
-    *loss = tfm__op_cross_entropy(lse->device, lse->data, logits->data, targets, ignore_index, label_smoothing, tfm__rows(logits), tfm__cols(logits), NULL);
+    *loss = tfm__op_cross_entropy(lse->device, lse->data, logits->data, targets, ignore_index, label_smoothing, tfm__rows(logits), tfm__cols(logits), NULL, NULL);
     return tfm__cuda_check("tfm_cross_entropy_forward");
 }
 
@@ -9513,6 +9540,7 @@ struct tfm__model_impl {
     const float *memory, *top;      /* the encoder's output (enc-dec) and the top stack's output */
     const int32_t *tokens, *tgt_in; /* its inputs (read by backward) */
     int B, T, Tt, has_lens, has_types, has_targets, gen_replaced;
+    int xent_done;                  /* its loss's pass wrote d_logits for a loss scale of 1 (tfm__model_forward) */
     int warm;                       /* a forward pass or training step ran: the next may be a CUDA graph */
     float last_loss;
     uint64_t fwd_seed;
@@ -10411,7 +10439,10 @@ static const float *tfm__decoder_fwd(tfm_model *m, const int32_t *ids, const flo
                           memory, B, T, S, 1, NULL, mem_lens, encdec ? TFM__SITE_DEC_STACK : TFM__SITE_STACK, kc);
 }
 
-static tfm_result tfm__model_forward(tfm_model *m, const tfm_batch *b, float *loss, int64_t *n_counted) {
+/* dlogits: a training step's forward (tfm__train_step_run, tfm__model_graph), whose backward takes a loss scale
+   of 1: where the logits' gradients are a bf16 activation (an LM head on a GPU), the loss's pass writes them
+   too (xent_done) and the backward does not read the logits again */
+static tfm_result tfm__model_forward(tfm_model *m, const tfm_batch *b, float *loss, int64_t *n_counted, int dlogits) {
     const tfm_config *c;
     tfm_rng rng0;
     tfm_result r;
@@ -10487,6 +10518,7 @@ static tfm_result tfm__model_forward(tfm_model *m, const tfm_batch *b, float *lo
         tfm__op_linear(m->impl->device, m->impl->logits, n_out, h, C, m->impl->head.weight.data, NULL, rows, C, n_out, 0);
     }
     m->impl->has_targets = b->targets != NULL;
+    m->impl->xent_done = 0;
     m->impl->last_loss = 0.0f;
     if (b->targets) {
         if (kind == TFM_MODEL_ENCODER_CLASSIFIER) tfm__copy_ids(m->impl->targets, b->targets, 1, B, B);
@@ -10495,8 +10527,10 @@ static tfm_result tfm__model_forward(tfm_model *m, const tfm_batch *b, float *lo
         if (kind == TFM_MODEL_DECODER_LM && b->lens) /* positions past a sequence's length do not count */
             for (i = 0; i < rows; i++)
                 if (i % T >= b->lens[i / T]) m->impl->targets[i] = c->ignore_index;
+        m->impl->xent_done = dlogits && kind != TFM_MODEL_ENCODER_CLASSIFIER && tfm__bf16_store(m->impl->device, n_out);
         m->impl->last_loss = tfm__op_cross_entropy(m->impl->device, m->impl->lse, m->impl->logits, m->impl->targets,
-                                                   c->ignore_index, c->label_smoothing, rows, n_out, &counted);
+                                                   c->ignore_index, c->label_smoothing, rows, n_out, &counted,
+                                                   m->impl->xent_done ? m->impl->d_logits : NULL);
     }
     if (loss) *loss = m->impl->last_loss;
     if (n_counted) *n_counted = counted;
@@ -10505,6 +10539,7 @@ static tfm_result tfm__model_forward(tfm_model *m, const tfm_batch *b, float *lo
         m->impl->rng = rng0;
         m->impl->B = 0;
         m->impl->has_targets = 0;
+        m->impl->xent_done = 0;
     }
     return r;
 }
@@ -10522,7 +10557,7 @@ TFMDEF tfm_result tfm_model_forward(tfm_model *m, const tfm_batch *b, float *los
     if (m && m->impl && m->impl->device == TFM_DEVICE_CUDA && m->impl->warm && tfm__chk_batch("tfm_model_forward", m, b) == TFM_OK)
         ran = tfm__model_graph(m, b, NULL, loss, n_counted, NULL, &r);
 #endif
-    if (!ran) r = tfm__model_forward(m, b, loss, n_counted);
+    if (!ran) r = tfm__model_forward(m, b, loss, n_counted, 0);
     if (r == TFM_OK) m->impl->warm = 1;
     return tfm__prec_done(prev, r);
 }
@@ -10558,7 +10593,8 @@ static tfm_result tfm__model_backward(tfm_model *m, float loss_scale) {
     /* an LM head's logit gradients, which only its products read, as a bf16 activation (tfm__bf16_store) */
     lbf = kind != TFM_MODEL_ENCODER_CLASSIFIER && tfm__bf16_store(m->impl->device, n_out);
     if (!lbf) tfm__op_zero(m->impl->device, m->impl->d_logits, rows * n_out);
-    tfm__op_cross_entropy_bwd(m->impl->device, m->impl->d_logits, loss_scale, m->impl->logits, m->impl->lse, m->impl->targets, c->ignore_index, c->label_smoothing, rows, n_out, lbf);
+    if (!(m->impl->xent_done && lbf && loss_scale == 1.0f))
+        tfm__op_cross_entropy_bwd(m->impl->device, m->impl->d_logits, loss_scale, m->impl->logits, m->impl->lse, m->impl->targets, c->ignore_index, c->label_smoothing, rows, n_out, lbf);
     g = m->impl->d_enc_x; /* gradient of the top stack's output */
     if (kind == TFM_MODEL_ENCODER_CLASSIFIER) {
         const int32_t *lens = m->impl->has_lens ? m->impl->lens : NULL;
@@ -10752,7 +10788,7 @@ static tfm_result tfm__train_step_run(tfm_model *m, const tfm_batch *b, const tf
                                       float *grad_norm) {
     const char *fn = "tfm_model_train_step";
     tfm__model_impl *mi = m->impl;
-    tfm_result r = tfm__model_forward(m, b, loss, n_counted);
+    tfm_result r = tfm__model_forward(m, b, loss, n_counted, 1);
     if (r == TFM_OK) {
         tfm_model_zero_grad(m);
         r = tfm__model_backward(m, 1.0f);
@@ -10780,7 +10816,7 @@ static int tfm__model_graph(tfm_model *m, const tfm_batch *b, const tfm_optim *o
     if (rows && !tfm__cuda_host((size_t)rows)) return 0;
     for (dry = 1; dry >= 0; dry--) { /* a dry run (replay), else a capture */
         if (!tfm__cuda_capture_begin(gk, dry)) continue;
-        ok = tfm__model_forward(m, b, NULL, NULL) == TFM_OK;
+        ok = tfm__model_forward(m, b, NULL, NULL, o != NULL) == TFM_OK;
         if (ok && o) {
             tfm_model_zero_grad(m);
             ok = tfm__model_backward(m, 1.0f) == TFM_OK &&

@@ -747,7 +747,7 @@ static void cu_op_cross_entropy(void) {
                 cu_push(&x);
             }
             snprintf(name, sizeof name, "cross_entropy N=%lld V=%lld ignore=%d smoothing=%g", (long long)N, (long long)V, ignore, (double)s);
-            CU_DEVS loss[dv] = tfm__op_cross_entropy(CU_DEV, CU_P(lse), CU_P(x), t, ignore, s, N, V, &cnt[dv]);
+            CU_DEVS loss[dv] = tfm__op_cross_entropy(CU_DEV, CU_P(lse), CU_P(x), t, ignore, s, N, V, &cnt[dv], NULL);
             CHECK_MSG(cnt[0] == cnt[1], "%s: %lld rows counted on the device, %lld on the CPU", name, (long long)cnt[1], (long long)cnt[0]);
             cu_check_scalar(cu_fmt("%s: loss", name), loss[1], loss[0], CU_TOL, 1e-30);
             cu_check(cu_fmt("%s: lse", name), &lse, CU_TOL);
@@ -5256,10 +5256,31 @@ static void cu_bf16_act_ops(void) {
                top = cu_normal(N2 * C2, &g, 1, 0), w = cu_normal(V * C2, &g, 0.3, 0), dx[3], dw[3];
         if (all_ignored)
             for (int i = 0; i < (int)N2; i++) t[i] = -100;
-        (void)tfm__op_cross_entropy(TFM_DEVICE_CUDA, lse.d, x.d, t, -100, 0.1f, N2, V, &cnt);
+        float loss = tfm__op_cross_entropy(TFM_DEVICE_CUDA, lse.d, x.d, t, -100, 0.1f, N2, V, &cnt, NULL);
         tfm__model_prec = TFM_PREC_BF16;
         tfm__op_cross_entropy_bwd(TFM_DEVICE_CUDA, d32.d, 0.7f, x.d, lse.d, t, -100, 0.1f, N2, V, 0);
         tfm__op_cross_entropy_bwd(TFM_DEVICE_CUDA, db.d, 0.7f, x.d, lse.d, t, -100, 0.1f, N2, V, 1);
+        { /* the loss's pass writing the gradient for a loss scale of 1 too: the loss, log-sum-exps and gradient
+             of the two passes to the bit */
+            int64_t cnt1 = -1;
+            cu_buf lse1 = cu_nan(N2), g1 = cu_nan(N2 * V), g2 = cu_nan(N2 * V);
+            float loss1 = tfm__op_cross_entropy(TFM_DEVICE_CUDA, lse1.d, x.d, t, -100, 0.1f, N2, V, &cnt1, g2.d);
+            float *want, *got;
+            tfm__op_cross_entropy_bwd(TFM_DEVICE_CUDA, g1.d, 1.0f, x.d, lse.d, t, -100, 0.1f, N2, V, 1);
+            CHECK_MSG(!memcmp(&loss, &loss1, sizeof loss) && cnt1 == cnt, "%s: the loss %.9g over %lld rows, with the gradient "
+                      "in its pass %.9g over %lld", name, (double)loss, (long long)cnt, (double)loss1, (long long)cnt1);
+            want = cu_fetch(lse.d, N2, TFM_DEVICE_CUDA);
+            got = cu_fetch(lse1.d, N2, TFM_DEVICE_CUDA);
+            cu_check_bits_arrays(cu_fmt("%s: log-sum-exps with the gradient in the loss's pass", name), got, want, N2);
+            free(want);
+            free(got);
+            want = cu_fetch(g1.d, N2 * V, TFM_DEVICE_CUDA);
+            got = cu_fetch(g2.d, N2 * V, TFM_DEVICE_CUDA);
+            cu_check_bits_arrays(cu_fmt("%s: the bf16 gradient in the loss's pass", name), got, want, N2 * V);
+            free(want);
+            free(got);
+            cu_release(&lse1, &g1, &g2, CU_END);
+        }
         for (int k = 0; k < 3; k++) { /* k 0: each product rounds dy; 1: dy rounded once; 2: dy in bf16 */
             dx[k] = cu_nan(N2 * C2);
             dw[k] = cu_zeros(V * C2);
