@@ -699,6 +699,7 @@ typedef struct tfm_block {
     float *ln_io[TFM__MAX_SUB];            /* pre-LN: the layernorm's output; post-LN: its input */
     float *ff_pre, *ff_act;                /* (B,T,F) before and after the activation ((B,T,2F) before SwiGLU) */
     int bf_u, bf_h;                        /* pre-LN ln_io, ff_act held bf16 activations (tfm__bf16_store) */
+    int bf_pre;                            /* ff_pre held bf16 (rows of tfm__bf16_ld(F1): tfm__op_linear_act) */
     const float *xkv;
     tfm_attn_opts opts;                    /* the last call's options */
     /* scratch */
@@ -825,7 +826,9 @@ typedef struct tfm_config {
                                 fp32), while parameters, AdamW, the residual stream, norms' statistics,
                                 softmax statistics and loss stay fp32 (mixed precision); a pre-LN block's
                                 normalized inputs, the MLP's hidden layer and an LM head's logit
-                                gradients, which only products read, are stored in bf16. Not saved in
+                                gradients, which only products read, are stored in bf16, and the MLP's
+                                pre-activations are rounded to bf16 (as a bf16 product's output, and
+                                PyTorch's autocast, gives them to the activation). Not saved in
                                 checkpoints: a file loads into either */
 } tfm_config;
 
@@ -4248,9 +4251,11 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
    the bytes (a bf16 write and reads, where an fp32 write, a rounding pass a product and the reads were).
    The bf16 rows must fit in the float buffer (cols >= 4). A self-attention layer's q|k|v likewise, where
    the flash kernels read them (which round them as they load them) and no rotation follows (tfm_mha.qbf:
-   their product writes them in bf16 through cuBLASLt). tfm__bf16_acts_off: the rounding before each
-   product instead (and in a linear map's backward, of its output gradient once a product), for this
-   thread: the tests compare. */
+   their product writes them in bf16 through cuBLASLt). And the MLP's pre-activations, which a bf16 model
+   rounds to bf16 (tfm__linear_act_cuda), where their product writes them so (blk->bf_pre): its activation's
+   kernels read them as they are. tfm__bf16_acts_off: the rounding before each product instead (and in a
+   linear map's backward, of its output gradient once a product; the pre-activations rounded in fp32), for
+   this thread: the tests compare. */
 static TFM__THREAD_LOCAL int tfm__bf16_acts_off;
 static int64_t tfm__bf16_ld(int64_t cols) { return (cols + 7) & ~(int64_t)7; }
 
@@ -5007,6 +5012,17 @@ static TFM__HD inline uint16_t tfm__bf16(float x) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+/* The float a bf16 value stands for, exactly */
+static TFM__HD inline float tfm__bf16_value(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+/* Element c of row r of x: fp32 rows of C (ldb 0) or bf16 rows of ldb elements (a bf16 activation) */
+static TFM__HD inline float tfm__cu_at(const float *x, int64_t r, int64_t c, int64_t C, int64_t ldb) {
+    return ldb ? tfm__bf16_value(((const uint16_t *)(const void *)x)[r * ldb + c]) : x[r * C + c];
+}
 
 /* tfm__bf16_operand_cuda: element i of n = nb matrices of rows x cols; flat: source and destination are
    both the n elements in a row (no gaps), as most operands are, and need no index arithmetic */
@@ -5045,9 +5061,9 @@ static __device__ float tfm__cu_act_grad(int act, float dy, float v) {
     return act == TFM_ACT_RELU ? (v > 0.0f ? dy : 0.0f)
                                : dy * (act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh_grad(v) : tfm__gelu_erf_grad(v));
 }
-static __global__ void tfm__k_colsum_part(float *part, const float *src, int64_t lds, const float *x, const float *mean,
-                                          const float *rstd, int rms, int act, uint16_t *out, int64_t ldo, int64_t N,
-                                          int64_t C, int64_t rows) {
+static __global__ void tfm__k_colsum_part(float *part, const float *src, int64_t lds, const float *x, int64_t ldxb,
+                                          const float *mean, const float *rstd, int rms, int act, uint16_t *out, int64_t ldo,
+                                          int64_t N, int64_t C, int64_t rows) {
     TFM__SHARED(float, sh, 2 * 8 * 32);
     int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x >> 5), k;
     int64_t c = (int64_t)blockIdx.x * 32 + lane, r0 = (int64_t)blockIdx.y * rows, r;
@@ -5057,7 +5073,7 @@ static __global__ void tfm__k_colsum_part(float *part, const float *src, int64_t
         for (r = r0 + w; r < r1; r += 8) {
             float dy = src[r * lds + c];
             if (out) {
-                if (x) dy = tfm__cu_act_grad(act, dy, x[r * C + c]);
+                if (x) dy = tfm__cu_act_grad(act, dy, tfm__cu_at(x, r, c, C, ldxb));
                 out[r * ldo + c] = tfm__bf16(dy);
             } else if (x)
                 a += dy * (x[r * C + c] - (rms ? 0.0f : mean[r])) * rstd[r];
@@ -5249,22 +5265,26 @@ static __global__ void tfm__k_layernorm_bwd(float *dx, const float *res, const f
     }
 }
 
-/* An MLP's first linear map, bias and activation fused after the product: pre (N, F1) += b (b NULL: pre is
-   read only, its bias added by the product's epilogue or none), then y (N, F) = act(pre) (F1 = 2F for
-   SwiGLU: gate and up halves, one thread for both); ldb > 0: y as bf16 rows of ldb elements */
-static __global__ void tfm__k_bias_act(int act, float *y, float *pre, const float *b, int64_t N, int64_t F, int64_t ldb) {
+/* An MLP's first linear map, bias and activation fused after the product: pre (N, F1) += b (b NULL: its bias
+   added by the product's epilogue or none), then y (N, F) = act(pre) (F1 = 2F for SwiGLU: gate and up halves,
+   one thread for both); ldb > 0: y as bf16 rows of ldb elements. ldp > 0: pre is bf16 rows of ldp elements,
+   read only (the product wrote them, with the bias); else rnd (a bf16 model): pre rounded to bf16 after the
+   bias, written back in fp32, before the activation reads it. */
+static __global__ void tfm__k_bias_act(int act, float *y, float *pre, const float *b, int64_t N, int64_t F, int64_t ldb,
+                                       int64_t ldp, int rnd) {
     int64_t F1 = act == TFM_ACT_SWIGLU ? 2 * F : F;
     TFM__CU_LOOP(i, N * F) {
-        int64_t r = i / F, j = i % F;
-        float v = b ? pre[r * F1 + j] + b[j] : pre[r * F1 + j], h;
-        if (b) pre[r * F1 + j] = v;
-        if (act == TFM_ACT_SWIGLU) {
-            float u = b ? pre[r * F1 + F + j] + b[F + j] : pre[r * F1 + F + j];
-            if (b) pre[r * F1 + F + j] = u;
-            h = v * tfm__sigmoid(v) * u;
-        } else {
-            h = act == TFM_ACT_RELU ? (v > 0.0f ? v : 0.0f) : act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh(v) : tfm__gelu_erf(v);
+        int64_t r = i / F, j = i % F, k;
+        float v[2] = {0.0f, 0.0f}, h;
+        for (k = 0; k < (act == TFM_ACT_SWIGLU ? 2 : 1); k++) { /* (gate, up) */
+            v[k] = tfm__cu_at(pre, r, j + k * F, F1, ldp);
+            if (ldp) continue;
+            if (b) v[k] += b[j + k * F];
+            if (rnd) v[k] = tfm__bf16_value(tfm__bf16(v[k]));
+            if (b || rnd) pre[r * F1 + j + k * F] = v[k];
         }
+        if (act == TFM_ACT_SWIGLU) h = v[0] * tfm__sigmoid(v[0]) * v[1];
+        else h = act == TFM_ACT_RELU ? (v[0] > 0.0f ? v[0] : 0.0f) : act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh(v[0]) : tfm__gelu_erf(v[0]);
         if (ldb) ((uint16_t *)(void *)y)[r * ldb + j] = tfm__bf16(h);
         else y[i] = h;
     }
@@ -5294,11 +5314,13 @@ static __global__ void tfm__k_act_bwd(int act, float *dx, const float *dy, const
         dx[i] = acc != 0.0f ? dx[i] + d : d;
     }
 }
-/* SwiGLU's backward, as the CPU's: one thread per output element; ldb (not 0): dh in bf16, rows of ldb */
-static __global__ void tfm__k_swiglu_bwd(float *dh, const float *dy, const float *h, int64_t N, int64_t F, int64_t ldb) {
+/* SwiGLU's backward, as the CPU's: one thread per output element; ldb (not 0): dh in bf16, rows of ldb; ldh
+   (not 0): h is bf16, rows of ldh */
+static __global__ void tfm__k_swiglu_bwd(float *dh, const float *dy, const float *h, int64_t N, int64_t F, int64_t ldb,
+                                         int64_t ldh) {
     TFM__CU_LOOP(i, N * F) {
         int64_t r = i / F, j = i % F;
-        float g = h[r * 2 * F + j], u = h[r * 2 * F + F + j], sg = tfm__sigmoid(g);
+        float g = tfm__cu_at(h, r, j, 2 * F, ldh), u = tfm__cu_at(h, r, F + j, 2 * F, ldh), sg = tfm__sigmoid(g);
         float du = dy[i] * g * sg, dg = dy[i] * u * sg * (1.0f + g * (1.0f - sg));
         if (ldb) {
             uint16_t *hb = (uint16_t *)(void *)dh + r * ldb;
@@ -5979,7 +6001,8 @@ static uint32_t tfm__cu_align(const void *p) {
    fp32 to the fp32 sums: D is written once, where a fill with the bias and a product adding to it (beta 1)
    wrote it twice and read it once (8 bytes an element: a linear map's output, q|k|v's included). A and B
    bf16 (bf) or fp32; prec TFM_PREC_TF32: TF32 sums. dbf: D is bf16 (ldd in its elements), the sum with the
-   bias rounded to it once (bf16 A and B only). The algorithm cuBLASLt's heuristic picks for the
+   bias rounded to it once (bf16 A and B only); only then may bias be NULL (no epilogue: the sums rounded).
+   The algorithm cuBLASLt's heuristic picks for the
    shapes, strides, pointers' alignments and work space is kept, and so is an answer of none
    (TFM__CU_LT_PICKS a thread, the oldest replaced). Returns 0, having queued nothing, when cuBLASLt or an
    algorithm cannot be had (the caller adds the bias its own way); 1 when the product is queued (or is in
@@ -5993,10 +6016,11 @@ static int tfm__gemm_bias_lt(cublasOperation_t oa, cublasOperation_t ob, int m, 
     cublasLtMatmulPreference_t pref = NULL;
     cudaDataType_t t = bf ? CUDA_R_16BF : CUDA_R_32F, td = dbf ? CUDA_R_16BF : CUDA_R_32F;
     int32_t ta = (int32_t)oa, tb = (int32_t)ob, bt = (int32_t)CUDA_R_32F;
-    uint32_t epi = CUBLASLT_EPILOGUE_BIAS, al[4];
+    uint32_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, al[4];
     uint64_t ws;
     int key[15], i, pick = -1, ok = 0;
     float one = 1.0f, zero = 0.0f;
+    TFM_ASSERT(bias || dbf);
     if (!h || m <= 0 || n <= 0 || k <= 0) return 0;
     if (!c->blas_ws && !c->capturing && cudaMalloc(&c->blas_ws, TFM__CU_BLAS_WS) != cudaSuccess) {
         c->blas_ws = NULL; /* the products take no work space */
@@ -6018,8 +6042,8 @@ static int tfm__gemm_bias_lt(cublasOperation_t oa, cublasOperation_t ob, int m, 
     if (cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt) != CUBLAS_STATUS_SUCCESS)
+        (bias && (cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) != CUBLAS_STATUS_SUCCESS ||
+                  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt) != CUBLAS_STATUS_SUCCESS)))
         goto done;
     /* the layouts as stored: op(A) is m x k, op(B) k x n */
     if (cublasLtMatrixLayoutCreate(&la, t, oa == CUBLAS_OP_N ? m : k, oa == CUBLAS_OP_N ? k : m, lda) != CUBLAS_STATUS_SUCCESS)
@@ -6074,8 +6098,9 @@ done:
    0, one matrix): C = op(A) op(B) + bias, each row, in one product where cuBLASLt serves it
    (tfm__gemm_bias_lt), else C filled with the bias and the product added to it; with bf's bit
    TFM__GEMM_LT_ONLY, else the product alone, and the caller adds the bias; with TFM__GEMM_OUT_BF16 (a bf16 model
-   call, a bias), C is bf16 (rows of ldc bf16 elements) through cuBLASLt only, else nothing is written. Returns
-   1 when the bias is in C. */
+   call, one matrix, alpha 1, beta 0), C is bf16 (rows of ldc bf16 elements; the sum with the bias, if any,
+   rounded once) through cuBLASLt only, else nothing is written. Returns 1 when the bias is in C (with
+   TFM__GEMM_OUT_BF16: when C is written). */
 #define TFM__GEMM_LT_ONLY 4
 #define TFM__GEMM_OUT_BF16 8
 static int tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, int64_t sA,
@@ -6086,7 +6111,7 @@ static int tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, cons
     int prec = tfm__model_prec ? tfm__model_prec : tfm__cu.tf32 ? TFM_PREC_TF32 : TFM_PREC_FP32;
     int lt_only = bf & TFM__GEMM_LT_ONLY, out_bf = (bf & TFM__GEMM_OUT_BF16) != 0;
     bf &= 3;
-    TFM_ASSERT(!out_bf || (bias && prec == TFM_PREC_BF16));
+    TFM_ASSERT(!out_bf || (prec == TFM_PREC_BF16 && alpha == 1.0f && beta == 0.0f && batch == 1));
     TFM_ASSERT(!bf || (prec == TFM_PREC_BF16 && !(bf & 1 && sA) && !(bf & 2 && sB)));
     TFM_ASSERT(!bias || (alpha == 1.0f && beta == 0.0f && batch == 1));
     if (M <= 0 || N <= 0 || batch <= 0 || !(h = tfm__cuda_blas(prec == TFM_PREC_TF32))) return 0;
@@ -6098,8 +6123,8 @@ static int tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, cons
         tfm__bf16_op op[2] = {{A, lda, sA, ta ? K : M, ta ? M : K, bf & 1, NULL, 0, 0, 0}, /* A and B as stored */
                               {B, ldb, sB, tb ? N : K, tb ? K : N, bf & 2, NULL, 0, 0, 0}};
         if (!tfm__bf16_operands_cuda(op, 2, batch)) return 0;
-        if (bias && tfm__gemm_bias_lt(ob, oa, N, M, K, op[1].out, (int)op[1].ld, op[0].out, (int)op[0].ld, C, ldc, bias, prec, 1,
-                                      out_bf))
+        if ((bias || out_bf) && tfm__gemm_bias_lt(ob, oa, N, M, K, op[1].out, (int)op[1].ld, op[0].out, (int)op[0].ld, C, ldc,
+                                                  bias, prec, 1, out_bf))
             return 1;
         if (out_bf) return 0;
         if (bias && !lt_only) tfm__copy_rows_cuda(C, ldc, bias, 0, M, N, 0), beta = 1.0f;
@@ -6136,17 +6161,19 @@ static int tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, cons
 
 /* da[c] += sum_r dy xhat (x given: layernorm's weight gradient), db[c] += sum_r dy, for dy = src (N rows of
    stride lds) through tfm__k_colsum_part and tfm__k_colsum_fin; either of da, db may be NULL. out (not NULL; da
-   NULL): dy is an activation's backward (act, x its input), written to out in bf16 too (tfm__k_colsum_part). */
-static void tfm__colsums_cuda(float *da, float *db, const float *src, int64_t lds, const float *x, const float *mean,
-                              const float *rstd, int rms, int act, uint16_t *out, int64_t ldo, int64_t N, int64_t C) {
+   NULL): dy is an activation's backward (act, x its input: rows of C, or bf16 rows of ldxb when that is not 0),
+   written to out in bf16 too (tfm__k_colsum_part). */
+static void tfm__colsums_cuda(float *da, float *db, const float *src, int64_t lds, const float *x, int64_t ldxb,
+                              const float *mean, const float *rstd, int rms, int act, uint16_t *out, int64_t ldo, int64_t N,
+                              int64_t C) {
     int64_t rows = TFM__MAX((int64_t)128, (N + 65534) / 65535), n_part = (N + rows - 1) / rows;
     float *part;
     TFM_ASSERT(!(out && da));
     if (N <= 0 || C <= 0 || (!da && !db && !out)) return;
     part = (float *)(void *)tfm__cuda_ws((size_t)n_part * 2 * (size_t)C * sizeof(float));
     if (!part) return;
-    TFM__LAUNCH(tfm__k_colsum_part, dim3((unsigned)((C + 31) / 32), (unsigned)n_part), 256, 0, part, src, lds, x, mean,
-                rstd, rms, act, out, ldo, N, C, rows);
+    TFM__LAUNCH(tfm__k_colsum_part, dim3((unsigned)((C + 31) / 32), (unsigned)n_part), 256, 0, part, src, lds, x, ldxb,
+                mean, rstd, rms, act, out, ldo, N, C, rows);
     TFM__CU_LAUNCHED("tfm__k_colsum_part");
     if (!da && !db) return;
     TFM__LAUNCH(tfm__k_colsum_fin, tfm__cu_grid(C), TFM__CU_THREADS, 0, da, db, part, n_part, C);
@@ -6173,7 +6200,7 @@ static void tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, fl
         tfm__bf16_op op[3] = {{dy, lddy, 0, N, O, bf & 2, NULL, 0, 0, sums}, {w, I, 0, O, I, 0, NULL, 0, 0, 0},
                               {x, ldx, 0, N, I, bf & 1, NULL, 0, 0, 0}};
         if (!tfm__bf16_operands_cuda(op, 3, 1)) return;
-        if (sums) tfm__colsums_cuda(NULL, db, dy, lddy, NULL, NULL, NULL, 0, 0, (uint16_t *)(void *)op[0].out, op[0].ld, N, O);
+        if (sums) tfm__colsums_cuda(NULL, db, dy, lddy, NULL, 0, NULL, NULL, 0, 0, (uint16_t *)(void *)op[0].out, op[0].ld, N, O);
         db = NULL;
         tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, op[0].out, (int)op[0].ld, 0, op[1].out, (int)op[1].ld, 0, dx_beta,
                        dx, (int)lddx, 0, 1, 3, NULL);
@@ -6187,7 +6214,7 @@ static void tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, fl
             tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, dy, (int)lddy, 0, x, (int)ldx, 0, 1.0f, dw, (int)I, 0, 1,
                            (bf & 2 ? 1 : 0) | (bf & 1 ? 2 : 0), NULL);
     }
-    if (db) tfm__colsums_cuda(NULL, db, dy, lddy, NULL, NULL, NULL, 0, 0, NULL, 0, N, O);
+    if (db) tfm__colsums_cuda(NULL, db, dy, lddy, NULL, 0, NULL, NULL, 0, 0, NULL, 0, N, O);
 }
 
 static void tfm__softmax_cuda(float *y, const float *x, int64_t N, int64_t C, int log) {
@@ -6307,18 +6334,28 @@ static void tfm__add_layernorm_cuda(float *sum, float *y, float *mean, float *rs
 }
 
 /* pre = x w^T (the product alone), then the bias and the activation in one pass; xbf, ybf: x, y are bf16
-   activations (rows of tfm__bf16_ld(C), tfm__bf16_ld(F)) */
-static void tfm__linear_act_cuda(int act, float *y, float *pre, const float *x, const float *w, const float *b, int64_t N,
-                                 int64_t C, int64_t F, int xbf, int ybf) {
-    int64_t F1 = act == TFM_ACT_SWIGLU ? 2 * F : F;
-    if (N * F <= 0) return;
-    /* the bias through the product's epilogue where cuBLASLt serves it (pre then stays as the product wrote
-       it), else added by the activation's kernel */
-    if (tfm__gemm_cuda(0, 1, (int)N, (int)F1, (int)C, 1.0f, x, (int)(xbf ? tfm__bf16_ld(C) : C), 0, w, (int)C, 0, 0.0f, pre,
-                       (int)F1, 0, 1, (xbf ? 1 : 0) | TFM__GEMM_LT_ONLY, b))
+   activations (rows of tfm__bf16_ld(C), tfm__bf16_ld(F)). In a bf16 model call pre is rounded to bf16 after
+   the bias, as a bf16 product's output is (PyTorch's autocast too): with ybf, where cuBLASLt serves it, the
+   product writes pre in bf16 (rows of tfm__bf16_ld(F1), the sum with the bias rounded once) and the kernel
+   reads it; else pre is fp32 and the kernel rounds it, writing it back. Returns 1 when pre is bf16. */
+static int tfm__linear_act_cuda(int act, float *y, float *pre, const float *x, const float *w, const float *b, int64_t N,
+                                int64_t C, int64_t F, int xbf, int ybf) {
+    int64_t F1 = act == TFM_ACT_SWIGLU ? 2 * F : F, ldp = 0;
+    int bfm = tfm__model_prec == TFM_PREC_BF16, xb = xbf ? 1 : 0, ldx = (int)(xbf ? tfm__bf16_ld(C) : C);
+    if (N * F <= 0) return 0;
+    if (bfm && ybf && tfm__bf16_store(TFM_DEVICE_CUDA, F1) &&
+        tfm__gemm_cuda(0, 1, (int)N, (int)F1, (int)C, 1.0f, x, ldx, 0, w, (int)C, 0, 0.0f, pre, (int)tfm__bf16_ld(F1), 0, 1,
+                       xb | TFM__GEMM_OUT_BF16, b))
+        ldp = tfm__bf16_ld(F1), b = NULL;
+    /* else the bias through the product's epilogue where cuBLASLt serves it (pre then stays as the product
+       wrote it), or added by the activation's kernel */
+    else if (tfm__gemm_cuda(0, 1, (int)N, (int)F1, (int)C, 1.0f, x, ldx, 0, w, (int)C, 0, 0.0f, pre, (int)F1, 0, 1,
+                            xb | TFM__GEMM_LT_ONLY, b))
         b = NULL;
-    TFM__LAUNCH(tfm__k_bias_act, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, act, y, pre, b, N, F, ybf ? tfm__bf16_ld(F) : 0);
+    TFM__LAUNCH(tfm__k_bias_act, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, act, y, pre, b, N, F, ybf ? tfm__bf16_ld(F) : 0,
+                ldp, bfm);
     TFM__CU_LAUNCHED("tfm__k_bias_act");
+    return ldp != 0;
 }
 
 static void tfm__layernorm_bwd_cuda(float *dx, const float *res, float *dg, float *db, const float *dy, const float *x,
@@ -6328,7 +6365,7 @@ static void tfm__layernorm_bwd_cuda(float *dx, const float *res, float *dg, floa
         TFM__LAUNCH(tfm__k_layernorm_bwd, (unsigned)N, tfm__cu_row_threads(C), 0, dx, res, dy, x, g, mean, rstd, C, rms);
         TFM__CU_LAUNCHED("tfm__k_layernorm_bwd");
     }
-    if (dg || db) tfm__colsums_cuda(dg, db, dy, C, x, mean, rstd, rms, 0, NULL, 0, N, C);
+    if (dg || db) tfm__colsums_cuda(dg, db, dy, C, x, 0, mean, rstd, rms, 0, NULL, 0, N, C);
 }
 
 static void tfm__act_cuda(int act, float *y, const float *x, int64_t n) {
@@ -6341,9 +6378,10 @@ static void tfm__act_bwd_cuda(int act, float *dx, const float *dy, const float *
     TFM__LAUNCH(tfm__k_act_bwd, tfm__cu_grid(n), TFM__CU_THREADS, 0, act, dx, dy, x, n, acc);
     TFM__CU_LAUNCHED("tfm__k_act_bwd");
 }
-static void tfm__swiglu_bwd_cuda(float *dh, const float *dy, const float *h, int64_t N, int64_t F, int dhbf) {
+static void tfm__swiglu_bwd_cuda(float *dh, const float *dy, const float *h, int64_t N, int64_t F, int dhbf, int hbf) {
     if (N * F <= 0) return;
-    TFM__LAUNCH(tfm__k_swiglu_bwd, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, dh, dy, h, N, F, dhbf ? tfm__bf16_ld(2 * F) : 0);
+    TFM__LAUNCH(tfm__k_swiglu_bwd, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, dh, dy, h, N, F, dhbf ? tfm__bf16_ld(2 * F) : 0,
+                hbf ? tfm__bf16_ld(2 * F) : 0);
     TFM__CU_LAUNCHED("tfm__k_swiglu_bwd");
 }
 static void tfm__rope_cuda(float *y, const float *x, int64_t ld, int64_t B, int64_t T, int H, int D, int rot, float base,
@@ -6444,7 +6482,7 @@ static void tfm__pos_add_cuda(float *y, const float *x, const float *w, const in
 }
 
 static void tfm__colsum_cuda(float *dst, const float *src, int64_t lds, int64_t N, int64_t C) {
-    tfm__colsums_cuda(NULL, dst, src, lds, NULL, NULL, NULL, 0, 0, NULL, 0, N, C);
+    tfm__colsums_cuda(NULL, dst, src, lds, NULL, 0, NULL, NULL, 0, 0, NULL, 0, N, C);
 }
 
 static void tfm__add_cuda(float *y, const float *a, const float *b, int64_t n) {
@@ -7580,32 +7618,37 @@ static void tfm__op_act_bwd(tfm_device dev, int act, float *dx, const float *dy,
 }
 /* The same for a bf16 model's hidden layer on the GPU (blk->bf_h; act not SwiGLU): dx written in bf16 (rows of
    tfm__bf16_ld(F)), as only products read it, and db += dx's column sums in fp32 (may be NULL), in one pass:
-   the same bits as tfm__op_act_bwd then tfm__op_linear_bwd's rounding of dx and its bias sums. */
+   the same bits as tfm__op_act_bwd then tfm__op_linear_bwd's rounding of dx and its bias sums. xbf: x is bf16
+   too (rows of tfm__bf16_ld(F): tfm__op_linear_act's pre). */
 static void tfm__op_act_bwd_bf16(tfm_device dev, int act, float *dx, float *db, const float *dy, const float *x, int64_t N,
-                                 int64_t F) {
-    TFM__CUDA(dev, tfm__colsums_cuda(NULL, db, dy, F, x, NULL, NULL, 0, act, (uint16_t *)(void *)dx, tfm__bf16_ld(F), N, F);
+                                 int64_t F, int xbf) {
+    TFM__CUDA(dev, tfm__colsums_cuda(NULL, db, dy, F, x, xbf ? tfm__bf16_ld(F) : 0, NULL, NULL, 0, act, (uint16_t *)(void *)dx,
+                                     tfm__bf16_ld(F), N, F);
               return);
-    (void)act, (void)dx, (void)db, (void)dy, (void)x, (void)N, (void)F; /* the GPU only: never reached on the CPU */
+    (void)act, (void)dx, (void)db, (void)dy, (void)x, (void)N, (void)F, (void)xbf; /* the GPU only: never reached on the CPU */
     TFM_ASSERT(dev == TFM_DEVICE_CUDA);
 }
 /* SwiGLU's backward: dh (N,2F) written from dy (N,F) and h (N,2F); its forward is tfm__op_linear_act's. dhbf
    (the GPU, a bf16 model's hidden layer without a bias): dh in bf16, rows of tfm__bf16_ld(2F), as only the first
-   map's products read it. */
-static void tfm__op_swiglu_bwd(tfm_device dev, float *dh, const float *dy, const float *h, int64_t N, int64_t F, int dhbf) {
-    TFM__CUDA(dev, tfm__swiglu_bwd_cuda(dh, dy, h, N, F, dhbf); return);
-    TFM_ASSERT(!dhbf);
+   map's products read it; hbf (the GPU): h is bf16 too (rows of tfm__bf16_ld(2F): tfm__op_linear_act's pre). */
+static void tfm__op_swiglu_bwd(tfm_device dev, float *dh, const float *dy, const float *h, int64_t N, int64_t F, int dhbf,
+                               int hbf) {
+    TFM__CUDA(dev, tfm__swiglu_bwd_cuda(dh, dy, h, N, F, dhbf, hbf); return);
+    TFM_ASSERT(!dhbf && !hbf);
     tfm__swiglu_backward_cpu(dh, dy, h, N, F);
 }
 /* An MLP's first linear map and its activation: pre = x w^T + b (N rows of F1 = F, or 2F for SwiGLU), y =
    act(pre) (N rows of F); x rows of C; xbf, ybf: x, y bf16 activations (rows of tfm__bf16_ld(C),
-   tfm__bf16_ld(F)), on the GPU only */
-static void tfm__op_linear_act(tfm_device dev, int act, float *y, float *pre, const float *x, const float *w,
-                               const float *b, int64_t N, int64_t C, int64_t F, int xbf, int ybf) {
-    TFM__CUDA(dev, tfm__linear_act_cuda(act, y, pre, x, w, b, N, C, F, xbf, ybf); return);
+   tfm__bf16_ld(F)), on the GPU only. Returns 1 when pre is bf16 (rows of tfm__bf16_ld(F1):
+   tfm__linear_act_cuda), 0 when fp32. */
+static int tfm__op_linear_act(tfm_device dev, int act, float *y, float *pre, const float *x, const float *w,
+                              const float *b, int64_t N, int64_t C, int64_t F, int xbf, int ybf) {
+    TFM__CUDA(dev, return tfm__linear_act_cuda(act, y, pre, x, w, b, N, C, F, xbf, ybf));
     TFM_ASSERT(!xbf && !ybf);
     tfm__linear_forward_cpu(pre, act == TFM_ACT_SWIGLU ? 2 * F : F, x, C, w, b, N, C, act == TFM_ACT_SWIGLU ? 2 * F : F);
     if (act == TFM_ACT_SWIGLU) tfm__swiglu_forward_cpu(y, pre, N, F);
     else tfm__op_act(dev, act, y, pre, N * F);
+    return 0;
 }
 /* rotary embedding (pos0: B host integers or NULL); inverse: the transpose; acc: y += */
 static void tfm__op_rope(tfm_device dev, float *y, const float *x, int64_t ld, int64_t B, int64_t T, int H, int D, int rot,
@@ -9289,7 +9332,7 @@ static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, 
         o.batch_offset = bo->batch_offset;
         tfm__mha_fwd(&blk->cross_attn, v, u, ubf, blk->xkv, blk->B, blk->T, blk->Tk, &o, kc, layer);
     } else {
-        tfm__op_linear_act(blk->device, d->act, blk->ff_act, blk->ff_pre, u, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F, ubf, blk->bf_h);
+        blk->bf_pre = tfm__op_linear_act(blk->device, d->act, blk->ff_act, blk->ff_pre, u, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F, ubf, blk->bf_h);
         tfm__op_linear(blk->device, v, C, blk->ff_act, blk->bf_h ? tfm__bf16_ld(F) : F, blk->linear2.weight.data, blk->linear2.bias.data, N, F, C, blk->bf_h);
     }
 }
@@ -9309,8 +9352,9 @@ static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, float du_beta, 
         tfm__op_linear_bwd(blk->device, blk->d_ff2, F, 0.0f, blk->linear2.d_weight.data, blk->linear2.d_bias.data, dv, C, blk->ff_act, blk->bf_h ? tfm__bf16_ld(F) : F, blk->linear2.weight.data, N, F, C, blk->bf_h);
         /* hbf: d_ff1 in bf16 (SwiGLU's where no bias sums read it) */
         int ubf = d->norm_first && blk->bf_u, hbf = blk->bf_h && (d->act != TFM_ACT_SWIGLU || !blk->linear1.bias.data);
-        if (d->act == TFM_ACT_SWIGLU) tfm__op_swiglu_bwd(blk->device, blk->d_ff1, blk->d_ff2, blk->ff_pre, N, F, hbf);
-        else if (hbf) tfm__op_act_bwd_bf16(blk->device, d->act, blk->d_ff1, blk->linear1.d_bias.data, blk->d_ff2, blk->ff_pre, N, F);
+        TFM_ASSERT(!blk->bf_pre || hbf || d->act == TFM_ACT_SWIGLU);
+        if (d->act == TFM_ACT_SWIGLU) tfm__op_swiglu_bwd(blk->device, blk->d_ff1, blk->d_ff2, blk->ff_pre, N, F, hbf, blk->bf_pre);
+        else if (hbf) tfm__op_act_bwd_bf16(blk->device, d->act, blk->d_ff1, blk->linear1.d_bias.data, blk->d_ff2, blk->ff_pre, N, F, blk->bf_pre);
         else tfm__op_act_bwd(blk->device, d->act, blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, 0.0f);
         tfm__op_linear_bwd(blk->device, du, C, du_beta, blk->linear1.d_weight.data, hbf ? NULL : blk->linear1.d_bias.data, blk->d_ff1, hbf ? tfm__bf16_ld(F1) : F1, u, ubf ? tfm__bf16_ld(C) : C, blk->linear1.weight.data, N, C, F1, ubf | (hbf ? 2 : 0));
     }

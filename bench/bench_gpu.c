@@ -276,6 +276,7 @@ static void add_row(const char *name, int mode, int prec, int batch, double ms, 
 void bench_gpu_bf16_acts(int on);        /* bench/tfm_cuda.cu */
 unsigned long long bench_gpu_replays(void);
 tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float *dy, const float *x, int64_t rows, int64_t cols);
+tfm_result bench_gpu_to_bf16(float *dst, const float *src, int64_t rows, int64_t cols);
 tfm_result bench_gpu_linear_bias(float *y, const float *x, const float *w, const float *b, int64_t rows, int64_t in,
                                  int64_t out, int lt);
 
@@ -499,8 +500,8 @@ done:
      softmax_bwd        read dy, y; dx added into                             4X
      gelu_fwd (tanh)    read x; write y                                       2X
      gelu_bwd (tanh)    read dy, x; dx added into                             4X
-     gelu_bwd_bf16      a bf16 model's MLP: read dy, x; write dx in bf16;     2.5X + 2C
-                        db added into (its column sums, in the same pass)
+     gelu_bwd_bf16      a bf16 model's MLP: read dy, x in bf16; write dx in    2X + 2C
+                        bf16; db added into (its column sums, in the same pass)
      add_fwd            read a, b; write y                                    3X
      cross_entropy_fwd  read logits, targets; write lse (+ the loss)          X + 2N
                         (its time includes copying the row losses back and their sum on the host)
@@ -556,7 +557,7 @@ static double kernel_bytes(int op, int64_t rows, int64_t cols) {
     case K_SOFTMAX_BWD: return 4 * X;
     case K_GELU_FWD: return 2 * X;
     case K_GELU_BWD: return 4 * X;
-    case K_GELU_BWD_BF16: return 2.5 * X + 2 * C;
+    case K_GELU_BWD_BF16: return 2.0 * X + 2 * C;
     case K_ADD_FWD: return 3 * X;
     case K_XENT_FWD: return X + 2 * N;
     case K_XENT_BWD: return 3 * X + 2 * N;
@@ -676,6 +677,11 @@ static int kernel_setup(kbench *k, float *host) {
         case K_LN_BWD:
             what = "tfm_layernorm_forward (setup)";
             r = tfm_layernorm_forward(&k->t[2], &k->t[3], &k->t[4], &k->t[0], &k->t[5], NULL, 1e-5f);
+            break;
+        case K_GELU_BWD_BF16: /* the pre-activations x in bf16, as the training step holds them (through dx) */
+            what = "bench_gpu_to_bf16 (setup)";
+            r = bench_gpu_to_bf16(k->t[2].data, k->t[0].data, k->rows, k->cols);
+            if (r == TFM_OK) r = tfm_tensor_copy(&k->t[0], &k->t[2]);
             break;
         case K_SOFTMAX_BWD:
             what = "tfm_softmax_forward (setup)";

@@ -23,13 +23,22 @@ extern "C" unsigned long long bench_gpu_replays(void);
 extern "C" unsigned long long bench_gpu_replays(void) { return tfm__cu.replays; }
 
 /* For bench_gpu.c's --kernels: the hidden-layer gradient of a bf16 model's GELU (tanh) MLP, dx in bf16 (rows of
-   the padded width) with db += its column sums, as a training step runs it (tfm__op_act_bwd_bf16). */
+   the padded width) with db += its column sums, from the pre-activations x in bf16 (rows of the padded width),
+   as a training step runs it (tfm__op_act_bwd_bf16). */
 extern "C" tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float *dy, const float *x, int64_t rows,
                                               int64_t cols);
 extern "C" tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float *dy, const float *x, int64_t rows,
                                               int64_t cols) {
-    tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, TFM_ACT_GELU_TANH, dx, db, dy, x, rows, cols);
+    tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, TFM_ACT_GELU_TANH, dx, db, dy, x, rows, cols, 1);
     return tfm__cuda_check("bench_gpu_gelu_bwd_bf16");
+}
+
+/* For bench_gpu.c's --kernels set-up: rows x cols floats at src rounded to bf16 into dst (rows of the padded width,
+   as a bf16 activation) */
+extern "C" tfm_result bench_gpu_to_bf16(float *dst, const float *src, int64_t rows, int64_t cols);
+extern "C" tfm_result bench_gpu_to_bf16(float *dst, const float *src, int64_t rows, int64_t cols) {
+    tfm__op_to_bf16(TFM_DEVICE_CUDA, dst, tfm__bf16_ld(cols), 0, src, cols, rows, cols);
+    return tfm__cuda_check("bench_gpu_to_bf16");
 }
 
 /* For bench_gpu.c's --kernels: a bf16 model's linear map with a bias, y = x w^T + b (x rows x in, w out x in),

@@ -932,7 +932,7 @@ static void cu_op_linear_act(void) {
                     h.h[2] = -30.0f;
                 }
                 cu_push(&h);
-                CU_DEVS tfm__op_swiglu_bwd(CU_DEV, CU_P(dh), CU_P(dy), CU_P(h), N, F, 0);
+                CU_DEVS tfm__op_swiglu_bwd(CU_DEV, CU_P(dh), CU_P(dy), CU_P(h), N, F, 0, 0);
                 cu_check(cu_fmt("swiglu N=%lld F=%lld: dh", (long long)N, (long long)F), &dh, CU_TOL);
                 cu_release(&h, &dy, &dh, CU_END);
             }
@@ -5163,7 +5163,7 @@ static void cu_bf16_act_ops(void) {
                    w2 = cu_normal(O * C, &g, 0.3, 0), b2 = cu_normal(O, &g, 0.3, 0), dy = cu_normal(N * O, &g, 1, 0);
             cu_buf y32 = cu_nan(N * C), yb = cu_nan(N * C), m[2] = {cu_nan(N), cu_nan(N)}, rs[2] = {cu_nan(N), cu_nan(N)},
                    s[2] = {cu_nan(N * C), cu_nan(N * C)}, h32 = cu_nan(N * F), hb = cu_nan(N * F),
-                   pre[2] = {cu_nan(N * F1), cu_nan(N * F1)}, out[2] = {cu_nan(N * O), cu_nan(N * O)},
+                   pre[2] = {cu_nan(N * F1), cu_nan(N * F1)}, pre32 = cu_nan(N * F1), out[2] = {cu_nan(N * O), cu_nan(N * O)},
                    dw[2] = {cu_zeros(O * C), cu_zeros(O * C)}, dx[2] = {cu_nan(N * C), cu_nan(N * C)};
             float *a, *bh;
             snprintf(name, sizeof name, "bf16 activations C=%lld %s act %d", (long long)C, rms ? "rmsnorm" : "layernorm", acts[v]);
@@ -5177,9 +5177,15 @@ static void cu_bf16_act_ops(void) {
                 tfm__op_layernorm(TFM_DEVICE_CUDA, y32.d, m[0].d, rs[0].d, x.d, gn.d, v ? NULL : bb.d, 1e-5f, N, C, rms, 0);
                 tfm__op_layernorm(TFM_DEVICE_CUDA, yb.d, m[1].d, rs[1].d, x.d, gn.d, v ? NULL : bb.d, 1e-5f, N, C, rms, 1);
             }
-            /* the MLP's first map from either form of y: the same pre-activations; h in fp32 and in bf16 */
-            tfm__op_linear_act(TFM_DEVICE_CUDA, acts[v], h32.d, pre[0].d, y32.d, w.d, b1.d, N, C, F, 0, 0);
-            tfm__op_linear_act(TFM_DEVICE_CUDA, acts[v], hb.d, pre[1].d, yb.d, w.d, b1.d, N, C, F, 1, 1);
+            /* the MLP's first map from either form of y: the same pre-activations, rounded to bf16 (pre[0] fp32,
+               pre[1] bf16 where cuBLASLt writes it: pb); h in fp32 and in bf16 */
+            int pb0 = tfm__op_linear_act(TFM_DEVICE_CUDA, acts[v], h32.d, pre[0].d, y32.d, w.d, b1.d, N, C, F, 0, 0);
+            int pb = tfm__op_linear_act(TFM_DEVICE_CUDA, acts[v], hb.d, pre[1].d, yb.d, w.d, b1.d, N, C, F, 1, 1);
+            tfm__op_linear(TFM_DEVICE_CUDA, pre32.d, F1, y32.d, C, w.d, b1.d, N, C, F1, 0); /* the map alone, fp32 */
+            CHECK_MSG(!pb0, "%s: the fp32 hidden layer's pre-activations in bf16", name);
+#ifdef TFM_CUDA_EMULATION
+            CHECK_MSG(pb, "%s: the pre-activations not written in bf16 for the bf16 hidden layer", name);
+#endif
             /* a linear map of y, forward and its weight's and input's gradients */
             for (int k = 0; k < 2; k++) {
                 const float *xin = k ? yb.d : y32.d;
@@ -5189,10 +5195,9 @@ static void cu_bf16_act_ops(void) {
             }
             tfm__model_prec = 0;
             {
-                cu_buf *pairs[][2] = {{&m[0], &m[1]}, {&rs[0], &rs[1]}, {&s[0], &s[1]}, {&pre[0], &pre[1]},
-                                      {&out[0], &out[1]}, {&dw[0], &dw[1]}, {&dx[0], &dx[1]}};
-                static const char *const what[] = {"mean", "rstd", "sum", "pre-activation", "linear map", "weight gradient",
-                                                   "input gradient"};
+                cu_buf *pairs[][2] = {{&m[0], &m[1]}, {&rs[0], &rs[1]}, {&s[0], &s[1]}, {&out[0], &out[1]}, {&dw[0], &dw[1]},
+                                      {&dx[0], &dx[1]}};
+                static const char *const what[] = {"mean", "rstd", "sum", "linear map", "weight gradient", "input gradient"};
                 for (int q = 0; q < CU_LEN(what); q++) {
                     int64_t n = pairs[q][0]->n;
                     if ((q == 0 && rms) || (q == 2 && !(v & 2))) continue;
@@ -5201,6 +5206,22 @@ static void cu_bf16_act_ops(void) {
                     cu_check_bits_arrays(cu_fmt("%s: %s from the bf16 activation", name, what[q]), bh, a, n);
                     free(a);
                     free(bh);
+                }
+            }
+            { /* the pre-activations: the map's fp32 output rounded (cu_bf16_ref), in fp32 (pre[0]) and in bf16 (pre[1]) */
+                float *p32 = cu_fetch(pre32.d, N * F1, TFM_DEVICE_CUDA), *p0 = cu_fetch(pre[0].d, N * F1, TFM_DEVICE_CUDA);
+                for (int64_t i = 0; i < N * F1; i++) p32[i] = (float)cu_bf16_ref(p32[i]);
+                cu_check_bits_arrays(cu_fmt("%s: the pre-activations rounded in fp32", name), p0, p32, N * F1);
+                free(p32);
+                free(p0);
+                p0 = NULL;
+                if (pb) cu_check_bf16_rows(cu_fmt("%s: the pre-activations in bf16", name), pre32.d, pre[1].d, N, F1);
+                else {
+                    float *p1 = cu_fetch(pre[1].d, N * F1, TFM_DEVICE_CUDA);
+                    p0 = cu_fetch(pre[0].d, N * F1, TFM_DEVICE_CUDA);
+                    cu_check_bits_arrays(cu_fmt("%s: the pre-activations from the bf16 activation", name), p1, p0, N * F1);
+                    free(p1);
+                    free(p0);
                 }
             }
             cu_check_bf16_rows(cu_fmt("%s: the norm's output", name), y32.d, yb.d, N, C);
@@ -5216,12 +5237,12 @@ static void cu_bf16_act_ops(void) {
                 cu_push(&gb[1]);
                 tfm__model_prec = TFM_PREC_BF16;
                 if (sw) {
-                    tfm__op_swiglu_bwd(TFM_DEVICE_CUDA, d[0].d, dh.d, pre[0].d, N, F, 0);
-                    tfm__op_swiglu_bwd(TFM_DEVICE_CUDA, d[1].d, dh.d, pre[0].d, N, F, 1);
+                    tfm__op_swiglu_bwd(TFM_DEVICE_CUDA, d[0].d, dh.d, pre[0].d, N, F, 0, 0);
+                    tfm__op_swiglu_bwd(TFM_DEVICE_CUDA, d[1].d, dh.d, pre[1].d, N, F, 1, pb);
                 } else {
                     tfm__op_act_bwd(TFM_DEVICE_CUDA, acts[v], d[0].d, dh.d, pre[0].d, N * F, 0.0f);
-                    tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, acts[v], d[1].d, gb[1].d, dh.d, pre[0].d, N, F);
-                    tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, acts[v], d[2].d, NULL, dh.d, pre[0].d, N, F);
+                    tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, acts[v], d[1].d, gb[1].d, dh.d, pre[1].d, N, F, pb);
+                    tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, acts[v], d[2].d, NULL, dh.d, pre[1].d, N, F, pb);
                 }
                 tfm__op_linear_bwd(TFM_DEVICE_CUDA, gx[0].d, C, 0.0f, gw[0].d, sw ? NULL : gb[0].d, d[0].d, F1, yb.d, ld, w.d, N,
                                    C, F1, 1);
@@ -5245,7 +5266,7 @@ static void cu_bf16_act_ops(void) {
                 }
                 cu_release(&dh, &d[0], &d[1], &d[2], &gx[0], &gx[1], &gw[0], &gw[1], &gb[0], &gb[1], CU_END);
             }
-            cu_release(&x, &r, &gn, &bb, &w, &b1, &w2, &b2, &dy, &y32, &yb, &m[0], &m[1], &rs[0], &rs[1], &s[0], &s[1], &h32,
+            cu_release(&x, &r, &gn, &bb, &w, &b1, &w2, &b2, &dy, &y32, &yb, &pre32, &m[0], &m[1], &rs[0], &rs[1], &s[0], &s[1], &h32,
                        &hb, &pre[0], &pre[1], &out[0], &out[1], &dw[0], &dw[1], &dx[0], &dx[1], CU_END);
         }
     for (int all_ignored = 0; all_ignored < 2; all_ignored++) {
@@ -5366,15 +5387,21 @@ static void cu_bf16_acts(void) {
 #ifdef TFM_CUDA_EMULATION
         CHECK_MSG(launches[1] < launches[0], "%s: %llu launches in %d steps with bf16 activations, %llu without", nm,
                   launches[1], steps - 1, launches[0]);
-        /* q|k|v written in bf16 by self-attention's product where the flash kernels read them: with biases and
-           without rotary positions (every self-attention layer then, a product a layer and step); with rotary
-           positions by the rotation, from the product in the backward's scratch */
-        CHECK_MSG(!qkv_bf[0] && (qkv_bf[1] > 0) == (!c.no_bias && c.pos != TFM_POS_ROPE),
-                  "%s: %llu products wrote q|k|v in bf16 with bf16 activations, %llu without", nm, qkv_bf[1], qkv_bf[0]);
         {
+            /* q|k|v written in bf16 by self-attention's product where the flash kernels read them: with biases and
+               without rotary positions (every self-attention layer then, a product a layer and step); with rotary
+               positions by the rotation, from the product in the backward's scratch. The MLP's pre-activations
+               written in bf16 by its first product where its hidden layer is bf16 (every layer: the products with
+               a bias among them are counted too, a product a layer and step). */
             tfm_block *top = m[1].impl->n_dec ? &m[1].impl->dec[m[1].impl->n_dec - 1] : &m[1].impl->enc[m[1].impl->n_enc - 1];
+            int bf_h = tfm__bf16_ld(c.d_ff) <= 2 * c.d_ff;
+            unsigned long long layers = (unsigned long long)(m[1].impl->n_enc + m[1].impl->n_dec);
+            unsigned long long want = (unsigned long long)steps * layers * ((!c.no_bias && c.pos != TFM_POS_ROPE) + (!c.no_bias && bf_h));
+            CHECK_MSG(!qkv_bf[0] && qkv_bf[1] == want, "%s: %llu products with a bias wrote bf16 with bf16 activations (want %llu), "
+                      "%llu without", nm, qkv_bf[1], want, qkv_bf[0]);
             CHECK_MSG(top->self_attn.qbf == (c.pos == TFM_POS_ROPE || !c.no_bias), "%s: the last self-attention's q|k|v %s bf16",
                       nm, top->self_attn.qbf ? "in" : "not in");
+            CHECK_MSG(top->bf_pre == bf_h, "%s: the last MLP's pre-activations %s bf16", nm, top->bf_pre ? "in" : "not in");
         }
         if (test__verbose)
             printf("    %s: %llu launches in %d steps, %llu without bf16 activations\n", nm, launches[1], steps - 1, launches[0]);
