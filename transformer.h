@@ -584,6 +584,7 @@ typedef struct tfm_mha {
     const float *x, *xkv;
     int xbf;           /* x was a bf16 activation (a bf16 model's pre-LN block) */
     int qbf;           /* q|k|v are bf16 (rows of C+2Ckv bf16 elements: a bf16 model's flash attention) */
+    int obf;           /* ctx is bf16 (rows of tfm__bf16_ld(C) elements: the same calls, where those fit) */
     int B, Tq, Tk, has_lens, has_grad;
     tfm_attn_opts opts;
     tfm_device device;
@@ -827,9 +828,9 @@ typedef struct tfm_config {
                                 softmax statistics and loss stay fp32 (mixed precision); a pre-LN block's
                                 normalized inputs, the MLP's hidden layer and an LM head's logit
                                 gradients, which only products read, are stored in bf16, and the MLP's
-                                pre-activations are rounded to bf16 (as a bf16 product's output, and
-                                PyTorch's autocast, gives them to the activation). Not saved in
-                                checkpoints: a file loads into either */
+                                pre-activations and the attention's output are rounded to bf16 (as a
+                                bf16 product's or flash attention's output is, and PyTorch's autocast
+                                gives them on). Not saved in checkpoints: a file loads into either */
 } tfm_config;
 
 /* A batch: B rows of T positions, padding at the end of each row. Row b of tokens starts at
@@ -3960,6 +3961,7 @@ typedef struct tfm__attn_args {
                                 tfm__op_attention_flash says the call does) */
     int qkv_bf;              /* q, k and v are bf16 elements behind their float pointers (ldq, ldk, ldv in
                                 them): only the flash kernels' calls (tfm__op_attention_flash) */
+    int out_bf;              /* out likewise (ldo in bf16 elements): the flash forward writes it rounded */
 } tfm__attn_args;
 
 /* The key/value head of query head h: heads come in H/Hkv groups of consecutive query heads (repeat_kv). */
@@ -4253,7 +4255,9 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
    the flash kernels read them (which round them as they load them) and no rotation follows (tfm_mha.qbf:
    their product writes them in bf16 through cuBLASLt). And the MLP's pre-activations, which a bf16 model
    rounds to bf16 (tfm__linear_act_cuda), where their product writes them so (blk->bf_pre): its activation's
-   kernels read them as they are. tfm__bf16_acts_off: the rounding before each product instead (and in a
+   kernels read them as they are; and the attention's output where the flash forward writes it (tfm_mha.obf),
+   which the output projection reads and the backward's D = rowsum(dout * out) takes rounded (tfm__k_attn_dr,
+   in every bf16 model call). tfm__bf16_acts_off: the rounding before each product instead (and in a
    linear map's backward, of its output gradient once a product; the pre-activations rounded in fp32), for
    this thread: the tests compare. */
 static TFM__THREAD_LOCAL int tfm__bf16_acts_off;
@@ -5526,12 +5530,6 @@ static __device__ void tfm__cu_attn_ptrs(tfm__attn_args *a, const float *q, cons
     if (a->seed_at) a->seed = *a->seed_at;
 }
 
-static __device__ float tfm__cu_dot(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    int d;
-    for (d = 0; d < n; d++) s += a[d] * b[d];
-    return s;
-}
 
 /* The factor of dropout's kept elements, 1 / (1 - p) (1 without dropout). The bf16 paths round the kept
    probabilities to bf16 unscaled and apply it to their products' fp32 sums: a probability of 1 (a row's
@@ -5549,12 +5547,19 @@ static __device__ float tfm__cu_attn_keep(const tfm__attn_args *a, int bh, int i
                : 0.0f;
 }
 
+/* rnd (a bf16 model's call): D from out rounded to bf16, as it is stored there (a.out_bf) or as the next
+   product reads it */
 static __global__ void tfm__k_attn_dr(float *Dr, float *one, tfm__attn_args a, const float *out, const float *dout,
-                                      int lddo, const int32_t *lens, const float *mask) {
+                                      int lddo, const int32_t *lens, const float *mask, int rnd) {
     tfm__cu_attn_ptrs(&a, NULL, NULL, NULL, NULL, NULL, lens, NULL, NULL, mask);
     TFM__CU_LOOP(r, (int64_t)a.B * a.H * a.Tq) {
-        int64_t bh = r / a.Tq, i = r % a.Tq, b = bh / a.H, h = bh % a.H;
-        Dr[r] = tfm__cu_dot(dout + (b * a.Tq + i) * lddo + h * a.D, out + (b * a.Tq + i) * a.ldo + h * a.D, a.D);
+        int64_t bh = r / a.Tq, i = r % a.Tq, b = bh / a.H, h = bh % a.H, d;
+        float s = 0.0f;
+        for (d = 0; d < a.D; d++) {
+            float o = tfm__cu_at(out, b * a.Tq + i, h * a.D + d, a.ldo, a.out_bf ? a.ldo : 0);
+            s += dout[(b * a.Tq + i) * lddo + h * a.D + d] * (rnd ? tfm__bf16_value(tfm__bf16(o)) : o);
+        }
+        Dr[r] = s;
         one[r] = (float)tfm__attn_one_key(&a, (int)b, (int)i);
     }
 }
@@ -7098,7 +7103,11 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
         int i = i0 + r;
         float l = sl[r], inv = l > 0.0f ? tfm__cu_drop_scale(&a) / l : 0.0f;
         if (i >= a.Tq) continue;
-        for (x = lane; x < D; x += 32) out[((int64_t)b * a.Tq + i) * a.ldo + h * D + x] = so[r * ldf + x] * inv;
+        for (x = lane; x < D; x += 32) {
+            int64_t o = ((int64_t)b * a.Tq + i) * a.ldo + h * D + x;
+            if (a.out_bf) ((uint16_t *)(void *)out)[o] = tfm__bf16(so[r * ldf + x] * inv);
+            else out[o] = so[r * ldf + x] * inv;
+        }
         if (lane == 0) lse[(int64_t)bh * a.Tq + i] = l > 0.0f ? sm[r] + logf(l) : -INFINITY;
     }
 #else
@@ -7332,7 +7341,7 @@ static int tfm__attention_backward_cuda(const tfm__attn_args *a, float *dq, int 
         return 1;
     one = io.Dr + nrow;
     TFM__LAUNCH(tfm__k_attn_dr, tfm__cu_grid(nrow), TFM__CU_THREADS, 0, io.Dr, one, t, a->out, dout, lddo, io.lens,
-                io.mask);
+                io.mask, path >= 2);
     TFM__CU_LAUNCHED("tfm__k_attn_dr");
     if (bm)
         return tfm__attn_batched_backward_cuda(&t, &io, (unsigned char *)(one + nrow), path == 2, one, dq, lddq, dk, lddk, dv,
@@ -8733,7 +8742,8 @@ static void tfm__mha_args(const tfm_mha *m, tfm__attn_args *a) {
         a->ldq = a->ldk = a->ldv = C + 2 * E;
     }
     a->out = m->ctx;
-    a->ldo = C;
+    a->ldo = m->obf ? (int)tfm__bf16_ld(C) : C;
+    a->out_bf = m->obf;
     a->lse = m->lse;
 }
 
@@ -8772,7 +8782,7 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, int xbf, const fl
     m->Tk = Tk;
     m->x = x;
     m->xbf = xbf;
-    m->qbf = 0;
+    m->qbf = m->obf = 0;
     m->xkv = xkv;
     memset(&m->opts, 0, sizeof m->opts);
     if (opts) m->opts = *opts;
@@ -8797,6 +8807,7 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, int xbf, const fl
                 tfm__mha_args(m, &t);
                 flash = tfm__op_attention_flash(m->device, &t);
             }
+            m->obf = flash && tfm__bf16_store(m->device, C); /* the flash forward writes ctx in bf16 */
             if (flash && !m->desc.rope_dims)
                 m->qbf = tfm__op_linear_to_bf16(m->device, m->q, C + 2 * E, x, ldx, w, b, (int64_t)B * Tq, C, C + 2 * E, xbf);
             if (flash && m->desc.rope_dims && m->dq) {
@@ -8835,7 +8846,8 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, int xbf, const fl
         m->Tk = a.Tk;
     }
     (void)tfm__op_attention(m->device, &a); /* a failure is in tfm__scratch_failed */
-    tfm__op_linear(m->device, y, C, m->ctx, C, m->out_proj_weight.data, m->out_proj_bias.data, (int64_t)B * Tq, C, C, 0);
+    tfm__op_linear(m->device, y, C, m->ctx, m->obf ? tfm__bf16_ld(C) : C, m->out_proj_weight.data, m->out_proj_bias.data,
+                   (int64_t)B * Tq, C, C, m->obf);
 }
 
 /* The backward pass of a checked layer call: dx = dx_beta * dx + the input gradient (dx_beta 0: dx is
@@ -8846,7 +8858,8 @@ static void tfm__mha_bwd(tfm_mha *m, float *dx, float dx_beta, float *dxkv, cons
     int64_t ldx = m->xbf ? tfm__bf16_ld(C) : C;
     int cross = m->desc.cross;
     /* out_proj: dW += dy^T ctx, db += colsum(dy), dctx = dy W */
-    tfm__op_linear_bwd(m->device, m->dctx, C, 0.0f, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx, C, m->out_proj_weight.data, B * Tq, C, C, 0);
+    tfm__op_linear_bwd(m->device, m->dctx, C, 0.0f, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx,
+                       m->obf ? tfm__bf16_ld(C) : C, m->out_proj_weight.data, B * Tq, C, C, m->obf);
     /* attention: gradients of the projected q, k, v */
     tfm__mha_args(m, &a);
     a.overwrite = tfm__op_attention_flash(m->device, &a);

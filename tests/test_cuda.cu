@@ -4707,6 +4707,28 @@ static void cu_bf16_gemm(void) {
     }
 }
 
+/* A bf16 activation (device, a buffer of N * cols floats first filled by cu_nan) against the fp32 values
+   it stands for (device, N rows of cols): its rows of tfm__bf16_ld(cols) hold tfm__bf16 of each value, bit
+   for bit, and the rows' padding and the rest of the buffer are cu_nan's bytes as they were. */
+static void cu_check_bf16_rows(const char *what_, const float *f32, const float *bf, int64_t N, int64_t cols) {
+    int64_t n = N * cols, ldb = tfm__bf16_ld(cols), i, bad = 0, first = -1;
+    float *nan = cu_host(n), *a = cu_fetch(f32, n, TFM_DEVICE_CUDA), *bh = cu_fetch(bf, n, TFM_DEVICE_CUDA);
+    const uint16_t *h16 = (const uint16_t *)(const void *)bh, *was = (const uint16_t *)(const void *)nan;
+    char what[200];
+    snprintf(what, sizeof what, "%s", what_);
+    for (i = 0; i < n; i++) nan[i] = cu_nan_float();
+    for (i = 0; i < 2 * n; i++) {
+        int data = i < N * ldb && i % ldb < cols;
+        uint16_t want = data ? tfm__bf16(a[i / ldb * cols + i % ldb]) : was[i];
+        if (h16[i] != want && !bad++) first = i;
+    }
+    CHECK_MSG(!bad, "%s: %lld of %lld bf16 halves wrong (first %lld: 0x%04x)", what, (long long)bad, (long long)(2 * n),
+              (long long)first, bad ? h16[first] : 0);
+    free(nan);
+    free(a);
+    free(bh);
+}
+
 /* The bf16 attention (a bf16 model's: tfm__model_prec) forward and backward against a reference in double
    on the host from the same bf16-rounded q, k, v and dout (cu_bf16_ref), written here from the definitions
    (visibility: key lengths, causal, window and sinks, the additive mask; the dropout mask's hash). What the
@@ -4716,8 +4738,8 @@ static void cu_bf16_gemm(void) {
      (times 1.01 for the fp32 sums);
    - dv_j = sum_i bf16(P keep) dout_i: 2^-8 sum_i P keep |dout|;
    - dS_ij = P (keep dP - D_i), rounded to bf16: 2^-8 |dS|, plus D_i's error (from out's, at most 2^-8 of
-     the magnitude m_ij = P (keep sum|dout||v| + sum_d |dout_d| sum_j P keep |v_d|) of the terms), bounded
-     with room by 2^-7 m_ij; dq_i = scale sum_j dS k_j and dk_j = scale sum_i dS q_i then carry those
+     the magnitude m_ij = P (keep sum|dout||v| + sum_d |dout_d| sum_j P keep |v_d|) of the terms, and 2^-9
+     more from out rounded to bf16 for D, as a bf16 model's calls take it), bounded with room by 2^-7 m_ij; dq_i = scale sum_j dS k_j and dk_j = scale sum_i dS q_i then carry those
      bounds times |k| and |q|.
    A wrong index, a missed chunk or a lost mask breaks these by far more. A systematic error can hide
    inside them, so each output's errors must also not lean along its reference: rounding to nearest is
@@ -4817,6 +4839,27 @@ static void cu_bf16_attention_case(const cu_bfatt *c) {
                 free(x), free(y);
             }
             cu_release(&bq, &bk, &bv, &o2, &l2, &g2, &gk2, &gv2, CU_END);
+        }
+        { /* the output written in bf16 (a.out_bf: as a bf16 model's layer holds it for its next product): the
+             rounding of the fp32 output; the backward from it the same gradients bit for bit (D from the
+             output rounded either way) */
+            cu_buf ob = cu_nan(out.n), l3 = cu_nan(lse.n), g3 = cu_zeros(nq), gk3 = cu_zeros(c->fused ? 1 : nk);
+            cu_buf gv3 = cu_zeros(c->fused ? 1 : nk);
+            cu_buf *pairs[][2] = {{&l3, &lse}, {&g3, &dq}, {&gk3, &dk}, {&gv3, &dv}};
+            tfm__attn_args ab = a;
+            ab.out = ob.d, ab.ldo = (int)tfm__bf16_ld(C), ab.out_bf = 1, ab.lse = l3.d;
+            CHECK(tfm__op_attention(TFM_DEVICE_CUDA, &ab));
+            cu_check_bf16_rows(cu_fmt("%s: the output in bf16", name), out.d, ob.d, (int64_t)B * Tq, C);
+            CHECK(tfm__op_attention_bwd(TFM_DEVICE_CUDA, &ab, g3.d, ldq, c->fused ? g3.d + C : gk3.d, ldk,
+                                        c->fused ? g3.d + C + E : gv3.d, ldk, dout.d, C));
+            for (int o = 0; o < (c->fused ? 2 : 4); o++) {
+                float *x = cu_fetch(pairs[o][0]->d, pairs[o][0]->n, TFM_DEVICE_CUDA);
+                float *y = cu_fetch(pairs[o][1]->d, pairs[o][1]->n, TFM_DEVICE_CUDA);
+                cu_check_bits_arrays(cu_fmt("%s: with the output in bf16: %s", name, o == 0 ? "lse" : o == 1 ? "dq" : o == 2 ? "dk" : "dv"),
+                                     x, y, pairs[o][0]->n);
+                free(x), free(y);
+            }
+            cu_release(&ob, &l3, &g3, &gk3, &gv3, CU_END);
         }
     }
     tfm__model_prec = 0;
@@ -5114,27 +5157,6 @@ static void cu_bf16_model(void) {
     free(d);
 }
 
-/* A bf16 activation (device, a buffer of N * cols floats first filled by cu_nan) against the fp32 values
-   it stands for (device, N rows of cols): its rows of tfm__bf16_ld(cols) hold tfm__bf16 of each value, bit
-   for bit, and the rows' padding and the rest of the buffer are cu_nan's bytes as they were. */
-static void cu_check_bf16_rows(const char *what_, const float *f32, const float *bf, int64_t N, int64_t cols) {
-    int64_t n = N * cols, ldb = tfm__bf16_ld(cols), i, bad = 0, first = -1;
-    float *nan = cu_host(n), *a = cu_fetch(f32, n, TFM_DEVICE_CUDA), *bh = cu_fetch(bf, n, TFM_DEVICE_CUDA);
-    const uint16_t *h16 = (const uint16_t *)(const void *)bh, *was = (const uint16_t *)(const void *)nan;
-    char what[200];
-    snprintf(what, sizeof what, "%s", what_);
-    for (i = 0; i < n; i++) nan[i] = cu_nan_float();
-    for (i = 0; i < 2 * n; i++) {
-        int data = i < N * ldb && i % ldb < cols;
-        uint16_t want = data ? tfm__bf16(a[i / ldb * cols + i % ldb]) : was[i];
-        if (h16[i] != want && !bad++) first = i;
-    }
-    CHECK_MSG(!bad, "%s: %lld of %lld bf16 halves wrong (first %lld: 0x%04x)", what, (long long)bad, (long long)(2 * n),
-              (long long)first, bad ? h16[first] : 0);
-    free(nan);
-    free(a);
-    free(bh);
-}
 
 /* bf16 activations (tfm__bf16_store): in a bf16 model call the layernorm, the residual add and layernorm,
    and the MLP's bias and activation write each value rounded to bf16, in rows of tfm__bf16_ld(C) elements:
@@ -5402,6 +5424,7 @@ static void cu_bf16_acts(void) {
             CHECK_MSG(top->self_attn.qbf == (c.pos == TFM_POS_ROPE || !c.no_bias), "%s: the last self-attention's q|k|v %s bf16",
                       nm, top->self_attn.qbf ? "in" : "not in");
             CHECK_MSG(top->bf_pre == bf_h, "%s: the last MLP's pre-activations %s bf16", nm, top->bf_pre ? "in" : "not in");
+            CHECK_MSG(top->self_attn.obf, "%s: the last self-attention's output not in bf16", nm);
         }
         if (test__verbose)
             printf("    %s: %llu launches in %d steps, %llu without bf16 activations\n", nm, launches[1], steps - 1, launches[0]);
