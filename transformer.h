@@ -5530,7 +5530,6 @@ static __device__ void tfm__cu_attn_ptrs(tfm__attn_args *a, const float *q, cons
     if (a->seed_at) a->seed = *a->seed_at;
 }
 
-
 /* The factor of dropout's kept elements, 1 / (1 - p) (1 without dropout). The bf16 paths round the kept
    probabilities to bf16 unscaled and apply it to their products' fp32 sums: a probability of 1 (a row's
    running maximum in the flash forward, a query that sees one key) times 1.111 (p = 0.1) rounds to bf16
