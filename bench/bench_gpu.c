@@ -277,6 +277,8 @@ void bench_gpu_bf16_acts(int on);        /* bench/tfm_cuda.cu */
 unsigned long long bench_gpu_replays(void);
 tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float *dy, const float *x, int64_t rows, int64_t cols);
 tfm_result bench_gpu_to_bf16(float *dst, const float *src, int64_t rows, int64_t cols);
+tfm_result bench_gpu_xent_bf16(float *dx, float *lse, const float *x, const int32_t *t, int64_t rows, int64_t cols,
+                               int fused);
 tfm_result bench_gpu_linear_bias(float *y, const float *x, const float *w, const float *b, int64_t rows, int64_t in,
                                  int64_t out, int lt);
 
@@ -506,6 +508,11 @@ done:
      cross_entropy_fwd  read logits, targets; write lse (+ the loss)          X + 2N
                         (its time includes copying the row losses back and their sum on the host)
      cross_entropy_bwd  read logits, lse, targets; dlogits added into         3X + 2N
+     xent_bwd_bf16      a bf16 LM's backward: read logits, lse, targets;       1.5X + 2N
+                        write dlogits in bf16
+     xent_fused_bf16    a bf16 LM's training step: the loss's launch writing   1.5X + 2N
+                        dlogits in bf16 too: read logits, targets; write lse, dlogits (against
+                        cross_entropy_fwd plus xent_bwd_bf16: an A/B of the fused launch; compare us)
      adamw              tfm_adamw_step over one parameter of rows*cols floats with clip_norm 1: the norm
                         pass reads grad; the update reads value, grad, m, v and writes value, m, v   8X
      linear_bias_lt     a bf16 model's linear map with a bias, y = x w^T + b (x rows x cols/3, w cols x
@@ -520,7 +527,7 @@ done:
    the device is short of memory, as for every op). */
 enum {
     K_COPY, K_LN_FWD, K_LN_BWD, K_RMS_FWD, K_SOFTMAX_FWD, K_SOFTMAX_BWD, K_GELU_FWD, K_GELU_BWD, K_GELU_BWD_BF16,
-    K_ADD_FWD, K_XENT_FWD, K_XENT_BWD, K_ADAMW, K_LIN_LT, K_LIN_FILL, K_N
+    K_ADD_FWD, K_XENT_FWD, K_XENT_BWD, K_XENT_BWD_BF16, K_XENT_FUSED, K_ADAMW, K_LIN_LT, K_LIN_FILL, K_N
 };
 typedef struct kop {
     const char *name, *layout;
@@ -540,6 +547,8 @@ static const kop KOPS[K_N] = {
     {"add_fwd",           "XXX",      16384, 768,   64,   96},   /* a b y */
     {"cross_entropy_fwd", "XN",       8192,  50257, 16,   1000}, /* logits lse */
     {"cross_entropy_bwd", "XNX",      8192,  50257, 16,   1000}, /* logits lse dlogits */
+    {"xent_bwd_bf16",     "XNX",      8192,  50257, 16,   1000}, /* logits lse dlogits */
+    {"xent_fused_bf16",   "XNX",      8192,  50257, 16,   1000}, /* logits lse dlogits */
     {"adamw",             "XXXX",     65536, 1024,  16,   4096}, /* value grad m v */
     {"linear_bias_lt",    "XXXC",     16384, 2304,  64,   96},   /* x (rows x cols/3 of it) w (cols x cols/3) y b */
     {"linear_bias_fill",  "XXXC",     16384, 2304,  64,   96},
@@ -561,6 +570,8 @@ static double kernel_bytes(int op, int64_t rows, int64_t cols) {
     case K_ADD_FWD: return 3 * X;
     case K_XENT_FWD: return X + 2 * N;
     case K_XENT_BWD: return 3 * X + 2 * N;
+    case K_XENT_BWD_BF16:
+    case K_XENT_FUSED: return 1.5 * X + 2 * N;
     case K_ADAMW: return 8 * X;
     case K_LIN_LT:
     case K_LIN_FILL: return X + 4.0 * ((double)rows + (double)cols) * (double)(cols / 3) + C;
@@ -605,6 +616,10 @@ static tfm_result kernel_call(kbench *k, const char **what) {
     case K_XENT_BWD:
         *what = "tfm_cross_entropy_backward";
         return tfm_cross_entropy_backward(&t[2], 1.0f, &t[0], &t[1], k->targets, -100, 0.0f);
+    case K_XENT_BWD_BF16:
+    case K_XENT_FUSED:
+        *what = "bench_gpu_xent_bf16";
+        return bench_gpu_xent_bf16(t[2].data, t[1].data, t[0].data, k->targets, k->rows, k->cols, k->op == K_XENT_FUSED);
     case K_ADAMW:
         *what = "tfm_adamw_step";
         p.value = t[0], p.grad = t[1], p.m = t[2], p.v = t[3], p.decay = 1;
@@ -669,7 +684,7 @@ static int kernel_setup(kbench *k, float *host) {
     tfm_rng_seed(&rng, 42);
     what = "tfm_tensor_copy (fill)";
     for (i = 0; i < n && r == TFM_OK; i++) r = dev_fill(k->t[i].data, tfm_numel(&k->t[i]), -1.0f, 1.0f, host, &rng);
-    if (r == TFM_OK && (k->op == K_XENT_FWD || k->op == K_XENT_BWD)) {
+    if (r == TFM_OK && (k->op == K_XENT_FWD || k->op == K_XENT_BWD || k->op == K_XENT_BWD_BF16 || k->op == K_XENT_FUSED)) {
         k->targets = (int32_t *)xmalloc((size_t)k->rows * sizeof(int32_t));
         for (i = 0; i < (int)k->rows; i++) k->targets[i] = (int32_t)(tfm_rng_u64(&rng) % (uint64_t)k->cols);
     }
@@ -687,7 +702,8 @@ static int kernel_setup(kbench *k, float *host) {
             what = "tfm_softmax_forward (setup)";
             r = tfm_softmax_forward(&k->t[0], &k->t[0]);
             break;
-        case K_XENT_BWD: {
+        case K_XENT_BWD:
+        case K_XENT_BWD_BF16: {
             float loss;
             what = "tfm_cross_entropy_forward (setup)";
             r = tfm_cross_entropy_forward(&loss, &k->t[1], &k->t[0], k->targets, -100, 0.0f);
