@@ -16,6 +16,9 @@
 #       PyTorch's autocast bf16 with SDPA, eager and torch.compile'd (torch_gpu.py --amp, gpt2-124M-b16).
 #       Its build runs beside (b)'s. Then, optional, `bench_gpu --kernels`: the memory-bound ops (layernorm,
 #       softmax, GELU, add, cross-entropy, AdamW) in GB/s against the device's copy bandwidth (target >= 0.70).
+#       Then, optional, tools/bf16_tracking.cpp (built beside (b) too): a small character LM trained 300 steps
+#       on transformer.h's own text in fp32 on the CPU and in bf16 on the GPU from the same weights: how far
+#       apart their losses run (the worst 25-step mean and the worst step).
 #   (d2) time allowing, ncu's kernel times over quick runs of the bench (training, and decoding at batch
 #       32): the CSVs beside the log (ncu_train_CONFIG.csv, ncu_gen32_CONFIG.csv), summarised by
 #       tools/ncu_summary.py (where the time goes, by kernel)
@@ -131,6 +134,8 @@ log "== target $ARCH; NVCCFLAGS=$NVCCFLAGS; compute-sanitizer: ${SANITIZER:-not 
 
 # ---- the bench build, in the background beside the tests' build ------------------------------------
 BENCH_BUILD_PID=
+TRACK_BUILD_PID=
+TRACKING="not run"
 if [ "$SKIP_BENCH" != 1 ]; then
     log "== [$(elapsed) s] bench build started in the background (its output follows in step bench-build)"
     (
@@ -145,6 +150,13 @@ if [ "$SKIP_BENCH" != 1 ]; then
         echo "$? $(awk -v s="$t0" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }')" > "$TMP/bench_build.rc"
     ) &
     BENCH_BUILD_PID=$!
+    # shellcheck disable=SC2086  # NVCCFLAGS is a list of flags
+    (
+        timeout -k 5 240 "$NVCC" $NVCCFLAGS -x cu -DTFM_CUDA -o "$B/bf16_tracking" tools/bf16_tracking.cpp -lcublas -lcublasLt \
+            -lm > "$TMP/track_build.txt" 2>&1
+        echo $? > "$TMP/track_build.rc"
+    ) &
+    TRACK_BUILD_PID=$!
 fi
 
 # The test's closing "N passed, N failed" line, else what it printed last (a suite line: "ops  12 passed, ...").
@@ -260,6 +272,17 @@ if [ "$SKIP_BENCH" != 1 ]; then
     run_step "torch amp" 150 3 "$TMP/torch_amp.txt" optional -- env PYTHONUNBUFFERED=1 BENCH_GPU_BUDGET=3 "$PYTHON" \
         bench/torch_gpu.py --amp --no-gen --no-tf32 $AMP_CONFIGS
     grep -E '^RESULT .*prec=bf16|^FAIL' "$TMP/torch_amp.txt" >> "$TMP/results.txt"
+    # does a bf16 run track the fp32 one? (tools/bf16_tracking.cpp, on the header's own text)
+    wait "$TRACK_BUILD_PID"
+    cat "$TMP/track_build.txt" >> "$LOG"
+    if [ "$(cat "$TMP/track_build.rc" 2>/dev/null)" = 0 ] && [ -x "$B/bf16_tracking" ]; then
+        run_step "bf16 tracking" 45 3 "$TMP/tracking.txt" optional -- "$B/bf16_tracking" transformer.h 300 2 1
+        TRACKING=$(grep -m1 '^worst single step' "$TMP/tracking.txt" || echo "no result")
+    else
+        log "== bf16 tracking: the build failed (above)"
+        record "bf16 tracking build" 1 0 optional
+        TRACKING="not built"
+    fi
 fi
 
 # ---- (d2) where the time goes: ncu's kernel times over quick bench runs (optional, time allowing) -----
@@ -287,6 +310,7 @@ fi
     echo "commit:  $(git log -1 --format='%h' 2>/dev/null)$(git status --porcelain 2>/dev/null | grep -q . && echo ' + uncommitted changes')"
     echo "tests:   ${TEST_COUNTS}"
     for s in ${SAN_SUMMARY[@]+"${SAN_SUMMARY[@]}"}; do echo "sanitizer ${s}"; done
+    echo "bf16 tracking (300 steps, fp32 CPU against bf16 GPU, tools/bf16_tracking.cpp on transformer.h): $TRACKING"
     echo "steps:"
     for s in "${STEPS[@]}"; do
         IFS='|' read -r n st secs <<< "$s"
