@@ -18,7 +18,8 @@
 #       softmax, GELU, add, cross-entropy, AdamW) in GB/s against the device's copy bandwidth (target >= 0.70).
 #       Then, optional, tools/bf16_tracking.cpp (built beside (b) too): a small character LM trained 300 steps
 #       on transformer.h's own text in fp32 on the CPU and in bf16 on the GPU from the same weights: how far
-#       apart their losses run (the worst 25-step mean and the worst step).
+#       apart their losses run (the worst 25-step mean and the worst step); and tools/bf16_tracking_torch.py,
+#       PyTorch's autocast on the same model and batches on the GPU, for scale (small models' runs fork).
 #   (d2) time allowing, ncu's kernel times over quick runs of the bench (training, and decoding at batch
 #       32): the CSVs beside the log (ncu_train_CONFIG.csv, ncu_gen32_CONFIG.csv), summarised by
 #       tools/ncu_summary.py (where the time goes, by kernel)
@@ -278,6 +279,10 @@ if [ "$SKIP_BENCH" != 1 ]; then
     if [ "$(cat "$TMP/track_build.rc" 2>/dev/null)" = 0 ] && [ -x "$B/bf16_tracking" ]; then
         run_step "bf16 tracking" 45 3 "$TMP/tracking.txt" optional -- "$B/bf16_tracking" transformer.h 300 2 1
         TRACKING=$(grep -m1 '^worst single step' "$TMP/tracking.txt" || echo "no result")
+        # PyTorch's autocast on the same model, batches and optimizer: how far its bf16 run forks, for scale
+        run_step "bf16 tracking torch" 45 3 "$TMP/tracking_torch.txt" optional -- env PYTHONUNBUFFERED=1 "$PYTHON" \
+            tools/bf16_tracking_torch.py transformer.h 300 1 cuda
+        TRACKING="$TRACKING; PyTorch autocast: $(grep -m1 '^worst single step' "$TMP/tracking_torch.txt" || echo "no result")"
     else
         log "== bf16 tracking: the build failed (above)"
         record "bf16 tracking build" 1 0 optional
