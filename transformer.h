@@ -5149,11 +5149,6 @@ static __global__ void tfm__k_argmax(int32_t *ids, const float *x, int64_t V) {
     if (threadIdx.x == 0) ids[blockIdx.x] = xr[0] != xr[0] || first == -INFINITY ? 0 : (int32_t)-first;
 }
 
-/* One block per row: lse[r], and the row's loss (0 for an ignored row) into rowloss[r]. One pass over
-   the row (the logits are the largest array of an LM's step): each thread keeps its running maximum m
-   and the sum of e^(x - m) over its elements, rescaled when m grows, then the block's maximum M and the
-   sum of each thread's sum times e^(m - M). A NaN logit makes the loss NaN, a -inf one adds nothing, an
-   all -inf row or an inf logit gives NaN, as the two passes did. */
 /* Row r's part of the loss's gradient, g (softmax(x) - (1-s) onehot(t) - s/V) from its log-sum-exp l,
    on a row whose target is not ignored (as the CPU's): added into dx, or (ldb > 0) written instead as bf16
    rows of ldb elements (0 + the value, rounded: the bits a zeroed dx added into and then rounded would
@@ -5174,8 +5169,13 @@ static __device__ void tfm__cu_xent_grad(float *dx, float g, const float *xr, fl
     }
 }
 
-/* Row r's log-sum-exp and loss; dx (not NULL): also the row's gradient (tfm__cu_xent_grad; g read from g_at
-   when that is not NULL), from the row as the loss read it, in the same launch */
+/* One block per row: lse[r], and the row's loss (0 for an ignored row) into rowloss[r]. One pass over
+   the row (the logits are the largest array of an LM's step): each thread keeps its running maximum m
+   and the sum of e^(x - m) over its elements, rescaled when m grows, then the block's maximum M and the
+   sum of each thread's sum times e^(m - M). A NaN logit makes the loss NaN, a -inf one adds nothing, an
+   all -inf row or an inf logit gives NaN, as the two passes did. dx (not NULL): also
+   the row's gradient (tfm__cu_xent_grad; g read from g_at when that is not NULL), from the row as the
+   loss read it, in the same launch (a training step's: one read of the logits fewer). */
 static __global__ void tfm__k_xent(float *rowloss, float *lse, const float *x, const int32_t *t, int ignore, float s,
                                    int64_t V, float *dx, float g, const float *g_at, int64_t ldb) {
     TFM__SHARED(float, sh, 32);
@@ -6347,7 +6347,7 @@ static int tfm__linear_act_cuda(int act, float *y, float *pre, const float *x, c
     int64_t F1 = act == TFM_ACT_SWIGLU ? 2 * F : F, ldp = 0;
     int bfm = tfm__model_prec == TFM_PREC_BF16, xb = xbf ? 1 : 0, ldx = (int)(xbf ? tfm__bf16_ld(C) : C);
     if (N * F <= 0) return 0;
-    if (bfm && ybf && tfm__bf16_store(TFM_DEVICE_CUDA, F1) &&
+    if (ybf && tfm__bf16_store(TFM_DEVICE_CUDA, F1) && /* (ybf: a bf16 model's call) */
         tfm__gemm_cuda(0, 1, (int)N, (int)F1, (int)C, 1.0f, x, ldx, 0, w, (int)C, 0, 0.0f, pre, (int)tfm__bf16_ld(F1), 0, 1,
                        xb | TFM__GEMM_OUT_BF16, b))
         ldp = tfm__bf16_ld(F1), b = NULL;
