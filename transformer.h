@@ -828,9 +828,10 @@ typedef struct tfm_config {
                                 softmax statistics and loss stay fp32 (mixed precision); a pre-LN block's
                                 normalized inputs, the MLP's hidden layer and an LM head's logit
                                 gradients, which only products read, are stored in bf16, and the MLP's
-                                pre-activations and the attention's output are rounded to bf16 (as a
-                                bf16 product's or flash attention's output is, and PyTorch's autocast
-                                gives them on). Not saved in checkpoints: a file loads into either */
+                                pre-activations, the attention's output and a training step's logits
+                                are rounded to bf16 (as a bf16 product's or flash attention's output
+                                is, and PyTorch's autocast gives them on). Not saved in checkpoints: a
+                                file loads into either */
 } tfm_config;
 
 /* A batch: B rows of T positions, padding at the end of each row. Row b of tokens starts at
@@ -947,7 +948,9 @@ TFMDEF tfm_result tfm_adamw_step(const tfm_adamw_param *ps, int n, const tfm_opt
 /* *lr = the learning rate the schedule gives for step s (1-based: the step about to be taken). Checks opt
    as tfm_model_step does: TFM_E_ARG for a bad field, or for a cosine step past total_steps. */
 TFMDEF tfm_result tfm_optim_lr(const tfm_optim *opt, int64_t s, float *lr);
-/* The last forward's logits: (B,n_classes), (B,T,V) or (B,Tt,Vt); (B,1,V) with cfg.last_logits. */
+/* The last forward's logits: (B,n_classes), (B,T,V) or (B,Tt,Vt); (B,1,V) with cfg.last_logits. After a
+   bf16 model's training step (cfg.precision) an LM's or encoder-decoder's are those its loss read, rounded
+   to bf16 (kept so on the GPU and widened by this call; data NULL if that fails, tfm_last_error says why). */
 TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m);
 /* A classifier's last forward: the pooled encoder output the head reads, (B,d_model) (cfg.pool: the mean
    over each row's valid positions, or its first); a sentence embedding. Data NULL for other kinds or
@@ -4257,8 +4260,9 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
    rounds to bf16 (tfm__linear_act_cuda), where their product writes them so (blk->bf_pre): its activation's
    kernels read them as they are; and the attention's output where the flash forward writes it (tfm_mha.obf),
    which the output projection reads and the backward's D = rowsum(dout * out) takes rounded (tfm__k_attn_dr,
-   in every bf16 model call). tfm__bf16_acts_off: the rounding before each product instead (and in a
-   linear map's backward, of its output gradient once a product; the pre-activations rounded in fp32), for
+   in every bf16 model call); and a training step's logits, which its loss reads (tfm__model_forward's
+   logits_bf). tfm__bf16_acts_off: the rounding before each product instead (and in a
+   linear map's backward, of its output gradient once a product; the pre-activations and logits rounded in fp32), for
    this thread: the tests compare. */
 static TFM__THREAD_LOCAL int tfm__bf16_acts_off;
 static int64_t tfm__bf16_ld(int64_t cols) { return (cols + 7) & ~(int64_t)7; }
@@ -4273,8 +4277,13 @@ static int64_t tfm__bf16_ld(int64_t cols) { return (cols + 7) & ~(int64_t)7; }
    on_token callback) is not seen by its products. */
 typedef struct tfm__bf16_twin { const float *lo; int64_t n; const uint16_t *bf; } tfm__bf16_twin;
 static TFM__THREAD_LOCAL tfm__bf16_twin tfm__bf16_w;
+/* whether a bf16 model call's activation of cols a row may be kept in bf16 (tfm__bf16_fits: the rows fit in
+   the float buffer) */
+static int tfm__bf16_fits(tfm_device dev, int64_t cols) {
+    return dev == TFM_DEVICE_CUDA && tfm__model_prec == TFM_PREC_BF16 && tfm__bf16_ld(cols) <= 2 * cols;
+}
 static int tfm__bf16_store(tfm_device dev, int64_t cols) {
-    return dev == TFM_DEVICE_CUDA && tfm__model_prec == TFM_PREC_BF16 && !tfm__bf16_acts_off && tfm__bf16_ld(cols) <= 2 * cols;
+    return tfm__bf16_fits(dev, cols) && !tfm__bf16_acts_off;
 }
 
 /* ==== >>impl-cuda ====
@@ -5023,6 +5032,10 @@ static TFM__HD inline float tfm__bf16_value(uint16_t h) {
     memcpy(&f, &u, sizeof f);
     return f;
 }
+/* x rounded to bf16 to nearest even, as a float: a value a bf16 activation holds */
+static TFM__HD inline float tfm__bf16_round(float x) {
+    return tfm__bf16_value(tfm__bf16(x));
+}
 /* Element c of row r of x: fp32 rows of C (ldb 0) or bf16 rows of ldb elements (a bf16 activation) */
 static TFM__HD inline float tfm__cu_at(const float *x, int64_t r, int64_t c, int64_t C, int64_t ldb) {
     return ldb ? tfm__bf16_value(((const uint16_t *)(const void *)x)[r * ldb + c]) : x[r * C + c];
@@ -5042,13 +5055,17 @@ static __global__ void tfm__k_to_bf16(uint16_t *dst, int64_t ldd, const float *s
     }
 }
 
-/* src row r to dst row r, or with drow to dst row drow[r / per] + r % per (groups of per rows) */
-static __global__ void tfm__k_copy_rows(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n, int64_t C,
-                                        int add, const int64_t *drow, int64_t per) {
+/* src row r to dst row r, or with drow to dst row drow[r / per] + r % per (groups of per rows); how: bit 1
+   added into dst, bit 2 rounded to bf16 (tfm__bf16_round); ldsb > 0: src is bf16 rows of ldsb (tfm__cu_at) */
+#define TFM__COPY_ADD 1
+#define TFM__COPY_ROUND 2
+static __global__ void tfm__k_copy_rows(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t ldsb, int64_t n,
+                                        int64_t C, int how, const int64_t *drow, int64_t per) {
     TFM__CU_LOOP(i, n * C) {
         int64_t r = i / C, c = i % C, rd = drow ? drow[r / per] + r % per : r;
-        float v = src[r * lds + c];
-        if (add) dst[rd * ldd + c] += v;
+        float v = tfm__cu_at(src, r, c, lds, ldsb);
+        if (how & TFM__COPY_ROUND) v = tfm__bf16_round(v);
+        if (how & TFM__COPY_ADD) dst[rd * ldd + c] += v;
         else dst[rd * ldd + c] = v;
     }
 }
@@ -5152,9 +5169,9 @@ static __global__ void tfm__k_argmax(int32_t *ids, const float *x, int64_t V) {
 /* Row r's part of the loss's gradient, g (softmax(x) - (1-s) onehot(t) - s/V) from its log-sum-exp l,
    on a row whose target is not ignored (as the CPU's): added into dx, or (ldb > 0) written instead as bf16
    rows of ldb elements (0 + the value, rounded: the bits a zeroed dx added into and then rounded would
-   have), an ignored row's zero */
-static __device__ void tfm__cu_xent_grad(float *dx, float g, const float *xr, float l, const int32_t *t, int ignore,
-                                         float s, int64_t V, int64_t ldb, int64_t r) {
+   have), an ignored row's zero. x: fp32 rows of V, or (ldxb > 0) bf16 rows of ldxb (tfm__cu_at). */
+static __device__ void tfm__cu_xent_grad(float *dx, float g, const float *x, int64_t ldxb, float l, const int32_t *t,
+                                         int ignore, float s, int64_t V, int64_t ldb, int64_t r) {
     int64_t j;
     float sv = s / (float)V;
     uint16_t *db = (uint16_t *)(void *)dx + r * ldb;
@@ -5163,7 +5180,7 @@ static __device__ void tfm__cu_xent_grad(float *dx, float g, const float *xr, fl
         return;
     }
     for (j = threadIdx.x; j < V; j += blockDim.x) {
-        float d = g * (tfm__exp(xr[j] - l) - sv - (j == t[r] ? 1.0f - s : 0.0f));
+        float d = g * (tfm__exp(tfm__cu_at(x, r, j, V, ldxb) - l) - sv - (j == t[r] ? 1.0f - s : 0.0f));
         if (ldb) db[j] = tfm__bf16(0.0f + d);
         else dx[r * V + j] += d;
     }
@@ -5175,17 +5192,17 @@ static __device__ void tfm__cu_xent_grad(float *dx, float g, const float *xr, fl
    sum of each thread's sum times e^(m - M). A NaN logit makes the loss NaN, a -inf one adds nothing, an
    all -inf row or an inf logit gives NaN, as the two passes did. dx (not NULL): also
    the row's gradient (tfm__cu_xent_grad; g read from g_at when that is not NULL), from the row as the
-   loss read it, in the same launch (a training step's: one read of the logits fewer). */
-static __global__ void tfm__k_xent(float *rowloss, float *lse, const float *x, const int32_t *t, int ignore, float s,
-                                   int64_t V, float *dx, float g, const float *g_at, int64_t ldb) {
+   loss read it, in the same launch (a training step's: one read of the logits fewer). x: fp32 rows of V,
+   or (ldxb > 0) bf16 rows of ldxb (a bf16 training step's logits). */
+static __global__ void tfm__k_xent(float *rowloss, float *lse, const float *x, int64_t ldxb, const int32_t *t, int ignore,
+                                   float s, int64_t V, float *dx, float g, const float *g_at, int64_t ldb) {
     TFM__SHARED(float, sh, 32);
     TFM__SHARED(double, shd, 32);
     int64_t r = blockIdx.x, j;
-    const float *xr = x + r * V;
     float m = -INFINITY, sum = 0.0f, l, M;
     double mean = 0.0;
     for (j = threadIdx.x; j < V; j += blockDim.x) {
-        float v = xr[j];
+        float v = tfm__cu_at(x, r, j, V, ldxb);
         if (v > m) {
             sum = sum * tfm__exp(m - v) + 1.0f;
             m = v;
@@ -5202,19 +5219,19 @@ static __global__ void tfm__k_xent(float *rowloss, float *lse, const float *x, c
         float loss = 0.0f;
         lse[r] = l;
         if (t[r] != ignore) {
-            loss = (1.0f - s) * (l - xr[t[r]]);
+            loss = (1.0f - s) * (l - tfm__cu_at(x, r, t[r], V, ldxb));
             if (s != 0.0f) loss += s * (l - (float)(mean / (double)V));
         }
         rowloss[r] = loss;
     }
-    if (dx) tfm__cu_xent_grad(dx, g_at ? *g_at : g, xr, l, t, ignore, s, V, ldb, r);
+    if (dx) tfm__cu_xent_grad(dx, g_at ? *g_at : g, x, ldxb, l, t, ignore, s, V, ldb, r);
 }
 
 /* tfm__cu_xent_grad of every row from the saved log-sum-exps */
-static __global__ void tfm__k_xent_bwd(float *dx, float g, const float *g_at, const float *x, const float *lse,
-                                       const int32_t *t, int ignore, float s, int64_t V, int64_t ldb) {
+static __global__ void tfm__k_xent_bwd(float *dx, float g, const float *g_at, const float *x, int64_t ldxb,
+                                       const float *lse, const int32_t *t, int ignore, float s, int64_t V, int64_t ldb) {
     int64_t r = blockIdx.x;
-    tfm__cu_xent_grad(dx, g_at ? *g_at : g, x + r * V, lse[r], t, ignore, s, V, ldb, r);
+    tfm__cu_xent_grad(dx, g_at ? *g_at : g, x, ldxb, lse[r], t, ignore, s, V, ldb, r);
 }
 
 /* Row r of a layernorm (rms: RMSNorm) by the whole block, x and y at the row; y may alias x (each thread
@@ -5284,7 +5301,7 @@ static __global__ void tfm__k_bias_act(int act, float *y, float *pre, const floa
             v[k] = tfm__cu_at(pre, r, j + k * F, F1, ldp);
             if (ldp) continue;
             if (b) v[k] += b[j + k * F];
-            if (rnd) v[k] = tfm__bf16_value(tfm__bf16(v[k]));
+            if (rnd) v[k] = tfm__bf16_round(v[k]);
             if (b || rnd) pre[r * F1 + j + k * F] = v[k];
         }
         if (act == TFM_ACT_SWIGLU) h = v[0] * tfm__sigmoid(v[0]) * v[1];
@@ -5556,7 +5573,7 @@ static __global__ void tfm__k_attn_dr(float *Dr, float *one, tfm__attn_args a, c
         float s = 0.0f;
         for (d = 0; d < a.D; d++) {
             float o = tfm__cu_at(out, b * a.Tq + i, h * a.D + d, a.ldo, a.out_bf ? a.ldo : 0);
-            s += dout[(b * a.Tq + i) * lddo + h * a.D + d] * (rnd ? tfm__bf16_value(tfm__bf16(o)) : o);
+            s += dout[(b * a.Tq + i) * lddo + h * a.D + d] * (rnd ? tfm__bf16_round(o) : o);
         }
         Dr[r] = s;
         one[r] = (float)tfm__attn_one_key(&a, (int)b, (int)i);
@@ -5889,8 +5906,8 @@ static void tfm__copy_rows_cuda(float *dst, int64_t ldd, const float *src, int64
                                "cudaMemcpy2DAsync");
         return;
     }
-    TFM__LAUNCH(tfm__k_copy_rows, tfm__cu_grid(n * C), TFM__CU_THREADS, 0, dst, ldd, src, lds, n, C, add,
-                (const int64_t *)NULL, (int64_t)1);
+    TFM__LAUNCH(tfm__k_copy_rows, tfm__cu_grid(n * C), TFM__CU_THREADS, 0, dst, ldd, src, lds, (int64_t)0, n, C,
+                add ? TFM__COPY_ADD : 0, (const int64_t *)NULL, (int64_t)1);
     TFM__CU_LAUNCHED("tfm__k_copy_rows");
 }
 
@@ -5909,7 +5926,17 @@ static void tfm__scatter_rows_cuda(float *dst, int64_t ldd, const int64_t *drow,
     if (!(ws = tfm__cuda_ws(TFM__CU_ROUND(B * sizeof(int64_t))))) return;
     d = (const int64_t *)tfm__cuda_put_kept(ws, &off, drow, (size_t)B * sizeof(int64_t));
     if (tfm__cu.failed) return; /* never write through offsets that did not arrive */
-    TFM__LAUNCH(tfm__k_copy_rows, tfm__cu_grid(B * n * C), TFM__CU_THREADS, 0, dst, ldd, src, lds, B * n, C, 0, d, n);
+    TFM__LAUNCH(tfm__k_copy_rows, tfm__cu_grid(B * n * C), TFM__CU_THREADS, 0, dst, ldd, src, lds, (int64_t)0, B * n, C, 0,
+                d, n);
+    TFM__CU_LAUNCHED("tfm__k_copy_rows");
+}
+
+/* n rows of C into dst (rows of ldd): ldsb 0, src's fp32 rows (of ldd; src may be dst) rounded to bf16; else
+   src's bf16 rows of ldsb, widened */
+static void tfm__bf16_rows_cuda(float *dst, int64_t ldd, const float *src, int64_t ldsb, int64_t n, int64_t C) {
+    if (n <= 0 || C <= 0) return;
+    TFM__LAUNCH(tfm__k_copy_rows, tfm__cu_grid(n * C), TFM__CU_THREADS, 0, dst, ldd, src, ldd, ldsb, n, C,
+                ldsb ? 0 : TFM__COPY_ROUND, (const int64_t *)NULL, (int64_t)1);
     TFM__CU_LAUNCHED("tfm__k_copy_rows");
 }
 
@@ -6256,9 +6283,10 @@ static const float *tfm__cu_xent_factor(float *g, float dloss, int64_t nvalid) {
 /* The mean loss over the counted rows (tfm__cu_loss_mean). While a training step is captured 0: the rows'
    losses are queued to the pinned tfm__cu.host, for the mean once the graph has run. dxbf (not NULL): in the
    same launch, the gradient for a loss scale of 1 there, as tfm__cross_entropy_bwd_cuda writes it with
-   dxbf (one read of the logits fewer than the loss and then the gradient). */
-static float tfm__cross_entropy_cuda(float *lse, const float *x, const int32_t *t, int ignore, float s, int64_t N,
-                                     int64_t V, int64_t *counted, float *dxbf) {
+   dxbf (one read of the logits fewer than the loss and then the gradient). xbf: x is a bf16 activation (rows of
+   tfm__bf16_ld(V)), here and in tfm__cross_entropy_bwd_cuda. */
+static float tfm__cross_entropy_cuda(float *lse, const float *x, int xbf, const int32_t *t, int ignore, float s,
+                                     int64_t N, int64_t V, int64_t *counted, float *dxbf) {
     size_t off = 0;
     unsigned char *ws = tfm__cuda_ws(TFM__CU_ROUND(N * sizeof(int32_t)) + TFM__CU_ROUND(N * sizeof(float)));
     float *rowloss, *host, g = 0.0f;
@@ -6274,8 +6302,8 @@ static float tfm__cross_entropy_cuda(float *lse, const float *x, const int32_t *
         g_at = tfm__cu_xent_factor(&g, 1.0f, nvalid);
     }
     if (tfm__cu.failed) return 0.0f; /* never index with ids that did not arrive */
-    TFM__LAUNCH(tfm__k_xent, (unsigned)N, tfm__cu_row_threads(V), 0, rowloss, lse, x, dt, ignore, s, V, dxbf, g_at ? 0.0f : g,
-                g_at, dxbf ? tfm__bf16_ld(V) : 0);
+    TFM__LAUNCH(tfm__k_xent, (unsigned)N, tfm__cu_row_threads(V), 0, rowloss, lse, x, xbf ? tfm__bf16_ld(V) : 0, dt, ignore, s,
+                V, dxbf, g_at ? 0.0f : g, g_at, dxbf ? tfm__bf16_ld(V) : 0);
     TFM__CU_LAUNCHED("tfm__k_xent");
     if (!(host = tfm__cuda_host((size_t)N))) return 0.0f;
     if (tfm__cu.capturing) {
@@ -6302,7 +6330,7 @@ static void tfm__argmax_cuda(int32_t *ids, const float *x, int64_t N, int64_t V)
 }
 
 /* dxbf: dx is written as a bf16 activation (rows of tfm__bf16_ld(V)), not added into */
-static void tfm__cross_entropy_bwd_cuda(float *dx, float dloss, const float *x, const float *lse, const int32_t *t,
+static void tfm__cross_entropy_bwd_cuda(float *dx, float dloss, const float *x, int xbf, const float *lse, const int32_t *t,
                                         int ignore, float s, int64_t N, int64_t V, int dxbf) {
     size_t off = 0;
     unsigned char *ws;
@@ -6315,8 +6343,8 @@ static void tfm__cross_entropy_bwd_cuda(float *dx, float dloss, const float *x, 
     dt = (int32_t *)tfm__cuda_put(ws, &off, t, (size_t)N * sizeof(int32_t));
     g_at = tfm__cu_xent_factor(&g, dloss, nvalid);
     if (tfm__cu.failed) return;
-    TFM__LAUNCH(tfm__k_xent_bwd, (unsigned)N, tfm__cu_row_threads(V), 0, dx, g_at ? 0.0f : g, g_at, x, lse, dt, ignore, s, V,
-                dxbf ? tfm__bf16_ld(V) : 0);
+    TFM__LAUNCH(tfm__k_xent_bwd, (unsigned)N, tfm__cu_row_threads(V), 0, dx, g_at ? 0.0f : g, g_at, x,
+                xbf ? tfm__bf16_ld(V) : 0, lse, dt, ignore, s, V, dxbf ? tfm__bf16_ld(V) : 0);
     TFM__CU_LAUNCHED("tfm__k_xent_bwd");
 }
 
@@ -7531,16 +7559,23 @@ static void tfm__op_linear(tfm_device dev, float *y, int64_t ldy, const float *x
     TFM_ASSERT(!xbf);
     tfm__linear_forward_cpu(y, ldy, x, ldx, w, b, N, I, O);
 }
-/* y = x w^T + b written as bf16 rows of ldy elements, in one product whose epilogue adds the bias (cuBLASLt): a
-   bf16 model's q|k|v for the flash kernels (tfm__op_attention_flash), the same bits they rounded the fp32 ones
-   to. Returns 0, having written nothing, where it cannot be (the CPU, no bias, no cuBLASLt algorithm): the
-   caller runs tfm__op_linear. */
+/* y = x w^T + b (b may be NULL) written as bf16 rows of ldy elements, in one product whose epilogue adds the bias
+   (cuBLASLt): a bf16 model's q|k|v for the flash kernels (tfm__op_attention_flash), the same bits they rounded
+   the fp32 ones to; a bf16 training step's logits. Returns 0, having written nothing, where it cannot be (the
+   CPU, no cuBLASLt algorithm): the caller runs tfm__op_linear. */
 static int tfm__op_linear_to_bf16(tfm_device dev, float *y, int64_t ldy, const float *x, int64_t ldx, const float *w,
                                   const float *b, int64_t N, int64_t I, int64_t O, int xbf) {
-    TFM__CUDA(dev, return b && tfm__gemm_cuda(0, 1, (int)N, (int)O, (int)I, 1.0f, x, (int)ldx, 0, w, (int)I, 0, 0.0f, y,
-                                              (int)ldy, 0, 1, (xbf ? 1 : 0) | TFM__GEMM_OUT_BF16, b));
+    TFM__CUDA(dev, return tfm__gemm_cuda(0, 1, (int)N, (int)O, (int)I, 1.0f, x, (int)ldx, 0, w, (int)I, 0, 0.0f, y, (int)ldy,
+                                         0, 1, (xbf ? 1 : 0) | TFM__GEMM_OUT_BF16, b));
     (void)y, (void)ldy, (void)x, (void)ldx, (void)w, (void)b, (void)N, (void)I, (void)O, (void)xbf;
     return 0;
+}
+/* n rows of C into dst (rows of ldd): ldsb 0, src's rows (of ldd; src may be dst) rounded to bf16 and kept as
+   floats; else src's bf16 rows of ldsb (a bf16 activation), widened. The GPU only. */
+static void tfm__op_bf16_rows(tfm_device dev, float *dst, int64_t ldd, const float *src, int64_t ldsb, int64_t n, int64_t C) {
+    TFM__CUDA(dev, tfm__bf16_rows_cuda(dst, ldd, src, ldsb, n, C); return);
+    (void)dst, (void)ldd, (void)src, (void)ldsb, (void)n, (void)C;
+    TFM_ASSERT(0);
 }
 /* rows x cols floats at src (rows of lds) rounded to bf16, into dst's bf16 elements from element off (rows of
    ldd of them): a GPU's bf16 activations only */
@@ -7569,11 +7604,12 @@ static void tfm__op_softmax_bwd(tfm_device dev, float *dx, const float *dy, cons
     else tfm__softmax_backward_cpu(dx, dy, y, N, C);
 }
 /* dxbf (on the GPU only; else NULL): also the gradient for a loss scale of 1, as tfm__op_cross_entropy_bwd
-   writes it with dxbf, in the same pass */
-static float tfm__op_cross_entropy(tfm_device dev, float *lse, const float *x, const int32_t *t, int ignore, float s,
-                                   int64_t N, int64_t V, int64_t *counted, float *dxbf) {
-    TFM__CUDA(dev, return tfm__cross_entropy_cuda(lse, x, t, ignore, s, N, V, counted, dxbf));
-    TFM_ASSERT(!dxbf);
+   writes it with dxbf, in the same pass. xbf (here and in tfm__op_cross_entropy_bwd): x is a bf16 activation
+   (rows of tfm__bf16_ld(V)), on the GPU only. */
+static float tfm__op_cross_entropy(tfm_device dev, float *lse, const float *x, int xbf, const int32_t *t, int ignore,
+                                   float s, int64_t N, int64_t V, int64_t *counted, float *dxbf) {
+    TFM__CUDA(dev, return tfm__cross_entropy_cuda(lse, x, xbf, t, ignore, s, N, V, counted, dxbf));
+    TFM_ASSERT(!dxbf && !xbf);
     return tfm__cross_entropy_forward_cpu(lse, x, t, ignore, s, N, V, counted);
 }
 /* ids[r] (host memory) = tfm__argmax_cpu of row r of x, N rows of V <= 2^24 */
@@ -7583,10 +7619,10 @@ static void tfm__op_argmax(tfm_device dev, int32_t *ids, const float *x, int64_t
     for (r = 0; r < N; r++) ids[r] = (int32_t)tfm__argmax_cpu(x + r * V, V);
 }
 /* dx += the gradient; dxbf: dx written as a bf16 activation instead (tfm__bf16_store), on the GPU only */
-static void tfm__op_cross_entropy_bwd(tfm_device dev, float *dx, float dloss, const float *x, const float *lse,
+static void tfm__op_cross_entropy_bwd(tfm_device dev, float *dx, float dloss, const float *x, int xbf, const float *lse,
                                       const int32_t *t, int ignore, float s, int64_t N, int64_t V, int dxbf) {
-    TFM__CUDA(dev, tfm__cross_entropy_bwd_cuda(dx, dloss, x, lse, t, ignore, s, N, V, dxbf); return);
-    TFM_ASSERT(!dxbf);
+    TFM__CUDA(dev, tfm__cross_entropy_bwd_cuda(dx, dloss, x, xbf, lse, t, ignore, s, N, V, dxbf); return);
+    TFM_ASSERT(!dxbf && !xbf);
     tfm__cross_entropy_backward_cpu(dx, dloss, x, lse, t, ignore, s, N, V);
 }
 /* rms: RMSNorm (no centering, mean unused); ybf: y a bf16 activation (rows of tfm__bf16_ld(C)), on the GPU only */
@@ -8014,7 +8050,7 @@ TFMDEF tfm_result tfm_cross_entropy_forward(float *loss, tfm_tensor *lse, const 
     if (!loss) return tfm__fail(TFM_E_ARG, "%s: loss is NULL", fn);
     TFM__TRY(tfm__chk_ce(fn, lse, logits, targets, ignore_index, label_smoothing));
     TFM__TRY(tfm__same_device("tfm_cross_entropy_forward", -1, 2, lse, logits));
-    *loss = tfm__op_cross_entropy(lse->device, lse->data, logits->data, targets, ignore_index, label_smoothing, tfm__rows(logits), tfm__cols(logits), NULL, NULL);
+    *loss = tfm__op_cross_entropy(lse->device, lse->data, logits->data, 0, targets, ignore_index, label_smoothing, tfm__rows(logits), tfm__cols(logits), NULL, NULL);
     return tfm__cuda_check("tfm_cross_entropy_forward");
 }
 
@@ -8028,7 +8064,7 @@ TFMDEF tfm_result tfm_cross_entropy_backward(tfm_tensor *dlogits, float dloss, c
     TFM__TRY(tfm__same_device("tfm_cross_entropy_backward", -1, 3, dlogits, logits, lse));
     if (!isfinite(dloss)) return tfm__fail(TFM_E_ARG, "%s: dloss %g is not finite", fn, (double)dloss);
     if (dlogits)
-        tfm__op_cross_entropy_bwd(dlogits->device, dlogits->data, dloss, logits->data, lse->data, targets, ignore_index, label_smoothing, tfm__rows(logits), tfm__cols(logits), 0);
+        tfm__op_cross_entropy_bwd(dlogits->device, dlogits->data, dloss, logits->data, 0, lse->data, targets, ignore_index, label_smoothing, tfm__rows(logits), tfm__cols(logits), 0);
     return tfm__cuda_check("tfm_cross_entropy_backward");
 }
 
@@ -9597,6 +9633,7 @@ struct tfm__model_impl {
     const int32_t *tokens, *tgt_in; /* its inputs (read by backward) */
     int B, T, Tt, has_lens, has_types, has_targets, gen_replaced;
     int xent_done;                  /* its loss's pass wrote d_logits for a loss scale of 1 (tfm__model_forward) */
+    int logits_bf;                  /* its logits are bf16 rows of tfm__bf16_ld (a bf16 training step's) */
     int warm;                       /* a forward pass or training step ran: the next may be a CUDA graph */
     float last_loss;
     uint64_t fwd_seed;
@@ -10255,6 +10292,17 @@ TFMDEF tfm_tensor tfm_model_logits(const tfm_model *m) {
     tfm_tensor t;
     memset(&t, 0, sizeof t);
     if (!m || !m->impl || !m->impl->B) return t;
+    if (m->impl->logits_bf) { /* a bf16 training step's (the last forward is an LM's or encoder-decoder's) */
+        int64_t V = m->cfg.kind == TFM_MODEL_DECODER_LM ? m->cfg.vocab_size : m->cfg.tgt_vocab_size;
+        int64_t rows = (int64_t)m->impl->B * (m->cfg.kind == TFM_MODEL_DECODER_LM ? m->impl->T : m->impl->Tt);
+        /* widened through the logit gradients' space, which the step's backward has read (a backward called
+           after this recomputes them) */
+        tfm__op_bf16_rows(m->impl->device, m->impl->d_logits, V, m->impl->logits, tfm__bf16_ld(V), rows, V);
+        tfm__op_copy(m->impl->device, m->impl->logits, m->impl->d_logits, rows * V);
+        m->impl->logits_bf = 0;
+        m->impl->xent_done = 0;
+        if (tfm__scratch_check("tfm_model_logits") != TFM_OK) return t;
+    }
     if (m->cfg.kind == TFM_MODEL_ENCODER_CLASSIFIER) t = tfm_tensor2(m->impl->logits, m->impl->B, m->cfg.n_classes);
     else if (m->cfg.kind == TFM_MODEL_DECODER_LM)
         t = tfm_tensor3(m->impl->logits, m->impl->B, m->cfg.last_logits ? 1 : m->impl->T, m->cfg.vocab_size);
@@ -10554,6 +10602,7 @@ static tfm_result tfm__model_forward(tfm_model *m, const tfm_batch *b, float *lo
         }
     }
     m->impl->top = h;
+    m->impl->logits_bf = 0;
     if (kind == TFM_MODEL_ENCODER_CLASSIFIER) {
         tfm__op_pool(m->impl->device, c->pool, m->impl->pooled, h, lens, B, Te, C);
         rows = B;
@@ -10569,9 +10618,19 @@ static tfm_result tfm__model_forward(tfm_model *m, const tfm_batch *b, float *lo
                            m->impl->head.weight.data, NULL, 1, C, n_out, 0);
         }
     } else {
+        /* a bf16 training step's logits are rounded to bf16 (as autocast's are), and written so where the product
+           can (logits_bf): only its loss's pass reads them, and tfm_model_logits widens them if asked */
+        int lrnd;
         rows = (int64_t)B * (kind == TFM_MODEL_DECODER_LM ? T : Tt);
         n_out = kind == TFM_MODEL_DECODER_LM ? c->vocab_size : c->tgt_vocab_size;
-        tfm__op_linear(m->impl->device, m->impl->logits, n_out, h, C, m->impl->head.weight.data, NULL, rows, C, n_out, 0);
+        lrnd = dlogits && b->targets && tfm__bf16_fits(m->impl->device, n_out);
+        m->impl->logits_bf = lrnd && tfm__bf16_store(m->impl->device, n_out) &&
+                             tfm__op_linear_to_bf16(m->impl->device, m->impl->logits, tfm__bf16_ld(n_out), h, C,
+                                                    m->impl->head.weight.data, NULL, rows, C, n_out, 0);
+        if (!m->impl->logits_bf) {
+            tfm__op_linear(m->impl->device, m->impl->logits, n_out, h, C, m->impl->head.weight.data, NULL, rows, C, n_out, 0);
+            if (lrnd) tfm__op_bf16_rows(m->impl->device, m->impl->logits, n_out, m->impl->logits, 0, rows, n_out);
+        }
     }
     m->impl->has_targets = b->targets != NULL;
     m->impl->xent_done = 0;
@@ -10584,7 +10643,7 @@ static tfm_result tfm__model_forward(tfm_model *m, const tfm_batch *b, float *lo
             for (i = 0; i < rows; i++)
                 if (i % T >= b->lens[i / T]) m->impl->targets[i] = c->ignore_index;
         m->impl->xent_done = dlogits && kind != TFM_MODEL_ENCODER_CLASSIFIER && tfm__bf16_store(m->impl->device, n_out);
-        m->impl->last_loss = tfm__op_cross_entropy(m->impl->device, m->impl->lse, m->impl->logits, m->impl->targets,
+        m->impl->last_loss = tfm__op_cross_entropy(m->impl->device, m->impl->lse, m->impl->logits, m->impl->logits_bf, m->impl->targets,
                                                    c->ignore_index, c->label_smoothing, rows, n_out, &counted,
                                                    m->impl->xent_done ? m->impl->d_logits : NULL);
     }
@@ -10649,8 +10708,8 @@ static tfm_result tfm__model_backward(tfm_model *m, float loss_scale) {
     /* an LM head's logit gradients, which only its products read, as a bf16 activation (tfm__bf16_store) */
     lbf = kind != TFM_MODEL_ENCODER_CLASSIFIER && tfm__bf16_store(m->impl->device, n_out);
     if (!lbf) tfm__op_zero(m->impl->device, m->impl->d_logits, rows * n_out);
-    if (!(m->impl->xent_done && lbf && loss_scale == 1.0f))
-        tfm__op_cross_entropy_bwd(m->impl->device, m->impl->d_logits, loss_scale, m->impl->logits, m->impl->lse, m->impl->targets, c->ignore_index, c->label_smoothing, rows, n_out, lbf);
+    if (!(m->impl->xent_done && loss_scale == 1.0f)) /* (xent_done: lbf, in the forward's) */
+        tfm__op_cross_entropy_bwd(m->impl->device, m->impl->d_logits, loss_scale, m->impl->logits, m->impl->logits_bf, m->impl->lse, m->impl->targets, c->ignore_index, c->label_smoothing, rows, n_out, lbf);
     g = m->impl->d_enc_x; /* gradient of the top stack's output */
     if (kind == TFM_MODEL_ENCODER_CLASSIFIER) {
         const int32_t *lens = m->impl->has_lens ? m->impl->lens : NULL;
@@ -11347,6 +11406,7 @@ static const float *tfm__gen_encode(tfm_model *m, tfm_kv_cache *kc, int B, const
 
 static void tfm__gen_begin(tfm_model *m, int *was_training) {
     *was_training = m->impl->training;
+    m->impl->logits_bf = 0; /* (the call writes its own logits, in fp32) */
     m->impl->training = 0;
 }
 

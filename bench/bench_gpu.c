@@ -510,9 +510,10 @@ done:
      cross_entropy_bwd  read logits, lse, targets; dlogits added into         3X + 2N
      xent_bwd_bf16      a bf16 LM's backward: read logits, lse, targets;       1.5X + 2N
                         write dlogits in bf16
-     xent_fused_bf16    a bf16 LM's training step: the loss's launch writing   1.5X + 2N
-                        dlogits in bf16 too: read logits, targets; write lse, dlogits (against
-                        cross_entropy_fwd plus xent_bwd_bf16: an A/B of the fused launch; compare us)
+     xent_fused_bf16    a bf16 LM's training step: its logits in bf16, the      X + 2N
+                        loss's launch writing dlogits in bf16 too: read logits, targets; write lse,
+                        dlogits (against cross_entropy_fwd plus xent_bwd_bf16 on fp32 logits: an A/B of
+                        the step's loss before and after; compare us)
      adamw              tfm_adamw_step over one parameter of rows*cols floats with clip_norm 1: the norm
                         pass reads grad; the update reads value, grad, m, v and writes value, m, v   8X
      linear_bias_lt     a bf16 model's linear map with a bias, y = x w^T + b (x rows x cols/3, w cols x
@@ -570,8 +571,8 @@ static double kernel_bytes(int op, int64_t rows, int64_t cols) {
     case K_ADD_FWD: return 3 * X;
     case K_XENT_FWD: return X + 2 * N;
     case K_XENT_BWD: return 3 * X + 2 * N;
-    case K_XENT_BWD_BF16:
-    case K_XENT_FUSED: return 1.5 * X + 2 * N;
+    case K_XENT_BWD_BF16: return 1.5 * X + 2 * N;
+    case K_XENT_FUSED: return X + 2 * N;
     case K_ADAMW: return 8 * X;
     case K_LIN_LT:
     case K_LIN_FILL: return X + 4.0 * ((double)rows + (double)cols) * (double)(cols / 3) + C;
@@ -694,6 +695,7 @@ static int kernel_setup(kbench *k, float *host) {
             r = tfm_layernorm_forward(&k->t[2], &k->t[3], &k->t[4], &k->t[0], &k->t[5], NULL, 1e-5f);
             break;
         case K_GELU_BWD_BF16: /* the pre-activations x in bf16, as the training step holds them (through dx) */
+        case K_XENT_FUSED:    /* the logits in bf16, likewise */
             what = "bench_gpu_to_bf16 (setup)";
             r = bench_gpu_to_bf16(k->t[2].data, k->t[0].data, k->rows, k->cols);
             if (r == TFM_OK) r = tfm_tensor_copy(&k->t[0], &k->t[2]);

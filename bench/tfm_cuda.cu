@@ -58,14 +58,15 @@ extern "C" tfm_result bench_gpu_linear_bias(float *y, const float *x, const floa
 }
 
 /* For bench_gpu.c's --kernels: a bf16 LM's logit gradients for a loss scale of 1, written in bf16 (rows of the
-   padded width), as its training step takes them: with the loss in one launch (fused 1: tfm_model_train_step's),
-   or by the backward's own launch from the forward's log-sum-exps (fused 0: tfm_model_backward's) */
+   padded width), as its training step takes them: with the loss in one launch from bf16 logits (fused 1:
+   tfm_model_train_step's; x in bf16 rows of the padded width), or by the backward's own launch from fp32 logits
+   and the forward's log-sum-exps (fused 0: tfm_model_backward's) */
 extern "C" tfm_result bench_gpu_xent_bf16(float *dx, float *lse, const float *x, const int32_t *t, int64_t rows,
                                           int64_t cols, int fused);
 extern "C" tfm_result bench_gpu_xent_bf16(float *dx, float *lse, const float *x, const int32_t *t, int64_t rows,
                                           int64_t cols, int fused) {
     int64_t counted;
-    if (fused) (void)tfm__op_cross_entropy(TFM_DEVICE_CUDA, lse, x, t, -100, 0.0f, rows, cols, &counted, dx);
-    else tfm__op_cross_entropy_bwd(TFM_DEVICE_CUDA, dx, 1.0f, x, lse, t, -100, 0.0f, rows, cols, 1);
+    if (fused) (void)tfm__op_cross_entropy(TFM_DEVICE_CUDA, lse, x, 1, t, -100, 0.0f, rows, cols, &counted, dx);
+    else tfm__op_cross_entropy_bwd(TFM_DEVICE_CUDA, dx, 1.0f, x, 0, lse, t, -100, 0.0f, rows, cols, 1);
     return tfm__cuda_check("bench_gpu_xent_bf16");
 }

@@ -414,7 +414,7 @@ struct tfm_emu__state {
     unsigned long long copies = 0;                    /* copies and memsets that ran (of at least one byte) */
     unsigned long long gemm_ex_bf16 = 0;              /* cublasGemmEx calls on bf16 operands */
     unsigned long long lt_bias = 0;                   /* cublasLtMatmul calls with the bias epilogue that ran */
-    unsigned long long lt_bf16_out = 0;               /* ... and those of them with a bf16 result */
+    unsigned long long lt_bf16_out = 0;               /* cublasLtMatmul calls with a bf16 result that ran */
     std::vector<tfm_emu__fault> faults;
     std::map<uintptr_t, tfm_emu__alloc> allocs;       /* by base address */
     std::set<const void *> streams, events, handles;  /* live CUstream_st, CUevent_st, cublasContext,
@@ -2539,7 +2539,7 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
                                 bias ? &one : &zero, out, ldd, 0, 1, bf16, tf32 ? 1 : 0);
         }
         tfm_emu__g.lt_bias += bias != nullptr;
-        tfm_emu__g.lt_bf16_out += bias && dbf;
+        tfm_emu__g.lt_bf16_out += dbf != 0;
     };
     if (tfm_emu__recording(stream, api)) {
         tfm_emu__record(3, 0, 0, [h, run] {

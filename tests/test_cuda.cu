@@ -747,12 +747,12 @@ static void cu_op_cross_entropy(void) {
                 cu_push(&x);
             }
             snprintf(name, sizeof name, "cross_entropy N=%lld V=%lld ignore=%d smoothing=%g", (long long)N, (long long)V, ignore, (double)s);
-            CU_DEVS loss[dv] = tfm__op_cross_entropy(CU_DEV, CU_P(lse), CU_P(x), t, ignore, s, N, V, &cnt[dv], NULL);
+            CU_DEVS loss[dv] = tfm__op_cross_entropy(CU_DEV, CU_P(lse), CU_P(x), 0, t, ignore, s, N, V, &cnt[dv], NULL);
             CHECK_MSG(cnt[0] == cnt[1], "%s: %lld rows counted on the device, %lld on the CPU", name, (long long)cnt[1], (long long)cnt[0]);
             cu_check_scalar(cu_fmt("%s: loss", name), loss[1], loss[0], CU_TOL, 1e-30);
             cu_check(cu_fmt("%s: lse", name), &lse, CU_TOL);
             cu_push(&lse);
-            CU_DEVS tfm__op_cross_entropy_bwd(CU_DEV, CU_P(dx), 0.7f, CU_P(x), CU_P(lse), t, ignore, s, N, V, 0);
+            CU_DEVS tfm__op_cross_entropy_bwd(CU_DEV, CU_P(dx), 0.7f, CU_P(x), 0, CU_P(lse), t, ignore, s, N, V, 0);
             cu_check(cu_fmt("%s: dlogits", name), &dx, CU_TOL);
             cu_release(&x, &lse, &dx, CU_END);
             free(t);
@@ -5299,17 +5299,17 @@ static void cu_bf16_act_ops(void) {
                top = cu_normal(N2 * C2, &g, 1, 0), w = cu_normal(V * C2, &g, 0.3, 0), dx[3], dw[3];
         if (all_ignored)
             for (int i = 0; i < (int)N2; i++) t[i] = -100;
-        float loss = tfm__op_cross_entropy(TFM_DEVICE_CUDA, lse.d, x.d, t, -100, 0.1f, N2, V, &cnt, NULL);
+        float loss = tfm__op_cross_entropy(TFM_DEVICE_CUDA, lse.d, x.d, 0, t, -100, 0.1f, N2, V, &cnt, NULL);
         tfm__model_prec = TFM_PREC_BF16;
-        tfm__op_cross_entropy_bwd(TFM_DEVICE_CUDA, d32.d, 0.7f, x.d, lse.d, t, -100, 0.1f, N2, V, 0);
-        tfm__op_cross_entropy_bwd(TFM_DEVICE_CUDA, db.d, 0.7f, x.d, lse.d, t, -100, 0.1f, N2, V, 1);
+        tfm__op_cross_entropy_bwd(TFM_DEVICE_CUDA, d32.d, 0.7f, x.d, 0, lse.d, t, -100, 0.1f, N2, V, 0);
+        tfm__op_cross_entropy_bwd(TFM_DEVICE_CUDA, db.d, 0.7f, x.d, 0, lse.d, t, -100, 0.1f, N2, V, 1);
         { /* the loss's pass writing the gradient for a loss scale of 1 too: the loss, log-sum-exps and gradient
              of the two passes to the bit */
             int64_t cnt1 = -1;
             cu_buf lse1 = cu_nan(N2), g1 = cu_nan(N2 * V), g2 = cu_nan(N2 * V);
-            float loss1 = tfm__op_cross_entropy(TFM_DEVICE_CUDA, lse1.d, x.d, t, -100, 0.1f, N2, V, &cnt1, g2.d);
+            float loss1 = tfm__op_cross_entropy(TFM_DEVICE_CUDA, lse1.d, x.d, 0, t, -100, 0.1f, N2, V, &cnt1, g2.d);
             float *want, *got;
-            tfm__op_cross_entropy_bwd(TFM_DEVICE_CUDA, g1.d, 1.0f, x.d, lse.d, t, -100, 0.1f, N2, V, 1);
+            tfm__op_cross_entropy_bwd(TFM_DEVICE_CUDA, g1.d, 1.0f, x.d, 0, lse.d, t, -100, 0.1f, N2, V, 1);
             CHECK_MSG(!memcmp(&loss, &loss1, sizeof loss) && cnt1 == cnt, "%s: the loss %.9g over %lld rows, with the gradient "
                       "in its pass %.9g over %lld", name, (double)loss, (long long)cnt, (double)loss1, (long long)cnt1);
             want = cu_fetch(lse.d, N2, TFM_DEVICE_CUDA);
@@ -5323,6 +5323,46 @@ static void cu_bf16_act_ops(void) {
             free(want);
             free(got);
             cu_release(&lse1, &g1, &g2, CU_END);
+        }
+        { /* the logits in bf16 (a bf16 training step's): rounded in place as cu_bf16_ref rounds them; read as bf16 rows,
+             the loss, log-sum-exps and gradients (the loss's pass and the backward's) are those read from the rounded
+             floats, to the bit, and the bf16 rows widened are those floats */
+            int64_t ld = tfm__bf16_ld(V), cnt1 = -1, cnt2 = -1, off = 0;
+            cu_buf xr = cu_nan(N2 * V), xb = cu_nan(N2 * V), xw = cu_nan(N2 * V), l[2] = {cu_nan(N2), cu_nan(N2)},
+                   gl[2] = {cu_nan(N2 * V), cu_nan(N2 * V)}, gb[2] = {cu_nan(N2 * V), cu_nan(N2 * V)};
+            float loss1, loss2, *got, *want;
+            tfm__op_copy(TFM_DEVICE_CUDA, xr.d, x.d, N2 * V);
+            tfm__op_bf16_rows(TFM_DEVICE_CUDA, xr.d, V, xr.d, 0, N2, V);
+            tfm__op_to_bf16(TFM_DEVICE_CUDA, xb.d, ld, 0, x.d, V, N2, V);
+            tfm__op_bf16_rows(TFM_DEVICE_CUDA, xw.d, V, xb.d, ld, N2, V);
+            loss1 = tfm__op_cross_entropy(TFM_DEVICE_CUDA, l[0].d, xr.d, 0, t, -100, 0.1f, N2, V, &cnt1, gl[0].d);
+            loss2 = tfm__op_cross_entropy(TFM_DEVICE_CUDA, l[1].d, xb.d, 1, t, -100, 0.1f, N2, V, &cnt2, gl[1].d);
+            for (int k = 0; k < 2; k++)
+                tfm__op_cross_entropy_bwd(TFM_DEVICE_CUDA, gb[k].d, 0.7f, k ? xb.d : xr.d, k, l[k].d, t, -100, 0.1f, N2, V, 1);
+            got = cu_fetch(xr.d, N2 * V, TFM_DEVICE_CUDA);
+            for (int64_t i = 0; i < N2 * V; i++) {
+                float r = (float)cu_bf16_ref(x.h[i]);
+                off += memcmp(&got[i], &r, sizeof r) != 0;
+            }
+            CHECK_MSG(!off, "%s: %lld of %lld logits rounded in place not as cu_bf16_ref rounds them", name, (long long)off,
+                      (long long)(N2 * V));
+            want = cu_fetch(xw.d, N2 * V, TFM_DEVICE_CUDA);
+            cu_check_bits_arrays(cu_fmt("%s: bf16 logits widened", name), want, got, N2 * V);
+            free(want);
+            free(got);
+            CHECK_MSG(!memcmp(&loss1, &loss2, sizeof loss1) && cnt1 == cnt && cnt2 == cnt, "%s: the loss %.9g from the "
+                      "rounded logits, %.9g from them in bf16", name, (double)loss1, (double)loss2);
+            for (int k = 0; k < 3; k++) {
+                cu_buf *p = k == 0 ? l : k == 1 ? gl : gb;
+                int64_t n = k ? N2 * V : N2;
+                want = cu_fetch(p[0].d, n, TFM_DEVICE_CUDA);
+                got = cu_fetch(p[1].d, n, TFM_DEVICE_CUDA);
+                cu_check_bits_arrays(cu_fmt("%s: from bf16 logits, %s", name, k == 0 ? "the log-sum-exps" : k == 1 ?
+                                            "the gradient in the loss's pass" : "the backward's gradient"), got, want, n);
+                free(want);
+                free(got);
+            }
+            cu_release(&xr, &xb, &xw, &l[0], &l[1], &gl[0], &gl[1], &gb[0], &gb[1], CU_END);
         }
         for (int k = 0; k < 3; k++) { /* k 0: each product rounds dy; 1: dy rounded once; 2: dy in bf16 */
             dx[k] = cu_nan(N2 * C2);
@@ -5405,24 +5445,47 @@ static void cu_bf16_acts(void) {
                       "%s step %d: loss %.9g / %.9g, norm %.9g / %.9g with the rounding before each product / bf16 activations",
                       nm, step, loss[0], loss[1], norm[0], norm[1]);
             cu_check_state(cu_fmt("%s step %d, bf16 activations", nm, step), &m[1], &m[0], 1);
+            { /* the step's logits: an LM's or encoder-decoder's rounded to bf16 (each value's low 16 bits zero), kept
+                 in bf16 with bf16 activations and widened when asked; the same bits both ways */
+                int head = c.kind != TFM_MODEL_ENCODER_CLASSIFIER;
+                int64_t odd = 0;
+                float *lg[2];
+                tfm_tensor t[2];
+                CHECK_MSG(m[1].impl->logits_bf == head && !m[0].impl->logits_bf, "%s step %d: the step's logits %s bf16", nm,
+                          step, m[1].impl->logits_bf ? "in" : "not in");
+                for (int k = 0; k < 2; k++) {
+                    t[k] = tfm_model_logits(&m[k]);
+                    lg[k] = cu_fetch(t[k].data, tfm_numel(&t[k]), t[k].device);
+                }
+                CHECK(!m[1].impl->logits_bf && t[1].data == m[1].impl->logits);
+                cu_check_bits_arrays(cu_fmt("%s step %d: the step's logits with bf16 activations", nm, step), lg[1], lg[0],
+                                     tfm_numel(&t[0]));
+                for (int64_t i = 0; head && i < tfm_numel(&t[0]); i++) {
+                    uint32_t u;
+                    memcpy(&u, &lg[0][i], sizeof u);
+                    odd += (u & 0xffffu) != 0;
+                }
+                CHECK_MSG(!odd, "%s step %d: %lld of the step's logits not bf16 values", nm, step, (long long)odd);
+                free(lg[0]);
+                free(lg[1]);
+            }
         }
 #ifdef TFM_CUDA_EMULATION
         CHECK_MSG(launches[1] < launches[0], "%s: %llu launches in %d steps with bf16 activations, %llu without", nm,
                   launches[1], steps - 1, launches[0]);
         {
-            /* q|k|v written in bf16 by self-attention's product where the flash kernels read them: with biases and
-               without rotary positions (every self-attention layer then, a product a layer and step); with rotary
-               positions by the rotation, from the product in the backward's scratch. The MLP's pre-activations
-               written in bf16 by its first product where its hidden layer is bf16 (every layer: the products with
-               a bias among them are counted too, a product a layer and step). */
+            /* q|k|v written in bf16 by self-attention's product where the flash kernels read them: without rotary
+               positions (every self-attention layer then, a product a layer and step); with rotary positions by the
+               rotation, from the product in the backward's scratch. The MLP's pre-activations written in bf16 by
+               its first product where its hidden layer is bf16 (a product a layer and step). An LM's or
+               encoder-decoder's logits written in bf16 by the head's product (a product a step). */
             tfm_block *top = m[1].impl->n_dec ? &m[1].impl->dec[m[1].impl->n_dec - 1] : &m[1].impl->enc[m[1].impl->n_enc - 1];
-            int bf_h = tfm__bf16_ld(c.d_ff) <= 2 * c.d_ff;
+            int bf_h = tfm__bf16_ld(c.d_ff) <= 2 * c.d_ff, head = c.kind != TFM_MODEL_ENCODER_CLASSIFIER;
             unsigned long long layers = (unsigned long long)(m[1].impl->n_enc + m[1].impl->n_dec);
-            unsigned long long want = (unsigned long long)steps * layers * ((!c.no_bias && c.pos != TFM_POS_ROPE) + (!c.no_bias && bf_h));
-            CHECK_MSG(!qkv_bf[0] && qkv_bf[1] == want, "%s: %llu products with a bias wrote bf16 with bf16 activations (want %llu), "
+            unsigned long long want = (unsigned long long)steps * (layers * ((c.pos != TFM_POS_ROPE) + bf_h) + head);
+            CHECK_MSG(!qkv_bf[0] && qkv_bf[1] == want, "%s: %llu products wrote bf16 with bf16 activations (want %llu), "
                       "%llu without", nm, qkv_bf[1], want, qkv_bf[0]);
-            CHECK_MSG(top->self_attn.qbf == (c.pos == TFM_POS_ROPE || !c.no_bias), "%s: the last self-attention's q|k|v %s bf16",
-                      nm, top->self_attn.qbf ? "in" : "not in");
+            CHECK_MSG(top->self_attn.qbf, "%s: the last self-attention's q|k|v not in bf16", nm);
             CHECK_MSG(top->bf_pre == bf_h, "%s: the last MLP's pre-activations %s bf16", nm, top->bf_pre ? "in" : "not in");
             CHECK_MSG(top->self_attn.obf, "%s: the last self-attention's output not in bf16", nm);
         }

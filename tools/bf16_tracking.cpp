@@ -1,7 +1,8 @@
 /* tools/bf16_tracking.cpp - does a bf16 (or TF32) training run track the fp32 one? A small character LM
    (2 layers, d_model 32, 4 heads, bytes of text as ids) trained STEPS steps on random windows of a text
-   file, from the same weights and batches, in fp32 on the CPU and with cfg.precision PREC on the GPU;
-   prints the 25-step means of both runs' losses and their relative difference, and the worst single step.
+   file, from the same weights and batches, in fp32 on the CPU and with cfg.precision PREC on the GPU, each
+   step a tfm_model_train_step (as a user's loop runs it: on the GPU a CUDA graph, and in bf16 the loss from
+   bf16 logits, with its gradients in the same launch); prints the 25-step means of both runs' losses and their relative difference, and the worst single step.
    Built against the CPU emulation of CUDA (tests/cuda_emu.h: bf16 products widened exactly, fp32 sums),
    or with nvcc for a GPU:
        g++ -std=c++17 -O1 -fopenmp -x c++ -DTFM_CUDA -DTFM_CUDA_EMULATION -o build/bf16_tracking tools/bf16_tracking.cpp -lm
@@ -93,14 +94,8 @@ int main(int argc, char **argv) {
                 tgt[b * T + t] = text[p + t + 1] & 127;
             }
         }
-        tfm_model_zero_grad(&mc);
-        tfm_model_zero_grad(&mg);
-        check(tfm_model_forward(&mc, &bt, &lc, NULL), "forward (CPU)");
-        check(tfm_model_backward(&mc, 1.0f), "backward (CPU)");
-        check(tfm_model_step(&mc, &o, NULL), "step (CPU)");
-        check(tfm_model_forward(&mg, &bt, &lg, NULL), "forward (GPU)");
-        check(tfm_model_backward(&mg, 1.0f), "backward (GPU)");
-        check(tfm_model_step(&mg, &o, NULL), "step (GPU)");
+        check(tfm_model_train_step(&mc, &bt, &o, &lc, NULL, NULL), "tfm_model_train_step (CPU)");
+        check(tfm_model_train_step(&mg, &bt, &o, &lg, NULL, NULL), "tfm_model_train_step (GPU)");
         e = fabs((double)lg - lc) / lc;
         if (e > worst) worst = e;
         sc += lc;
