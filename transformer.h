@@ -826,12 +826,14 @@ typedef struct tfm_config {
                                 sequences, in flash kernels on sm_80 and later; decoding steps stay
                                 fp32), while parameters, AdamW, the residual stream, norms' statistics,
                                 softmax statistics and loss stay fp32 (mixed precision); a pre-LN block's
-                                normalized inputs, the MLP's hidden layer and an LM head's logit
-                                gradients, which only products read, are stored in bf16, and the MLP's
-                                pre-activations, the attention's output and a training step's logits
-                                are rounded to bf16 (as a bf16 product's or flash attention's output
-                                is, and PyTorch's autocast gives them on). Not saved in checkpoints: a
-                                file loads into either */
+                                normalized inputs, the MLP's hidden layer and an LM head's logit and
+                                self-attention's q|k|v gradients, which only products (and a bias's
+                                sums) read, are stored in bf16, and the MLP's
+                                pre-activations, the attention's output, each sub-layer's output
+                                before the residual sum (without dropout on it) and a training step's
+                                logits are rounded to bf16 (as a bf16 product's or flash attention's
+                                output is, and PyTorch's autocast gives them on). Not saved in
+                                checkpoints: a file loads into either */
 } tfm_config;
 
 /* A batch: B rows of T positions, padding at the end of each row. Row b of tokens starts at
@@ -3965,6 +3967,9 @@ typedef struct tfm__attn_args {
     int qkv_bf;              /* q, k and v are bf16 elements behind their float pointers (ldq, ldk, ldv in
                                 them): only the flash kernels' calls (tfm__op_attention_flash) */
     int out_bf;              /* out likewise (ldo in bf16 elements): the flash forward writes it rounded */
+    int d_bf;                /* backward (overwrite): 1, dq, dk and dv rounded to bf16 as written (0 + the value, as
+                                fp32 floats); 2, written so as bf16 elements behind their float pointers (lddq,
+                                lddk, lddv in them) */
 } tfm__attn_args;
 
 /* The key/value head of query head h: heads come in H/Hkv groups of consecutive query heads (repeat_kv). */
@@ -4260,10 +4265,13 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
    rounds to bf16 (tfm__linear_act_cuda), where their product writes them so (blk->bf_pre): its activation's
    kernels read them as they are; and the attention's output where the flash forward writes it (tfm_mha.obf),
    which the output projection reads and the backward's D = rowsum(dout * out) takes rounded (tfm__k_attn_dr,
-   in every bf16 model call); and a training step's logits, which its loss reads (tfm__model_forward's
-   logits_bf). tfm__bf16_acts_off: the rounding before each product instead (and in a
-   linear map's backward, of its output gradient once a product; the pre-activations and logits rounded in fp32), for
-   this thread: the tests compare. */
+   in every bf16 model call); the gradients of self-attention's q|k|v, which the flash backward writes for
+   the in-projection's products (tfm__attn_args.d_bf); a sub-layer's output, which its residual add reads
+   (tfm__block_fwd's vbf); and a training step's logits, which its loss reads (tfm__model_forward's
+   logits_bf). tfm__bf16_acts_off: the
+   rounding before each product instead (and in a linear map's backward, of its output gradient once a
+   product; the pre-activations, q|k|v gradients, sub-layer outputs and logits rounded in fp32), for this
+   thread: the tests compare. */
 static TFM__THREAD_LOCAL int tfm__bf16_acts_off;
 static int64_t tfm__bf16_ld(int64_t cols) { return (cols + 7) & ~(int64_t)7; }
 
@@ -5082,7 +5090,7 @@ static __device__ float tfm__cu_act_grad(int act, float dy, float v) {
     return act == TFM_ACT_RELU ? (v > 0.0f ? dy : 0.0f)
                                : dy * (act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh_grad(v) : tfm__gelu_erf_grad(v));
 }
-static __global__ void tfm__k_colsum_part(float *part, const float *src, int64_t lds, const float *x, int64_t ldxb,
+static __global__ void tfm__k_colsum_part(float *part, const float *src, int64_t lds, int64_t ldsb, const float *x, int64_t ldxb,
                                           const float *mean, const float *rstd, int rms, int act, uint16_t *out, int64_t ldo,
                                           int64_t N, int64_t C, int64_t rows) {
     TFM__SHARED(float, sh, 2 * 8 * 32);
@@ -5092,7 +5100,7 @@ static __global__ void tfm__k_colsum_part(float *part, const float *src, int64_t
     float a = 0.0f, b = 0.0f;
     if (c < C)
         for (r = r0 + w; r < r1; r += 8) {
-            float dy = src[r * lds + c];
+            float dy = tfm__cu_at(src, r, c, lds, ldsb);
             if (out) {
                 if (x) dy = tfm__cu_act_grad(act, dy, tfm__cu_at(x, r, c, C, ldxb));
                 out[r * ldo + c] = tfm__bf16(dy);
@@ -5314,10 +5322,14 @@ static __global__ void tfm__k_bias_act(int act, float *y, float *pre, const floa
 /* The residual add and the layernorm after it, one block per row: s = a + b is written, then y = LN(s)
    (each thread re-reads only the sums it wrote); ldb > 0: y as bf16 rows of ldb elements */
 static __global__ void tfm__k_add_layernorm(float *s, float *y, float *mean, float *rstd, const float *a, const float *b,
-                                            const float *g, const float *bias, float eps, int64_t C, int rms, int64_t ldb) {
+                                            int64_t ldbb, int brnd, const float *g, const float *bias, float eps, int64_t C,
+                                            int rms, int64_t ldb) {
     TFM__SHARED(float, sh, 32);
     int64_t o = (int64_t)blockIdx.x * C, j;
-    for (j = threadIdx.x; j < C; j += blockDim.x) s[o + j] = a[o + j] + b[o + j];
+    for (j = threadIdx.x; j < C; j += blockDim.x) {
+        float v = tfm__cu_at(b, blockIdx.x, j, C, ldbb);
+        s[o + j] = a[o + j] + (brnd ? tfm__bf16_round(v) : v);
+    }
     tfm__cu_ln_row(y + o, ldb ? (uint16_t *)(void *)y + blockIdx.x * ldb : NULL, mean, rstd, s + o, g, bias, eps, C, rms,
                    blockIdx.x, sh);
 }
@@ -6191,10 +6203,11 @@ static int tfm__gemm_cuda(int ta, int tb, int M, int N, int K, float alpha, cons
 }
 
 /* da[c] += sum_r dy xhat (x given: layernorm's weight gradient), db[c] += sum_r dy, for dy = src (N rows of
-   stride lds) through tfm__k_colsum_part and tfm__k_colsum_fin; either of da, db may be NULL. out (not NULL; da
+   stride lds; ldsb > 0: bf16 rows of ldsb) through tfm__k_colsum_part and tfm__k_colsum_fin; either of da, db may
+   be NULL. out (not NULL; da
    NULL): dy is an activation's backward (act, x its input: rows of C, or bf16 rows of ldxb when that is not 0),
    written to out in bf16 too (tfm__k_colsum_part). */
-static void tfm__colsums_cuda(float *da, float *db, const float *src, int64_t lds, const float *x, int64_t ldxb,
+static void tfm__colsums_cuda(float *da, float *db, const float *src, int64_t lds, int64_t ldsb, const float *x, int64_t ldxb,
                               const float *mean, const float *rstd, int rms, int act, uint16_t *out, int64_t ldo, int64_t N,
                               int64_t C) {
     int64_t rows = TFM__MAX((int64_t)128, (N + 65534) / 65535), n_part = (N + rows - 1) / rows;
@@ -6203,7 +6216,7 @@ static void tfm__colsums_cuda(float *da, float *db, const float *src, int64_t ld
     if (N <= 0 || C <= 0 || (!da && !db && !out)) return;
     part = (float *)(void *)tfm__cuda_ws((size_t)n_part * 2 * (size_t)C * sizeof(float));
     if (!part) return;
-    TFM__LAUNCH(tfm__k_colsum_part, dim3((unsigned)((C + 31) / 32), (unsigned)n_part), 256, 0, part, src, lds, x, ldxb,
+    TFM__LAUNCH(tfm__k_colsum_part, dim3((unsigned)((C + 31) / 32), (unsigned)n_part), 256, 0, part, src, lds, ldsb, x, ldxb,
                 mean, rstd, rms, act, out, ldo, N, C, rows);
     TFM__CU_LAUNCHED("tfm__k_colsum_part");
     if (!da && !db) return;
@@ -6217,22 +6230,21 @@ static void tfm__linear_forward_cuda(float *y, int64_t ldy, const float *x, int6
     tfm__gemm_cuda(0, 1, (int)N, (int)O, (int)I, 1.0f, x, (int)ldx, 0, w, (int)I, 0, 0.0f, y, (int)ldy, 0, 1, xbf ? 1 : 0, b);
 }
 
-/* bf: bit 1, x is a bf16 activation (rows of ldx bf16 elements); bit 2, dy is (rows of lddy; db NULL: the
-   bias's sums read fp32). In a bf16 model call dy is an operand of both products: it is rounded once,
-   with w and x, and both take the rounded operands (each rounded dy itself before: the same bits); with a
-   bias, the pass of its column sums, which reads dy anyway, writes the rounded copy (one read of dy and a
+/* bf: bit 1, x is a bf16 activation (rows of ldx bf16 elements); bit 2, dy is (rows of lddy; the bias's sums
+   read it so). In a bf16 model call dy is an operand of both products: it is rounded once, with w and x, and
+   both take the rounded operands (each rounded dy itself before: the same bits); with a bias and an fp32
+   dy, the pass of its column sums, which reads dy anyway, writes the rounded copy (one read of dy and a
    launch fewer: the same bits). */
 static void tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, float *dw, float *db, const float *dy,
                                       int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N, int64_t I,
                                       int64_t O, int bf) {
-    TFM_ASSERT(!(bf & 2 && db));
     if (dx && dw && N > 0 && I > 0 && O > 0 && tfm__model_prec == TFM_PREC_BF16 && !tfm__bf16_acts_off) {
-        int sums = db != NULL; /* (dy fp32: bit 2 comes without db) */
+        int sums = db && !(bf & 2);
         tfm__bf16_op op[3] = {{dy, lddy, 0, N, O, bf & 2, NULL, 0, 0, sums}, {w, I, 0, O, I, 0, NULL, 0, 0, 0},
                               {x, ldx, 0, N, I, bf & 1, NULL, 0, 0, 0}};
         if (!tfm__bf16_operands_cuda(op, 3, 1)) return;
-        if (sums) tfm__colsums_cuda(NULL, db, dy, lddy, NULL, 0, NULL, NULL, 0, 0, (uint16_t *)(void *)op[0].out, op[0].ld, N, O);
-        db = NULL;
+        if (sums) tfm__colsums_cuda(NULL, db, dy, lddy, 0, NULL, 0, NULL, NULL, 0, 0, (uint16_t *)(void *)op[0].out, op[0].ld, N, O);
+        if (sums) db = NULL;
         tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, op[0].out, (int)op[0].ld, 0, op[1].out, (int)op[1].ld, 0, dx_beta,
                        dx, (int)lddx, 0, 1, 3, NULL);
         tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, op[0].out, (int)op[0].ld, 0, op[2].out, (int)op[2].ld, 0, 1.0f, dw,
@@ -6245,7 +6257,7 @@ static void tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, fl
             tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, dy, (int)lddy, 0, x, (int)ldx, 0, 1.0f, dw, (int)I, 0, 1,
                            (bf & 2 ? 1 : 0) | (bf & 1 ? 2 : 0), NULL);
     }
-    if (db) tfm__colsums_cuda(NULL, db, dy, lddy, NULL, 0, NULL, NULL, 0, 0, NULL, 0, N, O);
+    if (db) tfm__colsums_cuda(NULL, db, dy, lddy, bf & 2 ? lddy : 0, NULL, 0, NULL, NULL, 0, 0, NULL, 0, N, O);
 }
 
 static void tfm__softmax_cuda(float *y, const float *x, int64_t N, int64_t C, int log) {
@@ -6358,10 +6370,11 @@ static void tfm__layernorm_cuda(float *y, float *mean, float *rstd, const float 
 }
 
 static void tfm__add_layernorm_cuda(float *sum, float *y, float *mean, float *rstd, const float *a, const float *b,
-                                   const float *g, const float *bias, float eps, int64_t N, int64_t C, int rms, int ybf) {
+                                   int bbf, const float *g, const float *bias, float eps, int64_t N, int64_t C, int rms,
+                                   int ybf) {
     if (N <= 0) return;
-    TFM__LAUNCH(tfm__k_add_layernorm, (unsigned)N, tfm__cu_row_threads(C), 0, sum, y, mean, rstd, a, b, g, bias, eps, C, rms,
-                ybf ? tfm__bf16_ld(C) : 0);
+    TFM__LAUNCH(tfm__k_add_layernorm, (unsigned)N, tfm__cu_row_threads(C), 0, sum, y, mean, rstd, a, b,
+                bbf == 1 ? tfm__bf16_ld(C) : 0, bbf == 2, g, bias, eps, C, rms, ybf ? tfm__bf16_ld(C) : 0);
     TFM__CU_LAUNCHED("tfm__k_add_layernorm");
 }
 
@@ -6397,7 +6410,7 @@ static void tfm__layernorm_bwd_cuda(float *dx, const float *res, float *dg, floa
         TFM__LAUNCH(tfm__k_layernorm_bwd, (unsigned)N, tfm__cu_row_threads(C), 0, dx, res, dy, x, g, mean, rstd, C, rms);
         TFM__CU_LAUNCHED("tfm__k_layernorm_bwd");
     }
-    if (dg || db) tfm__colsums_cuda(dg, db, dy, C, x, 0, mean, rstd, rms, 0, NULL, 0, N, C);
+    if (dg || db) tfm__colsums_cuda(dg, db, dy, C, 0, x, 0, mean, rstd, rms, 0, NULL, 0, N, C);
 }
 
 static void tfm__act_cuda(int act, float *y, const float *x, int64_t n) {
@@ -6514,7 +6527,7 @@ static void tfm__pos_add_cuda(float *y, const float *x, const float *w, const in
 }
 
 static void tfm__colsum_cuda(float *dst, const float *src, int64_t lds, int64_t N, int64_t C) {
-    tfm__colsums_cuda(NULL, dst, src, lds, NULL, 0, NULL, NULL, 0, 0, NULL, 0, N, C);
+    tfm__colsums_cuda(NULL, dst, src, lds, 0, NULL, 0, NULL, NULL, 0, 0, NULL, 0, N, C);
 }
 
 static void tfm__add_cuda(float *y, const float *a, const float *b, int64_t n) {
@@ -7142,6 +7155,14 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
 #endif
 }
 
+/* Element o of a flash backward's gradient d (rows of its ld from d): v added into it, or written (a.overwrite), as
+   a.d_bf asks */
+static __device__ void tfm__cu_flash_put(const tfm__attn_args *a, float *d, int64_t o, float v) {
+    if (a->d_bf == 2) ((uint16_t *)(void *)d)[o] = tfm__bf16(0.0f + v);
+    else if (a->d_bf == 1) d[o] = tfm__bf16_round(0.0f + v);
+    else d[o] = (a->overwrite ? 0.0f : d[o]) + v;
+}
+
 /* dq_i += scale sum_j ds_ij k_j (a.overwrite: dq_i =): blocks as forward's */
 static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, const float *k, const float *v,
                                             const float *lse, const int32_t *lens, const float *mask, const float *Dr,
@@ -7192,10 +7213,8 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
     for (r = 0; r < 16; r++) {
         int i = i0 + 16 * w + r;
         if (i >= a.Tq) continue;
-        for (x = lane; x < D; x += 32) {
-            float *p = dq + ((int64_t)b * a.Tq + i) * lddq + h * D + x;
-            *p = (a.overwrite ? 0.0f : *p) + a.scale * acc[r * ldf + x];
-        }
+        for (x = lane; x < D; x += 32)
+            tfm__cu_flash_put(&a, dq, ((int64_t)b * a.Tq + i) * lddq + h * D + x, a.scale * acc[r * ldf + x]);
     }
 #else
     (void)a, (void)q, (void)k, (void)v, (void)lse, (void)lens, (void)mask, (void)Dr, (void)one, (void)dq, (void)lddq;
@@ -7269,19 +7288,16 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
     if (dv) {
         tfm__cu_fsum_store(acc, ldf, &sdv, Dp / 16);
         for (r = 0; r < 16 && 16 * w + r < nk; r++)
-            for (x = lane; x < D; x += 32) {
-                float *p = dv + ((int64_t)b * a.Tk + j0 + 16 * w + r) * lddv + g * D + x;
-                *p = (a.overwrite ? 0.0f : *p) + tfm__cu_drop_scale(&a) * acc[r * ldf + x];
-            }
+            for (x = lane; x < D; x += 32)
+                tfm__cu_flash_put(&a, dv, ((int64_t)b * a.Tk + j0 + 16 * w + r) * lddv + g * D + x,
+                                  tfm__cu_drop_scale(&a) * acc[r * ldf + x]);
         __syncwarp();
     }
     if (dk) {
         tfm__cu_fsum_store(acc, ldf, &sdk, Dp / 16);
         for (r = 0; r < 16 && 16 * w + r < nk; r++)
-            for (x = lane; x < D; x += 32) {
-                float *p = dk + ((int64_t)b * a.Tk + j0 + 16 * w + r) * lddk + g * D + x;
-                *p = (a.overwrite ? 0.0f : *p) + a.scale * acc[r * ldf + x];
-            }
+            for (x = lane; x < D; x += 32)
+                tfm__cu_flash_put(&a, dk, ((int64_t)b * a.Tk + j0 + 16 * w + r) * lddk + g * D + x, a.scale * acc[r * ldf + x]);
     }
 #else
     (void)a, (void)q, (void)k, (void)v, (void)lse, (void)lens, (void)mask, (void)Dr, (void)one, (void)dk, (void)lddk;
@@ -7552,7 +7568,7 @@ static void tfm__op_gemm_batched(tfm_device dev, int ta, int tb, int M, int N, i
     tfm__sgemm_batched(ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
 }
 /* xbf (here and below): x is a bf16 activation (tfm__bf16_store; rows of ldx bf16 elements), on the GPU only;
-   tfm__op_linear_bwd's a bit mask: 1 x, 2 dy (rows of lddy bf16 elements, db NULL) */
+   tfm__op_linear_bwd's a bit mask: 1 x, 2 dy (rows of lddy bf16 elements; db's sums read them so) */
 static void tfm__op_linear(tfm_device dev, float *y, int64_t ldy, const float *x, int64_t ldx, const float *w,
                            const float *b, int64_t N, int64_t I, int64_t O, int xbf) {
     TFM__CUDA(dev, tfm__linear_forward_cuda(y, ldy, x, ldx, w, b, N, I, O, xbf); return);
@@ -7639,12 +7655,14 @@ static void tfm__op_layernorm_bwd(tfm_device dev, float *dx, const float *res, f
     TFM__CUDA(dev, tfm__layernorm_bwd_cuda(dx, res, dg, db, dy, x, g, mean, rstd, N, C, rms); return);
     tfm__layernorm_backward_cpu(dx, res, dg, db, dy, x, g, mean, rstd, N, C, rms);
 }
-/* sum = a + b (n rows of C), then y = LN(sum) as tfm__op_layernorm: a residual add and the norm after it */
+/* sum = a + b (n rows of C), then y = LN(sum) as tfm__op_layernorm: a residual add and the norm after it. bbf (on
+   the GPU only): 1, b is a bf16 activation (rows of tfm__bf16_ld(C)); 2, b's floats rounded to bf16 as read (the
+   same values). */
 static void tfm__op_add_layernorm(tfm_device dev, float *sum, float *y, float *mean, float *rstd, const float *a,
-                                  const float *b, const float *g, const float *bias, float eps, int64_t N, int64_t C,
-                                  int rms, int ybf) {
-    TFM__CUDA(dev, tfm__add_layernorm_cuda(sum, y, mean, rstd, a, b, g, bias, eps, N, C, rms, ybf); return);
-    TFM_ASSERT(!ybf);
+                                  const float *b, int bbf, const float *g, const float *bias, float eps, int64_t N,
+                                  int64_t C, int rms, int ybf) {
+    TFM__CUDA(dev, tfm__add_layernorm_cuda(sum, y, mean, rstd, a, b, bbf, g, bias, eps, N, C, rms, ybf); return);
+    TFM_ASSERT(!ybf && !bbf);
     tfm__add_cpu(sum, a, b, N * C);
     tfm__layernorm_forward_cpu(y, mean, rstd, sum, g, bias, eps, N, C, rms);
 }
@@ -7666,7 +7684,7 @@ static void tfm__op_act_bwd(tfm_device dev, int act, float *dx, const float *dy,
    too (rows of tfm__bf16_ld(F): tfm__op_linear_act's pre). */
 static void tfm__op_act_bwd_bf16(tfm_device dev, int act, float *dx, float *db, const float *dy, const float *x, int64_t N,
                                  int64_t F, int xbf) {
-    TFM__CUDA(dev, tfm__colsums_cuda(NULL, db, dy, F, x, xbf ? tfm__bf16_ld(F) : 0, NULL, NULL, 0, act, (uint16_t *)(void *)dx,
+    TFM__CUDA(dev, tfm__colsums_cuda(NULL, db, dy, F, 0, x, xbf ? tfm__bf16_ld(F) : 0, NULL, NULL, 0, act, (uint16_t *)(void *)dx,
                                      tfm__bf16_ld(F), N, F);
               return);
     (void)act, (void)dx, (void)db, (void)dy, (void)x, (void)N, (void)F, (void)xbf; /* the GPU only: never reached on the CPU */
@@ -7791,8 +7809,8 @@ static double tfm__op_sumsq(tfm_device dev, const tfm_adamw_param *ps, int n) {
 }
 /* Whether call a runs the flash kernels. Their backward writes every element of dq, dk and dv (each has one
    owner), so that a caller who would zero them first may set a->overwrite instead (one pass over them, and a
-   read of each in the kernels, fewer; the same bits: 0 + the sum, as the zeroed buffer gave); and they
-   take q, k and v in bf16 (a->qkv_bf), as they round them to bf16 anyway. */
+   read of each in the kernels, fewer; the same bits: 0 + the sum, as the zeroed buffer gave) and a->d_bf with it;
+   and they take q, k and v in bf16 (a->qkv_bf), as they round them to bf16 anyway. */
 static int tfm__op_attention_flash(tfm_device dev, const tfm__attn_args *a) {
     TFM__CUDA(dev, return tfm__attn_path(a) == 3);
     (void)a;
@@ -7807,6 +7825,7 @@ static int tfm__op_attention(tfm_device dev, const tfm__attn_args *a) {
 static int tfm__op_attention_bwd(tfm_device dev, const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk,
                                  float *dv, int lddv, const float *dout, int lddo) {
     TFM_ASSERT(!(a->overwrite || a->qkv_bf) || tfm__op_attention_flash(dev, a));
+    TFM_ASSERT(!a->d_bf || a->overwrite);
     TFM__CUDA(dev, return tfm__attention_backward_cuda(a, dq, lddq, dk, lddk, dv, lddv, dout, lddo));
     return tfm__attention_backward_cpu(a, dq, lddq, dk, lddk, dv, lddv, dout, lddo);
 }
@@ -8807,9 +8826,10 @@ static void tfm__kv_store(tfm_kv_cache *kc, int layer, int cross, const float *k
 
 /* The forward pass of a checked layer call. With a cache (decoding): self-attention appends each row's
    new keys and values after its kc->lens[b] cached positions and attends over them; cross-attention
-   projects xkv into the cache on the first call (kc->src_len 0) and attends over the cached source. */
-static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, int xbf, const float *xkv, int B, int Tq, int Tk,
-                         const tfm_attn_opts *opts, tfm_kv_cache *kc, int layer) {
+   projects xkv into the cache on the first call (kc->src_len 0) and attends over the cached source. ybf:
+   y may be written in bf16 (rows of tfm__bf16_ld(C)); returns 1 when it was (else it is fp32). */
+static int tfm__mha_fwd(tfm_mha *m, float *y, const float *x, int xbf, const float *xkv, int B, int Tq, int Tk,
+                        const tfm_attn_opts *opts, tfm_kv_cache *kc, int layer, int ybf) {
     tfm__attn_args a;
     int64_t C = m->desc.d_model, E = tfm__mha_kv_dim(m), ldx = xbf ? tfm__bf16_ld(C) : C;
     m->B = B;
@@ -8881,8 +8901,12 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, int xbf, const fl
         m->Tk = a.Tk;
     }
     (void)tfm__op_attention(m->device, &a); /* a failure is in tfm__scratch_failed */
+    if (ybf && tfm__op_linear_to_bf16(m->device, y, tfm__bf16_ld(C), m->ctx, m->obf ? tfm__bf16_ld(C) : C,
+                                      m->out_proj_weight.data, m->out_proj_bias.data, (int64_t)B * Tq, C, C, m->obf))
+        return 1;
     tfm__op_linear(m->device, y, C, m->ctx, m->obf ? tfm__bf16_ld(C) : C, m->out_proj_weight.data, m->out_proj_bias.data,
                    (int64_t)B * Tq, C, C, m->obf);
+    return 0;
 }
 
 /* The backward pass of a checked layer call: dx = dx_beta * dx + the input gradient (dx_beta 0: dx is
@@ -8890,7 +8914,7 @@ static void tfm__mha_fwd(tfm_mha *m, float *y, const float *x, int xbf, const fl
 static void tfm__mha_bwd(tfm_mha *m, float *dx, float dx_beta, float *dxkv, const float *dy) {
     tfm__attn_args a;
     int64_t B = m->B, Tq = m->Tq, Tk = m->Tk, C = m->desc.d_model, E = tfm__mha_kv_dim(m);
-    int64_t ldx = m->xbf ? tfm__bf16_ld(C) : C;
+    int64_t ldx = m->xbf ? tfm__bf16_ld(C) : C, ldd = C + 2 * E;
     int cross = m->desc.cross;
     /* out_proj: dW += dy^T ctx, db += colsum(dy), dctx = dy W */
     tfm__op_linear_bwd(m->device, m->dctx, C, 0.0f, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx,
@@ -8898,10 +8922,20 @@ static void tfm__mha_bwd(tfm_mha *m, float *dx, float dx_beta, float *dxkv, cons
     /* attention: gradients of the projected q, k, v */
     tfm__mha_args(m, &a);
     a.overwrite = tfm__op_attention_flash(m->device, &a);
+    /* self-attention's dq|dk|dv from the flash kernels, where no rotation follows, rounded to bf16 (the
+       in-projection's products round them anyway; its bias's sums take them rounded, as autocast's do), and
+       written so where they fit (ldd in bf16 elements) */
+    if (a.overwrite && !cross && !m->desc.rope_dims && tfm__bf16_fits(m->device, C + 2 * E))
+        a.d_bf = tfm__bf16_store(m->device, C + 2 * E) ? 2 : 1;
     if (!a.overwrite) tfm__op_zero(m->device, m->dq, B * Tq * (cross ? C : C + 2 * E));
     if (cross) {
         if (!a.overwrite) tfm__op_zero(m->device, m->dkv, B * Tk * 2 * E);
         (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)C, m->dkv, (int)(2 * E), m->dkv + E, (int)(2 * E), m->dctx, (int)C);
+    } else if (a.d_bf == 2) {
+        uint16_t *d = (uint16_t *)(void *)m->dq;
+        ldd = tfm__bf16_ld(C + 2 * E);
+        (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)ldd, (float *)(void *)(d + C), (int)ldd,
+                                    (float *)(void *)(d + C + E), (int)ldd, m->dctx, (int)C);
     } else {
         (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)(C + 2 * E), m->dq + C, (int)(C + 2 * E), m->dq + C + E,
                                     (int)(C + 2 * E), m->dctx, (int)C);
@@ -8917,7 +8951,8 @@ static void tfm__mha_bwd(tfm_mha *m, float *dx, float dx_beta, float *dxkv, cons
             tfm__op_linear_bwd(m->device, dx, C, dx_beta, dw, db, m->dq, C, m->x, ldx, w, B * Tq, C, C, m->xbf);
             tfm__op_linear_bwd(m->device, dxkv, C, 1.0f, dw + C * C, db ? db + C : NULL, m->dkv, 2 * E, m->xkv, C, w + C * C, B * Tk, C, 2 * E, 0);
         } else {
-            tfm__op_linear_bwd(m->device, dx, C, dx_beta, dw, db, m->dq, C + 2 * E, m->x, ldx, w, B * Tq, C, C + 2 * E, m->xbf);
+            tfm__op_linear_bwd(m->device, dx, C, dx_beta, dw, db, m->dq, ldd, m->x, ldx, w, B * Tq, C, C + 2 * E,
+                               m->xbf | (a.d_bf == 2 ? 2 : 0));
         }
     }
 }
@@ -8965,7 +9000,7 @@ TFMDEF tfm_result tfm_mha_forward(tfm_mha *m, tfm_tensor *y, const tfm_tensor *x
                          m->desc.n_kv_heads);
 
     TFM__TRY(tfm__scratch_reserve(fn));
-    tfm__mha_fwd(m, y->data, x->data, 0, xkv ? xkv->data : NULL, (int)B, (int)Tq, (int)Tk, opts, NULL, 0);
+    (void)tfm__mha_fwd(m, y->data, x->data, 0, xkv ? xkv->data : NULL, (int)B, (int)Tq, (int)Tk, opts, NULL, 0, 0);
     return tfm__scratch_check(fn);
 }
 
@@ -9355,8 +9390,10 @@ TFMDEF tfm_result tfm_mha_param(tfm_mha *m, const char *name, tfm_tensor *value,
     return tfm__named_find("tfm_mha_param", e, tfm__mha_named(m, "", e), name, value, grad);
 }
 
-/* Sub-layer s of a block: v = F_s(u) (ubf: u is a bf16 activation). */
-static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, int ubf, tfm_kv_cache *kc, int layer) {
+/* Sub-layer s of a block: v = F_s(u) (ubf: u is a bf16 activation). vbf: v may be written in bf16 by its
+   product (rows of tfm__bf16_ld(C)); returns 1 when it was. */
+static int tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, int ubf, tfm_kv_cache *kc, int layer,
+                              int vbf) {
     const tfm_block_desc *d = &blk->desc;
     const tfm_attn_opts *bo = &blk->opts;
     int64_t N = (int64_t)blk->B * blk->T, C = d->d_model, F = d->d_ff;
@@ -9374,15 +9411,20 @@ static void tfm__block_sub_fwd(tfm_block *blk, int s, float *v, const float *u, 
         o.mask = bo->mask;
         o.batch_offset = bo->batch_offset;
         o.mask_per_batch = bo->mask_per_batch;
-        tfm__mha_fwd(&blk->self_attn, v, u, ubf, NULL, blk->B, blk->T, blk->T, &o, kc, layer);
+        return tfm__mha_fwd(&blk->self_attn, v, u, ubf, NULL, blk->B, blk->T, blk->T, &o, kc, layer, vbf);
     } else if (s == 1 && d->cross) {
         o.key_lens = bo->kv_lens;
         o.batch_offset = bo->batch_offset;
-        tfm__mha_fwd(&blk->cross_attn, v, u, ubf, blk->xkv, blk->B, blk->T, blk->Tk, &o, kc, layer);
+        return tfm__mha_fwd(&blk->cross_attn, v, u, ubf, blk->xkv, blk->B, blk->T, blk->Tk, &o, kc, layer, vbf);
     } else {
+        int64_t ldh = blk->bf_h ? tfm__bf16_ld(F) : F;
         blk->bf_pre = tfm__op_linear_act(blk->device, d->act, blk->ff_act, blk->ff_pre, u, blk->linear1.weight.data, blk->linear1.bias.data, N, C, F, ubf, blk->bf_h);
-        tfm__op_linear(blk->device, v, C, blk->ff_act, blk->bf_h ? tfm__bf16_ld(F) : F, blk->linear2.weight.data, blk->linear2.bias.data, N, F, C, blk->bf_h);
+        if (vbf && tfm__op_linear_to_bf16(blk->device, v, tfm__bf16_ld(C), blk->ff_act, ldh, blk->linear2.weight.data,
+                                          blk->linear2.bias.data, N, F, C, blk->bf_h))
+            return 1;
+        tfm__op_linear(blk->device, v, C, blk->ff_act, ldh, blk->linear2.weight.data, blk->linear2.bias.data, N, F, C, blk->bf_h);
     }
+    return 0;
 }
 
 /* Sub-layer s backward: du = du_beta * du + dF_s/du (dv) (du_beta 0: du is only written); parameter
@@ -9437,28 +9479,32 @@ static void tfm__block_fwd(tfm_block *blk, float *y, const float *x, const float
         float *out = s == blk->n_sub - 1 ? y : blk->buf_stream[s + 1];
         float *v = blk->sub_out;
         tfm_layernorm *ln = &blk->norm[s];
+        int drop = opts->training && d->dropout > 0.0f;
+        /* v, which only the residual add with the norm after it reads, rounded to bf16 in a bf16 model call (as
+           autocast's nn.Linear output is; not under dropout): vbf 1, written so by its product; 2, rounded as read */
+        int vbf = !drop && (!d->norm_first || s + 1 < blk->n_sub || after) && tfm__bf16_fits(blk->device, C) ? 2 : 0;
         if (d->norm_first) {
             if (s == 0 && !in_normed) /* (the later sub-layers' norms ran with the residual add before them) */
                 tfm__op_layernorm(blk->device, blk->ln_io[0], ln->mean, ln->rstd, xs, ln->weight.data, ln->bias.data, d->ln_eps, N, C, ln->rms, blk->bf_u);
-            tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], blk->bf_u, kc, layer);
+            if (tfm__block_sub_fwd(blk, s, v, blk->ln_io[s], blk->bf_u, kc, layer, vbf && tfm__bf16_store(blk->device, C))) vbf = 1;
         } else {
-            tfm__block_sub_fwd(blk, s, v, xs, 0, kc, layer);
+            if (tfm__block_sub_fwd(blk, s, v, xs, 0, kc, layer, vbf && tfm__bf16_store(blk->device, C))) vbf = 1;
         }
-        if (opts->training && d->dropout > 0.0f)
+        if (drop)
             tfm__op_dropout(blk->device, v, v, N * C, d->dropout, tfm__seed_mix(opts->seed, TFM__SITE_RESIDUAL + (uint64_t)s),
                             (uint64_t)(opts->batch_offset * T * C), 0);
         if (d->norm_first && s + 1 < blk->n_sub) { /* x_{s+1} and the next sub-layer's u in one pass */
             tfm_layernorm *nx = &blk->norm[s + 1];
-            tfm__op_add_layernorm(blk->device, out, blk->ln_io[s + 1], nx->mean, nx->rstd, xs, v, nx->weight.data, nx->bias.data,
-                                  d->ln_eps, N, C, nx->rms, blk->bf_u);
+            tfm__op_add_layernorm(blk->device, out, blk->ln_io[s + 1], nx->mean, nx->rstd, xs, v, vbf, nx->weight.data,
+                                  nx->bias.data, d->ln_eps, N, C, nx->rms, blk->bf_u);
         } else if (d->norm_first && after) { /* y and the next norm's output */
-            tfm__op_add_layernorm(blk->device, out, after->out, after->ln->mean, after->ln->rstd, xs, v, after->ln->weight.data,
-                                  after->ln->bias.data, after->eps, N, C, after->ln->rms, after->bf);
+            tfm__op_add_layernorm(blk->device, out, after->out, after->ln->mean, after->ln->rstd, xs, v, vbf,
+                                  after->ln->weight.data, after->ln->bias.data, after->eps, N, C, after->ln->rms, after->bf);
         } else if (d->norm_first) {
             tfm__op_add(blk->device, out, xs, v, N * C);
         } else {
-            tfm__op_add_layernorm(blk->device, blk->ln_io[s], out, ln->mean, ln->rstd, xs, v, ln->weight.data, ln->bias.data,
-                                  d->ln_eps, N, C, ln->rms, 0);
+            tfm__op_add_layernorm(blk->device, blk->ln_io[s], out, ln->mean, ln->rstd, xs, v, vbf, ln->weight.data,
+                                  ln->bias.data, d->ln_eps, N, C, ln->rms, 0);
         }
         if (s + 1 < blk->n_sub) blk->stream[s + 1] = out;
     }

@@ -839,7 +839,7 @@ static void cu_op_layernorm(void) {
                 }
                 { /* with the residual add before it (one kernel on the GPU): s = x + r written, then the norm of s */
                     cu_buf r = cu_normal(N * C, &g, 1, 0), sum = cu_nan(N * C), y3 = cu_nan(N * C), m3 = cu_nan(N), r3 = cu_nan(N);
-                    CU_DEVS tfm__op_add_layernorm(CU_DEV, CU_P(sum), CU_P(y3), rms ? NULL : CU_P(m3), CU_P(r3), CU_P(x), CU_P(r),
+                    CU_DEVS tfm__op_add_layernorm(CU_DEV, CU_P(sum), CU_P(y3), rms ? NULL : CU_P(m3), CU_P(r3), CU_P(x), CU_P(r), 0,
                                                   has_g ? CU_P(gn) : NULL, has_b ? CU_P(bb) : NULL, 1e-5f, N, C, rms, 0);
                     cu_check(cu_fmt("%s after an add: the sum", name), &sum, CU_TOL);
                     cu_check(cu_fmt("%s after an add: y", name), &y3, CU_TOL);
@@ -4811,6 +4811,33 @@ static void cu_bf16_attention_case(const cu_bfatt *c) {
             free(x), free(y);
         }
         cu_release(&wq, &wk, &wv, CU_END);
+        for (int mode = 1; mode <= 2; mode++) {
+            /* the gradients rounded to bf16 as written (a.d_bf 1: as floats; cu_bf16_ref) and written in bf16 (2: rows of
+               tfm__bf16_ld, as a bf16 model's self-attention hands them to its in-projection): the rounding of the
+               fp32 ones, bit for bit */
+            cu_buf rq = cu_nan(nq), rk = cu_nan(c->fused ? 1 : nk), rv = cu_nan(c->fused ? 1 : nk);
+            cu_buf *got[3] = {&rq, &rk, &rv}, *want[3] = {&dq, &dk, &dv};
+            tfm__attn_args ar = a;
+            int lq = mode == 2 ? (int)tfm__bf16_ld(ldq) : ldq, lk = mode == 2 ? (int)tfm__bf16_ld(ldk) : ldk;
+            uint16_t *q16 = (uint16_t *)(void *)rq.d;
+            float *pk = c->fused ? (mode == 2 ? (float *)(void *)(q16 + C) : rq.d + C) : rk.d;
+            float *pv = c->fused ? (mode == 2 ? (float *)(void *)(q16 + C + E) : rq.d + C + E) : rv.d;
+            ar.overwrite = 1, ar.d_bf = mode;
+            CHECK(tfm__op_attention_bwd(TFM_DEVICE_CUDA, &ar, rq.d, lq, pk, lk, pv, lk, dout.d, C));
+            for (int o = 0; o < (c->fused ? 1 : 3); o++) {
+                const char *nm = c->fused ? "dq|dk|dv" : o == 0 ? "dq" : o == 1 ? "dk" : "dv";
+                int64_t rows = o == 0 ? (int64_t)B * Tq : (int64_t)B * Tk, cols = o == 0 ? ldq : ldk;
+                if (mode == 2) {
+                    cu_check_bf16_rows(cu_fmt("%s: %s written in bf16", name, nm), want[o]->d, got[o]->d, rows, cols);
+                } else {
+                    float *x = cu_fetch(got[o]->d, got[o]->n, TFM_DEVICE_CUDA), *y = cu_fetch(want[o]->d, want[o]->n, TFM_DEVICE_CUDA);
+                    for (int64_t e = 0; e < rows * cols; e++) y[e] = (float)cu_bf16_ref(y[e]);
+                    cu_check_bits_arrays(cu_fmt("%s: %s rounded to bf16 as written", name, nm), x, y, rows * cols);
+                    free(x), free(y);
+                }
+            }
+            cu_release(&rq, &rk, &rv, CU_END);
+        }
         { /* q, k and v given in bf16 (their rounding, as a bf16 model's q|k|v product writes them): the same
              output, log-sum-exps and gradients, bit for bit */
             cu_buf bq = cu_nan(nq), bk = cu_nan(c->fused ? 1 : nk), bv = cu_nan(c->fused ? 1 : nk);
@@ -5193,8 +5220,32 @@ static void cu_bf16_act_ops(void) {
             tfm__model_prec = TFM_PREC_BF16;
             CHECK(tfm__bf16_store(TFM_DEVICE_CUDA, C) && !tfm__bf16_store(TFM_DEVICE_CPU, C) && !tfm__bf16_store(TFM_DEVICE_CUDA, 3));
             if (v & 2) { /* the residual add's kernel; else the layernorm's */
-                tfm__op_add_layernorm(TFM_DEVICE_CUDA, s[0].d, y32.d, m[0].d, rs[0].d, x.d, r.d, gn.d, bb.d, 1e-5f, N, C, rms, 0);
-                tfm__op_add_layernorm(TFM_DEVICE_CUDA, s[1].d, yb.d, m[1].d, rs[1].d, x.d, r.d, gn.d, bb.d, 1e-5f, N, C, rms, 1);
+                tfm__op_add_layernorm(TFM_DEVICE_CUDA, s[0].d, y32.d, m[0].d, rs[0].d, x.d, r.d, 0, gn.d, bb.d, 1e-5f, N, C, rms, 0);
+                tfm__op_add_layernorm(TFM_DEVICE_CUDA, s[1].d, yb.d, m[1].d, rs[1].d, x.d, r.d, 0, gn.d, bb.d, 1e-5f, N, C, rms, 1);
+                { /* the added sub-layer output r rounded to bf16 (a bf16 model call's): read as bf16 rows (1) and rounded as
+                     read (2), the same sums, norms and statistics to the bit as from r rounded on the host (cu_bf16_ref) */
+                    cu_buf rr = cu_alloc(N * C), rb = cu_nan(N * C), o[3][4];
+                    for (int64_t i = 0; i < N * C; i++) rr.h[i] = (float)cu_bf16_ref(r.h[i]);
+                    cu_push(&rr);
+                    tfm__op_to_bf16(TFM_DEVICE_CUDA, rb.d, ld, 0, r.d, C, N, C);
+                    for (int k = 0; k < 3; k++) {
+                        for (int q = 0; q < 4; q++) o[k][q] = cu_nan(q < 2 ? N * C : N);
+                        tfm__op_add_layernorm(TFM_DEVICE_CUDA, o[k][0].d, o[k][1].d, o[k][2].d, o[k][3].d, x.d,
+                                              k == 0 ? rr.d : k == 1 ? rb.d : r.d, k, gn.d, bb.d, 1e-5f, N, C, rms, 0);
+                    }
+                    for (int k = 1; k < 3; k++)
+                        for (int q = 0; q < 4; q++) {
+                            float *want = cu_fetch(o[0][q].d, o[0][q].n, TFM_DEVICE_CUDA), *got = cu_fetch(o[k][q].d, o[k][q].n, TFM_DEVICE_CUDA);
+                            static const char *const what[] = {"sum", "norm", "mean", "rstd"};
+                            if (!(q == 2 && rms))
+                                cu_check_bits_arrays(cu_fmt("%s: the residual add's %s, the added output %s", name, what[q],
+                                                            k == 1 ? "in bf16" : "rounded as read"), got, want, o[0][q].n);
+                            free(want);
+                            free(got);
+                        }
+                    for (int k = 0; k < 3; k++) cu_release(&o[k][0], &o[k][1], &o[k][2], &o[k][3], CU_END);
+                    cu_release(&rr, &rb, CU_END);
+                }
             } else {
                 tfm__op_layernorm(TFM_DEVICE_CUDA, y32.d, m[0].d, rs[0].d, x.d, gn.d, v ? NULL : bb.d, 1e-5f, N, C, rms, 0);
                 tfm__op_layernorm(TFM_DEVICE_CUDA, yb.d, m[1].d, rs[1].d, x.d, gn.d, v ? NULL : bb.d, 1e-5f, N, C, rms, 1);
@@ -5413,6 +5464,7 @@ static void cu_bf16_acts(void) {
         unsigned long long launches[2] = {0, 0}, qkv_bf[2] = {0, 0};
 #endif
         c.precision = TFM_PREC_BF16;
+        if (which % 2) c.dropout = 0.0f; /* (the sub-layers' outputs are bf16 only without dropout on them) */
         if (which >= CU_N_MODELS) {
             c.d_model = 12;
             c.n_heads = 2;
@@ -5478,11 +5530,14 @@ static void cu_bf16_acts(void) {
                positions (every self-attention layer then, a product a layer and step); with rotary positions by the
                rotation, from the product in the backward's scratch. The MLP's pre-activations written in bf16 by
                its first product where its hidden layer is bf16 (a product a layer and step). An LM's or
-               encoder-decoder's logits written in bf16 by the head's product (a product a step). */
+               encoder-decoder's logits written in bf16 by the head's product (a product a step). Without dropout,
+               each sub-layer's output by its last product (a product a sub-layer and step). */
             tfm_block *top = m[1].impl->n_dec ? &m[1].impl->dec[m[1].impl->n_dec - 1] : &m[1].impl->enc[m[1].impl->n_enc - 1];
             int bf_h = tfm__bf16_ld(c.d_ff) <= 2 * c.d_ff, head = c.kind != TFM_MODEL_ENCODER_CLASSIFIER;
-            unsigned long long layers = (unsigned long long)(m[1].impl->n_enc + m[1].impl->n_dec);
-            unsigned long long want = (unsigned long long)steps * (layers * ((c.pos != TFM_POS_ROPE) + bf_h) + head);
+            unsigned long long layers = (unsigned long long)(m[1].impl->n_enc + m[1].impl->n_dec), subs = 0;
+            for (int l = 0; c.dropout == 0.0f && l < m[1].impl->n_enc + m[1].impl->n_dec; l++)
+                subs += (unsigned long long)(l < m[1].impl->n_enc ? m[1].impl->enc[l] : m[1].impl->dec[l - m[1].impl->n_enc]).n_sub;
+            unsigned long long want = (unsigned long long)steps * (layers * ((c.pos != TFM_POS_ROPE) + bf_h) + head + subs);
             CHECK_MSG(!qkv_bf[0] && qkv_bf[1] == want, "%s: %llu products wrote bf16 with bf16 activations (want %llu), "
                       "%llu without", nm, qkv_bf[1], want, qkv_bf[0]);
             CHECK_MSG(top->self_attn.qbf, "%s: the last self-attention's q|k|v not in bf16", nm);
