@@ -826,9 +826,10 @@ typedef struct tfm_config {
                                 sequences, in flash kernels on sm_80 and later; decoding steps stay
                                 fp32), while parameters, AdamW, the residual stream, norms' statistics,
                                 softmax statistics and loss stay fp32 (mixed precision); a pre-LN block's
-                                normalized inputs, the MLP's hidden layer and an LM head's logit and
-                                self-attention's q|k|v gradients, which only products (and a bias's
-                                sums) read, are stored in bf16, and the MLP's
+                                normalized inputs, the MLP's hidden layer and an LM head's logit,
+                                the attention's output and self-attention's q|k|v gradients, which
+                                only products, the flash kernels (and a bias's sums) read, are
+                                stored in bf16, and the MLP's
                                 pre-activations, the attention's output, each sub-layer's output
                                 before the residual sum (without dropout on it) and a training step's
                                 logits are rounded to bf16 (as a bf16 product's or flash attention's
@@ -3970,6 +3971,8 @@ typedef struct tfm__attn_args {
     int d_bf;                /* backward (overwrite): 1, dq, dk and dv rounded to bf16 as written (0 + the value, as
                                 fp32 floats); 2, written so as bf16 elements behind their float pointers (lddq,
                                 lddk, lddv in them) */
+    int dout_bf;             /* backward, the flash kernels' (which round dout to bf16 as they load it): 1, D =
+                                rowsum(dout * out) takes dout rounded too; 2, dout is bf16 (lddo in its elements) */
 } tfm__attn_args;
 
 /* The key/value head of query head h: heads come in H/Hkv groups of consecutive query heads (repeat_kv). */
@@ -4265,13 +4268,14 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
    rounds to bf16 (tfm__linear_act_cuda), where their product writes them so (blk->bf_pre): its activation's
    kernels read them as they are; and the attention's output where the flash forward writes it (tfm_mha.obf),
    which the output projection reads and the backward's D = rowsum(dout * out) takes rounded (tfm__k_attn_dr,
-   in every bf16 model call); the gradients of self-attention's q|k|v, which the flash backward writes for
-   the in-projection's products (tfm__attn_args.d_bf); a sub-layer's output, which its residual add reads
+   in every bf16 model call); the attention's output gradient, which the flash backward reads and D takes
+   rounded (tfm__attn_args.dout_bf); the gradients of self-attention's q|k|v, which the flash backward writes
+   for the in-projection's products (tfm__attn_args.d_bf); a sub-layer's output, which its residual add reads
    (tfm__block_fwd's vbf); and a training step's logits, which its loss reads (tfm__model_forward's
    logits_bf). tfm__bf16_acts_off: the
    rounding before each product instead (and in a linear map's backward, of its output gradient once a
-   product; the pre-activations, q|k|v gradients, sub-layer outputs and logits rounded in fp32), for this
-   thread: the tests compare. */
+   product; the pre-activations, attention output and q|k|v gradients, sub-layer outputs and logits rounded
+   in fp32), for this thread: the tests compare. */
 static TFM__THREAD_LOCAL int tfm__bf16_acts_off;
 static int64_t tfm__bf16_ld(int64_t cols) { return (cols + 7) & ~(int64_t)7; }
 
@@ -5585,7 +5589,8 @@ static __global__ void tfm__k_attn_dr(float *Dr, float *one, tfm__attn_args a, c
         float s = 0.0f;
         for (d = 0; d < a.D; d++) {
             float o = tfm__cu_at(out, b * a.Tq + i, h * a.D + d, a.ldo, a.out_bf ? a.ldo : 0);
-            s += dout[(b * a.Tq + i) * lddo + h * a.D + d] * (rnd ? tfm__bf16_round(o) : o);
+            float g = tfm__cu_at(dout, b * a.Tq + i, h * a.D + d, lddo, a.dout_bf == 2 ? lddo : 0);
+            s += (a.dout_bf == 1 ? tfm__bf16_round(g) : g) * (rnd ? tfm__bf16_round(o) : o);
         }
         Dr[r] = s;
         one[r] = (float)tfm__attn_one_key(&a, (int)b, (int)i);
@@ -6234,19 +6239,26 @@ static void tfm__linear_forward_cuda(float *y, int64_t ldy, const float *x, int6
    read it so). In a bf16 model call dy is an operand of both products: it is rounded once, with w and x, and
    both take the rounded operands (each rounded dy itself before: the same bits); with a bias and an fp32
    dy, the pass of its column sums, which reads dy anyway, writes the rounded copy (one read of dy and a
-   launch fewer: the same bits). */
-static void tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, float *dw, float *db, const float *dy,
-                                      int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N, int64_t I,
-                                      int64_t O, int bf) {
+   launch fewer: the same bits). Bit 4 (dx_beta 0): there, dx may be written as a bf16 activation (rows of
+   tfm__bf16_ld(I)) through cuBLASLt; returns 1 when it was (else it is fp32, rows of lddx). */
+static int tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, float *dw, float *db, const float *dy,
+                                     int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N, int64_t I,
+                                     int64_t O, int bf) {
+    int dxbf = 0;
+    TFM_ASSERT(!(bf & 4) || dx_beta == 0.0f);
     if (dx && dw && N > 0 && I > 0 && O > 0 && tfm__model_prec == TFM_PREC_BF16 && !tfm__bf16_acts_off) {
         int sums = db && !(bf & 2);
         tfm__bf16_op op[3] = {{dy, lddy, 0, N, O, bf & 2, NULL, 0, 0, sums}, {w, I, 0, O, I, 0, NULL, 0, 0, 0},
                               {x, ldx, 0, N, I, bf & 1, NULL, 0, 0, 0}};
-        if (!tfm__bf16_operands_cuda(op, 3, 1)) return;
+        if (!tfm__bf16_operands_cuda(op, 3, 1)) return 0;
         if (sums) tfm__colsums_cuda(NULL, db, dy, lddy, 0, NULL, 0, NULL, NULL, 0, 0, (uint16_t *)(void *)op[0].out, op[0].ld, N, O);
         if (sums) db = NULL;
-        tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, op[0].out, (int)op[0].ld, 0, op[1].out, (int)op[1].ld, 0, dx_beta,
-                       dx, (int)lddx, 0, 1, 3, NULL);
+        if (bf & 4)
+            dxbf = tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, op[0].out, (int)op[0].ld, 0, op[1].out, (int)op[1].ld, 0,
+                                  0.0f, dx, (int)tfm__bf16_ld(I), 0, 1, 3 | TFM__GEMM_OUT_BF16, NULL);
+        if (!dxbf)
+            tfm__gemm_cuda(0, 0, (int)N, (int)I, (int)O, 1.0f, op[0].out, (int)op[0].ld, 0, op[1].out, (int)op[1].ld, 0, dx_beta,
+                           dx, (int)lddx, 0, 1, 3, NULL);
         tfm__gemm_cuda(1, 0, (int)O, (int)I, (int)N, 1.0f, op[0].out, (int)op[0].ld, 0, op[2].out, (int)op[2].ld, 0, 1.0f, dw,
                        (int)I, 0, 1, 3, NULL);
     } else {
@@ -6258,6 +6270,7 @@ static void tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, fl
                            (bf & 2 ? 1 : 0) | (bf & 1 ? 2 : 0), NULL);
     }
     if (db) tfm__colsums_cuda(NULL, db, dy, lddy, bf & 2 ? lddy : 0, NULL, 0, NULL, NULL, 0, 0, NULL, 0, N, O);
+    return dxbf;
 }
 
 static void tfm__softmax_cuda(float *y, const float *x, int64_t N, int64_t C, int log) {
@@ -7182,7 +7195,7 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
     bh = f.bh, b = f.b, h = f.h, i0 = f.i0, nq = f.nq, n_max = f.n_max, lo_min = f.lo_min, kh = f.kh, vh = f.vh;
     tfm__cu_fsum_zero(&sum, Dp / 16);
     tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, nq, D, Dp, a.qkv_bf);
-    tfm__cu_ftile(sdo, ldh, dout, ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, nq, D, Dp, 0);
+    tfm__cu_ftile(sdo, ldh, dout, ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, nq, D, Dp, a.dout_bf == 2);
     for (j0 = 0; j0 < n_max; j0 += F) {
         int nk = TFM__MIN(F, n_max - j0);
         if (j0 >= a.sinks && j0 + nk <= lo_min) continue;
@@ -7256,7 +7269,7 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
             int nq = TFM__MIN(F, i1 - q0);
             __syncthreads(); /* every warp is done with the last tiles */
             tfm__cu_ftile(sq, ldh, q, qh + (int64_t)q0 * a.ldq, a.ldq, nq, D, Dp, a.qkv_bf);
-            tfm__cu_ftile(sdo, ldh, dout, doh + (int64_t)q0 * lddo, lddo, nq, D, Dp, 0);
+            tfm__cu_ftile(sdo, ldh, dout, doh + (int64_t)q0 * lddo, lddo, nq, D, Dp, a.dout_bf == 2);
             if ((int)threadIdx.x < F) {
                 int t = (int)threadIdx.x, it = q0 + t;
                 sL[t] = t < nq ? lse[(int64_t)bh * a.Tq + it] : -INFINITY;
@@ -7601,12 +7614,14 @@ static void tfm__op_to_bf16(tfm_device dev, float *dst, int64_t ldd, int64_t off
     (void)dst, (void)ldd, (void)off, (void)src, (void)lds, (void)rows, (void)cols;
     TFM_ASSERT(0);
 }
-static void tfm__op_linear_bwd(tfm_device dev, float *dx, int64_t lddx, float dx_beta, float *dw, float *db,
-                               const float *dy, int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N,
-                               int64_t I, int64_t O, int xbf) {
-    TFM__CUDA(dev, tfm__linear_backward_cuda(dx, lddx, dx_beta, dw, db, dy, lddy, x, ldx, w, N, I, O, xbf); return);
+/* returns 1 where dx was written in bf16 (xbf's bit 4, on the GPU: tfm__linear_backward_cuda) */
+static int tfm__op_linear_bwd(tfm_device dev, float *dx, int64_t lddx, float dx_beta, float *dw, float *db,
+                              const float *dy, int64_t lddy, const float *x, int64_t ldx, const float *w, int64_t N,
+                              int64_t I, int64_t O, int xbf) {
+    TFM__CUDA(dev, return tfm__linear_backward_cuda(dx, lddx, dx_beta, dw, db, dy, lddy, x, ldx, w, N, I, O, xbf));
     TFM_ASSERT(!xbf);
     tfm__linear_backward_cpu(dx, lddx, dx_beta, dw, db, dy, lddy, x, ldx, w, N, I, O);
+    return 0;
 }
 static void tfm__op_softmax(tfm_device dev, float *y, const float *x, int64_t N, int64_t C, int log) {
     TFM__CUDA(dev, tfm__softmax_cuda(y, x, N, C, log); return);
@@ -7825,7 +7840,7 @@ static int tfm__op_attention(tfm_device dev, const tfm__attn_args *a) {
 static int tfm__op_attention_bwd(tfm_device dev, const tfm__attn_args *a, float *dq, int lddq, float *dk, int lddk,
                                  float *dv, int lddv, const float *dout, int lddo) {
     TFM_ASSERT(!(a->overwrite || a->qkv_bf) || tfm__op_attention_flash(dev, a));
-    TFM_ASSERT(!a->d_bf || a->overwrite);
+    TFM_ASSERT(!(a->d_bf || a->dout_bf) || a->overwrite);
     TFM__CUDA(dev, return tfm__attention_backward_cuda(a, dq, lddq, dk, lddk, dv, lddv, dout, lddo));
     return tfm__attention_backward_cpu(a, dq, lddq, dk, lddk, dv, lddv, dout, lddo);
 }
@@ -8914,14 +8929,19 @@ static int tfm__mha_fwd(tfm_mha *m, float *y, const float *x, int xbf, const flo
 static void tfm__mha_bwd(tfm_mha *m, float *dx, float dx_beta, float *dxkv, const float *dy) {
     tfm__attn_args a;
     int64_t B = m->B, Tq = m->Tq, Tk = m->Tk, C = m->desc.d_model, E = tfm__mha_kv_dim(m);
-    int64_t ldx = m->xbf ? tfm__bf16_ld(C) : C, ldd = C + 2 * E;
-    int cross = m->desc.cross;
-    /* out_proj: dW += dy^T ctx, db += colsum(dy), dctx = dy W */
-    tfm__op_linear_bwd(m->device, m->dctx, C, 0.0f, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx,
-                       m->obf ? tfm__bf16_ld(C) : C, m->out_proj_weight.data, B * Tq, C, C, m->obf);
-    /* attention: gradients of the projected q, k, v */
+    int64_t ldx = m->xbf ? tfm__bf16_ld(C) : C, ldd = C + 2 * E, lddo;
+    int cross = m->desc.cross, dbf;
     tfm__mha_args(m, &a);
     a.overwrite = tfm__op_attention_flash(m->device, &a);
+    /* out_proj: dW += dy^T ctx, db += colsum(dy), dctx = dy W. dctx, which the flash kernels round to bf16 as they
+       load it, rounded in D = rowsum(dout * out) too (as FlashAttention's bf16 backward takes it), and written in
+       bf16 where it fits (dbf) */
+    dbf = tfm__op_linear_bwd(m->device, m->dctx, C, 0.0f, m->d_out_proj_weight.data, m->d_out_proj_bias.data, dy, C, m->ctx,
+                             m->obf ? tfm__bf16_ld(C) : C, m->out_proj_weight.data, B * Tq, C, C,
+                             m->obf | (a.overwrite && tfm__bf16_store(m->device, C) ? 4 : 0));
+    a.dout_bf = dbf ? 2 : a.overwrite && tfm__bf16_fits(m->device, C) ? 1 : 0;
+    lddo = dbf ? tfm__bf16_ld(C) : C;
+    /* attention: gradients of the projected q, k, v */
     /* self-attention's dq|dk|dv from the flash kernels, where no rotation follows, rounded to bf16 (the
        in-projection's products round them anyway; its bias's sums take them rounded, as autocast's do), and
        written so where they fit (ldd in bf16 elements) */
@@ -8930,15 +8950,15 @@ static void tfm__mha_bwd(tfm_mha *m, float *dx, float dx_beta, float *dxkv, cons
     if (!a.overwrite) tfm__op_zero(m->device, m->dq, B * Tq * (cross ? C : C + 2 * E));
     if (cross) {
         if (!a.overwrite) tfm__op_zero(m->device, m->dkv, B * Tk * 2 * E);
-        (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)C, m->dkv, (int)(2 * E), m->dkv + E, (int)(2 * E), m->dctx, (int)C);
+        (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)C, m->dkv, (int)(2 * E), m->dkv + E, (int)(2 * E), m->dctx, (int)lddo);
     } else if (a.d_bf == 2) {
         uint16_t *d = (uint16_t *)(void *)m->dq;
         ldd = tfm__bf16_ld(C + 2 * E);
         (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)ldd, (float *)(void *)(d + C), (int)ldd,
-                                    (float *)(void *)(d + C + E), (int)ldd, m->dctx, (int)C);
+                                    (float *)(void *)(d + C + E), (int)ldd, m->dctx, (int)lddo);
     } else {
         (void)tfm__op_attention_bwd(m->device, &a, m->dq, (int)(C + 2 * E), m->dq + C, (int)(C + 2 * E), m->dq + C + E,
-                                    (int)(C + 2 * E), m->dctx, (int)C);
+                                    (int)(C + 2 * E), m->dctx, (int)lddo);
         if (m->desc.rope_dims) /* back through the rotation of q and k: its transpose, in place */
             tfm__op_rope(m->device, m->dq, m->dq, C + 2 * E, B, Tq, m->desc.n_heads + m->desc.n_kv_heads,
                          (int)C / m->desc.n_heads, m->desc.rope_dims, m->desc.rope_base, NULL, 1, 0);

@@ -4838,6 +4838,30 @@ static void cu_bf16_attention_case(const cu_bfatt *c) {
             }
             cu_release(&rq, &rk, &rv, CU_END);
         }
+        { /* dout rounded in D too (a.dout_bf 1) and given in bf16 (2: rows of tfm__bf16_ld(C), as a bf16 model's output
+             projection's backward writes it): the gradients from dout rounded on the host (cu_bf16_ref), bit for bit */
+            cu_buf dr = cu_alloc(dout.n), d16 = cu_nan(dout.n), gr[3][3];
+            for (int64_t e = 0; e < dout.n; e++) dr.h[e] = (float)cu_bf16_ref(dout.h[e]);
+            cu_push(&dr);
+            tfm__op_to_bf16(TFM_DEVICE_CUDA, d16.d, tfm__bf16_ld(C), 0, dout.d, C, (int64_t)B * Tq, C);
+            for (int k = 0; k < 3; k++) {
+                tfm__attn_args ar = a;
+                gr[k][0] = cu_nan(nq), gr[k][1] = cu_nan(c->fused ? 1 : nk), gr[k][2] = cu_nan(c->fused ? 1 : nk);
+                ar.overwrite = 1, ar.dout_bf = k;
+                CHECK(tfm__op_attention_bwd(TFM_DEVICE_CUDA, &ar, gr[k][0].d, ldq, c->fused ? gr[k][0].d + C : gr[k][1].d, ldk,
+                                            c->fused ? gr[k][0].d + C + E : gr[k][2].d, ldk, k == 0 ? dr.d : k == 1 ? dout.d : d16.d,
+                                            k == 2 ? (int)tfm__bf16_ld(C) : C));
+            }
+            for (int k = 1; k < 3; k++)
+                for (int o = 0; o < (c->fused ? 1 : 3); o++) {
+                    float *x = cu_fetch(gr[k][o].d, gr[k][o].n, TFM_DEVICE_CUDA), *y = cu_fetch(gr[0][o].d, gr[0][o].n, TFM_DEVICE_CUDA);
+                    cu_check_bits_arrays(cu_fmt("%s: %s from dout %s", name, c->fused ? "dq|dk|dv" : o == 0 ? "dq" : o == 1 ? "dk" : "dv",
+                                                k == 1 ? "rounded in D" : "in bf16"), x, y, gr[k][o].n);
+                    free(x), free(y);
+                }
+            for (int k = 0; k < 3; k++) cu_release(&gr[k][0], &gr[k][1], &gr[k][2], CU_END);
+            cu_release(&dr, &d16, CU_END);
+        }
         { /* q, k and v given in bf16 (their rounding, as a bf16 model's q|k|v product writes them): the same
              output, log-sum-exps and gradients, bit for bit */
             cu_buf bq = cu_nan(nq), bk = cu_nan(c->fused ? 1 : nk), bv = cu_nan(c->fused ? 1 : nk);
@@ -5531,13 +5555,18 @@ static void cu_bf16_acts(void) {
                rotation, from the product in the backward's scratch. The MLP's pre-activations written in bf16 by
                its first product where its hidden layer is bf16 (a product a layer and step). An LM's or
                encoder-decoder's logits written in bf16 by the head's product (a product a step). Without dropout,
-               each sub-layer's output by its last product (a product a sub-layer and step). */
+               each sub-layer's output by its last product (a product a sub-layer and step). Each attention's
+               output gradient for the flash backward by its output projection's backward (a product an
+               attention and step). */
             tfm_block *top = m[1].impl->n_dec ? &m[1].impl->dec[m[1].impl->n_dec - 1] : &m[1].impl->enc[m[1].impl->n_enc - 1];
             int bf_h = tfm__bf16_ld(c.d_ff) <= 2 * c.d_ff, head = c.kind != TFM_MODEL_ENCODER_CLASSIFIER;
-            unsigned long long layers = (unsigned long long)(m[1].impl->n_enc + m[1].impl->n_dec), subs = 0;
-            for (int l = 0; c.dropout == 0.0f && l < m[1].impl->n_enc + m[1].impl->n_dec; l++)
-                subs += (unsigned long long)(l < m[1].impl->n_enc ? m[1].impl->enc[l] : m[1].impl->dec[l - m[1].impl->n_enc]).n_sub;
-            unsigned long long want = (unsigned long long)steps * (layers * ((c.pos != TFM_POS_ROPE) + bf_h) + head + subs);
+            unsigned long long layers = (unsigned long long)(m[1].impl->n_enc + m[1].impl->n_dec), subs = 0, attn = 0;
+            for (int l = 0; l < m[1].impl->n_enc + m[1].impl->n_dec; l++) {
+                const tfm_block *bl = l < m[1].impl->n_enc ? &m[1].impl->enc[l] : &m[1].impl->dec[l - m[1].impl->n_enc];
+                if (c.dropout == 0.0f) subs += (unsigned long long)bl->n_sub;
+                attn += 1 + (bl->desc.cross != 0);
+            }
+            unsigned long long want = (unsigned long long)steps * (layers * ((c.pos != TFM_POS_ROPE) + bf_h) + head + subs + attn);
             CHECK_MSG(!qkv_bf[0] && qkv_bf[1] == want, "%s: %llu products wrote bf16 with bf16 activations (want %llu), "
                       "%llu without", nm, qkv_bf[1], want, qkv_bf[0]);
             CHECK_MSG(top->self_attn.qbf, "%s: the last self-attention's q|k|v not in bf16", nm);
