@@ -827,7 +827,8 @@ typedef struct tfm_config {
                                 fp32), while parameters, AdamW, the residual stream, norms' statistics,
                                 softmax statistics and loss stay fp32 (mixed precision); a pre-LN block's
                                 normalized inputs, the MLP's hidden layer and an LM head's logit,
-                                the attention's output and self-attention's q|k|v gradients, which
+                                the attention's output, the hidden layer's output and
+                                self-attention's q|k|v gradients, which
                                 only products, the flash kernels (and a bias's sums) read, are
                                 stored in bf16, and the MLP's
                                 pre-activations, the attention's output, each sub-layer's output
@@ -4269,13 +4270,14 @@ static tfm_result tfm__prec_done(int prev, tfm_result r) {
    kernels read them as they are; and the attention's output where the flash forward writes it (tfm_mha.obf),
    which the output projection reads and the backward's D = rowsum(dout * out) takes rounded (tfm__k_attn_dr,
    in every bf16 model call); the attention's output gradient, which the flash backward reads and D takes
-   rounded (tfm__attn_args.dout_bf); the gradients of self-attention's q|k|v, which the flash backward writes
-   for the in-projection's products (tfm__attn_args.d_bf); a sub-layer's output, which its residual add reads
-   (tfm__block_fwd's vbf); and a training step's logits, which its loss reads (tfm__model_forward's
-   logits_bf). tfm__bf16_acts_off: the
-   rounding before each product instead (and in a linear map's backward, of its output gradient once a
-   product; the pre-activations, attention output and q|k|v gradients, sub-layer outputs and logits rounded
-   in fp32), for this thread: the tests compare. */
+   rounded (tfm__attn_args.dout_bf); the MLP's hidden-layer output gradient, which only the activation's
+   backward reads (tfm__block_sub_bwd's dybf); the gradients of self-attention's q|k|v, which the flash
+   backward writes for the in-projection's products (tfm__attn_args.d_bf); a sub-layer's output, which its
+   residual add reads (tfm__block_fwd's vbf); and a training step's logits, which its loss reads
+   (tfm__model_forward's logits_bf). tfm__bf16_acts_off: the rounding before each product instead (and in a
+   linear map's backward, of its output gradient once a product; the pre-activations, attention output,
+   hidden-layer output and q|k|v gradients, sub-layer outputs and logits rounded in fp32), for this thread:
+   the tests compare. */
 static TFM__THREAD_LOCAL int tfm__bf16_acts_off;
 static int64_t tfm__bf16_ld(int64_t cols) { return (cols + 7) & ~(int64_t)7; }
 
@@ -5352,13 +5354,13 @@ static __global__ void tfm__k_act_bwd(int act, float *dx, const float *dy, const
     }
 }
 /* SwiGLU's backward, as the CPU's: one thread per output element; ldb (not 0): dh in bf16, rows of ldb; ldh
-   (not 0): h is bf16, rows of ldh */
-static __global__ void tfm__k_swiglu_bwd(float *dh, const float *dy, const float *h, int64_t N, int64_t F, int64_t ldb,
-                                         int64_t ldh) {
+   (not 0): h is bf16, rows of ldh; lddy (not 0): dy is bf16, rows of lddy */
+static __global__ void tfm__k_swiglu_bwd(float *dh, const float *dy, int64_t lddy, const float *h, int64_t N, int64_t F,
+                                         int64_t ldb, int64_t ldh) {
     TFM__CU_LOOP(i, N * F) {
         int64_t r = i / F, j = i % F;
         float g = tfm__cu_at(h, r, j, 2 * F, ldh), u = tfm__cu_at(h, r, F + j, 2 * F, ldh), sg = tfm__sigmoid(g);
-        float du = dy[i] * g * sg, dg = dy[i] * u * sg * (1.0f + g * (1.0f - sg));
+        float d = tfm__cu_at(dy, r, j, F, lddy), du = d * g * sg, dg = d * u * sg * (1.0f + g * (1.0f - sg));
         if (ldb) {
             uint16_t *hb = (uint16_t *)(void *)dh + r * ldb;
             hb[j] = tfm__bf16(dg);
@@ -6436,10 +6438,11 @@ static void tfm__act_bwd_cuda(int act, float *dx, const float *dy, const float *
     TFM__LAUNCH(tfm__k_act_bwd, tfm__cu_grid(n), TFM__CU_THREADS, 0, act, dx, dy, x, n, acc);
     TFM__CU_LAUNCHED("tfm__k_act_bwd");
 }
-static void tfm__swiglu_bwd_cuda(float *dh, const float *dy, const float *h, int64_t N, int64_t F, int dhbf, int hbf) {
+static void tfm__swiglu_bwd_cuda(float *dh, const float *dy, int dybf, const float *h, int64_t N, int64_t F, int dhbf,
+                                 int hbf) {
     if (N * F <= 0) return;
-    TFM__LAUNCH(tfm__k_swiglu_bwd, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, dh, dy, h, N, F, dhbf ? tfm__bf16_ld(2 * F) : 0,
-                hbf ? tfm__bf16_ld(2 * F) : 0);
+    TFM__LAUNCH(tfm__k_swiglu_bwd, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, dh, dy, dybf ? tfm__bf16_ld(F) : 0, h, N, F,
+                dhbf ? tfm__bf16_ld(2 * F) : 0, hbf ? tfm__bf16_ld(2 * F) : 0);
     TFM__CU_LAUNCHED("tfm__k_swiglu_bwd");
 }
 static void tfm__rope_cuda(float *y, const float *x, int64_t ld, int64_t B, int64_t T, int H, int D, int rot, float base,
@@ -7695,23 +7698,24 @@ static void tfm__op_act_bwd(tfm_device dev, int act, float *dx, const float *dy,
 }
 /* The same for a bf16 model's hidden layer on the GPU (blk->bf_h; act not SwiGLU): dx written in bf16 (rows of
    tfm__bf16_ld(F)), as only products read it, and db += dx's column sums in fp32 (may be NULL), in one pass:
-   the same bits as tfm__op_act_bwd then tfm__op_linear_bwd's rounding of dx and its bias sums. xbf: x is bf16
-   too (rows of tfm__bf16_ld(F): tfm__op_linear_act's pre). */
-static void tfm__op_act_bwd_bf16(tfm_device dev, int act, float *dx, float *db, const float *dy, const float *x, int64_t N,
-                                 int64_t F, int xbf) {
-    TFM__CUDA(dev, tfm__colsums_cuda(NULL, db, dy, F, 0, x, xbf ? tfm__bf16_ld(F) : 0, NULL, NULL, 0, act, (uint16_t *)(void *)dx,
-                                     tfm__bf16_ld(F), N, F);
+   the same bits as tfm__op_act_bwd then tfm__op_linear_bwd's rounding of dx and its bias sums. xbf, dybf: x, dy
+   are bf16 too (rows of tfm__bf16_ld(F): tfm__op_linear_act's pre, the second map's input gradient). */
+static void tfm__op_act_bwd_bf16(tfm_device dev, int act, float *dx, float *db, const float *dy, int dybf, const float *x,
+                                 int64_t N, int64_t F, int xbf) {
+    TFM__CUDA(dev, tfm__colsums_cuda(NULL, db, dy, F, dybf ? tfm__bf16_ld(F) : 0, x, xbf ? tfm__bf16_ld(F) : 0, NULL, NULL, 0,
+                                     act, (uint16_t *)(void *)dx, tfm__bf16_ld(F), N, F);
               return);
-    (void)act, (void)dx, (void)db, (void)dy, (void)x, (void)N, (void)F, (void)xbf; /* the GPU only: never reached on the CPU */
+    (void)act, (void)dx, (void)db, (void)dy, (void)dybf, (void)x, (void)N, (void)F, (void)xbf; /* the GPU only: never reached on the CPU */
     TFM_ASSERT(dev == TFM_DEVICE_CUDA);
 }
 /* SwiGLU's backward: dh (N,2F) written from dy (N,F) and h (N,2F); its forward is tfm__op_linear_act's. dhbf
    (the GPU, a bf16 model's hidden layer without a bias): dh in bf16, rows of tfm__bf16_ld(2F), as only the first
-   map's products read it; hbf (the GPU): h is bf16 too (rows of tfm__bf16_ld(2F): tfm__op_linear_act's pre). */
-static void tfm__op_swiglu_bwd(tfm_device dev, float *dh, const float *dy, const float *h, int64_t N, int64_t F, int dhbf,
-                               int hbf) {
-    TFM__CUDA(dev, tfm__swiglu_bwd_cuda(dh, dy, h, N, F, dhbf, hbf); return);
-    TFM_ASSERT(!dhbf && !hbf);
+   map's products read it; hbf, dybf (the GPU): h, dy are bf16 too (rows of tfm__bf16_ld(2F): tfm__op_linear_act's
+   pre; of tfm__bf16_ld(F): the second map's input gradient). */
+static void tfm__op_swiglu_bwd(tfm_device dev, float *dh, const float *dy, int dybf, const float *h, int64_t N, int64_t F,
+                               int dhbf, int hbf) {
+    TFM__CUDA(dev, tfm__swiglu_bwd_cuda(dh, dy, dybf, h, N, F, dhbf, hbf); return);
+    TFM_ASSERT(!dhbf && !hbf && !dybf);
     tfm__swiglu_backward_cpu(dh, dy, h, N, F);
 }
 /* An MLP's first linear map and its activation: pre = x w^T + b (N rows of F1 = F, or 2F for SwiGLU), y =
@@ -9459,12 +9463,19 @@ static void tfm__block_sub_bwd(tfm_block *blk, int s, float *du, float du_beta, 
     } else {
         const float *u = d->norm_first ? blk->ln_io[s] : blk->stream[s];
         int64_t F1 = d->act == TFM_ACT_SWIGLU ? 2 * F : F;
-        tfm__op_linear_bwd(blk->device, blk->d_ff2, F, 0.0f, blk->linear2.d_weight.data, blk->linear2.d_bias.data, dv, C, blk->ff_act, blk->bf_h ? tfm__bf16_ld(F) : F, blk->linear2.weight.data, N, F, C, blk->bf_h);
+        /* d_ff2, which only the activation's backward reads, rounded to bf16 in a bf16 model call (as autocast's
+           bf16 activation takes its output gradient), written so by the product where it can (dybf), else
+           rounded in place */
+        int dyr = tfm__bf16_fits(blk->device, F);
+        int dybf = tfm__op_linear_bwd(blk->device, blk->d_ff2, F, 0.0f, blk->linear2.d_weight.data, blk->linear2.d_bias.data,
+                                      dv, C, blk->ff_act, blk->bf_h ? tfm__bf16_ld(F) : F, blk->linear2.weight.data, N, F, C,
+                                      blk->bf_h | (dyr && tfm__bf16_store(blk->device, F) ? 4 : 0));
+        if (dyr && !dybf) tfm__op_bf16_rows(blk->device, blk->d_ff2, F, blk->d_ff2, 0, N, F);
         /* hbf: d_ff1 in bf16 (SwiGLU's where no bias sums read it) */
         int ubf = d->norm_first && blk->bf_u, hbf = blk->bf_h && (d->act != TFM_ACT_SWIGLU || !blk->linear1.bias.data);
         TFM_ASSERT(!blk->bf_pre || hbf || d->act == TFM_ACT_SWIGLU);
-        if (d->act == TFM_ACT_SWIGLU) tfm__op_swiglu_bwd(blk->device, blk->d_ff1, blk->d_ff2, blk->ff_pre, N, F, hbf, blk->bf_pre);
-        else if (hbf) tfm__op_act_bwd_bf16(blk->device, d->act, blk->d_ff1, blk->linear1.d_bias.data, blk->d_ff2, blk->ff_pre, N, F, blk->bf_pre);
+        if (d->act == TFM_ACT_SWIGLU) tfm__op_swiglu_bwd(blk->device, blk->d_ff1, blk->d_ff2, dybf, blk->ff_pre, N, F, hbf, blk->bf_pre);
+        else if (hbf) tfm__op_act_bwd_bf16(blk->device, d->act, blk->d_ff1, blk->linear1.d_bias.data, blk->d_ff2, dybf, blk->ff_pre, N, F, blk->bf_pre);
         else tfm__op_act_bwd(blk->device, d->act, blk->d_ff1, blk->d_ff2, blk->ff_pre, N * F, 0.0f);
         tfm__op_linear_bwd(blk->device, du, C, du_beta, blk->linear1.d_weight.data, hbf ? NULL : blk->linear1.d_bias.data, blk->d_ff1, hbf ? tfm__bf16_ld(F1) : F1, u, ubf ? tfm__bf16_ld(C) : C, blk->linear1.weight.data, N, C, F1, ubf | (hbf ? 2 : 0));
     }

@@ -502,7 +502,7 @@ done:
      softmax_bwd        read dy, y; dx added into                             4X
      gelu_fwd (tanh)    read x; write y                                       2X
      gelu_bwd (tanh)    read dy, x; dx added into                             4X
-     gelu_bwd_bf16      a bf16 model's MLP: read dy, x in bf16; write dx in    2X + 2C
+     gelu_bwd_bf16      a bf16 model's MLP: read dy, x in bf16; write dx in    1.5X + 2C
                         bf16; db added into (its column sums, in the same pass)
      add_fwd            read a, b; write y                                    3X
      cross_entropy_fwd  read logits, targets; write lse (+ the loss)          X + 2N
@@ -567,7 +567,7 @@ static double kernel_bytes(int op, int64_t rows, int64_t cols) {
     case K_SOFTMAX_BWD: return 4 * X;
     case K_GELU_FWD: return 2 * X;
     case K_GELU_BWD: return 4 * X;
-    case K_GELU_BWD_BF16: return 2.0 * X + 2 * C;
+    case K_GELU_BWD_BF16: return 1.5 * X + 2 * C;
     case K_ADD_FWD: return 3 * X;
     case K_XENT_FWD: return X + 2 * N;
     case K_XENT_BWD: return 3 * X + 2 * N;
@@ -694,11 +694,15 @@ static int kernel_setup(kbench *k, float *host) {
             what = "tfm_layernorm_forward (setup)";
             r = tfm_layernorm_forward(&k->t[2], &k->t[3], &k->t[4], &k->t[0], &k->t[5], NULL, 1e-5f);
             break;
-        case K_GELU_BWD_BF16: /* the pre-activations x in bf16, as the training step holds them (through dx) */
+        case K_GELU_BWD_BF16: /* the pre-activations x and dy in bf16, as the training step holds them (through dx) */
         case K_XENT_FUSED:    /* the logits in bf16, likewise */
             what = "bench_gpu_to_bf16 (setup)";
             r = bench_gpu_to_bf16(k->t[2].data, k->t[0].data, k->rows, k->cols);
             if (r == TFM_OK) r = tfm_tensor_copy(&k->t[0], &k->t[2]);
+            if (r == TFM_OK && k->op == K_GELU_BWD_BF16) { /* and its output gradient dy */
+                r = bench_gpu_to_bf16(k->t[2].data, k->t[1].data, k->rows, k->cols);
+                if (r == TFM_OK) r = tfm_tensor_copy(&k->t[1], &k->t[2]);
+            }
             break;
         case K_SOFTMAX_BWD:
             what = "tfm_softmax_forward (setup)";

@@ -23,13 +23,13 @@ extern "C" unsigned long long bench_gpu_replays(void);
 extern "C" unsigned long long bench_gpu_replays(void) { return tfm__cu.replays; }
 
 /* For bench_gpu.c's --kernels: the hidden-layer gradient of a bf16 model's GELU (tanh) MLP, dx in bf16 (rows of
-   the padded width) with db += its column sums, from the pre-activations x in bf16 (rows of the padded width),
-   as a training step runs it (tfm__op_act_bwd_bf16). */
+   the padded width) with db += its column sums, from the pre-activations x and the output gradient dy in bf16
+   (rows of the padded width), as a training step runs it (tfm__op_act_bwd_bf16). */
 extern "C" tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float *dy, const float *x, int64_t rows,
                                               int64_t cols);
 extern "C" tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float *dy, const float *x, int64_t rows,
                                               int64_t cols) {
-    tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, TFM_ACT_GELU_TANH, dx, db, dy, x, rows, cols, 1);
+    tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, TFM_ACT_GELU_TANH, dx, db, dy, 1, x, rows, cols, 1);
     return tfm__cuda_check("bench_gpu_gelu_bwd_bf16");
 }
 

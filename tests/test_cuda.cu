@@ -932,7 +932,7 @@ static void cu_op_linear_act(void) {
                     h.h[2] = -30.0f;
                 }
                 cu_push(&h);
-                CU_DEVS tfm__op_swiglu_bwd(CU_DEV, CU_P(dh), CU_P(dy), CU_P(h), N, F, 0, 0);
+                CU_DEVS tfm__op_swiglu_bwd(CU_DEV, CU_P(dh), CU_P(dy), 0, CU_P(h), N, F, 0, 0);
                 cu_check(cu_fmt("swiglu N=%lld F=%lld: dh", (long long)N, (long long)F), &dh, CU_TOL);
                 cu_release(&h, &dy, &dh, CU_END);
             }
@@ -5334,12 +5334,12 @@ static void cu_bf16_act_ops(void) {
                 cu_push(&gb[1]);
                 tfm__model_prec = TFM_PREC_BF16;
                 if (sw) {
-                    tfm__op_swiglu_bwd(TFM_DEVICE_CUDA, d[0].d, dh.d, pre[0].d, N, F, 0, 0);
-                    tfm__op_swiglu_bwd(TFM_DEVICE_CUDA, d[1].d, dh.d, pre[1].d, N, F, 1, pb);
+                    tfm__op_swiglu_bwd(TFM_DEVICE_CUDA, d[0].d, dh.d, 0, pre[0].d, N, F, 0, 0);
+                    tfm__op_swiglu_bwd(TFM_DEVICE_CUDA, d[1].d, dh.d, 0, pre[1].d, N, F, 1, pb);
                 } else {
                     tfm__op_act_bwd(TFM_DEVICE_CUDA, acts[v], d[0].d, dh.d, pre[0].d, N * F, 0.0f);
-                    tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, acts[v], d[1].d, gb[1].d, dh.d, pre[1].d, N, F, pb);
-                    tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, acts[v], d[2].d, NULL, dh.d, pre[1].d, N, F, pb);
+                    tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, acts[v], d[1].d, gb[1].d, dh.d, 0, pre[1].d, N, F, pb);
+                    tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, acts[v], d[2].d, NULL, dh.d, 0, pre[1].d, N, F, pb);
                 }
                 tfm__op_linear_bwd(TFM_DEVICE_CUDA, gx[0].d, C, 0.0f, gw[0].d, sw ? NULL : gb[0].d, d[0].d, F1, yb.d, ld, w.d, N,
                                    C, F1, 1);
@@ -5362,6 +5362,31 @@ static void cu_bf16_act_ops(void) {
                     }
                 }
                 cu_release(&dh, &d[0], &d[1], &d[2], &gx[0], &gx[1], &gw[0], &gw[1], &gb[0], &gb[1], CU_END);
+            }
+            { /* the hidden layer's output gradient in bf16 (rows of tfm__bf16_ld(F), as the second map's backward writes
+                 it): the same gradient (and bias sums) as from it rounded on the host (cu_bf16_ref), bit for bit */
+                int sw = acts[v] == TFM_ACT_SWIGLU;
+                cu_buf dh = cu_normal(N * F, &g, 1, 0), dr = cu_alloc(N * F), d16 = cu_nan(N * F), e[2] = {cu_nan(N * F1), cu_nan(N * F1)},
+                       eb[2] = {cu_zeros(F1), cu_zeros(F1)};
+                for (int64_t i = 0; i < N * F; i++) dr.h[i] = (float)cu_bf16_ref(dh.h[i]);
+                cu_push(&dr);
+                tfm__op_to_bf16(TFM_DEVICE_CUDA, d16.d, tfm__bf16_ld(F), 0, dh.d, F, N, F);
+                tfm__model_prec = TFM_PREC_BF16;
+                for (int k = 0; k < 2; k++) {
+                    if (sw) tfm__op_swiglu_bwd(TFM_DEVICE_CUDA, e[k].d, k ? d16.d : dr.d, k, pre[1].d, N, F, 1, pb);
+                    else tfm__op_act_bwd_bf16(TFM_DEVICE_CUDA, acts[v], e[k].d, eb[k].d, k ? d16.d : dr.d, k, pre[1].d, N, F, pb);
+                }
+                tfm__model_prec = 0;
+                for (int q = 0; q < (sw ? 1 : 2); q++) {
+                    cu_buf *p = q ? eb : e;
+                    a = cu_fetch(p[0].d, p[0].n, TFM_DEVICE_CUDA);
+                    bh = cu_fetch(p[1].d, p[1].n, TFM_DEVICE_CUDA);
+                    cu_check_bits_arrays(cu_fmt("%s: the hidden layer's %s from its output gradient in bf16", name,
+                                                q ? "bias sums" : "gradient"), bh, a, p[0].n);
+                    free(a);
+                    free(bh);
+                }
+                cu_release(&dh, &dr, &d16, &e[0], &e[1], &eb[0], &eb[1], CU_END);
             }
             cu_release(&x, &r, &gn, &bb, &w, &b1, &w2, &b2, &dy, &y32, &yb, &pre32, &m[0], &m[1], &rs[0], &rs[1], &s[0], &s[1], &h32,
                        &hb, &pre[0], &pre[1], &out[0], &out[1], &dw[0], &dw[1], &dx[0], &dx[1], CU_END);
@@ -5553,7 +5578,8 @@ static void cu_bf16_acts(void) {
             /* q|k|v written in bf16 by self-attention's product where the flash kernels read them: without rotary
                positions (every self-attention layer then, a product a layer and step); with rotary positions by the
                rotation, from the product in the backward's scratch. The MLP's pre-activations written in bf16 by
-               its first product where its hidden layer is bf16 (a product a layer and step). An LM's or
+               its first product where its hidden layer is bf16, and the hidden layer's output gradient by the
+               second map's backward (two products a layer and step). An LM's or
                encoder-decoder's logits written in bf16 by the head's product (a product a step). Without dropout,
                each sub-layer's output by its last product (a product a sub-layer and step). Each attention's
                output gradient for the flash backward by its output projection's backward (a product an
@@ -5566,7 +5592,7 @@ static void cu_bf16_acts(void) {
                 if (c.dropout == 0.0f) subs += (unsigned long long)bl->n_sub;
                 attn += 1 + (bl->desc.cross != 0);
             }
-            unsigned long long want = (unsigned long long)steps * (layers * ((c.pos != TFM_POS_ROPE) + bf_h) + head + subs + attn);
+            unsigned long long want = (unsigned long long)steps * (layers * ((c.pos != TFM_POS_ROPE) + 2 * bf_h) + head + subs + attn);
             CHECK_MSG(!qkv_bf[0] && qkv_bf[1] == want, "%s: %llu products wrote bf16 with bf16 activations (want %llu), "
                       "%llu without", nm, qkv_bf[1], want, qkv_bf[0]);
             CHECK_MSG(top->self_attn.qbf, "%s: the last self-attention's q|k|v not in bf16", nm);

@@ -996,7 +996,7 @@ static void ops_swiglu_case(int64_t N, int64_t F, ops_rng *g) {
     r = ops_to_double(dy, ny);
     tfm__swiglu_forward_cpu(y, h, N, F);
     ops_check_fwd(OPS_W("forward"), y, ops_swiglu_ref, &c, in, ny);
-    tfm__op_swiglu_bwd(TFM_DEVICE_CPU, dh, dy, h, N, F, 0, 0);
+    tfm__op_swiglu_bwd(TFM_DEVICE_CPU, dh, dy, 0, h, N, F, 0, 0);
     if (nh <= OPS_FULL_FD_MAX) {
         ops_check_grad(OPS_W("dh"), dh, ops_swiglu_ref, &c, in, 0, nh, r, ny);
     } else {
