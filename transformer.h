@@ -827,15 +827,14 @@ typedef struct tfm_config {
                                 fp32), while parameters, AdamW, the residual stream, norms' statistics,
                                 softmax statistics and loss stay fp32 (mixed precision); a pre-LN block's
                                 normalized inputs, the MLP's hidden layer and an LM head's logit,
-                                the attention's output, the hidden layer's output and
-                                self-attention's q|k|v gradients, which
-                                only products, the flash kernels (and a bias's sums) read, are
-                                stored in bf16, and the MLP's
-                                pre-activations, the attention's output, each sub-layer's output
-                                before the residual sum (without dropout on it) and a training step's
-                                logits are rounded to bf16 (as a bf16 product's or flash attention's
-                                output is, and PyTorch's autocast gives them on). Not saved in
-                                checkpoints: a file loads into either */
+                                the attention's output, the hidden layer's output and self-attention's
+                                q|k|v gradients, which only products, the flash kernels (and a bias's
+                                sums) read, are stored in bf16, and the MLP's pre-activations, the
+                                attention's output, each sub-layer's output before the residual sum
+                                (without dropout on it) and a training step's logits are rounded to
+                                bf16 (as a bf16 product's or flash attention's output is, and PyTorch's
+                                autocast gives them on). Not saved in checkpoints: a file loads into
+                                either */
 } tfm_config;
 
 /* A batch: B rows of T positions, padding at the end of each row. Row b of tokens starts at
