@@ -1428,6 +1428,11 @@ static inline int __float_as_int(float x) { int i; memcpy(&i, &x, 4); return i; 
 static inline unsigned __float_as_uint(float x) { unsigned i; memcpy(&i, &x, 4); return i; }
 static inline float __int_as_float(int i) { float x; memcpy(&x, &i, 4); return x; }
 static inline float __uint_as_float(unsigned i) { float x; memcpy(&x, &i, 4); return x; }
+/* CUDA's 16-byte vector types, 16-byte aligned as there: a kernel's load or store through one at an address
+   that is not is undefined behaviour here, which the sanitized runs (-fsanitize=undefined) report, as a GPU
+   faults (misaligned address) */
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(16) float4 { float x, y, z, w; };
 static inline long long __double_as_longlong(double x) { long long i; memcpy(&i, &x, 8); return i; }
 static inline double __longlong_as_double(long long i) { double x; memcpy(&x, &i, 8); return x; }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }

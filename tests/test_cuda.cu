@@ -5047,6 +5047,8 @@ static void cu_bf16_attention(void) {
         {1, 2, 2, 32, 200, 200, 1, 0, 0, 40, 3, 0, 0.0f},  /* a window that skips whole key tiles, sinks */
         {2, 2, 2, 40, 70, 130, 0, 1, 2, 0, 0, 0, 0.0f},    /* cross, 40 channels padded to 48, a mask per row */
         {1, 4, 1, 128, 70, 70, 1, 0, 1, 0, 0, 1, 0.1f},    /* 128 channels, a group of 4 heads, fused, mask */
+        {2, 3, 3, 12, 45, 45, 1, 1, 0, 0, 0, 0, 0.0f},     /* 12 channels: fp32 rows in 16-byte loads, bf16 ones not */
+        {1, 2, 2, 6, 20, 20, 0, 0, 0, 0, 0, 1, 0.0f},      /* 6 channels, fused (rows of 18): one element at a time */
         {2, 2, 1, 144, 30, 30, 1, 1, 0, 0, 0, 0, 0.1f},    /* wider heads: the batched products, in chunks */
         {1, 2, 2, 160, 21, 34, 0, 0, 2, 0, 0, 0, 0.0f},    /* wider, cross-attention with a mask per row */
     };
