@@ -6977,15 +6977,16 @@ static int tfm__attn_batched_backward_cuda(const tfm__attn_args *a, const tfm__c
 #define TFM__CU_WMMA 0 /* (the host pass, and GPUs before sm_80: the kernels are empty and never launched) */
 #endif
 
-/* The shared memory of a flash kernel (0 forward, 1 dq, 2 dk and dv) for heads of D channels: nh bf16 tiles
-   of TFM__CU_FB rows of D rounded up to 16, plus 8 (ldh), the fp32 score tiles, the bf16 probability
-   tiles, the forward's fp32 output sums (rows of the padded D plus 4) and 5 floats a row; 128 bytes of
-   room to align the start. Every part is a multiple of 32 bytes, as the matrix loads want. The backward
+/* The shared memory of a flash kernel (0 forward, 1 dq, 2 dk and dv) for heads of D channels: bf16 tiles of
+   TFM__CU_FB rows of D rounded up to 16, plus 8 (ldh): the forward's three (queries, keys, values: its
+   scores and sums stay in registers); the backward's four, their two fp32 score tiles, their bf16
+   probability tiles and 5 floats a row; 128 bytes of room to align the start. Every part is a multiple of 32 bytes, as the matrix loads want. The backward
    kernels' two score tiles (2 x 68 floats a row) also take their sums (at most 132 a row) at the end. */
 static TFM__HD size_t tfm__cu_flash_smem(int kind, int D) {
     size_t Dp = (size_t)(D + 15) & ~(size_t)15, F = TFM__CU_FB;
-    size_t nh = kind == 0 ? 3 : 4, ns = kind == 0 ? 1 : 2, np = kind == 2 ? 2 : 1, na = kind == 0 ? 1 : 0;
-    return 128 + nh * F * (Dp + 8) * 2 + ns * F * TFM__CU_FS * 4 + np * F * TFM__CU_FP * 2 + na * F * (Dp + 4) * 4 + 5 * F * 4;
+    size_t np = kind == 2 ? 2 : 1;
+    if (kind == 0) return 128 + 3 * F * (Dp + 8) * 2;
+    return 128 + 4 * F * (Dp + 8) * 2 + 2 * F * TFM__CU_FS * 4 + np * F * TFM__CU_FP * 2 + 5 * F * 4;
 }
 
 /* n rows of D elements from element off of src (row stride ld) into the bf16 tile dst (rows of ldh, Dp
@@ -7041,6 +7042,23 @@ static __device__ void tfm__cu_wmma_mma(tfm__cu_facc *f, const tfm__cu_fa *fa, c
     }
 }
 #endif
+
+/* The warp's d += A B on the tensor cores, mma.sync's m16n8k16 shape: A 16 x 16 and B 16 x 8 of bf16, d 16 x 8
+   of fp32, each lane holding the registers of the PTX ISA's layout (lane = 4 g + t): a[0] A[g][2t, 2t+1], a[1]
+   A[g+8][2t, 2t+1], a[2] A[g][2t+8, 2t+9], a[3] A[g+8][2t+8, 2t+9]; b[0] B[2t, 2t+1][g], b[1] B[2t+8, 2t+9][g]
+   (the lower column or row in the lower 16 bits); d C[g][2t, 2t+1], C[g+8][2t, 2t+1]. The whole warp calls it. */
+static __device__ void tfm__cu_mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+#if defined(TFM_CUDA_EMULATION)
+    tfm_emu_mma16816(d, a, b, d);
+#elif TFM__CU_WMMA
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+#endif
+}
 
 /* One warp: C = A B (acc: C += A B) for 16 rows, C fp32 of 16 nc columns (row stride ldc), A bf16 16 x K
    (row-major, lda), B bf16 K x 16 nc: row-major (ldb), or bt: stored transposed. K a multiple of 16. One
@@ -7119,71 +7137,132 @@ static __device__ tfm__cu_fq tfm__cu_fq_at(const tfm__attn_args *a) {
     return f;
 }
 
-/* Forward: block (tile, bh) at bh * tiles + tile */
+/* Forward: block (tile, bh) at bh * tiles + tile. Warp w's 16 query rows run through the register-level
+   products (tfm__cu_mma16816): the scores S = Q K^T of a key tile land in accumulator registers, the online
+   softmax runs on them there (a row's 4 lanes meet by shuffles), and the probabilities, rounded to bf16, are
+   the A operand of O += P V as they are, the accumulators' layout being the A operand's for 16 of the keys;
+   O stays in registers to the end. A lane holds rows 16 w + g and 16 w + g + 8 (g = lane / 4), keys and
+   channels 8 n + 2 t, 8 n + 2 t + 1 of each 8 (t = lane % 4); its share of a row's sum of probabilities is
+   added over its 4 lanes at the end. */
 static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, const float *k, const float *v, float *out,
                                              float *lse, const int32_t *lens, const float *mask) {
 #if TFM__CU_WMMA
     TFM__SHARED_DYN(unsigned char, raw);
-    int D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, ldf = Dp + 4, F = TFM__CU_FB, lane = (int)threadIdx.x & 31;
-    int w = (int)threadIdx.x >> 5, r, x, c, j0, bh, b, h, i0, nq, n_max, lo_min;
-    uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sk = sq + F * ldh, *sv = sk + F * ldh, *sp = sv + F * ldh;
-    float *ss = (float *)(void *)(sp + F * TFM__CU_FP), *so = ss + F * TFM__CU_FS, *sm = so + F * ldf, *sl = sm + F;
-    int64_t kh, vh;
+    int D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, F = TFM__CU_FB, lane = (int)threadIdx.x & 31;
+    int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3, r, x, c, n, kk, j0, bh, b, h, i0, n_max, lo_min;
+    uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sk = sq + F * ldh, *sv = sk + F * ldh;
+    const uint16_t *qr = sq + (16 * w + g) * ldh + 2 * t;
+    float o[TFM__CU_TD / 8][4], sc[TFM__CU_FB / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    uint32_t qa[TFM__CU_TD / 16][4];
+    int iq[2], nv[2], lo[2];
     tfm__cu_fq f;
     tfm__cu_attn_ptrs(&a, q, k, v, out, lse, lens, NULL, NULL, mask);
     f = tfm__cu_fq_at(&a);
-    bh = f.bh, b = f.b, h = f.h, i0 = f.i0, nq = f.nq, n_max = f.n_max, lo_min = f.lo_min, kh = f.kh, vh = f.vh;
-    for (x = (int)threadIdx.x; x < F * ldf; x += (int)blockDim.x) so[x] = 0.0f;
-    if ((int)threadIdx.x < F) sm[threadIdx.x] = -INFINITY, sl[threadIdx.x] = 0.0f;
-    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, nq, D, Dp, a.qkv_bf);
+    bh = f.bh, b = f.b, h = f.h, i0 = f.i0, n_max = f.n_max, lo_min = f.lo_min;
+    for (r = 0; r < 2; r++) { /* this lane's two rows: the keys each sees */
+        iq[r] = i0 + 16 * w + g + 8 * r;
+        nv[r] = iq[r] < a.Tq ? tfm__attn_visible(&a, b, iq[r]) : 0;
+        lo[r] = nv[r] ? tfm__attn_window_lo(&a, b, iq[r]) : 0;
+    }
+    TFM__UNROLL
+    for (n = 0; n < TFM__CU_TD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf);
+    __syncthreads();
+    TFM__UNROLL
+    for (kk = 0; kk < TFM__CU_TD / 16; kk++) /* the warp's rows of Q as A operands, 16 channels each */
+        if (16 * kk < Dp) {
+            qa[kk][0] = *(const uint32_t *)(const void *)(qr + 16 * kk);
+            qa[kk][1] = *(const uint32_t *)(const void *)(qr + 8 * ldh + 16 * kk);
+            qa[kk][2] = *(const uint32_t *)(const void *)(qr + 16 * kk + 8);
+            qa[kk][3] = *(const uint32_t *)(const void *)(qr + 8 * ldh + 16 * kk + 8);
+        }
     for (j0 = 0; j0 < n_max; j0 += F) {
         int nk = TFM__MIN(F, n_max - j0);
         if (j0 >= a.sinks && j0 + nk <= lo_min) continue; /* in every row's window gap */
         __syncthreads(); /* every warp is done with the last tiles */
-        tfm__cu_ftile(sk, ldh, k, kh + (int64_t)j0 * a.ldk, a.ldk, nk, D, Dp, a.qkv_bf);
-        tfm__cu_ftile(sv, ldh, v, vh + (int64_t)j0 * a.ldv, a.ldv, nk, D, Dp, a.qkv_bf);
+        tfm__cu_ftile(sk, ldh, k, f.kh + (int64_t)j0 * a.ldk, a.ldk, nk, D, Dp, a.qkv_bf);
+        tfm__cu_ftile(sv, ldh, v, f.vh + (int64_t)j0 * a.ldv, a.ldv, nk, D, Dp, a.qkv_bf);
         __syncthreads();
-        tfm__cu_wmma_rows(ss + 16 * w * TFM__CU_FS, TFM__CU_FS, 0, sq + 16 * w * ldh, ldh, sk, ldh, 1, Dp, F / 16);
-        __syncwarp();
-        for (r = 16 * w; r < 16 * w + 16; r++) { /* this warp's rows: lane on keys lane and lane + 32 */
-            int i = i0 + r, n = i < a.Tq ? tfm__attn_visible(&a, b, i) : 0, lo = n ? tfm__attn_window_lo(&a, b, i) : 0;
-            float s[2], p[2], mo = sm[r], bm = -INFINITY, mn, alpha = 1.0f, sum;
-            for (c = 0; c < 2; c++) {
-                int j = j0 + lane + 32 * c;
-                s[c] = -INFINITY;
-                if (lane + 32 * c < nk && tfm__cu_attn_sees(&a, j, n, lo)) {
-                    s[c] = a.scale * ss[r * TFM__CU_FS + lane + 32 * c];
-                    if (mask) s[c] += mask[b * a.mask_bs + (int64_t)i * a.Tk + j];
+        TFM__UNROLL
+        for (n = 0; n < TFM__CU_FB / 8; n++) { /* S for keys 8 n.. of the tile: B from K's rows, as stored */
+            const uint16_t *kr = sk + (8 * n + g) * ldh + 2 * t;
+            sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+            TFM__UNROLL
+            for (kk = 0; kk < TFM__CU_TD / 16; kk++)
+                if (16 * kk < Dp) {
+                    uint32_t kb[2];
+                    kb[0] = *(const uint32_t *)(const void *)(kr + 16 * kk);
+                    kb[1] = *(const uint32_t *)(const void *)(kr + 16 * kk + 8);
+                    tfm__cu_mma16816(sc[n], qa[kk], kb);
                 }
-                bm = s[c] > bm ? s[c] : bm;
+        }
+        for (r = 0; r < 2; r++) { /* the online softmax of each row: scores to probabilities in place */
+            float bm = -INFINITY, mn, alpha = 1.0f;
+            int i = iq[r];
+            TFM__UNROLL
+            for (n = 0; n < TFM__CU_FB / 8; n++)
+                for (c = 0; c < 2; c++) {
+                    int j = j0 + 8 * n + 2 * t + c;
+                    float x = -INFINITY;
+                    if (j < j0 + nk && tfm__cu_attn_sees(&a, j, nv[r], lo[r])) {
+                        x = a.scale * sc[n][2 * r + c];
+                        if (mask) x += mask[b * a.mask_bs + (int64_t)i * a.Tk + j];
+                    }
+                    sc[n][2 * r + c] = x;
+                    bm = x > bm ? x : bm;
+                }
+            bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
+            bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
+            mn = bm > m[r] ? bm : m[r];
+            if (bm != -INFINITY && m[r] != -INFINITY) alpha = tfm__exp(m[r] - mn);
+            m[r] = mn, l[r] *= alpha;
+            TFM__UNROLL
+            for (n = 0; n < TFM__CU_FB / 8; n++)
+                for (c = 0; c < 2; c++) {
+                    float p = sc[n][2 * r + c] == -INFINITY ? 0.0f : tfm__exp(sc[n][2 * r + c] - mn);
+                    l[r] += p; /* P where dropout keeps it goes on to the product with V (its factor: at the end) */
+                    sc[n][2 * r + c] = p != 0.0f && tfm__cu_attn_keep(&a, bh, i, j0 + 8 * n + 2 * t + c) != 0.0f ? p : 0.0f;
+                }
+            if (alpha != 1.0f) {
+                TFM__UNROLL
+                for (n = 0; n < TFM__CU_TD / 8; n++) o[n][2 * r] *= alpha, o[n][2 * r + 1] *= alpha;
             }
-            bm = tfm__cu_warp_reduce(bm, 1);
-            mn = bm > mo ? bm : mo;
-            if (bm != -INFINITY && mo != -INFINITY) alpha = tfm__exp(mo - mn);
-            for (c = 0; c < 2; c++) p[c] = s[c] == -INFINITY ? 0.0f : tfm__exp(s[c] - mn);
-            sum = tfm__cu_warp_reduce(p[0] + p[1], 0);
-            for (c = 0; c < 2; c++) /* P where dropout keeps it, to bf16 for the product with V (its factor: at the end) */
-                sp[r * TFM__CU_FP + lane + 32 * c] =
-                    tfm__bf16(p[c] != 0.0f && tfm__cu_attn_keep(&a, bh, i, j0 + lane + 32 * c) != 0.0f ? p[c] : 0.0f);
-            if (alpha != 1.0f)
-                for (x = lane; x < Dp; x += 32) so[r * ldf + x] *= alpha;
-            __syncwarp(); /* every lane has read sm[r] */
-            if (lane == 0) sm[r] = mn, sl[r] = sl[r] * alpha + sum;
         }
-        __syncwarp();
-        tfm__cu_wmma_rows(so + 16 * w * ldf, ldf, 1, sp + 16 * w * TFM__CU_FP, TFM__CU_FP, sv, ldh, 0, F, Dp / 16);
+        TFM__UNROLL
+        for (kk = 0; kk < TFM__CU_FB / 16; kk++) { /* O += P V over keys 16 kk..: P's A operand from S's registers */
+            uint32_t pa[4];
+            const uint16_t *vr = sv + (16 * kk + 2 * t) * ldh + g;
+            pa[0] = tfm__bf16(sc[2 * kk][0]) | (uint32_t)tfm__bf16(sc[2 * kk][1]) << 16;
+            pa[1] = tfm__bf16(sc[2 * kk][2]) | (uint32_t)tfm__bf16(sc[2 * kk][3]) << 16;
+            pa[2] = tfm__bf16(sc[2 * kk + 1][0]) | (uint32_t)tfm__bf16(sc[2 * kk + 1][1]) << 16;
+            pa[3] = tfm__bf16(sc[2 * kk + 1][2]) | (uint32_t)tfm__bf16(sc[2 * kk + 1][3]) << 16;
+            TFM__UNROLL
+            for (n = 0; n < TFM__CU_TD / 8; n++)
+                if (8 * n < Dp) { /* B from V's rows: channel 8 n + g of keys 2 t, 2 t + 1 (and 8 on) */
+                    uint32_t vb[2];
+                    vb[0] = vr[8 * n] | (uint32_t)vr[8 * n + ldh] << 16;
+                    vb[1] = vr[8 * n + 8 * ldh] | (uint32_t)vr[8 * n + 9 * ldh] << 16;
+                    tfm__cu_mma16816(o[n], pa, vb);
+                }
+        }
     }
-    __syncthreads(); /* the warp's rows of so, sm and sl are written (by other warps' threads, where no key tile ran) */
-    for (r = 16 * w; r < 16 * w + 16; r++) {
-        int i = i0 + r;
-        float l = sl[r], inv = l > 0.0f ? tfm__cu_drop_scale(&a) / l : 0.0f;
+    for (r = 0; r < 2; r++) {
+        int i = iq[r];
+        float sum = l[r], inv;
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        inv = sum > 0.0f ? tfm__cu_drop_scale(&a) / sum : 0.0f;
         if (i >= a.Tq) continue;
-        for (x = lane; x < D; x += 32) {
-            int64_t o = ((int64_t)b * a.Tq + i) * a.ldo + h * D + x;
-            if (a.out_bf) ((uint16_t *)(void *)out)[o] = tfm__bf16(so[r * ldf + x] * inv);
-            else out[o] = so[r * ldf + x] * inv;
-        }
-        if (lane == 0) lse[(int64_t)bh * a.Tq + i] = l > 0.0f ? sm[r] + logf(l) : -INFINITY;
+        TFM__UNROLL
+        for (n = 0; n < TFM__CU_TD / 8; n++)
+            for (c = 0; c < 2; c++) {
+                int64_t e = ((int64_t)b * a.Tq + i) * a.ldo + h * D + 8 * n + 2 * t + c;
+                x = 8 * n + 2 * t + c;
+                if (x >= D) continue;
+                if (a.out_bf) ((uint16_t *)(void *)out)[e] = tfm__bf16(o[n][2 * r + c] * inv);
+                else out[e] = o[n][2 * r + c] * inv;
+            }
+        if (t == 0) lse[(int64_t)bh * a.Tq + i] = sum > 0.0f ? m[r] + logf(sum) : -INFINITY;
     }
 #else
     (void)a, (void)q, (void)k, (void)v, (void)out, (void)lse, (void)lens, (void)mask;

@@ -347,11 +347,13 @@ enum { TFM_EMU__RUN, TFM_EMU__SYNC, TFM_EMU__WARP, TFM_EMU__DONE };             
 enum { TFM_EMU__B_SYNC, TFM_EMU__B_COUNT, TFM_EMU__B_AND, TFM_EMU__B_OR };          /* __syncthreads kinds */
 enum { TFM_EMU__W_SYNC, TFM_EMU__W_IDX, TFM_EMU__W_UP, TFM_EMU__W_DOWN, TFM_EMU__W_XOR, /* warp ops */
        TFM_EMU__W_BALLOT, TFM_EMU__W_ANY, TFM_EMU__W_ALL,
-       TFM_EMU__W_FILL, TFM_EMU__W_LOAD, TFM_EMU__W_STORE, TFM_EMU__W_MMA }; /* from W_FILL: nvcuda::wmma */
+       TFM_EMU__W_FILL, TFM_EMU__W_LOAD, TFM_EMU__W_STORE, TFM_EMU__W_MMA, /* from W_FILL: nvcuda::wmma */
+       TFM_EMU__W_MMA16816 };                                                /* and mma.sync's m16n8k16 */
 static const char *const tfm_emu__wname[] = {"__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
                                              "__shfl_xor_sync", "__ballot_sync", "__any_sync", "__all_sync",
                                              "nvcuda::wmma::fill_fragment", "nvcuda::wmma::load_matrix_sync",
-                                             "nvcuda::wmma::store_matrix_sync", "nvcuda::wmma::mma_sync"};
+                                             "nvcuda::wmma::store_matrix_sync", "nvcuda::wmma::mma_sync",
+                                             "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"};
 
 struct tfm_emu__fiber {   /* one thread of the running block */
     ucontext_t uc;        /* where it switched out, or its start (!TFM_EMU__ASM) */
@@ -375,6 +377,8 @@ struct tfm_emu__wmma_stage {  /* a warp's wmma call: what the first lane past it
     int left;                 /* lanes still to take it (0: the next lane past a wmma call is the first) */
     uint16_t a[256], b[256];  /* bf16 tiles: a load's, or mma_sync's operands */
     float c[256], d[256];     /* mma_sync's addend and result; an accumulator load's or store's tile */
+    uint32_t ra[32][4], rb[32][2]; /* m16n8k16: each lane's registers of A and B, */
+    float rc[32][4], rd[32][4];    /* of C, and of D (computed by the first lane past for the warp) */
 };
 /* an operation captured into a graph or queued on a non-blocking stream: a kernel (fn: the kernel), a copy
    (mem: which sides are device memory), a memset, a cuBLAS call or an NCCL collective; run() does it as the
@@ -715,7 +719,8 @@ static inline void tfm_emu__release_warp(int w0) {
             case TFM_EMU__W_BALLOT: f.res = votes; continue;
             case TFM_EMU__W_ANY: f.res = votes != 0; continue;
             case TFM_EMU__W_ALL: f.res = votes == grp; continue;
-            case TFM_EMU__W_FILL: case TFM_EMU__W_LOAD: case TFM_EMU__W_STORE: case TFM_EMU__W_MMA: f.res = 0; continue;
+            case TFM_EMU__W_FILL: case TFM_EMU__W_LOAD: case TFM_EMU__W_STORE: case TFM_EMU__W_MMA:
+            case TFM_EMU__W_MMA16816: f.res = 0; continue;
             case TFM_EMU__W_IDX: src = seg + (f.arg & (w - 1)); break;
             case TFM_EMU__W_UP: src = (unsigned)j - seg >= f.arg ? (unsigned)j - f.arg : (unsigned)j; break;
             case TFM_EMU__W_DOWN: src = (uint64_t)j - seg + f.arg < w ? (unsigned)j + f.arg : (unsigned)j; break;
@@ -1388,6 +1393,52 @@ static inline void mma_sync(const tfm_emu__at &at, tfm_emu__acc &d, const fragme
 #define load_matrix_sync(...) load_matrix_sync(::tfm_emu__at{__FILE__, __LINE__}, __VA_ARGS__)
 #define store_matrix_sync(...) store_matrix_sync(::tfm_emu__at{__FILE__, __LINE__}, __VA_ARGS__)
 #define mma_sync(...) mma_sync(::tfm_emu__at{__FILE__, __LINE__}, __VA_ARGS__)
+
+/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {d}, {a}, {b}, {c} (the header's tfm__cu_mma16816): D = A B
+   + C for the warp, A 16 x 16 and B 16 x 8 of bf16, C and D 16 x 8 of fp32, spread over the lanes as the PTX
+   ISA lays them out. With g = lane / 4 and t = lane % 4, a lane's registers hold (the lower column or row in a
+   register's lower 16 bits): a[0] A[g][2t, 2t+1], a[1] A[g+8][2t, 2t+1], a[2] A[g][2t+8, 2t+9], a[3] A[g+8][2t+8,
+   2t+9]; b[0] B[2t, 2t+1][g], b[1] B[2t+8, 2t+9][g]; c and d C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]. A
+   warp op (the whole warp at the same call): each lane leaves its registers in the warp's stage, the first
+   lane past computes D for the warp (each element c + the 16 products in order of k, in fp32; the products
+   of bf16 values are exact), each lane takes its 4. A kernel that gets the layout wrong gets wrong sums. */
+static inline void tfm_emu__mma16816(const tfm_emu__at &at, float d[4], const uint32_t a[4], const uint32_t b[2],
+                                     const float c[4]) {
+    tfm_emu__state &g = tfm_emu__g;
+    bool first;
+    tfm_emu__wmma_enter(at, TFM_EMU__W_MMA16816);
+    int lane = g.cur & 31;
+    tfm_emu__wmma_stage &s = g.wmma[g.cur >> 5];
+    memcpy(s.ra[lane], a, sizeof s.ra[lane]); /* the stage's D is the last call's until every lane is here */
+    memcpy(s.rb[lane], b, sizeof s.rb[lane]);
+    memcpy(s.rc[lane], c, sizeof s.rc[lane]);
+    (void)tfm_emu__wmma_meet(at, TFM_EMU__W_MMA16816, 0, 0, &first);
+    if (first) {
+        float A[16][16], B[16][8], C[16][8];
+        for (int l = 0; l < 32; l++) {
+            int r = l >> 2, k = 2 * (l & 3);
+            for (int h = 0; h < 2; h++) {
+                A[r][k + h] = tfm_emu__bf16_float((uint16_t)(s.ra[l][0] >> 16 * h));
+                A[r + 8][k + h] = tfm_emu__bf16_float((uint16_t)(s.ra[l][1] >> 16 * h));
+                A[r][k + 8 + h] = tfm_emu__bf16_float((uint16_t)(s.ra[l][2] >> 16 * h));
+                A[r + 8][k + 8 + h] = tfm_emu__bf16_float((uint16_t)(s.ra[l][3] >> 16 * h));
+                B[k + h][r] = tfm_emu__bf16_float((uint16_t)(s.rb[l][0] >> 16 * h));
+                B[k + 8 + h][r] = tfm_emu__bf16_float((uint16_t)(s.rb[l][1] >> 16 * h));
+                C[r][k + h] = s.rc[l][h];
+                C[r + 8][k + h] = s.rc[l][2 + h];
+            }
+        }
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 8; j++)
+                for (int k = 0; k < 16; k++) C[i][j] += A[i][k] * B[k][j];
+        for (int l = 0; l < 32; l++) {
+            int r = l >> 2, k = 2 * (l & 3);
+            s.rd[l][0] = C[r][k], s.rd[l][1] = C[r][k + 1], s.rd[l][2] = C[r + 8][k], s.rd[l][3] = C[r + 8][k + 1];
+        }
+    }
+    memcpy(d, s.rd[lane], sizeof s.rd[lane]);
+}
+#define tfm_emu_mma16816(d, a, b, c) tfm_emu__mma16816(tfm_emu__at{__FILE__, __LINE__}, d, a, b, c)
 
 /* ==== device built-ins: atomics, math, bit tricks ==== (blocks run one at a time: plain updates) */
 

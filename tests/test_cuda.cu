@@ -4621,6 +4621,59 @@ static void cu_bf16_round(void) {
     CHECK_MSG(!bad, "%d of %d roundings to bf16 wrong", bad, 200000 + CU_LEN(edge));
 }
 
+/* One warp: D = A B + C through tfm__cu_mma16816, each lane loading its registers from A (16 x 16), B (16 x 8,
+   row-major) and C (16 x 8) in device memory by the layout the helper documents, and storing D so */
+static __global__ void cu_k_mma16816(const uint16_t *A, const uint16_t *B, const float *C, float *D) {
+    int lane = (int)threadIdx.x, g = lane >> 2, t = lane & 3, h;
+    uint32_t a[4] = {0u, 0u, 0u, 0u}, b[2] = {0u, 0u};
+    float d[4] = {C[g * 8 + 2 * t], C[g * 8 + 2 * t + 1], C[(g + 8) * 8 + 2 * t], C[(g + 8) * 8 + 2 * t + 1]};
+    for (h = 0; h < 2; h++) {
+        a[0] |= (uint32_t)A[g * 16 + 2 * t + h] << 16 * h;
+        a[1] |= (uint32_t)A[(g + 8) * 16 + 2 * t + h] << 16 * h;
+        a[2] |= (uint32_t)A[g * 16 + 2 * t + 8 + h] << 16 * h;
+        a[3] |= (uint32_t)A[(g + 8) * 16 + 2 * t + 8 + h] << 16 * h;
+        b[0] |= (uint32_t)B[(2 * t + h) * 8 + g] << 16 * h;
+        b[1] |= (uint32_t)B[(2 * t + 8 + h) * 8 + g] << 16 * h;
+    }
+    tfm__cu_mma16816(d, a, b);
+    D[g * 8 + 2 * t] = d[0], D[g * 8 + 2 * t + 1] = d[1], D[(g + 8) * 8 + 2 * t] = d[2], D[(g + 8) * 8 + 2 * t + 1] = d[3];
+}
+
+/* The register-level tensor-core product that the flash forward runs on, against the product on the host: small
+   integers (exact in bf16, every sum exact in fp32, so any order of summing gives the same bits), each element
+   distinct, so that an element in the wrong register or lane shows. On a GPU this checks the PTX ISA's layout
+   as the helper reads it; under the emulation, the emulation's. */
+static void cu_mma16816(void) {
+    uint16_t hA[256], hB[128], *dA = NULL, *dB = NULL;
+    float hC[128], hD[128], *dC = NULL, *dD = NULL;
+    int i, j, k, bad = 0;
+    if (!tfm__cu_flash_ok(16)) {
+        printf("    (no bf16 tensor cores here: skipped)\n");
+        return;
+    }
+    for (i = 0; i < 256; i++) hA[i] = tfm__bf16((float)((i * 7) % 23 - 11));
+    for (i = 0; i < 128; i++) hB[i] = tfm__bf16((float)((i * 5) % 19 - 9)), hC[i] = (float)(i * 3 - 100);
+    CHECK(cudaMalloc((void **)&dA, sizeof hA) == cudaSuccess && cudaMalloc((void **)&dB, sizeof hB) == cudaSuccess &&
+          cudaMalloc((void **)&dC, sizeof hC) == cudaSuccess && cudaMalloc((void **)&dD, sizeof hD) == cudaSuccess);
+    if (dA && dB && dC && dD) {
+        CHECK(cudaMemcpy(dA, hA, sizeof hA, cudaMemcpyHostToDevice) == cudaSuccess &&
+              cudaMemcpy(dB, hB, sizeof hB, cudaMemcpyHostToDevice) == cudaSuccess &&
+              cudaMemcpy(dC, hC, sizeof hC, cudaMemcpyHostToDevice) == cudaSuccess);
+        TFM__LAUNCH(cu_k_mma16816, 1, 32, 0, dA, dB, dC, dD);
+        CHECK(cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess);
+        CHECK(cudaMemcpy(hD, dD, sizeof hD, cudaMemcpyDeviceToHost) == cudaSuccess);
+        for (i = 0; i < 16; i++)
+            for (j = 0; j < 8; j++) {
+                double want = hC[i * 8 + j];
+                for (k = 0; k < 16; k++) want += (double)cu_bf16_value(hA[i * 16 + k]) * cu_bf16_value(hB[k * 8 + j]);
+                if ((double)hD[i * 8 + j] != want && bad++ < 5)
+                    TEST__FAIL("mma16816: D[%d][%d] = %g, want %g", i, j, (double)hD[i * 8 + j], want);
+            }
+        CHECK_MSG(!bad, "%d of 128 elements of D wrong", bad);
+    }
+    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD);
+}
+
 /* Products in a bf16 model call (tfm__model_prec TFM_PREC_BF16) across the shapes, transposes, strides
    (0: one B for the whole batch) and beta of cu_op_gemm, against two references in double on the host:
    - the product of the operands rounded to bf16 (cu_bf16_ref): what the GPU must compute but for its fp32
@@ -5723,6 +5776,7 @@ static void suite_device(void) { RUN(cu_device); }
 
 static void suite_precision(void) {
     RUN(cu_bf16_round);
+    RUN(cu_mma16816);
     RUN(cu_bf16_gemm);
     RUN(cu_bf16_attention);
     RUN(cu_bf16_model);
