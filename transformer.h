@@ -1378,7 +1378,6 @@ TFMDEF tfm_result tfm_dist_load(tfm_dist *d, tfm_model *m, const char *path);
 #include <cublas_v2.h>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
-#include <mma.h>
 #define TFM__LAUNCH(k, grid, block, smem, ...)                                                                  \
     do {                                                                                                        \
         if (tfm__cu_op(#k, &k, (grid), (block), (smem), __VA_ARGS__))                                           \
@@ -6958,35 +6957,30 @@ static int tfm__attn_batched_backward_cuda(const tfm__attn_args *a, const tfm__c
 
 /* -- flash attention on tensor cores: a bf16 model's calls over whole sequences with heads of up to
    TFM__CU_TD channels (cfg.precision TFM_PREC_BF16; GPUs of compute capability 8.0 and later). The
-   products are warp matrix products (wmma: 16 x 16 x 16 tiles of bf16 operands, fp32 sums) in blocks of 4
-   warps. Forward and dq: the block holds TFM__CU_FB query rows of one batch-head (16 a warp) and runs
-   over the keys in tiles of TFM__CU_FB, with the online softmax of the tiled kernels; dk and dv: the block
-   holds TFM__CU_FB keys of a key/value head and runs over the queries of each head of its group. The
-   operands go to shared memory rounded to bf16 (channels padded with zeros to a multiple of 16); scores,
-   softmax statistics and the forward's output sums stay fp32 in shared memory, each warp on its own 16
-   rows between its products, so nothing depends on the fragments' register layout (the backward's sums,
-   which are never rescaled, stay in accumulator fragments until the end). Visibility, mask, dropout and the
-   score gradient are the tiled kernels' (tfm__cu_attn_sees, tfm__cu_attn_grad, so a query that sees one
-   key gives exactly zero); no scores in device memory, no atomics: every sum has one owner. -- */
+   products are the tensor cores' register-level ones (mma.sync's m16n8k16: bf16 operands, fp32 sums) in
+   blocks of 4 warps. Forward and dq: the block holds TFM__CU_FB query rows of one batch-head (16 a warp) and
+   runs over the keys in tiles of TFM__CU_FB, with the online softmax of the tiled kernels; dk and dv: the
+   block holds TFM__CU_FB keys of a key/value head (16 a warp) and runs over the queries of each head of its
+   group. The operands go to shared memory rounded to bf16 (channels padded with zeros to a multiple of 16);
+   scores, probabilities, softmax statistics and every sum stay in the warp's registers, the accumulators of
+   one product becoming the A operand of the next. Visibility, mask, dropout and the score gradient are the
+   tiled kernels' (tfm__cu_attn_sees, tfm__cu_attn_grad, so a query that sees one key gives exactly zero); no
+   scores in device memory, no atomics: every sum has one owner. -- */
 #define TFM__CU_FB 64 /* rows of a block's tile and of its running tiles */
-#define TFM__CU_FS (TFM__CU_FB + 4) /* row stride of a tile of fp32 scores */
-#define TFM__CU_FP (TFM__CU_FB + 8) /* row stride of a tile of bf16 probabilities */
 #if defined(TFM_CUDA_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800)
-#define TFM__CU_WMMA 1
+#define TFM__CU_MMA 1
 #else
-#define TFM__CU_WMMA 0 /* (the host pass, and GPUs before sm_80: the kernels are empty and never launched) */
+#define TFM__CU_MMA 0 /* (the host pass, and GPUs before sm_80: the kernels are empty and never launched) */
 #endif
 
 /* The shared memory of a flash kernel (0 forward, 1 dq, 2 dk and dv) for heads of D channels: bf16 tiles of
-   TFM__CU_FB rows of D rounded up to 16, plus 8 (ldh): the forward's three (queries, keys, values: its
-   scores and sums stay in registers); the backward's four, their two fp32 score tiles, their bf16
-   probability tiles and 5 floats a row; 128 bytes of room to align the start. Every part is a multiple of 32 bytes, as the matrix loads want. The backward
+   TFM__CU_FB rows of D rounded up to 16, plus 8 (ldh): the forward's three (queries, keys, values), the
+   backward's four (and dout), their scores and sums staying in registers; dk/dv's 5 floats a query of
+   the running tile; 128 bytes of room to align the start. Every part is a multiple of 32 bytes, as the matrix loads want. The backward
    kernels' two score tiles (2 x 68 floats a row) also take their sums (at most 132 a row) at the end. */
 static TFM__HD size_t tfm__cu_flash_smem(int kind, int D) {
     size_t Dp = (size_t)(D + 15) & ~(size_t)15, F = TFM__CU_FB;
-    size_t np = kind == 2 ? 2 : 1;
-    if (kind == 0) return 128 + 3 * F * (Dp + 8) * 2;
-    return 128 + 4 * F * (Dp + 8) * 2 + 2 * F * TFM__CU_FS * 4 + np * F * TFM__CU_FP * 2 + 5 * F * 4;
+    return 128 + (kind ? 4 : 3) * F * (Dp + 8) * 2 + (kind == 2 ? 5 * F * 4 : 0);
 }
 
 /* n rows of D elements from element off of src (row stride ld) into the bf16 tile dst (rows of ldh, Dp
@@ -7022,27 +7016,6 @@ static __device__ void tfm__cu_ftile(uint16_t *dst, int ldh, const float *src, i
     }
 }
 
-#if TFM__CU_WMMA
-/* A warp's fp32 sums of a 16 x 16 tile (registers), and its bf16 operand tiles */
-typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> tfm__cu_facc;
-typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> tfm__cu_fa;
-
-/* One warp: f += fa B[k:k+16, 16 n:16 n+16], B bf16 row-major (ldb), or bt: stored transposed (row n of b is
-   column n of B) */
-static __device__ void tfm__cu_wmma_mma(tfm__cu_facc *f, const tfm__cu_fa *fa, const uint16_t *b, int ldb, int bt, int k,
-                                        int n) {
-    if (bt) {
-        nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::col_major> fb;
-        nvcuda::wmma::load_matrix_sync(fb, (const __nv_bfloat16 *)(b + (int64_t)16 * n * ldb + k), (unsigned)ldb);
-        nvcuda::wmma::mma_sync(*f, *fa, fb, *f);
-    } else {
-        nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> fb;
-        nvcuda::wmma::load_matrix_sync(fb, (const __nv_bfloat16 *)(b + (int64_t)k * ldb + 16 * n), (unsigned)ldb);
-        nvcuda::wmma::mma_sync(*f, *fa, fb, *f);
-    }
-}
-#endif
-
 /* The warp's d += A B on the tensor cores, mma.sync's m16n8k16 shape: A 16 x 16 and B 16 x 8 of bf16, d 16 x 8
    of fp32, each lane holding the registers of the PTX ISA's layout (lane = 4 g + t): a[0] A[g][2t, 2t+1], a[1]
    A[g+8][2t, 2t+1], a[2] A[g][2t+8, 2t+9], a[3] A[g+8][2t+8, 2t+9]; b[0] B[2t, 2t+1][g], b[1] B[2t+8, 2t+9][g]
@@ -7050,7 +7023,7 @@ static __device__ void tfm__cu_wmma_mma(tfm__cu_facc *f, const tfm__cu_fa *fa, c
 static __device__ void tfm__cu_mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
 #if defined(TFM_CUDA_EMULATION)
     tfm_emu_mma16816(d, a, b, d);
-#elif TFM__CU_WMMA
+#elif TFM__CU_MMA
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                  "{%0, %1, %2, %3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -7060,62 +7033,32 @@ static __device__ void tfm__cu_mma16816(float d[4], const uint32_t a[4], const u
 #endif
 }
 
-/* One warp: C = A B (acc: C += A B) for 16 rows, C fp32 of 16 nc columns (row stride ldc), A bf16 16 x K
-   (row-major, lda), B bf16 K x 16 nc: row-major (ldb), or bt: stored transposed. K a multiple of 16. One
-   tile of C at a time, through memory. */
-static __device__ void tfm__cu_wmma_rows(float *c, int ldc, int acc, const uint16_t *a, int lda, const uint16_t *b, int ldb,
-                                         int bt, int K, int nc) {
-#if TFM__CU_WMMA
-    int n, k;
-    for (n = 0; n < nc; n++) {
-        tfm__cu_facc f;
-        if (acc) nvcuda::wmma::load_matrix_sync(f, c + 16 * n, (unsigned)ldc, nvcuda::wmma::mem_row_major);
-        else nvcuda::wmma::fill_fragment(f, 0.0f);
-        for (k = 0; k < K; k += 16) {
-            tfm__cu_fa fa;
-            nvcuda::wmma::load_matrix_sync(fa, (const __nv_bfloat16 *)(a + k), (unsigned)lda);
-            tfm__cu_wmma_mma(&f, &fa, b, ldb, bt, k, n);
-        }
-        nvcuda::wmma::store_matrix_sync(c + 16 * n, f, (unsigned)ldc, nvcuda::wmma::mem_row_major);
-    }
-#else
-    (void)c, (void)ldc, (void)acc, (void)a, (void)lda, (void)b, (void)ldb, (void)bt, (void)K, (void)nc;
-#endif
+/* A lane's registers for tfm__cu_mma16816 from bf16 tiles in shared memory (lane = 4 g + t): an A operand
+   from rows of ld elements, p at the 16 x 16 tile's row g, column 2t; a B operand stored transposed (B's column
+   n a row, its k contiguous: a key's channels for Q K^T), p at the tile's row g, column 2t; a B operand stored
+   as it is (rows of ld: channels of keys for P V), p at its row 2t, column g; an A operand from two
+   accumulator tiles (columns 0-7 and 8-15 of 16), rounded to bf16: the sums of one product become the
+   operand of the next as they are. */
+static __device__ void tfm__cu_mma_a(uint32_t a[4], const uint16_t *p, int ld) {
+    a[0] = *(const uint32_t *)(const void *)p;
+    a[1] = *(const uint32_t *)(const void *)(p + 8 * ld);
+    a[2] = *(const uint32_t *)(const void *)(p + 8);
+    a[3] = *(const uint32_t *)(const void *)(p + 8 * ld + 8);
 }
-
-#if TFM__CU_WMMA
-/* A warp's fp32 sums of 16 rows by up to TFM__CU_TD columns, kept in registers over a kernel's loop */
-typedef struct tfm__cu_fsum { tfm__cu_facc f[TFM__CU_TD / 16]; } tfm__cu_fsum;
-
-/* One warp: s += A B, as tfm__cu_wmma_rows with B row-major, every tile of s at once (the loop over them
-   unrolled, so that they stay in registers; each A tile loaded once) */
-static __device__ void tfm__cu_wmma_sum(tfm__cu_fsum *s, const uint16_t *a, int lda, const uint16_t *b, int ldb, int K,
-                                        int nc) {
-    int n, k;
-    for (k = 0; k < K; k += 16) {
-        tfm__cu_fa fa;
-        nvcuda::wmma::load_matrix_sync(fa, (const __nv_bfloat16 *)(a + k), (unsigned)lda);
-        TFM__UNROLL
-        for (n = 0; n < TFM__CU_TD / 16; n++)
-            if (n < nc) tfm__cu_wmma_mma(&s->f[n], &fa, b, ldb, 0, k, n);
-    }
+static __device__ void tfm__cu_mma_b_rows(uint32_t b[2], const uint16_t *p) {
+    b[0] = *(const uint32_t *)(const void *)p;
+    b[1] = *(const uint32_t *)(const void *)(p + 8);
 }
-
-/* s = 0, or s to the warp's 16 rows at c (fp32, row stride ldc) */
-static __device__ void tfm__cu_fsum_zero(tfm__cu_fsum *s, int nc) {
-    int n;
-    TFM__UNROLL
-    for (n = 0; n < TFM__CU_TD / 16; n++)
-        if (n < nc) nvcuda::wmma::fill_fragment(s->f[n], 0.0f);
+static __device__ void tfm__cu_mma_b_cols(uint32_t b[2], const uint16_t *p, int ld) {
+    b[0] = p[0] | (uint32_t)p[ld] << 16;
+    b[1] = p[8 * ld] | (uint32_t)p[9 * ld] << 16;
 }
-static __device__ void tfm__cu_fsum_store(float *c, int ldc, tfm__cu_fsum *s, int nc) {
-    int n;
-    TFM__UNROLL
-    for (n = 0; n < TFM__CU_TD / 16; n++)
-        if (n < nc) nvcuda::wmma::store_matrix_sync(c + 16 * n, s->f[n], (unsigned)ldc, nvcuda::wmma::mem_row_major);
-    __syncwarp();
+static __device__ void tfm__cu_mma_a_acc(uint32_t a[4], const float lo[4], const float hi[4]) {
+    a[0] = tfm__bf16(lo[0]) | (uint32_t)tfm__bf16(lo[1]) << 16;
+    a[1] = tfm__bf16(lo[2]) | (uint32_t)tfm__bf16(lo[3]) << 16;
+    a[2] = tfm__bf16(hi[0]) | (uint32_t)tfm__bf16(hi[1]) << 16;
+    a[3] = tfm__bf16(hi[2]) | (uint32_t)tfm__bf16(hi[3]) << 16;
 }
-#endif
 
 /* The dynamic shared memory from its first 128-byte boundary */
 static __device__ unsigned char *tfm__cu_flash_base(unsigned char *raw) {
@@ -7137,45 +7080,43 @@ static __device__ tfm__cu_fq tfm__cu_fq_at(const tfm__attn_args *a) {
     return f;
 }
 
-/* Forward: block (tile, bh) at bh * tiles + tile. Warp w's 16 query rows run through the register-level
+/* Forward: block (tile, bh) at bh * tiles + tile, heads of up to TD channels (64, or TFM__CU_TD: the
+   registers each lane holds for them). Warp w's 16 query rows run through the register-level
    products (tfm__cu_mma16816): the scores S = Q K^T of a key tile land in accumulator registers, the online
    softmax runs on them there (a row's 4 lanes meet by shuffles), and the probabilities, rounded to bf16, are
    the A operand of O += P V as they are, the accumulators' layout being the A operand's for 16 of the keys;
    O stays in registers to the end. A lane holds rows 16 w + g and 16 w + g + 8 (g = lane / 4), keys and
    channels 8 n + 2 t, 8 n + 2 t + 1 of each 8 (t = lane % 4); its share of a row's sum of probabilities is
    added over its 4 lanes at the end. */
+template <int TD>
 static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, const float *k, const float *v, float *out,
                                              float *lse, const int32_t *lens, const float *mask) {
-#if TFM__CU_WMMA
+#if TFM__CU_MMA
     TFM__SHARED_DYN(unsigned char, raw);
     int D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, F = TFM__CU_FB, lane = (int)threadIdx.x & 31;
     int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3, r, x, c, n, kk, j0, bh, b, h, i0, n_max, lo_min;
     uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sk = sq + F * ldh, *sv = sk + F * ldh;
-    const uint16_t *qr = sq + (16 * w + g) * ldh + 2 * t;
-    float o[TFM__CU_TD / 8][4], sc[TFM__CU_FB / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    uint32_t qa[TFM__CU_TD / 16][4];
+    int off = (16 * w + g) * ldh + 2 * t;
+    float o[TD / 8][4], sc[TFM__CU_FB / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    uint32_t qa[TD / 16][4];
     int iq[2], nv[2], lo[2];
     tfm__cu_fq f;
     tfm__cu_attn_ptrs(&a, q, k, v, out, lse, lens, NULL, NULL, mask);
     f = tfm__cu_fq_at(&a);
     bh = f.bh, b = f.b, h = f.h, i0 = f.i0, n_max = f.n_max, lo_min = f.lo_min;
+    TFM__UNROLL
     for (r = 0; r < 2; r++) { /* this lane's two rows: the keys each sees */
         iq[r] = i0 + 16 * w + g + 8 * r;
         nv[r] = iq[r] < a.Tq ? tfm__attn_visible(&a, b, iq[r]) : 0;
         lo[r] = nv[r] ? tfm__attn_window_lo(&a, b, iq[r]) : 0;
     }
     TFM__UNROLL
-    for (n = 0; n < TFM__CU_TD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (n = 0; n < TD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf);
     __syncthreads();
     TFM__UNROLL
-    for (kk = 0; kk < TFM__CU_TD / 16; kk++) /* the warp's rows of Q as A operands, 16 channels each */
-        if (16 * kk < Dp) {
-            qa[kk][0] = *(const uint32_t *)(const void *)(qr + 16 * kk);
-            qa[kk][1] = *(const uint32_t *)(const void *)(qr + 8 * ldh + 16 * kk);
-            qa[kk][2] = *(const uint32_t *)(const void *)(qr + 16 * kk + 8);
-            qa[kk][3] = *(const uint32_t *)(const void *)(qr + 8 * ldh + 16 * kk + 8);
-        }
+    for (kk = 0; kk < TD / 16; kk++) /* the warp's rows of Q as A operands, 16 channels each */
+        if (16 * kk < Dp) tfm__cu_mma_a(qa[kk], sq + off + 16 * kk, ldh);
     for (j0 = 0; j0 < n_max; j0 += F) {
         int nk = TFM__MIN(F, n_max - j0);
         if (j0 >= a.sinks && j0 + nk <= lo_min) continue; /* in every row's window gap */
@@ -7184,23 +7125,23 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
         tfm__cu_ftile(sv, ldh, v, f.vh + (int64_t)j0 * a.ldv, a.ldv, nk, D, Dp, a.qkv_bf);
         __syncthreads();
         TFM__UNROLL
-        for (n = 0; n < TFM__CU_FB / 8; n++) { /* S for keys 8 n.. of the tile: B from K's rows, as stored */
-            const uint16_t *kr = sk + (8 * n + g) * ldh + 2 * t;
+        for (n = 0; n < TFM__CU_FB / 8; n++) { /* S for keys 8 n.. of the tile: B from K's rows */
             sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
             TFM__UNROLL
-            for (kk = 0; kk < TFM__CU_TD / 16; kk++)
+            for (kk = 0; kk < TD / 16; kk++)
                 if (16 * kk < Dp) {
                     uint32_t kb[2];
-                    kb[0] = *(const uint32_t *)(const void *)(kr + 16 * kk);
-                    kb[1] = *(const uint32_t *)(const void *)(kr + 16 * kk + 8);
+                    tfm__cu_mma_b_rows(kb, sk + (8 * n + g) * ldh + 2 * t + 16 * kk);
                     tfm__cu_mma16816(sc[n], qa[kk], kb);
                 }
         }
+        TFM__UNROLL
         for (r = 0; r < 2; r++) { /* the online softmax of each row: scores to probabilities in place */
             float bm = -INFINITY, mn, alpha = 1.0f;
             int i = iq[r];
             TFM__UNROLL
             for (n = 0; n < TFM__CU_FB / 8; n++)
+                TFM__UNROLL
                 for (c = 0; c < 2; c++) {
                     int j = j0 + 8 * n + 2 * t + c;
                     float x = -INFINITY;
@@ -7218,6 +7159,7 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
             m[r] = mn, l[r] *= alpha;
             TFM__UNROLL
             for (n = 0; n < TFM__CU_FB / 8; n++)
+                TFM__UNROLL
                 for (c = 0; c < 2; c++) {
                     float p = sc[n][2 * r + c] == -INFINITY ? 0.0f : tfm__exp(sc[n][2 * r + c] - mn);
                     l[r] += p; /* P where dropout keeps it goes on to the product with V (its factor: at the end) */
@@ -7225,27 +7167,23 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
                 }
             if (alpha != 1.0f) {
                 TFM__UNROLL
-                for (n = 0; n < TFM__CU_TD / 8; n++) o[n][2 * r] *= alpha, o[n][2 * r + 1] *= alpha;
+                for (n = 0; n < TD / 8; n++) o[n][2 * r] *= alpha, o[n][2 * r + 1] *= alpha;
             }
         }
         TFM__UNROLL
         for (kk = 0; kk < TFM__CU_FB / 16; kk++) { /* O += P V over keys 16 kk..: P's A operand from S's registers */
             uint32_t pa[4];
-            const uint16_t *vr = sv + (16 * kk + 2 * t) * ldh + g;
-            pa[0] = tfm__bf16(sc[2 * kk][0]) | (uint32_t)tfm__bf16(sc[2 * kk][1]) << 16;
-            pa[1] = tfm__bf16(sc[2 * kk][2]) | (uint32_t)tfm__bf16(sc[2 * kk][3]) << 16;
-            pa[2] = tfm__bf16(sc[2 * kk + 1][0]) | (uint32_t)tfm__bf16(sc[2 * kk + 1][1]) << 16;
-            pa[3] = tfm__bf16(sc[2 * kk + 1][2]) | (uint32_t)tfm__bf16(sc[2 * kk + 1][3]) << 16;
+            tfm__cu_mma_a_acc(pa, sc[2 * kk], sc[2 * kk + 1]);
             TFM__UNROLL
-            for (n = 0; n < TFM__CU_TD / 8; n++)
-                if (8 * n < Dp) { /* B from V's rows: channel 8 n + g of keys 2 t, 2 t + 1 (and 8 on) */
+            for (n = 0; n < TD / 8; n++)
+                if (8 * n < Dp) { /* B from V as stored: channel 8 n + g of keys 2 t, 2 t + 1 (and 8 on) */
                     uint32_t vb[2];
-                    vb[0] = vr[8 * n] | (uint32_t)vr[8 * n + ldh] << 16;
-                    vb[1] = vr[8 * n + 8 * ldh] | (uint32_t)vr[8 * n + 9 * ldh] << 16;
+                    tfm__cu_mma_b_cols(vb, sv + (16 * kk + 2 * t) * ldh + g + 8 * n, ldh);
                     tfm__cu_mma16816(o[n], pa, vb);
                 }
         }
     }
+    TFM__UNROLL
     for (r = 0; r < 2; r++) {
         int i = iq[r];
         float sum = l[r], inv;
@@ -7254,7 +7192,8 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
         inv = sum > 0.0f ? tfm__cu_drop_scale(&a) / sum : 0.0f;
         if (i >= a.Tq) continue;
         TFM__UNROLL
-        for (n = 0; n < TFM__CU_TD / 8; n++)
+        for (n = 0; n < TD / 8; n++)
+            TFM__UNROLL
             for (c = 0; c < 2; c++) {
                 int64_t e = ((int64_t)b * a.Tq + i) * a.ldo + h * D + 8 * n + 2 * t + c;
                 x = 8 * n + 2 * t + c;
@@ -7277,58 +7216,104 @@ static __device__ void tfm__cu_flash_put(const tfm__attn_args *a, float *d, int6
     else d[o] = (a->overwrite ? 0.0f : d[o]) + v;
 }
 
-/* dq_i += scale sum_j ds_ij k_j (a.overwrite: dq_i =): blocks as forward's */
+/* dq_i += scale sum_j ds_ij k_j (a.overwrite: dq_i =): blocks as forward's, heads of up to TD channels. As in
+   the forward, warp w's 16 rows run through tfm__cu_mma16816 with everything in registers: S = Q K^T and
+   dP = dout V^T for a key tile, each element's score gradient (tfm__cu_attn_grad) in place, rounded to bf16
+   as the A operand of dq += dS K. */
+template <int TD>
 static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, const float *k, const float *v,
                                             const float *lse, const int32_t *lens, const float *mask, const float *Dr,
                                             const float *one, float *dq, int lddq, const float *dout, int lddo) {
-#if TFM__CU_WMMA
+#if TFM__CU_MMA
     TFM__SHARED_DYN(unsigned char, raw);
-    int D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, ldf = Dp + 4, F = TFM__CU_FB, lane = (int)threadIdx.x & 31;
-    int w = (int)threadIdx.x >> 5, r, x, c, j0, bh, b, h, i0, nq, n_max, lo_min;
+    int D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, F = TFM__CU_FB, lane = (int)threadIdx.x & 31;
+    int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3, off = (16 * w + g) * ldh + 2 * t;
+    int r, c, n, kk, j0, bh, b, h, i0, n_max, lo_min, iq[2], nv[2], lo[2];
     uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sdo = sq + F * ldh, *sk = sdo + F * ldh, *sv = sk + F * ldh;
-    uint16_t *sds = sv + F * ldh;
-    float *ss = (float *)(void *)(sds + F * TFM__CU_FP), *sg = ss + F * TFM__CU_FS, *acc = ss + 16 * w * ldf;
-    int64_t kh, vh;
+    float acc[TD / 8][4], sc[TFM__CU_FB / 8][4], dp[TFM__CU_FB / 8][4], L[2], Dri[2], onei[2];
+    uint32_t qa[TD / 16][4], da[TD / 16][4];
     tfm__cu_fq f;
-    tfm__cu_fsum sum;
     tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
     f = tfm__cu_fq_at(&a);
-    bh = f.bh, b = f.b, h = f.h, i0 = f.i0, nq = f.nq, n_max = f.n_max, lo_min = f.lo_min, kh = f.kh, vh = f.vh;
-    tfm__cu_fsum_zero(&sum, Dp / 16);
-    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, nq, D, Dp, a.qkv_bf);
-    tfm__cu_ftile(sdo, ldh, dout, ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, nq, D, Dp, a.dout_bf == 2);
+    bh = f.bh, b = f.b, h = f.h, i0 = f.i0, n_max = f.n_max, lo_min = f.lo_min;
+    TFM__UNROLL
+    for (r = 0; r < 2; r++) { /* this lane's two rows */
+        int64_t e = (int64_t)bh * a.Tq + i0 + 16 * w + g + 8 * r;
+        iq[r] = i0 + 16 * w + g + 8 * r;
+        L[r] = iq[r] < a.Tq ? lse[e] : -INFINITY;
+        nv[r] = L[r] == -INFINITY ? 0 : tfm__attn_visible(&a, b, iq[r]);
+        lo[r] = nv[r] ? tfm__attn_window_lo(&a, b, iq[r]) : 0;
+        Dri[r] = iq[r] < a.Tq ? Dr[e] : 0.0f;
+        onei[r] = iq[r] < a.Tq ? one[e] : 0.0f;
+    }
+    TFM__UNROLL
+    for (n = 0; n < TD / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf);
+    tfm__cu_ftile(sdo, ldh, dout, ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, f.nq, D, Dp, a.dout_bf == 2);
+    __syncthreads();
+    TFM__UNROLL
+    for (kk = 0; kk < TD / 16; kk++) /* the warp's rows of q and dout as A operands */
+        if (16 * kk < Dp) {
+            tfm__cu_mma_a(qa[kk], sq + off + 16 * kk, ldh);
+            tfm__cu_mma_a(da[kk], sdo + off + 16 * kk, ldh);
+        }
     for (j0 = 0; j0 < n_max; j0 += F) {
         int nk = TFM__MIN(F, n_max - j0);
         if (j0 >= a.sinks && j0 + nk <= lo_min) continue;
         __syncthreads();
-        tfm__cu_ftile(sk, ldh, k, kh + (int64_t)j0 * a.ldk, a.ldk, nk, D, Dp, a.qkv_bf);
-        tfm__cu_ftile(sv, ldh, v, vh + (int64_t)j0 * a.ldv, a.ldv, nk, D, Dp, a.qkv_bf);
+        tfm__cu_ftile(sk, ldh, k, f.kh + (int64_t)j0 * a.ldk, a.ldk, nk, D, Dp, a.qkv_bf);
+        tfm__cu_ftile(sv, ldh, v, f.vh + (int64_t)j0 * a.ldv, a.ldv, nk, D, Dp, a.qkv_bf);
         __syncthreads();
-        tfm__cu_wmma_rows(ss + 16 * w * TFM__CU_FS, TFM__CU_FS, 0, sq + 16 * w * ldh, ldh, sk, ldh, 1, Dp, F / 16);
-        tfm__cu_wmma_rows(sg + 16 * w * TFM__CU_FS, TFM__CU_FS, 0, sdo + 16 * w * ldh, ldh, sv, ldh, 1, Dp, F / 16);
-        __syncwarp();
-        for (r = 16 * w; r < 16 * w + 16; r++) {
-            int i = i0 + r;
-            float L = i < a.Tq ? lse[(int64_t)bh * a.Tq + i] : -INFINITY;
-            int n = L == -INFINITY ? 0 : tfm__attn_visible(&a, b, i), lo = n ? tfm__attn_window_lo(&a, b, i) : 0;
-            for (c = lane; c < F; c += 32) {
-                float pd = 0.0f, ds = 0.0f;
-                if (c < nk && tfm__cu_attn_sees(&a, j0 + c, n, lo))
-                    tfm__cu_attn_grad(&a, b, bh, i, j0 + c, ss[r * TFM__CU_FS + c], sg[r * TFM__CU_FS + c], L,
-                                      Dr[(int64_t)bh * a.Tq + i], one[(int64_t)bh * a.Tq + i], 0, &pd, &ds);
-                sds[r * TFM__CU_FP + c] = tfm__bf16(ds);
-            }
+        TFM__UNROLL
+        for (n = 0; n < TFM__CU_FB / 8; n++) { /* S and dP for keys 8 n..: B from K's and V's rows */
+            sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+            dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
+            TFM__UNROLL
+            for (kk = 0; kk < TD / 16; kk++)
+                if (16 * kk < Dp) {
+                    uint32_t kb[2], vb[2];
+                    tfm__cu_mma_b_rows(kb, sk + (8 * n + g) * ldh + 2 * t + 16 * kk);
+                    tfm__cu_mma_b_rows(vb, sv + (8 * n + g) * ldh + 2 * t + 16 * kk);
+                    tfm__cu_mma16816(sc[n], qa[kk], kb);
+                    tfm__cu_mma16816(dp[n], da[kk], vb);
+                }
         }
-        __syncwarp();
-        tfm__cu_wmma_sum(&sum, sds + 16 * w * TFM__CU_FP, TFM__CU_FP, sk, ldh, F, Dp / 16);
+        TFM__UNROLL
+        for (r = 0; r < 2; r++)
+            TFM__UNROLL
+            for (n = 0; n < TFM__CU_FB / 8; n++)
+                TFM__UNROLL
+                for (c = 0; c < 2; c++) { /* dS in place of S */
+                    int j = j0 + 8 * n + 2 * t + c;
+                    float pd = 0.0f, ds = 0.0f;
+                    if (j < j0 + nk && tfm__cu_attn_sees(&a, j, nv[r], lo[r]))
+                        tfm__cu_attn_grad(&a, b, bh, iq[r], j, sc[n][2 * r + c], dp[n][2 * r + c], L[r], Dri[r], onei[r], 0,
+                                          &pd, &ds);
+                    sc[n][2 * r + c] = ds;
+                }
+        TFM__UNROLL
+        for (kk = 0; kk < TFM__CU_FB / 16; kk++) { /* dq += dS K over keys 16 kk.., K as stored */
+            uint32_t pa[4];
+            tfm__cu_mma_a_acc(pa, sc[2 * kk], sc[2 * kk + 1]);
+            TFM__UNROLL
+            for (n = 0; n < TD / 8; n++)
+                if (8 * n < Dp) {
+                    uint32_t kb[2];
+                    tfm__cu_mma_b_cols(kb, sk + (16 * kk + 2 * t) * ldh + g + 8 * n, ldh);
+                    tfm__cu_mma16816(acc[n], pa, kb);
+                }
+        }
     }
-    __syncthreads(); /* the score tiles are free: each warp's sums go to its 16 rows (of ldf) there */
-    tfm__cu_fsum_store(acc, ldf, &sum, Dp / 16);
-    for (r = 0; r < 16; r++) {
-        int i = i0 + 16 * w + r;
-        if (i >= a.Tq) continue;
-        for (x = lane; x < D; x += 32)
-            tfm__cu_flash_put(&a, dq, ((int64_t)b * a.Tq + i) * lddq + h * D + x, a.scale * acc[r * ldf + x]);
+    TFM__UNROLL
+    for (r = 0; r < 2; r++) {
+        if (iq[r] >= a.Tq) continue;
+        TFM__UNROLL
+        for (n = 0; n < TD / 8; n++)
+            TFM__UNROLL
+            for (c = 0; c < 2; c++)
+                if (8 * n + 2 * t + c < D)
+                    tfm__cu_flash_put(&a, dq, ((int64_t)b * a.Tq + iq[r]) * lddq + h * D + 8 * n + 2 * t + c,
+                                      a.scale * acc[n][2 * r + c]);
     }
 #else
     (void)a, (void)q, (void)k, (void)v, (void)lse, (void)lens, (void)mask, (void)Dr, (void)one, (void)dq, (void)lddq;
@@ -7337,33 +7322,39 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
 }
 
 /* dv_j += sum_i pd_ij dout_i, dk_j += scale sum_i ds_ij q_i (a.overwrite: =): block (tile, b * Hkv + g) holds
-   TFM__CU_FB keys of key/value head g and runs over the queries of each head of g's group (dk or dv may be NULL) */
+   TFM__CU_FB keys of key/value head g and runs over the queries of each head of g's group (dk or dv may be
+   NULL), heads of up to TD channels. Warp w's 16 keys run through tfm__cu_mma16816: S^T = K Q^T and dP^T = V
+   dout^T for a query tile in registers (A from the warp's rows of K and V), each element's probability and
+   score gradient in place (tfm__cu_attn_grad, with the tile's per-query statistics from shared memory),
+   rounded to bf16 as the A operands of dv += P^T dout and dk += dS^T q, whose sums stay in registers. */
+template <int TD>
 static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, const float *k, const float *v,
                                              const float *lse, const int32_t *lens, const float *mask, const float *Dr,
                                              const float *one, float *dk, int lddk, float *dv, int lddv,
                                              const float *dout, int lddo) {
-#if TFM__CU_WMMA
+#if TFM__CU_MMA
     TFM__SHARED_DYN(unsigned char, raw);
-    int Hkv = a.Hkv ? a.Hkv : a.H, G = a.H / Hkv, D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, ldf = Dp + 4;
-    int F = TFM__CU_FB, tiles = (a.Tk + F - 1) / F, bg = (int)blockIdx.x / tiles, b = bg / Hkv, g = bg % Hkv;
+    int Hkv = a.Hkv ? a.Hkv : a.H, G = a.H / Hkv, D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8;
+    int F = TFM__CU_FB, tiles = (a.Tk + F - 1) / F, bg = (int)blockIdx.x / tiles, b = bg / Hkv, kvh = bg % Hkv;
     int j0 = ((int)blockIdx.x % tiles) * F, nk = TFM__MIN(F, a.Tk - j0), lane = (int)threadIdx.x & 31;
-    int w = (int)threadIdx.x >> 5, i_lo = 0, i1 = a.Tq, q0, r, x, c, h;
+    int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3, off = (16 * w + g) * ldh + 2 * t;
+    int i_lo = 0, i1 = a.Tq, q0, r, c, n, kk, h;
     uint16_t *sk = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sv = sk + F * ldh, *sq = sv + F * ldh, *sdo = sq + F * ldh;
-    uint16_t *sp = sdo + F * ldh, *sds = sp + F * TFM__CU_FP;
-    float *ss = (float *)(void *)(sds + F * TFM__CU_FP), *sg = ss + F * TFM__CU_FS, *acc = ss + 16 * w * ldf;
-    float *sL = sg + F * TFM__CU_FS, *sD = sL + F, *sone = sD + F;
+    float *sL = (float *)(void *)(sdo + F * ldh), *sD = sL + F, *sone = sD + F;
     int *sn = (int *)(void *)(sone + F), *slo = sn + F;
-    tfm__cu_fsum sdk, sdv;
+    float accv[TD / 8][4], acck[TD / 8][4], sc[TFM__CU_FB / 8][4], dp[TFM__CU_FB / 8][4];
     tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
-    tfm__cu_fsum_zero(&sdk, Dp / 16);
-    tfm__cu_fsum_zero(&sdv, Dp / 16);
-    tfm__cu_ftile(sk, ldh, k, ((int64_t)b * a.Tk + j0) * a.ldk + g * D, a.ldk, nk, D, Dp, a.qkv_bf);
-    tfm__cu_ftile(sv, ldh, v, ((int64_t)b * a.Tk + j0) * a.ldv + g * D, a.ldv, nk, D, Dp, a.qkv_bf);
+    TFM__UNROLL
+    for (n = 0; n < TD / 8; n++)
+        TFM__UNROLL
+        for (c = 0; c < 4; c++) accv[n][c] = acck[n][c] = 0.0f;
+    tfm__cu_ftile(sk, ldh, k, ((int64_t)b * a.Tk + j0) * a.ldk + kvh * D, a.ldk, nk, D, Dp, a.qkv_bf);
+    tfm__cu_ftile(sv, ldh, v, ((int64_t)b * a.Tk + j0) * a.ldv + kvh * D, a.ldv, nk, D, Dp, a.qkv_bf);
     /* causal: only the queries from key j0 on see these keys; with a window, only up to the last key's window
        (a sink: every query from it on) */
     if (a.causal) i_lo = TFM__MIN(j0, a.Tq);
     if (a.window && a.causal && j0 >= a.sinks) i1 = TFM__MIN(a.Tq, j0 + nk - 1 + a.window);
-    for (h = g * G; h < g * G + G; h++) {
+    for (h = kvh * G; h < kvh * G + G; h++) {
         int bh = b * a.H + h;
         int64_t qh = (int64_t)b * a.Tq * a.ldq + h * D, doh = (int64_t)b * a.Tq * lddo + h * D;
         for (q0 = i_lo; q0 < i1; q0 += F) {
@@ -7372,46 +7363,80 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
             tfm__cu_ftile(sq, ldh, q, qh + (int64_t)q0 * a.ldq, a.ldq, nq, D, Dp, a.qkv_bf);
             tfm__cu_ftile(sdo, ldh, dout, doh + (int64_t)q0 * lddo, lddo, nq, D, Dp, a.dout_bf == 2);
             if ((int)threadIdx.x < F) {
-                int t = (int)threadIdx.x, it = q0 + t;
-                sL[t] = t < nq ? lse[(int64_t)bh * a.Tq + it] : -INFINITY;
-                sn[t] = sL[t] == -INFINITY ? 0 : tfm__attn_visible(&a, b, it);
-                slo[t] = sn[t] ? tfm__attn_window_lo(&a, b, it) : 0;
-                sD[t] = t < nq ? Dr[(int64_t)bh * a.Tq + it] : 0.0f;
-                sone[t] = t < nq ? one[(int64_t)bh * a.Tq + it] : 0.0f;
+                int x = (int)threadIdx.x, it = q0 + x;
+                sL[x] = x < nq ? lse[(int64_t)bh * a.Tq + it] : -INFINITY;
+                sn[x] = sL[x] == -INFINITY ? 0 : tfm__attn_visible(&a, b, it);
+                slo[x] = sn[x] ? tfm__attn_window_lo(&a, b, it) : 0;
+                sD[x] = x < nq ? Dr[(int64_t)bh * a.Tq + it] : 0.0f;
+                sone[x] = x < nq ? one[(int64_t)bh * a.Tq + it] : 0.0f;
             }
             __syncthreads();
-            /* this warp's 16 keys against the tile's queries: q_i . k_j and dout_i . v_j */
-            tfm__cu_wmma_rows(ss + 16 * w * TFM__CU_FS, TFM__CU_FS, 0, sk + 16 * w * ldh, ldh, sq, ldh, 1, Dp, F / 16);
-            tfm__cu_wmma_rows(sg + 16 * w * TFM__CU_FS, TFM__CU_FS, 0, sv + 16 * w * ldh, ldh, sdo, ldh, 1, Dp, F / 16);
-            __syncwarp();
-            for (r = 16 * w; r < 16 * w + 16; r++)
-                for (c = lane; c < F; c += 32) {
-                    float pd = 0.0f, ds = 0.0f;
-                    if (r < nk && tfm__cu_attn_sees(&a, j0 + r, sn[c], slo[c]))
-                        tfm__cu_attn_grad(&a, b, bh, q0 + c, j0 + r, ss[r * TFM__CU_FS + c], sg[r * TFM__CU_FS + c], sL[c],
-                                          sD[c], sone[c], 1, &pd, &ds);
-                    sp[r * TFM__CU_FP + c] = tfm__bf16(pd); /* unscaled: dropout's factor goes on dv's sums */
-                    sds[r * TFM__CU_FP + c] = tfm__bf16(ds);
+            TFM__UNROLL
+            for (n = 0; n < TFM__CU_FB / 8; n++)
+                TFM__UNROLL
+                for (c = 0; c < 4; c++) sc[n][c] = dp[n][c] = 0.0f;
+            TFM__UNROLL
+            for (kk = 0; kk < TD / 16; kk++) /* this warp's 16 keys against the tile's queries: q.k and dout.v */
+                if (16 * kk < Dp) {
+                    uint32_t ka[4], va[4];
+                    tfm__cu_mma_a(ka, sk + off + 16 * kk, ldh);
+                    tfm__cu_mma_a(va, sv + off + 16 * kk, ldh);
+                    TFM__UNROLL
+                    for (n = 0; n < TFM__CU_FB / 8; n++) {
+                        uint32_t qb[2], db[2];
+                        tfm__cu_mma_b_rows(qb, sq + (8 * n + g) * ldh + 2 * t + 16 * kk);
+                        tfm__cu_mma_b_rows(db, sdo + (8 * n + g) * ldh + 2 * t + 16 * kk);
+                        tfm__cu_mma16816(sc[n], ka, qb);
+                        tfm__cu_mma16816(dp[n], va, db);
+                    }
                 }
-            __syncwarp();
-            tfm__cu_wmma_sum(&sdv, sp + 16 * w * TFM__CU_FP, TFM__CU_FP, sdo, ldh, F, Dp / 16);
-            tfm__cu_wmma_sum(&sdk, sds + 16 * w * TFM__CU_FP, TFM__CU_FP, sq, ldh, F, Dp / 16);
+            TFM__UNROLL
+            for (r = 0; r < 2; r++) {
+                int jr = 16 * w + g + 8 * r;
+                TFM__UNROLL
+                for (n = 0; n < TFM__CU_FB / 8; n++)
+                    TFM__UNROLL
+                    for (c = 0; c < 2; c++) { /* P (unscaled: dropout's factor goes on dv's sums) and dS in place */
+                        int x = 8 * n + 2 * t + c;
+                        float pd = 0.0f, ds = 0.0f;
+                        if (jr < nk && tfm__cu_attn_sees(&a, j0 + jr, sn[x], slo[x]))
+                            tfm__cu_attn_grad(&a, b, bh, q0 + x, j0 + jr, sc[n][2 * r + c], dp[n][2 * r + c], sL[x], sD[x],
+                                              sone[x], 1, &pd, &ds);
+                        sc[n][2 * r + c] = pd;
+                        dp[n][2 * r + c] = ds;
+                    }
+            }
+            TFM__UNROLL
+            for (kk = 0; kk < TFM__CU_FB / 16; kk++) { /* over queries 16 kk..: dout and q as stored */
+                uint32_t pa[4], sa[4];
+                tfm__cu_mma_a_acc(pa, sc[2 * kk], sc[2 * kk + 1]);
+                tfm__cu_mma_a_acc(sa, dp[2 * kk], dp[2 * kk + 1]);
+                TFM__UNROLL
+                for (n = 0; n < TD / 8; n++)
+                    if (8 * n < Dp) {
+                        uint32_t ob[2], qb[2];
+                        tfm__cu_mma_b_cols(ob, sdo + (16 * kk + 2 * t) * ldh + g + 8 * n, ldh);
+                        tfm__cu_mma_b_cols(qb, sq + (16 * kk + 2 * t) * ldh + g + 8 * n, ldh);
+                        tfm__cu_mma16816(accv[n], pa, ob);
+                        tfm__cu_mma16816(acck[n], sa, qb);
+                    }
+            }
         }
     }
-    __syncthreads(); /* the score tiles are free: each warp's sums go to its 16 rows (of ldf) there, dv's then dk's */
-    if (dv) {
-        tfm__cu_fsum_store(acc, ldf, &sdv, Dp / 16);
-        for (r = 0; r < 16 && 16 * w + r < nk; r++)
-            for (x = lane; x < D; x += 32)
-                tfm__cu_flash_put(&a, dv, ((int64_t)b * a.Tk + j0 + 16 * w + r) * lddv + g * D + x,
-                                  tfm__cu_drop_scale(&a) * acc[r * ldf + x]);
-        __syncwarp();
-    }
-    if (dk) {
-        tfm__cu_fsum_store(acc, ldf, &sdk, Dp / 16);
-        for (r = 0; r < 16 && 16 * w + r < nk; r++)
-            for (x = lane; x < D; x += 32)
-                tfm__cu_flash_put(&a, dk, ((int64_t)b * a.Tk + j0 + 16 * w + r) * lddk + g * D + x, a.scale * acc[r * ldf + x]);
+    TFM__UNROLL
+    for (r = 0; r < 2; r++) {
+        int jr = 16 * w + g + 8 * r;
+        if (jr >= nk) continue;
+        TFM__UNROLL
+        for (n = 0; n < TD / 8; n++)
+            TFM__UNROLL
+            for (c = 0; c < 2; c++) {
+                int x = 8 * n + 2 * t + c;
+                if (x >= D) continue;
+                if (dv) tfm__cu_flash_put(&a, dv, ((int64_t)b * a.Tk + j0 + jr) * lddv + kvh * D + x,
+                                          tfm__cu_drop_scale(&a) * accv[n][2 * r + c]);
+                if (dk) tfm__cu_flash_put(&a, dk, ((int64_t)b * a.Tk + j0 + jr) * lddk + kvh * D + x, a.scale * acck[n][2 * r + c]);
+            }
     }
 #else
     (void)a, (void)q, (void)k, (void)v, (void)lse, (void)lens, (void)mask, (void)Dr, (void)one, (void)dk, (void)lddk;
@@ -7419,9 +7444,9 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
 #endif
 }
 
-/* Lets kernel k (slot: 0 forward, 1 dq, 2 dk and dv) take bytes of dynamic shared memory (past the default
-   48 KiB: an opt-in, made once a size) */
-static TFM__THREAD_LOCAL size_t tfm__cu_optin[3];
+/* Lets kernel k (slot: 0 forward, 1 dq, 2 dk and dv; 3, 4, 5 the same for heads over 64 channels) take
+   bytes of dynamic shared memory (past the default 48 KiB: an opt-in, made once a size) */
+static TFM__THREAD_LOCAL size_t tfm__cu_optin[6];
 static int tfm__cu_optin_set(int slot, size_t bytes, cudaError_t e) {
     if (!tfm__cuda_ok(e, "cudaFuncSetAttribute (flash attention's shared memory)")) return 0;
     tfm__cu_optin[slot] = bytes;
@@ -7466,8 +7491,11 @@ static int tfm__attention_forward_cuda(const tfm__attn_args *a) {
     if (path == 3) {
         smem = tfm__cu_flash_smem(0, a->D);
         grid = (unsigned)((a->Tq + TFM__CU_FB - 1) / TFM__CU_FB) * (unsigned)(a->B * a->H);
-        if (TFM__CU_OPTIN(tfm__k_attn_flash_fwd, 0, smem))
-            TFM__LAUNCH(tfm__k_attn_flash_fwd, grid, 128, smem, t, a->q, a->k, a->v, a->out, a->lse, io.lens, io.mask);
+        if (a->D <= 64 && TFM__CU_OPTIN(tfm__k_attn_flash_fwd<64>, 0, smem))
+            TFM__LAUNCH(tfm__k_attn_flash_fwd<64>, grid, 128, smem, t, a->q, a->k, a->v, a->out, a->lse, io.lens, io.mask);
+        else if (a->D > 64 && TFM__CU_OPTIN(tfm__k_attn_flash_fwd<TFM__CU_TD>, 3, smem))
+            TFM__LAUNCH(tfm__k_attn_flash_fwd<TFM__CU_TD>, grid, 128, smem, t, a->q, a->k, a->v, a->out, a->lse, io.lens,
+                        io.mask);
         TFM__CU_LAUNCHED("tfm__k_attn_flash_fwd");
         return 1;
     }
@@ -7507,16 +7535,20 @@ static int tfm__attention_backward_cuda(const tfm__attn_args *a, float *dq, int 
         size_t s1 = tfm__cu_flash_smem(1, a->D), s2 = tfm__cu_flash_smem(2, a->D);
         gq = (unsigned)((a->Tq + TFM__CU_FB - 1) / TFM__CU_FB) * (unsigned)(a->B * a->H);
         gk = (unsigned)((a->Tk + TFM__CU_FB - 1) / TFM__CU_FB) * (unsigned)(a->B * Hkv);
-        if (dq && TFM__CU_OPTIN(tfm__k_attn_flash_dq, 1, s1)) {
-            TFM__LAUNCH(tfm__k_attn_flash_dq, gq, 128, s1, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dq, lddq,
-                        dout, lddo);
-            TFM__CU_LAUNCHED("tfm__k_attn_flash_dq");
-        }
-        if ((dk || dv) && TFM__CU_OPTIN(tfm__k_attn_flash_dkv, 2, s2)) {
-            TFM__LAUNCH(tfm__k_attn_flash_dkv, gk, 128, s2, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dk,
+        if (dq && a->D <= 64 && TFM__CU_OPTIN(tfm__k_attn_flash_dq<64>, 1, s1))
+            TFM__LAUNCH(tfm__k_attn_flash_dq<64>, gq, 128, s1, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dq,
+                        lddq, dout, lddo);
+        else if (dq && a->D > 64 && TFM__CU_OPTIN(tfm__k_attn_flash_dq<TFM__CU_TD>, 4, s1))
+            TFM__LAUNCH(tfm__k_attn_flash_dq<TFM__CU_TD>, gq, 128, s1, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr,
+                        one, dq, lddq, dout, lddo);
+        if (dq) TFM__CU_LAUNCHED("tfm__k_attn_flash_dq");
+        if ((dk || dv) && a->D <= 64 && TFM__CU_OPTIN(tfm__k_attn_flash_dkv<64>, 2, s2))
+            TFM__LAUNCH(tfm__k_attn_flash_dkv<64>, gk, 128, s2, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dk,
                         lddk, dv, lddv, dout, lddo);
-            TFM__CU_LAUNCHED("tfm__k_attn_flash_dkv");
-        }
+        else if ((dk || dv) && a->D > 64 && TFM__CU_OPTIN(tfm__k_attn_flash_dkv<TFM__CU_TD>, 5, s2))
+            TFM__LAUNCH(tfm__k_attn_flash_dkv<TFM__CU_TD>, gk, 128, s2, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr,
+                        one, dk, lddk, dv, lddv, dout, lddo);
+        if (dk || dv) TFM__CU_LAUNCHED("tfm__k_attn_flash_dkv");
         return 1;
     }
     if (dq) { /* the tiled kernels: 4R rows a block */
