@@ -37,6 +37,11 @@
    take the result; a store's elements are written spread over the lanes (lane l the 8 elements
    16 r + c with (13 (16 r + c) + 5) % 32 == l), so reading the tile back before a __syncwarp or
    __syncthreads finds most of it not yet written.
+   The register-level tensor-core product mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (what the
+   header's inline PTX runs on a GPU) is tfm_emu_mma16816(d, a, b, c): a warp op whose lanes each hold their
+   registers of A, B, C by the PTX ISA's layout; the first lane past computes D for the warp from what
+   every lane left (as mma_sync does) and each takes its own 4 elements, so a kernel that puts an element
+   in the wrong lane or register gets a wrong sum, as on a GPU.
 
    WHAT IT CHECKS (an abort prints "tfm_emu: ..." with the kernel, block and thread)
    - configuration: threads per block in [1,1024], block.x,y <= 1024, block.z <= 64, grid.x in
@@ -52,8 +57,9 @@
      or widths, or a lane of the mask waiting at a __syncthreads, abort. A lane missing from its own
      mask, or a width that is not a power of two in [1,32], aborts. A shuffle whose source lane does not
      exist, has returned or is outside the mask yields all bits 1 (NaN for floats, -1 for ints).
-   - wmma calls: the whole warp (32 lanes; none may have returned) at the same call (site) with the same
-     pointer, ldm, layout or fill value, else it aborts naming the function, file and line, as do a
+   - wmma calls and tfm_emu_mma16816: the whole warp (32 lanes; none may have returned) at the same call
+     (site), wmma calls with the same pointer, ldm, layout or fill value, else it aborts naming the
+     function, file and line, as do a
      pointer not 32-byte aligned, an ldm not a multiple of 16 bytes (8 bf16, 4 floats), a layout_t other
      than mem_row_major and mem_col_major, and a tile (15 ldm + 16 elements from p) not inside one shared
      array, the dynamic shared memory or one live cudaMalloc block. Fragments start as NaN bits; a lane

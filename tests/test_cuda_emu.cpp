@@ -1211,6 +1211,79 @@ static void test_wmma_aborts(void) {
     CHECK(dies_with(child_wmma, site));
 }
 
+/* ==== mma.sync m16n8k16 (tfm_emu_mma16816) ==== */
+
+/* Each warp: D = C + A B + A B, two calls (the second's C the first's D), each lane's registers loaded from
+   the warp's own A (16 x 16), B (16 x 8, row-major) and C (16 x 8) by the PTX ISA's layout, D stored so */
+static __global__ void k_mma16816(const uint16_t *A, const uint16_t *B, const float *C, float *D) {
+    int w = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const uint16_t *A_ = A + 256 * w, *B_ = B + 128 * w;
+    const float *C_ = C + 128 * w;
+    float *D_ = D + 128 * w;
+    uint32_t a[4] = {0u, 0u, 0u, 0u}, b[2] = {0u, 0u};
+    float d[4] = {C_[g * 8 + 2 * t], C_[g * 8 + 2 * t + 1], C_[(g + 8) * 8 + 2 * t], C_[(g + 8) * 8 + 2 * t + 1]};
+    for (int h = 0; h < 2; h++) {
+        a[0] |= (uint32_t)A_[g * 16 + 2 * t + h] << 16 * h;
+        a[1] |= (uint32_t)A_[(g + 8) * 16 + 2 * t + h] << 16 * h;
+        a[2] |= (uint32_t)A_[g * 16 + 2 * t + 8 + h] << 16 * h;
+        a[3] |= (uint32_t)A_[(g + 8) * 16 + 2 * t + 8 + h] << 16 * h;
+        b[0] |= (uint32_t)B_[(2 * t + h) * 8 + g] << 16 * h;
+        b[1] |= (uint32_t)B_[(2 * t + 8 + h) * 8 + g] << 16 * h;
+    }
+    tfm_emu_mma16816(d, a, b, d);
+    tfm_emu_mma16816(d, a, b, d);
+    D_[g * 8 + 2 * t] = d[0], D_[g * 8 + 2 * t + 1] = d[1], D_[(g + 8) * 8 + 2 * t] = d[2], D_[(g + 8) * 8 + 2 * t + 1] = d[3];
+}
+/* Two warps, each with its own small integers (exact in bf16; every sum exact in fp32, so the reference in
+   double must match to the bit), each element distinct so that one in the wrong lane or register shows. */
+static void test_mma16816(void) {
+    uint16_t hA[512], hB[256], *dA = nullptr, *dB = nullptr;
+    float hC[256], hD[256], *dC = nullptr, *dD = nullptr;
+    int bad = 0;
+    for (int i = 0; i < 512; i++) hA[i] = tfm__bf16((float)((i * 7) % 23 - 11));
+    for (int i = 0; i < 256; i++) hB[i] = tfm__bf16((float)((i * 5) % 19 - 9)), hC[i] = (float)(i * 3 - 300);
+    CHECK_CU(cudaMalloc(&dA, sizeof hA), cudaSuccess);
+    CHECK_CU(cudaMalloc(&dB, sizeof hB), cudaSuccess);
+    CHECK_CU(cudaMalloc(&dC, sizeof hC), cudaSuccess);
+    CHECK_CU(cudaMalloc(&dD, sizeof hD), cudaSuccess);
+    cudaMemcpy(dA, hA, sizeof hA, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, hB, sizeof hB, cudaMemcpyHostToDevice);
+    cudaMemcpy(dC, hC, sizeof hC, cudaMemcpyHostToDevice);
+    TFM__LAUNCH(k_mma16816, 1, 64, 0, (const uint16_t *)dA, (const uint16_t *)dB, (const float *)dC, dD);
+    CHECK_CU(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(hD, dD, sizeof hD, cudaMemcpyDeviceToHost);
+    for (int w = 0; w < 2; w++)
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 8; j++) {
+                double want = hC[128 * w + 8 * i + j];
+                for (int k = 0; k < 16; k++)
+                    want += 2.0 * tfm__bf16_value(hA[256 * w + 16 * i + k]) * tfm__bf16_value(hB[128 * w + 8 * k + j]);
+                if ((double)hD[128 * w + 8 * i + j] != want && bad++ < 3)
+                    printf("    warp %d D[%d][%d] = %g, want %g\n", w, i, j, (double)hD[128 * w + 8 * i + j], want);
+            }
+    CHECK(bad == 0);
+    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD);
+}
+static __global__ void k_mma16816_bad(float *dst, int which) {
+    uint32_t a[4] = {0u, 0u, 0u, 0u}, b[2] = {0u, 0u};
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (which == 0 && threadIdx.x >= 16) return; /* half the warp */
+    tfm_emu_mma16816(d, a, b, d);
+    dst[threadIdx.x % 32] = d[0];
+}
+static int mma16816_case;
+static void child_mma16816(void) {
+    float *d = nullptr;
+    cudaMalloc(&d, 32 * sizeof(float));
+    TFM__LAUNCH(k_mma16816_bad, 1, mma16816_case == 1 ? 48 : 32, 0, d, mma16816_case);
+}
+static void test_mma16816_aborts(void) {
+    mma16816_case = 0;
+    CHECK(dies_with(child_mma16816, "tfm_emu: kernel k_mma16816_bad", "mma.sync.aligned.m16n8k16", "has returned"));
+    mma16816_case = 1;
+    CHECK(dies_with(child_mma16816, "tfm_emu: kernel k_mma16816_bad", "needs a whole warp", "leave warp 1 with 16"));
+}
+
 /* ==== stream capture and graphs ==== */
 
 static __global__ void k_axpy(float *y, const float *x, float a, int n) {
@@ -1364,6 +1437,8 @@ int main(void) {
     run("wmma", test_wmma);
     run("wmma_visibility", test_wmma_visibility);
     run("wmma_aborts", test_wmma_aborts);
+    run("mma16816", test_mma16816);
+    run("mma16816_aborts", test_mma16816_aborts);
 #ifdef TFM_EMU__ASAN
     run("asan_overruns", test_asan_overruns);
 #endif
