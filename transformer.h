@@ -6974,21 +6974,54 @@ static int tfm__attn_batched_backward_cuda(const tfm__attn_args *a, const tfm__c
 #endif
 
 /* The shared memory of a flash kernel (0 forward, 1 dq, 2 dk and dv) for heads of D channels: bf16 tiles of
-   TFM__CU_FB rows of D rounded up to 16, plus 8 (ldh): the forward's three (queries, keys, values), the
-   backward's four (and dout), their scores and sums staying in registers; dk/dv's 5 floats a query of
-   the running tile; 128 bytes of room to align the start. Every part is a multiple of 32 bytes, as the matrix loads want. The backward
-   kernels' two score tiles (2 x 68 floats a row) also take their sums (at most 132 a row) at the end. */
+   TFM__CU_FB rows of D rounded up to 16, plus 8 (ldh), their scores and sums staying in registers: the
+   block's own (the forward's queries; dq's queries and dout; dk/dv's keys and values) and two sets of the
+   running tiles (keys and values; dk/dv's queries and dout, with 5 floats a query), the next set loading
+   while the block works on the other; 128 bytes of room to align the start. */
 static TFM__HD size_t tfm__cu_flash_smem(int kind, int D) {
     size_t Dp = (size_t)(D + 15) & ~(size_t)15, F = TFM__CU_FB;
-    return 128 + (kind ? 4 : 3) * F * (Dp + 8) * 2 + (kind == 2 ? 5 * F * 4 : 0);
+    return 128 + (kind ? 6 : 5) * F * (Dp + 8) * 2 + (kind == 2 ? 10 * F * 4 : 0);
+}
+
+/* 16 bytes from device memory at src to shared memory at dst, both 16-byte aligned, without the thread
+   waiting for them (cp.async, sm_80 on): they are there for this thread after a tfm__cu_cp_wait that covers
+   their group (tfm__cu_cp_commit closes one), and for the block after a barrier that follows it. Waiting
+   leaves the newest group (newest 1) or none (0) in flight. */
+static __device__ void tfm__cu_cp16(void *dst, const void *src) {
+#if defined(TFM_CUDA_EMULATION)
+    tfm_emu_cp_async16(dst, src);
+#elif TFM__CU_MMA
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
+                 : "memory");
+#else
+    (void)dst, (void)src;
+#endif
+}
+static __device__ void tfm__cu_cp_commit(void) {
+#if defined(TFM_CUDA_EMULATION)
+    tfm_emu_cp_commit();
+#elif TFM__CU_MMA
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+static __device__ void tfm__cu_cp_wait(int newest) {
+#if defined(TFM_CUDA_EMULATION)
+    tfm_emu_cp_wait((unsigned)newest);
+#elif TFM__CU_MMA
+    if (newest) asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    else asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#else
+    (void)newest;
+#endif
 }
 
 /* n rows of D elements from element off of src (row stride ld) into the bf16 tile dst (rows of ldh, Dp
    channels) by the whole block: floats rounded to bf16, or (bf) bf16 elements as they are; zeros past row n
    and channel D. Where every row starts on 16 bytes (D and ld multiples of 8 bf16s or 4 floats), each thread
-   moves 8 channels at a time, in 16-byte loads and stores; elsewhere one element at a time. */
+   moves 8 channels at a time, in 16-byte loads and stores (bf16 rows with async: copies that the thread does
+   not wait for, tfm__cu_cp16, which the caller commits and waits for); elsewhere one element at a time. */
 static __device__ void tfm__cu_ftile(uint16_t *dst, int ldh, const float *src, int64_t off, int64_t ld, int n, int D,
-                                     int Dp, int bf) {
+                                     int Dp, int bf, int async) {
     const uint16_t *sb = (const uint16_t *)(const void *)src + off;
     int x, per = Dp / 8, m = bf ? 7 : 3;
     if ((D & m) || (ld & m) || ((uintptr_t)(bf ? (const void *)sb : (const void *)(src + off)) & 15)) {
@@ -7002,6 +7035,10 @@ static __device__ void tfm__cu_ftile(uint16_t *dst, int ldh, const float *src, i
     for (x = (int)threadIdx.x; x < TFM__CU_FB * per; x += (int)blockDim.x) {
         int r = x / per, d = x % per * 8, e;
         uint4 o = {0u, 0u, 0u, 0u};
+        if (r < n && bf && d < D && async) {
+            tfm__cu_cp16(dst + r * ldh + d, sb + (int64_t)r * ld + d);
+            continue;
+        }
         if (r < n && bf && d < D) o = *(const uint4 *)(const void *)(sb + (int64_t)r * ld + d);
         else if (r < n && d < D) { /* two runs of 4 floats (the second past D where D is 4 more than a multiple of 8) */
             uint32_t h[4] = {0u, 0u, 0u, 0u};
@@ -7080,6 +7117,21 @@ static __device__ tfm__cu_fq tfm__cu_fq_at(const tfm__attn_args *a) {
     return f;
 }
 
+/* The key/value tile of a forward or dq block from key j on that some row of the block sees (tiles in every
+   row's window gap skipped) into dst (K's tile, then V's), copied without waiting (tfm__cu_ftile's async) and
+   committed as one group (an empty one past the last tile); returns its first key, or f->n_max */
+static __device__ int tfm__cu_flash_kv(const tfm__attn_args *a, const tfm__cu_fq *f, uint16_t *dst, const float *k,
+                                       const float *v, int j, int ldh, int Dp) {
+    while (j < f->n_max && j >= a->sinks && j + TFM__MIN(TFM__CU_FB, f->n_max - j) <= f->lo_min) j += TFM__CU_FB;
+    if (j < f->n_max) {
+        int nk = TFM__MIN(TFM__CU_FB, f->n_max - j);
+        tfm__cu_ftile(dst, ldh, k, f->kh + (int64_t)j * a->ldk, a->ldk, nk, a->D, Dp, a->qkv_bf, 1);
+        tfm__cu_ftile(dst + TFM__CU_FB * ldh, ldh, v, f->vh + (int64_t)j * a->ldv, a->ldv, nk, a->D, Dp, a->qkv_bf, 1);
+    }
+    tfm__cu_cp_commit();
+    return j;
+}
+
 /* Forward: block (tile, bh) at bh * tiles + tile, heads of up to TD channels (64, or TFM__CU_TD: the
    registers each lane holds for them). Warp w's 16 query rows run through the register-level
    products (tfm__cu_mma16816): the scores S = Q K^T of a key tile land in accumulator registers, the online
@@ -7094,16 +7146,16 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
 #if TFM__CU_MMA
     TFM__SHARED_DYN(unsigned char, raw);
     int D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, F = TFM__CU_FB, lane = (int)threadIdx.x & 31;
-    int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3, r, x, c, n, kk, j0, bh, b, h, i0, n_max, lo_min;
-    uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sk = sq + F * ldh, *sv = sk + F * ldh;
-    int off = (16 * w + g) * ldh + 2 * t;
+    int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3, r, x, c, n, kk, j0, bh, b, h, i0, n_max;
+    int off = (16 * w + g) * ldh + 2 * t, jn, buf;
+    uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *skv = sq + F * ldh; /* then 2 x (K, V) */
     float o[TD / 8][4], sc[TFM__CU_FB / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     uint32_t qa[TD / 16][4];
     int iq[2], nv[2], lo[2];
     tfm__cu_fq f;
     tfm__cu_attn_ptrs(&a, q, k, v, out, lse, lens, NULL, NULL, mask);
     f = tfm__cu_fq_at(&a);
-    bh = f.bh, b = f.b, h = f.h, i0 = f.i0, n_max = f.n_max, lo_min = f.lo_min;
+    bh = f.bh, b = f.b, h = f.h, i0 = f.i0, n_max = f.n_max;
     TFM__UNROLL
     for (r = 0; r < 2; r++) { /* this lane's two rows: the keys each sees */
         iq[r] = i0 + 16 * w + g + 8 * r;
@@ -7112,17 +7164,18 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
     }
     TFM__UNROLL
     for (n = 0; n < TD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf);
+    j0 = tfm__cu_flash_kv(&a, &f, skv, k, v, 0, ldh, Dp);
+    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf, 0);
     __syncthreads();
     TFM__UNROLL
     for (kk = 0; kk < TD / 16; kk++) /* the warp's rows of Q as A operands, 16 channels each */
         if (16 * kk < Dp) tfm__cu_mma_a(qa[kk], sq + off + 16 * kk, ldh);
-    for (j0 = 0; j0 < n_max; j0 += F) {
+    for (buf = 0; j0 < n_max; j0 = jn, buf ^= 1) {
         int nk = TFM__MIN(F, n_max - j0);
-        if (j0 >= a.sinks && j0 + nk <= lo_min) continue; /* in every row's window gap */
-        __syncthreads(); /* every warp is done with the last tiles */
-        tfm__cu_ftile(sk, ldh, k, f.kh + (int64_t)j0 * a.ldk, a.ldk, nk, D, Dp, a.qkv_bf);
-        tfm__cu_ftile(sv, ldh, v, f.vh + (int64_t)j0 * a.ldv, a.ldv, nk, D, Dp, a.qkv_bf);
+        const uint16_t *sk = skv + 2 * buf * F * ldh, *sv = sk + F * ldh;
+        __syncthreads(); /* every warp is done with the other buffer: the next tile goes there as this one runs */
+        jn = tfm__cu_flash_kv(&a, &f, skv + 2 * (buf ^ 1) * F * ldh, k, v, j0 + F, ldh, Dp);
+        tfm__cu_cp_wait(1);
         __syncthreads();
         TFM__UNROLL
         for (n = 0; n < TFM__CU_FB / 8; n++) { /* S for keys 8 n.. of the tile: B from K's rows */
@@ -7228,14 +7281,15 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
     TFM__SHARED_DYN(unsigned char, raw);
     int D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, F = TFM__CU_FB, lane = (int)threadIdx.x & 31;
     int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3, off = (16 * w + g) * ldh + 2 * t;
-    int r, c, n, kk, j0, bh, b, h, i0, n_max, lo_min, iq[2], nv[2], lo[2];
-    uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sdo = sq + F * ldh, *sk = sdo + F * ldh, *sv = sk + F * ldh;
+    int r, c, n, kk, j0, bh, b, h, i0, n_max, iq[2], nv[2], lo[2];
+    int jn, buf;
+    uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sdo = sq + F * ldh, *skv = sdo + F * ldh; /* 2 x (K, V) */
     float acc[TD / 8][4], sc[TFM__CU_FB / 8][4], dp[TFM__CU_FB / 8][4], L[2], Dri[2], onei[2];
     uint32_t qa[TD / 16][4], da[TD / 16][4];
     tfm__cu_fq f;
     tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
     f = tfm__cu_fq_at(&a);
-    bh = f.bh, b = f.b, h = f.h, i0 = f.i0, n_max = f.n_max, lo_min = f.lo_min;
+    bh = f.bh, b = f.b, h = f.h, i0 = f.i0, n_max = f.n_max;
     TFM__UNROLL
     for (r = 0; r < 2; r++) { /* this lane's two rows */
         int64_t e = (int64_t)bh * a.Tq + i0 + 16 * w + g + 8 * r;
@@ -7248,8 +7302,9 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
     }
     TFM__UNROLL
     for (n = 0; n < TD / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf);
-    tfm__cu_ftile(sdo, ldh, dout, ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, f.nq, D, Dp, a.dout_bf == 2);
+    j0 = tfm__cu_flash_kv(&a, &f, skv, k, v, 0, ldh, Dp);
+    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf, 0);
+    tfm__cu_ftile(sdo, ldh, dout, ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, f.nq, D, Dp, a.dout_bf == 2, 0);
     __syncthreads();
     TFM__UNROLL
     for (kk = 0; kk < TD / 16; kk++) /* the warp's rows of q and dout as A operands */
@@ -7257,12 +7312,12 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
             tfm__cu_mma_a(qa[kk], sq + off + 16 * kk, ldh);
             tfm__cu_mma_a(da[kk], sdo + off + 16 * kk, ldh);
         }
-    for (j0 = 0; j0 < n_max; j0 += F) {
+    for (buf = 0; j0 < n_max; j0 = jn, buf ^= 1) {
         int nk = TFM__MIN(F, n_max - j0);
-        if (j0 >= a.sinks && j0 + nk <= lo_min) continue;
-        __syncthreads();
-        tfm__cu_ftile(sk, ldh, k, f.kh + (int64_t)j0 * a.ldk, a.ldk, nk, D, Dp, a.qkv_bf);
-        tfm__cu_ftile(sv, ldh, v, f.vh + (int64_t)j0 * a.ldv, a.ldv, nk, D, Dp, a.qkv_bf);
+        const uint16_t *sk = skv + 2 * buf * F * ldh, *sv = sk + F * ldh;
+        __syncthreads(); /* as the forward's */
+        jn = tfm__cu_flash_kv(&a, &f, skv + 2 * (buf ^ 1) * F * ldh, k, v, j0 + F, ldh, Dp);
+        tfm__cu_cp_wait(1);
         __syncthreads();
         TFM__UNROLL
         for (n = 0; n < TFM__CU_FB / 8; n++) { /* S and dP for keys 8 n..: B from K's and V's rows */
@@ -7321,6 +7376,27 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
 #endif
 }
 
+/* A dk/dv block's running tile: queries q0.. (to i1) of head h of batch row b into dst (q's tile, then
+   dout's), copied without waiting (tfm__cu_ftile's async), and their statistics into st (5 rows of
+   TFM__CU_FB: log-sum-exp, D, the one-key flag, then as ints the keys each sees and its window start) */
+static __device__ void tfm__cu_flash_qd(const tfm__attn_args *a, uint16_t *dst, float *st, const float *q, const float *dout,
+                                        int lddo, const float *lse, const float *Dr, const float *one, int b, int h, int q0,
+                                        int i1, int ldh, int Dp) {
+    int F = TFM__CU_FB, nq = TFM__MIN(F, i1 - q0), x = (int)threadIdx.x, it = q0 + x;
+    int64_t e = (int64_t)(b * a->H + h) * a->Tq + it;
+    tfm__cu_ftile(dst, ldh, q, ((int64_t)b * a->Tq + q0) * a->ldq + h * a->D, a->ldq, nq, a->D, Dp, a->qkv_bf, 1);
+    tfm__cu_ftile(dst + F * ldh, ldh, dout, ((int64_t)b * a->Tq + q0) * lddo + h * a->D, lddo, nq, a->D, Dp, a->dout_bf == 2,
+                  1);
+    if (x < F) {
+        int *sn = (int *)(void *)(st + 3 * F);
+        st[x] = x < nq ? lse[e] : -INFINITY;
+        sn[x] = st[x] == -INFINITY ? 0 : tfm__attn_visible(a, b, it);
+        sn[F + x] = sn[x] ? tfm__attn_window_lo(a, b, it) : 0;
+        st[F + x] = x < nq ? Dr[e] : 0.0f;
+        st[2 * F + x] = x < nq ? one[e] : 0.0f;
+    }
+}
+
 /* dv_j += sum_i pd_ij dout_i, dk_j += scale sum_i ds_ij q_i (a.overwrite: =): block (tile, b * Hkv + g) holds
    TFM__CU_FB keys of key/value head g and runs over the queries of each head of g's group (dk or dv may be
    NULL), heads of up to TD channels. Warp w's 16 keys run through tfm__cu_mma16816: S^T = K Q^T and dP^T = V
@@ -7338,89 +7414,85 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
     int F = TFM__CU_FB, tiles = (a.Tk + F - 1) / F, bg = (int)blockIdx.x / tiles, b = bg / Hkv, kvh = bg % Hkv;
     int j0 = ((int)blockIdx.x % tiles) * F, nk = TFM__MIN(F, a.Tk - j0), lane = (int)threadIdx.x & 31;
     int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3, off = (16 * w + g) * ldh + 2 * t;
-    int i_lo = 0, i1 = a.Tq, q0, r, c, n, kk, h;
-    uint16_t *sk = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sv = sk + F * ldh, *sq = sv + F * ldh, *sdo = sq + F * ldh;
-    float *sL = (float *)(void *)(sdo + F * ldh), *sD = sL + F, *sone = sD + F;
-    int *sn = (int *)(void *)(sone + F), *slo = sn + F;
+    int i_lo = 0, i1 = a.Tq, nqt, np, p, buf, r, c, n, kk;
+    uint16_t *sk = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sv = sk + F * ldh, *sqd = sv + F * ldh; /* 2 x (q, dout) */
+    float *sst = (float *)(void *)(sqd + 4 * F * ldh); /* 2 x the running tile's 5 statistics a query */
     float accv[TD / 8][4], acck[TD / 8][4], sc[TFM__CU_FB / 8][4], dp[TFM__CU_FB / 8][4];
     tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
     TFM__UNROLL
     for (n = 0; n < TD / 8; n++)
         TFM__UNROLL
         for (c = 0; c < 4; c++) accv[n][c] = acck[n][c] = 0.0f;
-    tfm__cu_ftile(sk, ldh, k, ((int64_t)b * a.Tk + j0) * a.ldk + kvh * D, a.ldk, nk, D, Dp, a.qkv_bf);
-    tfm__cu_ftile(sv, ldh, v, ((int64_t)b * a.Tk + j0) * a.ldv + kvh * D, a.ldv, nk, D, Dp, a.qkv_bf);
     /* causal: only the queries from key j0 on see these keys; with a window, only up to the last key's window
-       (a sink: every query from it on) */
+       (a sink: every query from it on). The block's running tiles: np = G x nqt (head, query tile) pairs */
     if (a.causal) i_lo = TFM__MIN(j0, a.Tq);
     if (a.window && a.causal && j0 >= a.sinks) i1 = TFM__MIN(a.Tq, j0 + nk - 1 + a.window);
-    for (h = kvh * G; h < kvh * G + G; h++) {
-        int bh = b * a.H + h;
-        int64_t qh = (int64_t)b * a.Tq * a.ldq + h * D, doh = (int64_t)b * a.Tq * lddo + h * D;
-        for (q0 = i_lo; q0 < i1; q0 += F) {
-            int nq = TFM__MIN(F, i1 - q0);
-            __syncthreads(); /* every warp is done with the last tiles */
-            tfm__cu_ftile(sq, ldh, q, qh + (int64_t)q0 * a.ldq, a.ldq, nq, D, Dp, a.qkv_bf);
-            tfm__cu_ftile(sdo, ldh, dout, doh + (int64_t)q0 * lddo, lddo, nq, D, Dp, a.dout_bf == 2);
-            if ((int)threadIdx.x < F) {
-                int x = (int)threadIdx.x, it = q0 + x;
-                sL[x] = x < nq ? lse[(int64_t)bh * a.Tq + it] : -INFINITY;
-                sn[x] = sL[x] == -INFINITY ? 0 : tfm__attn_visible(&a, b, it);
-                slo[x] = sn[x] ? tfm__attn_window_lo(&a, b, it) : 0;
-                sD[x] = x < nq ? Dr[(int64_t)bh * a.Tq + it] : 0.0f;
-                sone[x] = x < nq ? one[(int64_t)bh * a.Tq + it] : 0.0f;
+    nqt = i1 > i_lo ? (i1 - i_lo + F - 1) / F : 0, np = G * nqt;
+    if (np) tfm__cu_flash_qd(&a, sqd, sst, q, dout, lddo, lse, Dr, one, b, kvh * G, i_lo, i1, ldh, Dp);
+    tfm__cu_cp_commit();
+    tfm__cu_ftile(sk, ldh, k, ((int64_t)b * a.Tk + j0) * a.ldk + kvh * D, a.ldk, nk, D, Dp, a.qkv_bf, 0);
+    tfm__cu_ftile(sv, ldh, v, ((int64_t)b * a.Tk + j0) * a.ldv + kvh * D, a.ldv, nk, D, Dp, a.qkv_bf, 0);
+    for (p = 0, buf = 0; p < np; p++, buf ^= 1) {
+        int h = kvh * G + p / nqt, bh = b * a.H + h, q0 = i_lo + p % nqt * F;
+        const uint16_t *sq = sqd + 2 * buf * F * ldh, *sdo = sq + F * ldh;
+        const float *sL = sst + 5 * buf * F, *sD = sL + F, *sone = sD + F;
+        const int *sn = (const int *)(const void *)(sone + F), *slo = sn + F;
+        __syncthreads(); /* every warp is done with the other buffer: the next pair's tiles go there as this one runs */
+        if (p + 1 < np)
+            tfm__cu_flash_qd(&a, sqd + 2 * (buf ^ 1) * F * ldh, sst + 5 * (buf ^ 1) * F, q, dout, lddo, lse, Dr, one, b,
+                             kvh * G + (p + 1) / nqt, i_lo + (p + 1) % nqt * F, i1, ldh, Dp);
+        tfm__cu_cp_commit();
+        tfm__cu_cp_wait(1);
+        __syncthreads();
+        TFM__UNROLL
+        for (n = 0; n < TFM__CU_FB / 8; n++)
+            TFM__UNROLL
+            for (c = 0; c < 4; c++) sc[n][c] = dp[n][c] = 0.0f;
+        TFM__UNROLL
+        for (kk = 0; kk < TD / 16; kk++) /* this warp's 16 keys against the tile's queries: q.k and dout.v */
+            if (16 * kk < Dp) {
+                uint32_t ka[4], va[4];
+                tfm__cu_mma_a(ka, sk + off + 16 * kk, ldh);
+                tfm__cu_mma_a(va, sv + off + 16 * kk, ldh);
+                TFM__UNROLL
+                for (n = 0; n < TFM__CU_FB / 8; n++) {
+                    uint32_t qb[2], db[2];
+                    tfm__cu_mma_b_rows(qb, sq + (8 * n + g) * ldh + 2 * t + 16 * kk);
+                    tfm__cu_mma_b_rows(db, sdo + (8 * n + g) * ldh + 2 * t + 16 * kk);
+                    tfm__cu_mma16816(sc[n], ka, qb);
+                    tfm__cu_mma16816(dp[n], va, db);
+                }
             }
-            __syncthreads();
+        TFM__UNROLL
+        for (r = 0; r < 2; r++) {
+            int jr = 16 * w + g + 8 * r;
             TFM__UNROLL
             for (n = 0; n < TFM__CU_FB / 8; n++)
                 TFM__UNROLL
-                for (c = 0; c < 4; c++) sc[n][c] = dp[n][c] = 0.0f;
-            TFM__UNROLL
-            for (kk = 0; kk < TD / 16; kk++) /* this warp's 16 keys against the tile's queries: q.k and dout.v */
-                if (16 * kk < Dp) {
-                    uint32_t ka[4], va[4];
-                    tfm__cu_mma_a(ka, sk + off + 16 * kk, ldh);
-                    tfm__cu_mma_a(va, sv + off + 16 * kk, ldh);
-                    TFM__UNROLL
-                    for (n = 0; n < TFM__CU_FB / 8; n++) {
-                        uint32_t qb[2], db[2];
-                        tfm__cu_mma_b_rows(qb, sq + (8 * n + g) * ldh + 2 * t + 16 * kk);
-                        tfm__cu_mma_b_rows(db, sdo + (8 * n + g) * ldh + 2 * t + 16 * kk);
-                        tfm__cu_mma16816(sc[n], ka, qb);
-                        tfm__cu_mma16816(dp[n], va, db);
-                    }
+                for (c = 0; c < 2; c++) { /* P (unscaled: dropout's factor goes on dv's sums) and dS in place */
+                    int x = 8 * n + 2 * t + c;
+                    float pd = 0.0f, ds = 0.0f;
+                    if (jr < nk && tfm__cu_attn_sees(&a, j0 + jr, sn[x], slo[x]))
+                        tfm__cu_attn_grad(&a, b, bh, q0 + x, j0 + jr, sc[n][2 * r + c], dp[n][2 * r + c], sL[x], sD[x],
+                                          sone[x], 1, &pd, &ds);
+                    sc[n][2 * r + c] = pd;
+                    dp[n][2 * r + c] = ds;
                 }
+        }
+        TFM__UNROLL
+        for (kk = 0; kk < TFM__CU_FB / 16; kk++) { /* over queries 16 kk..: dout and q as stored */
+            uint32_t pa[4], sa[4];
+            tfm__cu_mma_a_acc(pa, sc[2 * kk], sc[2 * kk + 1]);
+            tfm__cu_mma_a_acc(sa, dp[2 * kk], dp[2 * kk + 1]);
             TFM__UNROLL
-            for (r = 0; r < 2; r++) {
-                int jr = 16 * w + g + 8 * r;
-                TFM__UNROLL
-                for (n = 0; n < TFM__CU_FB / 8; n++)
-                    TFM__UNROLL
-                    for (c = 0; c < 2; c++) { /* P (unscaled: dropout's factor goes on dv's sums) and dS in place */
-                        int x = 8 * n + 2 * t + c;
-                        float pd = 0.0f, ds = 0.0f;
-                        if (jr < nk && tfm__cu_attn_sees(&a, j0 + jr, sn[x], slo[x]))
-                            tfm__cu_attn_grad(&a, b, bh, q0 + x, j0 + jr, sc[n][2 * r + c], dp[n][2 * r + c], sL[x], sD[x],
-                                              sone[x], 1, &pd, &ds);
-                        sc[n][2 * r + c] = pd;
-                        dp[n][2 * r + c] = ds;
-                    }
-            }
-            TFM__UNROLL
-            for (kk = 0; kk < TFM__CU_FB / 16; kk++) { /* over queries 16 kk..: dout and q as stored */
-                uint32_t pa[4], sa[4];
-                tfm__cu_mma_a_acc(pa, sc[2 * kk], sc[2 * kk + 1]);
-                tfm__cu_mma_a_acc(sa, dp[2 * kk], dp[2 * kk + 1]);
-                TFM__UNROLL
-                for (n = 0; n < TD / 8; n++)
-                    if (8 * n < Dp) {
-                        uint32_t ob[2], qb[2];
-                        tfm__cu_mma_b_cols(ob, sdo + (16 * kk + 2 * t) * ldh + g + 8 * n, ldh);
-                        tfm__cu_mma_b_cols(qb, sq + (16 * kk + 2 * t) * ldh + g + 8 * n, ldh);
-                        tfm__cu_mma16816(accv[n], pa, ob);
-                        tfm__cu_mma16816(acck[n], sa, qb);
-                    }
-            }
+            for (n = 0; n < TD / 8; n++)
+                if (8 * n < Dp) {
+                    uint32_t ob[2], qb[2];
+                    tfm__cu_mma_b_cols(ob, sdo + (16 * kk + 2 * t) * ldh + g + 8 * n, ldh);
+                    tfm__cu_mma_b_cols(qb, sq + (16 * kk + 2 * t) * ldh + g + 8 * n, ldh);
+                    tfm__cu_mma16816(accv[n], pa, ob);
+                    tfm__cu_mma16816(acck[n], sa, qb);
+                }
         }
     }
     TFM__UNROLL

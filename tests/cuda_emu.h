@@ -377,6 +377,7 @@ struct tfm_emu__fiber {   /* one thread of the running block */
     void *fake;           /* ASan's fake stack while switched out */
 };
 struct tfm_emu__alloc { size_t size; bool pinned; };          /* cudaMalloc / cudaMallocHost block */
+struct tfm_emu__cp { unsigned group; void *dst; const void *src; }; /* a cp.async of 16 bytes */
 struct tfm_emu__fault { std::string api; int code, skip; };
 struct tfm_emu__piece { const char *fn; int line; size_t bytes; void *p; };  /* a TFM__SHARED array */
 struct tfm_emu__wmma_stage {  /* a warp's wmma call: what the first lane past it read or computed, for the rest */
@@ -460,6 +461,8 @@ struct tfm_emu__state {
     size_t static_bytes = 0, dyn_bytes = 0, smem_limit = 0;
     void *dyn = nullptr;                              /* this block's dynamic shared memory */
     tfm_emu__wmma_stage wmma[32];                     /* one per warp of the running block */
+    std::vector<tfm_emu__cp> cp[1024];                /* per thread, its asynchronous copies not yet done */
+    unsigned cp_groups[1024] = {};                    /* per thread, the groups of them it has committed */
     ~tfm_emu__state() {
         if (in_kernel) return; /* exit() from a kernel: the stacks stay, it runs on one */
         size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -940,6 +943,7 @@ static inline void tfm_emu__run_block(void) {
         memset(g.dyn, 0xFF, g.dyn_bytes);
     }
     memset(g.lanes, 0, sizeof g.lanes);
+    memset(g.cp_groups, 0, sizeof g.cp_groups);
     for (int i = 0; i < g.nthreads; i++) {
         tfm_emu__fiber &f = g.fibers[i];
         f.state = TFM_EMU__RUN;
@@ -964,6 +968,10 @@ static inline void tfm_emu__run_block(void) {
 #endif
     TFM_EMU__SWITCH_FINISH(g.host_fake, nullptr, nullptr);
     g.cur = -1;
+    for (int i = 0; i < g.nthreads; i++)
+        if (!g.cp[i].empty())
+            tfm_emu__fatal("thread (%u,%u,%u) returned with an asynchronous copy (cp.async) it never waited for",
+                           g.fibers[i].tid.x, g.fibers[i].tid.y, g.fibers[i].tid.z);
     for (size_t i = 0; i < g.pieces.size(); i++) free(g.pieces[i].p);
     g.pieces.clear();
     g.static_bytes = 0;
@@ -1189,6 +1197,44 @@ static inline void *tfm_emu__shared(size_t bytes, const char *fn, int line) {
 static inline void *tfm_emu_dyn_shared(void) {
     (void)tfm_emu__self("TFM__SHARED_DYN");
     return tfm_emu__g.dyn;
+}
+
+/* ==== device built-ins: asynchronous copies to shared memory (PTX's cp.async, sm_80 on) ====
+   What the header's inline PTX runs on a GPU: tfm_emu_cp_async16(dst, src) is cp.async.cg.shared.global of
+   16 bytes (dst in shared memory, src in device memory, both 16-byte aligned, else it aborts),
+   tfm_emu_cp_commit() cp.async.commit_group, tfm_emu_cp_wait(n) cp.async.wait_group n. A copy is done as
+   late as a GPU may do it: its 16 bytes of shared memory turn to 0xFF (NaN) when it is issued and get the
+   source's bytes only when the thread that issued it waits for its group (every group it committed but its
+   n most recent ones), so a read before the wait, or by another thread before the barrier after it, finds
+   NaN; a block whose thread returns with a copy not waited for aborts. */
+static inline void tfm_emu_cp_async16(void *dst, const void *src) {
+    tfm_emu__state &g = tfm_emu__g;
+    (void)tfm_emu__self("cp.async");
+    uintptr_t d = (uintptr_t)dst;
+    bool shared = g.dyn && d >= (uintptr_t)g.dyn && d + 16 <= (uintptr_t)g.dyn + g.dyn_bytes;
+    for (size_t i = 0; i < g.pieces.size() && !shared; i++)
+        shared = d >= (uintptr_t)g.pieces[i].p && d + 16 <= (uintptr_t)g.pieces[i].p + g.pieces[i].bytes;
+    if (((d | (uintptr_t)src) & 15) || !shared || !tfm_emu__device_range(src, 16))
+        tfm_emu__fatal("cp.async of 16 bytes from %p to %p: the source must be device memory, the destination shared "
+                       "memory, both 16-byte aligned (a GPU faults)", src, dst);
+    memset(dst, 0xFF, 16);
+    g.cp[g.cur].push_back(tfm_emu__cp{g.cp_groups[g.cur], dst, src});
+}
+static inline void tfm_emu_cp_commit(void) {
+    (void)tfm_emu__self("cp.async.commit_group");
+    tfm_emu__g.cp_groups[tfm_emu__g.cur]++;
+}
+static inline void tfm_emu_cp_wait(unsigned n) {
+    tfm_emu__state &g = tfm_emu__g;
+    (void)tfm_emu__self("cp.async.wait_group");
+    unsigned done = g.cp_groups[g.cur] > n ? g.cp_groups[g.cur] - n : 0; /* groups below this one complete */
+    std::vector<tfm_emu__cp> &q = g.cp[g.cur];
+    size_t k = 0;
+    for (size_t i = 0; i < q.size(); i++) {
+        if (q[i].group < done) memcpy(q[i].dst, q[i].src, 16);
+        else q[k++] = q[i];
+    }
+    q.resize(k);
 }
 
 /* ==== device built-ins: warp matrix products (<mma.h>'s nvcuda::wmma) and <cuda_bf16.h>'s __nv_bfloat16 ====

@@ -1284,6 +1284,71 @@ static void test_mma16816_aborts(void) {
     CHECK(dies_with(child_mma16816, "tfm_emu: kernel k_mma16816_bad", "needs a whole warp", "leave warp 1 with 16"));
 }
 
+/* ==== asynchronous copies (tfm_emu_cp_async16 and its groups) ==== */
+
+/* 64 threads each copy 16 bytes of src into shared memory in two groups (its first 8 floats' halves); what
+   each sees of its own copies before any wait, after waiting for all but the newest group and after waiting
+   for all, and what thread 0 sees of thread 63's copies before and after the barrier that follows them */
+static __global__ void k_cp_async(const float *src, float *seen) {
+    TFM__SHARED(float, sh, 64 * 8);
+    int i = (int)threadIdx.x;
+    tfm_emu_cp_async16(sh + 8 * i, src + 8 * i);
+    tfm_emu_cp_commit();
+    tfm_emu_cp_async16(sh + 8 * i + 4, src + 8 * i + 4);
+    tfm_emu_cp_commit();
+    seen[5 * i] = sh[8 * i];                       /* NaN: not waited for */
+    tfm_emu_cp_wait(1);
+    seen[5 * i + 1] = sh[8 * i] + sh[8 * i + 4];   /* the first group's, + NaN */
+    tfm_emu_cp_wait(0);
+    seen[5 * i + 2] = sh[8 * i] + sh[8 * i + 4];
+    if (i == 0) seen[5 * i + 3] = sh[8 * 63];      /* thread 63's, before the barrier: NaN (63 has not run yet) */
+    __syncthreads();
+    if (i == 0) seen[5 * i + 4] = sh[8 * 63];
+}
+static void test_cp_async(void) {
+    float h[512], seen[320], *d_src = nullptr, *d_seen = nullptr;
+    for (int i = 0; i < 512; i++) h[i] = (float)i;
+    CHECK_CU(cudaMalloc(&d_src, sizeof h), cudaSuccess);
+    CHECK_CU(cudaMalloc(&d_seen, sizeof seen), cudaSuccess);
+    cudaMemcpy(d_src, h, sizeof h, cudaMemcpyHostToDevice);
+    cudaMemset(d_seen, 0, sizeof seen);
+    TFM__LAUNCH(k_cp_async, 1, 64, 0, (const float *)d_src, d_seen);
+    CHECK_CU(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(seen, d_seen, sizeof seen, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int i = 0; i < 64; i++)
+        bad += !isnan(seen[5 * i]) + !isnan(seen[5 * i + 1]) + (seen[5 * i + 2] != (float)(16 * i + 4));
+    CHECK(bad == 0);
+    CHECK(isnan(seen[3]) && seen[4] == (float)(8 * 63));
+    cudaFree(d_src), cudaFree(d_seen);
+}
+static __global__ void k_cp_async_bad(float *dev, int which) {
+    TFM__SHARED(float, sh, 64);
+    if (which == 0) tfm_emu_cp_async16(sh + 2, dev);      /* 8 bytes off */
+    if (which == 1) tfm_emu_cp_async16(dev + 16, dev);    /* not shared memory */
+    if (which == 2) tfm_emu_cp_async16(sh, dev);          /* never waited for */
+    if (which == 3) {                                     /* waited for, but not its group: committed after */
+        tfm_emu_cp_async16(sh, dev);
+        tfm_emu_cp_wait(0);
+        tfm_emu_cp_commit();
+    }
+}
+static int cp_case;
+static void child_cp_async(void) {
+    float *d = nullptr;
+    cudaMalloc(&d, 64 * sizeof(float));
+    TFM__LAUNCH(k_cp_async_bad, 1, 1, 0, d, cp_case);
+    cudaDeviceSynchronize();
+}
+static void test_cp_async_aborts(void) {
+    const char *want[4] = {"16-byte aligned", "the destination shared memory", "never waited for", "never waited for"};
+    for (cp_case = 0; cp_case < 4; cp_case++) {
+        bool ok = dies_with(child_cp_async, "tfm_emu: kernel k_cp_async_bad", want[cp_case]);
+        if (!ok) printf("    case %d\n", cp_case);
+        CHECK(ok);
+    }
+}
+
 /* ==== stream capture and graphs ==== */
 
 static __global__ void k_axpy(float *y, const float *x, float a, int n) {
@@ -1439,6 +1504,8 @@ int main(void) {
     run("wmma_aborts", test_wmma_aborts);
     run("mma16816", test_mma16816);
     run("mma16816_aborts", test_mma16816_aborts);
+    run("cp_async", test_cp_async);
+    run("cp_async_aborts", test_cp_async_aborts);
 #ifdef TFM_EMU__ASAN
     run("asan_overruns", test_asan_overruns);
 #endif
