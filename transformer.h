@@ -7529,8 +7529,8 @@ static int tfm__cu_optin_set(int slot, size_t bytes, cudaError_t e) {
      tfm__cu_optin_set(slot, bytes, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes))))
 
 /* Whether this thread's GPU runs the flash kernels for heads of D channels: bf16 tensor cores (compute
-   capability 8.0 on) and the shared memory the largest of them needs (dk/dv's: 71 KiB at 128 channels,
-   which every such GPU has) */
+   capability 8.0 on) and the shared memory the largest of them needs (dk/dv's: 105 KiB at 128 channels,
+   so sm_80 and sm_90 up to 128; GPUs with 99 KiB a block: up to 112) */
 static int tfm__cu_flash_ok(int D) {
     static TFM__THREAD_LOCAL int major = -1, optin = 0;
     int dev = 0;

@@ -41,7 +41,8 @@
    header's inline PTX runs on a GPU) is tfm_emu_mma16816(d, a, b, c): a warp op whose lanes each hold their
    registers of A, B, C by the PTX ISA's layout; the first lane past computes D for the warp from what
    every lane left (as mma_sync does) and each takes its own 4 elements, so a kernel that puts an element
-   in the wrong lane or register gets a wrong sum, as on a GPU.
+   in the wrong lane or register gets a wrong sum, as on a GPU. Asynchronous copies to shared memory
+   (cp.async: tfm_emu_cp_async16, _commit, _wait) are done as late as a GPU may do them (below).
 
    WHAT IT CHECKS (an abort prints "tfm_emu: ..." with the kernel, block and thread)
    - configuration: threads per block in [1,1024], block.x,y <= 1024, block.z <= 64, grid.x in
