@@ -7070,12 +7070,27 @@ static __device__ void tfm__cu_mma16816(float d[4], const uint32_t a[4], const u
 #endif
 }
 
+/* The warp's ldmatrix.x4.trans: each lane gives the address of a row of 8 bf16s (16-byte aligned, shared
+   memory), lanes 8 i .. 8 i + 7 those of 8 x 8 matrix i, and gets in r[i] matrix i's elements at rows 2t and 2t
+   + 1 of column g (lane = 4 g + t): a B operand's registers where the matrix is stored as it is */
+static __device__ void tfm__cu_ldsm_t(uint32_t r[4], const uint16_t *p) {
+#if defined(TFM_CUDA_EMULATION)
+    tfm_emu_ldsm_t(r, p);
+#elif TFM__CU_MMA
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"((unsigned)__cvta_generic_to_shared(p)));
+#else
+    r[0] = r[1] = r[2] = r[3] = 0u, (void)p;
+#endif
+}
+
 /* A lane's registers for tfm__cu_mma16816 from bf16 tiles in shared memory (lane = 4 g + t): an A operand
    from rows of ld elements, p at the 16 x 16 tile's row g, column 2t; a B operand stored transposed (B's column
-   n a row, its k contiguous: a key's channels for Q K^T), p at the tile's row g, column 2t; a B operand stored
-   as it is (rows of ld: channels of keys for P V), p at its row 2t, column g; an A operand from two
-   accumulator tiles (columns 0-7 and 8-15 of 16), rounded to bf16: the sums of one product become the
-   operand of the next as they are. */
+   n a row, its k contiguous: a key's channels for Q K^T), p at the tile's row g, column 2t; two B operands
+   stored as they are (rows of ld: channels of keys for P V), columns 0-7 and 8-15 of 16 from p, the tile's
+   top left, by one ldmatrix; an A operand from two accumulator tiles (columns 0-7 and 8-15 of 16), rounded
+   to bf16: the sums of one product become the operand of the next as they are. */
 static __device__ void tfm__cu_mma_a(uint32_t a[4], const uint16_t *p, int ld) {
     a[0] = *(const uint32_t *)(const void *)p;
     a[1] = *(const uint32_t *)(const void *)(p + 8 * ld);
@@ -7086,9 +7101,11 @@ static __device__ void tfm__cu_mma_b_rows(uint32_t b[2], const uint16_t *p) {
     b[0] = *(const uint32_t *)(const void *)p;
     b[1] = *(const uint32_t *)(const void *)(p + 8);
 }
-static __device__ void tfm__cu_mma_b_cols(uint32_t b[2], const uint16_t *p, int ld) {
-    b[0] = p[0] | (uint32_t)p[ld] << 16;
-    b[1] = p[8 * ld] | (uint32_t)p[9 * ld] << 16;
+static __device__ void tfm__cu_mma_b_cols(uint32_t b0[2], uint32_t b1[2], const uint16_t *p, int ld) {
+    uint32_t r[4];
+    int lane = (int)threadIdx.x & 31;
+    tfm__cu_ldsm_t(r, p + ((lane & 7) + (lane & 8)) * ld + (lane & 16) / 2);
+    b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
 }
 static __device__ void tfm__cu_mma_a_acc(uint32_t a[4], const float lo[4], const float hi[4]) {
     a[0] = tfm__bf16(lo[0]) | (uint32_t)tfm__bf16(lo[1]) << 16;
@@ -7228,11 +7245,12 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
             uint32_t pa[4];
             tfm__cu_mma_a_acc(pa, sc[2 * kk], sc[2 * kk + 1]);
             TFM__UNROLL
-            for (n = 0; n < TD / 8; n++)
-                if (8 * n < Dp) { /* B from V as stored: channel 8 n + g of keys 2 t, 2 t + 1 (and 8 on) */
-                    uint32_t vb[2];
-                    tfm__cu_mma_b_cols(vb, sv + (16 * kk + 2 * t) * ldh + g + 8 * n, ldh);
+            for (n = 0; n < TD / 8; n += 2)
+                if (8 * n < Dp) { /* B from V as stored: channels 8 n.. and 8 n + 8.. */
+                    uint32_t vb[2], vb1[2];
+                    tfm__cu_mma_b_cols(vb, vb1, sv + 16 * kk * ldh + 8 * n, ldh);
                     tfm__cu_mma16816(o[n], pa, vb);
+                    tfm__cu_mma16816(o[n + 1], pa, vb1);
                 }
         }
     }
@@ -7351,11 +7369,12 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
             uint32_t pa[4];
             tfm__cu_mma_a_acc(pa, sc[2 * kk], sc[2 * kk + 1]);
             TFM__UNROLL
-            for (n = 0; n < TD / 8; n++)
+            for (n = 0; n < TD / 8; n += 2)
                 if (8 * n < Dp) {
-                    uint32_t kb[2];
-                    tfm__cu_mma_b_cols(kb, sk + (16 * kk + 2 * t) * ldh + g + 8 * n, ldh);
+                    uint32_t kb[2], kb1[2];
+                    tfm__cu_mma_b_cols(kb, kb1, sk + 16 * kk * ldh + 8 * n, ldh);
                     tfm__cu_mma16816(acc[n], pa, kb);
+                    tfm__cu_mma16816(acc[n + 1], pa, kb1);
                 }
         }
     }
@@ -7485,13 +7504,15 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
             tfm__cu_mma_a_acc(pa, sc[2 * kk], sc[2 * kk + 1]);
             tfm__cu_mma_a_acc(sa, dp[2 * kk], dp[2 * kk + 1]);
             TFM__UNROLL
-            for (n = 0; n < TD / 8; n++)
+            for (n = 0; n < TD / 8; n += 2)
                 if (8 * n < Dp) {
-                    uint32_t ob[2], qb[2];
-                    tfm__cu_mma_b_cols(ob, sdo + (16 * kk + 2 * t) * ldh + g + 8 * n, ldh);
-                    tfm__cu_mma_b_cols(qb, sq + (16 * kk + 2 * t) * ldh + g + 8 * n, ldh);
+                    uint32_t ob[2], ob1[2], qb[2], qb1[2];
+                    tfm__cu_mma_b_cols(ob, ob1, sdo + 16 * kk * ldh + 8 * n, ldh);
+                    tfm__cu_mma_b_cols(qb, qb1, sq + 16 * kk * ldh + 8 * n, ldh);
                     tfm__cu_mma16816(accv[n], pa, ob);
+                    tfm__cu_mma16816(accv[n + 1], pa, ob1);
                     tfm__cu_mma16816(acck[n], sa, qb);
+                    tfm__cu_mma16816(acck[n + 1], sa, qb1);
                 }
         }
     }

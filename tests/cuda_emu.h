@@ -41,7 +41,8 @@
    header's inline PTX runs on a GPU) is tfm_emu_mma16816(d, a, b, c): a warp op whose lanes each hold their
    registers of A, B, C by the PTX ISA's layout; the first lane past computes D for the warp from what
    every lane left (as mma_sync does) and each takes its own 4 elements, so a kernel that puts an element
-   in the wrong lane or register gets a wrong sum, as on a GPU. Asynchronous copies to shared memory
+   in the wrong lane or register gets a wrong sum, as on a GPU; ldmatrix's x4.trans form likewise
+   (tfm_emu_ldsm_t). Asynchronous copies to shared memory
    (cp.async: tfm_emu_cp_async16, _commit, _wait) are done as late as a GPU may do them (below).
 
    WHAT IT CHECKS (an abort prints "tfm_emu: ..." with the kernel, block and thread)
@@ -355,12 +356,13 @@ enum { TFM_EMU__B_SYNC, TFM_EMU__B_COUNT, TFM_EMU__B_AND, TFM_EMU__B_OR };      
 enum { TFM_EMU__W_SYNC, TFM_EMU__W_IDX, TFM_EMU__W_UP, TFM_EMU__W_DOWN, TFM_EMU__W_XOR, /* warp ops */
        TFM_EMU__W_BALLOT, TFM_EMU__W_ANY, TFM_EMU__W_ALL,
        TFM_EMU__W_FILL, TFM_EMU__W_LOAD, TFM_EMU__W_STORE, TFM_EMU__W_MMA, /* from W_FILL: nvcuda::wmma */
-       TFM_EMU__W_MMA16816 };                                                /* and mma.sync's m16n8k16 */
+       TFM_EMU__W_MMA16816, TFM_EMU__W_LDSM };                /* and mma.sync's m16n8k16, ldmatrix */
 static const char *const tfm_emu__wname[] = {"__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
                                              "__shfl_xor_sync", "__ballot_sync", "__any_sync", "__all_sync",
                                              "nvcuda::wmma::fill_fragment", "nvcuda::wmma::load_matrix_sync",
                                              "nvcuda::wmma::store_matrix_sync", "nvcuda::wmma::mma_sync",
-                                             "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"};
+                                             "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                                             "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"};
 
 struct tfm_emu__fiber {   /* one thread of the running block */
     ucontext_t uc;        /* where it switched out, or its start (!TFM_EMU__ASM) */
@@ -387,6 +389,8 @@ struct tfm_emu__wmma_stage {  /* a warp's wmma call: what the first lane past it
     float c[256], d[256];     /* mma_sync's addend and result; an accumulator load's or store's tile */
     uint32_t ra[32][4], rb[32][2]; /* m16n8k16: each lane's registers of A and B, */
     float rc[32][4], rd[32][4];    /* of C, and of D (computed by the first lane past for the warp) */
+    const void *rp[32];            /* ldmatrix: each lane's row address, */
+    uint32_t rl[32][4];            /* and each lane's registers (read by the first lane past) */
 };
 /* an operation captured into a graph or queued on a non-blocking stream: a kernel (fn: the kernel), a copy
    (mem: which sides are device memory), a memset, a cuBLAS call or an NCCL collective; run() does it as the
@@ -730,7 +734,7 @@ static inline void tfm_emu__release_warp(int w0) {
             case TFM_EMU__W_ANY: f.res = votes != 0; continue;
             case TFM_EMU__W_ALL: f.res = votes == grp; continue;
             case TFM_EMU__W_FILL: case TFM_EMU__W_LOAD: case TFM_EMU__W_STORE: case TFM_EMU__W_MMA:
-            case TFM_EMU__W_MMA16816: f.res = 0; continue;
+            case TFM_EMU__W_MMA16816: case TFM_EMU__W_LDSM: f.res = 0; continue;
             case TFM_EMU__W_IDX: src = seg + (f.arg & (w - 1)); break;
             case TFM_EMU__W_UP: src = (unsigned)j - seg >= f.arg ? (unsigned)j - f.arg : (unsigned)j; break;
             case TFM_EMU__W_DOWN: src = (uint64_t)j - seg + f.arg < w ? (unsigned)j + f.arg : (unsigned)j; break;
@@ -1492,6 +1496,37 @@ static inline void tfm_emu__mma16816(const tfm_emu__at &at, float d[4], const ui
     memcpy(d, s.rd[lane], sizeof s.rd[lane]);
 }
 #define tfm_emu_mma16816(d, a, b, c) tfm_emu__mma16816(tfm_emu__at{__FILE__, __LINE__}, d, a, b, c)
+
+/* ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {r}, [p] (the header's tfm__cu_ldsm_t): four 8 x 8 matrices of
+   16-bit elements, lanes 8 i .. 8 i + 7 giving the addresses of matrix i's 8 rows (16 bytes each, 16-byte
+   aligned, in shared memory), each lane getting in r[i] matrix i transposed by the PTX ISA's layout: rows
+   2 (lane % 4) and 2 (lane % 4) + 1 of column lane / 4 (the lower row in the lower 16 bits). A warp op; the
+   first lane past reads the rows for the warp. */
+static inline void tfm_emu__ldsm_t(const tfm_emu__at &at, uint32_t r[4], const void *p) {
+    tfm_emu__state &g = tfm_emu__g;
+    bool first;
+    tfm_emu__wmma_enter(at, TFM_EMU__W_LDSM);
+    int lane = g.cur & 31;
+    tfm_emu__wmma_stage &s = g.wmma[g.cur >> 5];
+    uintptr_t d = (uintptr_t)p;
+    bool shared = g.dyn && d >= (uintptr_t)g.dyn && d + 16 <= (uintptr_t)g.dyn + g.dyn_bytes;
+    for (size_t i = 0; i < g.pieces.size() && !shared; i++)
+        shared = d >= (uintptr_t)g.pieces[i].p && d + 16 <= (uintptr_t)g.pieces[i].p + g.pieces[i].bytes;
+    if ((d & 15) || !shared)
+        tfm_emu__fatal("%s:%d: ldmatrix: lane %d's row address %p is not 16 bytes of shared memory on a 16-byte boundary "
+                       "(a GPU faults)", at.file, at.line, lane, p);
+    s.rp[lane] = p;
+    (void)tfm_emu__wmma_meet(at, TFM_EMU__W_LDSM, 0, 0, &first);
+    if (first) {
+        uint16_t m[4][8][8];
+        for (int l = 0; l < 32; l++) memcpy(m[l >> 3][l & 7], s.rp[l], 16);
+        for (int l = 0; l < 32; l++)
+            for (int i = 0; i < 4; i++)
+                s.rl[l][i] = m[i][2 * (l & 3)][l >> 2] | (uint32_t)m[i][2 * (l & 3) + 1][l >> 2] << 16;
+    }
+    memcpy(r, s.rl[lane], sizeof s.rl[lane]);
+}
+#define tfm_emu_ldsm_t(r, p) tfm_emu__ldsm_t(tfm_emu__at{__FILE__, __LINE__}, r, p)
 
 /* ==== device built-ins: atomics, math, bit tricks ==== (blocks run one at a time: plain updates) */
 

@@ -4621,57 +4621,81 @@ static void cu_bf16_round(void) {
     CHECK_MSG(!bad, "%d of %d roundings to bf16 wrong", bad, 200000 + CU_LEN(edge));
 }
 
-/* One warp: D = A B + C through tfm__cu_mma16816, each lane loading its registers from A (16 x 16), B (16 x 8,
-   row-major) and C (16 x 8) in device memory by the layout the helper documents, and storing D so */
-static __global__ void cu_k_mma16816(const uint16_t *A, const uint16_t *B, const float *C, float *D) {
-    int lane = (int)threadIdx.x, g = lane >> 2, t = lane & 3, h;
-    uint32_t a[4] = {0u, 0u, 0u, 0u}, b[2] = {0u, 0u};
-    float d[4] = {C[g * 8 + 2 * t], C[g * 8 + 2 * t + 1], C[(g + 8) * 8 + 2 * t], C[(g + 8) * 8 + 2 * t + 1]};
+/* One warp: D = A B + C through tfm__cu_mma16816, A 16 x 16, B 16 x 16 (two tiles of 8 columns), C and D 16 x 16,
+   row-major in device memory. Columns 0-7 take B's registers loaded by each lane by the layout the helper
+   documents; both tiles also through tfm__cu_mma_b_cols (ldmatrix.x4.trans) from B in shared memory at the
+   flash tiles' padded stride of 24: D's columns 8-15 from those, and ok[lane] 1 where that lane's registers
+   for columns 0-7 came out the same both ways. */
+static __global__ void cu_k_mma16816(const uint16_t *A, const uint16_t *B, const float *C, float *D, int *ok) {
+    TFM__SHARED_DYN(uint16_t, sb);
+    int lane = (int)threadIdx.x, g = lane >> 2, t = lane & 3, h, x;
+    uint32_t a[4] = {0u, 0u, 0u, 0u}, b[2] = {0u, 0u}, l0[2], l1[2];
+    float d0[4], d1[4];
+    for (x = lane; x < 256; x += 32) sb[x / 16 * 24 + x % 16] = B[x];
+    __syncthreads();
     for (h = 0; h < 2; h++) {
         a[0] |= (uint32_t)A[g * 16 + 2 * t + h] << 16 * h;
         a[1] |= (uint32_t)A[(g + 8) * 16 + 2 * t + h] << 16 * h;
         a[2] |= (uint32_t)A[g * 16 + 2 * t + 8 + h] << 16 * h;
         a[3] |= (uint32_t)A[(g + 8) * 16 + 2 * t + 8 + h] << 16 * h;
-        b[0] |= (uint32_t)B[(2 * t + h) * 8 + g] << 16 * h;
-        b[1] |= (uint32_t)B[(2 * t + 8 + h) * 8 + g] << 16 * h;
+        b[0] |= (uint32_t)B[(2 * t + h) * 16 + g] << 16 * h;
+        b[1] |= (uint32_t)B[(2 * t + 8 + h) * 16 + g] << 16 * h;
     }
-    tfm__cu_mma16816(d, a, b);
-    D[g * 8 + 2 * t] = d[0], D[g * 8 + 2 * t + 1] = d[1], D[(g + 8) * 8 + 2 * t] = d[2], D[(g + 8) * 8 + 2 * t + 1] = d[3];
+    tfm__cu_mma_b_cols(l0, l1, sb, 24);
+    ok[lane] = l0[0] == b[0] && l0[1] == b[1];
+    for (h = 0; h < 2; h++) {
+        d0[2 * h] = C[(g + 8 * h) * 16 + 2 * t], d0[2 * h + 1] = C[(g + 8 * h) * 16 + 2 * t + 1];
+        d1[2 * h] = C[(g + 8 * h) * 16 + 8 + 2 * t], d1[2 * h + 1] = C[(g + 8 * h) * 16 + 8 + 2 * t + 1];
+    }
+    tfm__cu_mma16816(d0, a, b);
+    tfm__cu_mma16816(d1, a, l1);
+    for (h = 0; h < 2; h++) {
+        D[(g + 8 * h) * 16 + 2 * t] = d0[2 * h], D[(g + 8 * h) * 16 + 2 * t + 1] = d0[2 * h + 1];
+        D[(g + 8 * h) * 16 + 8 + 2 * t] = d1[2 * h], D[(g + 8 * h) * 16 + 8 + 2 * t + 1] = d1[2 * h + 1];
+    }
 }
 
-/* The register-level tensor-core product that the flash forward runs on, against the product on the host: small
-   integers (exact in bf16, every sum exact in fp32, so any order of summing gives the same bits), each element
-   distinct, so that an element in the wrong register or lane shows. On a GPU this checks the PTX ISA's layout
-   as the helper reads it; under the emulation, the emulation's. */
+/* The register-level tensor-core product and the matrix load that the flash kernels run on, against the
+   product on the host: small integers (exact in bf16, every sum exact in fp32, so any order of summing
+   gives the same bits), each element distinct, so that an element in the wrong register or lane shows. On a
+   GPU this checks the PTX ISA's layouts as the helpers read them; under the emulation, the emulation's. */
 static void cu_mma16816(void) {
-    uint16_t hA[256], hB[128], *dA = NULL, *dB = NULL;
-    float hC[128], hD[128], *dC = NULL, *dD = NULL;
-    int i, j, k, bad = 0;
+    uint16_t hA[256], hB[256], *dA = NULL, *dB = NULL;
+    float hC[256], hD[256], *dC = NULL, *dD = NULL;
+    int hok[32], *dok = NULL, i, j, k, bad = 0;
     if (!tfm__cu_flash_ok(16)) {
         printf("    (no bf16 tensor cores here: skipped)\n");
         return;
     }
-    for (i = 0; i < 256; i++) hA[i] = tfm__bf16((float)((i * 7) % 23 - 11));
-    for (i = 0; i < 128; i++) hB[i] = tfm__bf16((float)((i * 5) % 19 - 9)), hC[i] = (float)(i * 3 - 100);
+    for (i = 0; i < 256; i++) {
+        hA[i] = tfm__bf16((float)((i * 7) % 23 - 11));
+        hB[i] = tfm__bf16((float)((i * 5) % 19 - 9));
+        hC[i] = (float)(i * 3 - 300);
+    }
     CHECK(cudaMalloc((void **)&dA, sizeof hA) == cudaSuccess && cudaMalloc((void **)&dB, sizeof hB) == cudaSuccess &&
-          cudaMalloc((void **)&dC, sizeof hC) == cudaSuccess && cudaMalloc((void **)&dD, sizeof hD) == cudaSuccess);
-    if (dA && dB && dC && dD) {
+          cudaMalloc((void **)&dC, sizeof hC) == cudaSuccess && cudaMalloc((void **)&dD, sizeof hD) == cudaSuccess &&
+          cudaMalloc((void **)&dok, sizeof hok) == cudaSuccess);
+    if (dA && dB && dC && dD && dok) {
         CHECK(cudaMemcpy(dA, hA, sizeof hA, cudaMemcpyHostToDevice) == cudaSuccess &&
               cudaMemcpy(dB, hB, sizeof hB, cudaMemcpyHostToDevice) == cudaSuccess &&
               cudaMemcpy(dC, hC, sizeof hC, cudaMemcpyHostToDevice) == cudaSuccess);
-        TFM__LAUNCH(cu_k_mma16816, 1, 32, 0, dA, dB, dC, dD);
+        TFM__LAUNCH(cu_k_mma16816, 1, 32, 16 * 24 * sizeof(uint16_t), dA, dB, dC, dD, dok);
         CHECK(cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess);
-        CHECK(cudaMemcpy(hD, dD, sizeof hD, cudaMemcpyDeviceToHost) == cudaSuccess);
+        CHECK(cudaMemcpy(hD, dD, sizeof hD, cudaMemcpyDeviceToHost) == cudaSuccess &&
+              cudaMemcpy(hok, dok, sizeof hok, cudaMemcpyDeviceToHost) == cudaSuccess);
         for (i = 0; i < 16; i++)
-            for (j = 0; j < 8; j++) {
-                double want = hC[i * 8 + j];
-                for (k = 0; k < 16; k++) want += (double)cu_bf16_value(hA[i * 16 + k]) * cu_bf16_value(hB[k * 8 + j]);
-                if ((double)hD[i * 8 + j] != want && bad++ < 5)
-                    TEST__FAIL("mma16816: D[%d][%d] = %g, want %g", i, j, (double)hD[i * 8 + j], want);
+            for (j = 0; j < 16; j++) {
+                double want = hC[i * 16 + j];
+                for (k = 0; k < 16; k++) want += (double)cu_bf16_value(hA[i * 16 + k]) * cu_bf16_value(hB[k * 16 + j]);
+                if ((double)hD[i * 16 + j] != want && bad++ < 5)
+                    TEST__FAIL("mma16816: D[%d][%d] = %g, want %g (%s)", i, j, (double)hD[i * 16 + j], want,
+                               j < 8 ? "B's registers loaded by each lane" : "B's registers by ldmatrix");
             }
-        CHECK_MSG(!bad, "%d of 128 elements of D wrong", bad);
+        CHECK_MSG(!bad, "%d of 256 elements of D wrong", bad);
+        for (i = 0, bad = 0; i < 32; i++) bad += !hok[i];
+        CHECK_MSG(!bad, "ldmatrix gave %d lanes other registers than the layout for columns 0-7", bad);
     }
-    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD);
+    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD), cudaFree(dok);
 }
 
 /* Products in a bf16 model call (tfm__model_prec TFM_PREC_BF16) across the shapes, transposes, strides

@@ -1268,6 +1268,10 @@ static __global__ void k_mma16816_bad(float *dst, int which) {
     uint32_t a[4] = {0u, 0u, 0u, 0u}, b[2] = {0u, 0u};
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (which == 0 && threadIdx.x >= 16) return; /* half the warp */
+    if (which == 2) {                             /* ldmatrix: a row 8 bytes off */
+        TFM__SHARED(uint16_t, sh, 512);
+        tfm_emu_ldsm_t(a, sh + 16 * (threadIdx.x % 32) + (threadIdx.x == 5 ? 4 : 0));
+    }
     tfm_emu_mma16816(d, a, b, d);
     dst[threadIdx.x % 32] = d[0];
 }
@@ -1282,6 +1286,9 @@ static void test_mma16816_aborts(void) {
     CHECK(dies_with(child_mma16816, "tfm_emu: kernel k_mma16816_bad", "mma.sync.aligned.m16n8k16", "has returned"));
     mma16816_case = 1;
     CHECK(dies_with(child_mma16816, "tfm_emu: kernel k_mma16816_bad", "needs a whole warp", "leave warp 1 with 16"));
+    mma16816_case = 2;
+    CHECK(dies_with(child_mma16816, "tfm_emu: kernel k_mma16816_bad", "ldmatrix: lane 5's row address",
+                    "16-byte boundary"));
 }
 
 /* ==== asynchronous copies (tfm_emu_cp_async16 and its groups) ==== */
