@@ -4314,8 +4314,8 @@ static int tfm__bf16_store(tfm_device dev, int64_t cols) {
    parameters for AdamW and the gradient norm; attention in shared-memory tiles of 16 rows against running
    tiles of 32 for heads of up to 128 channels, else as batched cuBLAS products over chunks of scores kept
    in device memory; in a bf16 model's calls (cfg.precision) the products take bf16 operands on tensor
-   cores, the attention's too (flash attention in warp matrix products for heads of up to 128 channels,
-   else the batched products); sums in a fixed order (no atomics), so results are deterministic. Errors:
+   cores, the attention's too (flash attention in register-level tensor-core products, mma.sync, for heads
+   of up to 128 channels, else the batched products); sums in a fixed order (no atomics), so results are deterministic. Errors:
    the first failing CUDA or cuBLAS call of a public call is kept (tfm__cu.err) and reported by that call's
    tfm__scratch_check as TFM_E_CUDA. */
 
@@ -5542,7 +5542,7 @@ static __global__ void tfm__k_sumsq_total(double *total, const double *part, con
 
 /* -- attention: the CPU's tfm__attn_args with device pointers. Heads of up to TFM__CU_TD channels run in
    the tiled kernels below (fp32, the scores on chip), or in a bf16 model's calls the flash kernels (bf16
-   warp matrix products, the scores on chip); wider heads through batched products (after the tiled
+   tensor-core products, the scores in registers); wider heads through batched products (after the tiled
    kernels). All recompute the probabilities in backward from the
    saved log-sum-exp and D = rowsum(dout * out) (tfm__k_attn_dr). -- */
 #define TFM__CU_ATT_MAX_D 2048
