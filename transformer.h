@@ -7114,6 +7114,25 @@ static __device__ void tfm__cu_mma_a_acc(uint32_t a[4], const float lo[4], const
     a[3] = tfm__bf16(hi[2]) | (uint32_t)tfm__bf16(hi[3]) << 16;
 }
 
+/* The warp's acc += P B for its 16 rows, P the 16 columns of the accumulator tiles lo and hi rounded to bf16
+   (tfm__cu_mma_a_acc), B 16 rows of Dp channels stored as they are from p (rows of ld): each of the Dp / 8
+   tiles of 8 channels in acc */
+template <int TD>
+static __device__ void tfm__cu_mma_sum(float acc[TD / 8][4], const float lo[4], const float hi[4], const uint16_t *p, int ld,
+                                       int Dp) {
+    uint32_t pa[4];
+    int n;
+    tfm__cu_mma_a_acc(pa, lo, hi);
+    TFM__UNROLL
+    for (n = 0; n < TD / 8; n += 2)
+        if (8 * n < Dp) {
+            uint32_t b0[2], b1[2];
+            tfm__cu_mma_b_cols(b0, b1, p + 8 * n, ld);
+            tfm__cu_mma16816(acc[n], pa, b0);
+            tfm__cu_mma16816(acc[n + 1], pa, b1);
+        }
+}
+
 /* The dynamic shared memory from its first 128-byte boundary */
 static __device__ unsigned char *tfm__cu_flash_base(unsigned char *raw) {
     return (unsigned char *)(((uintptr_t)raw + 127) & ~(uintptr_t)127);
@@ -7241,18 +7260,8 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
             }
         }
         TFM__UNROLL
-        for (kk = 0; kk < TFM__CU_FB / 16; kk++) { /* O += P V over keys 16 kk..: P's A operand from S's registers */
-            uint32_t pa[4];
-            tfm__cu_mma_a_acc(pa, sc[2 * kk], sc[2 * kk + 1]);
-            TFM__UNROLL
-            for (n = 0; n < TD / 8; n += 2)
-                if (8 * n < Dp) { /* B from V as stored: channels 8 n.. and 8 n + 8.. */
-                    uint32_t vb[2], vb1[2];
-                    tfm__cu_mma_b_cols(vb, vb1, sv + 16 * kk * ldh + 8 * n, ldh);
-                    tfm__cu_mma16816(o[n], pa, vb);
-                    tfm__cu_mma16816(o[n + 1], pa, vb1);
-                }
-        }
+        for (kk = 0; kk < TFM__CU_FB / 16; kk++) /* O += P V over keys 16 kk..: P's A operand from S's registers */
+            tfm__cu_mma_sum<TD>(o, sc[2 * kk], sc[2 * kk + 1], sv + 16 * kk * ldh, ldh, Dp);
     }
     TFM__UNROLL
     for (r = 0; r < 2; r++) {
@@ -7365,18 +7374,8 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
                     sc[n][2 * r + c] = ds;
                 }
         TFM__UNROLL
-        for (kk = 0; kk < TFM__CU_FB / 16; kk++) { /* dq += dS K over keys 16 kk.., K as stored */
-            uint32_t pa[4];
-            tfm__cu_mma_a_acc(pa, sc[2 * kk], sc[2 * kk + 1]);
-            TFM__UNROLL
-            for (n = 0; n < TD / 8; n += 2)
-                if (8 * n < Dp) {
-                    uint32_t kb[2], kb1[2];
-                    tfm__cu_mma_b_cols(kb, kb1, sk + 16 * kk * ldh + 8 * n, ldh);
-                    tfm__cu_mma16816(acc[n], pa, kb);
-                    tfm__cu_mma16816(acc[n + 1], pa, kb1);
-                }
-        }
+        for (kk = 0; kk < TFM__CU_FB / 16; kk++) /* dq += dS K over keys 16 kk.., K as stored */
+            tfm__cu_mma_sum<TD>(acc, sc[2 * kk], sc[2 * kk + 1], sk + 16 * kk * ldh, ldh, Dp);
     }
     TFM__UNROLL
     for (r = 0; r < 2; r++) {
@@ -7500,20 +7499,8 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
         }
         TFM__UNROLL
         for (kk = 0; kk < TFM__CU_FB / 16; kk++) { /* over queries 16 kk..: dout and q as stored */
-            uint32_t pa[4], sa[4];
-            tfm__cu_mma_a_acc(pa, sc[2 * kk], sc[2 * kk + 1]);
-            tfm__cu_mma_a_acc(sa, dp[2 * kk], dp[2 * kk + 1]);
-            TFM__UNROLL
-            for (n = 0; n < TD / 8; n += 2)
-                if (8 * n < Dp) {
-                    uint32_t ob[2], ob1[2], qb[2], qb1[2];
-                    tfm__cu_mma_b_cols(ob, ob1, sdo + 16 * kk * ldh + 8 * n, ldh);
-                    tfm__cu_mma_b_cols(qb, qb1, sq + 16 * kk * ldh + 8 * n, ldh);
-                    tfm__cu_mma16816(accv[n], pa, ob);
-                    tfm__cu_mma16816(accv[n + 1], pa, ob1);
-                    tfm__cu_mma16816(acck[n], sa, qb);
-                    tfm__cu_mma16816(acck[n + 1], sa, qb1);
-                }
+            tfm__cu_mma_sum<TD>(accv, sc[2 * kk], sc[2 * kk + 1], sdo + 16 * kk * ldh, ldh, Dp);
+            tfm__cu_mma_sum<TD>(acck, dp[2 * kk], dp[2 * kk + 1], sq + 16 * kk * ldh, ldh, Dp);
         }
     }
     TFM__UNROLL

@@ -1204,6 +1204,16 @@ static inline void *tfm_emu_dyn_shared(void) {
     return tfm_emu__g.dyn;
 }
 
+/* whether the n bytes at p lie in one of the running block's shared arrays or its dynamic shared memory */
+static inline bool tfm_emu__in_shared(const void *p, size_t n) {
+    tfm_emu__state &g = tfm_emu__g;
+    uintptr_t d = (uintptr_t)p;
+    if (g.dyn && d >= (uintptr_t)g.dyn && d + n <= (uintptr_t)g.dyn + g.dyn_bytes) return true;
+    for (size_t i = 0; i < g.pieces.size(); i++)
+        if (d >= (uintptr_t)g.pieces[i].p && d + n <= (uintptr_t)g.pieces[i].p + g.pieces[i].bytes) return true;
+    return false;
+}
+
 /* ==== device built-ins: asynchronous copies to shared memory (PTX's cp.async, sm_80 on) ====
    What the header's inline PTX runs on a GPU: tfm_emu_cp_async16(dst, src) is cp.async.cg.shared.global of
    16 bytes (dst in shared memory, src in device memory, both 16-byte aligned, else it aborts),
@@ -1215,11 +1225,7 @@ static inline void *tfm_emu_dyn_shared(void) {
 static inline void tfm_emu_cp_async16(void *dst, const void *src) {
     tfm_emu__state &g = tfm_emu__g;
     (void)tfm_emu__self("cp.async");
-    uintptr_t d = (uintptr_t)dst;
-    bool shared = g.dyn && d >= (uintptr_t)g.dyn && d + 16 <= (uintptr_t)g.dyn + g.dyn_bytes;
-    for (size_t i = 0; i < g.pieces.size() && !shared; i++)
-        shared = d >= (uintptr_t)g.pieces[i].p && d + 16 <= (uintptr_t)g.pieces[i].p + g.pieces[i].bytes;
-    if (((d | (uintptr_t)src) & 15) || !shared || !tfm_emu__device_range(src, 16))
+    if ((((uintptr_t)dst | (uintptr_t)src) & 15) || !tfm_emu__in_shared(dst, 16) || !tfm_emu__device_range(src, 16))
         tfm_emu__fatal("cp.async of 16 bytes from %p to %p: the source must be device memory, the destination shared "
                        "memory, both 16-byte aligned (a GPU faults)", src, dst);
     memset(dst, 0xFF, 16);
@@ -1508,11 +1514,7 @@ static inline void tfm_emu__ldsm_t(const tfm_emu__at &at, uint32_t r[4], const v
     tfm_emu__wmma_enter(at, TFM_EMU__W_LDSM);
     int lane = g.cur & 31;
     tfm_emu__wmma_stage &s = g.wmma[g.cur >> 5];
-    uintptr_t d = (uintptr_t)p;
-    bool shared = g.dyn && d >= (uintptr_t)g.dyn && d + 16 <= (uintptr_t)g.dyn + g.dyn_bytes;
-    for (size_t i = 0; i < g.pieces.size() && !shared; i++)
-        shared = d >= (uintptr_t)g.pieces[i].p && d + 16 <= (uintptr_t)g.pieces[i].p + g.pieces[i].bytes;
-    if ((d & 15) || !shared)
+    if (((uintptr_t)p & 15) || !tfm_emu__in_shared(p, 16))
         tfm_emu__fatal("%s:%d: ldmatrix: lane %d's row address %p is not 16 bytes of shared memory on a 16-byte boundary "
                        "(a GPU faults)", at.file, at.line, lane, p);
     s.rp[lane] = p;
