@@ -7070,41 +7070,49 @@ static __device__ void tfm__cu_mma16816(float d[4], const uint32_t a[4], const u
 #endif
 }
 
-/* The warp's ldmatrix.x4.trans: each lane gives the address of a row of 8 bf16s (16-byte aligned, shared
-   memory), lanes 8 i .. 8 i + 7 those of 8 x 8 matrix i, and gets in r[i] matrix i's elements at rows 2t and 2t
-   + 1 of column g (lane = 4 g + t): a B operand's registers where the matrix is stored as it is */
-static __device__ void tfm__cu_ldsm_t(uint32_t r[4], const uint16_t *p) {
+/* The warp's ldmatrix.x4 of a 16 x 16 bf16 tile in shared memory, p its top left, rows of ld elements (16-byte
+   aligned): r[0] its rows 0-7, columns 0-7; r[1] rows 8-15, columns 0-7; r[2] rows 0-7, columns 8-15; r[3]
+   rows 8-15, columns 8-15 (lanes 8 i .. 8 i + 7 give the addresses of r[i]'s 8 rows), each lane (lane = 4 g
+   + t) getting in r[i] that 8 x 8 matrix's row g, columns 2t and 2t + 1, or with trans, its rows 2t and 2t +
+   1 of column g (the lower one in the lower 16 bits). The registers of tfm__cu_mma16816's operands: an A
+   operand as it is (r in order); two B operands whose columns are the tile's rows (a key's channels for Q
+   K^T: {r[0], r[2]} for rows 0-7, {r[1], r[3]} for rows 8-15); two B operands stored as they are (trans: the
+   channels of keys for P V, {r[0], r[1]} for columns 0-7, {r[2], r[3]} for 8-15). The whole warp calls it. */
+static __device__ void tfm__cu_ldsm(uint32_t r[4], const uint16_t *p, int ld, int trans) {
+    int lane = (int)threadIdx.x & 31;
+    p += ((lane & 7) + (lane & 8)) * ld + (lane & 16) / 2;
 #if defined(TFM_CUDA_EMULATION)
-    tfm_emu_ldsm_t(r, p);
+    tfm_emu_ldsm(r, p, trans);
 #elif TFM__CU_MMA
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"((unsigned)__cvta_generic_to_shared(p)));
+    if (trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"((unsigned)__cvta_generic_to_shared(p)));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"((unsigned)__cvta_generic_to_shared(p)));
 #else
-    r[0] = r[1] = r[2] = r[3] = 0u, (void)p;
+    r[0] = r[1] = r[2] = r[3] = 0u, (void)p, (void)trans;
 #endif
 }
 
-/* A lane's registers for tfm__cu_mma16816 from bf16 tiles in shared memory (lane = 4 g + t): an A operand
-   from rows of ld elements, p at the 16 x 16 tile's row g, column 2t; a B operand stored transposed (B's column
-   n a row, its k contiguous: a key's channels for Q K^T), p at the tile's row g, column 2t; two B operands
-   stored as they are (rows of ld: channels of keys for P V), columns 0-7 and 8-15 of 16 from p, the tile's
-   top left, by one ldmatrix; an A operand from two accumulator tiles (columns 0-7 and 8-15 of 16), rounded
-   to bf16: the sums of one product become the operand of the next as they are. */
+/* A lane's registers for tfm__cu_mma16816 from the 16 x 16 bf16 tile at p (its top left, rows of ld; by
+   tfm__cu_ldsm): an A operand; two B operands whose columns are stored as rows (b0 the tile's rows 0-7, b1
+   rows 8-15); two B operands stored as they are (b0 columns 0-7, b1 8-15); and an A operand from two
+   accumulator tiles (columns 0-7 and 8-15 of 16), rounded to bf16: the sums of one product become the
+   operand of the next as they are. */
 static __device__ void tfm__cu_mma_a(uint32_t a[4], const uint16_t *p, int ld) {
-    a[0] = *(const uint32_t *)(const void *)p;
-    a[1] = *(const uint32_t *)(const void *)(p + 8 * ld);
-    a[2] = *(const uint32_t *)(const void *)(p + 8);
-    a[3] = *(const uint32_t *)(const void *)(p + 8 * ld + 8);
+    tfm__cu_ldsm(a, p, ld, 0);
 }
-static __device__ void tfm__cu_mma_b_rows(uint32_t b[2], const uint16_t *p) {
-    b[0] = *(const uint32_t *)(const void *)p;
-    b[1] = *(const uint32_t *)(const void *)(p + 8);
+static __device__ void tfm__cu_mma_b_rows(uint32_t b0[2], uint32_t b1[2], const uint16_t *p, int ld) {
+    uint32_t r[4];
+    tfm__cu_ldsm(r, p, ld, 0);
+    b0[0] = r[0], b0[1] = r[2], b1[0] = r[1], b1[1] = r[3];
 }
 static __device__ void tfm__cu_mma_b_cols(uint32_t b0[2], uint32_t b1[2], const uint16_t *p, int ld) {
     uint32_t r[4];
-    int lane = (int)threadIdx.x & 31;
-    tfm__cu_ldsm_t(r, p + ((lane & 7) + (lane & 8)) * ld + (lane & 16) / 2);
+    tfm__cu_ldsm(r, p, ld, 1);
     b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
 }
 static __device__ void tfm__cu_mma_a_acc(uint32_t a[4], const float lo[4], const float hi[4]) {
@@ -7183,7 +7191,7 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
     TFM__SHARED_DYN(unsigned char, raw);
     int D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, F = TFM__CU_FB, lane = (int)threadIdx.x & 31;
     int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3, r, x, c, n, kk, j0, bh, b, h, i0, n_max;
-    int off = (16 * w + g) * ldh + 2 * t, jn, buf;
+    int jn, buf;
     uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *skv = sq + F * ldh; /* then 2 x (K, V) */
     float o[TD / 8][4], sc[TFM__CU_FB / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     uint32_t qa[TD / 16][4];
@@ -7205,7 +7213,7 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
     __syncthreads();
     TFM__UNROLL
     for (kk = 0; kk < TD / 16; kk++) /* the warp's rows of Q as A operands, 16 channels each */
-        if (16 * kk < Dp) tfm__cu_mma_a(qa[kk], sq + off + 16 * kk, ldh);
+        if (16 * kk < Dp) tfm__cu_mma_a(qa[kk], sq + 16 * w * ldh + 16 * kk, ldh);
     for (buf = 0; j0 < n_max; j0 = jn, buf ^= 1) {
         int nk = TFM__MIN(F, n_max - j0);
         const uint16_t *sk = skv + 2 * buf * F * ldh, *sv = sk + F * ldh;
@@ -7214,14 +7222,15 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
         tfm__cu_cp_wait(1);
         __syncthreads();
         TFM__UNROLL
-        for (n = 0; n < TFM__CU_FB / 8; n++) { /* S for keys 8 n.. of the tile: B from K's rows */
-            sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+        for (n = 0; n < TFM__CU_FB / 8; n += 2) { /* S for keys 8 n.. of the tile (16): B from K's rows */
+            sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = sc[n + 1][0] = sc[n + 1][1] = sc[n + 1][2] = sc[n + 1][3] = 0.0f;
             TFM__UNROLL
             for (kk = 0; kk < TD / 16; kk++)
                 if (16 * kk < Dp) {
-                    uint32_t kb[2];
-                    tfm__cu_mma_b_rows(kb, sk + (8 * n + g) * ldh + 2 * t + 16 * kk);
-                    tfm__cu_mma16816(sc[n], qa[kk], kb);
+                    uint32_t kb0[2], kb1[2];
+                    tfm__cu_mma_b_rows(kb0, kb1, sk + 8 * n * ldh + 16 * kk, ldh);
+                    tfm__cu_mma16816(sc[n], qa[kk], kb0);
+                    tfm__cu_mma16816(sc[n + 1], qa[kk], kb1);
                 }
         }
         TFM__UNROLL
@@ -7307,7 +7316,7 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
 #if TFM__CU_MMA
     TFM__SHARED_DYN(unsigned char, raw);
     int D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, F = TFM__CU_FB, lane = (int)threadIdx.x & 31;
-    int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3, off = (16 * w + g) * ldh + 2 * t;
+    int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int r, c, n, kk, j0, bh, b, h, i0, n_max, iq[2], nv[2], lo[2];
     int jn, buf;
     uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sdo = sq + F * ldh, *skv = sdo + F * ldh; /* 2 x (K, V) */
@@ -7336,8 +7345,8 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
     TFM__UNROLL
     for (kk = 0; kk < TD / 16; kk++) /* the warp's rows of q and dout as A operands */
         if (16 * kk < Dp) {
-            tfm__cu_mma_a(qa[kk], sq + off + 16 * kk, ldh);
-            tfm__cu_mma_a(da[kk], sdo + off + 16 * kk, ldh);
+            tfm__cu_mma_a(qa[kk], sq + 16 * w * ldh + 16 * kk, ldh);
+            tfm__cu_mma_a(da[kk], sdo + 16 * w * ldh + 16 * kk, ldh);
         }
     for (buf = 0; j0 < n_max; j0 = jn, buf ^= 1) {
         int nk = TFM__MIN(F, n_max - j0);
@@ -7347,19 +7356,22 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
         tfm__cu_cp_wait(1);
         __syncthreads();
         TFM__UNROLL
-        for (n = 0; n < TFM__CU_FB / 8; n++) { /* S and dP for keys 8 n..: B from K's and V's rows */
-            sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-            dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
+        for (n = 0; n < TFM__CU_FB / 8; n++)
+            TFM__UNROLL
+            for (c = 0; c < 4; c++) sc[n][c] = dp[n][c] = 0.0f;
+        TFM__UNROLL
+        for (n = 0; n < TFM__CU_FB / 8; n += 2) /* S and dP for keys 8 n.. (16): B from K's and V's rows */
             TFM__UNROLL
             for (kk = 0; kk < TD / 16; kk++)
                 if (16 * kk < Dp) {
-                    uint32_t kb[2], vb[2];
-                    tfm__cu_mma_b_rows(kb, sk + (8 * n + g) * ldh + 2 * t + 16 * kk);
-                    tfm__cu_mma_b_rows(vb, sv + (8 * n + g) * ldh + 2 * t + 16 * kk);
-                    tfm__cu_mma16816(sc[n], qa[kk], kb);
-                    tfm__cu_mma16816(dp[n], da[kk], vb);
+                    uint32_t b0[2], b1[2];
+                    tfm__cu_mma_b_rows(b0, b1, sk + 8 * n * ldh + 16 * kk, ldh);
+                    tfm__cu_mma16816(sc[n], qa[kk], b0);
+                    tfm__cu_mma16816(sc[n + 1], qa[kk], b1);
+                    tfm__cu_mma_b_rows(b0, b1, sv + 8 * n * ldh + 16 * kk, ldh);
+                    tfm__cu_mma16816(dp[n], da[kk], b0);
+                    tfm__cu_mma16816(dp[n + 1], da[kk], b1);
                 }
-        }
         TFM__UNROLL
         for (r = 0; r < 2; r++)
             TFM__UNROLL
@@ -7431,7 +7443,7 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
     int Hkv = a.Hkv ? a.Hkv : a.H, G = a.H / Hkv, D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8;
     int F = TFM__CU_FB, tiles = (a.Tk + F - 1) / F, bg = (int)blockIdx.x / tiles, b = bg / Hkv, kvh = bg % Hkv;
     int j0 = ((int)blockIdx.x % tiles) * F, nk = TFM__MIN(F, a.Tk - j0), lane = (int)threadIdx.x & 31;
-    int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3, off = (16 * w + g) * ldh + 2 * t;
+    int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int i_lo = 0, i1 = a.Tq, nqt, np, p, buf, r, c, n, kk;
     uint16_t *sk = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sv = sk + F * ldh, *sqd = sv + F * ldh; /* 2 x (q, dout) */
     float *sst = (float *)(void *)(sqd + 4 * F * ldh); /* 2 x the running tile's 5 statistics a query */
@@ -7470,15 +7482,17 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
         for (kk = 0; kk < TD / 16; kk++) /* this warp's 16 keys against the tile's queries: q.k and dout.v */
             if (16 * kk < Dp) {
                 uint32_t ka[4], va[4];
-                tfm__cu_mma_a(ka, sk + off + 16 * kk, ldh);
-                tfm__cu_mma_a(va, sv + off + 16 * kk, ldh);
+                tfm__cu_mma_a(ka, sk + 16 * w * ldh + 16 * kk, ldh);
+                tfm__cu_mma_a(va, sv + 16 * w * ldh + 16 * kk, ldh);
                 TFM__UNROLL
-                for (n = 0; n < TFM__CU_FB / 8; n++) {
-                    uint32_t qb[2], db[2];
-                    tfm__cu_mma_b_rows(qb, sq + (8 * n + g) * ldh + 2 * t + 16 * kk);
-                    tfm__cu_mma_b_rows(db, sdo + (8 * n + g) * ldh + 2 * t + 16 * kk);
-                    tfm__cu_mma16816(sc[n], ka, qb);
-                    tfm__cu_mma16816(dp[n], va, db);
+                for (n = 0; n < TFM__CU_FB / 8; n += 2) {
+                    uint32_t b0[2], b1[2];
+                    tfm__cu_mma_b_rows(b0, b1, sq + 8 * n * ldh + 16 * kk, ldh);
+                    tfm__cu_mma16816(sc[n], ka, b0);
+                    tfm__cu_mma16816(sc[n + 1], ka, b1);
+                    tfm__cu_mma_b_rows(b0, b1, sdo + 8 * n * ldh + 16 * kk, ldh);
+                    tfm__cu_mma16816(dp[n], va, b0);
+                    tfm__cu_mma16816(dp[n + 1], va, b1);
                 }
             }
         TFM__UNROLL

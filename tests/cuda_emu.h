@@ -41,8 +41,8 @@
    header's inline PTX runs on a GPU) is tfm_emu_mma16816(d, a, b, c): a warp op whose lanes each hold their
    registers of A, B, C by the PTX ISA's layout; the first lane past computes D for the warp from what
    every lane left (as mma_sync does) and each takes its own 4 elements, so a kernel that puts an element
-   in the wrong lane or register gets a wrong sum, as on a GPU; ldmatrix's x4.trans form likewise
-   (tfm_emu_ldsm_t). Asynchronous copies to shared memory
+   in the wrong lane or register gets a wrong sum, as on a GPU; ldmatrix's x4 forms likewise
+   (tfm_emu_ldsm). Asynchronous copies to shared memory
    (cp.async: tfm_emu_cp_async16, _commit, _wait) are done as late as a GPU may do them (below).
 
    WHAT IT CHECKS (an abort prints "tfm_emu: ..." with the kernel, block and thread)
@@ -390,6 +390,7 @@ struct tfm_emu__wmma_stage {  /* a warp's wmma call: what the first lane past it
     uint32_t ra[32][4], rb[32][2]; /* m16n8k16: each lane's registers of A and B, */
     float rc[32][4], rd[32][4];    /* of C, and of D (computed by the first lane past for the warp) */
     const void *rp[32];            /* ldmatrix: each lane's row address, */
+    bool rt[32];                   /* its form (.trans or not), */
     uint32_t rl[32][4];            /* and each lane's registers (read by the first lane past) */
 };
 /* an operation captured into a graph or queued on a non-blocking stream: a kernel (fn: the kernel), a copy
@@ -1503,12 +1504,13 @@ static inline void tfm_emu__mma16816(const tfm_emu__at &at, float d[4], const ui
 }
 #define tfm_emu_mma16816(d, a, b, c) tfm_emu__mma16816(tfm_emu__at{__FILE__, __LINE__}, d, a, b, c)
 
-/* ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {r}, [p] (the header's tfm__cu_ldsm_t): four 8 x 8 matrices of
-   16-bit elements, lanes 8 i .. 8 i + 7 giving the addresses of matrix i's 8 rows (16 bytes each, 16-byte
-   aligned, in shared memory), each lane getting in r[i] matrix i transposed by the PTX ISA's layout: rows
-   2 (lane % 4) and 2 (lane % 4) + 1 of column lane / 4 (the lower row in the lower 16 bits). A warp op; the
-   first lane past reads the rows for the warp. */
-static inline void tfm_emu__ldsm_t(const tfm_emu__at &at, uint32_t r[4], const void *p) {
+/* ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 {r}, [p] (the header's tfm__cu_ldsm): four 8 x 8 matrices
+   of 16-bit elements, lanes 8 i .. 8 i + 7 giving the addresses of matrix i's 8 rows (16 bytes each, 16-byte
+   aligned, in shared memory), each lane getting in r[i] two elements of matrix i by the PTX ISA's layout:
+   row lane / 4, columns 2 (lane % 4) and 2 (lane % 4) + 1; with .trans (trans != 0), matrix i transposed:
+   rows 2 (lane % 4) and 2 (lane % 4) + 1 of column lane / 4 (the lower column or row in the lower 16 bits).
+   A warp op; the first lane past reads the rows for the warp. */
+static inline void tfm_emu__ldsm(const tfm_emu__at &at, uint32_t r[4], const void *p, int trans) {
     tfm_emu__state &g = tfm_emu__g;
     bool first;
     tfm_emu__wmma_enter(at, TFM_EMU__W_LDSM);
@@ -1518,17 +1520,25 @@ static inline void tfm_emu__ldsm_t(const tfm_emu__at &at, uint32_t r[4], const v
         tfm_emu__fatal("%s:%d: ldmatrix: lane %d's row address %p is not 16 bytes of shared memory on a 16-byte boundary "
                        "(a GPU faults)", at.file, at.line, lane, p);
     s.rp[lane] = p;
+    s.rt[lane] = trans != 0;
     (void)tfm_emu__wmma_meet(at, TFM_EMU__W_LDSM, 0, 0, &first);
     if (first) {
         uint16_t m[4][8][8];
+        for (int l = 1; l < 32; l++)
+            if (s.rt[l] != s.rt[0])
+                tfm_emu__fatal("%s:%d: ldmatrix: lanes 0 and %d of the warp ask for different forms (.trans and not)",
+                               at.file, at.line, l);
         for (int l = 0; l < 32; l++) memcpy(m[l >> 3][l & 7], s.rp[l], 16);
         for (int l = 0; l < 32; l++)
-            for (int i = 0; i < 4; i++)
-                s.rl[l][i] = m[i][2 * (l & 3)][l >> 2] | (uint32_t)m[i][2 * (l & 3) + 1][l >> 2] << 16;
+            for (int i = 0; i < 4; i++) {
+                int g4 = l >> 2, t2 = 2 * (l & 3);
+                s.rl[l][i] = s.rt[0] ? m[i][t2][g4] | (uint32_t)m[i][t2 + 1][g4] << 16
+                                     : m[i][g4][t2] | (uint32_t)m[i][g4][t2 + 1] << 16;
+            }
     }
     memcpy(r, s.rl[lane], sizeof s.rl[lane]);
 }
-#define tfm_emu_ldsm_t(r, p) tfm_emu__ldsm_t(tfm_emu__at{__FILE__, __LINE__}, r, p)
+#define tfm_emu_ldsm(r, p, trans) tfm_emu__ldsm(tfm_emu__at{__FILE__, __LINE__}, r, p, trans)
 
 /* ==== device built-ins: atomics, math, bit tricks ==== (blocks run one at a time: plain updates) */
 

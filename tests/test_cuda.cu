@@ -4622,33 +4622,44 @@ static void cu_bf16_round(void) {
 }
 
 /* One warp: D = A B + C through tfm__cu_mma16816, A 16 x 16, B 16 x 16 (two tiles of 8 columns), C and D 16 x 16,
-   row-major in device memory. Columns 0-7 take B's registers loaded by each lane by the layout the helper
-   documents; both tiles also through tfm__cu_mma_b_cols (ldmatrix.x4.trans) from B in shared memory at the
-   flash tiles' padded stride of 24: D's columns 8-15 from those, and ok[lane] 1 where that lane's registers
-   for columns 0-7 came out the same both ways. */
-static __global__ void cu_k_mma16816(const uint16_t *A, const uint16_t *B, const float *C, float *D, int *ok) {
-    TFM__SHARED_DYN(uint16_t, sb);
+   row-major in device memory. Columns 0-7 take A's and B's registers loaded by each lane by the layout the
+   helpers document; columns 8-15 take them by ldmatrix (tfm__cu_ldsm) from shared memory at the flash
+   tiles' padded stride of 24: A by tfm__cu_mma_a, B by tfm__cu_mma_b_cols (stored as it is). bad[lane] has
+   a bit set for each helper whose registers differ from that lane's own loads: 1 tfm__cu_mma_a, 2
+   tfm__cu_mma_b_cols, 4 tfm__cu_mma_b_rows (from B stored transposed: its columns as rows). */
+static __global__ void cu_k_mma16816(const uint16_t *A, const uint16_t *B, const float *C, float *D, int *bad) {
+    TFM__SHARED_DYN(uint16_t, sa);
+    uint16_t *sb = sa + 16 * 24, *sbt = sb + 16 * 24;
     int lane = (int)threadIdx.x, g = lane >> 2, t = lane & 3, h, x;
-    uint32_t a[4] = {0u, 0u, 0u, 0u}, b[2] = {0u, 0u}, l0[2], l1[2];
+    uint32_t a[4] = {0u, 0u, 0u, 0u}, b0[2] = {0u, 0u}, b1[2] = {0u, 0u}, la[4], l0[2], l1[2], m0[2], m1[2];
     float d0[4], d1[4];
-    for (x = lane; x < 256; x += 32) sb[x / 16 * 24 + x % 16] = B[x];
+    for (x = lane; x < 256; x += 32) {
+        sa[x / 16 * 24 + x % 16] = A[x];
+        sb[x / 16 * 24 + x % 16] = B[x];
+        sbt[x % 16 * 24 + x / 16] = B[x];
+    }
     __syncthreads();
     for (h = 0; h < 2; h++) {
         a[0] |= (uint32_t)A[g * 16 + 2 * t + h] << 16 * h;
         a[1] |= (uint32_t)A[(g + 8) * 16 + 2 * t + h] << 16 * h;
         a[2] |= (uint32_t)A[g * 16 + 2 * t + 8 + h] << 16 * h;
         a[3] |= (uint32_t)A[(g + 8) * 16 + 2 * t + 8 + h] << 16 * h;
-        b[0] |= (uint32_t)B[(2 * t + h) * 16 + g] << 16 * h;
-        b[1] |= (uint32_t)B[(2 * t + 8 + h) * 16 + g] << 16 * h;
+        b0[0] |= (uint32_t)B[(2 * t + h) * 16 + g] << 16 * h;
+        b0[1] |= (uint32_t)B[(2 * t + 8 + h) * 16 + g] << 16 * h;
+        b1[0] |= (uint32_t)B[(2 * t + h) * 16 + 8 + g] << 16 * h;
+        b1[1] |= (uint32_t)B[(2 * t + 8 + h) * 16 + 8 + g] << 16 * h;
     }
+    tfm__cu_mma_a(la, sa, 24);
     tfm__cu_mma_b_cols(l0, l1, sb, 24);
-    ok[lane] = l0[0] == b[0] && l0[1] == b[1];
+    tfm__cu_mma_b_rows(m0, m1, sbt, 24);
+    bad[lane] = (la[0] != a[0] || la[1] != a[1] || la[2] != a[2] || la[3] != a[3]) | 2 * (l0[0] != b0[0] || l0[1] != b0[1] || l1[0] != b1[0] || l1[1] != b1[1]) |
+                4 * (m0[0] != b0[0] || m0[1] != b0[1] || m1[0] != b1[0] || m1[1] != b1[1]);
     for (h = 0; h < 2; h++) {
         d0[2 * h] = C[(g + 8 * h) * 16 + 2 * t], d0[2 * h + 1] = C[(g + 8 * h) * 16 + 2 * t + 1];
         d1[2 * h] = C[(g + 8 * h) * 16 + 8 + 2 * t], d1[2 * h + 1] = C[(g + 8 * h) * 16 + 8 + 2 * t + 1];
     }
-    tfm__cu_mma16816(d0, a, b);
-    tfm__cu_mma16816(d1, a, l1);
+    tfm__cu_mma16816(d0, a, b0);
+    tfm__cu_mma16816(d1, la, l1);
     for (h = 0; h < 2; h++) {
         D[(g + 8 * h) * 16 + 2 * t] = d0[2 * h], D[(g + 8 * h) * 16 + 2 * t + 1] = d0[2 * h + 1];
         D[(g + 8 * h) * 16 + 8 + 2 * t] = d1[2 * h], D[(g + 8 * h) * 16 + 8 + 2 * t + 1] = d1[2 * h + 1];
@@ -4662,7 +4673,7 @@ static __global__ void cu_k_mma16816(const uint16_t *A, const uint16_t *B, const
 static void cu_mma16816(void) {
     uint16_t hA[256], hB[256], *dA = NULL, *dB = NULL;
     float hC[256], hD[256], *dC = NULL, *dD = NULL;
-    int hok[32], *dok = NULL, i, j, k, bad = 0;
+    int hbits[32], *dbits = NULL, i, j, k, bad = 0;
     if (!tfm__cu_flash_ok(16)) {
         printf("    (no bf16 tensor cores here: skipped)\n");
         return;
@@ -4674,28 +4685,31 @@ static void cu_mma16816(void) {
     }
     CHECK(cudaMalloc((void **)&dA, sizeof hA) == cudaSuccess && cudaMalloc((void **)&dB, sizeof hB) == cudaSuccess &&
           cudaMalloc((void **)&dC, sizeof hC) == cudaSuccess && cudaMalloc((void **)&dD, sizeof hD) == cudaSuccess &&
-          cudaMalloc((void **)&dok, sizeof hok) == cudaSuccess);
-    if (dA && dB && dC && dD && dok) {
+          cudaMalloc((void **)&dbits, sizeof hbits) == cudaSuccess);
+    if (dA && dB && dC && dD && dbits) {
         CHECK(cudaMemcpy(dA, hA, sizeof hA, cudaMemcpyHostToDevice) == cudaSuccess &&
               cudaMemcpy(dB, hB, sizeof hB, cudaMemcpyHostToDevice) == cudaSuccess &&
               cudaMemcpy(dC, hC, sizeof hC, cudaMemcpyHostToDevice) == cudaSuccess);
-        TFM__LAUNCH(cu_k_mma16816, 1, 32, 16 * 24 * sizeof(uint16_t), dA, dB, dC, dD, dok);
+        TFM__LAUNCH(cu_k_mma16816, 1, 32, 3 * 16 * 24 * sizeof(uint16_t), dA, dB, dC, dD, dbits);
         CHECK(cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess);
         CHECK(cudaMemcpy(hD, dD, sizeof hD, cudaMemcpyDeviceToHost) == cudaSuccess &&
-              cudaMemcpy(hok, dok, sizeof hok, cudaMemcpyDeviceToHost) == cudaSuccess);
+              cudaMemcpy(hbits, dbits, sizeof hbits, cudaMemcpyDeviceToHost) == cudaSuccess);
         for (i = 0; i < 16; i++)
             for (j = 0; j < 16; j++) {
                 double want = hC[i * 16 + j];
                 for (k = 0; k < 16; k++) want += (double)cu_bf16_value(hA[i * 16 + k]) * cu_bf16_value(hB[k * 16 + j]);
                 if ((double)hD[i * 16 + j] != want && bad++ < 5)
                     TEST__FAIL("mma16816: D[%d][%d] = %g, want %g (%s)", i, j, (double)hD[i * 16 + j], want,
-                               j < 8 ? "B's registers loaded by each lane" : "B's registers by ldmatrix");
+                               j < 8 ? "registers loaded by each lane" : "registers by ldmatrix");
             }
         CHECK_MSG(!bad, "%d of 256 elements of D wrong", bad);
-        for (i = 0, bad = 0; i < 32; i++) bad += !hok[i];
-        CHECK_MSG(!bad, "ldmatrix gave %d lanes other registers than the layout for columns 0-7", bad);
+        for (k = 0; k < 3; k++) {
+            static const char *const helper[3] = {"tfm__cu_mma_a", "tfm__cu_mma_b_cols (.trans)", "tfm__cu_mma_b_rows"};
+            for (i = 0, bad = 0; i < 32; i++) bad += (hbits[i] >> k) & 1;
+            CHECK_MSG(!bad, "ldmatrix by %s gave %d lanes other registers than the layout", helper[k], bad);
+        }
     }
-    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD), cudaFree(dok);
+    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD), cudaFree(dbits);
 }
 
 /* Products in a bf16 model call (tfm__model_prec TFM_PREC_BF16) across the shapes, transposes, strides

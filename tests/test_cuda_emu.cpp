@@ -1264,13 +1264,55 @@ static void test_mma16816(void) {
     CHECK(bad == 0);
     cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD);
 }
+/* ldmatrix's x4 forms (tfm_emu_ldsm): four 8 x 8 matrices of distinct 16-bit values (256 i + 16 row + col)
+   in shared memory, rows 24 elements apart and the matrices in the order 2, 0, 3, 1 there, so that a row
+   read from another lane's address or the wrong matrix shows; each lane's registers, plain then .trans */
+static __global__ void k_ldsm(uint32_t *out) {
+    TFM__SHARED(uint16_t, sh, 4 * 8 * 24);
+    int lane = (int)threadIdx.x, place[4] = {1, 3, 0, 2};
+    uint32_t r[4];
+    for (int x = lane; x < 4 * 8 * 8; x += 32) {
+        int i = x / 64, row = x / 8 % 8, col = x % 8;
+        sh[(place[i] * 8 + row) * 24 + col] = (uint16_t)(256 * i + 16 * row + col);
+    }
+    __syncthreads();
+    for (int trans = 0; trans < 2; trans++) {
+        tfm_emu_ldsm(r, sh + (place[lane >> 3] * 8 + (lane & 7)) * 24, trans);
+        for (int i = 0; i < 4; i++) out[(trans * 32 + lane) * 4 + i] = r[i];
+    }
+}
+/* Against the PTX ISA's layout: lane 4 g + t holds matrix i's row g, columns 2t and 2t + 1 (plain), or its
+   rows 2t and 2t + 1 of column g (.trans), the lower one in the lower 16 bits */
+static void test_ldsm(void) {
+    uint32_t h[2 * 32 * 4], *d = nullptr;
+    int bad = 0;
+    CHECK_CU(cudaMalloc(&d, sizeof h), cudaSuccess);
+    TFM__LAUNCH(k_ldsm, 1, 32, 0, d);
+    CHECK_CU(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    for (int trans = 0; trans < 2; trans++)
+        for (int l = 0; l < 32; l++)
+            for (int i = 0; i < 4; i++) {
+                int g = l >> 2, t = l & 3;
+                uint32_t lo = trans ? 256u * i + 16u * (2 * t) + g : 256u * i + 16u * g + 2 * t;
+                uint32_t hi = trans ? lo + 16u : lo + 1u, want = lo | hi << 16, got = h[(trans * 32 + l) * 4 + i];
+                if (got != want && bad++ < 3)
+                    printf("    %s lane %d r[%d] = 0x%08x, want 0x%08x\n", trans ? ".trans" : "plain", l, i, got, want);
+            }
+    CHECK(bad == 0);
+    cudaFree(d);
+}
 static __global__ void k_mma16816_bad(float *dst, int which) {
     uint32_t a[4] = {0u, 0u, 0u, 0u}, b[2] = {0u, 0u};
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (which == 0 && threadIdx.x >= 16) return; /* half the warp */
     if (which == 2) {                             /* ldmatrix: a row 8 bytes off */
         TFM__SHARED(uint16_t, sh, 512);
-        tfm_emu_ldsm_t(a, sh + 16 * (threadIdx.x % 32) + (threadIdx.x == 5 ? 4 : 0));
+        tfm_emu_ldsm(a, sh + 16 * (threadIdx.x % 32) + (threadIdx.x == 5 ? 4 : 0), 1);
+    }
+    if (which == 3) { /* ldmatrix: lane 7 asks for the other form */
+        TFM__SHARED(uint16_t, sh, 512);
+        tfm_emu_ldsm(a, sh + 16 * (threadIdx.x % 32), threadIdx.x == 7);
     }
     tfm_emu_mma16816(d, a, b, d);
     dst[threadIdx.x % 32] = d[0];
@@ -1289,6 +1331,9 @@ static void test_mma16816_aborts(void) {
     mma16816_case = 2;
     CHECK(dies_with(child_mma16816, "tfm_emu: kernel k_mma16816_bad", "ldmatrix: lane 5's row address",
                     "16-byte boundary"));
+    mma16816_case = 3;
+    CHECK(dies_with(child_mma16816, "tfm_emu: kernel k_mma16816_bad", "ldmatrix: lanes 0 and 7",
+                    "different forms"));
 }
 
 /* ==== asynchronous copies (tfm_emu_cp_async16 and its groups) ==== */
@@ -1510,6 +1555,7 @@ int main(void) {
     run("wmma_visibility", test_wmma_visibility);
     run("wmma_aborts", test_wmma_aborts);
     run("mma16816", test_mma16816);
+    run("ldsm", test_ldsm);
     run("mma16816_aborts", test_mma16816_aborts);
     run("cp_async", test_cp_async);
     run("cp_async_aborts", test_cp_async_aborts);
