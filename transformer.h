@@ -5571,6 +5571,22 @@ static TFM__HD float tfm__cu_drop_scale(const tfm__attn_args *a) {
     return a->dropout > 0.0f ? 1.0f / (1.0f - a->dropout) : 1.0f;
 }
 
+/* e^x by the GPU's special-function unit: ex2.approx.ftz of x log2(e), as CUDA's __expf (whose error the
+   CUDA guide bounds by 2 + 1.17 |x| ulp: under 2^-16 relative over the [-87, 0] a softmax takes, and 0 for
+   -inf), one instruction where tfm__exp's polynomial is some twenty. The flash kernels' probabilities take
+   it, rounded to bf16 (2^-8 relative) afterwards; the emulation computes it with the host's exp2f (subnormal
+   results flushed to 0, as .ftz does). */
+static __device__ float tfm__cu_fexp(float x) {
+    float y;
+#if defined(__CUDA_ARCH__)
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+#else
+    y = exp2f(x * 1.4426950408889634f);
+    y = y < 1.17549435e-38f ? 0.0f : y; /* below FLT_MIN */
+#endif
+    return y;
+}
+
 /* The dropout factor of query i, key j of batch-head bh: 1 without dropout, else 0 or 1/(1 - p) */
 static __device__ float tfm__cu_attn_keep(const tfm__attn_args *a, int bh, int i, int j) {
     if (!(a->dropout > 0.0f)) return 1.0f;
@@ -5598,14 +5614,15 @@ static __global__ void tfm__k_attn_dr(float *Dr, float *one, tfm__attn_args a, c
 }
 
 /* The probability, dropout factor and score gradient of query i, key j (both visible), from qk = q_i.k_j
-   and dov = dout_i.v_j: P = e^(S - L), pd = P keep (unscaled: P where kept, else 0), ds = P (keep dov -
-   Dr_i), or exactly 0 where the query sees one key. */
+   and dov = dout_i.v_j: P = e^(S - L), pd = P keep, ds = P (keep dov - Dr_i), or exactly 0 where the query
+   sees one key. The flash kernels' form (flash): e^ by tfm__cu_fexp, as their forward took it, and pd
+   unscaled (P where kept, else 0). */
 static __device__ void tfm__cu_attn_grad(const tfm__attn_args *a, int b, int bh, int i, int j, float qk, float dov,
-                                         float L, float Dri, float onei, int unscaled, float *pd, float *ds) {
+                                         float L, float Dri, float onei, int flash, float *pd, float *ds) {
     float s = a->scale * qk, p, keep = tfm__cu_attn_keep(a, bh, i, j);
     if (a->mask) s += a->mask[b * a->mask_bs + (int64_t)i * a->Tk + j];
-    p = s == -INFINITY ? 0.0f : tfm__exp(s - L); /* (tfm__exp clamps: e^-inf would be 1e-38) */
-    *pd = unscaled && keep != 0.0f ? p : p * keep; /* unscaled: p where kept (tfm__cu_drop_scale) */
+    p = s == -INFINITY ? 0.0f : flash ? tfm__cu_fexp(s - L) : tfm__exp(s - L); /* (tfm__exp clamps: e^-inf would be 1e-38) */
+    *pd = flash && keep != 0.0f ? p : p * keep; /* unscaled: p where kept (tfm__cu_drop_scale) */
     *ds = onei != 0.0f ? 0.0f : p * (keep * dov - Dri);
 }
 
@@ -7253,13 +7270,13 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
             bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
             bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
             mn = bm > m[r] ? bm : m[r];
-            if (bm != -INFINITY && m[r] != -INFINITY) alpha = tfm__exp(m[r] - mn);
+            if (bm != -INFINITY && m[r] != -INFINITY) alpha = tfm__cu_fexp(m[r] - mn);
             m[r] = mn, l[r] *= alpha;
             TFM__UNROLL
             for (n = 0; n < TFM__CU_FB / 8; n++)
                 TFM__UNROLL
                 for (c = 0; c < 2; c++) {
-                    float p = sc[n][2 * r + c] == -INFINITY ? 0.0f : tfm__exp(sc[n][2 * r + c] - mn);
+                    float p = sc[n][2 * r + c] == -INFINITY ? 0.0f : tfm__cu_fexp(sc[n][2 * r + c] - mn);
                     l[r] += p; /* P where dropout keeps it goes on to the product with V (its factor: at the end) */
                     sc[n][2 * r + c] = p != 0.0f && tfm__cu_attn_keep(&a, bh, i, j0 + 8 * n + 2 * t + c) != 0.0f ? p : 0.0f;
                 }
@@ -7381,7 +7398,7 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
                     int j = j0 + 8 * n + 2 * t + c;
                     float pd = 0.0f, ds = 0.0f;
                     if (j < j0 + nk && tfm__cu_attn_sees(&a, j, nv[r], lo[r]))
-                        tfm__cu_attn_grad(&a, b, bh, iq[r], j, sc[n][2 * r + c], dp[n][2 * r + c], L[r], Dri[r], onei[r], 0,
+                        tfm__cu_attn_grad(&a, b, bh, iq[r], j, sc[n][2 * r + c], dp[n][2 * r + c], L[r], Dri[r], onei[r], 1,
                                           &pd, &ds);
                     sc[n][2 * r + c] = ds;
                 }

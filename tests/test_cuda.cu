@@ -4712,6 +4712,46 @@ static void cu_mma16816(void) {
     cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD), cudaFree(dbits);
 }
 
+/* y[i] = tfm__cu_fexp(x[i]) */
+static __global__ void cu_k_fexp(const float *x, float *y, int n) {
+    int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) y[i] = tfm__cu_fexp(x[i]);
+}
+
+/* The flash kernels' exponential (ex2.approx.ftz on a GPU) over the scores' range, [-90, 0] in 2^20 steps
+   and at its edges, against exp in double: within the bound its comment gives from the CUDA guide's for
+   __expf, (2 + 1.173 |x|) units in the last place, a result under FLT_MIN 0 or that close, e^-inf exactly
+   0. The bf16 attention's bounds (cu_bf16_attention) take this error as negligible: under 2^-16 relative,
+   against P's 2^-8. */
+static void cu_fexp(void) {
+    int n = (1 << 20) + 4, i, bad = 0;
+    float *x = cu_host(n), *y = NULL, *dx = NULL, *dy = NULL;
+    double worst = 0.0;
+    for (i = 0; i < n - 4; i++) x[i] = -90.0f * (float)i / (float)(n - 5);
+    x[n - 4] = -INFINITY, x[n - 3] = -0.0f, x[n - 2] = -1e-30f, x[n - 1] = -87.3f;
+    CHECK(cudaMalloc((void **)&dx, (size_t)n * sizeof(float)) == cudaSuccess &&
+          cudaMalloc((void **)&dy, (size_t)n * sizeof(float)) == cudaSuccess);
+    if (dx && dy) {
+        CHECK(cudaMemcpy(dx, x, (size_t)n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+        TFM__LAUNCH(cu_k_fexp, (n + 255) / 256, 256, 0, (const float *)dx, dy, n);
+        CHECK(cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess);
+        y = cu_fetch(dy, n, TFM_DEVICE_CUDA);
+        for (i = 0; i < n; i++) {
+            double want = exp((double)x[i]), err = fabs((double)y[i] - want);
+            double ulp = want >= 1.17549435e-38 ? ldexp(1.0, ilogb(want) - 23) : 1.17549435e-38;
+            double bound = (2.0 + 1.173 * fabs((double)x[i])) * ulp;
+            if (x[i] == -INFINITY ? y[i] != 0.0f : !(err <= bound)) {
+                if (bad++ < 5) TEST__FAIL("fexp(%.9g) = %.9g, want %.9g (bound %.3g)", (double)x[i], (double)y[i], want, bound);
+            }
+            if (want >= 1.17549435e-38 && err / ulp > worst) worst = err / ulp;
+        }
+        CHECK_MSG(!bad, "%d of %d exponentials outside the bound", bad, n);
+        if (test__verbose) printf("    worst error %.2f ulp\n", worst);
+    }
+    free(x), free(y);
+    cudaFree(dx), cudaFree(dy);
+}
+
 /* Products in a bf16 model call (tfm__model_prec TFM_PREC_BF16) across the shapes, transposes, strides
    (0: one B for the whole batch) and beta of cu_op_gemm, against two references in double on the host:
    - the product of the operands rounded to bf16 (cu_bf16_ref): what the GPU must compute but for its fp32
@@ -4825,6 +4865,8 @@ static void cu_check_bf16_rows(const char *what_, const float *f32, const float 
    (visibility: key lengths, causal, window and sinks, the additive mask; the dropout mask's hash). What the
    GPU adds to that reference, and the bound each element is held to:
    - scores: fp32 sums of exact products, relative errors of about D 2^-24: negligible below;
+   - P's exponential: the flash kernels' tfm__cu_fexp, under 2^-16 relative (cu_fexp checks its bound):
+     negligible against P's rounding to bf16 below;
    - out = sum_j bf16(P_ij keep) v_j: P rounded to bf16 (2^-8 relative), so |error| <= 2^-8 sum_j P keep |v|
      (times 1.01 for the fp32 sums);
    - dv_j = sum_i bf16(P keep) dout_i: 2^-8 sum_i P keep |dout|;
@@ -5815,6 +5857,7 @@ static void suite_device(void) { RUN(cu_device); }
 static void suite_precision(void) {
     RUN(cu_bf16_round);
     RUN(cu_mma16816);
+    RUN(cu_fexp);
     RUN(cu_bf16_gemm);
     RUN(cu_bf16_attention);
     RUN(cu_bf16_model);
