@@ -6980,9 +6980,11 @@ static int tfm__attn_batched_backward_cuda(const tfm__attn_args *a, const tfm__c
    block holds TFM__CU_FB keys of a key/value head (16 a warp) and runs over the queries of each head of its
    group. The operands go to shared memory rounded to bf16 (channels padded with zeros to a multiple of 16);
    scores, probabilities, softmax statistics and every sum stay in the warp's registers, the accumulators of
-   one product becoming the A operand of the next. Visibility, mask, dropout and the score gradient are the
-   tiled kernels' (tfm__cu_attn_sees, tfm__cu_attn_grad, so a query that sees one key gives exactly zero); no
-   scores in device memory, no atomics: every sum has one owner. -- */
+   one product becoming the A operand of the next; operands come from shared memory by ldmatrix
+   (tfm__cu_ldsm). Visibility, mask, dropout and the score gradient are the tiled kernels'
+   (tfm__cu_attn_sees, tfm__cu_attn_grad, so a query that sees one key gives exactly zero), the exponential
+   the special-function unit's (tfm__cu_fexp); no scores in device memory, no atomics: every sum has one
+   owner. -- */
 #define TFM__CU_FB 64 /* rows of a block's tile and of its running tiles */
 #if defined(TFM_CUDA_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800)
 #define TFM__CU_MMA 1
