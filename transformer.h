@@ -5635,9 +5635,13 @@ static __device__ void tfm__cu_attn_grad(const tfm__attn_args *a, int b, int bh,
 #define TFM__CU_TD 128
 #define TFM__CU_TW 32 /* the running tile: one row per lane */
 
-/* Whether a query that sees n keys from window start lo (tfm__attn_visible, tfm__attn_window_lo) sees key j */
+/* Whether a query that sees n keys from window start lo (tfm__attn_visible, tfm__attn_window_lo) sees key j;
+   every key of j0 .. j0 + nk - 1 (none in the gap between the sinks and the window) */
 static __device__ int tfm__cu_attn_sees(const tfm__attn_args *a, int j, int n, int lo) {
     return j < n && tfm__attn_skip(a, j, lo) == j;
+}
+static __device__ int tfm__cu_attn_sees_all(const tfm__attn_args *a, int j0, int nk, int n, int lo) {
+    return j0 + nk <= n && (lo <= a->sinks || j0 >= lo || j0 + nk <= a->sinks);
 }
 
 /* n rows of D floats from src (row stride ld) into shared dst (row stride lds) by the whole block */
@@ -7195,6 +7199,38 @@ static __device__ int tfm__cu_flash_kv(const tfm__attn_args *a, const tfm__cu_fq
     return j;
 }
 
+/* Row r of a forward or dq block's tiles (keys j0 .. j0 + nk - 1; this lane's 16 of the row's, in sc as
+   tfm__cu_mma16816 left them) for query i (n keys, window start lo) of batch row b, batch-head bh:
+   - forward (dp NULL): made what the online softmax takes, in place: scaled, the mask added, -inf where the
+     query does not see the key; returns the largest;
+   - dq: the score gradients in place (tfm__cu_attn_grad, from the output gradient's products in dp; L the
+     row's log-sum-exp, Dri its D, onei its one-key flag), 0 where the query does not see the key.
+   ALL: the query sees all TFM__CU_FB keys from j0 (tfm__cu_attn_sees_all; then nk is TFM__CU_FB), so no key
+   is checked: called with ALL where it holds, the check (most of an element's work otherwise) is compiled
+   out. */
+template <int ALL>
+static __device__ float tfm__cu_flash_row(const tfm__attn_args *a, float sc[TFM__CU_FB / 8][4], const float (*dp)[4], int r,
+                                          int t, int j0, int nk, int b, int bh, int i, int n, int lo, float L, float Dri,
+                                          float onei) {
+    float bm = -INFINITY;
+    int x, c;
+    TFM__UNROLL
+    for (x = 0; x < TFM__CU_FB / 8; x++)
+        TFM__UNROLL
+        for (c = 0; c < 2; c++) {
+            int j = j0 + 8 * x + 2 * t + c, seen = ALL || (j < j0 + nk && tfm__cu_attn_sees(a, j, n, lo));
+            float s = dp ? 0.0f : -INFINITY, pd;
+            if (seen && dp) tfm__cu_attn_grad(a, b, bh, i, j, sc[x][2 * r + c], dp[x][2 * r + c], L, Dri, onei, 1, &pd, &s);
+            else if (seen) {
+                s = a->scale * sc[x][2 * r + c];
+                if (a->mask) s += a->mask[b * a->mask_bs + (int64_t)i * a->Tk + j];
+            }
+            sc[x][2 * r + c] = s;
+            bm = fmaxf(bm, s);
+        }
+    return bm;
+}
+
 /* Forward: block (tile, bh) at bh * tiles + tile, heads of up to TD channels (64, or TFM__CU_TD: the
    registers each lane holds for them). Warp w's 16 query rows run through the register-level
    products (tfm__cu_mma16816): the scores S = Q K^T of a key tile land in accumulator registers, the online
@@ -7254,21 +7290,11 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
         }
         TFM__UNROLL
         for (r = 0; r < 2; r++) { /* the online softmax of each row: scores to probabilities in place */
-            float bm = -INFINITY, mn, alpha = 1.0f;
+            float bm, mn, alpha = 1.0f;
             int i = iq[r];
-            TFM__UNROLL
-            for (n = 0; n < TFM__CU_FB / 8; n++)
-                TFM__UNROLL
-                for (c = 0; c < 2; c++) {
-                    int j = j0 + 8 * n + 2 * t + c;
-                    float x = -INFINITY;
-                    if (j < j0 + nk && tfm__cu_attn_sees(&a, j, nv[r], lo[r])) {
-                        x = a.scale * sc[n][2 * r + c];
-                        if (mask) x += mask[b * a.mask_bs + (int64_t)i * a.Tk + j];
-                    }
-                    sc[n][2 * r + c] = x;
-                    bm = x > bm ? x : bm;
-                }
+            bm = tfm__cu_attn_sees_all(&a, j0, TFM__CU_FB, nv[r], lo[r])
+                     ? tfm__cu_flash_row<1>(&a, sc, NULL, r, t, j0, nk, b, bh, i, nv[r], lo[r], 0.0f, 0.0f, 0.0f)
+                     : tfm__cu_flash_row<0>(&a, sc, NULL, r, t, j0, nk, b, bh, i, nv[r], lo[r], 0.0f, 0.0f, 0.0f);
             bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
             bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
             mn = bm > m[r] ? bm : m[r];
@@ -7392,18 +7418,11 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
                     tfm__cu_mma16816(dp[n + 1], da[kk], b1);
                 }
         TFM__UNROLL
-        for (r = 0; r < 2; r++)
-            TFM__UNROLL
-            for (n = 0; n < TFM__CU_FB / 8; n++)
-                TFM__UNROLL
-                for (c = 0; c < 2; c++) { /* dS in place of S */
-                    int j = j0 + 8 * n + 2 * t + c;
-                    float pd = 0.0f, ds = 0.0f;
-                    if (j < j0 + nk && tfm__cu_attn_sees(&a, j, nv[r], lo[r]))
-                        tfm__cu_attn_grad(&a, b, bh, iq[r], j, sc[n][2 * r + c], dp[n][2 * r + c], L[r], Dri[r], onei[r], 1,
-                                          &pd, &ds);
-                    sc[n][2 * r + c] = ds;
-                }
+        for (r = 0; r < 2; r++) { /* dS in place of S */
+            if (tfm__cu_attn_sees_all(&a, j0, TFM__CU_FB, nv[r], lo[r]))
+                (void)tfm__cu_flash_row<1>(&a, sc, dp, r, t, j0, nk, b, bh, iq[r], nv[r], lo[r], L[r], Dri[r], onei[r]);
+            else (void)tfm__cu_flash_row<0>(&a, sc, dp, r, t, j0, nk, b, bh, iq[r], nv[r], lo[r], L[r], Dri[r], onei[r]);
+        }
         TFM__UNROLL
         for (kk = 0; kk < TFM__CU_FB / 16; kk++) /* dq += dS K over keys 16 kk.., K as stored */
             tfm__cu_mma_sum<TD>(acc, sc[2 * kk], sc[2 * kk + 1], sk + 16 * kk * ldh, ldh, Dp);
