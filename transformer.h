@@ -7465,6 +7465,30 @@ static __device__ void tfm__cu_flash_qd(const tfm__attn_args *a, uint16_t *dst, 
     }
 }
 
+/* dk/dv's form of tfm__cu_flash_row: row r of a warp's tiles is key j0 + jr (nk keys in the block), this
+   lane's 16 columns of it queries q0 + x (x = 8 n + 2 t + c) with their statistics in st (tfm__cu_flash_qd's
+   5 rows); P (unscaled: dropout's factor goes on dv's sums) in place of S in sc, dS in place of dP in dp
+   (tfm__cu_attn_grad), 0 where the query does not see the key. ALL: every query of the tile sees every key
+   of the block, so none is checked. */
+template <int ALL>
+static __device__ void tfm__cu_flash_col(const tfm__attn_args *a, float sc[TFM__CU_FB / 8][4], float dp[TFM__CU_FB / 8][4],
+                                         int r, int t, int jr, int nk, int j0, int b, int bh, int q0, const float *st) {
+    const int F = TFM__CU_FB, *sn = (const int *)(const void *)(st + 3 * F), *slo = sn + F;
+    int n, c;
+    TFM__UNROLL
+    for (n = 0; n < TFM__CU_FB / 8; n++)
+        TFM__UNROLL
+        for (c = 0; c < 2; c++) {
+            int x = 8 * n + 2 * t + c;
+            float pd = 0.0f, ds = 0.0f;
+            if (ALL || (jr < nk && tfm__cu_attn_sees(a, j0 + jr, sn[x], slo[x])))
+                tfm__cu_attn_grad(a, b, bh, q0 + x, j0 + jr, sc[n][2 * r + c], dp[n][2 * r + c], st[x], st[F + x],
+                                  st[2 * F + x], 1, &pd, &ds);
+            sc[n][2 * r + c] = pd;
+            dp[n][2 * r + c] = ds;
+        }
+}
+
 /* dv_j += sum_i pd_ij dout_i, dk_j += scale sum_i ds_ij q_i (a.overwrite: =): block (tile, b * Hkv + g) holds
    TFM__CU_FB keys of key/value head g and runs over the queries of each head of g's group (dk or dv may be
    NULL), heads of up to TD channels. Warp w's 16 keys run through tfm__cu_mma16816: S^T = K Q^T and dP^T = V
@@ -7503,15 +7527,18 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
     for (p = 0, buf = 0; p < np; p++, buf ^= 1) {
         int h = kvh * G + p / nqt, bh = b * a.H + h, q0 = i_lo + p % nqt * F;
         const uint16_t *sq = sqd + 2 * buf * F * ldh, *sdo = sq + F * ldh;
-        const float *sL = sst + 5 * buf * F, *sD = sL + F, *sone = sD + F;
-        const int *sn = (const int *)(const void *)(sone + F), *slo = sn + F;
+        const float *sL = sst + 5 * buf * F;
+        const int *sn = (const int *)(const void *)(sL + 3 * F), *slo = sn + F;
+        int all, x = (int)threadIdx.x;
         __syncthreads(); /* every warp is done with the other buffer: the next pair's tiles go there as this one runs */
         if (p + 1 < np)
             tfm__cu_flash_qd(&a, sqd + 2 * (buf ^ 1) * F * ldh, sst + 5 * (buf ^ 1) * F, q, dout, lddo, lse, Dr, one, b,
                              kvh * G + (p + 1) / nqt, i_lo + (p + 1) % nqt * F, i1, ldh, Dp);
         tfm__cu_cp_commit();
         tfm__cu_cp_wait(1);
-        __syncthreads();
+        /* the barrier; and whether every query of the tile sees every key of the block (thread x < F asks
+           for query x, whose statistics it wrote itself) */
+        all = __syncthreads_and(x >= F || tfm__cu_attn_sees_all(&a, j0, F, sn[x], slo[x]));
         TFM__UNROLL
         for (n = 0; n < TFM__CU_FB / 8; n++)
             TFM__UNROLL
@@ -7534,20 +7561,9 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
                 }
             }
         TFM__UNROLL
-        for (r = 0; r < 2; r++) {
-            int jr = 16 * w + g + 8 * r;
-            TFM__UNROLL
-            for (n = 0; n < TFM__CU_FB / 8; n++)
-                TFM__UNROLL
-                for (c = 0; c < 2; c++) { /* P (unscaled: dropout's factor goes on dv's sums) and dS in place */
-                    int x = 8 * n + 2 * t + c;
-                    float pd = 0.0f, ds = 0.0f;
-                    if (jr < nk && tfm__cu_attn_sees(&a, j0 + jr, sn[x], slo[x]))
-                        tfm__cu_attn_grad(&a, b, bh, q0 + x, j0 + jr, sc[n][2 * r + c], dp[n][2 * r + c], sL[x], sD[x],
-                                          sone[x], 1, &pd, &ds);
-                    sc[n][2 * r + c] = pd;
-                    dp[n][2 * r + c] = ds;
-                }
+        for (r = 0; r < 2; r++) { /* P (unscaled: dropout's factor goes on dv's sums) and dS in place */
+            if (all) tfm__cu_flash_col<1>(&a, sc, dp, r, t, 16 * w + g + 8 * r, nk, j0, b, bh, q0, sL);
+            else tfm__cu_flash_col<0>(&a, sc, dp, r, t, 16 * w + g + 8 * r, nk, j0, b, bh, q0, sL);
         }
         TFM__UNROLL
         for (kk = 0; kk < TFM__CU_FB / 16; kk++) { /* over queries 16 kk..: dout and q as stored */
