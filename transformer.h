@@ -2000,10 +2000,11 @@ static TFM__HD uint32_t tfm__hash24(uint64_t seed, uint64_t i) {
     z ^= z >> 31;
     return (uint32_t)(z >> 40);
 }
-/* Elements whose hash is below this are dropped. */
+/* Elements whose hash is below this are dropped. (p 2^24 is exact in float: no double, which a GPU kernel
+   would run for every element it asks.) */
 static TFM__HD uint32_t tfm__drop_threshold(float p) {
-    double t = (double)p * 16777216.0;
-    return t >= 16777216.0 ? 16777216u : (uint32_t)t;
+    float t = p * 16777216.0f;
+    return t >= 16777216.0f ? 16777216u : (uint32_t)t;
 }
 
 /* Branch-free exp, tanh and erf that the compiler can vectorize (libm's are scalar calls).
