@@ -5614,14 +5614,20 @@ static __global__ void tfm__k_attn_dr(float *Dr, float *one, tfm__attn_args a, c
     }
 }
 
+/* The score of query i, key j of batch row b from qk = q_i.k_j: scaled, the additive mask's term added */
+static __device__ float tfm__cu_attn_score(const tfm__attn_args *a, int b, int i, int j, float qk) {
+    float s = a->scale * qk;
+    if (a->mask) s += a->mask[b * a->mask_bs + (int64_t)i * a->Tk + j];
+    return s;
+}
+
 /* The probability, dropout factor and score gradient of query i, key j (both visible), from qk = q_i.k_j
    and dov = dout_i.v_j: P = e^(S - L), pd = P keep, ds = P (keep dov - Dr_i), or exactly 0 where the query
    sees one key. The flash kernels' form (flash): e^ by tfm__cu_fexp, as their forward took it, and pd
    unscaled (P where kept, else 0). */
 static __device__ void tfm__cu_attn_grad(const tfm__attn_args *a, int b, int bh, int i, int j, float qk, float dov,
                                          float L, float Dri, float onei, int flash, float *pd, float *ds) {
-    float s = a->scale * qk, p, keep = tfm__cu_attn_keep(a, bh, i, j);
-    if (a->mask) s += a->mask[b * a->mask_bs + (int64_t)i * a->Tk + j];
+    float keep = tfm__cu_attn_keep(a, bh, i, j), s = tfm__cu_attn_score(a, b, i, j, qk), p;
     p = s == -INFINITY ? 0.0f : flash ? tfm__cu_fexp(s - L) : tfm__exp(s - L); /* (tfm__exp clamps: e^-inf would be 1e-38) */
     *pd = flash && keep != 0.0f ? p : p * keep; /* unscaled: p where kept (tfm__cu_drop_scale) */
     *ds = onei != 0.0f ? 0.0f : p * (keep * dov - Dri);
@@ -5724,10 +5730,7 @@ static __global__ void tfm__k_attn_fwd_tiled(tfm__attn_args a, const float *q, c
         for (r = 0; r < R; r++) {
             int i = i0 + w * R + r, j = j0 + lane;
             float s = -INFINITY, p, bm, mn, alpha;
-            if (lane < nk && tfm__cu_attn_sees(&a, j, n[r], lo[r])) {
-                s = a.scale * dot[r];
-                if (mask) s += mask[b * a.mask_bs + (int64_t)i * a.Tk + j];
-            }
+            if (lane < nk && tfm__cu_attn_sees(&a, j, n[r], lo[r])) s = tfm__cu_attn_score(&a, b, i, j, dot[r]);
             bm = tfm__cu_warp_reduce(s, 1);
             if (bm == -INFINITY) continue; /* every key of the tile hidden from this row (the whole warp agrees) */
             mn = bm > m[r] ? bm : m[r];
@@ -7165,6 +7168,30 @@ static __device__ void tfm__cu_mma_sum(float acc[TD / 8][4], const float lo[4], 
         }
 }
 
+/* The warp's s = A B^T for its 16 rows: A those rows of Dp channels from pa (the warp's own tile rows,
+   rows of ld), B^T TFM__CU_FB stored rows of the same channels from p (the running tile: B's columns are
+   its rows, as keys for Q K^T), both bf16 in shared memory, 16 channels at a time; s the 8 tiles of 8
+   columns of tfm__cu_mma16816's accumulators, overwritten */
+template <int TD>
+static __device__ void tfm__cu_mma_rows(float s[TFM__CU_FB / 8][4], const uint16_t *pa, const uint16_t *p, int ld, int Dp) {
+    int n, kk;
+    TFM__UNROLL
+    for (n = 0; n < TFM__CU_FB / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    TFM__UNROLL
+    for (kk = 0; kk < TD / 16; kk++)
+        if (16 * kk < Dp) {
+            uint32_t a[4];
+            tfm__cu_mma_a(a, pa + 16 * kk, ld);
+            TFM__UNROLL
+            for (n = 0; n < TFM__CU_FB / 8; n += 2) {
+                uint32_t b0[2], b1[2];
+                tfm__cu_mma_b_rows(b0, b1, p + 8 * n * ld + 16 * kk, ld);
+                tfm__cu_mma16816(s[n], a, b0);
+                tfm__cu_mma16816(s[n + 1], a, b1);
+            }
+        }
+}
+
 /* The dynamic shared memory from its first 128-byte boundary */
 static __device__ unsigned char *tfm__cu_flash_base(unsigned char *raw) {
     return (unsigned char *)(((uintptr_t)raw + 127) & ~(uintptr_t)127);
@@ -7222,10 +7249,7 @@ static __device__ float tfm__cu_flash_row(const tfm__attn_args *a, float sc[TFM_
             int j = j0 + 8 * x + 2 * t + c, seen = ALL || (j < j0 + nk && tfm__cu_attn_sees(a, j, n, lo));
             float s = dp ? 0.0f : -INFINITY, pd;
             if (seen && dp) tfm__cu_attn_grad(a, b, bh, i, j, sc[x][2 * r + c], dp[x][2 * r + c], L, Dri, onei, 1, &pd, &s);
-            else if (seen) {
-                s = a->scale * sc[x][2 * r + c];
-                if (a->mask) s += a->mask[b * a->mask_bs + (int64_t)i * a->Tk + j];
-            }
+            else if (seen) s = tfm__cu_attn_score(a, b, i, j, sc[x][2 * r + c]);
             sc[x][2 * r + c] = s;
             bm = fmaxf(bm, s);
         }
@@ -7250,7 +7274,6 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
     int jn, buf;
     uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *skv = sq + F * ldh; /* then 2 x (K, V) */
     float o[TD / 8][4], sc[TFM__CU_FB / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    uint32_t qa[TD / 16][4];
     int iq[2], nv[2], lo[2];
     tfm__cu_fq f;
     tfm__cu_attn_ptrs(&a, q, k, v, out, lse, lens, NULL, NULL, mask);
@@ -7266,10 +7289,6 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
     for (n = 0; n < TD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     j0 = tfm__cu_flash_kv(&a, &f, skv, k, v, 0, ldh, Dp);
     tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf, 0);
-    __syncthreads();
-    TFM__UNROLL
-    for (kk = 0; kk < TD / 16; kk++) /* the warp's rows of Q as A operands, 16 channels each */
-        if (16 * kk < Dp) tfm__cu_mma_a(qa[kk], sq + 16 * w * ldh + 16 * kk, ldh);
     for (buf = 0; j0 < n_max; j0 = jn, buf ^= 1) {
         int nk = TFM__MIN(F, n_max - j0);
         const uint16_t *sk = skv + 2 * buf * F * ldh, *sv = sk + F * ldh;
@@ -7277,18 +7296,7 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
         jn = tfm__cu_flash_kv(&a, &f, skv + 2 * (buf ^ 1) * F * ldh, k, v, j0 + F, ldh, Dp);
         tfm__cu_cp_wait(1);
         __syncthreads();
-        TFM__UNROLL
-        for (n = 0; n < TFM__CU_FB / 8; n += 2) { /* S for keys 8 n.. of the tile (16): B from K's rows */
-            sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = sc[n + 1][0] = sc[n + 1][1] = sc[n + 1][2] = sc[n + 1][3] = 0.0f;
-            TFM__UNROLL
-            for (kk = 0; kk < TD / 16; kk++)
-                if (16 * kk < Dp) {
-                    uint32_t kb0[2], kb1[2];
-                    tfm__cu_mma_b_rows(kb0, kb1, sk + 8 * n * ldh + 16 * kk, ldh);
-                    tfm__cu_mma16816(sc[n], qa[kk], kb0);
-                    tfm__cu_mma16816(sc[n + 1], qa[kk], kb1);
-                }
-        }
+        tfm__cu_mma_rows<TD>(sc, sq + 16 * w * ldh, sk, ldh, Dp); /* S = Q K^T for the tile's keys */
         TFM__UNROLL
         for (r = 0; r < 2; r++) { /* the online softmax of each row: scores to probabilities in place */
             float bm, mn, alpha = 1.0f;
@@ -7367,7 +7375,6 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
     int jn, buf;
     uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sdo = sq + F * ldh, *skv = sdo + F * ldh; /* 2 x (K, V) */
     float acc[TD / 8][4], sc[TFM__CU_FB / 8][4], dp[TFM__CU_FB / 8][4], L[2], Dri[2], onei[2];
-    uint32_t qa[TD / 16][4], da[TD / 16][4];
     tfm__cu_fq f;
     tfm__cu_attn_ptrs(&a, q, k, v, NULL, NULL, lens, NULL, NULL, mask);
     f = tfm__cu_fq_at(&a);
@@ -7387,13 +7394,6 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
     j0 = tfm__cu_flash_kv(&a, &f, skv, k, v, 0, ldh, Dp);
     tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf, 0);
     tfm__cu_ftile(sdo, ldh, dout, ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, f.nq, D, Dp, a.dout_bf == 2, 0);
-    __syncthreads();
-    TFM__UNROLL
-    for (kk = 0; kk < TD / 16; kk++) /* the warp's rows of q and dout as A operands */
-        if (16 * kk < Dp) {
-            tfm__cu_mma_a(qa[kk], sq + 16 * w * ldh + 16 * kk, ldh);
-            tfm__cu_mma_a(da[kk], sdo + 16 * w * ldh + 16 * kk, ldh);
-        }
     for (buf = 0; j0 < n_max; j0 = jn, buf ^= 1) {
         int nk = TFM__MIN(F, n_max - j0);
         const uint16_t *sk = skv + 2 * buf * F * ldh, *sv = sk + F * ldh;
@@ -7401,23 +7401,8 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
         jn = tfm__cu_flash_kv(&a, &f, skv + 2 * (buf ^ 1) * F * ldh, k, v, j0 + F, ldh, Dp);
         tfm__cu_cp_wait(1);
         __syncthreads();
-        TFM__UNROLL
-        for (n = 0; n < TFM__CU_FB / 8; n++)
-            TFM__UNROLL
-            for (c = 0; c < 4; c++) sc[n][c] = dp[n][c] = 0.0f;
-        TFM__UNROLL
-        for (n = 0; n < TFM__CU_FB / 8; n += 2) /* S and dP for keys 8 n.. (16): B from K's and V's rows */
-            TFM__UNROLL
-            for (kk = 0; kk < TD / 16; kk++)
-                if (16 * kk < Dp) {
-                    uint32_t b0[2], b1[2];
-                    tfm__cu_mma_b_rows(b0, b1, sk + 8 * n * ldh + 16 * kk, ldh);
-                    tfm__cu_mma16816(sc[n], qa[kk], b0);
-                    tfm__cu_mma16816(sc[n + 1], qa[kk], b1);
-                    tfm__cu_mma_b_rows(b0, b1, sv + 8 * n * ldh + 16 * kk, ldh);
-                    tfm__cu_mma16816(dp[n], da[kk], b0);
-                    tfm__cu_mma16816(dp[n + 1], da[kk], b1);
-                }
+        tfm__cu_mma_rows<TD>(sc, sq + 16 * w * ldh, sk, ldh, Dp); /* S = Q K^T and dP = dout V^T for the tile's keys */
+        tfm__cu_mma_rows<TD>(dp, sdo + 16 * w * ldh, sv, ldh, Dp);
         TFM__UNROLL
         for (r = 0; r < 2; r++) { /* dS in place of S */
             if (tfm__cu_attn_sees_all(&a, j0, TFM__CU_FB, nv[r], lo[r]))
@@ -7540,27 +7525,8 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
         /* the barrier; and whether every query of the tile sees every key of the block (thread x < F asks
            for query x, whose statistics it wrote itself) */
         all = __syncthreads_and(x >= F || tfm__cu_attn_sees_all(&a, j0, F, sn[x], slo[x]));
-        TFM__UNROLL
-        for (n = 0; n < TFM__CU_FB / 8; n++)
-            TFM__UNROLL
-            for (c = 0; c < 4; c++) sc[n][c] = dp[n][c] = 0.0f;
-        TFM__UNROLL
-        for (kk = 0; kk < TD / 16; kk++) /* this warp's 16 keys against the tile's queries: q.k and dout.v */
-            if (16 * kk < Dp) {
-                uint32_t ka[4], va[4];
-                tfm__cu_mma_a(ka, sk + 16 * w * ldh + 16 * kk, ldh);
-                tfm__cu_mma_a(va, sv + 16 * w * ldh + 16 * kk, ldh);
-                TFM__UNROLL
-                for (n = 0; n < TFM__CU_FB / 8; n += 2) {
-                    uint32_t b0[2], b1[2];
-                    tfm__cu_mma_b_rows(b0, b1, sq + 8 * n * ldh + 16 * kk, ldh);
-                    tfm__cu_mma16816(sc[n], ka, b0);
-                    tfm__cu_mma16816(sc[n + 1], ka, b1);
-                    tfm__cu_mma_b_rows(b0, b1, sdo + 8 * n * ldh + 16 * kk, ldh);
-                    tfm__cu_mma16816(dp[n], va, b0);
-                    tfm__cu_mma16816(dp[n + 1], va, b1);
-                }
-            }
+        tfm__cu_mma_rows<TD>(sc, sk + 16 * w * ldh, sq, ldh, Dp); /* this warp's 16 keys against the tile's queries: */
+        tfm__cu_mma_rows<TD>(dp, sv + 16 * w * ldh, sdo, ldh, Dp); /* S^T = K q^T and dP^T = V dout^T */
         TFM__UNROLL
         for (r = 0; r < 2; r++) { /* P (unscaled: dropout's factor goes on dv's sums) and dS in place */
             if (all) tfm__cu_flash_col<1>(&a, sc, dp, r, t, 16 * w + g + 8 * r, nk, j0, b, bh, q0, sL);
