@@ -430,7 +430,7 @@ endif
 #                       TU, linked with test_compile2.c compiled as plain C (they run on the CPU: no GPU needed)
 #   make test-cuda      build/test_cuda on a GPU (tools/gpu_check.sh runs it, with compute-sanitizer and the bench)
 NVCC_FOUND := $(shell command -v $(NVCC) 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
-NVCC_ARCH  ?= sm_90
+NVCC_ARCH  ?= sm_90a
 NVCCFLAGS  ?= -O3 -std=c++17 -arch=$(NVCC_ARCH) -Werror all-warnings -Xcompiler -fopenmp
 CUDA_SRC   := tests/test_cuda.cu
 CUDA_DEPS  := $(CUDA_SRC) tests/test.h $(HEADER)

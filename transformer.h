@@ -7042,28 +7042,39 @@ static __device__ void tfm__cu_cp_wait(int newest) {
 #endif
 }
 
-/* n rows of D elements from element off of src (row stride ld) into the bf16 tile dst (rows of ldh, Dp
-   channels) by the whole block: floats rounded to bf16, or (bf) bf16 elements as they are; zeros past row n
-   and channel D. Where every row starts on 16 bytes (D and ld multiples of 8 bf16s or 4 floats), each thread
-   moves 8 channels at a time, in 16-byte loads and stores (bf16 rows with async: copies that the thread does
-   not wait for, tfm__cu_cp16, which the caller commits and waits for); elsewhere one element at a time. */
+/* Where element (r, d) of a flash kernel's bf16 tile of Dp channels lies: in rows of ldh (what ldmatrix
+   reads), or (cm) in the wgmma products' core matrices: 8 rows of 8 channels in 128 contiguous bytes, the Dp / 8
+   of 8 rows side by side, then those of the next 8 rows (tfm__cu_wg_rows, tfm__cu_wg_sum) */
+static __device__ int tfm__cu_tile_at(int r, int d, int ldh, int Dp, int cm) {
+    return cm ? (r >> 3) * 8 * Dp + (d >> 3) * 64 + (r & 7) * 8 + (d & 7) : r * ldh + d;
+}
+
+/* n rows of D elements from element off of src (row stride ld) into the bf16 tile dst (tfm__cu_tile_at's
+   layout: rows of ldh, or cm, Dp channels) by the whole block: floats rounded to bf16, or (bf) bf16 elements
+   as they are; zeros past row n and channel D. Where every row starts on 16 bytes (D and ld multiples of 8
+   bf16s or 4 floats), each thread moves 8 channels at a time, in 16-byte loads and stores (bf16 rows with
+   async: copies that the thread does not wait for, tfm__cu_cp16, which the caller commits and waits for;
+   with cm, 8 threads in a row fill a core matrix, so that their stores meet no bank twice); elsewhere one
+   element at a time. */
 static __device__ void tfm__cu_ftile(uint16_t *dst, int ldh, const float *src, int64_t off, int64_t ld, int n, int D,
-                                     int Dp, int bf, int async) {
+                                     int Dp, int bf, int async, int cm) {
     const uint16_t *sb = (const uint16_t *)(const void *)src + off;
     int x, per = Dp / 8, m = bf ? 7 : 3;
     if ((D & m) || (ld & m) || ((uintptr_t)(bf ? (const void *)sb : (const void *)(src + off)) & 15)) {
         for (x = (int)threadIdx.x; x < TFM__CU_FB * Dp; x += (int)blockDim.x) {
             int r = x / Dp, d = x % Dp;
             int64_t i = off + (int64_t)r * ld + d;
-            dst[r * ldh + d] = r < n && d < D ? (bf ? ((const uint16_t *)(const void *)src)[i] : tfm__bf16(src[i])) : (uint16_t)0;
+            dst[tfm__cu_tile_at(r, d, ldh, Dp, cm)] =
+                r < n && d < D ? (bf ? ((const uint16_t *)(const void *)src)[i] : tfm__bf16(src[i])) : (uint16_t)0;
         }
         return;
     }
     for (x = (int)threadIdx.x; x < TFM__CU_FB * per; x += (int)blockDim.x) {
-        int r = x / per, d = x % per * 8, e;
+        int r = cm ? (x & 7) + x / (8 * per) * 8 : x / per, d = (cm ? (x >> 3) % per : x % per) * 8, e;
+        uint16_t *to = dst + tfm__cu_tile_at(r, d, ldh, Dp, cm);
         uint4 o = {0u, 0u, 0u, 0u};
         if (r < n && bf && d < D && async) {
-            tfm__cu_cp16(dst + r * ldh + d, sb + (int64_t)r * ld + d);
+            tfm__cu_cp16(to, sb + (int64_t)r * ld + d);
             continue;
         }
         if (r < n && bf && d < D) o = *(const uint4 *)(const void *)(sb + (int64_t)r * ld + d);
@@ -7076,7 +7087,7 @@ static __device__ void tfm__cu_ftile(uint16_t *dst, int ldh, const float *src, i
             }
             o.x = h[0], o.y = h[1], o.z = h[2], o.w = h[3];
         }
-        *(uint4 *)(void *)(dst + r * ldh + d) = o;
+        *(uint4 *)(void *)to = o;
     }
 }
 
@@ -7192,6 +7203,143 @@ static __device__ void tfm__cu_mma_rows(float s[TFM__CU_FB / 8][4], const uint16
         }
 }
 
+/* -- Hopper's warpgroup products (wgmma; device code built for sm_90a: nvcc -arch=sm_90a) for the flash
+   forward's two products: the block's 4 warps are one warpgroup, and one instruction multiplies all 64 of its
+   rows (A 64 x 16 from the warps' registers, B 16 x 64 from shared memory through a descriptor) where
+   mma.sync takes 16 rows by 8 columns a warp. A and the fp32 sums lie in the registers as for
+   tfm__cu_mma16816 (warp w's rows 16 w .., its accumulators tiles of 8 columns), so the kernel's
+   softmax is the same either way. B lies in the core matrices of the PTX ISA's canonical layout without
+   swizzling (tfm__cu_tile_at's cm). The product runs asynchronously: registers it writes or reads are fenced
+   before it (tfm__cu_wg_fence) and read only after tfm__cu_wg_wait; shared memory written by the threads
+   is made visible to it by tfm__cu_wg_proxy before the barrier. TFM__CU_WG_ON says whether a kernel takes
+   this way (under the emulation, a thread's switch that the tests turn off to run mma.sync instead). -- */
+#if defined(TFM_CUDA_EMULATION)
+static TFM__THREAD_LOCAL int tfm__cu_wg_off; /* 1: the emulated GPU runs the flash forward by mma.sync */
+#define TFM__CU_WG_ON (!tfm__cu_wg_off)
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TFM__CU_WG_ON 1
+#else
+#define TFM__CU_WG_ON 0
+#endif
+
+/* A shared-memory matrix descriptor without swizzling for the operand whose first core matrix is at p
+   (16-byte aligned): lbo bytes from one core matrix to the next along K, sbo along M or N */
+static __device__ uint64_t tfm__cu_wg_desc(const void *p, uint32_t lbo, uint32_t sbo) {
+#if defined(TFM_CUDA_EMULATION)
+    uint32_t at = tfm_emu_smem_addr(p);
+#elif TFM__CU_MMA
+    uint32_t at = (uint32_t)__cvta_generic_to_shared(p);
+#else
+    uint32_t at = 0u;
+    (void)p;
+#endif
+    return (uint64_t)((at & 0x3FFFFu) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFFu) << 16 | (uint64_t)((sbo >> 4) & 0x3FFFu) << 32;
+}
+
+/* wgmma.fence (before products whose registers the threads wrote), wgmma.commit_group, and wgmma.wait_group 0,
+   after which the n accumulator tiles d hold the committed products' sums; tfm__cu_wg_hold(d, n) tells the
+   compiler that d's registers change there (an empty asm on each), so none of their reads moves above it */
+static __device__ void tfm__cu_wg_hold(float (*d)[4], int n) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(TFM_CUDA_EMULATION)
+    int i;
+    TFM__UNROLL
+    for (i = 0; i < n; i++) asm volatile("" : "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])::"memory");
+#else
+    (void)d, (void)n;
+#endif
+}
+static __device__ void tfm__cu_wg_fence(void) {
+#if defined(TFM_CUDA_EMULATION)
+    tfm_emu_wgmma_fence();
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+static __device__ void tfm__cu_wg_commit(void) {
+#if defined(TFM_CUDA_EMULATION)
+    tfm_emu_wgmma_commit();
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+static __device__ void tfm__cu_wg_wait(float (*d)[4], int n) {
+#if defined(TFM_CUDA_EMULATION)
+    tfm_emu_wgmma_wait();
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+    tfm__cu_wg_hold(d, n);
+}
+/* fence.proxy.async for shared memory: this thread's writes to it, before the barrier after them, are seen
+   by the products (which read through the async proxy) */
+static __device__ void tfm__cu_wg_proxy(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(TFM_CUDA_EMULATION)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+/* The warpgroup's d += A B, m64n64k16: a the warp's registers of A (tfm__cu_mma_a's), B from the descriptor b,
+   K-major (TRANS 0: B's columns stored as rows, as keys for Q K^T) or N-major (TRANS 1: B's rows stored as they
+   are, as values for P V); d 8 accumulator tiles. The whole warpgroup calls it, with the same b. */
+#define TFM__WG_D(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+template <int TRANS>
+static __device__ void tfm__cu_wgmma64(float d[8][4], const uint32_t a[4], uint64_t b) {
+#if defined(TFM_CUDA_EMULATION)
+    tfm_emu_wgmma(&d[0][0], 64, a, b, TRANS);
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+                 "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
+                 : TFM__WG_D(0), TFM__WG_D(1), TFM__WG_D(2), TFM__WG_D(3), TFM__WG_D(4), TFM__WG_D(5), TFM__WG_D(6),
+                   TFM__WG_D(7)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TRANS), "r"(1));
+#else
+    (void)d, (void)a, (void)b;
+#endif
+}
+#undef TFM__WG_D
+
+/* The block's s = A B^T for its 64 rows on the warpgroup (tfm__cu_mma_rows' product, heads of exactly TD
+   padded channels: a sequence of products that the channels' count could cut short makes ptxas serialize
+   them): A warp w's 16 rows of TD channels from pa (rows of ld), B^T the TFM__CU_FB keys of the core-matrix
+   tile kt (tfm__cu_tile_at's cm: B K-major, 128 bytes from 8 channels to the next, 16 TD from 8 keys to the
+   next); s overwritten */
+template <int TD>
+static __device__ void tfm__cu_wg_rows(float s[TFM__CU_FB / 8][4], const uint16_t *pa, int ld, const uint16_t *kt) {
+    uint32_t a[TD / 16][4];
+    int n, kk;
+    TFM__UNROLL
+    for (n = 0; n < TFM__CU_FB / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    TFM__UNROLL
+    for (kk = 0; kk < TD / 16; kk++) tfm__cu_mma_a(a[kk], pa + 16 * kk, ld);
+    tfm__cu_wg_fence();
+    tfm__cu_wg_hold(s, TFM__CU_FB / 8);
+    TFM__UNROLL
+    for (kk = 0; kk < TD / 16; kk++) tfm__cu_wgmma64<0>(s, a[kk], tfm__cu_wg_desc(kt + 128 * kk, 128u, 16u * TD));
+    tfm__cu_wg_commit();
+    tfm__cu_wg_wait(s, TFM__CU_FB / 8);
+}
+
+/* The block's acc += P B on the warpgroup (tfm__cu_mma_sum's product over the TFM__CU_FB keys of a tile): P the
+   accumulator tiles sc rounded to bf16, B the keys' TD channels in the core-matrix tile vt (N-major: 16 TD
+   bytes from 8 keys to the next, 128 from 8 channels to the next); 64 channels an instruction */
+template <int TD>
+static __device__ void tfm__cu_wg_sum(float acc[TD / 8][4], const float (*sc)[4], const uint16_t *vt) {
+    uint32_t pa[TFM__CU_FB / 16][4];
+    int n, kk;
+    TFM__UNROLL
+    for (kk = 0; kk < TFM__CU_FB / 16; kk++) tfm__cu_mma_a_acc(pa[kk], sc[2 * kk], sc[2 * kk + 1]);
+    tfm__cu_wg_fence();
+    tfm__cu_wg_hold(acc, TD / 8);
+    TFM__UNROLL
+    for (kk = 0; kk < TFM__CU_FB / 16; kk++)
+        TFM__UNROLL
+        for (n = 0; n < TD; n += 64) tfm__cu_wgmma64<1>(acc + n / 8, pa[kk], tfm__cu_wg_desc(vt + 16 * kk * TD + 8 * n, 16u * TD, 128u));
+    tfm__cu_wg_commit();
+    tfm__cu_wg_wait(acc, TD / 8);
+}
+
 /* The dynamic shared memory from its first 128-byte boundary */
 static __device__ unsigned char *tfm__cu_flash_base(unsigned char *raw) {
     return (unsigned char *)(((uintptr_t)raw + 127) & ~(uintptr_t)127);
@@ -7213,15 +7361,16 @@ static __device__ tfm__cu_fq tfm__cu_fq_at(const tfm__attn_args *a) {
 }
 
 /* The key/value tile of a forward or dq block from key j on that some row of the block sees (tiles in every
-   row's window gap skipped) into dst (K's tile, then V's), copied without waiting (tfm__cu_ftile's async) and
-   committed as one group (an empty one past the last tile); returns its first key, or f->n_max */
+   row's window gap skipped) into dst (K's tile, then V's, TFM__CU_FB rows of ldh apart; cm: in core matrices),
+   copied without waiting (tfm__cu_ftile's async) and committed as one group (an empty one past the last tile);
+   returns its first key, or f->n_max */
 static __device__ int tfm__cu_flash_kv(const tfm__attn_args *a, const tfm__cu_fq *f, uint16_t *dst, const float *k,
-                                       const float *v, int j, int ldh, int Dp) {
+                                       const float *v, int j, int ldh, int Dp, int cm) {
     while (j < f->n_max && j >= a->sinks && j + TFM__MIN(TFM__CU_FB, f->n_max - j) <= f->lo_min) j += TFM__CU_FB;
     if (j < f->n_max) {
         int nk = TFM__MIN(TFM__CU_FB, f->n_max - j);
-        tfm__cu_ftile(dst, ldh, k, f->kh + (int64_t)j * a->ldk, a->ldk, nk, a->D, Dp, a->qkv_bf, 1);
-        tfm__cu_ftile(dst + TFM__CU_FB * ldh, ldh, v, f->vh + (int64_t)j * a->ldv, a->ldv, nk, a->D, Dp, a->qkv_bf, 1);
+        tfm__cu_ftile(dst, ldh, k, f->kh + (int64_t)j * a->ldk, a->ldk, nk, a->D, Dp, a->qkv_bf, 1, cm);
+        tfm__cu_ftile(dst + TFM__CU_FB * ldh, ldh, v, f->vh + (int64_t)j * a->ldv, a->ldv, nk, a->D, Dp, a->qkv_bf, 1, cm);
     }
     tfm__cu_cp_commit();
     return j;
@@ -7263,7 +7412,9 @@ static __device__ float tfm__cu_flash_row(const tfm__attn_args *a, float sc[TFM_
    the A operand of O += P V as they are, the accumulators' layout being the A operand's for 16 of the keys;
    O stays in registers to the end. A lane holds rows 16 w + g and 16 w + g + 8 (g = lane / 4), keys and
    channels 8 n + 2 t, 8 n + 2 t + 1 of each 8 (t = lane % 4); its share of a row's sum of probabilities is
-   added over its 4 lanes at the end. */
+   added over its 4 lanes at the end. Built for sm_90a (TFM__CU_WG_ON) and for heads whose channels pad to
+   exactly TD (49-64, 113-128), the two products are the warpgroup's (tfm__cu_wg_rows, tfm__cu_wg_sum; the key
+   and value tiles in core matrices), with the same registers. */
 template <int TD>
 static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, const float *k, const float *v, float *out,
                                              float *lse, const int32_t *lens, const float *mask) {
@@ -7271,7 +7422,7 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
     TFM__SHARED_DYN(unsigned char, raw);
     int D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, F = TFM__CU_FB, lane = (int)threadIdx.x & 31;
     int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3, r, x, c, n, kk, j0, bh, b, h, i0, n_max;
-    int jn, buf;
+    int jn, buf, cm = TFM__CU_WG_ON && Dp == TD;
     uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *skv = sq + F * ldh; /* then 2 x (K, V) */
     float o[TD / 8][4], sc[TFM__CU_FB / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     int iq[2], nv[2], lo[2];
@@ -7287,16 +7438,18 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
     }
     TFM__UNROLL
     for (n = 0; n < TD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    j0 = tfm__cu_flash_kv(&a, &f, skv, k, v, 0, ldh, Dp);
-    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf, 0);
+    j0 = tfm__cu_flash_kv(&a, &f, skv, k, v, 0, ldh, Dp, cm);
+    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf, 0, 0);
     for (buf = 0; j0 < n_max; j0 = jn, buf ^= 1) {
         int nk = TFM__MIN(F, n_max - j0);
         const uint16_t *sk = skv + 2 * buf * F * ldh, *sv = sk + F * ldh;
         __syncthreads(); /* every warp is done with the other buffer: the next tile goes there as this one runs */
-        jn = tfm__cu_flash_kv(&a, &f, skv + 2 * (buf ^ 1) * F * ldh, k, v, j0 + F, ldh, Dp);
+        jn = tfm__cu_flash_kv(&a, &f, skv + 2 * (buf ^ 1) * F * ldh, k, v, j0 + F, ldh, Dp, cm);
         tfm__cu_cp_wait(1);
+        if (cm) tfm__cu_wg_proxy();
         __syncthreads();
-        tfm__cu_mma_rows<TD>(sc, sq + 16 * w * ldh, sk, ldh, Dp); /* S = Q K^T for the tile's keys */
+        if (cm) tfm__cu_wg_rows<TD>(sc, sq + 16 * w * ldh, ldh, sk); /* S = Q K^T for the tile's keys */
+        else tfm__cu_mma_rows<TD>(sc, sq + 16 * w * ldh, sk, ldh, Dp);
         TFM__UNROLL
         for (r = 0; r < 2; r++) { /* the online softmax of each row: scores to probabilities in place */
             float bm, mn, alpha = 1.0f;
@@ -7322,9 +7475,12 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
                 for (n = 0; n < TD / 8; n++) o[n][2 * r] *= alpha, o[n][2 * r + 1] *= alpha;
             }
         }
-        TFM__UNROLL
-        for (kk = 0; kk < TFM__CU_FB / 16; kk++) /* O += P V over keys 16 kk..: P's A operand from S's registers */
-            tfm__cu_mma_sum<TD>(o, sc[2 * kk], sc[2 * kk + 1], sv + 16 * kk * ldh, ldh, Dp);
+        if (cm) tfm__cu_wg_sum<TD>(o, sc, sv); /* O += P V: P's A operand from S's registers */
+        else {
+            TFM__UNROLL
+            for (kk = 0; kk < TFM__CU_FB / 16; kk++) /* (over keys 16 kk ..) */
+                tfm__cu_mma_sum<TD>(o, sc[2 * kk], sc[2 * kk + 1], sv + 16 * kk * ldh, ldh, Dp);
+        }
     }
     TFM__UNROLL
     for (r = 0; r < 2; r++) {
@@ -7391,14 +7547,14 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
     }
     TFM__UNROLL
     for (n = 0; n < TD / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    j0 = tfm__cu_flash_kv(&a, &f, skv, k, v, 0, ldh, Dp);
-    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf, 0);
-    tfm__cu_ftile(sdo, ldh, dout, ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, f.nq, D, Dp, a.dout_bf == 2, 0);
+    j0 = tfm__cu_flash_kv(&a, &f, skv, k, v, 0, ldh, Dp, 0);
+    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf, 0, 0);
+    tfm__cu_ftile(sdo, ldh, dout, ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, f.nq, D, Dp, a.dout_bf == 2, 0, 0);
     for (buf = 0; j0 < n_max; j0 = jn, buf ^= 1) {
         int nk = TFM__MIN(F, n_max - j0);
         const uint16_t *sk = skv + 2 * buf * F * ldh, *sv = sk + F * ldh;
         __syncthreads(); /* as the forward's */
-        jn = tfm__cu_flash_kv(&a, &f, skv + 2 * (buf ^ 1) * F * ldh, k, v, j0 + F, ldh, Dp);
+        jn = tfm__cu_flash_kv(&a, &f, skv + 2 * (buf ^ 1) * F * ldh, k, v, j0 + F, ldh, Dp, 0);
         tfm__cu_cp_wait(1);
         __syncthreads();
         tfm__cu_mma_rows<TD>(sc, sq + 16 * w * ldh, sk, ldh, Dp); /* S = Q K^T and dP = dout V^T for the tile's keys */
@@ -7438,9 +7594,9 @@ static __device__ void tfm__cu_flash_qd(const tfm__attn_args *a, uint16_t *dst, 
                                         int i1, int ldh, int Dp) {
     int F = TFM__CU_FB, nq = TFM__MIN(F, i1 - q0), x = (int)threadIdx.x, it = q0 + x;
     int64_t e = (int64_t)(b * a->H + h) * a->Tq + it;
-    tfm__cu_ftile(dst, ldh, q, ((int64_t)b * a->Tq + q0) * a->ldq + h * a->D, a->ldq, nq, a->D, Dp, a->qkv_bf, 1);
+    tfm__cu_ftile(dst, ldh, q, ((int64_t)b * a->Tq + q0) * a->ldq + h * a->D, a->ldq, nq, a->D, Dp, a->qkv_bf, 1, 0);
     tfm__cu_ftile(dst + F * ldh, ldh, dout, ((int64_t)b * a->Tq + q0) * lddo + h * a->D, lddo, nq, a->D, Dp, a->dout_bf == 2,
-                  1);
+                  1, 0);
     if (x < F) {
         int *sn = (int *)(void *)(st + 3 * F);
         st[x] = x < nq ? lse[e] : -INFINITY;
@@ -7508,8 +7664,8 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
     nqt = i1 > i_lo ? (i1 - i_lo + F - 1) / F : 0, np = G * nqt;
     if (np) tfm__cu_flash_qd(&a, sqd, sst, q, dout, lddo, lse, Dr, one, b, kvh * G, i_lo, i1, ldh, Dp);
     tfm__cu_cp_commit();
-    tfm__cu_ftile(sk, ldh, k, ((int64_t)b * a.Tk + j0) * a.ldk + kvh * D, a.ldk, nk, D, Dp, a.qkv_bf, 0);
-    tfm__cu_ftile(sv, ldh, v, ((int64_t)b * a.Tk + j0) * a.ldv + kvh * D, a.ldv, nk, D, Dp, a.qkv_bf, 0);
+    tfm__cu_ftile(sk, ldh, k, ((int64_t)b * a.Tk + j0) * a.ldk + kvh * D, a.ldk, nk, D, Dp, a.qkv_bf, 0, 0);
+    tfm__cu_ftile(sv, ldh, v, ((int64_t)b * a.Tk + j0) * a.ldv + kvh * D, a.ldv, nk, D, Dp, a.qkv_bf, 0, 0);
     for (p = 0, buf = 0; p < np; p++, buf ^= 1) {
         int h = kvh * G + p / nqt, bh = b * a.H + h, q0 = i_lo + p % nqt * F;
         const uint16_t *sq = sqd + 2 * buf * F * ldh, *sdo = sq + F * ldh;

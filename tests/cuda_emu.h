@@ -42,7 +42,9 @@
    registers of A, B, C by the PTX ISA's layout; the first lane past computes D for the warp from what
    every lane left (as mma_sync does) and each takes its own 4 elements, so a kernel that puts an element
    in the wrong lane or register gets a wrong sum, as on a GPU; ldmatrix's x4 forms likewise
-   (tfm_emu_ldsm). Asynchronous copies to shared memory
+   (tfm_emu_ldsm), and Hopper's warpgroup product (wgmma: tfm_emu_wgmma, over a block of 128 threads, its B
+   read from shared memory through the descriptor as the PTX ISA lays it out; its registers NaN until the
+   thread waits for it). Asynchronous copies to shared memory
    (cp.async: tfm_emu_cp_async16, _commit, _wait) are done as late as a GPU may do them (below).
 
    WHAT IT CHECKS (an abort prints "tfm_emu: ..." with the kernel, block and thread)
@@ -352,7 +354,8 @@ struct cudaDeviceProp {
 /* ==== state ==== everything the emulation keeps, in one object */
 
 enum { TFM_EMU__RUN, TFM_EMU__SYNC, TFM_EMU__WARP, TFM_EMU__DONE };               /* fiber states */
-enum { TFM_EMU__B_SYNC, TFM_EMU__B_COUNT, TFM_EMU__B_AND, TFM_EMU__B_OR };          /* __syncthreads kinds */
+enum { TFM_EMU__B_SYNC, TFM_EMU__B_COUNT, TFM_EMU__B_AND, TFM_EMU__B_OR,            /* __syncthreads kinds, */
+       TFM_EMU__B_WGMMA };                                                       /* and a warpgroup's wgmma */
 enum { TFM_EMU__W_SYNC, TFM_EMU__W_IDX, TFM_EMU__W_UP, TFM_EMU__W_DOWN, TFM_EMU__W_XOR, /* warp ops */
        TFM_EMU__W_BALLOT, TFM_EMU__W_ANY, TFM_EMU__W_ALL,
        TFM_EMU__W_FILL, TFM_EMU__W_LOAD, TFM_EMU__W_STORE, TFM_EMU__W_MMA, /* from W_FILL: nvcuda::wmma */
@@ -379,6 +382,20 @@ struct tfm_emu__fiber {   /* one thread of the running block */
     uint64_t wa, wb;      /* wmma: the arguments the whole warp must pass alike (pointer or value; ldm, layout) */
     void *fake;           /* ASan's fake stack while switched out */
 };
+/* a warpgroup product (wgmma) of the running block: the call's site and operands (B read from shared memory
+   by the first thread to arrive), each thread's registers of A and C, and D (computed by the first past) */
+struct tfm_emu__wg_stage {
+    int left;                      /* threads still to take D (0: the next thread past is the first) */
+    const char *file;
+    int line, n, trans;
+    uint64_t desc;
+    uint16_t b[16][256];           /* B, K 16 x N */
+    uint32_t a[128][4];
+    float c[128][128], d[128][128];
+};
+/* a thread's wgmma whose D it has not waited for: its registers (d, n / 2 of them), their values then, and
+   the commit group it belongs to */
+struct tfm_emu__wg_pending { float *d; int n; unsigned group; float v[128]; };
 struct tfm_emu__alloc { size_t size; bool pinned; };          /* cudaMalloc / cudaMallocHost block */
 struct tfm_emu__cp { unsigned group; void *dst; const void *src; }; /* a cp.async of 16 bytes */
 struct tfm_emu__fault { std::string api; int code, skip; };
@@ -432,6 +449,7 @@ struct tfm_emu__state {
     unsigned long long gemm_ex_bf16 = 0;              /* cublasGemmEx calls on bf16 operands */
     unsigned long long lt_bias = 0;                   /* cublasLtMatmul calls with the bias epilogue that ran */
     unsigned long long lt_bf16_out = 0;               /* cublasLtMatmul calls with a bf16 result that ran */
+    unsigned long long wgmma = 0;                     /* warpgroup products (wgmma) that ran */
     std::vector<tfm_emu__fault> faults;
     std::map<uintptr_t, tfm_emu__alloc> allocs;       /* by base address */
     std::set<const void *> streams, events, handles;  /* live CUstream_st, CUevent_st, cublasContext,
@@ -469,6 +487,9 @@ struct tfm_emu__state {
     tfm_emu__wmma_stage wmma[32];                     /* one per warp of the running block */
     std::vector<tfm_emu__cp> cp[1024];                /* per thread, its asynchronous copies not yet done */
     unsigned cp_groups[1024] = {};                    /* per thread, the groups of them it has committed */
+    tfm_emu__wg_stage wg;                             /* the block's warpgroup product under way */
+    std::vector<tfm_emu__wg_pending> wgp[128];        /* per thread, its wgmma results not yet waited for */
+    unsigned wg_groups[128] = {};                     /* per thread, the wgmma groups it has committed */
     ~tfm_emu__state() {
         if (in_kernel) return; /* exit() from a kernel: the stacks stay, it runs on one */
         size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -532,6 +553,8 @@ static inline unsigned long long tfm_emu_launches(void) { return tfm_emu__g.laun
 static inline unsigned long long tfm_emu_copies(void) { return tfm_emu__g.copies; }
 /* cublasGemmEx and cublasGemmStridedBatchedEx calls with bf16 operands so far */
 static inline unsigned long long tfm_emu_gemm_bf16_calls(void) { return tfm_emu__g.gemm_ex_bf16; }
+/* warpgroup products (wgmma, a warpgroup's one instruction) that ran so far */
+static inline unsigned long long tfm_emu_wgmma_calls(void) { return tfm_emu__g.wgmma; }
 /* cublasLtMatmul calls with the bias epilogue that ran so far (a graph's replays included) */
 static inline unsigned long long tfm_emu_lt_bias_calls(void) { return tfm_emu__g.lt_bias; }
 /* ... and those of them with a bf16 result (CUDA_R_16BF D) */
@@ -775,7 +798,7 @@ static inline void tfm_emu__release_block(void) {
 }
 static inline void tfm_emu__describe(char *buf, size_t size, int i) {
     const tfm_emu__fiber &f = tfm_emu__g.fibers[i];
-    const char *what = f.state == TFM_EMU__SYNC ? "__syncthreads" : tfm_emu__wname[f.op];
+    const char *what = f.state != TFM_EMU__SYNC ? tfm_emu__wname[f.op] : f.op == TFM_EMU__B_WGMMA ? "wgmma" : "__syncthreads";
     snprintf(buf, size, "thread (%u,%u,%u) waits at %s at %s:%d", f.tid.x, f.tid.y, f.tid.z, what, f.file, f.line);
 }
 
@@ -950,6 +973,8 @@ static inline void tfm_emu__run_block(void) {
     }
     memset(g.lanes, 0, sizeof g.lanes);
     memset(g.cp_groups, 0, sizeof g.cp_groups);
+    memset(g.wg_groups, 0, sizeof g.wg_groups);
+    g.wg.left = 0;
     for (int i = 0; i < g.nthreads; i++) {
         tfm_emu__fiber &f = g.fibers[i];
         f.state = TFM_EMU__RUN;
@@ -978,6 +1003,12 @@ static inline void tfm_emu__run_block(void) {
         if (!g.cp[i].empty())
             tfm_emu__fatal("thread (%u,%u,%u) returned with an asynchronous copy (cp.async) it never waited for",
                            g.fibers[i].tid.x, g.fibers[i].tid.y, g.fibers[i].tid.z);
+    for (int i = 0; i < g.nthreads && i < 128; i++)
+        if (!g.wgp[i].empty()) {
+            g.wgp[i].clear();
+            tfm_emu__fatal("thread (%u,%u,%u) returned with a warpgroup product (wgmma) it never waited for",
+                           g.fibers[i].tid.x, g.fibers[i].tid.y, g.fibers[i].tid.z);
+        }
     for (size_t i = 0; i < g.pieces.size(); i++) free(g.pieces[i].p);
     g.pieces.clear();
     g.static_bytes = 0;
@@ -1539,6 +1570,132 @@ static inline void tfm_emu__ldsm(const tfm_emu__at &at, uint32_t r[4], const voi
     memcpy(r, s.rl[lane], sizeof s.rl[lane]);
 }
 #define tfm_emu_ldsm(r, p, trans) tfm_emu__ldsm(tfm_emu__at{__FILE__, __LINE__}, r, p, trans)
+
+/* ==== device built-ins: Hopper's warpgroup products (wgmma, sm_90a) ====
+   What the header's inline PTX runs on a GPU built for sm_90a:
+   - tfm_emu_smem_addr(p): a shared-memory address as __cvta_generic_to_shared gives it; here p's offset in
+     the dynamic shared memory (the only shared memory a descriptor may point into here, else it aborts);
+   - tfm_emu_wgmma(d, n, a, desc, trans): wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 with A from
+     registers, scale-d 1 (D = A B + D), n a multiple of 8 up to 256. A warpgroup op: the block must be one
+     warpgroup (128 threads, none returned) and all of them at the same call, with the same n, trans and
+     descriptor. A (64 x 16) and D (64 x n) are spread over the threads as mma.sync's m16n8k16 spreads its
+     16 rows over a warp, warp w holding rows 16 w .. 16 w + 15 (D: n / 8 tiles of 8 columns, 4 registers
+     each); B (16 x n, bf16) is read from shared memory through the descriptor, as the PTX ISA lays out its
+     canonical forms without swizzling: bits 0-13 the start address / 16, 16-29 the leading byte offset / 16
+     (LBO: from one 8 x 8 core matrix to the next along K), 32-45 the stride byte offset / 16 (SBO: along
+     N), the base offset (49-51) and the swizzle mode (62-63) 0, else it aborts. A core matrix is 8 rows of
+     16 contiguous bytes, 128 contiguous bytes in all: B[k][n] at start + (n % 8) 16 + (n / 8) SBO + (k % 8)
+     2 + (k / 8) LBO (trans 0: K-major, a column's 8 elements along K side by side), or at start + (n % 8) 2
+     + (n / 8) SBO + (k % 8) 16 + (k / 8) LBO (trans 1: N-major, a row's 8 along N side by side). B is read
+     when the first thread arrives (an operand another warp writes must be there before a barrier that
+     comes earlier); D is computed when all have (each element c + the 16 products in order of k, in fp32,
+     as tfm_emu_mma16816 sums: the products of bf16 values are exact), and a thread's registers d turn NaN
+     until it waits for the product: tfm_emu_wgmma_commit() closes a group (wgmma.commit_group),
+     tfm_emu_wgmma_wait() (wgmma.wait_group 0) completes every group committed. A product on registers
+     whose earlier product is still pending adds to that one's result, as a GPU chains products on the same
+     accumulators. A thread that returns with one pending aborts. Not modelled: wgmma.fence (a register
+     written between products without one, and shared memory written without fence.proxy.async, pass here).
+*/
+static inline uint32_t tfm_emu_smem_addr(const void *p) {
+    tfm_emu__state &g = tfm_emu__g;
+    (void)tfm_emu__self("__cvta_generic_to_shared");
+    if (!g.dyn || (uintptr_t)p < (uintptr_t)g.dyn || (uintptr_t)p >= (uintptr_t)g.dyn + g.dyn_bytes)
+        tfm_emu__fatal("__cvta_generic_to_shared(%p): only the dynamic shared memory has shared addresses here", p);
+    return (uint32_t)((uintptr_t)p - (uintptr_t)g.dyn);
+}
+static inline void tfm_emu_wgmma_fence(void) { (void)tfm_emu__self("wgmma.fence"); }
+static inline void tfm_emu_wgmma_commit(void) {
+    (void)tfm_emu__self("wgmma.commit_group");
+    tfm_emu__g.wg_groups[tfm_emu__g.cur]++;
+}
+static inline void tfm_emu_wgmma_wait(void) {
+    tfm_emu__state &g = tfm_emu__g;
+    (void)tfm_emu__self("wgmma.wait_group");
+    std::vector<tfm_emu__wg_pending> &q = g.wgp[g.cur];
+    size_t k = 0;
+    for (size_t i = 0; i < q.size(); i++) {
+        if (q[i].group < g.wg_groups[g.cur]) memcpy(q[i].d, q[i].v, (size_t)q[i].n / 2 * sizeof(float));
+        else q[k++] = q[i];
+    }
+    q.resize(k);
+}
+/* B's element (k, n) of the product at the stage's descriptor, read from the dynamic shared memory */
+static inline uint16_t tfm_emu__wg_b(const tfm_emu__at &at, const tfm_emu__wg_stage &s, int k, int n) {
+    tfm_emu__state &g = tfm_emu__g;
+    uint64_t d = s.desc, start = (d & 0x3FFF) << 4, lbo = (d >> 16 & 0x3FFF) << 4, sbo = (d >> 32 & 0x3FFF) << 4;
+    uint64_t off = start + (uint64_t)(n / 8) * sbo + (uint64_t)(k / 8) * lbo +
+                   (s.trans ? (uint64_t)(n % 8) * 2 + (uint64_t)(k % 8) * 16 : (uint64_t)(n % 8) * 16 + (uint64_t)(k % 8) * 2);
+    uint16_t v;
+    if (off + 2 > g.dyn_bytes)
+        tfm_emu__fatal("%s:%d: wgmma: B's element (%d, %d) lies at shared address %llu, past the %zu bytes of dynamic shared "
+                       "memory (descriptor 0x%016llx)", at.file, at.line, k, n, (unsigned long long)off, g.dyn_bytes,
+                       (unsigned long long)d);
+    memcpy(&v, (const char *)g.dyn + off, 2);
+    return v;
+}
+static inline void tfm_emu__wgmma(const tfm_emu__at &at, float *d, int n, const uint32_t a[4], uint64_t desc, int trans) {
+    tfm_emu__state &g = tfm_emu__g;
+    (void)tfm_emu__self("wgmma.mma_async");
+    tfm_emu__wg_stage &s = g.wg;
+    int i = g.cur, first = g.n_sync == 0;
+    if (g.nthreads != 128 || g.n_live != 128)
+        tfm_emu__fatal("%s:%d: wgmma: the emulation runs warpgroup products in blocks of one warpgroup, 128 threads none "
+                       "of which has returned (%d threads, %d live)", at.file, at.line, g.nthreads, g.n_live);
+    if (n < 8 || n > 256 || n % 8 || (desc & (0x7ull << 49 | 0x3ull << 62)))
+        tfm_emu__fatal("%s:%d: wgmma: n = %d (a multiple of 8 in [8, 256]), descriptor 0x%016llx (base offset and swizzle "
+                       "must be 0 here)", at.file, at.line, n, (unsigned long long)desc);
+    if (first) {
+        s.file = at.file, s.line = at.line, s.n = n, s.trans = trans != 0, s.desc = desc;
+        for (int k = 0; k < 16; k++)
+            for (int c = 0; c < n; c++) s.b[k][c] = tfm_emu__wg_b(at, s, k, c);
+    } else if (s.n != n || s.trans != (trans != 0) || s.desc != desc)
+        tfm_emu__fatal("%s:%d: wgmma: thread %d asks for n = %d, trans %d, descriptor 0x%016llx where the warpgroup's first "
+                       "asked for n = %d, trans %d, descriptor 0x%016llx", at.file, at.line, i, n, trans,
+                       (unsigned long long)desc, s.n, s.trans, (unsigned long long)s.desc);
+    memcpy(s.a[i], a, sizeof s.a[i]);
+    memcpy(s.c[i], d, (size_t)n / 2 * sizeof(float));
+    std::vector<tfm_emu__wg_pending> &q = g.wgp[i];
+    for (size_t e = 0; e < q.size(); e++) /* chained on a pending product's registers: its result is C */
+        if (q[e].d == d) {
+            memcpy(s.c[i], q[e].v, (size_t)n / 2 * sizeof(float));
+            q.erase(q.begin() + (long)e);
+            break;
+        }
+    (void)tfm_emu__barrier(at.file, at.line, TFM_EMU__B_WGMMA, 0);
+    if (s.left == 0) { /* the first past: D for the warpgroup */
+        static float A[64][16], B[16][256], C[64][256];
+        for (int t = 0; t < 128; t++) {
+            int w = t >> 5, l = t & 31, r = 16 * w + (l >> 2), k = 2 * (l & 3);
+            for (int h = 0; h < 2; h++) {
+                A[r][k + h] = tfm_emu__bf16_float((uint16_t)(s.a[t][0] >> 16 * h));
+                A[r + 8][k + h] = tfm_emu__bf16_float((uint16_t)(s.a[t][1] >> 16 * h));
+                A[r][k + 8 + h] = tfm_emu__bf16_float((uint16_t)(s.a[t][2] >> 16 * h));
+                A[r + 8][k + 8 + h] = tfm_emu__bf16_float((uint16_t)(s.a[t][3] >> 16 * h));
+            }
+            for (int j = 0; j < s.n / 8; j++)
+                for (int h = 0; h < 2; h++) C[r][8 * j + k + h] = s.c[t][4 * j + h], C[r + 8][8 * j + k + h] = s.c[t][4 * j + 2 + h];
+        }
+        for (int k = 0; k < 16; k++)
+            for (int c = 0; c < s.n; c++) B[k][c] = tfm_emu__bf16_float(s.b[k][c]);
+        for (int r = 0; r < 64; r++)
+            for (int c = 0; c < s.n; c++)
+                for (int k = 0; k < 16; k++) C[r][c] += A[r][k] * B[k][c];
+        for (int t = 0; t < 128; t++) {
+            int w = t >> 5, l = t & 31, r = 16 * w + (l >> 2), k = 2 * (l & 3);
+            for (int j = 0; j < s.n / 8; j++)
+                for (int h = 0; h < 2; h++) s.d[t][4 * j + h] = C[r][8 * j + k + h], s.d[t][4 * j + 2 + h] = C[r + 8][8 * j + k + h];
+        }
+        s.left = 128;
+        g.wgmma++;
+    }
+    s.left--;
+    tfm_emu__wg_pending p;
+    p.d = d, p.n = n, p.group = g.wg_groups[i];
+    memcpy(p.v, s.d[i], (size_t)n / 2 * sizeof(float));
+    q.push_back(p);
+    memset(d, 0xFF, (size_t)n / 2 * sizeof(float)); /* NaN until the thread waits */
+}
+#define tfm_emu_wgmma(d, n, a, desc, trans) tfm_emu__wgmma(tfm_emu__at{__FILE__, __LINE__}, d, n, a, desc, trans)
 
 /* ==== device built-ins: atomics, math, bit tricks ==== (blocks run one at a time: plain updates) */
 

@@ -4712,6 +4712,101 @@ static void cu_mma16816(void) {
     cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD), cudaFree(dbits);
 }
 
+/* One warpgroup: D = A B + C through tfm__cu_wgmma64, A 64 x 16 (each lane's registers loaded by the layout
+   tfm__cu_mma16816 documents, warp w's rows 16 w ..), B 16 x 64 in shared memory in the flash forward's
+   core-matrix tiles of 64 channels (tfm__cu_tile_at's cm): as keys (B's columns as the tile's rows, K-major:
+   TRANS 0) for D0 and as values (B's rows as the tile's rows, N-major: TRANS 1) for D1, through the
+   descriptors the kernel makes (tfm__cu_wg_desc); C and the Ds 64 x 64, row-major. on[0] says whether the
+   build runs wgmma (TFM__CU_WG_ON). */
+static __global__ void cu_k_wgmma(const uint16_t *A, const uint16_t *B, const float *C, float *D0, float *D1, int *on) {
+    TFM__SHARED_DYN(unsigned char, raw);
+    uint16_t *sk = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sv = sk + 64 * 64;
+    int tid = (int)threadIdx.x, lane = tid & 31, r = 16 * (tid >> 5) + (lane >> 2), t = lane & 3, x, h, n;
+    uint32_t a[4] = {0u, 0u, 0u, 0u};
+    float d0[8][4], d1[8][4];
+    if (tid == 0) on[0] = TFM__CU_WG_ON;
+    if (TFM__CU_WG_ON) {
+        for (x = tid; x < 16 * 64; x += 128) {
+            int k = x / 64, c = x % 64;
+            sk[tfm__cu_tile_at(c, k, 0, 64, 1)] = B[x];
+            sv[tfm__cu_tile_at(k, c, 0, 64, 1)] = B[x];
+        }
+        tfm__cu_wg_proxy();
+        __syncthreads();
+        for (h = 0; h < 2; h++) {
+            a[0] |= (uint32_t)A[r * 16 + 2 * t + h] << 16 * h;
+            a[1] |= (uint32_t)A[(r + 8) * 16 + 2 * t + h] << 16 * h;
+            a[2] |= (uint32_t)A[r * 16 + 2 * t + 8 + h] << 16 * h;
+            a[3] |= (uint32_t)A[(r + 8) * 16 + 2 * t + 8 + h] << 16 * h;
+        }
+        for (n = 0; n < 8; n++)
+            for (h = 0; h < 4; h++) d0[n][h] = d1[n][h] = C[(r + 8 * (h >> 1)) * 64 + 8 * n + 2 * t + (h & 1)];
+        tfm__cu_wg_fence();
+        tfm__cu_wgmma64<0>(d0, a, tfm__cu_wg_desc(sk, 128u, 16u * 64));
+        tfm__cu_wgmma64<1>(d1, a, tfm__cu_wg_desc(sv, 16u * 64, 128u));
+        tfm__cu_wg_commit();
+        tfm__cu_wg_wait(d0, 8);
+        tfm__cu_wg_hold(d1, 8);
+        for (n = 0; n < 8; n++)
+            for (h = 0; h < 4; h++) {
+                int e = (r + 8 * (h >> 1)) * 64 + 8 * n + 2 * t + (h & 1);
+                D0[e] = d0[n][h], D1[e] = d1[n][h];
+            }
+    }
+}
+
+/* Hopper's warpgroup product as the flash forward runs it (built for sm_90a), against the product on the host:
+   small integers, every sum exact (as in cu_mma16816), each element distinct, so that an element read from
+   the wrong place in shared memory (a descriptor's offsets or the core matrices' layout misread) or left in
+   the wrong register shows. On a GPU this checks the PTX ISA's layouts as the header reads them; under the
+   emulation, the emulation's. Skipped where the build has no wgmma. */
+static void cu_wgmma(void) {
+    uint16_t hA[64 * 16], hB[16 * 64], *dA = NULL, *dB = NULL;
+    float hC[64 * 64], hD[2][64 * 64], *dC = NULL, *dD0 = NULL, *dD1 = NULL;
+    int on = 0, *don = NULL, i, j, k, f;
+    if (!tfm__cu_flash_ok(16)) {
+        printf("    (no bf16 tensor cores here: skipped)\n");
+        return;
+    }
+    for (i = 0; i < 64 * 16; i++) {
+        hA[i] = tfm__bf16((float)((i * 7) % 23 - 11));
+        hB[i] = tfm__bf16((float)((i * 5) % 19 - 9));
+    }
+    for (i = 0; i < 64 * 64; i++) hC[i] = (float)(i * 3 - 6000);
+    CHECK(cudaMalloc((void **)&dA, sizeof hA) == cudaSuccess && cudaMalloc((void **)&dB, sizeof hB) == cudaSuccess &&
+          cudaMalloc((void **)&dC, sizeof hC) == cudaSuccess && cudaMalloc((void **)&dD0, sizeof hD[0]) == cudaSuccess &&
+          cudaMalloc((void **)&dD1, sizeof hD[1]) == cudaSuccess && cudaMalloc((void **)&don, sizeof on) == cudaSuccess);
+    if (dA && dB && dC && dD0 && dD1 && don) {
+        CHECK(cudaMemcpy(dA, hA, sizeof hA, cudaMemcpyHostToDevice) == cudaSuccess &&
+              cudaMemcpy(dB, hB, sizeof hB, cudaMemcpyHostToDevice) == cudaSuccess &&
+              cudaMemcpy(dC, hC, sizeof hC, cudaMemcpyHostToDevice) == cudaSuccess);
+        TFM__LAUNCH(cu_k_wgmma, 1, 128, 128 + 2 * 64 * 64 * sizeof(uint16_t), dA, dB, dC, dD0, dD1, don);
+        CHECK(cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess);
+        CHECK(cudaMemcpy(&on, don, sizeof on, cudaMemcpyDeviceToHost) == cudaSuccess);
+#ifdef TFM_CUDA_EMULATION
+        CHECK_MSG(on, "the emulation runs wgmma unless a test turns it off");
+#endif
+        if (!on) printf("    (built without wgmma, for another target than sm_90a: skipped)\n");
+        else {
+            CHECK(cudaMemcpy(hD[0], dD0, sizeof hD[0], cudaMemcpyDeviceToHost) == cudaSuccess &&
+                  cudaMemcpy(hD[1], dD1, sizeof hD[1], cudaMemcpyDeviceToHost) == cudaSuccess);
+            for (f = 0; f < 2; f++) {
+                int bad = 0;
+                for (i = 0; i < 64; i++)
+                    for (j = 0; j < 64; j++) {
+                        double want = hC[i * 64 + j];
+                        for (k = 0; k < 16; k++) want += (double)cu_bf16_value(hA[i * 16 + k]) * cu_bf16_value(hB[k * 64 + j]);
+                        if ((double)hD[f][i * 64 + j] != want && bad++ < 3)
+                            TEST__FAIL("wgmma, B %s: D[%d][%d] = %g, want %g", f ? "N-major (values: TRANS 1)" : "K-major (keys: TRANS 0)",
+                                       i, j, (double)hD[f][i * 64 + j], want);
+                    }
+                CHECK_MSG(!bad, "wgmma, B %s: %d of 4096 elements of D wrong", f ? "N-major" : "K-major", bad);
+            }
+        }
+    }
+    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD0), cudaFree(dD1), cudaFree(don);
+}
+
 /* y[i] = tfm__cu_fexp(x[i]) */
 static __global__ void cu_k_fexp(const float *x, float *y, int n) {
     int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
@@ -4920,7 +5015,35 @@ static void cu_bf16_attention_case(const cu_bfatt *c) {
     CHECK(tfm__cu_flash_ok(128)); /* the emulation's sm_90, with 227 KiB of shared memory by opt-in */
 #endif
     CHECK_MSG(tfm__attn_path(&a) == (D <= 128 && tfm__cu_flash_ok(D) ? 3 : 2), "%s: takes path %d", name, tfm__attn_path(&a));
+#ifdef TFM_CUDA_EMULATION
+    { /* heads of 49-64 and 113-128 channels: the forward's products on the warpgroup (wgmma), as a GPU built for
+         sm_90a runs them, and by mma.sync (tfm__cu_wg_off), as elsewhere: the same sums in the same order here, so
+         the same outputs and log-sum-exps, bit for bit (on a GPU the bounds below hold the build's own) */
+        unsigned long long n0 = tfm_emu_wgmma_calls(), n1;
+        int wg = tfm__attn_path(&a) == 3 && ((D + 15) / 16 == 4 || (D + 15) / 16 == 8);
+        cu_buf o2 = cu_nan((int64_t)B * Tq * C), l2 = cu_nan((int64_t)B * H * Tq);
+        tfm__attn_args a2 = a;
+        a2.out = o2.d, a2.lse = l2.d;
+        tfm__cu_wg_off = 1;
+        CHECK(tfm__op_attention(TFM_DEVICE_CUDA, &a2));
+        tfm__cu_wg_off = 0;
+        n1 = tfm_emu_wgmma_calls();
+        CHECK(tfm__op_attention(TFM_DEVICE_CUDA, &a));
+        CHECK_MSG(n1 == n0 && (tfm_emu_wgmma_calls() > n1) == wg, "%s: %llu wgmma products switched off, %llu on", name,
+                  n1 - n0, tfm_emu_wgmma_calls() - n1);
+        if (wg) {
+            float *x = cu_fetch(o2.d, o2.n, TFM_DEVICE_CUDA), *y = cu_fetch(out.d, out.n, TFM_DEVICE_CUDA);
+            cu_check_bits_arrays(cu_fmt("%s: out by wgmma and by mma.sync", name), y, x, out.n);
+            free(x), free(y);
+            x = cu_fetch(l2.d, l2.n, TFM_DEVICE_CUDA), y = cu_fetch(lse.d, lse.n, TFM_DEVICE_CUDA);
+            cu_check_bits_arrays(cu_fmt("%s: lse by wgmma and by mma.sync", name), y, x, lse.n);
+            free(x), free(y);
+        }
+        cu_release(&o2, &l2, CU_END);
+    }
+#else
     CHECK(tfm__op_attention(TFM_DEVICE_CUDA, &a));
+#endif
     CHECK(tfm__op_attention_bwd(TFM_DEVICE_CUDA, &a, dq.d, ldq, c->fused ? dq.d + C : dk.d, ldk, c->fused ? dq.d + C + E : dv.d,
                                 ldk, dout.d, C));
     /* the flash kernels write every element of dq, dk and dv: with a.overwrite, into NaN, the bits added
@@ -5855,6 +5978,7 @@ static void suite_device(void) { RUN(cu_device); }
 static void suite_precision(void) {
     RUN(cu_bf16_round);
     RUN(cu_mma16816);
+    RUN(cu_wgmma);
     RUN(cu_fexp);
     RUN(cu_bf16_gemm);
     RUN(cu_bf16_attention);

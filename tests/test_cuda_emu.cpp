@@ -1521,6 +1521,108 @@ static void test_graphs(void) {
     cudaFree(m);
 }
 
+/* ==== Hopper's warpgroup products (tfm_emu_wgmma) ==== */
+
+/* B[k][n] (16 x 24) in the dynamic shared memory by the PTX ISA's canonical layouts without swizzling, from
+   byte `at`, with offsets of the test's own choosing (not those the header uses): K-major (trans 0) with LBO
+   256 and SBO 384, N-major (trans 1) with LBO 1024 and SBO 160 */
+static size_t wg_at(int trans, int k, int n) {
+    return trans ? 2048 + (size_t)(n % 8) * 2 + (size_t)(n / 8) * 160 + (size_t)(k % 8) * 16 + (size_t)(k / 8) * 1024
+                 : (size_t)(n % 8) * 16 + (size_t)(n / 8) * 384 + (size_t)(k % 8) * 2 + (size_t)(k / 8) * 256;
+}
+/* The warpgroup: D = C + A B + A B (two products on the same registers, the second chained on the first
+   before any wait), A 64 x 16 in each lane's registers as mma.sync's m16n8k16 spreads 16 rows over a warp
+   (warp w rows 16 w ..), D in the same registers, 3 tiles of 8 columns; first[t] is what thread t read of
+   its first register between the products and the wait (NaN: not yet there) */
+static __global__ void k_wgmma(const uint16_t *A, const uint16_t *B, const float *C, float *D, float *first, int trans) {
+    unsigned char *sh = (unsigned char *)tfm_emu_dyn_shared();
+    int tid = (int)threadIdx.x, lane = tid & 31, r = 16 * (tid >> 5) + (lane >> 2), t = lane & 3;
+    uint32_t a[4] = {0u, 0u, 0u, 0u};
+    float d[3][4];
+    for (int x = tid; x < 16 * 24; x += 128) memcpy(sh + wg_at(trans, x / 24, x % 24), &B[x], 2);
+    __syncthreads();
+    for (int h = 0; h < 2; h++) {
+        a[0] |= (uint32_t)A[r * 16 + 2 * t + h] << 16 * h;
+        a[1] |= (uint32_t)A[(r + 8) * 16 + 2 * t + h] << 16 * h;
+        a[2] |= (uint32_t)A[r * 16 + 2 * t + 8 + h] << 16 * h;
+        a[3] |= (uint32_t)A[(r + 8) * 16 + 2 * t + 8 + h] << 16 * h;
+    }
+    for (int n = 0; n < 3; n++)
+        for (int h = 0; h < 4; h++) d[n][h] = C[(r + 8 * (h >> 1)) * 24 + 8 * n + 2 * t + (h & 1)];
+    uint64_t desc = (uint64_t)((trans ? 2048 : 0) >> 4) | (uint64_t)((trans ? 1024 : 256) >> 4) << 16 |
+                    (uint64_t)((trans ? 160 : 384) >> 4) << 32;
+    tfm_emu_wgmma_fence();
+    tfm_emu_wgmma(&d[0][0], 24, a, desc, trans);
+    tfm_emu_wgmma(&d[0][0], 24, a, desc, trans);
+    tfm_emu_wgmma_commit();
+    first[tid] = d[0][0];
+    tfm_emu_wgmma_wait();
+    for (int n = 0; n < 3; n++)
+        for (int h = 0; h < 4; h++) D[(r + 8 * (h >> 1)) * 24 + 8 * n + 2 * t + (h & 1)] = d[n][h];
+}
+static void test_wgmma(void) {
+    uint16_t hA[64 * 16], hB[16 * 24], *dA = nullptr, *dB = nullptr;
+    float hC[64 * 24], hD[64 * 24], hf[128], *dC = nullptr, *dD = nullptr, *df = nullptr;
+    for (int i = 0; i < 64 * 16; i++) hA[i] = tfm__bf16((float)((i * 7) % 23 - 11));
+    for (int i = 0; i < 16 * 24; i++) hB[i] = tfm__bf16((float)((i * 5) % 19 - 9));
+    for (int i = 0; i < 64 * 24; i++) hC[i] = (float)(3 * i - 2000);
+    CHECK_CU(cudaMalloc(&dA, sizeof hA), cudaSuccess);
+    CHECK_CU(cudaMalloc(&dB, sizeof hB), cudaSuccess);
+    CHECK_CU(cudaMalloc(&dC, sizeof hC), cudaSuccess);
+    CHECK_CU(cudaMalloc(&dD, sizeof hD), cudaSuccess);
+    CHECK_CU(cudaMalloc(&df, sizeof hf), cudaSuccess);
+    cudaMemcpy(dA, hA, sizeof hA, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, hB, sizeof hB, cudaMemcpyHostToDevice);
+    cudaMemcpy(dC, hC, sizeof hC, cudaMemcpyHostToDevice);
+    unsigned long long n0 = tfm_emu_wgmma_calls();
+    for (int trans = 0; trans < 2; trans++) {
+        int bad = 0, early = 0;
+        TFM__LAUNCH(k_wgmma, 1, 128, 4096, dA, dB, dC, dD, df, trans);
+        CHECK_CU(cudaDeviceSynchronize(), cudaSuccess);
+        cudaMemcpy(hD, dD, sizeof hD, cudaMemcpyDeviceToHost);
+        cudaMemcpy(hf, df, sizeof hf, cudaMemcpyDeviceToHost);
+        for (int i = 0; i < 64; i++)
+            for (int j = 0; j < 24; j++) {
+                double want = hC[i * 24 + j];
+                for (int k = 0; k < 16; k++) want += 2.0 * tfm__bf16_value(hA[i * 16 + k]) * tfm__bf16_value(hB[k * 24 + j]);
+                if ((double)hD[i * 24 + j] != want && bad++ < 3)
+                    printf("    trans %d: D[%d][%d] = %g, want %g\n", trans, i, j, (double)hD[i * 24 + j], want);
+            }
+        for (int x = 0; x < 128; x++) early += !std::isnan(hf[x]);
+        CHECK(bad == 0);
+        CHECK(early == 0); /* the registers are NaN until the wait */
+    }
+    CHECK(tfm_emu_wgmma_calls() == n0 + 4);
+    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD), cudaFree(df);
+}
+/* what aborts: a block of 64 threads; a thread returning with a product not waited for; thread 5 with another
+   descriptor; a swizzled descriptor; B past the dynamic shared memory */
+static __global__ void k_wgmma_bad(int which) {
+    uint32_t a[4] = {0u, 0u, 0u, 0u};
+    float d[2][4] = {};
+    uint64_t desc = which == 2 && threadIdx.x == 5 ? 2 : which == 3 ? 1ull << 62 : which == 4 ? 60 : 0;
+    (void)tfm_emu_dyn_shared();
+    tfm_emu_wgmma(&d[0][0], 16, a, desc, 0);
+    tfm_emu_wgmma_commit();
+    if (which != 1) tfm_emu_wgmma_wait();
+}
+static int wgmma_case;
+static void child_wgmma(void) { TFM__LAUNCH(k_wgmma_bad, 1, wgmma_case == 0 ? 64 : 128, 1024, wgmma_case); }
+static void test_wgmma_aborts(void) {
+    static const char *const want[5][2] = {
+        {"wgmma: the emulation runs warpgroup products in blocks of one warpgroup", "(64 threads, 64 live)"},
+        {"returned with a warpgroup product (wgmma) it never waited for", ""},
+        {"wgmma: thread 5 asks for n = 16, trans 0, descriptor 0x0000000000000002", "the warpgroup's first"},
+        {"wgmma: n = 16", "base offset and swizzle must be 0 here"},
+        {"wgmma: B's element", "past the 1024 bytes of dynamic shared memory"},
+    };
+    for (wgmma_case = 0; wgmma_case < 5; wgmma_case++) {
+        bool ok = dies_with(child_wgmma, "tfm_emu: kernel k_wgmma_bad", want[wgmma_case][0], want[wgmma_case][1]);
+        if (!ok) printf("    case %d\n", wgmma_case);
+        CHECK(ok);
+    }
+}
+
 /* ==== compile-time odds and ends: conversions, templates, math ==== */
 
 template <typename T, int N> static __global__ void k_scale(T *x, T s) {
@@ -1559,6 +1661,8 @@ int main(void) {
     run("mma16816_aborts", test_mma16816_aborts);
     run("cp_async", test_cp_async);
     run("cp_async_aborts", test_cp_async_aborts);
+    run("wgmma", test_wgmma);
+    run("wgmma_aborts", test_wgmma_aborts);
 #ifdef TFM_EMU__ASAN
     run("asan_overruns", test_asan_overruns);
 #endif

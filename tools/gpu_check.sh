@@ -32,7 +32,8 @@
 #   GPU_CHECK_SKIP_BENCH=1   no benchmark (a quick rerun after a fix)
 #   GPU_CHECK_ONLY_TESTS=1   build and run the tests only (no sanitizers, no benchmark)
 #   GPU_CHECK_DEADLINE=S     seconds for the whole run (default 350)
-#   GPU_CHECK_ARCH=sm_NN     target (default: the GPU's compute capability, else sm_90)
+#   GPU_CHECK_ARCH=sm_NN     target (default: the GPU's compute capability, else sm_90; sm_90a for 9.0, which
+#                            builds Hopper's own instructions, wgmma, into the flash forward)
 #   GPU_CHECK_CONFIGS="..."  bench configs (default: char-gpt-tiny gpt-small gpt2-124M-shape gpt2-124M-b16)
 #   GPU_CHECK_AMP_CONFIGS="..." configs of PyTorch's bf16 rows (default: gpt2-124M-b16, the target shape)
 #   GPU_CHECK_LEAKS=1        memcheck with --leak-check full (cuBLAS's own allocations may show)
@@ -129,7 +130,9 @@ run_step "device" 15 0 "$TMP/device.txt" -- bash -c \
 cat "$TMP/device.txt"
 DEVICE=$(grep -m1 '^GPU 0' "$TMP/device.txt" | sed 's/ (UUID.*//')
 CAP=$(grep -m1 -Eo ', [0-9]+\.[0-9]+, ' "$TMP/device.txt" | tr -dc '0-9')
-ARCH=${GPU_CHECK_ARCH:-sm_${CAP:-90}}
+ARCH=sm_${CAP:-90}
+[ "$ARCH" = sm_90 ] && ARCH=sm_90a
+ARCH=${GPU_CHECK_ARCH:-$ARCH}
 NVCCFLAGS="-O2 -std=c++17 -arch=$ARCH -Xcompiler -fopenmp"
 log "== target $ARCH; NVCCFLAGS=$NVCCFLAGS; compute-sanitizer: ${SANITIZER:-not found}"
 
