@@ -7204,7 +7204,7 @@ static __device__ void tfm__cu_mma_rows(float s[TFM__CU_FB / 8][4], const uint16
 }
 
 /* -- Hopper's warpgroup products (wgmma; device code built for sm_90a: nvcc -arch=sm_90a) for the flash
-   forward's two products: the block's 4 warps are one warpgroup, and one instruction multiplies all 64 of its
+   kernels' products: the block's 4 warps are one warpgroup, and one instruction multiplies all 64 of its
    rows (A 64 x 16 from the warps' registers, B 16 x 64 from shared memory through a descriptor) where
    mma.sync takes 16 rows by 8 columns a warp. A and the fp32 sums lie in the registers as for
    tfm__cu_mma16816 (warp w's rows 16 w .., its accumulators tiles of 8 columns), so the kernel's
@@ -7212,7 +7212,9 @@ static __device__ void tfm__cu_mma_rows(float s[TFM__CU_FB / 8][4], const uint16
    swizzling (tfm__cu_tile_at's cm). The product runs asynchronously: registers it writes or reads are fenced
    before it (tfm__cu_wg_fence) and read only after tfm__cu_wg_wait; shared memory written by the threads
    is made visible to it by tfm__cu_wg_proxy before the barrier. TFM__CU_WG_ON says whether a kernel takes
-   this way (under the emulation, a thread's switch that the tests turn off to run mma.sync instead). -- */
+   this way (under the emulation, a thread's switch that the tests turn off to run mma.sync instead), for
+   heads whose channels pad to exactly its TD (49-64, 113-128); the running tiles are then in core matrices,
+   the block's own rows (the A operands, by ldmatrix) as before. -- */
 #if defined(TFM_CUDA_EMULATION)
 static TFM__THREAD_LOCAL int tfm__cu_wg_off; /* 1: the emulated GPU runs the flash forward by mma.sync */
 #define TFM__CU_WG_ON (!tfm__cu_wg_off)
@@ -7413,8 +7415,8 @@ static __device__ float tfm__cu_flash_row(const tfm__attn_args *a, float sc[TFM_
    O stays in registers to the end. A lane holds rows 16 w + g and 16 w + g + 8 (g = lane / 4), keys and
    channels 8 n + 2 t, 8 n + 2 t + 1 of each 8 (t = lane % 4); its share of a row's sum of probabilities is
    added over its 4 lanes at the end. Built for sm_90a (TFM__CU_WG_ON) and for heads whose channels pad to
-   exactly TD (49-64, 113-128), the two products are the warpgroup's (tfm__cu_wg_rows, tfm__cu_wg_sum; the key
-   and value tiles in core matrices), with the same registers. */
+   exactly TD (49-64, 113-128), the products are the warpgroup's (tfm__cu_wg_rows, tfm__cu_wg_sum; the key
+   and value tiles in core matrices), with the same registers; so in dq and dk/dv. */
 template <int TD>
 static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, const float *k, const float *v, float *out,
                                              float *lse, const int32_t *lens, const float *mask) {
@@ -7528,7 +7530,7 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
     int D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, F = TFM__CU_FB, lane = (int)threadIdx.x & 31;
     int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int r, c, n, kk, j0, bh, b, h, i0, n_max, iq[2], nv[2], lo[2];
-    int jn, buf;
+    int jn, buf, cm = TFM__CU_WG_ON && Dp == TD;
     uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sdo = sq + F * ldh, *skv = sdo + F * ldh; /* 2 x (K, V) */
     float acc[TD / 8][4], sc[TFM__CU_FB / 8][4], dp[TFM__CU_FB / 8][4], L[2], Dri[2], onei[2];
     tfm__cu_fq f;
@@ -7547,27 +7549,36 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
     }
     TFM__UNROLL
     for (n = 0; n < TD / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    j0 = tfm__cu_flash_kv(&a, &f, skv, k, v, 0, ldh, Dp, 0);
+    j0 = tfm__cu_flash_kv(&a, &f, skv, k, v, 0, ldh, Dp, cm);
     tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf, 0, 0);
     tfm__cu_ftile(sdo, ldh, dout, ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, f.nq, D, Dp, a.dout_bf == 2, 0, 0);
     for (buf = 0; j0 < n_max; j0 = jn, buf ^= 1) {
         int nk = TFM__MIN(F, n_max - j0);
         const uint16_t *sk = skv + 2 * buf * F * ldh, *sv = sk + F * ldh;
         __syncthreads(); /* as the forward's */
-        jn = tfm__cu_flash_kv(&a, &f, skv + 2 * (buf ^ 1) * F * ldh, k, v, j0 + F, ldh, Dp, 0);
+        jn = tfm__cu_flash_kv(&a, &f, skv + 2 * (buf ^ 1) * F * ldh, k, v, j0 + F, ldh, Dp, cm);
         tfm__cu_cp_wait(1);
+        if (cm) tfm__cu_wg_proxy();
         __syncthreads();
-        tfm__cu_mma_rows<TD>(sc, sq + 16 * w * ldh, sk, ldh, Dp); /* S = Q K^T and dP = dout V^T for the tile's keys */
-        tfm__cu_mma_rows<TD>(dp, sdo + 16 * w * ldh, sv, ldh, Dp);
+        if (cm) { /* S = Q K^T and dP = dout V^T for the tile's keys */
+            tfm__cu_wg_rows<TD>(sc, sq + 16 * w * ldh, ldh, sk);
+            tfm__cu_wg_rows<TD>(dp, sdo + 16 * w * ldh, ldh, sv);
+        } else {
+            tfm__cu_mma_rows<TD>(sc, sq + 16 * w * ldh, sk, ldh, Dp);
+            tfm__cu_mma_rows<TD>(dp, sdo + 16 * w * ldh, sv, ldh, Dp);
+        }
         TFM__UNROLL
         for (r = 0; r < 2; r++) { /* dS in place of S */
             if (tfm__cu_attn_sees_all(&a, j0, TFM__CU_FB, nv[r], lo[r]))
                 (void)tfm__cu_flash_row<1>(&a, sc, dp, r, t, j0, nk, b, bh, iq[r], nv[r], lo[r], L[r], Dri[r], onei[r]);
             else (void)tfm__cu_flash_row<0>(&a, sc, dp, r, t, j0, nk, b, bh, iq[r], nv[r], lo[r], L[r], Dri[r], onei[r]);
         }
-        TFM__UNROLL
-        for (kk = 0; kk < TFM__CU_FB / 16; kk++) /* dq += dS K over keys 16 kk.., K as stored */
-            tfm__cu_mma_sum<TD>(acc, sc[2 * kk], sc[2 * kk + 1], sk + 16 * kk * ldh, ldh, Dp);
+        if (cm) tfm__cu_wg_sum<TD>(acc, sc, sk); /* dq += dS K, K as stored */
+        else {
+            TFM__UNROLL
+            for (kk = 0; kk < TFM__CU_FB / 16; kk++) /* (over keys 16 kk ..) */
+                tfm__cu_mma_sum<TD>(acc, sc[2 * kk], sc[2 * kk + 1], sk + 16 * kk * ldh, ldh, Dp);
+        }
     }
     TFM__UNROLL
     for (r = 0; r < 2; r++) {
@@ -7591,12 +7602,12 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
    TFM__CU_FB: log-sum-exp, D, the one-key flag, then as ints the keys each sees and its window start) */
 static __device__ void tfm__cu_flash_qd(const tfm__attn_args *a, uint16_t *dst, float *st, const float *q, const float *dout,
                                         int lddo, const float *lse, const float *Dr, const float *one, int b, int h, int q0,
-                                        int i1, int ldh, int Dp) {
+                                        int i1, int ldh, int Dp, int cm) {
     int F = TFM__CU_FB, nq = TFM__MIN(F, i1 - q0), x = (int)threadIdx.x, it = q0 + x;
     int64_t e = (int64_t)(b * a->H + h) * a->Tq + it;
-    tfm__cu_ftile(dst, ldh, q, ((int64_t)b * a->Tq + q0) * a->ldq + h * a->D, a->ldq, nq, a->D, Dp, a->qkv_bf, 1, 0);
+    tfm__cu_ftile(dst, ldh, q, ((int64_t)b * a->Tq + q0) * a->ldq + h * a->D, a->ldq, nq, a->D, Dp, a->qkv_bf, 1, cm);
     tfm__cu_ftile(dst + F * ldh, ldh, dout, ((int64_t)b * a->Tq + q0) * lddo + h * a->D, lddo, nq, a->D, Dp, a->dout_bf == 2,
-                  1, 0);
+                  1, cm);
     if (x < F) {
         int *sn = (int *)(void *)(st + 3 * F);
         st[x] = x < nq ? lse[e] : -INFINITY;
@@ -7648,7 +7659,7 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
     int F = TFM__CU_FB, tiles = (a.Tk + F - 1) / F, bg = (int)blockIdx.x / tiles, b = bg / Hkv, kvh = bg % Hkv;
     int j0 = ((int)blockIdx.x % tiles) * F, nk = TFM__MIN(F, a.Tk - j0), lane = (int)threadIdx.x & 31;
     int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    int i_lo = 0, i1 = a.Tq, nqt, np, p, buf, r, c, n, kk;
+    int i_lo = 0, i1 = a.Tq, nqt, np, p, buf, r, c, n, kk, cm = TFM__CU_WG_ON && Dp == TD;
     uint16_t *sk = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sv = sk + F * ldh, *sqd = sv + F * ldh; /* 2 x (q, dout) */
     float *sst = (float *)(void *)(sqd + 4 * F * ldh); /* 2 x the running tile's 5 statistics a query */
     float accv[TD / 8][4], acck[TD / 8][4], sc[TFM__CU_FB / 8][4], dp[TFM__CU_FB / 8][4];
@@ -7662,7 +7673,7 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
     if (a.causal) i_lo = TFM__MIN(j0, a.Tq);
     if (a.window && a.causal && j0 >= a.sinks) i1 = TFM__MIN(a.Tq, j0 + nk - 1 + a.window);
     nqt = i1 > i_lo ? (i1 - i_lo + F - 1) / F : 0, np = G * nqt;
-    if (np) tfm__cu_flash_qd(&a, sqd, sst, q, dout, lddo, lse, Dr, one, b, kvh * G, i_lo, i1, ldh, Dp);
+    if (np) tfm__cu_flash_qd(&a, sqd, sst, q, dout, lddo, lse, Dr, one, b, kvh * G, i_lo, i1, ldh, Dp, cm);
     tfm__cu_cp_commit();
     tfm__cu_ftile(sk, ldh, k, ((int64_t)b * a.Tk + j0) * a.ldk + kvh * D, a.ldk, nk, D, Dp, a.qkv_bf, 0, 0);
     tfm__cu_ftile(sv, ldh, v, ((int64_t)b * a.Tk + j0) * a.ldv + kvh * D, a.ldv, nk, D, Dp, a.qkv_bf, 0, 0);
@@ -7675,23 +7686,34 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
         __syncthreads(); /* every warp is done with the other buffer: the next pair's tiles go there as this one runs */
         if (p + 1 < np)
             tfm__cu_flash_qd(&a, sqd + 2 * (buf ^ 1) * F * ldh, sst + 5 * (buf ^ 1) * F, q, dout, lddo, lse, Dr, one, b,
-                             kvh * G + (p + 1) / nqt, i_lo + (p + 1) % nqt * F, i1, ldh, Dp);
+                             kvh * G + (p + 1) / nqt, i_lo + (p + 1) % nqt * F, i1, ldh, Dp, cm);
         tfm__cu_cp_commit();
         tfm__cu_cp_wait(1);
+        if (cm) tfm__cu_wg_proxy();
         /* the barrier; and whether every query of the tile sees every key of the block (thread x < F asks
            for query x, whose statistics it wrote itself) */
         all = __syncthreads_and(x >= F || tfm__cu_attn_sees_all(&a, j0, F, sn[x], slo[x]));
-        tfm__cu_mma_rows<TD>(sc, sk + 16 * w * ldh, sq, ldh, Dp); /* this warp's 16 keys against the tile's queries: */
-        tfm__cu_mma_rows<TD>(dp, sv + 16 * w * ldh, sdo, ldh, Dp); /* S^T = K q^T and dP^T = V dout^T */
+        if (cm) { /* this warp's 16 keys against the tile's queries: S^T = K q^T and dP^T = V dout^T */
+            tfm__cu_wg_rows<TD>(sc, sk + 16 * w * ldh, ldh, sq);
+            tfm__cu_wg_rows<TD>(dp, sv + 16 * w * ldh, ldh, sdo);
+        } else {
+            tfm__cu_mma_rows<TD>(sc, sk + 16 * w * ldh, sq, ldh, Dp);
+            tfm__cu_mma_rows<TD>(dp, sv + 16 * w * ldh, sdo, ldh, Dp);
+        }
         TFM__UNROLL
         for (r = 0; r < 2; r++) { /* P (unscaled: dropout's factor goes on dv's sums) and dS in place */
             if (all) tfm__cu_flash_col<1>(&a, sc, dp, r, t, 16 * w + g + 8 * r, nk, j0, b, bh, q0, sL);
             else tfm__cu_flash_col<0>(&a, sc, dp, r, t, 16 * w + g + 8 * r, nk, j0, b, bh, q0, sL);
         }
-        TFM__UNROLL
-        for (kk = 0; kk < TFM__CU_FB / 16; kk++) { /* over queries 16 kk..: dout and q as stored */
-            tfm__cu_mma_sum<TD>(accv, sc[2 * kk], sc[2 * kk + 1], sdo + 16 * kk * ldh, ldh, Dp);
-            tfm__cu_mma_sum<TD>(acck, dp[2 * kk], dp[2 * kk + 1], sq + 16 * kk * ldh, ldh, Dp);
+        if (cm) { /* dv += P^T dout, dk += dS^T q: dout and q as stored */
+            tfm__cu_wg_sum<TD>(accv, sc, sdo);
+            tfm__cu_wg_sum<TD>(acck, dp, sq);
+        } else {
+            TFM__UNROLL
+            for (kk = 0; kk < TFM__CU_FB / 16; kk++) { /* (over queries 16 kk ..) */
+                tfm__cu_mma_sum<TD>(accv, sc[2 * kk], sc[2 * kk + 1], sdo + 16 * kk * ldh, ldh, Dp);
+                tfm__cu_mma_sum<TD>(acck, dp[2 * kk], dp[2 * kk + 1], sq + 16 * kk * ldh, ldh, Dp);
+            }
         }
     }
     TFM__UNROLL

@@ -5016,36 +5016,44 @@ static void cu_bf16_attention_case(const cu_bfatt *c) {
 #endif
     CHECK_MSG(tfm__attn_path(&a) == (D <= 128 && tfm__cu_flash_ok(D) ? 3 : 2), "%s: takes path %d", name, tfm__attn_path(&a));
 #ifdef TFM_CUDA_EMULATION
-    { /* heads of 49-64 and 113-128 channels: the forward's products on the warpgroup (wgmma), as a GPU built for
-         sm_90a runs them, and by mma.sync (tfm__cu_wg_off), as elsewhere: the same sums in the same order here, so
-         the same outputs and log-sum-exps, bit for bit (on a GPU the bounds below hold the build's own) */
+    { /* heads of 49-64 and 113-128 channels: the flash kernels' products on the warpgroup (wgmma), as a GPU
+         built for sm_90a runs them, and by mma.sync (tfm__cu_wg_off), as elsewhere: the same sums in the same
+         order here, so the same outputs, log-sum-exps and gradients, bit for bit (on a GPU the bounds below
+         hold the build's own) */
         unsigned long long n0 = tfm_emu_wgmma_calls(), n1;
         int wg = tfm__attn_path(&a) == 3 && ((D + 15) / 16 == 4 || (D + 15) / 16 == 8);
         cu_buf o2 = cu_nan((int64_t)B * Tq * C), l2 = cu_nan((int64_t)B * H * Tq);
+        cu_buf q2 = cu_zeros(nq), k2 = cu_zeros(c->fused ? 1 : nk), v2 = cu_zeros(c->fused ? 1 : nk);
         tfm__attn_args a2 = a;
         a2.out = o2.d, a2.lse = l2.d;
         tfm__cu_wg_off = 1;
         CHECK(tfm__op_attention(TFM_DEVICE_CUDA, &a2));
+        CHECK(tfm__op_attention_bwd(TFM_DEVICE_CUDA, &a2, q2.d, ldq, c->fused ? q2.d + C : k2.d, ldk, c->fused ? q2.d + C + E : v2.d,
+                                    ldk, dout.d, C));
         tfm__cu_wg_off = 0;
         n1 = tfm_emu_wgmma_calls();
         CHECK(tfm__op_attention(TFM_DEVICE_CUDA, &a));
+        CHECK(tfm__op_attention_bwd(TFM_DEVICE_CUDA, &a, dq.d, ldq, c->fused ? dq.d + C : dk.d, ldk, c->fused ? dq.d + C + E : dv.d,
+                                    ldk, dout.d, C));
         CHECK_MSG(n1 == n0 && (tfm_emu_wgmma_calls() > n1) == wg, "%s: %llu wgmma products switched off, %llu on", name,
                   n1 - n0, tfm_emu_wgmma_calls() - n1);
         if (wg) {
-            float *x = cu_fetch(o2.d, o2.n, TFM_DEVICE_CUDA), *y = cu_fetch(out.d, out.n, TFM_DEVICE_CUDA);
-            cu_check_bits_arrays(cu_fmt("%s: out by wgmma and by mma.sync", name), y, x, out.n);
-            free(x), free(y);
-            x = cu_fetch(l2.d, l2.n, TFM_DEVICE_CUDA), y = cu_fetch(lse.d, lse.n, TFM_DEVICE_CUDA);
-            cu_check_bits_arrays(cu_fmt("%s: lse by wgmma and by mma.sync", name), y, x, lse.n);
-            free(x), free(y);
+            cu_buf *x2[5] = {&o2, &l2, &q2, &k2, &v2}, *x1[5] = {&out, &lse, &dq, &dk, &dv};
+            static const char *const what[5] = {"out", "lse", "dq", "dk", "dv"};
+            for (int o = 0; o < (c->fused ? 3 : 5); o++) {
+                float *x = cu_fetch(x2[o]->d, x2[o]->n, TFM_DEVICE_CUDA), *y = cu_fetch(x1[o]->d, x1[o]->n, TFM_DEVICE_CUDA);
+                cu_check_bits_arrays(cu_fmt("%s: %s by wgmma and by mma.sync", name, c->fused && o == 2 ? "dq|dk|dv" : what[o]),
+                                     y, x, x1[o]->n);
+                free(x), free(y);
+            }
         }
-        cu_release(&o2, &l2, CU_END);
+        cu_release(&o2, &l2, &q2, &k2, &v2, CU_END);
     }
 #else
     CHECK(tfm__op_attention(TFM_DEVICE_CUDA, &a));
-#endif
     CHECK(tfm__op_attention_bwd(TFM_DEVICE_CUDA, &a, dq.d, ldq, c->fused ? dq.d + C : dk.d, ldk, c->fused ? dq.d + C + E : dv.d,
                                 ldk, dout.d, C));
+#endif
     /* the flash kernels write every element of dq, dk and dv: with a.overwrite, into NaN, the bits added
        into zeros above (the batched products add: no overwrite) */
     CHECK_MSG(tfm__op_attention_flash(TFM_DEVICE_CUDA, &a) == (tfm__attn_path(&a) == 3) &&

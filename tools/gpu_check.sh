@@ -317,6 +317,12 @@ fi
     echo "device:  ${DEVICE:-?} ($ARCH)"
     echo "commit:  $(git log -1 --format='%h' 2>/dev/null)$(git status --porcelain 2>/dev/null | grep -q . && echo ' + uncommitted changes')"
     echo "tests:   ${TEST_COUNTS}"
+    # the tensor-core layouts as the header reads them from the PTX ISA: a failure voids every bf16 attention number
+    if [ -s "$TMP/test.txt" ]; then
+        echo "layouts: $(grep -cE 'FAIL .*(mma16816|ldmatrix by|wgmma|fexp\()' "$TMP/test.txt") failures in cu_mma16816," \
+            "cu_wgmma, cu_fexp (any: the bf16 attention numbers below are void)$(grep -q 'built without wgmma' "$TMP/test.txt" &&
+            echo '; wgmma not built in (not sm_90a)')"
+    fi
     for s in ${SAN_SUMMARY[@]+"${SAN_SUMMARY[@]}"}; do echo "sanitizer ${s}"; done
     echo "bf16 tracking (300 steps, fp32 CPU against bf16 GPU, tools/bf16_tracking.cpp on transformer.h): $TRACKING"
     echo "steps:"
