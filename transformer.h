@@ -7210,7 +7210,7 @@ static __device__ void tfm__cu_mma_rows(float s[TFM__CU_FB / 8][4], const uint16
    tfm__cu_mma16816 (warp w's rows 16 w .., its accumulators tiles of 8 columns), so the kernel's
    softmax is the same either way. B lies in the core matrices of the PTX ISA's canonical layout without
    swizzling (tfm__cu_tile_at's cm). The product runs asynchronously: registers it writes or reads are fenced
-   before it (tfm__cu_wg_fence) and read only after tfm__cu_wg_wait; shared memory written by the threads
+   before it (tfm__cu_wg_fence) and read only after tfm__cu_wg_done; shared memory written by the threads
    is made visible to it by tfm__cu_wg_proxy before the barrier. TFM__CU_WG_ON says whether a kernel takes
    this way (under the emulation, a thread's switch that the tests turn off to run mma.sync instead), for
    heads whose channels pad to exactly its TD (49-64, 113-128); the running tiles are then in core matrices,
@@ -7238,9 +7238,10 @@ static __device__ uint64_t tfm__cu_wg_desc(const void *p, uint32_t lbo, uint32_t
     return (uint64_t)((at & 0x3FFFFu) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFFu) << 16 | (uint64_t)((sbo >> 4) & 0x3FFFu) << 32;
 }
 
-/* wgmma.fence (before products whose registers the threads wrote), wgmma.commit_group, and wgmma.wait_group 0,
-   after which the n accumulator tiles d hold the committed products' sums; tfm__cu_wg_hold(d, n) tells the
-   compiler that d's registers change there (an empty asm on each), so none of their reads moves above it */
+/* wgmma.fence (before products whose registers the threads wrote); tfm__cu_wg_done(d, n): wgmma.commit_group
+   and wgmma.wait_group 0, after which the products issued since the last hold their sums, d being n
+   accumulator tiles of them; tfm__cu_wg_hold(d, n) tells the compiler that d's registers change there (an
+   empty asm on each; tfm__cu_wg_done does it for its own), so that none of their reads moves above it */
 static __device__ void tfm__cu_wg_hold(float (*d)[4], int n) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(TFM_CUDA_EMULATION)
     int i;
@@ -7257,18 +7258,12 @@ static __device__ void tfm__cu_wg_fence(void) {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
-static __device__ void tfm__cu_wg_commit(void) {
+static __device__ void tfm__cu_wg_done(float (*d)[4], int n) {
 #if defined(TFM_CUDA_EMULATION)
     tfm_emu_wgmma_commit();
-#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-static __device__ void tfm__cu_wg_wait(float (*d)[4], int n) {
-#if defined(TFM_CUDA_EMULATION)
     tfm_emu_wgmma_wait();
 #elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #endif
     tfm__cu_wg_hold(d, n);
 }
@@ -7306,7 +7301,8 @@ static __device__ void tfm__cu_wgmma64(float d[8][4], const uint32_t a[4], uint6
    padded channels: a sequence of products that the channels' count could cut short makes ptxas serialize
    them): A warp w's 16 rows of TD channels from pa (rows of ld), B^T the TFM__CU_FB keys of the core-matrix
    tile kt (tfm__cu_tile_at's cm: B K-major, 128 bytes from 8 channels to the next, 16 TD from 8 keys to the
-   next); s overwritten */
+   next); s overwritten once the caller's tfm__cu_wg_done has waited (a second product issued before it
+   runs while this one does) */
 template <int TD>
 static __device__ void tfm__cu_wg_rows(float s[TFM__CU_FB / 8][4], const uint16_t *pa, int ld, const uint16_t *kt) {
     uint32_t a[TD / 16][4];
@@ -7319,13 +7315,12 @@ static __device__ void tfm__cu_wg_rows(float s[TFM__CU_FB / 8][4], const uint16_
     tfm__cu_wg_hold(s, TFM__CU_FB / 8);
     TFM__UNROLL
     for (kk = 0; kk < TD / 16; kk++) tfm__cu_wgmma64<0>(s, a[kk], tfm__cu_wg_desc(kt + 128 * kk, 128u, 16u * TD));
-    tfm__cu_wg_commit();
-    tfm__cu_wg_wait(s, TFM__CU_FB / 8);
 }
 
 /* The block's acc += P B on the warpgroup (tfm__cu_mma_sum's product over the TFM__CU_FB keys of a tile): P the
    accumulator tiles sc rounded to bf16, B the keys' TD channels in the core-matrix tile vt (N-major: 16 TD
-   bytes from 8 keys to the next, 128 from 8 channels to the next); 64 channels an instruction */
+   bytes from 8 keys to the next, 128 from 8 channels to the next); 64 channels an instruction; acc summed
+   once the caller's tfm__cu_wg_done has waited */
 template <int TD>
 static __device__ void tfm__cu_wg_sum(float acc[TD / 8][4], const float (*sc)[4], const uint16_t *vt) {
     uint32_t pa[TFM__CU_FB / 16][4];
@@ -7338,8 +7333,6 @@ static __device__ void tfm__cu_wg_sum(float acc[TD / 8][4], const float (*sc)[4]
     for (kk = 0; kk < TFM__CU_FB / 16; kk++)
         TFM__UNROLL
         for (n = 0; n < TD; n += 64) tfm__cu_wgmma64<1>(acc + n / 8, pa[kk], tfm__cu_wg_desc(vt + 16 * kk * TD + 8 * n, 16u * TD, 128u));
-    tfm__cu_wg_commit();
-    tfm__cu_wg_wait(acc, TD / 8);
 }
 
 /* The dynamic shared memory from its first 128-byte boundary */
@@ -7450,8 +7443,10 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
         tfm__cu_cp_wait(1);
         if (cm) tfm__cu_wg_proxy();
         __syncthreads();
-        if (cm) tfm__cu_wg_rows<TD>(sc, sq + 16 * w * ldh, ldh, sk); /* S = Q K^T for the tile's keys */
-        else tfm__cu_mma_rows<TD>(sc, sq + 16 * w * ldh, sk, ldh, Dp);
+        if (cm) { /* S = Q K^T for the tile's keys */
+            tfm__cu_wg_rows<TD>(sc, sq + 16 * w * ldh, ldh, sk);
+            tfm__cu_wg_done(sc, TFM__CU_FB / 8);
+        } else tfm__cu_mma_rows<TD>(sc, sq + 16 * w * ldh, sk, ldh, Dp);
         TFM__UNROLL
         for (r = 0; r < 2; r++) { /* the online softmax of each row: scores to probabilities in place */
             float bm, mn, alpha = 1.0f;
@@ -7477,8 +7472,10 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
                 for (n = 0; n < TD / 8; n++) o[n][2 * r] *= alpha, o[n][2 * r + 1] *= alpha;
             }
         }
-        if (cm) tfm__cu_wg_sum<TD>(o, sc, sv); /* O += P V: P's A operand from S's registers */
-        else {
+        if (cm) { /* O += P V: P's A operand from S's registers */
+            tfm__cu_wg_sum<TD>(o, sc, sv);
+            tfm__cu_wg_done(o, TD / 8);
+        } else {
             TFM__UNROLL
             for (kk = 0; kk < TFM__CU_FB / 16; kk++) /* (over keys 16 kk ..) */
                 tfm__cu_mma_sum<TD>(o, sc[2 * kk], sc[2 * kk + 1], sv + 16 * kk * ldh, ldh, Dp);
@@ -7560,9 +7557,11 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
         tfm__cu_cp_wait(1);
         if (cm) tfm__cu_wg_proxy();
         __syncthreads();
-        if (cm) { /* S = Q K^T and dP = dout V^T for the tile's keys */
+        if (cm) { /* S = Q K^T and dP = dout V^T for the tile's keys, both in flight at once */
             tfm__cu_wg_rows<TD>(sc, sq + 16 * w * ldh, ldh, sk);
             tfm__cu_wg_rows<TD>(dp, sdo + 16 * w * ldh, ldh, sv);
+            tfm__cu_wg_done(sc, TFM__CU_FB / 8);
+            tfm__cu_wg_hold(dp, TFM__CU_FB / 8);
         } else {
             tfm__cu_mma_rows<TD>(sc, sq + 16 * w * ldh, sk, ldh, Dp);
             tfm__cu_mma_rows<TD>(dp, sdo + 16 * w * ldh, sv, ldh, Dp);
@@ -7573,8 +7572,10 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
                 (void)tfm__cu_flash_row<1>(&a, sc, dp, r, t, j0, nk, b, bh, iq[r], nv[r], lo[r], L[r], Dri[r], onei[r]);
             else (void)tfm__cu_flash_row<0>(&a, sc, dp, r, t, j0, nk, b, bh, iq[r], nv[r], lo[r], L[r], Dri[r], onei[r]);
         }
-        if (cm) tfm__cu_wg_sum<TD>(acc, sc, sk); /* dq += dS K, K as stored */
-        else {
+        if (cm) { /* dq += dS K, K as stored */
+            tfm__cu_wg_sum<TD>(acc, sc, sk);
+            tfm__cu_wg_done(acc, TD / 8);
+        } else {
             TFM__UNROLL
             for (kk = 0; kk < TFM__CU_FB / 16; kk++) /* (over keys 16 kk ..) */
                 tfm__cu_mma_sum<TD>(acc, sc[2 * kk], sc[2 * kk + 1], sk + 16 * kk * ldh, ldh, Dp);
@@ -7696,6 +7697,8 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
         if (cm) { /* this warp's 16 keys against the tile's queries: S^T = K q^T and dP^T = V dout^T */
             tfm__cu_wg_rows<TD>(sc, sk + 16 * w * ldh, ldh, sq);
             tfm__cu_wg_rows<TD>(dp, sv + 16 * w * ldh, ldh, sdo);
+            tfm__cu_wg_done(sc, TFM__CU_FB / 8);
+            tfm__cu_wg_hold(dp, TFM__CU_FB / 8);
         } else {
             tfm__cu_mma_rows<TD>(sc, sk + 16 * w * ldh, sq, ldh, Dp);
             tfm__cu_mma_rows<TD>(dp, sv + 16 * w * ldh, sdo, ldh, Dp);
@@ -7708,6 +7711,8 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
         if (cm) { /* dv += P^T dout, dk += dS^T q: dout and q as stored */
             tfm__cu_wg_sum<TD>(accv, sc, sdo);
             tfm__cu_wg_sum<TD>(acck, dp, sq);
+            tfm__cu_wg_done(accv, TD / 8);
+            tfm__cu_wg_hold(acck, TD / 8);
         } else {
             TFM__UNROLL
             for (kk = 0; kk < TFM__CU_FB / 16; kk++) { /* (over queries 16 kk ..) */

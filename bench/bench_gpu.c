@@ -4,9 +4,9 @@
    This file is plain C99 and includes transformer.h without its implementation: the implementation
    is bench/tfm_cuda.cu, the one .cu file of the program, built by nvcc with TFM_CUDA. That is what a
    user's program looks like (tools/gpu_check.sh builds it so):
-       nvcc -O2 -arch=sm_90 -Xcompiler -fopenmp -c bench/tfm_cuda.cu -o build/tfm_cuda.o
+       nvcc -O2 -arch=sm_90a -Xcompiler -fopenmp -c bench/tfm_cuda.cu -o build/tfm_cuda.o
        cc -std=c99 -O2 -c bench/bench_gpu.c -o build/bench_gpu.o
-       nvcc -arch=sm_90 -Xcompiler -fopenmp -o build/bench_gpu build/bench_gpu.o build/tfm_cuda.o -lcublas -lcublasLt -lm
+       nvcc -arch=sm_90a -Xcompiler -fopenmp -o build/bench_gpu build/bench_gpu.o build/tfm_cuda.o -lcublas -lcublasLt -lm
    Under the CPU emulation of CUDA (no GPU; a smoke run of this program with gpu-emu-tiny):
        g++ -std=c++17 -O1 -x c++ -DTFM_CUDA -DTFM_CUDA_EMULATION -fopenmp -c bench/tfm_cuda.cu -o build/tfm_cuda_emu.o
        cc -std=c99 -O2 -c bench/bench_gpu.c -o build/bench_gpu.o

@@ -4744,8 +4744,7 @@ static __global__ void cu_k_wgmma(const uint16_t *A, const uint16_t *B, const fl
         tfm__cu_wg_fence();
         tfm__cu_wgmma64<0>(d0, a, tfm__cu_wg_desc(sk, 128u, 16u * 64));
         tfm__cu_wgmma64<1>(d1, a, tfm__cu_wg_desc(sv, 16u * 64, 128u));
-        tfm__cu_wg_commit();
-        tfm__cu_wg_wait(d0, 8);
+        tfm__cu_wg_done(d0, 8);
         tfm__cu_wg_hold(d1, 8);
         for (n = 0; n < 8; n++)
             for (h = 0; h < 4; h++) {
