@@ -7211,17 +7211,15 @@ static __device__ void tfm__cu_mma_rows(float s[TFM__CU_FB / 8][4], const uint16
    softmax is the same either way. B lies in the core matrices of the PTX ISA's canonical layout without
    swizzling (tfm__cu_tile_at's cm). The product runs asynchronously: registers it writes or reads are fenced
    before it (tfm__cu_wg_fence) and read only after tfm__cu_wg_done; shared memory written by the threads
-   is made visible to it by tfm__cu_wg_proxy before the barrier. TFM__CU_WG_ON says whether a kernel takes
-   this way (under the emulation, a thread's switch that the tests turn off to run mma.sync instead), for
-   heads whose channels pad to exactly its TD (49-64, 113-128); the running tiles are then in core matrices,
+   is made visible to it by tfm__cu_wg_proxy before the barrier. TFM__CU_WG: whether the device code has
+   them (a build for sm_90a, or the emulation). Each flash kernel is instantiated with WG 0 (mma.sync) and 1
+   (wgmma where the build has it, mma.sync elsewhere), the latter launched only for heads whose channels
+   pad to exactly its TD (49-64, 113-128: tfm__cu_flash_wg); its running tiles are then in core matrices,
    the block's own rows (the A operands, by ldmatrix) as before. -- */
-#if defined(TFM_CUDA_EMULATION)
-static TFM__THREAD_LOCAL int tfm__cu_wg_off; /* 1: the emulated GPU runs the flash forward by mma.sync */
-#define TFM__CU_WG_ON (!tfm__cu_wg_off)
-#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define TFM__CU_WG_ON 1
+#if defined(TFM_CUDA_EMULATION) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TFM__CU_WG 1
 #else
-#define TFM__CU_WG_ON 0
+#define TFM__CU_WG 0
 #endif
 
 /* A shared-memory matrix descriptor without swizzling for the operand whose first core matrix is at p
@@ -7407,17 +7405,17 @@ static __device__ float tfm__cu_flash_row(const tfm__attn_args *a, float sc[TFM_
    the A operand of O += P V as they are, the accumulators' layout being the A operand's for 16 of the keys;
    O stays in registers to the end. A lane holds rows 16 w + g and 16 w + g + 8 (g = lane / 4), keys and
    channels 8 n + 2 t, 8 n + 2 t + 1 of each 8 (t = lane % 4); its share of a row's sum of probabilities is
-   added over its 4 lanes at the end. Built for sm_90a (TFM__CU_WG_ON) and for heads whose channels pad to
-   exactly TD (49-64, 113-128), the products are the warpgroup's (tfm__cu_wg_rows, tfm__cu_wg_sum; the key
+   added over its 4 lanes at the end. With WG, built for sm_90a (TFM__CU_WG) and for heads whose channels pad
+   to exactly TD (49-64, 113-128: the launch's part), the products are the warpgroup's (tfm__cu_wg_rows, tfm__cu_wg_sum; the key
    and value tiles in core matrices), with the same registers; so in dq and dk/dv. */
-template <int TD>
+template <int TD, int WG>
 static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, const float *k, const float *v, float *out,
                                              float *lse, const int32_t *lens, const float *mask) {
 #if TFM__CU_MMA
     TFM__SHARED_DYN(unsigned char, raw);
     int D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, F = TFM__CU_FB, lane = (int)threadIdx.x & 31;
     int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3, r, x, c, n, kk, j0, bh, b, h, i0, n_max;
-    int jn, buf, cm = TFM__CU_WG_ON && Dp == TD;
+    int jn, buf, cm = WG && TFM__CU_WG;
     uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *skv = sq + F * ldh; /* then 2 x (K, V) */
     float o[TD / 8][4], sc[TFM__CU_FB / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     int iq[2], nv[2], lo[2];
@@ -7518,7 +7516,7 @@ static __device__ void tfm__cu_flash_put(const tfm__attn_args *a, float *d, int6
    the forward, warp w's 16 rows run through tfm__cu_mma16816 with everything in registers: S = Q K^T and
    dP = dout V^T for a key tile, each element's score gradient (tfm__cu_attn_grad) in place, rounded to bf16
    as the A operand of dq += dS K. */
-template <int TD>
+template <int TD, int WG>
 static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, const float *k, const float *v,
                                             const float *lse, const int32_t *lens, const float *mask, const float *Dr,
                                             const float *one, float *dq, int lddq, const float *dout, int lddo) {
@@ -7527,7 +7525,7 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
     int D = a.D, Dp = (D + 15) & ~15, ldh = Dp + 8, F = TFM__CU_FB, lane = (int)threadIdx.x & 31;
     int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int r, c, n, kk, j0, bh, b, h, i0, n_max, iq[2], nv[2], lo[2];
-    int jn, buf, cm = TFM__CU_WG_ON && Dp == TD;
+    int jn, buf, cm = WG && TFM__CU_WG;
     uint16_t *sq = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sdo = sq + F * ldh, *skv = sdo + F * ldh; /* 2 x (K, V) */
     float acc[TD / 8][4], sc[TFM__CU_FB / 8][4], dp[TFM__CU_FB / 8][4], L[2], Dri[2], onei[2];
     tfm__cu_fq f;
@@ -7649,7 +7647,7 @@ static __device__ void tfm__cu_flash_col(const tfm__attn_args *a, float sc[TFM__
    dout^T for a query tile in registers (A from the warp's rows of K and V), each element's probability and
    score gradient in place (tfm__cu_attn_grad, with the tile's per-query statistics from shared memory),
    rounded to bf16 as the A operands of dv += P^T dout and dk += dS^T q, whose sums stay in registers. */
-template <int TD>
+template <int TD, int WG>
 static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, const float *k, const float *v,
                                              const float *lse, const int32_t *lens, const float *mask, const float *Dr,
                                              const float *one, float *dk, int lddk, float *dv, int lddv,
@@ -7660,7 +7658,7 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
     int F = TFM__CU_FB, tiles = (a.Tk + F - 1) / F, bg = (int)blockIdx.x / tiles, b = bg / Hkv, kvh = bg % Hkv;
     int j0 = ((int)blockIdx.x % tiles) * F, nk = TFM__MIN(F, a.Tk - j0), lane = (int)threadIdx.x & 31;
     int w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    int i_lo = 0, i1 = a.Tq, nqt, np, p, buf, r, c, n, kk, cm = TFM__CU_WG_ON && Dp == TD;
+    int i_lo = 0, i1 = a.Tq, nqt, np, p, buf, r, c, n, kk, cm = WG && TFM__CU_WG;
     uint16_t *sk = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sv = sk + F * ldh, *sqd = sv + F * ldh; /* 2 x (q, dout) */
     float *sst = (float *)(void *)(sqd + 4 * F * ldh); /* 2 x the running tile's 5 statistics a query */
     float accv[TD / 8][4], acck[TD / 8][4], sc[TFM__CU_FB / 8][4], dp[TFM__CU_FB / 8][4];
@@ -7742,9 +7740,9 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
 #endif
 }
 
-/* Lets kernel k (slot: 0 forward, 1 dq, 2 dk and dv; 3, 4, 5 the same for heads over 64 channels) take
-   bytes of dynamic shared memory (past the default 48 KiB: an opt-in, made once a size) */
-static TFM__THREAD_LOCAL size_t tfm__cu_optin[6];
+/* Lets kernel k (slot: 0 forward, 1 dq, 2 dk and dv; 3, 4, 5 the same for heads over 64 channels; 6-11 the
+   same with WG) take bytes of dynamic shared memory (past the default 48 KiB: an opt-in, made once a size) */
+static TFM__THREAD_LOCAL size_t tfm__cu_optin[12];
 static int tfm__cu_optin_set(int slot, size_t bytes, cudaError_t e) {
     if (!tfm__cuda_ok(e, "cudaFuncSetAttribute (flash attention's shared memory)")) return 0;
     tfm__cu_optin[slot] = bytes;
@@ -7753,6 +7751,29 @@ static int tfm__cu_optin_set(int slot, size_t bytes, cudaError_t e) {
 #define TFM__CU_OPTIN(k, slot, bytes)                                                                                     \
     ((bytes) <= tfm__cu_optin[slot] ||                                                                                    \
      tfm__cu_optin_set(slot, bytes, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes))))
+
+/* Whether this thread's flash kernels for heads of D channels take Hopper's warpgroup products: the heads pad
+   to exactly a kernel's width (64 or TFM__CU_TD), and tfm__cu_wg_off (the tests' and the bench's switch) is
+   0. The WG kernels run mma.sync where the build has no wgmma. */
+static TFM__THREAD_LOCAL int tfm__cu_wg_off;
+static int tfm__cu_flash_wg(int D) {
+    int Dp = (D + 15) & ~15;
+    return !tfm__cu_wg_off && (Dp == 64 || Dp == TFM__CU_TD);
+}
+
+/* Launches flash kernel K (slot kind: 0 forward, 1 dq, 2 dk/dv) for heads of D channels: K<64, wg> up to 64
+   channels, else K<TFM__CU_TD, wg>, each after its shared-memory opt-in */
+#define TFM__CU_FLASH(K, kind, D, wg, grid, smem, ...)                                                                     \
+    do {                                                                                                                  \
+        if ((D) <= 64 && (wg) && TFM__CU_OPTIN((K<64, 1>), (kind) + 6, smem))                                          \
+            TFM__LAUNCH((K<64, 1>), grid, 128, smem, __VA_ARGS__);                                                        \
+        else if ((D) <= 64 && !(wg) && TFM__CU_OPTIN((K<64, 0>), (kind), smem))                                        \
+            TFM__LAUNCH((K<64, 0>), grid, 128, smem, __VA_ARGS__);                                                        \
+        else if ((D) > 64 && (wg) && TFM__CU_OPTIN((K<TFM__CU_TD, 1>), (kind) + 9, smem))                              \
+            TFM__LAUNCH((K<TFM__CU_TD, 1>), grid, 128, smem, __VA_ARGS__);                                                \
+        else if ((D) > 64 && !(wg) && TFM__CU_OPTIN((K<TFM__CU_TD, 0>), (kind) + 3, smem))                             \
+            TFM__LAUNCH((K<TFM__CU_TD, 0>), grid, 128, smem, __VA_ARGS__);                                                \
+    } while (0)
 
 /* Whether this thread's GPU runs the flash kernels for heads of D channels: bf16 tensor cores (compute
    capability 8.0 on) and the shared memory the largest of them needs (dk/dv's: 105 KiB at 128 channels,
@@ -7789,11 +7810,8 @@ static int tfm__attention_forward_cuda(const tfm__attn_args *a) {
     if (path == 3) {
         smem = tfm__cu_flash_smem(0, a->D);
         grid = (unsigned)((a->Tq + TFM__CU_FB - 1) / TFM__CU_FB) * (unsigned)(a->B * a->H);
-        if (a->D <= 64 && TFM__CU_OPTIN(tfm__k_attn_flash_fwd<64>, 0, smem))
-            TFM__LAUNCH(tfm__k_attn_flash_fwd<64>, grid, 128, smem, t, a->q, a->k, a->v, a->out, a->lse, io.lens, io.mask);
-        else if (a->D > 64 && TFM__CU_OPTIN(tfm__k_attn_flash_fwd<TFM__CU_TD>, 3, smem))
-            TFM__LAUNCH(tfm__k_attn_flash_fwd<TFM__CU_TD>, grid, 128, smem, t, a->q, a->k, a->v, a->out, a->lse, io.lens,
-                        io.mask);
+        TFM__CU_FLASH(tfm__k_attn_flash_fwd, 0, a->D, tfm__cu_flash_wg(a->D), grid, smem, t, a->q, a->k, a->v, a->out,
+                      a->lse, io.lens, io.mask);
         TFM__CU_LAUNCHED("tfm__k_attn_flash_fwd");
         return 1;
     }
@@ -7833,20 +7851,17 @@ static int tfm__attention_backward_cuda(const tfm__attn_args *a, float *dq, int 
         size_t s1 = tfm__cu_flash_smem(1, a->D), s2 = tfm__cu_flash_smem(2, a->D);
         gq = (unsigned)((a->Tq + TFM__CU_FB - 1) / TFM__CU_FB) * (unsigned)(a->B * a->H);
         gk = (unsigned)((a->Tk + TFM__CU_FB - 1) / TFM__CU_FB) * (unsigned)(a->B * Hkv);
-        if (dq && a->D <= 64 && TFM__CU_OPTIN(tfm__k_attn_flash_dq<64>, 1, s1))
-            TFM__LAUNCH(tfm__k_attn_flash_dq<64>, gq, 128, s1, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dq,
-                        lddq, dout, lddo);
-        else if (dq && a->D > 64 && TFM__CU_OPTIN(tfm__k_attn_flash_dq<TFM__CU_TD>, 4, s1))
-            TFM__LAUNCH(tfm__k_attn_flash_dq<TFM__CU_TD>, gq, 128, s1, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr,
-                        one, dq, lddq, dout, lddo);
-        if (dq) TFM__CU_LAUNCHED("tfm__k_attn_flash_dq");
-        if ((dk || dv) && a->D <= 64 && TFM__CU_OPTIN(tfm__k_attn_flash_dkv<64>, 2, s2))
-            TFM__LAUNCH(tfm__k_attn_flash_dkv<64>, gk, 128, s2, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one, dk,
-                        lddk, dv, lddv, dout, lddo);
-        else if ((dk || dv) && a->D > 64 && TFM__CU_OPTIN(tfm__k_attn_flash_dkv<TFM__CU_TD>, 5, s2))
-            TFM__LAUNCH(tfm__k_attn_flash_dkv<TFM__CU_TD>, gk, 128, s2, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr,
-                        one, dk, lddk, dv, lddv, dout, lddo);
-        if (dk || dv) TFM__CU_LAUNCHED("tfm__k_attn_flash_dkv");
+        int wg = tfm__cu_flash_wg(a->D);
+        if (dq) {
+            TFM__CU_FLASH(tfm__k_attn_flash_dq, 1, a->D, wg, gq, s1, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr, one,
+                          dq, lddq, dout, lddo);
+            TFM__CU_LAUNCHED("tfm__k_attn_flash_dq");
+        }
+        if (dk || dv) {
+            TFM__CU_FLASH(tfm__k_attn_flash_dkv, 2, a->D, wg, gk, s2, t, a->q, a->k, a->v, a->lse, io.lens, io.mask, io.Dr,
+                          one, dk, lddk, dv, lddv, dout, lddo);
+            TFM__CU_LAUNCHED("tfm__k_attn_flash_dkv");
+        }
         return 1;
     }
     if (dq) { /* the tiled kernels: 4R rows a block */

@@ -34,7 +34,9 @@
             tf32=1; with --bf16, with cfg.precision TFM_PREC_BF16 (bf16 operands, fp32 sums): prec=bf16,
             and mfu = TFLOP/s over the device's dense bf16 peak (H100/H200 SXM 989.4, H100 PCIe 756,
             A100 312; -1 for another device); bf16 a third time, as graphs without bf16 activations (each
-            product rounds its fp32 operands, as before them: impl=ours-bf16-rounding bf16_acts=0).
+            product rounds its fp32 operands, as before them: impl=ours-bf16-rounding bf16_acts=0), and a
+            fourth with the flash attention's products by mma.sync where a build for sm_90a runs Hopper's
+            wgmma (heads of 64 or 128 channels: impl=ours-mma-sync wgmma=0; the others wgmma=1).
      fwd    after the fp32 training rows, the evaluation forward pass of that model (tfm_model_forward with
             targets after tfm_model_train(m, 0): the loss, no backward) on the same batch, as CUDA graphs
             (impl=ours graphs=1), then launch by launch (impl=ours-launches graphs=0): 2 untimed calls,
@@ -61,11 +63,11 @@
    Lines (one per measurement; a script reads the key=value pairs):
        INFO impl=ours device="..." transformer.h=X.Y.Z
        RESULT impl=ours device=cuda mode=check name=... loss_cpu=... loss_gpu=... rel_err=... ok=yes|NO
-       RESULT impl=ours|ours-launches|ours-bf16-rounding device=cuda mode=train name=... prec=fp32|tf32|bf16 tf32=0|1 params=... batch=... seq=... step_ms=...
+       RESULT impl=ours|ours-launches|ours-bf16-rounding|ours-mma-sync device=cuda mode=train name=... prec=fp32|tf32|bf16 tf32=0|1 params=... batch=... seq=... step_ms=...
               step_min_ms=... tok_s=... gflop_step=... tflops=... loss0=... loss=... steps=... first_step_ms=...
               model_mb=...   (loss0: the first step's loss, the check's loss_cpu when the GPU model starts from
               the same weights; loss: the last step's; model_mb: tfm_model_memory_size, the model's one block,
-              which the GPU holds a twin of; bf16 rows add mfu=... bf16_acts=1|0; graphs=1|0; replayed: the share
+              which the GPU holds a twin of; bf16 rows add mfu=... bf16_acts=1|0 wgmma=1|0; graphs=1|0; replayed: the share
               of the timed steps that replayed the last step's graph instead of capturing one)
        RESULT impl=ours|ours-launches device=cuda mode=fwd name=... prec=fp32 tf32=0 batch=... seq=... fwd_ms=...
               fwd_min_ms=... tok_s=... loss=... reps=... graphs=1|0 replayed=...
@@ -274,6 +276,7 @@ static void add_row(const char *name, int mode, int prec, int batch, double ms, 
 }
 
 void bench_gpu_bf16_acts(int on);        /* bench/tfm_cuda.cu */
+void bench_gpu_wgmma(int on);
 unsigned long long bench_gpu_replays(void);
 tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float *dy, const float *x, int64_t rows, int64_t cols);
 tfm_result bench_gpu_to_bf16(float *dst, const float *src, int64_t rows, int64_t cols);
@@ -318,9 +321,10 @@ static int run_fwd(tfm_model *m, const gpu_cfg *b, const gpu_data *d, int steps)
 
 /* Each precision twice: whole steps as CUDA graphs (the default: impl=ours graphs=1), then launch by
    launch (tfm_cuda_set_graphs(0): impl=ours-launches graphs=0), each with half the steps and budget;
-   bf16 a third time, as graphs without bf16 activations (impl=ours-bf16-rounding). */
+   bf16 a third time, as graphs without bf16 activations (impl=ours-bf16-rounding), and a fourth with the
+   flash attention by mma.sync only (impl=ours-mma-sync). */
 static void run_train(const gpu_cfg *b, const gpu_data *d, int prec) {
-    static const char *const impl[3] = {"ours", "ours-launches", "ours-bf16-rounding"};
+    static const char *const impl[4] = {"ours", "ours-launches", "ours-bf16-rounding", "ours-mma-sync"};
     tfm_config cfg = make_config(b, TFM_DEVICE_CUDA);
     tfm_model m;
     tfm_result r;
@@ -350,20 +354,21 @@ static void run_train(const gpu_cfg *b, const gpu_data *d, int prec) {
         if (train_step(&m, d, &loss, b->name) < 0) goto done;
     if (steps > MAX_STEPS) steps = MAX_STEPS;
     if (!g_quick) steps = steps / 2 > 3 ? steps / 2 : 3;
-    for (pass = 0; pass < (prec == TFM_PREC_BF16 ? 3 : 2); pass++) {
+    for (pass = 0; pass < (prec == TFM_PREC_BF16 ? 4 : 2); pass++) {
         double spent = 0.0;
         int n = 0;
         unsigned long long rep0 = bench_gpu_replays();
         graphs = pass != 1;
         bench_gpu_bf16_acts(pass != 2);
+        bench_gpu_wgmma(pass != 3);
         if ((r = tfm_cuda_set_graphs(graphs)) != TFM_OK) {
             fail(b->name, "tfm_cuda_set_graphs", r);
             goto done;
         }
         /* untimed: without bf16 activations the products' bf16 space must grow, which that step's capture
            cannot (it runs again launch by launch and grows it); the next is captured anew (the last graph
-           had bf16 activations); the timed steps replay */
-        for (i = 0; i < (pass == 2 ? 2 : 0); i++)
+           had bf16 activations, or the other attention kernels); the timed steps replay */
+        for (i = 0; i < (pass >= 2 ? 2 : 0); i++)
             if (train_step(&m, d, &loss, b->name) < 0) goto done;
         while (n < steps && (n < 3 || spent < g_budget / 2)) {
             double dt = train_step(&m, d, &loss, b->name);
@@ -380,8 +385,8 @@ static void run_train(const gpu_cfg *b, const gpu_data *d, int prec) {
         step_ms = 1e3 * median(times, n); /* sorted now */
         step_min_ms = 1e3 * times[0];
         if (prec == TFM_PREC_BF16)
-            sprintf(mfu, " mfu=%.4f bf16_acts=%d", bf16_peak() > 0 ? flops * 1e-12 / (step_ms * 1e-3) / bf16_peak() : -1.0,
-                    pass != 2);
+            sprintf(mfu, " mfu=%.4f bf16_acts=%d wgmma=%d", bf16_peak() > 0 ? flops * 1e-12 / (step_ms * 1e-3) / bf16_peak() : -1.0,
+                    pass != 2, pass != 3);
         printf("RESULT impl=%s device=cuda mode=train name=%s prec=%s tf32=%d params=%lld batch=%d seq=%d step_ms=%.3f "
                "step_min_ms=%.3f tok_s=%.1f gflop_step=%.4f tflops=%.3f loss0=%.6f loss=%.5f steps=%d first_step_ms=%.1f "
                "model_mb=%.1f%s graphs=%d replayed=%.3f\n",
@@ -396,6 +401,7 @@ static void run_train(const gpu_cfg *b, const gpu_data *d, int prec) {
     if (prec == TFM_PREC_FP32) (void)run_fwd(&m, b, d, steps);
 done:
     bench_gpu_bf16_acts(1);
+    bench_gpu_wgmma(1);
     (void)tfm_cuda_set_graphs(1);
     tfm_model_free(&m);
 }

@@ -17,6 +17,12 @@
 extern "C" void bench_gpu_bf16_acts(int on);
 extern "C" void bench_gpu_bf16_acts(int on) { tfm__bf16_acts_off = !on; }
 
+/* For bench_gpu.c: this thread's flash attention kernels with Hopper's warpgroup products where the build
+   (sm_90a) and the heads (64 or 128 channels, padded) allow (on 1, the default), or by mma.sync everywhere
+   (0), the library's internal switch (tfm__cu_wg_off). */
+extern "C" void bench_gpu_wgmma(int on);
+extern "C" void bench_gpu_wgmma(int on) { tfm__cu_wg_off = !on; }
+
 /* For bench_gpu.c: decoding and training steps this thread has run by replaying their CUDA graph (the
    rest were captured, or ran launch by launch), the library's internal count (tfm__cu.replays). */
 extern "C" unsigned long long bench_gpu_replays(void);

@@ -4717,15 +4717,15 @@ static void cu_mma16816(void) {
    core-matrix tiles of 64 channels (tfm__cu_tile_at's cm): as keys (B's columns as the tile's rows, K-major:
    TRANS 0) for D0 and as values (B's rows as the tile's rows, N-major: TRANS 1) for D1, through the
    descriptors the kernel makes (tfm__cu_wg_desc); C and the Ds 64 x 64, row-major. on[0] says whether the
-   build runs wgmma (TFM__CU_WG_ON). */
+   build runs wgmma (TFM__CU_WG). */
 static __global__ void cu_k_wgmma(const uint16_t *A, const uint16_t *B, const float *C, float *D0, float *D1, int *on) {
     TFM__SHARED_DYN(unsigned char, raw);
     uint16_t *sk = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sv = sk + 64 * 64;
     int tid = (int)threadIdx.x, lane = tid & 31, r = 16 * (tid >> 5) + (lane >> 2), t = lane & 3, x, h, n;
     uint32_t a[4] = {0u, 0u, 0u, 0u};
     float d0[8][4], d1[8][4];
-    if (tid == 0) on[0] = TFM__CU_WG_ON;
-    if (TFM__CU_WG_ON) {
+    if (tid == 0) on[0] = TFM__CU_WG;
+    if (TFM__CU_WG) {
         for (x = tid; x < 16 * 64; x += 128) {
             int k = x / 64, c = x % 64;
             sk[tfm__cu_tile_at(c, k, 0, 64, 1)] = B[x];
@@ -4783,7 +4783,7 @@ static void cu_wgmma(void) {
         CHECK(cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess);
         CHECK(cudaMemcpy(&on, don, sizeof on, cudaMemcpyDeviceToHost) == cudaSuccess);
 #ifdef TFM_CUDA_EMULATION
-        CHECK_MSG(on, "the emulation runs wgmma unless a test turns it off");
+        CHECK_MSG(on, "the emulation has wgmma");
 #endif
         if (!on) printf("    (built without wgmma, for another target than sm_90a: skipped)\n");
         else {

@@ -409,19 +409,21 @@ fi
             }
             if (has_bf16) {
                 print "\nbf16 training step, ms: ours cfg.precision bf16; torch autocast bf16 + SDPA, eager and torch.compile"
-                printf "%-18s %9s %9s %9s %9s %7s %7s %7s   %9s %7s\n", "config", "ours", "torch", "torch", "speedup", "fastest/", "MFU", "MFU", "rounding", "rnd/"
-                printf "%-18s %9s %9s %9s %9s %7s %7s %7s   %9s %7s\n", "", "bf16", "eager", "compile", "vs tf32", "ours", "ours", "torch", "bf16", "ours"
+                printf "%-18s %9s %9s %9s %9s %7s %7s %7s   %9s %7s %9s %7s\n", "config", "ours", "torch", "torch", "speedup", "fastest/", "MFU", "MFU", "rounding", "rnd/", "mma.sync", "mma/"
+                printf "%-18s %9s %9s %9s %9s %7s %7s %7s   %9s %7s %9s %7s\n", "", "bf16", "eager", "compile", "vs tf32", "ours", "ours", "torch", "bf16", "ours", "bf16", "ours"
                 for (i = 1; i <= nn; i++) {
                     n = order[i]; best = ms["torch", n, "bf16"]
                     if (num(ms["torch", n, "bf16-compile"]) && (!num(best) || ms["torch", n, "bf16-compile"] + 0 < best + 0))
                         best = ms["torch", n, "bf16-compile"]
                     bm = mfu["torch", n, "bf16"]; if (mfu["torch", n, "bf16-compile"] + 0 > bm + 0) bm = mfu["torch", n, "bf16-compile"]
-                    printf "%-18s %9s %9s %9s %9s %7s %7s %7s   %9s %7s\n", n, f(ms["ours", n, "bf16"], "%.2f"), f(ms["torch", n, "bf16"], "%.2f"),
+                    printf "%-18s %9s %9s %9s %9s %7s %7s %7s   %9s %7s %9s %7s\n", n, f(ms["ours", n, "bf16"], "%.2f"), f(ms["torch", n, "bf16"], "%.2f"),
                            f(ms["torch", n, "bf16-compile"], "%.2f"), ratio(ms["ours", n, "tf32"], ms["ours", n, "bf16"]),
                            ratio(best, ms["ours", n, "bf16"]), f(mfu["ours", n, "bf16"], "%.3f"), f(bm, "%.3f"),
-                           f(ms["ours-bf16-rounding", n, "bf16"], "%.2f"), ratio(ms["ours-bf16-rounding", n, "bf16"], ms["ours", n, "bf16"])
+                           f(ms["ours-bf16-rounding", n, "bf16"], "%.2f"), ratio(ms["ours-bf16-rounding", n, "bf16"], ms["ours", n, "bf16"]),
+                           f(ms["ours-mma-sync", n, "bf16"], "%.2f"), ratio(ms["ours-mma-sync", n, "bf16"], ms["ours", n, "bf16"])
                 }
                 print "rounding: the same bf16 steps without bf16 activations (each product rounds its fp32 operands itself)"
+                print "mma.sync: the same bf16 steps with the flash attention by mma.sync where a build for sm_90a runs wgmma (64- and 128-channel heads)"
             }
             print "\ngreedy generation, tokens/s (1-token prompts, up to 127 new tokens per row, fp32)"
             printf "%-18s %5s %11s %11s %11s %11s %9s %9s\n", "config", "batch", "ours", "torch", "ours/torch", "no graphs", "graphs/", "replayed"
