@@ -7205,17 +7205,16 @@ static __device__ void tfm__cu_mma_rows(float s[TFM__CU_FB / 8][4], const uint16
 
 /* -- Hopper's warpgroup products (wgmma; device code built for sm_90a: nvcc -arch=sm_90a) for the flash
    kernels' products: the block's 4 warps are one warpgroup, and one instruction multiplies all 64 of its
-   rows (A 64 x 16 from the warps' registers, B 16 x 64 from shared memory through a descriptor) where
-   mma.sync takes 16 rows by 8 columns a warp. A and the fp32 sums lie in the registers as for
-   tfm__cu_mma16816 (warp w's rows 16 w .., its accumulators tiles of 8 columns), so the kernel's
-   softmax is the same either way. B lies in the core matrices of the PTX ISA's canonical layout without
-   swizzling (tfm__cu_tile_at's cm). The product runs asynchronously: registers it writes or reads are fenced
+   rows (A 64 x 16 from the warps' registers or from shared memory, B 16 x 64 from shared memory, each
+   through a descriptor) where mma.sync takes 16 rows by 8 columns a warp. A in registers and the fp32 sums
+   lie as for tfm__cu_mma16816 (warp w's rows 16 w .., its accumulators tiles of 8 columns), so the
+   kernel's softmax is the same either way. Operands in shared memory lie in the core matrices of the PTX
+   ISA's canonical layout without swizzling (tfm__cu_tile_at's cm). The product runs asynchronously: registers it writes or reads are fenced
    before it (tfm__cu_wg_fence) and read only after tfm__cu_wg_done; shared memory written by the threads
    is made visible to it by tfm__cu_wg_proxy before the barrier. TFM__CU_WG: whether the device code has
    them (a build for sm_90a, or the emulation). Each flash kernel is instantiated with WG 0 (mma.sync) and 1
    (wgmma where the build has it, mma.sync elsewhere), the latter launched only for heads whose channels
-   pad to exactly its TD (49-64, 113-128: tfm__cu_flash_wg); its running tiles are then in core matrices,
-   the block's own rows (the A operands, by ldmatrix) as before. -- */
+   pad to exactly its TD (49-64, 113-128: tfm__cu_flash_wg); its tiles are then in core matrices. -- */
 #if defined(TFM_CUDA_EMULATION) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define TFM__CU_WG 1
 #else
@@ -7293,26 +7292,41 @@ static __device__ void tfm__cu_wgmma64(float d[8][4], const uint32_t a[4], uint6
     (void)d, (void)a, (void)b;
 #endif
 }
+/* The same with A from shared memory too, K-major, through the descriptor a (64 rows: the warpgroup's) */
+template <int TRANS>
+static __device__ void tfm__cu_wgmma64_ss(float d[8][4], uint64_t a, uint64_t b) {
+#if defined(TFM_CUDA_EMULATION)
+    tfm_emu_wgmma_ss(&d[0][0], 64, a, b, TRANS);
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %35, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+                 "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, 1, 1, 0, %34;\n}\n"
+                 : TFM__WG_D(0), TFM__WG_D(1), TFM__WG_D(2), TFM__WG_D(3), TFM__WG_D(4), TFM__WG_D(5), TFM__WG_D(6),
+                   TFM__WG_D(7)
+                 : "l"(a), "l"(b), "n"(TRANS), "r"(1));
+#else
+    (void)d, (void)a, (void)b;
+#endif
+}
 #undef TFM__WG_D
 
 /* The block's s = A B^T for its 64 rows on the warpgroup (tfm__cu_mma_rows' product, heads of exactly TD
    padded channels: a sequence of products that the channels' count could cut short makes ptxas serialize
-   them): A warp w's 16 rows of TD channels from pa (rows of ld), B^T the TFM__CU_FB keys of the core-matrix
-   tile kt (tfm__cu_tile_at's cm: B K-major, 128 bytes from 8 channels to the next, 16 TD from 8 keys to the
-   next); s overwritten once the caller's tfm__cu_wg_done has waited (a second product issued before it
-   runs while this one does) */
+   them): A the block's 64 rows of TD channels in the core-matrix tile at (tfm__cu_tile_at's cm: K-major, 128
+   bytes from 8 channels to the next, 16 TD from 8 rows to the next), B^T the TFM__CU_FB rows (keys for Q K^T)
+   of the core-matrix tile kt, likewise; s overwritten once the caller's tfm__cu_wg_done has waited (a
+   second product issued before it runs while this one does). No operand passes through registers. */
 template <int TD>
-static __device__ void tfm__cu_wg_rows(float s[TFM__CU_FB / 8][4], const uint16_t *pa, int ld, const uint16_t *kt) {
-    uint32_t a[TD / 16][4];
+static __device__ void tfm__cu_wg_rows(float s[TFM__CU_FB / 8][4], const uint16_t *at, const uint16_t *kt) {
     int n, kk;
     TFM__UNROLL
     for (n = 0; n < TFM__CU_FB / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-    TFM__UNROLL
-    for (kk = 0; kk < TD / 16; kk++) tfm__cu_mma_a(a[kk], pa + 16 * kk, ld);
     tfm__cu_wg_fence();
     tfm__cu_wg_hold(s, TFM__CU_FB / 8);
     TFM__UNROLL
-    for (kk = 0; kk < TD / 16; kk++) tfm__cu_wgmma64<0>(s, a[kk], tfm__cu_wg_desc(kt + 128 * kk, 128u, 16u * TD));
+    for (kk = 0; kk < TD / 16; kk++)
+        tfm__cu_wgmma64_ss<0>(s, tfm__cu_wg_desc(at + 128 * kk, 128u, 16u * TD), tfm__cu_wg_desc(kt + 128 * kk, 128u, 16u * TD));
 }
 
 /* The block's acc += P B on the warpgroup (tfm__cu_mma_sum's product over the TFM__CU_FB keys of a tile): P the
@@ -7432,7 +7446,7 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
     TFM__UNROLL
     for (n = 0; n < TD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     j0 = tfm__cu_flash_kv(&a, &f, skv, k, v, 0, ldh, Dp, cm);
-    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf, 0, 0);
+    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf, 0, cm);
     for (buf = 0; j0 < n_max; j0 = jn, buf ^= 1) {
         int nk = TFM__MIN(F, n_max - j0);
         const uint16_t *sk = skv + 2 * buf * F * ldh, *sv = sk + F * ldh;
@@ -7442,7 +7456,7 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
         if (cm) tfm__cu_wg_proxy();
         __syncthreads();
         if (cm) { /* S = Q K^T for the tile's keys */
-            tfm__cu_wg_rows<TD>(sc, sq + 16 * w * ldh, ldh, sk);
+            tfm__cu_wg_rows<TD>(sc, sq, sk);
             tfm__cu_wg_done(sc, TFM__CU_FB / 8);
         } else tfm__cu_mma_rows<TD>(sc, sq + 16 * w * ldh, sk, ldh, Dp);
         TFM__UNROLL
@@ -7545,8 +7559,8 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
     TFM__UNROLL
     for (n = 0; n < TD / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     j0 = tfm__cu_flash_kv(&a, &f, skv, k, v, 0, ldh, Dp, cm);
-    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf, 0, 0);
-    tfm__cu_ftile(sdo, ldh, dout, ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, f.nq, D, Dp, a.dout_bf == 2, 0, 0);
+    tfm__cu_ftile(sq, ldh, q, ((int64_t)b * a.Tq + i0) * a.ldq + h * D, a.ldq, f.nq, D, Dp, a.qkv_bf, 0, cm);
+    tfm__cu_ftile(sdo, ldh, dout, ((int64_t)b * a.Tq + i0) * lddo + h * D, lddo, f.nq, D, Dp, a.dout_bf == 2, 0, cm);
     for (buf = 0; j0 < n_max; j0 = jn, buf ^= 1) {
         int nk = TFM__MIN(F, n_max - j0);
         const uint16_t *sk = skv + 2 * buf * F * ldh, *sv = sk + F * ldh;
@@ -7555,11 +7569,12 @@ static __global__ void tfm__k_attn_flash_dq(tfm__attn_args a, const float *q, co
         tfm__cu_cp_wait(1);
         if (cm) tfm__cu_wg_proxy();
         __syncthreads();
-        if (cm) { /* S = Q K^T and dP = dout V^T for the tile's keys, both in flight at once */
-            tfm__cu_wg_rows<TD>(sc, sq + 16 * w * ldh, ldh, sk);
-            tfm__cu_wg_rows<TD>(dp, sdo + 16 * w * ldh, ldh, sv);
+        if (cm) { /* S = Q K^T and dP = dout V^T for the tile's keys (one after the other: issued together, ptxas
+                     puts a wait between them, its note C7517) */
+            tfm__cu_wg_rows<TD>(sc, sq, sk);
             tfm__cu_wg_done(sc, TFM__CU_FB / 8);
-            tfm__cu_wg_hold(dp, TFM__CU_FB / 8);
+            tfm__cu_wg_rows<TD>(dp, sdo, sv);
+            tfm__cu_wg_done(dp, TFM__CU_FB / 8);
         } else {
             tfm__cu_mma_rows<TD>(sc, sq + 16 * w * ldh, sk, ldh, Dp);
             tfm__cu_mma_rows<TD>(dp, sdo + 16 * w * ldh, sv, ldh, Dp);
@@ -7674,8 +7689,8 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
     nqt = i1 > i_lo ? (i1 - i_lo + F - 1) / F : 0, np = G * nqt;
     if (np) tfm__cu_flash_qd(&a, sqd, sst, q, dout, lddo, lse, Dr, one, b, kvh * G, i_lo, i1, ldh, Dp, cm);
     tfm__cu_cp_commit();
-    tfm__cu_ftile(sk, ldh, k, ((int64_t)b * a.Tk + j0) * a.ldk + kvh * D, a.ldk, nk, D, Dp, a.qkv_bf, 0, 0);
-    tfm__cu_ftile(sv, ldh, v, ((int64_t)b * a.Tk + j0) * a.ldv + kvh * D, a.ldv, nk, D, Dp, a.qkv_bf, 0, 0);
+    tfm__cu_ftile(sk, ldh, k, ((int64_t)b * a.Tk + j0) * a.ldk + kvh * D, a.ldk, nk, D, Dp, a.qkv_bf, 0, cm);
+    tfm__cu_ftile(sv, ldh, v, ((int64_t)b * a.Tk + j0) * a.ldv + kvh * D, a.ldv, nk, D, Dp, a.qkv_bf, 0, cm);
     for (p = 0, buf = 0; p < np; p++, buf ^= 1) {
         int h = kvh * G + p / nqt, bh = b * a.H + h, q0 = i_lo + p % nqt * F;
         const uint16_t *sq = sqd + 2 * buf * F * ldh, *sdo = sq + F * ldh;
@@ -7693,10 +7708,10 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
            for query x, whose statistics it wrote itself) */
         all = __syncthreads_and(x >= F || tfm__cu_attn_sees_all(&a, j0, F, sn[x], slo[x]));
         if (cm) { /* this warp's 16 keys against the tile's queries: S^T = K q^T and dP^T = V dout^T */
-            tfm__cu_wg_rows<TD>(sc, sk + 16 * w * ldh, ldh, sq);
-            tfm__cu_wg_rows<TD>(dp, sv + 16 * w * ldh, ldh, sdo);
+            tfm__cu_wg_rows<TD>(sc, sk, sq); /* (one after the other, as dq's) */
             tfm__cu_wg_done(sc, TFM__CU_FB / 8);
-            tfm__cu_wg_hold(dp, TFM__CU_FB / 8);
+            tfm__cu_wg_rows<TD>(dp, sv, sdo);
+            tfm__cu_wg_done(dp, TFM__CU_FB / 8);
         } else {
             tfm__cu_mma_rows<TD>(sc, sk + 16 * w * ldh, sq, ldh, Dp);
             tfm__cu_mma_rows<TD>(dp, sv + 16 * w * ldh, sdo, ldh, Dp);
@@ -7706,7 +7721,7 @@ static __global__ void tfm__k_attn_flash_dkv(tfm__attn_args a, const float *q, c
             if (all) tfm__cu_flash_col<1>(&a, sc, dp, r, t, 16 * w + g + 8 * r, nk, j0, b, bh, q0, sL);
             else tfm__cu_flash_col<0>(&a, sc, dp, r, t, 16 * w + g + 8 * r, nk, j0, b, bh, q0, sL);
         }
-        if (cm) { /* dv += P^T dout, dk += dS^T q: dout and q as stored */
+        if (cm) { /* dv += P^T dout, dk += dS^T q: dout and q as stored, both in flight at once */
             tfm__cu_wg_sum<TD>(accv, sc, sdo);
             tfm__cu_wg_sum<TD>(acck, dp, sq);
             tfm__cu_wg_done(accv, TD / 8);

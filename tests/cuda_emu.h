@@ -387,9 +387,10 @@ struct tfm_emu__fiber {   /* one thread of the running block */
 struct tfm_emu__wg_stage {
     int left;                      /* threads still to take D (0: the next thread past is the first) */
     const char *file;
-    int line, n, trans;
-    uint64_t desc;
+    int line, n, trans, a_smem;
+    uint64_t desc, desc_a;
     uint16_t b[16][256];           /* B, K 16 x N */
+    uint16_t as[64][16];           /* A from shared memory (a_smem) */
     uint32_t a[128][4];
     float c[128][128], d[128][128];
 };
@@ -1576,7 +1577,9 @@ static inline void tfm_emu__ldsm(const tfm_emu__at &at, uint32_t r[4], const voi
    - tfm_emu_smem_addr(p): a shared-memory address as __cvta_generic_to_shared gives it; here p's offset in
      the dynamic shared memory (the only shared memory a descriptor may point into here, else it aborts);
    - tfm_emu_wgmma(d, n, a, desc, trans): wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 with A from
-     registers, scale-d 1 (D = A B + D), n a multiple of 8 up to 256. A warpgroup op: the block must be one
+     registers, scale-d 1 (D = A B + D), n a multiple of 8 up to 256; tfm_emu_wgmma_ss(d, n, desc_a, desc,
+     trans) the same with A from shared memory, K-major (imm-trans-a 0), through its own descriptor (read as
+     B's K-major form with m for n). A warpgroup op: the block must be one
      warpgroup (128 threads, none returned) and all of them at the same call, with the same n, trans and
      descriptor. A (64 x 16) and D (64 x n) are spread over the threads as mma.sync's m16n8k16 spreads its
      16 rows over a warp, warp w holding rows 16 w .. 16 w + 15 (D: n / 8 tiles of 8 columns, 4 registers
@@ -1620,20 +1623,23 @@ static inline void tfm_emu_wgmma_wait(void) {
     q.resize(k);
 }
 /* B's element (k, n) of the product at the stage's descriptor, read from the dynamic shared memory */
-static inline uint16_t tfm_emu__wg_b(const tfm_emu__at &at, const tfm_emu__wg_stage &s, int k, int n) {
+static inline uint16_t tfm_emu__wg_b(const tfm_emu__at &at, const tfm_emu__wg_stage &s, int k, int n, uint64_t d,
+                                     int trans) {
     tfm_emu__state &g = tfm_emu__g;
-    uint64_t d = s.desc, start = (d & 0x3FFF) << 4, lbo = (d >> 16 & 0x3FFF) << 4, sbo = (d >> 32 & 0x3FFF) << 4;
+    uint64_t start = (d & 0x3FFF) << 4, lbo = (d >> 16 & 0x3FFF) << 4, sbo = (d >> 32 & 0x3FFF) << 4;
     uint64_t off = start + (uint64_t)(n / 8) * sbo + (uint64_t)(k / 8) * lbo +
-                   (s.trans ? (uint64_t)(n % 8) * 2 + (uint64_t)(k % 8) * 16 : (uint64_t)(n % 8) * 16 + (uint64_t)(k % 8) * 2);
+                   (trans ? (uint64_t)(n % 8) * 2 + (uint64_t)(k % 8) * 16 : (uint64_t)(n % 8) * 16 + (uint64_t)(k % 8) * 2);
     uint16_t v;
+    (void)s;
     if (off + 2 > g.dyn_bytes)
-        tfm_emu__fatal("%s:%d: wgmma: B's element (%d, %d) lies at shared address %llu, past the %zu bytes of dynamic shared "
-                       "memory (descriptor 0x%016llx)", at.file, at.line, k, n, (unsigned long long)off, g.dyn_bytes,
-                       (unsigned long long)d);
+        tfm_emu__fatal("%s:%d: wgmma: %s's element (%d, %d) lies at shared address %llu, past the %zu bytes of dynamic shared "
+                       "memory (descriptor 0x%016llx)", at.file, at.line, d == s.desc_a && s.a_smem ? "A" : "B", k, n,
+                       (unsigned long long)off, g.dyn_bytes, (unsigned long long)d);
     memcpy(&v, (const char *)g.dyn + off, 2);
     return v;
 }
-static inline void tfm_emu__wgmma(const tfm_emu__at &at, float *d, int n, const uint32_t a[4], uint64_t desc, int trans) {
+static inline void tfm_emu__wgmma(const tfm_emu__at &at, float *d, int n, const uint32_t *a, uint64_t desc_a, uint64_t desc,
+                                  int trans) {
     tfm_emu__state &g = tfm_emu__g;
     (void)tfm_emu__self("wgmma.mma_async");
     tfm_emu__wg_stage &s = g.wg;
@@ -1641,18 +1647,21 @@ static inline void tfm_emu__wgmma(const tfm_emu__at &at, float *d, int n, const 
     if (g.nthreads != 128 || g.n_live != 128)
         tfm_emu__fatal("%s:%d: wgmma: the emulation runs warpgroup products in blocks of one warpgroup, 128 threads none "
                        "of which has returned (%d threads, %d live)", at.file, at.line, g.nthreads, g.n_live);
-    if (n < 8 || n > 256 || n % 8 || (desc & (0x7ull << 49 | 0x3ull << 62)))
+    if (n < 8 || n > 256 || n % 8 || ((desc | (a ? 0 : desc_a)) & (0x7ull << 49 | 0x3ull << 62)))
         tfm_emu__fatal("%s:%d: wgmma: n = %d (a multiple of 8 in [8, 256]), descriptor 0x%016llx (base offset and swizzle "
-                       "must be 0 here)", at.file, at.line, n, (unsigned long long)desc);
+                       "must be 0 here)", at.file, at.line, n, (unsigned long long)(a ? desc : desc | desc_a));
     if (first) {
-        s.file = at.file, s.line = at.line, s.n = n, s.trans = trans != 0, s.desc = desc;
+        s.file = at.file, s.line = at.line, s.n = n, s.trans = trans != 0, s.desc = desc, s.a_smem = !a, s.desc_a = a ? 0 : desc_a;
         for (int k = 0; k < 16; k++)
-            for (int c = 0; c < n; c++) s.b[k][c] = tfm_emu__wg_b(at, s, k, c);
-    } else if (s.n != n || s.trans != (trans != 0) || s.desc != desc)
-        tfm_emu__fatal("%s:%d: wgmma: thread %d asks for n = %d, trans %d, descriptor 0x%016llx where the warpgroup's first "
-                       "asked for n = %d, trans %d, descriptor 0x%016llx", at.file, at.line, i, n, trans,
-                       (unsigned long long)desc, s.n, s.trans, (unsigned long long)s.desc);
-    memcpy(s.a[i], a, sizeof s.a[i]);
+            for (int c = 0; c < n; c++) s.b[k][c] = tfm_emu__wg_b(at, s, k, c, desc, s.trans);
+        for (int r = 0; !a && r < 64; r++)
+            for (int k = 0; k < 16; k++) s.as[r][k] = tfm_emu__wg_b(at, s, k, r, desc_a, 0);
+    } else if (s.n != n || s.trans != (trans != 0) || s.desc != desc || s.a_smem != !a || (!a && s.desc_a != desc_a))
+        tfm_emu__fatal("%s:%d: wgmma: thread %d asks for n = %d, trans %d, descriptor 0x%016llx (A's 0x%016llx) where the "
+                       "warpgroup's first asked for n = %d, trans %d, descriptor 0x%016llx (A's 0x%016llx)", at.file, at.line,
+                       i, n, trans, (unsigned long long)desc, (unsigned long long)(a ? 0 : desc_a), s.n, s.trans,
+                       (unsigned long long)s.desc, (unsigned long long)s.desc_a);
+    if (a) memcpy(s.a[i], a, sizeof s.a[i]);
     memcpy(s.c[i], d, (size_t)n / 2 * sizeof(float));
     std::vector<tfm_emu__wg_pending> &q = g.wgp[i];
     for (size_t e = 0; e < q.size(); e++) /* chained on a pending product's registers: its result is C */
@@ -1666,7 +1675,7 @@ static inline void tfm_emu__wgmma(const tfm_emu__at &at, float *d, int n, const 
         static float A[64][16], B[16][256], C[64][256];
         for (int t = 0; t < 128; t++) {
             int w = t >> 5, l = t & 31, r = 16 * w + (l >> 2), k = 2 * (l & 3);
-            for (int h = 0; h < 2; h++) {
+            for (int h = 0; h < 2 && !s.a_smem; h++) {
                 A[r][k + h] = tfm_emu__bf16_float((uint16_t)(s.a[t][0] >> 16 * h));
                 A[r + 8][k + h] = tfm_emu__bf16_float((uint16_t)(s.a[t][1] >> 16 * h));
                 A[r][k + 8 + h] = tfm_emu__bf16_float((uint16_t)(s.a[t][2] >> 16 * h));
@@ -1677,6 +1686,8 @@ static inline void tfm_emu__wgmma(const tfm_emu__at &at, float *d, int n, const 
         }
         for (int k = 0; k < 16; k++)
             for (int c = 0; c < s.n; c++) B[k][c] = tfm_emu__bf16_float(s.b[k][c]);
+        for (int r = 0; s.a_smem && r < 64; r++)
+            for (int k = 0; k < 16; k++) A[r][k] = tfm_emu__bf16_float(s.as[r][k]);
         for (int r = 0; r < 64; r++)
             for (int c = 0; c < s.n; c++)
                 for (int k = 0; k < 16; k++) C[r][c] += A[r][k] * B[k][c];
@@ -1695,7 +1706,9 @@ static inline void tfm_emu__wgmma(const tfm_emu__at &at, float *d, int n, const 
     q.push_back(p);
     memset(d, 0xFF, (size_t)n / 2 * sizeof(float)); /* NaN until the thread waits */
 }
-#define tfm_emu_wgmma(d, n, a, desc, trans) tfm_emu__wgmma(tfm_emu__at{__FILE__, __LINE__}, d, n, a, desc, trans)
+#define tfm_emu_wgmma(d, n, a, desc, trans) tfm_emu__wgmma(tfm_emu__at{__FILE__, __LINE__}, d, n, a, 0, desc, trans)
+#define tfm_emu_wgmma_ss(d, n, desc_a, desc, trans) \
+    tfm_emu__wgmma(tfm_emu__at{__FILE__, __LINE__}, d, n, nullptr, desc_a, desc, trans)
 
 /* ==== device built-ins: atomics, math, bit tricks ==== (blocks run one at a time: plain updates) */
 

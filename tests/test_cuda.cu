@@ -4713,23 +4713,26 @@ static void cu_mma16816(void) {
 }
 
 /* One warpgroup: D = A B + C through tfm__cu_wgmma64, A 64 x 16 (each lane's registers loaded by the layout
-   tfm__cu_mma16816 documents, warp w's rows 16 w ..), B 16 x 64 in shared memory in the flash forward's
+   tfm__cu_mma16816 documents, warp w's rows 16 w ..), B 16 x 64 in shared memory in the flash kernels'
    core-matrix tiles of 64 channels (tfm__cu_tile_at's cm): as keys (B's columns as the tile's rows, K-major:
    TRANS 0) for D0 and as values (B's rows as the tile's rows, N-major: TRANS 1) for D1, through the
-   descriptors the kernel makes (tfm__cu_wg_desc); C and the Ds 64 x 64, row-major. on[0] says whether the
-   build runs wgmma (TFM__CU_WG). */
-static __global__ void cu_k_wgmma(const uint16_t *A, const uint16_t *B, const float *C, float *D0, float *D1, int *on) {
+   descriptors the kernels make (tfm__cu_wg_desc); D2 by tfm__cu_wgmma64_ss, A from such a tile too (its rows
+   as the tile's rows: K-major), B as for D0; C and the Ds 64 x 64, row-major. on[0] says whether the build
+   runs wgmma (TFM__CU_WG). */
+static __global__ void cu_k_wgmma(const uint16_t *A, const uint16_t *B, const float *C, float *D0, float *D1, float *D2,
+                                  int *on) {
     TFM__SHARED_DYN(unsigned char, raw);
-    uint16_t *sk = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sv = sk + 64 * 64;
+    uint16_t *sk = (uint16_t *)(void *)tfm__cu_flash_base(raw), *sv = sk + 64 * 64, *sa = sv + 64 * 64;
     int tid = (int)threadIdx.x, lane = tid & 31, r = 16 * (tid >> 5) + (lane >> 2), t = lane & 3, x, h, n;
     uint32_t a[4] = {0u, 0u, 0u, 0u};
-    float d0[8][4], d1[8][4];
+    float d0[8][4], d1[8][4], d2[8][4];
     if (tid == 0) on[0] = TFM__CU_WG;
     if (TFM__CU_WG) {
         for (x = tid; x < 16 * 64; x += 128) {
             int k = x / 64, c = x % 64;
             sk[tfm__cu_tile_at(c, k, 0, 64, 1)] = B[x];
             sv[tfm__cu_tile_at(k, c, 0, 64, 1)] = B[x];
+            sa[tfm__cu_tile_at(c, k, 0, 64, 1)] = A[c * 16 + k]; /* A's row c, column k */
         }
         tfm__cu_wg_proxy();
         __syncthreads();
@@ -4740,16 +4743,18 @@ static __global__ void cu_k_wgmma(const uint16_t *A, const uint16_t *B, const fl
             a[3] |= (uint32_t)A[(r + 8) * 16 + 2 * t + 8 + h] << 16 * h;
         }
         for (n = 0; n < 8; n++)
-            for (h = 0; h < 4; h++) d0[n][h] = d1[n][h] = C[(r + 8 * (h >> 1)) * 64 + 8 * n + 2 * t + (h & 1)];
+            for (h = 0; h < 4; h++) d0[n][h] = d1[n][h] = d2[n][h] = C[(r + 8 * (h >> 1)) * 64 + 8 * n + 2 * t + (h & 1)];
         tfm__cu_wg_fence();
         tfm__cu_wgmma64<0>(d0, a, tfm__cu_wg_desc(sk, 128u, 16u * 64));
         tfm__cu_wgmma64<1>(d1, a, tfm__cu_wg_desc(sv, 16u * 64, 128u));
+        tfm__cu_wgmma64_ss<0>(d2, tfm__cu_wg_desc(sa, 128u, 16u * 64), tfm__cu_wg_desc(sk, 128u, 16u * 64));
         tfm__cu_wg_done(d0, 8);
         tfm__cu_wg_hold(d1, 8);
+        tfm__cu_wg_hold(d2, 8);
         for (n = 0; n < 8; n++)
             for (h = 0; h < 4; h++) {
                 int e = (r + 8 * (h >> 1)) * 64 + 8 * n + 2 * t + (h & 1);
-                D0[e] = d0[n][h], D1[e] = d1[n][h];
+                D0[e] = d0[n][h], D1[e] = d1[n][h], D2[e] = d2[n][h];
             }
     }
 }
@@ -4761,7 +4766,7 @@ static __global__ void cu_k_wgmma(const uint16_t *A, const uint16_t *B, const fl
    emulation, the emulation's. Skipped where the build has no wgmma. */
 static void cu_wgmma(void) {
     uint16_t hA[64 * 16], hB[16 * 64], *dA = NULL, *dB = NULL;
-    float hC[64 * 64], hD[2][64 * 64], *dC = NULL, *dD0 = NULL, *dD1 = NULL;
+    float hC[64 * 64], hD[3][64 * 64], *dC = NULL, *dD0 = NULL, *dD1 = NULL, *dD2 = NULL;
     int on = 0, *don = NULL, i, j, k, f;
     if (!tfm__cu_flash_ok(16)) {
         printf("    (no bf16 tensor cores here: skipped)\n");
@@ -4774,12 +4779,13 @@ static void cu_wgmma(void) {
     for (i = 0; i < 64 * 64; i++) hC[i] = (float)(i * 3 - 6000);
     CHECK(cudaMalloc((void **)&dA, sizeof hA) == cudaSuccess && cudaMalloc((void **)&dB, sizeof hB) == cudaSuccess &&
           cudaMalloc((void **)&dC, sizeof hC) == cudaSuccess && cudaMalloc((void **)&dD0, sizeof hD[0]) == cudaSuccess &&
-          cudaMalloc((void **)&dD1, sizeof hD[1]) == cudaSuccess && cudaMalloc((void **)&don, sizeof on) == cudaSuccess);
-    if (dA && dB && dC && dD0 && dD1 && don) {
+          cudaMalloc((void **)&dD1, sizeof hD[1]) == cudaSuccess && cudaMalloc((void **)&dD2, sizeof hD[2]) == cudaSuccess &&
+          cudaMalloc((void **)&don, sizeof on) == cudaSuccess);
+    if (dA && dB && dC && dD0 && dD1 && dD2 && don) {
         CHECK(cudaMemcpy(dA, hA, sizeof hA, cudaMemcpyHostToDevice) == cudaSuccess &&
               cudaMemcpy(dB, hB, sizeof hB, cudaMemcpyHostToDevice) == cudaSuccess &&
               cudaMemcpy(dC, hC, sizeof hC, cudaMemcpyHostToDevice) == cudaSuccess);
-        TFM__LAUNCH(cu_k_wgmma, 1, 128, 128 + 2 * 64 * 64 * sizeof(uint16_t), dA, dB, dC, dD0, dD1, don);
+        TFM__LAUNCH(cu_k_wgmma, 1, 128, 128 + 3 * 64 * 64 * sizeof(uint16_t), dA, dB, dC, dD0, dD1, dD2, don);
         CHECK(cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess);
         CHECK(cudaMemcpy(&on, don, sizeof on, cudaMemcpyDeviceToHost) == cudaSuccess);
 #ifdef TFM_CUDA_EMULATION
@@ -4788,22 +4794,24 @@ static void cu_wgmma(void) {
         if (!on) printf("    (built without wgmma, for another target than sm_90a: skipped)\n");
         else {
             CHECK(cudaMemcpy(hD[0], dD0, sizeof hD[0], cudaMemcpyDeviceToHost) == cudaSuccess &&
-                  cudaMemcpy(hD[1], dD1, sizeof hD[1], cudaMemcpyDeviceToHost) == cudaSuccess);
-            for (f = 0; f < 2; f++) {
+                  cudaMemcpy(hD[1], dD1, sizeof hD[1], cudaMemcpyDeviceToHost) == cudaSuccess &&
+                  cudaMemcpy(hD[2], dD2, sizeof hD[2], cudaMemcpyDeviceToHost) == cudaSuccess);
+            for (f = 0; f < 3; f++) {
+                static const char *const form[3] = {"B K-major (keys: TRANS 0)", "B N-major (values: TRANS 1)",
+                                                    "A and B K-major from shared memory (tfm__cu_wgmma64_ss)"};
                 int bad = 0;
                 for (i = 0; i < 64; i++)
                     for (j = 0; j < 64; j++) {
                         double want = hC[i * 64 + j];
                         for (k = 0; k < 16; k++) want += (double)cu_bf16_value(hA[i * 16 + k]) * cu_bf16_value(hB[k * 64 + j]);
                         if ((double)hD[f][i * 64 + j] != want && bad++ < 3)
-                            TEST__FAIL("wgmma, B %s: D[%d][%d] = %g, want %g", f ? "N-major (values: TRANS 1)" : "K-major (keys: TRANS 0)",
-                                       i, j, (double)hD[f][i * 64 + j], want);
+                            TEST__FAIL("wgmma, %s: D[%d][%d] = %g, want %g", form[f], i, j, (double)hD[f][i * 64 + j], want);
                     }
-                CHECK_MSG(!bad, "wgmma, B %s: %d of 4096 elements of D wrong", f ? "N-major" : "K-major", bad);
+                CHECK_MSG(!bad, "wgmma, %s: %d of 4096 elements of D wrong", form[f], bad);
             }
         }
     }
-    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD0), cudaFree(dD1), cudaFree(don);
+    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD0), cudaFree(dD1), cudaFree(dD2), cudaFree(don);
 }
 
 /* y[i] = tfm__cu_fexp(x[i]) */

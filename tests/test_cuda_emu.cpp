@@ -1532,14 +1532,20 @@ static size_t wg_at(int trans, int k, int n) {
 }
 /* The warpgroup: D = C + A B + A B (two products on the same registers, the second chained on the first
    before any wait), A 64 x 16 in each lane's registers as mma.sync's m16n8k16 spreads 16 rows over a warp
-   (warp w rows 16 w ..), D in the same registers, 3 tiles of 8 columns; first[t] is what thread t read of
+   (warp w rows 16 w ..), or (a_smem) from shared memory, K-major from byte 4096 with LBO 1280 and SBO 160
+   (tfm_emu_wgmma_ss), D in the same registers, 3 tiles of 8 columns; first[t] is what thread t read of
    its first register between the products and the wait (NaN: not yet there) */
-static __global__ void k_wgmma(const uint16_t *A, const uint16_t *B, const float *C, float *D, float *first, int trans) {
+static __global__ void k_wgmma(const uint16_t *A, const uint16_t *B, const float *C, float *D, float *first, int trans,
+                               int a_smem) {
     unsigned char *sh = (unsigned char *)tfm_emu_dyn_shared();
     int tid = (int)threadIdx.x, lane = tid & 31, r = 16 * (tid >> 5) + (lane >> 2), t = lane & 3;
     uint32_t a[4] = {0u, 0u, 0u, 0u};
     float d[3][4];
     for (int x = tid; x < 16 * 24; x += 128) memcpy(sh + wg_at(trans, x / 24, x % 24), &B[x], 2);
+    for (int x = tid; x < 64 * 16; x += 128) {
+        int m = x / 16, k = x % 16;
+        memcpy(sh + 4096 + (m % 8) * 16 + (m / 8) * 160 + (k % 8) * 2 + (k / 8) * 1280, &A[x], 2);
+    }
     __syncthreads();
     for (int h = 0; h < 2; h++) {
         a[0] |= (uint32_t)A[r * 16 + 2 * t + h] << 16 * h;
@@ -1551,8 +1557,10 @@ static __global__ void k_wgmma(const uint16_t *A, const uint16_t *B, const float
         for (int h = 0; h < 4; h++) d[n][h] = C[(r + 8 * (h >> 1)) * 24 + 8 * n + 2 * t + (h & 1)];
     uint64_t desc = (uint64_t)((trans ? 2048 : 0) >> 4) | (uint64_t)((trans ? 1024 : 256) >> 4) << 16 |
                     (uint64_t)((trans ? 160 : 384) >> 4) << 32;
+    uint64_t da = (uint64_t)(4096 >> 4) | (uint64_t)(1280 >> 4) << 16 | (uint64_t)(160 >> 4) << 32;
     tfm_emu_wgmma_fence();
-    tfm_emu_wgmma(&d[0][0], 24, a, desc, trans);
+    if (a_smem) tfm_emu_wgmma_ss(&d[0][0], 24, da, desc, trans);
+    else tfm_emu_wgmma(&d[0][0], 24, a, desc, trans);
     tfm_emu_wgmma(&d[0][0], 24, a, desc, trans);
     tfm_emu_wgmma_commit();
     first[tid] = d[0][0];
@@ -1575,9 +1583,9 @@ static void test_wgmma(void) {
     cudaMemcpy(dB, hB, sizeof hB, cudaMemcpyHostToDevice);
     cudaMemcpy(dC, hC, sizeof hC, cudaMemcpyHostToDevice);
     unsigned long long n0 = tfm_emu_wgmma_calls();
-    for (int trans = 0; trans < 2; trans++) {
-        int bad = 0, early = 0;
-        TFM__LAUNCH(k_wgmma, 1, 128, 4096, dA, dB, dC, dD, df, trans);
+    for (int run = 0; run < 3; run++) {
+        int trans = run & 1, bad = 0, early = 0;
+        TFM__LAUNCH(k_wgmma, 1, 128, 8192, dA, dB, dC, dD, df, trans, run == 2);
         CHECK_CU(cudaDeviceSynchronize(), cudaSuccess);
         cudaMemcpy(hD, dD, sizeof hD, cudaMemcpyDeviceToHost);
         cudaMemcpy(hf, df, sizeof hf, cudaMemcpyDeviceToHost);
@@ -1586,13 +1594,13 @@ static void test_wgmma(void) {
                 double want = hC[i * 24 + j];
                 for (int k = 0; k < 16; k++) want += 2.0 * tfm__bf16_value(hA[i * 16 + k]) * tfm__bf16_value(hB[k * 24 + j]);
                 if ((double)hD[i * 24 + j] != want && bad++ < 3)
-                    printf("    trans %d: D[%d][%d] = %g, want %g\n", trans, i, j, (double)hD[i * 24 + j], want);
+                    printf("    run %d: D[%d][%d] = %g, want %g\n", run, i, j, (double)hD[i * 24 + j], want);
             }
         for (int x = 0; x < 128; x++) early += !std::isnan(hf[x]);
         CHECK(bad == 0);
         CHECK(early == 0); /* the registers are NaN until the wait */
     }
-    CHECK(tfm_emu_wgmma_calls() == n0 + 4);
+    CHECK(tfm_emu_wgmma_calls() == n0 + 6);
     cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD), cudaFree(df);
 }
 /* what aborts: a block of 64 threads; a thread returning with a product not waited for; thread 5 with another
