@@ -81,7 +81,7 @@
        tfm_impl.cu:  #define TFM_IMPLEMENTATION
                      #define TFM_CUDA
                      #include "transformer.h"
-       nvcc -O3 -arch=sm_90 -c tfm_impl.cu && cc -O3 prog.c tfm_impl.o -lcublas -lcublasLt -lcudart -lstdc++ -lm
+       nvcc -O3 -arch=sm_90a -c tfm_impl.cu && cc -O3 prog.c tfm_impl.o -lcublas -lcublasLt -lcudart -lstdc++ -lm
 
    CONFIG MACROS (define before the include, in the implementation file)
    -------------
@@ -7420,8 +7420,8 @@ static __device__ float tfm__cu_flash_row(const tfm__attn_args *a, float sc[TFM_
    O stays in registers to the end. A lane holds rows 16 w + g and 16 w + g + 8 (g = lane / 4), keys and
    channels 8 n + 2 t, 8 n + 2 t + 1 of each 8 (t = lane % 4); its share of a row's sum of probabilities is
    added over its 4 lanes at the end. With WG, built for sm_90a (TFM__CU_WG) and for heads whose channels pad
-   to exactly TD (49-64, 113-128: the launch's part), the products are the warpgroup's (tfm__cu_wg_rows, tfm__cu_wg_sum; the key
-   and value tiles in core matrices), with the same registers; so in dq and dk/dv. */
+   to exactly TD (49-64, 113-128: the launch's part), the products are the warpgroup's (tfm__cu_wg_rows,
+   tfm__cu_wg_sum; every tile in core matrices), the sums in the same registers; so in dq and dk/dv. */
 template <int TD, int WG>
 static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, const float *k, const float *v, float *out,
                                              float *lse, const int32_t *lens, const float *mask) {
