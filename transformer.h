@@ -2010,10 +2010,25 @@ static TFM__HD uint32_t tfm__drop_threshold(float p) {
 /* Branch-free exp, tanh and erf that the compiler can vectorize (libm's are scalar calls).
    exp: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for exactness), e^r by its degree-7 Taylor
    polynomial (error < 1e-8 relative), 2^n put in the exponent bits: about 1 ulp over [-87, 88]; 0 below
-   -87 (so e^-inf, a masked score's, is exactly 0), e^88 above 88.
+   -87 (so e^-inf, a masked score's, is exactly 0), e^88 above 88. On a GPU (device code, not the
+   emulation) CUDA's expf instead: about 8 instructions around the special-function unit's 2^x where the
+   polynomial takes some 23, within 2 ulp (the CUDA guide's bound), e^-inf exactly 0, inf above 88.7 (every
+   caller takes e^x of x <= 0, or divides by 1 + e^x). tfm__div1: a / b for b >= 1, on a GPU by __fdividef
+   (the unit's reciprocal and a multiply, 2 ulp; 0 for b above 2^126, where a / b is below 2^-125) where a
+   division takes some ten instructions and a branch.
    tanh(u) = 1 - 2 / (1 + e^(2u)): absolute error ~1e-7. erf: Abramowitz & Stegun 7.1.26 with this exp,
    absolute error < 2e-7. */
+static TFM__HD inline float tfm__div1(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    return __fdividef(a, b);
+#else
+    return a / b;
+#endif
+}
 static TFM__HD inline float tfm__exp(float x) {
+#if defined(__CUDA_ARCH__)
+    return expf(x);
+#else
     float kf, r, p, s, under = x < -87.0f ? 0.0f : 1.0f;
     int32_t bits;
     x = x < -87.0f ? -87.0f : x;
@@ -2026,10 +2041,11 @@ static TFM__HD inline float tfm__exp(float x) {
     bits = (int32_t)((uint32_t)((int32_t)kf + 127) << 23); /* (unsigned: no shift of a negative for a NaN x) */
     memcpy(&s, &bits, sizeof s);
     return p * s * under;
+#endif
 }
-static TFM__HD inline float tfm__tanh(float u) { return 1.0f - 2.0f / (1.0f + tfm__exp(2.0f * u)); }
+static TFM__HD inline float tfm__tanh(float u) { return 1.0f - tfm__div1(2.0f, 1.0f + tfm__exp(2.0f * u)); }
 static TFM__HD inline float tfm__erf(float x) {
-    float ax = x < 0.0f ? -x : x, t = 1.0f / (1.0f + 0.3275911f * ax), y;
+    float ax = x < 0.0f ? -x : x, t = tfm__div1(1.0f, 1.0f + 0.3275911f * ax), y;
     y = 1.0f - t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f)))) *
                    tfm__exp(-ax * ax);
     return x < 0.0f ? -y : y;
@@ -3645,7 +3661,7 @@ static void tfm__relu_backward_cpu(float *dx, const float *dy, const float *x, i
 
 /* SwiGLU over rows of 2F: y[r,j] = silu(h[r,j]) * h[r,F+j], silu(g) = g sigmoid(g); h (N,2F), y (N,F).
    Backward: dh[r,j] = dy u silu'(g), silu'(g) = s (1 + g (1 - s)); dh[r,F+j] = dy silu(g) (dh written). */
-static TFM__HD inline float tfm__sigmoid(float g) { return 1.0f / (1.0f + tfm__exp(-g)); }
+static TFM__HD inline float tfm__sigmoid(float g) { return tfm__div1(1.0f, 1.0f + tfm__exp(-g)); }
 static void tfm__swiglu_forward_cpu(float *y, const float *h, int64_t N, int64_t F) {
     int64_t r;
     TFM__OMP(omp parallel for schedule(static) if (TFM__PAR(N * F)))
@@ -5008,6 +5024,33 @@ static unsigned tfm__cu_row_threads(int64_t C) {
 }
 #define TFM__CU_LOOP(i, n) \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+/* The memory-bound kernels' loops take TFM__CU_U items a thread at a time: i0 the first, the others
+   tfm__cu_step() apart (TFM__CU_EACH), all loaded before any is worked on. With one load in flight a thread
+   (the plain loop's: the next load waits behind the work on this one), 2048 threads an SM keep 4-8 KB in
+   flight, where the memory's latency at full bandwidth needs some 29 KB (an H200: 4.8 TB/s x ~0.8 us over
+   132 SMs): the cross-entropy over fp32 logits so ran at 0.6 TB/s (H200, 2026-11-27). 4, not more: at 8
+   the items' addresses took up to 207 registers a thread (nvcc 13, sm_90a), so that few threads fit an SM,
+   at 4 31-72 (the kernels whose activations inline three forms bounded to fit 3-4 blocks). TFM__CU_LOOP_U: n
+   items, tfm__cu_grid_u(n) blocks of TFM__CU_THREADS. TFM__CU_ROWS: n rows of C items with no division an
+   item (an item's row and column from a flat index cost a 64-bit division, some 20 instructions or more, a
+   memory-bound kernel's whole budget), the grid's y stepping the rows, x the items of a row: tfm__cu_grid2
+   blocks of tfm__cu_block2 threads (up to 4096 blocks, as tfm__cu_grid). */
+#define TFM__CU_U 4
+static __device__ int64_t tfm__cu_step(void) { return (int64_t)gridDim.x * blockDim.x; }
+#define TFM__CU_LOOP_U(i0, n) \
+    for (int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i0 < (n); i0 += TFM__CU_U * tfm__cu_step())
+#define TFM__CU_ROWS(r, n, j0, C)                          \
+    for (int64_t r = blockIdx.y; r < (n); r += gridDim.y)  \
+        for (int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j0 < (C); j0 += TFM__CU_U * tfm__cu_step())
+#define TFM__CU_EACH(u, i, i0) for (u = 0, i = (i0); u < TFM__CU_U; u++, i += tfm__cu_step())
+static unsigned tfm__cu_grid_u(int64_t n) { return tfm__cu_grid((n + TFM__CU_U - 1) / TFM__CU_U); }
+static unsigned tfm__cu_block2(int64_t C) {
+    return C >= TFM__CU_THREADS ? TFM__CU_THREADS : tfm__cu_row_threads(C);
+}
+static dim3 tfm__cu_grid2(int64_t n, int64_t C) {
+    int64_t t = (int64_t)tfm__cu_block2(C) * TFM__CU_U, x = TFM__MIN((C + t - 1) / t, 4096);
+    return dim3((unsigned)x, (unsigned)TFM__MAX(TFM__MIN(n, TFM__MAX(4096 / x, 1)), 1));
+}
 
 /* The sum (or, with is_max, the maximum) of v over the block, in every thread. blockDim.x is a multiple
    of 32; sh holds 32 values of shared memory. Lanes combine by shuffles, then the warps' results. Every
@@ -5058,12 +5101,23 @@ static TFM__HD inline float tfm__cu_at(const float *x, int64_t r, int64_t c, int
    both the n elements in a row (no gaps), as most operands are, and need no index arithmetic */
 static __global__ void tfm__k_to_bf16(uint16_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t ss,
                                       int64_t rows, int64_t cols, int64_t n, int flat) {
-    TFM__CU_LOOP(i, n) {
-        if (flat) {
-            dst[i] = tfm__bf16(src[i]);
-        } else {
-            int64_t c = i % cols, r = i / cols % rows, b = i / (cols * rows);
-            dst[b * rows * ldd + r * ldd + c] = tfm__bf16(src[b * ss + r * lds + c]);
+    float v[TFM__CU_U];
+    int64_t i;
+    int u;
+    if (flat) {
+        TFM__CU_LOOP_U(i0, n) {
+            TFM__UNROLL
+            TFM__CU_EACH(u, i, i0) v[u] = i < n ? src[i] : 0.0f;
+            TFM__UNROLL
+            TFM__CU_EACH(u, i, i0) if (i < n) dst[i] = tfm__bf16(v[u]);
+        }
+    } else {
+        TFM__CU_ROWS(br, n / cols, c0, cols) { /* (row br % rows of matrix br / rows) */
+            const float *sr = src + br / rows * ss + br % rows * lds;
+            TFM__UNROLL
+            TFM__CU_EACH(u, i, c0) v[u] = i < cols ? sr[i] : 0.0f;
+            TFM__UNROLL
+            TFM__CU_EACH(u, i, c0) if (i < cols) dst[br * ldd + i] = tfm__bf16(v[u]);
         }
     }
 }
@@ -5074,12 +5128,20 @@ static __global__ void tfm__k_to_bf16(uint16_t *dst, int64_t ldd, const float *s
 #define TFM__COPY_ROUND 2
 static __global__ void tfm__k_copy_rows(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t ldsb, int64_t n,
                                         int64_t C, int how, const int64_t *drow, int64_t per) {
-    TFM__CU_LOOP(i, n * C) {
-        int64_t r = i / C, c = i % C, rd = drow ? drow[r / per] + r % per : r;
-        float v = tfm__cu_at(src, r, c, lds, ldsb);
-        if (how & TFM__COPY_ROUND) v = tfm__bf16_round(v);
-        if (how & TFM__COPY_ADD) dst[rd * ldd + c] += v;
-        else dst[rd * ldd + c] = v;
+    TFM__CU_ROWS(r, n, c0, C) {
+        int64_t rd = drow ? drow[r / per] + r % per : r, c;
+        float v[TFM__CU_U], d[TFM__CU_U];
+        int u;
+        TFM__UNROLL
+        TFM__CU_EACH(u, c, c0) {
+            v[u] = c < C ? tfm__cu_at(src, r, c, lds, ldsb) : 0.0f;
+            d[u] = c < C && (how & TFM__COPY_ADD) ? dst[rd * ldd + c] : 0.0f;
+        }
+        TFM__UNROLL
+        TFM__CU_EACH(u, c, c0) if (c < C) {
+            float x = how & TFM__COPY_ROUND ? tfm__bf16_round(v[u]) : v[u];
+            dst[rd * ldd + c] = how & TFM__COPY_ADD ? d[u] + x : x;
+        }
     }
 }
 
@@ -5095,23 +5157,35 @@ static __device__ float tfm__cu_act_grad(int act, float dy, float v) {
     return act == TFM_ACT_RELU ? (v > 0.0f ? dy : 0.0f)
                                : dy * (act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh_grad(v) : tfm__gelu_erf_grad(v));
 }
-static __global__ void tfm__k_colsum_part(float *part, const float *src, int64_t lds, int64_t ldsb, const float *x, int64_t ldxb,
+static __global__ void __launch_bounds__(TFM__CU_THREADS, 3) tfm__k_colsum_part(float *part, const float *src, int64_t lds, int64_t ldsb, const float *x, int64_t ldxb,
                                           const float *mean, const float *rstd, int rms, int act, uint16_t *out, int64_t ldo,
                                           int64_t N, int64_t C, int64_t rows) {
     TFM__SHARED(float, sh, 2 * 8 * 32);
     int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x >> 5), k;
-    int64_t c = (int64_t)blockIdx.x * 32 + lane, r0 = (int64_t)blockIdx.y * rows, r;
+    int64_t c = (int64_t)blockIdx.x * 32 + lane, r0 = (int64_t)blockIdx.y * rows, r, rw;
     int64_t r1 = r0 + rows < N ? r0 + rows : N;
     float a = 0.0f, b = 0.0f;
+    int u;
     if (c < C)
-        for (r = r0 + w; r < r1; r += 8) {
-            float dy = tfm__cu_at(src, r, c, lds, ldsb);
-            if (out) {
-                if (x) dy = tfm__cu_act_grad(act, dy, tfm__cu_at(x, r, c, C, ldxb));
-                out[r * ldo + c] = tfm__bf16(dy);
-            } else if (x)
-                a += dy * (x[r * C + c] - (rms ? 0.0f : mean[r])) * rstd[r];
-            b += dy;
+        for (rw = r0 + w; rw < r1; rw += 8 * TFM__CU_U) { /* TFM__CU_U rows' elements loaded first */
+            float dy[TFM__CU_U], xv[TFM__CU_U], mr[TFM__CU_U], rs[TFM__CU_U];
+            TFM__UNROLL
+            for (u = 0, r = rw; u < TFM__CU_U; u++, r += 8) {
+                dy[u] = r < r1 ? tfm__cu_at(src, r, c, lds, ldsb) : 0.0f;
+                xv[u] = r < r1 && x ? tfm__cu_at(x, r, c, C, out ? ldxb : 0) : 0.0f;
+                mr[u] = r < r1 && x && !out && !rms ? mean[r] : 0.0f;
+                rs[u] = r < r1 && x && !out ? rstd[r] : 0.0f;
+            }
+            TFM__UNROLL
+            for (u = 0, r = rw; u < TFM__CU_U && r < r1; u++, r += 8) {
+                float d = dy[u];
+                if (out) {
+                    if (x) d = tfm__cu_act_grad(act, d, xv[u]);
+                    out[r * ldo + c] = tfm__bf16(d);
+                } else if (x)
+                    a += d * (xv[u] - mr[u]) * rs[u];
+                b += d;
+            }
         }
     sh[w * 32 + lane] = a;
     sh[256 + w * 32 + lane] = b;
@@ -5185,17 +5259,27 @@ static __global__ void tfm__k_argmax(int32_t *ids, const float *x, int64_t V) {
    have), an ignored row's zero. x: fp32 rows of V, or (ldxb > 0) bf16 rows of ldxb (tfm__cu_at). */
 static __device__ void tfm__cu_xent_grad(float *dx, float g, const float *x, int64_t ldxb, float l, const int32_t *t,
                                          int ignore, float s, int64_t V, int64_t ldb, int64_t r) {
-    int64_t j;
+    int64_t j, j0, bd = blockDim.x, tr = t[r];
     float sv = s / (float)V;
     uint16_t *db = (uint16_t *)(void *)dx + r * ldb;
-    if (t[r] == ignore) {
-        for (j = threadIdx.x; ldb && j < V; j += blockDim.x) db[j] = 0;
+    int u;
+    if (tr == ignore) {
+        for (j = threadIdx.x; ldb && j < V; j += bd) db[j] = 0;
         return;
     }
-    for (j = threadIdx.x; j < V; j += blockDim.x) {
-        float d = g * (tfm__exp(tfm__cu_at(x, r, j, V, ldxb) - l) - sv - (j == t[r] ? 1.0f - s : 0.0f));
-        if (ldb) db[j] = tfm__bf16(0.0f + d);
-        else dx[r * V + j] += d;
+    for (j0 = threadIdx.x; j0 < V; j0 += TFM__CU_U * bd) { /* TFM__CU_U logits (and gradients added into) loaded first */
+        float v[TFM__CU_U], a[TFM__CU_U];
+        TFM__UNROLL
+        for (u = 0, j = j0; u < TFM__CU_U; u++, j += bd) {
+            v[u] = j < V ? tfm__cu_at(x, r, j, V, ldxb) : 0.0f;
+            a[u] = j < V && !ldb ? dx[r * V + j] : 0.0f;
+        }
+        TFM__UNROLL
+        for (u = 0, j = j0; u < TFM__CU_U && j < V; u++, j += bd) {
+            float d = g * (tfm__exp(v[u] - l) - sv - (j == tr ? 1.0f - s : 0.0f));
+            if (ldb) db[j] = tfm__bf16(0.0f + d);
+            else dx[r * V + j] = a[u] + d;
+        }
     }
 }
 
@@ -5203,37 +5287,47 @@ static __device__ void tfm__cu_xent_grad(float *dx, float g, const float *x, int
    the row (the logits are the largest array of an LM's step): each thread keeps its running maximum m
    and the sum of e^(x - m) over its elements, rescaled when m grows, then the block's maximum M and the
    sum of each thread's sum times e^(m - M). A NaN logit makes the loss NaN, a -inf one adds nothing, an
-   all -inf row or an inf logit gives NaN, as the two passes did. dx (not NULL): also
+   all -inf row or an inf logit gives NaN, as the two passes did. A thread loads TFM__CU_U logits, then
+   takes their maximum into m and their terms into the sum. dx (not NULL): also
    the row's gradient (tfm__cu_xent_grad; g read from g_at when that is not NULL), from the row as the
    loss read it, in the same launch (a training step's: one read of the logits fewer). x: fp32 rows of V,
-   or (ldxb > 0) bf16 rows of ldxb (a bf16 training step's logits). */
+   or (ldxb > 0) bf16 rows of ldxb (a bf16 training step's logits). SMOOTH: s != 0, where the row's mean is
+   summed too (in double, so left out of the loop where it is not needed). */
+template <int SMOOTH>
 static __global__ void tfm__k_xent(float *rowloss, float *lse, const float *x, int64_t ldxb, const int32_t *t, int ignore,
                                    float s, int64_t V, float *dx, float g, const float *g_at, int64_t ldb) {
     TFM__SHARED(float, sh, 32);
     TFM__SHARED(double, shd, 32);
-    int64_t r = blockIdx.x, j;
+    int64_t r = blockIdx.x, j, j0, bd = blockDim.x;
     float m = -INFINITY, sum = 0.0f, l, M;
     double mean = 0.0;
-    for (j = threadIdx.x; j < V; j += blockDim.x) {
-        float v = tfm__cu_at(x, r, j, V, ldxb);
-        if (v > m) {
-            sum = sum * tfm__exp(m - v) + 1.0f;
-            m = v;
-        } else if (v != -INFINITY) {
-            sum += tfm__exp(v - m);
+    int u;
+    for (j0 = threadIdx.x; j0 < V; j0 += TFM__CU_U * bd) {
+        float v[TFM__CU_U], bm = -INFINITY;
+        TFM__UNROLL
+        for (u = 0, j = j0; u < TFM__CU_U; u++, j += bd) v[u] = j < V ? tfm__cu_at(x, r, j, V, ldxb) : -INFINITY;
+        TFM__UNROLL
+        for (u = 0; u < TFM__CU_U; u++) bm = v[u] > bm ? v[u] : bm; /* (a NaN is left out here; its term makes the sum NaN) */
+        if (bm > m) {
+            sum *= tfm__exp(m - bm);
+            m = bm;
         }
-        if (s != 0.0f) mean += v;
+        TFM__UNROLL
+        for (u = 0; u < TFM__CU_U; u++) {
+            if (v[u] != -INFINITY) sum += tfm__exp(v[u] - m);
+            if (SMOOTH && j0 + u * bd < V) mean += v[u];
+        }
     }
     M = tfm__cu_reduce(m, sh, 1);
     sum = tfm__cu_reduce(sum * tfm__exp(m - M), sh, 0);
-    if (s != 0.0f) mean = tfm__cu_reduce(mean, shd, 0);
+    if (SMOOTH) mean = tfm__cu_reduce(mean, shd, 0);
     l = M + logf(sum);
     if (threadIdx.x == 0) {
         float loss = 0.0f;
         lse[r] = l;
         if (t[r] != ignore) {
             loss = (1.0f - s) * (l - tfm__cu_at(x, r, t[r], V, ldxb));
-            if (s != 0.0f) loss += s * (l - (float)(mean / (double)V));
+            if (SMOOTH) loss += s * (l - (float)(mean / (double)V));
         }
         rowloss[r] = loss;
     }
@@ -5247,22 +5341,35 @@ static __global__ void tfm__k_xent_bwd(float *dx, float g, const float *g_at, co
     tfm__cu_xent_grad(dx, g_at ? *g_at : g, x, ldxb, lse[r], t, ignore, s, V, ldb, r);
 }
 
+/* A block's thread over its share of a row of C, TFM__CU_U elements a round: j = j0 + u blockDim.x in slot
+   u. The row kernels hold a row whose C fits one round (tfm__cu_held) in registers, slot by slot, loaded
+   at once: read from memory once, where each pass over it would wait on its loads again. */
+#define TFM__CU_SLOTS(j0, u, j, C) for (u = 0, j = j0; u < TFM__CU_U && j < (C); u++, j += blockDim.x)
+#define TFM__CU_ROW_EACH(j0, u, j, C) \
+    for (j0 = threadIdx.x; j0 < (C); j0 += TFM__CU_U * (int64_t)blockDim.x) TFM__UNROLL TFM__CU_SLOTS(j0, u, j, C)
+static __device__ int tfm__cu_held(int64_t C) { return C <= TFM__CU_U * (int64_t)blockDim.x; }
+
 /* Row r of a layernorm (rms: RMSNorm) by the whole block, x and y at the row; y may alias x (each thread
-   reads only the elements it writes); yb (not NULL): the row in bf16 there instead of y (bf16
-   activations); sh: the block's 32 floats for the sums */
-static __device__ void tfm__cu_ln_row(float *y, uint16_t *yb, float *mean, float *rstd, const float *x, const float *g,
-                                      const float *b, float eps, int64_t C, int rms, int64_t r, float *sh) {
-    int64_t j;
+   reads only the elements it writes); held: the row is in xv (tfm__cu_held; x is not read); yb (not NULL):
+   the row in bf16 there instead of y (bf16 activations); sh: the block's 32 floats for the sums */
+static __device__ void tfm__cu_ln_row(float *y, uint16_t *yb, float *mean, float *rstd, const float *x,
+                                      const float (&xv)[TFM__CU_U], int held, const float *g, const float *b, float eps,
+                                      int64_t C, int rms, int64_t r, float *sh) {
+    int64_t j0, j;
     float m = 0.0f, v = 0.0f, rs;
+    int u;
     if (!rms) {
-        for (j = threadIdx.x; j < C; j += blockDim.x) m += x[j];
+        TFM__CU_ROW_EACH(j0, u, j, C) m += held ? xv[u] : x[j];
         m = tfm__cu_reduce(m, sh, 0) / (float)C;
     }
-    for (j = threadIdx.x; j < C; j += blockDim.x) v += (x[j] - m) * (x[j] - m);
+    TFM__CU_ROW_EACH(j0, u, j, C) {
+        float d = (held ? xv[u] : x[j]) - m;
+        v += d * d;
+    }
     v = tfm__cu_reduce(v, sh, 0) / (float)C;
     rs = 1.0f / sqrtf(v + eps);
-    for (j = threadIdx.x; j < C; j += blockDim.x) {
-        float o = (x[j] - m) * rs * (g ? g[j] : 1.0f) + (b ? b[j] : 0.0f);
+    TFM__CU_ROW_EACH(j0, u, j, C) {
+        float o = ((held ? xv[u] : x[j]) - m) * rs * (g ? g[j] : 1.0f) + (b ? b[j] : 0.0f);
         if (yb) yb[j] = tfm__bf16(o);
         else y[j] = o;
     }
@@ -5274,28 +5381,39 @@ static __device__ void tfm__cu_ln_row(float *y, uint16_t *yb, float *mean, float
 static __global__ void tfm__k_layernorm(float *y, float *mean, float *rstd, const float *x, const float *g,
                                         const float *b, float eps, int64_t C, int rms, int64_t ldb) {
     TFM__SHARED(float, sh, 32);
-    int64_t o = (int64_t)blockIdx.x * C;
-    tfm__cu_ln_row(y + o, ldb ? (uint16_t *)(void *)y + blockIdx.x * ldb : NULL, mean, rstd, x + o, g, b, eps, C, rms,
-                   blockIdx.x, sh);
+    int64_t o = (int64_t)blockIdx.x * C, j0, j;
+    float xv[TFM__CU_U] = {0.0f};
+    int held = tfm__cu_held(C), u;
+    if (held) TFM__CU_ROW_EACH(j0, u, j, C) xv[u] = x[o + j];
+    tfm__cu_ln_row(y + o, ldb ? (uint16_t *)(void *)y + blockIdx.x * ldb : NULL, mean, rstd, x + o, xv, held, g, b, eps, C,
+                   rms, blockIdx.x, sh);
 }
 
 /* One block per row: dx = res + rstd (dn - mean(dn) - xhat mean(dn xhat)), dn = dy g (res may be dx, or NULL) */
 static __global__ void tfm__k_layernorm_bwd(float *dx, const float *res, const float *dy, const float *x, const float *g,
                                             const float *mean, const float *rstd, int64_t C, int rms) {
     TFM__SHARED(float, sh, 32);
-    int64_t r = blockIdx.x, o = r * C, j;
-    float m = rms ? 0.0f : mean[r], rs = rstd[r], a = 0.0f, bs = 0.0f;
-    for (j = threadIdx.x; j < C; j += blockDim.x) {
-        float dn = dy[o + j] * (g ? g[j] : 1.0f);
+    int64_t r = blockIdx.x, o = r * C, j0, j;
+    float m = rms ? 0.0f : mean[r], rs = rstd[r], a = 0.0f, bs = 0.0f, dv[TFM__CU_U] = {0.0f}, xv[TFM__CU_U] = {0.0f},
+          rv[TFM__CU_U] = {0.0f};
+    int held = tfm__cu_held(C), u;
+    if (held) /* the row's dy, x and res in registers (tfm__cu_held) */
+        TFM__CU_ROW_EACH(j0, u, j, C) {
+            dv[u] = dy[o + j];
+            xv[u] = x[o + j];
+            rv[u] = res ? res[o + j] : 0.0f;
+        }
+    TFM__CU_ROW_EACH(j0, u, j, C) {
+        float dn = (held ? dv[u] : dy[o + j]) * (g ? g[j] : 1.0f);
         a += dn;
-        bs += dn * (x[o + j] - m) * rs;
+        bs += dn * ((held ? xv[u] : x[o + j]) - m) * rs;
     }
     a = tfm__cu_reduce(a, sh, 0) / (float)C;
     if (rms) a = 0.0f;
     bs = tfm__cu_reduce(bs, sh, 0) / (float)C;
-    for (j = threadIdx.x; j < C; j += blockDim.x) {
-        float d = rs * (dy[o + j] * (g ? g[j] : 1.0f) - a - (x[o + j] - m) * rs * bs);
-        dx[o + j] = res ? res[o + j] + d : d;
+    TFM__CU_ROW_EACH(j0, u, j, C) {
+        float d = rs * ((held ? dv[u] : dy[o + j]) * (g ? g[j] : 1.0f) - a - ((held ? xv[u] : x[o + j]) - m) * rs * bs);
+        dx[o + j] = res ? (held ? rv[u] : res[o + j]) + d : d;
     }
 }
 
@@ -5304,69 +5422,122 @@ static __global__ void tfm__k_layernorm_bwd(float *dx, const float *res, const f
    one thread for both); ldb > 0: y as bf16 rows of ldb elements. ldp > 0: pre is bf16 rows of ldp elements,
    read only (the product wrote them, with the bias); else rnd (a bf16 model): pre rounded to bf16 after the
    bias, written back in fp32, before the activation reads it. */
-static __global__ void tfm__k_bias_act(int act, float *y, float *pre, const float *b, int64_t N, int64_t F, int64_t ldb,
+static __global__ void __launch_bounds__(TFM__CU_THREADS, 4) tfm__k_bias_act(int act, float *y, float *pre, const float *b, int64_t N, int64_t F, int64_t ldb,
                                        int64_t ldp, int rnd) {
     int64_t F1 = act == TFM_ACT_SWIGLU ? 2 * F : F;
-    TFM__CU_LOOP(i, N * F) {
-        int64_t r = i / F, j = i % F, k;
-        float v[2] = {0.0f, 0.0f}, h;
-        for (k = 0; k < (act == TFM_ACT_SWIGLU ? 2 : 1); k++) { /* (gate, up) */
-            v[k] = tfm__cu_at(pre, r, j + k * F, F1, ldp);
-            if (ldp) continue;
-            if (b) v[k] += b[j + k * F];
-            if (rnd) v[k] = tfm__bf16_round(v[k]);
-            if (b || rnd) pre[r * F1 + j + k * F] = v[k];
+    int nk = act == TFM_ACT_SWIGLU ? 2 : 1, k, u;
+    TFM__CU_ROWS(r, N, j0, F) {
+        int64_t j;
+        float v[TFM__CU_U][2];
+        TFM__UNROLL
+        TFM__CU_EACH(u, j, j0)
+            for (k = 0; k < 2; k++) { /* (gate, up) */
+                v[u][k] = j < F && k < nk ? tfm__cu_at(pre, r, j + k * F, F1, ldp) : 0.0f;
+                if (j < F && k < nk && b && !ldp) v[u][k] += b[j + k * F];
+            }
+        TFM__UNROLL
+        TFM__CU_EACH(u, j, j0) if (j < F) {
+            float h;
+            for (k = 0; k < nk && !ldp; k++) {
+                if (rnd) v[u][k] = tfm__bf16_round(v[u][k]);
+                if (b || rnd) pre[r * F1 + j + k * F] = v[u][k];
+            }
+            if (act == TFM_ACT_SWIGLU) h = v[u][0] * tfm__sigmoid(v[u][0]) * v[u][1];
+            else
+                h = act == TFM_ACT_RELU        ? (v[u][0] > 0.0f ? v[u][0] : 0.0f)
+                    : act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh(v[u][0])
+                                               : tfm__gelu_erf(v[u][0]);
+            if (ldb) ((uint16_t *)(void *)y)[r * ldb + j] = tfm__bf16(h);
+            else y[r * F + j] = h;
         }
-        if (act == TFM_ACT_SWIGLU) h = v[0] * tfm__sigmoid(v[0]) * v[1];
-        else h = act == TFM_ACT_RELU ? (v[0] > 0.0f ? v[0] : 0.0f) : act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh(v[0]) : tfm__gelu_erf(v[0]);
-        if (ldb) ((uint16_t *)(void *)y)[r * ldb + j] = tfm__bf16(h);
-        else y[i] = h;
     }
 }
 
 /* The residual add and the layernorm after it, one block per row: s = a + b is written, then y = LN(s)
-   (each thread re-reads only the sums it wrote); ldb > 0: y as bf16 rows of ldb elements */
+   (from the sums held in registers, tfm__cu_held, else each thread re-reads the sums it wrote); ldb > 0: y
+   as bf16 rows of ldb elements */
 static __global__ void tfm__k_add_layernorm(float *s, float *y, float *mean, float *rstd, const float *a, const float *b,
                                             int64_t ldbb, int brnd, const float *g, const float *bias, float eps, int64_t C,
                                             int rms, int64_t ldb) {
     TFM__SHARED(float, sh, 32);
-    int64_t o = (int64_t)blockIdx.x * C, j;
-    for (j = threadIdx.x; j < C; j += blockDim.x) {
-        float v = tfm__cu_at(b, blockIdx.x, j, C, ldbb);
-        s[o + j] = a[o + j] + (brnd ? tfm__bf16_round(v) : v);
+    int64_t o = (int64_t)blockIdx.x * C, j0, j;
+    float av[TFM__CU_U] = {0.0f}, bv[TFM__CU_U] = {0.0f};
+    int held = tfm__cu_held(C), u;
+    for (j0 = threadIdx.x; j0 < C; j0 += TFM__CU_U * (int64_t)blockDim.x) { /* a round's a and b loaded, then summed */
+        TFM__UNROLL
+        TFM__CU_SLOTS(j0, u, j, C) {
+            av[u] = a[o + j];
+            bv[u] = tfm__cu_at(b, blockIdx.x, j, C, ldbb);
+        }
+        TFM__UNROLL
+        TFM__CU_SLOTS(j0, u, j, C) {
+            av[u] += brnd ? tfm__bf16_round(bv[u]) : bv[u];
+            s[o + j] = av[u]; /* (the row's sums stay in av where it is held) */
+        }
     }
-    tfm__cu_ln_row(y + o, ldb ? (uint16_t *)(void *)y + blockIdx.x * ldb : NULL, mean, rstd, s + o, g, bias, eps, C, rms,
-                   blockIdx.x, sh);
+    tfm__cu_ln_row(y + o, ldb ? (uint16_t *)(void *)y + blockIdx.x * ldb : NULL, mean, rstd, s + o, av, held, g, bias, eps, C,
+                   rms, blockIdx.x, sh);
 }
 
 /* act: a tfm_activation. Backward: dx = acc * dx + dy act'(x) (acc 0: dx not read) */
 static __global__ void tfm__k_act(int act, float *y, const float *x, int64_t n) {
-    TFM__CU_LOOP(i, n) {
-        float v = x[i];
-        y[i] = act == TFM_ACT_RELU ? (v > 0.0f ? v : 0.0f) : act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh(v) : tfm__gelu_erf(v);
+    float v[TFM__CU_U];
+    int64_t i;
+    int u;
+    TFM__CU_LOOP_U(i0, n) {
+        TFM__UNROLL
+        TFM__CU_EACH(u, i, i0) v[u] = i < n ? x[i] : 0.0f;
+        TFM__UNROLL
+        TFM__CU_EACH(u, i, i0) if (i < n) {
+            y[i] = act == TFM_ACT_RELU        ? (v[u] > 0.0f ? v[u] : 0.0f)
+                   : act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh(v[u])
+                                              : tfm__gelu_erf(v[u]);
+        }
     }
 }
 static __global__ void tfm__k_act_bwd(int act, float *dx, const float *dy, const float *x, int64_t n, float acc) {
-    TFM__CU_LOOP(i, n) {
-        float d = tfm__cu_act_grad(act, dy[i], x[i]);
-        dx[i] = acc != 0.0f ? dx[i] + d : d;
+    float v[TFM__CU_U], d[TFM__CU_U], a[TFM__CU_U];
+    int64_t i;
+    int u;
+    TFM__CU_LOOP_U(i0, n) {
+        TFM__UNROLL
+        TFM__CU_EACH(u, i, i0) {
+            v[u] = i < n ? x[i] : 0.0f;
+            d[u] = i < n ? dy[i] : 0.0f;
+            a[u] = i < n && acc != 0.0f ? dx[i] : 0.0f;
+        }
+        TFM__UNROLL
+        TFM__CU_EACH(u, i, i0) if (i < n) {
+            float g = tfm__cu_act_grad(act, d[u], v[u]);
+            dx[i] = acc != 0.0f ? a[u] + g : g;
+        }
     }
 }
 /* SwiGLU's backward, as the CPU's: one thread per output element; ldb (not 0): dh in bf16, rows of ldb; ldh
    (not 0): h is bf16, rows of ldh; lddy (not 0): dy is bf16, rows of lddy */
-static __global__ void tfm__k_swiglu_bwd(float *dh, const float *dy, int64_t lddy, const float *h, int64_t N, int64_t F,
+static __global__ void __launch_bounds__(TFM__CU_THREADS, 4) tfm__k_swiglu_bwd(float *dh, const float *dy, int64_t lddy, const float *h, int64_t N, int64_t F,
                                          int64_t ldb, int64_t ldh) {
-    TFM__CU_LOOP(i, N * F) {
-        int64_t r = i / F, j = i % F;
-        float g = tfm__cu_at(h, r, j, 2 * F, ldh), u = tfm__cu_at(h, r, F + j, 2 * F, ldh), sg = tfm__sigmoid(g);
-        float d = tfm__cu_at(dy, r, j, F, lddy), du = d * g * sg, dg = d * u * sg * (1.0f + g * (1.0f - sg));
-        if (ldb) {
-            uint16_t *hb = (uint16_t *)(void *)dh + r * ldb;
-            hb[j] = tfm__bf16(dg);
-            hb[F + j] = tfm__bf16(du);
-        } else {
-            dh[r * 2 * F + F + j] = du;
-            dh[r * 2 * F + j] = dg;
+    int k;
+    TFM__CU_ROWS(r, N, j0, F) {
+        float gt[TFM__CU_U], up[TFM__CU_U], d[TFM__CU_U];
+        int64_t j;
+        TFM__UNROLL
+        TFM__CU_EACH(k, j, j0) {
+            gt[k] = j < F ? tfm__cu_at(h, r, j, 2 * F, ldh) : 0.0f;
+            up[k] = j < F ? tfm__cu_at(h, r, F + j, 2 * F, ldh) : 0.0f;
+            d[k] = j < F ? tfm__cu_at(dy, r, j, F, lddy) : 0.0f;
+        }
+        TFM__UNROLL
+        TFM__CU_EACH(k, j, j0) if (j < F) {
+            float g = gt[k], u = up[k], sg = tfm__sigmoid(g), du = d[k] * g * sg, dg = d[k] * u * sg * (1.0f + g * (1.0f - sg));
+            if (ldb) {
+                uint16_t *hb = (uint16_t *)(void *)dh + r * ldb;
+                hb[j] = tfm__bf16(dg);
+                hb[F + j] = tfm__bf16(du);
+            } else {
+                dh[r * 2 * F + F + j] = du;
+                dh[r * 2 * F + j] = dg;
+            }
         }
     }
 }
@@ -5412,10 +5583,21 @@ static __global__ void tfm__k_rope(float *y, const float *x, int64_t ld, int64_t
    the seed is there instead (a recorded step's, staged) */
 static __global__ void tfm__k_dropout(float *y, const float *x, int64_t n, uint32_t thr, float scale, uint64_t seed,
                                       const uint64_t *seed_at, uint64_t i0, int acc) {
+    float v[TFM__CU_U], a[TFM__CU_U];
+    int64_t i;
+    int u;
     if (seed_at) seed = *seed_at;
-    TFM__CU_LOOP(i, n) {
-        float v = tfm__hash24(seed, i0 + (uint64_t)i) >= thr ? x[i] * scale : 0.0f;
-        y[i] = acc ? y[i] + v : v;
+    TFM__CU_LOOP_U(e0, n) {
+        TFM__UNROLL
+        TFM__CU_EACH(u, i, e0) {
+            v[u] = i < n ? x[i] : 0.0f;
+            a[u] = i < n && acc ? y[i] : 0.0f;
+        }
+        TFM__UNROLL
+        TFM__CU_EACH(u, i, e0) if (i < n) {
+            float d = tfm__hash24(seed, i0 + (uint64_t)i) >= thr ? v[u] * scale : 0.0f;
+            y[i] = acc ? a[u] + d : d;
+        }
     }
 }
 
@@ -5448,7 +5630,18 @@ static __global__ void tfm__k_pos_add(float *y, const float *x, const float *w, 
 }
 
 static __global__ void tfm__k_add(float *y, const float *a, const float *b, int64_t n) {
-    TFM__CU_LOOP(i, n) y[i] = a[i] + b[i];
+    float va[TFM__CU_U], vb[TFM__CU_U];
+    int64_t i;
+    int u;
+    TFM__CU_LOOP_U(i0, n) {
+        TFM__UNROLL
+        TFM__CU_EACH(u, i, i0) {
+            va[u] = i < n ? a[i] : 0.0f;
+            vb[u] = i < n ? b[i] : 0.0f;
+        }
+        TFM__UNROLL
+        TFM__CU_EACH(u, i, i0) if (i < n) y[i] = va[u] + vb[u];
+    }
 }
 
 /* Mean over the first lens[b] positions: a thread per (b, c); backward a thread per element */
@@ -5948,7 +6141,7 @@ static void tfm__copy_rows_cuda(float *dst, int64_t ldd, const float *src, int64
                                "cudaMemcpy2DAsync");
         return;
     }
-    TFM__LAUNCH(tfm__k_copy_rows, tfm__cu_grid(n * C), TFM__CU_THREADS, 0, dst, ldd, src, lds, (int64_t)0, n, C,
+    TFM__LAUNCH(tfm__k_copy_rows, tfm__cu_grid2(n, C), tfm__cu_block2(C), 0, dst, ldd, src, lds, (int64_t)0, n, C,
                 add ? TFM__COPY_ADD : 0, (const int64_t *)NULL, (int64_t)1);
     TFM__CU_LAUNCHED("tfm__k_copy_rows");
 }
@@ -5968,7 +6161,7 @@ static void tfm__scatter_rows_cuda(float *dst, int64_t ldd, const int64_t *drow,
     if (!(ws = tfm__cuda_ws(TFM__CU_ROUND(B * sizeof(int64_t))))) return;
     d = (const int64_t *)tfm__cuda_put_kept(ws, &off, drow, (size_t)B * sizeof(int64_t));
     if (tfm__cu.failed) return; /* never write through offsets that did not arrive */
-    TFM__LAUNCH(tfm__k_copy_rows, tfm__cu_grid(B * n * C), TFM__CU_THREADS, 0, dst, ldd, src, lds, (int64_t)0, B * n, C, 0,
+    TFM__LAUNCH(tfm__k_copy_rows, tfm__cu_grid2(B * n, C), tfm__cu_block2(C), 0, dst, ldd, src, lds, (int64_t)0, B * n, C, 0,
                 d, n);
     TFM__CU_LAUNCHED("tfm__k_copy_rows");
 }
@@ -5977,7 +6170,7 @@ static void tfm__scatter_rows_cuda(float *dst, int64_t ldd, const int64_t *drow,
    src's bf16 rows of ldsb, widened */
 static void tfm__bf16_rows_cuda(float *dst, int64_t ldd, const float *src, int64_t ldsb, int64_t n, int64_t C) {
     if (n <= 0 || C <= 0) return;
-    TFM__LAUNCH(tfm__k_copy_rows, tfm__cu_grid(n * C), TFM__CU_THREADS, 0, dst, ldd, src, ldd, ldsb, n, C,
+    TFM__LAUNCH(tfm__k_copy_rows, tfm__cu_grid2(n, C), tfm__cu_block2(C), 0, dst, ldd, src, ldd, ldsb, n, C,
                 ldsb ? 0 : TFM__COPY_ROUND, (const int64_t *)NULL, (int64_t)1);
     TFM__CU_LAUNCHED("tfm__k_copy_rows");
 }
@@ -5989,7 +6182,8 @@ static int64_t tfm__bf16_operand_cuda(uint16_t *dst, int64_t ldd, const float *s
                                       int64_t cols, int batch) {
     int64_t nb = ss ? batch : 1, n = nb * rows * cols;
     int flat = lds == cols && ldd == cols && (nb == 1 || ss == rows * cols);
-    TFM__LAUNCH(tfm__k_to_bf16, tfm__cu_grid(n), TFM__CU_THREADS, 0, dst, ldd, src, lds, ss, rows, cols, n, flat);
+    TFM__LAUNCH(tfm__k_to_bf16, flat ? dim3(tfm__cu_grid_u(n)) : tfm__cu_grid2(n / cols, cols),
+                flat ? TFM__CU_THREADS : tfm__cu_block2(cols), 0, dst, ldd, src, lds, ss, rows, cols, n, flat);
     TFM__CU_LAUNCHED("tfm__k_to_bf16");
     return ss ? rows * ldd : 0;
 }
@@ -6352,8 +6546,12 @@ static float tfm__cross_entropy_cuda(float *lse, const float *x, int xbf, const 
         g_at = tfm__cu_xent_factor(&g, 1.0f, nvalid);
     }
     if (tfm__cu.failed) return 0.0f; /* never index with ids that did not arrive */
-    TFM__LAUNCH(tfm__k_xent, (unsigned)N, tfm__cu_row_threads(V), 0, rowloss, lse, x, xbf ? tfm__bf16_ld(V) : 0, dt, ignore, s,
-                V, dxbf, g_at ? 0.0f : g, g_at, dxbf ? tfm__bf16_ld(V) : 0);
+    if (s != 0.0f)
+        TFM__LAUNCH(tfm__k_xent<1>, (unsigned)N, tfm__cu_row_threads(V), 0, rowloss, lse, x, xbf ? tfm__bf16_ld(V) : 0, dt, ignore,
+                    s, V, dxbf, g_at ? 0.0f : g, g_at, dxbf ? tfm__bf16_ld(V) : 0);
+    else
+        TFM__LAUNCH(tfm__k_xent<0>, (unsigned)N, tfm__cu_row_threads(V), 0, rowloss, lse, x, xbf ? tfm__bf16_ld(V) : 0, dt, ignore,
+                    s, V, dxbf, g_at ? 0.0f : g, g_at, dxbf ? tfm__bf16_ld(V) : 0);
     TFM__CU_LAUNCHED("tfm__k_xent");
     if (!(host = tfm__cuda_host((size_t)N))) return 0.0f;
     if (tfm__cu.capturing) {
@@ -6435,7 +6633,7 @@ static int tfm__linear_act_cuda(int act, float *y, float *pre, const float *x, c
     else if (tfm__gemm_cuda(0, 1, (int)N, (int)F1, (int)C, 1.0f, x, ldx, 0, w, (int)C, 0, 0.0f, pre, (int)F1, 0, 1,
                             xb | TFM__GEMM_LT_ONLY, b))
         b = NULL;
-    TFM__LAUNCH(tfm__k_bias_act, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, act, y, pre, b, N, F, ybf ? tfm__bf16_ld(F) : 0,
+    TFM__LAUNCH(tfm__k_bias_act, tfm__cu_grid2(N, F), tfm__cu_block2(F), 0, act, y, pre, b, N, F, ybf ? tfm__bf16_ld(F) : 0,
                 ldp, bfm);
     TFM__CU_LAUNCHED("tfm__k_bias_act");
     return ldp != 0;
@@ -6453,18 +6651,18 @@ static void tfm__layernorm_bwd_cuda(float *dx, const float *res, float *dg, floa
 
 static void tfm__act_cuda(int act, float *y, const float *x, int64_t n) {
     if (n <= 0) return;
-    TFM__LAUNCH(tfm__k_act, tfm__cu_grid(n), TFM__CU_THREADS, 0, act, y, x, n);
+    TFM__LAUNCH(tfm__k_act, tfm__cu_grid_u(n), TFM__CU_THREADS, 0, act, y, x, n);
     TFM__CU_LAUNCHED("tfm__k_act");
 }
 static void tfm__act_bwd_cuda(int act, float *dx, const float *dy, const float *x, int64_t n, float acc) {
     if (n <= 0) return;
-    TFM__LAUNCH(tfm__k_act_bwd, tfm__cu_grid(n), TFM__CU_THREADS, 0, act, dx, dy, x, n, acc);
+    TFM__LAUNCH(tfm__k_act_bwd, tfm__cu_grid_u(n), TFM__CU_THREADS, 0, act, dx, dy, x, n, acc);
     TFM__CU_LAUNCHED("tfm__k_act_bwd");
 }
 static void tfm__swiglu_bwd_cuda(float *dh, const float *dy, int dybf, const float *h, int64_t N, int64_t F, int dhbf,
                                  int hbf) {
     if (N * F <= 0) return;
-    TFM__LAUNCH(tfm__k_swiglu_bwd, tfm__cu_grid(N * F), TFM__CU_THREADS, 0, dh, dy, dybf ? tfm__bf16_ld(F) : 0, h, N, F,
+    TFM__LAUNCH(tfm__k_swiglu_bwd, tfm__cu_grid2(N, F), tfm__cu_block2(F), 0, dh, dy, dybf ? tfm__bf16_ld(F) : 0, h, N, F,
                 dhbf ? tfm__bf16_ld(2 * F) : 0, hbf ? tfm__bf16_ld(2 * F) : 0);
     TFM__CU_LAUNCHED("tfm__k_swiglu_bwd");
 }
@@ -6495,7 +6693,7 @@ static void tfm__dropout_cuda(float *y, const float *x, int64_t n, float p, uint
     if (n <= 0) return;
     at = (const uint64_t *)tfm__cuda_step_scalar(&seed, sizeof seed); /* (a new seed every step) */
     if (at) seed = 0;
-    TFM__LAUNCH(tfm__k_dropout, tfm__cu_grid(n), TFM__CU_THREADS, 0, y, x, n, tfm__drop_threshold(p),
+    TFM__LAUNCH(tfm__k_dropout, tfm__cu_grid_u(n), TFM__CU_THREADS, 0, y, x, n, tfm__drop_threshold(p),
                 p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, seed, at, i0, acc);
     TFM__CU_LAUNCHED("tfm__k_dropout");
 }
@@ -6571,7 +6769,7 @@ static void tfm__colsum_cuda(float *dst, const float *src, int64_t lds, int64_t 
 
 static void tfm__add_cuda(float *y, const float *a, const float *b, int64_t n) {
     if (n <= 0) return;
-    TFM__LAUNCH(tfm__k_add, tfm__cu_grid(n), TFM__CU_THREADS, 0, y, a, b, n);
+    TFM__LAUNCH(tfm__k_add, tfm__cu_grid_u(n), TFM__CU_THREADS, 0, y, a, b, n);
     TFM__CU_LAUNCHED("tfm__k_add");
 }
 

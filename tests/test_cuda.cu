@@ -392,6 +392,7 @@ static int cu_shapes(cu_nc *s) {
             for (j = 0; j < CU_LEN(some_cols); j++) n = cu_add_shape(s, n, cu_rows_full[i], some_cols[j]);
         for (i = 0; i < CU_LEN(cu_cols_full); i++)
             for (j = 0; j < CU_LEN(some_rows); j++) n = cu_add_shape(s, n, some_rows[j], cu_cols_full[i]);
+        n = cu_add_shape(s, n, 4099, 3); /* more rows than the row kernels' grid: its y comes round again */
         return cu_add_shape(s, n, 1000, 4097);
     }
 }
@@ -399,7 +400,10 @@ static int cu_shapes(cu_nc *s) {
 
 /* Element counts for element-wise ops. */
 static int cu_counts(int64_t *c) {
-    static const int64_t full[] = {1, 3, 31, 32, 33, 127, 128, 129, 1024, 1025, 4097, 65536 + 3, 1000 * 1025 + 7};
+    /* (the last two: past the grid's 4096 blocks of 256 threads at one item a thread, and at TFM__CU_U (up to
+       8) a thread, so that a thread's loop comes round again) */
+    static const int64_t full[] = {1, 3, 31, 32, 33, 127, 128, 129, 1024, 1025, 4097, 65536 + 3, 1000 * 1025 + 7,
+                                   4096 * 256 * 8 + 5};
     static const int64_t small[] = {1, 33, 1025, 4097};
     int n = cu_small ? CU_LEN(small) : CU_LEN(full);
     memcpy(c, cu_small ? small : full, (size_t)n * sizeof(int64_t));
