@@ -5253,32 +5253,61 @@ static __global__ void tfm__k_argmax(int32_t *ids, const float *x, int64_t V) {
     if (threadIdx.x == 0) ids[blockIdx.x] = xr[0] != xr[0] || first == -INFINITY ? 0 : (int32_t)-first;
 }
 
+/* The cross-entropy's loops take a row's logits in groups of 4 (logits 4 q .. 4 q + 3), 2 groups a thread at
+   a time: tfm__cu_at4 loads group q of row r (tfm__cu_at's x and ldxb; pad at and past V), a bf16 group whose
+   8 bytes are aligned in one load (so 2 loads a thread keep 16 bytes in flight, where single bf16 loads kept
+   4 an item), else one load a logit, the same values in the same order either way (a bf16 row and its
+   values widened to fp32 rows give the same bits) */
+static __device__ void tfm__cu_at4(float *v, const float *x, int64_t r, int64_t q, int64_t V, int64_t ldxb, float pad) {
+    const uint16_t *xb = (const uint16_t *)(const void *)x + r * ldxb + 4 * q;
+    int e;
+    if (ldxb && 4 * q + 4 <= V && !((uintptr_t)xb & 7)) {
+        uint64_t w = *(const uint64_t *)(const void *)xb;
+        TFM__UNROLL
+        for (e = 0; e < 4; e++) v[e] = tfm__bf16_value((uint16_t)(w >> 16 * e));
+    } else {
+        TFM__UNROLL
+        for (e = 0; e < 4; e++) v[e] = 4 * q + e < V ? tfm__cu_at(x, r, 4 * q + e, V, ldxb) : pad;
+    }
+}
+
 /* Row r's part of the loss's gradient, g (softmax(x) - (1-s) onehot(t) - s/V) from its log-sum-exp l,
    on a row whose target is not ignored (as the CPU's): added into dx, or (ldb > 0) written instead as bf16
    rows of ldb elements (0 + the value, rounded: the bits a zeroed dx added into and then rounded would
    have), an ignored row's zero. x: fp32 rows of V, or (ldxb > 0) bf16 rows of ldxb (tfm__cu_at). */
 static __device__ void tfm__cu_xent_grad(float *dx, float g, const float *x, int64_t ldxb, float l, const int32_t *t,
                                          int ignore, float s, int64_t V, int64_t ldb, int64_t r) {
-    int64_t j, j0, bd = blockDim.x, tr = t[r];
+    int64_t j, q0, bd = blockDim.x, tr = t[r];
     float sv = s / (float)V;
     uint16_t *db = (uint16_t *)(void *)dx + r * ldb;
-    int u;
+    int u, e;
     if (tr == ignore) {
         for (j = threadIdx.x; ldb && j < V; j += bd) db[j] = 0;
         return;
     }
-    for (j0 = threadIdx.x; j0 < V; j0 += TFM__CU_U * bd) { /* TFM__CU_U logits (and gradients added into) loaded first */
-        float v[TFM__CU_U], a[TFM__CU_U];
+    for (q0 = threadIdx.x; q0 < (V + 3) / 4; q0 += 2 * bd) { /* 2 groups of logits (tfm__cu_at4; and the gradients added into) loaded first */
+        float v[8], a[8];
         TFM__UNROLL
-        for (u = 0, j = j0; u < TFM__CU_U; u++, j += bd) {
-            v[u] = j < V ? tfm__cu_at(x, r, j, V, ldxb) : 0.0f;
-            a[u] = j < V && !ldb ? dx[r * V + j] : 0.0f;
+        for (u = 0; u < 2; u++) {
+            tfm__cu_at4(v + 4 * u, x, r, q0 + u * bd, V, ldxb, 0.0f);
+            TFM__UNROLL
+            for (e = 0, j = 4 * (q0 + u * bd); e < 4; e++, j++) a[4 * u + e] = j < V && !ldb ? dx[r * V + j] : 0.0f;
         }
         TFM__UNROLL
-        for (u = 0, j = j0; u < TFM__CU_U && j < V; u++, j += bd) {
-            float d = g * (tfm__exp(v[u] - l) - sv - (j == tr ? 1.0f - s : 0.0f));
-            if (ldb) db[j] = tfm__bf16(0.0f + d);
-            else dx[r * V + j] = a[u] + d;
+        for (u = 0; u < 2; u++) {
+            uint64_t h = 0u;
+            int64_t j4 = 4 * (q0 + u * bd);
+            TFM__UNROLL
+            for (e = 0, j = j4; e < 4; e++, j++) {
+                float d = g * (tfm__exp(v[4 * u + e] - l) - sv - (j == tr ? 1.0f - s : 0.0f));
+                if (j >= V) continue;
+                if (ldb) h |= (uint64_t)tfm__bf16(0.0f + d) << 16 * e;
+                else dx[r * V + j] = a[4 * u + e] + d;
+            }
+            if (!ldb || j4 >= V) continue;
+            if (j4 + 4 <= V && !((uintptr_t)(db + j4) & 7)) *(uint64_t *)(void *)(db + j4) = h; /* (a whole group: one store) */
+            else
+                for (e = 0, j = j4; j < V && e < 4; e++, j++) db[j] = (uint16_t)(h >> 16 * e);
         }
     }
 }
@@ -5287,8 +5316,8 @@ static __device__ void tfm__cu_xent_grad(float *dx, float g, const float *x, int
    the row (the logits are the largest array of an LM's step): each thread keeps its running maximum m
    and the sum of e^(x - m) over its elements, rescaled when m grows, then the block's maximum M and the
    sum of each thread's sum times e^(m - M). A NaN logit makes the loss NaN, a -inf one adds nothing, an
-   all -inf row or an inf logit gives NaN, as the two passes did. A thread loads TFM__CU_U logits, then
-   takes their maximum into m and their terms into the sum. dx (not NULL): also
+   all -inf row or an inf logit gives NaN, as the two passes did. A thread loads 2 groups of 4 logits
+   (tfm__cu_at4), then takes their maximum into m and their terms into the sum. dx (not NULL): also
    the row's gradient (tfm__cu_xent_grad; g read from g_at when that is not NULL), from the row as the
    loss read it, in the same launch (a training step's: one read of the logits fewer). x: fp32 rows of V,
    or (ldxb > 0) bf16 rows of ldxb (a bf16 training step's logits). SMOOTH: s != 0, where the row's mean is
@@ -5298,24 +5327,24 @@ static __global__ void tfm__k_xent(float *rowloss, float *lse, const float *x, i
                                    float s, int64_t V, float *dx, float g, const float *g_at, int64_t ldb) {
     TFM__SHARED(float, sh, 32);
     TFM__SHARED(double, shd, 32);
-    int64_t r = blockIdx.x, j, j0, bd = blockDim.x;
+    int64_t r = blockIdx.x, j0, bd = blockDim.x;
     float m = -INFINITY, sum = 0.0f, l, M;
     double mean = 0.0;
     int u;
-    for (j0 = threadIdx.x; j0 < V; j0 += TFM__CU_U * bd) {
-        float v[TFM__CU_U], bm = -INFINITY;
+    for (j0 = threadIdx.x; j0 < (V + 3) / 4; j0 += 2 * bd) { /* 2 groups of 4 logits (tfm__cu_at4) */
+        float v[8], bm = -INFINITY;
         TFM__UNROLL
-        for (u = 0, j = j0; u < TFM__CU_U; u++, j += bd) v[u] = j < V ? tfm__cu_at(x, r, j, V, ldxb) : -INFINITY;
+        for (u = 0; u < 2; u++) tfm__cu_at4(v + 4 * u, x, r, j0 + u * bd, V, ldxb, -INFINITY);
         TFM__UNROLL
-        for (u = 0; u < TFM__CU_U; u++) bm = v[u] > bm ? v[u] : bm; /* (a NaN is left out here; its term makes the sum NaN) */
+        for (u = 0; u < 8; u++) bm = v[u] > bm ? v[u] : bm; /* (a NaN is left out here; its term makes the sum NaN) */
         if (bm > m) {
             sum *= tfm__exp(m - bm);
             m = bm;
         }
         TFM__UNROLL
-        for (u = 0; u < TFM__CU_U; u++) {
+        for (u = 0; u < 8; u++) {
             if (v[u] != -INFINITY) sum += tfm__exp(v[u] - m);
-            if (SMOOTH && j0 + u * bd < V) mean += v[u];
+            if (SMOOTH && 4 * (j0 + u / 4 * bd) + u % 4 < V) mean += v[u];
         }
     }
     M = tfm__cu_reduce(m, sh, 1);
