@@ -279,6 +279,7 @@ void bench_gpu_bf16_acts(int on);        /* bench/tfm_cuda.cu */
 void bench_gpu_wgmma(int on);
 unsigned long long bench_gpu_replays(void);
 tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float *dy, const float *x, int64_t rows, int64_t cols);
+tfm_result bench_gpu_gelu_fwd_bf16(float *y, const float *x, int64_t rows, int64_t cols);
 tfm_result bench_gpu_to_bf16(float *dst, const float *src, int64_t rows, int64_t cols);
 tfm_result bench_gpu_xent_bf16(float *dx, float *lse, const float *x, const int32_t *t, int64_t rows, int64_t cols,
                                int fused);
@@ -508,6 +509,8 @@ done:
      softmax_bwd        read dy, y; dx added into                             4X
      gelu_fwd (tanh)    read x; write y                                       2X
      gelu_bwd (tanh)    read dy, x; dx added into                             4X
+     gelu_fwd_bf16      a bf16 model's MLP activation: read x in bf16 (the      X
+                        product's output); write y in bf16
      gelu_bwd_bf16      a bf16 model's MLP: read dy, x in bf16; write dx in    1.5X + 2C
                         bf16; db added into (its column sums, in the same pass)
      add_fwd            read a, b; write y                                    3X
@@ -533,7 +536,7 @@ done:
    cross-entropy at its vocabulary (8,192 rows of 50,257: 1.6 GB of logits; fewer rows, halving, while
    the device is short of memory, as for every op). */
 enum {
-    K_COPY, K_LN_FWD, K_LN_BWD, K_RMS_FWD, K_SOFTMAX_FWD, K_SOFTMAX_BWD, K_GELU_FWD, K_GELU_BWD, K_GELU_BWD_BF16,
+    K_COPY, K_LN_FWD, K_LN_BWD, K_RMS_FWD, K_SOFTMAX_FWD, K_SOFTMAX_BWD, K_GELU_FWD, K_GELU_BWD, K_GELU_FWD_BF16, K_GELU_BWD_BF16,
     K_ADD_FWD, K_XENT_FWD, K_XENT_BWD, K_XENT_BWD_BF16, K_XENT_FUSED, K_ADAMW, K_LIN_LT, K_LIN_FILL, K_N
 };
 typedef struct kop {
@@ -550,6 +553,7 @@ static const kop KOPS[K_N] = {
     {"softmax_bwd",       "XXX",      65536, 1024,  64,   128},  /* y dy dx */
     {"gelu_fwd",          "XX",       16384, 3072,  64,   384},  /* x y */
     {"gelu_bwd",          "XXX",      16384, 3072,  64,   384},  /* x dy dx */
+    {"gelu_fwd_bf16",     "XXX",      16384, 3072,  64,   384},  /* x y (set-up space) */
     {"gelu_bwd_bf16",     "XXXC",     16384, 3072,  64,   384},  /* x dy dx db */
     {"add_fwd",           "XXX",      16384, 768,   64,   96},   /* a b y */
     {"cross_entropy_fwd", "XN",       8192,  50257, 16,   1000}, /* logits lse */
@@ -573,6 +577,7 @@ static double kernel_bytes(int op, int64_t rows, int64_t cols) {
     case K_SOFTMAX_BWD: return 4 * X;
     case K_GELU_FWD: return 2 * X;
     case K_GELU_BWD: return 4 * X;
+    case K_GELU_FWD_BF16: return X;
     case K_GELU_BWD_BF16: return 1.5 * X + 2 * C;
     case K_ADD_FWD: return 3 * X;
     case K_XENT_FWD: return X + 2 * N;
@@ -613,6 +618,9 @@ static tfm_result kernel_call(kbench *k, const char **what) {
     case K_SOFTMAX_BWD: *what = "tfm_softmax_backward"; return tfm_softmax_backward(&t[2], &t[1], &t[0]);
     case K_GELU_FWD: *what = "tfm_gelu_forward"; return tfm_gelu_forward(&t[1], &t[0], TFM_GELU_TANH);
     case K_GELU_BWD: *what = "tfm_gelu_backward"; return tfm_gelu_backward(&t[2], &t[1], &t[0], TFM_GELU_TANH);
+    case K_GELU_FWD_BF16:
+        *what = "bench_gpu_gelu_fwd_bf16";
+        return bench_gpu_gelu_fwd_bf16(t[1].data, t[0].data, k->rows, k->cols);
     case K_GELU_BWD_BF16:
         *what = "bench_gpu_gelu_bwd_bf16";
         return bench_gpu_gelu_bwd_bf16(t[2].data, t[3].data, t[1].data, t[0].data, k->rows, k->cols);
@@ -700,6 +708,7 @@ static int kernel_setup(kbench *k, float *host) {
             what = "tfm_layernorm_forward (setup)";
             r = tfm_layernorm_forward(&k->t[2], &k->t[3], &k->t[4], &k->t[0], &k->t[5], NULL, 1e-5f);
             break;
+        case K_GELU_FWD_BF16: /* the pre-activations x in bf16, as a bf16 product writes them */
         case K_GELU_BWD_BF16: /* the pre-activations x and dy in bf16, as the training step holds them (through dx) */
         case K_XENT_FUSED:    /* the logits in bf16, likewise */
             what = "bench_gpu_to_bf16 (setup)";

@@ -39,6 +39,17 @@ extern "C" tfm_result bench_gpu_gelu_bwd_bf16(float *dx, float *db, const float 
     return tfm__cuda_check("bench_gpu_gelu_bwd_bf16");
 }
 
+/* For bench_gpu.c's --kernels: a bf16 model's GELU (tanh) activation y = act(x), x the pre-activations in bf16 as the
+   MLP's first product writes them and y in bf16 (rows of the padded width), as a training step runs it
+   (tfm__k_bias_act after tfm__linear_act_cuda's product) */
+extern "C" tfm_result bench_gpu_gelu_fwd_bf16(float *y, const float *x, int64_t rows, int64_t cols);
+extern "C" tfm_result bench_gpu_gelu_fwd_bf16(float *y, const float *x, int64_t rows, int64_t cols) {
+    TFM__LAUNCH(tfm__k_bias_act, tfm__cu_grid2(rows, cols), tfm__cu_block2(cols), 0, (int)TFM_ACT_GELU_TANH, y, (float *)x,
+                (const float *)NULL, rows, cols, tfm__bf16_ld(cols), tfm__bf16_ld(cols), 0);
+    TFM__CU_LAUNCHED("tfm__k_bias_act");
+    return tfm__cuda_check("bench_gpu_gelu_fwd_bf16");
+}
+
 /* For bench_gpu.c's --kernels set-up: rows x cols floats at src rounded to bf16 into dst (rows of the padded width,
    as a bf16 activation) */
 extern "C" tfm_result bench_gpu_to_bf16(float *dst, const float *src, int64_t rows, int64_t cols);
