@@ -5377,6 +5377,9 @@ static __global__ void tfm__k_xent_bwd(float *dx, float g, const float *g_at, co
 #define TFM__CU_ROW_EACH(j0, u, j, C) \
     for (j0 = threadIdx.x; j0 < (C); j0 += TFM__CU_U * (int64_t)blockDim.x) TFM__UNROLL TFM__CU_SLOTS(j0, u, j, C)
 static __device__ int tfm__cu_held(int64_t C) { return C <= TFM__CU_U * (int64_t)blockDim.x; }
+/* A layernorm's block: TFM__CU_U elements a thread where the row allows (192 threads for 768 channels, where
+   one a thread took 512 and left a thread's share of the row 1-2 loads), so that several rows share an SM */
+static unsigned tfm__cu_ln_threads(int64_t C) { return tfm__cu_row_threads((C + TFM__CU_U - 1) / TFM__CU_U); }
 
 /* Row r of a layernorm (rms: RMSNorm) by the whole block, x and y at the row; y may alias x (each thread
    reads only the elements it writes); held: the row is in xv (tfm__cu_held; x is not read); yb (not NULL):
@@ -6629,7 +6632,7 @@ static void tfm__cross_entropy_bwd_cuda(float *dx, float dloss, const float *x, 
 static void tfm__layernorm_cuda(float *y, float *mean, float *rstd, const float *x, const float *g, const float *b,
                                 float eps, int64_t N, int64_t C, int rms, int ybf) {
     if (N <= 0) return;
-    TFM__LAUNCH(tfm__k_layernorm, (unsigned)N, tfm__cu_row_threads(C), 0, y, mean, rstd, x, g, b, eps, C, rms,
+    TFM__LAUNCH(tfm__k_layernorm, (unsigned)N, tfm__cu_ln_threads(C), 0, y, mean, rstd, x, g, b, eps, C, rms,
                 ybf ? tfm__bf16_ld(C) : 0);
     TFM__CU_LAUNCHED("tfm__k_layernorm");
 }
@@ -6638,7 +6641,7 @@ static void tfm__add_layernorm_cuda(float *sum, float *y, float *mean, float *rs
                                    int bbf, const float *g, const float *bias, float eps, int64_t N, int64_t C, int rms,
                                    int ybf) {
     if (N <= 0) return;
-    TFM__LAUNCH(tfm__k_add_layernorm, (unsigned)N, tfm__cu_row_threads(C), 0, sum, y, mean, rstd, a, b,
+    TFM__LAUNCH(tfm__k_add_layernorm, (unsigned)N, tfm__cu_ln_threads(C), 0, sum, y, mean, rstd, a, b,
                 bbf == 1 ? tfm__bf16_ld(C) : 0, bbf == 2, g, bias, eps, C, rms, ybf ? tfm__bf16_ld(C) : 0);
     TFM__CU_LAUNCHED("tfm__k_add_layernorm");
 }
@@ -6672,7 +6675,7 @@ static void tfm__layernorm_bwd_cuda(float *dx, const float *res, float *dg, floa
                                     const float *g, const float *mean, const float *rstd, int64_t N, int64_t C, int rms) {
     if (N <= 0) return;
     if (dx) {
-        TFM__LAUNCH(tfm__k_layernorm_bwd, (unsigned)N, tfm__cu_row_threads(C), 0, dx, res, dy, x, g, mean, rstd, C, rms);
+        TFM__LAUNCH(tfm__k_layernorm_bwd, (unsigned)N, tfm__cu_ln_threads(C), 0, dx, res, dy, x, g, mean, rstd, C, rms);
         TFM__CU_LAUNCHED("tfm__k_layernorm_bwd");
     }
     if (dg || db) tfm__colsums_cuda(dg, db, dy, C, 0, x, 0, mean, rstd, rms, 0, NULL, 0, N, C);
