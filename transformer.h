@@ -5051,6 +5051,17 @@ static dim3 tfm__cu_grid2(int64_t n, int64_t C) {
     int64_t t = (int64_t)tfm__cu_block2(C) * TFM__CU_U, x = TFM__MIN((C + t - 1) / t, 4096);
     return dim3((unsigned)x, (unsigned)TFM__MAX(TFM__MIN(n, TFM__MAX(4096 / x, 1)), 1));
 }
+/* A block's thread over its share of a row of C, TFM__CU_U elements a round: j = j0 + u blockDim.x in slot
+   u. The row kernels hold a row whose C fits one round (tfm__cu_held) in registers, slot by slot, loaded
+   at once: read from memory once, where each pass over it would wait on its loads again. */
+#define TFM__CU_SLOTS(j0, u, j, C) for (u = 0, j = j0; u < TFM__CU_U && j < (C); u++, j += blockDim.x)
+#define TFM__CU_ROW_EACH(j0, u, j, C) \
+    for (j0 = threadIdx.x; j0 < (C); j0 += TFM__CU_U * (int64_t)blockDim.x) TFM__UNROLL TFM__CU_SLOTS(j0, u, j, C)
+static __device__ int tfm__cu_held(int64_t C) { return C <= TFM__CU_U * (int64_t)blockDim.x; }
+/* A row kernel's block (layernorm, softmax): TFM__CU_U elements a thread where the row allows (192 threads for
+   768 channels, where one a thread took 512 and left a thread's share of the row 1-2 loads), so that several
+   rows share an SM */
+static unsigned tfm__cu_held_threads(int64_t C) { return tfm__cu_row_threads((C + TFM__CU_U - 1) / TFM__CU_U); }
 
 /* The sum (or, with is_max, the maximum) of v over the block, in every thread. blockDim.x is a multiple
    of 32; sh holds 32 values of shared memory. Lanes combine by shuffles, then the warps' results. Every
@@ -5214,25 +5225,45 @@ static __global__ void tfm__k_colsum_fin(float *dst_a, float *dst_b, const float
 static __global__ void tfm__k_softmax(float *y, const float *x, int64_t C, int log) {
     TFM__SHARED(float, sh, 32);
     const float *xr = x + (int64_t)blockIdx.x * C;
-    float *yr = y + (int64_t)blockIdx.x * C, m = -INFINITY, s = 0.0f, lse;
-    int64_t j;
-    for (j = threadIdx.x; j < C; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+    float *yr = y + (int64_t)blockIdx.x * C, m = -INFINITY, s = 0.0f, lse, xv[TFM__CU_U] = {0.0f};
+    int64_t j0, j;
+    int held = tfm__cu_held(C), u;
+    if (held) TFM__CU_ROW_EACH(j0, u, j, C) xv[u] = xr[j]; /* (the row read once: tfm__cu_held) */
+    TFM__CU_ROW_EACH(j0, u, j, C) {
+        float v = held ? xv[u] : xr[j];
+        m = v > m ? v : m;
+    }
     m = tfm__cu_reduce(m, sh, 1);
-    for (j = threadIdx.x; j < C; j += blockDim.x) s += tfm__exp(xr[j] - m);
+    TFM__CU_ROW_EACH(j0, u, j, C) s += tfm__exp((held ? xv[u] : xr[j]) - m);
     s = tfm__cu_reduce(s, sh, 0);
     lse = m + logf(s);
-    for (j = threadIdx.x; j < C; j += blockDim.x) yr[j] = log ? xr[j] - lse : tfm__exp(xr[j] - m) * (1.0f / s);
+    TFM__CU_ROW_EACH(j0, u, j, C) {
+        float v = held ? xv[u] : xr[j];
+        yr[j] = log ? v - lse : tfm__exp(v - m) * (1.0f / s);
+    }
 }
 
 /* softmax: dx += y (dy - sum(y dy)); log-softmax: dx += dy - exp(y) sum(dy) */
 static __global__ void tfm__k_softmax_bwd(float *dx, const float *dy, const float *y, int64_t C, int log) {
     TFM__SHARED(float, sh, 32);
-    int64_t o = (int64_t)blockIdx.x * C, j;
-    float s = 0.0f;
-    for (j = threadIdx.x; j < C; j += blockDim.x) s += log ? dy[o + j] : y[o + j] * dy[o + j];
+    int64_t o = (int64_t)blockIdx.x * C, j0, j;
+    float s = 0.0f, yv[TFM__CU_U] = {0.0f}, dv[TFM__CU_U] = {0.0f}, xv[TFM__CU_U] = {0.0f};
+    int held = tfm__cu_held(C), u;
+    if (held) /* (y, dy and dx read once: tfm__cu_held) */
+        TFM__CU_ROW_EACH(j0, u, j, C) {
+            yv[u] = y[o + j];
+            dv[u] = dy[o + j];
+            xv[u] = dx[o + j];
+        }
+    TFM__CU_ROW_EACH(j0, u, j, C) {
+        float a = held ? yv[u] : y[o + j], d = held ? dv[u] : dy[o + j];
+        s += log ? d : a * d;
+    }
     s = tfm__cu_reduce(s, sh, 0);
-    for (j = threadIdx.x; j < C; j += blockDim.x)
-        dx[o + j] += log ? dy[o + j] - tfm__exp(y[o + j]) * s : y[o + j] * (dy[o + j] - s);
+    TFM__CU_ROW_EACH(j0, u, j, C) {
+        float a = held ? yv[u] : y[o + j], d = held ? dv[u] : dy[o + j];
+        dx[o + j] = (held ? xv[u] : dx[o + j]) + (log ? d - tfm__exp(a) * s : a * (d - s));
+    }
 }
 
 /* One block per row: ids[r] = tfm__argmax_cpu of row r (the greatest value, NaN skipped, then its first
@@ -5370,16 +5401,6 @@ static __global__ void tfm__k_xent_bwd(float *dx, float g, const float *g_at, co
     tfm__cu_xent_grad(dx, g_at ? *g_at : g, x, ldxb, lse[r], t, ignore, s, V, ldb, r);
 }
 
-/* A block's thread over its share of a row of C, TFM__CU_U elements a round: j = j0 + u blockDim.x in slot
-   u. The row kernels hold a row whose C fits one round (tfm__cu_held) in registers, slot by slot, loaded
-   at once: read from memory once, where each pass over it would wait on its loads again. */
-#define TFM__CU_SLOTS(j0, u, j, C) for (u = 0, j = j0; u < TFM__CU_U && j < (C); u++, j += blockDim.x)
-#define TFM__CU_ROW_EACH(j0, u, j, C) \
-    for (j0 = threadIdx.x; j0 < (C); j0 += TFM__CU_U * (int64_t)blockDim.x) TFM__UNROLL TFM__CU_SLOTS(j0, u, j, C)
-static __device__ int tfm__cu_held(int64_t C) { return C <= TFM__CU_U * (int64_t)blockDim.x; }
-/* A layernorm's block: TFM__CU_U elements a thread where the row allows (192 threads for 768 channels, where
-   one a thread took 512 and left a thread's share of the row 1-2 loads), so that several rows share an SM */
-static unsigned tfm__cu_ln_threads(int64_t C) { return tfm__cu_row_threads((C + TFM__CU_U - 1) / TFM__CU_U); }
 
 /* Row r of a layernorm (rms: RMSNorm) by the whole block, x and y at the row; y may alias x (each thread
    reads only the elements it writes); held: the row is in xv (tfm__cu_held; x is not read); yb (not NULL):
@@ -6526,12 +6547,12 @@ static int tfm__linear_backward_cuda(float *dx, int64_t lddx, float dx_beta, flo
 
 static void tfm__softmax_cuda(float *y, const float *x, int64_t N, int64_t C, int log) {
     if (N <= 0) return;
-    TFM__LAUNCH(tfm__k_softmax, (unsigned)N, tfm__cu_row_threads(C), 0, y, x, C, log);
+    TFM__LAUNCH(tfm__k_softmax, (unsigned)N, tfm__cu_held_threads(C), 0, y, x, C, log);
     TFM__CU_LAUNCHED("tfm__k_softmax");
 }
 static void tfm__softmax_bwd_cuda(float *dx, const float *dy, const float *y, int64_t N, int64_t C, int log) {
     if (N <= 0) return;
-    TFM__LAUNCH(tfm__k_softmax_bwd, (unsigned)N, tfm__cu_row_threads(C), 0, dx, dy, y, C, log);
+    TFM__LAUNCH(tfm__k_softmax_bwd, (unsigned)N, tfm__cu_held_threads(C), 0, dx, dy, y, C, log);
     TFM__CU_LAUNCHED("tfm__k_softmax_bwd");
 }
 
@@ -6632,7 +6653,7 @@ static void tfm__cross_entropy_bwd_cuda(float *dx, float dloss, const float *x, 
 static void tfm__layernorm_cuda(float *y, float *mean, float *rstd, const float *x, const float *g, const float *b,
                                 float eps, int64_t N, int64_t C, int rms, int ybf) {
     if (N <= 0) return;
-    TFM__LAUNCH(tfm__k_layernorm, (unsigned)N, tfm__cu_ln_threads(C), 0, y, mean, rstd, x, g, b, eps, C, rms,
+    TFM__LAUNCH(tfm__k_layernorm, (unsigned)N, tfm__cu_held_threads(C), 0, y, mean, rstd, x, g, b, eps, C, rms,
                 ybf ? tfm__bf16_ld(C) : 0);
     TFM__CU_LAUNCHED("tfm__k_layernorm");
 }
@@ -6641,7 +6662,7 @@ static void tfm__add_layernorm_cuda(float *sum, float *y, float *mean, float *rs
                                    int bbf, const float *g, const float *bias, float eps, int64_t N, int64_t C, int rms,
                                    int ybf) {
     if (N <= 0) return;
-    TFM__LAUNCH(tfm__k_add_layernorm, (unsigned)N, tfm__cu_ln_threads(C), 0, sum, y, mean, rstd, a, b,
+    TFM__LAUNCH(tfm__k_add_layernorm, (unsigned)N, tfm__cu_held_threads(C), 0, sum, y, mean, rstd, a, b,
                 bbf == 1 ? tfm__bf16_ld(C) : 0, bbf == 2, g, bias, eps, C, rms, ybf ? tfm__bf16_ld(C) : 0);
     TFM__CU_LAUNCHED("tfm__k_add_layernorm");
 }
@@ -6675,7 +6696,7 @@ static void tfm__layernorm_bwd_cuda(float *dx, const float *res, float *dg, floa
                                     const float *g, const float *mean, const float *rstd, int64_t N, int64_t C, int rms) {
     if (N <= 0) return;
     if (dx) {
-        TFM__LAUNCH(tfm__k_layernorm_bwd, (unsigned)N, tfm__cu_ln_threads(C), 0, dx, res, dy, x, g, mean, rstd, C, rms);
+        TFM__LAUNCH(tfm__k_layernorm_bwd, (unsigned)N, tfm__cu_held_threads(C), 0, dx, res, dy, x, g, mean, rstd, C, rms);
         TFM__CU_LAUNCHED("tfm__k_layernorm_bwd");
     }
     if (dg || db) tfm__colsums_cuda(dg, db, dy, C, 0, x, 0, mean, rstd, rms, 0, NULL, 0, N, C);
