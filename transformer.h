@@ -5044,6 +5044,13 @@ static __device__ int64_t tfm__cu_step(void) { return (int64_t)gridDim.x * block
         for (int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j0 < (C); j0 += TFM__CU_U * tfm__cu_step())
 #define TFM__CU_EACH(u, i, i0) for (u = 0, i = (i0); u < TFM__CU_U; u++, i += tfm__cu_step())
 static unsigned tfm__cu_grid_u(int64_t n) { return tfm__cu_grid((n + TFM__CU_U - 1) / TFM__CU_U); }
+/* A TFM__CU_LOOP_U round's items of p (p NULL, or past n: 0) */
+static __device__ void tfm__cu_load_u(float (&v)[TFM__CU_U], const float *p, int64_t i0, int64_t n) {
+    int64_t i;
+    int u;
+    TFM__UNROLL
+    TFM__CU_EACH(u, i, i0) v[u] = p && i < n ? p[i] : 0.0f;
+}
 static unsigned tfm__cu_block2(int64_t C) {
     return C >= TFM__CU_THREADS ? TFM__CU_THREADS : tfm__cu_row_threads(C);
 }
@@ -5117,8 +5124,7 @@ static __global__ void tfm__k_to_bf16(uint16_t *dst, int64_t ldd, const float *s
     int u;
     if (flat) {
         TFM__CU_LOOP_U(i0, n) {
-            TFM__UNROLL
-            TFM__CU_EACH(u, i, i0) v[u] = i < n ? src[i] : 0.0f;
+            tfm__cu_load_u(v, src, i0, n);
             TFM__UNROLL
             TFM__CU_EACH(u, i, i0) if (i < n) dst[i] = tfm__bf16(v[u]);
         }
@@ -5168,9 +5174,10 @@ static __device__ float tfm__cu_act_grad(int act, float dy, float v) {
     return act == TFM_ACT_RELU ? (v > 0.0f ? dy : 0.0f)
                                : dy * (act == TFM_ACT_GELU_TANH ? tfm__gelu_tanh_grad(v) : tfm__gelu_erf_grad(v));
 }
-static __global__ void __launch_bounds__(TFM__CU_THREADS, 3) tfm__k_colsum_part(float *part, const float *src, int64_t lds, int64_t ldsb, const float *x, int64_t ldxb,
-                                          const float *mean, const float *rstd, int rms, int act, uint16_t *out, int64_t ldo,
-                                          int64_t N, int64_t C, int64_t rows) {
+static __global__ void __launch_bounds__(TFM__CU_THREADS, 3)
+    tfm__k_colsum_part(float *part, const float *src, int64_t lds, int64_t ldsb, const float *x, int64_t ldxb,
+                       const float *mean, const float *rstd, int rms, int act, uint16_t *out, int64_t ldo, int64_t N,
+                       int64_t C, int64_t rows) {
     TFM__SHARED(float, sh, 2 * 8 * 32);
     int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x >> 5), k;
     int64_t c = (int64_t)blockIdx.x * 32 + lane, r0 = (int64_t)blockIdx.y * rows, r, rw;
@@ -5316,7 +5323,7 @@ static __device__ void tfm__cu_xent_grad(float *dx, float g, const float *x, int
         for (j = threadIdx.x; ldb && j < V; j += bd) db[j] = 0;
         return;
     }
-    for (q0 = threadIdx.x; q0 < (V + 3) / 4; q0 += 2 * bd) { /* 2 groups of logits (tfm__cu_at4; and the gradients added into) loaded first */
+    for (q0 = threadIdx.x; q0 < (V + 3) / 4; q0 += 2 * bd) { /* 2 groups (tfm__cu_at4; dx to add into) loaded first */
         float v[8], a[8];
         TFM__UNROLL
         for (u = 0; u < 2; u++) {
@@ -5329,14 +5336,14 @@ static __device__ void tfm__cu_xent_grad(float *dx, float g, const float *x, int
             uint64_t h = 0u;
             int64_t j4 = 4 * (q0 + u * bd);
             TFM__UNROLL
-            for (e = 0, j = j4; e < 4; e++, j++) {
+            for (e = 0, j = j4; e < 4 && j < V; e++, j++) {
                 float d = g * (tfm__exp(v[4 * u + e] - l) - sv - (j == tr ? 1.0f - s : 0.0f));
-                if (j >= V) continue;
                 if (ldb) h |= (uint64_t)tfm__bf16(0.0f + d) << 16 * e;
                 else dx[r * V + j] = a[4 * u + e] + d;
             }
             if (!ldb || j4 >= V) continue;
-            if (j4 + 4 <= V && !((uintptr_t)(db + j4) & 7)) *(uint64_t *)(void *)(db + j4) = h; /* (a whole group: one store) */
+            if (j4 + 4 <= V && !((uintptr_t)(db + j4) & 7)) /* a whole group: one store */
+                *(uint64_t *)(void *)(db + j4) = h;
             else
                 for (e = 0, j = j4; j < V && e < 4; e++, j++) db[j] = (uint16_t)(h >> 16 * e);
         }
@@ -5400,7 +5407,6 @@ static __global__ void tfm__k_xent_bwd(float *dx, float g, const float *g_at, co
     int64_t r = blockIdx.x;
     tfm__cu_xent_grad(dx, g_at ? *g_at : g, x, ldxb, lse[r], t, ignore, s, V, ldb, r);
 }
-
 
 /* Row r of a layernorm (rms: RMSNorm) by the whole block, x and y at the row; y may alias x (each thread
    reads only the elements it writes); held: the row is in xv (tfm__cu_held; x is not read); yb (not NULL):
@@ -5475,8 +5481,9 @@ static __global__ void tfm__k_layernorm_bwd(float *dx, const float *res, const f
    one thread for both); ldb > 0: y as bf16 rows of ldb elements. ldp > 0: pre is bf16 rows of ldp elements,
    read only (the product wrote them, with the bias); else rnd (a bf16 model): pre rounded to bf16 after the
    bias, written back in fp32, before the activation reads it. */
-static __global__ void __launch_bounds__(TFM__CU_THREADS, 4) tfm__k_bias_act(int act, float *y, float *pre, const float *b, int64_t N, int64_t F, int64_t ldb,
-                                       int64_t ldp, int rnd) {
+static __global__ void __launch_bounds__(TFM__CU_THREADS, 4)
+    tfm__k_bias_act(int act, float *y, float *pre, const float *b, int64_t N, int64_t F, int64_t ldb, int64_t ldp,
+                    int rnd) {
     int64_t F1 = act == TFM_ACT_SWIGLU ? 2 * F : F;
     int nk = act == TFM_ACT_SWIGLU ? 2 : 1, k, u;
     TFM__CU_ROWS(r, N, j0, F) {
@@ -5538,8 +5545,7 @@ static __global__ void tfm__k_act(int act, float *y, const float *x, int64_t n) 
     int64_t i;
     int u;
     TFM__CU_LOOP_U(i0, n) {
-        TFM__UNROLL
-        TFM__CU_EACH(u, i, i0) v[u] = i < n ? x[i] : 0.0f;
+        tfm__cu_load_u(v, x, i0, n);
         TFM__UNROLL
         TFM__CU_EACH(u, i, i0) if (i < n) {
             y[i] = act == TFM_ACT_RELU        ? (v[u] > 0.0f ? v[u] : 0.0f)
@@ -5553,12 +5559,9 @@ static __global__ void tfm__k_act_bwd(int act, float *dx, const float *dy, const
     int64_t i;
     int u;
     TFM__CU_LOOP_U(i0, n) {
-        TFM__UNROLL
-        TFM__CU_EACH(u, i, i0) {
-            v[u] = i < n ? x[i] : 0.0f;
-            d[u] = i < n ? dy[i] : 0.0f;
-            a[u] = i < n && acc != 0.0f ? dx[i] : 0.0f;
-        }
+        tfm__cu_load_u(v, x, i0, n);
+        tfm__cu_load_u(d, dy, i0, n);
+        tfm__cu_load_u(a, acc != 0.0f ? dx : NULL, i0, n);
         TFM__UNROLL
         TFM__CU_EACH(u, i, i0) if (i < n) {
             float g = tfm__cu_act_grad(act, d[u], v[u]);
@@ -5568,8 +5571,9 @@ static __global__ void tfm__k_act_bwd(int act, float *dx, const float *dy, const
 }
 /* SwiGLU's backward, as the CPU's: one thread per output element; ldb (not 0): dh in bf16, rows of ldb; ldh
    (not 0): h is bf16, rows of ldh; lddy (not 0): dy is bf16, rows of lddy */
-static __global__ void __launch_bounds__(TFM__CU_THREADS, 4) tfm__k_swiglu_bwd(float *dh, const float *dy, int64_t lddy, const float *h, int64_t N, int64_t F,
-                                         int64_t ldb, int64_t ldh) {
+static __global__ void __launch_bounds__(TFM__CU_THREADS, 4)
+    tfm__k_swiglu_bwd(float *dh, const float *dy, int64_t lddy, const float *h, int64_t N, int64_t F, int64_t ldb,
+                      int64_t ldh) {
     int k;
     TFM__CU_ROWS(r, N, j0, F) {
         float gt[TFM__CU_U], up[TFM__CU_U], d[TFM__CU_U];
@@ -5582,7 +5586,8 @@ static __global__ void __launch_bounds__(TFM__CU_THREADS, 4) tfm__k_swiglu_bwd(f
         }
         TFM__UNROLL
         TFM__CU_EACH(k, j, j0) if (j < F) {
-            float g = gt[k], u = up[k], sg = tfm__sigmoid(g), du = d[k] * g * sg, dg = d[k] * u * sg * (1.0f + g * (1.0f - sg));
+            float g = gt[k], u = up[k], sg = tfm__sigmoid(g), du = d[k] * g * sg;
+            float dg = d[k] * u * sg * (1.0f + g * (1.0f - sg));
             if (ldb) {
                 uint16_t *hb = (uint16_t *)(void *)dh + r * ldb;
                 hb[j] = tfm__bf16(dg);
@@ -5641,11 +5646,8 @@ static __global__ void tfm__k_dropout(float *y, const float *x, int64_t n, uint3
     int u;
     if (seed_at) seed = *seed_at;
     TFM__CU_LOOP_U(e0, n) {
-        TFM__UNROLL
-        TFM__CU_EACH(u, i, e0) {
-            v[u] = i < n ? x[i] : 0.0f;
-            a[u] = i < n && acc ? y[i] : 0.0f;
-        }
+        tfm__cu_load_u(v, x, e0, n);
+        tfm__cu_load_u(a, acc ? y : NULL, e0, n);
         TFM__UNROLL
         TFM__CU_EACH(u, i, e0) if (i < n) {
             float d = tfm__hash24(seed, i0 + (uint64_t)i) >= thr ? v[u] * scale : 0.0f;
@@ -5687,11 +5689,8 @@ static __global__ void tfm__k_add(float *y, const float *a, const float *b, int6
     int64_t i;
     int u;
     TFM__CU_LOOP_U(i0, n) {
-        TFM__UNROLL
-        TFM__CU_EACH(u, i, i0) {
-            va[u] = i < n ? a[i] : 0.0f;
-            vb[u] = i < n ? b[i] : 0.0f;
-        }
+        tfm__cu_load_u(va, a, i0, n);
+        tfm__cu_load_u(vb, b, i0, n);
         TFM__UNROLL
         TFM__CU_EACH(u, i, i0) if (i < n) y[i] = va[u] + vb[u];
     }
