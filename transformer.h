@@ -5058,12 +5058,13 @@ static dim3 tfm__cu_grid2(int64_t n, int64_t C) {
     int64_t t = (int64_t)tfm__cu_block2(C) * TFM__CU_U, x = TFM__MIN((C + t - 1) / t, 4096);
     return dim3((unsigned)x, (unsigned)TFM__MAX(TFM__MIN(n, TFM__MAX(4096 / x, 1)), 1));
 }
-/* A block's thread over its share of a row of C, TFM__CU_U elements a round: j = j0 + u blockDim.x in slot
-   u. The row kernels hold a row whose C fits one round (tfm__cu_held) in registers, slot by slot, loaded
-   at once: read from memory once, where each pass over it would wait on its loads again. */
+/* A block's thread over its share of a row (or a chunk: [lo, C)), TFM__CU_U elements a round
+   (TFM__CU_ROUNDS): j = j0 + u blockDim.x in slot u. The row kernels hold a row whose C fits one round
+   (tfm__cu_held) in registers, slot by slot, loaded at once: read from memory once, where each pass over it
+   would wait on its loads again. */
+#define TFM__CU_ROUNDS(j0, lo, C) for (j0 = (lo) + threadIdx.x; j0 < (C); j0 += TFM__CU_U * (int64_t)blockDim.x)
 #define TFM__CU_SLOTS(j0, u, j, C) for (u = 0, j = j0; u < TFM__CU_U && j < (C); u++, j += blockDim.x)
-#define TFM__CU_ROW_EACH(j0, u, j, C) \
-    for (j0 = threadIdx.x; j0 < (C); j0 += TFM__CU_U * (int64_t)blockDim.x) TFM__UNROLL TFM__CU_SLOTS(j0, u, j, C)
+#define TFM__CU_ROW_EACH(j0, u, j, C) TFM__CU_ROUNDS(j0, 0, C) TFM__UNROLL TFM__CU_SLOTS(j0, u, j, C)
 static __device__ int tfm__cu_held(int64_t C) { return C <= TFM__CU_U * (int64_t)blockDim.x; }
 /* A row kernel's block (layernorm, softmax): TFM__CU_U elements a thread where the row allows (192 threads for
    768 channels, where one a thread took 512 and left a thread's share of the row 1-2 loads), so that several
@@ -5523,7 +5524,7 @@ static __global__ void tfm__k_add_layernorm(float *s, float *y, float *mean, flo
     int64_t o = (int64_t)blockIdx.x * C, j0, j;
     float av[TFM__CU_U] = {0.0f}, bv[TFM__CU_U] = {0.0f};
     int held = tfm__cu_held(C), u;
-    for (j0 = threadIdx.x; j0 < C; j0 += TFM__CU_U * (int64_t)blockDim.x) { /* a round's a and b loaded, then summed */
+    TFM__CU_ROUNDS(j0, 0, C) { /* a round's a and b loaded, then summed */
         TFM__UNROLL
         TFM__CU_SLOTS(j0, u, j, C) {
             av[u] = a[o + j];
@@ -5619,20 +5620,32 @@ static __device__ void tfm__cu_rope_put(float *y, int64_t at, float v, int acc) 
         y[at] = acc ? y[at] + v : v;
 }
 static __global__ void tfm__k_rope(float *y, const float *x, int64_t ld, int64_t T, int H, int D, int rot,
-                                   const float *cs, int own, int acc, int64_t n) {
-    int half = rot / 2, w = D - half; /* per head: half pairs, then D - rot pass-through channels */
-    TFM__CU_LOOP(i, n) {
-        int64_t r = i / ((int64_t)H * w), o = r * ld + (int64_t)(i / w % H) * D;
-        int j = (int)(i % w);
-        const float *xh = x + o;
-        if (j < half) {
-            const float *a2 = cs + 2 * ((own ? r : r % T) * half + j);
-            float c = a2[0], sn = a2[1], a = xh[j], b = xh[j + half];
-            tfm__cu_rope_put(y, o + j, a * c - b * sn, acc);
-            tfm__cu_rope_put(y, o + j + half, b * c + a * sn, acc);
-        } else {
-            int k = j + half; /* rot <= k < D */
-            tfm__cu_rope_put(y, o + k, xh[k], acc);
+                                   const float *cs, int own, int acc, int64_t rows) {
+    int half = rot / 2, w = D - half, u, k[TFM__CU_U]; /* per head: half pairs, then D - rot pass-through channels */
+    float a[TFM__CU_U], b[TFM__CU_U], c[TFM__CU_U], sn[TFM__CU_U];
+    int64_t j, o[TFM__CU_U];
+    TFM__CU_ROWS(r, rows, j0, (int64_t)H * w) { /* row r's (head, channel) pairs j: loaded, then turned */
+        const float *a2 = cs + 2 * (own ? r : r % T) * half;
+        TFM__UNROLL
+        TFM__CU_EACH(u, j, j0) if (j < (int64_t)H * w) {
+            int h = (int)j / w;
+            k[u] = (int)j - h * w;
+            o[u] = r * ld + (int64_t)h * D;
+            if (k[u] < half) {
+                a[u] = x[o[u] + k[u]], b[u] = x[o[u] + k[u] + half];
+                c[u] = a2[2 * k[u]], sn[u] = a2[2 * k[u] + 1];
+            } else {
+                a[u] = x[o[u] + k[u] + half]; /* rot <= k + half < D */
+            }
+        }
+        TFM__UNROLL
+        TFM__CU_EACH(u, j, j0) if (j < (int64_t)H * w) {
+            if (k[u] < half) {
+                tfm__cu_rope_put(y, o[u] + k[u], a[u] * c[u] - b[u] * sn[u], acc);
+                tfm__cu_rope_put(y, o[u] + k[u] + half, b[u] * c[u] + a[u] * sn[u], acc);
+            } else {
+                tfm__cu_rope_put(y, o[u] + k[u] + half, a[u], acc);
+            }
         }
     }
 }
@@ -5657,7 +5670,14 @@ static __global__ void tfm__k_dropout(float *y, const float *x, int64_t n, uint3
 }
 
 static __global__ void tfm__k_embedding(float *y, const int32_t *ids, const float *w, float scale, int64_t N, int64_t C) {
-    TFM__CU_LOOP(i, N * C) y[i] = w[(int64_t)ids[i / C] * C + i % C] * scale;
+    float v[TFM__CU_U];
+    int64_t j;
+    int u;
+    TFM__CU_ROWS(r, N, j0, C) {
+        tfm__cu_load_u(v, w + (int64_t)ids[r] * C, j0, C);
+        TFM__UNROLL
+        TFM__CU_EACH(u, j, j0) if (j < C) y[r * C + j] = v[u] * scale;
+    }
 }
 /* dw[uid[u], c] += scale * dy[rows[k], c] for k in [ustart[u], ustart[u + 1]), in that order: one thread per
    (distinct id, column), the N rows grouped by id on the host into h (tfm__group_ids: rows, uid and
@@ -5678,9 +5698,15 @@ static __global__ void tfm__k_embedding_bwd(float *dw, const float *dy, const in
 /* y[b,t] = x[b,t] + w[p0[b] + t] (w NULL: the sinusoidal table; x NULL: zeros; p0 NULL: 0) */
 static __global__ void tfm__k_pos_add(float *y, const float *x, const float *w, const int32_t *p0, int64_t B, int64_t T,
                                       int64_t C) {
-    TFM__CU_LOOP(i, B * T * C) {
-        int64_t t = (i / C) % T + (p0 ? p0[i / (T * C)] : 0), c = i % C;
-        y[i] = (x ? x[i] : 0.0f) + (w ? w[t * C + c] : tfm__sinusoid(t, c, C));
+    float v[TFM__CU_U], p[TFM__CU_U];
+    int64_t j;
+    int u;
+    TFM__CU_ROWS(r, B * T, j0, C) {
+        int64_t t = r % T + (p0 ? p0[r / T] : 0);
+        tfm__cu_load_u(v, x ? x + r * C : NULL, j0, C);
+        tfm__cu_load_u(p, w ? w + t * C : NULL, j0, C);
+        TFM__UNROLL
+        TFM__CU_EACH(u, j, j0) if (j < C) y[r * C + j] = v[u] + (w ? p[u] : tfm__sinusoid(t, j, C));
     }
 }
 
@@ -5742,26 +5768,51 @@ static __device__ const tfm__cu_job *tfm__cu_job_of(const tfm__cu_job *jobs, int
 }
 
 /* The update of each chunk, its gradients clipped by the squared norm *sumsq (tfm__k_sumsq_total left it
-   there); none when that is not finite. */
+   there); none when that is not finite. A thread's TFM__CU_U elements of a round (the four arrays of each)
+   are loaded before any is updated, as in the memory-bound kernels above: 16 loads in flight a thread. */
 static __global__ void tfm__k_adamw(const tfm__cu_job *jobs, int n, const double *sumsq, float clip, float b1, float b2,
                                     float eps) {
-    int64_t lo, hi, i;
+    int64_t lo, hi, j0, j;
     const tfm__cu_job *p = tfm__cu_job_of(jobs, n, &lo, &hi);
     double ss = *sumsq;
-    float scale = tfm__clip_scale(ss, clip);
-    tfm__cu_job j = *p; /* (in registers: the stores below may not alias it) */
+    float scale = tfm__clip_scale(ss, clip), w[TFM__CU_U], g[TFM__CU_U], m[TFM__CU_U], v[TFM__CU_U];
+    tfm__cu_job jb = *p; /* (in registers: the stores below may not alias it) */
+    int u;
     if (!isfinite(ss)) return;
-    for (i = lo + threadIdx.x; i < hi; i += blockDim.x)
-        tfm__adamw_one(j.w + i, j.g[i] * scale, j.m + i, j.v + i, b1, b2, eps, j.step_size, j.bc2s, j.decay);
+    TFM__CU_ROUNDS(j0, lo, hi) {
+        TFM__UNROLL
+        TFM__CU_SLOTS(j0, u, j, hi) {
+            w[u] = jb.w[j];
+            g[u] = jb.g[j];
+            m[u] = jb.m[j];
+            v[u] = jb.v[j];
+        }
+        TFM__UNROLL
+        TFM__CU_SLOTS(j0, u, j, hi) {
+            tfm__adamw_one(&w[u], g[u] * scale, &m[u], &v[u], b1, b2, eps, jb.step_size, jb.bc2s, jb.decay);
+            jb.w[j] = w[u];
+            jb.m[j] = m[u];
+            jb.v[j] = v[u];
+        }
+    }
 }
 
-/* part[block] = the sum of g^2 over the block's chunk, in double */
+/* part[block] = the sum of g^2 over the block's chunk, in double: each thread's elements in the order of a
+   plain loop (j0, j0 + blockDim.x, ...), TFM__CU_U loaded at a time */
 static __global__ void tfm__k_sumsq(double *part, const tfm__cu_job *jobs, int n) {
     TFM__SHARED(double, sh, 32);
-    int64_t lo, hi, i;
+    int64_t lo, hi, j0, j;
     const tfm__cu_job *p = tfm__cu_job_of(jobs, n, &lo, &hi);
+    const float *gr = p->g;
     double s = 0.0;
-    for (i = lo + threadIdx.x; i < hi; i += blockDim.x) s += (double)p->g[i] * (double)p->g[i];
+    float g[TFM__CU_U];
+    int u;
+    TFM__CU_ROUNDS(j0, lo, hi) {
+        TFM__UNROLL
+        TFM__CU_SLOTS(j0, u, j, hi) g[u] = gr[j];
+        TFM__UNROLL
+        TFM__CU_SLOTS(j0, u, j, hi) s += (double)g[u] * (double)g[u];
+    }
     s = tfm__cu_reduce(s, sh, 0);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
@@ -6723,7 +6774,8 @@ static void tfm__rope_cuda(float *y, const float *x, int64_t ld, int64_t B, int6
     size_t off = 0;
     unsigned char *ws;
     const int32_t *d = NULL;
-    int64_t n = B * T * H * (D - rot / 2), na = (pos0 ? B * T : T) * (rot / 2);
+    int w = D - rot / 2; /* a head's pairs and pass-through channels */
+    int64_t n = B * T * H * w, na = (pos0 ? B * T : T) * (rot / 2);
     float *cs;
     if (n <= 0) return;
     if (!(ws = tfm__cuda_ws((pos0 ? TFM__CU_ROUND(B * sizeof(int32_t)) : 0) + TFM__CU_ROUND(na * 2 * sizeof(float)))))
@@ -6736,7 +6788,8 @@ static void tfm__rope_cuda(float *y, const float *x, int64_t ld, int64_t B, int6
     TFM__LAUNCH(tfm__k_rope_angles, tfm__cu_grid(na), TFM__CU_THREADS, 0, cs, T, rot / 2, rot, base, d, inverse, na);
     TFM__CU_LAUNCHED("tfm__k_rope_angles");
     if (tfm__cu.failed) return;
-    TFM__LAUNCH(tfm__k_rope, tfm__cu_grid(n), TFM__CU_THREADS, 0, y, x, ld, T, H, D, rot, cs, pos0 != NULL, acc, n);
+    TFM__LAUNCH(tfm__k_rope, tfm__cu_grid2(B * T, (int64_t)H * w), tfm__cu_block2((int64_t)H * w), 0, y, x, ld, T, H, D, rot,
+                cs, pos0 != NULL, acc, B * T);
     TFM__CU_LAUNCHED("tfm__k_rope");
 }
 
@@ -6794,7 +6847,7 @@ static void tfm__embedding_cuda(float *y, const int32_t *ids, const float *w, fl
     } else {
         d = (int32_t *)tfm__cuda_put(ws, &off, ids, (size_t)N * sizeof(int32_t));
         if (tfm__cu.failed) return;
-        TFM__LAUNCH(tfm__k_embedding, tfm__cu_grid(N * C), TFM__CU_THREADS, 0, y, d, w, scale, N, C);
+        TFM__LAUNCH(tfm__k_embedding, tfm__cu_grid2(N, C), tfm__cu_block2(C), 0, y, d, w, scale, N, C);
         TFM__CU_LAUNCHED("tfm__k_embedding");
     }
 }
@@ -6811,7 +6864,7 @@ static void tfm__pos_add_cuda(float *y, const float *x, const float *w, const in
         dp0 = (const int32_t *)tfm__cuda_put_kept(ws, &off, p0, (size_t)B * sizeof(int32_t));
         if (tfm__cu.failed) return; /* never index with offsets that did not arrive */
     }
-    TFM__LAUNCH(tfm__k_pos_add, tfm__cu_grid(B * T * C), TFM__CU_THREADS, 0, y, x, w, dp0, B, T, C);
+    TFM__LAUNCH(tfm__k_pos_add, tfm__cu_grid2(B * T, C), tfm__cu_block2(C), 0, y, x, w, dp0, B, T, C);
     TFM__CU_LAUNCHED("tfm__k_pos_add");
 }
 

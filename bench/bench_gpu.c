@@ -514,6 +514,9 @@ done:
      gelu_bwd_bf16      a bf16 model's MLP: read dy, x in bf16; write dx in    1.5X + 2C
                         bf16; db added into (its column sums, in the same pass)
      add_fwd            read a, b; write y                                    3X
+     rope_fwd           rotary positions over 12 heads, every channel turned,    2X
+                        sequences of 1,024: read x; write y (the angles' table, T x 32 pairs, is
+                        recomputed each call and not counted)
      cross_entropy_fwd  read logits, targets; write lse (+ the loss)          X + 2N
                         (its time includes copying the row losses back and their sum on the host)
      cross_entropy_bwd  read logits, lse, targets; dlogits added into         3X + 2N
@@ -537,7 +540,7 @@ done:
    the device is short of memory, as for every op). */
 enum {
     K_COPY, K_LN_FWD, K_LN_BWD, K_RMS_FWD, K_SOFTMAX_FWD, K_SOFTMAX_BWD, K_GELU_FWD, K_GELU_BWD, K_GELU_FWD_BF16, K_GELU_BWD_BF16,
-    K_ADD_FWD, K_XENT_FWD, K_XENT_BWD, K_XENT_BWD_BF16, K_XENT_FUSED, K_ADAMW, K_LIN_LT, K_LIN_FILL, K_N
+    K_ADD_FWD, K_ROPE_FWD, K_XENT_FWD, K_XENT_BWD, K_XENT_BWD_BF16, K_XENT_FUSED, K_ADAMW, K_LIN_LT, K_LIN_FILL, K_N
 };
 typedef struct kop {
     const char *name, *layout;
@@ -556,6 +559,7 @@ static const kop KOPS[K_N] = {
     {"gelu_fwd_bf16",     "XXX",      16384, 3072,  64,   384},  /* x y (set-up space) */
     {"gelu_bwd_bf16",     "XXXC",     16384, 3072,  64,   384},  /* x dy dx db */
     {"add_fwd",           "XXX",      16384, 768,   64,   96},   /* a b y */
+    {"rope_fwd",          "XX",       16384, 768,   64,   96},   /* x y */
     {"cross_entropy_fwd", "XN",       8192,  50257, 16,   1000}, /* logits lse */
     {"cross_entropy_bwd", "XNX",      8192,  50257, 16,   1000}, /* logits lse dlogits */
     {"xent_bwd_bf16",     "XNX",      8192,  50257, 16,   1000}, /* logits lse dlogits */
@@ -580,6 +584,7 @@ static double kernel_bytes(int op, int64_t rows, int64_t cols) {
     case K_GELU_FWD_BF16: return X;
     case K_GELU_BWD_BF16: return 1.5 * X + 2 * C;
     case K_ADD_FWD: return 3 * X;
+    case K_ROPE_FWD: return 2 * X;
     case K_XENT_FWD: return X + 2 * N;
     case K_XENT_BWD: return 3 * X + 2 * N;
     case K_XENT_BWD_BF16: return 1.5 * X + 2 * N;
@@ -625,6 +630,13 @@ static tfm_result kernel_call(kbench *k, const char **what) {
         *what = "bench_gpu_gelu_bwd_bf16";
         return bench_gpu_gelu_bwd_bf16(t[2].data, t[3].data, t[1].data, t[0].data, k->rows, k->cols);
     case K_ADD_FWD: *what = "tfm_add_forward"; return tfm_add_forward(&t[2], &t[0], &t[1]);
+    case K_ROPE_FWD: { /* sequences of up to 1,024 positions, 12 heads, every channel turned */
+        int64_t T = k->rows % 1024 == 0 ? 1024 : k->rows;
+        tfm_tensor x3 = tfm_tensor3(t[0].data, k->rows / T, T, k->cols), y3 = tfm_tensor3(t[1].data, k->rows / T, T, k->cols);
+        x3.device = y3.device = TFM_DEVICE_CUDA;
+        *what = "tfm_rope_forward";
+        return tfm_rope_forward(&y3, &x3, 12, (int)(k->cols / 12), 10000.0f, NULL);
+    }
     case K_XENT_FWD:
         *what = "tfm_cross_entropy_forward";
         return tfm_cross_entropy_forward(&loss, &t[1], &t[0], k->targets, -100, 0.0f);

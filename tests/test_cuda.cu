@@ -949,11 +949,14 @@ static void cu_op_linear_act(void) {
    bf16 (acc 2, a bf16 model's q and k) against the rounding of the fp32 one: the same bits, the rest of the
    buffer untouched (NaN) */
 static void cu_op_rope(void) {
-    static const int shapes[5][4] = {{1, 2, 2, 2}, {3, 2, 16, 16}, {5, 3, 24, 8}, {33, 4, 64, 64}, {6, 2, 80, 72}}; /* T, H, D, rot */
+    /* T, H, D, rot (12 heads of 48 turned pairs and 32 kept channels: 960 a row, in all TFM__CU_U slots of
+       a block's 256 threads; 4,200 rows, more than the grid's 4,096, so that its y comes round again) */
+    static const int shapes[7][4] = {{1, 2, 2, 2},  {3, 2, 16, 16},  {5, 3, 24, 8},   {33, 4, 64, 64},
+                                     {6, 2, 80, 72}, {3, 12, 128, 96}, {2100, 1, 4, 2}};
     static const int32_t pos0[2] = {0, 9000};
     cu_rng g = {19};
     int i, off;
-    for (i = 0; i < 5; i++)
+    for (i = 0; i < CU_LEN(shapes); i++)
         for (off = 0; off < 2; off++) {
             int T = shapes[i][0], H = shapes[i][1], D = shapes[i][2], rot = shapes[i][3];
             int64_t n = (int64_t)2 * T * H * D;
@@ -1052,10 +1055,11 @@ static void cu_op_kept(void) {
     cu_release(&w, &x, &y, CU_END);
 }
 
-/* (B, T, C) of the position and pooling ops */
+/* (B, T, C) of the position and pooling ops (5 x 1000 rows: more than the row kernels' grid, whose y comes
+   round again) */
 typedef struct cu_btc { int64_t B, T, C; } cu_btc;
 static int cu_btcs(cu_btc *s) {
-    static const cu_btc full[] = {{1, 1, 1}, {2, 31, 33}, {3, 33, 129}, {2, 257, 32}, {4, 1000, 3}, {1, 2, 4097}, {2, 64, 1025}};
+    static const cu_btc full[] = {{1, 1, 1}, {2, 31, 33}, {3, 33, 129}, {2, 257, 32}, {5, 1000, 3}, {1, 2, 4097}, {2, 64, 1025}};
     static const cu_btc small[] = {{1, 1, 1}, {2, 33, 33}, {1, 2, 4097}, {2, 1000, 3}};
     int n = cu_small ? CU_LEN(small) : CU_LEN(full);
     memcpy(s, cu_small ? small : full, (size_t)n * sizeof(cu_btc));
