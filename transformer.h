@@ -5871,18 +5871,22 @@ static TFM__HD float tfm__cu_drop_scale(const tfm__attn_args *a) {
 /* e^x by the GPU's special-function unit: ex2.approx.ftz of x log2(e), as CUDA's __expf (whose error the
    CUDA guide bounds by 2 + 1.17 |x| ulp: under 2^-16 relative over the [-87, 0] a softmax takes, and 0 for
    -inf), one instruction where tfm__exp's polynomial is some twenty. The flash kernels' probabilities take
-   it, rounded to bf16 (2^-8 relative) afterwards; the emulation computes it with the host's exp2f (subnormal
-   results flushed to 0, as .ftz does). */
-static __device__ float tfm__cu_fexp(float x) {
+   it, rounded to bf16 (2^-8 relative) afterwards; the forward's as e^(s - m) = 2^(s log2(e) - m log2(e)), the
+   exponent one fma (tfm__cu_fexp2), which adds m log2(e)'s rounding: P off by |m| 2^-24 relative at most
+   (2^-16 for scores up to |m| = 256). The emulation computes it with the host's exp2f (subnormal results
+   flushed to 0, as .ftz does). */
+static __device__ float tfm__cu_fexp2(float x) { /* 2^x */
     float y;
 #if defined(__CUDA_ARCH__)
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
 #else
-    y = exp2f(x * 1.4426950408889634f);
+    y = exp2f(x);
     y = y < 1.17549435e-38f ? 0.0f : y; /* below FLT_MIN */
 #endif
     return y;
 }
+#define TFM__CU_LOG2E 1.4426950408889634f
+static __device__ float tfm__cu_fexp(float x) { return tfm__cu_fexp2(x * TFM__CU_LOG2E); }
 
 /* The dropout factor of query i, key j of batch-head bh: 1 without dropout, else 0 or 1/(1 - p) */
 static __device__ float tfm__cu_attn_keep(const tfm__attn_args *a, int bh, int i, int j) {
@@ -5917,16 +5921,23 @@ static __device__ float tfm__cu_attn_score(const tfm__attn_args *a, int b, int i
     return s;
 }
 
-/* The probability, dropout factor and score gradient of query i, key j (both visible), from qk = q_i.k_j
-   and dov = dout_i.v_j: P = e^(S - L), pd = P keep, ds = P (keep dov - Dr_i), or exactly 0 where the query
-   sees one key. The flash kernels' form (flash): e^ by tfm__cu_fexp, as their forward took it, and pd
-   unscaled (P where kept, else 0). */
-static __device__ void tfm__cu_attn_grad(const tfm__attn_args *a, int b, int bh, int i, int j, float qk, float dov,
-                                         float L, float Dri, float onei, int flash, float *pd, float *ds) {
-    float keep = tfm__cu_attn_keep(a, bh, i, j), s = tfm__cu_attn_score(a, b, i, j, qk), p;
+/* The probability and score gradient of a visible (query, key) from its score s (tfm__cu_attn_score), its
+   dropout factor keep (tfm__cu_attn_keep) and dov = dout_i.v_j: P = e^(s - L), pd = P keep, ds = P (keep dov -
+   Dr_i), or exactly 0 where the query sees one key. The flash kernels' form (flash): e^ by the
+   special-function unit, as their forward took it, and pd unscaled (P where kept, else 0). (Not the
+   forward's one fma, 2^(s log2(e) - L log2(e)): with L a column's in dk/dv, 16 of them a lane, it spilled
+   there, 12 bytes to 112 at 128 channels.) tfm__cu_attn_grad: from qk = q_i.k_j, for query i and key j. */
+static __device__ void tfm__cu_attn_pds(float s, float keep, float dov, float L, float Dri, float onei, int flash,
+                                        float *pd, float *ds) {
+    float p;
     p = s == -INFINITY ? 0.0f : flash ? tfm__cu_fexp(s - L) : tfm__exp(s - L); /* (tfm__exp clamps: e^-inf would be 1e-38) */
     *pd = flash && keep != 0.0f ? p : p * keep; /* unscaled: p where kept (tfm__cu_drop_scale) */
     *ds = onei != 0.0f ? 0.0f : p * (keep * dov - Dri);
+}
+static __device__ void tfm__cu_attn_grad(const tfm__attn_args *a, int b, int bh, int i, int j, float qk, float dov,
+                                         float L, float Dri, float onei, int flash, float *pd, float *ds) {
+    float keep = tfm__cu_attn_keep(a, bh, i, j), s = tfm__cu_attn_score(a, b, i, j, qk);
+    tfm__cu_attn_pds(s, keep, dov, L, Dri, onei, flash, pd, ds);
 }
 
 /* -- tiled attention, for heads of up to TFM__CU_TD channels (wider ones take the batched products): a block
@@ -7690,29 +7701,58 @@ static __device__ int tfm__cu_flash_kv(const tfm__attn_args *a, const tfm__cu_fq
    tfm__cu_mma16816 left them) for query i (n keys, window start lo) of batch row b, batch-head bh:
    - forward (dp NULL): made what the online softmax takes, in place: scaled, the mask added, -inf where the
      query does not see the key; returns the largest;
-   - dq: the score gradients in place (tfm__cu_attn_grad, from the output gradient's products in dp; L the
+   - dq: the score gradients in place (tfm__cu_attn_pds, from the output gradient's products in dp; L the
      row's log-sum-exp, Dri its D, onei its one-key flag), 0 where the query does not see the key.
    ALL: the query sees all TFM__CU_FB keys from j0 (tfm__cu_attn_sees_all; then nk is TFM__CU_FB), so no key
    is checked: called with ALL where it holds, the check (most of an element's work otherwise) is compiled
-   out. */
+   out. The mask and dropout are tested once a row, each a pass of its own, not once an element. */
 template <int ALL>
 static __device__ float tfm__cu_flash_row(const tfm__attn_args *a, float sc[TFM__CU_FB / 8][4], const float (*dp)[4], int r,
                                           int t, int j0, int nk, int b, int bh, int i, int n, int lo, float L, float Dri,
                                           float onei) {
-    float bm = -INFINITY;
+    float bm = -INFINITY, pd;
+    unsigned seen = 0; /* bit 2 x + c: key j0 + 8 x + 2 t + c */
     int x, c;
     TFM__UNROLL
     for (x = 0; x < TFM__CU_FB / 8; x++)
         TFM__UNROLL
         for (c = 0; c < 2; c++) {
-            int j = j0 + 8 * x + 2 * t + c, seen = ALL || (j < j0 + nk && tfm__cu_attn_sees(a, j, n, lo));
-            float s = dp ? 0.0f : -INFINITY, pd;
-            if (seen && dp) tfm__cu_attn_grad(a, b, bh, i, j, sc[x][2 * r + c], dp[x][2 * r + c], L, Dri, onei, 1, &pd, &s);
-            else if (seen) s = tfm__cu_attn_score(a, b, i, j, sc[x][2 * r + c]);
-            sc[x][2 * r + c] = s;
-            bm = fmaxf(bm, s);
+            int j = j0 + 8 * x + 2 * t + c;
+            if (ALL || (j < j0 + nk && tfm__cu_attn_sees(a, j, n, lo))) seen |= 1u << (2 * x + c);
+            sc[x][2 * r + c] = seen >> (2 * x + c) & 1 ? a->scale * sc[x][2 * r + c] : dp ? 0.0f : -INFINITY;
         }
-    return bm;
+    if (a->mask) { /* (tfm__cu_attn_score's terms) */
+        const float *mrow = a->mask + b * a->mask_bs + (int64_t)i * a->Tk + j0 + 2 * t;
+        TFM__UNROLL
+        for (x = 0; x < TFM__CU_FB / 8; x++)
+            TFM__UNROLL
+            for (c = 0; c < 2; c++)
+                if (seen >> (2 * x + c) & 1) sc[x][2 * r + c] += mrow[8 * x + c];
+    }
+    if (!dp) {
+        TFM__UNROLL
+        for (x = 0; x < TFM__CU_FB / 8; x++)
+            TFM__UNROLL
+            for (c = 0; c < 2; c++) bm = fmaxf(bm, sc[x][2 * r + c]);
+        return bm;
+    }
+    if (a->dropout > 0.0f) {
+        TFM__UNROLL
+        for (x = 0; x < TFM__CU_FB / 8; x++)
+            TFM__UNROLL
+            for (c = 0; c < 2; c++)
+                if (seen >> (2 * x + c) & 1)
+                    tfm__cu_attn_pds(sc[x][2 * r + c], tfm__cu_attn_keep(a, bh, i, j0 + 8 * x + 2 * t + c),
+                                     dp[x][2 * r + c], L, Dri, onei, 1, &pd, &sc[x][2 * r + c]);
+    } else {
+        TFM__UNROLL
+        for (x = 0; x < TFM__CU_FB / 8; x++)
+            TFM__UNROLL
+            for (c = 0; c < 2; c++)
+                if (seen >> (2 * x + c) & 1)
+                    tfm__cu_attn_pds(sc[x][2 * r + c], 1.0f, dp[x][2 * r + c], L, Dri, onei, 1, &pd, &sc[x][2 * r + c]);
+    }
+    return 0.0f;
 }
 
 /* Forward: block (tile, bh) at bh * tiles + tile, heads of up to TD channels (64, or TFM__CU_TD: the
@@ -7774,14 +7814,24 @@ static __global__ void tfm__k_attn_flash_fwd(tfm__attn_args a, const float *q, c
             mn = bm > m[r] ? bm : m[r];
             if (bm != -INFINITY && m[r] != -INFINITY) alpha = tfm__cu_fexp(m[r] - mn);
             m[r] = mn, l[r] *= alpha;
+            /* e^(s - m) as 2^(s log2(e) - m log2(e)), the exponent one fma; m -inf: every score is, and 2^-inf is 0 */
+            mn = mn == -INFINITY ? 0.0f : -mn * TFM__CU_LOG2E;
             TFM__UNROLL
             for (n = 0; n < TFM__CU_FB / 8; n++)
                 TFM__UNROLL
                 for (c = 0; c < 2; c++) {
-                    float p = sc[n][2 * r + c] == -INFINITY ? 0.0f : tfm__cu_fexp(sc[n][2 * r + c] - mn);
-                    l[r] += p; /* P where dropout keeps it goes on to the product with V (its factor: at the end) */
-                    sc[n][2 * r + c] = p != 0.0f && tfm__cu_attn_keep(&a, bh, i, j0 + 8 * n + 2 * t + c) != 0.0f ? p : 0.0f;
+                    float p = tfm__cu_fexp2(fmaf(sc[n][2 * r + c], TFM__CU_LOG2E, mn));
+                    l[r] += p;
+                    sc[n][2 * r + c] = p;
                 }
+            if (a.dropout > 0.0f) { /* P where dropout keeps it goes on to the product with V (its factor at the end) */
+                TFM__UNROLL
+                for (n = 0; n < TFM__CU_FB / 8; n++)
+                    TFM__UNROLL
+                    for (c = 0; c < 2; c++)
+                        if (sc[n][2 * r + c] != 0.0f && tfm__cu_attn_keep(&a, bh, i, j0 + 8 * n + 2 * t + c) == 0.0f)
+                            sc[n][2 * r + c] = 0.0f;
+            }
             if (alpha != 1.0f) {
                 TFM__UNROLL
                 for (n = 0; n < TD / 8; n++) o[n][2 * r] *= alpha, o[n][2 * r + 1] *= alpha;
