@@ -7989,24 +7989,35 @@ static __device__ void tfm__cu_flash_qd(const tfm__attn_args *a, uint16_t *dst, 
    lane's 16 columns of it queries q0 + x (x = 8 n + 2 t + c) with their statistics in st (tfm__cu_flash_qd's
    5 rows); P (unscaled: dropout's factor goes on dv's sums) in place of S in sc, dS in place of dP in dp
    (tfm__cu_attn_grad), 0 where the query does not see the key. ALL: every query of the tile sees every key
-   of the block, so none is checked. */
-template <int ALL>
+   of the block, so none is checked. PLAIN (chosen here, -1): no mask and no dropout, compiled apart so that no
+   element tests them (dq's way, a pass each, took dk/dv's spills at 128 channels from 12 bytes to 156). */
+template <int ALL, int PLAIN = -1>
 static __device__ void tfm__cu_flash_col(const tfm__attn_args *a, float sc[TFM__CU_FB / 8][4], float dp[TFM__CU_FB / 8][4],
                                          int r, int t, int jr, int nk, int j0, int b, int bh, int q0, const float *st) {
     const int F = TFM__CU_FB, *sn = (const int *)(const void *)(st + 3 * F), *slo = sn + F;
     int n, c;
-    TFM__UNROLL
-    for (n = 0; n < TFM__CU_FB / 8; n++)
+    if (PLAIN < 0) {
+        if (!a->mask && !(a->dropout > 0.0f)) tfm__cu_flash_col<ALL, 1>(a, sc, dp, r, t, jr, nk, j0, b, bh, q0, st);
+        else tfm__cu_flash_col<ALL, 0>(a, sc, dp, r, t, jr, nk, j0, b, bh, q0, st);
+    } else {
         TFM__UNROLL
-        for (c = 0; c < 2; c++) {
-            int x = 8 * n + 2 * t + c;
-            float pd = 0.0f, ds = 0.0f;
-            if (ALL || (jr < nk && tfm__cu_attn_sees(a, j0 + jr, sn[x], slo[x])))
-                tfm__cu_attn_grad(a, b, bh, q0 + x, j0 + jr, sc[n][2 * r + c], dp[n][2 * r + c], st[x], st[F + x],
-                                  st[2 * F + x], 1, &pd, &ds);
-            sc[n][2 * r + c] = pd;
-            dp[n][2 * r + c] = ds;
-        }
+        for (n = 0; n < TFM__CU_FB / 8; n++)
+            TFM__UNROLL
+            for (c = 0; c < 2; c++) {
+                int x = 8 * n + 2 * t + c;
+                float pd = 0.0f, ds = 0.0f;
+                if (ALL || (jr < nk && tfm__cu_attn_sees(a, j0 + jr, sn[x], slo[x]))) {
+                    if (PLAIN) /* (tfm__cu_attn_grad's, keep 1 and no mask's term) */
+                        tfm__cu_attn_pds(a->scale * sc[n][2 * r + c], 1.0f, dp[n][2 * r + c], st[x], st[F + x],
+                                         st[2 * F + x], 1, &pd, &ds);
+                    else
+                        tfm__cu_attn_grad(a, b, bh, q0 + x, j0 + jr, sc[n][2 * r + c], dp[n][2 * r + c], st[x],
+                                          st[F + x], st[2 * F + x], 1, &pd, &ds);
+                }
+                sc[n][2 * r + c] = pd;
+                dp[n][2 * r + c] = ds;
+            }
+    }
 }
 
 /* dv_j += sum_i pd_ij dout_i, dk_j += scale sum_i ds_ij q_i (a.overwrite: =): block (tile, b * Hkv + g) holds
