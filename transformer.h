@@ -5900,17 +5900,24 @@ static __device__ float tfm__cu_attn_keep(const tfm__attn_args *a, int bh, int i
    product reads it */
 static __global__ void tfm__k_attn_dr(float *Dr, float *one, tfm__attn_args a, const float *out, const float *dout,
                                       int lddo, const int32_t *lens, const float *mask, int rnd) {
+    int64_t n = (int64_t)a.B * a.H * a.Tq, r, d, w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = (int)threadIdx.x & 31;
     tfm__cu_attn_ptrs(&a, NULL, NULL, NULL, NULL, NULL, lens, NULL, NULL, mask);
-    TFM__CU_LOOP(r, (int64_t)a.B * a.H * a.Tq) {
-        int64_t bh = r / a.Tq, i = r % a.Tq, b = bh / a.H, h = bh % a.H, d;
+    /* a warp a row (row r of head h: lane l takes channels l, l + 32, .., so that each load of the warp's is
+       one run of the row, where a thread a row read 32 rows' lines at once), then a shuffle's sum */
+    for (r = w; r < n; r += ((int64_t)gridDim.x * blockDim.x) >> 5) {
+        int64_t bh = r / a.Tq, i = r % a.Tq, b = bh / a.H, h = bh % a.H;
         float s = 0.0f;
-        for (d = 0; d < a.D; d++) {
+        for (d = lane; d < a.D; d += 32) {
             float o = tfm__cu_at(out, b * a.Tq + i, h * a.D + d, a.ldo, a.out_bf ? a.ldo : 0);
             float g = tfm__cu_at(dout, b * a.Tq + i, h * a.D + d, lddo, a.dout_bf == 2 ? lddo : 0);
             s += (a.dout_bf == 1 ? tfm__bf16_round(g) : g) * (rnd ? tfm__bf16_round(o) : o);
         }
-        Dr[r] = s;
-        one[r] = (float)tfm__attn_one_key(&a, (int)b, (int)i);
+        s = tfm__cu_warp_reduce(s, 0);
+        if (lane == 0) {
+            Dr[r] = s;
+            one[r] = (float)tfm__attn_one_key(&a, (int)b, (int)i);
+        }
     }
 }
 
@@ -8220,7 +8227,7 @@ static int tfm__attention_backward_cuda(const tfm__attn_args *a, float *dq, int 
     if (nrow <= 0 || a->Tk <= 0 || !tfm__cu_attn_stage(a, &io, 2 * (size_t)nrow * sizeof(float) + (bm ? TFM__CU_BFA_PTRS : 0), &t))
         return 1;
     one = io.Dr + nrow;
-    TFM__LAUNCH(tfm__k_attn_dr, tfm__cu_grid(nrow), TFM__CU_THREADS, 0, io.Dr, one, t, a->out, dout, lddo, io.lens,
+    TFM__LAUNCH(tfm__k_attn_dr, tfm__cu_grid(32 * nrow), TFM__CU_THREADS, 0, io.Dr, one, t, a->out, dout, lddo, io.lens,
                 io.mask, path >= 2);
     TFM__CU_LAUNCHED("tfm__k_attn_dr");
     if (bm)
