@@ -5218,12 +5218,23 @@ static __global__ void __launch_bounds__(TFM__CU_THREADS, 3)
     }
 }
 
-/* dst_a[c] += the partials' first sums, dst_b[c] += their second (either may be NULL) */
+/* dst_a[c] += the partials' first sums, dst_b[c] += their second (either may be NULL): a block of 8 warps
+   takes 32 columns, warp w the partials w, w + 8, .. in order, then thread w of the column adds the warps'
+   sums in warp order (a fixed order: the same bits every run). A thread a column (C threads: 3 blocks for
+   768 columns) waited on its n_part (128 at 16,384 rows) loads one after the other. */
 static __global__ void tfm__k_colsum_fin(float *dst_a, float *dst_b, const float *part, int64_t n_part, int64_t C) {
-    TFM__CU_LOOP(c, C) {
-        float a = 0.0f, b = 0.0f;
-        int64_t k;
-        for (k = 0; k < n_part; k++) a += part[k * 2 * C + c], b += part[k * 2 * C + C + c];
+    TFM__SHARED(float, sh, 2 * 8 * 32);
+    int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x >> 5);
+    int64_t c = (int64_t)blockIdx.x * 32 + lane, k;
+    float a = 0.0f, b = 0.0f;
+    if (c < C)
+        for (k = w; k < n_part; k += 8) a += part[k * 2 * C + c], b += part[k * 2 * C + C + c];
+    sh[w * 32 + lane] = a;
+    sh[256 + w * 32 + lane] = b;
+    __syncthreads();
+    if (w == 0 && c < C) {
+        a = b = 0.0f;
+        for (k = 0; k < 8; k++) a += sh[k * 32 + lane], b += sh[256 + k * 32 + lane];
         if (dst_a) dst_a[c] += a;
         if (dst_b) dst_b[c] += b;
     }
@@ -6565,7 +6576,7 @@ static void tfm__colsums_cuda(float *da, float *db, const float *src, int64_t ld
                 mean, rstd, rms, act, out, ldo, N, C, rows);
     TFM__CU_LAUNCHED("tfm__k_colsum_part");
     if (!da && !db) return;
-    TFM__LAUNCH(tfm__k_colsum_fin, tfm__cu_grid(C), TFM__CU_THREADS, 0, da, db, part, n_part, C);
+    TFM__LAUNCH(tfm__k_colsum_fin, (unsigned)((C + 31) / 32), 256, 0, da, db, part, n_part, C);
     TFM__CU_LAUNCHED("tfm__k_colsum_fin");
 }
 
