@@ -5219,8 +5219,8 @@ static __global__ void __launch_bounds__(TFM__CU_THREADS, 3)
 }
 
 /* dst_a[c] += the partials' first sums, dst_b[c] += their second (either may be NULL): a block of 8 warps
-   takes 32 columns, warp w the partials w, w + 8, .. in order, then thread w of the column adds the warps'
-   sums in warp order (a fixed order: the same bits every run). A thread a column (C threads: 3 blocks for
+   takes 32 columns, warp w the partials w, w + 8, .. in order, then warp 0 adds the 8 warps' sums in warp
+   order (a fixed order: the same bits every run). A thread a column (C threads: 3 blocks for
    768 columns) waited on its n_part (128 at 16,384 rows) loads one after the other. */
 static __global__ void tfm__k_colsum_fin(float *dst_a, float *dst_b, const float *part, int64_t n_part, int64_t C) {
     TFM__SHARED(float, sh, 2 * 8 * 32);
