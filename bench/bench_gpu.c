@@ -13,11 +13,13 @@
        g++ -fopenmp -o build/bench_gpu_emu build/bench_gpu.o build/tfm_cuda_emu.o -lm
        build/bench_gpu_emu --quick gpu-emu-tiny
 
-   Usage: bench_gpu [--quick] [--tf32] [--bf16] [--no-train] [--no-gen] [--no-check] [--budget SECONDS]
-                    [--gen-batch 1|8|32] [--kernels] [CONFIG...]
+   Usage: bench_gpu [--quick] [--tf32] [--bf16] [--no-fp32] [--no-train] [--no-gen] [--no-check]
+                    [--budget SECONDS] [--gen-batch 1|8|32] [--kernels] [CONFIG...]
           bench_gpu --list
    CONFIG defaults to $CONFIGS (names separated by spaces or commas), else char-gpt-tiny gpt-small
    gpt2-124M-shape; gpt2-124M-b16 (GPT-2 small at 16 x 1024, the GPU targets' shape) runs when named. QUICK=1 in the environment is --quick: few steps, numbers not meant to be read.
+   --no-fp32 leaves out the fp32 training rows and the forward pass after them (with --bf16: a profile of
+   the bf16 steps alone).
    --kernels times the memory-bound ops (kernel, below) first; configs then run only when named on the
    command line (not $CONFIGS's, not the defaults), after the ops. bench_gpu_emu --quick --kernels is its
    smoke run under the emulation (small sizes, one rep).
@@ -358,7 +360,7 @@ static void run_train(const gpu_cfg *b, const gpu_data *d, int prec) {
     for (pass = 0; pass < (prec == TFM_PREC_BF16 ? 4 : 2); pass++) {
         double spent = 0.0;
         int n = 0;
-        unsigned long long rep0 = bench_gpu_replays();
+        unsigned long long rep0;
         graphs = pass != 1;
         bench_gpu_bf16_acts(pass != 2);
         bench_gpu_wgmma(pass != 3);
@@ -371,6 +373,7 @@ static void run_train(const gpu_cfg *b, const gpu_data *d, int prec) {
            had bf16 activations, or the other attention kernels); the timed steps replay */
         for (i = 0; i < (pass >= 2 ? 2 : 0); i++)
             if (train_step(&m, d, &loss, b->name) < 0) goto done;
+        rep0 = bench_gpu_replays(); /* the timed steps' replays only */
         while (n < steps && (n < 3 || spent < g_budget / 2)) {
             double dt = train_step(&m, d, &loss, b->name);
             if (dt < 0) goto done;
@@ -885,8 +888,8 @@ static void print_table(void) {
 
 static void usage(FILE *f) {
     int i;
-    fprintf(f, "usage: bench_gpu [--quick] [--tf32] [--bf16] [--no-train] [--no-gen] [--no-check] [--budget SECONDS]\n"
-               "                 [--gen-batch 1|8|32] [--kernels] [CONFIG...]\n"
+    fprintf(f, "usage: bench_gpu [--quick] [--tf32] [--bf16] [--no-fp32] [--no-train] [--no-gen] [--no-check]\n"
+               "                 [--budget SECONDS] [--gen-batch 1|8|32] [--kernels] [CONFIG...]\n"
                "       bench_gpu --list\n"
                "CONFIG defaults to $CONFIGS, else the default configs. QUICK=1: --quick. --kernels: the memory-bound\n"
                "ops (layernorm, softmax, GELU, add, cross-entropy, AdamW) against the device's copy bandwidth, then\n"
@@ -899,7 +902,7 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
     const gpu_cfg *sel[64];
-    int n_sel = 0, do_train = 1, do_gen = 1, do_check = 1, do_tf32 = 0, do_bf16 = 0, do_kernels = 0, i;
+    int n_sel = 0, do_train = 1, do_fp32 = 1, do_gen = 1, do_check = 1, do_tf32 = 0, do_bf16 = 0, do_kernels = 0, i;
     double k_budget = 1.0; /* --kernels: seconds of timed calls per op, unless a budget is given */
     const char *q = getenv("QUICK"), *env_cfgs = getenv("CONFIGS"), *bud = getenv("BENCH_GPU_BUDGET");
     char cfgbuf[1024];
@@ -911,6 +914,7 @@ int main(int argc, char **argv) {
         if (strcmp(a, "--quick") == 0) g_quick = 1;
         else if (strcmp(a, "--tf32") == 0) do_tf32 = 1;
         else if (strcmp(a, "--bf16") == 0) do_bf16 = 1;
+        else if (strcmp(a, "--no-fp32") == 0) do_fp32 = 0;
         else if (strcmp(a, "--no-train") == 0) do_train = 0;
         else if (strcmp(a, "--no-gen") == 0) do_gen = 0;
         else if (strcmp(a, "--no-check") == 0) do_check = 0;
@@ -978,7 +982,7 @@ int main(int argc, char **argv) {
         gpu_data d;
         data_make(b, &d);
         if (do_check) run_check(b, &d);
-        if (do_train) run_train(b, &d, 0);
+        if (do_train && do_fp32) run_train(b, &d, 0);
         if (do_train && do_tf32) run_train(b, &d, 1);
         if (do_train && do_bf16) run_train(b, &d, 2);
         if (do_gen) run_gen(b, 0);

@@ -20,12 +20,20 @@
 #       on transformer.h's own text in fp32 on the CPU and in bf16 on the GPU from the same weights: how far
 #       apart their losses run (the worst 25-step mean and the worst step); and tools/bf16_tracking_torch.py,
 #       PyTorch's autocast on the same model and batches on the GPU, for scale (small models' runs fork).
-#   (d2) time allowing, ncu's kernel times over quick runs of the bench (training, and decoding at batch
-#       32): the CSVs beside the log (ncu_train_CONFIG.csv, ncu_gen32_CONFIG.csv), summarised by
+#   (d2) time allowing, ncu's kernel times over quick runs of the bench (gpt2-124M-b16's bf16 training
+#       steps first, then fp32 training and decoding at batch 32): the CSVs beside the log
+#       (ncu_train-bf16_CONFIG.csv, ncu_train_CONFIG.csv, ncu_gen32_CONFIG.csv), summarised by
 #       tools/ncu_summary.py (where the time goes, by kernel)
 #   (e) a summary: device, test counts, sanitizer error counts, the bench rows (ours, torch, ratio), the
 #       memory-bound ops' share of the copy bandwidth, the profiles' top kernels
 # Every step runs even when an earlier one failed; the exit status is 1 when any step failed.
+#
+# `bash tools/gpu_check.sh --prebuild` on a machine with nvcc and no GPU builds (b)'s and (d)'s three
+# programs ahead (build/test_cuda, build/gpu_check/bench_gpu and bf16_tracking, for GPU_CHECK_ARCH, default
+# sm_90a: an H100's or H200's) and stamps them (build/gpu_check/prebuilt: the target, the flags, nvcc's
+# version and a sha256 of every source that goes in). Carried to the GPU's machine (build/test_cuda and
+# build/gpu_check), they spare its minutes of builds: a run there takes them when the stamp matches its own
+# target, flags, nvcc and sources, and ldd finds every library they need; else it builds as before.
 #
 # Everything goes to one log: $GPU_CHECK_LOG, else $OUT/gpu_check.log when OUT is set (the device tool's
 # folder of returned files), else ./gpu_check.log; the summary also goes to stdout. Environment:
@@ -37,13 +45,23 @@
 #   GPU_CHECK_CONFIGS="..."  bench configs (default: char-gpt-tiny gpt-small gpt2-124M-shape gpt2-124M-b16)
 #   GPU_CHECK_AMP_CONFIGS="..." configs of PyTorch's bf16 rows (default: gpt2-124M-b16, the target shape)
 #   GPU_CHECK_LEAKS=1        memcheck with --leak-check full (cuBLAS's own allocations may show)
-#   GPU_CHECK_PROFILE=0      no ncu profile (default: a quick training run and batch-32 decoding of each
-#                            of GPU_CHECK_PROFILE_CONFIGS, default gpt-small gpt2-124M-shape, when time is left)
+#   GPU_CHECK_PROFILE=0      no ncu profile (default, when time is left: the bf16 training steps alone of each
+#                            of GPU_CHECK_PROFILE_BF16, default gpt2-124M-b16, the bf16 target's shape; then
+#                            a quick training run and batch-32 decoding of each of GPU_CHECK_PROFILE_CONFIGS,
+#                            default gpt-small gpt2-124M-shape)
 #   NVCC, CC, PYTHON         the tools (default nvcc, cc, python3)
 set -u
 cd "$(dirname "$0")/.." || exit 2
+PREBUILD=0
+if [ "${1:-}" = --prebuild ]; then
+    PREBUILD=1
+elif [ $# -gt 0 ]; then
+    echo "usage: bash tools/gpu_check.sh [--prebuild]   (settings: GPU_CHECK_* in the environment)" >&2
+    exit 2
+fi
 
 LOG=${GPU_CHECK_LOG:-}
+if [ -z "$LOG" ] && [ "$PREBUILD" = 1 ]; then LOG=build/gpu_check/prebuild.log; fi
 if [ -z "$LOG" ]; then
     if [ -n "${OUT:-}" ]; then LOG="$OUT/gpu_check.log"; else LOG=gpu_check.log; fi
 fi
@@ -51,10 +69,15 @@ DEADLINE=${GPU_CHECK_DEADLINE:-350}
 SKIP_BENCH=${GPU_CHECK_SKIP_BENCH:-0}
 ONLY_TESTS=${GPU_CHECK_ONLY_TESTS:-0}
 if [ "$ONLY_TESTS" = 1 ]; then SKIP_BENCH=1; fi
+BUILD_LIMIT=240 # seconds for each build
+if [ "$PREBUILD" = 1 ]; then # three nvcc builds side by side, on what may be two cores
+    SKIP_BENCH=0 ONLY_TESTS=0 BUILD_LIMIT=1500 DEADLINE=${GPU_CHECK_DEADLINE:-1800}
+fi
 BENCH_CONFIGS=${GPU_CHECK_CONFIGS:-char-gpt-tiny gpt-small gpt2-124M-shape gpt2-124M-b16}
 AMP_CONFIGS=${GPU_CHECK_AMP_CONFIGS:-gpt2-124M-b16}
 PROFILE=${GPU_CHECK_PROFILE:-1}
 PROFILE_CONFIGS=${GPU_CHECK_PROFILE_CONFIGS:-gpt-small gpt2-124M-shape}
+PROFILE_BF16=${GPU_CHECK_PROFILE_BF16:-gpt2-124M-b16}
 CC=${CC:-cc}
 PYTHON=${PYTHON:-python3}
 NVCC=${NVCC:-nvcc}
@@ -123,10 +146,14 @@ log "== git: $(git log -1 --format='%h %s' 2>/dev/null | cut -c1-100)$(git statu
 # a copy of the tree may carry an older .git than its files: the header's blob id names what ran
 # (git log --find-object=ID finds the commits that hold it)
 log "== transformer.h sha256 $(sha256sum transformer.h 2>/dev/null | cut -c1-16) (git hash-object $(git hash-object transformer.h 2>/dev/null | cut -c1-12))"
-# shellcheck disable=SC2016  # $1 expands in the inner shell
-run_step "device" 15 0 "$TMP/device.txt" -- bash -c \
-    'nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version --format=csv,noheader &&
-     "$1" --version' _ "$NVCC"
+if [ "$PREBUILD" = 1 ]; then # no GPU: the compiler only
+    run_step "device" 15 0 "$TMP/device.txt" -- "$NVCC" --version
+else
+    # shellcheck disable=SC2016  # $1 expands in the inner shell
+    run_step "device" 15 0 "$TMP/device.txt" -- bash -c \
+        'nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version --format=csv,noheader &&
+         "$1" --version' _ "$NVCC"
+fi
 cat "$TMP/device.txt"
 DEVICE=$(grep -m1 '^GPU 0' "$TMP/device.txt" | sed 's/ (UUID.*//')
 CAP=$(grep -m1 -Eo ', [0-9]+\.[0-9]+, ' "$TMP/device.txt" | tr -dc '0-9')
@@ -136,16 +163,52 @@ ARCH=${GPU_CHECK_ARCH:-$ARCH}
 NVCCFLAGS="-O2 -std=c++17 -arch=$ARCH -Xcompiler -fopenmp"
 log "== target $ARCH; NVCCFLAGS=$NVCCFLAGS; compute-sanitizer: ${SANITIZER:-not found}"
 
+# ---- the programs: prebuilt (--prebuild, above), else built here ---------------------------------------
+# The key a prebuilt set's stamp must match: the target and flags, nvcc's version, the sources' sha256
+prebuilt_key() {
+    {
+        echo "arch=$ARCH flags=$NVCCFLAGS"
+        "$NVCC" --version 2>&1 | tail -1
+        sha256sum transformer.h tests/test_cuda.cu tests/test.h tests/cuda_emu.h bench/tfm_cuda.cu bench/bench_gpu.c \
+            bench/bench_util.h tools/bf16_tracking.cpp Makefile 2>&1
+    } | sha256sum | cut -c1-64
+}
+PREBUILT=0
+PROGRAMS="built here"
+if [ "$PREBUILD" = 0 ] && [ -s "$B/prebuilt" ]; then
+    why=""
+    [ "$(head -1 "$B/prebuilt")" = "key $(prebuilt_key)" ] || why="the stamp's target, flags, nvcc or sources differ"
+    for f in build/test_cuda "$B/bench_gpu" "$B/bf16_tracking"; do
+        if [ -z "$why" ] && { [ ! -x "$f" ] || ldd "$f" 2>&1 | grep -q 'not found'; }; then
+            why="$f is missing, or ldd does not find its libraries"
+        fi
+    done
+    if [ -z "$why" ]; then
+        PREBUILT=1
+        PROGRAMS="prebuilt: $(sed -n 2p "$B/prebuilt")"
+        log "== prebuilt programs taken (no builds): $(sed -n 2p "$B/prebuilt")"
+    else
+        PROGRAMS="built here (prebuilt ones not taken: $why)"
+        log "== prebuilt programs not taken ($why): built here"
+    fi
+fi
+if [ "$PREBUILT" = 0 ]; then rm -f "$B/prebuilt"; fi # what is built next is not what the stamp named
+
 # ---- the bench build, in the background beside the tests' build ------------------------------------
 BENCH_BUILD_PID=
 TRACK_BUILD_PID=
 TRACKING="not run"
-if [ "$SKIP_BENCH" != 1 ]; then
+if [ "$PREBUILT" = 1 ]; then
+    echo "0 0.0" > "$TMP/bench_build.rc"
+    echo "prebuilt" > "$TMP/bench_build.txt"
+    echo 0 > "$TMP/track_build.rc"
+    : > "$TMP/track_build.txt"
+elif [ "$SKIP_BENCH" != 1 ]; then
     log "== [$(elapsed) s] bench build started in the background (its output follows in step bench-build)"
     (
         t0=$(date +%s.%N)
         # shellcheck disable=SC2016  # the inner shell expands its own arguments ($2: the flags, split)
-        timeout -k 5 240 bash -c '
+        timeout -k 5 "$BUILD_LIMIT" bash -c '
             set -x
             "$1" $2 -c bench/tfm_cuda.cu -o "$3/tfm_cuda.o" &&
             "$4" -std=c99 -O2 -Wall -Wextra -c bench/bench_gpu.c -o "$3/bench_gpu.o" &&
@@ -156,7 +219,7 @@ if [ "$SKIP_BENCH" != 1 ]; then
     BENCH_BUILD_PID=$!
     # shellcheck disable=SC2086  # NVCCFLAGS is a list of flags
     (
-        timeout -k 5 240 "$NVCC" $NVCCFLAGS -x cu -DTFM_CUDA -o "$B/bf16_tracking" tools/bf16_tracking.cpp -lcublas -lcublasLt \
+        timeout -k 5 "$BUILD_LIMIT" "$NVCC" $NVCCFLAGS -x cu -DTFM_CUDA -o "$B/bf16_tracking" tools/bf16_tracking.cpp -lcublas -lcublasLt \
             -lm > "$TMP/track_build.txt" 2>&1
         echo $? > "$TMP/track_build.rc"
     ) &
@@ -171,20 +234,40 @@ final_counts() {
 }
 
 # ---- (b) tests/test_cuda.cu ---------------------------------------------------------------------
-rm -f build/test_cuda
+if [ "$PREBUILT" = 0 ]; then rm -f build/test_cuda; fi
 BUILD_RESERVE=100 # for the test run and the sanitizers after the build
 TEST_RESERVE=90   # for the sanitizers and the bench after the test
 if [ "$ONLY_TESTS" = 1 ]; then BUILD_RESERVE=30 TEST_RESERVE=3; fi
 # The Makefile's rule for build/test_cuda alone (`make cuda` also builds the TFM_CUDA compile checks, which
 # need no GPU: they run where nvcc is), with these flags: no -Werror, so a new warning costs no GPU session.
-if [ -f tests/test_cuda.cu ] && make -B -n build/test_cuda NVCCFLAGS="$NVCCFLAGS" 2>/dev/null | grep -q 'tests/test_cuda.cu'; then
-    run_step "test-build" 240 "$BUILD_RESERVE" "$TMP/test_build.txt" -- \
+if [ "$PREBUILT" = 1 ]; then
+    log "== test-build: prebuilt"
+    record "test-build" 0 0
+elif [ -f tests/test_cuda.cu ] && make -B -n build/test_cuda NVCCFLAGS="$NVCCFLAGS" 2>/dev/null | grep -q 'tests/test_cuda.cu'; then
+    run_step "test-build" "$BUILD_LIMIT" "$BUILD_RESERVE" "$TMP/test_build.txt" -- \
         make --no-print-directory build/test_cuda NVCC="$NVCC" NVCC_ARCH="$ARCH" NVCCFLAGS="$NVCCFLAGS"
 else
     mkdir -p build
     # shellcheck disable=SC2086  # NVCCFLAGS is a list of flags
-    run_step "test-build" 240 "$BUILD_RESERVE" "$TMP/test_build.txt" -- \
+    run_step "test-build" "$BUILD_LIMIT" "$BUILD_RESERVE" "$TMP/test_build.txt" -- \
         "$NVCC" $NVCCFLAGS -DTFM_CUDA -o build/test_cuda tests/test_cuda.cu -lcublas -lcublasLt -lm
+fi
+if [ "$PREBUILD" = 1 ]; then # wait for the other two builds, stamp the three when all are built, and stop
+    wait "$BENCH_BUILD_PID" "$TRACK_BUILD_PID"
+    cat "$TMP/bench_build.txt" "$TMP/track_build.txt" >> "$LOG"
+    read -r brc bsecs < "$TMP/bench_build.rc" || brc=1
+    record "bench-build" "$brc" "${bsecs:-0}"
+    record "bf16-tracking-build" "$(cat "$TMP/track_build.rc" 2>/dev/null || echo 1)" 0
+    if [ "$FAILED" = 0 ] && [ -x build/test_cuda ] && [ -x "$B/bench_gpu" ] && [ -x "$B/bf16_tracking" ]; then
+        printf 'key %s\n%s\n' "$(prebuilt_key)" "built for $ARCH $(date '+%F %T') on $(hostname) from $(git log -1 --format=%h 2>/dev/null)$(git status --porcelain 2>/dev/null | grep -q . && echo ' + uncommitted changes')" > "$B/prebuilt"
+        rm -f "$B/tfm_cuda.o" "$B/bench_gpu.o" # not needed to run: less to carry
+        log "== prebuilt: build/test_cuda $B/bench_gpu $B/bf16_tracking ($(du -csh build/test_cuda "$B/bench_gpu" "$B/bf16_tracking" | tail -1 | cut -f1)); carry build/test_cuda and $B"
+    else
+        log "== prebuild: SOME BUILDS FAILED (above); nothing stamped"
+    fi
+    for s in "${STEPS[@]}"; do log "  $s"; done
+    rm -rf "$TMP"
+    exit "$FAILED"
 fi
 TEST_COUNTS="not run"
 if [ -x build/test_cuda ]; then
@@ -299,14 +382,19 @@ if [ -z "$NCU" ] && [ -x /usr/local/cuda/bin/ncu ]; then NCU=/usr/local/cuda/bin
 PROFILES=()
 if [ "$SKIP_BENCH" != 1 ] && [ "$PROFILE" = 1 ] && [ -n "$NCU" ] && [ -x "$B/bench_gpu" ]; then
     OUTDIR=$(dirname "$LOG")
-    for c in $PROFILE_CONFIGS; do
-        for mode in train gen32; do
-            f="$OUTDIR/ncu_${mode}_$c.csv"
-            if [ "$mode" = train ]; then what=(--no-gen); n=2500; else what=(--no-train --gen-batch 32); n=3000; fi
-            run_step "profile $mode $c" 45 3 "$f" optional -- "$NCU" --clock-control none --metrics gpu__time_duration.sum \
-                --print-summary per-kernel --csv --launch-count "$n" "$B/bench_gpu" --quick --no-check "${what[@]}" "$c"
-            if [ -s "$f" ]; then PROFILES+=("$f"); fi
-        done
+    # the bf16 target's steps first (about 500 kernels a step at gpt2-124M-b16), then the fp32 ones and decoding
+    for cm in $(for c in $PROFILE_BF16; do echo "$c:train-bf16"; done) \
+        $(for c in $PROFILE_CONFIGS; do echo "$c:train $c:gen32"; done); do
+        c=${cm%:*} mode=${cm##*:}
+        f="$OUTDIR/ncu_${mode}_$c.csv"
+        case $mode in
+        train-bf16) what=(--bf16 --no-fp32 --no-gen) n=1200 budget=60 ;;
+        train) what=(--no-gen) n=2500 budget=45 ;;
+        *) what=(--no-train --gen-batch 32) n=3000 budget=45 ;;
+        esac
+        run_step "profile $mode $c" "$budget" 3 "$f" optional -- "$NCU" --clock-control none --metrics gpu__time_duration.sum \
+            --print-summary per-kernel --csv --launch-count "$n" "$B/bench_gpu" --quick --no-check "${what[@]}" "$c"
+        if [ -s "$f" ]; then PROFILES+=("$f"); fi
     done
 fi
 
@@ -316,6 +404,7 @@ fi
     echo "================================ summary ================================"
     echo "device:  ${DEVICE:-?} ($ARCH)"
     echo "commit:  $(git log -1 --format='%h' 2>/dev/null)$(git status --porcelain 2>/dev/null | grep -q . && echo ' + uncommitted changes')"
+    echo "programs: $PROGRAMS"
     echo "tests:   ${TEST_COUNTS}"
     # the tensor-core layouts as the header reads them from the PTX ISA: a failure voids every bf16 attention number
     if [ -s "$TMP/test.txt" ]; then
