@@ -3191,8 +3191,23 @@ static void tfm__sgemm_on(int amx, int transA, int transB, int M, int N, int K, 
         return;
     }
 #endif
-    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N,
-                K, alpha, A, lda, B, ldb, beta, C, ldc);
+    {
+        /* Inside a region that is not active (an `if` that came out false: attention over one batch-head), the
+           product stays on the calling thread, as the built-in sgemm's does (tfm__in_parallel). An OpenMP BLAS
+           asks omp_in_parallel(), which such a region leaves false, and would start a nested team of its own;
+           and its results can depend on its thread count (OpenBLAS 0.3.21 on a Zen 3: 64 x 300 x 64 on one
+           thread and on two differ in the last bits), so one batch-head's attention differed from the same head
+           in a call over two. The thread count it reads is the calling task's own, set back after the call. */
+#ifdef _OPENMP
+        int nt = tfm__in_parallel() && !omp_in_parallel() ? omp_get_max_threads() : 1;
+        if (nt > 1) omp_set_num_threads(1);
+#endif
+        cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N,
+                    K, alpha, A, lda, B, ldb, beta, C, ldc);
+#ifdef _OPENMP
+        if (nt > 1) omp_set_num_threads(nt);
+#endif
+    }
 #else
     tfm__sgemm_builtin_k(!amx && tfm__gemm_kernel_get()->amx ? &tfm__gemm_kernels[0] : tfm__gemm_kernel_get(), transA,
                          transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
