@@ -31,9 +31,10 @@
 # `bash tools/gpu_check.sh --prebuild` on a machine with nvcc and no GPU builds (b)'s and (d)'s three
 # programs ahead (build/test_cuda, build/gpu_check/bench_gpu and bf16_tracking, for GPU_CHECK_ARCH, default
 # sm_90a: an H100's or H200's) and stamps them (build/gpu_check/prebuilt: the target, the flags, nvcc's
-# version and a sha256 of every source that goes in). Carried to the GPU's machine (build/test_cuda and
-# build/gpu_check), they spare its minutes of builds: a run there takes them when the stamp matches its own
-# target, flags, nvcc and sources, and ldd finds every library they need; else it builds as before.
+# version, a sha256 of every source that goes in and one of the programs). Carried to the GPU's machine
+# (build/test_cuda and build/gpu_check), they spare its minutes of builds: a run there takes them when the
+# stamp matches its own target, flags, nvcc, sources and programs, and ldd finds every library they need;
+# else it builds as before.
 #
 # Everything goes to one log: $GPU_CHECK_LOG, else $OUT/gpu_check.log when OUT is set (the device tool's
 # folder of returned files), else ./gpu_check.log; the summary also goes to stdout. Environment:
@@ -173,11 +174,14 @@ prebuilt_key() {
             bench/bench_util.h tools/bf16_tracking.cpp Makefile 2>&1
     } | sha256sum | cut -c1-64
 }
+# ... and the programs' own sha256 (a later `make cuda` replaces build/test_cuda with another build)
+programs_sum() { sha256sum build/test_cuda "$B/bench_gpu" "$B/bf16_tracking" 2>&1 | sha256sum | cut -c1-64; }
 PREBUILT=0
 PROGRAMS="built here"
 if [ "$PREBUILD" = 0 ] && [ -s "$B/prebuilt" ]; then
     why=""
     [ "$(head -1 "$B/prebuilt")" = "key $(prebuilt_key)" ] || why="the stamp's target, flags, nvcc or sources differ"
+    [ -n "$why" ] || [ "$(sed -n 3p "$B/prebuilt")" = "programs $(programs_sum)" ] || why="the programs are not the ones stamped"
     for f in build/test_cuda "$B/bench_gpu" "$B/bf16_tracking"; do
         if [ -z "$why" ] && { [ ! -x "$f" ] || ldd "$f" 2>&1 | grep -q 'not found'; }; then
             why="$f is missing, or ldd does not find its libraries"
@@ -259,8 +263,8 @@ if [ "$PREBUILD" = 1 ]; then # wait for the other two builds, stamp the three wh
     record "bench-build" "$brc" "${bsecs:-0}"
     record "bf16-tracking-build" "$(cat "$TMP/track_build.rc" 2>/dev/null || echo 1)" 0
     if [ "$FAILED" = 0 ] && [ -x build/test_cuda ] && [ -x "$B/bench_gpu" ] && [ -x "$B/bf16_tracking" ]; then
-        printf 'key %s\n%s\n' "$(prebuilt_key)" "built for $ARCH $(date '+%F %T') on $(hostname) from $(git log -1 --format=%h 2>/dev/null)$(git status --porcelain 2>/dev/null | grep -q . && echo ' + uncommitted changes')" > "$B/prebuilt"
         rm -f "$B/tfm_cuda.o" "$B/bench_gpu.o" # not needed to run: less to carry
+        printf 'key %s\n%s\nprograms %s\n' "$(prebuilt_key)" "built for $ARCH $(date '+%F %T') on $(hostname) from $(git log -1 --format=%h 2>/dev/null)$(git status --porcelain 2>/dev/null | grep -q . && echo ' + uncommitted changes')" "$(programs_sum)" > "$B/prebuilt"
         log "== prebuilt: build/test_cuda $B/bench_gpu $B/bf16_tracking ($(du -csh build/test_cuda "$B/bench_gpu" "$B/bf16_tracking" | tail -1 | cut -f1)); carry build/test_cuda and $B"
     else
         log "== prebuild: SOME BUILDS FAILED (above); nothing stamped"
