@@ -32,9 +32,9 @@
 # programs ahead (build/test_cuda, build/gpu_check/bench_gpu and bf16_tracking, for GPU_CHECK_ARCH, default
 # sm_90a: an H100's or H200's) and stamps them (build/gpu_check/prebuilt: the target, the flags, nvcc's
 # version, a sha256 of every source that goes in and one of the programs). Carried to the GPU's machine
-# (build/test_cuda and build/gpu_check), they spare its minutes of builds: a run there takes them when the
-# stamp matches its own target, flags, nvcc, sources and programs, and ldd finds every library they need;
-# else it builds as before.
+# (build/test_cuda and build/gpu_check), they spare it the builds, which there cost device time: a run
+# there takes them when the stamp matches its own target, flags, nvcc, sources and programs, and ldd finds
+# every library they need; else it builds as before.
 #
 # Everything goes to one log: $GPU_CHECK_LOG, else $OUT/gpu_check.log when OUT is set (the device tool's
 # folder of returned files), else ./gpu_check.log; the summary also goes to stdout. Environment:
