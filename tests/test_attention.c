@@ -923,6 +923,14 @@ static void att_test_masked_key(void) {
    each time; each left its scratch behind (4.5 MB), which LeakSanitizer reports under make asan. The
    results must equal, bit for bit, batch 0 of a call over two batches (the active region's path) whose
    batch 1 is a copy: a result does not depend on how the work was threaded. */
+/* tests/blas_spy.c: counts of the products that went through the BLAS library */
+int blas_spy_on(void);
+void blas_spy_take(long n[3]);
+
+/* One batch-head runs inside a region whose `if` came out false: at two threads, its products through a
+   BLAS must stay on the calling thread (blas_spy.c: an OpenMP BLAS sees no active region and would start
+   a team, and OpenBLAS's bits can depend on the team's size), and its bits equal the same head's in a
+   call over two. */
 static void att_test_one_head(void) {
     const int T = 300, D = 64;
     const size_t n = (size_t)T * D;
@@ -930,7 +938,10 @@ static void att_test_one_head(void) {
     float *out[2], *lse[2], *dq[2], *dk[2], *dv[2];
     tfm_attn_opts o;
     size_t bad = 0, x;
-    int b;
+    int b, threads = tfm_get_num_threads();
+    long spy[3];
+    tfm_set_num_threads(2);
+    blas_spy_take(spy);
     att_fill(q, n, -1, 1);
     att_fill(k, n, -1, 1);
     att_fill(v, n, -1, 1);
@@ -951,7 +962,18 @@ static void att_test_one_head(void) {
         tdq = tfm_tensor3(dq[b], B, T, D), tdk = tfm_tensor3(dk[b], B, T, D), tdv = tfm_tensor3(dv[b], B, T, D);
         CHECK_OK(tfm_attention_forward(&to, &tl, &tq, &tk, &tv, 1, &o));
         CHECK_OK(tfm_attention_backward(&tdq, &tdk, &tdv, &tdo, &tq, &tk, &tv, &to, &tl, 1, &o));
+        if (b == 0) {
+            blas_spy_take(spy);
+#ifdef _OPENMP /* without OpenMP there are no regions */
+            if (blas_spy_on()) {
+                CHECK_MSG(spy[1] > 0, "one batch-head: none of its %ld BLAS products inside a region", spy[0]);
+                CHECK_MSG(spy[2] == 0, "one batch-head: %ld of %ld BLAS products in a region would start a team",
+                          spy[2], spy[1]);
+            }
+#endif
+        }
     }
+    tfm_set_num_threads(threads);
     for (x = 0; x < n; x++) {
         bad += !isfinite(dq[0][x]) || !isfinite(dk[0][x]) || !isfinite(dv[0][x]);
         bad += memcmp(&out[0][x], &out[1][x], sizeof(float)) || memcmp(&dq[0][x], &dq[1][x], sizeof(float)) ||
