@@ -205,7 +205,7 @@ TRACKING="not run"
 if [ "$PREBUILT" = 1 ]; then
     echo "0 0.0" > "$TMP/bench_build.rc"
     echo "prebuilt" > "$TMP/bench_build.txt"
-    echo 0 > "$TMP/track_build.rc"
+    echo "0 0.0" > "$TMP/track_build.rc"
     : > "$TMP/track_build.txt"
 elif [ "$SKIP_BENCH" != 1 ]; then
     log "== [$(elapsed) s] bench build started in the background (its output follows in step bench-build)"
@@ -223,9 +223,10 @@ elif [ "$SKIP_BENCH" != 1 ]; then
     BENCH_BUILD_PID=$!
     # shellcheck disable=SC2086  # NVCCFLAGS is a list of flags
     (
+        t0=$(date +%s.%N)
         timeout -k 5 "$BUILD_LIMIT" "$NVCC" $NVCCFLAGS -x cu -DTFM_CUDA -o "$B/bf16_tracking" tools/bf16_tracking.cpp -lcublas -lcublasLt \
             -lm > "$TMP/track_build.txt" 2>&1
-        echo $? > "$TMP/track_build.rc"
+        echo "$? $(awk -v s="$t0" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }')" > "$TMP/track_build.rc"
     ) &
     TRACK_BUILD_PID=$!
 fi
@@ -261,7 +262,8 @@ if [ "$PREBUILD" = 1 ]; then # wait for the other two builds, stamp the three wh
     cat "$TMP/bench_build.txt" "$TMP/track_build.txt" >> "$LOG"
     read -r brc bsecs < "$TMP/bench_build.rc" || brc=1
     record "bench-build" "$brc" "${bsecs:-0}"
-    record "bf16-tracking-build" "$(cat "$TMP/track_build.rc" 2>/dev/null || echo 1)" 0
+    read -r trc tsecs < "$TMP/track_build.rc" || trc=1
+    record "bf16-tracking-build" "$trc" "${tsecs:-0}"
     if [ "$FAILED" = 0 ] && [ -x build/test_cuda ] && [ -x "$B/bench_gpu" ] && [ -x "$B/bf16_tracking" ]; then
         rm -f "$B/tfm_cuda.o" "$B/bench_gpu.o" # not needed to run: less to carry
         printf 'key %s\n%s\nprograms %s\n' "$(prebuilt_key)" "built for $ARCH $(date '+%F %T') on $(hostname) from $(git log -1 --format=%h 2>/dev/null)$(git status --porcelain 2>/dev/null | grep -q . && echo ' + uncommitted changes')" "$(programs_sum)" > "$B/prebuilt"
@@ -366,7 +368,8 @@ if [ "$SKIP_BENCH" != 1 ]; then
     # does a bf16 run track the fp32 one? (tools/bf16_tracking.cpp, on the header's own text)
     wait "$TRACK_BUILD_PID"
     cat "$TMP/track_build.txt" >> "$LOG"
-    if [ "$(cat "$TMP/track_build.rc" 2>/dev/null)" = 0 ] && [ -x "$B/bf16_tracking" ]; then
+    read -r trc _ 2>/dev/null < "$TMP/track_build.rc" || trc=1
+    if [ "$trc" = 0 ] && [ -x "$B/bf16_tracking" ]; then
         run_step "bf16 tracking" 45 3 "$TMP/tracking.txt" optional -- "$B/bf16_tracking" transformer.h 300 2 1
         TRACKING=$(grep -m1 '^worst single step' "$TMP/tracking.txt" || echo "no result")
         # PyTorch's autocast on the same model, batches and optimizer: how far its bf16 run forks, for scale
