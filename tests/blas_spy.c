@@ -1,12 +1,13 @@
 /* tests/blas_spy.c - a second translation unit of the test binary: a cblas_sgemm that stands in front of
-   OpenBLAS's (glibc's dlsym(RTLD_NEXT) finds the real one), notes the OpenMP state of every call, then
-   makes the product. The library's promise it checks: a product made inside a parallel region, active or
-   not, runs on the calling thread. An OpenMP BLAS starts a team of omp_get_max_threads() threads when
+   OpenBLAS's (dlsym(RTLD_NEXT) finds the real one), notes the OpenMP state of every call, then makes the
+   product. The library's promise it checks: a product made inside a parallel region, active or not, runs
+   on the calling thread. An OpenMP BLAS starts a team of omp_get_max_threads() threads when
    omp_in_parallel() is false, which a region whose `if` came out false leaves false; and OpenBLAS's bits
    can depend on its team's size (they do on a Zen 3), so such a team made one batch-head's attention
    differ from the same head in a larger call. The spy sees that state on any machine, whatever its
-   BLAS's bits do. Active in OpenBLAS builds on glibc (TFM_BLAS with the default <cblas.h>); elsewhere
-   blas_spy_on() is 0 and the test that reads it says it skips. */
+   BLAS's bits do. On (BLAS_SPY) in OpenBLAS builds on Linux (TFM_BLAS with the default <cblas.h>, whose
+   OPENBLAS_CONST names OpenBLAS's); elsewhere blas_spy_on() is 0 and att_test_one_head checks the bits
+   alone. */
 #if defined(TFM_BLAS) && !defined(TFM_BLAS_HEADER) && defined(__linux__)
 #define _GNU_SOURCE
 #include <cblas.h>
@@ -16,6 +17,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#ifdef OPENBLAS_CONST
+#define BLAS_SPY 1
+#endif
 #endif
 
 /* blas_spy_take(n) reads the counts since the last take and sets them to zero: n[0] products seen; n[1] of
@@ -24,7 +28,7 @@
 int blas_spy_on(void);
 void blas_spy_take(long n[3]);
 
-#if defined(TFM_BLAS) && !defined(TFM_BLAS_HEADER) && defined(__linux__) && defined(OPENBLAS_CONST)
+#ifdef BLAS_SPY
 typedef void (*blas_spy_sgemm_fn)(OPENBLAS_CONST enum CBLAS_ORDER, OPENBLAS_CONST enum CBLAS_TRANSPOSE,
                                   OPENBLAS_CONST enum CBLAS_TRANSPOSE, OPENBLAS_CONST blasint, OPENBLAS_CONST blasint,
                                   OPENBLAS_CONST blasint, OPENBLAS_CONST float, OPENBLAS_CONST float *,

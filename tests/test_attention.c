@@ -918,19 +918,17 @@ static void att_test_masked_key(void) {
     free(q); free(k); free(v); free(dout); free(out); free(lse); free(mask); free(dq); free(dk); free(dv);
 }
 
-/* One batch-head: the attention's parallel region is then inactive (one task), and the products inside
-   it must stay on the calling thread. They once opened nested teams, whose threads libgomp starts afresh
-   each time; each left its scratch behind (4.5 MB), which LeakSanitizer reports under make asan. The
-   results must equal, bit for bit, batch 0 of a call over two batches (the active region's path) whose
-   batch 1 is a copy: a result does not depend on how the work was threaded. */
 /* tests/blas_spy.c: counts of the products that went through the BLAS library */
 int blas_spy_on(void);
 void blas_spy_take(long n[3]);
 
-/* One batch-head runs inside a region whose `if` came out false: at two threads, its products through a
-   BLAS must stay on the calling thread (blas_spy.c: an OpenMP BLAS sees no active region and would start
-   a team, and OpenBLAS's bits can depend on the team's size), and its bits equal the same head's in a
-   call over two. */
+/* One batch-head: the attention's parallel region is then inactive (one task), and the products inside
+   it must stay on the calling thread. They once opened nested teams, whose threads libgomp starts afresh
+   each time; each left its scratch behind (4.5 MB), which LeakSanitizer reports under make asan. Through
+   an OpenMP BLAS, which sees no active region, they would start a team too, and OpenBLAS's bits can
+   depend on its size: run at two threads, blas_spy.c must see products inside the region and no team
+   (where the spy is on). The results must equal, bit for bit, batch 0 of a call over two batches (the
+   active region's path) whose batch 1 is a copy: a result does not depend on how the work was threaded. */
 static void att_test_one_head(void) {
     const int T = 300, D = 64;
     const size_t n = (size_t)T * D;
