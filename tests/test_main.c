@@ -6,6 +6,7 @@
 #include "test.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 #include "test_sgemm.c"
 #include "test_ops.c"
@@ -22,7 +23,15 @@
 #include "test_wordpiece.c"
 #include "test_minilm.c"
 
+/* -v: each test's processor time (clock: the process's, all threads'; single-threaded runs under valgrind
+   or qemu read it as their time), to find the tests that make a slow configuration slow */
+static clock_t main_t0;
+static void main_begin(void) { main_t0 = clock(); }
+static void main_note(void) { printf(" %7.2f s cpu", (double)(clock() - main_t0) / CLOCKS_PER_SEC); }
+
 int main(int argc, char **argv) {
+    test__begin = main_begin;
+    test__note = main_note;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-v")) test__verbose = 1;
         else if (!strcmp(argv[i], "--shard") && i + 1 < argc) {
