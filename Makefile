@@ -269,10 +269,13 @@ $(BUILD)/aarch64/test: tests/test_main.c $(TEST_SRCS) $(HEADER) $(BUILD)/.flags-
 	    "gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)" >&2; exit 1; }
 	@mkdir -p $(dir $@)
 	$(AARCH64_CC) $(AARCH64_CFLAGS) -o $@ tests/test_main.c tests/blas_spy.c $(LDLIBS)
-# The two runs side by side (tools/parallel.sh): qemu keeps about one core busy.
+# The two runs side by side (tools/parallel.sh): qemu keeps about one core busy. Each run's OpenMP threads
+# sleep at once when idle (OMP_WAIT_POLICY=passive): spinning under emulation took the other run's core
+# (both runs at once: 164 s spinning, 131 s passive, on a 2-core Zen 3).
+A64_RUN := TFM_MINILM_DIR=none OMP_WAIT_POLICY=passive
 test-aarch64: $(BUILD)/aarch64/test
-	bash tools/parallel.sh 'TFM_MINILM_DIR=none $(AARCH64_RUN) ./$(BUILD)/aarch64/test' \
-	    'TFM_MINILM_DIR=none TFM_SGEMM_KERNEL=portable $(AARCH64_RUN) ./$(BUILD)/aarch64/test'
+	bash tools/parallel.sh '$(A64_RUN) $(AARCH64_RUN) ./$(BUILD)/aarch64/test' \
+	    '$(A64_RUN) TFM_SGEMM_KERNEL=portable $(AARCH64_RUN) ./$(BUILD)/aarch64/test'
 
 # The unit tests without OpenMP (no -fopenmp: one thread, every TFM__OMP pragma gone), as Apple's clang
 # builds them: make test-noomp, make CC=clang test-noomp. Warnings are errors.
@@ -427,11 +430,15 @@ endif
 #                       plainly and under AddressSanitizer + UBSan, after the emulation's own self-test
 #   make cuda           with nvcc (skipped without): build/test_cuda for $(NVCC_ARCH) with every warning an error,
 #                       and the compile checks with TFM_CUDA: test_compile.c and .cpp as the .cu implementation
-#                       TU, linked with test_compile2.c compiled as plain C (they run on the CPU: no GPU needed)
+#                       TU, linked with test_compile2.c compiled as plain C (they run on the CPU: no GPU needed,
+#                       and their device code stops at PTX)
 #   make test-cuda      build/test_cuda on a GPU (tools/gpu_check.sh runs it, with compute-sanitizer and the bench)
 NVCC_FOUND := $(shell command -v $(NVCC) 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 NVCC_ARCH  ?= sm_90a
 NVCCFLAGS  ?= -O3 -std=c++17 -arch=$(NVCC_ARCH) -Werror all-warnings -Xcompiler -fopenmp
+# The compile checks never run on a GPU: their device code stops at PTX for $(NVCC_ARCH)'s virtual
+# architecture (no ptxas, half their build time); build/test_cuda puts the same kernels through ptxas.
+NVCC_PTX   := $(filter-out -arch=%,$(NVCCFLAGS)) -gencode arch=$(subst sm_,compute_,$(NVCC_ARCH)),code=$(subst sm_,compute_,$(NVCC_ARCH))
 CUDA_SRC   := tests/test_cuda.cu
 CUDA_DEPS  := $(CUDA_SRC) tests/test.h $(HEADER)
 
@@ -454,8 +461,9 @@ $(BUILD)/bench_gpu_emu: bench/bench_gpu.c bench/bench_util.h bench/tfm_cuda.cu t
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -pedantic -c -o $(BUILD)/bench_gpu_emu.o bench/bench_gpu.c
 	$(CXX) -fopenmp -o $@ $(BUILD)/bench_gpu_emu.o $(BUILD)/tfm_cuda_emu.o -lm
 # The emulation runs on one core (and the CPU's side of each comparison too: OMP_NUM_THREADS=1, no pool
-# spinning beside it); the plain run (the full shape lists and 100 training steps, as on a GPU) and the
-# sanitized run's three thirds (--shard, the short lists) run at once.
+# spinning beside it); the plain run's two halves (--shard: the full shape lists and 100 training steps, as
+# on a GPU) and the sanitized run's three thirds (the short lists) run at once: five processes even out two
+# cores' loads (271 s on a 2-core Zen 3, against 345 s with the plain run whole).
 EMU_RUN := OMP_NUM_THREADS=1 ./$(BUILD)/test_cuda_emu --full
 EMU_ASAN_RUN := OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ./$(BUILD)/test_cuda_emu_asan --small
@@ -463,7 +471,7 @@ test-cuda-emu: $(BUILD)/test_cuda_emu_self $(BUILD)/test_cuda_emu $(BUILD)/test_
 	./$(BUILD)/test_cuda_emu_self
 	./$(BUILD)/bench_gpu_emu --quick --tf32 --bf16 gpu-emu-tiny
 	./$(BUILD)/bench_gpu_emu --quick --kernels
-	bash tools/parallel.sh '$(EMU_RUN)' '$(EMU_ASAN_RUN) --shard 0/3' '$(EMU_ASAN_RUN) --shard 1/3' '$(EMU_ASAN_RUN) --shard 2/3'
+	bash tools/parallel.sh '$(EMU_RUN) --shard 0/2' '$(EMU_RUN) --shard 1/2' '$(EMU_ASAN_RUN) --shard 0/3' '$(EMU_ASAN_RUN) --shard 1/3' '$(EMU_ASAN_RUN) --shard 2/3'
 
 ifeq ($(NVCC_FOUND),)
 cuda test-cuda:
@@ -472,7 +480,7 @@ else
 CUDA_CDIR := $(BUILD)/compile-cuda
 cuda: $(BUILD)/test_cuda $(CUDA_CDIR)/c $(CUDA_CDIR)/cpp
 	@for v in c cpp; do printf 'cuda compile check %-4s ' "$$v:"; ./$(CUDA_CDIR)/$$v || { echo "cuda: compile check $$v failed"; exit 1; }; done
-	@echo "cuda: build/test_cuda and the TFM_CUDA compile checks built with nvcc -Werror all-warnings ($(NVCC_ARCH))"
+	@echo "cuda: build/test_cuda ($(NVCC_ARCH)) and the TFM_CUDA compile checks (PTX) built with nvcc -Werror all-warnings"
 $(BUILD)/test_cuda: $(CUDA_DEPS)
 	@mkdir -p $(BUILD)
 	$(NVCC_FOUND) $(NVCCFLAGS) -DTFM_CUDA -o $@ $(CUDA_SRC) -lcublas -lcublasLt -lm
@@ -482,12 +490,12 @@ $(CUDA_CDIR)/tc2.o: $(CDEPS)
 	$(CC) $(STRICT_C) -DTFM_CUDA -c -o $@ tests/test_compile2.c
 $(CUDA_CDIR)/c.o: $(CDEPS)
 	@mkdir -p $(CUDA_CDIR)
-	$(NVCC_FOUND) $(NVCCFLAGS) -DTFM_CUDA -x cu -c -o $@ tests/test_compile.c
+	$(NVCC_FOUND) $(NVCC_PTX) -DTFM_CUDA -x cu -c -o $@ tests/test_compile.c
 $(CUDA_CDIR)/cpp.o: $(CDEPS)
 	@mkdir -p $(CUDA_CDIR)
-	$(NVCC_FOUND) $(NVCCFLAGS) -DTFM_CUDA -x cu -c -o $@ tests/test_compile.cpp
+	$(NVCC_FOUND) $(NVCC_PTX) -DTFM_CUDA -x cu -c -o $@ tests/test_compile.cpp
 $(CUDA_CDIR)/c $(CUDA_CDIR)/cpp: $(CUDA_CDIR)/%: $(CUDA_CDIR)/%.o $(CUDA_CDIR)/tc2.o
-	$(NVCC_FOUND) $(NVCCFLAGS) -o $@ $^ -lcublas -lcublasLt -lm
+	$(NVCC_FOUND) $(NVCC_PTX) -o $@ $^ -lcublas -lcublasLt -lm
 test-cuda: $(BUILD)/test_cuda
 	./$(BUILD)/test_cuda
 endif
