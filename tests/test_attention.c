@@ -927,8 +927,10 @@ void blas_spy_take(long n[3]);
    each time; each left its scratch behind (4.5 MB), which LeakSanitizer reports under make asan. Through
    an OpenMP BLAS, which sees no active region, they would start a team too, and OpenBLAS's bits can
    depend on its size: run at two threads, blas_spy.c must see products inside the region and no team
-   (where the spy is on). The results must equal, bit for bit, batch 0 of a call over two batches (the
-   active region's path) whose batch 1 is a copy: a result does not depend on how the work was threaded. */
+   (where the spy is on; on the portable kernel, which leaves the attention's products to the BLAS where the
+   AVX2 one would take them). The results must equal, bit for bit, batch 0 of a call over two batches (the
+   active region's path) whose batch 1 is a copy: a result does not depend on how the work was threaded.
+   Then the route: with the AVX2 kernel chosen in a BLAS build, no product of the attention reaches the BLAS. */
 static void att_test_one_head(void) {
     const int T = 300, D = 64;
     const size_t n = (size_t)T * D;
@@ -938,7 +940,9 @@ static void att_test_one_head(void) {
     size_t bad = 0, x;
     int b, threads = tfm_get_num_threads();
     long spy[3];
+    const tfm__gemm_kernel *saved = tfm__gemm_kernel_get();
     tfm_set_num_threads(2);
+    if (blas_spy_on()) CHECK_OK(tfm_sgemm_set_kernel("portable"));
     blas_spy_take(spy);
     att_fill(q, n, -1, 1);
     att_fill(k, n, -1, 1);
@@ -971,6 +975,7 @@ static void att_test_one_head(void) {
 #endif
         }
     }
+    tfm__gemm_kernel_chosen = saved;
     tfm_set_num_threads(threads);
     for (x = 0; x < n; x++) {
         bad += !isfinite(dq[0][x]) || !isfinite(dk[0][x]) || !isfinite(dv[0][x]);
@@ -979,6 +984,18 @@ static void att_test_one_head(void) {
     }
     CHECK_MSG(bad == 0, "one batch-head: %zu values not finite or not the two-batch call's bits", bad);
     CHECK_MSG(memcmp(lse[0], lse[1], (size_t)T * sizeof(float)) == 0, "one batch-head: lse differs from the two-batch call's");
+#if defined(TFM__HAVE_KERNEL_AVX2)
+    if (blas_spy_on() && tfm__gemm_kernel_get()->fn == tfm__kernel_avx2) {
+        tfm_tensor tq = tfm_tensor3(q, 2, T, D), tk = tfm_tensor3(k, 2, T, D), tv = tfm_tensor3(v, 2, T, D);
+        tfm_tensor to = tfm_tensor3(out[1], 2, T, D), tl = tfm_tensor3(lse[1], 2, 1, T), tdo = tfm_tensor3(dout, 2, T, D);
+        tfm_tensor tdq = tfm_tensor3(dq[1], 2, T, D), tdk = tfm_tensor3(dk[1], 2, T, D), tdv = tfm_tensor3(dv[1], 2, T, D);
+        blas_spy_take(spy); /* (the two-batch call's, on the portable kernel, counted before) */
+        CHECK_OK(tfm_attention_forward(&to, &tl, &tq, &tk, &tv, 1, &o));
+        CHECK_OK(tfm_attention_backward(&tdq, &tdk, &tdv, &tdo, &tq, &tk, &tv, &to, &tl, 1, &o));
+        blas_spy_take(spy);
+        CHECK_MSG(spy[0] == 0, "AVX2 kernel chosen: %ld of the attention's products went through the BLAS", spy[0]);
+    }
+#endif
     free(q); free(k); free(v); free(dout);
     for (b = 0; b < 2; b++) {
         free(out[b]); free(lse[b]); free(dq[b]); free(dk[b]); free(dv[b]);
