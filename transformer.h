@@ -87,7 +87,8 @@
    -------------
    TFM_BLAS            matrix products go through cblas_sgemm. Prefer an OpenMP build of OpenBLAS
                        (Debian: libopenblas-openmp-dev): it shares one thread pool with this file's
-                       loops, so the two never oversubscribe the cores.
+                       loops, so the two never oversubscribe the cores. The fused attention's small block
+                       products stay on the built-in AVX2 kernel where that is the chosen one (faster).
    TFM_BLAS_HEADER     the header that declares cblas_sgemm (default <cblas.h>; <blis.h> for BLIS).
    TFM_SGEMM(ta,tb,M,N,K,alpha,A,lda,B,ldb,beta,C,ldc)
                        your own row-major sgemm (ta, tb are 0 or 1); wins over TFM_BLAS.
@@ -3165,8 +3166,9 @@ static TFM__UNUSED void tfm__gemv_nt(int N, int K, float alpha, const float *a, 
     }
 }
 
-/* The choke point every product goes through; arguments are already valid. amx 0: not on the AMX kernel
-   even where it is chosen (the attention's block products, tfm__sgemm_fp32). */
+/* The choke point every product goes through; arguments are already valid. amx 0: the attention's block
+   products (tfm__sgemm_fp32): never on the AMX kernel even where it is chosen, and in a BLAS build on the
+   AVX2 kernel where that is the chosen one. */
 static void tfm__sgemm_on(int amx, int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                           const float *B, int ldb, float beta, float *C, int ldc) {
     (void)amx;
